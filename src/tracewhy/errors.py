@@ -1,0 +1,21 @@
+"""The one error hierarchy: every problem a user can cause is a TraceError naming the file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class TraceError(Exception):
+    """A problem with an input file, phrased for the person who gave it to us.
+
+    Only ``tracewhy.cli.main`` prints these; it prints ``str(error)`` on one line.
+    """
+
+    def __init__(self, path: str | Path | None, problem: str) -> None:
+        self.path = None if path is None else str(path)
+        self.problem = " ".join(problem.split())  # always one line
+        super().__init__(self.problem if self.path is None else f"{self.path}: {self.problem}")
+
+
+class UsageError(Exception):
+    """A command-line request that cannot be satisfied (bad option value, unknown step name)."""

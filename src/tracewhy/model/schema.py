@@ -1,0 +1,296 @@
+"""Every table's column names and dtypes, declared once.
+
+Readers build tables with exactly these schemas and ``Trace.check()`` verifies them.
+Analyses refer to columns through the constants here, never through bare strings.
+Time is always int64 nanoseconds (``ts_ns``, ``dur_ns``).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Final
+
+import polars as pl
+
+
+class Kind(str, Enum):
+    """What a slice is. One value per row of the slices table."""
+
+    CPU_OP = "cpu_op"  # aten:: ops and other RecordFunction scopes
+    ANNOTATION = "annotation"  # record_function / user annotations, ProfilerStep#N
+    PYTHON = "python"  # Python frames (with_stack)
+    RUNTIME = "runtime"  # CUDA / HIP runtime API calls
+    DRIVER = "driver"  # CUDA driver API calls (cuLaunchKernel, ...)
+    KERNEL = "kernel"
+    MEMCPY = "memcpy"
+    MEMSET = "memset"
+    GPU_ANNOTATION = "gpu_annotation"  # annotations projected onto a GPU stream by Kineto
+    GPU_SYNC = "gpu_sync"  # CUPTI synchronization records (cat cuda_sync)
+    PROFILER_RANGE = "profiler_range"  # CUPTI range-profiler records (counters, no timing trust)
+    OVERHEAD = "overhead"  # profiler's own overhead (buffer requests)
+    OTHER = "other"
+
+
+KIND_DTYPE: Final = pl.Enum([k.value for k in Kind])
+
+#: Kinds that run on the host and nest per thread.
+HOST_KINDS: Final = (Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON, Kind.RUNTIME, Kind.DRIVER)
+#: Kinds that occupy a GPU stream and count as device activity.
+GPU_ACTIVITY_KINDS: Final = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
+#: Kinds that can launch GPU activity.
+LAUNCH_KINDS: Final = (Kind.RUNTIME, Kind.DRIVER)
+
+
+class Col:
+    """Column names of the slices table."""
+
+    ID: Final = "id"  # row number; other tables refer to slices by it
+    KIND: Final = "kind"
+    NAME: Final = "name"
+    TS: Final = "ts_ns"
+    DUR: Final = "dur_ns"
+    PID: Final = "pid"
+    TID: Final = "tid"
+    DEVICE: Final = "device"
+    STREAM: Final = "stream"
+    CORRELATION: Final = "correlation"
+    EXTERNAL_ID: Final = "external_id"
+    DEPTH: Final = "depth"  # host nesting depth on its thread (0 = top level)
+    PARENT: Final = "parent_id"  # enclosing host slice on the same thread
+    LAUNCH: Final = "launch_id"  # GPU rows: the runtime/driver call that launched it
+    OP: Final = "op_id"  # GPU and launch rows: innermost CPU op on the launching stack
+
+
+SLICES_SCHEMA: Final = pl.Schema(
+    {
+        Col.ID: pl.Int64,
+        Col.KIND: KIND_DTYPE,
+        Col.NAME: pl.Categorical(),
+        Col.TS: pl.Int64,
+        Col.DUR: pl.Int64,
+        Col.PID: pl.Int64,
+        Col.TID: pl.Int64,
+        Col.DEVICE: pl.Int32,
+        Col.STREAM: pl.Int64,
+        Col.CORRELATION: pl.Int64,
+        Col.EXTERNAL_ID: pl.Int64,
+        Col.DEPTH: pl.Int32,
+        Col.PARENT: pl.Int64,
+        Col.LAUNCH: pl.Int64,
+        Col.OP: pl.Int64,
+    }
+)
+
+# Optional attributes live in side tables keyed by slice id: most rows never have them, and
+# full-length null columns would double the model's memory on a multi-GB trace.
+
+
+class KCol:
+    """Kernel launch attributes (one row per kernel slice that has any)."""
+
+    ID: Final = "id"
+    GRID_X: Final = "grid_x"
+    GRID_Y: Final = "grid_y"
+    GRID_Z: Final = "grid_z"
+    BLOCK_X: Final = "block_x"
+    BLOCK_Y: Final = "block_y"
+    BLOCK_Z: Final = "block_z"
+    REGISTERS: Final = "registers_per_thread"
+    SHARED_MEM: Final = "shared_mem_bytes"
+    BLOCKS_PER_SM: Final = "blocks_per_sm"
+    WARPS_PER_SM: Final = "warps_per_sm"
+    OCCUPANCY_PCT: Final = "est_occupancy_pct"
+
+
+KERNEL_ATTRS_SCHEMA: Final = pl.Schema(
+    {
+        KCol.ID: pl.Int64,
+        KCol.GRID_X: pl.Int64,
+        KCol.GRID_Y: pl.Int64,
+        KCol.GRID_Z: pl.Int64,
+        KCol.BLOCK_X: pl.Int64,
+        KCol.BLOCK_Y: pl.Int64,
+        KCol.BLOCK_Z: pl.Int64,
+        KCol.REGISTERS: pl.Int64,
+        KCol.SHARED_MEM: pl.Int64,
+        KCol.BLOCKS_PER_SM: pl.Float64,
+        KCol.WARPS_PER_SM: pl.Float64,
+        KCol.OCCUPANCY_PCT: pl.Float64,
+    }
+)
+
+COPY_KINDS: Final = ("HtoD", "DtoH", "DtoD", "HtoH", "PtoP", "HtoA", "AtoH", "AtoA", "AtoD", "DtoA", "unknown")
+MEMORY_KINDS: Final = ("Pageable", "Pinned", "Device", "Managed", "Array", "unknown")
+
+
+class CCol:
+    """Memcpy / memset attributes."""
+
+    ID: Final = "id"
+    BYTES: Final = "bytes"
+    COPY_KIND: Final = "copy_kind"  # HtoD, DtoH, ...; null for memsets
+    SRC_MEM: Final = "src_mem"  # Pageable / Pinned / Device / Managed
+    DST_MEM: Final = "dst_mem"
+
+
+COPY_ATTRS_SCHEMA: Final = pl.Schema(
+    {
+        CCol.ID: pl.Int64,
+        CCol.BYTES: pl.Int64,
+        CCol.COPY_KIND: pl.Enum(list(COPY_KINDS)),
+        CCol.SRC_MEM: pl.Enum(list(MEMORY_KINDS)),
+        CCol.DST_MEM: pl.Enum(list(MEMORY_KINDS)),
+    }
+)
+
+
+class OCol:
+    """Host op attributes: shapes (record_shapes), autograd links, FLOPs, collectives, stacks."""
+
+    ID: Final = "id"
+    INPUT_DIMS: Final = "input_dims"  # JSON text as written, e.g. "[[8, 3], [3]]"
+    INPUT_TYPES: Final = "input_types"
+    SEQUENCE: Final = "sequence_number"
+    FWD_TID: Final = "fwd_thread_id"
+    FLOPS: Final = "flops"
+    CALL_STACK: Final = "call_stack"  # legacy with_stack text (PyTorch <= 1.9)
+    COLLECTIVE: Final = "collective_name"
+    IN_NELEMS: Final = "in_msg_nelems"
+    OUT_NELEMS: Final = "out_msg_nelems"
+    GROUP_SIZE: Final = "group_size"
+    DTYPE: Final = "dtype"
+    PG_NAME: Final = "process_group"
+    PY_ID: Final = "python_id"
+    PY_PARENT_ID: Final = "python_parent_id"
+
+
+OP_ATTRS_SCHEMA: Final = pl.Schema(
+    {
+        OCol.ID: pl.Int64,
+        OCol.INPUT_DIMS: pl.String,
+        OCol.INPUT_TYPES: pl.String,
+        OCol.SEQUENCE: pl.Int64,
+        OCol.FWD_TID: pl.Int64,
+        OCol.FLOPS: pl.Int64,
+        OCol.CALL_STACK: pl.String,
+        OCol.COLLECTIVE: pl.String,
+        OCol.IN_NELEMS: pl.Int64,
+        OCol.OUT_NELEMS: pl.Int64,
+        OCol.GROUP_SIZE: pl.Int64,
+        OCol.DTYPE: pl.String,
+        OCol.PG_NAME: pl.String,
+        OCol.PY_ID: pl.Int64,
+        OCol.PY_PARENT_ID: pl.Int64,
+    }
+)
+
+
+class MCol:
+    """Memory events (allocator instant events, ``[memory]``)."""
+
+    TS: Final = "ts_ns"
+    PID: Final = "pid"
+    TID: Final = "tid"
+    DEVICE_TYPE: Final = "device_type"  # 0 CPU, 1 CUDA (c10::DeviceType)
+    DEVICE_ID: Final = "device_id"
+    BYTES: Final = "bytes"  # signed: negative is a free
+    TOTAL_ALLOCATED: Final = "total_allocated"
+    TOTAL_RESERVED: Final = "total_reserved"
+    ADDR: Final = "addr"
+
+
+MEMORY_SCHEMA: Final = pl.Schema(
+    {
+        MCol.TS: pl.Int64,
+        MCol.PID: pl.Int64,
+        MCol.TID: pl.Int64,
+        MCol.DEVICE_TYPE: pl.Int32,
+        MCol.DEVICE_ID: pl.Int32,
+        MCol.BYTES: pl.Int64,
+        MCol.TOTAL_ALLOCATED: pl.Int64,
+        MCol.TOTAL_RESERVED: pl.Int64,
+        MCol.ADDR: pl.Int64,
+    }
+)
+
+FLOW_KINDS: Final = ("correlation", "fwdbwd", "other")
+
+
+class FCol:
+    """Flow events: launch arrows (ac2g and legacy names) and forward-backward links."""
+
+    FLOW_ID: Final = "flow_id"
+    KIND: Final = "kind"
+    PHASE: Final = "phase"  # s (start), t (step), f (finish)
+    TS: Final = "ts_ns"
+    PID: Final = "pid"
+    TID: Final = "tid"
+
+
+FLOWS_SCHEMA: Final = pl.Schema(
+    {
+        FCol.FLOW_ID: pl.Int64,
+        FCol.KIND: pl.Enum(list(FLOW_KINDS)),
+        FCol.PHASE: pl.Enum(["s", "t", "f"]),
+        FCol.TS: pl.Int64,
+        FCol.PID: pl.Int64,
+        FCol.TID: pl.Int64,
+    }
+)
+
+
+class TCol:
+    """Process and thread names from metadata (``M``) events; tid is null for a process row."""
+
+    PID: Final = "pid"
+    TID: Final = "tid"
+    NAME: Final = "name"
+
+
+THREADS_SCHEMA: Final = pl.Schema({TCol.PID: pl.Int64, TCol.TID: pl.Int64, TCol.NAME: pl.String})
+
+
+class DCol:
+    """Device properties, one row per GPU the trace describes."""
+
+    DEVICE: Final = "device"
+    NAME: Final = "name"
+    TOTAL_MEM: Final = "total_global_mem_bytes"
+    CC_MAJOR: Final = "compute_major"
+    CC_MINOR: Final = "compute_minor"
+    NUM_SMS: Final = "num_sms"
+    MAX_THREADS_PER_SM: Final = "max_threads_per_sm"
+    REGS_PER_SM: Final = "regs_per_sm"
+    SHARED_MEM_PER_SM: Final = "shared_mem_per_sm"
+
+
+DEVICES_SCHEMA: Final = pl.Schema(
+    {
+        DCol.DEVICE: pl.Int32,
+        DCol.NAME: pl.String,
+        DCol.TOTAL_MEM: pl.Int64,
+        DCol.CC_MAJOR: pl.Int32,
+        DCol.CC_MINOR: pl.Int32,
+        DCol.NUM_SMS: pl.Int32,
+        DCol.MAX_THREADS_PER_SM: pl.Int32,
+        DCol.REGS_PER_SM: pl.Int32,
+        DCol.SHARED_MEM_PER_SM: pl.Int64,
+    }
+)
+
+#: Every table of a Trace with its declared schema.
+TABLE_SCHEMAS: Final = {
+    "slices": SLICES_SCHEMA,
+    "kernel_attrs": KERNEL_ATTRS_SCHEMA,
+    "copy_attrs": COPY_ATTRS_SCHEMA,
+    "op_attrs": OP_ATTRS_SCHEMA,
+    "memory": MEMORY_SCHEMA,
+    "flows": FLOWS_SCHEMA,
+    "threads": THREADS_SCHEMA,
+    "devices": DEVICES_SCHEMA,
+}
+
+
+def empty(schema: pl.Schema) -> pl.DataFrame:
+    """An empty table with the given schema."""
+    return pl.DataFrame(schema=schema)

@@ -1,0 +1,149 @@
+"""The normalized Trace: columnar tables plus what the file said about how it was captured."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from tracewhy.model.schema import (
+    GPU_ACTIVITY_KINDS,
+    LAUNCH_KINDS,
+    TABLE_SCHEMAS,
+    Col,
+    Kind,
+)
+
+
+@dataclass(frozen=True)
+class Capture:
+    """Profiler options the trace was captured with; None where the file does not say.
+
+    ``source`` tells whether the flags come from the file's header (PyTorch >= 2.1 writes
+    them) or were inferred from the events (older files).
+    """
+
+    record_shapes: bool | None = None
+    profile_memory: bool | None = None
+    with_stack: bool | None = None
+    with_flops: bool | None = None
+    with_modules: bool | None = None
+    source: str = "unknown"
+
+
+@dataclass(frozen=True)
+class Truncation:
+    """What was lost when a file ended mid-event (crashed jobs write such traces)."""
+
+    bytes_total: int
+    bytes_recovered: int
+    events_recovered: int
+    events_lost_estimate: int
+
+
+@dataclass(frozen=True)
+class TraceMeta:
+    """Everything about a trace that is not a table."""
+
+    path: str
+    format: str
+    schema_version: int | None = None
+    display_time_unit: str | None = None
+    base_time_ns: int | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+    capture: Capture = field(default_factory=Capture)
+    distributed: dict[str, Any] = field(default_factory=dict)
+    profiler_spans_ns: tuple[tuple[int, int], ...] = ()
+    event_counts: dict[str, int] = field(default_factory=dict)
+    unfinished_events: int = 0
+    truncation: Truncation | None = None
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def rank(self) -> int | None:
+        value = self.distributed.get("rank")
+        return value if isinstance(value, int) else None
+
+    @property
+    def world_size(self) -> int | None:
+        value = self.distributed.get("world_size")
+        return value if isinstance(value, int) else None
+
+
+class ModelError(AssertionError):
+    """A Trace broke one of its invariants: a bug in a reader, never the user's fault."""
+
+
+@dataclass(frozen=True)
+class Trace:
+    """One profiled process (or one nsys capture) in normalized tables.
+
+    ``slices`` holds every timed event; side tables hold attributes keyed by slice ``id``.
+    """
+
+    meta: TraceMeta
+    slices: pl.DataFrame
+    kernel_attrs: pl.DataFrame
+    copy_attrs: pl.DataFrame
+    op_attrs: pl.DataFrame
+    memory: pl.DataFrame
+    flows: pl.DataFrame
+    threads: pl.DataFrame
+    devices: pl.DataFrame
+
+    def table(self, name: str) -> pl.DataFrame:
+        value = getattr(self, name)
+        assert isinstance(value, pl.DataFrame)
+        return value
+
+    def of_kind(self, *kinds: Kind) -> pl.DataFrame:
+        """The slices of the given kinds."""
+        return self.slices.filter(pl.col(Col.KIND).is_in([k.value for k in kinds]))
+
+    def check(self) -> None:
+        """Verify the invariants every analysis relies on; raise ModelError on the first break."""
+        for name, schema in TABLE_SCHEMAS.items():
+            got = self.table(name).schema
+            if dict(got) != dict(schema):
+                diff = {k: (got.get(k), v) for k, v in schema.items() if got.get(k) != v}
+                extra = sorted(set(got) - set(schema))
+                raise ModelError(f"table {name}: schema mismatch {diff} extra={extra}")
+        s = self.slices
+        n = s.height
+        if n == 0:
+            return
+        ids = s.get_column(Col.ID)
+        if not ids.equals(pl.Series(Col.ID, range(n), dtype=pl.Int64)):
+            raise ModelError("slices.id must equal the row number")
+        bad = s.filter(pl.col(Col.DUR) < 0).height
+        if bad:
+            raise ModelError(f"{bad} slices have negative dur_ns")
+        if s.get_column(Col.TS).null_count() or s.get_column(Col.DUR).null_count():
+            raise ModelError("ts_ns and dur_ns must never be null")
+        gpu = s.filter(pl.col(Col.KIND).is_in([k.value for k in GPU_ACTIVITY_KINDS]))
+        if gpu.get_column(Col.DEVICE).null_count():
+            raise ModelError("every GPU activity needs a device")
+        linked = gpu.filter(pl.col(Col.LAUNCH).is_not_null())
+        if linked.height:
+            launch_kinds = s.get_column(Col.KIND).gather(linked.get_column(Col.LAUNCH))
+            allowed = {k.value for k in LAUNCH_KINDS}
+            if not set(launch_kinds.unique().to_list()) <= allowed:
+                raise ModelError("launch_id must point at a runtime or driver call")
+            launch_corr = s.get_column(Col.CORRELATION).gather(linked.get_column(Col.LAUNCH))
+            if not launch_corr.equals(linked.get_column(Col.CORRELATION), check_names=False):
+                raise ModelError("a GPU slice and its launch must share the correlation id")
+        with_op = s.filter(pl.col(Col.OP).is_not_null())
+        if with_op.height:
+            op_kinds = s.get_column(Col.KIND).gather(with_op.get_column(Col.OP))
+            if set(op_kinds.unique().to_list()) != {Kind.CPU_OP.value}:
+                raise ModelError("op_id must point at a CPU op")
+        children = s.filter(pl.col(Col.PARENT).is_not_null())
+        if children.height:
+            parent_ts = s.get_column(Col.TS).gather(children.get_column(Col.PARENT))
+            if (parent_ts > children.get_column(Col.TS)).any():
+                raise ModelError("a host slice starts before its parent")
+        for name in ("kernel_attrs", "copy_attrs", "op_attrs"):
+            ref = self.table(name).get_column(Col.ID)
+            if ref.len() and (ref.min() < 0 or ref.max() >= n or ref.n_unique() != ref.len()):  # type: ignore[operator]
+                raise ModelError(f"{name}.id must be unique slice ids")

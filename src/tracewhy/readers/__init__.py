@@ -1,0 +1,29 @@
+"""One reader per input format, and ``read_trace`` which picks one by the file's content."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tracewhy.errors import TraceError
+from tracewhy.model.trace import Trace
+from tracewhy.readers.kineto import Progress, read_kineto
+from tracewhy.readers.source import sniff
+
+__all__ = ["Progress", "read_kineto", "read_trace"]
+
+
+def read_trace(path: str | Path, *, progress: Progress | None = None) -> Trace:
+    """Read any supported trace, choosing the reader by content, never by file name."""
+    path = Path(path)
+    fmt = sniff(path)
+    if fmt == "kineto":
+        return read_kineto(path, progress=progress)
+    if fmt == "sqlite":
+        raise TraceError(path, "Nsight Systems SQLite exports are not supported yet")
+    if path.stat().st_size == 0:
+        raise TraceError(path, "file is empty")
+    raise TraceError(
+        path,
+        "not a recognized trace: expected PyTorch profiler JSON (.json or .json.gz) "
+        "or an Nsight Systems SQLite export",
+    )

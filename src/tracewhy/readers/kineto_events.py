@@ -1,0 +1,79 @@
+"""Typed shapes of Kineto JSON events, decoded by msgspec.
+
+Only the argument keys some analysis needs are declared; msgspec skips the rest without
+building them. Key spellings changed over PyTorch versions; each alias says which.
+"""
+
+from __future__ import annotations
+
+import math
+
+import msgspec
+from msgspec import Raw, Struct, field
+
+
+NO_RAW = Raw(b"")
+
+
+class EventArgs(Struct):
+    # "External id" since PyTorch 1.10; "external id" (lower case) in 1.8-1.9 Runtime/Kernel args.
+    external_id: int | None = field(name="External id", default=None)
+    external_id_legacy: int | None = field(name="external id", default=None)
+    correlation: int | None = None
+    device: int | None = None
+    # ROCm (roctracer) runtime args carry strings: "stream": "0x0", "bytes": "256"; Triton
+    # launch ops carry "grid" as text. Those are accepted here and normalized by the reader.
+    stream: int | str | None = None
+    bytes: int | str | None = None
+    grid: list[int] | str | None = None
+    block: list[int] | str | None = None
+    registers: int | None = field(name="registers per thread", default=None)
+    shared_memory: int | None = field(name="shared memory", default=None)
+    blocks_per_sm: float | None = field(name="blocks per SM", default=None)
+    warps_per_sm: float | None = field(name="warps per SM", default=None)
+    occupancy_pct: float | None = field(name="est. achieved occupancy %", default=None)
+    # Raw (not decoded) and empty when absent: msgspec cannot put Raw in a union with None.
+    input_dims: Raw = field(name="Input Dims", default=NO_RAW)
+    input_types: Raw = field(name="Input type", default=NO_RAW)
+    sequence: int | None = field(name="Sequence number", default=None)
+    fwd_tid: int | None = field(name="Fwd thread id", default=None)
+    flops: float | None = None
+    # Legacy with_stack (PyTorch <= 1.9): the stack as one string on each op.
+    call_stack: str | None = field(name="Call stack", default=None)
+    collective: str | None = field(name="Collective name", default=None)
+    in_nelems: int | None = field(name="In msg nelems", default=None)
+    out_nelems: int | None = field(name="Out msg nelems", default=None)
+    group_size: int | None = field(name="Group size", default=None)
+    dtype: str | None = None
+    pg_name: str | None = field(name="Process Group Name", default=None)
+    py_id: int | None = field(name="Python id", default=None)
+    py_parent_id: int | None = field(name="Python parent id", default=None)
+    # Metadata (M) events.
+    name: str | None = None
+    # [memory] instant events (profile_memory=True).
+    device_type: int | None = field(name="Device Type", default=None)
+    device_id: int | None = field(name="Device Id", default=None)
+    mem_bytes: int | None = field(name="Bytes", default=None)
+    total_allocated: int | None = field(name="Total Allocated", default=None)
+    total_reserved: int | None = field(name="Total Reserved", default=None)
+    addr: int | None = field(name="Addr", default=None)
+    # PyTorch >= 2.4 marks events still open when the profiler stopped.
+    finished: bool | None = None
+
+
+class Event(Struct):
+    ph: str = ""
+    cat: str | None = None
+    name: str = ""
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: float = math.nan
+    dur: float = math.nan
+    id: int | str | None = None
+    args: EventArgs | None = None
+
+
+EVENTS_DECODER = msgspec.json.Decoder(list[Event])
+EVENT_DECODER = msgspec.json.Decoder(Event)
+RAW_LIST_DECODER = msgspec.json.Decoder(list[Raw])
+RAW_DICT_DECODER = msgspec.json.Decoder(dict[str, Raw])

@@ -1,0 +1,119 @@
+"""Getting a file's bytes safely: size-bounded gzip, and sniffing the format by content."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import struct
+import zlib
+from pathlib import Path
+
+from tracewhy.errors import TraceError
+
+GZIP_MAGIC = b"\x1f\x8b"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+#: Refuse to inflate beyond this many bytes: a gzip bomb must not exhaust memory. A 1 GB
+#: compressed Kineto trace inflates to ~20 GB at most (JSON compresses ~15-30x).
+DEFAULT_MAX_INFLATED_BYTES = 64 * 1024**3
+_CHUNK = 16 * 1024 * 1024
+
+
+def read_bytes(path: Path, max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES) -> bytes | bytearray:
+    """Return the file's content, inflated if it is gzip; the file is only ever read."""
+    try:
+        size = os.stat(path).st_size
+        with open(path, "rb") as f:
+            head = f.read(2)
+            if head != GZIP_MAGIC:
+                f.seek(0)
+                return f.read()
+            return _inflate(f, path, size, max_inflated_bytes)
+    except FileNotFoundError:
+        raise TraceError(path, "no such file") from None
+    except IsADirectoryError:
+        raise TraceError(path, "is a directory, expected a trace file") from None
+    except PermissionError:
+        raise TraceError(path, "permission denied") from None
+    except OSError as e:
+        raise TraceError(path, f"cannot read: {e.strerror or e}") from None
+
+
+def _inflate(f: object, path: Path, size: int, limit: int) -> bytearray:
+    """Inflate a (possibly multi-member) gzip stream into one preallocated buffer.
+
+    The gzip trailer's ISIZE (size mod 2**32) sizes the buffer so that a large trace is
+    not held twice in memory while it is inflated.
+    """
+    assert hasattr(f, "seek") and hasattr(f, "read")
+    hint = 0
+    if size >= 18:
+        f.seek(size - 4)
+        (hint,) = struct.unpack("<I", f.read(4))
+    f.seek(0)
+    out = bytearray()
+    if hint:
+        # ISIZE wraps at 4 GiB; the true size is hint + k * 2**32 for the smallest k that fits
+        # the compression ratios JSON reaches.
+        guess = hint
+        while guess < size:
+            guess += 1 << 32
+        out = bytearray(min(guess, limit))
+    used = 0
+    decomp = zlib.decompressobj(zlib.MAX_WBITS | 16)
+    try:
+        while True:
+            chunk = f.read(_CHUNK)
+            if not chunk:
+                break
+            while chunk:
+                piece = decomp.decompress(chunk, max(1, limit - used + 1))
+                used = _append(out, used, piece, path, limit)
+                chunk = decomp.unconsumed_tail
+                if decomp.eof:
+                    rest = decomp.unused_data
+                    if rest.strip(b"\x00"):
+                        decomp = zlib.decompressobj(zlib.MAX_WBITS | 16)
+                        chunk = rest
+                    else:
+                        chunk = b""
+        used = _append(out, used, decomp.flush(), path, limit)
+    except zlib.error as e:
+        raise TraceError(path, f"corrupt gzip data ({e})") from None
+    except EOFError:
+        raise TraceError(path, "gzip stream ends early") from None
+    del out[used:]
+    if not decomp.eof:
+        # A cut-off gzip file still yields what was inflated; the JSON reader decides.
+        pass
+    return out
+
+
+def _append(out: bytearray, used: int, piece: bytes, path: Path, limit: int) -> int:
+    end = used + len(piece)
+    if end > limit:
+        raise TraceError(path, f"inflates to more than {limit} bytes; refusing (raise the limit if real)")
+    if end > len(out):
+        out.extend(b"\x00" * (end - len(out)))
+    out[used:end] = piece
+    return end
+
+
+def sniff(path: Path) -> str:
+    """Name the format of a file by its first bytes: 'kineto', 'sqlite' or 'unknown'."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError as e:
+        raise TraceError(path, f"cannot read: {e.strerror or e}") from None
+    if head.startswith(SQLITE_MAGIC):
+        return "sqlite"
+    if head.startswith(GZIP_MAGIC):
+        try:
+            with gzip.open(path, "rb") as g:
+                head = g.read(64)
+        except (OSError, EOFError, zlib.error):
+            return "kineto"  # let the JSON reader produce the precise error
+    stripped = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if stripped[:1] in (b"{", b"["):
+        return "kineto"
+    return "unknown"
