@@ -377,9 +377,9 @@ class _Builder:
     def _instant(self, e: Event) -> None:
         a = e.args
         if e.name == "[memory]" and a is not None and not math.isnan(e.ts):
+            # "finished": false on an instant (ROCm builds write it on [memory] events) means
+            # nothing: an instant has no end. Only slices count as unfinished.
             self.counts["memory"] += 1
-            if a.finished is False:
-                self.unfinished += 1
             self.memory_rows.append(
                 (e.ts, _to_int(e.pid), _to_int(e.tid), a.device_type, a.device_id, a.mem_bytes,
                  a.total_allocated, a.total_reserved, a.addr)

@@ -1,0 +1,3 @@
+from tracewhy.cli import console_main
+
+console_main()

@@ -1,0 +1,1 @@
+"""One module per question; each is a pure function from a Trace to a typed result."""

@@ -1,0 +1,72 @@
+"""What a trace is: format, versions, devices, ranks, capture options, counts and span."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from tracewhy.analyses.steps import StepsOptions, steps
+from tracewhy.model.schema import Col, DCol
+from tracewhy.model.trace import Capture, Trace
+
+
+@dataclass(frozen=True)
+class InfoResult:
+    path: str
+    format: str
+    schema_version: int | None
+    versions: dict[str, str]
+    devices: list[dict[str, Any]]
+    rank: int | None
+    world_size: int | None
+    backend: str | None
+    capture: Capture
+    slices_by_kind: dict[str, int]
+    memory_events: int
+    flow_events: int
+    step_count: int
+    step_marker: str
+    first_ts_ns: int | None
+    last_end_ns: int | None
+    span_ns: int
+    display_time_unit: str | None
+    base_time_ns: int | None
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+
+def info(trace: Trace, step_marker: str | None = None) -> InfoResult:
+    m = trace.meta
+    s = trace.slices
+    by_kind = (
+        s.group_by(Col.KIND).len().with_columns(pl.col(Col.KIND).cast(pl.String)).sort(Col.KIND)
+    )
+    first = int(s.get_column(Col.TS).min()) if s.height else None  # type: ignore[arg-type]
+    last = int((s.get_column(Col.TS) + s.get_column(Col.DUR)).max()) if s.height else None  # type: ignore[arg-type]
+    st = steps(trace, StepsOptions(marker=step_marker))
+    backend = m.distributed.get("backend")
+    return InfoResult(
+        path=m.path,
+        format=m.format,
+        schema_version=m.schema_version,
+        versions=dict(m.versions),
+        devices=trace.devices.select(DCol.DEVICE, DCol.NAME, DCol.TOTAL_MEM, DCol.CC_MAJOR,
+                                     DCol.CC_MINOR, DCol.NUM_SMS).to_dicts(),
+        rank=m.rank,
+        world_size=m.world_size,
+        backend=backend if isinstance(backend, str) else None,
+        capture=m.capture,
+        slices_by_kind={k: int(v) for k, v in by_kind.iter_rows()},
+        memory_events=trace.memory.height,
+        flow_events=trace.flows.height,
+        step_count=st.table.height,
+        step_marker=st.marker,
+        first_ts_ns=first,
+        last_end_ns=last,
+        span_ns=(last - first) if first is not None and last is not None else 0,
+        display_time_unit=m.display_time_unit,
+        base_time_ns=m.base_time_ns,
+        warnings=m.warnings,
+    )
+

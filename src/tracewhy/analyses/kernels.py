@@ -1,0 +1,58 @@
+"""Where GPU kernel time goes: per kernel name, per family, and the trace's totals."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from tracewhy.analyses.families import kernel_family
+from tracewhy.model.schema import Col, Kind
+from tracewhy.model.trace import Trace
+
+
+@dataclass(frozen=True)
+class KernelsResult:
+    """Kernel time per name (``by_name``) and per family (``by_family``), largest first.
+
+    ``by_name`` columns: name, family, count, total_ns, mean_ns, p50_ns, min_ns, max_ns, share.
+    ``share`` is the fraction of all kernel time in the trace.
+    """
+
+    total_count: int
+    total_time_ns: int
+    by_name: pl.DataFrame
+    by_family: pl.DataFrame
+
+
+def kernels(trace: Trace) -> KernelsResult:
+    k = trace.of_kind(Kind.KERNEL).select(pl.col(Col.NAME).cast(pl.String), Col.DUR)
+    total_ns = int(k.get_column(Col.DUR).sum()) if k.height else 0
+    by_name = (
+        k.group_by(Col.NAME)
+        .agg(
+            pl.len().cast(pl.Int64).alias("count"),
+            pl.col(Col.DUR).sum().alias("total_ns"),
+            pl.col(Col.DUR).mean().alias("mean_ns"),
+            pl.col(Col.DUR).median().alias("p50_ns"),
+            pl.col(Col.DUR).min().alias("min_ns"),
+            pl.col(Col.DUR).max().alias("max_ns"),
+        )
+        .with_columns(
+            pl.col(Col.NAME)
+            .map_elements(lambda n: kernel_family(n).value, return_dtype=pl.String)
+            .alias("family"),
+            (pl.col("total_ns") / max(total_ns, 1)).alias("share"),
+        )
+        .sort(["total_ns", Col.NAME], descending=[True, False])
+        .select(Col.NAME, "family", "count", "total_ns", "mean_ns", "p50_ns", "min_ns", "max_ns", "share")
+    )
+    by_family = (
+        by_name.group_by("family")
+        .agg(pl.col("count").sum(), pl.col("total_ns").sum())
+        .with_columns((pl.col("total_ns") / max(total_ns, 1)).alias("share"))
+        .sort(["total_ns", "family"], descending=[True, False])
+    )
+    return KernelsResult(
+        total_count=k.height, total_time_ns=total_ns, by_name=by_name, by_family=by_family
+    )

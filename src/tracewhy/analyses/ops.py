@@ -1,0 +1,121 @@
+"""Operator time: calls, CPU total/self, and GPU time of the work each operator launched."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, Kind, OCol
+from tracewhy.model.trace import Trace
+
+SORT_KEYS = ("gpu_self_ns", "gpu_total_ns", "cpu_self_ns", "cpu_total_ns", "calls")
+
+
+@dataclass(frozen=True)
+class OpsOptions:
+    by_shapes: bool = False
+    sort_by: str | None = None  # one of SORT_KEYS; None: gpu_self_ns if any GPU time, else cpu_self_ns
+
+
+@dataclass(frozen=True)
+class OpsResult:
+    """One row per operator name (and input shapes with ``by_shapes``).
+
+    CPU self time is the op's duration less the CPU ops nested in it. GPU self time is the
+    device time (kernels, copies, memsets) whose launch happened with this op innermost on the
+    launching thread's stack; GPU total adds the time of work launched by nested ops.
+    ``gpu_unattributed_ns`` is device time whose launch has no CPU op above it (or whose launch
+    is outside the trace).
+    """
+
+    table: pl.DataFrame
+    sort_by: str
+    by_shapes: bool
+    gpu_time_ns: int
+    gpu_unattributed_ns: int
+
+
+def ops(trace: Trace, options: OpsOptions = OpsOptions()) -> OpsResult:
+    s = trace.slices
+    n = s.height
+    kind = s.get_column(Col.KIND)
+    dur = s.get_column(Col.DUR).to_numpy()
+    enclosing_op = s.get_column(Col.OP).fill_null(-1).to_numpy()
+    is_op = (kind == Kind.CPU_OP.value).to_numpy()
+    is_gpu = kind.is_in([k.value for k in GPU_ACTIVITY_KINDS]).to_numpy()
+
+    op_rows = np.flatnonzero(is_op)
+    child_time = np.bincount(
+        enclosing_op[op_rows][enclosing_op[op_rows] >= 0],
+        weights=dur[op_rows][enclosing_op[op_rows] >= 0],
+        minlength=n,
+    ) if op_rows.size else np.zeros(n)
+    gpu_rows = np.flatnonzero(is_gpu)
+    gpu_op = enclosing_op[gpu_rows]
+    gpu_dur = dur[gpu_rows]
+    gpu_self = _sum_at(gpu_op, gpu_dur, n)
+    gpu_total = _inclusive(gpu_op, gpu_dur, enclosing_op, n)
+
+    table = pl.DataFrame(
+        {
+            Col.ID: op_rows.astype(np.int64),
+            Col.NAME: s.get_column(Col.NAME).gather(op_rows).cast(pl.String),
+            "cpu_total_ns": dur[op_rows],
+            "cpu_self_ns": np.maximum(dur[op_rows] - child_time[op_rows].astype(np.int64), 0),
+            "gpu_total_ns": gpu_total[op_rows],
+            "gpu_self_ns": gpu_self[op_rows],
+        }
+    )
+    keys = [Col.NAME]
+    if options.by_shapes:
+        shapes = trace.op_attrs.select(Col.ID, pl.col(OCol.INPUT_DIMS).fill_null(""))
+        table = table.join(shapes, on=Col.ID, how="left").with_columns(
+            pl.col(OCol.INPUT_DIMS).fill_null("")
+        )
+        keys.append(OCol.INPUT_DIMS)
+    grouped = table.group_by(keys).agg(
+        pl.len().cast(pl.Int64).alias("calls"),
+        pl.col("cpu_total_ns").sum(),
+        pl.col("cpu_self_ns").sum(),
+        pl.col("gpu_total_ns").sum(),
+        pl.col("gpu_self_ns").sum(),
+    )
+    gpu_time = int(gpu_dur.sum())
+    sort_by = options.sort_by or ("gpu_self_ns" if gpu_time else "cpu_self_ns")
+    if sort_by not in SORT_KEYS:
+        raise ValueError(f"sort key must be one of {', '.join(SORT_KEYS)}")
+    grouped = grouped.sort([sort_by, *keys], descending=[True] + [False] * len(keys))
+    return OpsResult(
+        table=grouped,
+        sort_by=sort_by,
+        by_shapes=options.by_shapes,
+        gpu_time_ns=gpu_time,
+        gpu_unattributed_ns=int(gpu_dur[gpu_op < 0].sum()),
+    )
+
+
+def _sum_at(index: npt.NDArray[np.int64], weights: npt.NDArray[np.int64], n: int) -> npt.NDArray[np.int64]:
+    keep = index >= 0
+    return np.bincount(index[keep], weights=weights[keep], minlength=n).astype(np.int64)
+
+
+def _inclusive(
+    start: npt.NDArray[np.int64],
+    weights: npt.NDArray[np.int64],
+    enclosing_op: npt.NDArray[np.int64],
+    n: int,
+) -> npt.NDArray[np.int64]:
+    """Add each weight to the op it starts at and to every enclosing op above it."""
+    total = np.zeros(n, dtype=np.int64)
+    cur = start.copy()
+    w = weights
+    while True:
+        keep = cur >= 0
+        if not keep.any():
+            return total
+        cur, w = cur[keep], w[keep]
+        total += np.bincount(cur, weights=w, minlength=n).astype(np.int64)
+        cur = enclosing_op[cur]

@@ -1,0 +1,150 @@
+"""Training/inference steps: their spans on the CPU, the GPU work each launched, and
+steady-window statistics with warm-up excluded."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from tracewhy.analyses.intervals import covered_ns
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, Kind
+from tracewhy.model.trace import Trace
+
+PROFILER_STEP = "ProfilerStep"
+_STEP_KINDS = (Kind.ANNOTATION.value, Kind.CPU_OP.value)
+
+
+@dataclass(frozen=True)
+class StepsOptions:
+    marker: str | None = None  # None: ProfilerStep#N
+    warmup: int | None = None  # None: 1 when there are >= 3 steps, else 0
+
+
+@dataclass(frozen=True)
+class StepStats:
+    count: int
+    mean_ns: float
+    min_ns: int
+    max_ns: int
+    p50_ns: float
+    p90_ns: float
+    p99_ns: float
+
+
+@dataclass(frozen=True)
+class StepsResult:
+    """Steps in time order.
+
+    ``table`` columns: name, number, ts_ns, dur_ns (the step's span on the CPU, as recorded),
+    gpu_start_ns, gpu_end_ns, gpu_busy_ns (union of device activity the step launched),
+    kernel_count, kernel_time_ns, steady (bool). ``stats`` covers the steady steps only.
+    """
+
+    marker: str
+    table: pl.DataFrame
+    warmup: int
+    stats: StepStats | None
+    note: str | None
+
+
+def steps(trace: Trace, options: StepsOptions = StepsOptions()) -> StepsResult:
+    marker = options.marker or PROFILER_STEP
+    pattern = re.compile(rf"^{re.escape(marker)}(?:#?(\d+))?$")
+    s = trace.slices
+    candidates = s.filter(pl.col(Col.KIND).is_in(_STEP_KINDS)).select(
+        Col.ID, pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, Col.PID, Col.TID
+    )
+    names = candidates.get_column(Col.NAME).unique().to_list()
+    matching = [n for n in names if pattern.match(n)]
+    marks = candidates.filter(pl.col(Col.NAME).is_in(matching))
+    # The same step can appear twice (a cpu_op and a user_annotation of the same name in some
+    # 1.x builds): keep the longest per name.
+    marks = marks.sort([Col.DUR, Col.ID], descending=[True, False]).unique(
+        subset=Col.NAME, keep="first"
+    ).sort(Col.TS)
+    if marks.height == 0:
+        hint = "" if options.marker else "; name a repeated annotation with --step NAME"
+        return StepsResult(
+            marker=marker, table=_empty_table(), warmup=0, stats=None,
+            note=f"no step markers named {marker!r} in this trace{hint}",
+        )
+    numbers = [
+        int(m.group(1)) if (m := pattern.match(n)) and m.group(1) else None
+        for n in marks.get_column(Col.NAME).to_list()
+    ]
+
+    gpu = s.filter(
+        pl.col(Col.KIND).is_in([k.value for k in GPU_ACTIVITY_KINDS]) & pl.col(Col.LAUNCH).is_not_null()
+    ).select(Col.TS, Col.DUR, Col.KIND, Col.LAUNCH)
+    launch_ts = s.get_column(Col.TS).gather(gpu.get_column(Col.LAUNCH)).to_numpy()
+    launch_pid = s.get_column(Col.PID).gather(gpu.get_column(Col.LAUNCH)).to_numpy()
+    g_ts = gpu.get_column(Col.TS).to_numpy()
+    g_end = g_ts + gpu.get_column(Col.DUR).to_numpy()
+    g_dur = gpu.get_column(Col.DUR).to_numpy()
+    g_kernel = (gpu.get_column(Col.KIND) == Kind.KERNEL.value).to_numpy()
+    order = np.argsort(launch_ts, kind="stable")
+    launch_ts, launch_pid = launch_ts[order], launch_pid[order]
+    g_ts, g_end, g_dur, g_kernel = g_ts[order], g_end[order], g_dur[order], g_kernel[order]
+
+    rows = []
+    for ts, dur, pid in marks.select(Col.TS, Col.DUR, Col.PID).iter_rows():
+        lo, hi = np.searchsorted(launch_ts, [ts, ts + dur], side="left")
+        # Work launched inside the step's window from the same process (any thread: the
+        # backward pass launches from autograd threads).
+        sel = np.arange(lo, hi)[launch_pid[lo:hi] == pid]
+        if sel.size:
+            busy = covered_ns(g_ts[sel], g_end[sel])
+            rows.append((int(g_ts[sel].min()), int(g_end[sel].max()), busy,
+                         int(g_kernel[sel].sum()), int(g_dur[sel][g_kernel[sel]].sum())))
+        else:
+            rows.append((None, None, 0, 0, 0))
+    n = marks.height
+    warmup = options.warmup if options.warmup is not None else (1 if n >= 3 else 0)
+    warmup = max(0, min(warmup, n))
+    table = pl.DataFrame(
+        {
+            "name": marks.get_column(Col.NAME),
+            "number": pl.Series(numbers, dtype=pl.Int64),
+            Col.TS: marks.get_column(Col.TS),
+            Col.DUR: marks.get_column(Col.DUR),
+            "gpu_start_ns": pl.Series([r[0] for r in rows], dtype=pl.Int64),
+            "gpu_end_ns": pl.Series([r[1] for r in rows], dtype=pl.Int64),
+            "gpu_busy_ns": pl.Series([r[2] for r in rows], dtype=pl.Int64),
+            "kernel_count": pl.Series([r[3] for r in rows], dtype=pl.Int64),
+            "kernel_time_ns": pl.Series([r[4] for r in rows], dtype=pl.Int64),
+            "steady": pl.Series([i >= warmup for i in range(n)], dtype=pl.Boolean),
+        }
+    )
+    steady = table.filter(pl.col("steady")).get_column(Col.DUR).to_numpy()
+    note = None
+    if steady.size < 3:
+        note = f"only {steady.size} steady step(s): statistics are indicative, not reliable"
+    return StepsResult(marker=marker, table=table, warmup=warmup, stats=_stats(steady), note=note)
+
+
+def _stats(values: np.ndarray) -> StepStats | None:  # type: ignore[type-arg]
+    if values.size == 0:
+        return None
+    p50, p90, p99 = np.percentile(values, [50, 90, 99])
+    return StepStats(
+        count=int(values.size),
+        mean_ns=float(values.mean()),
+        min_ns=int(values.min()),
+        max_ns=int(values.max()),
+        p50_ns=float(p50),
+        p90_ns=float(p90),
+        p99_ns=float(p99),
+    )
+
+
+def _empty_table() -> pl.DataFrame:
+    return pl.DataFrame(
+        schema={
+            "name": pl.String, "number": pl.Int64, Col.TS: pl.Int64, Col.DUR: pl.Int64,
+            "gpu_start_ns": pl.Int64, "gpu_end_ns": pl.Int64, "gpu_busy_ns": pl.Int64,
+            "kernel_count": pl.Int64, "kernel_time_ns": pl.Int64, "steady": pl.Boolean,
+        }
+    )

@@ -1,0 +1,74 @@
+"""The ``tracewhy`` command: parses arguments, runs one subcommand, turns errors into exit codes.
+
+Exit codes: 0 success; 1 a ``check`` threshold was violated; 2 bad usage; 3 bad input file;
+70 an internal error (a bug: set TRACEWHY_DEBUG=1 to see the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import sys
+from collections.abc import Sequence
+
+from tracewhy import __version__
+from tracewhy.cli.commands import COMMANDS
+from tracewhy.errors import TraceError, UsageError
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+EXIT_BAD_INPUT = 3
+EXIT_INTERNAL = 70
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tracewhy",
+        description="Says why a PyTorch job is slower than it should be, from its profiler traces.",
+    )
+    parser.add_argument("--version", action="version", version=f"tracewhy {__version__}")
+    sub = parser.add_subparsers(dest="command_name", metavar="COMMAND", required=True)
+    for cls in COMMANDS:
+        doc = inspect.getdoc(cls) or ""
+        p = sub.add_parser(cls.name, help=doc.splitlines()[0] if doc else None, description=doc)
+        command = cls()
+        if cls.takes_trace:
+            p.add_argument("trace", metavar="TRACE", help="trace file (Kineto .json/.json.gz)")
+        command.configure(p)
+        p.set_defaults(command=command)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse has already printed usage or help
+        return e.code if isinstance(e.code, int) else EXIT_USAGE
+    try:
+        return int(args.command.run(args))
+    except TraceError as e:
+        print(f"tracewhy: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except UsageError as e:
+        print(f"tracewhy: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+    except MemoryError:
+        print("tracewhy: error: out of memory while reading the trace", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception as e:
+        if os.environ.get("TRACEWHY_DEBUG"):
+            raise
+        msg = " ".join(str(e).split())[:300]
+        print(f"tracewhy: internal error: {type(e).__name__}: {msg} "
+              "(a bug; TRACEWHY_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+def console_main() -> None:
+    sys.exit(main())

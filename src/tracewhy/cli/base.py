@@ -1,0 +1,87 @@
+"""What every subcommand shares: the Command interface, trace loading with progress, output."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any, ClassVar
+
+from rich.console import Console, RenderableType
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from tracewhy.model.trace import Trace
+from tracewhy.readers import read_trace
+from tracewhy.renderers.jsonout import render_json
+
+
+class Command:
+    """A subcommand. The class docstring is its help text; ``name`` is what users type."""
+
+    name: ClassVar[str]
+    takes_trace: ClassVar[bool] = True
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        """Add this command's own options."""
+
+    def run(self, args: argparse.Namespace) -> int:
+        raise NotImplementedError
+
+
+def add_output_options(parser: argparse.ArgumentParser, top: int | None = 20) -> None:
+    parser.add_argument("--json", action="store_true", help="print versioned JSON instead of tables")
+    if top is not None:
+        parser.add_argument("--top", type=positive_int, default=top, metavar="N",
+                            help=f"rows to show in tables (default {top}); JSON has all rows")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("must not be negative")
+    return value
+
+
+class _LazyProgress:
+    """A progress bar on stderr that appears only once reading has taken more than a second."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.started = time.monotonic()
+        self.progress: Progress | None = None
+        self.task: TaskID | None = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.progress is None:
+            if time.monotonic() - self.started < 1.0 or done >= total:
+                return
+            self.progress = Progress(
+                TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,}/{task.total:,} events"),
+                TimeElapsedColumn(), console=Console(stderr=True), transient=True,
+            )
+            self.progress.start()
+            self.task = self.progress.add_task(self.label, total=total)
+        assert self.task is not None
+        self.progress.update(self.task, completed=done)
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+def load_trace(path: str) -> Trace:
+    bar = _LazyProgress(f"reading {path}")
+    try:
+        return read_trace(path, progress=bar if sys.stderr.isatty() else None)
+    finally:
+        bar.close()
+
+
+def emit(args: argparse.Namespace, command: str, payload: dict[str, Any], table: RenderableType) -> None:
+    if getattr(args, "json", False):
+        sys.stdout.write(render_json(command, payload) + "\n")
+    else:
+        Console(soft_wrap=False).print(table)

@@ -1,0 +1,14 @@
+"""The subcommands, in the order ``tracewhy --help`` lists them."""
+
+from tracewhy.cli.base import Command
+from tracewhy.cli.commands.info import InfoCommand
+from tracewhy.cli.commands.kernels import KernelsCommand
+from tracewhy.cli.commands.ops import OpsCommand
+from tracewhy.cli.commands.steps import StepsCommand
+
+COMMANDS: tuple[type[Command], ...] = (
+    InfoCommand,
+    OpsCommand,
+    KernelsCommand,
+    StepsCommand,
+)

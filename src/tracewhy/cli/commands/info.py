@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+import argparse
+
+from tracewhy.analyses.info import info
+from tracewhy.cli.base import Command, add_output_options, emit, load_trace
+from tracewhy.renderers.terminal import render_info
+
+
+class InfoCommand(Command):
+    """What a trace is: format, versions, devices, rank, capture options, event counts, steps, span."""
+
+    name = "info"
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        add_output_options(parser, top=None)
+        parser.add_argument("--step", metavar="NAME", help="count steps marked by this annotation")
+
+    def run(self, args: argparse.Namespace) -> int:
+        result = info(load_trace(args.trace), step_marker=args.step)
+        emit(args, self.name, {"info": result}, render_info(result))
+        return 0

@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+import argparse
+
+from tracewhy.analyses.steps import StepsOptions, steps
+from tracewhy.cli.base import Command, add_output_options, emit, load_trace, positive_int
+from tracewhy.renderers.terminal import render_steps
+
+
+class StepsCommand(Command):
+    """Steps (ProfilerStep#N or --step NAME): span, GPU work, steady-window p50/p90/p99."""
+
+    name = "steps"
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        add_output_options(parser, top=50)
+        parser.add_argument("--step", metavar="NAME", help="annotation that marks a step (default ProfilerStep)")
+        parser.add_argument("--warmup", type=positive_int, default=None, metavar="N",
+                            help="steps to exclude as warm-up (default 1 when there are 3 or more)")
+
+    def run(self, args: argparse.Namespace) -> int:
+        r = steps(load_trace(args.trace), StepsOptions(marker=args.step, warmup=args.warmup))
+        payload = {"marker": r.marker, "warmup": r.warmup, "stats": r.stats, "note": r.note, "steps": r.table}
+        emit(args, self.name, payload, render_steps(r, args.top))
+        return 0

@@ -1,0 +1,99 @@
+"""Readable tables for the terminal (rich). Takes finished results, never a trace."""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from tracewhy.analyses.info import InfoResult
+from tracewhy.analyses.kernels import KernelsResult
+from tracewhy.analyses.ops import OpsResult
+from tracewhy.analyses.steps import StepsResult
+from tracewhy.renderers.units import fmt_bytes, fmt_ns, fmt_pct, shorten
+
+
+def render_info(r: InfoResult) -> RenderableType:
+    t = Table(show_header=False, box=None, pad_edge=False)
+    t.add_column(style="bold")
+    t.add_column()
+    t.add_row("file", r.path)
+    t.add_row("format", f"{r.format} (schema {r.schema_version})" if r.schema_version else r.format)
+    for k, v in sorted(r.versions.items()):
+        t.add_row(k, v)
+    if r.devices:
+        for d in r.devices:
+            cc = f"sm_{d['compute_major']}{d['compute_minor']}" if d["compute_major"] is not None else ""
+            t.add_row(f"device {d['device']}", f"{d['name']} {cc} {fmt_bytes(d['total_global_mem_bytes'])}")
+    else:
+        t.add_row("devices", "none described")
+    if r.rank is not None or r.world_size is not None:
+        t.add_row("rank", f"{r.rank} of {r.world_size} ({r.backend or 'backend unknown'})")
+    c = r.capture
+    flags = [name for name in ("record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules")
+             if getattr(c, name)]
+    t.add_row("capture", (", ".join(flags) or "no extra options") + f"  [{c.source}]")
+    t.add_row("slices", ", ".join(f"{k} {v}" for k, v in r.slices_by_kind.items()) or "none")
+    t.add_row("memory events", str(r.memory_events))
+    t.add_row("flow events", str(r.flow_events))
+    t.add_row("steps", f"{r.step_count} ({r.step_marker})")
+    t.add_row("time span", fmt_ns(r.span_ns))
+    parts: list[RenderableType] = [t]
+    for w in r.warnings:
+        parts.append(Text(f"warning: {w}", style="yellow"))
+    return Group(*parts)
+
+
+def render_kernels(r: KernelsResult, top: int) -> RenderableType:
+    t = Table(title=f"{r.total_count} kernels, {fmt_ns(r.total_time_ns)} total")
+    for col in ("kernel", "family", "count", "total", "mean", "p50", "max", "share"):
+        t.add_column(col, justify="left" if col in ("kernel", "family") else "right")
+    for row in r.by_name.head(top).iter_rows(named=True):
+        t.add_row(shorten(row["name"]), row["family"], str(row["count"]), fmt_ns(row["total_ns"]),
+                  fmt_ns(row["mean_ns"]), fmt_ns(row["p50_ns"]), fmt_ns(row["max_ns"]), fmt_pct(row["share"]))
+    f = Table(title="by family")
+    for col in ("family", "count", "total", "share"):
+        f.add_column(col, justify="left" if col == "family" else "right")
+    for row in r.by_family.iter_rows(named=True):
+        f.add_row(row["family"], str(row["count"]), fmt_ns(row["total_ns"]), fmt_pct(row["share"]))
+    return Group(t, f)
+
+
+def render_ops(r: OpsResult, top: int) -> RenderableType:
+    t = Table(title=f"operators by {r.sort_by}; GPU time {fmt_ns(r.gpu_time_ns)}, "
+                    f"{fmt_ns(r.gpu_unattributed_ns)} of it launched outside any op")
+    t.add_column("operator")
+    if r.by_shapes:
+        t.add_column("input shapes")
+    for col in ("calls", "CPU total", "CPU self", "GPU total", "GPU self"):
+        t.add_column(col, justify="right")
+    for row in r.table.head(top).iter_rows(named=True):
+        cells = [shorten(row["name"], 60)]
+        if r.by_shapes:
+            cells.append(shorten(row["input_dims"], 40))
+        cells += [str(row["calls"]), fmt_ns(row["cpu_total_ns"]), fmt_ns(row["cpu_self_ns"]),
+                  fmt_ns(row["gpu_total_ns"]), fmt_ns(row["gpu_self_ns"])]
+        t.add_row(*cells)
+    return t
+
+
+def render_steps(r: StepsResult, top: int) -> RenderableType:
+    parts: list[RenderableType] = []
+    if r.table.height:
+        t = Table(title=f"{r.table.height} steps ({r.marker}); first {r.warmup} excluded as warm-up")
+        for col in ("step", "duration", "GPU busy", "GPU busy %", "kernels", "kernel time", "steady"):
+            t.add_column(col, justify="left" if col == "step" else "right")
+        for row in r.table.head(top).iter_rows(named=True):
+            busy_share = row["gpu_busy_ns"] / row["dur_ns"] if row["dur_ns"] else None
+            t.add_row(row["name"], fmt_ns(row["dur_ns"]), fmt_ns(row["gpu_busy_ns"]), fmt_pct(busy_share),
+                      str(row["kernel_count"]), fmt_ns(row["kernel_time_ns"]), "yes" if row["steady"] else "warm-up")
+        parts.append(t)
+    if r.stats is not None:
+        s = r.stats
+        parts.append(Text(
+            f"steady window: {s.count} steps, p50 {fmt_ns(s.p50_ns)}, p90 {fmt_ns(s.p90_ns)}, "
+            f"p99 {fmt_ns(s.p99_ns)}, mean {fmt_ns(s.mean_ns)}, min {fmt_ns(s.min_ns)}, max {fmt_ns(s.max_ns)}"
+        ))
+    if r.note:
+        parts.append(Text(f"note: {r.note}", style="yellow"))
+    return Group(*parts)

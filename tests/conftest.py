@@ -1,0 +1,34 @@
+"""Shared test fixtures: where the real traces are, and a way to find them by name."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+#: The shared folder lives beside the clone (CI puts it there too).
+SHARED = Path(os.environ.get("TRACEWHY_SHARED", ROOT.parent / "shared"))
+TRACES = SHARED / "traces"
+GENERATED = ROOT / "tests" / "data" / "generated"
+
+
+def shared_trace(relative: str) -> Path:
+    """Path of a real trace under ../shared/traces; skips the test only when ../shared is absent."""
+    if not SHARED.is_dir():
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must have the shared traces beside the clone ({SHARED} is missing)")
+        pytest.skip("../shared is absent: the real-trace tests need the shared traces beside the clone")
+    path = TRACES / relative
+    assert path.exists(), f"missing shared trace {relative}"
+    return path
+
+
+@pytest.fixture(scope="session")
+def traces_dir() -> Path:
+    if not TRACES.is_dir():
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must have the shared traces beside the clone ({TRACES} is missing)")
+        pytest.skip("../shared is absent: the real-trace tests need the shared traces beside the clone")
+    return TRACES
