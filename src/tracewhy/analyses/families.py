@@ -34,12 +34,13 @@ _RULES: tuple[tuple[Family, re.Pattern[str]], ...] = tuple(
                       r"cudamemcpy|hipmemcpy|__amd_rocclr_copy|__amd_rocclr_fill|fillbuffer"),
         (Family.ATTENTION, r"flash|fmha|attention|attn|sdpa|paged_attention|softmax_warp"
                            r"|cutlass.*mha|xformers"),
+        # Implicit-GEMM convolutions carry "gemm" in their names: match convolution first.
+        (Family.CONVOLUTION, r"conv|winograd|fprop|dgrad|wgrad"),
         (Family.GEMM, r"gemm|sgemm|hgemm|dgemm|matmul|cublas|cutlass|wgmma|nvjet|ampere_.*_nn|"
                       r"ampere_.*_tn|ampere_.*_nt|volta_.*_nn|sm\d+_xmma_gemm|ck_tile.*gemm|"
                       r"tensile|cijk_|hipblaslt|triton_.*mm|_mm_|bmm"),
         (Family.NORMALIZATION, r"norm|bn_fw|bn_bw|layer_norm|batch_norm|rms|welford|group_norm"),
-        (Family.CONVOLUTION, r"conv|implicit_convolve|winograd|cudnn|miopen|xmma_fprop|"
-                             r"xmma_dgrad|xmma_wgrad|fft"),
+        (Family.CONVOLUTION, r"cudnn|miopen|fft"),
         (Family.REDUCTION, r"reduce|softmax|sum_kernel|argmax|argmin|topk|sort|scan|cumsum|"
                            r"max_kernel|min_kernel|mean_kernel|per_row|triton_red_|triton_per_"),
         (Family.ELEMENTWISE, r"elementwise|vectorized|unrolled|pointwise|triton_poi_|fill_kernel|"

@@ -42,8 +42,8 @@ def info(trace: Trace, step_marker: str | None = None) -> InfoResult:
     by_kind = (
         s.group_by(Col.KIND).len().with_columns(pl.col(Col.KIND).cast(pl.String)).sort(Col.KIND)
     )
-    first = int(s.get_column(Col.TS).min()) if s.height else None  # type: ignore[arg-type]
-    last = int((s.get_column(Col.TS) + s.get_column(Col.DUR)).max()) if s.height else None  # type: ignore[arg-type]
+    bounds = s.select(pl.col(Col.TS).min().alias("lo"), (pl.col(Col.TS) + pl.col(Col.DUR)).max().alias("hi"))
+    first, last = bounds.row(0) if s.height else (None, None)
     st = steps(trace, StepsOptions(marker=step_marker))
     backend = m.distributed.get("backend")
     return InfoResult(

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses.intervals import covered_ns
@@ -59,12 +60,9 @@ def steps(trace: Trace, options: StepsOptions = StepsOptions()) -> StepsResult:
     )
     names = candidates.get_column(Col.NAME).unique().to_list()
     matching = [n for n in names if pattern.match(n)]
-    marks = candidates.filter(pl.col(Col.NAME).is_in(matching))
-    # The same step can appear twice (a cpu_op and a user_annotation of the same name in some
-    # 1.x builds): keep the longest per name.
-    marks = marks.sort([Col.DUR, Col.ID], descending=[True, False]).unique(
-        subset=Col.NAME, keep="first"
-    ).sort(Col.TS)
+    marks = _drop_nested_duplicates(
+        candidates.filter(pl.col(Col.NAME).is_in(matching)).sort([Col.TS, Col.DUR], descending=[False, True])
+    )
     if marks.height == 0:
         hint = "" if options.marker else "; name a repeated annotation with --step NAME"
         return StepsResult(
@@ -89,7 +87,7 @@ def steps(trace: Trace, options: StepsOptions = StepsOptions()) -> StepsResult:
     launch_ts, launch_pid = launch_ts[order], launch_pid[order]
     g_ts, g_end, g_dur, g_kernel = g_ts[order], g_end[order], g_dur[order], g_kernel[order]
 
-    rows = []
+    rows: list[tuple[int | None, int | None, int, int, int]] = []
     for ts, dur, pid in marks.select(Col.TS, Col.DUR, Col.PID).iter_rows():
         lo, hi = np.searchsorted(launch_ts, [ts, ts + dur], side="left")
         # Work launched inside the step's window from the same process (any thread: the
@@ -125,7 +123,20 @@ def steps(trace: Trace, options: StepsOptions = StepsOptions()) -> StepsResult:
     return StepsResult(marker=marker, table=table, warmup=warmup, stats=_stats(steady), note=note)
 
 
-def _stats(values: np.ndarray) -> StepStats | None:  # type: ignore[type-arg]
+def _drop_nested_duplicates(marks: pl.DataFrame) -> pl.DataFrame:
+    """Keep one span per step: a same-named span inside another (some 1.x builds record a step
+    both as an op and as an annotation) is the same step."""
+    keep: list[int] = []
+    open_end: dict[str, int] = {}
+    for i, (name, ts, dur) in enumerate(marks.select(Col.NAME, Col.TS, Col.DUR).iter_rows()):
+        if ts < open_end.get(name, -1):
+            continue
+        open_end[name] = ts + dur
+        keep.append(i)
+    return marks[keep]
+
+
+def _stats(values: npt.NDArray[np.int64]) -> StepStats | None:
     if values.size == 0:
         return None
     p50, p90, p99 = np.percentile(values, [50, 90, 99])

@@ -98,7 +98,7 @@ def link_slices(slices: pl.DataFrame) -> pl.DataFrame:
     # with one correlation id, the runtime call is what the user's code made.
     launches = launches.unique(subset=Col.CORRELATION, keep="first", maintain_order=True)
     gpu = slices.filter(
-        pl.col(Col.KIND).is_in([k.value for k in GPU_ACTIVITY_KINDS + (Kind.GPU_SYNC,)])
+        pl.col(Col.KIND).is_in([k.value for k in (*GPU_ACTIVITY_KINDS, Kind.GPU_SYNC)])
         & pl.col(Col.CORRELATION).is_not_null()
     ).select(Col.ID, Col.CORRELATION)
     launch = np.full(n, -1, dtype=np.int64)

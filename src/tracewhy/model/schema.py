@@ -63,21 +63,21 @@ class Col:
 
 SLICES_SCHEMA: Final = pl.Schema(
     {
-        Col.ID: pl.Int64,
+        Col.ID: pl.Int64(),
         Col.KIND: KIND_DTYPE,
         Col.NAME: pl.Categorical(),
-        Col.TS: pl.Int64,
-        Col.DUR: pl.Int64,
-        Col.PID: pl.Int64,
-        Col.TID: pl.Int64,
-        Col.DEVICE: pl.Int32,
-        Col.STREAM: pl.Int64,
-        Col.CORRELATION: pl.Int64,
-        Col.EXTERNAL_ID: pl.Int64,
-        Col.DEPTH: pl.Int32,
-        Col.PARENT: pl.Int64,
-        Col.LAUNCH: pl.Int64,
-        Col.OP: pl.Int64,
+        Col.TS: pl.Int64(),
+        Col.DUR: pl.Int64(),
+        Col.PID: pl.Int64(),
+        Col.TID: pl.Int64(),
+        Col.DEVICE: pl.Int32(),
+        Col.STREAM: pl.Int64(),
+        Col.CORRELATION: pl.Int64(),
+        Col.EXTERNAL_ID: pl.Int64(),
+        Col.DEPTH: pl.Int32(),
+        Col.PARENT: pl.Int64(),
+        Col.LAUNCH: pl.Int64(),
+        Col.OP: pl.Int64(),
     }
 )
 
@@ -104,18 +104,18 @@ class KCol:
 
 KERNEL_ATTRS_SCHEMA: Final = pl.Schema(
     {
-        KCol.ID: pl.Int64,
-        KCol.GRID_X: pl.Int64,
-        KCol.GRID_Y: pl.Int64,
-        KCol.GRID_Z: pl.Int64,
-        KCol.BLOCK_X: pl.Int64,
-        KCol.BLOCK_Y: pl.Int64,
-        KCol.BLOCK_Z: pl.Int64,
-        KCol.REGISTERS: pl.Int64,
-        KCol.SHARED_MEM: pl.Int64,
-        KCol.BLOCKS_PER_SM: pl.Float64,
-        KCol.WARPS_PER_SM: pl.Float64,
-        KCol.OCCUPANCY_PCT: pl.Float64,
+        KCol.ID: pl.Int64(),
+        KCol.GRID_X: pl.Int64(),
+        KCol.GRID_Y: pl.Int64(),
+        KCol.GRID_Z: pl.Int64(),
+        KCol.BLOCK_X: pl.Int64(),
+        KCol.BLOCK_Y: pl.Int64(),
+        KCol.BLOCK_Z: pl.Int64(),
+        KCol.REGISTERS: pl.Int64(),
+        KCol.SHARED_MEM: pl.Int64(),
+        KCol.BLOCKS_PER_SM: pl.Float64(),
+        KCol.WARPS_PER_SM: pl.Float64(),
+        KCol.OCCUPANCY_PCT: pl.Float64(),
     }
 )
 
@@ -135,8 +135,8 @@ class CCol:
 
 COPY_ATTRS_SCHEMA: Final = pl.Schema(
     {
-        CCol.ID: pl.Int64,
-        CCol.BYTES: pl.Int64,
+        CCol.ID: pl.Int64(),
+        CCol.BYTES: pl.Int64(),
         CCol.COPY_KIND: pl.Enum(list(COPY_KINDS)),
         CCol.SRC_MEM: pl.Enum(list(MEMORY_KINDS)),
         CCol.DST_MEM: pl.Enum(list(MEMORY_KINDS)),
@@ -166,21 +166,21 @@ class OCol:
 
 OP_ATTRS_SCHEMA: Final = pl.Schema(
     {
-        OCol.ID: pl.Int64,
-        OCol.INPUT_DIMS: pl.String,
-        OCol.INPUT_TYPES: pl.String,
-        OCol.SEQUENCE: pl.Int64,
-        OCol.FWD_TID: pl.Int64,
-        OCol.FLOPS: pl.Int64,
-        OCol.CALL_STACK: pl.String,
-        OCol.COLLECTIVE: pl.String,
-        OCol.IN_NELEMS: pl.Int64,
-        OCol.OUT_NELEMS: pl.Int64,
-        OCol.GROUP_SIZE: pl.Int64,
-        OCol.DTYPE: pl.String,
-        OCol.PG_NAME: pl.String,
-        OCol.PY_ID: pl.Int64,
-        OCol.PY_PARENT_ID: pl.Int64,
+        OCol.ID: pl.Int64(),
+        OCol.INPUT_DIMS: pl.String(),
+        OCol.INPUT_TYPES: pl.String(),
+        OCol.SEQUENCE: pl.Int64(),
+        OCol.FWD_TID: pl.Int64(),
+        OCol.FLOPS: pl.Int64(),
+        OCol.CALL_STACK: pl.String(),
+        OCol.COLLECTIVE: pl.String(),
+        OCol.IN_NELEMS: pl.Int64(),
+        OCol.OUT_NELEMS: pl.Int64(),
+        OCol.GROUP_SIZE: pl.Int64(),
+        OCol.DTYPE: pl.String(),
+        OCol.PG_NAME: pl.String(),
+        OCol.PY_ID: pl.Int64(),
+        OCol.PY_PARENT_ID: pl.Int64(),
     }
 )
 
@@ -201,15 +201,15 @@ class MCol:
 
 MEMORY_SCHEMA: Final = pl.Schema(
     {
-        MCol.TS: pl.Int64,
-        MCol.PID: pl.Int64,
-        MCol.TID: pl.Int64,
-        MCol.DEVICE_TYPE: pl.Int32,
-        MCol.DEVICE_ID: pl.Int32,
-        MCol.BYTES: pl.Int64,
-        MCol.TOTAL_ALLOCATED: pl.Int64,
-        MCol.TOTAL_RESERVED: pl.Int64,
-        MCol.ADDR: pl.Int64,
+        MCol.TS: pl.Int64(),
+        MCol.PID: pl.Int64(),
+        MCol.TID: pl.Int64(),
+        MCol.DEVICE_TYPE: pl.Int32(),
+        MCol.DEVICE_ID: pl.Int32(),
+        MCol.BYTES: pl.Int64(),
+        MCol.TOTAL_ALLOCATED: pl.Int64(),
+        MCol.TOTAL_RESERVED: pl.Int64(),
+        MCol.ADDR: pl.Int64(),
     }
 )
 
@@ -229,12 +229,12 @@ class FCol:
 
 FLOWS_SCHEMA: Final = pl.Schema(
     {
-        FCol.FLOW_ID: pl.Int64,
+        FCol.FLOW_ID: pl.Int64(),
         FCol.KIND: pl.Enum(list(FLOW_KINDS)),
         FCol.PHASE: pl.Enum(["s", "t", "f"]),
-        FCol.TS: pl.Int64,
-        FCol.PID: pl.Int64,
-        FCol.TID: pl.Int64,
+        FCol.TS: pl.Int64(),
+        FCol.PID: pl.Int64(),
+        FCol.TID: pl.Int64(),
     }
 )
 
@@ -247,7 +247,7 @@ class TCol:
     NAME: Final = "name"
 
 
-THREADS_SCHEMA: Final = pl.Schema({TCol.PID: pl.Int64, TCol.TID: pl.Int64, TCol.NAME: pl.String})
+THREADS_SCHEMA: Final = pl.Schema({TCol.PID: pl.Int64(), TCol.TID: pl.Int64(), TCol.NAME: pl.String()})
 
 
 class DCol:
@@ -266,15 +266,15 @@ class DCol:
 
 DEVICES_SCHEMA: Final = pl.Schema(
     {
-        DCol.DEVICE: pl.Int32,
-        DCol.NAME: pl.String,
-        DCol.TOTAL_MEM: pl.Int64,
-        DCol.CC_MAJOR: pl.Int32,
-        DCol.CC_MINOR: pl.Int32,
-        DCol.NUM_SMS: pl.Int32,
-        DCol.MAX_THREADS_PER_SM: pl.Int32,
-        DCol.REGS_PER_SM: pl.Int32,
-        DCol.SHARED_MEM_PER_SM: pl.Int64,
+        DCol.DEVICE: pl.Int32(),
+        DCol.NAME: pl.String(),
+        DCol.TOTAL_MEM: pl.Int64(),
+        DCol.CC_MAJOR: pl.Int32(),
+        DCol.CC_MINOR: pl.Int32(),
+        DCol.NUM_SMS: pl.Int32(),
+        DCol.MAX_THREADS_PER_SM: pl.Int32(),
+        DCol.REGS_PER_SM: pl.Int32(),
+        DCol.SHARED_MEM_PER_SM: pl.Int64(),
     }
 )
 

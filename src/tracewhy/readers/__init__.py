@@ -7,7 +7,7 @@ from pathlib import Path
 from tracewhy.errors import TraceError
 from tracewhy.model.trace import Trace
 from tracewhy.readers.kineto import Progress, read_kineto
-from tracewhy.readers.source import sniff
+from tracewhy.readers.source import sniff, sniff_empty
 
 __all__ = ["Progress", "read_kineto", "read_trace"]
 
@@ -20,7 +20,7 @@ def read_trace(path: str | Path, *, progress: Progress | None = None) -> Trace:
         return read_kineto(path, progress=progress)
     if fmt == "sqlite":
         raise TraceError(path, "Nsight Systems SQLite exports are not supported yet")
-    if path.stat().st_size == 0:
+    if sniff_empty(path):
         raise TraceError(path, "file is empty")
     raise TraceError(
         path,

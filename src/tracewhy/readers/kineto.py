@@ -25,19 +25,17 @@ from tracewhy.model.linking import link_slices
 from tracewhy.model.schema import (
     COPY_ATTRS_SCHEMA,
     COPY_KINDS,
-    MEMORY_KINDS,
     DEVICES_SCHEMA,
     FLOWS_SCHEMA,
     KERNEL_ATTRS_SCHEMA,
     KIND_DTYPE,
+    MEMORY_KINDS,
     MEMORY_SCHEMA,
     OP_ATTRS_SCHEMA,
     SLICES_SCHEMA,
     THREADS_SCHEMA,
-    CCol,
     Col,
     DCol,
-    KCol,
     Kind,
     OCol,
 )
@@ -621,7 +619,7 @@ class _Builder:
 
 def _known(value: str | None, what: str) -> str:
     allowed = COPY_KINDS if what == "copy" else MEMORY_KINDS
-    return value if value in allowed else "unknown"
+    return value if value is not None and value in allowed else "unknown"
 
 
 def _kernel_row(i: int, a: EventArgs) -> tuple[Any, ...]:
@@ -642,7 +640,8 @@ def _op_row(i: int, a: EventArgs) -> tuple[Any, ...] | None:
         return None
     return (
         i,
-        bytes(a.input_dims).decode("utf-8", "replace") if a.input_dims else None,
+        # Whitespace dropped so that "[[2, 3]]" and "[[2,3]]" group together.
+        bytes(a.input_dims).replace(b" ", b"").decode("utf-8", "replace") if a.input_dims else None,
         bytes(a.input_types).decode("utf-8", "replace") if a.input_types else None,
         a.sequence,
         a.fwd_tid,
@@ -677,7 +676,7 @@ def _rows_table(rows: list[tuple[Any, ...]], schema: pl.Schema, time_cols: tuple
     if not rows:
         return pl.DataFrame(schema=schema)
     names = list(schema)
-    columns = list(zip(*rows))
+    columns = list(zip(*rows, strict=False))
     data: dict[str, Any] = {}
     for j, name in enumerate(names):
         if j in time_cols:

@@ -11,7 +11,6 @@ import math
 import msgspec
 from msgspec import Raw, Struct, field
 
-
 NO_RAW = Raw(b"")
 
 

@@ -18,6 +18,17 @@ DEFAULT_MAX_INFLATED_BYTES = 64 * 1024**3
 _CHUNK = 16 * 1024 * 1024
 
 
+def os_error(path: Path, e: OSError) -> TraceError:
+    """The one-line TraceError for a file that cannot be opened or read."""
+    if isinstance(e, FileNotFoundError):
+        return TraceError(path, "no such file")
+    if isinstance(e, IsADirectoryError):
+        return TraceError(path, "is a directory, expected a trace file")
+    if isinstance(e, PermissionError):
+        return TraceError(path, "permission denied")
+    return TraceError(path, f"cannot read: {e.strerror or e}")
+
+
 def read_bytes(path: Path, max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES) -> bytes | bytearray:
     """Return the file's content, inflated if it is gzip; the file is only ever read."""
     try:
@@ -28,14 +39,8 @@ def read_bytes(path: Path, max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES)
                 f.seek(0)
                 return f.read()
             return _inflate(f, path, size, max_inflated_bytes)
-    except FileNotFoundError:
-        raise TraceError(path, "no such file") from None
-    except IsADirectoryError:
-        raise TraceError(path, "is a directory, expected a trace file") from None
-    except PermissionError:
-        raise TraceError(path, "permission denied") from None
     except OSError as e:
-        raise TraceError(path, f"cannot read: {e.strerror or e}") from None
+        raise os_error(path, e) from None
 
 
 def _inflate(f: object, path: Path, size: int, limit: int) -> bytearray:
@@ -104,7 +109,7 @@ def sniff(path: Path) -> str:
         with open(path, "rb") as f:
             head = f.read(64)
     except OSError as e:
-        raise TraceError(path, f"cannot read: {e.strerror or e}") from None
+        raise os_error(path, e) from None
     if head.startswith(SQLITE_MAGIC):
         return "sqlite"
     if head.startswith(GZIP_MAGIC):
@@ -117,3 +122,12 @@ def sniff(path: Path) -> str:
     if stripped[:1] in (b"{", b"["):
         return "kineto"
     return "unknown"
+
+
+def sniff_empty(path: Path) -> bool:
+    """True when the file holds nothing but white space (the size alone misses "\\n")."""
+    try:
+        with open(path, "rb") as f:
+            return not f.read(1 << 16).strip()
+    except OSError:
+        return False

@@ -1,0 +1,1 @@
+"""Rules that judge measurements and phrase them as findings with evidence and a next step."""

@@ -1,0 +1,1 @@
+"""Turn finished results into text: terminal tables, versioned JSON (later: HTML, annotated traces)."""

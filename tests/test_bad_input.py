@@ -1,0 +1,159 @@
+"""Bad input: one line naming the file and the problem, a non-zero exit, no traceback, and the
+user's file untouched."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+import tracewhy
+from builders import KinetoBuilder
+from conftest import shared_trace
+from tracewhy.cli import EXIT_BAD_INPUT, main
+from tracewhy.model import Kind
+
+
+def _run(path: Path, capsys: pytest.CaptureFixture[str], command: str = "kernels") -> tuple[int, str]:
+    before = (hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime_ns) if path.is_file() else None
+    code = main([command, str(path)])
+    err = capsys.readouterr().err
+    if before is not None:
+        assert (hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime_ns) == before
+    return code, err
+
+
+def _assert_one_line_error(code: int, err: str, path: Path, fragment: str) -> None:
+    assert code == EXIT_BAD_INPUT
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert str(path) in lines[0] and fragment in lines[0], lines[0]
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "fragment"),
+    [
+        ("empty.json", b"", "empty"),
+        ("blank.json", b"   \n", "empty"),
+        ("text.json", b"hello world", "not a recognized trace"),
+        ("number.json", b"42", "not a recognized trace"),
+        ("noevents.json", b'{"foo": 1}', "no traceEvents"),
+        ("eventsnotlist.json", b'{"traceEvents": 5}', "traceEvents is not a list"),
+        ("malformed.json", b'{"traceEvents": [{"ph": "X",, }]}', "not valid JSON"),
+        ("rows.json", b"[[1, 2], [3, 4]]", "memory-timeline"),
+        ("allbad.json", b'{"traceEvents": [{"ph": 1}, {"ts": "x"}]}', "no usable events"),
+        ("binary.json", bytes(range(256)), "not a recognized trace"),
+    ],
+)
+def test_bad_content(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, content: bytes,
+                     fragment: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    code, err = _run(path, capsys)
+    _assert_one_line_error(code, err, path, fragment)
+
+
+def test_missing_file_and_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = _run(tmp_path / "nope.json", capsys)
+    _assert_one_line_error(code, err, tmp_path / "nope.json", "no such file")
+    code, err = _run(tmp_path, capsys)
+    assert code == EXIT_BAD_INPUT and "Traceback" not in err
+
+
+def test_corrupt_gzip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = gzip.compress(json.dumps(KinetoBuilder().op("a", 0, 1).doc()).encode() * 1)
+    path = tmp_path / "corrupt.json.gz"
+    path.write_bytes(good[:12] + b"\xff" * 40 + good[52:])
+    code, err = _run(path, capsys)
+    _assert_one_line_error(code, err, path, "gzip")
+
+
+def test_gzip_bomb_is_refused(tmp_path: Path) -> None:
+    from tracewhy.errors import TraceError
+    from tracewhy.readers.kineto import read_kineto
+
+    path = tmp_path / "bomb.json.gz"
+    path.write_bytes(gzip.compress(b'{"traceEvents": [' + b" " * 5_000_000 + b"]}"))
+    with pytest.raises(TraceError, match="refusing"):
+        read_kineto(path, max_inflated_bytes=1_000_000)
+
+
+def test_chakra_execution_trace_named(capsys: pytest.CaptureFixture[str]) -> None:
+    path = shared_trace("hta/a100_torch_add_chakra_execution_trace_et.json.gz")
+    code, err = _run(path, capsys)
+    _assert_one_line_error(code, err, path, "execution trace")
+
+
+def test_wrongly_typed_fields_are_skipped_with_a_warning(tmp_path: Path) -> None:
+    b = KinetoBuilder().op("good", 0, 10)
+    b.events.append({"ph": "X", "cat": "cpu_op", "name": "bad_ts", "pid": 1, "tid": 1, "ts": "soon", "dur": 1})
+    b.events.append({"ph": "X", "cat": "cpu_op", "name": "no_ts", "pid": 1, "tid": 1, "dur": 1})
+    b.events.append({"ph": "X", "cat": "kernel", "name": "odd_args", "pid": 0, "tid": 7, "ts": 3, "dur": 1,
+                     "args": {"correlation": "not-a-number", "device": 0}})
+    trace = tracewhy.load(b.write(tmp_path / "typed.json"))
+    trace.check()
+    names = set(trace.slices.get_column("name").cast(str).to_list())
+    assert names == {"good", "odd_args"}
+    joined = " | ".join(trace.meta.warnings)
+    assert "event skipped" in joined and "args ignored" in joined and "without ts" in joined
+
+
+def _cut(path: Path, fraction: float, out: Path) -> bytes:
+    data = gzip.decompress(path.read_bytes())
+    cut = data[: int(len(data) * fraction)]
+    out.write_bytes(cut)
+    return cut
+
+
+def test_truncated_real_trace_recovers_complete_events(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = shared_trace("hta/a100_ddp2_rank0_nccl2.17.json.gz")
+    cut_path = tmp_path / "crashed.json"
+    cut = _cut(src, 0.6, cut_path)
+    # Independent count: the complete event objects before the cut, found by the stdlib's
+    # incremental decoder walking the array.
+    decoder = json.JSONDecoder()
+    text = cut.decode()
+    pos = text.index("[", text.index('"traceEvents"')) + 1
+    complete = 0
+    while True:
+        while pos < len(text) and text[pos] in " \r\n\t,":
+            pos += 1
+        try:
+            _, pos = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError:
+            break
+        complete += 1
+    trace = tracewhy.load(cut_path)
+    trace.check()
+    t = trace.meta.truncation
+    assert t is not None and t.events_recovered == complete
+    assert any("file ends mid-event" in w for w in trace.meta.warnings)
+    assert trace.devices.height == 8  # deviceProperties precede the events and survive the cut
+    assert trace.of_kind(Kind.KERNEL).height > 0
+    code = main(["kernels", str(cut_path), "--json"])
+    assert code == 0
+    assert json.loads(capsys.readouterr().out)["total_count"] > 0
+
+
+def test_truncated_gzip_stream_recovers(tmp_path: Path) -> None:
+    src = shared_trace("perfdigest/rtx4060laptop_torch_compiled_train.json.gz")
+    data = src.read_bytes()
+    path = tmp_path / "cut.json.gz"
+    path.write_bytes(data[: int(len(data) * 0.7)])
+    trace = tracewhy.load(path)
+    assert trace.meta.truncation is not None and trace.slices.height > 0
+
+
+def test_hostile_strings_survive_and_print_plainly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    hostile = "<script>alert(1)</script>\x1b[31m[red]\n\"'\u202e"
+    b = KinetoBuilder().launch(hostile, 0, 1, gpu_ts=2, gpu_dur=3)
+    path = b.write(tmp_path / "hostile.json")
+    assert main(["kernels", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["kernels"][0]["name"] == hostile
+    assert main(["kernels", str(path)]) == 0
+    assert "\x1b[31m" not in capsys.readouterr().out
