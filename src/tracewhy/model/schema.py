@@ -278,6 +278,37 @@ DEVICES_SCHEMA: Final = pl.Schema(
     }
 )
 
+NVTX_STYLES: Final = ("PushPop", "StartEnd", "Mark")
+
+
+class NCol:
+    """NVTX attributes of annotation slices read from Nsight Systems (empty for other formats).
+
+    The slice's name is already the display name nsys uses (``domain:text`` when the domain is
+    known); these columns keep what that name alone cannot say.
+    """
+
+    ID: Final = "id"
+    RANGE_ID: Final = "range_id"  # the event's row id in the export; nsys reports call it RangeId
+    STYLE: Final = "style"  # PushPop (one thread's stack), StartEnd (may cross threads), Mark
+    DOMAIN_ID: Final = "domain_id"  # 0 or null: the default domain
+    DOMAIN: Final = "domain"  # null for the default domain or when its creation was not captured
+    CATEGORY: Final = "category"
+    END_TID: Final = "end_tid"  # a StartEnd range that ended on another thread: that thread
+
+
+NVTX_ATTRS_SCHEMA: Final = pl.Schema(
+    {
+        NCol.ID: pl.Int64(),
+        NCol.RANGE_ID: pl.Int64(),
+        NCol.STYLE: pl.Enum(list(NVTX_STYLES)),
+        NCol.DOMAIN_ID: pl.Int64(),
+        NCol.DOMAIN: pl.String(),
+        NCol.CATEGORY: pl.Int64(),
+        NCol.END_TID: pl.Int64(),
+    }
+)
+
 #: Every table of a Trace with its declared schema.
 TABLE_SCHEMAS: Final = {
     "slices": SLICES_SCHEMA,
@@ -288,6 +319,7 @@ TABLE_SCHEMAS: Final = {
     "flows": FLOWS_SCHEMA,
     "threads": THREADS_SCHEMA,
     "devices": DEVICES_SCHEMA,
+    "nvtx_attrs": NVTX_ATTRS_SCHEMA,
 }
 
 

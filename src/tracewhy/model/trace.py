@@ -10,9 +10,11 @@ import polars as pl
 from tracewhy.model.schema import (
     GPU_ACTIVITY_KINDS,
     LAUNCH_KINDS,
+    NVTX_ATTRS_SCHEMA,
     TABLE_SCHEMAS,
     Col,
     Kind,
+    empty,
 )
 
 
@@ -59,6 +61,9 @@ class TraceMeta:
     unfinished_events: int = 0
     truncation: Truncation | None = None
     warnings: tuple[str, ...] = ()
+    #: How the profiler was run, as the file records it (nsys: META_DATA_CAPTURE without the
+    #: environment, the session start and any windowing of a derived file); empty for Kineto.
+    capture_settings: dict[str, str] = field(default_factory=dict)
 
     @property
     def rank(self) -> int | None:
@@ -91,6 +96,8 @@ class Trace:
     flows: pl.DataFrame
     threads: pl.DataFrame
     devices: pl.DataFrame
+    #: Nsight Systems NVTX attributes; readers of formats without NVTX leave it empty.
+    nvtx_attrs: pl.DataFrame = field(default_factory=lambda: empty(NVTX_ATTRS_SCHEMA))
 
     def table(self, name: str) -> pl.DataFrame:
         value = getattr(self, name)
@@ -143,7 +150,7 @@ class Trace:
             parent_ts = s.get_column(Col.TS).gather(children.get_column(Col.PARENT))
             if (parent_ts > children.get_column(Col.TS)).any():
                 raise ModelError("a host slice starts before its parent")
-        for name in ("kernel_attrs", "copy_attrs", "op_attrs"):
+        for name in ("kernel_attrs", "copy_attrs", "op_attrs", "nvtx_attrs"):
             ref = self.table(name).get_column(Col.ID)
             if ref.len() and (ref.min() < 0 or ref.max() >= n or ref.n_unique() != ref.len()):  # type: ignore[operator]
                 raise ModelError(f"{name}.id must be unique slice ids")
