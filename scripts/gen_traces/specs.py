@@ -1,0 +1,140 @@
+"""What each generated trace is: file name, the function that makes it, the profiler
+options, the schedule and the planted cause. The manifest and ``make_all`` both read this."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import compile_trace
+import dataloader_traces
+import ddp_traces
+import eager_traces
+
+
+@dataclass(frozen=True)
+class TraceSpec:
+    key: str
+    files: tuple[str, ...]
+    make: Callable[[Path], None]  # takes the output directory
+    function: str  # "module.function", for the manifest
+    options: str
+    schedule: str
+    planted: str
+    timeout_s: float = 300.0
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def _one(file_name: str, make_file: Callable[[Path], None]) -> Callable[[Path], None]:
+    return lambda out_dir: make_file(out_dir / file_name)
+
+
+def _sched(s: dict[str, int]) -> str:
+    return f"schedule(wait={s['wait']}, warmup={s['warmup']}, active={s['active']}, repeat=1)"
+
+
+_E = eager_traces
+_D = dataloader_traces
+_SHAPES = "record_shapes=True"
+
+SPECS: tuple[TraceSpec, ...] = (
+    TraceSpec(
+        "eager_schedule", ("cpu_eager_schedule.pt.trace.json.gz",),
+        _one("cpu_eager_schedule.pt.trace.json.gz", _E.make_eager_schedule),
+        "eager_traces.make_eager_schedule", _SHAPES, _sched(_E.SCHEDULE),
+        "nothing: the reference eager loop (SmallCNN, SGD, batch 16). Each step has "
+        "record_function blocks forward, backward, optimizer.",
+    ),
+    TraceSpec(
+        "eager_noschedule", ("cpu_eager_noschedule.pt.trace.json.gz",),
+        _one("cpu_eager_noschedule.pt.trace.json.gz", _E.make_eager_noschedule),
+        "eager_traces.make_eager_noschedule", _SHAPES,
+        f"none, no prof.step(): {_E.NOSCHEDULE_ITERATIONS} iterations",
+        "no ProfilerStep markers at all; each iteration is a record_function('train_step') "
+        "block (holding forward, backward, optimizer), so steps must be found by that name.",
+    ),
+    TraceSpec(
+        "compile", ("cpu_compile.pt.trace.json.gz",),
+        _one("cpu_compile.pt.trace.json.gz", compile_trace.make_compile),
+        "compile_trace.make_compile",
+        f"{_SHAPES}; model wrapped in torch.compile(backend='{compile_trace.BACKEND}'), "
+        "inductor caches disabled and a fresh cache dir, so every run compiles",
+        _sched(compile_trace.SCHEDULE),
+        "compilation inside the trace: ProfilerStep#0 holds Dynamo tracing, AOT autograd and "
+        "inductor C++ codegen built by the machine's gcc (`compile_file` spans; forward and "
+        "backward graphs); later steps run the compiled graphs (`Torch-Compiled Region: 0/0`, "
+        "`CompiledFunction`, `## Call CompiledFxGraph ... ##`).",
+        timeout_s=900.0,
+        env={"TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"},
+    ),
+    TraceSpec(
+        "dataloader_slow", ("cpu_dataloader_slow.pt.trace.json.gz",),
+        _one("cpu_dataloader_slow.pt.trace.json.gz", _D.make_dataloader_slow),
+        "dataloader_traces.make_dataloader_slow", _SHAPES, _sched(_D.SCHEDULE),
+        f"input-bound: DataLoader(num_workers=0) over a Dataset whose __getitem__ sleeps "
+        f"{_D.SLOW_SLEEP_PER_ITEM_S * 1e3:g} ms per item, i.e. about "
+        f"{_D.SLOW_SLEEP_PER_BATCH_S * 1e3:g} ms per batch inside each "
+        "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__ span.",
+    ),
+    TraceSpec(
+        "dataloader_fast", ("cpu_dataloader_fast.pt.trace.json.gz",),
+        _one("cpu_dataloader_fast.pt.trace.json.gz", _D.make_dataloader_fast),
+        "dataloader_traces.make_dataloader_fast", _SHAPES, _sched(_D.SCHEDULE),
+        "nothing: the same loop as cpu_dataloader_slow without the sleep (the contrast).",
+    ),
+    TraceSpec(
+        "item_sync", ("cpu_item_sync.pt.trace.json.gz",),
+        _one("cpu_item_sync.pt.trace.json.gz", _E.make_item_sync),
+        "eager_traces.make_item_sync", _SHAPES, _sched(_E.ITEM_SYNC_SCHEDULE),
+        "per-step host reads: loss.item(), an extra no_grad forward whose argmax goes through "
+        ".cpu(), and accuracy .item(); aten::item / aten::_local_scalar_dense appear twice per "
+        "step (cheap on CPU, a device sync on GPU); `.cpu()` of a CPU tensor adds only "
+        "`aten::to`.",
+    ),
+    TraceSpec(
+        "with_stack_memory", ("cpu_with_stack_memory.pt.trace.json.gz",),
+        _one("cpu_with_stack_memory.pt.trace.json.gz", _E.make_with_stack_memory),
+        "eager_traces.make_with_stack_memory",
+        ", ".join(f"{k}=True" for k in _E.HEAVY_OPTIONS), _sched(_E.SCHEDULE),
+        "heavy capture options: python_function frames, [memory] instant events, FLOPs and "
+        "module hierarchy; step times are attribution, not throughput.",
+    ),
+    TraceSpec(
+        "slow_step_base", ("cpu_slow_step_base.pt.trace.json.gz",),
+        _one("cpu_slow_step_base.pt.trace.json.gz", _E.make_slow_step_base),
+        "eager_traces.make_slow_step_base", _SHAPES, _sched(_E.SLOW_STEP_SCHEDULE),
+        "nothing: side A of the A/B pair (no planted_slowdown block at all).",
+    ),
+    TraceSpec(
+        "slow_step_planted", ("cpu_slow_step_planted.pt.trace.json.gz",),
+        _one("cpu_slow_step_planted.pt.trace.json.gz", _E.make_slow_step_planted),
+        "eager_traces.make_slow_step_planted", _SHAPES, _sched(_E.SLOW_STEP_SCHEDULE),
+        f"side B of the A/B pair: identical loop plus time.sleep({_E.PLANTED_SLEEP_S}) inside "
+        "record_function('planted_slowdown') at the start of every step (before forward).",
+    ),
+    TraceSpec(
+        "ddp_gloo", tuple(ddp_traces.rank_file(Path(), r).name for r in range(2)),
+        ddp_traces.make_ddp, "ddp_traces.make_ddp",
+        f"{_SHAPES}; 2 processes (torch.multiprocessing spawn), DistributedDataParallel, "
+        "gloo on 127.0.0.1 (GLOO_SOCKET_IFNAME=lo), one trace per rank",
+        _sched(ddp_traces.SCHEDULE),
+        f"straggler: rank {ddp_traces.STRAGGLER_RANK} sleeps {ddp_traces.STRAGGLER_SLEEP_S} s "
+        "between forward and backward every step (unannotated: a gap between the `forward` "
+        "and `backward` blocks), so rank 0 waits in the gradient allreduce: its `backward` "
+        "block and the `gloo:all_reduce` spans (user_annotation, on gloo's worker threads) "
+        "last about 20 ms longer. The main thread shows one `c10d::allreduce_` per step (one "
+        "bucket); there are no `record_param_comms` events with gloo on CPU. Both files carry "
+        "a top-level `distributedInfo` (backend, rank, world_size, pg_config).",
+    ),
+)
+
+DEMO = TraceSpec(
+    "demo", ("demo_cpu_training.pt.trace.json.gz",),
+    _one("demo_cpu_training.pt.trace.json.gz", _D.make_demo),
+    "dataloader_traces.make_demo", _SHAPES, _sched(_D.DEMO_SCHEDULE),
+    f"mildly input-bound: __getitem__ sleeps {_D.DEMO_SLEEP_PER_ITEM_S * 1e3:g} ms per item "
+    f"(about {_D.DEMO_SLEEP_PER_BATCH_S * 1e3:g} ms per batch of 16).",
+)
+
+BY_KEY = {spec.key: spec for spec in (*SPECS, DEMO)}
