@@ -7,9 +7,10 @@ from pathlib import Path
 from tracewhy.errors import TraceError
 from tracewhy.model.trace import Trace
 from tracewhy.readers.kineto import Progress, read_kineto
+from tracewhy.readers.nsys import read_nsys, sniff_nsys
 from tracewhy.readers.source import sniff, sniff_empty
 
-__all__ = ["Progress", "read_kineto", "read_trace"]
+__all__ = ["Progress", "read_kineto", "read_nsys", "read_trace"]
 
 
 def read_trace(path: str | Path, *, progress: Progress | None = None) -> Trace:
@@ -18,8 +19,8 @@ def read_trace(path: str | Path, *, progress: Progress | None = None) -> Trace:
     fmt = sniff(path)
     if fmt == "kineto":
         return read_kineto(path, progress=progress)
-    if fmt == "sqlite":
-        raise TraceError(path, "Nsight Systems SQLite exports are not supported yet")
+    if fmt == "sqlite" or (fmt == "unknown" and sniff_nsys(path) is not None):
+        return read_nsys(path, progress=progress)
     if sniff_empty(path):
         raise TraceError(path, "file is empty")
     raise TraceError(

@@ -1,0 +1,321 @@
+"""Reader for Nsight Systems exports: ``nsys export --type sqlite`` files (schema 2.9, nsys
+2022.2, to 3.25, nsys 2026.2), plain or gzipped, and ``.nsys-rep``/``.qdrep`` reports through
+``nsys`` itself.
+
+Timestamps stay as the export wrote them: integer ns on the capture's clock (the target's
+monotonic clock unless exported with ``--ts-normalize``), so they can be compared with
+``nsys stats`` output line by line. ``meta.profiler_spans_ns`` is the session
+(ANALYSIS_DETAILS start and stop) and ``meta.base_time_ns`` the UTC epoch of timestamp 0.
+GPU rows carry the process id of the launching process in ``pid`` (their ``tid`` is null) and
+are linked to their CUDA API call by correlation id *within that process*: correlation ids
+repeat across the processes of one capture.
+"""
+
+from __future__ import annotations
+
+import gzip
+import sqlite3
+import tempfile
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+import numpy as np
+import polars as pl
+
+from tracewhy.errors import TraceError
+from tracewhy.model.linking import link_slices
+from tracewhy.model.schema import (
+    COPY_ATTRS_SCHEMA,
+    FLOWS_SCHEMA,
+    GPU_ACTIVITY_KINDS,
+    KERNEL_ATTRS_SCHEMA,
+    KIND_DTYPE,
+    LAUNCH_KINDS,
+    MEMORY_SCHEMA,
+    NVTX_ATTRS_SCHEMA,
+    OP_ATTRS_SCHEMA,
+    SLICES_SCHEMA,
+    Col,
+    Kind,
+    NCol,
+)
+from tracewhy.model.trace import Capture, Trace, TraceMeta
+from tracewhy.readers import nsys_meta as meta
+from tracewhy.readers.nsys_export import export_report
+from tracewhy.readers.nsys_tables import (
+    KEY,
+    Db,
+    kernels_part,
+    memcpy_part,
+    memset_part,
+    nvtx_part,
+    osrt_part,
+    overhead_part,
+    runtime_part,
+    strings,
+    sync_part,
+)
+from tracewhy.readers.source import DEFAULT_MAX_INFLATED_BYTES, GZIP_MAGIC, SQLITE_MAGIC
+
+Progress = Callable[[int, int], None]
+
+#: The first bytes of a raw capture stream, which only NVIDIA's QdstrmImporter converts.
+QDSTRM_MAGIC: Final = b"U3w[END]NVIDIA Nsight Systems Stream"
+#: The report container has no documented magic; its suffix is the only sign we can trust.
+REPORT_SUFFIXES: Final = (".nsys-rep", ".qdrep")
+_CHUNK = 16 * 1024 * 1024
+_STEPS = 10
+
+
+def sniff_nsys(path: Path) -> str | None:
+    """'sqlite', 'sqlite.gz', 'qdstrm' or 'report' for Nsight Systems input, else None."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+            if head.startswith(GZIP_MAGIC):
+                f.seek(0)
+                with gzip.open(f, "rb") as g:
+                    inner = g.read(len(SQLITE_MAGIC))
+                return "sqlite.gz" if inner == SQLITE_MAGIC else None
+    except (OSError, EOFError, zlib.error):
+        return None
+    if head.startswith(SQLITE_MAGIC):
+        return "sqlite"
+    if head.startswith(QDSTRM_MAGIC):
+        return "qdstrm"
+    if path.name.endswith(REPORT_SUFFIXES) and head[:1] not in (b"{", b"["):
+        return "report"
+    return None
+
+
+def read_nsys(
+    path: str | Path,
+    *,
+    progress: Progress | None = None,
+    nsys_binary: str | None = None,
+    cache_dir: Path | None = None,
+    max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
+) -> Trace:
+    """Read an Nsight Systems export or report into a Trace; the input is only ever read."""
+    path = Path(path)
+    kind = sniff_nsys(path)
+    if kind == "sqlite":
+        return _read_export(path, path, progress)
+    if kind == "sqlite.gz":
+        with tempfile.TemporaryDirectory(prefix="tracewhy-nsys-") as tmp:
+            plain = Path(tmp) / "export.sqlite"
+            _inflate_to(path, plain, max_inflated_bytes)
+            return _read_export(plain, path, progress)
+    if kind == "report":
+        return _read_export(export_report(path, nsys=nsys_binary, cache_dir=cache_dir), path, progress)
+    if kind == "qdstrm":
+        raise TraceError(path, "a raw Nsight Systems capture stream (.qdstrm): convert it to a "
+                         ".nsys-rep with NVIDIA's QdstrmImporter, then export it with "
+                         "`nsys export --type sqlite`")
+    raise TraceError(path, "not an Nsight Systems export (expected SQLite from "
+                     "`nsys export --type sqlite`, gzipped or not, or a .nsys-rep report)")
+
+
+def _inflate_to(src: Path, dst: Path, limit: int) -> None:
+    written = 0
+    try:
+        with gzip.open(src, "rb") as g, open(dst, "wb") as out:
+            while chunk := g.read(_CHUNK):
+                written += len(chunk)
+                if written > limit:
+                    raise TraceError(src, f"inflates to more than {limit} bytes; refusing "
+                                     "(raise max_inflated_bytes if real)")
+                out.write(chunk)
+    except (OSError, EOFError, zlib.error) as e:
+        raise TraceError(src, f"corrupt or truncated gzip data ({e})") from None
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    # immutable=1: no locks, no journal files, so a read-only directory works and nothing is
+    # ever written beside the user's file.
+    uri = f"{path.resolve().as_uri()}?mode=ro&immutable=1"
+    conn = sqlite3.connect(uri, uri=True)
+    # Strings come from the traced program (NVTX text, thread names) and need not be UTF-8:
+    # the 2022.2 pipit export holds a thread name with a stray byte.
+    conn.text_factory = lambda raw: raw.decode("utf-8", "replace")
+    return conn
+
+
+def _read_export(file: Path, shown: Path, progress: Progress | None) -> Trace:
+    try:
+        conn = _connect(file)
+    except sqlite3.Error as e:
+        raise TraceError(shown, f"cannot open as SQLite ({e})") from None
+    try:
+        return _build(Db(conn), shown, progress)
+    except sqlite3.DatabaseError as e:
+        raise TraceError(shown, f"unreadable SQLite export ({e})") from None
+    finally:
+        conn.close()
+
+
+def _build(db: Db, shown: Path, progress: Progress | None) -> Trace:
+    export = meta.export_metadata(db)
+    if not export and not any(t.startswith(("CUPTI_ACTIVITY_KIND_", "NVTX_")) for t in db.tables):
+        raise TraceError(shown, "an SQLite database, but not an Nsight Systems export "
+                         "(no META_DATA_EXPORT table and no CUDA or NVTX tables)")
+    step = 0
+
+    def tick() -> None:
+        nonlocal step
+        step += 1
+        if progress is not None:
+            progress(step, _STEPS)
+
+    strs = strings(db)
+    tick()
+    parts: list[pl.DataFrame] = []
+    attrs: dict[str, list[pl.DataFrame]] = {"kernel": [], "copy": [], "nvtx": []}
+
+    def offset() -> int:
+        return sum(p.height for p in parts)
+
+    runtime = runtime_part(db, strs, 0)
+    parts.append(runtime)
+    tick()
+    k, ka = kernels_part(db, strs, offset())
+    parts.append(k)
+    attrs["kernel"].append(ka)
+    tick()
+    for reader in (memcpy_part, memset_part):
+        p, pa = reader(db, offset())
+        parts.append(p)
+        attrs["copy"].append(pa)
+        tick()
+    parts.append(sync_part(db, runtime, offset()))
+    tick()
+    nv, nva, nvtx_thread_names = nvtx_part(db, strs, offset())
+    parts.append(nv)
+    attrs["nvtx"].append(nva)
+    tick()
+    parts.append(osrt_part(db, strs, offset()))
+    parts.append(overhead_part(db, strs, offset()))
+    tick()
+
+    slices, key_to_id = _slices(parts)
+    tick()
+    kernel_attrs = _side(attrs["kernel"], key_to_id, KERNEL_ATTRS_SCHEMA)
+    copy_attrs = _side(attrs["copy"], key_to_id, COPY_ATTRS_SCHEMA)
+    nvtx_attrs = _side(attrs["nvtx"], key_to_id, NVTX_ATTRS_SCHEMA)
+    pids = sorted(int(p) for p in slices.get_column(Col.PID).drop_nulls().unique().to_list())
+    gpu = slices.filter(pl.col(Col.KIND).is_in([x.value for x in GPU_ACTIVITY_KINDS]))
+    devices = meta.devices(db, gpu.select(Col.PID, Col.DEVICE).unique())
+    threads = meta.threads(db, pids, nvtx_thread_names)
+    tick()
+    trace_meta = _meta(db, shown, export, slices, nvtx_attrs)
+    tick()
+    return Trace(
+        meta=trace_meta, slices=slices, kernel_attrs=kernel_attrs, copy_attrs=copy_attrs,
+        op_attrs=pl.DataFrame(schema=OP_ATTRS_SCHEMA), memory=pl.DataFrame(schema=MEMORY_SCHEMA),
+        flows=pl.DataFrame(schema=FLOWS_SCHEMA), threads=threads, devices=devices, nvtx_attrs=nvtx_attrs,
+    )
+
+
+def _slices(parts: list[pl.DataFrame]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """One slices table sorted by start (source order breaks ties), linked, ids = row numbers."""
+    frame = pl.concat(parts).sort("ts_ns", maintain_order=True)
+    frame = frame.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias(Col.ID))
+    key_to_id = frame.select(KEY, Col.ID)
+    slices = frame.select(
+        Col.ID,
+        pl.col("kind").cast(KIND_DTYPE).alias(Col.KIND),
+        pl.col("name").cast(pl.Categorical).alias(Col.NAME),
+        Col.TS, Col.DUR, Col.PID, Col.TID, Col.DEVICE, Col.STREAM, Col.CORRELATION,
+        pl.lit(None, dtype=pl.Int64).alias(Col.EXTERNAL_ID),
+        pl.lit(None, dtype=pl.Int32).alias(Col.DEPTH),
+        pl.lit(None, dtype=pl.Int64).alias(Col.PARENT),
+        pl.lit(None, dtype=pl.Int64).alias(Col.LAUNCH),
+        pl.lit(None, dtype=pl.Int64).alias(Col.OP),
+    )
+    linked = _link_within_process(link_slices(slices))
+    return linked.cast(dict(SLICES_SCHEMA)), key_to_id  # type: ignore[arg-type]
+
+
+def _link_within_process(slices: pl.DataFrame) -> pl.DataFrame:
+    """Redo GPU -> launch links on (pid, correlation id).
+
+    ``link_slices`` joins on the correlation id alone, which is right for one Kineto process;
+    in a multi-process nsys capture the same id names different calls in each process (311
+    collisions in nsysai_mfu_2gpu_after).
+    """
+    launch_kinds = [k.value for k in LAUNCH_KINDS]
+    launches = (
+        slices.filter(pl.col(Col.KIND).is_in(launch_kinds) & pl.col(Col.CORRELATION).is_not_null())
+        .select(Col.ID, Col.PID, Col.CORRELATION, (pl.col(Col.KIND) == Kind.DRIVER.value).alias("_drv"))
+        .sort(["_drv", Col.ID])
+        .unique(subset=[Col.PID, Col.CORRELATION], keep="first")
+        .select(pl.col(Col.ID).alias("_launch"), Col.PID, Col.CORRELATION)
+    )
+    gpu_kinds = [k.value for k in (*GPU_ACTIVITY_KINDS, Kind.GPU_SYNC)]
+    gpu = slices.filter(pl.col(Col.KIND).is_in(gpu_kinds)).select(Col.ID, Col.PID, Col.CORRELATION)
+    joined = gpu.join(launches, on=[Col.PID, Col.CORRELATION], how="left")
+    launch = slices.get_column(Col.LAUNCH).to_numpy(allow_copy=True).astype(np.float64)
+    op = slices.get_column(Col.OP).to_numpy(allow_copy=True).astype(np.float64)
+    gids = joined.get_column(Col.ID).to_numpy()
+    lids = joined.get_column("_launch").to_numpy(allow_copy=True).astype(np.float64)
+    launch[gids] = lids
+    linked = ~np.isnan(lids)
+    op[gids] = np.nan
+    op[gids[linked]] = op[lids[linked].astype(np.int64)]
+    return slices.with_columns(
+        pl.Series(Col.LAUNCH, launch, nan_to_null=True).cast(pl.Int64),
+        pl.Series(Col.OP, op, nan_to_null=True).cast(pl.Int64),
+    )
+
+
+def _side(frames: list[pl.DataFrame], key_to_id: pl.DataFrame, schema: pl.Schema) -> pl.DataFrame:
+    frames = [f for f in frames if f.height]
+    if not frames:
+        return pl.DataFrame(schema=schema)
+    joined = pl.concat(frames).join(key_to_id, on=KEY, how="inner")
+    cols = [pl.col(c) if c in joined.columns else pl.lit(None).alias(c) for c in schema]
+    return joined.select(cols).cast(dict(schema)).sort(Col.ID)  # type: ignore[arg-type]
+
+
+def _meta(db: Db, shown: Path, export: dict[str, str], slices: pl.DataFrame,
+          nvtx_attrs: pl.DataFrame) -> TraceMeta:
+    warnings = [f"{count} x {problem}" if count > 1 else problem
+                for problem, count in sorted(db.problems.items())]
+    version = meta.schema_version(export)
+    if version is not None and version > meta.NEWEST_SCHEMA_CHECKED:
+        warnings.append(f"export schema {export.get('EXPORT_SCHEMA_VERSION')} is newer than the "
+                        "newest this reader was checked against (3.25, nsys 2026.2)")
+    if "DERIVED_WINDOW_NS" in export:
+        warnings.append(f"a derived file: rows were cut to the window {export['DERIVED_WINDOW_NS']} ns "
+                        f"of a longer capture ({export.get('DERIVED_FROM', 'source unknown')})")
+    gpu = slices.filter(pl.col(Col.KIND).is_in([k.value for k in GPU_ACTIVITY_KINDS]))
+    unlinked = gpu.filter(pl.col(Col.LAUNCH).is_null()).height
+    if unlinked:
+        warnings.append(f"{unlinked} of {gpu.height} GPU activities have no CUDA API call in the "
+                        "file (launched before the capture or window began, or API tracing was off)")
+    lost_domains = nvtx_attrs.filter(
+        (pl.col(NCol.DOMAIN_ID).fill_null(0) != 0) & pl.col(NCol.DOMAIN).is_null()
+    )
+    if lost_domains.height:
+        ids = sorted(set(lost_domains.get_column(NCol.DOMAIN_ID).to_list()))
+        warnings.append(f"{lost_domains.height} NVTX events are in domains {ids} whose creation was not "
+                        "captured: they are named without their domain")
+    if not slices.height:
+        warnings.append("no CUDA, NVTX or OS runtime events in this export")
+    warnings.extend(meta.diagnostics(db))
+    start, stop = meta.session_span(db)
+    counts = slices.group_by(Col.KIND).len().sort(Col.KIND)
+    return TraceMeta(
+        path=str(shown),
+        format="nsys",
+        display_time_unit="ns",
+        base_time_ns=meta.base_time_ns(db, export),
+        versions=meta.versions(db, export),
+        capture=Capture(source="nsys export"),
+        profiler_spans_ns=((start, stop),) if start is not None and stop is not None else (),
+        event_counts={str(k): int(v) for k, v in counts.iter_rows()},
+        warnings=tuple(warnings),
+        capture_settings=meta.capture_settings(db, export),
+    )

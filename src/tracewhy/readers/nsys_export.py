@@ -1,0 +1,95 @@
+"""Nsight Systems reports (``.nsys-rep``, ``.qdrep``) through NVIDIA's own ``nsys export``.
+
+The report format is private to NVIDIA; only ``nsys`` reads it. When an ``nsys`` binary is
+available (argument, ``TRACEWHY_NSYS``, or ``PATH``) the report is exported once into a cache
+directory, never beside the user's file, and the SQLite export is read instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Final
+
+from tracewhy.errors import TraceError
+
+NSYS_ENV: Final = "TRACEWHY_NSYS"
+CACHE_ENV: Final = "TRACEWHY_CACHE_DIR"
+#: A multi-GB report takes minutes to export; an hour means nsys is stuck.
+EXPORT_TIMEOUT_S: Final = 3600
+
+
+def find_nsys(explicit: str | os.PathLike[str] | None = None) -> str | None:
+    """The nsys binary to use: the argument, then $TRACEWHY_NSYS, then ``nsys`` on PATH."""
+    for candidate in (explicit, os.environ.get(NSYS_ENV)):
+        if candidate:
+            found = shutil.which(str(candidate))
+            if found:
+                return found
+    return shutil.which("nsys")
+
+
+def default_cache_dir() -> Path:
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "tracewhy"
+
+
+def export_command(report: Path, output: Path, nsys: str = "nsys") -> list[str]:
+    return [nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "--quiet", "true",
+            "--output", str(output), str(report)]
+
+
+def export_report(
+    report: Path,
+    *,
+    nsys: str | os.PathLike[str] | None = None,
+    cache_dir: Path | None = None,
+    timeout_s: float = EXPORT_TIMEOUT_S,
+) -> Path:
+    """Return a SQLite export of ``report``, exporting it into the cache on first use."""
+    binary = find_nsys(nsys)
+    if binary is None:
+        suggestion = " ".join(export_command(report, report.with_suffix(".sqlite")))
+        raise TraceError(
+            report,
+            "an Nsight Systems report can only be read through nsys, which was not found "
+            f"(put it on PATH or set {NSYS_ENV}); or run `{suggestion}` and pass the .sqlite file",
+        )
+    try:
+        st = report.stat()
+    except OSError as e:
+        raise TraceError(report, f"cannot read: {e.strerror or e}") from None
+    key = hashlib.sha256(f"{report.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:20]
+    folder = (cache_dir or default_cache_dir()) / "nsys"
+    out = folder / f"{report.stem}-{key}.sqlite"
+    if out.is_file() and out.stat().st_size > 0:
+        return out
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise TraceError(report, f"cannot create the export cache {folder}: {e.strerror or e}") from None
+    partial = folder / f"{report.stem}-{key}.partial-{os.getpid()}.sqlite"
+    command = export_command(report, partial, binary)
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        partial.unlink(missing_ok=True)
+        raise TraceError(report, f"`nsys export` did not finish within {timeout_s:.0f} s") from None
+    except OSError as e:
+        raise TraceError(report, f"cannot run {binary}: {e.strerror or e}") from None
+    if done.returncode != 0 or not partial.is_file():
+        partial.unlink(missing_ok=True)
+        lines = [ln for ln in (done.stderr or done.stdout or "").splitlines() if ln.strip()]
+        detail = lines[-1].strip() if lines else f"exit status {done.returncode}"
+        raise TraceError(
+            report,
+            f"`nsys export` failed ({detail[:200]}); a report newer than this nsys cannot be "
+            f"exported by it (run: {' '.join(export_command(report, report.with_suffix('.sqlite')))})",
+        )
+    os.replace(partial, out)
+    return out

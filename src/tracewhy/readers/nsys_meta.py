@@ -1,0 +1,193 @@
+"""What an Nsight Systems export says besides its events: versions, capture settings, the
+session's clock, GPUs, and process and thread names."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, Final
+
+import polars as pl
+
+from tracewhy.model.schema import DEVICES_SCHEMA, THREADS_SCHEMA, DCol, TCol
+from tracewhy.readers.nsys_tables import PID_SQL, TID_SQL, Db
+
+#: The newest export schema this reader was checked against (nsys 2026.2).
+NEWEST_SCHEMA_CHECKED: Final = (3, 25)
+#: Capture settings that are never copied into the model: the job's whole environment (it
+#: holds tokens and passwords as often as not).
+_SECRET_MARKERS: Final = ("ENVIRONMENT", "DeviceEnvironment")
+
+
+def key_values(db: Db, table: str) -> list[tuple[str, str]]:
+    if not db.has(table, "name", "value"):
+        return []
+    rows = db.conn.execute(f'SELECT name, value FROM "{table}"').fetchall()
+    return [(str(k), "" if v is None else str(v)) for k, v in rows]
+
+
+def export_metadata(db: Db) -> dict[str, str]:
+    # nsys <= 2022.x names the table EXPORT_META_DATA; later versions META_DATA_EXPORT.
+    for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
+        values = key_values(db, table)
+        if values:
+            return dict(values)
+    return {}
+
+
+def schema_version(export: dict[str, str]) -> tuple[int, int] | None:
+    parts = export.get("EXPORT_SCHEMA_VERSION", "").split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def capture_settings(db: Db, export: dict[str, str]) -> dict[str, str]:
+    """META_DATA_CAPTURE without the environment, plus the session clock and any windowing."""
+    settings: dict[str, str] = {}
+    for key, value in key_values(db, "META_DATA_CAPTURE"):
+        if any(marker in key for marker in _SECRET_MARKERS):
+            continue
+        # Repeated keys (CAPTURE_EVENT_TYPE: NvtxEvents, Cuda, ...) are lists.
+        settings[key] = f"{settings[key]},{value}" if key in settings else value
+    for key in ("EXPORT_PARAM_TIME_NORMALIZE", "EXPORT_PARAM_TIME_SHIFT", "DERIVED_FROM",
+                "DERIVED_WINDOW_NS", "DERIVED_BY"):
+        if key in export:
+            settings[key] = export[key]
+    start, stop = session_span(db)
+    if start is not None:
+        settings["SESSION_START_NS"] = str(start)
+        settings["SESSION_STOP_NS"] = str(stop)
+    utc = session_utc(db)
+    if utc is not None:
+        settings["SESSION_START_UTC_EPOCH_NS"] = str(utc[0])
+        settings["SESSION_START_UTC"] = utc[1]
+    return dict(sorted(settings.items()))
+
+
+def session_span(db: Db) -> tuple[int | None, int | None]:
+    """ANALYSIS_DETAILS start and stop on the trace's clock (what the timestamps are on)."""
+    if not db.has("ANALYSIS_DETAILS", "startTime", "stopTime"):
+        return None, None
+    row = db.conn.execute("SELECT startTime, stopTime FROM ANALYSIS_DETAILS LIMIT 1").fetchone()
+    if row is None or row[0] is None:
+        return None, None
+    return int(row[0]), (None if row[1] is None else int(row[1]))
+
+
+def session_utc(db: Db) -> tuple[int, str] | None:
+    if not db.has("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"):
+        return None
+    cols = db.columns("TARGET_INFO_SESSION_START_TIME")
+    utc_time = '"utcTime"' if "utcTime" in cols else "''"
+    row = db.conn.execute(
+        f"SELECT utcEpochNs, {utc_time} FROM TARGET_INFO_SESSION_START_TIME LIMIT 1"
+    ).fetchone()
+    if row is None or row[0] is None:
+        return None
+    return int(row[0]), str(row[1] or "")
+
+
+def base_time_ns(db: Db, export: dict[str, str]) -> int | None:
+    """UTC epoch ns of timestamp 0, so that wall time = base + ts (Kineto's meaning)."""
+    if export.get("EXPORT_PARAM_TIME_NORMALIZE", "false").lower() == "true":
+        return 0  # --ts-normalize=true: timestamps are already UTC epoch ns
+    start, _ = session_span(db)
+    utc = session_utc(db)
+    if start is None or utc is None:
+        return None
+    shift = export.get("EXPORT_PARAM_TIME_SHIFT", "0")
+    return utc[0] - start - (int(shift) if shift.lstrip("-").isdigit() else 0)
+
+
+def versions(db: Db, export: dict[str, str]) -> dict[str, str]:
+    out = {}
+    if "EXPORT_PRODUCT_VERSION" in export:
+        out["nsys"] = export["EXPORT_PRODUCT_VERSION"]
+    if "EXPORT_SCHEMA_VERSION" in export:
+        out["nsys_export_schema"] = export["EXPORT_SCHEMA_VERSION"]
+    env = dict(key_values(db, "TARGET_INFO_SYSTEM_ENV"))
+    for key, name in (("CudaDriverVersion", "cuda_driver_version"), ("NvDriverVersion", "nvidia_driver")):
+        if env.get(key):
+            out[name] = env[key]
+    return out
+
+
+def diagnostics(db: Db) -> list[str]:
+    """Capture errors nsys itself recorded (severity Error); warnings are mostly noise."""
+    if not db.has("DIAGNOSTIC_EVENT", "severity", "text"):
+        return []
+    rows = db.conn.execute(
+        "SELECT DISTINCT text FROM DIAGNOSTIC_EVENT WHERE severity = 3 AND text IS NOT NULL LIMIT 5"
+    ).fetchall()
+    return [f"nsys recorded a capture error: {' '.join(str(r[0]).split())[:200]}" for r in rows]
+
+
+def devices(db: Db, used: pl.DataFrame) -> pl.DataFrame:
+    """One row per CUDA device: TARGET_INFO_GPU when captured, else the ids the activity uses.
+
+    ``used`` has the distinct (pid, device) pairs of GPU activity. Device ids in activity
+    tables are CUDA ordinals; TARGET_INFO_CUDA_DEVICE (nsys >= 2025.1) maps them to GPUs per
+    process, TARGET_INFO_GPU.cuDevice is the ordinal otherwise.
+    """
+    ids = sorted({int(d) for d in used.get_column("device").drop_nulls().to_list()})
+    gpus: dict[int, dict[str, Any]] = {}
+    t = "TARGET_INFO_GPU"
+    if db.has(t, "id", "name"):
+        c = partial(db.col, t)
+        rows = db.conn.execute(
+            f"""SELECT id, {c('cuDevice')}, name, {c('totalMemory')}, {c('computeMajor')},
+            {c('computeMinor')}, {c('smCount')}, {c('maxWarpsPerSm')} * {c('threadsPerWarp')},
+            {c('maxRegistersPerSm')}, {c('maxShmemPerSm')} FROM {t}"""
+        ).fetchall()
+        for r in rows:
+            gpus[int(r[0])] = {
+                DCol.DEVICE: r[1] if r[1] is not None else r[0], DCol.NAME: r[2],
+                DCol.TOTAL_MEM: r[3], DCol.CC_MAJOR: r[4], DCol.CC_MINOR: r[5], DCol.NUM_SMS: r[6],
+                DCol.MAX_THREADS_PER_SM: r[7], DCol.REGS_PER_SM: r[8], DCol.SHARED_MEM_PER_SM: r[9],
+            }
+    if db.has("TARGET_INFO_CUDA_DEVICE", "gpuId", "cudaId"):
+        pairs = db.conn.execute("SELECT DISTINCT gpuId, cudaId FROM TARGET_INFO_CUDA_DEVICE").fetchall()
+        by_ordinal = {int(cuda): gpus[int(gpu)] for gpu, cuda in pairs if int(gpu) in gpus}
+    else:
+        by_ordinal = {int(g[DCol.DEVICE]): g for g in gpus.values()}
+    rows_out = []
+    for ordinal in sorted(set(ids) | set(by_ordinal)):
+        info = by_ordinal.get(ordinal, {})
+        rows_out.append({col: info.get(col) for col in DEVICES_SCHEMA} | {DCol.DEVICE: ordinal})
+    if not rows_out:
+        return pl.DataFrame(schema=DEVICES_SCHEMA)
+    return pl.DataFrame(rows_out, schema=DEVICES_SCHEMA)
+
+
+def threads(db: Db, pids: list[int], nvtx_names: pl.DataFrame) -> pl.DataFrame:
+    """Process and thread names of the processes that have events (PROCESSES lists them all)."""
+    frames = []
+    if db.has("PROCESSES", "pid", "name") and pids:
+        procs = db.frame("SELECT pid, name FROM PROCESSES", {TCol.PID: pl.Int64(), TCol.NAME: pl.String()})
+        frames.append(
+            procs.filter(pl.col(TCol.PID).is_in(pids)).select(
+                TCol.PID, pl.lit(None, dtype=pl.Int64).alias(TCol.TID), TCol.NAME
+            )
+        )
+    if db.has("ThreadNames", "nameId", "globalTid") and pids:
+        names = db.frame(
+            f"""SELECT {PID_SQL.format(c="t.globalTid")}, {TID_SQL.format(c="t.globalTid")}, s.value
+            FROM ThreadNames AS t LEFT JOIN StringIds AS s ON s.id = t.nameId""",
+            {TCol.PID: pl.Int64(), TCol.TID: pl.Int64(), TCol.NAME: pl.String()},
+        )
+        frames.append(names.filter(pl.col(TCol.PID).is_in(pids) & pl.col(TCol.NAME).is_not_null()))
+    if nvtx_names.height:
+        # nvtxNameOsThread names only threads the OS did not name for nsys.
+        known = pl.concat(frames).select(TCol.PID, TCol.TID) if frames else None
+        extra = nvtx_names.select(TCol.PID, TCol.TID, TCol.NAME)
+        if known is not None:
+            extra = extra.join(known.drop_nulls(), on=[TCol.PID, TCol.TID], how="anti")
+        frames.append(extra)
+    if not frames:
+        return pl.DataFrame(schema=THREADS_SCHEMA)
+    return (
+        pl.concat(frames).cast(dict(THREADS_SCHEMA))  # type: ignore[arg-type]
+        .unique(subset=[TCol.PID, TCol.TID], keep="first", maintain_order=True)
+        .sort([TCol.PID, TCol.TID], nulls_last=False)
+    )
