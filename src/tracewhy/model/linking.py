@@ -21,18 +21,91 @@ def nest_host_slices(
     """Nest host slices per thread; return (depth, parent index, innermost enclosing CPU op).
 
     Inputs are parallel arrays over host slices; -1 stands for "none". A slice is a child of
-    the innermost open slice on its thread that began earlier (longer first on ties). A slice
-    that overruns its parent's end (clock jitter of a few hundred ns is common) is still
-    nested under it rather than dropped. The op column gives, for each slice, the innermost
-    enclosing CPU op, itself excluded.
+    the innermost slice on its thread that began earlier (longer first on ties) and is still
+    open. The op column gives, for each slice, the innermost enclosing CPU op, itself excluded.
+
+    Vectorized for properly nested slices (the normal case): a slice's depth is the number of
+    earlier slices on its thread still open at its start, and its parent is the latest earlier
+    slice one level up. Slices that overrun their parent's end (clock jitter) break that
+    arithmetic; then the exact stack walk below decides.
     """
     n = ts.shape[0]
-    depth = np.full(n, -1, dtype=np.int64)
-    parent = np.full(n, -1, dtype=np.int64)
-    op = np.full(n, -1, dtype=np.int64)
     if n == 0:
-        return depth, parent, op
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty.copy(), empty.copy()
     order = np.lexsort((np.arange(n), -dur, ts, tid, pid))
+    o_ts = ts[order]
+    o_end = o_ts + dur[order]
+    # Thread number per sorted row, then times shifted so threads never interleave.
+    key = np.stack([pid[order], tid[order]])
+    new_thread = np.ones(n, dtype=bool)
+    new_thread[1:] = (key[:, 1:] != key[:, :-1]).any(axis=0)
+    thread = np.cumsum(new_thread) - 1
+    span = int(max(o_end.max() - o_ts.min(), 0)) + 2
+    base = o_ts.min()
+    shift = thread.astype(np.int64) * span - base
+    s_key = o_ts + shift
+    e_key = o_end + shift
+    pos = np.arange(n, dtype=np.int64)
+    first_of_thread = np.maximum.accumulate(np.where(new_thread, pos, 0))
+    # Open at my start = earlier rows of my thread minus those that ended by my start.
+    ended = np.searchsorted(np.sort(e_key), s_key, side="right") - np.searchsorted(
+        np.sort(e_key), thread.astype(np.int64) * span - base, side="left"
+    )
+    # Zero-length rows sort last among rows of their thread that start at the same instant;
+    # their end equals that instant, so they were counted as ended above although they come
+    # at or after the row in question. Take them back out.
+    zero = o_end == o_ts
+    new_instant = new_thread.copy()
+    new_instant[1:] |= o_ts[1:] != o_ts[:-1]
+    group = np.cumsum(new_instant) - 1
+    group_end = np.append(np.flatnonzero(new_instant)[1:], n)[group]
+    zeros_in_group = np.bincount(group, weights=zero, minlength=group[-1] + 1).astype(np.int64)[group]
+    ended -= np.where(zero, group_end - pos, zeros_in_group)
+    depth = (pos - first_of_thread) - ended
+    # Parent: the latest earlier row of my thread at depth - 1.
+    level_key = depth * n + pos
+    level_order = np.argsort(level_key, kind="stable")
+    sorted_levels = level_key[level_order]
+    cand_at = np.searchsorted(sorted_levels, (depth - 1) * n + pos, side="left") - 1
+    cand = np.where(cand_at >= 0, level_order[np.maximum(cand_at, 0)], -1)
+    has_parent = depth > 0
+    valid = (cand >= 0) & (depth[np.maximum(cand, 0)] == depth - 1) & (thread[np.maximum(cand, 0)] == thread)
+    valid &= (o_end[np.maximum(cand, 0)] > o_ts) & (o_end[np.maximum(cand, 0)] >= o_end)
+    if (depth < 0).any() or (has_parent & ~valid).any():
+        return _nest_by_stack(order, pid, tid, ts, dur, is_op)
+    parent_sorted = np.where(has_parent, cand, -1)
+    o_is_op = is_op[order]
+    op_sorted = _innermost_op(parent_sorted, o_is_op)
+    out_depth = np.empty(n, dtype=np.int64)
+    out_parent = np.empty(n, dtype=np.int64)
+    out_op = np.empty(n, dtype=np.int64)
+    out_depth[order] = depth
+    out_parent[order] = np.where(parent_sorted >= 0, order[np.maximum(parent_sorted, 0)], -1)
+    out_op[order] = np.where(op_sorted >= 0, order[np.maximum(op_sorted, 0)], -1)
+    return out_depth, out_parent, out_op
+
+
+def _innermost_op(parent: I64, is_op: npt.NDArray[np.bool_]) -> I64:
+    """For each row, the nearest proper ancestor that is a CPU op (-1 if none)."""
+    result = np.full(parent.shape[0], -1, dtype=np.int64)
+    rows = np.flatnonzero(parent >= 0)
+    cur = parent[rows]
+    while rows.size:
+        hit = is_op[cur]
+        result[rows[hit]] = cur[hit]
+        rows, cur = rows[~hit], cur[~hit]
+        nxt = parent[cur]
+        keep = nxt >= 0
+        rows, cur = rows[keep], nxt[keep]
+    return result
+
+
+def _nest_by_stack(
+    order: I64, pid: I64, tid: I64, ts: I64, dur: I64, is_op: npt.NDArray[np.bool_]
+) -> tuple[I64, I64, I64]:
+    """The exact stack walk: a slice that overruns its parent's end is still nested under it."""
+    n = order.shape[0]
     end = ts + dur
     o_pid = pid[order].tolist()
     o_tid = tid[order].tolist()
@@ -45,7 +118,7 @@ def nest_host_slices(
     r_op = [-1] * n
     # Stack entries: (end, original index, innermost op at this level including itself).
     stack: list[tuple[int, int, int]] = []
-    cur = (None, None)
+    cur: tuple[int, int] | None = None
     for k in range(n):
         key = (o_pid[k], o_tid[k])
         if key != cur:
@@ -61,6 +134,9 @@ def nest_host_slices(
             r_op[k] = top[2]
             r_depth[k] = len(stack)
         stack.append((o_end[k], idx, idx if o_op[k] else r_op[k]))
+    depth = np.empty(n, dtype=np.int64)
+    parent = np.empty(n, dtype=np.int64)
+    op = np.empty(n, dtype=np.int64)
     depth[order] = r_depth
     parent[order] = r_parent
     op[order] = r_op

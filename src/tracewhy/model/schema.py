@@ -160,8 +160,6 @@ class OCol:
     GROUP_SIZE: Final = "group_size"
     DTYPE: Final = "dtype"
     PG_NAME: Final = "process_group"
-    PY_ID: Final = "python_id"
-    PY_PARENT_ID: Final = "python_parent_id"
 
 
 OP_ATTRS_SCHEMA: Final = pl.Schema(
@@ -179,8 +177,6 @@ OP_ATTRS_SCHEMA: Final = pl.Schema(
         OCol.GROUP_SIZE: pl.Int64(),
         OCol.DTYPE: pl.String(),
         OCol.PG_NAME: pl.String(),
-        OCol.PY_ID: pl.Int64(),
-        OCol.PY_PARENT_ID: pl.Int64(),
     }
 )
 

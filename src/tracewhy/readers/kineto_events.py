@@ -45,8 +45,6 @@ class EventArgs(Struct):
     group_size: int | None = field(name="Group size", default=None)
     dtype: str | None = None
     pg_name: str | None = field(name="Process Group Name", default=None)
-    py_id: int | None = field(name="Python id", default=None)
-    py_parent_id: int | None = field(name="Python parent id", default=None)
     # Metadata (M) events.
     name: str | None = None
     # [memory] instant events (profile_memory=True).
@@ -72,7 +70,42 @@ class Event(Struct):
     args: EventArgs | None = None
 
 
+class _Header(Struct):
+    """Top-level keys tracewhy uses, kept raw; everything else in the header is skipped."""
+
+    schemaVersion: Raw = NO_RAW
+    deviceProperties: Raw = NO_RAW
+    computeProperties: Raw = NO_RAW  # tb_plugin's 2021 fixture
+    distributedInfo: Raw = NO_RAW
+    displayTimeUnit: Raw = NO_RAW
+    baseTimeNanoseconds: Raw = NO_RAW
+    record_shapes: Raw = NO_RAW
+    profile_memory: Raw = NO_RAW
+    with_stack: Raw = NO_RAW
+    with_flops: Raw = NO_RAW
+    with_modules: Raw = NO_RAW
+    cuda_runtime_version: Raw = NO_RAW
+    cuda_driver_version: Raw = NO_RAW
+    cupti_version: Raw = NO_RAW
+    hip_runtime_version: Raw = NO_RAW
+    hip_driver_version: Raw = NO_RAW
+    roctracer_version: Raw = NO_RAW
+
+    def as_dict(self) -> dict[str, Raw]:
+        return {k: v for k in _Header.__struct_fields__ if (v := getattr(self, k))}
+
+
+class RawDocument(_Header):
+    traceEvents: list[Raw] | msgspec.UnsetType = msgspec.UNSET
+
+
+class TypedDocument(_Header):
+    traceEvents: list[Event] | msgspec.UnsetType = msgspec.UNSET
+
+
 EVENTS_DECODER = msgspec.json.Decoder(list[Event])
+RAW_DOCUMENT_DECODER = msgspec.json.Decoder(RawDocument)
+TYPED_DOCUMENT_DECODER = msgspec.json.Decoder(TypedDocument)
 EVENT_DECODER = msgspec.json.Decoder(Event)
 RAW_LIST_DECODER = msgspec.json.Decoder(list[Raw])
 RAW_DICT_DECODER = msgspec.json.Decoder(dict[str, Raw])

@@ -1,0 +1,213 @@
+"""The document level of a Kineto JSON file: header, event list, and recovery of cut-off files.
+
+Small files are decoded in one typed pass. Large ones are first split into raw event spans
+(cheap views into the buffer) so that only one batch of events exists as Python objects at a
+time; that bounds peak memory to the file's bytes plus a batch.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+
+from tracewhy.errors import TraceError
+from tracewhy.model.trace import Truncation
+from tracewhy.readers.kineto_events import (
+    EVENT_DECODER,
+    EVENTS_DECODER,
+    RAW_DICT_DECODER,
+    RAW_DOCUMENT_DECODER,
+    RAW_LIST_DECODER,
+    TYPED_DOCUMENT_DECODER,
+    Event,
+)
+
+#: Files up to this size are decoded in one typed pass (their events as objects fit easily).
+ONE_PASS_MAX_BYTES = 96 * 1024 * 1024
+_WS = b" \t\r\n"
+
+
+@dataclass
+class Document:
+    """A decoded file: header fields kept raw, and events either decoded or as raw spans."""
+
+    header: dict[str, msgspec.Raw]
+    events: list[Event] | None
+    raw_events: list[msgspec.Raw] | None
+    truncation: Truncation | None
+
+    @property
+    def event_count(self) -> int:
+        return len(self.events) if self.events is not None else len(self.raw_events or ())
+
+    def batches(self, size: int, problems: dict[str, int]) -> Iterator[list[Event]]:
+        if self.events is not None:
+            yield self.events
+            return
+        raws = self.raw_events or []
+        for start in range(0, len(raws), size):
+            yield decode_raw_events(raws[start : start + size], problems)
+
+
+def split_document(path: Path, buf: bytes | bytearray) -> Document:
+    first = first_byte(buf)
+    if first not in (b"{", b"["):
+        raise TraceError(path, "not JSON: expected a Kineto trace object or event array")
+    one_pass = len(buf) <= ONE_PASS_MAX_BYTES
+    try:
+        if first == b"[":
+            return _bare_array(path, buf, one_pass)
+        if one_pass:
+            typed = TYPED_DOCUMENT_DECODER.decode(buf)
+            if isinstance(typed.traceEvents, list):
+                return Document(typed.as_dict(), typed.traceEvents, None, None)
+            _no_events(path, buf)
+        raw = RAW_DOCUMENT_DECODER.decode(buf)
+        if not isinstance(raw.traceEvents, list):
+            _no_events(path, buf)
+        assert isinstance(raw.traceEvents, list)
+        return Document(raw.as_dict(), None, raw.traceEvents, None)
+    except msgspec.ValidationError as e:
+        if str(e).endswith("`$.traceEvents`"):
+            raise TraceError(path, "traceEvents is not a list") from None
+        # A wrongly typed event somewhere: take the careful path, event by event.
+        raw = RAW_DOCUMENT_DECODER.decode(buf) if first == b"{" else None
+        if raw is None:
+            return Document({}, None, RAW_LIST_DECODER.decode(buf), None)
+        if not isinstance(raw.traceEvents, list):
+            raise TraceError(path, "traceEvents is not a list") from None
+        return Document(raw.as_dict(), None, raw.traceEvents, None)
+    except msgspec.DecodeError as e:
+        if "truncated" not in str(e):
+            raise TraceError(path, f"not valid JSON ({e})") from None
+        return _recover_truncated(path, buf, first == b"[")
+
+
+def _bare_array(path: Path, buf: bytes | bytearray, one_pass: bool) -> Document:
+    raws = RAW_LIST_DECODER.decode(buf)
+    if raws and first_byte(bytes(raws[0])[:64]) == b"[":
+        raise TraceError(
+            path, "a list of rows, not events: this looks like a memory-timeline export, not a profiler trace"
+        )
+    if one_pass:
+        try:
+            return Document({}, EVENTS_DECODER.decode(buf), None, None)
+        except msgspec.ValidationError:
+            pass
+    return Document({}, None, raws, None)
+
+
+def _no_events(path: Path, buf: bytes | bytearray) -> None:
+    top = RAW_DICT_DECODER.decode(buf)
+    if "nodes" in top and "schema" in top:
+        raise TraceError(path, "this is a PyTorch execution trace (Chakra ET), not a profiler trace")
+    keys = ", ".join(sorted(top)[:5]) or "none"
+    raise TraceError(path, f"JSON object has no traceEvents list (keys: {keys}); not a Kineto trace")
+
+
+def first_byte(buf: bytes | bytearray) -> bytes:
+    for i in range(min(len(buf), 4096)):
+        c = buf[i : i + 1]
+        if c not in (b" ", b"\t", b"\r", b"\n", b"\xef", b"\xbb", b"\xbf"):
+            return bytes(c)
+    return b""
+
+
+class _EventNoArgs(msgspec.Struct):
+    ph: str = ""
+    cat: str | None = None
+    name: str = ""
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: float = float("nan")
+    dur: float = float("nan")
+    id: int | str | None = None
+
+
+_EVENT_NO_ARGS = msgspec.json.Decoder(_EventNoArgs)
+
+
+def decode_raw_events(raws: list[msgspec.Raw], problems: dict[str, int]) -> list[Event]:
+    """Decode a batch of raw events; a wrongly typed event is skipped (or its args dropped) and
+    counted in ``problems`` instead of failing the file."""
+    try:
+        return EVENTS_DECODER.decode(b"[" + b",".join(raws) + b"]")
+    except msgspec.ValidationError:
+        pass
+    events: list[Event] = []
+    for raw in raws:
+        try:
+            events.append(EVENT_DECODER.decode(raw))
+            continue
+        except msgspec.ValidationError as e:
+            reason = str(e)
+        try:
+            bare = _EVENT_NO_ARGS.decode(raw)
+        except msgspec.ValidationError as e:
+            key = f"event skipped: {e}"
+            problems[key] = problems.get(key, 0) + 1
+            continue
+        key = f"args ignored: {reason}"
+        problems[key] = problems.get(key, 0) + 1
+        events.append(Event(bare.ph, bare.cat, bare.name, bare.pid, bare.tid, bare.ts, bare.dur, bare.id))
+    return events
+
+
+def _recover_truncated(path: Path, buf: bytes | bytearray, bare_array: bool) -> Document:
+    """Keep every complete event before the cut of a file that ends mid-way."""
+    header: dict[str, msgspec.Raw] = {}
+    if bare_array:
+        start = bytes(buf[:4096]).index(b"[") + 1
+    else:
+        m = re.search(rb'"traceEvents"\s*:\s*\[', buf)
+        if m is None:
+            raise TraceError(path, "JSON ends early, before any traceEvents")
+        start = m.end()
+        # Kineto writes schemaVersion, deviceProperties and distributedInfo before the events,
+        # so they survive a cut; traceName/displayTimeUnit/baseTimeNanoseconds come after.
+        try:
+            header = RAW_DOCUMENT_DECODER.decode(bytes(buf[: m.start()]) + b'"traceEvents": []}').as_dict()
+        except msgspec.DecodeError:
+            header = {}
+    pos = len(buf)
+    for _ in range(32):
+        cut = _last_event_boundary(buf, start, pos)
+        if cut is None:
+            break
+        try:
+            raws = RAW_LIST_DECODER.decode(b"[" + bytes(buf[start:cut]) + b"]")
+        except msgspec.DecodeError:
+            pos = cut - 1
+            continue
+        per_event = max(1, (cut - start) // max(1, len(raws)))
+        truncation = Truncation(
+            bytes_total=len(buf),
+            bytes_recovered=cut,
+            events_recovered=len(raws),
+            events_lost_estimate=(len(buf) - cut) // per_event + 1,
+        )
+        return Document(header, None, raws, truncation)
+    raise TraceError(path, "JSON ends early and no complete event could be recovered")
+
+
+def _last_event_boundary(buf: bytes | bytearray, start: int, end: int) -> int | None:
+    """Index just past the last ``}`` that is followed by ``,`` and ``{`` before ``end``."""
+    pos = end
+    while True:
+        brace = buf.rfind(b"{", start, pos)
+        if brace < 0:
+            return None
+        j = brace - 1
+        while j > start and buf[j] in _WS:
+            j -= 1
+        if buf[j : j + 1] == b",":
+            j -= 1
+            while j > start and buf[j] in _WS:
+                j -= 1
+            if buf[j : j + 1] == b"}":
+                return j + 1
+        pos = brace
