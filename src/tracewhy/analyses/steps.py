@@ -11,6 +11,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses.intervals import covered_ns
+from tracewhy.analyses.nvtx import nvtx_step_marker
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, Kind
 from tracewhy.model.trace import Trace
 
@@ -52,7 +53,9 @@ class StepsResult:
 
 
 def steps(trace: Trace, options: StepsOptions = StepsOptions()) -> StepsResult:
-    marker = options.marker or PROFILER_STEP
+    # nsys input without ProfilerStep# ranges: the most repeated top-level NVTX range.
+    chosen = None if options.marker else nvtx_step_marker(trace)
+    marker = options.marker or (chosen.name if chosen else PROFILER_STEP)
     pattern = re.compile(rf"^{re.escape(marker)}(?:#?(\d+))?$")
     s = trace.slices
     candidates = s.filter(pl.col(Col.KIND).is_in(_STEP_KINDS)).select(
@@ -120,6 +123,8 @@ def steps(trace: Trace, options: StepsOptions = StepsOptions()) -> StepsResult:
     note = None
     if steady.size < 3:
         note = f"only {steady.size} steady step(s): statistics are indicative, not reliable"
+    if chosen is not None:
+        note = chosen.note if note is None else f"{chosen.note}; {note}"
     return StepsResult(marker=marker, table=table, warmup=warmup, stats=_stats(steady), note=note)
 
 

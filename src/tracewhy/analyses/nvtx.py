@@ -1,0 +1,349 @@
+"""NVTX ranges: their CPU-side summary, their projection onto the GPU, and the step marker
+that nsys input defaults to.
+
+The projection follows nsys's ``nvtx_gpu_proj_trace`` / ``nvtx_gpu_proj_sum`` (2023.4):
+a GPU operation (kernel, memcpy, memset) belongs to *every* range that contains, on the same
+thread, the CUDA API call that launched it (range start <= call start and call end <= range
+end). A range's projection spans from its first operation's start to its last operation's
+end; ranges without operations are not projected. Ranges that ended on another thread are
+left out, as nsys does. Our additions: ``gpu_time_ns`` (sum of the operations' durations) and
+``gpu_busy_ns`` (their union), which, unlike the span, leave out GPU idle time.
+
+Annotations from formats without NVTX (Kineto's user annotations) are projected the same way,
+as push/pop ranges.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from tracewhy.analyses.summaries import Summary, summarize
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, Col, Kind, NCol
+from tracewhy.model.trace import Trace
+
+I64 = npt.NDArray[np.int64]
+PROFILER_STEP_PREFIX: Final = "ProfilerStep"
+#: A default step marker must repeat at least this often in one process to be a loop.
+MIN_STEP_REPEATS: Final = 2
+
+
+def ranges(trace: Trace, *, include_marks: bool = False) -> pl.DataFrame:
+    """Annotation slices with their NVTX attributes (style PushPop where the format has none).
+
+    Columns: id, name, ts_ns, dur_ns, pid, tid, depth, range_id, style, domain_id, domain,
+    end_tid.
+    """
+    a = trace.of_kind(Kind.ANNOTATION).select(
+        Col.ID, pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, Col.PID, Col.TID, Col.DEPTH
+    )
+    attrs = trace.nvtx_attrs.select(
+        Col.ID, NCol.RANGE_ID, pl.col(NCol.STYLE).cast(pl.String), NCol.DOMAIN_ID, NCol.DOMAIN,
+        NCol.END_TID,
+    )
+    out = a.join(attrs, on=Col.ID, how="left").with_columns(
+        pl.col(NCol.RANGE_ID).fill_null(pl.col(Col.ID)),
+        pl.col(NCol.STYLE).fill_null("PushPop"),
+    )
+    return out if include_marks else out.filter(pl.col(NCol.STYLE) != "Mark")
+
+
+def nvtx_summary(trace: Trace) -> Summary:
+    """Range duration per (style, name) on the CPU (nsys ``nvtx_sum``); nesting not subtracted."""
+    r = ranges(trace).with_columns(pl.format("{}\t{}", NCol.STYLE, Col.NAME).alias("_key"))
+    s = summarize(r.select("_key", Col.DUR), "_key")
+    table = s.table.with_columns(
+        pl.col("_key").str.split_exact("\t", 1).struct.rename_fields([NCol.STYLE, Col.NAME])
+    ).unnest("_key")
+    return Summary(table=table.select(NCol.STYLE, Col.NAME, *s.table.columns[1:]),
+                   value=s.value, total=s.total)
+
+
+# --- range tree -------------------------------------------------------------------------------
+
+
+def range_tree(thread: I64, start: I64, end: I64, order: I64) -> tuple[I64, I64]:
+    """Parent (index, -1 for none) and level of each range among ranges of the same thread.
+
+    A range's parent is the range on its thread that contains it (start <= start, end >= end)
+    with the least slack (start difference plus end difference), as nsys picks it. Of two
+    identical ranges the one earlier in ``order`` is the outer one.
+    """
+    n = start.shape[0]
+    parent = np.full(n, -1, dtype=np.int64)
+    level = np.zeros(n, dtype=np.int64)
+    if n == 0:
+        return parent, level
+    # Outer before inner: by thread, start, longest first, then order.
+    srt = np.lexsort((order, -end, start, thread))
+    t, s, e = thread[srt], start[srt], end[srt]
+    # Child candidates of position p: later positions on the same thread starting before p ends.
+    base, span = _banded([s, e])
+    hi = np.searchsorted(_key(t, s, base, span), _key(t, e, base, span), side="right")
+    lo = np.arange(n) + 1
+    count = np.maximum(hi - lo, 0)
+    p_idx = np.repeat(np.arange(n), count)
+    c_idx = _ranges_concat(lo, count)
+    inside = e[c_idx] <= e[p_idx]
+    p_idx, c_idx = p_idx[inside], c_idx[inside]
+    slack = (s[c_idx] - s[p_idx]) + (e[p_idx] - e[c_idx])
+    # Least slack wins; among equals the innermost (latest position) wins.
+    pick = np.lexsort((-p_idx, slack, c_idx))
+    c_sorted = c_idx[pick]
+    first = np.ones(c_sorted.size, dtype=bool)
+    first[1:] = c_sorted[1:] != c_sorted[:-1]
+    best_parent = np.full(n, -1, dtype=np.int64)
+    best_parent[c_sorted[first]] = p_idx[pick][first]
+    lv = np.zeros(n, dtype=np.int64)
+    bp = best_parent.tolist()
+    lvl = lv.tolist()
+    for i in range(n):  # parents precede children in this order
+        if bp[i] >= 0:
+            lvl[i] = lvl[bp[i]] + 1
+    parent[srt] = np.where(best_parent >= 0, srt[np.maximum(best_parent, 0)], -1)
+    level[srt] = lvl
+    return parent, level
+
+
+def _banded(times: list[I64]) -> tuple[int, int]:
+    """(base, span) such that ``thread * span + (t - base)`` orders (thread, t) in one int64.
+
+    One global searchsorted over such keys is a per-thread search without a Python loop.
+    """
+    lo = min(int(t.min()) for t in times if t.size)
+    hi = max(int(t.max()) for t in times if t.size)
+    return lo, hi - lo + 1
+
+
+def _key(thread: I64, t: I64, base: int, span: int) -> I64:
+    if thread.size and (int(thread.max()) + 1) * span >= 2**62:
+        raise OverflowError("too many threads times too long a capture for int64 search keys")
+    return (thread.astype(np.int64) * span + (t - base)).astype(np.int64)
+
+
+def _ranges_concat(lo: I64, count: I64) -> I64:
+    """Concatenation of arange(lo[i], lo[i] + count[i]) for all i."""
+    total = int(count.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    starts = np.repeat(lo - np.concatenate(([0], np.cumsum(count)[:-1])), count)
+    return (starts + np.arange(total)).astype(np.int64)
+
+
+# --- GPU projection ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Unattributed:
+    """GPU operations whose launching call is inside no range (nsys's row with no name)."""
+
+    start_ns: int
+    dur_ns: int
+    num_ops: int
+
+
+@dataclass(frozen=True)
+class ProjectionResult:
+    """``table``: one row per projected range, by projected start then longest first.
+
+    Columns: id (the range's slice), name, style, proj_start_ns, proj_dur_ns, ts_ns, dur_ns
+    (the range on the CPU), pid, tid, num_gpu_ops (distinct launching calls), gpu_time_ns,
+    gpu_busy_ns, level, num_child (projected children), range_id, parent_range_id,
+    range_stack (``:id:id...`` from the root).
+    ``summary``: per (name, style) as nsys ``nvtx_gpu_proj_sum``.
+    """
+
+    table: pl.DataFrame
+    summary: pl.DataFrame
+    unattributed: Unattributed | None
+    ops_without_launch: int
+
+
+def gpu_projection(trace: Trace) -> ProjectionResult:
+    rng = ranges(trace).filter(pl.col(NCol.END_TID).is_null()).with_columns(
+        (pl.col(Col.TS) + pl.col(Col.DUR)).alias("_end")
+    )
+    calls = trace.of_kind(*LAUNCH_KINDS).select(
+        Col.ID, Col.PID, Col.TID, Col.TS, (pl.col(Col.TS) + pl.col(Col.DUR)).alias("_end")
+    )
+    gpu = trace.of_kind(*GPU_ACTIVITY_KINDS)
+    ops = gpu.filter(pl.col(Col.LAUNCH).is_not_null()).select(
+        pl.col(Col.LAUNCH).alias("_call"), Col.TS, (pl.col(Col.TS) + pl.col(Col.DUR)).alias("_end"), Col.DUR
+    )
+    ops_without_launch = gpu.height - ops.height
+
+    threads = pl.concat([rng.select(Col.PID, Col.TID), calls.select(Col.PID, Col.TID)]).unique()
+    threads = threads.with_row_index("_thread").with_columns(pl.col("_thread").cast(pl.Int64))
+    rng = rng.join(threads, on=[Col.PID, Col.TID], how="left", nulls_equal=True)
+    calls = calls.join(threads, on=[Col.PID, Col.TID], how="left", nulls_equal=True)
+
+    pairs = _containing(rng, calls)  # (_range row, _call id)
+    rng = rng.with_row_index("_range").with_columns(pl.col("_range").cast(pl.Int64))
+    parent, level = range_tree(
+        rng.get_column("_thread").to_numpy(), rng.get_column(Col.TS).to_numpy(),
+        rng.get_column("_end").to_numpy(), rng.get_column(NCol.RANGE_ID).to_numpy(),
+    )
+    range_ops = pairs.join(ops, on="_call", how="inner")
+    proj = (
+        range_ops.group_by("_range")
+        .agg(
+            pl.col(Col.TS).min().alias("proj_start_ns"),
+            (pl.col("_end").max() - pl.col(Col.TS).min()).alias("proj_dur_ns"),
+            pl.col("_call").n_unique().cast(pl.Int64).alias("num_gpu_ops"),
+            pl.col(Col.DUR).sum().alias("gpu_time_ns"),
+        )
+        .join(_busy(range_ops), on="_range", how="left")
+    )
+    rows = rng.join(proj, on="_range", how="inner")
+    parent_of = pl.DataFrame({"_range": np.arange(rng.height, dtype=np.int64), "_parent": parent,
+                              "level": level})
+    rows = rows.join(parent_of, on="_range", how="left")
+    child_counts = rows.filter(pl.col("_parent") >= 0).group_by("_parent").len("num_child")
+    rows = rows.join(child_counts.rename({"_parent": "_range"}), on="_range", how="left")
+    range_ids = rng.get_column(NCol.RANGE_ID).to_numpy()
+    stacks = _stacks(rows.get_column("_range").to_numpy(), parent, range_ids)
+    table = rows.with_columns(
+        pl.Series("range_stack", stacks, dtype=pl.String),
+        pl.when(pl.col("_parent") >= 0)
+        .then(pl.lit(pl.Series(range_ids)).gather(pl.col("_parent").clip(lower_bound=0)))
+        .otherwise(None).alias("parent_range_id"),
+        pl.col("num_child").fill_null(0).cast(pl.Int64),
+    ).select(
+        Col.ID, Col.NAME, NCol.STYLE, "proj_start_ns", "proj_dur_ns", Col.TS, Col.DUR, Col.PID,
+        Col.TID, "num_gpu_ops", "gpu_time_ns", "gpu_busy_ns", "level", "num_child",
+        NCol.RANGE_ID, "parent_range_id", "range_stack",
+    ).sort(["proj_start_ns", "proj_dur_ns", NCol.RANGE_ID], descending=[False, True, False])
+
+    in_range = set(pairs.get_column("_call").to_list()) if pairs.height else set()
+    loose = ops.filter(~pl.col("_call").is_in(list(in_range)))
+    unattributed = None
+    if loose.height:
+        first = int(loose.get_column(Col.TS).min())  # type: ignore[arg-type]
+        last = int(loose.get_column("_end").max())  # type: ignore[arg-type]
+        unattributed = Unattributed(first, last - first, int(loose.get_column("_call").n_unique()))
+    return ProjectionResult(table=table, summary=_projection_summary(table),
+                            unattributed=unattributed, ops_without_launch=ops_without_launch)
+
+
+def _containing(rng: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+    """(range row, call id) for every call that a range on its thread contains."""
+    empty = pl.DataFrame(schema={"_range": pl.Int64(), "_call": pl.Int64()})
+    if rng.height == 0 or calls.height == 0:
+        return empty
+    c = calls.sort(["_thread", Col.TS])
+    ct = c.get_column("_thread").to_numpy()
+    cs = c.get_column(Col.TS).to_numpy()
+    ce = c.get_column("_end").to_numpy()
+    cid = c.get_column(Col.ID).to_numpy()
+    rt = rng.get_column("_thread").to_numpy()
+    rs = rng.get_column(Col.TS).to_numpy()
+    re_ = rng.get_column("_end").to_numpy()
+    base, span = _banded([cs, ce, rs, re_])
+    key = _key(ct, cs, base, span)
+    lo = np.searchsorted(key, _key(rt, rs, base, span), side="left")
+    hi = np.searchsorted(key, _key(rt, re_, base, span), side="right")
+    count = np.maximum(hi - lo, 0)
+    r_idx = np.repeat(np.arange(rng.height, dtype=np.int64), count)
+    c_pos = _ranges_concat(lo.astype(np.int64), count.astype(np.int64))
+    inside = ce[c_pos] <= re_[r_idx]
+    return pl.DataFrame({"_range": r_idx[inside], "_call": cid[c_pos[inside]]})
+
+
+def _busy(range_ops: pl.DataFrame) -> pl.DataFrame:
+    """Union length of each range's operations."""
+    ordered = range_ops.select("_range", Col.TS, "_end").sort(["_range", Col.TS])
+    prev_end = pl.col("_end").cum_max().shift(1).over("_range")
+    covered = (pl.col("_end") - pl.max_horizontal(Col.TS, prev_end.fill_null(pl.col(Col.TS)))).clip(
+        lower_bound=0
+    )
+    return ordered.with_columns(covered.alias("_c")).group_by("_range").agg(
+        pl.col("_c").sum().cast(pl.Int64).alias("gpu_busy_ns")
+    )
+
+
+def _stacks(rows: I64, parent: I64, range_ids: I64) -> list[str]:
+    par = parent.tolist()
+    ids = range_ids.tolist()
+    memo: dict[int, str] = {}
+
+    def stack(i: int) -> str:
+        chain = []
+        j = i
+        while j >= 0 and j not in memo:
+            chain.append(j)
+            j = par[j]
+        prefix = memo.get(j, "") if j >= 0 else ""
+        for k in reversed(chain):
+            prefix = f"{prefix}:{ids[k]}"
+            memo[k] = prefix
+        return memo[i]
+
+    return [stack(int(i)) for i in rows.tolist()]
+
+
+def _projection_summary(table: pl.DataFrame) -> pl.DataFrame:
+    p = pl.col("proj_dur_ns")
+    return (
+        table.group_by(Col.NAME, NCol.STYLE)
+        .agg(
+            p.sum().alias("total_proj_ns"),
+            pl.col(Col.DUR).sum().alias("total_range_ns"),
+            pl.len().cast(pl.Int64).alias("instances"),
+            p.mean().alias("proj_mean_ns"),
+            p.median().alias("proj_median_ns"),
+            p.min().alias("proj_min_ns"),
+            p.max().alias("proj_max_ns"),
+            p.std(ddof=1).fill_null(0.0).alias("proj_stddev_ns"),
+            pl.col("num_gpu_ops").sum().alias("total_gpu_ops"),
+            pl.col("num_gpu_ops").mean().alias("mean_gpu_ops"),
+            pl.col("level").mean().alias("mean_level"),
+            pl.col("num_child").mean().alias("mean_num_child"),
+            pl.col("gpu_time_ns").sum().alias("total_gpu_time_ns"),
+            pl.col("gpu_busy_ns").sum().alias("total_gpu_busy_ns"),
+        )
+        .sort(["total_proj_ns", Col.NAME], descending=[True, False])
+    )
+
+
+# --- default step marker ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepMarker:
+    name: str
+    repeats: int
+    note: str
+
+
+def nvtx_step_marker(trace: Trace) -> StepMarker | None:
+    """The step marker nsys input defaults to when it has no ``ProfilerStep#N`` range: the
+    top-level range name repeated most often on one thread (ties: longer total time). Counting
+    per thread keeps work fanned out to a thread pool (one range per worker) from looking like
+    a loop.
+
+    None for other formats, when ProfilerStep ranges exist, or when no top-level range repeats.
+    """
+    if trace.meta.format != "nsys":
+        return None
+    r = ranges(trace)
+    if r.filter(pl.col(Col.NAME).str.starts_with(PROFILER_STEP_PREFIX)).height:
+        return None
+    top = r.filter(pl.col(Col.DEPTH) == 0)
+    if top.height == 0:
+        return None
+    per_thread = top.group_by(Col.NAME, Col.PID, Col.TID).agg(
+        pl.len().alias("n"), pl.col(Col.DUR).sum().alias("t")
+    )
+    best = (
+        per_thread.group_by(Col.NAME).agg(pl.col("n").max(), pl.col("t").sum())
+        .sort(["n", "t", Col.NAME], descending=[True, True, False]).row(0, named=True)
+    )
+    if best["n"] < MIN_STEP_REPEATS:
+        return None
+    note = (f"no ProfilerStep# range: steps are the top-level NVTX range {best['name']!r}, the most "
+            f"repeated one ({best['n']} times on one thread); choose another with --step NAME")
+    return StepMarker(name=str(best["name"]), repeats=int(best["n"]), note=note)
