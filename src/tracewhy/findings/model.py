@@ -1,0 +1,51 @@
+"""What a finding is: a judged measurement, phrased for an engineer, with evidence and a next step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Severity(str, Enum):
+    """How much a finding matters; ``TRUST`` findings say how far the other numbers can be trusted."""
+
+    TRUST = "trust"  # about the capture itself: shown first, never ranked by time
+    HIGH = "high"
+    MEDIUM = "medium"
+    LOW = "low"
+    INFO = "info"
+
+
+_ORDER = {Severity.TRUST: 0, Severity.HIGH: 1, Severity.MEDIUM: 2, Severity.LOW: 3, Severity.INFO: 4}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One statement about a trace.
+
+    ``code`` is stable kebab-case (scripts match on it). ``statement`` is one line with the
+    numbers in it. ``evidence`` holds the measured values, time ranges and names it rests on.
+    ``recoverable_ns_per_step`` estimates the step time a fix would give back (0 when not a
+    time finding). ``next_step`` names the next tool and exact command, or the change to try.
+    """
+
+    code: str
+    severity: Severity
+    statement: str
+    next_step: str
+    recoverable_ns_per_step: int = 0
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+def rank(findings: list[Finding]) -> list[Finding]:
+    """Trust findings first, then by recoverable time per step (largest first), then severity, code."""
+    return sorted(
+        findings,
+        key=lambda f: (
+            0 if f.severity is Severity.TRUST else 1,
+            -f.recoverable_ns_per_step,
+            _ORDER[f.severity],
+            f.code,
+        ),
+    )
