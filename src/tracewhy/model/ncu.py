@@ -92,27 +92,27 @@ class NCol:
     L2_HIT_PCT: Final = "l2_hit_rate_pct"
 
 
-_F = pl.Float64
-_I = pl.Int64
+_F = pl.Float64()
+_I = pl.Int64()
 
 NCU_LAUNCHES_SCHEMA: Final = pl.Schema(
     {
         NCol.LAUNCH: _I,
-        NCol.NAME: pl.String,
-        NCol.DEMANGLED: pl.String,
+        NCol.NAME: pl.String(),
+        NCol.DEMANGLED: pl.String(),
         NCol.PROCESS: _I,
-        NCol.DEVICE: pl.Int32,
+        NCol.DEVICE: pl.Int32(),
         NCol.CONTEXT: _I,
         NCol.STREAM: _I,
-        NCol.DEVICE_NAME: pl.String,
-        NCol.CC: pl.String,
+        NCol.DEVICE_NAME: pl.String(),
+        NCol.CC: pl.String(),
         NCol.GRID_X: _I,
         NCol.GRID_Y: _I,
         NCol.GRID_Z: _I,
         NCol.BLOCK_X: _I,
         NCol.BLOCK_Y: _I,
         NCol.BLOCK_Z: _I,
-        NCol.CLOCKS_LOCKED: pl.Boolean,
+        NCol.CLOCKS_LOCKED: pl.Boolean(),
         NCol.DUR: _I,
         NCol.ELAPSED_CYCLES: _F,
         NCol.SM_CLOCK: _F,
@@ -192,7 +192,7 @@ NCU_BREAKDOWNS_SCHEMA: Final = pl.Schema(
     {
         BCol.LAUNCH: _I,
         BCol.GROUP: pl.Enum(list(BREAKDOWN_GROUPS)),
-        BCol.KEY: pl.String,
+        BCol.KEY: pl.String(),
         BCol.VALUE: _F,
     }
 )
@@ -217,10 +217,10 @@ class RCol:
 NCU_RULES_SCHEMA: Final = pl.Schema(
     {
         RCol.LAUNCH: _I,
-        RCol.RULE: pl.String,
-        RCol.SECTION: pl.String,
-        RCol.TITLE: pl.String,
-        RCol.MESSAGE: pl.String,
+        RCol.RULE: pl.String(),
+        RCol.SECTION: pl.String(),
+        RCol.TITLE: pl.String(),
+        RCol.MESSAGE: pl.String(),
         RCol.SEVERITY: pl.Enum(list(RULE_SEVERITIES)),
         RCol.SPEEDUP_TYPE: pl.Enum(list(SPEEDUP_TYPES)),
         RCol.SPEEDUP_PCT: _F,

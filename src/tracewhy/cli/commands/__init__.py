@@ -4,6 +4,7 @@ from tracewhy.cli.base import Command
 from tracewhy.cli.commands.info import InfoCommand
 from tracewhy.cli.commands.kernels import KernelsCommand
 from tracewhy.cli.commands.ops import OpsCommand
+from tracewhy.cli.commands.roofline import RooflineCommand
 from tracewhy.cli.commands.steps import StepsCommand
 
 COMMANDS: tuple[type[Command], ...] = (
@@ -11,4 +12,5 @@ COMMANDS: tuple[type[Command], ...] = (
     OpsCommand,
     KernelsCommand,
     StepsCommand,
+    RooflineCommand,
 )

@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from tracewhy.analyses.roofline import RooflineOptions, roofline
+from tracewhy.analyses.roofline_ops import OpRooflineOptions, op_roofline
+from tracewhy.cli.base import Command, add_output_options, emit, load_trace
+from tracewhy.errors import TraceError
+from tracewhy.readers.ncu import is_ncu, read_ncu
+from tracewhy.readers.source import sniff
+from tracewhy.renderers.roofline import (
+    ncu_payload,
+    ops_payload,
+    render_ncu_roofline,
+    render_op_roofline,
+)
+
+
+class RooflineCommand(Command):
+    """Why is this kernel slow: roofline bound and reasons per kernel (ncu) or per op (shapes).
+
+    Give it an Nsight Compute report (.ncu-rep, or a CSV from ncu --csv / ncu --import X
+    --csv --page details|raw) for per-kernel verdicts: memory-, compute- or latency-bound,
+    with throughput vs peak, occupancy limiter, stalls, spills, coalescing and ncu's own
+    rules. Give it a PyTorch profiler trace captured with record_shapes=True for a first
+    roofline of each operator from its input shapes.
+    """
+
+    name = "roofline"
+    takes_trace = False
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("report", metavar="REPORT_OR_TRACE",
+                            help=".ncu-rep, ncu CSV export, or Kineto trace (.json/.json.gz)")
+        add_output_options(parser)
+        parser.add_argument("--device", metavar="NAME",
+                            help="GPU for the peak table when the input does not name one (e.g. 'H100 SXM')")
+        parser.add_argument("--launches", action="store_true",
+                            help="ncu: one row per launch instead of per kernel name")
+
+    def run(self, args: argparse.Namespace) -> int:
+        path = Path(args.report)
+        if not path.exists():
+            raise TraceError(path, "no such file")
+        if sniff(path) == "kineto":
+            ops = op_roofline(load_trace(args.report), OpRooflineOptions(device=args.device))
+            emit(args, self.name, ops_payload(ops), render_op_roofline(ops, args.top))
+            return 0
+        if not is_ncu(path) and path.suffix not in (".ncu-rep", ".csv", ".log", ".txt"):
+            raise TraceError(path, "not a PyTorch profiler trace, an .ncu-rep report or an ncu CSV export")
+        result = roofline(read_ncu(path), RooflineOptions(device=args.device))
+        emit(args, self.name, ncu_payload(result), render_ncu_roofline(result, args.top, args.launches))
+        return 0

@@ -1,0 +1,286 @@
+"""What the ncu readers share: which metric or details-page label fills which column.
+
+Both readers collect, per launch, metric values by ncu metric name (raw page, ``.ncu-rep``)
+or by the label the details page prints ("Duration", "SOL DRAM"), already in base units
+(``ncu_units``). ``build_report`` resolves them into the tables of ``model.ncu``. Metric
+names are tried first, in the order listed: they are exact. Labels changed between ncu
+versions (2020.3 prints "SOL SM" where 2022+ prints "Compute (SM) Throughput"), so each
+column lists every label known to carry it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+import polars as pl
+
+from tracewhy.errors import TraceError
+from tracewhy.model.ncu import (
+    NCU_BREAKDOWNS_SCHEMA,
+    NCU_LAUNCHES_SCHEMA,
+    NCU_RULES_SCHEMA,
+    BCol,
+    NCol,
+    NcuReport,
+    RCol,
+)
+from tracewhy.readers import ncu_units as u
+
+Value = float | str
+
+
+@dataclass(frozen=True)
+class Field:
+    """One launch column: the metrics (by name) and details labels that can fill it."""
+
+    column: str
+    dimension: str
+    metrics: tuple[str, ...] = ()
+    labels: tuple[str, ...] = ()
+    scale: float = 1.0  # applied after unit normalization (device attributes in kHz)
+
+
+_SASS_OP = "smsp__sass_thread_inst_executed_op_{}_pred_on.sum.per_cycle_elapsed"
+
+FIELDS: Final = (
+    Field(NCol.DUR, u.TIME, ("gpu__time_duration.sum", "gpu__time_duration.avg"), ("Duration",)),
+    Field(NCol.ELAPSED_CYCLES, u.COUNT, ("gpc__cycles_elapsed.max",), ("Elapsed Cycles",)),
+    Field(NCol.SM_CLOCK, u.FREQ,
+          ("gpc__cycles_elapsed.avg.per_second", "sm__cycles_elapsed.avg.per_second"),
+          ("SM Frequency",)),
+    Field(NCol.SMSP_CLOCK, u.FREQ, ("smsp__cycles_elapsed.avg.per_second",)),
+    # ncu 2020.3 labels the DRAM clock "Memory Frequency".
+    Field(NCol.DRAM_CLOCK, u.FREQ, ("dram__cycles_elapsed.avg.per_second",),
+          ("DRAM Frequency", "Memory Frequency")),
+    Field(NCol.MAX_SM_CLOCK, u.FREQ, ("device__attribute_max_gpu_frequency_khz",), scale=1e3),
+    Field(NCol.SM_COUNT, u.COUNT, ("launch__sm_count", "device__attribute_multiprocessor_count"),
+          ("# SMs",)),
+    Field(NCol.GRID_SIZE, u.COUNT, ("launch__grid_size",), ("Grid Size",)),
+    Field(NCol.BLOCK_SIZE, u.COUNT, ("launch__block_size",), ("Block Size",)),
+    Field(NCol.REGISTERS, u.COUNT, ("launch__registers_per_thread",), ("Registers Per Thread",)),
+    Field(NCol.SHARED_STATIC, u.BYTES, ("launch__shared_mem_per_block_static",),
+          ("Static Shared Memory Per Block",)),
+    Field(NCol.SHARED_DYNAMIC, u.BYTES, ("launch__shared_mem_per_block_dynamic",),
+          ("Dynamic Shared Memory Per Block",)),
+    Field(NCol.WAVES, u.COUNT, ("launch__waves_per_multiprocessor",), ("Waves Per SM",)),
+    Field(NCol.SM_PCT, u.PCT, ("sm__throughput.avg.pct_of_peak_sustained_elapsed",),
+          ("Compute (SM) Throughput", "SOL SM", "Compute (SM) [%]")),
+    # "Memory Throughput" is also the label of dram__bytes.sum.per_second in the Memory Workload
+    # Analysis section; the dimension (% vs byte/s) tells them apart.
+    Field(NCol.MEM_PCT, u.PCT, ("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",),
+          ("Memory Throughput", "SOL Memory", "Memory [%]")),
+    # ncu <= 2020 called DRAM "FB" (frame buffer) in the SOL section.
+    Field(NCol.DRAM_PCT, u.PCT,
+          ("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+           "dram__throughput.avg.pct_of_peak_sustained_elapsed"),
+          ("DRAM Throughput", "SOL DRAM", "SOL FB")),
+    Field(NCol.L1_PCT, u.PCT, ("l1tex__throughput.avg.pct_of_peak_sustained_active",),
+          ("L1/TEX Cache Throughput", "SOL L1/TEX Cache")),
+    Field(NCol.L2_PCT, u.PCT, ("lts__throughput.avg.pct_of_peak_sustained_elapsed",),
+          ("L2 Cache Throughput", "SOL L2 Cache")),
+    Field(NCol.DRAM_BYTES_PER_S, u.RATE, ("dram__bytes.sum.per_second",),
+          ("Memory Throughput", "DRAM Bandwidth")),
+    # Blackwell-era metric lists name them dram__bytes_op_read/write (2026 CSVs here).
+    Field(NCol.DRAM_READ, u.BYTES, ("dram__bytes_read.sum", "dram__bytes_op_read.sum")),
+    Field(NCol.DRAM_WRITE, u.BYTES, ("dram__bytes_write.sum", "dram__bytes_op_write.sum")),
+    Field(NCol.DRAM_PEAK_PER_CYCLE, u.PER_CYCLE, ("dram__bytes.sum.peak_sustained",),
+          ("Theoretical DRAM Bytes Accessible",)),
+    Field(NCol.FADD, u.PER_CYCLE, (_SASS_OP.format("fadd"),)),
+    Field(NCol.FMUL, u.PER_CYCLE, (_SASS_OP.format("fmul"),)),
+    Field(NCol.FFMA, u.PER_CYCLE, (_SASS_OP.format("ffma"),)),
+    Field(NCol.DADD, u.PER_CYCLE, (_SASS_OP.format("dadd"),)),
+    Field(NCol.DMUL, u.PER_CYCLE, (_SASS_OP.format("dmul"),)),
+    Field(NCol.DFMA, u.PER_CYCLE, (_SASS_OP.format("dfma"),)),
+    Field(NCol.HADD, u.PER_CYCLE, (_SASS_OP.format("hadd"),)),
+    Field(NCol.HMUL, u.PER_CYCLE, (_SASS_OP.format("hmul"),)),
+    Field(NCol.HFMA, u.PER_CYCLE, (_SASS_OP.format("hfma"),)),
+    Field(NCol.FFMA_PEAK, u.PER_CYCLE, ("sm__sass_thread_inst_executed_op_ffma_pred_on.sum.peak_sustained",)),
+    Field(NCol.DFMA_PEAK, u.PER_CYCLE, ("sm__sass_thread_inst_executed_op_dfma_pred_on.sum.peak_sustained",)),
+    Field(NCol.TENSOR_PCT, u.PCT,
+          ("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed",
+           "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
+           "sm__inst_executed_pipe_tensor.avg.pct_of_peak_sustained_active")),
+    Field(NCol.OCC_ACHIEVED, u.PCT, ("sm__warps_active.avg.pct_of_peak_sustained_active",),
+          ("Achieved Occupancy",)),
+    Field(NCol.OCC_THEORETICAL, u.PCT, ("sm__maximum_warps_per_active_cycle_pct",),
+          ("Theoretical Occupancy",)),
+    Field(NCol.LIMIT_BLOCKS, u.COUNT, ("launch__occupancy_limit_blocks",), ("Block Limit SM",)),
+    Field(NCol.LIMIT_REGISTERS, u.COUNT, ("launch__occupancy_limit_registers",),
+          ("Block Limit Registers",)),
+    Field(NCol.LIMIT_SHARED, u.COUNT, ("launch__occupancy_limit_shared_mem",),
+          ("Block Limit Shared Mem",)),
+    Field(NCol.LIMIT_WARPS, u.COUNT, ("launch__occupancy_limit_warps",), ("Block Limit Warps",)),
+    Field(NCol.LIMIT_BARRIERS, u.COUNT, ("launch__occupancy_limit_barriers",),
+          ("Block Limit Barriers",)),
+    Field(NCol.WARP_CYCLES_PER_ISSUE, u.COUNT, ("smsp__average_warp_latency_per_inst_issued.ratio",),
+          ("Warp Cycles Per Issued Instruction",)),
+    Field(NCol.ISSUE_ACTIVE_PCT, u.PCT, ("smsp__issue_active.avg.pct_of_peak_sustained_active",),
+          ("One or More Eligible",)),
+    Field(NCol.ELIGIBLE_WARPS, u.COUNT, ("smsp__warps_eligible.avg.per_cycle_active",),
+          ("Eligible Warps Per Scheduler",)),
+    Field(NCol.ACTIVE_WARPS, u.COUNT, ("smsp__warps_active.avg.per_cycle_active",),
+          ("Active Warps Per Scheduler",)),
+    Field(NCol.LOCAL_LOADS, u.COUNT,
+          ("sass__inst_executed_local_loads", "smsp__sass_inst_executed_op_local_ld.sum",
+           "smsp__inst_executed_op_local_ld.sum")),
+    Field(NCol.LOCAL_STORES, u.COUNT,
+          ("sass__inst_executed_local_stores", "smsp__sass_inst_executed_op_local_st.sum",
+           "smsp__inst_executed_op_local_st.sum")),
+    Field(NCol.GLOBAL_LD_SECTORS, u.COUNT, ("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",)),
+    Field(NCol.GLOBAL_LD_REQUESTS, u.COUNT, ("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",)),
+    Field(NCol.GLOBAL_ST_SECTORS, u.COUNT, ("l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum",)),
+    Field(NCol.GLOBAL_ST_REQUESTS, u.COUNT, ("l1tex__t_requests_pipe_lsu_mem_global_op_st.sum",)),
+    Field(NCol.L2_EXCESS_SECTORS, u.COUNT, ("derived__memory_l2_theoretical_sectors_global_excessive",)),
+    Field(NCol.L2_IDEAL_SECTORS, u.COUNT, ("memory_l2_theoretical_sectors_global_ideal",)),
+    Field(NCol.L1_HIT_PCT, u.PCT, ("l1tex__t_sector_hit_rate.pct",), ("L1/TEX Hit Rate",)),
+    Field(NCol.L2_HIT_PCT, u.PCT, ("lts__t_sector_hit_rate.pct",), ("L2 Hit Rate",)),
+)
+
+#: Metric-name families that become breakdown rows: (group, pattern whose group 1 is the key).
+BREAKDOWN_PATTERNS: Final = (
+    ("stall_cycles", re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")),
+    # ncu 2019.x-2020.1 named the same quantity smsp__average_warp_latency_issue_stalled_*.
+    ("stall_cycles", re.compile(r"^smsp__average_warp_latency_issue_stalled_(\w+?)\.ratio$")),
+    ("stall_samples", re.compile(r"^smsp__pcsamp_warps_issue_stalled_(\w+?)$")),
+    ("pipe_pct", re.compile(r"^sm__inst_executed_pipe_(\w+?)\.avg\.pct_of_peak_sustained_active$")),
+)
+#: Details-page labels of the Warp State Statistics body ("Stall Long Scoreboard").
+_STALL_LABEL: Final = re.compile(r"^Stall (.+)$")
+
+
+@dataclass
+class LaunchRecord:
+    """Everything a reader found about one launch, before resolution into columns."""
+
+    launch_id: int
+    name: str
+    identity: dict[str, object] = field(default_factory=dict)  # NCol -> value, taken as is
+    metrics: dict[str, tuple[Value, str]] = field(default_factory=dict)  # name -> (value, dim)
+    labels: dict[str, list[tuple[Value, str]]] = field(default_factory=dict)  # label -> values
+    rules: list[dict[str, object]] = field(default_factory=list)  # RCol -> value
+
+
+_MARKUP: Final = re.compile(r"@(\w+):([^@]*)@")
+
+
+def plain_rule_text(text: str) -> str:
+    """ncu's rule markup resolved to what its UI shows: "@section:Id:Label@" -> "Label".
+
+    "@url:Label:https://...@" becomes "Label"; "@source:Id:0x7f..@" the address.
+    """
+
+    def repl(m: re.Match[str]) -> str:
+        kind, body = m.group(1), m.group(2)
+        if kind == "url":
+            return body.split(":", 1)[0]
+        return body.rsplit(":", 1)[-1] if ":" in body else body
+
+    return " ".join(_MARKUP.sub(repl, text).split())
+
+
+def parse_dim3(text: str) -> tuple[int, int, int] | None:
+    """"(256, 1, 1)" -> (256, 1, 1); None for anything else."""
+    parts = re.findall(r"\d+", text or "")
+    if len(parts) != 3:
+        return None
+    return int(parts[0]), int(parts[1]), int(parts[2])
+
+
+def _compatible(dim: str, wanted: str) -> bool:
+    # A unitless value is taken in base units: raw pages of some versions leave units empty.
+    # Counts take any unit: ncu labels some sector counts "byte" (derived__memory_l2_
+    # theoretical_sectors_global_excessive), and ncu_report 2026.3 returns that unit or none
+    # depending on which metrics were read before.
+    return dim == wanted or dim == u.COUNT or wanted == u.COUNT
+
+
+def _resolve(record: LaunchRecord, spec: Field) -> float | None:
+    for metric in spec.metrics:
+        got = record.metrics.get(metric)
+        if got is not None and isinstance(got[0], float) and _compatible(got[1], spec.dimension):
+            return got[0] * spec.scale
+    for label in spec.labels:
+        for value, dim in record.labels.get(label, ()):
+            if isinstance(value, float) and (dim == spec.dimension or (
+                    dim == u.COUNT and spec.dimension in (u.COUNT, u.PER_CYCLE))):
+                return value * spec.scale
+    return None
+
+
+def _finite(value: float | None) -> float | None:
+    return None if value is None or math.isnan(value) or math.isinf(value) else value
+
+
+def _breakdown_rows(record: LaunchRecord) -> list[dict[str, object]]:
+    rows: dict[tuple[str, str], float] = {}
+    for metric, (value, _dim) in record.metrics.items():
+        if not isinstance(value, float) or _finite(value) is None:
+            continue
+        for group, pattern in BREAKDOWN_PATTERNS:
+            m = pattern.match(metric)
+            if m and not m.group(1).endswith("not_issued"):
+                rows.setdefault((group, m.group(1)), value)
+                break
+    for label, values in record.labels.items():
+        m = _STALL_LABEL.match(label)
+        if m and values and isinstance(values[0][0], float):
+            key = m.group(1).strip().lower().replace(" ", "_")
+            rows.setdefault(("stall_cycles", key), values[0][0])
+    return [
+        {BCol.LAUNCH: record.launch_id, BCol.GROUP: g, BCol.KEY: k, BCol.VALUE: v}
+        for (g, k), v in sorted(rows.items())
+    ]
+
+
+_INT_COLUMNS: Final = frozenset(
+    name for name, dtype in NCU_LAUNCHES_SCHEMA.items() if dtype in (pl.Int64, pl.Int32)
+)
+
+
+def build_report(
+    path: Path,
+    fmt: str,
+    records: list[LaunchRecord],
+    *,
+    tool_version: str | None = None,
+    profiler_cmdline: str | None = None,
+    warnings: tuple[str, ...] = (),
+) -> NcuReport:
+    """Resolve collected launches into an NcuReport; raise TraceError if nothing usable."""
+    if not records:
+        raise TraceError(path, "contains no profiled kernel launches")
+    seen: set[int] = set()
+    launch_rows: list[dict[str, object]] = []
+    breakdown_rows: list[dict[str, object]] = []
+    rule_rows: list[dict[str, object]] = []
+    notes = list(warnings)
+    for rec in records:
+        if rec.launch_id in seen:
+            notes.append(f"launch ID {rec.launch_id} appears twice; kept the first")
+            continue
+        seen.add(rec.launch_id)
+        row: dict[str, object] = {NCol.LAUNCH: rec.launch_id, NCol.NAME: rec.name}
+        row.update(rec.identity)
+        for spec in FIELDS:
+            value = _finite(_resolve(rec, spec))
+            if value is not None and spec.column in _INT_COLUMNS:
+                row[spec.column] = round(value)
+            elif value is not None:
+                row[spec.column] = value
+        launch_rows.append(row)
+        breakdown_rows.extend(_breakdown_rows(rec))
+        for rule in rec.rules:
+            rule_rows.append({RCol.LAUNCH: rec.launch_id, **rule})
+    launches = pl.DataFrame(launch_rows, schema=NCU_LAUNCHES_SCHEMA, strict=False)
+    breakdowns = pl.DataFrame(breakdown_rows, schema=NCU_BREAKDOWNS_SCHEMA, strict=False)
+    rules = pl.DataFrame(rule_rows, schema=NCU_RULES_SCHEMA, strict=False)
+    report = NcuReport(
+        path=str(path), format=fmt, tool_version=tool_version, profiler_cmdline=profiler_cmdline,
+        launches=launches, breakdowns=breakdowns, rules=rules, warnings=tuple(notes),
+    )
+    report.check()
+    return report

@@ -1,0 +1,316 @@
+"""Nsight Compute ``.ncu-rep`` reports, through NVIDIA's ``ncu_report`` module (extra ``[ncu]``).
+
+``ncu_report`` (PyPI ``ncu-report``; import name ``ncu_report``) opens reports without a GPU,
+but it loads a truncated or foreign file silently, as a report with fewer (or no) launches.
+So the file's framing is walked here first: ``NVR\\0``, a length-prefixed ``FileHeader``, then
+blocks of a length-prefixed ``BlockHeader`` followed by ``PayloadSize`` bytes of
+length-prefixed messages (the layout of the ``.proto`` files ncu ships in
+``extras/FileFormat``; true of every report here, ncu 2020.3 to 2024.3). The walk also yields
+what the Python module does not expose: the ncu version, the profiler command line, and each
+launch's ``ClockStatus`` (whether ncu locked the clocks while profiling it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import math
+import re
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Final
+
+from tracewhy.errors import TraceError
+from tracewhy.model.ncu import NCol, NcuReport, RCol
+from tracewhy.readers import ncu_units as u
+from tracewhy.readers.ncu_common import (
+    BREAKDOWN_PATTERNS,
+    FIELDS,
+    LaunchRecord,
+    build_report,
+    plain_rule_text,
+)
+
+MAGIC: Final = b"NVR\x00"
+INSTALL_HINT: Final = (
+    "reading .ncu-rep needs NVIDIA's ncu_report module: pip install 'tracewhy[ncu]' "
+    "(or pip install ncu-report); or export CSV instead with: "
+    "ncu --import {path} --csv --page details > {stem}.csv"
+)
+#: BlockHeader fields (FileFormat/ProfilerReport.proto).
+_NUM_SOURCES, _NUM_RESULTS, _SESSION, _PAYLOAD_SIZE = 1, 2, 3, 5
+_NUM_RANGE_RESULTS, _NUM_CMDLIST_RESULTS, _NUM_GRAPH_RESULTS = 7, 8, 9
+#: ReportSessionDetails fields: VersionInfo (repeated), ProfilerCmdline.
+_VERSION_INFO, _CMDLINE = 8, 11
+#: ProfileResult.ClockStatus, and ProfilerClockStatusMessage.ExecutedLocked.
+_CLOCK_STATUS, _EXECUTED_LOCKED = 25, 2
+#: Refuse absurd lengths rather than allocating them (a corrupt length prefix).
+_MAX_MESSAGE: Final = 1 << 31
+
+
+@dataclass
+class Framing:
+    """What the file's own framing says, independent of ncu_report."""
+
+    version: str | None = None
+    cmdline: str | None = None
+    clocks_locked: list[bool | None] = field(default_factory=list)  # per kernel result, in order
+    results: int = 0
+
+
+def _varint(buf: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if i >= len(buf):
+            raise ValueError("varint runs past the end of its message")
+        byte = buf[i]
+        i += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return value, i
+        if shift > 63:
+            raise ValueError("varint longer than 64 bits")
+
+
+def _fields(buf: bytes) -> list[tuple[int, int | bytes]]:
+    """Top-level (field number, value) pairs of one protobuf message."""
+    out: list[tuple[int, int | bytes]] = []
+    i = 0
+    while i < len(buf):
+        key, i = _varint(buf, i)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, i = _varint(buf, i)
+            out.append((number, value))
+        elif wire == 2:
+            size, i = _varint(buf, i)
+            if i + size > len(buf):
+                raise ValueError("length-delimited field runs past the end of its message")
+            out.append((number, buf[i : i + size]))
+            i += size
+        elif wire == 5:
+            out.append((number, buf[i : i + 4]))
+            i += 4
+        elif wire == 1:
+            out.append((number, buf[i : i + 8]))
+            i += 8
+        else:
+            raise ValueError(f"unsupported protobuf wire type {wire}")
+    return out
+
+
+def _read_exact(f: IO[bytes], n: int, what: str) -> bytes:
+    data = f.read(n)
+    if len(data) != n:
+        raise EOFError(f"file ends inside {what} ({len(data)} of {n} bytes)")
+    return data
+
+
+def _message(f: IO[bytes], what: str) -> bytes | None:
+    prefix = f.read(4)
+    if not prefix:
+        return None
+    if len(prefix) < 4:
+        raise EOFError(f"file ends inside the length of {what}")
+    (size,) = struct.unpack("<I", prefix)
+    if size > _MAX_MESSAGE:
+        raise ValueError(f"{what} claims {size} bytes")
+    return _read_exact(f, size, what)
+
+
+def _session(details: bytes, framing: Framing) -> None:
+    for number, value in _fields(details):
+        if number == _CMDLINE and isinstance(value, bytes):
+            framing.cmdline = value.decode("utf-8", "replace")
+        elif number == _VERSION_INFO and isinstance(value, bytes):
+            info = dict(_fields(value))
+            provider, version = info.get(1), info.get(2)
+            if isinstance(provider, bytes) and isinstance(version, bytes) and b"Compute" in provider:
+                framing.version = version.decode("utf-8", "replace")
+
+
+def scan_framing(path: Path) -> Framing:
+    """Walk the report's blocks; raise TraceError naming the problem if the file is cut or foreign."""
+    framing = Framing()
+    try:
+        with open(path, "rb") as f:
+            if f.read(4) != MAGIC:
+                raise TraceError(path, "not an Nsight Compute report (.ncu-rep files start with 'NVR')")
+            if _message(f, "the file header") is None:
+                raise EOFError("file ends after its first 4 bytes")
+            block = 0
+            while (header := _message(f, f"block {block} header")) is not None:
+                fields = dict(_fields(header))
+                session = fields.get(_SESSION)
+                if isinstance(session, bytes):
+                    _session(session, framing)
+                counts = [_int(fields, k) for k in (_NUM_SOURCES, _NUM_RESULTS, _NUM_RANGE_RESULTS,
+                                                    _NUM_CMDLIST_RESULTS, _NUM_GRAPH_RESULTS)]
+                sources, results = counts[0], counts[1]
+                payload = _int(fields, _PAYLOAD_SIZE)
+                used = 0
+                for k in range(sum(counts)):
+                    msg = _message(f, f"block {block} payload")
+                    if msg is None:
+                        raise EOFError(f"file ends inside block {block} payload")
+                    used += 4 + len(msg)
+                    if sources <= k < sources + results:
+                        framing.results += 1
+                        framing.clocks_locked.append(_clock_locked(msg))
+                if used != payload:
+                    raise ValueError(f"block {block} payload is {used} bytes, its header says {payload}")
+                block += 1
+    except FileNotFoundError:
+        raise TraceError(path, "no such file") from None
+    except IsADirectoryError:
+        raise TraceError(path, "is a directory, expected an .ncu-rep file") from None
+    except PermissionError:
+        raise TraceError(path, "permission denied") from None
+    except EOFError as e:
+        raise TraceError(path, f"truncated Nsight Compute report: {e}") from None
+    except (ValueError, struct.error) as e:
+        raise TraceError(path, f"corrupt Nsight Compute report: {e}") from None
+    return framing
+
+
+def _int(fields: dict[int, int | bytes], number: int) -> int:
+    value = fields.get(number, 0)
+    return value if isinstance(value, int) else 0
+
+
+def _clock_locked(result: bytes) -> bool | None:
+    for number, value in _fields(result):
+        if number == _CLOCK_STATUS and isinstance(value, bytes):
+            status = dict(_fields(value))
+            locked = status.get(_EXECUTED_LOCKED)
+            return None if locked is None else bool(locked)
+    return None
+
+
+def load_module(path: Path) -> Any:
+    """NVIDIA's ncu_report module, or a TraceError saying how to install it or export CSV."""
+    try:
+        return importlib.import_module("ncu_report")
+    except ImportError:
+        raise TraceError(path, INSTALL_HINT.format(path=path.name, stem=path.stem)) from None
+
+
+_WANTED: Final = frozenset(m for spec in FIELDS for m in spec.metrics) | {
+    "launch__grid_dim_x", "launch__grid_dim_y", "launch__grid_dim_z",
+    "launch__block_dim_x", "launch__block_dim_y", "launch__block_dim_z",
+    "launch__device_id", "launch__stream_id", "launch__context_id",
+    "device__attribute_display_name", "device__attribute_compute_capability_major",
+    "device__attribute_compute_capability_minor",
+}
+_IDENTITY_METRICS: Final = {
+    "launch__grid_dim_x": NCol.GRID_X, "launch__grid_dim_y": NCol.GRID_Y,
+    "launch__grid_dim_z": NCol.GRID_Z, "launch__block_dim_x": NCol.BLOCK_X,
+    "launch__block_dim_y": NCol.BLOCK_Y, "launch__block_dim_z": NCol.BLOCK_Z,
+    "launch__device_id": NCol.DEVICE, "launch__stream_id": NCol.STREAM,
+    "launch__context_id": NCol.CONTEXT,
+}
+_BREAKDOWN_ANY: Final = re.compile("|".join(p.pattern for _, p in BREAKDOWN_PATTERNS))
+
+
+def _metric_value(module: Any, metric: Any) -> tuple[float | str, str] | None:
+    if metric is None or not metric.has_value():
+        return None
+    if metric.kind() == module.IMetric.ValueKind_STRING:
+        return str(metric.as_string()), "text"
+    value = float(metric.as_double())
+    if math.isnan(value):
+        return None
+    return u.normalize(value, str(metric.unit() or ""))
+
+
+def _severities(module: Any) -> dict[int, str]:
+    names = {"MsgType_OPTIMIZATION": "optimization", "MsgType_WARNING": "warning",
+             "MsgType_ERR": "error", "MsgType_OK": "ok", "MsgType_NONE": "none"}
+    return {int(getattr(module, k)): v for k, v in names.items() if hasattr(module, k)}
+
+
+def _speedup_types(module: Any) -> dict[int, str]:
+    names = {"SpeedupType_LOCAL": "local", "SpeedupType_GLOBAL": "global"}
+    return {int(getattr(module, k)): v for k, v in names.items() if hasattr(module, k)}
+
+
+def _rules(action: Any, severities: dict[int, str], speedups: dict[int, str]) -> list[dict[str, object]]:
+    out: list[dict[str, object]] = []
+    for d in action.rule_results_as_dicts():
+        msg = d.get("rule_message") or {}
+        title = plain_rule_text(str(msg.get("title") or ""))
+        text = plain_rule_text(str(msg.get("message") or ""))
+        if not title and not text:
+            continue  # ncu stores empty placeholder results for rules that found nothing
+        est = d.get("speedup_estimation") or {}
+        speedup = est.get("speedup")
+        out.append({
+            RCol.RULE: str(d.get("rule_identifier") or "unnamed"),
+            RCol.SECTION: d.get("section_identifier"),
+            RCol.TITLE: title or None,
+            RCol.MESSAGE: text,
+            RCol.SEVERITY: severities.get(int(msg.get("type", -1)), "none"),
+            RCol.SPEEDUP_TYPE: speedups.get(int(est.get("type", -1))),
+            RCol.SPEEDUP_PCT: float(speedup) if isinstance(speedup, (int, float)) else None,
+        })
+    return out
+
+
+def _record(module: Any, action: Any, launch_id: int, rule_maps: tuple[dict[int, str], dict[int, str]],
+            notes: list[str]) -> LaunchRecord:
+    names = set(action.metric_names())
+    wanted = sorted(n for n in names if n in _WANTED or _BREAKDOWN_ANY.match(n))
+    rec = LaunchRecord(launch_id, str(action.name()))
+    with contextlib.suppress(AttributeError, TypeError):  # ncu_report before 2023 has one name
+        rec.identity[NCol.DEMANGLED] = str(action.name(module.IAction.NameBase_DEMANGLED))
+    for name in wanted:
+        got = _metric_value(module, action.metric_by_name(name))
+        if got is not None:
+            rec.metrics[name] = got
+    for metric, column in _IDENTITY_METRICS.items():
+        value = rec.metrics.pop(metric, None)
+        if value is not None and isinstance(value[0], float):
+            rec.identity[column] = int(value[0])
+    display = rec.metrics.pop("device__attribute_display_name", None)
+    if display is not None:
+        rec.identity[NCol.DEVICE_NAME] = str(display[0])
+    major = rec.metrics.pop("device__attribute_compute_capability_major", None)
+    minor = rec.metrics.pop("device__attribute_compute_capability_minor", None)
+    if major is not None and minor is not None:
+        rec.identity[NCol.CC] = f"{int(float(major[0]))}.{int(float(minor[0]))}"
+    try:
+        rec.rules = _rules(action, *rule_maps)
+    except Exception as e:  # ncu_report raises its own types on rule data it cannot decode
+        notes.append(f"launch {launch_id}: rule results unreadable ({type(e).__name__})")
+    return rec
+
+
+def read_ncu_rep(path: str | Path) -> NcuReport:
+    """Read every kernel launch of an ``.ncu-rep`` file (all ranges, in file order)."""
+    path = Path(path)
+    framing = scan_framing(path)
+    module = load_module(path)
+    try:
+        context = module.load_report(str(path))
+    except Exception as e:  # the module's loader raises bare RuntimeErrors
+        raise TraceError(path, f"ncu_report could not open it: {' '.join(str(e).split())[:200]}") from None
+    actions = [context.range_by_idx(r).action_by_idx(a)
+               for r in range(context.num_ranges())
+               for a in range(context.range_by_idx(r).num_actions())]
+    if not actions:
+        raise TraceError(path, "report contains no profiled kernel launches")
+    notes: list[str] = []
+    if framing.results != len(actions):
+        notes.append(f"file frames {framing.results} kernel results, ncu_report shows {len(actions)}; "
+                     "clock-lock status not attributed")
+    rule_maps = (_severities(module), _speedup_types(module))
+    records = []
+    for i, action in enumerate(actions):
+        rec = _record(module, action, i, rule_maps, notes)
+        if framing.results == len(actions):
+            rec.identity[NCol.CLOCKS_LOCKED] = framing.clocks_locked[i]
+        records.append(rec)
+    return build_report(path, "ncu-rep", records, tool_version=framing.version,
+                        profiler_cmdline=framing.cmdline, warnings=tuple(notes))

@@ -1,0 +1,219 @@
+"""Terminal and JSON views of the roofline results (ncu reports and shape-based estimates)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import polars as pl
+from rich import box
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from tracewhy.analyses.roofline import NcuRooflineResult
+from tracewhy.analyses.roofline_ops import OpRooflineResult
+from tracewhy.renderers.units import fmt_ns, fmt_pct, shorten
+
+_BOUND_STYLE = {"memory-bound": "cyan", "compute-bound": "magenta", "latency-bound": "yellow",
+                "unknown": "dim"}
+
+
+def _rate(value: float | None, unit: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:.0f}%"
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None or math.isnan(value) else fmt_pct(value)
+
+
+def _num(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:.{digits}g}"
+
+
+def _table(title: str) -> Table:
+    return Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1), pad_edge=False)
+
+
+#: Widths the number columns never shrink below, so that only the name column is cut at 80 columns.
+_MIN_WIDTH = {"n": 2, "id": 2, "calls": 5, "time": 8, "share": 5, "SM": 4, "mem": 4, "roof": 6,
+              "occ": 8, "bound": 7, "TFLOP/s": 7, "GB/s": 5, "at roof": 8, "lost": 8, "reaches": 7}
+
+
+_TEXT_WIDTH = 28
+
+
+def _columns(t: Table, names: tuple[str, ...] | list[str], text_column: str) -> None:
+    for c in names:
+        t.add_column(c, justify="left" if c in (text_column, "bound") else "right", no_wrap=True,
+                     min_width=_MIN_WIDTH.get(c), max_width=_TEXT_WIDTH if c == text_column else None,
+                     overflow="ellipsis")
+
+
+def _scaled(value: float | None, unit: float) -> str:
+    if value is None or math.isnan(value):
+        return "-"
+    v = value / unit
+    return f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
+def _op_label(row: dict[str, Any]) -> str:
+    """"mm [8944,1024][1024,2816]": the op without its namespace, then its tensor shapes."""
+    name = str(row["name"]).split("::", 1)[-1]
+    dims = (row["input_dims"] or "").replace("],[", "][").replace(",[]", "").replace("[[", "[").replace("]]", "]")
+    return shorten(f"{name} {dims}", _TEXT_WIDTH)
+
+
+def _bound(value: str | None) -> Text:
+    """The bound without its "-bound" suffix, coloured: tables stay inside 80 columns."""
+    return Text((value or "-").removesuffix("-bound"), style=_BOUND_STYLE.get(value or "", ""))
+
+
+def render_ncu_roofline(r: NcuRooflineResult, top: int, per_launch: bool = False) -> RenderableType:
+    launches = r.launches.height
+    kernels = r.kernels.height
+    head = (f"{r.path}: {launches} launch{'es' if launches != 1 else ''} of {kernels} kernel"
+            f"{'s' if kernels != 1 else ''}" + (f" on {r.device_name}" if r.device_name else "")
+            + (f", ncu {r.tool_version.split(' ')[0]}" if r.tool_version else ""))
+    parts: list[RenderableType] = [Text(head, style="bold")]
+    t = _table("launches by GPU time" if per_launch else "kernels by GPU time")
+    cols = (["kernel", "id", "time", "SM", "mem", "roof", "occ", "bound"] if per_launch
+            else ["kernel", "n", "time", "share", "SM", "mem", "roof", "bound"])
+    _columns(t, cols, "kernel")
+    if per_launch:
+        for row in r.launches.head(top).iter_rows(named=True):
+            occ = (f"{_pct(row['achieved_occupancy_pct'])}/{_pct(row['theoretical_occupancy_pct'])}"
+                   if row["achieved_occupancy_pct"] is not None else "-")
+            t.add_row(shorten(row["name"], _TEXT_WIDTH), str(row["launch_id"]), fmt_ns(row["dur_ns"]),
+                      _pct(row["sm_pct"]), _pct(row["memory_pct"]), _share(row["roof_fraction"]), occ,
+                      _bound(row["bound"]))
+    else:
+        for row in r.kernels.head(top).iter_rows(named=True):
+            t.add_row(shorten(row["name"], _TEXT_WIDTH), str(row["launches"]), fmt_ns(row["total_ns"]),
+                      _share(row["share"]), _pct(row["sm_pct"]), _pct(row["memory_pct"]),
+                      _share(row["roof_fraction"]), _bound(row["bound"]))
+    parts.append(t)
+    parts.extend(_ncu_details(r, top, per_launch))
+    parts.extend(Text(f"note: {n}", style="yellow") for n in r.notes)
+    return Group(*parts)
+
+
+def _ncu_details(r: NcuRooflineResult, top: int, per_launch: bool) -> list[RenderableType]:
+    """A paragraph per kernel (or launch): the verdict, its reasons, and ncu's top rules."""
+    out: list[RenderableType] = []
+    rows = r.launches if per_launch else r.kernels
+    for row in rows.head(min(top, 8)).iter_rows(named=True):
+        label = f"{row['name']}" + (f" (launch {row['launch_id']})" if per_launch else "")
+        text = Text()
+        text.append(label, style="bold")
+        text.append("  ")
+        text.append(row["bound"], style=_BOUND_STYLE.get(row["bound"], ""))
+        text.append(f": {row['reason']}\n")
+        bullets: list[str] = []
+        if not per_launch and len(row["bounds"] or []) > 1:
+            bullets.append(f"launches differ: {', '.join(row['bounds'])} (see --launches)")
+        if row["details"]:
+            bullets.extend(row["details"].split("; "))
+        if row["top_stalls"] and row["bound"] != "latency-bound":
+            bullets.append(row["top_stalls"])
+        ai = row["arithmetic_intensity"]
+        if ai is not None and not math.isnan(ai):
+            bullets.append(f"{row['precision'] or 'FP'} {_rate(row['flop_per_s'], 'FLOP/s')} over DRAM "
+                           f"{_rate(row['dram_bytes_per_s'], 'B/s')}: {ai:.3g} FLOP/B")
+        if row["occupancy_limiter"]:
+            bullets.append(f"occupancy limited by {row['occupancy_limiter']}")
+        match = (pl.col("launch_id") == row["launch_id"]) if per_launch else (pl.col("name") == row["name"])
+        rules = (r.rules.filter(match)
+                 .with_columns((pl.col("rule_id") == "SOLBottleneck").alias("_sol"))
+                 .sort(["speedup_pct", "_sol"], descending=[True, True], nulls_last=True)
+                 .unique(subset=["rule_id", "message"], maintain_order=True).head(3))
+        for rule in rules.iter_rows(named=True):
+            speed = (f" (ncu estimates {rule['speedup_pct']:.0f}% {rule['speedup_type'] or ''} speedup)"
+                     if rule["speedup_pct"] is not None else "")
+            title = rule["title"] or rule["message"].split(". ")[0]
+            bullets.append(f"ncu {rule['rule_id']}: {shorten(title, 100)}{speed}")
+        text.append("\n".join(f"  - {b}" for b in bullets))
+        out.append(text)
+    return out
+
+
+def render_op_roofline(r: OpRooflineResult, top: int) -> RenderableType:
+    parts: list[RenderableType] = []
+    head = (f"shape-based roofline on {r.device_name or 'an unknown GPU'}: {r.ops.height} op shapes, "
+            f"{fmt_ns(r.covered_ns)} of {fmt_ns(r.gpu_time_ns)} GPU time estimated")
+    parts.append(Text(head, style="bold"))
+    t = _table("ops by GPU time")
+    _columns(t, ("op and input shapes", "calls", "time", "TFLOP/s", "GB/s", "roof", "bound"),
+             "op and input shapes")
+    for row in r.ops.head(top).iter_rows(named=True):
+        t.add_row(_op_label(row), str(row["calls"]), fmt_ns(row["gpu_ns"]), _scaled(row["flop_per_s"], 1e12),
+                  _scaled(row["bytes_per_s"], 1e9), _share(row["roof_fraction"]), _bound(row["bound"]))
+    parts.append(t)
+    worst = r.ops.filter(pl.col("lost_ns").is_not_null()).sort("lost_ns", descending=True).head(min(top, 8))
+    if worst.height:
+        w = _table("furthest below their roof: time lost against the roof")
+        _columns(w, ("op and input shapes", "time", "at roof", "lost", "reaches", "bound"),
+                 "op and input shapes")
+        for row in worst.iter_rows(named=True):
+            w.add_row(_op_label(row), fmt_ns(row["gpu_ns"]), fmt_ns(row["roof_ns"]), fmt_ns(row["lost_ns"]),
+                      _share(row["roof_fraction"]), _bound(row["bound"]))
+        parts.append(w)
+    parts.extend(Text(f"note: {n}", style="yellow") for n in r.notes)
+    return Group(*parts)
+
+
+def ncu_payload(r: NcuRooflineResult) -> dict[str, Any]:
+    """JSON body for an ncu roofline: tables, and points and ceilings ready to plot."""
+    points = r.launches.filter(pl.col("arithmetic_intensity").is_not_null()).select(
+        "launch_id", "name", "dur_ns", "bound", "precision", "arithmetic_intensity", "flop_per_s",
+        "dram_bytes_per_s")
+    return {
+        "source": "ncu",
+        "report": {"path": r.path, "format": r.format, "tool_version": r.tool_version,
+                   "device": r.device_name, "clocks_locked": r.clocks_locked},
+        "kernels": r.kernels,
+        "launches": r.launches,
+        "rules": r.rules,
+        "stalls": r.stalls,
+        "roofline": {
+            "x": "arithmetic_intensity (FLOP per DRAM byte)", "y": "flop_per_s",
+            "ceilings": {"flop_per_s": r.ceilings.flop_per_s,
+                         "dram_bytes_per_s": r.ceilings.dram_bytes_per_s, "source": r.ceilings.source},
+            "points": points,
+        },
+        "notes": list(r.notes),
+    }
+
+
+def ops_payload(r: OpRooflineResult) -> dict[str, Any]:
+    """JSON body for the shape-based roofline."""
+    points = r.ops.filter(pl.col("arithmetic_intensity").is_not_null()).select(
+        "name", "input_dims", "dtype", "precision", "gpu_ns", "bound", "arithmetic_intensity",
+        "flop_per_s", "bytes_per_s")
+    peaks = r.peaks
+    return {
+        "source": "shapes",
+        "device": r.device_name,
+        "gpu_time_ns": r.gpu_time_ns,
+        "covered_ns": r.covered_ns,
+        "ops": r.ops,
+        "furthest_below_roof": r.ops.filter(pl.col("lost_ns").is_not_null()).sort("lost_ns", descending=True)
+        .head(20).select("name", "input_dims", "dtype", "gpu_ns", "roof_ns", "lost_ns", "roof_fraction", "bound"),
+        "roofline": {
+            "x": "arithmetic_intensity (FLOP per minimum byte)", "y": "flop_per_s",
+            "ceilings": None if peaks is None else {
+                "device": peaks.name, "source": peaks.source, "flop_per_s": peaks.flop_per_s,
+                "dram_bytes_per_s": peaks.dram_bytes_per_s},
+            "points": points,
+        },
+        "notes": list(r.notes),
+    }
