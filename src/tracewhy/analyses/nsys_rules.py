@@ -53,14 +53,15 @@ SYNC_APIS: Final = ("cudaDeviceSynchronize%", "cudaStreamSynchronize%")
 
 
 @lru_cache(maxsize=32)
-def _like(pattern: str) -> re.Pattern[str]:
-    """An SQL LIKE pattern as a case-insensitive regular expression."""
+def like_regex(pattern: str) -> str:
+    """An SQL LIKE pattern (``%`` any run, ``_`` one character, case-insensitive for ASCII, as
+    SQLite's LIKE) as a regular expression."""
     body = "".join(".*" if ch == "%" else "." if ch == "_" else re.escape(ch) for ch in pattern)
-    return re.compile(f"^{body}$", re.IGNORECASE | re.DOTALL)
+    return f"(?is)^{body}$"
 
 
 def _matches(names: pl.Expr, pattern: str) -> pl.Expr:
-    return names.str.contains(_like(pattern).pattern)
+    return names.str.contains(like_regex(pattern))
 
 
 @dataclass(frozen=True)

@@ -305,17 +305,21 @@ def _meta(db: Db, shown: Path, export: dict[str, str], slices: pl.DataFrame,
     if not slices.height:
         warnings.append("no CUDA, NVTX or OS runtime events in this export")
     warnings.extend(meta.diagnostics(db))
-    start, stop = meta.session_span(db)
+    first = slices.get_column(Col.TS).min() if slices.height else None
+    last = (slices.get_column(Col.TS) + slices.get_column(Col.DUR)).max() if slices.height else None
+    span, clock_note = meta.events_span(db, first, last)  # type: ignore[arg-type]
+    if clock_note:
+        warnings.append(clock_note)
     counts = slices.group_by(Col.KIND).len().sort(Col.KIND)
     return TraceMeta(
         path=str(shown),
         format="nsys",
         display_time_unit="ns",
-        base_time_ns=meta.base_time_ns(db, export),
+        base_time_ns=meta.base_time_ns(db, export, None if span is None else span[0]),
         versions=meta.versions(db, export),
         capture=Capture(source="nsys export"),
-        profiler_spans_ns=((start, stop),) if start is not None and stop is not None else (),
+        profiler_spans_ns=(span,) if span is not None else (),
         event_counts={str(k): int(v) for k, v in counts.iter_rows()},
         warnings=tuple(warnings),
-        capture_settings=meta.capture_settings(db, export),
+        capture_settings=meta.capture_settings(db, export, span),
     )

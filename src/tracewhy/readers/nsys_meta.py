@@ -42,8 +42,9 @@ def schema_version(export: dict[str, str]) -> tuple[int, int] | None:
         return None
 
 
-def capture_settings(db: Db, export: dict[str, str]) -> dict[str, str]:
-    """META_DATA_CAPTURE without the environment, plus the session clock and any windowing."""
+def capture_settings(db: Db, export: dict[str, str], span: tuple[int, int] | None) -> dict[str, str]:
+    """META_DATA_CAPTURE without the environment, plus the session span on the events' clock
+    and any windowing."""
     settings: dict[str, str] = {}
     for key, value in key_values(db, "META_DATA_CAPTURE"):
         if any(marker in key for marker in _SECRET_MARKERS):
@@ -54,10 +55,9 @@ def capture_settings(db: Db, export: dict[str, str]) -> dict[str, str]:
                 "DERIVED_WINDOW_NS", "DERIVED_BY"):
         if key in export:
             settings[key] = export[key]
-    start, stop = session_span(db)
-    if start is not None:
-        settings["SESSION_START_NS"] = str(start)
-        settings["SESSION_STOP_NS"] = str(stop)
+    if span is not None:
+        settings["SESSION_START_NS"] = str(span[0])
+        settings["SESSION_STOP_NS"] = str(span[1])
     utc = session_utc(db)
     if utc is not None:
         settings["SESSION_START_UTC_EPOCH_NS"] = str(utc[0])
@@ -88,11 +88,33 @@ def session_utc(db: Db) -> tuple[int, str] | None:
     return int(row[0]), str(row[1] or "")
 
 
-def base_time_ns(db: Db, export: dict[str, str]) -> int | None:
-    """UTC epoch ns of timestamp 0, so that wall time = base + ts (Kineto's meaning)."""
+def events_span(db: Db, first_ts: int | None, last_end: int | None) -> tuple[tuple[int, int] | None, str | None]:
+    """The session (ANALYSIS_DETAILS start, stop) on the clock the events use, and a note
+    when that clock is not the one ANALYSIS_DETAILS uses.
+
+    Exports up to 2025.x and 2026.2 write ANALYSIS_DETAILS on the events' clock (events may
+    begin a little before its start). The 2026.1 export in shared/traces writes it on the raw
+    monotonic clock (5.15e14 ns) while its events count from the session's start (~1e9 ns):
+    when the events lie wholly outside the session, they are taken to count from its start.
+    """
+    start, stop = session_span(db)
+    if start is None or stop is None:
+        return None, None
+    if first_ts is None or last_end is None or (last_end >= start and first_ts <= stop):
+        return (start, stop), None
+    note = (f"ANALYSIS_DETAILS gives the session on another clock ({start} ns) than the events "
+            f"(which begin at {first_ts} ns); the events are taken to count from the session start")
+    return (0, stop - start), note
+
+
+def base_time_ns(db: Db, export: dict[str, str], session_start: int | None) -> int | None:
+    """UTC epoch ns of timestamp 0, so that wall time = base + ts (Kineto's meaning).
+
+    ``session_start`` is the session's start on the events' clock (see ``events_span``).
+    """
     if export.get("EXPORT_PARAM_TIME_NORMALIZE", "false").lower() == "true":
         return 0  # --ts-normalize=true: timestamps are already UTC epoch ns
-    start, _ = session_span(db)
+    start = session_start
     utc = session_utc(db)
     if start is None or utc is None:
         return None
