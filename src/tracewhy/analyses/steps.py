@@ -42,7 +42,8 @@ class StepsResult:
 
     ``table`` columns: name, number, ts_ns, dur_ns (the step's span on the CPU, as recorded),
     gpu_start_ns, gpu_end_ns, gpu_busy_ns (union of device activity the step launched),
-    kernel_count, kernel_time_ns, steady (bool). ``stats`` covers the steady steps only.
+    kernel_count, kernel_time_ns, window_end_ns (end of the step's window: the next step's
+    start, see ``steps``), steady (bool). ``stats`` covers the steady steps only.
     """
 
     marker: str
@@ -103,6 +104,13 @@ def steps(trace: Trace, options: StepsOptions = StepsOptions()) -> StepsResult:
         else:
             rows.append((None, None, 0, 0, 0))
     n = marks.height
+    # A step's window runs to the next step's start (the loop's full period, input loading
+    # between markers included); the last one to the later of its CPU end and the end of the
+    # GPU work it launched. tb_plugin used the same windows; GPU utilization over them agrees
+    # with its reference outputs (tests/test_gaps_real.py).
+    starts = marks.get_column(Col.TS).to_list()
+    cpu_ends = [t + d for t, d in zip(starts, marks.get_column(Col.DUR).to_list(), strict=True)]
+    window_ends = [*starts[1:], max(cpu_ends[-1], rows[-1][1] or cpu_ends[-1])]
     warmup = options.warmup if options.warmup is not None else (1 if n >= 3 else 0)
     warmup = max(0, min(warmup, n))
     table = pl.DataFrame(
@@ -116,6 +124,7 @@ def steps(trace: Trace, options: StepsOptions = StepsOptions()) -> StepsResult:
             "gpu_busy_ns": pl.Series([r[2] for r in rows], dtype=pl.Int64),
             "kernel_count": pl.Series([r[3] for r in rows], dtype=pl.Int64),
             "kernel_time_ns": pl.Series([r[4] for r in rows], dtype=pl.Int64),
+            "window_end_ns": pl.Series(window_ends, dtype=pl.Int64),
             "steady": pl.Series([i >= warmup for i in range(n)], dtype=pl.Boolean),
         }
     )
@@ -161,6 +170,6 @@ def _empty_table() -> pl.DataFrame:
         schema={
             "name": pl.String, "number": pl.Int64, Col.TS: pl.Int64, Col.DUR: pl.Int64,
             "gpu_start_ns": pl.Int64, "gpu_end_ns": pl.Int64, "gpu_busy_ns": pl.Int64,
-            "kernel_count": pl.Int64, "kernel_time_ns": pl.Int64, "steady": pl.Boolean,
+            "kernel_count": pl.Int64, "kernel_time_ns": pl.Int64, "window_end_ns": pl.Int64, "steady": pl.Boolean,
         }
     )

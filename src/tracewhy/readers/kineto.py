@@ -73,6 +73,9 @@ _FLOW_KIND = {"ac2g": "correlation", "async": "correlation", "async_gpu": "corre
 _GPU_KINDS = frozenset(k.value for k in (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.GPU_ANNOTATION,
                                          Kind.GPU_SYNC, Kind.PROFILER_RANGE))
 _OP_ATTR_KINDS = frozenset(k.value for k in (Kind.CPU_OP, Kind.ANNOTATION))
+# record_function scopes that PyTorch itself opens. Before 1.10 they were written with cat
+# "Operator" like aten ops; they are annotations, not operators.
+_LEGACY_ANNOTATION = re.compile(r"^(ProfilerStep#\d+|enumerate\(DataLoader\)#|Optimizer\.(step|zero_grad)#)")
 _TRACE_SPAN = "trace_span"  # cat "Trace": the profiler's own capture window
 _FLOW_PHASES = frozenset(("s", "f", "t"))
 _INSTANT_PHASES = frozenset(("i", "I"))
@@ -262,6 +265,10 @@ class _Builder:
                     self.spans.append((int(t[0]), int(t[1])))
             keep = [i for i, k in enumerate(kinds) if k != _TRACE_SPAN]
             evs, kinds = [evs[i] for i in keep], [kinds[i] for i in keep]
+        if Kind.CPU_OP.value in kinds:
+            op, annotation = Kind.CPU_OP.value, Kind.ANNOTATION.value
+            kinds = [annotation if k == op and _LEGACY_ANNOTATION.match(e.name) else k
+                     for e, k in zip(evs, kinds, strict=True)]
         ts = np.array([e.ts for e in evs], dtype=np.float64)
         bad_ts = np.isnan(ts)
         if bad_ts.any():

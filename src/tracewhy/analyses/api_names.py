@@ -1,0 +1,71 @@
+"""Which host calls and annotations mean what: the one place for runtime-API and op name rules.
+
+CUDA and HIP spell the same calls differently; nsys appends ``_vNNNN`` (the reader strips it).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+# Calls that block the host until device work completes.
+_SYNC = re.compile(
+    r"^(cuda|hip)(DeviceSynchronize|StreamSynchronize|EventSynchronize|CtxSynchronize)$"
+    r"|^cu(CtxSynchronize|StreamSynchronize|EventSynchronize)$"
+    # Synchronous copies/memsets block the host as well (the non-Async variants).
+    r"|^(cuda|hip)(Memcpy|Memcpy2D|Memcpy3D|MemcpyDtoH|MemcpyHtoD|MemcpyWithStream|Memset)$"
+    r"|^cuMemcpy(DtoH|HtoD|DtoD)?(_v2)?$"
+)
+_ALLOC = re.compile(r"^(cuda|hip)(Malloc|Free|MallocAsync|FreeAsync|MallocHost|FreeHost|HostAlloc)$|^cuMem(Alloc|Free)")
+_LAUNCH = re.compile(
+    r"^(cuda|hip)(LaunchKernel|LaunchKernelExC|LaunchCooperativeKernel|ExtLaunchKernel|ModuleLaunchKernel"
+    r"|MemcpyAsync|MemsetAsync|Memcpy2DAsync|MemcpyWithStream|ExtModuleLaunchKernel)$"
+    r"|^cu(LaunchKernel|LaunchKernelEx|LaunchCooperativeKernel|Memcpy\w*Async\w*|Memset\w*Async\w*)$"
+    r"|^hipExtLaunch"
+)
+_GRAPH = re.compile(r"^(cuda|hip)GraphLaunch$|^cuGraphLaunch$")
+_DATALOADER = re.compile(r"^enumerate\(DataLoader\)#.*__next__$|DataLoader.*__next__")
+_COMM = re.compile(r"^(nccl|gloo|mpi|ucc|rccl):|^c10d::|^record_param_comms$|ProcessGroup|^nccl[A-Z]")
+_OPTIMIZER = re.compile(r"^Optimizer\.(step|zero_grad)")
+# aten ops that copy a device value to the host and therefore wait for the device.
+_SCALAR_READ = re.compile(r"^aten::(item|_local_scalar_dense|nonzero|is_nonzero|equal|allclose|tolist)$")
+
+
+@lru_cache(maxsize=8192)
+def is_sync_call(name: str) -> bool:
+    return _SYNC.match(name) is not None
+
+
+@lru_cache(maxsize=8192)
+def is_alloc_call(name: str) -> bool:
+    return _ALLOC.match(name) is not None
+
+
+@lru_cache(maxsize=8192)
+def is_launch_call(name: str) -> bool:
+    return _LAUNCH.match(name) is not None or _GRAPH.match(name) is not None
+
+
+@lru_cache(maxsize=8192)
+def is_graph_launch(name: str) -> bool:
+    return _GRAPH.match(name) is not None
+
+
+@lru_cache(maxsize=8192)
+def is_dataloader(name: str) -> bool:
+    return _DATALOADER.search(name) is not None
+
+
+@lru_cache(maxsize=8192)
+def is_comm(name: str) -> bool:
+    return _COMM.search(name) is not None
+
+
+@lru_cache(maxsize=8192)
+def is_optimizer(name: str) -> bool:
+    return _OPTIMIZER.match(name) is not None
+
+
+@lru_cache(maxsize=8192)
+def is_scalar_read(name: str) -> bool:
+    return _SCALAR_READ.match(name) is not None

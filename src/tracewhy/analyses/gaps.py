@@ -1,0 +1,292 @@
+"""Where the GPU sat idle, and what the host was doing at that moment.
+
+Every idle interval of each device (between the union of its kernels, copies and memsets) is
+found, then explained from the thread that launched the work ending the gap:
+
+- if that work was launched after the gap began, the GPU was waiting on the host: the time
+  from the gap's start to that launch is classified by what was on the host's stack
+  (sampled at evenly spaced instants), and the rest is launch latency;
+- if it was launched before the gap began, the GPU was waiting on something else (a
+  dependency on another stream, an event, launch queueing);
+- a gap that opens as a blocking synchronize returns is the synchronize's doing: the host
+  stalled until the device drained, so the device then had nothing queued.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from tracewhy.analyses.host_activity import Flag, HostIndex, build_host_index
+from tracewhy.analyses.intervals import gaps as interval_gaps
+from tracewhy.analyses.steps import StepsResult
+from tracewhy.analyses.utilization import DeviceBusy, device_busy
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, Col, Kind
+from tracewhy.model.trace import Trace
+
+I64 = npt.NDArray[np.int64]
+
+#: Gaps shorter than this are not reported (launch-level gaps of a few µs still count).
+DEFAULT_MIN_GAP_NS = 2_000
+#: Instants sampled per gap to split its time between classes.
+SAMPLES_PER_GAP = 8
+#: A synchronize that returns within this long after the device went idle caused the gap.
+SYNC_RETURN_SLACK_NS = 50_000
+#: A gap whose work was already queued is launch latency up to this length; longer is a dependency.
+QUEUED_LATENCY_NS = 20_000
+#: Host time inside the op that launches the next kernel counts as dispatch overhead (launch)
+#: in gaps up to this length; in longer gaps it is host compute.
+DISPATCH_GAP_MAX_NS = 100_000
+
+
+class GapClass(str, Enum):
+    INPUT = "input"  # DataLoader __next__ on the host
+    SYNC = "sync"  # the host blocked in a synchronize (or one drained the device)
+    LAUNCH = "launch"  # kernel-launch / dispatch overhead
+    HOST = "host"  # Python or CPU ops with no launch in flight
+    ALLOCATOR = "allocator"  # cudaMalloc / cudaFree
+    COMM = "comm"  # waiting in a collective
+    GRAPH = "graph"  # CUDA-graph replay launch
+    DEPENDENCY = "dependency"  # work was queued but waited (stream/event dependency)
+    OTHER = "other"  # the host was in no traced activity (untraced Python, sleep, other process)
+
+
+CLASSES = tuple(c.value for c in GapClass)
+
+
+@dataclass(frozen=True)
+class GapsOptions:
+    min_gap_ns: int = DEFAULT_MIN_GAP_NS
+
+
+@dataclass(frozen=True)
+class GapsResult:
+    """``gaps``: one row per idle interval (device, start_ns, dur_ns, gap_class, step, host
+    activity names, next_activity, ns per class). ``per_step``: per step and device, window,
+    busy and idle time and idle ns per class. ``launch_thread``: the (pid, tid) that launched
+    most GPU work."""
+
+    gaps: pl.DataFrame
+    per_step: pl.DataFrame
+    min_gap_ns: int
+    devices: tuple[int, ...]
+    busy: dict[int, DeviceBusy] = field(repr=False)
+
+
+def gaps(trace: Trace, steps: StepsResult, options: GapsOptions = GapsOptions(),
+         host: HostIndex | None = None) -> GapsResult:
+    busy = device_busy(trace)
+    host = host if host is not None else build_host_index(trace)
+    st = steps.table
+    s = trace.slices
+    gpu = trace.of_kind(*GPU_ACTIVITY_KINDS).select(Col.ID, Col.DEVICE, Col.TS, Col.LAUNCH, Col.OP, Col.NAME)
+    launch_tid = _main_launch_thread(trace)
+    frames = []
+    for device, b in busy.items():
+        if b.starts.size == 0:
+            continue
+        lo, hi = int(b.starts[0]), int(b.ends[-1])
+        if st.height:
+            lo = min(lo, int(st.get_column(Col.TS).min()))  # type: ignore[arg-type]
+            hi = max(hi, int(st.get_column("window_end_ns").max()))  # type: ignore[arg-type]
+        gs, ge = interval_gaps(b.starts, b.ends, lo, hi)
+        if st.height:  # a gap across a step boundary is two gaps, one per step
+            gs, ge = _split_at(gs, ge, st.get_column(Col.TS).to_numpy())
+        keep = (ge - gs) >= options.min_gap_ns
+        gs, ge = gs[keep], ge[keep]
+        dev = gpu.filter(pl.col(Col.DEVICE) == device).sort(Col.TS)
+        frames.append(_explain(device, gs, ge, dev, s, host, launch_tid))
+    table = pl.concat(frames) if frames else _empty_gaps()
+    table = _assign_steps(table, st)
+    per_step = _per_step(table, st, busy)
+    return GapsResult(gaps=table, per_step=per_step, min_gap_ns=options.min_gap_ns,
+                      devices=tuple(busy), busy=busy)
+
+
+def _main_launch_thread(trace: Trace) -> tuple[int, int] | None:
+    launches = trace.of_kind(*LAUNCH_KINDS).group_by(Col.PID, Col.TID).len().sort("len", descending=True)
+    if launches.height == 0:
+        ops = trace.of_kind(Kind.CPU_OP, Kind.ANNOTATION).group_by(Col.PID, Col.TID).len().sort("len", descending=True)
+        return (int(ops[0, Col.PID]), int(ops[0, Col.TID])) if ops.height else None
+    return int(launches[0, Col.PID]), int(launches[0, Col.TID])
+
+
+def _explain(device: int, gs: I64, ge: I64, dev: pl.DataFrame, s: pl.DataFrame, host: HostIndex,
+             fallback: tuple[int, int] | None) -> pl.DataFrame:
+    n = gs.size
+    # The activity that ends each gap: the first one starting at or after the gap's end.
+    d_ts = dev.get_column(Col.TS).to_numpy()
+    nxt = np.searchsorted(d_ts, ge, side="left")
+    has_next = nxt < d_ts.size
+    nxt_c = np.minimum(nxt, max(d_ts.size - 1, 0))
+    launch_id = dev.get_column(Col.LAUNCH).fill_null(-1).to_numpy()[nxt_c] if d_ts.size else np.full(n, -1)
+    launch_id = np.where(has_next, launch_id, -1)
+    next_name = dev.get_column(Col.NAME).cast(pl.String).to_numpy()[nxt_c] if d_ts.size else np.full(n, "")
+    next_op = dev.get_column(Col.OP).fill_null(-1).to_numpy()[nxt_c] if d_ts.size else np.full(n, -1)
+    linked = launch_id >= 0
+    l_safe = np.maximum(launch_id, 0)
+    launch_ts = np.where(linked, s.get_column(Col.TS).to_numpy()[l_safe], -1)
+    launch_end = np.where(linked, launch_ts + s.get_column(Col.DUR).to_numpy()[l_safe], -1)
+    pid = np.where(linked, s.get_column(Col.PID).fill_null(-1).to_numpy()[l_safe], fallback[0] if fallback else -1)
+    tid = np.where(linked, s.get_column(Col.TID).fill_null(-1).to_numpy()[l_safe], fallback[1] if fallback else -1)
+    queued = linked & (launch_ts <= gs)
+    host_end = np.where(linked & ~queued, np.minimum(np.maximum(launch_ts, gs), ge), ge)
+
+    # Sample the host-wait part of each gap.
+    k = SAMPLES_PER_GAP
+    frac = (np.arange(k) + 0.5) / k
+    span = host_end - gs
+    times = (gs[:, None] + (span[:, None] * frac[None, :]).astype(np.int64)).ravel()
+    pos = np.full(times.size, -1, dtype=np.int64)
+    thread_keys = np.repeat(np.stack([pid, tid], axis=1), k, axis=0)
+    for p, t in {(int(a), int(b)) for a, b in zip(pid, tid, strict=True)}:
+        sel = np.flatnonzero((thread_keys[:, 0] == p) & (thread_keys[:, 1] == t))
+        pos[sel] = host.innermost(p, t, times[sel])
+    next_op_rep = np.repeat(next_op, k)
+    short = np.repeat((ge - gs) <= DISPATCH_GAP_MAX_NS, k)
+    cls = _classify_samples(pos, host, next_op_rep, short)
+    cls = cls.reshape(n, k)
+    weights = span / k
+    per_class = {c: (cls == i).sum(axis=1) * weights for i, c in enumerate(CLASSES)}
+    # After the launch began: the host was inside the launch call, then the work sat queued.
+    # Queueing up to QUEUED_LATENCY_NS is ordinary launch latency; longer, the work waited on
+    # something (another stream, an event, a busy copy engine).
+    in_call = np.where(linked & ~queued, np.clip(launch_end, host_end, ge) - host_end, 0)
+    waiting = (ge - gs) - span - in_call
+    latency = np.where(waiting > QUEUED_LATENCY_NS, 0, waiting)
+    per_class[GapClass.LAUNCH.value] = per_class[GapClass.LAUNCH.value] + in_call + latency
+    per_class[GapClass.DEPENDENCY.value] = per_class[GapClass.DEPENDENCY.value] + (waiting - latency)
+
+    # A synchronize that was blocking while the device drained and returned in this gap.
+    drained = _sync_returns_in(gs, ge, host)
+    for c in CLASSES:
+        per_class[c] = np.where(drained, 0, per_class[c])
+    per_class[GapClass.SYNC.value] = np.where(drained, ge - gs, per_class[GapClass.SYNC.value])
+
+    class_matrix = np.stack([per_class[c] for c in CLASSES], axis=1)
+    dominant = np.array(CLASSES, dtype=object)[np.argmax(class_matrix, axis=1)] if n else np.array([], dtype=object)
+    mid = pos.reshape(n, k)[:, k // 2] if n else np.zeros(0, dtype=np.int64)
+    return pl.DataFrame({
+        "device": np.full(n, device, dtype=np.int32),
+        "start_ns": gs,
+        "dur_ns": ge - gs,
+        "gap_class": pl.Series(dominant.tolist(), dtype=pl.String),
+        "host_pid": pid.astype(np.int64),
+        "host_tid": tid.astype(np.int64),
+        "host_innermost": _names(s, np.where(mid >= 0, host.ids[np.maximum(mid, 0)], -1)),
+        "host_op": _names(s, np.where(mid >= 0, host.op_ctx[np.maximum(mid, 0)], -1)),
+        "host_annotation": _names(s, np.where(mid >= 0, host.annotation_ctx[np.maximum(mid, 0)], -1)),
+        "host_python": _names(s, np.where(mid >= 0, host.python_ctx[np.maximum(mid, 0)], -1)),
+        "next_activity": pl.Series([str(v) if h else None for v, h in zip(next_name, has_next, strict=True)],
+                                   dtype=pl.String),
+        "next_launched_before_gap": queued,
+        **{f"{c}_ns": per_class[c].astype(np.int64) for c in CLASSES},
+    })
+
+
+def _classify_samples(pos: I64, host: HostIndex, next_op: I64, short: npt.NDArray[np.bool_]) -> I64:
+    """Class index per sampled instant, by what is on the host stack (first rule that holds)."""
+    idx = {c: i for i, c in enumerate(CLASSES)}
+    out = np.full(pos.size, idx[GapClass.OTHER.value], dtype=np.int64)
+    on = pos >= 0
+    p = np.maximum(pos, 0)
+    decided = ~on
+
+    def rule(mask: npt.NDArray[np.bool_], c: GapClass) -> None:
+        nonlocal decided
+        m = mask & ~decided
+        out[m] = idx[c.value]
+        decided = decided | m
+
+    st = host.on_stack
+    rule(on & st[Flag.DATALOADER][p], GapClass.INPUT)
+    rule(on & st[Flag.SYNC][p], GapClass.SYNC)
+    rule(on & st[Flag.ALLOC][p], GapClass.ALLOCATOR)
+    rule(on & st[Flag.COMM][p], GapClass.COMM)
+    rule(on & st[Flag.GRAPH][p], GapClass.GRAPH)
+    rule(on & st[Flag.LAUNCH][p], GapClass.LAUNCH)
+    # Eager dispatch: the host is inside the op that will launch the work ending a short gap.
+    in_next_op = on & (next_op >= 0) & (host.op_ctx[p] == next_op)
+    rule(in_next_op & short, GapClass.LAUNCH)
+    rule(on, GapClass.HOST)
+    return out
+
+
+def _sync_returns_in(gs: I64, ge: I64, host: HostIndex) -> npt.NDArray[np.bool_]:
+    sync = host.self_flag[Flag.SYNC]
+    if not sync.any() or gs.size == 0:
+        return np.zeros(gs.size, dtype=bool)
+    s_ts = host.ts[sync]
+    s_end = host.end[sync]
+    order = np.argsort(s_end)
+    s_ts, s_end = s_ts[order], s_end[order]
+    # Any synchronize that started before the gap and returned within the slack after its start.
+    lo = np.searchsorted(s_end, gs, side="left")
+    hi = np.searchsorted(s_end, np.minimum(ge, gs + SYNC_RETURN_SLACK_NS), side="right")
+    out = np.zeros(gs.size, dtype=bool)
+    for i in np.flatnonzero(hi > lo):
+        out[i] = bool((s_ts[lo[i] : hi[i]] < gs[i]).any())
+    return out
+
+
+def _names(s: pl.DataFrame, ids: I64) -> pl.Series:
+    names = s.get_column(Col.NAME).cast(pl.String)
+    safe = np.maximum(ids, 0)
+    values = names.gather(safe) if ids.size else pl.Series([], dtype=pl.String)
+    return values.set(pl.Series(ids < 0), None) if ids.size else values
+
+
+def _assign_steps(table: pl.DataFrame, st: pl.DataFrame) -> pl.DataFrame:
+    if st.height == 0 or table.height == 0:
+        return table.with_columns(pl.lit(None, dtype=pl.Int64).alias("step"))
+    starts = st.get_column(Col.TS).to_numpy()
+    idx = np.searchsorted(starts, table.get_column("start_ns").to_numpy(), side="right") - 1
+    ends = st.get_column("window_end_ns").to_numpy()
+    inside = (idx >= 0) & (table.get_column("start_ns").to_numpy() < ends[np.maximum(idx, 0)])
+    return table.with_columns(pl.Series("step", np.where(inside, idx, -1)).replace(-1, None).cast(pl.Int64))
+
+
+def _split_at(gs: I64, ge: I64, cuts: I64) -> tuple[I64, I64]:
+    """Split intervals at the given instants (each cut strictly inside an interval splits it)."""
+    idx = np.searchsorted(gs, cuts, side="right") - 1
+    inside = (idx >= 0) & (cuts > gs[np.maximum(idx, 0)]) & (cuts < ge[np.maximum(idx, 0)])
+    if not inside.any():
+        return gs, ge
+    points = np.sort(np.concatenate([gs, ge, cuts[inside]]))
+    starts = np.concatenate([gs, cuts[inside]])
+    starts.sort()
+    ends = np.concatenate([ge, cuts[inside]])
+    ends.sort()
+    del points
+    return starts, ends
+
+
+def _per_step(table: pl.DataFrame, st: pl.DataFrame, busy: dict[int, DeviceBusy]) -> pl.DataFrame:
+    class_cols = [f"{c}_ns" for c in CLASSES]
+    sums = table.filter(pl.col("step").is_not_null()).group_by("device", "step").agg(
+        [pl.col(c).sum() for c in class_cols]
+    )
+    rows = []
+    for i, (name, ts, wend, steady) in enumerate(st.select("name", Col.TS, "window_end_ns", "steady").iter_rows()):
+        for device, b in busy.items():
+            used = b.busy_in(ts, wend)
+            rows.append((i, name, device, steady, wend - ts, used, wend - ts - used))
+    base = pl.DataFrame(rows, orient="row", schema={
+        "step": pl.Int64, "name": pl.String, "device": pl.Int32, "steady": pl.Boolean, "window_ns": pl.Int64,
+        "busy_ns": pl.Int64, "idle_ns": pl.Int64})
+    return base.join(sums, on=["device", "step"], how="left").with_columns(
+        [pl.col(c).fill_null(0).cast(pl.Int64) for c in class_cols]
+    ).sort("step", "device")
+
+
+def _empty_gaps() -> pl.DataFrame:
+    return pl.DataFrame(schema={
+        "device": pl.Int32, "start_ns": pl.Int64, "dur_ns": pl.Int64, "gap_class": pl.String,
+        "host_pid": pl.Int64, "host_tid": pl.Int64, "host_innermost": pl.String, "host_op": pl.String,
+        "host_annotation": pl.String, "host_python": pl.String, "next_activity": pl.String,
+        "next_launched_before_gap": pl.Boolean, **{f"{c}_ns": pl.Int64 for c in CLASSES},
+    })

@@ -1,0 +1,75 @@
+"""GPU busy and idle time per device: the union of kernels, copies and memsets over all streams."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from tracewhy.analyses.intervals import union
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col
+from tracewhy.model.trace import Trace
+
+I64 = npt.NDArray[np.int64]
+DEFAULT_BINS = 200
+
+
+@dataclass(frozen=True)
+class DeviceBusy:
+    """Merged busy intervals of one device, sorted and disjoint."""
+
+    device: int
+    starts: I64
+    ends: I64
+
+    def busy_in(self, lo: int, hi: int) -> int:
+        """Busy nanoseconds inside [lo, hi)."""
+        if hi <= lo or self.starts.size == 0:
+            return 0
+        s = np.clip(self.starts, lo, hi)
+        e = np.clip(self.ends, lo, hi)
+        return int((e - s).sum())
+
+
+@dataclass(frozen=True)
+class UtilizationResult:
+    """``devices``: one row per device with busy_ns, span_ns (first start to last end) and
+    active_share; ``series``: binned busy share over time per device (for plots)."""
+
+    busy: dict[int, DeviceBusy]
+    devices: pl.DataFrame
+    series: pl.DataFrame
+
+
+def device_busy(trace: Trace) -> dict[int, DeviceBusy]:
+    gpu = trace.of_kind(*GPU_ACTIVITY_KINDS).select(Col.DEVICE, Col.TS, Col.DUR)
+    out: dict[int, DeviceBusy] = {}
+    for (device,), part in gpu.group_by(Col.DEVICE, maintain_order=False):
+        ts = part.get_column(Col.TS).to_numpy()
+        s, e = union(ts, ts + part.get_column(Col.DUR).to_numpy())
+        out[int(device)] = DeviceBusy(int(device), s, e)
+    return dict(sorted(out.items()))
+
+
+def utilization(trace: Trace, bins: int = DEFAULT_BINS) -> UtilizationResult:
+    busy = device_busy(trace)
+    rows = []
+    series = []
+    for device, b in busy.items():
+        if b.starts.size == 0:
+            continue
+        lo, hi = int(b.starts[0]), int(b.ends[-1])
+        span = max(hi - lo, 1)
+        total = int((b.ends - b.starts).sum())
+        rows.append((device, total, hi - lo, total / span))
+        edges = np.linspace(lo, hi, bins + 1).astype(np.int64)
+        for k in range(bins):
+            a, z = int(edges[k]), int(edges[k + 1])
+            series.append((device, a, z, b.busy_in(a, z) / max(z - a, 1)))
+    devices = pl.DataFrame(rows, schema={"device": pl.Int32, "busy_ns": pl.Int64, "span_ns": pl.Int64,
+                                         "active_share": pl.Float64}, orient="row")
+    table = pl.DataFrame(series, schema={"device": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64,
+                                         "busy_share": pl.Float64}, orient="row")
+    return UtilizationResult(busy=busy, devices=devices, series=table)
