@@ -58,3 +58,50 @@ def kernel_family(name: str) -> Family:
         if pattern.search(low):
             return family
     return Family.OTHER
+
+
+# --- collectives ------------------------------------------------------------------------------
+# PyTorch >= 1.13 wraps each process-group call in a ``<backend>:<op>`` range (Kineto
+# user_annotation; with emit_nvtx nsys shows it as "nccl:all_reduce, op_id = N").
+_COLLECTIVE_RANGE = re.compile(r"^(nccl|gloo|mpi|ucc|xccl|hccl|rccl|mccl):([A-Za-z_]+)")
+# Normalized op per spelling, tried in order on the name lower-cased with non-letters removed:
+# "all_reduce" (ranges), "allreduce" (record_param_comms' Collective name), "AllReduce"
+# (ncclKernel_AllReduce_*, ncclDevKernel_AllReduce_*), "multimem_all_reduce" (symm_mem).
+_COLLECTIVE_OPS: tuple[tuple[str, str], ...] = (
+    ("allreduce", "all_reduce"),
+    ("reducescatter", "reduce_scatter"),
+    ("allgather", "all_gather"),
+    ("alltoall", "all_to_all"),
+    ("sendrecv", "send_recv"),
+    ("broadcast", "broadcast"),
+    ("barrier", "barrier"),
+    ("gather", "gather"),
+    ("scatter", "scatter"),
+    ("reduce", "reduce"),
+    ("send", "send"),
+    ("recv", "recv"),
+)
+_NON_LETTERS = re.compile(r"[^a-z]")
+
+
+@lru_cache(maxsize=8192)
+def collective_op(name: str) -> str | None:
+    """The collective a name stands for (``all_reduce``, ``all_gather``...), None if none.
+
+    Works on range names, record_param_comms' collective names and communication kernel
+    names alike, so the same collective gets the same op whichever of them a trace has.
+    """
+    letters = _NON_LETTERS.sub("", name.lower())
+    for token, op in _COLLECTIVE_OPS:
+        if token in letters:
+            return op
+    return None
+
+
+@lru_cache(maxsize=8192)
+def collective_range(name: str) -> tuple[str, str] | None:
+    """(backend, op) of a process-group range such as ``nccl:all_reduce``; None otherwise."""
+    m = _COLLECTIVE_RANGE.match(name)
+    if m is None:
+        return None
+    return m.group(1), collective_op(m.group(2)) or m.group(2).strip("_")

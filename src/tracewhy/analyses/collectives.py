@@ -1,0 +1,227 @@
+"""Collective calls of one trace: one row per call, with its op, process group, size, and how
+long it took on the device (its communication kernels) or, for host backends (gloo), on the host.
+
+A call is the ``<backend>:<op>`` range PyTorch records around each process-group operation,
+with the communication kernels launched under it; a communication kernel launched outside any
+such range (symmetric-memory all-reduce, custom all-reduce, kernels without a launch record) is
+a call of its own. The process group and message size come from the ``record_param_comms`` op
+above the launch when the trace has one, else from the range's input shapes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from tracewhy.analyses.families import Family, collective_op, collective_range, kernel_family
+from tracewhy.model.schema import Col, Kind, OCol
+from tracewhy.model.trace import Trace
+
+I64 = npt.NDArray[np.int64]
+
+#: Backends whose collectives run on host threads: their range's duration is the collective's.
+HOST_TIMED_BACKENDS: Final = ("gloo", "mpi")
+_OP_ID_SUFFIX = re.compile(r",\s*op_id\s*=\s*\d+$")
+
+
+@dataclass(frozen=True)
+class CollectivesResult:
+    """``table``: one row per collective call, in host order.
+
+    Columns: call (row number), range_id (the ``<backend>:<op>`` range's slice id, null for a
+    lone kernel), label (range name, else collective or op name, else kernel name), op
+    (normalized: all_reduce, all_gather, ...; null when unknown), backend, process_group,
+    size (elements), pid, tid, host_ts_ns (range start, else launch start, else kernel start),
+    timing ("device", "host" or "none": a device backend's range whose kernels were not
+    captured), device, start_ns, dur_ns (first kernel start to last kernel end, or the host
+    range), kernels (count).
+
+    ``kernels``: id (communication kernel slice id), call.
+    """
+
+    table: pl.DataFrame
+    kernels: pl.DataFrame
+
+
+def collectives(trace: Trace) -> CollectivesResult:
+    s = trace.slices
+    n = s.height
+    parent = s.get_column(Col.PARENT).fill_null(-1).to_numpy()
+    ranges = _collective_ranges(trace)
+    is_range = np.zeros(n, dtype=bool)
+    is_range[ranges.get_column(Col.ID).to_numpy()] = True
+    attrs = trace.op_attrs.filter(pl.col(OCol.COLLECTIVE).is_not_null()).select(
+        Col.ID, OCol.COLLECTIVE, OCol.PG_NAME, OCol.IN_NELEMS
+    )
+    has_attrs = np.zeros(n, dtype=bool)
+    has_attrs[attrs.get_column(Col.ID).to_numpy()] = True
+
+    kernels = comm_kernels(trace)
+    launch = kernels.get_column(Col.LAUNCH).fill_null(-1).to_numpy()
+    kernel_range = _first_ancestor(launch, parent, is_range)
+    kernel_attr = _first_ancestor(launch, parent, has_attrs)
+    # A call per range that launched kernels, and a call per kernel launched outside any range.
+    kernels = kernels.with_columns(
+        pl.Series("_range", kernel_range, dtype=pl.Int64),
+        pl.Series("_attr", kernel_attr, dtype=pl.Int64),
+    ).with_columns(
+        pl.when(pl.col("_range") >= 0).then(pl.col("_range")).otherwise(-1 - pl.col(Col.ID)).alias("_key")
+    )
+    ts_all = s.get_column(Col.TS).to_numpy()
+    launch_ts = np.where(launch >= 0, ts_all[np.maximum(launch, 0)], -1)
+    by_call = (
+        kernels.with_columns(
+            pl.when(pl.Series(launch >= 0)).then(pl.Series(launch_ts)).otherwise(None).alias("_launch_ts")
+        )
+        .group_by("_key")
+        .agg(
+            pl.col("_range").first(),
+            pl.col("_attr").max(),
+            pl.col(Col.NAME).first().alias("_kernel"),
+            pl.col(Col.OP).first().alias("_op_id"),
+            pl.col(Col.DEVICE).first(),
+            pl.col(Col.TS).min().alias("start_ns"),
+            (pl.col(Col.TS) + pl.col(Col.DUR)).max().alias("_end"),
+            pl.col("_launch_ts").min(),
+            pl.col(Col.PID).first().alias("_gpu_pid"),
+            pl.len().cast(pl.Int64).alias("kernels"),
+        )
+        .with_columns((pl.col("_end") - pl.col("start_ns")).alias(Col.DUR), pl.lit("device").alias("timing"))
+    )
+    with_kernels = set(by_call.get_column("_range").to_list())
+    lone_ranges = ranges.filter(~pl.col(Col.ID).is_in(list(with_kernels)))
+    rows = _call_rows(trace, by_call, ranges, attrs) + _range_rows(trace, lone_ranges)
+    table = _table(rows)
+    keys = table.get_column("_key").to_list()
+    call_of_key = {k: i for i, k in enumerate(keys)}
+    kernel_calls = kernels.select(
+        Col.ID, pl.col("_key").replace_strict(call_of_key, return_dtype=pl.Int64).alias("call")
+    )
+    return CollectivesResult(table=table.drop("_key"), kernels=kernel_calls)
+
+
+def comm_kernels(trace: Trace) -> pl.DataFrame:
+    """Kernels of the communication family (families.py). Columns: id, name, ts_ns, dur_ns,
+    pid, device, stream, launch_id, op_id."""
+    k = trace.of_kind(Kind.KERNEL).select(
+        Col.ID, pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, Col.PID, Col.DEVICE, Col.STREAM, Col.LAUNCH, Col.OP
+    )
+    names = [n for n in k.get_column(Col.NAME).unique().to_list() if kernel_family(n) is Family.COMMUNICATION]
+    return k.filter(pl.col(Col.NAME).is_in(names))
+
+
+def _collective_ranges(trace: Trace) -> pl.DataFrame:
+    """Host ranges named ``<backend>:<op>``. Columns: id, name, ts_ns, dur_ns, pid, tid, backend, op."""
+    a = trace.of_kind(Kind.ANNOTATION).select(
+        Col.ID, pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, Col.PID, Col.TID
+    )
+    parsed = {n: collective_range(n) for n in a.get_column(Col.NAME).unique().to_list()}
+    hits = {n: p for n, p in parsed.items() if p is not None}
+    return a.filter(pl.col(Col.NAME).is_in(list(hits))).with_columns(
+        pl.col(Col.NAME).replace_strict({n: p[0] for n, p in hits.items()}, return_dtype=pl.String).alias("backend"),
+        pl.col(Col.NAME).replace_strict({n: p[1] for n, p in hits.items()}, return_dtype=pl.String).alias("op"),
+    )
+
+
+def _first_ancestor(start: I64, parent: I64, flag: npt.NDArray[np.bool_]) -> I64:
+    """For each start slice (-1: none), the nearest slice at or above it with the flag, or -1."""
+    found = np.full(start.shape[0], -1, dtype=np.int64)
+    todo = np.flatnonzero(start >= 0)
+    cur = start[todo]
+    while todo.size:
+        hit = flag[cur]
+        found[todo[hit]] = cur[hit]
+        todo, cur = todo[~hit], parent[cur[~hit]]
+        keep = cur >= 0
+        todo, cur = todo[keep], cur[keep]
+    return found
+
+
+def _call_rows(
+    trace: Trace, by_call: pl.DataFrame, ranges: pl.DataFrame, attrs: pl.DataFrame
+) -> list[dict[str, object]]:
+    s = trace.slices
+    range_by_id = {r[Col.ID]: r for r in ranges.iter_rows(named=True)}
+    attr_by_id = {r[Col.ID]: r for r in attrs.iter_rows(named=True)}
+    dims = _input_dims(trace, list(range_by_id))
+    rows: list[dict[str, object]] = []
+    for c in by_call.iter_rows(named=True):
+        rng = range_by_id.get(c["_range"]) if c["_range"] >= 0 else None
+        attr = attr_by_id.get(c["_attr"]) if c["_attr"] >= 0 else None
+        op_name = str(s[c["_op_id"], Col.NAME]) if c["_op_id"] is not None else None
+        label = (_OP_ID_SUFFIX.sub("", rng[Col.NAME]) if rng else None) or (
+            attr[OCol.COLLECTIVE] if attr else None) or op_name or c["_kernel"]
+        op = (rng["op"] if rng else None) or (collective_op(attr[OCol.COLLECTIVE]) if attr else None) \
+            or collective_op(c["_kernel"]) or (collective_op(op_name) if op_name else None)
+        size = attr[OCol.IN_NELEMS] if attr and attr[OCol.IN_NELEMS] is not None else (
+            dims.get(c["_range"]) if rng else None)
+        host_ts = rng[Col.TS] if rng else (c["_launch_ts"] if c["_launch_ts"] is not None else c["start_ns"])
+        rows.append({
+            "_key": c["_key"], "range_id": rng[Col.ID] if rng else None, "label": label, "op": op,
+            "backend": rng["backend"] if rng else None, "process_group": attr[OCol.PG_NAME] if attr else None,
+            "size": size, Col.PID: rng[Col.PID] if rng else c["_gpu_pid"], Col.TID: rng[Col.TID] if rng else None,
+            "host_ts_ns": host_ts, "timing": "device", Col.DEVICE: c[Col.DEVICE], "start_ns": c["start_ns"],
+            Col.DUR: c[Col.DUR], "kernels": c["kernels"],
+        })
+    return rows
+
+
+def _range_rows(trace: Trace, lone: pl.DataFrame) -> list[dict[str, object]]:
+    dims = _input_dims(trace, lone.get_column(Col.ID).to_list())
+    rows: list[dict[str, object]] = []
+    for r in lone.iter_rows(named=True):
+        host = r["backend"] in HOST_TIMED_BACKENDS
+        rows.append({
+            "_key": r[Col.ID], "range_id": r[Col.ID], "label": _OP_ID_SUFFIX.sub("", r[Col.NAME]), "op": r["op"],
+            "backend": r["backend"], "process_group": None, "size": dims.get(r[Col.ID]), Col.PID: r[Col.PID],
+            Col.TID: r[Col.TID], "host_ts_ns": r[Col.TS], "timing": "host" if host else "none", Col.DEVICE: None,
+            "start_ns": r[Col.TS] if host else None, Col.DUR: r[Col.DUR] if host else None, "kernels": 0,
+        })
+    return rows
+
+
+def _input_dims(trace: Trace, ids: list[int]) -> dict[int, int]:
+    """Elements of the first input tensor of each given slice, where its shapes were recorded."""
+    if not ids:
+        return {}
+    rows = trace.op_attrs.filter(pl.col(Col.ID).is_in(ids) & pl.col(OCol.INPUT_DIMS).is_not_null())
+    out: dict[int, int] = {}
+    for i, text in rows.select(Col.ID, OCol.INPUT_DIMS).iter_rows():
+        n = _first_tensor_elements(text)
+        if n is not None:
+            out[i] = n
+    return out
+
+
+def _first_tensor_elements(text: str) -> int | None:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    # [[33706]] (a tensor), [[[33706]], [], ...] (a TensorList first): descend to a list of ints.
+    while isinstance(value, list) and value and isinstance(value[0], list):
+        value = value[0]
+    if not isinstance(value, list) or not value or not all(isinstance(d, int) for d in value):
+        return None
+    return math.prod(value)
+
+
+_SCHEMA: Final = {
+    "_key": pl.Int64, "range_id": pl.Int64, "label": pl.String, "op": pl.String, "backend": pl.String,
+    "process_group": pl.String, "size": pl.Int64, Col.PID: pl.Int64, Col.TID: pl.Int64, "host_ts_ns": pl.Int64,
+    "timing": pl.String, Col.DEVICE: pl.Int32, "start_ns": pl.Int64, Col.DUR: pl.Int64, "kernels": pl.Int64,
+}
+
+
+def _table(rows: list[dict[str, object]]) -> pl.DataFrame:
+    table = pl.DataFrame(rows, schema=_SCHEMA) if rows else pl.DataFrame(schema=_SCHEMA)
+    return table.sort(["host_ts_ns", "start_ns", "_key"], nulls_last=True).with_row_index("call").with_columns(
+        pl.col("call").cast(pl.Int64)
+    )

@@ -1,0 +1,380 @@
+"""Is the overlap real: per device, time in compute, communication, copies and memsets; how much
+communication runs under compute (hidden) and how much alone (exposed); the same per step;
+and how many streams run at once.
+
+Every GPU activity falls in one category: a kernel of the communication family
+(families.py: NCCL, RCCL, symmetric-memory and custom all-reduce) is communication, any other
+kernel is compute, memcpy and memset rows are copies and memsets. Within a window the device
+timeline splits into four disjoint parts that add up to the window:
+
+    compute (union of compute kernels)
+    + exposed communication (communication with no compute running)
+    + exposed copies (copies and memsets with neither compute nor communication running)
+    + idle (nothing running)
+
+Hidden communication is communication with compute running at the same time. Step windows
+are the loop's period on the host clock, as ``steps`` defines it: from a step's start to the
+next step's start in the same process, the last one to the later of its end and the end of
+the GPU work it launched. GPU and host share one clock within a trace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from tracewhy.analyses.collectives import CollectivesResult, collectives
+from tracewhy.analyses.families import Family, kernel_family
+from tracewhy.analyses.intervals import union
+from tracewhy.analyses.steps import StepsOptions, StepsResult, steps
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, Kind
+from tracewhy.model.trace import Trace
+
+I64 = npt.NDArray[np.int64]
+
+COMPUTE: Final = "compute"
+COMMUNICATION: Final = "communication"
+COPY: Final = "copy"
+MEMSET: Final = "memset"
+CATEGORIES: Final = (COMPUTE, COMMUNICATION, COPY, MEMSET)
+
+#: Timeline columns shared by the device, step and steady tables (ns).
+PARTS: Final = (
+    "busy_ns", "compute_ns", "comm_ns", "comm_hidden_ns", "comm_exposed_ns", "copy_ns", "copy_exposed_ns",
+    "idle_ns",
+)
+
+
+@dataclass(frozen=True)
+class OverlapOptions:
+    step_marker: str | None = None  # None: ProfilerStep#N (or the nsys default, see steps)
+    warmup: int | None = None  # None: as steps decides
+
+
+@dataclass(frozen=True)
+class OverlapResult:
+    """Overlap measurements, one row per device (per step, per stream) in device order.
+
+    ``devices``: device, streams, span_start_ns, span_ns (first activity start to last end),
+    then PARTS over the span, comm_hidden_share (hidden / communication, null without any),
+    max_streams_active, multi_stream_ns (time with two or more streams busy).
+    ``steps``: device, step (name), number, steady, window_start_ns, window_ns, then PARTS in
+    the step's window. ``steady``: device, steps, then the mean of window_ns and PARTS over
+    the device's steady steps (per step). ``collectives``: device, collective (label from
+    collectives.py), count, time_ns, hidden_ns, exposed_ns, exposed_ns_per_step, in the
+    analysis window (the steady steps, or the whole span without steps), most exposed first.
+    ``streams``: device, stream, kernels, busy_ns and union time per category.
+    ``concurrency``: device, streams_active, time_ns within the span.
+    ``copy`` in PARTS counts memcpy and memset together; ``streams`` keeps them apart.
+    """
+
+    devices: pl.DataFrame
+    steps: pl.DataFrame
+    steady: pl.DataFrame
+    collectives: pl.DataFrame
+    streams: pl.DataFrame
+    concurrency: pl.DataFrame
+    step_marker: str
+    steady_steps: int
+    note: str | None
+
+
+def overlap(
+    trace: Trace,
+    options: OverlapOptions = OverlapOptions(),
+    steps_result: StepsResult | None = None,
+    collectives_result: CollectivesResult | None = None,
+) -> OverlapResult:
+    """Overlap per device and per step. Pass ``steps_result`` / ``collectives_result`` when
+    already computed (a diagnosis computes each once)."""
+    st = steps_result or steps(trace, StepsOptions(marker=options.step_marker, warmup=options.warmup))
+    coll = collectives_result or collectives(trace)
+    acts = _activities(trace, coll)
+    windows = step_windows(trace, st)
+    device_rows, step_rows, steady_rows, coll_rows, stream_rows, conc_rows = [], [], [], [], [], []
+    for device in sorted(acts.get_column(Col.DEVICE).unique().to_list()):
+        a = acts.filter(pl.col(Col.DEVICE) == device)
+        tl = _Timeline(a)
+        device_rows.append({Col.DEVICE: device, "streams": a.get_column(Col.STREAM).n_unique(),
+                            "span_start_ns": tl.lo, "span_ns": tl.hi - tl.lo,
+                            **tl.parts_one(tl.lo, tl.hi), **_concurrency_summary(a)})
+        w = _windows_for(windows, a)
+        parts = tl.parts(w.get_column("window_start_ns").to_numpy(), w.get_column("_end").to_numpy())
+        step_rows.append(w.drop("_end", Col.PID, "step_id", Col.DUR).with_columns(
+            pl.lit(device, dtype=pl.Int32).alias(Col.DEVICE),
+            *[pl.Series(k, v, dtype=pl.Int64) for k, v in parts.items()],
+        ))
+        steady = w.filter(pl.col("steady"))
+        n_steady = steady.height
+        if n_steady:
+            lo, hi = int(steady.get_column("window_start_ns").min()), int(steady.get_column("_end").max())  # type: ignore[arg-type]
+            steady_rows.append({Col.DEVICE: device, "steps": n_steady,
+                                **{k: float(np.mean(v[w.get_column("steady").to_numpy()]))
+                                   for k, v in {"window_ns": w.get_column("window_ns").to_numpy(), **parts}.items()}})
+        else:
+            lo, hi = tl.lo, tl.hi
+        coll_rows.append(_collective_exposure(a, tl, lo, hi, max(n_steady, 1), device))
+        stream_rows.append(_streams(a, device))
+        conc_rows.append(_concurrency(a, device))
+    n_steady = int(st.table.get_column("steady").sum()) if st.table.height else 0
+    note = st.note
+    if acts.height == 0:
+        note = "no GPU activity in this trace: nothing to overlap"
+    return OverlapResult(
+        devices=_frame(device_rows, _DEVICE_SCHEMA),
+        steps=pl.concat(step_rows).select(*_STEP_SCHEMA) if step_rows else pl.DataFrame(schema=_STEP_SCHEMA),
+        steady=_frame(steady_rows, _STEADY_SCHEMA),
+        collectives=(pl.concat(coll_rows) if coll_rows else pl.DataFrame(schema=_COLL_SCHEMA)).sort(
+            [Col.DEVICE, "exposed_ns", "collective"], descending=[False, True, False]
+        ),
+        streams=pl.concat(stream_rows) if stream_rows else pl.DataFrame(schema=_STREAM_SCHEMA),
+        concurrency=pl.concat(conc_rows) if conc_rows else pl.DataFrame(schema=_CONC_SCHEMA),
+        step_marker=st.marker,
+        steady_steps=n_steady,
+        note=note,
+    )
+
+
+# --- activities and their unions --------------------------------------------------------------
+
+
+def _activities(trace: Trace, coll: CollectivesResult) -> pl.DataFrame:
+    """GPU activities with their category and, for communication, the collective's label.
+
+    Columns: id, device, stream, category, ts_ns, _end, collective."""
+    g = trace.of_kind(*GPU_ACTIVITY_KINDS).select(
+        Col.ID, Col.DEVICE, Col.STREAM, Col.KIND, pl.col(Col.NAME).cast(pl.String), Col.TS,
+        (pl.col(Col.TS) + pl.col(Col.DUR)).alias("_end"),
+    )
+    comm_names = [n for n in g.filter(pl.col(Col.KIND) == Kind.KERNEL.value).get_column(Col.NAME).unique().to_list()
+                  if kernel_family(n) is Family.COMMUNICATION]
+    labels = coll.kernels.join(coll.table.select("call", "label"), on="call").select(Col.ID, "label")
+    category = (
+        pl.when(pl.col(Col.KIND) == Kind.MEMCPY.value).then(pl.lit(COPY))
+        .when(pl.col(Col.KIND) == Kind.MEMSET.value).then(pl.lit(MEMSET))
+        .when(pl.col(Col.NAME).is_in(comm_names)).then(pl.lit(COMMUNICATION))
+        .otherwise(pl.lit(COMPUTE))
+    )
+    return (
+        g.with_columns(category.alias("category"), pl.col(Col.STREAM).fill_null(-1))
+        .join(labels, on=Col.ID, how="left")
+        .with_columns(pl.col("label").fill_null(pl.col(Col.NAME)).alias("collective"))
+        .select(Col.ID, Col.DEVICE, Col.STREAM, "category", Col.TS, "_end", "collective")
+    )
+
+
+class _Timeline:
+    """Unions of one device's activity per category (and combined), queried over windows."""
+
+    def __init__(self, a: pl.DataFrame) -> None:
+        ts = a.get_column(Col.TS).to_numpy()
+        end = a.get_column("_end").to_numpy()
+        cat = a.get_column("category").to_numpy()
+        self.lo = int(ts.min()) if ts.size else 0
+        self.hi = int(end.max()) if end.size else 0
+
+        def u(mask: npt.NDArray[np.bool_]) -> tuple[I64, I64]:
+            return union(ts[mask], end[mask])
+
+        self.compute = u(cat == COMPUTE)
+        self.comm = u(cat == COMMUNICATION)
+        self.copy = u((cat == COPY) | (cat == MEMSET))
+        self.compute_comm = u((cat == COMPUTE) | (cat == COMMUNICATION))
+        self.all = u(np.ones(ts.shape[0], dtype=bool))
+
+    def parts(self, lo: I64, hi: I64) -> dict[str, I64]:
+        """PARTS for each window [lo, hi)."""
+        compute = _length_in(self.compute, lo, hi)
+        comm = _length_in(self.comm, lo, hi)
+        cc = _length_in(self.compute_comm, lo, hi)
+        busy = _length_in(self.all, lo, hi)
+        return {
+            "busy_ns": busy,
+            "compute_ns": compute,
+            "comm_ns": comm,
+            "comm_hidden_ns": compute + comm - cc,
+            "comm_exposed_ns": cc - compute,
+            "copy_ns": _length_in(self.copy, lo, hi),
+            "copy_exposed_ns": busy - cc,
+            "idle_ns": np.maximum(hi - lo, 0) - busy,
+        }
+
+    def parts_one(self, lo: int, hi: int) -> dict[str, object]:
+        p = {k: int(v[0]) for k, v in self.parts(np.array([lo]), np.array([hi])).items()}
+        share = p["comm_hidden_ns"] / p["comm_ns"] if p["comm_ns"] else None
+        return {**p, "comm_hidden_share": share}
+
+
+def _covered_before(u: tuple[I64, I64], t: I64) -> I64:
+    """Length of the disjoint sorted intervals ``u`` lying before each instant in ``t``."""
+    s, e = u
+    if s.size == 0:
+        return np.zeros(t.shape[0], dtype=np.int64)
+    cum = np.concatenate(([0], np.cumsum(e - s)))
+    i = np.searchsorted(s, t, side="right")  # intervals starting at or before t
+    last_end = e[np.maximum(i - 1, 0)]
+    beyond = np.where(i > 0, np.maximum(last_end - t, 0), 0)  # part of the last one after t
+    return (cum[i] - beyond).astype(np.int64)
+
+
+def _length_in(u: tuple[I64, I64], lo: I64, hi: I64) -> I64:
+    out: I64 = np.maximum(_covered_before(u, hi) - _covered_before(u, lo), 0)
+    return out
+
+
+# --- steps ------------------------------------------------------------------------------------
+
+
+def step_windows(trace: Trace, st: StepsResult) -> pl.DataFrame:
+    """One window per step: step, number, steady, pid, step_id (the marker's slice), dur_ns
+    (its host span), window_start_ns, _end, window_ns.
+
+    Windows run from a step's start to the next step's start in the same process (each
+    process has its own loop when one nsys file holds several ranks)."""
+    t = st.table
+    schema = {"step": pl.String, "number": pl.Int64, "steady": pl.Boolean, Col.PID: pl.Int64, "step_id": pl.Int64,
+              Col.DUR: pl.Int64, "window_start_ns": pl.Int64, "_end": pl.Int64, "window_ns": pl.Int64}
+    if t.height == 0:
+        return pl.DataFrame(schema=schema)
+    marks = trace.slices.filter(pl.col(Col.KIND).is_in([Kind.ANNOTATION.value, Kind.CPU_OP.value])).select(
+        pl.col(Col.ID).alias("step_id"), pl.col(Col.NAME).cast(pl.String).alias("name"), Col.TS, Col.DUR, Col.PID
+    ).unique(["name", Col.TS, Col.DUR], keep="first", maintain_order=True)
+    w = t.join(marks, on=["name", Col.TS, Col.DUR], how="left").sort(Col.TS)
+    cpu_end = pl.col(Col.TS) + pl.col(Col.DUR)
+    last_end = pl.max_horizontal(cpu_end, pl.col("gpu_end_ns").fill_null(cpu_end))
+    return (
+        w.with_columns(pl.col(Col.TS).shift(-1).over(Col.PID).alias("_next"))
+        .with_columns(pl.coalesce("_next", last_end).alias("_end"))
+        .select(
+            pl.col("name").alias("step"), "number", "steady", Col.PID, "step_id", Col.DUR,
+            pl.col(Col.TS).alias("window_start_ns"),
+            "_end", (pl.col("_end") - pl.col(Col.TS)).alias("window_ns"),
+        )
+    )
+
+
+def _windows_for(windows: pl.DataFrame, a: pl.DataFrame) -> pl.DataFrame:
+    """The step windows of the process whose steps launched this device's work: with several
+    processes in one trace, the one whose windows hold most of the device's activity."""
+    pids = windows.get_column(Col.PID).unique().to_list()
+    if len(pids) <= 1:
+        return windows
+    starts = a.get_column(Col.TS).to_numpy()
+
+    def held(pid: int) -> int:
+        w = windows.filter(pl.col(Col.PID) == pid)
+        lo = w.get_column("window_start_ns").to_numpy()
+        hi = w.get_column("_end").to_numpy()
+        i = np.searchsorted(lo, starts, side="right") - 1
+        return int(((i >= 0) & (starts < hi[np.maximum(i, 0)])).sum())
+
+    best = max(sorted(p for p in pids if p is not None), key=held)
+    return windows.filter(pl.col(Col.PID) == best)
+
+
+# --- collectives, streams, concurrency --------------------------------------------------------
+
+
+def _collective_exposure(a: pl.DataFrame, tl: _Timeline, lo: int, hi: int, n_steps: int, device: int) -> pl.DataFrame:
+    c = a.filter(pl.col("category") == COMMUNICATION)
+    s = np.clip(c.get_column(Col.TS).to_numpy(), lo, hi)
+    e = np.clip(c.get_column("_end").to_numpy(), lo, hi)
+    hidden = _length_in(tl.compute, s, e)
+    per = pl.DataFrame({"collective": c.get_column("collective"), "time_ns": e - s, "hidden_ns": hidden,
+                        "inside": e > s})
+    return (
+        per.filter(pl.col("inside"))
+        .group_by("collective")
+        .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("time_ns").sum(), pl.col("hidden_ns").sum())
+        .with_columns(
+            pl.lit(device, dtype=pl.Int32).alias(Col.DEVICE),
+            (pl.col("time_ns") - pl.col("hidden_ns")).alias("exposed_ns"),
+        )
+        .with_columns((pl.col("exposed_ns") / n_steps).alias("exposed_ns_per_step"))
+        .select(*_COLL_SCHEMA)
+        .cast(_COLL_SCHEMA)  # type: ignore[arg-type]
+    )
+
+
+def _streams(a: pl.DataFrame, device: int) -> pl.DataFrame:
+    rows = []
+    for stream in sorted(a.get_column(Col.STREAM).unique().to_list()):
+        sa = a.filter(pl.col(Col.STREAM) == stream)
+        ts, end, cat = sa.get_column(Col.TS).to_numpy(), sa.get_column("_end").to_numpy(), sa.get_column("category")
+        row: dict[str, object] = {Col.DEVICE: device, Col.STREAM: stream, "activities": sa.height,
+                                  "busy_ns": _union_len(ts, end)}
+        for name in CATEGORIES:
+            m = (cat == name).to_numpy()
+            row[f"{name}_ns"] = _union_len(ts[m], end[m])
+        rows.append(row)
+    return _frame(rows, _STREAM_SCHEMA)
+
+
+def _union_len(ts: I64, end: I64) -> int:
+    s, e = union(ts, end)
+    return int((e - s).sum())
+
+
+def _stream_levels(a: pl.DataFrame) -> tuple[I64, I64]:
+    """Change points of the number of busy streams: (times, level from that time on)."""
+    starts, ends = [], []
+    for stream in a.get_column(Col.STREAM).unique().to_list():
+        sa = a.filter(pl.col(Col.STREAM) == stream)
+        s, e = union(sa.get_column(Col.TS).to_numpy(), sa.get_column("_end").to_numpy())
+        starts.append(s)
+        ends.append(e)
+    if not starts:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    t = np.concatenate([*starts, *ends])
+    delta = np.concatenate([np.ones(sum(x.size for x in starts), dtype=np.int64),
+                            -np.ones(sum(x.size for x in ends), dtype=np.int64)])
+    order = np.lexsort((delta, t))  # an end before a start at the same instant: [s, e) intervals
+    return t[order], np.cumsum(delta[order])
+
+
+def _concurrency_summary(a: pl.DataFrame) -> dict[str, object]:
+    t, level = _stream_levels(a)
+    if t.size == 0:
+        return {"max_streams_active": 0, "multi_stream_ns": 0}
+    dur = np.diff(t)
+    return {"max_streams_active": int(level.max()), "multi_stream_ns": int(dur[level[:-1] >= 2].sum())}
+
+
+def _concurrency(a: pl.DataFrame, device: int) -> pl.DataFrame:
+    t, level = _stream_levels(a)
+    if t.size == 0:
+        return pl.DataFrame(schema=_CONC_SCHEMA)
+    dur = np.diff(t)
+    lv = level[:-1]
+    counts = np.bincount(lv, weights=dur, minlength=int(level.max()) + 1).astype(np.int64)
+    return pl.DataFrame({Col.DEVICE: [device] * counts.size, "streams_active": np.arange(counts.size),
+                         "time_ns": counts}, schema=_CONC_SCHEMA)
+
+
+# --- schemas ----------------------------------------------------------------------------------
+
+_PARTS_SCHEMA: Final = {k: pl.Int64 for k in PARTS}
+_DEVICE_SCHEMA: Final = {
+    Col.DEVICE: pl.Int32, "streams": pl.Int64, "span_start_ns": pl.Int64, "span_ns": pl.Int64, **_PARTS_SCHEMA,
+    "comm_hidden_share": pl.Float64, "max_streams_active": pl.Int64, "multi_stream_ns": pl.Int64,
+}
+_STEP_SCHEMA: Final = {
+    Col.DEVICE: pl.Int32, "step": pl.String, "number": pl.Int64, "steady": pl.Boolean, "window_start_ns": pl.Int64,
+    "window_ns": pl.Int64, **_PARTS_SCHEMA,
+}
+_STEADY_SCHEMA: Final = {Col.DEVICE: pl.Int32, "steps": pl.Int64, "window_ns": pl.Float64,
+                         **{k: pl.Float64 for k in PARTS}}
+_COLL_SCHEMA: Final = {Col.DEVICE: pl.Int32, "collective": pl.String, "count": pl.Int64, "time_ns": pl.Int64,
+                       "hidden_ns": pl.Int64, "exposed_ns": pl.Int64, "exposed_ns_per_step": pl.Float64}
+_STREAM_SCHEMA: Final = {Col.DEVICE: pl.Int32, Col.STREAM: pl.Int64, "activities": pl.Int64, "busy_ns": pl.Int64,
+                         **{f"{c}_ns": pl.Int64 for c in CATEGORIES}}
+_CONC_SCHEMA: Final = {Col.DEVICE: pl.Int32, "streams_active": pl.Int64, "time_ns": pl.Int64}
+
+
+def _frame(rows: list[dict[str, object]], schema: Mapping[str, pl.DataType | type[pl.DataType]]) -> pl.DataFrame:
+    return pl.DataFrame(rows, schema=schema) if rows else pl.DataFrame(schema=schema)

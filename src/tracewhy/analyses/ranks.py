@@ -1,0 +1,263 @@
+"""One compact summary per rank, made where the trace is read (a worker process or a Dask
+worker), so that only summaries, never whole traces, travel back: step time, compute, exposed
+communication, idle and input per step, the rank's collective calls, and what its step thread
+spent the step on (its blocks and its largest unrecorded gaps).
+
+``summarize_file`` is what an executor runs; ``load_rank_summaries`` runs it over many files on
+any ``concurrent.futures.Executor`` (a process pool, or ``dask.distributed.Client.get_executor()``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import numpy as np
+import polars as pl
+
+from tracewhy.analyses.api_names import is_dataloader
+from tracewhy.analyses.collectives import collectives
+from tracewhy.analyses.intervals import covered_ns
+from tracewhy.analyses.overlap import OverlapOptions, overlap, step_windows
+from tracewhy.analyses.steps import StepsOptions, steps
+from tracewhy.errors import TraceError
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, HOST_KINDS, Col
+from tracewhy.model.trace import Trace
+from tracewhy.readers import read_trace
+
+#: Rank in a file name: "rank3", "rank_3", "rank-3" ("sampled_rank-0.json.gz", "trace_rank12.json").
+_RANK_IN_NAME: Final = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+#: Blocks and gaps kept per rank: enough to say what a straggler did instead, small to ship.
+TOP_BLOCKS: Final = 8
+TOP_GAPS: Final = 3
+
+
+@dataclass(frozen=True)
+class RanksOptions:
+    step_marker: str | None = None
+    warmup: int | None = None
+
+
+@dataclass(frozen=True)
+class RankSummary:
+    """What ``ranks`` needs from one rank's trace. Per-step values are means over the rank's
+    steady steps (per capture when it has no steps); GPU values are None for CPU-only ranks.
+
+    ``collectives``: step (number, null outside steps), steady, process_group, op, label,
+    size, timing, dur_ns, in host order. ``blocks``: name, ns_per_step (direct children of the
+    step on its thread). ``gaps``: after, before, ns_per_step (holes between those children:
+    host time the profiler saw no op or annotation for).
+    """
+
+    rank: int
+    source: str
+    rank_from: str
+    world_size: int | None
+    backend: str | None
+    steps: int
+    steady_step_numbers: tuple[int, ...]
+    step_p50_ns: float | None
+    step_p90_ns: float | None
+    compute_ns_per_step: float | None
+    comm_ns_per_step: float | None
+    comm_exposed_ns_per_step: float | None
+    idle_ns_per_step: float | None
+    input_ns_per_step: float
+    collectives: pl.DataFrame
+    blocks: pl.DataFrame
+    gaps: pl.DataFrame
+    note: str | None
+
+
+@dataclass(frozen=True)
+class FileFailure:
+    """A file a worker could not read; the caller raises it as a TraceError (exceptions with
+    custom constructors do not survive pickling between processes)."""
+
+    path: str
+    problem: str
+
+
+def rank_from_name(path: str) -> int | None:
+    found = _RANK_IN_NAME.findall(Path(path).name)
+    return int(found[-1]) if found else None
+
+
+def summarize_file(path: str, options: RanksOptions = RanksOptions()) -> list[RankSummary] | FileFailure:
+    """Read one trace and summarize each rank in it (an nsys file may hold several processes)."""
+    try:
+        trace = read_trace(path)
+        return summarize_trace(trace, path, options)
+    except TraceError as e:
+        return FileFailure(path, e.problem)
+
+
+def summarize_trace(trace: Trace, source: str, options: RanksOptions = RanksOptions()) -> list[RankSummary]:
+    pids = _gpu_pids(trace)
+    rank = trace.meta.rank
+    if rank is not None or len(pids) <= 1:
+        rank_from = "distributedInfo"
+        if rank is None:
+            rank, rank_from = rank_from_name(source), "file name"
+        if rank is None:
+            raise TraceError(source, "cannot tell which rank this is: no distributedInfo rank in the trace and no "
+                                     "'rankN' in the file name (rename it, e.g. job_rank3.json.gz)")
+        return [_summarize(trace, source, options, rank, rank_from, None)]
+    # One nsys capture of several processes (torchrun under nsys): a rank per process, numbered
+    # by the GPU it drives, which is its local rank under the usual one-GPU-per-process launch.
+    return [_summarize(trace, source, options, i, "nsys process (by GPU)", pid) for i, pid in enumerate(pids)]
+
+
+def load_rank_summaries(
+    paths: Sequence[str], executor: Executor | None = None, options: RanksOptions = RanksOptions()
+) -> list[RankSummary]:
+    """Summaries of every rank in the files, by rank. ``executor`` None runs in this process."""
+    if executor is None:
+        results = [summarize_file(p, options) for p in paths]
+    else:
+        futures = [executor.submit(summarize_file, p, options) for p in paths]
+        results = [f.result() for f in futures]
+    out: list[RankSummary] = []
+    for r in results:
+        if isinstance(r, FileFailure):
+            raise TraceError(r.path, r.problem)
+        out.extend(r)
+    seen: dict[int, str] = {}
+    for s in out:
+        if s.rank in seen:
+            raise TraceError(s.source, f"rank {s.rank} again (also in {seen[s.rank]}): give one trace per rank")
+        seen[s.rank] = s.source
+    return sorted(out, key=lambda s: s.rank)
+
+
+def _gpu_pids(trace: Trace) -> list[int]:
+    """Processes that launched GPU work, ordered by the lowest device each drives."""
+    s = trace.slices
+    g = trace.of_kind(*GPU_ACTIVITY_KINDS).filter(pl.col(Col.LAUNCH).is_not_null()).select(Col.LAUNCH, Col.DEVICE)
+    if g.height == 0:
+        return []
+    g = g.with_columns(s.get_column(Col.PID).gather(g.get_column(Col.LAUNCH)).alias("_pid"))
+    first = g.group_by("_pid").agg(pl.col(Col.DEVICE).min()).sort(Col.DEVICE, "_pid")
+    return [int(p) for p in first.get_column("_pid").to_list() if p is not None]
+
+
+def _summarize(trace: Trace, source: str, options: RanksOptions, rank: int, rank_from: str,
+               pid: int | None) -> RankSummary:
+    st = steps(trace, StepsOptions(marker=options.step_marker, warmup=options.warmup))
+    windows = step_windows(trace, st)
+    if pid is not None:
+        windows = windows.filter(pl.col(Col.PID) == pid)
+    steady = windows.filter(pl.col("steady"))
+    n = max(steady.height, 1)
+    durs = steady.get_column(Col.DUR).to_numpy()
+    p50, p90 = (float(v) for v in np.percentile(durs, [50, 90])) if durs.size else (None, None)
+    coll = collectives(trace)
+    ov = overlap(trace, OverlapOptions(options.step_marker, options.warmup), steps_result=st, collectives_result=coll)
+    devices = _devices_of(trace, pid)
+    dev_steady = ov.steady.filter(pl.col(Col.DEVICE).is_in(devices)) if devices is not None else ov.steady
+    dev_all = ov.devices.filter(pl.col(Col.DEVICE).is_in(devices)) if devices is not None else ov.devices
+    gpu: dict[str, float | None] = {"compute": None, "comm": None, "exposed": None, "idle": None}
+    if dev_steady.height:
+        gpu = {k: float(dev_steady.get_column(c).sum()) for k, c in
+               (("compute", "compute_ns"), ("comm", "comm_ns"), ("exposed", "comm_exposed_ns"), ("idle", "idle_ns"))}
+    elif dev_all.height:  # GPU work but no steps: per capture
+        gpu = {k: float(dev_all.get_column(c).sum()) for k, c in
+               (("compute", "compute_ns"), ("comm", "comm_ns"), ("exposed", "comm_exposed_ns"), ("idle", "idle_ns"))}
+    table = coll.table if pid is None else coll.table.filter(pl.col(Col.PID) == pid)
+    calls = _with_steps(table, windows).select(
+        "step", "steady", pl.col("process_group").fill_null(""), pl.col("op").fill_null(pl.col("label")), "label",
+        "size", "timing", Col.DUR,
+    )
+    blocks, gaps = _step_children(trace, steady)
+    backend = trace.meta.distributed.get("backend")
+    return RankSummary(
+        rank=rank, source=source, rank_from=rank_from,
+        world_size=trace.meta.world_size, backend=backend if isinstance(backend, str) else None, steps=steady.height,
+        steady_step_numbers=tuple(int(x) for x in steady.get_column("number").drop_nulls().to_list()),
+        step_p50_ns=p50, step_p90_ns=p90,
+        compute_ns_per_step=_per(gpu["compute"], n), comm_ns_per_step=_per(gpu["comm"], n),
+        comm_exposed_ns_per_step=_per(gpu["exposed"], n), idle_ns_per_step=_per(gpu["idle"], n),
+        input_ns_per_step=_input_ns(trace, steady, pid) / n,
+        collectives=calls, blocks=blocks, gaps=gaps, note=st.note,
+    )
+
+
+def _per(total: float | None, n: int) -> float | None:
+    return None if total is None else total / n
+
+
+def _devices_of(trace: Trace, pid: int | None) -> list[int] | None:
+    if pid is None:
+        return None
+    s = trace.slices
+    g = trace.of_kind(*GPU_ACTIVITY_KINDS).filter(pl.col(Col.LAUNCH).is_not_null()).select(Col.LAUNCH, Col.DEVICE)
+    g = g.filter(s.get_column(Col.PID).gather(g.get_column(Col.LAUNCH)) == pid)
+    return [int(d) for d in g.get_column(Col.DEVICE).unique().to_list()]
+
+
+def _with_steps(table: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """Each call with the step (number, steady) whose window holds its host start."""
+    if windows.height == 0:
+        return table.with_columns(pl.lit(None, dtype=pl.Int64).alias("step"), pl.lit(True).alias("steady"))
+    w = windows.select("window_start_ns", "_end", "number", "steady").sort("window_start_ns")
+    return table.sort("host_ts_ns").join_asof(
+        w, left_on="host_ts_ns", right_on="window_start_ns", strategy="backward"
+    ).with_columns(
+        pl.when(pl.col("host_ts_ns") < pl.col("_end")).then(pl.col("number")).alias("step"),
+        (pl.col("steady").fill_null(False) & (pl.col("host_ts_ns") < pl.col("_end"))).fill_null(False).alias("steady"),
+    ).sort("call")
+
+
+def _input_ns(trace: Trace, steady: pl.DataFrame, pid: int | None) -> int:
+    """Union of DataLoader fetch spans inside the steady windows (whole capture without steps)."""
+    h = trace.of_kind(*HOST_KINDS).select(pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, Col.PID)
+    names = [n for n in h.get_column(Col.NAME).unique().to_list() if is_dataloader(n)]
+    h = h.filter(pl.col(Col.NAME).is_in(names))
+    if pid is not None:
+        h = h.filter(pl.col(Col.PID) == pid)
+    s = h.get_column(Col.TS).to_numpy()
+    e = s + h.get_column(Col.DUR).to_numpy()
+    if steady.height:
+        lo, hi = int(steady.get_column("window_start_ns").min()), int(steady.get_column("_end").max())  # type: ignore[arg-type]
+        s, e = np.clip(s, lo, hi), np.clip(e, lo, hi)
+    return covered_ns(s, e)
+
+
+def _step_children(trace: Trace, steady: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Per steady step: time in each direct child of the step on its thread (blocks), and the
+    holes between children (gaps, keyed by the children around them), both per step."""
+    blocks_schema = {Col.NAME: pl.String, "ns_per_step": pl.Float64}
+    gaps_schema = {"after": pl.String, "before": pl.String, "ns_per_step": pl.Float64}
+    if steady.height == 0:
+        return pl.DataFrame(schema=blocks_schema), pl.DataFrame(schema=gaps_schema)
+    n = steady.height
+    step_ids = steady.get_column("step_id").to_list()
+    s = trace.slices
+    kids = s.filter(pl.col(Col.PARENT).is_in(step_ids) & pl.col(Col.KIND).is_in([k.value for k in HOST_KINDS])).select(
+        pl.col(Col.PARENT), pl.col(Col.NAME).cast(pl.String), Col.TS, (pl.col(Col.TS) + pl.col(Col.DUR)).alias("_end")
+    ).sort(Col.PARENT, Col.TS)
+    blocks = (
+        kids.group_by(Col.NAME).agg(((pl.col("_end") - pl.col(Col.TS)).sum() / n).alias("ns_per_step"))
+        .sort(["ns_per_step", Col.NAME], descending=[True, False]).head(TOP_BLOCKS)
+    )
+    gap_rows: dict[tuple[str, str], int] = {}
+    by_step = {k[0]: v for k, v in kids.group_by(Col.PARENT)}
+    for sid, ts, dur in steady.select("step_id", "window_start_ns", Col.DUR).iter_rows():
+        k = by_step.get(sid)
+        children = k.select(Col.NAME, Col.TS, "_end").iter_rows() if k is not None else iter(())
+        prev, covered_to = "step start", ts
+        for name, start, end in children:
+            if start > covered_to:
+                gap_rows[(prev, name)] = gap_rows.get((prev, name), 0) + start - covered_to
+            if end > covered_to:
+                prev, covered_to = name, end
+        if ts + dur > covered_to:
+            gap_rows[(prev, "step end")] = gap_rows.get((prev, "step end"), 0) + ts + dur - covered_to
+    gaps = pl.DataFrame(
+        [{"after": a, "before": b, "ns_per_step": v / n} for (a, b), v in gap_rows.items()], schema=gaps_schema
+    ).sort(["ns_per_step", "after", "before"], descending=[True, False, False]).head(TOP_GAPS)
+    return blocks, gaps
