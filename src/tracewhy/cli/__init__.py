@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from tracewhy import __version__
+from tracewhy.cli.base import add_common_options, run_command
 from tracewhy.cli.commands import COMMANDS
 from tracewhy.errors import TraceError, UsageError
 
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         if cls.takes_trace:
             p.add_argument("trace", metavar="TRACE", help="trace file (Kineto .json/.json.gz)")
         command.configure(p)
+        add_common_options(p)
         p.set_defaults(command=command)
     return parser
 
@@ -47,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # argparse has already printed usage or help
         return e.code if isinstance(e.code, int) else EXIT_USAGE
     try:
-        return int(args.command.run(args))
+        return run_command(args)
     except TraceError as e:
         print(f"tracewhy: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT

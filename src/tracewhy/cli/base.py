@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from contextvars import ContextVar
 from typing import Any, ClassVar
 
 from rich.console import Console, RenderableType
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from tracewhy.model.trace import Trace
-from tracewhy.readers import read_trace
+from tracewhy.readers import CacheOptions, read_trace
 from tracewhy.renderers.jsonout import render_json
 
 
@@ -72,10 +73,29 @@ class _LazyProgress:
             self.progress.stop()
 
 
+#: The cache setting of the command being run (``--no-cache``), set by ``run_command``.
+_CACHE: ContextVar[CacheOptions | None] = ContextVar("tracewhy_cache", default=None)
+
+
+def add_common_options(parser: argparse.ArgumentParser) -> None:
+    """Options every subcommand takes."""
+    parser.add_argument("--no-cache", action="store_true",
+                        help="read the trace afresh; do not use or write the parsed-trace cache")
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run the chosen subcommand with the common options in force."""
+    token = _CACHE.set(CacheOptions(enabled=not getattr(args, "no_cache", False)))
+    try:
+        return int(args.command.run(args))
+    finally:
+        _CACHE.reset(token)
+
+
 def load_trace(path: str) -> Trace:
     bar = _LazyProgress(f"reading {path}")
     try:
-        return read_trace(path, progress=bar if sys.stderr.isatty() else None)
+        return read_trace(path, progress=bar if sys.stderr.isatty() else None, cache=_CACHE.get())
     finally:
         bar.close()
 

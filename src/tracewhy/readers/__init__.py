@@ -5,17 +5,24 @@ from __future__ import annotations
 from pathlib import Path
 
 from tracewhy.errors import TraceError
+from tracewhy.model.cache import CacheOptions, cached_read
 from tracewhy.model.trace import Trace
 from tracewhy.readers.kineto import Progress, read_kineto
 from tracewhy.readers.nsys import read_nsys, sniff_nsys
 from tracewhy.readers.source import sniff, sniff_empty
 
-__all__ = ["Progress", "read_kineto", "read_nsys", "read_trace"]
+__all__ = ["CacheOptions", "Progress", "read_kineto", "read_nsys", "read_trace"]
 
 
-def read_trace(path: str | Path, *, progress: Progress | None = None) -> Trace:
-    """Read any supported trace, choosing the reader by content, never by file name."""
-    path = Path(path)
+def read_trace(path: str | Path, *, progress: Progress | None = None, cache: CacheOptions | None = None) -> Trace:
+    """Read any supported trace, choosing the reader by content, never by file name.
+
+    The parsed Trace is cached (``tracewhy.model.cache``); ``CacheOptions(enabled=False)`` reads afresh.
+    """
+    return cached_read(Path(path), lambda p: _read_uncached(p, progress), cache)
+
+
+def _read_uncached(path: Path, progress: Progress | None) -> Trace:
     fmt = sniff(path)
     if fmt == "kineto":
         return read_kineto(path, progress=progress)

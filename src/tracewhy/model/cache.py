@@ -1,0 +1,225 @@
+"""The parsed-Trace cache: one Parquet file per table plus a JSON of TraceMeta, per trace file.
+
+An entry is keyed by the trace's absolute path, size and mtime, the tool version and a
+fingerprint of the reader and model code, so a changed file or a changed reader never serves a
+stale Trace. It lives in ``$TRACEWHY_CACHE_DIR`` or the platform's user cache directory, never
+beside the trace unless asked. Entries are built in a private temporary directory and renamed
+into place in one step, so concurrent runs never see half an entry; an entry that fails to load
+for any reason is ignored, removed and rebuilt. Caching is best effort: it never raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import importlib.metadata
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+import polars as pl
+
+from tracewhy.model.schema import TABLE_SCHEMAS
+from tracewhy.model.trace import Trace, TraceMeta
+
+#: Bumped when the layout of an entry changes; old entries are then simply never found.
+CACHE_FORMAT: Final = 1
+ENV_DIR: Final = "TRACEWHY_CACHE_DIR"
+ENV_DISABLE: Final = "TRACEWHY_NO_CACHE"
+#: Files smaller than this are not cached: they read in well under 0.1 s, about what writing and
+#: later opening ten Parquet files costs, and tests read hundreds of them.
+MIN_CACHED_BYTES: Final = 256 * 1024
+_META_FILE: Final = "meta.json"
+_SAMPLE_BYTES: Final = 64 * 1024
+#: The code whose output the cache stores: a change to any of these files invalidates entries.
+_FINGERPRINTED: Final = ("readers", "model")
+
+
+@dataclass(frozen=True)
+class CacheOptions:
+    """Where and whether to cache. ``directory`` None: ``$TRACEWHY_CACHE_DIR`` or the user cache dir."""
+
+    enabled: bool = True
+    directory: Path | None = None
+    beside_trace: bool = False  # put entries in ``<trace>.tracewhy-cache/`` next to the file
+    min_bytes: int = MIN_CACHED_BYTES
+
+
+def default_cache_dir() -> Path:
+    """``$TRACEWHY_CACHE_DIR``, else the platform's per-user cache directory plus ``tracewhy``."""
+    env = os.environ.get(ENV_DIR)
+    if env:
+        return Path(env).expanduser()
+    home = Path.home()
+    if sys.platform == "darwin":
+        return home / "Library" / "Caches" / "tracewhy"
+    if sys.platform == "win32":
+        base = os.environ.get("LOCALAPPDATA")
+        return (Path(base) if base else home / "AppData" / "Local") / "tracewhy" / "Cache"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else home / ".cache") / "tracewhy"
+
+
+def cached_read(path: Path, read: Callable[[Path], Trace], options: CacheOptions | None = None) -> Trace:
+    """``read(path)``, or the Trace it returned last time for the same file and code."""
+    options = options or CacheOptions()
+    if not options.enabled or os.environ.get(ENV_DISABLE):
+        return read(path)
+    try:
+        st = path.stat()
+        if st.st_size < options.min_bytes or not path.is_file():
+            return read(path)
+        key = _key(path, st)
+    except OSError:
+        return read(path)  # the reader names the problem
+    root = path.parent / f"{path.name}.tracewhy-cache" if options.beside_trace else (
+        options.directory or default_cache_dir()
+    )
+    entry = root / _entry_name(key)
+    trace = _load(entry, key, path)
+    if trace is not None:
+        return trace
+    trace = read(path)
+    _store(root, entry, key, trace)
+    return trace
+
+
+def _key(path: Path, st: os.stat_result) -> dict[str, Any]:
+    return {
+        "cache_format": CACHE_FORMAT,
+        "path": str(path.resolve()),
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+        "sample": _content_sample(path, st.st_size),
+        "tool_version": _tool_version(),
+        "code": _code_fingerprint(),
+        "polars": pl.__version__,
+    }
+
+
+def _entry_name(key: dict[str, Any]) -> str:
+    # The path's own hash first, so that storing a new entry can drop stale ones of the same file.
+    path_hash = hashlib.sha256(key["path"].encode()).hexdigest()[:16]
+    full_hash = hashlib.sha256(msgspec.json.encode(key, order="sorted")).hexdigest()[:24]
+    return f"{path_hash}-{full_hash}"
+
+
+def _content_sample(path: Path, size: int) -> str:
+    """Hash of the file's first and last 64 KiB: mtime ticks are coarse (ext4: a few ms), so a
+    same-size rewrite within one tick would otherwise keep its key. A gzip file's last bytes
+    are its CRC-32 and length, so any change to its content shows there."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        h.update(f.read(_SAMPLE_BYTES))
+        if size > _SAMPLE_BYTES:
+            f.seek(max(_SAMPLE_BYTES, size - _SAMPLE_BYTES))
+            h.update(f.read(_SAMPLE_BYTES))
+    return h.hexdigest()[:16]
+
+
+def _tool_version() -> str:
+    # From the installed metadata: the model layer must not import the package root (it imports
+    # the readers). The code fingerprint below covers edits that do not bump the version.
+    try:
+        return importlib.metadata.version("tracewhy")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+_fingerprint: str | None = None
+
+
+def _code_fingerprint() -> str:
+    """Sizes and mtimes of the reader and model sources: a development tree's edits count too."""
+    global _fingerprint
+    if _fingerprint is None:
+        package = Path(__file__).resolve().parent.parent
+        h = hashlib.sha256()
+        for sub in _FINGERPRINTED:
+            for f in sorted((package / sub).glob("*.py")):
+                st = f.stat()
+                h.update(f"{f.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        _fingerprint = h.hexdigest()[:16]
+    return _fingerprint
+
+
+def _table_names() -> list[str]:
+    return [f.name for f in dataclasses.fields(Trace) if f.name != "meta"]
+
+
+def _load(entry: Path, key: dict[str, Any], path: Path) -> Trace | None:
+    try:
+        manifest = msgspec.json.decode((entry / _META_FILE).read_bytes())
+    except (OSError, msgspec.DecodeError):
+        if entry.exists():
+            _discard(entry)  # a directory without a readable manifest is broken
+        return None
+    try:
+        if manifest.get("key") != key:
+            raise ValueError("key mismatch")
+        tables: dict[str, pl.DataFrame] = {}
+        for name in _table_names():
+            info = manifest["tables"][name]
+            file = entry / info["file"]
+            if file.stat().st_size != info["bytes"]:
+                raise ValueError(f"{name}: size differs from the manifest")
+            df = pl.read_parquet(file)
+            if df.height != info["rows"]:
+                raise ValueError(f"{name}: row count differs from the manifest")
+            # Parquet keeps Enum and Categorical as dictionaries; the cast restores the exact
+            # declared dtypes (and fails, rejecting the entry, if a value does not fit).
+            tables[name] = df.cast(TABLE_SCHEMAS[name], strict=True).select(list(TABLE_SCHEMAS[name]))
+        meta = msgspec.convert(manifest["meta"], TraceMeta)
+        trace = Trace(meta=dataclasses.replace(meta, path=str(path)), **tables)
+        trace.check()
+        return trace
+    except Exception:  # any damage at all: ignore the entry and rebuild it
+        _discard(entry)
+        return None
+
+
+def _store(root: Path, entry: Path, key: dict[str, Any], trace: Trace) -> None:
+    tmp: Path | None = None
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
+        tables: dict[str, dict[str, Any]] = {}
+        for name in _table_names():
+            df = trace.table(name)
+            file = tmp / f"{name}.parquet"
+            df.write_parquet(file, compression="lz4", statistics=False)
+            tables[name] = {"file": file.name, "bytes": file.stat().st_size, "rows": df.height}
+        manifest = {"key": key, "tables": tables, "meta": trace.meta}
+        (tmp / _META_FILE).write_bytes(msgspec.json.encode(manifest))
+        prefix = entry.name.split("-", 1)[0] + "-"
+        try:
+            os.rename(tmp, entry)  # atomic; fails if another run already put the entry there
+            tmp = None
+        except OSError:
+            return
+        for stale in root.glob(prefix + "*"):
+            if stale != entry:
+                _discard(stale)  # older versions of the same file
+    except Exception:
+        return  # a cache that cannot be written is no cache, not an error
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _discard(entry: Path) -> None:
+    """Remove an entry without disturbing a concurrent run: rename it away first, then delete."""
+    try:
+        trash = Path(tempfile.mkdtemp(prefix=".trash-", dir=entry.parent))
+    except OSError:
+        return
+    with contextlib.suppress(OSError):
+        os.rename(entry, trash / "entry")
+    shutil.rmtree(trash, ignore_errors=True)
