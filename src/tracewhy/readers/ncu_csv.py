@@ -74,10 +74,10 @@ def read_ncu_csv(path: str | Path) -> NcuReport:
     header = [h.strip() for h in rows[0]]
     index = {h.lower(): i for i, h in enumerate(header) if h}
     body = [r for r in rows[1:] if [c.strip() for c in r] != header]  # repeated headers
-    if "metric name" in index and "metric value" in index:
-        return _details(path, index, body)
     if "invocations" in index:
         raise TraceError(path, "is an ncu summary (--print-summary); export --page details or --page raw")
+    if "metric name" in index and "metric value" in index:
+        return _details(path, index, body)
     return _raw(path, header, index, body)
 
 
