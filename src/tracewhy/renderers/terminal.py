@@ -10,7 +10,7 @@ from tracewhy.analyses.info import InfoResult
 from tracewhy.analyses.kernels import KernelsResult
 from tracewhy.analyses.ops import OpsResult
 from tracewhy.analyses.steps import StepsResult
-from tracewhy.renderers.units import fmt_bytes, fmt_ns, fmt_pct, shorten
+from tracewhy.units import fmt_bytes, fmt_ns, fmt_pct, shorten
 
 
 def render_info(r: InfoResult) -> RenderableType:

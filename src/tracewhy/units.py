@@ -1,4 +1,4 @@
-"""Human formatting of durations, sizes and shares for terminal output."""
+"""Human formatting of durations, sizes and shares: for statements (findings) and tables (renderers)."""
 
 from __future__ import annotations
 
