@@ -13,7 +13,7 @@ from rich.text import Text
 
 from tracewhy.analyses.roofline import NcuRooflineResult
 from tracewhy.analyses.roofline_ops import OpRooflineResult
-from tracewhy.renderers.units import fmt_ns, fmt_pct, shorten
+from tracewhy.units import fmt_ns, fmt_pct, shorten
 
 _BOUND_STYLE = {"memory-bound": "cyan", "compute-bound": "magenta", "latency-bound": "yellow",
                 "unknown": "dim"}
