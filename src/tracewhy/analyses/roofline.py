@@ -371,7 +371,8 @@ def _top_rule(rules: list[dict[str, Any]]) -> tuple[str | None, float | None]:
 
 
 _LAUNCH_SCHEMA: Final = {
-    NCol.LAUNCH: pl.Int64, NCol.NAME: pl.String, NCol.DUR: pl.Int64, "bound": pl.String,
+    NCol.LAUNCH: pl.Int64, NCol.NAME: pl.String, NCol.DEMANGLED: pl.String, NCol.DUR: pl.Int64,
+    "bound": pl.String,
     "reason": pl.String, "details": pl.String, "sm_pct": pl.Float64, "memory_pct": pl.Float64,
     "dram_pct": pl.Float64, "l1_pct": pl.Float64, "l2_pct": pl.Float64,
     "dram_bytes_per_s": pl.Float64, "peak_dram_bytes_per_s": pl.Float64,
@@ -419,7 +420,8 @@ def roofline(report: NcuReport, options: RooflineOptions = RooflineOptions()) ->
         if locked is None and ratio is not None:
             locked = ratio < th.CLOCK_LOCK_RATIO
         rows.append({
-            NCol.LAUNCH: launch_id, NCol.NAME: raw[NCol.NAME], NCol.DUR: raw[NCol.DUR],
+            NCol.LAUNCH: launch_id, NCol.NAME: raw[NCol.NAME], NCol.DEMANGLED: raw[NCol.DEMANGLED],
+            NCol.DUR: raw[NCol.DUR],
             "bound": bound, "reason": reason, "details": "; ".join(launch.details) or None,
             "sm_pct": launch.get(NCol.SM_PCT), "memory_pct": t["memory_pct"], "dram_pct": t["dram_pct"],
             "l1_pct": launch.get(NCol.L1_PCT), "l2_pct": launch.get(NCol.L2_PCT),

@@ -217,3 +217,21 @@ def ops_payload(r: OpRooflineResult) -> dict[str, Any]:
         },
         "notes": list(r.notes),
     }
+
+
+def render_ncu_join(joined: pl.DataFrame, top: int) -> RenderableType:
+    """The trace's kernels with the verdict ncu's report gives the same kernel."""
+    matched = joined.filter(pl.col("ncu_bound").is_not_null())
+    t = _table("ncu verdicts for the trace's kernels")
+    _columns(t, ("kernel", "time", "bound", "SM", "mem", "roof", "match"), "kernel")
+    for row in matched.head(top).iter_rows(named=True):
+        t.add_row(shorten(row["name"], _TEXT_WIDTH), fmt_ns(row["total_ns"]), _bound(row["ncu_bound"]),
+                  _pct(row["ncu_sm_pct"]), _pct(row["ncu_memory_pct"]), _share(row["ncu_roof_fraction"]),
+                  row["ncu_match"] or "-")
+    counts = joined.get_column("ncu_match").value_counts()
+    by = {r["ncu_match"]: r["count"] for r in counts.iter_rows(named=True)}
+    summary = (f"{matched.height} of {joined.height} trace kernels matched ncu kernels "
+               f"({by.get('exact', 0)} by full name, {by.get('base name', 0)} by base name"
+               + (f"; {by['ambiguous']} ambiguous base names left unmatched" if by.get("ambiguous") else "")
+               + ")")
+    return Group(t, Text(summary, style="yellow"))

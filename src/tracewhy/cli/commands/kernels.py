@@ -2,8 +2,14 @@ from __future__ import annotations
 
 import argparse
 
+from rich.console import Group
+
 from tracewhy.analyses.kernels import kernels
+from tracewhy.analyses.roofline import roofline
+from tracewhy.analyses.roofline_join import join_ncu
 from tracewhy.cli.base import Command, add_output_options, emit, load_trace
+from tracewhy.readers.ncu import read_ncu
+from tracewhy.renderers.roofline import render_ncu_join
 from tracewhy.renderers.terminal import render_kernels
 
 
@@ -14,6 +20,8 @@ class KernelsCommand(Command):
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         add_output_options(parser)
+        parser.add_argument("--ncu", metavar="REPORT",
+                            help="join Nsight Compute verdicts (.ncu-rep or ncu CSV) onto the kernels by name")
 
     def run(self, args: argparse.Namespace) -> int:
         r = kernels(load_trace(args.trace))
@@ -23,5 +31,10 @@ class KernelsCommand(Command):
             "kernels": r.by_name,
             "families": r.by_family,
         }
-        emit(args, self.name, payload, render_kernels(r, args.top))
+        table = render_kernels(r, args.top)
+        if args.ncu:  # the roofline command's verdicts, matched to this trace's kernel names
+            joined = join_ncu(r.by_name, roofline(read_ncu(args.ncu)))
+            payload["kernels"] = joined
+            table = Group(table, render_ncu_join(joined, args.top))
+        emit(args, self.name, payload, table)
         return 0
