@@ -136,11 +136,7 @@ def _connect(path: Path) -> sqlite3.Connection:
     # immutable=1: no locks, no journal files, so a read-only directory works and nothing is
     # ever written beside the user's file.
     uri = f"{path.resolve().as_uri()}?mode=ro&immutable=1"
-    conn = sqlite3.connect(uri, uri=True)
-    # Strings come from the traced program (NVTX text, thread names) and need not be UTF-8:
-    # the 2022.2 pipit export holds a thread name with a stray byte.
-    conn.text_factory = lambda raw: raw.decode("utf-8", "replace")
-    return conn
+    return sqlite3.connect(uri, uri=True)
 
 
 def _read_export(file: Path, shown: Path, progress: Progress | None) -> Trace:
@@ -149,6 +145,15 @@ def _read_export(file: Path, shown: Path, progress: Progress | None) -> Trace:
     except sqlite3.Error as e:
         raise TraceError(shown, f"cannot open as SQLite ({e})") from None
     try:
+        try:
+            return _build(Db(conn), shown, progress)
+        except sqlite3.OperationalError as e:
+            if "decode" not in str(e):
+                raise
+        # Strings come from the traced program (NVTX text, thread names) and need not be
+        # UTF-8: the 2022.2 pipit export holds a thread name with a stray byte. Decoding every
+        # string leniently costs a Python call per string, so only such files pay for it.
+        conn.text_factory = lambda raw: raw.decode("utf-8", "replace")
         return _build(Db(conn), shown, progress)
     except sqlite3.DatabaseError as e:
         raise TraceError(shown, f"unreadable SQLite export ({e})") from None
