@@ -104,4 +104,8 @@ def emit(args: argparse.Namespace, command: str, payload: dict[str, Any], table:
     if getattr(args, "json", False):
         sys.stdout.write(render_json(command, payload) + "\n")
     else:
-        Console(soft_wrap=False).print(table)
+        # Piped output has no terminal width; 160 columns keep long kernel names readable.
+        console = Console(soft_wrap=False)
+        if not console.is_terminal:
+            console = Console(soft_wrap=False, width=160)
+        console.print(table)

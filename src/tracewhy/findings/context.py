@@ -6,7 +6,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from tracewhy.analyses.gaps import GapsOptions, GapsResult, gaps
+from tracewhy.analyses.host_activity import HostIndex, build_host_index
 from tracewhy.analyses.steps import StepsOptions, StepsResult, steps
+from tracewhy.analyses.utilization import DeviceBusy
 from tracewhy.model.trace import Trace
 
 T = TypeVar("T")
@@ -16,6 +19,7 @@ T = TypeVar("T")
 class DiagnoseOptions:
     step_marker: str | None = None
     warmup: int | None = None
+    min_gap_ns: int = GapsOptions().min_gap_ns
 
 
 @dataclass
@@ -33,6 +37,16 @@ class Context:
         return value
 
     def steps(self) -> StepsResult:
+        options = StepsOptions(marker=self.options.step_marker, warmup=self.options.warmup)
+        return self.cached("steps", lambda: steps(self.trace, options))
+
+    def host(self) -> HostIndex:
+        return self.cached("host", lambda: build_host_index(self.trace))
+
+    def busy(self) -> dict[int, DeviceBusy]:
+        return self.gaps().busy
+
+    def gaps(self) -> GapsResult:
         return self.cached(
-            "steps", lambda: steps(self.trace, StepsOptions(marker=self.options.step_marker, warmup=self.options.warmup))
+            "gaps", lambda: gaps(self.trace, self.steps(), GapsOptions(self.options.min_gap_ns), host=self.host())
         )

@@ -11,3 +11,66 @@ from typing import Final
 #: Fewer steady steps than this and percentiles are anecdotes: p90 of two values is an
 #: interpolation, not a distribution.
 MIN_STEADY_STEPS: Final = 3
+#: A per-block synchronize pattern: at least this many synchronizes per step...
+SYNC_PER_BLOCK_MIN_SYNCS: Final = 3
+#: ...and at least this share of annotated blocks ending within SYNC_AFTER_BLOCK_NS after one.
+#: Below half, syncs are incidental (one per optimizer step, say), not a measurement harness.
+SYNC_PER_BLOCK_SHARE: Final = 0.5
+SYNC_AFTER_BLOCK_NS: Final = 50_000
+
+# --- GPU idle ------------------------------------------------------------------------------
+#: GPU active share of the steady window under which utilization is called low. 80% is where
+#: the TensorBoard profiler plugin and most tuning guides draw the line for training jobs.
+LOW_UTILIZATION: Final = 0.80
+#: An idle class becomes its own finding when it costs at least this share of the step...
+IDLE_CLASS_MIN_SHARE: Final = 0.05
+#: ...and at least this much time per step (shares of a tiny step are noise).
+IDLE_CLASS_MIN_NS: Final = 50_000
+#: Share of the step above which a finding is high severity rather than medium.
+HIGH_SEVERITY_SHARE: Final = 0.20
+
+# --- input pipeline ------------------------------------------------------------------------
+#: DataLoader share of the step that tb_plugin flagged (its threshold was 5% of step time
+#: spent in DataLoader); we flag the GPU-idle part of it, which is what a fix recovers.
+INPUT_MIN_SHARE: Final = 0.05
+
+# --- launch-bound --------------------------------------------------------------------------
+#: Host dispatch time at least this share of GPU busy time means the host struggles to keep
+#: the GPU fed (at 1.0 it cannot keep up at all).
+LAUNCH_DISPATCH_RATIO: Final = 0.5
+#: Share of kernels shorter than one launch call above which CUDA graphs pay off clearly.
+SHORT_KERNEL_SHARE: Final = 0.5
+
+# --- copies --------------------------------------------------------------------------------
+#: Pageable copies worth mentioning: fewer than this per step are not worth pinning memory for.
+PAGEABLE_MIN_BYTES: Final = 1 << 20
+
+# --- memory --------------------------------------------------------------------------------
+#: Reserved memory at this share of the device's memory leaves no headroom for fragmentation
+#: or a larger batch (tb_plugin warned near the limit too).
+MEMORY_NEAR_LIMIT: Final = 0.90
+
+# --- precision -----------------------------------------------------------------------------
+#: Share of GPU time in tensor-core-eligible kernels (GEMM, convolution) running without
+#: tensor cores above which mixed precision is recommended (tb_plugin used the same idea).
+TENSOR_CORE_ELIGIBLE_SHARE: Final = 0.30
+
+# --- overlap, blocks and ranks -------------------------------------------------------------
+#: Exposed communication worth a finding: at 5% of the step, overlapping it pays more than the
+#: few percent of run-to-run noise a step time has on a shared cluster...
+EXPOSED_COMM_MIN_SHARE: Final = 0.05
+#: ...and at least this much per step (a few tiny collectives in a tiny step are noise).
+EXPOSED_COMM_MIN_NS: Final = 100_000
+#: Exposed communication (or waiting for a straggler) above this share of the step is high
+#: severity: a fifth of the step is more than most single optimizations give back.
+EXPOSED_COMM_HIGH_SHARE: Final = 0.20
+#: Block attribution needs at least this many blocks with GPU work: one block is the step.
+BLOCKS_MIN_FOR_ATTRIBUTION: Final = 2
+#: A rank is the straggler when it arrives last at this share of matched collectives or more:
+#: with two ranks chance alone gives one half, so ask for a clear majority...
+STRAGGLER_MIN_LAST_SHARE: Final = 0.6
+#: ...and the others wait for it at least this share of the step (less is timing noise).
+STRAGGLER_MIN_LATE_SHARE: Final = 0.05
+#: GPU compute per step this far above the median rank is imbalance: replicas of one model
+#: (DDP) compute within a few percent of each other; more means uneven work per rank.
+RANK_IMBALANCE_MIN_SHARE: Final = 0.10

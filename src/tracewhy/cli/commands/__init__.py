@@ -1,6 +1,8 @@
 """The subcommands, in the order ``tracewhy --help`` lists them."""
 
 from tracewhy.cli.base import Command
+from tracewhy.cli.commands.diagnose import DiagnoseCommand
+from tracewhy.cli.commands.gaps import GapsCommand
 from tracewhy.cli.commands.info import InfoCommand
 from tracewhy.cli.commands.kernels import KernelsCommand
 from tracewhy.cli.commands.ops import OpsCommand
@@ -8,6 +10,8 @@ from tracewhy.cli.commands.roofline import RooflineCommand
 from tracewhy.cli.commands.steps import StepsCommand
 
 COMMANDS: tuple[type[Command], ...] = (
+    DiagnoseCommand,
+    GapsCommand,
     InfoCommand,
     OpsCommand,
     KernelsCommand,

@@ -1,0 +1,64 @@
+"""Step-time spikes: steady steps well above the median, and what they contain that a median
+step does not (allocator calls, synchronizes, recompiles, collectives)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from tracewhy.analyses.host_activity import Flag, HostIndex
+from tracewhy.analyses.steps import StepsResult
+from tracewhy.model.schema import Col
+from tracewhy.model.trace import Trace
+
+#: A steady step this much above the steady median is a spike (the sleep and scheduler noise
+#: of a healthy loop stays well under it).
+SPIKE_MARGIN = 0.25
+_RECOMPILE = re.compile(r"dynamo|compile_file|Compile|CompiledFunction|recompil", re.IGNORECASE)
+_FEATURES = ("allocator_calls", "syncs", "compiles", "collectives")
+
+
+@dataclass(frozen=True)
+class SpikesResult:
+    """``per_step``: step, steady, dur_ns and counts of allocator calls, syncs, compile events and
+    collectives in the step window. ``spikes``: the steady steps above median x (1 + margin),
+    with each count's excess over the steady median."""
+
+    per_step: pl.DataFrame
+    spikes: pl.DataFrame
+    margin: float
+
+
+def spikes(trace: Trace, steps: StepsResult, host: HostIndex, margin: float = SPIKE_MARGIN) -> SpikesResult:
+    names = trace.slices.get_column(Col.NAME).cast(pl.String)
+    host_names = names.gather(host.ids)
+    uniq = host_names.unique().to_list()
+    compile_hits = [n for n in uniq if _RECOMPILE.search(n)]
+    features = {
+        "allocator_calls": host.self_flag[Flag.ALLOC],
+        "syncs": host.self_flag[Flag.SYNC],
+        "compiles": host_names.is_in(compile_hits).to_numpy() & (host.depth == 0) if compile_hits
+        else np.zeros(host.ids.size, dtype=bool),
+        "collectives": host.self_flag[Flag.COMM] & (host.kind == "cpu_op"),
+    }
+    times = {k: np.sort(host.ts[v]) for k, v in features.items()}
+    rows = []
+    windows = steps.table.select(Col.TS, Col.DUR, "window_end_ns", "steady")
+    for i, (ts, dur, wend, steady) in enumerate(windows.iter_rows()):
+        counts = [int(np.searchsorted(times[k], wend) - np.searchsorted(times[k], ts)) for k in _FEATURES]
+        rows.append((i, steady, dur, *counts))
+    per_step = pl.DataFrame(rows, orient="row", schema={"step": pl.Int64, "steady": pl.Boolean, "dur_ns": pl.Int64,
+                                                        **{k: pl.Int64 for k in _FEATURES}})
+    steady_steps = per_step.filter(pl.col("steady"))
+    if steady_steps.height < 3:
+        return SpikesResult(per_step=per_step, spikes=per_step.clear(), margin=margin)
+    median = float(steady_steps.get_column("dur_ns").median())  # type: ignore[arg-type]
+    base = {k: float(steady_steps.get_column(k).median()) for k in _FEATURES}  # type: ignore[arg-type]
+    found = steady_steps.filter(pl.col("dur_ns") > median * (1 + margin)).with_columns(
+        (pl.col("dur_ns") - median).alias("excess_ns"),
+        *[(pl.col(k) - base[k]).alias(f"extra_{k}") for k in _FEATURES],
+    )
+    return SpikesResult(per_step=per_step, spikes=found, margin=margin)

@@ -1,0 +1,66 @@
+"""The per-step basis every time finding is normalized by: steady steps when the trace has
+step markers, else the whole trace as one window (and the statements say so)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from tracewhy.analyses.gaps import CLASSES
+from tracewhy.analyses.stats import sum_of
+from tracewhy.findings.context import Context
+
+
+@dataclass(frozen=True)
+class Basis:
+    """Idle time per class per step on the primary device (the one with most busy time)."""
+
+    device: int | None
+    steps: int  # steps averaged over (1 for a trace without markers)
+    per_steps: bool  # False: the whole trace is one window
+    window_ns: float  # mean window per step
+    busy_ns: float
+    idle_ns: float
+    class_ns: dict[str, float]
+
+    @property
+    def active_share(self) -> float:
+        return self.busy_ns / self.window_ns if self.window_ns else 0.0
+
+    def share(self, ns: float) -> float:
+        return ns / self.window_ns if self.window_ns else 0.0
+
+    @property
+    def unit(self) -> str:
+        return "per step" if self.per_steps else "over the trace (no step markers)"
+
+
+def basis(ctx: Context) -> Basis:
+    return ctx.cached("basis", lambda: _basis(ctx))
+
+
+def _basis(ctx: Context) -> Basis:
+    g = ctx.gaps()
+    busy = g.busy
+    if not busy:
+        return Basis(None, 0, False, 0.0, 0.0, 0.0, {c: 0.0 for c in CLASSES})
+    device = max(busy, key=lambda d: int((busy[d].ends - busy[d].starts).sum()))
+    steady = g.per_step.filter(pl.col("steady") & (pl.col("device") == device))
+    if steady.height:
+        n = steady.height
+        return Basis(
+            device=device, steps=n, per_steps=True,
+            window_ns=sum_of(steady.get_column("window_ns")) / n,
+            busy_ns=sum_of(steady.get_column("busy_ns")) / n,
+            idle_ns=sum_of(steady.get_column("idle_ns")) / n,
+            class_ns={c: sum_of(steady.get_column(f"{c}_ns")) / n for c in CLASSES},
+        )
+    b = busy[device]
+    window = float(b.ends[-1] - b.starts[0]) if b.starts.size else 0.0
+    rows = g.gaps.filter(pl.col("device") == device)
+    busy_ns = float((b.ends - b.starts).sum())
+    return Basis(
+        device=device, steps=1, per_steps=False, window_ns=window, busy_ns=busy_ns, idle_ns=window - busy_ns,
+        class_ns={c: sum_of(rows.get_column(f"{c}_ns")) for c in CLASSES},
+    )

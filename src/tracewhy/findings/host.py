@@ -1,0 +1,149 @@
+"""Host-side signatures that cost time even when they are not the biggest gap: copies from
+pageable memory, synchronous copies, allocator calls in steady state, per-step scalar reads,
+and step-time spikes."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from tracewhy.analyses.copies import copies
+from tracewhy.analyses.host_activity import Flag
+from tracewhy.analyses.spikes import spikes
+from tracewhy.analyses.syncs import syncs
+from tracewhy.findings import thresholds as th
+from tracewhy.findings.basis import basis
+from tracewhy.findings.context import Context
+from tracewhy.findings.model import Finding, Severity
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col
+from tracewhy.units import fmt_bytes
+from tracewhy.units import fmt_ns as ms
+
+
+def findings(ctx: Context) -> list[Finding]:
+    out: list[Finding] = []
+    steps = max(ctx.steps().table.height, 1)
+    c = copies(ctx.trace)
+    if c.pageable_bytes / steps >= th.PAGEABLE_MIN_BYTES:
+        pageable = c.by_direction.filter((pl.col("src_mem") == "Pageable") | (pl.col("dst_mem") == "Pageable"))
+        gbps = pageable.get_column("bytes").sum() / max(int(pageable.get_column("time_ns").sum()), 1)
+        out.append(Finding(
+            code="pageable-memcpy", severity=Severity.MEDIUM,
+            statement=f"{c.pageable_count} copies move {fmt_bytes(c.pageable_bytes)} through pageable host memory "
+                      f"({fmt_bytes(round(c.pageable_bytes / steps))} per step at {gbps:.1f} GB/s): each is staged "
+                      "through a bounce buffer and cannot overlap the host.",
+            next_step="Pin the host buffers: DataLoader(pin_memory=True) or tensor.pin_memory(), then "
+                      "tensor.to('cuda', non_blocking=True).",
+            recoverable_ns_per_step=0,
+            evidence={"pageable_copies": c.pageable_count, "pageable_bytes": c.pageable_bytes,
+                      "by_direction": c.by_direction.to_dicts()},
+        ))
+    if c.sync_copy_calls:
+        out.append(Finding(
+            code="synchronous-memcpy", severity=Severity.LOW,
+            statement=f"{c.sync_copy_calls} synchronous copy calls (cudaMemcpy without Async) blocked the host "
+                      f"{ms(c.sync_copy_ns)} in total.",
+            next_step="Use tensor.to(device, non_blocking=True) from pinned memory, or cudaMemcpyAsync on a stream.",
+            evidence={"calls": c.sync_copy_calls, "blocked_ns": c.sync_copy_ns},
+        ))
+    out += _allocator(ctx)
+    out += _scalar_reads(ctx)
+    out += _spikes(ctx)
+    return out
+
+
+def _allocator(ctx: Context) -> list[Finding]:
+    host = ctx.host()
+    st = ctx.steps().table
+    rows = np.flatnonzero(host.self_flag[Flag.ALLOC])
+    if rows.size == 0 or st.height == 0:
+        return []
+    steady = st.filter(pl.col("steady"))
+    ts = host.ts[rows]
+    in_steady = np.zeros(rows.size, dtype=bool)
+    for a, z in steady.select("ts_ns", "window_end_ns").iter_rows():
+        in_steady |= (ts >= a) & (ts < z)
+    if not in_steady.any():
+        return []
+    blocked = int((host.end[rows] - host.ts[rows])[in_steady].sum())
+    per_step = in_steady.sum() / max(steady.height, 1)
+    return [Finding(
+        code="allocator-in-steady-state", severity=Severity.MEDIUM,
+        statement=f"{per_step:.1f} cudaMalloc/cudaFree calls per steady step ({ms(blocked / max(steady.height, 1))} "
+                  "per step blocked): the caching allocator keeps missing, usually from changing tensor shapes.",
+        next_step="Keep shapes stable (pad to buckets), try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, and "
+                  "never call torch.cuda.empty_cache() inside the loop.",
+        recoverable_ns_per_step=round(blocked / max(steady.height, 1)),
+        evidence={"calls_in_steady_steps": int(in_steady.sum()), "blocked_ns": blocked},
+    )]
+
+
+def _scalar_reads(ctx: Context) -> list[Finding]:
+    sy = syncs(ctx.trace, ctx.steps(), ctx.host())
+    reads = sy.scalar_reads
+    if reads.height == 0:
+        return []
+    steps = ctx.steps().table.height
+    calls = int(reads.get_column("calls").sum())
+    blocking = int(reads.get_column("blocking_calls").sum())
+    if steps == 0 or calls < steps:
+        return []
+    has_gpu = ctx.trace.of_kind(*GPU_ACTIVITY_KINDS).height > 0
+    names = ", ".join(reads.get_column("name").to_list())
+    if has_gpu and blocking == 0:
+        return []  # they read host tensors: harmless
+    b = basis(ctx)
+    # On a GPU trace the cost of these reads is the drain they cause (the sync finding measures
+    # it); on a CPU-only trace it is latent, so only the ops' own time is counted here.
+    own_ns = _own_time(ctx, reads.get_column("name").to_list())
+    return [Finding(
+        code="scalar-read-per-step",
+        severity=Severity.MEDIUM if has_gpu else Severity.LOW,
+        statement=f"{calls / steps:.1f} device-to-host scalar reads per step ({names})"
+                  + (f"; {blocking} of them blocked on the GPU." if has_gpu else
+                     ": on this CPU-only trace they cost little, but on a GPU each one waits for all queued work "
+                     "and drains the pipeline every step."),
+        next_step="Stop reading values back every step: accumulate losses/metrics on the device and call .item() "
+                  "every N steps (or log asynchronously).",
+        recoverable_ns_per_step=round(own_ns / max(b.steps, steps)),
+        evidence={"calls": calls, "blocking_calls": blocking, "per_step": calls / steps,
+                  "ops": reads.to_dicts()},
+    )]
+
+
+def _own_time(ctx: Context, names: list[str]) -> float:
+    """Time inside the outermost of these ops (aten::item wraps _local_scalar_dense: count it once)."""
+    s = ctx.trace.slices
+    ids = np.flatnonzero(s.get_column(Col.NAME).cast(pl.String).is_in(names).to_numpy())
+    enclosing = s.get_column(Col.OP).fill_null(-1).to_numpy()[ids]
+    outer = ~np.isin(enclosing, ids)
+    return float(s.get_column(Col.DUR).to_numpy()[ids][outer].sum())
+
+
+def _spikes(ctx: Context) -> list[Finding]:
+    sp = spikes(ctx.trace, ctx.steps(), ctx.host())
+    if sp.spikes.height == 0:
+        return []
+    extra_cols = [c for c in sp.spikes.columns if c.startswith("extra_")]
+    causes: dict[str, float] = {}
+    for c in extra_cols:
+        v = float(sp.spikes.get_column(c).mean())  # type: ignore[arg-type]
+        if v > 0:
+            causes[c.removeprefix("extra_")] = v
+    steady = sp.per_step.filter(pl.col("steady"))
+    excess = int(sp.spikes.get_column("excess_ns").sum())
+    explained = bool(causes)
+    why = ", ".join(f"+{v:.1f} {k.replace('_', ' ')}" for k, v in causes.items())
+    return [Finding(
+        code="step-time-spikes", severity=Severity.MEDIUM if explained else Severity.LOW,
+        statement=f"{sp.spikes.height} of {steady.height} steady steps run over {100 * (1 + sp.margin):.0f}% of the "
+                  f"median ({ms(excess / sp.spikes.height)} extra each); "
+                  + (f"they contain {why} over a median step." if explained else
+                     "they contain nothing a median step lacks (machine noise, GC or I/O outside the trace)."),
+        next_step=("Remove the per-step source of those events (recompiles: mark dynamic shapes or pad; allocator: "
+                   "stable shapes; syncs: see the sync finding)." if explained else
+                   "Rerun to see whether the spikes repeat; if they do, capture with with_stack=True around them."),
+        # Unexplained spikes are not recoverable by any change we can name.
+        recoverable_ns_per_step=round(excess / max(steady.height, 1)) if explained else 0,
+        evidence={"spike_steps": sp.spikes.get_column("step").to_list(), "excess_ns": excess, "causes": causes},
+    )]

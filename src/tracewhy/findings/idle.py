@@ -1,0 +1,224 @@
+"""GPU idle findings: low utilization overall, and one finding per idle class that matters,
+each with what the host was doing and the fix to try."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from tracewhy.analyses.gaps import CLASSES, GapClass
+from tracewhy.analyses.input import input_pipeline
+from tracewhy.analyses.launch import launch
+from tracewhy.analyses.stats import mean_of
+from tracewhy.analyses.syncs import syncs
+from tracewhy.findings import thresholds as th
+from tracewhy.findings.basis import Basis, basis
+from tracewhy.findings.context import Context
+from tracewhy.findings.model import Finding, Severity
+from tracewhy.units import fmt_ns as ms
+from tracewhy.units import fmt_pct as pct
+
+
+def findings(ctx: Context) -> list[Finding]:
+    b = basis(ctx)
+    if b.device is None or b.window_ns <= 0:
+        return _input_without_gpu(ctx)
+    out: list[Finding] = []
+    idle_share = b.share(b.idle_ns)
+    breakdown = {c: round(b.class_ns[c]) for c in CLASSES if b.class_ns[c] > 0}
+    if b.active_share < th.LOW_UTILIZATION:
+        parts = sorted(((v, c) for c, v in b.class_ns.items() if v > 0), reverse=True)[:3]
+        why = ", ".join(f"{c} {pct(b.share(v))}" for v, c in parts)
+        out.append(Finding(
+            code="gpu-low-utilization",
+            severity=Severity.HIGH if b.active_share < 0.5 else Severity.MEDIUM,
+            statement=f"GPU {b.device} is active {pct(b.active_share)} of the step window "
+                      f"({ms(b.busy_ns)} of {ms(b.window_ns)} {b.unit}); idle {ms(b.idle_ns)}: {why}.",
+            next_step="See the gaps: tracewhy gaps TRACE --top 20 (largest idle intervals with the host activity in "
+                      "each); the class findings below say what to change.",
+            evidence={"device": b.device, "active_share": round(b.active_share, 4), "window_ns": round(b.window_ns),
+                      "idle_ns": round(b.idle_ns), "idle_share": round(idle_share, 4), "idle_by_class_ns": breakdown,
+                      "steps": b.steps},
+        ))
+    for cls, make in (
+        (GapClass.INPUT, _input), (GapClass.SYNC, _sync), (GapClass.LAUNCH, _launch), (GapClass.HOST, _host),
+        (GapClass.ALLOCATOR, _allocator), (GapClass.COMM, _comm), (GapClass.GRAPH, _graph),
+        (GapClass.DEPENDENCY, _dependency), (GapClass.OTHER, _other),
+    ):
+        ns = b.class_ns[cls.value]
+        if ns >= th.IDLE_CLASS_MIN_NS and b.share(ns) >= th.IDLE_CLASS_MIN_SHARE:
+            out.append(make(ctx, b, ns))
+    return out
+
+
+def _severity(b: Basis, ns: float) -> Severity:
+    return Severity.HIGH if b.share(ns) >= th.HIGH_SEVERITY_SHARE else Severity.MEDIUM
+
+
+def _top_gaps(ctx: Context, cls: GapClass, column: str, n: int = 3) -> list[str]:
+    g = ctx.gaps().gaps.filter(pl.col("gap_class") == cls.value)
+    top = (g.filter(pl.col(column).is_not_null()).group_by(column).agg(pl.col(f"{cls.value}_ns").sum())
+           .sort(f"{cls.value}_ns", descending=True).head(n))
+    return [str(v) for v in top.get_column(column).to_list()]
+
+
+def _input(ctx: Context, b: Basis, ns: float) -> Finding:
+    ip = input_pipeline(ctx.steps(), ctx.host(), ctx.busy())
+    steady = ip.per_step.filter(pl.col("steady"))
+    loader = mean_of(steady.get_column("dataloader_ns"))
+    return Finding(
+        code="gpu-idle-input", severity=_severity(b, ns),
+        statement=f"The GPU waits on the input pipeline for {ms(ns)} {b.unit} ({pct(b.share(ns))} of the step): "
+                  f"the host is inside DataLoader __next__ while the GPU has nothing to run"
+                  + (f" (DataLoader takes {ms(float(loader))} per step)." if loader else "."),
+        next_step="Load batches in worker processes: DataLoader(..., num_workers=N (start at the CPU cores per GPU), "
+                  "pin_memory=True, persistent_workers=True, prefetch_factor=2+); then move any per-sample "
+                  "preprocessing that is still slow to the GPU.",
+        recoverable_ns_per_step=round(ns),
+        evidence={"idle_in_dataloader_ns": round(ns), "fetches": ip.fetches,
+                  "dataloader_ns_per_step": None if loader is None else round(loader)},
+    )
+
+
+def _sync(ctx: Context, b: Basis, ns: float) -> Finding:
+    sy = syncs(ctx.trace, ctx.steps(), ctx.host())
+    calls = sy.calls
+    per_step = sy.per_step.filter(pl.col("steady"))
+    n_per_step = mean_of(per_step.get_column("syncs")) or float(calls.height)
+    where = (calls.with_columns(pl.coalesce("python", "op", "annotation").alias("site"))
+             .group_by("site").agg(pl.len().alias("n"), pl.col("blocked_ns").sum())
+             .sort("blocked_ns", descending=True).head(3))
+    sites = [f"{r['site'] or 'outside any op'} ({r['n']}x)" for r in where.iter_rows(named=True)]
+    return Finding(
+        code="gpu-idle-sync", severity=_severity(b, ns),
+        statement=f"Host synchronization drains the GPU: {ms(ns)} {b.unit} ({pct(b.share(ns))}) of idle time follows "
+                  f"or sits inside a blocking call ({n_per_step:.0f} {b.unit}; most from {', '.join(sites) or '-'}).",
+        next_step="Remove per-step host reads of device values (.item(), .cpu(), print(tensor), torch.nonzero, "
+                  "bool(tensor)) at those sites: keep metrics on the GPU and read them every N steps, or use "
+                  "non_blocking copies into pinned memory.",
+        recoverable_ns_per_step=round(ns),
+        evidence={"idle_after_sync_ns": round(ns), "syncs_per_step": n_per_step, "sites": sites,
+                  "scalar_reads": sy.scalar_reads.to_dicts()},
+    )
+
+
+def _launch(ctx: Context, b: Basis, ns: float) -> Finding:
+    la = launch(ctx.trace, ctx.steps(), ctx.busy())
+    steady = la.per_step.filter(pl.col("steady"))
+    dispatch = mean_of(steady.get_column("dispatch_ns"))
+    gpu = mean_of(steady.get_column("gpu_busy_ns"))
+    ratio = (dispatch / gpu) if dispatch and gpu else None
+    return Finding(
+        code="gpu-idle-launch", severity=_severity(b, ns),
+        statement=f"Kernel launch overhead leaves the GPU idle {ms(ns)} {b.unit} ({pct(b.share(ns))}): "
+                  f"{pct(la.short_kernel_share)} of {la.kernels} kernels run shorter than one launch call "
+                  f"(median {ms(la.launch_call_p50_ns or 0)})"
+                  + (f", and the host spends {ms(dispatch or 0)} per step in launch calls against {ms(gpu or 0)} of "
+                     f"GPU work." if ratio else "."),
+        next_step="Cut launches: torch.compile the model (fuses small ops), capture the step in a CUDA graph "
+                  "(torch.compile(mode='reduce-overhead') or torch.cuda.graphs), or raise the batch size so each "
+                  "kernel does more work.",
+        recoverable_ns_per_step=round(ns),
+        evidence={"idle_launch_ns": round(ns), "launches": la.launches, "short_kernels": la.short_kernels,
+                  "kernels": la.kernels, "launch_call_p50_ns": la.launch_call_p50_ns,
+                  "launch_to_start_p50_ns": la.delay_p50_ns, "launch_to_start_p90_ns": la.delay_p90_ns,
+                  "dispatch_ns_per_step": dispatch, "gpu_busy_ns_per_step": gpu},
+    )
+
+
+def _host(ctx: Context, b: Basis, ns: float) -> Finding:
+    ops = _top_gaps(ctx, GapClass.HOST, "host_op")
+    py = _top_gaps(ctx, GapClass.HOST, "host_python")
+    ann = _top_gaps(ctx, GapClass.HOST, "host_annotation")
+    where = py or ops or ann
+    return Finding(
+        code="gpu-idle-host", severity=_severity(b, ns),
+        statement=f"The GPU waits while the host computes: {ms(ns)} {b.unit} ({pct(b.share(ns))}) of idle time with "
+                  "the host in Python or CPU ops and no launch in flight "
+                  f"(mostly {', '.join(where) or 'unnamed code'}).",
+        next_step="Move that work off the critical path (precompute, do it on the GPU, or overlap it with the next "
+                  "step); profile the Python with py-spy record -o host.svg -- python train.py, and list the gaps "
+                  "with tracewhy gaps TRACE --class host.",
+        recoverable_ns_per_step=round(ns),
+        evidence={"idle_host_ns": round(ns), "ops": ops, "python": py, "annotations": ann},
+    )
+
+
+def _allocator(ctx: Context, b: Basis, ns: float) -> Finding:
+    return Finding(
+        code="gpu-idle-allocator", severity=_severity(b, ns),
+        statement=f"The GPU waits on the CUDA allocator: {ms(ns)} {b.unit} ({pct(b.share(ns))}) of idle time with the "
+                  "host inside cudaMalloc/cudaFree in steady state.",
+        next_step="Keep tensor shapes stable between steps and let the caching allocator reuse blocks; try "
+                  "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; avoid torch.cuda.empty_cache() in the loop.",
+        recoverable_ns_per_step=round(ns),
+        evidence={"idle_allocator_ns": round(ns), "ops": _top_gaps(ctx, GapClass.ALLOCATOR, "host_op")},
+    )
+
+
+def _comm(ctx: Context, b: Basis, ns: float) -> Finding:
+    return Finding(
+        code="gpu-idle-comm-wait", severity=_severity(b, ns),
+        statement=f"The GPU waits on a collective: {ms(ns)} {b.unit} ({pct(b.share(ns))}) of idle time with the host "
+                  f"inside {', '.join(_top_gaps(ctx, GapClass.COMM, 'host_op')) or 'communication'}.",
+        next_step="Compare ranks to find who arrives late: tracewhy ranks DIR_WITH_ALL_RANK_TRACES.",
+        recoverable_ns_per_step=round(ns),
+        evidence={"idle_comm_ns": round(ns)},
+    )
+
+
+def _graph(ctx: Context, b: Basis, ns: float) -> Finding:
+    return Finding(
+        code="gpu-idle-graph-launch", severity=Severity.LOW,
+        statement=f"{ms(ns)} {b.unit} ({pct(b.share(ns))}) of GPU idle time sits in CUDA-graph launches.",
+        next_step="Check the graph replay cadence; larger graphs (fewer replays per step) cut this.",
+        recoverable_ns_per_step=round(ns), evidence={"idle_graph_ns": round(ns)},
+    )
+
+
+def _dependency(ctx: Context, b: Basis, ns: float) -> Finding:
+    return Finding(
+        code="gpu-idle-dependency", severity=_severity(b, ns),
+        statement=f"Work was already queued but the GPU stayed idle {ms(ns)} {b.unit} ({pct(b.share(ns))}): it waited "
+                  "on a dependency (another stream, an event, or a copy engine), not on the host.",
+        next_step="Look at cross-stream waits around these gaps in Perfetto (tracewhy export TRACE -o a.json.gz) "
+                  "or with nsys: nsys profile --trace=cuda,nvtx python train.py.",
+        recoverable_ns_per_step=round(ns),
+        evidence={"idle_dependency_ns": round(ns),
+                  "next_activities": _top_gaps(ctx, GapClass.DEPENDENCY, "next_activity")},
+    )
+
+
+def _other(ctx: Context, b: Basis, ns: float) -> Finding:
+    return Finding(
+        code="gpu-idle-untraced", severity=Severity.LOW,
+        statement=f"{ms(ns)} {b.unit} ({pct(b.share(ns))}) of GPU idle time falls where the launching thread is in no "
+                  "traced activity (untraced Python, a sleep, or another process).",
+        next_step="Capture with with_stack=True to see the Python frames there, or py-spy the job.",
+        recoverable_ns_per_step=round(ns), evidence={"idle_untraced_ns": round(ns)},
+    )
+
+
+def _input_without_gpu(ctx: Context) -> list[Finding]:
+    """On a CPU-only trace the DataLoader's share of the step is what an input fix recovers: the
+    loop runs on one thread, so every millisecond of loading is a millisecond of step."""
+    st = ctx.steps()
+    if st.table.height == 0:
+        return []
+    ip = input_pipeline(st, ctx.host(), {})
+    steady = ip.per_step.filter(pl.col("steady"))
+    if steady.height == 0:
+        return []
+    loader = mean_of(steady.get_column("dataloader_ns")) or 0.0
+    window = mean_of(steady.get_column("window_ns")) or 0.0
+    share = loader / window if window else 0.0
+    if share < th.INPUT_MIN_SHARE:
+        return []
+    return [Finding(
+        code="input-bound", severity=Severity.HIGH if share >= th.HIGH_SEVERITY_SHARE else Severity.MEDIUM,
+        statement=f"The step spends {ms(loader)} of {ms(window)} ({pct(share)}) fetching the next batch in "
+                  "DataLoader __next__ on the training thread.",
+        next_step="Load batches in worker processes: DataLoader(..., num_workers=N, pin_memory=True, "
+                  "persistent_workers=True, prefetch_factor=2+).",
+        recoverable_ns_per_step=round(loader),
+        evidence={"dataloader_ns_per_step": round(loader), "window_ns": round(window), "fetches": ip.fetches},
+    )]

@@ -1,0 +1,90 @@
+"""What the TensorBoard profiler plugin used to recommend, with today's names: mixed precision
+for tensor-core-eligible kernels, DistributedDataParallel instead of DataParallel, NCCL
+instead of gloo on GPUs, and memory near the device's limit."""
+
+from __future__ import annotations
+
+import re
+
+import polars as pl
+
+from tracewhy.analyses.families import Family
+from tracewhy.analyses.kernels import kernels
+from tracewhy.findings import thresholds as th
+from tracewhy.findings.context import Context
+from tracewhy.findings.model import Finding, Severity
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, DCol, MCol
+from tracewhy.units import fmt_bytes
+from tracewhy.units import fmt_pct as pct
+
+# Kernel names that run on tensor cores: Volta 884 / Turing 1688 / Ampere 16816 HMMA shapes,
+# cutlass tensorop, Hopper wgmma and nvjet, cuDNN "xmma" tensor paths, bf16/fp16/fp8/tf32 GEMMs.
+_TENSOR_CORE = re.compile(
+    r"884|1688|16816|16832|tensorop|hmma|wgmma|nvjet|xmma|_h\d+gemm|bf16|f16|fp16|half|e4m3|e5m2|fp8|tf32|"
+    r"mfma|wmma|s16816|h16816|i8816", re.IGNORECASE)
+_DATA_PARALLEL = re.compile(r"^(Broadcast|ReduceAddCoalesced|Gather|Scatter)(Backward)?$|DataParallel\.forward$")
+
+
+def findings(ctx: Context) -> list[Finding]:
+    t = ctx.trace
+    if t.of_kind(*GPU_ACTIVITY_KINDS).height == 0:
+        return []
+    out: list[Finding] = []
+    k = kernels(t)
+    eligible = k.by_name.filter(pl.col("family").is_in([Family.GEMM.value, Family.CONVOLUTION.value]))
+    without = eligible.filter(~pl.col("name").str.contains(_TENSOR_CORE.pattern))
+    share = int(without.get_column("total_ns").sum()) / max(k.total_time_ns, 1)
+    if share >= th.TENSOR_CORE_ELIGIBLE_SHARE:
+        out.append(Finding(
+            code="tensor-cores-unused", severity=Severity.MEDIUM,
+            statement=f"{pct(share)} of kernel time is GEMM/convolution kernels that do not run on tensor cores "
+                      f"(e.g. {without.get_column('name').head(1).to_list()[0][:80]}).",
+            next_step="Enable mixed precision: with torch.autocast('cuda', dtype=torch.bfloat16): ... (or float16 "
+                      "with GradScaler), or at least torch.backends.cuda.matmul.allow_tf32 = True.",
+            evidence={"share": round(share, 4), "kernels": without.head(5).select("name", "total_ns").to_dicts()},
+        ))
+    names = t.slices.get_column(Col.NAME).cast(pl.String).unique().to_list()
+    dp = [n for n in names if _DATA_PARALLEL.search(n)]
+    devices = t.of_kind(*GPU_ACTIVITY_KINDS).get_column(Col.DEVICE).n_unique()
+    if dp and devices > 1:
+        out.append(Finding(
+            code="data-parallel-not-ddp", severity=Severity.HIGH,
+            statement=f"One process drives {devices} GPUs through torch.nn.DataParallel ({', '.join(sorted(dp)[:3])}): "
+                      "a single Python thread scatters, replicates and gathers every step.",
+            next_step="Use DistributedDataParallel with one process per GPU (torchrun --nproc_per_node=N train.py).",
+            evidence={"ops": sorted(dp), "devices": devices},
+        ))
+    backend = t.meta.distributed.get("backend")
+    if isinstance(backend, str) and "gloo" in backend and "nccl" not in backend:
+        out.append(Finding(
+            code="slow-comm-backend", severity=Severity.HIGH,
+            statement="Collectives run on gloo although the job uses GPUs: gloo copies through host memory.",
+            next_step="init_process_group(backend='nccl') for GPU tensors (keep gloo only for CPU-side groups).",
+            evidence={"backend": backend},
+        ))
+    out += _memory(ctx)
+    return out
+
+
+def _memory(ctx: Context) -> list[Finding]:
+    t = ctx.trace
+    mem = t.memory.filter(pl.col(MCol.DEVICE_TYPE) == 1)  # c10::DeviceType CUDA
+    if mem.height == 0 or t.devices.height == 0:
+        return []
+    peak = mem.group_by(MCol.DEVICE_ID).agg(pl.col(MCol.TOTAL_RESERVED).max().alias("reserved"))
+    out = []
+    for device, reserved in peak.iter_rows():
+        total = t.devices.filter(pl.col(DCol.DEVICE) == device).get_column(DCol.TOTAL_MEM)
+        if total.len() == 0 or not total[0] or reserved is None:
+            continue
+        share = reserved / total[0]
+        if share >= th.MEMORY_NEAR_LIMIT:
+            out.append(Finding(
+                code="memory-near-limit", severity=Severity.MEDIUM,
+                statement=f"GPU {device} reserved {fmt_bytes(reserved)} of {fmt_bytes(total[0])} ({pct(share)}): no "
+                          "headroom for a larger batch, and fragmentation can trigger out-of-memory errors.",
+                next_step="Look at the allocation timeline (torch.cuda.memory._record_memory_history + "
+                          "_dump_snapshot); activation checkpointing or a smaller micro-batch frees room.",
+                evidence={"device": device, "reserved_bytes": reserved, "total_bytes": total[0]},
+            ))
+    return out

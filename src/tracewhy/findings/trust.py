@@ -1,0 +1,121 @@
+"""Trust checks: how far the other numbers in this trace can be trusted. Shown first."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from tracewhy.analyses import api_names
+from tracewhy.analyses.host_activity import Flag
+from tracewhy.findings import thresholds as th
+from tracewhy.findings.context import Context
+from tracewhy.findings.model import Finding, Severity
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, HOST_KINDS, LAUNCH_KINDS, Col, Kind
+
+
+def findings(ctx: Context) -> list[Finding]:
+    out: list[Finding] = []
+    t = ctx.trace
+    m = t.meta
+    c = m.capture
+    heavy = [name for name in ("with_stack", "profile_memory", "with_flops", "with_modules") if getattr(c, name)]
+    if heavy:
+        out.append(Finding(
+            code="capture-heavy-options", severity=Severity.TRUST,
+            statement=f"Captured with {', '.join(heavy)}: the profiler's own work inflates CPU-side durations, so "
+                      "use this trace to attribute time, not to measure step time.",
+            next_step="Measure throughput from a second capture without them: torch.profiler.profile(activities=..., "
+                      "schedule=torch.profiler.schedule(wait=1, warmup=1, active=5)) and no with_stack/profile_memory.",
+            evidence={"options": heavy, "source": c.source},
+        ))
+    n_gpu = t.of_kind(*GPU_ACTIVITY_KINDS).height
+    n_host = t.of_kind(*HOST_KINDS).height
+    if n_gpu == 0:
+        out.append(Finding(
+            code="cpu-only-trace", severity=Severity.TRUST,
+            statement="The trace has no GPU activity: only host-side findings are possible; GPU idle time, launch "
+                      "overhead and overlap cannot be measured.",
+            next_step="Capture with ProfilerActivity.CUDA in activities (and a CUDA build of torch) to see the GPU.",
+            evidence={"host_slices": n_host},
+        ))
+    elif t.of_kind(Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON).height == 0:
+        out.append(Finding(
+            code="gpu-only-trace", severity=Severity.TRUST,
+            statement="The trace has GPU activity but no CPU ops: idle gaps cannot be explained by host activity.",
+            next_step="Capture with ProfilerActivity.CPU as well as CUDA.",
+            evidence={"gpu_activities": n_gpu},
+        ))
+    st = ctx.steps()
+    if st.table.height == 0:
+        out.append(Finding(
+            code="no-step-markers", severity=Severity.TRUST,
+            statement=f"No step markers ({st.marker}): numbers cover the whole trace, warm-up included, and cannot be "
+                      "given per step.",
+            next_step="Call prof.step() once per iteration under a torch.profiler.schedule, or name a repeated "
+                      "annotation: tracewhy diagnose TRACE --step NAME.",
+            evidence={"marker": st.marker},
+        ))
+    elif st.stats is None or st.stats.count < th.MIN_STEADY_STEPS:
+        count = 0 if st.stats is None else st.stats.count
+        out.append(Finding(
+            code="few-steady-steps", severity=Severity.TRUST,
+            statement=f"Only {count} steady step(s) after {st.warmup} warm-up: per-step figures rest on too few "
+                      "samples to separate a real effect from noise.",
+            next_step="Capture more active steps: torch.profiler.schedule(wait=1, warmup=1, active=5) or more.",
+            evidence={"steps": st.table.height, "warmup": st.warmup},
+        ))
+    graph_calls = t.of_kind(*LAUNCH_KINDS).filter(
+        pl.col(Col.NAME).cast(pl.String).map_elements(api_names.is_graph_launch, return_dtype=pl.Boolean)
+    ).height
+    if graph_calls:
+        out.append(Finding(
+            code="cuda-graph-replay", severity=Severity.TRUST,
+            statement=f"{graph_calls} CUDA/HIP graph launches: kernels inside a replayed graph are not linked to the "
+                      "ops that recorded them and may be under-recorded, so per-op GPU time is incomplete.",
+            next_step="For per-op attribution capture a run with graphs off (e.g. vLLM enforce_eager=True, or "
+                      "torch.compile without mode='reduce-overhead').",
+            evidence={"graph_launches": graph_calls},
+        ))
+    if m.truncation is not None or m.unfinished_events or m.warnings:
+        out.append(Finding(
+            code="incomplete-trace", severity=Severity.TRUST,
+            statement="The trace is incomplete: " + "; ".join(m.warnings[:3]),
+            next_step="Let the profiler finish (exit the profile context / call prof.stop()) before the job ends.",
+            evidence={"warnings": list(m.warnings)},
+        ))
+    sync_finding = _sync_after_every_block(ctx)
+    if sync_finding is not None:
+        out.append(sync_finding)
+    return out
+
+
+def _sync_after_every_block(ctx: Context) -> Finding | None:
+    """Many blocks each followed by a synchronize: the timing harness of an attribution run."""
+    st = ctx.steps()
+    host = ctx.host()
+    sync_rows = np.flatnonzero(host.self_flag[Flag.SYNC])
+    if sync_rows.size == 0 or st.table.height == 0:
+        return None
+    syncs_per_step = sync_rows.size / st.table.height
+    ann = np.flatnonzero((host.kind == Kind.ANNOTATION.value) & (host.depth >= 0))
+    names = ctx.trace.slices.get_column(Col.NAME).cast(pl.String)
+    ann = np.array([r for r in ann if not names[int(host.ids[r])].startswith(st.marker)], dtype=np.int64)
+    if syncs_per_step < th.SYNC_PER_BLOCK_MIN_SYNCS or ann.size == 0:
+        return None
+    s_ts = np.sort(host.ts[sync_rows])
+    ends = host.end[ann]
+    # A block "ends in a sync" when a synchronize is in progress at, or starts just after, its end.
+    nxt = np.searchsorted(s_ts, ends - th.SYNC_AFTER_BLOCK_NS)
+    near = (nxt < s_ts.size) & (s_ts[np.minimum(nxt, s_ts.size - 1)] <= ends + th.SYNC_AFTER_BLOCK_NS)
+    share = float(near.mean())
+    if share < th.SYNC_PER_BLOCK_SHARE:
+        return None
+    return Finding(
+        code="sync-after-every-block", severity=Severity.TRUST,
+        statement=f"{100 * share:.0f}% of annotated blocks end at a synchronize ({syncs_per_step:.1f} per step): "
+                  "the run was timed block by block, so blocks cannot overlap and step time is higher than in "
+                  "production. Read it as attribution, not throughput.",
+        next_step="Measure step time without the per-block synchronize (keep one per step at most).",
+        evidence={"blocks": int(ann.size), "share_ending_in_sync": round(share, 3),
+                  "syncs_per_step": round(syncs_per_step, 2)},
+    )

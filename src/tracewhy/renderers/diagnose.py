@@ -1,0 +1,76 @@
+"""Terminal and JSON shapes of a diagnosis and of the gap list."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from tracewhy.analyses.gaps import CLASSES
+from tracewhy.findings.diagnose import Report
+from tracewhy.findings.model import Severity
+from tracewhy.units import fmt_ns, fmt_pct, shorten
+
+_STYLE = {Severity.TRUST: "bold yellow", Severity.HIGH: "bold red", Severity.MEDIUM: "red",
+          Severity.LOW: "cyan", Severity.INFO: "dim"}
+
+
+def report_payload(report: Report) -> dict[str, Any]:
+    b = report.basis
+    return {
+        "trace": report.path,
+        "healthy": report.healthy,
+        "findings": report.findings,
+        "basis": b,
+        "steps": report.steps.table,
+        "step_stats": report.steps.stats,
+        "per_step_idle": report.gaps.per_step,
+        "top_gaps": report.gaps.gaps.sort("dur_ns", descending=True).head(50),
+    }
+
+
+def render_diagnose(report: Report) -> RenderableType:
+    parts: list[RenderableType] = []
+    b = report.basis
+    st = report.steps.stats
+    head = Text(f"{report.path}\n", style="bold")
+    if st is not None:
+        head.append(f"{st.count} steady steps: p50 {fmt_ns(st.p50_ns)}, p90 {fmt_ns(st.p90_ns)}. ")
+    if b.device is not None:
+        head.append(f"GPU {b.device} active {fmt_pct(b.active_share)} {b.unit}.")
+    parts.append(head)
+    if not report.findings or report.healthy:
+        parts.append(Text("Nothing here costs a meaningful share of the step: no high or medium findings.",
+                          style="green"))
+    for i, f in enumerate(report.findings, 1):
+        label = Text(f"{i}. [{f.severity.value}] {f.code}", style=_STYLE[f.severity])
+        if f.recoverable_ns_per_step:
+            label.append(f"  ~{fmt_ns(f.recoverable_ns_per_step)} per step recoverable", style="bold")
+        parts.append(label)
+        parts.append(Text(f"   {f.statement}"))
+        parts.append(Text(f"   next: {f.next_step}", style="dim"))
+    return Group(*parts)
+
+
+def render_gaps(table: pl.DataFrame, per_step: pl.DataFrame, top: int) -> RenderableType:
+    t = Table(title=f"{table.height} GPU idle gaps, largest first")
+    for col in ("device", "start", "idle", "class", "host was in", "next on GPU"):
+        t.add_column(col, justify="right" if col in ("device", "idle") else "left")
+    first = int(table.get_column("start_ns").to_numpy().min()) if table.height else 0
+    for r in table.head(top).iter_rows(named=True):
+        where = " > ".join(x for x in (r["host_annotation"], r["host_op"], r["host_innermost"]) if x) or "-"
+        t.add_row(str(r["device"]), fmt_ns(r["start_ns"] - first), fmt_ns(r["dur_ns"]), r["gap_class"],
+                  shorten(where, 60), shorten(r["next_activity"] or "-", 40))
+    parts: list[RenderableType] = [t]
+    if per_step.height:
+        s = Table(title="idle per step, by class")
+        for col in ("step", "device", "window", "idle", *CLASSES):
+            s.add_column(col, justify="left" if col == "step" else "right")
+        for r in per_step.iter_rows(named=True):
+            s.add_row(r["name"], str(r["device"]), fmt_ns(r["window_ns"]), fmt_ns(r["idle_ns"]),
+                      *[fmt_ns(r[f"{c}_ns"]) if r[f"{c}_ns"] else "" for c in CLASSES])
+        parts.append(s)
+    return Group(*parts)
