@@ -19,7 +19,7 @@ import pytest
 from nsys_support import FIXTURES, PID, ExportBuilder, export_path, gtid, load, raw_db
 from tracewhy.errors import TraceError
 from tracewhy.model.schema import CCol, Col, Kind, NCol
-from tracewhy.readers import read_trace
+from tracewhy.readers import CacheOptions, read_trace
 from tracewhy.readers.nsys import read_nsys
 from tracewhy.readers.nsys_tables import COPY_KIND, MEMORY_KIND, api_name
 
@@ -436,6 +436,18 @@ def test_report_export_failure_is_reported(tmp_path: Path, monkeypatch: pytest.M
     with pytest.raises(TraceError, match="report version is newer than this nsys"):
         read_trace(report)
     assert not list((tmp_path / "cache" / "nsys").glob("*"))
+
+
+def test_parsed_trace_cache_round_trip(tmp_path: Path) -> None:
+    # read_trace caches the parsed Trace (model/cache.py); the NVTX side table and the capture
+    # settings survive the round trip.
+    options = CacheOptions(directory=tmp_path)
+    path = export_path("nsysai_h100_2gpu_1s")
+    first, second = read_trace(path, cache=options), read_trace(path, cache=options)
+    assert len(list(tmp_path.iterdir())) == 1
+    for name in ("slices", "nvtx_attrs", "kernel_attrs", "copy_attrs", "threads", "devices"):
+        assert first.table(name).equals(second.table(name)), name
+    assert first.meta == second.meta and second.meta.capture_settings["DERIVED_WINDOW_NS"]
 
 
 def test_real_export_reads_the_same_plain_or_gzipped(tmp_path: Path) -> None:

@@ -1,8 +1,9 @@
 """Nsight Systems reports (``.nsys-rep``, ``.qdrep``) through NVIDIA's own ``nsys export``.
 
 The report format is private to NVIDIA; only ``nsys`` reads it. When an ``nsys`` binary is
-available (argument, ``TRACEWHY_NSYS``, or ``PATH``) the report is exported once into a cache
-directory, never beside the user's file, and the SQLite export is read instead.
+available (argument, ``TRACEWHY_NSYS``, or ``PATH``) the report is exported once into the cache
+directory the parsed-Trace cache uses (``$TRACEWHY_CACHE_DIR`` or the user cache directory,
+under ``nsys/``), never beside the user's file, and the SQLite export is read instead.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from pathlib import Path
 from typing import Final
 
 from tracewhy.errors import TraceError
+from tracewhy.model.cache import default_cache_dir
 
 NSYS_ENV: Final = "TRACEWHY_NSYS"
-CACHE_ENV: Final = "TRACEWHY_CACHE_DIR"
 #: A multi-GB report takes minutes to export; an hour means nsys is stuck.
 EXPORT_TIMEOUT_S: Final = 3600
 
@@ -30,13 +31,6 @@ def find_nsys(explicit: str | os.PathLike[str] | None = None) -> str | None:
             if found:
                 return found
     return shutil.which("nsys")
-
-
-def default_cache_dir() -> Path:
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "tracewhy"
 
 
 def export_command(report: Path, output: Path, nsys: str = "nsys") -> list[str]:
