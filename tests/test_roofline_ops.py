@@ -152,3 +152,19 @@ def test_h100_attention_is_causal_from_the_kernel_name() -> None:
     assert all("causal=True" in p for p in attention.get_column("params").to_list())
     ref = _tracelens("SDPA_fwd.csv")[0]
     assert attention.get_column("flops")[0] / 1e9 == pytest.approx(float(ref["GFLOPS_first"]), rel=1e-9)
+
+
+def test_trace_without_shapes_says_how_to_capture_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tracewhy.cli import EXIT_OK, main
+
+    b = KinetoBuilder()
+    b.header["deviceProperties"] = [H100]
+    b.op("aten::mm", 0, 50)  # no Input Dims: captured without record_shapes
+    b.launch("gemm", 5, 5, gpu_ts=100, gpu_dur=10)
+    path = b.write(tmp_path / "t.json")
+    r = op_roofline(tracewhy.load(path))
+    assert r.ops.height == 0 and r.covered_ns == 0 and r.gpu_time_ns == 10_000
+    assert any("record_shapes=True" in n for n in r.notes)
+    assert main(["roofline", str(path), "--json"]) == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ops"] == [] and doc["roofline"]["points"] == []

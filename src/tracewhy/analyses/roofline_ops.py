@@ -182,8 +182,6 @@ def _compact_params(params: dict[str, Any]) -> str:
 
 def _by_op(instances: pl.DataFrame) -> pl.DataFrame:
     """Instances grouped by op name and shapes: totals, and the bound that takes most time."""
-    if not instances.height:
-        return instances.head(0).select(Col.NAME, "input_dims", "category", "bound")
     keys = [Col.NAME, "input_dims", "dtype"]
     main_bound = (
         instances.group_by(*keys, "bound").agg(pl.col("gpu_ns").sum().alias("bound_ns"))
