@@ -31,6 +31,8 @@ I64 = npt.NDArray[np.int64]
 #: returns from the ``with record_function(...)`` and calls ``torch.cuda.synchronize()`` in a
 #: few microseconds; 1 ms leaves room for a slow host without reaching into the next block.
 SYNC_AFTER_BLOCK_NS: Final = 1_000_000
+#: Per-instance suffixes torch.autograd.profiler.emit_nvtx adds to range names: one block per op.
+_INSTANCE_SUFFIX: Final = r"(?:,\s*(?:seq|op_id)\s*=\s*\d+)+$"
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,8 @@ def blocks(
             (pl.col("gpu_ops") > 0).sum().cast(pl.Int64).alias("gpu_instances"),
             pl.col("synced").sum().cast(pl.Int64).alias("synced_instances"),
         )
-        .with_columns((pl.col("gpu_time_ns_per_step") * n_steps / max(total_gpu, 1)).alias("gpu_share"))
+        .with_columns((pl.col("gpu_time_ns_per_step") * n_steps / total_gpu if total_gpu else pl.lit(None, pl.Float64))
+                      .alias("gpu_share"))
         .sort(["gpu_time_ns_per_step", "cpu_ns_per_step", Col.NAME], descending=[True, True, False])
         .select(Col.NAME, "level", "instances", "cpu_ns_per_step", "gpu_time_ns_per_step", "gpu_share",
                 "gpu_span_ns_per_step", "other_threads_gpu_ns_per_step", "gpu_instances", "synced_instances")
@@ -112,7 +115,9 @@ def blocks(
 def _instances(trace: Trace, st: StepsResult) -> pl.DataFrame:
     a = trace.of_kind(Kind.ANNOTATION).select(
         Col.ID, pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, Col.PID, Col.TID, Col.DEPTH
-    ).filter(~pl.col(Col.NAME).str.starts_with(st.marker) & ~pl.col(Col.NAME).str.starts_with(PROFILER_STEP))
+    ).filter(
+        ~pl.col(Col.NAME).str.starts_with(st.marker) & ~pl.col(Col.NAME).str.starts_with(PROFILER_STEP)
+    ).with_columns(pl.col(Col.NAME).str.replace(_INSTANCE_SUFFIX, ""))
     proj = gpu_projection(trace).table.select(
         Col.ID, pl.col("num_gpu_ops").alias("gpu_ops"), "gpu_time_ns", "gpu_busy_ns",
         pl.col("proj_dur_ns").alias("gpu_span_ns"),

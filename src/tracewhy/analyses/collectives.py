@@ -29,6 +29,7 @@ I64 = npt.NDArray[np.int64]
 #: Backends whose collectives run on host threads: their range's duration is the collective's.
 HOST_TIMED_BACKENDS: Final = ("gloo", "mpi")
 _OP_ID_SUFFIX = re.compile(r",\s*op_id\s*=\s*\d+$")
+_KERNEL_DECORATION = re.compile(r"[(<].*$")
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,11 @@ def collectives(trace: Trace) -> CollectivesResult:
     return CollectivesResult(table=table.drop("_key"), kernels=kernel_calls)
 
 
+def short_kernel_name(name: str) -> str:
+    """A kernel name without its return type and argument list (``ncclDevKernel_Generic``)."""
+    return _KERNEL_DECORATION.sub("", name.removeprefix("void ").replace("(anonymous namespace)::", "")) or name
+
+
 def comm_kernels(trace: Trace) -> pl.DataFrame:
     """Kernels of the communication family (families.py). Columns: id, name, ts_ns, dur_ns,
     pid, device, stream, launch_id, op_id."""
@@ -157,7 +163,7 @@ def _call_rows(
         attr = attr_by_id.get(c["_attr"]) if c["_attr"] >= 0 else None
         op_name = str(s[c["_op_id"], Col.NAME]) if c["_op_id"] is not None else None
         label = (_OP_ID_SUFFIX.sub("", rng[Col.NAME]) if rng else None) or (
-            attr[OCol.COLLECTIVE] if attr else None) or op_name or c["_kernel"]
+            attr[OCol.COLLECTIVE] if attr else None) or op_name or short_kernel_name(c["_kernel"])
         op = (rng["op"] if rng else None) or (collective_op(attr[OCol.COLLECTIVE]) if attr else None) \
             or collective_op(c["_kernel"]) or (collective_op(op_name) if op_name else None)
         size = attr[OCol.IN_NELEMS] if attr and attr[OCol.IN_NELEMS] is not None else (

@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tracewhy.analyses.collectives import CollectivesResult, collectives
+from tracewhy.analyses.collectives import CollectivesResult, collectives, short_kernel_name
 from tracewhy.analyses.families import Family, kernel_family
 from tracewhy.analyses.intervals import union
 from tracewhy.analyses.steps import StepsOptions, StepsResult, steps
@@ -163,7 +163,8 @@ def _activities(trace: Trace, coll: CollectivesResult) -> pl.DataFrame:
     return (
         g.with_columns(category.alias("category"), pl.col(Col.STREAM).fill_null(-1))
         .join(labels, on=Col.ID, how="left")
-        .with_columns(pl.col("label").fill_null(pl.col(Col.NAME)).alias("collective"))
+        .with_columns(pl.col("label").fill_null(
+            pl.col(Col.NAME).map_elements(short_kernel_name, return_dtype=pl.String)).alias("collective"))
         .select(Col.ID, Col.DEVICE, Col.STREAM, "category", Col.TS, "_end", "collective")
     )
 

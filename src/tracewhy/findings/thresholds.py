@@ -66,6 +66,9 @@ EXPOSED_COMM_MIN_NS: Final = 100_000
 EXPOSED_COMM_HIGH_SHARE: Final = 0.20
 #: Block attribution needs at least this many blocks with GPU work: one block is the step.
 BLOCKS_MIN_FOR_ATTRIBUTION: Final = 2
+#: ``blocks``: a synchronize ending at least this share of the blocks that launched GPU work is
+#: a timing harness, not incidental syncs (one per optimizer step ends a few blocks at most).
+BLOCKS_SYNCED_MIN_SHARE: Final = 0.5
 #: A rank is the straggler when it arrives last at this share of matched collectives or more:
 #: with two ranks chance alone gives one half, so ask for a clear majority...
 STRAGGLER_MIN_LAST_SHARE: Final = 0.6

@@ -1,0 +1,101 @@
+from __future__ import annotations
+
+import argparse
+import importlib
+import multiprocessing
+import os
+from collections.abc import Iterator
+from concurrent.futures import Executor, ProcessPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+
+from tracewhy.analyses.rank_compare import compare_ranks
+from tracewhy.analyses.ranks import RanksOptions, load_rank_summaries
+from tracewhy.cli.base import Command, add_output_options, emit, positive_int
+from tracewhy.errors import TraceError, UsageError
+from tracewhy.findings.ranks import rank_findings
+from tracewhy.renderers.overlap import ranks_payload, render_ranks
+
+#: File names a directory argument contributes (profiler JSON, nsys exports).
+TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite.gz", ".nsys-rep")
+DASK_SCHEME = "dask://"
+
+
+class RanksCommand(Command):
+    """Many ranks: per-rank step time, compute, exposed comm, idle and input; the straggler.
+
+    Give a directory or the trace files, one per rank (rank from distributedInfo, else from a
+    'rankN' in the file name). Each rank is read in its own worker process (--workers) or on a
+    Dask cluster (--executor dask://HOST:PORT); only a compact summary per rank comes back.
+    Collectives are matched across ranks by step, process group, op and order; ranks are
+    compared by durations only, never by their (separate) clocks.
+    """
+
+    name = "ranks"
+    takes_trace = False
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("paths", nargs="+", metavar="DIR_OR_FILES", help="a directory of rank traces, or the files")
+        add_output_options(parser)
+        parser.add_argument("--workers", type=positive_int, default=None, metavar="N",
+                            help="worker processes (default: one per file, at most the CPU count; 0: read here)")
+        parser.add_argument("--executor", metavar="dask://HOST:PORT", default=None,
+                            help="run the per-rank work on this Dask distributed scheduler instead")
+        parser.add_argument("--step", metavar="NAME", help="annotation that marks a step (default ProfilerStep)")
+        parser.add_argument("--warmup", type=positive_int, default=None, metavar="N",
+                            help="steps to exclude as warm-up (default 1 when there are 3 or more)")
+
+    def run(self, args: argparse.Namespace) -> int:
+        files = trace_files(args.paths)
+        options = RanksOptions(step_marker=args.step, warmup=args.warmup)
+        with executor_for(args.executor, args.workers, len(files)) as (executor, label):
+            summaries = load_rank_summaries(files, executor, options)
+        result = compare_ranks(summaries)
+        found = rank_findings(result)
+        emit(args, self.name, ranks_payload(result, found, label), render_ranks(result, found, args.top))
+        return 0
+
+
+def trace_files(paths: list[str]) -> list[str]:
+    """The trace files named, with directories expanded to the traces directly inside them."""
+    out: list[str] = []
+    for p in paths:
+        path = Path(p)
+        if path.is_dir():
+            found = sorted(str(f) for f in path.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
+            if not found:
+                raise TraceError(path, f"no trace files ({', '.join(TRACE_SUFFIXES)}) in this directory")
+            out.extend(found)
+        elif path.is_file():
+            out.append(str(path))
+        else:
+            raise TraceError(path, "no such file or directory")
+    return out
+
+
+@contextmanager
+def executor_for(spec: str | None, workers: int | None, files: int) -> Iterator[tuple[Executor | None, str]]:
+    """The executor the per-rank work runs on, and a label for the output."""
+    if spec is not None:
+        if not spec.startswith(DASK_SCHEME):
+            raise UsageError(f"--executor must look like dask://HOST:PORT, got {spec!r}")
+        try:
+            # Imported by name: Dask is an optional extra without type information.
+            distributed = importlib.import_module("distributed")
+        except ImportError:
+            raise UsageError("--executor dask://... needs Dask: pip install 'tracewhy[dask]'") from None
+        address = "tcp://" + spec[len(DASK_SCHEME):]
+        try:
+            client = distributed.Client(address, timeout=30)
+        except OSError as e:
+            raise UsageError(f"cannot reach the Dask scheduler at {address}: {e}") from None
+        with client:
+            yield client.get_executor(), f"dask {address}"
+        return
+    n = min(files, os.cpu_count() or 1) if workers is None else workers
+    if n == 0 or files <= 1:
+        yield None, "in-process"
+        return
+    # spawn, not fork: polars' thread pool does not survive a fork.
+    with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn")) as pool:
+        yield pool, f"{n} worker processes"

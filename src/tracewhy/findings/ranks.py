@@ -1,0 +1,149 @@
+"""Many ranks: the straggler (with what it did while the others waited), compute imbalance, and
+collectives the ranks did not issue alike (a hang risk). Judged from a ``RanksResult``."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+import polars as pl
+
+from tracewhy.analyses.rank_compare import RanksResult
+from tracewhy.analyses.ranks import RankSummary
+from tracewhy.findings import thresholds as th
+from tracewhy.findings.model import Finding, Severity, rank
+
+#: Mismatches named in the statement; the evidence keeps them all.
+_NAMED: int = 3
+
+
+def rank_findings(r: RanksResult) -> list[Finding]:
+    """Findings of a ``ranks`` run, ranked."""
+    out = [f for f in (_straggler(r), _imbalance(r)) if f is not None]
+    out += _mismatches(r)
+    return rank(out)
+
+
+@dataclass(frozen=True)
+class Instead:
+    """Where a rank spent more time per step than the median of the other ranks."""
+
+    what: str
+    excess_ns: float
+    own_ns: float
+    others_ns: float
+
+
+def what_instead(me: RankSummary, others: list[RankSummary]) -> Instead | None:
+    """The block, host gap, GPU compute or input time in which this rank exceeds the others most."""
+    cands: list[Instead] = []
+
+    def add(what: str, own: float | None, theirs: list[float | None]) -> None:
+        vals = [v for v in theirs if v is not None]
+        if own is None or not vals:
+            return
+        med = statistics.median(vals)
+        cands.append(Instead(what, own - med, own, med))
+
+    def table(s: RankSummary, kind: str) -> dict[str, float]:
+        if kind == "block":
+            return dict(zip(s.blocks.get_column("name").to_list(), s.blocks.get_column("ns_per_step").to_list(),
+                            strict=True))
+        return {f"an unrecorded gap between {a!r} and {b!r}": v
+                for a, b, v in s.gaps.select("after", "before", "ns_per_step").iter_rows()}
+
+    for kind in ("block", "gap"):
+        mine = table(me, kind)
+        theirs = [table(o, kind) for o in others]
+        for key, own in mine.items():
+            add(f"{key!r}" if kind == "block" else key, own, [t.get(key, 0.0) for t in theirs])
+    add("GPU compute", me.compute_ns_per_step, [o.compute_ns_per_step for o in others])
+    add("input loading (DataLoader)", me.input_ns_per_step, [o.input_ns_per_step for o in others])
+    best = max(cands, key=lambda c: c.excess_ns, default=None)
+    return best if best is not None and best.excess_ns > 0 else None
+
+
+def _straggler(r: RanksResult) -> Finding | None:
+    if r.straggler is None or r.straggler_last_share is None:
+        return None
+    row = r.ranks.filter(pl.col("rank") == r.straggler).row(0, named=True)
+    matched = r.matched.filter(pl.col("last_rank").is_not_null()).height
+    steps = [s for s in r.ranks.get_column("step_p50_ns").to_list() if s is not None]
+    step_ns = statistics.median(steps) if steps else None
+    late = row["late_ns_per_step"]
+    if r.straggler_last_share < th.STRAGGLER_MIN_LAST_SHARE:
+        return None
+    if step_ns and late < th.STRAGGLER_MIN_LATE_SHARE * step_ns:
+        return None
+    me = next(s for s in r.summaries if s.rank == r.straggler)
+    others = [s for s in r.summaries if s.rank != r.straggler]
+    instead = what_instead(me, others)
+    unit = "ms/step" if r.steps_compared else "ms over the trace"
+    of_step = f" ({100 * late / step_ns:.0f}% of the {step_ns / 1e6:.2f} ms step)" if step_ns else ""
+    doing = ""
+    if instead is not None:
+        doing = (f" Meanwhile rank {r.straggler} spent {instead.own_ns / 1e6:.2f} {unit} in {instead.what} "
+                 f"(other ranks: {instead.others_ns / 1e6:.2f}).")
+    per_step = r.lateness.filter(pl.col("rank") == r.straggler).select("step", "late_ns").to_dicts()
+    return Finding(
+        code="rank-straggler",
+        severity=Severity.HIGH if step_ns and late >= th.EXPOSED_COMM_HIGH_SHARE * step_ns else Severity.MEDIUM,
+        statement=(
+            f"rank {r.straggler} is the straggler: it arrived last at {row['last_count']} of {matched} matched "
+            f"collectives ({100 * r.straggler_last_share:.0f}%), and the other ranks waited {late / 1e6:.2f} {unit} "
+            f"for it{of_step}.{doing}"
+        ),
+        next_step=(
+            f"Look at rank {r.straggler} alone: tracewhy gaps and tracewhy blocks on {me.source}; compare its "
+            "host (data loading, Python, logging, checkpointing) and GPU (clocks, thermal) with a fast rank."
+        ),
+        recoverable_ns_per_step=int(late),
+        evidence={"rank": r.straggler, "last_count": row["last_count"], "matched": matched,
+                  "late_ns_per_step": late, "late_ns_by_step": per_step,
+                  "instead": None if instead is None else instead.__dict__},
+    )
+
+
+def _imbalance(r: RanksResult) -> Finding | None:
+    c = r.ranks.filter(pl.col("compute_ns_per_step").is_not_null())
+    if c.height < 2:
+        return None
+    values = c.get_column("compute_ns_per_step").to_list()
+    med = statistics.median(values)
+    top = c.sort(["compute_ns_per_step", "rank"], descending=[True, False]).row(0, named=True)
+    excess = top["compute_ns_per_step"] - med
+    if med <= 0 or excess / med < th.RANK_IMBALANCE_MIN_SHARE:
+        return None
+    low = min(values)
+    return Finding(
+        code="rank-imbalance", severity=Severity.MEDIUM,
+        statement=(
+            f"GPU compute per step differs across ranks: rank {top['rank']} computes "
+            f"{top['compute_ns_per_step'] / 1e6:.2f} ms/step, {100 * excess / med:.0f}% above the median "
+            f"{med / 1e6:.2f} ms (lowest {low / 1e6:.2f} ms); every collective waits for the slowest."
+        ),
+        next_step="Balance the work per rank: uneven sharding, variable sequence lengths or batch sizes per rank; "
+                  "compare tracewhy kernels on the slowest and the fastest rank.",
+        recoverable_ns_per_step=int(excess),
+        evidence={"compute_ns_per_step": dict(zip(c.get_column("rank").to_list(), values, strict=True)),
+                  "median_ns": med},
+    )
+
+
+def _mismatches(r: RanksResult) -> list[Finding]:
+    m = r.mismatches
+    if m.height == 0:
+        return []
+    named = "; ".join(
+        f"step {x['step']}, group {x['process_group'] or '(not recorded)'}, {x['op'] or 'order'}: {x['detail']}"
+        for x in m.head(_NAMED).iter_rows(named=True)
+    )
+    kinds = sorted(set(m.get_column("kind").to_list()))
+    return [Finding(
+        code="rank-collective-mismatch", severity=Severity.HIGH,
+        statement=(f"The ranks did not issue the same collectives ({m.height} mismatches: {', '.join(kinds)}): "
+                   f"{named}. Mismatched collectives hang the job or corrupt results."),
+        next_step="Find the rank-dependent branch around these calls; run with TORCH_DISTRIBUTED_DEBUG=DETAIL "
+                  "(and TORCH_NCCL_DESYNC_DEBUG=1) to have PyTorch check collective order at runtime.",
+        evidence={"mismatches": m.to_dicts()},
+    )]

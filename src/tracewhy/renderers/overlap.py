@@ -1,0 +1,161 @@
+"""Terminal tables and JSON payloads for ``overlap``, ``blocks`` and ``ranks``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from tracewhy.analyses.blocks import BlocksResult
+from tracewhy.analyses.overlap import OverlapResult
+from tracewhy.analyses.rank_compare import RanksResult
+from tracewhy.findings.model import Finding, Severity
+from tracewhy.model.schema import Col
+from tracewhy.units import fmt_ns, fmt_pct, shorten
+
+
+def render_findings(findings: list[Finding]) -> RenderableType:
+    parts: list[RenderableType] = []
+    for f in findings:
+        style = "bold red" if f.severity is Severity.HIGH else "yellow" if f.severity is Severity.TRUST else "bold"
+        parts.append(Text(f"[{f.severity.value}] {f.code}: {f.statement}", style=style))
+        parts.append(Text(f"    next: {f.next_step}", style="dim"))
+    return Group(*parts)
+
+
+# --- overlap ----------------------------------------------------------------------------------
+
+
+def overlap_payload(r: OverlapResult, findings: list[Finding]) -> dict[str, Any]:
+    return {
+        "step_marker": r.step_marker, "steady_steps": r.steady_steps, "note": r.note, "devices": r.devices,
+        "steady": r.steady, "steps": r.steps, "collectives": r.collectives, "streams": r.streams,
+        "concurrency": r.concurrency, "findings": findings,
+    }
+
+
+def render_overlap(r: OverlapResult, findings: list[Finding], top: int) -> RenderableType:
+    parts: list[RenderableType] = []
+    per_step = r.steady.height > 0
+    t = Table(title=("steady steps: mean per step" if per_step else "whole trace (no steps)")
+                    + " — compute + exposed comm + exposed copies + idle = window")
+    for col in ("GPU", "window", "compute", "comm", "hidden", "exposed comm", "exposed copies", "idle",
+                "streams (max at once)"):
+        t.add_column(col, justify="right")
+    for d in r.devices.iter_rows(named=True):
+        src = d
+        if per_step:
+            rows = r.steady.filter(pl.col(Col.DEVICE) == d[Col.DEVICE])
+            if rows.height == 0:
+                continue
+            src = rows.row(0, named=True)
+        window = src["window_ns"] if per_step else d["span_ns"]
+        comm = src["comm_ns"]
+        t.add_row(
+            str(d[Col.DEVICE]), fmt_ns(window), _with_share(src["compute_ns"], window), fmt_ns(comm),
+            fmt_pct(src["comm_hidden_ns"] / comm if comm else None), _with_share(src["comm_exposed_ns"], window),
+            _with_share(src["copy_exposed_ns"], window), _with_share(src["idle_ns"], window),
+            f"{d['streams']} ({d['max_streams_active']})",
+        )
+    parts.append(t)
+    if r.collectives.height:
+        c = Table(title="collectives, most exposed first" + (" (per step)" if per_step else ""))
+        for col in ("GPU", "collective", "calls", "time", "hidden", "exposed", "exposed/step"):
+            c.add_column(col, justify="left" if col == "collective" else "right")
+        for row in r.collectives.head(top).iter_rows(named=True):
+            c.add_row(str(row[Col.DEVICE]), shorten(row["collective"], 60), str(row["count"]), fmt_ns(row["time_ns"]),
+                      fmt_ns(row["hidden_ns"]), fmt_ns(row["exposed_ns"]), fmt_ns(row["exposed_ns_per_step"]))
+        parts.append(c)
+    if r.steps.height:
+        s = Table(title=f"per step ({r.step_marker})")
+        for col in ("GPU", "step", "window", "compute", "comm", "exposed comm", "idle", "steady"):
+            s.add_column(col, justify="left" if col == "step" else "right")
+        for row in r.steps.head(top).iter_rows(named=True):
+            s.add_row(str(row[Col.DEVICE]), row["step"], fmt_ns(row["window_ns"]), fmt_ns(row["compute_ns"]),
+                      fmt_ns(row["comm_ns"]), fmt_ns(row["comm_exposed_ns"]), fmt_ns(row["idle_ns"]),
+                      "yes" if row["steady"] else "warm-up")
+        parts.append(s)
+    if r.note:
+        parts.append(Text(f"note: {r.note}", style="yellow"))
+    if findings:
+        parts.append(render_findings(findings))
+    return Group(*parts)
+
+
+def _with_share(ns: float, window: float) -> str:
+    return f"{fmt_ns(ns)} ({fmt_pct(ns / window if window else None)})"
+
+
+# --- blocks -----------------------------------------------------------------------------------
+
+
+def blocks_payload(r: BlocksResult, findings: list[Finding]) -> dict[str, Any]:
+    return {
+        "step_marker": r.step_marker, "steps": r.steps, "gpu_time_ns_per_step": r.gpu_time_ns_per_step,
+        "synced_share": r.synced_share, "note": r.note, "blocks": r.table, "findings": findings,
+    }
+
+
+def render_blocks(r: BlocksResult, findings: list[Finding], top: int) -> RenderableType:
+    unit = "per step" if r.note is None or "per capture" not in r.note else "per capture"
+    t = Table(title=f"annotated blocks, GPU time {unit} ({r.steps} steady steps, "
+                    f"{fmt_ns(r.gpu_time_ns_per_step)} GPU time {unit})")
+    for col in ("block", "level", "calls", "CPU", "GPU time", "share", "GPU span", "other threads", "synced"):
+        t.add_column(col, justify="left" if col == "block" else "right")
+    for row in r.table.head(top).iter_rows(named=True):
+        synced = f"{row['synced_instances']}/{row['gpu_instances']}" if row["gpu_instances"] else "-"
+        t.add_row(shorten(row["name"], 60), str(row["level"]), str(row["instances"]), fmt_ns(row["cpu_ns_per_step"]),
+                  fmt_ns(row["gpu_time_ns_per_step"]), fmt_pct(row["gpu_share"]), fmt_ns(row["gpu_span_ns_per_step"]),
+                  fmt_ns(row["other_threads_gpu_ns_per_step"]), synced)
+    parts: list[RenderableType] = [t]
+    if r.note:
+        parts.append(Text(f"note: {r.note}", style="yellow"))
+    if findings:
+        parts.append(render_findings(findings))
+    return Group(*parts)
+
+
+# --- ranks ------------------------------------------------------------------------------------
+
+
+def ranks_payload(r: RanksResult, findings: list[Finding], executor: str) -> dict[str, Any]:
+    return {
+        "executor": executor, "straggler": r.straggler, "straggler_last_share": r.straggler_last_share,
+        "steps_compared": r.steps_compared, "notes": list(r.notes), "ranks": r.ranks, "matched": r.matched,
+        "lateness": r.lateness, "mismatches": r.mismatches, "findings": findings,
+    }
+
+
+def render_ranks(r: RanksResult, findings: list[Finding], top: int) -> RenderableType:
+    t = Table(title=f"{r.ranks.height} ranks; per steady step ({r.steps_compared} steps matched)")
+    for col in ("rank", "step p50", "step p90", "compute", "exposed comm", "idle", "input", "calls", "waited",
+                "last at", "others waited"):
+        t.add_column(col, justify="right")
+    for row in r.ranks.iter_rows(named=True):
+        t.add_row(
+            str(row["rank"]), fmt_ns(row["step_p50_ns"]), fmt_ns(row["step_p90_ns"]),
+            fmt_ns(row["compute_ns_per_step"]), fmt_ns(row["comm_exposed_ns_per_step"]),
+            fmt_ns(row["idle_ns_per_step"]),
+            fmt_ns(row["input_ns_per_step"]), str(row["calls"]), fmt_ns(row["wait_ns_per_step"]),
+            str(row["last_count"]), fmt_ns(row["late_ns_per_step"]),
+        )
+    parts: list[RenderableType] = [t]
+    if r.straggler is not None and r.straggler_last_share is not None:
+        parts.append(Text(f"arrives last most often: rank {r.straggler} "
+                          f"({fmt_pct(r.straggler_last_share)} of matched collectives)"))
+    if r.mismatches.height:
+        m = Table(title="collectives the ranks did not issue alike")
+        for col in ("step", "group", "op", "kind", "detail"):
+            m.add_column(col)
+        for row in r.mismatches.head(top).iter_rows(named=True):
+            m.add_row(str(row["step"]), row["process_group"] or "-", row["op"] or "-", row["kind"],
+                      shorten(row["detail"], 100))
+        parts.append(m)
+    for note in r.notes:
+        parts.append(Text(f"note: {note}", style="yellow"))
+    if findings:
+        parts.append(render_findings(findings))
+    return Group(*parts)
