@@ -3,7 +3,6 @@
 from tracewhy.cli.base import Command
 from tracewhy.cli.commands.blocks import BlocksCommand
 from tracewhy.cli.commands.diagnose import DiagnoseCommand
-from tracewhy.cli.commands.diff import DiffCommand
 from tracewhy.cli.commands.gaps import GapsCommand
 from tracewhy.cli.commands.info import InfoCommand
 from tracewhy.cli.commands.kernels import KernelsCommand
@@ -24,5 +23,4 @@ COMMANDS: tuple[type[Command], ...] = (
     BlocksCommand,
     RanksCommand,
     RooflineCommand,
-    DiffCommand,
 )
