@@ -124,3 +124,20 @@ def test_truncated_real_report_exit_3(tmp_path: Path, capsys: pytest.CaptureFixt
 def test_missing_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, _, err = _run(capsys, str(tmp_path / "nope.ncu-rep"))
     assert code == EXIT_BAD_INPUT and "no such file" in err
+
+
+def test_hostile_kernel_name_prints_plainly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A kernel name is text from someone else's file: no terminal escapes, no rich markup.
+    hostile = "k\x1b[31m[red]x[/red]\u202e"
+    header = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Section Name",'
+              '"Metric Name","Metric Unit","Metric Value"')
+    rows = [f'"0","1","app","h","{hostile}","1","7","SOL","{label}","{unit}","{value}"'
+            for label, unit, value in (("Duration", "ns", "1000"), ("Compute (SM) Throughput", "%", "85"),
+                                       ("Memory Throughput", "%", "20"))]
+    path = tmp_path / "hostile.csv"
+    path.write_text("\n".join([header, *rows]))
+    code, out, _ = _run(capsys, str(path))
+    assert code == EXIT_OK
+    assert "\x1b" not in out and "\u202e" not in out and "[red]x[/red]" in out
+    code, out, _ = _run(capsys, str(path), "--json")
+    assert json.loads(out)["kernels"][0]["name"] == hostile  # JSON keeps the exact name

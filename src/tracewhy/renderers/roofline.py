@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import unicodedata
 from typing import Any
 
 import polars as pl
@@ -40,6 +41,19 @@ def _num(value: float | None, digits: int = 3) -> str:
     return "-" if value is None or math.isnan(value) else f"{value:.{digits}g}"
 
 
+def _plain(value: object) -> str:
+    """Text from a report or trace with control and bidi-format characters removed: a kernel name
+    must never move the cursor, recolour the terminal or reverse the line (files come from others)."""
+    text = str(value)
+    return "".join(" " if ch in "\n\r\t" else ch for ch in text
+                   if ch in "\n\r\t" or unicodedata.category(ch) not in ("Cc", "Cf"))
+
+
+def _name(value: object, width: int) -> Text:
+    """A name cell: plain text (never rich markup), control characters removed, shortened."""
+    return Text(shorten(_plain(value), width))
+
+
 def _table(title: str) -> Table:
     return Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1), pad_edge=False)
 
@@ -66,11 +80,11 @@ def _scaled(value: float | None, unit: float) -> str:
     return f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}"
 
 
-def _op_label(row: dict[str, Any]) -> str:
+def _op_label(row: dict[str, Any]) -> Text:
     """"mm [8944,1024][1024,2816]": the op without its namespace, then its tensor shapes."""
     name = str(row["name"]).split("::", 1)[-1]
     dims = (row["input_dims"] or "").replace("],[", "][").replace(",[]", "").replace("[[", "[").replace("]]", "]")
-    return shorten(f"{name} {dims}", _TEXT_WIDTH)
+    return Text(shorten(_plain(f"{name} {dims}"), _TEXT_WIDTH))
 
 
 def _bound(value: str | None) -> Text:
@@ -84,7 +98,7 @@ def render_ncu_roofline(r: NcuRooflineResult, top: int, per_launch: bool = False
     head = (f"{r.path}: {launches} launch{'es' if launches != 1 else ''} of {kernels} kernel"
             f"{'s' if kernels != 1 else ''}" + (f" on {r.device_name}" if r.device_name else "")
             + (f", ncu {r.tool_version.split(' ')[0]}" if r.tool_version else ""))
-    parts: list[RenderableType] = [Text(head, style="bold")]
+    parts: list[RenderableType] = [Text(_plain(head), style="bold")]
     t = _table("launches by GPU time" if per_launch else "kernels by GPU time")
     cols = (["kernel", "id", "time", "SM", "mem", "roof", "occ", "bound"] if per_launch
             else ["kernel", "n", "time", "share", "SM", "mem", "roof", "bound"])
@@ -93,17 +107,17 @@ def render_ncu_roofline(r: NcuRooflineResult, top: int, per_launch: bool = False
         for row in r.launches.head(top).iter_rows(named=True):
             occ = (f"{_pct(row['achieved_occupancy_pct'])}/{_pct(row['theoretical_occupancy_pct'])}"
                    if row["achieved_occupancy_pct"] is not None else "-")
-            t.add_row(shorten(row["name"], _TEXT_WIDTH), str(row["launch_id"]), fmt_ns(row["dur_ns"]),
+            t.add_row(_name(row["name"], _TEXT_WIDTH), str(row["launch_id"]), fmt_ns(row["dur_ns"]),
                       _pct(row["sm_pct"]), _pct(row["memory_pct"]), _share(row["roof_fraction"]), occ,
                       _bound(row["bound"]))
     else:
         for row in r.kernels.head(top).iter_rows(named=True):
-            t.add_row(shorten(row["name"], _TEXT_WIDTH), str(row["launches"]), fmt_ns(row["total_ns"]),
+            t.add_row(_name(row["name"], _TEXT_WIDTH), str(row["launches"]), fmt_ns(row["total_ns"]),
                       _share(row["share"]), _pct(row["sm_pct"]), _pct(row["memory_pct"]),
                       _share(row["roof_fraction"]), _bound(row["bound"]))
     parts.append(t)
     parts.extend(_ncu_details(r, top, per_launch))
-    parts.extend(Text(f"note: {n}", style="yellow") for n in r.notes)
+    parts.extend(Text(f"note: {_plain(n)}", style="yellow") for n in r.notes)
     return Group(*parts)
 
 
@@ -114,10 +128,10 @@ def _ncu_details(r: NcuRooflineResult, top: int, per_launch: bool) -> list[Rende
     for row in rows.head(min(top, 8)).iter_rows(named=True):
         label = f"{row['name']}" + (f" (launch {row['launch_id']})" if per_launch else "")
         text = Text()
-        text.append(label, style="bold")
+        text.append(_plain(label), style="bold")
         text.append("  ")
         text.append(row["bound"], style=_BOUND_STYLE.get(row["bound"], ""))
-        text.append(f": {row['reason']}\n")
+        text.append(f": {_plain(row['reason'])}\n")
         bullets: list[str] = []
         if not per_launch and len(row["bounds"] or []) > 1:
             bullets.append(f"launches differ: {', '.join(row['bounds'])} (see --launches)")
@@ -141,7 +155,7 @@ def _ncu_details(r: NcuRooflineResult, top: int, per_launch: bool) -> list[Rende
                      if rule["speedup_pct"] is not None else "")
             title = rule["title"] or rule["message"].split(". ")[0]
             bullets.append(f"ncu {rule['rule_id']}: {shorten(title, 100)}{speed}")
-        text.append("\n".join(f"  - {b}" for b in bullets))
+        text.append("\n".join(f"  - {_plain(b)}" for b in bullets))
         out.append(text)
     return out
 
@@ -150,7 +164,7 @@ def render_op_roofline(r: OpRooflineResult, top: int) -> RenderableType:
     parts: list[RenderableType] = []
     head = (f"shape-based roofline on {r.device_name or 'an unknown GPU'}: {r.ops.height} op shapes, "
             f"{fmt_ns(r.covered_ns)} of {fmt_ns(r.gpu_time_ns)} GPU time estimated")
-    parts.append(Text(head, style="bold"))
+    parts.append(Text(_plain(head), style="bold"))
     t = _table("ops by GPU time")
     _columns(t, ("op and input shapes", "calls", "time", "TFLOP/s", "GB/s", "roof", "bound"),
              "op and input shapes")
@@ -167,7 +181,7 @@ def render_op_roofline(r: OpRooflineResult, top: int) -> RenderableType:
             w.add_row(_op_label(row), fmt_ns(row["gpu_ns"]), fmt_ns(row["roof_ns"]), fmt_ns(row["lost_ns"]),
                       _share(row["roof_fraction"]), _bound(row["bound"]))
         parts.append(w)
-    parts.extend(Text(f"note: {n}", style="yellow") for n in r.notes)
+    parts.extend(Text(f"note: {_plain(n)}", style="yellow") for n in r.notes)
     return Group(*parts)
 
 
@@ -225,7 +239,7 @@ def render_ncu_join(joined: pl.DataFrame, top: int) -> RenderableType:
     t = _table("ncu verdicts for the trace's kernels")
     _columns(t, ("kernel", "time", "bound", "SM", "mem", "roof", "match"), "kernel")
     for row in matched.head(top).iter_rows(named=True):
-        t.add_row(shorten(row["name"], _TEXT_WIDTH), fmt_ns(row["total_ns"]), _bound(row["ncu_bound"]),
+        t.add_row(_name(row["name"], _TEXT_WIDTH), fmt_ns(row["total_ns"]), _bound(row["ncu_bound"]),
                   _pct(row["ncu_sm_pct"]), _pct(row["ncu_memory_pct"]), _share(row["ncu_roof_fraction"]),
                   row["ncu_match"] or "-")
     counts = joined.get_column("ncu_match").value_counts()
