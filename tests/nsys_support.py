@@ -82,6 +82,7 @@ def close(ours: float, theirs: str, tol: float = ROUND1) -> bool:
 
 # --- tiny exports built inline ------------------------------------------------------------------
 
+UTC_START = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z, the session start
 PID = 4242
 TID = 4242
 VM = 1 << 48
@@ -105,6 +106,7 @@ class ExportBuilder:
     """
 
     schema: str = "3.25.0"
+    export_meta: dict[str, str] = field(default_factory=dict)
     strings: dict[str, int] = field(default_factory=dict)
     rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     _corr: int = 100
@@ -159,8 +161,10 @@ class ExportBuilder:
     def write(self, path: Path) -> Path:
         conn = sqlite3.connect(path)
         meta_table = "META_DATA_EXPORT" if self.schema >= "3" else "EXPORT_META_DATA"
-        self._table(conn, meta_table, [{"name": "EXPORT_SCHEMA_VERSION", "value": self.schema},
-                                       {"name": "EXPORT_PRODUCT_VERSION", "value": "test"}])
+        meta = {"EXPORT_SCHEMA_VERSION": self.schema, "EXPORT_PRODUCT_VERSION": "test", **self.export_meta}
+        self._table(conn, meta_table, [{"name": k, "value": v} for k, v in meta.items()])
+        self._table(conn, "TARGET_INFO_SESSION_START_TIME",
+                    [{"utcEpochNs": UTC_START, "utcTime": "2026-01-01T00:00:00", "localTime": ""}])
         self._table(conn, "StringIds", [{"id": i, "value": s} for s, i in self.strings.items()])
         if self.schema >= "3":
             self._table(conn, "ENUM_CUDA_MEM_KIND", [{"id": 0, "name": "x", "label": "Pageable"}])

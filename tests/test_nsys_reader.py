@@ -16,10 +16,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from nsys_support import FIXTURES, PID, ExportBuilder, export_path, gtid, load, raw_db
+from nsys_support import FIXTURES, PID, UTC_START, ExportBuilder, export_path, gtid, load, raw_db
 from tracewhy.errors import TraceError
 from tracewhy.model.schema import CCol, Col, Kind, NCol
-from tracewhy.readers import CacheOptions, read_trace
+from tracewhy.readers import CacheOptions, nsys_tables, read_trace
 from tracewhy.readers.nsys import read_nsys
 from tracewhy.readers.nsys_tables import COPY_KIND, MEMORY_KIND, api_name
 
@@ -250,6 +250,19 @@ def test_oldest_schema_without_enum_tables(tmp_path: Path) -> None:
     assert t.meta.versions["nsys_export_schema"] == "2.9.1"
 
 
+def test_session_clock_and_normalized_exports(tmp_path: Path) -> None:
+    b = ExportBuilder()
+    b.kernel("k()", 5000, 6000, corr=1)
+    t = read_nsys(b.write(tmp_path / "plain.sqlite"))
+    # ANALYSIS_DETAILS.startTime (1000) is the session start on the trace clock.
+    assert t.meta.profiler_spans_ns == ((1000, 10**9 + 1000),)
+    assert t.meta.base_time_ns == UTC_START - 1000
+    assert t.meta.capture_settings["SESSION_START_UTC"] == "2026-01-01T00:00:00"
+    # --ts-normalize=true: timestamps are UTC epoch ns already.
+    b.export_meta["EXPORT_PARAM_TIME_NORMALIZE"] = "true"
+    assert read_nsys(b.write(tmp_path / "normalized.sqlite")).meta.base_time_ns == 0
+
+
 def test_api_names_lose_only_the_version_suffix(tmp_path: Path) -> None:
     assert api_name("cudaLaunchKernel_v7000") == "cudaLaunchKernel"
     assert api_name("cudaLaunchKernelExC_v11060") == "cudaLaunchKernelExC"
@@ -436,6 +449,15 @@ def test_report_export_failure_is_reported(tmp_path: Path, monkeypatch: pytest.M
     with pytest.raises(TraceError, match="report version is newer than this nsys"):
         read_trace(report)
     assert not list((tmp_path / "cache" / "nsys").glob("*"))
+
+
+def test_batched_fetch_gives_the_same_trace(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Big tables are converted a batch of rows at a time; batch edges must not show.
+    name = "nvfuser_matmul_h200_2024.6"
+    monkeypatch.setattr(nsys_tables, "FETCH_BATCH", 7)
+    small = read_nsys(export_path(name))
+    for table in ("slices", "kernel_attrs", "copy_attrs", "nvtx_attrs", "threads", "devices"):
+        assert small.table(table).equals(load(name).table(table)), table
 
 
 def test_parsed_trace_cache_round_trip(tmp_path: Path) -> None:

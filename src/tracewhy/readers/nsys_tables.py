@@ -27,6 +27,8 @@ PID_SQL: Final = "(({c} >> 24) & 16777215)"
 TID_SQL: Final = "({c} & 16777215)"
 UINT32_NONE: Final = 0xFFFFFFFF  # CUPTI writes (uint32)-1 for "no stream" / "no event"
 
+#: Rows converted to Python objects at once (about 100 MB of tuples for a wide table).
+FETCH_BATCH: Final = 250_000
 KEY: Final = "_key"
 PART_SCHEMA: Final = pl.Schema(
     {
@@ -117,8 +119,15 @@ class Db:
         return f'"{column}"' if column in self.columns(table) else default
 
     def frame(self, sql: str, schema: dict[str, Any]) -> pl.DataFrame:
-        rows = self.conn.execute(sql).fetchall()
-        return pl.DataFrame(rows, schema=schema, orient="row")
+        """The query's rows as a frame, converted in batches: Python tuples for one batch at a
+        time, never for a whole multi-million-row table."""
+        cursor = self.conn.execute(sql)
+        parts = []
+        while rows := cursor.fetchmany(FETCH_BATCH):
+            parts.append(pl.DataFrame(rows, schema=schema, orient="row"))
+        if not parts:
+            return pl.DataFrame(schema=schema)
+        return parts[0] if len(parts) == 1 else pl.concat(parts, rechunk=True)
 
     def scalar(self, sql: str) -> Any:
         row = self.conn.execute(sql).fetchone()
