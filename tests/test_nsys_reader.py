@@ -67,6 +67,12 @@ def test_gpu_rows_match_the_raw_tables(name: str) -> None:
         k = load(name).of_kind(Kind.KERNEL)
         assert int(k.get_column(Col.DUR).sum()) == total
         assert int(k.get_column(Col.TS).min()) == first  # type: ignore[arg-type]
+        # Launch attributes, per kernel: grid, block, registers, static + dynamic shared memory.
+        raw = raw_db(name).execute("""SELECT start, gridX, gridY, gridZ, blockX, blockY, blockZ,
+            registersPerThread, staticSharedMemory + dynamicSharedMemory
+            FROM CUPTI_ACTIVITY_KIND_KERNEL""").fetchall()
+        attrs = k.select(Col.ID, Col.TS).join(load(name).kernel_attrs, on=Col.ID).drop(Col.ID)
+        assert Counter(attrs.select(Col.TS, *attrs.columns[1:9]).rows()) == Counter(raw)
 
 
 @pytest.mark.parametrize("name", FIXTURES)
