@@ -67,8 +67,8 @@ class GapsOptions:
 class GapsResult:
     """``gaps``: one row per idle interval (device, start_ns, dur_ns, gap_class, step, host
     activity names, next_activity, ns per class). ``per_step``: per step and device, window,
-    busy and idle time and idle ns per class. ``launch_thread``: the (pid, tid) that launched
-    most GPU work."""
+    busy (kernels, copies, memsets) and idle time, kernel_busy_ns (kernels only, the
+    TensorBoard plugin's "GPU utilization" numerator) and idle ns per class."""
 
     gaps: pl.DataFrame
     per_step: pl.DataFrame
@@ -102,7 +102,7 @@ def gaps(trace: Trace, steps: StepsResult, options: GapsOptions = GapsOptions(),
         frames.append(_explain(device, gs, ge, dev, s, host, launch_tid))
     table = pl.concat(frames) if frames else _empty_gaps()
     table = _assign_steps(table, st)
-    per_step = _per_step(table, st, busy)
+    per_step = _per_step(table, st, busy, device_busy(trace, (Kind.KERNEL,)))
     return GapsResult(gaps=table, per_step=per_step, min_gap_ns=options.min_gap_ns,
                       devices=tuple(busy), busy=busy)
 
@@ -265,7 +265,8 @@ def _split_at(gs: I64, ge: I64, cuts: I64) -> tuple[I64, I64]:
     return starts, ends
 
 
-def _per_step(table: pl.DataFrame, st: pl.DataFrame, busy: dict[int, DeviceBusy]) -> pl.DataFrame:
+def _per_step(table: pl.DataFrame, st: pl.DataFrame, busy: dict[int, DeviceBusy],
+              kernel_busy: dict[int, DeviceBusy]) -> pl.DataFrame:
     class_cols = [f"{c}_ns" for c in CLASSES]
     sums = table.filter(pl.col("step").is_not_null()).group_by("device", "step").agg(
         [pl.col(c).sum() for c in class_cols]
@@ -274,10 +275,11 @@ def _per_step(table: pl.DataFrame, st: pl.DataFrame, busy: dict[int, DeviceBusy]
     for i, (name, ts, wend, steady) in enumerate(st.select("name", Col.TS, "window_end_ns", "steady").iter_rows()):
         for device, b in busy.items():
             used = b.busy_in(ts, wend)
-            rows.append((i, name, device, steady, wend - ts, used, wend - ts - used))
+            k = kernel_busy[device].busy_in(ts, wend) if device in kernel_busy else 0
+            rows.append((i, name, device, steady, wend - ts, used, wend - ts - used, k))
     base = pl.DataFrame(rows, orient="row", schema={
         "step": pl.Int64, "name": pl.String, "device": pl.Int32, "steady": pl.Boolean, "window_ns": pl.Int64,
-        "busy_ns": pl.Int64, "idle_ns": pl.Int64})
+        "busy_ns": pl.Int64, "idle_ns": pl.Int64, "kernel_busy_ns": pl.Int64})
     return base.join(sums, on=["device", "step"], how="left").with_columns(
         [pl.col(c).fill_null(0).cast(pl.Int64) for c in class_cols]
     ).sort("step", "device")

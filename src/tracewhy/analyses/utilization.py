@@ -9,7 +9,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses.intervals import union
-from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, Kind
 from tracewhy.model.trace import Trace
 
 I64 = npt.NDArray[np.int64]
@@ -43,8 +43,9 @@ class UtilizationResult:
     series: pl.DataFrame
 
 
-def device_busy(trace: Trace) -> dict[int, DeviceBusy]:
-    gpu = trace.of_kind(*GPU_ACTIVITY_KINDS).select(Col.DEVICE, Col.TS, Col.DUR)
+def device_busy(trace: Trace, kinds: tuple[Kind, ...] = GPU_ACTIVITY_KINDS) -> dict[int, DeviceBusy]:
+    """Busy intervals per device over the given kinds (default: kernels, copies and memsets)."""
+    gpu = trace.of_kind(*kinds).select(Col.DEVICE, Col.TS, Col.DUR)
     out: dict[int, DeviceBusy] = {}
     for (device,), part in gpu.group_by(Col.DEVICE, maintain_order=False):
         ts = part.get_column(Col.TS).to_numpy()

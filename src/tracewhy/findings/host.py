@@ -93,8 +93,9 @@ def _scalar_reads(ctx: Context) -> list[Finding]:
     if has_gpu and blocking == 0:
         return []  # they read host tensors: harmless
     b = basis(ctx)
-    # On a GPU trace the cost of these reads is the drain they cause (the sync finding measures
-    # it); on a CPU-only trace it is latent, so only the ops' own time is counted here.
+    # On a GPU trace the cost of these reads is the drain they cause, which the sync finding
+    # measures; counting their own (blocked) time here would count it twice. On a CPU-only
+    # trace the hazard is latent and only the ops' own time is counted.
     own_ns = _own_time(ctx, reads.get_column("name").to_list())
     return [Finding(
         code="scalar-read-per-step",
@@ -105,7 +106,7 @@ def _scalar_reads(ctx: Context) -> list[Finding]:
                      "and drains the pipeline every step."),
         next_step="Stop reading values back every step: accumulate losses/metrics on the device and call .item() "
                   "every N steps (or log asynchronously).",
-        recoverable_ns_per_step=round(own_ns / max(b.steps, steps)),
+        recoverable_ns_per_step=0 if has_gpu else round(own_ns / max(b.steps, steps)),
         evidence={"calls": calls, "blocking_calls": blocking, "per_step": calls / steps,
                   "ops": reads.to_dicts()},
     )]

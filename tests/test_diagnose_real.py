@@ -1,0 +1,175 @@
+"""diagnose and gaps on real traces: planted and known causes come out on top, and GPU
+utilization agrees with the TensorBoard plugin's reference output wherever the plugin is right."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+import tracewhy
+from conftest import GENERATED, TRACES, shared_trace
+from tracewhy.analyses.gaps import gaps
+from tracewhy.analyses.steps import steps
+from tracewhy.findings.diagnose import diagnose
+from tracewhy.findings.model import Severity
+from tracewhy.model import Col, Kind
+
+
+def _top_codes(path: Path, n: int = 1) -> list[str]:
+    report = diagnose(tracewhy.load(path))
+    return [f.code for f in report.findings if f.severity is not Severity.TRUST][:n]
+
+
+@pytest.mark.parametrize("span", ["span1_worker0.1623143089861", "span2_worker0.1623143566756"])
+def test_resnet_num_workers_0_is_input_bound(span: str) -> None:
+    # tb_plugin's own verdict for this run: 33.4% / 22.9% of the step in DataLoader.
+    path = shared_trace(f"kineto/resnet50_nw0_{span}.pt.trace.json.gz")
+    assert _top_codes(path) == ["gpu-idle-input"]
+
+
+@pytest.mark.parametrize("span", ["span1_worker0.1623212756351", "span2_worker0.1623213129365"])
+def test_resnet_num_workers_4_is_not_input_bound(span: str) -> None:
+    # With 4 workers DataLoader is 0.8% / 0.2% of the step (tb_plugin): no input finding.
+    report = diagnose(tracewhy.load(shared_trace(f"kineto/resnet50_nw4_{span}.pt.trace.json.gz")))
+    assert "gpu-idle-input" not in [f.code for f in report.findings]
+
+
+def _tb_reference(folder: str) -> dict[str, dict[str, object]]:
+    data: dict[str, dict[str, object]] = json.loads((TRACES / folder / "tb_plugin_reference_outputs.json").read_text())
+    return {k: v for k, v in data.items() if not k.startswith("_")}
+
+
+# Where tracewhy and tb_plugin disagree, and why tracewhy is right.
+TB_DISAGREES = {
+    # tb_plugin only counts kernels whose launching runtime call is in the trace; here 430
+    # (455) kernels ran inside the step but were launched before the capture began. The GPU
+    # was busy all the same. Checked below: tb's kernel time equals our linked-only busy time.
+    "h100_qwen1.5-0.5b_bs16_seq2048.json.gz": "unlinked kernels dropped",
+    "mi300x_qwen1.5-0.5b_bs16_seq2048.json.gz": "unlinked kernels dropped",
+    # tb_plugin lists ProfilerStep#15 twice (step names 15, 16, 15, 17): four steps of three.
+    "mi300x_resnet_actckpt_ddp8_rank0.json.gz": "step counted twice",
+}
+
+
+def _tb_cases() -> list[tuple[str, str]]:
+    if not TRACES.is_dir():
+        return [("kineto", "resnet50_nw0_span1_worker0.1623143089861.pt.trace.json.gz")]
+    return [(folder, name) for folder in ("kineto", "tracelens", "perfdigest") for name in _tb_reference(folder)]
+
+
+@pytest.mark.parametrize(("folder", "name"), _tb_cases())
+def test_gpu_utilization_against_tb_plugin(folder: str, name: str) -> None:
+    path = shared_trace(f"{folder}/{name}")
+    ref = _tb_reference(folder)[name]
+    trace = tracewhy.load(path)
+    st = steps(trace)
+    if st.table.height == 0:
+        # tb_plugin falls back to the CPU min..max as one "step" when there are no ProfilerStep
+        # markers (its _about says so); tracewhy reports no steps instead of inventing one.
+        assert "gpu_utilization_pct" in ref
+        return
+    per_step = gaps(trace, st).per_step
+    ours = {str(d): round(100 * sum_k / sum_w, 2) for d, sum_k, sum_w in
+            per_step.group_by("device").agg(pl.col("kernel_busy_ns").sum(), pl.col("window_ns").sum()).iter_rows()}
+    theirs = {k: float(v) for k, v in ref["gpu_utilization_pct"].items()}  # type: ignore[attr-defined]
+    if name not in TB_DISAGREES:
+        assert ours == pytest.approx(theirs, abs=0.011)
+        return
+    if TB_DISAGREES[name] == "unlinked kernels dropped":
+        k = trace.of_kind(Kind.KERNEL).filter(pl.col(Col.LAUNCH).is_not_null())
+        lo, hi = int(st.table[0, Col.TS]), int(st.table[-1, "window_end_ns"])
+        busy_linked = _union_ns(k, lo, hi)
+        kernel_us = float(ref["avg_step_breakdown_us"]["Kernel"])  # type: ignore[index]
+        assert busy_linked / 1000 == pytest.approx(kernel_us, abs=0.1)
+        assert ours[next(iter(ours))] > theirs[next(iter(theirs))]
+    else:
+        assert ref["n_steps_used"] == st.table.height + 1
+
+
+def _union_ns(k: pl.DataFrame, lo: int, hi: int) -> int:
+    """Busy time by a per-nanosecond-free method: sort starts and sweep (a second computation)."""
+    ev = sorted([(int(a), 1) for a in k[Col.TS]] + [(int(a + d), -1) for a, d in zip(k[Col.TS], k[Col.DUR],
+                                                                                   strict=True)])
+    busy, depth, last = 0, 0, None
+    for t, delta in ev:
+        t = min(max(t, lo), hi)
+        if depth > 0 and last is not None:
+            busy += t - last
+        depth += delta
+        last = t
+    return busy
+
+
+def test_busy_per_step_matches_a_microsecond_bitmap() -> None:
+    # The 2021 sample writes integer microseconds, so a 1 µs bitmap over the raw JSON is exact.
+    path = shared_trace("kineto/resnet50_nw0_span1_worker0.1623143089861.pt.trace.json.gz")
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    gpu = [(e["ts"], e["dur"]) for e in events if e.get("ph") == "X" and e.get("cat") in ("Kernel", "Memcpy", "Memset")]
+    trace = tracewhy.load(path)
+    st = steps(trace).table
+    lo_us = min(st[Col.TS]) // 1000
+    hi_us = max(st["window_end_ns"]) // 1000
+    bitmap = np.zeros(hi_us - lo_us, dtype=bool)
+    for ts, dur in gpu:
+        a, z = max(ts, lo_us), min(ts + dur, hi_us)
+        if z > a:
+            bitmap[a - lo_us : z - lo_us] = True
+    per_step = gaps(trace, steps(trace)).per_step
+    for (a, z), busy in zip(st.select(Col.TS, "window_end_ns").iter_rows(), per_step["busy_ns"], strict=True):
+        assert busy == int(bitmap[a // 1000 - lo_us : z // 1000 - lo_us].sum()) * 1000
+
+
+def test_planted_slow_dataset_is_the_top_finding() -> None:
+    assert _top_codes(GENERATED / "cpu_dataloader_slow.pt.trace.json.gz") == ["input-bound"]
+    # The contrast run without the sleep spends ~10% in DataLoader on a loaded machine: if
+    # flagged at all, it is far smaller than the slow run's.
+    fast = diagnose(tracewhy.load(GENERATED / "cpu_dataloader_fast.pt.trace.json.gz"))
+    slow = diagnose(tracewhy.load(GENERATED / "cpu_dataloader_slow.pt.trace.json.gz"))
+    rec = {f.code: f.recoverable_ns_per_step for f in slow.findings}
+    rec_fast = {f.code: f.recoverable_ns_per_step for f in fast.findings}
+    assert rec["input-bound"] > 10 * rec_fast.get("input-bound", 0) + 1
+
+
+def test_planted_item_per_step_is_the_top_finding() -> None:
+    assert _top_codes(GENERATED / "cpu_item_sync.pt.trace.json.gz") == ["scalar-read-per-step"]
+
+
+def test_no_schedule_is_a_trust_warning() -> None:
+    report = diagnose(tracewhy.load(GENERATED / "cpu_eager_noschedule.pt.trace.json.gz"))
+    assert "no-step-markers" in [f.code for f in report.findings if f.severity is Severity.TRUST]
+
+
+def test_heavy_capture_is_flagged_first() -> None:
+    report = diagnose(tracewhy.load(GENERATED / "cpu_with_stack_memory.pt.trace.json.gz"))
+    assert report.findings[0].severity is Severity.TRUST
+    assert "capture-heavy-options" in [f.code for f in report.findings]
+
+
+def test_gp100_step_sync_trace_names_its_sync_site() -> None:
+    # hta MANIFEST: 10 cudaStreamSynchronize + cudaMemcpyAsync per step, no ProfilerStep markers.
+    report = diagnose(tracewhy.load(shared_trace("hta/gp100_step_sync_gpu_user_annotation_2023.json.gz")))
+    codes = [f.code for f in report.findings]
+    assert "no-step-markers" in codes and "gpu-idle-sync" in codes
+    # HTA reports ~96% idle for this trace; ours: active under 5%.
+    assert report.basis.active_share < 0.05
+
+
+@pytest.mark.parametrize("rel", [
+    "hta/a100_ddp2_rank0_nccl2.17.json.gz", "tracelens/h100_owlv2-large_zero-shot.json.gz",
+    "tracelens/mi210_gpu_only.json.gz", "tracelens/mi300x_vllm_decode_fullgraph_replay.json.gz",
+    "hta/cpu_only_gloo_rank34of300.json.gz", "hta/a100_cupti_profiler_counters.json.gz",
+])
+def test_diagnose_runs_and_every_finding_is_complete(rel: str) -> None:
+    report = diagnose(tracewhy.load(shared_trace(rel)))
+    for f in report.findings:
+        assert f.code and f.code == f.code.lower() and " " not in f.code
+        assert f.statement and f.next_step and f.recoverable_ns_per_step >= 0
+    if rel.endswith("gpu_only.json.gz"):
+        assert "gpu-only-trace" in [f.code for f in report.findings]
+    if "fullgraph" in rel:
+        assert "cuda-graph-replay" in [f.code for f in report.findings]
