@@ -77,3 +77,14 @@ STRAGGLER_MIN_LATE_SHARE: Final = 0.05
 #: GPU compute per step this far above the median rank is imbalance: replicas of one model
 #: (DDP) compute within a few percent of each other; more means uneven work per rank.
 RANK_IMBALANCE_MIN_SHARE: Final = 0.10
+
+# --- comparing runs (diff, check --baseline) -----------------------------------------------
+#: Two-sided confidence of the interval for the change in median step time: the usual 95%.
+#: The exact rank interval reaches at least this (96.8% at 5 vs 5 steps); below 4 steps a side
+#: it cannot, and the verdict is "within noise".
+DIFF_CONFIDENCE: Final = 0.95
+#: A shift whose interval excludes zero but that is smaller than this share of A's median step
+#: is still "within noise": the test treats the steps of one run as independent, but they share
+#: that run's machine state (clocks, co-tenants, data order), which drifts between runs by about
+#: this much on a quiet machine; no step of a single run can sample that drift.
+DIFF_MIN_RELATIVE_CHANGE: Final = 0.02

@@ -3,6 +3,7 @@
 from tracewhy.cli.base import Command
 from tracewhy.cli.commands.blocks import BlocksCommand
 from tracewhy.cli.commands.diagnose import DiagnoseCommand
+from tracewhy.cli.commands.diff import DiffCommand
 from tracewhy.cli.commands.gaps import GapsCommand
 from tracewhy.cli.commands.info import InfoCommand
 from tracewhy.cli.commands.kernels import KernelsCommand
@@ -23,4 +24,5 @@ COMMANDS: tuple[type[Command], ...] = (
     BlocksCommand,
     RanksCommand,
     RooflineCommand,
+    DiffCommand,
 )

@@ -1,0 +1,226 @@
+"""Two runs side by side: the shift in steady step time, per-op and per-kernel time per step,
+and what differs in how and where they were captured. Measurements only; ``findings.compare``
+judges them.
+
+Ops and kernels are counted inside each run's steady window (first to last steady step), per
+steady step, so runs with different step counts or warm-up compare fairly. GPU work belongs to
+the window its launch fell in. A run without steps is compared as a whole (one "step").
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from tracewhy.analyses.shift import Shift, hodges_lehmann
+from tracewhy.analyses.steps import StepsOptions, StepsResult, steps
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, DCol, Kind
+from tracewhy.model.trace import Trace
+
+
+@dataclass(frozen=True)
+class DiffOptions:
+    step_marker: str | None = None
+    warmup: int | None = None
+    confidence: float = 0.95
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What one side is: enough to tell whether two runs can be compared."""
+
+    path: str
+    format: str
+    step_marker: str
+    steady_steps: int
+    window_ns: tuple[int, int] | None  # the steady window, None when the run has no steps
+    devices: list[str]  # device names, in device order
+    rank: int | None
+    world_size: int | None
+    capture: dict[str, Any]  # profiler options (Kineto) or capture settings (nsys)
+    versions: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One way the two captures differ (device, option, version, ...)."""
+
+    what: str
+    a: str
+    b: str
+
+
+@dataclass(frozen=True)
+class DiffResult:
+    """``steps`` is None when either run has no steady steps.
+
+    ``ops``, ``annotations`` and ``kernels`` columns: name, a_calls_per_step, b_calls_per_step,
+    a_ns_per_step, b_ns_per_step, delta_ns_per_step (B - A); largest absolute delta first. Ops
+    carry CPU self time (``*_ns_per_step``) and the GPU time they launched (``*_gpu_ns_per_step``);
+    annotations (``record_function`` / NVTX blocks other than the step marker) their inclusive
+    time on the CPU.
+    """
+
+    a: RunSummary
+    b: RunSummary
+    steps: Shift | None
+    a_step_durations_ns: list[int]
+    b_step_durations_ns: list[int]
+    ops: pl.DataFrame
+    annotations: pl.DataFrame
+    kernels: pl.DataFrame
+    differences: list[Difference] = field(default_factory=list)
+
+
+def diff(a: Trace, b: Trace, options: DiffOptions = DiffOptions()) -> DiffResult:
+    step_options = StepsOptions(marker=options.step_marker, warmup=options.warmup)
+    sa, sb = steps(a, step_options), steps(b, step_options)
+    da, db = _steady(sa), _steady(sb)
+    shift = hodges_lehmann(da, db, options.confidence) if da and db else None
+    ra, rb = _summary(a, sa), _summary(b, sb)
+    na, nb = max(ra.steady_steps, 1), max(rb.steady_steps, 1)
+    ops = _joined(_op_times(a, ra.window_ns), _op_times(b, rb.window_ns), na, nb, gpu=True)
+    kernels = _joined(_kernel_times(a, ra.window_ns), _kernel_times(b, rb.window_ns), na, nb, gpu=False)
+    blocks = _joined(_annotation_times(a, ra), _annotation_times(b, rb), na, nb, gpu=False)
+    return DiffResult(
+        a=ra, b=rb, steps=shift, a_step_durations_ns=da, b_step_durations_ns=db,
+        ops=ops, annotations=blocks, kernels=kernels, differences=_differences(ra, rb),
+    )
+
+
+def _steady(r: StepsResult) -> list[int]:
+    return [int(v) for v in r.table.filter(pl.col("steady")).get_column(Col.DUR).to_list()]
+
+
+def _summary(t: Trace, s: StepsResult) -> RunSummary:
+    steady = s.table.filter(pl.col("steady"))
+    window = None
+    if steady.height:
+        ts = steady.get_column(Col.TS).to_numpy()
+        window = (int(ts.min()), int((ts + steady.get_column(Col.DUR).to_numpy()).max()))
+    m = t.meta
+    capture: dict[str, Any] = {
+        k: v for k, v in vars(m.capture).items() if k != "source" and v is not None
+    }
+    capture.update({f"nsys:{k}": v for k, v in m.capture_settings.items()})
+    return RunSummary(
+        path=m.path, format=m.format, step_marker=s.marker, steady_steps=steady.height, window_ns=window,
+        devices=[str(n) for n in t.devices.sort(DCol.DEVICE).get_column(DCol.NAME).to_list()],
+        rank=m.rank, world_size=m.world_size, capture=capture, versions=dict(m.versions),
+    )
+
+
+def _in_window(ts: pl.Expr, window: tuple[int, int] | None) -> pl.Expr:
+    return pl.lit(True) if window is None else ts.is_between(window[0], window[1], closed="left")
+
+
+def _op_times(t: Trace, window: tuple[int, int] | None) -> pl.DataFrame:
+    """Per op name inside the window: calls, CPU self time, GPU time of work it launched."""
+    s = t.slices
+    ops = s.filter((pl.col(Col.KIND) == Kind.CPU_OP.value) & _in_window(pl.col(Col.TS), window))
+    # CPU self = own duration less that of CPU ops directly nested in it (their op_id is it).
+    child = ops.filter(pl.col(Col.OP).is_not_null()).group_by(Col.OP).agg(pl.col(Col.DUR).sum().alias("_child"))
+    ops = ops.join(child, left_on=Col.ID, right_on=Col.OP, how="left").with_columns(
+        (pl.col(Col.DUR) - pl.col("_child").fill_null(0)).clip(lower_bound=0).alias("_self")
+    )
+    cpu = ops.group_by(pl.col(Col.NAME).cast(pl.String)).agg(
+        pl.len().cast(pl.Int64).alias("calls"), pl.col("_self").sum().alias("ns")
+    )
+    gpu = _launched(t, window).filter(pl.col(Col.OP).is_not_null())
+    op_names = s.get_column(Col.NAME).cast(pl.String).gather(gpu.get_column(Col.OP))
+    gpu_by_op = pl.DataFrame({Col.NAME: op_names, "gpu_ns": gpu.get_column(Col.DUR)}).group_by(Col.NAME).agg(
+        pl.col("gpu_ns").sum()
+    )
+    return cpu.join(gpu_by_op, on=Col.NAME, how="full", coalesce=True).with_columns(
+        pl.col("calls").fill_null(0), pl.col("ns").fill_null(0), pl.col("gpu_ns").fill_null(0)
+    )
+
+
+def _launched(t: Trace, window: tuple[int, int] | None) -> pl.DataFrame:
+    """GPU activity whose launch (or, unlinked, whose own start) lies in the window."""
+    s = t.slices
+    gpu = s.filter(pl.col(Col.KIND).is_in([k.value for k in GPU_ACTIVITY_KINDS]))
+    if window is None or gpu.height == 0:
+        return gpu
+    launch_ts = np.where(
+        gpu.get_column(Col.LAUNCH).is_null().to_numpy(),
+        gpu.get_column(Col.TS).to_numpy(),
+        s.get_column(Col.TS).gather(gpu.get_column(Col.LAUNCH).fill_null(0)).to_numpy(),
+    )
+    return gpu.filter(pl.Series((launch_ts >= window[0]) & (launch_ts < window[1])))
+
+
+def _annotation_times(t: Trace, run: RunSummary) -> pl.DataFrame:
+    marker = re.compile(rf"^{re.escape(run.step_marker)}(?:#?\d+)?$")
+    a = t.slices.filter((pl.col(Col.KIND) == Kind.ANNOTATION.value) & _in_window(pl.col(Col.TS), run.window_ns))
+    table = a.group_by(pl.col(Col.NAME).cast(pl.String)).agg(
+        pl.len().cast(pl.Int64).alias("calls"), pl.col(Col.DUR).sum().alias("ns")
+    )
+    return table.filter(~pl.col(Col.NAME).map_elements(lambda n: bool(marker.match(n)), return_dtype=pl.Boolean))
+
+
+def _kernel_times(t: Trace, window: tuple[int, int] | None) -> pl.DataFrame:
+    k = _launched(t, window).filter(pl.col(Col.KIND) == Kind.KERNEL.value)
+    return k.group_by(pl.col(Col.NAME).cast(pl.String)).agg(
+        pl.len().cast(pl.Int64).alias("calls"), pl.col(Col.DUR).sum().alias("ns")
+    )
+
+
+def _joined(a: pl.DataFrame, b: pl.DataFrame, na: int, nb: int, gpu: bool) -> pl.DataFrame:
+    cols = ["calls", "ns", *(["gpu_ns"] if gpu else [])]
+    j = a.rename({c: f"a_{c}" for c in cols}).join(
+        b.rename({c: f"b_{c}" for c in cols}), on=Col.NAME, how="full", coalesce=True
+    )
+    out = j.select(
+        Col.NAME,
+        (pl.col("a_calls").fill_null(0) / na).alias("a_calls_per_step"),
+        (pl.col("b_calls").fill_null(0) / nb).alias("b_calls_per_step"),
+        (pl.col("a_ns").fill_null(0) / na).alias("a_ns_per_step"),
+        (pl.col("b_ns").fill_null(0) / nb).alias("b_ns_per_step"),
+        *(
+            [(pl.col("a_gpu_ns").fill_null(0) / na).alias("a_gpu_ns_per_step"),
+             (pl.col("b_gpu_ns").fill_null(0) / nb).alias("b_gpu_ns_per_step")]
+            if gpu else []
+        ),
+    ).with_columns((pl.col("b_ns_per_step") - pl.col("a_ns_per_step")).alias("delta_ns_per_step"))
+    if gpu:
+        out = out.with_columns(
+            (pl.col("b_gpu_ns_per_step") - pl.col("a_gpu_ns_per_step")).alias("delta_gpu_ns_per_step")
+        )
+        key = pl.max_horizontal(pl.col("delta_ns_per_step").abs(), pl.col("delta_gpu_ns_per_step").abs())
+    else:
+        key = pl.col("delta_ns_per_step").abs()
+    return out.with_columns(key.alias("_key")).sort(["_key", Col.NAME], descending=[True, False]).drop("_key")
+
+
+def _differences(a: RunSummary, b: RunSummary) -> list[Difference]:
+    out: list[Difference] = []
+
+    def note(what: str, va: object, vb: object) -> None:
+        if va != vb:
+            out.append(Difference(what, _text(va), _text(vb)))
+
+    note("format", a.format, b.format)
+    note("devices", a.devices, b.devices)
+    note("world_size", a.world_size, b.world_size)
+    note("rank", a.rank, b.rank)
+    note("step_marker", a.step_marker, b.step_marker)
+    for key in sorted(set(a.capture) | set(b.capture)):
+        note(f"capture.{key}", a.capture.get(key), b.capture.get(key))
+    for key in sorted(set(a.versions) | set(b.versions)):
+        note(f"version.{key}", a.versions.get(key), b.versions.get(key))
+    return out
+
+
+def _text(value: object) -> str:
+    if value is None:
+        return "not recorded"
+    if isinstance(value, list):  # device names: "8 x NVIDIA A100", in first-seen order
+        counts = Counter(str(v) for v in value)
+        return ", ".join(f"{n} x {name}" if n > 1 else name for name, n in counts.items()) or "none"
+    return str(value)

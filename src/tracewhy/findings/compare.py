@@ -1,0 +1,115 @@
+"""Judging two runs of one job: faster, slower or within noise, whether they can be compared at
+all, and which findings appeared or disappeared. ``diff`` prints this; ``check --baseline``
+fails on it."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from tracewhy.analyses.diff import Difference, DiffOptions, DiffResult, diff
+from tracewhy.findings import thresholds as th
+from tracewhy.findings.model import Finding
+from tracewhy.model.trace import Trace
+from tracewhy.units import fmt_ns
+
+FASTER = "faster"
+SLOWER = "slower"
+WITHIN_NOISE = "within noise"
+NOT_MEASURED = "not measured"  # a side has no steady steps
+
+#: Differences that make step times incomparable: other hardware, another parallel layout,
+#: other units of work, or capture options whose overhead changes the timing itself.
+_BREAKING = re.compile(r"^(devices|world_size|step_marker|format|capture\.(with_stack|profile_memory))$")
+#: nsys settings that differ between any two sessions and say nothing about the capture.
+_PER_SESSION = re.compile(r"SESSION|UUID|UTC|EPOCH|_NS$|^nsys:DERIVED_|RUN_DURATION|PID$")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """``verdict`` is one of faster / slower / within noise / not measured; ``statement`` says it
+    with the numbers. ``comparable`` is False when a difference in ``not_comparable_because``
+    means the step times measure different things; ``caveats`` are differences worth knowing."""
+
+    diff: DiffResult
+    verdict: str
+    statement: str
+    relative_change: float | None  # Hodges-Lehmann shift / A's median step
+    comparable: bool
+    not_comparable_because: list[str]
+    caveats: list[str]
+    findings_compared: bool
+    findings_appeared: list[Finding] = field(default_factory=list)
+    findings_disappeared: list[Finding] = field(default_factory=list)
+
+
+def compare(
+    a: Trace,
+    b: Trace,
+    options: DiffOptions | None = None,
+    findings_a: list[Finding] | None = None,
+    findings_b: list[Finding] | None = None,
+) -> Comparison:
+    """Compare run B against run A (the baseline)."""
+    options = options or DiffOptions(confidence=th.DIFF_CONFIDENCE)
+    return judge(diff(a, b, options), findings_a, findings_b)
+
+
+def judge(d: DiffResult, findings_a: list[Finding] | None = None,
+          findings_b: list[Finding] | None = None) -> Comparison:
+    verdict, statement, relative = _verdict(d)
+    breaking: list[str] = []
+    caveats: list[str] = []
+    for diff_ in d.differences:
+        if _PER_SESSION.search(diff_.what.removeprefix("capture.")):
+            continue
+        (breaking if _BREAKING.match(diff_.what) else caveats).append(_say(diff_))
+    compared = findings_a is not None and findings_b is not None
+    appeared: list[Finding] = []
+    disappeared: list[Finding] = []
+    if findings_a is not None and findings_b is not None:
+        codes_a = {f.code for f in findings_a}
+        codes_b = {f.code for f in findings_b}
+        appeared = [f for f in findings_b if f.code not in codes_a]
+        disappeared = [f for f in findings_a if f.code not in codes_b]
+    return Comparison(
+        diff=d, verdict=verdict, statement=statement, relative_change=relative,
+        comparable=not breaking, not_comparable_because=breaking, caveats=caveats,
+        findings_compared=compared, findings_appeared=appeared, findings_disappeared=disappeared,
+    )
+
+
+def _verdict(d: DiffResult) -> tuple[str, str, float | None]:
+    s = d.steps
+    if s is None:
+        side = "A" if not d.a_step_durations_ns else "B"
+        return NOT_MEASURED, f"run {side} has no steady steps to compare (use --step NAME)", None
+    relative = s.hl_shift_ns / s.a_median_ns if s.a_median_ns > 0 else None
+    counts = f"{s.a_count} vs {s.b_count} steady steps"
+    medians = f"median step {fmt_ns(s.a_median_ns)} -> {fmt_ns(s.b_median_ns)}"
+    shift = f"shift {_signed(s.hl_shift_ns)}" + (f" ({relative:+.1%})" if relative is not None else "")
+    if s.ci_low_ns is None or s.ci_high_ns is None:
+        return (
+            WITHIN_NOISE,
+            f"within noise: {counts} cannot give a {s.requested_confidence:.0%} interval; "
+            f"{medians}, {shift}; capture more steps",
+            relative,
+        )
+    interval = (f"{s.confidence:.1%} CI [{_signed(s.ci_low_ns)}, {_signed(s.ci_high_ns)}], "
+                f"Mann-Whitney p = {s.p_value:.2g}, {counts}")
+    excludes_zero = s.ci_low_ns > 0 or s.ci_high_ns < 0
+    large_enough = relative is not None and abs(relative) >= th.DIFF_MIN_RELATIVE_CHANGE
+    if excludes_zero and large_enough:
+        verdict = SLOWER if s.hl_shift_ns > 0 else FASTER
+        return verdict, f"B is {verdict}: {medians}, {shift}, {interval}", relative
+    why = ("the interval includes zero" if not excludes_zero
+           else f"the shift is under {th.DIFF_MIN_RELATIVE_CHANGE:.0%} of A's median step")
+    return WITHIN_NOISE, f"within noise ({why}): {medians}, {shift}, {interval}", relative
+
+
+def _signed(ns: float) -> str:
+    return ("+" if ns >= 0 else "-") + fmt_ns(abs(ns))
+
+
+def _say(d: Difference) -> str:
+    return f"{d.what}: {d.a} (A) vs {d.b} (B)"
