@@ -458,13 +458,17 @@ def _notes(report: NcuReport, launches: pl.DataFrame, ceilings: Ceilings, table:
            clocks_locked: bool | None) -> tuple[str, ...]:
     notes = list(report.warnings)
     if clocks_locked:
-        ratios = launches.filter(pl.col(NCol.DUR) == pl.col(NCol.DUR).max()).get_column("clock_ratio").drop_nulls()
-        clock = launches.filter(pl.col(NCol.DUR) == pl.col(NCol.DUR).max()).get_column("sm_clock_hz").drop_nulls()
+        longest = launches.filter(pl.col(NCol.DUR) == pl.col(NCol.DUR).max())
+        ratios = longest.get_column("clock_ratio").drop_nulls()
+        clock = longest.get_column("sm_clock_hz").drop_nulls()
         at = (f" (SM clock {clock[0] / 1e9:.2f} GHz, {ratios[0]:.0%} of the maximum)"
               if ratios.len() and clock.len() else "")
+        recorded = report.launches.get_column(NCol.CLOCKS_LOCKED).drop_nulls().len() > 0
+        what = ("clocks were locked for profiling" if recorded else
+                "clocks were probably locked for profiling (or the GPU throttled)")
         notes.append(
-            f"clocks were locked for profiling{at}: ncu's default --clock-control base. Durations "
-            "are longer than in an unlocked run, and compute peaks here are at the profiled clock.")
+            f"{what}{at}: ncu's default --clock-control base. Durations are longer than in an "
+            "unlocked run, and compute peaks here are at the profiled clock.")
     if ceilings.source == "none":
         notes.append("no peaks: the report has none and the device is not in the peak table "
                      "(pass --device NAME); percentages of peak come from ncu alone")

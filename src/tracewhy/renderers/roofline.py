@@ -143,8 +143,8 @@ def _ncu_details(r: NcuRooflineResult, top: int, per_launch: bool) -> list[Rende
         if ai is not None and not math.isnan(ai):
             bullets.append(f"{row['precision'] or 'FP'} {_rate(row['flop_per_s'], 'FLOP/s')} over DRAM "
                            f"{_rate(row['dram_bytes_per_s'], 'B/s')}: {ai:.3g} FLOP/B")
-        if row["occupancy_limiter"]:
-            bullets.append(f"occupancy limited by {row['occupancy_limiter']}")
+        if row["occupancy_limiter"] and not any("limited by" in b for b in bullets):
+            bullets.append(f"theoretical occupancy limited by {row['occupancy_limiter']}")
         match = (pl.col("launch_id") == row["launch_id"]) if per_launch else (pl.col("name") == row["name"])
         rules = (r.rules.filter(match)
                  .with_columns((pl.col("rule_id") == "SOLBottleneck").alias("_sol"))
