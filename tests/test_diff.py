@@ -149,6 +149,11 @@ def test_hta_trace_diff_pair_is_slower_and_not_comparable() -> None:
     assert "8 x NVIDIA A100-PG509-200" in reasons and "2 x Tesla V100-SXM2-16GB" in reasons
     assert "world_size: 8 (A) vs 2 (B)" in reasons
     assert any(r.startswith("rank: 3 (A) vs 1 (B)") for r in c.caveats)
+    # Both are diagnosed: B replays CUDA graphs (MANIFEST.md: graph_launches 12 in B, 0 in A),
+    # so the finding about graph replay appears in B and not in A.
+    assert c.findings_compared
+    assert "cuda-graph-replay" in {f.code for f in c.findings_appeared}
+    assert "cuda-graph-replay" not in {f.code for f in c.findings_disappeared}
 
 
 def test_heavy_capture_options_make_runs_not_comparable() -> None:

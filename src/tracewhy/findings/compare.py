@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 from tracewhy.analyses.diff import Difference, DiffOptions, DiffResult, diff
 from tracewhy.findings import thresholds as th
+from tracewhy.findings.context import DiagnoseOptions
+from tracewhy.findings.diagnose import diagnose
 from tracewhy.findings.model import Finding
 from tracewhy.model.trace import Trace
 from tracewhy.units import fmt_ns
@@ -43,15 +45,14 @@ class Comparison:
     findings_disappeared: list[Finding] = field(default_factory=list)
 
 
-def compare(
-    a: Trace,
-    b: Trace,
-    options: DiffOptions | None = None,
-    findings_a: list[Finding] | None = None,
-    findings_b: list[Finding] | None = None,
-) -> Comparison:
-    """Compare run B against run A (the baseline)."""
+def compare(a: Trace, b: Trace, options: DiffOptions | None = None, *, with_findings: bool = True) -> Comparison:
+    """Compare run B against run A (the baseline); ``with_findings`` also diagnoses both."""
     options = options or DiffOptions(confidence=th.DIFF_CONFIDENCE)
+    findings_a = findings_b = None
+    if with_findings:
+        diagnose_options = DiagnoseOptions(step_marker=options.step_marker, warmup=options.warmup)
+        findings_a = diagnose(a, diagnose_options).findings
+        findings_b = diagnose(b, diagnose_options).findings
     return judge(diff(a, b, options), findings_a, findings_b)
 
 
