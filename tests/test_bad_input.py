@@ -157,3 +157,19 @@ def test_hostile_strings_survive_and_print_plainly(tmp_path: Path, capsys: pytes
     assert out["kernels"][0]["name"] == hostile
     assert main(["kernels", str(path)]) == 0
     assert "\x1b[31m" not in capsys.readouterr().out
+
+
+def test_hostile_names_in_every_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    hostile = "[bold red]boom[/]\x1b]0;title\x07\u202e"
+    b = KinetoBuilder()
+    for i in range(3):
+        b.annotation(f"ProfilerStep#{i}", i * 100, 100).op(hostile, i * 100 + 1, 50)
+        b.launch(hostile, i * 100 + 2, 1, gpu_ts=i * 100 + 60, gpu_dur=3)
+    b.header["deviceProperties"] = [{"id": 0, "name": hostile, "totalGlobalMem": 1}]
+    path = b.write(tmp_path / "hostile2.json")
+    for command in ("info", "ops", "kernels", "steps", "gaps", "diagnose"):
+        assert main([command, str(path)]) == 0
+        out = capsys.readouterr().out
+        assert "\x1b]" not in out and "\u202e" not in out and "\x07" not in out
+        if command in ("ops", "kernels"):
+            assert "[bold red]boom[/]" in out  # shown literally, not taken as markup

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
+from rich.markup import escape
+
 
 def fmt_ns(ns: float | int | None) -> str:
     if ns is None:
@@ -29,6 +33,18 @@ def fmt_bytes(n: int | None) -> str:
     return f"{n} B"
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """A trace string made safe for a terminal: control characters (ESC sequences, bidi
+    overrides, newlines) shown as escapes instead of being acted on."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
 def shorten(name: str, width: int = 80) -> str:
-    """Keep a long (templated) kernel name readable in a table."""
-    return name if len(name) <= width else name[: width - 1] + "…"
+    """A trace string for a rich table cell: printable, markup-escaped, and cut to ``width``
+    so that a long templated kernel name stays readable."""
+    name = printable(name)
+    name = name if len(name) <= width else name[: width - 1] + "…"
+    return escape(name)

@@ -12,7 +12,7 @@ from rich.text import Text
 from tracewhy.analyses.gaps import CLASSES
 from tracewhy.findings.diagnose import Report
 from tracewhy.findings.model import Severity
-from tracewhy.units import fmt_ns, fmt_pct, shorten
+from tracewhy.units import fmt_ns, fmt_pct, printable, shorten
 
 _STYLE = {Severity.TRUST: "bold yellow", Severity.HIGH: "bold red", Severity.MEDIUM: "red",
           Severity.LOW: "cyan", Severity.INFO: "dim"}
@@ -36,7 +36,7 @@ def render_diagnose(report: Report) -> RenderableType:
     parts: list[RenderableType] = []
     b = report.basis
     st = report.steps.stats
-    head = Text(f"{report.path}\n", style="bold")
+    head = Text(f"{printable(report.path)}\n", style="bold")
     if st is not None:
         head.append(f"{st.count} steady steps: p50 {fmt_ns(st.p50_ns)}, p90 {fmt_ns(st.p90_ns)}. ")
     if b.device is not None:
@@ -50,8 +50,8 @@ def render_diagnose(report: Report) -> RenderableType:
         if f.recoverable_ns_per_step:
             label.append(f"  ~{fmt_ns(f.recoverable_ns_per_step)} per step recoverable", style="bold")
         parts.append(label)
-        parts.append(Text(f"   {f.statement}"))
-        parts.append(Text(f"   next: {f.next_step}", style="dim"))
+        parts.append(Text(f"   {printable(f.statement)}"))
+        parts.append(Text(f"   next: {printable(f.next_step)}", style="dim"))
     return Group(*parts)
 
 
@@ -70,7 +70,7 @@ def render_gaps(table: pl.DataFrame, per_step: pl.DataFrame, top: int) -> Render
         for col in ("step", "device", "window", "idle", *CLASSES):
             s.add_column(col, justify="left" if col == "step" else "right")
         for r in per_step.iter_rows(named=True):
-            s.add_row(r["name"], str(r["device"]), fmt_ns(r["window_ns"]), fmt_ns(r["idle_ns"]),
+            s.add_row(shorten(r["name"]), str(r["device"]), fmt_ns(r["window_ns"]), fmt_ns(r["idle_ns"]),
                       *[fmt_ns(r[f"{c}_ns"]) if r[f"{c}_ns"] else "" for c in CLASSES])
         parts.append(s)
     return Group(*parts)

@@ -10,37 +10,38 @@ from tracewhy.analyses.info import InfoResult
 from tracewhy.analyses.kernels import KernelsResult
 from tracewhy.analyses.ops import OpsResult
 from tracewhy.analyses.steps import StepsResult
-from tracewhy.units import fmt_bytes, fmt_ns, fmt_pct, shorten
+from tracewhy.units import fmt_bytes, fmt_ns, fmt_pct, printable, shorten
 
 
 def render_info(r: InfoResult) -> RenderableType:
     t = Table(show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold")
     t.add_column()
-    t.add_row("file", r.path)
+    t.add_row("file", shorten(r.path, 200))
     t.add_row("format", f"{r.format} (schema {r.schema_version})" if r.schema_version else r.format)
     for k, v in sorted(r.versions.items()):
-        t.add_row(k, v)
+        t.add_row(k, shorten(v))
     if r.devices:
         for d in r.devices:
             cc = f"sm_{d['compute_major']}{d['compute_minor']}" if d["compute_major"] is not None else ""
-            t.add_row(f"device {d['device']}", f"{d['name']} {cc} {fmt_bytes(d['total_global_mem_bytes'])}")
+            memory = fmt_bytes(d["total_global_mem_bytes"])
+            t.add_row(f"device {d['device']}", f"{shorten(d['name'] or '?')} {cc} {memory}")
     else:
         t.add_row("devices", "none described")
     if r.rank is not None or r.world_size is not None:
-        t.add_row("rank", f"{r.rank} of {r.world_size} ({r.backend or 'backend unknown'})")
+        t.add_row("rank", f"{r.rank} of {r.world_size} ({shorten(r.backend or 'backend unknown')})")
     c = r.capture
     flags = [name for name in ("record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules")
              if getattr(c, name)]
-    t.add_row("capture", (", ".join(flags) or "no extra options") + f"  [{c.source}]")
+    t.add_row("capture", (", ".join(flags) or "no extra options") + f"  ({c.source})")
     t.add_row("slices", ", ".join(f"{k} {v}" for k, v in r.slices_by_kind.items()) or "none")
     t.add_row("memory events", str(r.memory_events))
     t.add_row("flow events", str(r.flow_events))
-    t.add_row("steps", f"{r.step_count} ({r.step_marker})")
+    t.add_row("steps", f"{r.step_count} ({shorten(r.step_marker)})")
     t.add_row("time span", fmt_ns(r.span_ns))
     parts: list[RenderableType] = [t]
     for w in r.warnings:
-        parts.append(Text(f"warning: {w}", style="yellow"))
+        parts.append(Text(f"warning: {printable(w)}", style="yellow"))
     return Group(*parts)
 
 
@@ -85,7 +86,7 @@ def render_steps(r: StepsResult, top: int) -> RenderableType:
             t.add_column(col, justify="left" if col == "step" else "right")
         for row in r.table.head(top).iter_rows(named=True):
             busy_share = row["gpu_busy_ns"] / row["dur_ns"] if row["dur_ns"] else None
-            t.add_row(row["name"], fmt_ns(row["dur_ns"]), fmt_ns(row["gpu_busy_ns"]), fmt_pct(busy_share),
+            t.add_row(shorten(row["name"]), fmt_ns(row["dur_ns"]), fmt_ns(row["gpu_busy_ns"]), fmt_pct(busy_share),
                       str(row["kernel_count"]), fmt_ns(row["kernel_time_ns"]), "yes" if row["steady"] else "warm-up")
         parts.append(t)
     if r.stats is not None:
@@ -95,5 +96,5 @@ def render_steps(r: StepsResult, top: int) -> RenderableType:
             f"p99 {fmt_ns(s.p99_ns)}, mean {fmt_ns(s.mean_ns)}, min {fmt_ns(s.min_ns)}, max {fmt_ns(s.max_ns)}"
         ))
     if r.note:
-        parts.append(Text(f"note: {r.note}", style="yellow"))
+        parts.append(Text(f"note: {printable(r.note)}", style="yellow"))
     return Group(*parts)
