@@ -160,6 +160,7 @@ def _summarize(trace: Trace, source: str, options: RanksOptions, rank: int, rank
     devices = _devices_of(trace, pid)
     dev_steady = ov.steady.filter(pl.col(Col.DEVICE).is_in(devices)) if devices is not None else ov.steady
     dev_all = ov.devices.filter(pl.col(Col.DEVICE).is_in(devices)) if devices is not None else ov.devices
+    # Steady rows are already means per step; without steps the totals are per capture (n = 1).
     gpu: dict[str, float | None] = {"compute": None, "comm": None, "exposed": None, "idle": None}
     if dev_steady.height:
         gpu = {k: float(dev_steady.get_column(c).sum()) for k, c in
@@ -179,15 +180,11 @@ def _summarize(trace: Trace, source: str, options: RanksOptions, rank: int, rank
         world_size=trace.meta.world_size, backend=backend if isinstance(backend, str) else None, steps=steady.height,
         steady_step_numbers=tuple(int(x) for x in steady.get_column("number").drop_nulls().to_list()),
         step_p50_ns=p50, step_p90_ns=p90,
-        compute_ns_per_step=_per(gpu["compute"], n), comm_ns_per_step=_per(gpu["comm"], n),
-        comm_exposed_ns_per_step=_per(gpu["exposed"], n), idle_ns_per_step=_per(gpu["idle"], n),
+        compute_ns_per_step=gpu["compute"], comm_ns_per_step=gpu["comm"],
+        comm_exposed_ns_per_step=gpu["exposed"], idle_ns_per_step=gpu["idle"],
         input_ns_per_step=_input_ns(trace, steady, pid) / n,
         collectives=calls, blocks=blocks, gaps=gaps, note=st.note,
     )
-
-
-def _per(total: float | None, n: int) -> float | None:
-    return None if total is None else total / n
 
 
 def _devices_of(trace: Trace, pid: int | None) -> list[int] | None:
