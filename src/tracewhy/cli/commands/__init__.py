@@ -2,6 +2,7 @@
 
 from tracewhy.cli.base import Command
 from tracewhy.cli.commands.blocks import BlocksCommand
+from tracewhy.cli.commands.check import CheckCommand
 from tracewhy.cli.commands.diagnose import DiagnoseCommand
 from tracewhy.cli.commands.diff import DiffCommand
 from tracewhy.cli.commands.gaps import GapsCommand
@@ -25,4 +26,5 @@ COMMANDS: tuple[type[Command], ...] = (
     RanksCommand,
     RooflineCommand,
     DiffCommand,
+    CheckCommand,
 )

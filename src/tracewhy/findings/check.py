@@ -1,0 +1,271 @@
+"""The CI gate: named metrics of a trace, each one small function, held against limits.
+
+A metric measures one number from a diagnosis context (or says why it cannot); a limit is a
+bound on it (``max-gpu-idle = 20%``). ``check`` evaluates every limit and, with a baseline,
+also fails when the step time regressed significantly (``findings.compare``). To add a metric,
+write a function ``Context -> Measured`` and register it in ``METRICS``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from tracewhy.analyses.diff import DiffOptions
+from tracewhy.analyses.syncs import syncs
+from tracewhy.findings import thresholds as th
+from tracewhy.findings.basis import basis
+from tracewhy.findings.compare import SLOWER, Comparison, compare
+from tracewhy.findings.context import Context, DiagnoseOptions
+from tracewhy.findings.diagnose import diagnose
+from tracewhy.findings.model import Severity
+from tracewhy.findings.overlap import overlap_result
+from tracewhy.model.trace import Trace
+from tracewhy.units import fmt_ns, fmt_pct
+
+SHARE, DURATION, COUNT = "share", "duration", "count"
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A metric's value, or None with ``note`` saying why it cannot be measured on this trace."""
+
+    value: float | None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    bounds: tuple[str, ...]  # which of "max" / "min" make sense
+    unit: str  # SHARE (0..1, written as a percentage), DURATION (ns) or COUNT
+    help: str
+    measure: Callable[[Context], Measured]
+
+
+@dataclass(frozen=True)
+class Limit:
+    """``bound`` ("max" or "min") of ``metric`` at ``value`` (in the metric's unit)."""
+
+    metric: str
+    bound: str
+    value: float
+    text: str  # as the user wrote it
+
+    @property
+    def key(self) -> str:
+        return f"{self.bound}-{self.metric}"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    limit: Limit
+    measured: float | None
+    measured_text: str
+    passed: bool
+    note: str | None
+    line: str  # the one line printed for it
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    results: list[CheckResult]
+    baseline: Comparison | None
+    baseline_passed: bool
+    baseline_line: str | None
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.results) and self.baseline_passed
+
+    @property
+    def violations(self) -> list[str]:
+        lines = [r.line for r in self.results if not r.passed]
+        if not self.baseline_passed and self.baseline_line:
+            lines.append(self.baseline_line)
+        return lines
+
+
+# --- the metrics ---------------------------------------------------------------------------------
+
+
+def _step_quantile(attr: str) -> Callable[[Context], Measured]:
+    def measure(ctx: Context) -> Measured:
+        stats = ctx.steps().stats
+        if stats is None:
+            return Measured(None, "no steady steps (name the step annotation with --step NAME)")
+        return Measured(float(getattr(stats, attr)), f"{stats.count} steady steps")
+
+    return measure
+
+
+def _gpu_idle(ctx: Context) -> Measured:
+    b = basis(ctx)
+    if b.device is None:
+        return Measured(None, "no GPU activity in the trace")
+    return Measured(1.0 - b.active_share, f"GPU {b.device} {b.unit}")
+
+
+def _comm_rows(ctx: Context) -> tuple[pl.DataFrame, str] | None:
+    r = overlap_result(ctx)
+    if r.devices.height == 0:
+        return None
+    if r.steady.height:
+        return r.steady, "per steady step"
+    return r.devices.rename({"span_ns": "window_ns"}), "over the trace (no step markers)"
+
+
+def _exposed_comm(ctx: Context) -> Measured:
+    rows = _comm_rows(ctx)
+    if rows is None:
+        return Measured(None, "no GPU activity in the trace")
+    table, unit = rows
+    shares = [e / w for e, w in table.select("comm_exposed_ns", "window_ns").iter_rows() if w]
+    return Measured(max(shares, default=0.0), f"worst device, {unit}")
+
+
+def _overlap(ctx: Context) -> Measured:
+    rows = _comm_rows(ctx)
+    if rows is None:
+        return Measured(None, "no GPU activity in the trace")
+    table, unit = rows
+    hidden = [h / c for h, c in table.select("comm_hidden_ns", "comm_ns").iter_rows() if c]
+    if not hidden:
+        return Measured(None, "no communication kernels in the trace")
+    return Measured(min(hidden), f"communication under compute, worst device, {unit}")
+
+
+def _syncs_per_step(ctx: Context) -> Measured:
+    r = syncs(ctx.trace, ctx.steps(), ctx.host())
+    steady = r.per_step.filter(pl.col("steady"))
+    if steady.height:
+        return Measured(float(np.mean(steady.get_column("syncs").to_numpy())), f"mean of {steady.height} steady steps")
+    return Measured(float(r.calls.height), "over the trace (no step markers)")
+
+
+def _kernels_per_step(ctx: Context) -> Measured:
+    table = ctx.steps().table.filter(pl.col("steady"))
+    if table.height:
+        return Measured(float(np.mean(table.get_column("kernel_count").to_numpy())),
+                        f"mean of {table.height} steady steps")
+    return Measured(None, "no steady steps (name the step annotation with --step NAME)")
+
+
+def _high_findings(ctx: Context) -> Measured:
+    report = diagnose(ctx.trace, ctx.options)
+    high = [f.code for f in report.findings if f.severity is Severity.HIGH]
+    return Measured(float(len(high)), ", ".join(high) or None)
+
+
+METRICS: dict[str, Metric] = {m.name: m for m in (
+    Metric("step-p50", ("max",), DURATION, "median steady step time", _step_quantile("p50_ns")),
+    Metric("step-p90", ("max",), DURATION, "90th percentile steady step time", _step_quantile("p90_ns")),
+    Metric("step-p99", ("max",), DURATION, "99th percentile steady step time", _step_quantile("p99_ns")),
+    Metric("gpu-idle", ("max",), SHARE, "GPU idle share of the steady step (busiest device)", _gpu_idle),
+    Metric("exposed-comm", ("max",), SHARE, "communication with no compute under it, share of the step",
+           _exposed_comm),
+    Metric("overlap", ("min",), SHARE, "share of communication time hidden under compute", _overlap),
+    Metric("syncs-per-step", ("max",), COUNT, "blocking synchronize calls per steady step", _syncs_per_step),
+    Metric("kernels-per-step", ("max",), COUNT, "kernels launched per steady step (fusion regressions)",
+           _kernels_per_step),
+    Metric("high-findings", ("max",), COUNT, "diagnose findings of high severity", _high_findings),
+)}
+
+
+# --- limits ---------------------------------------------------------------------------------------
+
+_DURATION_UNITS = {"ns": 1.0, "us": 1e3, "µs": 1e3, "ms": 1e6, "s": 1e9}
+_NUMBER = r"[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?"
+
+
+def parse_limit(key: str, text: object) -> Limit:
+    """``key`` like "max-gpu-idle"; ``text`` like "20%", "0.2", "120ms", 3. Raises ValueError."""
+    bound, _, name = key.partition("-")
+    metric = METRICS.get(name)
+    if bound not in ("max", "min") or metric is None:
+        known = ", ".join(f"{b}-{m.name}" for m in METRICS.values() for b in m.bounds)
+        raise ValueError(f"unknown check {key!r}; known: {known}")
+    if bound not in metric.bounds:
+        raise ValueError(f"{key}: {metric.name} takes only {' or '.join(metric.bounds)}")
+    raw = str(text).strip()
+    if metric.unit == SHARE:
+        m = re.fullmatch(rf"({_NUMBER})\s*(%?)", raw)
+        if not m:
+            raise ValueError(f"{key}: expected a percentage like 20% (or a fraction like 0.2), got {raw!r}")
+        value = float(m.group(1)) / 100 if m.group(2) else float(m.group(1))
+        if not 0 <= value <= 1:
+            raise ValueError(f"{key}: a share must lie between 0% and 100%, got {raw!r}")
+    elif metric.unit == DURATION:
+        m = re.fullmatch(rf"({_NUMBER})\s*(ns|us|µs|ms|s)", raw)
+        if not m:
+            raise ValueError(f"{key}: expected a duration with its unit, like 120ms, 1.5s or 800us, got {raw!r}")
+        value = float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+    else:
+        m = re.fullmatch(_NUMBER, raw)
+        if not m:
+            raise ValueError(f"{key}: expected a number, got {raw!r}")
+        value = float(raw)
+    return Limit(metric=name, bound=bound, value=value, text=raw)
+
+
+def fmt_value(unit: str, value: float | None) -> str:
+    if value is None:
+        return "not measured"
+    if unit == SHARE:
+        return fmt_pct(value)
+    if unit == DURATION:
+        return fmt_ns(value)
+    return f"{value:g}" if value == int(value) else f"{value:.2f}"
+
+
+# --- the gate -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    limits: tuple[Limit, ...] = ()
+    step_marker: str | None = None
+    warmup: int | None = None
+    allow_unmeasured: bool = False  # a limit whose metric the trace cannot give passes instead of failing
+
+
+def check(trace: Trace, options: CheckOptions, baseline: Trace | None = None) -> CheckReport:
+    ctx = Context(trace, DiagnoseOptions(step_marker=options.step_marker, warmup=options.warmup))
+    results = [_evaluate(ctx, limit, options.allow_unmeasured) for limit in options.limits]
+    comparison = None
+    baseline_passed, baseline_line = True, None
+    if baseline is not None:
+        diff_options = DiffOptions(step_marker=options.step_marker, warmup=options.warmup,
+                                   confidence=th.DIFF_CONFIDENCE)
+        comparison = compare(baseline, trace, diff_options, with_findings=False)
+        if comparison.verdict == SLOWER:
+            baseline_passed = False
+            baseline_line = f"FAIL baseline: step time regressed; {comparison.statement}"
+        elif not comparison.comparable:
+            baseline_passed = False
+            baseline_line = ("FAIL baseline: not comparable with this trace ("
+                             + "; ".join(comparison.not_comparable_because) + ")")
+        else:
+            baseline_line = f"ok   baseline: {comparison.statement}"
+    return CheckReport(results=results, baseline=comparison, baseline_passed=baseline_passed,
+                       baseline_line=baseline_line)
+
+
+def _evaluate(ctx: Context, limit: Limit, allow_unmeasured: bool) -> CheckResult:
+    metric = METRICS[limit.metric]
+    m = metric.measure(ctx)
+    shown = fmt_value(metric.unit, m.value)
+    bound_text = f"{limit.bound} {fmt_value(metric.unit, limit.value)}"
+    if m.value is None:
+        passed = allow_unmeasured
+        line = f"{'ok  ' if passed else 'FAIL'} {limit.metric}: not measured ({m.note}); limit {bound_text}"
+    else:
+        passed = m.value <= limit.value if limit.bound == "max" else m.value >= limit.value
+        op = (">" if limit.bound == "max" else "<") if not passed else ("<=" if limit.bound == "max" else ">=")
+        note = f" ({m.note})" if m.note else ""
+        line = f"{'ok  ' if passed else 'FAIL'} {limit.metric}: {shown} {op} {bound_text}{note}"
+    return CheckResult(limit=limit, measured=m.value, measured_text=shown, passed=passed, note=m.note, line=line)
