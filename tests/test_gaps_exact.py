@@ -108,3 +108,19 @@ def test_healthy_trace_says_so(tmp_path: Path) -> None:
     assert report.healthy
     assert not [f for f in report.findings if f.severity in (Severity.HIGH, Severity.MEDIUM)]
     assert report.basis.active_share > 0.98
+
+
+def test_idle_per_step_never_exceeds_the_window(tmp_path: Path) -> None:
+    # GPU work long after the last step's window: the gap that starts inside the window is cut
+    # at its end, so a step's idle time stays within its window.
+    b = KinetoBuilder()
+    for i in range(3):
+        b.annotation(f"ProfilerStep#{i}", 100.0 * i, 100)
+        b.launch(f"k{i}", 100.0 * i + 1, 1, gpu_ts=100.0 * i + 10, gpu_dur=20)
+    b.launch("late", 500, 1, gpu_ts=5000, gpu_dur=10)
+    trace = tracewhy.load(b.write(tmp_path / "late.json"))
+    per_step = gaps(trace, steps(trace)).per_step
+    from tracewhy.analyses.gaps import CLASSES
+
+    for row in per_step.iter_rows(named=True):
+        assert sum(row[f"{c}_ns"] for c in CLASSES) <= row["idle_ns"] <= row["window_ns"]

@@ -95,7 +95,9 @@ def gaps(trace: Trace, steps: StepsResult, options: GapsOptions = GapsOptions(),
             hi = max(hi, int(st.get_column("window_end_ns").max()))  # type: ignore[arg-type]
         gs, ge = interval_gaps(b.starts, b.ends, lo, hi)
         if st.height:  # a gap across a step boundary is two gaps, one per step
-            gs, ge = _split_at(gs, ge, st.get_column(Col.TS).to_numpy())
+            bounds = [st.get_column(Col.TS).to_numpy(), st.get_column("window_end_ns").to_numpy()]
+            cuts = np.unique(np.concatenate(bounds))
+            gs, ge = _split_at(gs, ge, cuts)
         keep = (ge - gs) >= options.min_gap_ns
         gs, ge = gs[keep], ge[keep]
         dev = gpu.filter(pl.col(Col.DEVICE) == device).sort(Col.TS)
@@ -256,12 +258,10 @@ def _split_at(gs: I64, ge: I64, cuts: I64) -> tuple[I64, I64]:
     inside = (idx >= 0) & (cuts > gs[np.maximum(idx, 0)]) & (cuts < ge[np.maximum(idx, 0)])
     if not inside.any():
         return gs, ge
-    points = np.sort(np.concatenate([gs, ge, cuts[inside]]))
     starts = np.concatenate([gs, cuts[inside]])
     starts.sort()
     ends = np.concatenate([ge, cuts[inside]])
     ends.sort()
-    del points
     return starts, ends
 
 

@@ -80,7 +80,9 @@ def findings(ctx: Context) -> list[Finding]:
         out.append(Finding(
             code="incomplete-trace", severity=Severity.TRUST,
             statement="The trace is incomplete: " + "; ".join(m.warnings[:3]),
-            next_step="Let the profiler finish (exit the profile context / call prof.stop()) before the job ends.",
+            next_step=("Let the profiler finish (exit the profile context / call prof.stop()) before the job ends; "
+                       if m.truncation is not None or m.unfinished_events else "")
+            + "read the figures as covering only the events the file holds.",
             evidence={"warnings": list(m.warnings)},
         ))
     sync_finding = _sync_after_every_block(ctx)
