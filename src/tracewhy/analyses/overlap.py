@@ -327,8 +327,9 @@ def _stream_levels(a: pl.DataFrame) -> tuple[I64, I64]:
     for stream in a.get_column(Col.STREAM).unique().to_list():
         sa = a.filter(pl.col(Col.STREAM) == stream)
         s, e = union(sa.get_column(Col.TS).to_numpy(), sa.get_column("_end").to_numpy())
-        starts.append(s)
-        ends.append(e)
+        busy = e > s  # zero-length activities (dur 0 in 2021 traces) busy no stream
+        starts.append(s[busy])
+        ends.append(e[busy])
     if not starts:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     t = np.concatenate([*starts, *ends])

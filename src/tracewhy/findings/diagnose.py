@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from tracewhy.analyses.gaps import GapsResult
 from tracewhy.analyses.steps import StepsResult
-from tracewhy.findings import host, idle, platform, trust
+from tracewhy.findings import blocks, host, idle, overlap, platform, trust
 from tracewhy.findings.basis import Basis, basis
 from tracewhy.findings.context import Context, DiagnoseOptions
 from tracewhy.findings.model import Finding, Severity, rank
@@ -16,7 +16,9 @@ from tracewhy.model.trace import Trace
 Rule = Callable[[Context], list[Finding]]
 
 #: Every rule module; each returns the findings it can make for one trace.
-RULES: tuple[Rule, ...] = (trust.findings, idle.findings, host.findings, platform.findings)
+RULES: tuple[Rule, ...] = (
+    trust.findings, idle.findings, host.findings, platform.findings, overlap.findings, blocks.findings,
+)
 
 
 @dataclass(frozen=True)
