@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from tracewhy.analyses.gaps import GapsResult
 from tracewhy.analyses.steps import StepsResult
-from tracewhy.findings import blocks, host, idle, overlap, platform, trust
+from tracewhy.findings import blocks, host, idle, nsys_rules, overlap, platform, trust
 from tracewhy.findings.basis import Basis, basis
 from tracewhy.findings.context import Context, DiagnoseOptions
 from tracewhy.findings.model import Finding, Severity, rank
@@ -18,6 +18,7 @@ Rule = Callable[[Context], list[Finding]]
 #: Every rule module; each returns the findings it can make for one trace.
 RULES: tuple[Rule, ...] = (
     trust.findings, idle.findings, host.findings, platform.findings, overlap.findings, blocks.findings,
+    nsys_rules.findings,
 )
 
 

@@ -1,0 +1,91 @@
+"""The six ``nsys analyze`` rules as findings, with NVIDIA's default thresholds. They apply to any
+input that records CUDA API calls (Kineto traces too), not only to Nsight Systems exports.
+
+Where tracewhy's own findings already say the same thing with more context (pageable copies,
+synchronize drains, GPU gaps) these stay low severity and carry nsys's exact criteria, so that
+a user comparing with ``nsys analyze`` finds each of its rules here.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from tracewhy.analyses import nsys_rules as rules
+from tracewhy.analyses.stats import sum_of
+from tracewhy.findings.context import Context
+from tracewhy.findings.model import Finding, Severity
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
+from tracewhy.units import fmt_bytes
+from tracewhy.units import fmt_ns as ms
+
+_TOP = 5
+
+
+def findings(ctx: Context) -> list[Finding]:
+    t = ctx.trace
+    if t.of_kind(*LAUNCH_KINDS).height == 0 or t.of_kind(*GPU_ACTIVITY_KINDS).height == 0:
+        return []
+    out: list[Finding] = []
+    pageable = rules.pageable_async_memcpy(t).table
+    if pageable.height:
+        out.append(Finding(
+            code="nsys-async-memcpy-pageable", severity=Severity.LOW,
+            statement=f"{pageable.height} asynchronous copies use pageable memory "
+                      f"({fmt_bytes(int(sum_of(pageable['bytes'])))}, {ms(sum_of(pageable['dur_ns']))}): they run "
+                      "synchronously (nsys rule cuda_memcpy_async).",
+            next_step="Pin the host memory (tensor.pin_memory(), DataLoader(pin_memory=True)) so the copies overlap.",
+            evidence={"rule": "cuda_memcpy_async", "count": pageable.height, "longest": _rows(pageable)},
+        ))
+    sync_copy = rules.sync_memcpy(t).table
+    if sync_copy.height:
+        out.append(Finding(
+            code="nsys-sync-memcpy", severity=Severity.LOW,
+            statement=f"{sync_copy.height} synchronous memcpy operations ({ms(sum_of(sync_copy['dur_ns']))} on the "
+                      "GPU) block the host (nsys rule cuda_memcpy_sync).",
+            next_step="Use cudaMemcpyAsync / tensor.to(device, non_blocking=True) from pinned memory.",
+            evidence={"rule": "cuda_memcpy_sync", "count": sync_copy.height, "longest": _rows(sync_copy)},
+        ))
+    sync_memset = rules.sync_memset(t).table
+    if sync_memset.height:
+        out.append(Finding(
+            code="nsys-sync-memset", severity=Severity.LOW,
+            statement=f"{sync_memset.height} synchronous memset operations block the host "
+                      "(nsys rule cuda_memset_sync).",
+            next_step="Use cudaMemsetAsync (torch.zeros on the device is already asynchronous).",
+            evidence={"rule": "cuda_memset_sync", "count": sync_memset.height, "longest": _rows(sync_memset)},
+        ))
+    sync_api = rules.sync_api_calls(t).table
+    if sync_api.height:
+        names = sync_api.group_by("api").len().sort("len", descending=True)
+        out.append(Finding(
+            code="nsys-sync-api", severity=Severity.LOW,
+            statement=f"{sync_api.height} synchronization API calls blocked the host for "
+                      f"{ms(sum_of(sync_api['dur_ns']))} ("
+                      + ", ".join(f"{a} x{n}" for a, n in names.iter_rows()) + "; nsys rule cuda_api_sync).",
+            next_step="Keep at most one synchronize per step; see the gpu-idle-sync finding for the ones that drain "
+                      "the GPU.",
+            evidence={"rule": "cuda_api_sync", "count": sync_api.height, "longest": _rows(sync_api)},
+        ))
+    big_gaps = rules.gpu_gaps(t).table
+    if big_gaps.height:
+        out.append(Finding(
+            code="nsys-gpu-gaps", severity=Severity.MEDIUM,
+            statement=f"{big_gaps.height} GPU idle stretches longer than {ms(rules.GPU_GAP_NS)} "
+                      f"(longest {ms(int(big_gaps['dur_ns'].max()))}; nsys rule gpu_gaps).",  # type: ignore[arg-type]
+            next_step="Find what the host did in them: tracewhy gaps TRACE --min-gap 500000000.",
+            evidence={"rule": "gpu_gaps", "count": big_gaps.height, "longest": _rows(big_gaps)},
+        ))
+    low = rules.gpu_low_utilization(t).table
+    if low.height:
+        out.append(Finding(
+            code="nsys-gpu-low-utilization", severity=Severity.LOW,
+            statement=f"{int(sum_of(low['chunks']))} of {rules.UTIL_CHUNKS} equal chunks of the GPU's active span use "
+                      f"it under {rules.LOW_UTIL_PCT:.0f}% (nsys rule gpu_time_util).",
+            next_step="See the gpu-low-utilization and gap findings for why.",
+            evidence={"rule": "gpu_time_util", "runs": _rows(low)},
+        ))
+    return out
+
+
+def _rows(frame: pl.DataFrame) -> list[dict[str, object]]:
+    return frame.head(_TOP).to_dicts()
