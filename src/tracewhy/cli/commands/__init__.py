@@ -5,6 +5,7 @@ from tracewhy.cli.commands.blocks import BlocksCommand
 from tracewhy.cli.commands.check import CheckCommand
 from tracewhy.cli.commands.diagnose import DiagnoseCommand
 from tracewhy.cli.commands.diff import DiffCommand
+from tracewhy.cli.commands.export import ExportCommand
 from tracewhy.cli.commands.gaps import GapsCommand
 from tracewhy.cli.commands.info import InfoCommand
 from tracewhy.cli.commands.kernels import KernelsCommand
@@ -27,4 +28,5 @@ COMMANDS: tuple[type[Command], ...] = (
     RooflineCommand,
     DiffCommand,
     CheckCommand,
+    ExportCommand,
 )

@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from tracewhy.cli.base import Command, load_trace, positive_int
+from tracewhy.errors import UsageError
+from tracewhy.findings.context import DiagnoseOptions
+from tracewhy.findings.overview import overview
+from tracewhy.readers.raw_events import read_raw_events
+from tracewhy.renderers.perfetto import render_perfetto
+
+
+class ExportCommand(Command):
+    """Annotated trace for Perfetto / chrome://tracing: the original events plus tracewhy's tracks.
+
+    Adds GPU idle gaps named by class, findings as slices with their statement, a GPU
+    utilization counter and annotation/NVTX ranges projected onto the GPU rows. Kineto input
+    keeps every original event exactly as written; Nsight Systems input is written as a Chrome
+    trace of the same content. Output is gzipped when its name ends in .gz.
+    """
+
+    name = "export"
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("-o", "--output", required=True, metavar="FILE", help="annotated trace (.json or .json.gz)")
+        parser.add_argument("--step", metavar="NAME", help="annotation that marks a step (default ProfilerStep)")
+        parser.add_argument("--warmup", type=positive_int, default=None, metavar="N",
+                            help="steps to exclude as warm-up (default 1 when there are 3 or more)")
+
+    def run(self, args: argparse.Namespace) -> int:
+        out = Path(args.output)
+        if out.resolve() == Path(args.trace).resolve():
+            raise UsageError("the output would overwrite the input trace; choose another -o FILE")
+        trace = load_trace(args.trace)
+        ov = overview(trace, DiagnoseOptions(step_marker=args.step, warmup=args.warmup))
+        source = read_raw_events(args.trace) if trace.meta.format == "kineto" else None
+        data = render_perfetto(ov, source, trace, gz=out.name.endswith(".gz"))
+        write_atomically(out, data)
+        added = len(ov.report.findings)
+        sys.stderr.write(f"wrote {out} ({len(data):,} bytes): {ov.report.gaps.gaps.height} gaps, {added} findings, "
+                         f"{ov.projection.height} projected ranges, utilization of {len(ov.device_pids)} GPU(s)\n")
+        return 0
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write beside the target and rename: a reader never sees half a file."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or Path("."))
+    except OSError as e:
+        raise UsageError(f"{path}: cannot write ({e.strerror or e})") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError as e:
+        os.unlink(tmp)
+        raise UsageError(f"{path}: cannot write ({e.strerror or e})") from None

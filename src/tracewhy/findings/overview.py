@@ -1,0 +1,89 @@
+"""Everything the visual outputs show about one trace, computed once: the diagnosis (findings,
+steps, gaps) plus the tables behind it. The HTML report and the annotated Perfetto trace are
+renderings of this; neither computes anything itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from tracewhy.analyses.blocks import BlocksOptions, BlocksResult, blocks
+from tracewhy.analyses.info import InfoResult, info
+from tracewhy.analyses.kernels import KernelsResult, kernels
+from tracewhy.analyses.nvtx import gpu_projection
+from tracewhy.analyses.ops import OpsResult, ops
+from tracewhy.analyses.overlap import OverlapResult
+from tracewhy.analyses.roofline_ops import OpRooflineResult, op_roofline
+from tracewhy.analyses.utilization import UtilizationResult, utilization
+from tracewhy.findings.context import Context, DiagnoseOptions
+from tracewhy.findings.diagnose import Report, diagnose
+from tracewhy.findings.overlap import overlap_result
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col
+from tracewhy.model.trace import Trace
+
+#: Bins of the GPU-utilization series over the whole trace (a point per ~0.5% of its span).
+UTILIZATION_BINS = 200
+
+
+@dataclass(frozen=True)
+class Overview:
+    """``projection``: annotations projected onto the GPU (nvtx.gpu_projection's table), with
+    ``device``, the device most of each range's work ran on. ``device_pids``: the pid each
+    device's rows carry in the trace (Kineto writes the device index). Optional parts are None
+    when the trace has no data for them (no GPU, no shapes)."""
+
+    info: InfoResult
+    report: Report
+    utilization: UtilizationResult
+    projection: pl.DataFrame
+    ops: OpsResult
+    kernels: KernelsResult
+    overlap: OverlapResult | None
+    blocks: BlocksResult | None
+    op_roofline: OpRooflineResult | None
+    device_pids: dict[int, int]
+
+    @property
+    def steady_window_ns(self) -> tuple[int, int] | None:
+        """First steady step start to last steady step end, as the step table records them."""
+        st = self.report.steps.table.filter(pl.col("steady"))
+        if st.height == 0:
+            return None
+        end_col = "window_end_ns" if "window_end_ns" in st.columns else None
+        ends = st.get_column(end_col) if end_col else st.get_column(Col.TS) + st.get_column(Col.DUR)
+        return int(st.get_column(Col.TS).min()), int(ends.max())  # type: ignore[arg-type]
+
+
+def overview(trace: Trace, options: DiagnoseOptions | None = None) -> Overview:
+    options = options or DiagnoseOptions()
+    report = diagnose(trace, options)
+    gpu = trace.of_kind(*GPU_ACTIVITY_KINDS)
+    has_gpu = gpu.height > 0
+    ctx = Context(trace, options)  # overlap reuses the diagnosis' steps
+    ctx.cached("steps", lambda: report.steps)
+    bl = blocks(trace, BlocksOptions(step_marker=options.step_marker, warmup=options.warmup), report.steps)
+    roof = op_roofline(trace) if has_gpu and trace.op_attrs.height else None
+    return Overview(
+        info=info(trace, options.step_marker),
+        report=report,
+        utilization=utilization(trace, UTILIZATION_BINS),
+        projection=_projection_with_device(trace) if has_gpu else pl.DataFrame(),
+        ops=ops(trace),
+        kernels=kernels(trace),
+        overlap=overlap_result(ctx) if has_gpu else None,
+        blocks=bl if bl.table.height else None,
+        op_roofline=roof if roof is not None and roof.ops.height else None,
+        device_pids={int(d): int(p) for d, p in gpu.group_by(Col.DEVICE).agg(pl.col(Col.PID).mode().first())
+                     .select(Col.DEVICE, Col.PID).iter_rows() if p is not None},
+    )
+
+
+def _projection_with_device(trace: Trace) -> pl.DataFrame:
+    table = gpu_projection(trace).table
+    if table.height == 0:
+        return table.with_columns(pl.lit(None, pl.Int32).alias(Col.DEVICE))
+    # The device a range's launches went to: the one its first projected activity ran on is
+    # not in the projection table, so take the device of GPU work starting at its projected start.
+    gpu = trace.of_kind(*GPU_ACTIVITY_KINDS).select(Col.TS, Col.DEVICE).group_by(Col.TS).agg(pl.col(Col.DEVICE).first())
+    return table.join(gpu, left_on="proj_start_ns", right_on=Col.TS, how="left")

@@ -1,0 +1,49 @@
+"""A Kineto file's events as the exact bytes it holds, for writers that must keep them (the
+annotated trace of ``tracewhy export``). Nothing is decoded beyond the top level."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+
+from tracewhy.errors import TraceError
+from tracewhy.readers.kineto_document import first_byte, split_document
+from tracewhy.readers.source import DEFAULT_MAX_INFLATED_BYTES, read_bytes
+
+_TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_LIST = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+@dataclass(frozen=True)
+class RawEvents:
+    """``header``: every top-level field but ``traceEvents``, in file order, as written;
+    ``events``: each event's bytes exactly as in the file. ``truncated``: the file was cut off
+    and ``events`` are the complete ones before the cut."""
+
+    header: dict[str, msgspec.Raw]
+    events: list[msgspec.Raw]
+    truncated: bool = False
+
+
+def read_raw_events(path: str | Path, max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES) -> RawEvents:
+    path = Path(path)
+    buf = read_bytes(path, max_inflated_bytes)
+    first = first_byte(buf)
+    if first not in (b"{", b"["):
+        raise TraceError(path, "not JSON: expected a Kineto trace object or event array")
+    try:
+        if first == b"[":
+            return RawEvents({}, _LIST.decode(buf))
+        top = _TOP.decode(buf)
+        events = top.pop("traceEvents", None)
+        if events is None:
+            raise TraceError(path, "JSON object has no traceEvents list; not a Kineto trace")
+        return RawEvents(top, _LIST.decode(events))
+    except msgspec.DecodeError:
+        # Cut off (or an odd shape): the reader's own recovery finds the complete events.
+        doc = split_document(path, buf)
+        if doc.raw_events is None:
+            raise TraceError(path, "traceEvents could not be split into events") from None
+        return RawEvents(doc.header, doc.raw_events, truncated=doc.truncation is not None)

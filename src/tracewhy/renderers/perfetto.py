@@ -1,0 +1,231 @@
+"""The annotated trace for Perfetto and chrome://tracing: the original events, untouched, plus
+tracks that show what tracewhy found.
+
+Added tracks (every added event has ``"cat": "tracewhy"``):
+
+- on each GPU's process: "tracewhy: GPU idle gaps" (one slice per idle gap, named by its class,
+  with the host activity in its args), "tracewhy: annotations on GPU N" (annotation / NVTX
+  ranges projected onto the GPU, in as many lanes as overlaps need) and a "GPU utilization"
+  counter (busy share per bin, percent);
+- a "tracewhy findings" process with one thread per finding, its slice spanning the steady
+  window (or the ranges in ``evidence["time_ranges_ns"]``), the statement in its args.
+
+For Kineto input the original events are copied as the exact bytes the file holds (the model
+drops fields, so it is never re-serialized). For other input (Nsight Systems) the model is
+written as Chrome-trace events with Kineto's categories, so tracewhy and the viewers read it
+like a Kineto trace. Times are written as exact decimal microseconds.
+"""
+
+from __future__ import annotations
+
+import gzip
+from typing import Any, Final
+
+import msgspec
+import polars as pl
+
+from tracewhy import __version__
+from tracewhy.findings.model import Finding
+from tracewhy.findings.overview import Overview
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, CCol, Col, KCol, Kind
+from tracewhy.model.trace import Trace
+from tracewhy.readers.raw_events import RawEvents
+from tracewhy.renderers.jsonout import to_jsonable
+
+CAT: Final = "tracewhy"
+#: Synthetic ids: above any Linux pid/tid (at most 2**22) and any CUDA stream id Kineto writes.
+FINDINGS_PID: Final = 1_000_000_000
+GAPS_TID: Final = 1_000_000_001
+ANNOTATION_TID_BASE: Final = 1_000_000_100
+UTILIZATION_COUNTER: Final = "GPU utilization"
+
+#: Kineto's category for each kind, for traces written from the model.
+_KINETO_CAT: Final = {
+    Kind.CPU_OP.value: "cpu_op", Kind.ANNOTATION.value: "user_annotation", Kind.PYTHON.value: "python_function",
+    Kind.RUNTIME.value: "cuda_runtime", Kind.DRIVER.value: "cuda_driver", Kind.KERNEL.value: "kernel",
+    Kind.MEMCPY.value: "gpu_memcpy", Kind.MEMSET.value: "gpu_memset", Kind.GPU_ANNOTATION.value: "gpu_user_annotation",
+    Kind.GPU_SYNC.value: "cuda_sync", Kind.PROFILER_RANGE.value: "cuda_profiler_range",
+    Kind.OVERHEAD.value: "overhead", Kind.OTHER.value: "other",
+}
+_GPU_ROW_KINDS: Final = frozenset(k.value for k in (*GPU_ACTIVITY_KINDS, Kind.GPU_ANNOTATION, Kind.GPU_SYNC))
+
+
+def us(ns: int) -> msgspec.Raw:
+    """Integer nanoseconds as exact decimal microseconds (float64 would round epoch times)."""
+    sign = "-" if ns < 0 else ""
+    ns = abs(int(ns))
+    return msgspec.Raw(f"{sign}{ns // 1000}.{ns % 1000:03d}".encode())
+
+
+def render_perfetto(ov: Overview, source: RawEvents | None, trace: Trace | None = None, *,
+                    gz: bool = True) -> bytes:
+    """The annotated trace document. ``source``: the original Kineto events; without it
+    ``trace`` is written from the model."""
+    added = added_events(ov)
+    if source is not None:
+        header = dict(source.header)
+        original = source.events
+    else:
+        if trace is None:
+            raise ValueError("need the original events or the trace")
+        header = {"schemaVersion": msgspec.Raw(b"1"),
+                  "traceName": msgspec.Raw(msgspec.json.encode(trace.meta.path))}
+        original = [msgspec.Raw(msgspec.json.encode(e)) for e in model_events(trace)]
+    header["tracewhyExport"] = msgspec.Raw(msgspec.json.encode({
+        "tool_version": __version__, "source_format": ov.info.format, "added_events": len(added),
+        "original_events": len(original), "original_written_from": "file" if source is not None else "model",
+    }, order="sorted"))
+    parts = [msgspec.json.encode(k) + b":" + bytes(v) for k, v in header.items() if k != "traceEvents"]
+    events = b",\n".join([*(bytes(e) for e in original), *(msgspec.json.encode(e) for e in added)])
+    doc = b"{" + b",\n".join([*parts, b'"traceEvents":[\n' + events + b"\n]"]) + b"}\n"
+    return gzip.compress(doc, compresslevel=6, mtime=0) if gz else doc
+
+
+def added_events(ov: Overview) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    pids = ov.device_pids
+    default_pid = next(iter(pids.values()), 0)
+    out += _gap_events(ov.report.gaps.gaps, pids, default_pid)
+    out += _annotation_events(ov.projection, pids, default_pid)
+    out += _utilization_events(ov.utilization.series, pids, default_pid)
+    out += _finding_events(ov.report.findings, _findings_window(ov))
+    return out
+
+
+def _meta(pid: int, tid: int | None, what: str, name: str) -> dict[str, Any]:
+    e: dict[str, Any] = {"ph": "M", "cat": CAT, "name": what, "pid": pid, "args": {"name": name}}
+    if tid is not None:
+        e["tid"] = tid
+    return e
+
+
+def _gap_events(g: pl.DataFrame, pids: dict[int, int], default_pid: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if g.height == 0:
+        return out
+    class_cols = [c for c in g.columns if c.endswith("_ns") and c not in ("start_ns", "dur_ns")]
+    for device in sorted(g.get_column(Col.DEVICE).unique().to_list()):
+        pid = pids.get(int(device), default_pid)
+        out.append(_meta(pid, GAPS_TID, "thread_name", "tracewhy: GPU idle gaps"))
+        for row in g.filter(pl.col(Col.DEVICE) == device).sort("start_ns").iter_rows(named=True):
+            args = {k: row[k] for k in ("host_innermost", "host_op", "host_annotation", "host_python",
+                                        "next_activity", "step") if row.get(k) is not None}
+            args.update({k: row[k] for k in class_cols if row.get(k)})
+            out.append({"ph": "X", "cat": CAT, "name": row["gap_class"], "pid": pid, "tid": GAPS_TID,
+                        "ts": us(row["start_ns"]), "dur": us(row["dur_ns"]), "args": args})
+    return out
+
+
+def _annotation_events(p: pl.DataFrame, pids: dict[int, int], default_pid: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if p.height == 0:
+        return out
+    lanes: dict[tuple[int, int], int] = {}  # (pid, lane) -> end of its last range
+    named: set[tuple[int, int]] = set()
+    rows = p.sort(["proj_start_ns", "proj_dur_ns"], descending=[False, True]).iter_rows(named=True)
+    for row in rows:
+        device = row.get(Col.DEVICE)
+        pid = pids.get(int(device), default_pid) if device is not None else default_pid
+        start, end = row["proj_start_ns"], row["proj_start_ns"] + row["proj_dur_ns"]
+        lane = 0
+        while lanes.get((pid, lane), -(1 << 62)) > start:  # lanes hold disjoint ranges only
+            lane += 1
+        lanes[(pid, lane)] = end
+        tid = ANNOTATION_TID_BASE + lane
+        if (pid, tid) not in named:
+            label = f"tracewhy: annotations on GPU {device if device is not None else ''}".rstrip()
+            out.append(_meta(pid, tid, "thread_name", f"{label} ({lane + 1})" if lane else label))
+            named.add((pid, tid))
+        out.append({"ph": "X", "cat": CAT, "name": row[Col.NAME], "pid": pid, "tid": tid,
+                    "ts": us(start), "dur": us(row["proj_dur_ns"]),
+                    "args": {"cpu_ts_us": us(row[Col.TS]), "cpu_dur_ns": row[Col.DUR],
+                             "gpu_ops": row["num_gpu_ops"], "gpu_time_ns": row["gpu_time_ns"],
+                             "gpu_busy_ns": row["gpu_busy_ns"]}})
+    return out
+
+
+def _utilization_events(series: pl.DataFrame, pids: dict[int, int], default_pid: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for device in sorted(series.get_column(Col.DEVICE).unique().to_list()) if series.height else []:
+        pid = pids.get(int(device), default_pid)
+        rows = series.filter(pl.col(Col.DEVICE) == device).sort("start_ns")
+        for start, share in rows.select("start_ns", "busy_share").iter_rows():
+            out.append({"ph": "C", "cat": CAT, "name": UTILIZATION_COUNTER, "pid": pid, "ts": us(start),
+                        "args": {"busy %": round(100 * share, 2)}})
+        out.append({"ph": "C", "cat": CAT, "name": UTILIZATION_COUNTER, "pid": pid,
+                    "ts": us(int(rows.get_column("end_ns").max())), "args": {"busy %": 0}})  # type: ignore[arg-type]
+    return out
+
+
+def _findings_window(ov: Overview) -> tuple[int, int]:
+    window = ov.steady_window_ns
+    if window is not None:
+        return window
+    first, last = ov.info.first_ts_ns, ov.info.last_end_ns
+    return (first or 0, last or first or 0)
+
+
+def _finding_events(findings: list[Finding], window: tuple[int, int]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if not findings:
+        return out
+    out.append(_meta(FINDINGS_PID, None, "process_name", "tracewhy findings"))
+    for i, f in enumerate(findings):
+        tid = i + 1
+        out.append(_meta(FINDINGS_PID, tid, "thread_name", f"{i + 1}. {f.code}"))
+        ranges = f.evidence.get("time_ranges_ns") or [window]
+        args = {"statement": f.statement, "next_step": f.next_step, "severity": f.severity.value,
+                "recoverable_ns_per_step": f.recoverable_ns_per_step, "evidence": to_jsonable(f.evidence)}
+        for start, end in ranges:
+            out.append({"ph": "X", "cat": CAT, "name": f"[{f.severity.value}] {f.code}: {f.statement}",
+                        "pid": FINDINGS_PID, "tid": tid, "ts": us(int(start)), "dur": us(max(int(end) - int(start), 0)),
+                        "args": args})
+    return out
+
+
+def model_events(trace: Trace) -> list[dict[str, Any]]:
+    """The trace's slices and thread names as Kineto-style Chrome-trace events."""
+    s = trace.slices
+    kattrs = {r[KCol.ID]: r for r in trace.kernel_attrs.iter_rows(named=True)}
+    cattrs = {r[CCol.ID]: r for r in trace.copy_attrs.iter_rows(named=True)}
+    out: list[dict[str, Any]] = []
+    gpu_pids: set[int] = set()
+    cols = (Col.ID, Col.KIND, Col.NAME, Col.TS, Col.DUR, Col.PID, Col.TID, Col.DEVICE, Col.STREAM,
+            Col.CORRELATION, Col.EXTERNAL_ID)
+    for sid, kind, name, ts, dur, pid, tid, device, stream, corr, ext in s.select(
+        Col.ID, pl.col(Col.KIND).cast(pl.String), pl.col(Col.NAME).cast(pl.String), *cols[3:]
+    ).iter_rows():
+        args: dict[str, Any] = {}
+        if kind in _GPU_ROW_KINDS and device is not None:
+            pid, tid = int(device), int(stream) if stream is not None else 0
+            gpu_pids.add(pid)
+            args["device"] = int(device)
+            if stream is not None:
+                args["stream"] = int(stream)
+        if corr is not None:
+            args["correlation"] = int(corr)
+        if ext is not None:
+            args["External id"] = int(ext)
+        k = kattrs.get(sid)
+        if k is not None:
+            args["grid"] = [k[KCol.GRID_X], k[KCol.GRID_Y], k[KCol.GRID_Z]]
+            args["block"] = [k[KCol.BLOCK_X], k[KCol.BLOCK_Y], k[KCol.BLOCK_Z]]
+            if k[KCol.REGISTERS] is not None:
+                args["registers per thread"] = k[KCol.REGISTERS]
+            if k[KCol.SHARED_MEM] is not None:
+                args["shared memory"] = k[KCol.SHARED_MEM]
+        c = cattrs.get(sid)
+        if c is not None and c[CCol.BYTES] is not None:
+            args["bytes"] = c[CCol.BYTES]
+        out.append({"ph": "X", "cat": _KINETO_CAT.get(kind, "other"), "name": name, "pid": pid or 0,
+                    "tid": tid or 0, "ts": us(ts), "dur": us(dur), "args": args})
+    for pid in sorted(gpu_pids):
+        out.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": f"GPU {pid}"}})
+    for pid, tid, name in trace.threads.select(Col.PID, Col.TID, "name").iter_rows():
+        if pid is None or pid in gpu_pids:
+            continue
+        if tid is None:
+            out.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name}})
+        else:
+            out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
+    return out
