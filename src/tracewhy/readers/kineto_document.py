@@ -75,12 +75,12 @@ def split_document(path: Path, buf: bytes | bytearray) -> Document:
         if str(e).endswith("`$.traceEvents`"):
             raise TraceError(path, "traceEvents is not a list") from None
         # A wrongly typed event somewhere: take the careful path, event by event.
-        raw = RAW_DOCUMENT_DECODER.decode(buf) if first == b"{" else None
-        if raw is None:
+        if first == b"[":
             return Document({}, None, RAW_LIST_DECODER.decode(buf), None)
-        if not isinstance(raw.traceEvents, list):
+        careful = RAW_DOCUMENT_DECODER.decode(buf)
+        if not isinstance(careful.traceEvents, list):
             raise TraceError(path, "traceEvents is not a list") from None
-        return Document(raw.as_dict(), None, raw.traceEvents, None)
+        return Document(careful.as_dict(), None, careful.traceEvents, None)
     except msgspec.DecodeError as e:
         if "truncated" not in str(e):
             raise TraceError(path, f"not valid JSON ({e})") from None
