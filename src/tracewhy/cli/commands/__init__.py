@@ -12,6 +12,7 @@ from tracewhy.cli.commands.kernels import KernelsCommand
 from tracewhy.cli.commands.ops import OpsCommand
 from tracewhy.cli.commands.overlap import OverlapCommand
 from tracewhy.cli.commands.ranks import RanksCommand
+from tracewhy.cli.commands.report import ReportCommand
 from tracewhy.cli.commands.roofline import RooflineCommand
 from tracewhy.cli.commands.steps import StepsCommand
 
@@ -29,4 +30,5 @@ COMMANDS: tuple[type[Command], ...] = (
     DiffCommand,
     CheckCommand,
     ExportCommand,
+    ReportCommand,
 )

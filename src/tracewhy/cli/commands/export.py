@@ -55,6 +55,9 @@ def write_atomically(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as open() would have made it, not mkstemp's 0600
         os.replace(tmp, path)
     except OSError as e:
         os.unlink(tmp)

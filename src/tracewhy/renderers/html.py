@@ -1,0 +1,136 @@
+"""The self-contained HTML report: the JSON report (``report_payload``) inside a template with
+tracewhy's script and the vendored, pinned uPlot inlined. No network: a Content-Security-Policy
+allows nothing to load and only the page's own two scripts (by hash) to run.
+
+Trace strings reach the page only as JSON data in a ``<script type="application/json">`` block,
+with ``<``, ``>``, ``&`` and the line separators escaped, and are put into the page with
+``textContent``; the CSP would block an injected script or handler even if one got through.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from importlib import resources
+from typing import Any, Final
+
+import msgspec
+import polars as pl
+
+from tracewhy import __version__
+from tracewhy.findings.overview import Overview
+from tracewhy.model.schema import Col
+from tracewhy.renderers.jsonout import JSON_SCHEMA_VERSION, to_jsonable
+
+UPLOT_VERSION: Final = "1.6.32"
+#: Rows of the operator and kernel tables (largest first); the JSON of `report --json` is the same.
+TABLE_ROWS: Final = 300
+TOP_GAPS: Final = 50
+#: Gaps drawn on the utilization chart (largest first): beyond this, bins already show the idle.
+TIMELINE_GAPS: Final = 20_000
+ROOFLINE_POINTS: Final = 500
+_ESCAPES: Final = ((b"&", b"\\u0026"), (b"<", b"\\u003c"), (b">", b"\\u003e"),
+                   ("\u2028".encode(), b"\\u2028"), ("\u2029".encode(), b"\\u2029"))
+
+
+def report_payload(ov: Overview) -> dict[str, Any]:
+    """Everything the page shows, as plain data (the JSON report)."""
+    info, report = ov.info, ov.report
+    gaps = report.gaps.gaps.sort(Col.DUR, descending=True)
+    t0 = _first_gpu_ns(ov)
+    payload: dict[str, Any] = {
+        "trace": {
+            "path": info.path, "format": info.format, "rank": info.rank, "world_size": info.world_size,
+            "devices": [str(d["name"]) for d in info.devices], "capture": info.capture,
+            "versions": info.versions, "span_ns": info.span_ns, "warnings": list(info.warnings),
+        },
+        "findings": report.findings,
+        "steps": {
+            "marker": report.steps.marker, "warmup": report.steps.warmup, "stats": report.steps.stats,
+            "note": report.steps.note,
+            "rows": report.steps.table.select("name", Col.DUR, "steady", "gpu_busy_ns", "kernel_count"),
+        },
+        "utilization": {"t0_ns": t0, "series": ov.utilization.series, "devices": ov.utilization.devices},
+        "gaps": {
+            "timeline": gaps.head(TIMELINE_GAPS).select(Col.DEVICE, "start_ns", Col.DUR, "gap_class"),
+            "top": gaps.head(TOP_GAPS).with_columns(((pl.col("start_ns") - (t0 or 0)) / 1e6).alias("start_ms")),
+        },
+        "ops": ov.ops.table.head(TABLE_ROWS),
+        "kernels": ov.kernels.by_name.head(TABLE_ROWS),
+        "kernel_families": ov.kernels.by_family,
+        "overlap": _overlap(ov),
+        "blocks": ov.blocks.table if ov.blocks is not None else None,
+        "roofline": _roofline(ov),
+        "ranks": None,  # filled for multi-rank input
+    }
+    return payload
+
+
+def _first_gpu_ns(ov: Overview) -> int | None:
+    s = ov.utilization.series
+    return int(s.get_column("start_ns").min()) if s.height else None  # type: ignore[arg-type]
+
+
+def _overlap(ov: Overview) -> dict[str, Any] | None:
+    o = ov.overlap
+    if o is None or o.devices.height == 0:
+        return None
+    if o.steady.height:
+        return {"per_step": True, "rows": o.steady, "collectives": o.collectives}
+    return {"per_step": False, "rows": o.devices.rename({"span_ns": "window_ns"}), "collectives": o.collectives}
+
+
+def _roofline(ov: Overview) -> dict[str, Any] | None:
+    r = ov.op_roofline
+    if r is None:
+        return None
+    pts = r.ops.filter((pl.col("arithmetic_intensity") > 0) & (pl.col("flop_per_s") > 0)).sort(
+        "gpu_ns", descending=True).head(ROOFLINE_POINTS)
+    if pts.height == 0:
+        return None
+    top = pts.row(0, named=True)
+    return {
+        "points": pts.select(Col.NAME, "input_dims", pl.col("arithmetic_intensity").alias("ai"), "flop_per_s",
+                             "gpu_ns", "bound"),
+        "peak_flop_per_s": top["peak_flop_per_s"], "peak_bytes_per_s": top["peak_bytes_per_s"],
+        "note": f"Per operator and input shapes, from recorded shapes; roof of {r.device_name or 'the device'} "
+                f"at the precision of the op with most GPU time. " + " ".join(r.notes[:1]),
+    }
+
+
+def report_json(ov: Overview) -> bytes:
+    doc = {"tool": "tracewhy", "tool_version": __version__, "json_schema": JSON_SCHEMA_VERSION,
+           "command": "report", **to_jsonable(report_payload(ov))}
+    return msgspec.json.encode(doc, order="sorted")
+
+
+def script_safe(json_bytes: bytes) -> str:
+    """JSON that can sit inside a <script> element: no <, >, & or line separators in it. These
+    only occur inside JSON strings, where the \\u escapes mean the same characters."""
+    for raw, escaped in _ESCAPES:
+        json_bytes = json_bytes.replace(raw, escaped)
+    return json_bytes.decode()
+
+
+def _asset(name: str) -> str:
+    return resources.files("tracewhy.renderers").joinpath("assets").joinpath(name).read_text(encoding="utf-8")
+
+
+def _csp_hash(script: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(script.encode()).digest()).decode() + "'"
+
+
+def render_html(ov: Overview) -> str:
+    uplot_js, report_js = _asset("uPlot.iife.min.js"), _asset("report.js")
+    values = {
+        "SCRIPT_HASHES": f"{_csp_hash(uplot_js)} {_csp_hash(report_js)}",
+        "TOOL_VERSION": __version__,
+        "UPLOT_CSS": _asset("uPlot.min.css"),
+        "REPORT_CSS": _asset("report.css"),
+        "REPORT_JSON": script_safe(report_json(ov)),
+        "UPLOT_JS": uplot_js,
+        "REPORT_JS": report_js,
+    }
+    # One pass over the template: inserted text (which holds trace strings) is never re-scanned.
+    return re.sub(r"__([A-Z_]+)__", lambda m: values[m.group(1)], _asset("report.html"))

@@ -1,0 +1,188 @@
+"""``tracewhy report``: a self-contained HTML file that a real browser renders without errors,
+whose charts draw, and in which trace strings stay text.
+
+The browser tests drive Debian's ``chromium`` through Playwright (``pip install playwright``;
+never ``playwright install``: the system binary is used). Without them the tests skip locally
+and fail under CI. The screenshot goes to ``ci-artifacts/report.png`` (git-ignored).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from builders import KinetoBuilder
+from conftest import GENERATED, ROOT, shared_trace
+from tracewhy.cli import main
+from tracewhy.renderers.html import script_safe
+
+CHROMIUM = os.environ.get("TRACEWHY_CHROMIUM", "/usr/bin/chromium")
+ARTIFACTS = ROOT / "ci-artifacts"
+PAYLOADS = (
+    '<img src=x onerror="window.__pwned=1">',
+    "<script>window.__pwned=2</script>",
+    "</script><script>window.__pwned=3</script>",
+    '"><svg onload="window.__pwned=4">',
+    "\u2028</script>&lt;b&gt;",
+)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        if os.environ.get("CI"):
+            pytest.fail("CI must have playwright (pip install playwright) for the HTML report tests")
+        pytest.skip("playwright is not installed")
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must have Debian's chromium at {CHROMIUM} (apt-get install -y chromium)")
+        pytest.skip(f"no chromium at {CHROMIUM}")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync",
+        ])
+        yield b
+        b.close()
+
+
+class Page:
+    """One report opened in the browser, with everything it logged."""
+
+    def __init__(self, browser: Any, html: Path) -> None:
+        self.page = browser.new_page(viewport={"width": 1280, "height": 900})
+        self.messages: list[tuple[str, str]] = []
+        self.requests: list[str] = []
+        self.page.on("console", lambda m: self.messages.append((m.type, m.text)))
+        self.page.on("pageerror", lambda e: self.messages.append(("pageerror", str(e))))
+        self.page.on("request", lambda r: self.requests.append(r.url))
+        self.page.goto(html.as_uri())
+        self.page.wait_for_load_state("load")
+
+    @property
+    def errors(self) -> list[tuple[str, str]]:
+        return [m for m in self.messages if m[0] in ("error", "pageerror")]
+
+    def shown_sections(self) -> set[str]:
+        ids: list[str] = self.page.evaluate(
+            "() => Array.from(document.querySelectorAll('section')).filter(s => !s.hidden).map(s => s.id)")
+        return set(ids)
+
+    def painted_pixels(self) -> list[int]:
+        """Per canvas, how many pixels are not fully transparent."""
+        counts: list[int] = self.page.evaluate("""() => Array.from(document.querySelectorAll('canvas')).map(c => {
+            const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+            let n = 0; for (let i = 3; i < d.length; i += 4) { if (d[i]) { n++; } } return n; })""")
+        return counts
+
+
+def _report(trace: Path, out: Path) -> Path:
+    assert main(["report", "--no-cache", str(trace), "-o", str(out)]) == 0
+    return out
+
+
+def test_gpu_report_renders_without_errors(browser: Any, tmp_path: Path) -> None:
+    html = _report(shared_trace("hta/a100_ddp2_rank0_nccl2.17.json.gz"), tmp_path / "report.html")
+    page = Page(browser, html)
+    assert page.errors == []
+    assert {"findings", "steps", "utilization", "gaps", "overlap", "blocks", "ops", "kernels"} <= page.shown_sections()
+    assert "ranks" not in page.shown_sections()  # one trace: no rank heatmap
+    pixels = page.painted_pixels()
+    assert len(pixels) == 2 and all(n > 1000 for n in pixels)  # step-time and utilization charts drew
+    assert all(url.startswith("file://") for url in page.requests)  # nothing from the network
+    first = page.page.text_content("#findings-list li")
+    assert first and first.strip()
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.page.screenshot(path=str(ARTIFACTS / "report.png"), full_page=True)
+    assert (ARTIFACTS / "report.png").stat().st_size > 10_000
+
+
+def test_tables_sort_on_click(browser: Any, tmp_path: Path) -> None:
+    page = Page(browser, _report(GENERATED / "cpu_slow_step_planted.pt.trace.json.gz", tmp_path / "r.html"))
+    assert page.errors == []
+    calls = "#ops-table th:nth-child(2)"
+    page.page.click(calls)  # numeric columns sort largest first
+    values = [int(v) for v in page.page.eval_on_selector_all("#ops-table tbody td:nth-child(2)",
+                                                            "tds => tds.map(t => t.textContent)")]
+    assert values == sorted(values, reverse=True) and values[0] > values[-1]
+    page.page.click(calls)
+    values = [int(v) for v in page.page.eval_on_selector_all("#ops-table tbody td:nth-child(2)",
+                                                            "tds => tds.map(t => t.textContent)")]
+    assert values == sorted(values)
+    # A CPU-only trace has steps but no GPU: those sections stay out, the step chart draws.
+    shown = page.shown_sections()
+    assert {"steps", "ops", "findings"} <= shown and not {"utilization", "gaps", "overlap"} & shown
+    assert len(page.painted_pixels()) == 1
+
+
+def _hostile_trace(tmp_path: Path) -> Path:
+    b = KinetoBuilder()
+    for i in range(4):
+        t0 = i * 1000.0
+        b.annotation(f"ProfilerStep#{i}", t0, 900)
+        for j, payload in enumerate(PAYLOADS):
+            b.annotation(payload, t0 + 10 + j * 100, 80)
+            b.op(payload, t0 + 12 + j * 100, 60)
+            b.launch(payload, t0 + 14 + j * 100, 5, t0 + 300 + j * 100, 30)
+    return b.write(tmp_path / "hostile.json")
+
+
+def test_trace_strings_run_nothing(browser: Any, tmp_path: Path) -> None:
+    html = _report(_hostile_trace(tmp_path), tmp_path / "hostile.html")
+    text = html.read_text()
+    for payload in PAYLOADS:
+        assert payload not in text  # only in escaped form, inside the JSON block
+    page = Page(browser, html)
+    assert page.page.evaluate("() => typeof window.__pwned") == "undefined"
+    assert page.errors == []  # not even a blocked script: nothing was injected
+    body = page.page.inner_text("body")
+    for payload in PAYLOADS[:4]:
+        assert payload in body  # shown as text, in the tables
+    assert page.page.evaluate("() => document.querySelectorAll('img, svg').length") == 0
+
+
+def test_json_block_and_csp_by_construction(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The escaping keeps every string out of HTML and decodes back to the same text.
+    raw = json.dumps({"k": "</script><!-- & \u2028 \u2029 >"}).encode()
+    safe = script_safe(raw)
+    assert not set("<>&\u2028\u2029") & set(safe)
+    assert json.loads(safe) == json.loads(raw)
+    html = _report(GENERATED / "cpu_slow_step_base.pt.trace.json.gz", tmp_path / "r.html").read_text()
+    csp = re.search(r'script-src ([^;"]+)', html)
+    assert csp is not None
+    scripts = re.findall(r"<script>(.*?)</script>", html, flags=re.S)
+    assert len(scripts) == 2  # uPlot and the report's code; the data block is not a script
+    hashes = {"'sha256-" + base64.b64encode(hashlib.sha256(s.encode()).digest()).decode() + "'" for s in scripts}
+    assert set(csp.group(1).split()) == hashes
+    assert "http://" not in html.split("<script")[0] and "https://" not in html.split("<script")[0]
+    # The page is the JSON report plus a template: `report --json` prints the same document.
+    assert main(["report", "--json", str(GENERATED / "cpu_slow_step_base.pt.trace.json.gz")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    block = re.search(r'<script type="application/json" id="report-data">(.*?)</script>', html, flags=re.S)
+    assert block is not None and json.loads(block.group(1)) == doc
+
+
+def test_vendored_assets_are_the_pinned_release() -> None:
+    assets = ROOT / "src" / "tracewhy" / "renderers" / "assets"
+    readme = (assets / "README.md").read_text()
+    for name in ("uPlot.iife.min.js", "uPlot.min.css"):
+        digest = hashlib.sha256((assets / name).read_bytes()).hexdigest()
+        assert f"`{name}` | npm package `uplot`" in readme and digest in readme, name
+    assert (assets / "uPlot.iife.min.js").read_text().startswith("/*! https://github.com/leeoniya/uPlot (v1.6.32) */")
+    assert "MIT" in (assets / "LICENSE-uPlot").read_text() or "Permission is hereby granted" in (
+        assets / "LICENSE-uPlot").read_text()
+
+
+def test_report_needs_an_output(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(GENERATED / "cpu_slow_step_base.pt.trace.json.gz")]) == 2
+    assert "-o FILE" in capsys.readouterr().err
