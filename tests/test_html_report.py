@@ -125,6 +125,31 @@ def test_tables_sort_on_click(browser: Any, tmp_path: Path) -> None:
     assert len(page.painted_pixels()) == 1
 
 
+def test_ranks_input_gives_a_heatmap(browser: Any, tmp_path: Path) -> None:
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    for r in (0, 1):  # two ranks of one 128-rank job (MANIFEST.md)
+        src = shared_trace(f"hta/sampled_128rank_job_rank{r}.json.gz")
+        (ranks / src.name).write_bytes(src.read_bytes())
+    page = Page(browser, _report(ranks, tmp_path / "ranks.html"))
+    assert page.errors == []
+    assert "ranks" in page.shown_sections()
+    cells = page.page.eval_on_selector_all("#ranks-heatmap tr", "rows => rows.map(r => r.children.length)")
+    assert len(cells) == 3 and len(set(cells)) == 1 and cells[0] > 4  # header + ranks 0 and 1
+    first_col = page.page.eval_on_selector_all("#ranks-heatmap td.text", "tds => tds.map(t => t.textContent)")
+    assert first_col == ["0", "1"]
+
+
+def test_ncu_input_gives_roofline_and_verdicts(browser: Any, tmp_path: Path) -> None:
+    # miniWeather on a V100: 5 kernels with roofline metrics (MANIFEST.md of ../shared/traces/ncu).
+    page = Page(browser, _report(shared_trace("ncu/v100_ncar_miniweather_baseline.ncu-rep"), tmp_path / "ncu.html"))
+    assert page.errors == []
+    assert {"roofline", "verdicts"} <= page.shown_sections()
+    assert [n > 1000 for n in page.painted_pixels()] == [True]
+    rows = page.page.eval_on_selector_all("#verdicts-table tbody tr", "rows => rows.length")
+    assert rows == 5
+
+
 def _hostile_trace(tmp_path: Path) -> Path:
     b = KinetoBuilder()
     for i in range(4):

@@ -19,6 +19,9 @@ import msgspec
 import polars as pl
 
 from tracewhy import __version__
+from tracewhy.analyses.rank_compare import RanksResult
+from tracewhy.analyses.roofline import NcuRooflineResult
+from tracewhy.findings.model import Finding
 from tracewhy.findings.overview import Overview
 from tracewhy.model.schema import Col
 from tracewhy.renderers.jsonout import JSON_SCHEMA_VERSION, to_jsonable
@@ -99,9 +102,55 @@ def _roofline(ov: Overview) -> dict[str, Any] | None:
     }
 
 
-def report_json(ov: Overview) -> bytes:
+#: The heatmap's columns for ``ranks`` input: (column of RanksResult.ranks, label).
+RANK_METRICS: Final = (
+    ("step_p50_ns", "step p50"), ("compute_ns_per_step", "compute / step"), ("comm_ns_per_step", "comm / step"),
+    ("comm_exposed_ns_per_step", "exposed comm / step"), ("idle_ns_per_step", "GPU idle / step"),
+    ("input_ns_per_step", "input / step"), ("wait_ns_per_step", "waits in collectives / step"),
+    ("late_ns_per_step", "others waited for it / step"),
+)
+
+
+def ranks_report_payload(r: RanksResult, findings: list[Finding], source: str) -> dict[str, Any]:
+    """The report of several rank traces: their findings and a rank-by-metric heatmap."""
+    cols = [c for c, _ in RANK_METRICS if c in r.ranks.columns]
+    rows = [{"rank": row["rank"], "values": [row[c] for c in cols]}
+            for row in r.ranks.sort("rank").iter_rows(named=True)]
+    return {
+        "trace": {"path": source, "format": "ranks", "rank": None, "world_size": None, "devices": [],
+                  "warnings": list(r.notes)},
+        "findings": findings,
+        "ranks": {"metrics": [{"key": c, "label": label} for c, label in RANK_METRICS if c in cols], "rows": rows,
+                  "straggler": r.straggler},
+    }
+
+
+def ncu_report_payload(r: NcuRooflineResult) -> dict[str, Any]:
+    """The report of an Nsight Compute report: the roofline of its kernels and their verdicts."""
+    k = r.kernels
+    pts = k.filter((pl.col("arithmetic_intensity") > 0) & (pl.col("flop_per_s") > 0)).head(ROOFLINE_POINTS)
+    top_precision = pts.row(0, named=True)["precision"] if pts.height else None
+    peaks = r.ceilings.flop_per_s
+    peak = peaks.get(top_precision) if top_precision in peaks else max(peaks.values(), default=None)
+    return {
+        "trace": {"path": r.path, "format": f"ncu ({r.format})", "rank": None, "world_size": None,
+                  "devices": [r.device_name] if r.device_name else [], "warnings": list(r.notes)},
+        "findings": [],
+        "roofline": {
+            "points": pts.select(Col.NAME, pl.col("arithmetic_intensity").alias("ai"), "flop_per_s",
+                                 pl.col("total_ns").alias("gpu_ns"), "bound"),
+            "peak_flop_per_s": peak, "peak_bytes_per_s": r.ceilings.dram_bytes_per_s,
+            "note": f"Per kernel from Nsight Compute ({r.ceilings.source} roofs"
+                    + (f", {top_precision}" if top_precision else "") + ").",
+        } if pts.height else None,
+        "verdicts": k.select(Col.NAME, "launches", "total_ns", "bound", "reason", "roof_fraction",
+                             "achieved_occupancy_pct", "occupancy_limiter", "top_stalls"),
+    }
+
+
+def report_json(payload: dict[str, Any]) -> bytes:
     doc = {"tool": "tracewhy", "tool_version": __version__, "json_schema": JSON_SCHEMA_VERSION,
-           "command": "report", **to_jsonable(report_payload(ov))}
+           "command": "report", **to_jsonable(payload)}
     return msgspec.json.encode(doc, order="sorted")
 
 
@@ -121,14 +170,15 @@ def _csp_hash(script: str) -> str:
     return "'sha256-" + base64.b64encode(hashlib.sha256(script.encode()).digest()).decode() + "'"
 
 
-def render_html(ov: Overview) -> str:
+def render_html(payload: dict[str, Any]) -> str:
+    """The page for a payload from ``report_payload``, ``ranks_report_payload`` or ``ncu_report_payload``."""
     uplot_js, report_js = _asset("uPlot.iife.min.js"), _asset("report.js")
     values = {
         "SCRIPT_HASHES": f"{_csp_hash(uplot_js)} {_csp_hash(report_js)}",
         "TOOL_VERSION": __version__,
         "UPLOT_CSS": _asset("uPlot.min.css"),
         "REPORT_CSS": _asset("report.css"),
-        "REPORT_JSON": script_safe(report_json(ov)),
+        "REPORT_JSON": script_safe(report_json(payload)),
         "UPLOT_JS": uplot_js,
         "REPORT_JS": report_js,
     }

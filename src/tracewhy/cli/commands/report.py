@@ -3,13 +3,26 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
+from tracewhy.analyses.rank_compare import compare_ranks
+from tracewhy.analyses.ranks import RanksOptions, load_rank_summaries
+from tracewhy.analyses.roofline import roofline
 from tracewhy.cli.base import Command, load_trace, positive_int
 from tracewhy.cli.commands.export import write_atomically
+from tracewhy.cli.commands.ranks import executor_for, trace_files
 from tracewhy.errors import UsageError
 from tracewhy.findings.context import DiagnoseOptions
 from tracewhy.findings.overview import overview
-from tracewhy.renderers.html import render_html, report_json
+from tracewhy.findings.ranks import rank_findings
+from tracewhy.readers.ncu import is_ncu, read_ncu
+from tracewhy.renderers.html import (
+    ncu_report_payload,
+    ranks_report_payload,
+    render_html,
+    report_json,
+    report_payload,
+)
 
 
 class ReportCommand(Command):
@@ -19,6 +32,8 @@ class ReportCommand(Command):
     (steady window, p50/p90/p99), GPU utilization over time with idle gaps coloured by class,
     the largest gaps with host activity, sortable operator and kernel tables, overlap and block
     attribution where present, and the shape-based roofline when shapes were recorded.
+    TRACE may also be a directory of rank traces (a rank-by-metric heatmap and the rank
+    findings) or an Nsight Compute report (roofline scatter and kernel verdicts).
     --json prints the JSON report the page is made from.
     """
 
@@ -34,12 +49,26 @@ class ReportCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         if not args.json and not args.output:
             raise UsageError("give -o FILE for the HTML report, or --json")
-        ov = overview(load_trace(args.trace), DiagnoseOptions(step_marker=args.step, warmup=args.warmup))
+        payload = self._payload(args)
         if args.json:
-            sys.stdout.write(report_json(ov).decode() + "\n")
+            sys.stdout.write(report_json(payload).decode() + "\n")
             return 0
         out = Path(args.output)
-        html = render_html(ov).encode()
+        html = render_html(payload).encode()
         write_atomically(out, html)
-        sys.stderr.write(f"wrote {out} ({len(html):,} bytes, {len(ov.report.findings)} findings)\n")
+        sys.stderr.write(f"wrote {out} ({len(html):,} bytes, {len(payload['findings'])} findings)\n")
         return 0
+
+    def _payload(self, args: argparse.Namespace) -> dict[str, Any]:
+        path = Path(args.trace)
+        if path.is_dir():  # one trace per rank
+            files = trace_files([args.trace])
+            options = RanksOptions(step_marker=args.step, warmup=args.warmup)
+            with executor_for(None, None, len(files)) as (executor, _):
+                summaries = load_rank_summaries(files, executor, options)
+            result = compare_ranks(summaries)
+            return ranks_report_payload(result, rank_findings(result), args.trace)
+        if is_ncu(path):
+            return ncu_report_payload(roofline(read_ncu(path)))
+        ov = overview(load_trace(args.trace), DiagnoseOptions(step_marker=args.step, warmup=args.warmup))
+        return report_payload(ov)

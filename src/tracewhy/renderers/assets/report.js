@@ -82,6 +82,9 @@
       lines.push("devices: " + order.map(function (d) { return counts[d] > 1 ? counts[d] + " x " + d : d; }).join(", "));
     }
     if (t.rank !== null && t.rank !== undefined) { lines.push("rank " + t.rank + " of " + t.world_size); }
+    if (data.ranks && data.ranks.straggler !== null && data.ranks.straggler !== undefined) {
+      lines.push("straggler: rank " + data.ranks.straggler);
+    }
     if (data.steps && data.steps.stats) {
       var s = data.steps.stats;
       lines.push(s.count + " steady steps: p50 " + fmtNs(s.p50_ns) + ", p90 " + fmtNs(s.p90_ns) + ", p99 " + fmtNs(s.p99_ns));
@@ -247,8 +250,8 @@
     var lo = [], hi = [];
     r.metrics.forEach(function (m, j) {
       var vals = r.rows.map(function (row) { return row.values[j]; }).filter(function (v) { return v !== null; });
-      lo.push(Math.min.apply(null, vals));
-      hi.push(Math.max.apply(null, vals));
+      lo.push(vals.length ? Math.min.apply(null, vals) : 0);
+      hi.push(vals.length ? Math.max.apply(null, vals) : 0);
     });
     r.rows.forEach(function (row) {
       var tr = el("tr");
@@ -271,10 +274,22 @@
     var pts = r.points.filter(function (p) { return p.ai > 0 && p.flop_per_s > 0; })
       .sort(function (a, b) { return a.ai - b.ai; });
     if (!pts.length) { return; }
-    byId("roofline-note").textContent = r.note;
-    var xs = pts.map(function (p) { return p.ai; });
-    var ys = pts.map(function (p) { return p.flop_per_s; });
-    var roof = xs.map(function (x) { return r.peak_flop_per_s && r.peak_bytes_per_s ? Math.min(r.peak_flop_per_s, x * r.peak_bytes_per_s) : null; });
+    byId("roofline-note").textContent = r.note || "";
+    /* Points and a dense log-spaced roof share one x axis: the roof's knee must be drawn too. */
+    var pf = r.peak_flop_per_s, pb = r.peak_bytes_per_s, lo = pts[0].ai / 2, hi = pts[pts.length - 1].ai * 2;
+    if (pf && pb) { lo = Math.min(lo, pf / pb / 4); hi = Math.max(hi, pf / pb * 4); }
+    var rows = pts.map(function (p) { return [p.ai, p.flop_per_s, null]; });
+    if (pf && pb) {
+      for (var i = 0; i <= 60; i++) {
+        var x = lo * Math.pow(hi / lo, i / 60);
+        rows.push([x, null, Math.min(pf, x * pb)]);
+      }
+      rows.push([pf / pb, null, pf]);
+    }
+    rows.sort(function (a, b) { return a[0] - b[0]; });
+    var xs = rows.map(function (q) { return q[0]; });
+    var ys = rows.map(function (q) { return q[1]; });
+    var roof = rows.map(function (q) { return q[2]; });
     new uPlot({
       width: width("roofline-chart"), height: 320, mode: 1,
       scales: { x: { time: false, distr: 3 }, y: { distr: 3 } },
@@ -282,9 +297,24 @@
       series: [
         { label: "FLOP/byte" },
         { label: "ops (achieved)", stroke: "#1f77b4", paths: function () { return null; }, points: { show: true, size: 7, fill: "#1f77b4" } },
-        { label: "roof", stroke: "#d62728", width: 1.5 }
+        { label: "roof", stroke: "#d62728", width: 1.5, spanGaps: true, points: { show: false } }
       ]
     }, [xs, ys, roof], byId("roofline-chart"));
+  }
+
+  function verdictsTable() {
+    if (!data.verdicts || !data.verdicts.length) { return; }
+    show("verdicts");
+    byId("verdicts-table").appendChild(sortableTable([
+      { key: "name", label: "kernel", text: true },
+      { key: "launches", label: "launches" },
+      { key: "total_ns", label: "total", fmt: fmtNs },
+      { key: "bound", label: "bound", text: true },
+      { key: "roof_fraction", label: "of roof", fmt: fmtPct },
+      { key: "achieved_occupancy_pct", label: "occupancy %", fmt: fmtNum },
+      { key: "occupancy_limiter", label: "limiter", text: true },
+      { key: "reason", label: "why", text: true }
+    ], data.verdicts));
   }
 
   function opsTable() {
@@ -316,7 +346,7 @@
 
   header();
   [findings, stepsChart, utilizationChart, gapsTable, overlapTable, blocksTable, ranksHeatmap, rooflineChart,
-   opsTable, kernelsTable].forEach(function (render) {
+   verdictsTable, opsTable, kernelsTable].forEach(function (render) {
     try { render(); } catch (e) { console.error("tracewhy report: " + render.name + ": " + e); }
   });
 }());
