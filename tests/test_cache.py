@@ -122,7 +122,7 @@ def _entry(cache_dir: Path) -> Path:
 
 @pytest.mark.parametrize(
     "damage",
-    ["truncate-table", "garbage-manifest", "missing-table", "missing-manifest", "swapped-table"],
+    ["truncate-table", "garbage-manifest", "missing-table", "missing-manifest", "swapped-table", "flipped-byte"],
 )
 def test_damaged_entry_is_rebuilt_not_an_error(damage: str, tmp_path: Path, cache_dir: Path) -> None:
     path = _copy(shared_trace("hta/a100_alexnet_critical_path.json.gz"), tmp_path)
@@ -138,8 +138,12 @@ def test_damaged_entry_is_rebuilt_not_an_error(damage: str, tmp_path: Path, cach
         (entry / "flows.parquet").unlink()
     elif damage == "missing-manifest":  # a half-written entry, as a crash mid-write would leave
         (entry / "meta.json").unlink()
-    else:  # same size, wrong content: a table from another entry under this name
+    elif damage == "swapped-table":  # a table from elsewhere under this name
         shutil.copyfile(entry / "threads.parquet", slices)
+    else:  # same size, one byte changed: only the checksum can tell
+        data = bytearray(slices.read_bytes())
+        data[len(data) // 2] ^= 0x01
+        slices.write_bytes(bytes(data))
     again = cached_read(path, reader, ALWAYS)
     assert reader.calls == 2
     _assert_same(again, read_trace(path, cache=FRESH))

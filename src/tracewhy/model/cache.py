@@ -14,10 +14,12 @@ import contextlib
 import dataclasses
 import hashlib
 import importlib.metadata
+import io
 import os
 import shutil
 import sys
 import tempfile
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +32,7 @@ from tracewhy.model.schema import TABLE_SCHEMAS
 from tracewhy.model.trace import Trace, TraceMeta
 
 #: Bumped when the layout of an entry changes; old entries are then simply never found.
-CACHE_FORMAT: Final = 1
+CACHE_FORMAT: Final = 2
 ENV_DIR: Final = "TRACEWHY_CACHE_DIR"
 ENV_DISABLE: Final = "TRACEWHY_NO_CACHE"
 #: Files smaller than this are not cached: they read in well under 0.1 s, about what writing and
@@ -167,19 +169,19 @@ def _load(entry: Path, key: dict[str, Any], path: Path) -> Trace | None:
         tables: dict[str, pl.DataFrame] = {}
         for name in _table_names():
             info = manifest["tables"][name]
-            file = entry / info["file"]
-            if file.stat().st_size != info["bytes"]:
-                raise ValueError(f"{name}: size differs from the manifest")
-            df = pl.read_parquet(file)
+            data = (entry / info["file"]).read_bytes()
+            if len(data) != info["bytes"] or zlib.crc32(data) != info["crc32"]:
+                raise ValueError(f"{name}: size or checksum differs from the manifest")
+            df = pl.read_parquet(io.BytesIO(data))
             if df.height != info["rows"]:
                 raise ValueError(f"{name}: row count differs from the manifest")
             # Parquet keeps Enum and Categorical as dictionaries; the cast restores the exact
             # declared dtypes (and fails, rejecting the entry, if a value does not fit).
             tables[name] = df.cast(TABLE_SCHEMAS[name], strict=True).select(list(TABLE_SCHEMAS[name]))
         meta = msgspec.convert(manifest["meta"], TraceMeta)
-        trace = Trace(meta=dataclasses.replace(meta, path=str(path)), **tables)
-        trace.check()
-        return trace
+        # No Trace.check() here: _store checked the Trace before writing it, and the checksums
+        # prove these are the same bytes (check() costs 0.2 s on 1.9M slices, a third of a hit).
+        return Trace(meta=dataclasses.replace(meta, path=str(path)), **tables)
     except Exception:  # any damage at all: ignore the entry and rebuild it
         _discard(entry)
         return None
@@ -188,6 +190,7 @@ def _load(entry: Path, key: dict[str, Any], path: Path) -> Trace | None:
 def _store(root: Path, entry: Path, key: dict[str, Any], trace: Trace) -> None:
     tmp: Path | None = None
     try:
+        trace.check()  # only a Trace that keeps every invariant is worth serving again
         root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
         tables: dict[str, dict[str, Any]] = {}
@@ -195,7 +198,8 @@ def _store(root: Path, entry: Path, key: dict[str, Any], trace: Trace) -> None:
             df = trace.table(name)
             file = tmp / f"{name}.parquet"
             df.write_parquet(file, compression="lz4", statistics=False)
-            tables[name] = {"file": file.name, "bytes": file.stat().st_size, "rows": df.height}
+            data = file.read_bytes()
+            tables[name] = {"file": file.name, "bytes": len(data), "crc32": zlib.crc32(data), "rows": df.height}
         manifest = {"key": key, "tables": tables, "meta": trace.meta}
         (tmp / _META_FILE).write_bytes(msgspec.json.encode(manifest))
         prefix = entry.name.split("-", 1)[0] + "-"
