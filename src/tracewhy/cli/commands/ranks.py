@@ -19,6 +19,7 @@ from tracewhy.renderers.overlap import ranks_payload, render_ranks
 #: File names a directory argument contributes (profiler JSON, nsys exports).
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite.gz", ".nsys-rep")
 DASK_SCHEME = "dask://"
+POLARS_THREADS = "POLARS_MAX_THREADS"
 
 
 class RanksCommand(Command):
@@ -96,6 +97,15 @@ def executor_for(spec: str | None, workers: int | None, files: int) -> Iterator[
     if n == 0 or files <= 1:
         yield None, "in-process"
         return
-    # spawn, not fork: polars' thread pool does not survive a fork.
-    with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn")) as pool:
-        yield pool, f"{n} worker processes"
+    # Each worker's polars thread pool gets its share of the cores (N pools of all cores
+    # oversubscribe them), unless the user chose a size. Workers inherit it when they start.
+    chosen = os.environ.get(POLARS_THREADS)
+    if chosen is None:
+        os.environ[POLARS_THREADS] = str(max(1, (os.cpu_count() or 1) // n))
+    try:
+        # spawn, not fork: polars' thread pool does not survive a fork.
+        with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn")) as pool:
+            yield pool, f"{n} worker processes"
+    finally:
+        if chosen is None:
+            del os.environ[POLARS_THREADS]
