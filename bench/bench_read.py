@@ -2,7 +2,9 @@
 
 Each measurement runs in a fresh interpreter (cold: imports and all), on the same files:
 
-- tracewhy: ``python -m tracewhy kernels FILE --json`` (read + model + analysis);
+- tracewhy: ``python -m tracewhy kernels FILE --json`` (read + model + analysis), with its
+  parsed-trace cache off (``TRACEWHY_NO_CACHE=1``); also, as an extra row, the same command
+  finding the trace in a cache primed once beforehand (in ``bench/out/tracewhy-cache``);
 - HTA (PyPI ``traceinsight``, import ``hta``): ``TraceAnalysis(trace_dir=DIR)``, DIR holding
   only a symlink to FILE (HTA takes a directory of per-rank ``*.json``/``*.gz`` files; it reads
   the rank from ``"rank": N`` in the file, else assumes rank 0);
@@ -89,15 +91,17 @@ class Run:
 
 
 def run_child(
-    argv: list[str], timeout_s: float, mem_limit_bytes: int | None = None
+    argv: list[str], timeout_s: float, mem_limit_bytes: int | None = None,
+    env: dict[str, str] | None = None,
 ) -> Run:
     """Run ``argv`` in its own session; time it, sample its tree's RSS, reap it with wait4."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        return _run_child(argv, timeout_s, mem_limit_bytes, out, err)
+        return _run_child(argv, timeout_s, mem_limit_bytes, {**os.environ, **(env or {})}, out, err)
 
 
 def _run_child(
-    argv: list[str], timeout_s: float, mem_limit_bytes: int | None, out: IO[bytes], err: IO[bytes]
+    argv: list[str], timeout_s: float, mem_limit_bytes: int | None, env: dict[str, str],
+    out: IO[bytes], err: IO[bytes],
 ) -> Run:
     def limit() -> None:
         if mem_limit_bytes:
@@ -105,7 +109,7 @@ def _run_child(
 
     started = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=out, stderr=err, start_new_session=True,
-                            preexec_fn=limit, cwd=REPO)
+                            preexec_fn=limit, cwd=REPO, env=env)
     timed_out = threading.Event()
 
     def kill() -> None:
@@ -179,8 +183,14 @@ def _last_json(stdout: bytes) -> dict[str, object]:
 # --- the three contenders -------------------------------------------------------------------
 
 
-def tracewhy_run(path: Path, timeout_s: float) -> Run:
-    r = run_child([sys.executable, "-m", "tracewhy", "kernels", str(path), "--json"], timeout_s)
+# tracewhy keeps parsed traces in a cache (model/cache.py): a cold read must not find one.
+NO_CACHE = {"TRACEWHY_NO_CACHE": "1"}
+CACHE_DIR = OUT_DIR / "tracewhy-cache"
+
+
+def tracewhy_run(path: Path, timeout_s: float, env: dict[str, str] | None = None) -> Run:
+    argv = [sys.executable, "-m", "tracewhy", "kernels", str(path), "--json"]
+    r = run_child(argv, timeout_s, env=env or NO_CACHE)
     if r.ok:
         r.note = f"{r.report.get('total_count')} kernels"
         r.report = {"total_count": r.report.get("total_count"),
@@ -344,7 +354,7 @@ def render(
         "| --- | ---: | --- | ---: | ---: | ---: | --- |",
     ]
     for f in files:
-        for tool in ("tracewhy", "HTA", "json.loads"):
+        for tool in ("tracewhy", "tracewhy, cache hit", "HTA", "json.loads"):
             runs = results.get((f.label, tool), [])
             if not runs:
                 continue
@@ -418,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hta-repeats-large", type=int, default=None,
                    help="HTA runs on the inflated file (default: --repeats)")
     p.add_argument("--skip-hta", action="store_true")
+    p.add_argument("--skip-cache-hit", action="store_true",
+                   help="do not also time tracewhy re-reading through its parsed-trace cache")
     p.add_argument("--only", choices=("real", "inflated"), default=None, help="measure one size only")
     p.add_argument("--no-write", action="store_true", help="print the table, leave results.md alone")
     p.add_argument("--tracewhy-commit", metavar="REV", default=None,
@@ -444,7 +456,14 @@ def _main(args: argparse.Namespace, tmp: Path) -> int:
     log("load average at start: {:.2f} {:.2f} {:.2f}".format(*loads[0]))
     results: dict[tuple[str, str], list[Run]] = {}
     mem_limit = int(args.hta_mem_limit_gb * 2**30) if args.hta_mem_limit_gb else None
+    with_cache = {"TRACEWHY_CACHE_DIR": str(CACHE_DIR)}
     for f in files:
+        cache_hit = False
+        if not args.skip_cache_hit:
+            # Prime the cache (untimed); the row is kept only if this tracewhy wrote an entry.
+            shutil.rmtree(CACHE_DIR, ignore_errors=True)
+            tracewhy_run(f.path, args.timeout_s, env=with_cache)
+            cache_hit = CACHE_DIR.is_dir() and any(CACHE_DIR.iterdir())
         hta_repeats = args.repeats
         if f.inflated and args.hta_repeats_large is not None:
             hta_repeats = args.hta_repeats_large
@@ -454,6 +473,9 @@ def _main(args: argparse.Namespace, tmp: Path) -> int:
                 ("json.loads", lambda f=f: json_loads_run(f.path, args.timeout_s)),
                 ("tracewhy", lambda f=f: tracewhy_run(f.path, args.timeout_s)),
             ]
+            if cache_hit:
+                contenders.append(("tracewhy, cache hit",
+                                   lambda f=f: tracewhy_run(f.path, args.timeout_s, env=with_cache)))
             if not args.skip_hta and i < hta_repeats:
                 contenders.append(("HTA", lambda f=f: hta_run(f.path, args.hta_timeout_s, mem_limit)))
             for tool, measure in contenders:
@@ -462,6 +484,7 @@ def _main(args: argparse.Namespace, tmp: Path) -> int:
                 log(f"{f.label} | {tool} | run {i + 1}: {r.wall_s:.2f} s, "
                     f"{r.peak_rss_bytes / MB:,.0f} MB, {'ok' if r.ok else 'FAILED'} {r.note}")
                 loads.append(os.getloadavg())
+    shutil.rmtree(CACHE_DIR, ignore_errors=True)
     loads.append(os.getloadavg())
     table = render(files, results, args.repeats, loads, tracewhy_source)
     print(table)
