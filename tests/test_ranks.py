@@ -12,6 +12,7 @@ from typing import Any
 import polars as pl
 import pytest
 
+import tracewhy
 from builders import KinetoBuilder
 from conftest import GENERATED, shared_trace
 from tracewhy.analyses.rank_compare import RanksResult, compare_ranks
@@ -51,7 +52,9 @@ def _rank(tmp_path: Path, rank: int, clock: float, *, extra_call_in_step: int | 
             b.annotation("nccl:all_reduce", t + 5, 10)
             start = o + 100 + c + 5 * k
             b.launch(NCCL, t + 8, 2, gpu_ts=start, gpu_dur=o + 100 + top + TRANSFER_US - start, stream=20)
-    return b.write(tmp_path / (name or f"job_rank{rank}.json"))
+    path = b.write(tmp_path / (name or f"job_rank{rank}.json"))
+    tracewhy.load(path).check()
+    return path
 
 
 def _job(tmp_path: Path, clocks: dict[int, float] | None = None, **kw: Any) -> RanksResult:
@@ -177,6 +180,8 @@ def test_gloo_pair_names_the_sleeping_rank() -> None:
     """Rank 1 sleeps 20 ms between forward and backward every step (MANIFEST.md): rank 0 waits
     for it in the gradient all-reduce. Checked against the raw gloo:all_reduce durations."""
     files = [str(GENERATED / f"ddp_gloo_rank{r}.pt.trace.json.gz") for r in (0, 1)]
+    for f in files:
+        tracewhy.load(f).check()
     r = compare_ranks(load_rank_summaries(files))
     d0, gap0 = _gloo_raw(0)
     d1, gap1 = _gloo_raw(1)
@@ -198,6 +203,8 @@ def test_128_rank_pair_agrees_with_hta_and_raw_json() -> None:
     are the NCCL kernels' own, read here from the raw JSON per (step, collective, order)."""
     hta = json.loads(shared_trace("hta/hta_reference_outputs.json").read_text())["pair:sampled_128rank_job"]
     files = [str(shared_trace(f"hta/sampled_128rank_job_rank{r}.json.gz")) for r in (0, 1)]
+    for f in files:
+        tracewhy.load(f).check()
     r = compare_ranks(load_rank_summaries(files))
     assert hta["potential_stragglers"] == [1] and r.straggler == 1
     assert r.notes == ("2 of 128 ranks: transfer and waits are relative to these ranks only",)
