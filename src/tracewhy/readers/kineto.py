@@ -7,6 +7,7 @@ builds the Trace.
 
 from __future__ import annotations
 
+import gc
 import math
 import re
 from collections.abc import Callable
@@ -39,7 +40,7 @@ from tracewhy.model.schema import (
     OCol,
 )
 from tracewhy.model.trace import Capture, Trace, TraceMeta, Truncation
-from tracewhy.readers.kineto_document import split_document
+from tracewhy.readers.kineto_document import first_byte, split_document
 from tracewhy.readers.kineto_events import Event, EventArgs
 from tracewhy.readers.source import DEFAULT_MAX_INFLATED_BYTES, read_bytes
 
@@ -83,7 +84,7 @@ _COPY_NAME = re.compile(r"Memcpy\s+(\w+)\s*(?:\((\w+)\s*->\s*(\w+)\))?")
 _VERSION_KEYS = ("cuda_runtime_version", "cuda_driver_version", "cupti_version",
                  "hip_runtime_version", "hip_driver_version", "roctracer_version")
 _CAPTURE_KEYS = ("record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules")
-DEFAULT_BATCH = 200_000
+DEFAULT_BATCH = 100_000
 
 
 def read_kineto(
@@ -96,19 +97,27 @@ def read_kineto(
     """Read a Kineto JSON trace (``.json`` or ``.json.gz``) into a Trace."""
     path = Path(path)
     buf = read_bytes(path, max_inflated_bytes)
-    if not buf.strip():
+    if not first_byte(buf):  # (never buf.strip(): that would copy the whole file)
         raise TraceError(path, "file is empty")
-    doc = split_document(path, buf)
-    del buf
-    builder = _Builder(path)
-    total = doc.event_count
-    done = 0
-    for events in doc.batches(batch_size, builder.problems):
-        builder.add(events)
-        done += len(events)
-        if progress is not None:
-            progress(min(done, total), total)
-    doc.events = doc.raw_events = None
+    # The cyclic collector would walk every decoded event object again and again while the
+    # batches are built; none of them can form a cycle, so it is paused for the read.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        doc = split_document(path, buf)
+        del buf
+        builder = _Builder(path)
+        total = doc.event_count
+        done = 0
+        for events in doc.batches(batch_size, builder.problems):
+            builder.add(events)
+            done += len(events)
+            if progress is not None:
+                progress(min(done, total), total)
+        doc.events = doc.raw_events = None
+    finally:
+        if gc_was_enabled:
+            gc.enable()
     if total and not builder.rows_seen:
         first = next(iter(builder.problems), "no event could be decoded")
         raise TraceError(path, f"no usable events ({first})")

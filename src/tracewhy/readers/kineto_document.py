@@ -109,12 +109,13 @@ def _no_events(path: Path, buf: bytes | bytearray) -> None:
     raise TraceError(path, f"JSON object has no traceEvents list (keys: {keys}); not a Kineto trace")
 
 
+_CONTENT = re.compile(rb"[^ \t\r\n\xef\xbb\xbf]")
+
+
 def first_byte(buf: bytes | bytearray) -> bytes:
-    for i in range(min(len(buf), 4096)):
-        c = buf[i : i + 1]
-        if c not in (b" ", b"\t", b"\r", b"\n", b"\xef", b"\xbb", b"\xbf"):
-            return bytes(c)
-    return b""
+    """The first byte that is neither white space nor part of a UTF-8 BOM; b"" if there is none."""
+    m = _CONTENT.search(buf)
+    return b"" if m is None else m.group()
 
 
 class _EventNoArgs(msgspec.Struct):

@@ -36,8 +36,13 @@ def read_bytes(path: Path, max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES)
         with open(path, "rb") as f:
             head = f.read(2)
             if head != GZIP_MAGIC:
+                # Read into a buffer of the final size: f.read() grows its buffer as it goes and
+                # briefly holds a large file twice.
                 f.seek(0)
-                return f.read()
+                out = bytearray(size)
+                got = f.readinto(out)
+                del out[got:]
+                return out
             return _inflate(f, path, size, max_inflated_bytes)
     except OSError as e:
         raise os_error(path, e) from None
