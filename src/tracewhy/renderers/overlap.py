@@ -130,7 +130,9 @@ def ranks_payload(r: RanksResult, findings: list[Finding], executor: str) -> dic
 
 
 def render_ranks(r: RanksResult, findings: list[Finding], top: int) -> RenderableType:
-    t = Table(title=f"{r.ranks.height} ranks; per steady step ({r.steps_compared} steps matched)")
+    per = (f"per steady step ({r.steps_compared} steps matched)" if r.steps_compared
+           else "per capture (no common steps)")
+    t = Table(title=f"{r.ranks.height} ranks; {per}")
     for col in ("rank", "step p50", "step p90", "compute", "exposed comm", "idle", "input", "calls", "waited",
                 "last at", "others waited"):
         t.add_column(col, justify="right")
