@@ -123,6 +123,20 @@ def test_extra_collective_on_one_rank_is_a_hang_risk(tmp_path: Path) -> None:
     assert f.severity.value == "high" and "rank 0: 1, rank 1: 2, rank 2: 1" in f.statement
 
 
+def test_ranks_without_common_steps(tmp_path: Path) -> None:
+    # Rank 1's capture holds other step numbers (its profiler started later): nothing to match.
+    a = _rank(tmp_path, 0, 0.0)
+    text = _rank(tmp_path, 1, 0.0).read_text()
+    for i in reversed(range(4)):
+        text = text.replace(f"ProfilerStep#{i}", f"ProfilerStep#{i + 10}")
+    b = tmp_path / "job_rank1.json"
+    b.write_text(text)
+    r = compare_ranks(load_rank_summaries([str(a), str(b)]))
+    assert r.steps_compared == 0 and r.matched.height == 0 and r.straggler is None
+    assert r.notes == ("the ranks' steady steps have no step number in common: nothing to match",)
+    assert r.ranks.get_column("wait_ns_per_step").to_list() == [0.0, 0.0]
+
+
 def test_rank_from_file_name_and_errors(tmp_path: Path) -> None:
     assert [rank_from_name(n) for n in ("job_rank3.json.gz", "rank-12.Apr_03.pt.trace.json", "worker0.json",
                                         "sampled_128rank_job_rank1.json.gz")] == [3, 12, None, 1]

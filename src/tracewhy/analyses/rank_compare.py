@@ -66,12 +66,12 @@ def compare_ranks(summaries: Sequence[RankSummary]) -> RanksResult:
     matched = _match(calls)
     mismatches = _mismatches(calls)
     lateness = _lateness(matched, calls)
-    n_steps = len(common) if by_steps else 1
+    n_steps = max(len(common), 1) if by_steps else 1
     table = _rank_table(summaries, calls, matched, lateness, n_steps)
     straggler, share = _straggler(matched)
     return RanksResult(
         ranks=table, matched=matched, lateness=lateness, mismatches=mismatches, straggler=straggler,
-        straggler_last_share=share, steps_compared=n_steps if by_steps else 0, summaries=tuple(summaries),
+        straggler_last_share=share, steps_compared=len(common), summaries=tuple(summaries),
         notes=tuple(notes),
     )
 
