@@ -133,7 +133,7 @@ def test_ranks_without_common_steps(tmp_path: Path) -> None:
     b.write_text(text)
     r = compare_ranks(load_rank_summaries([str(a), str(b)]))
     assert r.steps_compared == 0 and r.matched.height == 0 and r.straggler is None
-    assert r.notes == ("the ranks' steady steps have no step number in common: nothing to match",)
+    assert r.notes[0] == "the ranks' steady steps have no step number in common: nothing to match"
     assert r.ranks.get_column("wait_ns_per_step").to_list() == [0.0, 0.0]
 
 
