@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from tracewhy import __version__
 from tracewhy.cli.base import add_common_options, run_command
-from tracewhy.cli.commands import COMMANDS
+from tracewhy.cli.commands import COMMAND_MODULES, load_command
 from tracewhy.errors import TraceError, UsageError
 
 EXIT_OK = 0
@@ -23,14 +23,17 @@ EXIT_BAD_INPUT = 3
 EXIT_INTERNAL = 70
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; given argv naming a command, only that command's module is imported."""
     parser = argparse.ArgumentParser(
         prog="tracewhy",
         description="Says why a PyTorch job is slower than it should be, from its profiler traces.",
     )
     parser.add_argument("--version", action="version", version=f"tracewhy {__version__}")
     sub = parser.add_subparsers(dest="command_name", metavar="COMMAND", required=True)
-    for cls in COMMANDS:
+    chosen = next((a for a in (argv or ()) if not a.startswith("-")), None)
+    names = [chosen] if chosen in COMMAND_MODULES else list(COMMAND_MODULES)
+    for cls in (load_command(n) for n in names):
         doc = inspect.getdoc(cls) or ""
         p = sub.add_parser(cls.name, help=doc.splitlines()[0] if doc else None, description=doc)
         command = cls()
@@ -43,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse has already printed usage or help

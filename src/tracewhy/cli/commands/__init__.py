@@ -1,34 +1,28 @@
-"""The subcommands, in the order ``tracewhy --help`` lists them."""
+"""The subcommands, in the order ``tracewhy --help`` lists them.
+
+Each lives in its own module holding one ``Command`` subclass. Modules are imported only when
+their command runs (or for ``--help``): a cached trace reads in well under a second, and
+importing every command's analyses would cost as much again.
+"""
+
+from __future__ import annotations
+
+import importlib
 
 from tracewhy.cli.base import Command
-from tracewhy.cli.commands.blocks import BlocksCommand
-from tracewhy.cli.commands.check import CheckCommand
-from tracewhy.cli.commands.diagnose import DiagnoseCommand
-from tracewhy.cli.commands.diff import DiffCommand
-from tracewhy.cli.commands.export import ExportCommand
-from tracewhy.cli.commands.gaps import GapsCommand
-from tracewhy.cli.commands.info import InfoCommand
-from tracewhy.cli.commands.kernels import KernelsCommand
-from tracewhy.cli.commands.ops import OpsCommand
-from tracewhy.cli.commands.overlap import OverlapCommand
-from tracewhy.cli.commands.ranks import RanksCommand
-from tracewhy.cli.commands.report import ReportCommand
-from tracewhy.cli.commands.roofline import RooflineCommand
-from tracewhy.cli.commands.steps import StepsCommand
 
-COMMANDS: tuple[type[Command], ...] = (
-    DiagnoseCommand,
-    GapsCommand,
-    InfoCommand,
-    OpsCommand,
-    KernelsCommand,
-    StepsCommand,
-    OverlapCommand,
-    BlocksCommand,
-    RanksCommand,
-    RooflineCommand,
-    DiffCommand,
-    CheckCommand,
-    ExportCommand,
-    ReportCommand,
-)
+COMMAND_MODULES: dict[str, str] = {
+    name: f"tracewhy.cli.commands.{name}"
+    for name in ("diagnose", "gaps", "info", "ops", "kernels", "steps", "overlap", "blocks", "ranks", "roofline",
+                 "diff", "check", "export", "report")
+}
+
+
+def load_command(name: str) -> type[Command]:
+    """The Command subclass of a subcommand name."""
+    module = importlib.import_module(COMMAND_MODULES[name])
+    for value in vars(module).values():
+        if isinstance(value, type) and issubclass(value, Command) and value is not Command \
+                and getattr(value, "name", None) == name:
+            return value
+    raise LookupError(f"{COMMAND_MODULES[name]} defines no Command named {name!r}")
