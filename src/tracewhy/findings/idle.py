@@ -3,6 +3,8 @@ each with what the host was doing and the fix to try."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import polars as pl
 
 from tracewhy.analyses.gaps import CLASSES, GapClass
@@ -46,8 +48,15 @@ def findings(ctx: Context) -> list[Finding]:
     ):
         ns = b.class_ns[cls.value]
         if ns >= th.IDLE_CLASS_MIN_NS and b.share(ns) >= th.IDLE_CLASS_MIN_SHARE:
-            out.append(make(ctx, b, ns))
+            f = make(ctx, b, ns)
+            # The largest gaps of the class, for the Perfetto export and the report to draw.
+            out.append(replace(f, evidence={**f.evidence, "time_ranges_ns": _ranges(ctx, cls)}))
     return out
+
+
+def _ranges(ctx: Context, cls: GapClass, n: int = 20) -> list[list[int]]:
+    g = ctx.gaps().gaps.filter(pl.col("gap_class") == cls.value).sort("dur_ns", descending=True).head(n)
+    return [[int(s), int(s + d)] for s, d in g.select("start_ns", "dur_ns").iter_rows()]
 
 
 def _severity(b: Basis, ns: float) -> Severity:
