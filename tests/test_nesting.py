@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracewhy.model.linking import _nest_by_stack, nest_host_slices
+from tracewhy.model.linking import nest_host_slices
 
 
 def _nested_intervals(draw: st.DrawFn) -> tuple[list[int], list[int]]:
@@ -53,8 +53,23 @@ def host_slices(draw: st.DrawFn, jitter: bool) -> tuple[np.ndarray, ...]:  # typ
 
 
 def _reference(pid: np.ndarray, tid: np.ndarray, ts: np.ndarray, dur: np.ndarray, is_op: np.ndarray):  # type: ignore[no-untyped-def,type-arg]
-    order = np.lexsort((np.arange(ts.shape[0]), -dur, ts, tid, pid))
-    return _nest_by_stack(order, pid, tid, ts, dur, is_op)
+    """The obvious stack walk, written out per slice: the specification of nesting."""
+    n = ts.shape[0]
+    order = sorted(range(n), key=lambda i: (pid[i], tid[i], ts[i], -dur[i], i))
+    depth, parent, op = [0] * n, [-1] * n, [-1] * n
+    stack: list[int] = []
+    key = None
+    for i in order:
+        if (pid[i], tid[i]) != key:
+            stack, key = [], (pid[i], tid[i])
+        while stack and ts[stack[-1]] + dur[stack[-1]] <= ts[i]:
+            stack.pop()
+        if stack:
+            parent[i] = stack[-1]
+            depth[i] = len(stack)
+            op[i] = next((j for j in reversed(stack) if is_op[j]), -1)
+        stack.append(i)
+    return np.array(depth), np.array(parent), np.array(op)
 
 
 @settings(max_examples=300, deadline=None)

@@ -72,9 +72,16 @@ def nest_host_slices(
     has_parent = depth > 0
     valid = (cand >= 0) & (depth[np.maximum(cand, 0)] == depth - 1) & (thread[np.maximum(cand, 0)] == thread)
     valid &= (o_end[np.maximum(cand, 0)] > o_ts) & (o_end[np.maximum(cand, 0)] >= o_end)
-    if (depth < 0).any() or (has_parent & ~valid).any():
-        return _nest_by_stack(order, pid, tid, ts, dur, is_op)
     parent_sorted = np.where(has_parent, cand, -1)
+    broken = (depth < 0) | (has_parent & ~valid)
+    if broken.any():
+        # Threads where a slice overruns its parent: redo just those with the exact stack walk.
+        redo = np.isin(thread, np.unique(thread[broken]))
+        rows = np.flatnonzero(redo)
+        d, p = _stack_walk_sorted(o_ts[rows], o_end[rows], thread[rows])
+        depth = depth.copy()
+        depth[rows] = d
+        parent_sorted[rows] = np.where(p >= 0, rows[np.maximum(p, 0)], -1)
     o_is_op = is_op[order]
     op_sorted = _innermost_op(parent_sorted, o_is_op)
     out_depth = np.empty(n, dtype=np.int64)
@@ -84,6 +91,27 @@ def nest_host_slices(
     out_parent[order] = np.where(parent_sorted >= 0, order[np.maximum(parent_sorted, 0)], -1)
     out_op[order] = np.where(op_sorted >= 0, order[np.maximum(op_sorted, 0)], -1)
     return out_depth, out_parent, out_op
+
+
+def _stack_walk_sorted(ts: I64, end: I64, thread: npt.NDArray[np.int64]) -> tuple[I64, I64]:
+    """Depth and parent (positions within these rows) by the stack walk; rows sorted by thread,
+    start, longest first. A slice that overruns its parent's end is still nested under it."""
+    n = ts.shape[0]
+    depth = [0] * n
+    parent = [-1] * n
+    stack: list[tuple[int, int]] = []  # (end, position)
+    cur = -1
+    for k, (start, stop, th) in enumerate(zip(ts.tolist(), end.tolist(), thread.tolist(), strict=True)):
+        if th != cur:
+            stack.clear()
+            cur = th
+        while stack and stack[-1][0] <= start:
+            stack.pop()
+        if stack:
+            parent[k] = stack[-1][1]
+            depth[k] = len(stack)
+        stack.append((stop, k))
+    return np.array(depth, dtype=np.int64), np.array(parent, dtype=np.int64)
 
 
 def _innermost_op(parent: I64, is_op: npt.NDArray[np.bool_]) -> I64:
@@ -99,48 +127,6 @@ def _innermost_op(parent: I64, is_op: npt.NDArray[np.bool_]) -> I64:
         keep = nxt >= 0
         rows, cur = rows[keep], nxt[keep]
     return result
-
-
-def _nest_by_stack(
-    order: I64, pid: I64, tid: I64, ts: I64, dur: I64, is_op: npt.NDArray[np.bool_]
-) -> tuple[I64, I64, I64]:
-    """The exact stack walk: a slice that overruns its parent's end is still nested under it."""
-    n = order.shape[0]
-    end = ts + dur
-    o_pid = pid[order].tolist()
-    o_tid = tid[order].tolist()
-    o_ts = ts[order].tolist()
-    o_end = end[order].tolist()
-    o_op = is_op[order].tolist()
-    o_idx = order.tolist()
-    r_depth = [0] * n
-    r_parent = [-1] * n
-    r_op = [-1] * n
-    # Stack entries: (end, original index, innermost op at this level including itself).
-    stack: list[tuple[int, int, int]] = []
-    cur: tuple[int, int] | None = None
-    for k in range(n):
-        key = (o_pid[k], o_tid[k])
-        if key != cur:
-            stack.clear()
-            cur = key
-        start = o_ts[k]
-        while stack and stack[-1][0] <= start:
-            stack.pop()
-        idx = o_idx[k]
-        if stack:
-            top = stack[-1]
-            r_parent[k] = top[1]
-            r_op[k] = top[2]
-            r_depth[k] = len(stack)
-        stack.append((o_end[k], idx, idx if o_op[k] else r_op[k]))
-    depth = np.empty(n, dtype=np.int64)
-    parent = np.empty(n, dtype=np.int64)
-    op = np.empty(n, dtype=np.int64)
-    depth[order] = r_depth
-    parent[order] = r_parent
-    op[order] = r_op
-    return depth, parent, op
 
 
 def link_slices(slices: pl.DataFrame) -> pl.DataFrame:
