@@ -1,17 +1,35 @@
-"""One reader per input format, and ``read_trace`` which picks one by the file's content."""
+"""One reader per input format, and ``read_trace`` which picks one by the file's content.
+
+The format readers are imported on first use: a trace served from the cache needs none of
+them, and their imports are a good part of a cached run's time.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from tracewhy.errors import TraceError
 from tracewhy.model.cache import CacheOptions, cached_read
 from tracewhy.model.trace import Trace
-from tracewhy.readers.kineto import Progress, read_kineto
-from tracewhy.readers.nsys import read_nsys, sniff_nsys
 from tracewhy.readers.source import sniff, sniff_empty
 
+Progress = Callable[[int, int], None]
+
 __all__ = ["CacheOptions", "Progress", "read_kineto", "read_nsys", "read_trace"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "read_kineto":
+        from tracewhy.readers.kineto import read_kineto
+
+        return read_kineto
+    if name == "read_nsys":
+        from tracewhy.readers.nsys import read_nsys
+
+        return read_nsys
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def read_trace(path: str | Path, *, progress: Progress | None = None, cache: CacheOptions | None = None) -> Trace:
@@ -23,6 +41,9 @@ def read_trace(path: str | Path, *, progress: Progress | None = None, cache: Cac
 
 
 def _read_uncached(path: Path, progress: Progress | None) -> Trace:
+    from tracewhy.readers.kineto import read_kineto
+    from tracewhy.readers.nsys import read_nsys, sniff_nsys
+
     fmt = sniff(path)
     if fmt == "kineto":
         return read_kineto(path, progress=progress)

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from tracewhy.analyses.info import InfoResult
-from tracewhy.analyses.kernels import KernelsResult
-from tracewhy.analyses.ops import OpsResult
-from tracewhy.analyses.steps import StepsResult
 from tracewhy.units import fmt_bytes, fmt_ns, fmt_pct, printable, shorten
+
+if TYPE_CHECKING:  # types only: importing the analyses here would load every one of them
+    from tracewhy.analyses.info import InfoResult
+    from tracewhy.analyses.kernels import KernelsResult
+    from tracewhy.analyses.ops import OpsResult
+    from tracewhy.analyses.steps import StepsResult
 
 
 def render_info(r: InfoResult) -> RenderableType:

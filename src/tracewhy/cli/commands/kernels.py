@@ -5,11 +5,7 @@ import argparse
 from rich.console import Group
 
 from tracewhy.analyses.kernels import kernels
-from tracewhy.analyses.roofline import roofline
-from tracewhy.analyses.roofline_join import join_ncu
 from tracewhy.cli.base import Command, add_output_options, emit, load_trace
-from tracewhy.readers.ncu import read_ncu
-from tracewhy.renderers.roofline import render_ncu_join
 from tracewhy.renderers.terminal import render_kernels
 
 
@@ -33,6 +29,11 @@ class KernelsCommand(Command):
         }
         table = render_kernels(r, args.top)
         if args.ncu:  # the roofline command's verdicts, matched to this trace's kernel names
+            from tracewhy.analyses.roofline import roofline
+            from tracewhy.analyses.roofline_join import join_ncu
+            from tracewhy.readers.ncu import read_ncu
+            from tracewhy.renderers.roofline import render_ncu_join
+
             joined = join_ncu(r.by_name, roofline(read_ncu(args.ncu)))
             payload["kernels"] = joined
             table = Group(table, render_ncu_join(joined, args.top))
