@@ -12,7 +12,6 @@ from tracewhy.analyses.host_activity import Flag
 from tracewhy.analyses.spikes import spikes
 from tracewhy.analyses.syncs import syncs
 from tracewhy.findings import thresholds as th
-from tracewhy.findings.basis import basis
 from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding, Severity
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col
@@ -92,11 +91,10 @@ def _scalar_reads(ctx: Context) -> list[Finding]:
     names = ", ".join(reads.get_column("name").to_list())
     if has_gpu and blocking == 0:
         return []  # they read host tensors: harmless
-    b = basis(ctx)
     # On a GPU trace the cost of these reads is the drain they cause, which the sync finding
     # measures; counting their own (blocked) time here would count it twice. On a CPU-only
     # trace the hazard is latent and only the ops' own time is counted.
-    own_ns = _own_time(ctx, reads.get_column("name").to_list())
+    recoverable = 0 if has_gpu else round(_own_time(ctx, reads.get_column("name").to_list()) / steps)
     return [Finding(
         code="scalar-read-per-step",
         severity=Severity.MEDIUM if has_gpu else Severity.LOW,
@@ -106,7 +104,7 @@ def _scalar_reads(ctx: Context) -> list[Finding]:
                      "and drains the pipeline every step."),
         next_step="Stop reading values back every step: accumulate losses/metrics on the device and call .item() "
                   "every N steps (or log asynchronously).",
-        recoverable_ns_per_step=0 if has_gpu else round(own_ns / max(b.steps, steps)),
+        recoverable_ns_per_step=recoverable,
         evidence={"calls": calls, "blocking_calls": blocking, "per_step": calls / steps,
                   "ops": reads.to_dicts()},
     )]
