@@ -21,6 +21,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses.families import Family, collective_op, collective_range, kernel_family
+from tracewhy.model.linking import first_flagged
 from tracewhy.model.schema import Col, Kind, OCol
 from tracewhy.model.trace import Trace
 
@@ -66,8 +67,8 @@ def collectives(trace: Trace) -> CollectivesResult:
 
     kernels = comm_kernels(trace)
     launch = kernels.get_column(Col.LAUNCH).fill_null(-1).to_numpy()
-    kernel_range = _first_ancestor(launch, parent, is_range)
-    kernel_attr = _first_ancestor(launch, parent, has_attrs)
+    kernel_range = first_flagged(launch, parent, is_range)
+    kernel_attr = first_flagged(launch, parent, has_attrs)
     # A call per range that launched kernels, and a call per kernel launched outside any range.
     kernels = kernels.with_columns(
         pl.Series("_range", kernel_range, dtype=pl.Int64),
@@ -134,20 +135,6 @@ def _collective_ranges(trace: Trace) -> pl.DataFrame:
         pl.col(Col.NAME).replace_strict({n: p[0] for n, p in hits.items()}, return_dtype=pl.String).alias("backend"),
         pl.col(Col.NAME).replace_strict({n: p[1] for n, p in hits.items()}, return_dtype=pl.String).alias("op"),
     )
-
-
-def _first_ancestor(start: I64, parent: I64, flag: npt.NDArray[np.bool_]) -> I64:
-    """For each start slice (-1: none), the nearest slice at or above it with the flag, or -1."""
-    found = np.full(start.shape[0], -1, dtype=np.int64)
-    todo = np.flatnonzero(start >= 0)
-    cur = start[todo]
-    while todo.size:
-        hit = flag[cur]
-        found[todo[hit]] = cur[hit]
-        todo, cur = todo[~hit], parent[cur[~hit]]
-        keep = cur >= 0
-        todo, cur = todo[keep], cur[keep]
-    return found
 
 
 def _call_rows(

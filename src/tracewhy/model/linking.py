@@ -83,7 +83,7 @@ def nest_host_slices(
         depth[rows] = d
         parent_sorted[rows] = np.where(p >= 0, rows[np.maximum(p, 0)], -1)
     o_is_op = is_op[order]
-    op_sorted = _innermost_op(parent_sorted, o_is_op)
+    op_sorted = first_flagged(parent_sorted, parent_sorted, o_is_op)
     out_depth = np.empty(n, dtype=np.int64)
     out_parent = np.empty(n, dtype=np.int64)
     out_op = np.empty(n, dtype=np.int64)
@@ -114,18 +114,18 @@ def _stack_walk_sorted(ts: I64, end: I64, thread: npt.NDArray[np.int64]) -> tupl
     return np.array(depth, dtype=np.int64), np.array(parent, dtype=np.int64)
 
 
-def _innermost_op(parent: I64, is_op: npt.NDArray[np.bool_]) -> I64:
-    """For each row, the nearest proper ancestor that is a CPU op (-1 if none)."""
-    result = np.full(parent.shape[0], -1, dtype=np.int64)
-    rows = np.flatnonzero(parent >= 0)
-    cur = parent[rows]
+def first_flagged(start: I64, parent: I64, flag: npt.NDArray[np.bool_]) -> I64:
+    """For each start row (-1: none), the nearest row at or above it, following ``parent``, whose
+    flag is set, or -1. With ``start = parent`` that is the nearest proper flagged ancestor."""
+    result = np.full(start.shape[0], -1, dtype=np.int64)
+    rows = np.flatnonzero(start >= 0)
+    cur = start[rows]
     while rows.size:
-        hit = is_op[cur]
+        hit = flag[cur]
         result[rows[hit]] = cur[hit]
-        rows, cur = rows[~hit], cur[~hit]
-        nxt = parent[cur]
-        keep = nxt >= 0
-        rows, cur = rows[keep], nxt[keep]
+        rows, cur = rows[~hit], parent[cur[~hit]]
+        keep = cur >= 0
+        rows, cur = rows[keep], cur[keep]
     return result
 
 
