@@ -16,7 +16,6 @@ import numpy as np
 import polars as pl
 
 from tracewhy.analyses.diff import DiffOptions
-from tracewhy.analyses.syncs import syncs
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.basis import basis
 from tracewhy.findings.compare import SLOWER, Comparison, compare
@@ -140,7 +139,7 @@ def _overlap(ctx: Context) -> Measured:
 
 
 def _syncs_per_step(ctx: Context) -> Measured:
-    r = syncs(ctx.trace, ctx.steps(), ctx.host())
+    r = ctx.syncs()
     steady = r.per_step.filter(pl.col("steady"))
     if steady.height:
         return Measured(float(np.mean(steady.get_column("syncs").to_numpy())), f"mean of {steady.height} steady steps")

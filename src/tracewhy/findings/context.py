@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 from tracewhy.analyses.gaps import GapsOptions, GapsResult, gaps
 from tracewhy.analyses.host_activity import HostIndex, build_host_index
 from tracewhy.analyses.steps import StepsOptions, StepsResult, steps
+from tracewhy.analyses.syncs import SyncsResult, syncs
 from tracewhy.analyses.utilization import DeviceBusy
 from tracewhy.model.trace import Trace
 
@@ -42,6 +43,9 @@ class Context:
 
     def host(self) -> HostIndex:
         return self.cached("host", lambda: build_host_index(self.trace))
+
+    def syncs(self) -> SyncsResult:
+        return self.cached("syncs", lambda: syncs(self.trace, self.steps(), self.host()))
 
     def busy(self) -> dict[int, DeviceBusy]:
         return self.gaps().busy

@@ -10,7 +10,6 @@ import polars as pl
 from tracewhy.analyses.copies import copies
 from tracewhy.analyses.host_activity import Flag
 from tracewhy.analyses.spikes import spikes
-from tracewhy.analyses.syncs import syncs
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding, Severity
@@ -78,7 +77,7 @@ def _allocator(ctx: Context) -> list[Finding]:
 
 
 def _scalar_reads(ctx: Context) -> list[Finding]:
-    sy = syncs(ctx.trace, ctx.steps(), ctx.host())
+    sy = ctx.syncs()
     reads = sy.scalar_reads
     if reads.height == 0:
         return []

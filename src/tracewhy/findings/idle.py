@@ -11,7 +11,6 @@ from tracewhy.analyses.gaps import CLASSES, GapClass
 from tracewhy.analyses.input import input_pipeline
 from tracewhy.analyses.launch import launch
 from tracewhy.analyses.stats import mean_of
-from tracewhy.analyses.syncs import syncs
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.basis import Basis, basis
 from tracewhy.findings.context import Context
@@ -89,7 +88,7 @@ def _input(ctx: Context, b: Basis, ns: float) -> Finding:
 
 
 def _sync(ctx: Context, b: Basis, ns: float) -> Finding:
-    sy = syncs(ctx.trace, ctx.steps(), ctx.host())
+    sy = ctx.syncs()
     calls = sy.calls
     per_step = sy.per_step.filter(pl.col("steady"))
     n_per_step = mean_of(per_step.get_column("syncs")) or float(calls.height)
