@@ -20,14 +20,21 @@ def nest_host_slices(
 ) -> tuple[I64, I64, I64]:
     """Nest host slices per thread; return (depth, parent index, innermost enclosing CPU op).
 
-    Inputs are parallel arrays over host slices; -1 stands for "none". A slice is a child of
-    the innermost slice on its thread that began earlier (longer first on ties) and is still
-    open. The op column gives, for each slice, the innermost enclosing CPU op, itself excluded.
+    Inputs are parallel arrays over host slices; -1 stands for "none". A slice's parent is the
+    innermost slice of its thread that contains it: one that starts no later, ends no earlier,
+    and is still open at its start (so a zero-length slice has no children). Ties of start go
+    longest first, then file order. For properly nested slices this is exactly the stack walk a
+    profiler's viewer does. A slice that outlives the one it began in is not that one's child:
+    ``ProfilerStep#N`` is opened inside the short Python frame of
+    ``_record_function_enter_new`` and stays open after it returns, and Python's ``step()``
+    frame begins inside the step it closes; each becomes a child of the first slice that
+    really contains it. The op column gives, for each slice, the innermost enclosing CPU op,
+    itself excluded.
 
-    Vectorized for properly nested slices (the normal case): a slice's depth is the number of
-    earlier slices on its thread still open at its start, and its parent is the latest earlier
-    slice one level up. Slices that overrun their parent's end (clock jitter) break that
-    arithmetic; then the exact stack walk below decides.
+    All of it is vectorized: rows sorted by thread, start and length first, the parent is the
+    nearest earlier row whose end reaches this row's end (a previous-greater-element search by
+    pointer jumping), and depth is the length of the parent chain (list ranking by pointer
+    jumping). Both take a number of rounds logarithmic in the chain lengths.
     """
     n = ts.shape[0]
     if n == 0:
@@ -36,82 +43,60 @@ def nest_host_slices(
     order = np.lexsort((np.arange(n), -dur, ts, tid, pid))
     o_ts = ts[order]
     o_end = o_ts + dur[order]
-    # Thread number per sorted row, then times shifted so threads never interleave.
-    key = np.stack([pid[order], tid[order]])
+    o_pid = pid[order]
+    o_tid = tid[order]
     new_thread = np.ones(n, dtype=bool)
-    new_thread[1:] = (key[:, 1:] != key[:, :-1]).any(axis=0)
+    new_thread[1:] = (o_pid[1:] != o_pid[:-1]) | (o_tid[1:] != o_tid[:-1])
+    # Times shifted per thread so that no row of an earlier thread can reach a later thread's rows.
     thread = np.cumsum(new_thread) - 1
-    span = int(max(o_end.max() - o_ts.min(), 0)) + 2
-    base = o_ts.min()
-    shift = thread.astype(np.int64) * span - base
-    s_key = o_ts + shift
-    e_key = o_end + shift
-    pos = np.arange(n, dtype=np.int64)
-    first_of_thread = np.maximum.accumulate(np.where(new_thread, pos, 0))
-    # Open at my start = earlier rows of my thread minus those that ended by my start.
-    ended = np.searchsorted(np.sort(e_key), s_key, side="right") - np.searchsorted(
-        np.sort(e_key), thread.astype(np.int64) * span - base, side="left"
-    )
-    # Zero-length rows sort last among rows of their thread that start at the same instant;
-    # their end equals that instant, so they were counted as ended above although they come
-    # at or after the row in question. Take them back out.
-    zero = o_end == o_ts
-    new_instant = new_thread.copy()
-    new_instant[1:] |= o_ts[1:] != o_ts[:-1]
-    group = np.cumsum(new_instant) - 1
-    group_end = np.append(np.flatnonzero(new_instant)[1:], n)[group]
-    zeros_in_group = np.bincount(group, weights=zero, minlength=group[-1] + 1).astype(np.int64)[group]
-    ended -= np.where(zero, group_end - pos, zeros_in_group)
-    depth = (pos - first_of_thread) - ended
-    # Parent: the latest earlier row of my thread at depth - 1.
-    level_key = depth * n + pos
-    level_order = np.argsort(level_key, kind="stable")
-    sorted_levels = level_key[level_order]
-    cand_at = np.searchsorted(sorted_levels, (depth - 1) * n + pos, side="left") - 1
-    cand = np.where(cand_at >= 0, level_order[np.maximum(cand_at, 0)], -1)
-    has_parent = depth > 0
-    valid = (cand >= 0) & (depth[np.maximum(cand, 0)] == depth - 1) & (thread[np.maximum(cand, 0)] == thread)
-    valid &= (o_end[np.maximum(cand, 0)] > o_ts) & (o_end[np.maximum(cand, 0)] >= o_end)
-    parent_sorted = np.where(has_parent, cand, -1)
-    broken = (depth < 0) | (has_parent & ~valid)
-    if broken.any():
-        # Threads where a slice overruns its parent: redo just those with the exact stack walk.
-        redo = np.isin(thread, np.unique(thread[broken]))
-        rows = np.flatnonzero(redo)
-        d, p = _stack_walk_sorted(o_ts[rows], o_end[rows], thread[rows])
-        depth = depth.copy()
-        depth[rows] = d
-        parent_sorted[rows] = np.where(p >= 0, rows[np.maximum(p, 0)], -1)
-    o_is_op = is_op[order]
-    op_sorted = first_flagged(parent_sorted, parent_sorted, o_is_op)
+    base = int(o_ts.min())
+    span = max(int(o_end.max()) - base, 0) + 2
+    end_key = o_end + (thread * span - base)
+    # What a container's end must reach: my end, or one past it for a zero-length slice (a
+    # slice that ends at my start is no longer open then).
+    reach = end_key + (dur[order] == 0)
+    parent = _previous_reaching(end_key, reach)
+    depth = _chain_length(parent)
+    op = first_flagged(parent, parent, is_op[order])
     out_depth = np.empty(n, dtype=np.int64)
     out_parent = np.empty(n, dtype=np.int64)
     out_op = np.empty(n, dtype=np.int64)
     out_depth[order] = depth
-    out_parent[order] = np.where(parent_sorted >= 0, order[np.maximum(parent_sorted, 0)], -1)
-    out_op[order] = np.where(op_sorted >= 0, order[np.maximum(op_sorted, 0)], -1)
+    out_parent[order] = np.where(parent >= 0, order[np.maximum(parent, 0)], -1)
+    out_op[order] = np.where(op >= 0, order[np.maximum(op, 0)], -1)
     return out_depth, out_parent, out_op
 
 
-def _stack_walk_sorted(ts: I64, end: I64, thread: npt.NDArray[np.int64]) -> tuple[I64, I64]:
-    """Depth and parent (positions within these rows) by the stack walk; rows sorted by thread,
-    start, longest first. A slice that overruns its parent's end is still nested under it."""
-    n = ts.shape[0]
-    depth = [0] * n
-    parent = [-1] * n
-    stack: list[tuple[int, int]] = []  # (end, position)
-    cur = -1
-    for k, (start, stop, th) in enumerate(zip(ts.tolist(), end.tolist(), thread.tolist(), strict=True)):
-        if th != cur:
-            stack.clear()
-            cur = th
-        while stack and stack[-1][0] <= start:
-            stack.pop()
-        if stack:
-            parent[k] = stack[-1][1]
-            depth[k] = len(stack)
-        stack.append((stop, k))
-    return np.array(depth, dtype=np.int64), np.array(parent, dtype=np.int64)
+def _previous_reaching(end: I64, reach: I64) -> I64:
+    """For each row i, the nearest row j < i with ``end[j] >= reach[i]``, or -1.
+
+    Pointer jumping: every candidate c of row i keeps the invariant that the rows strictly
+    between c and i end before ``reach[i]``; when c itself falls short, c's own candidate keeps
+    it too (those rows end before ``reach[c] <= end[c] + 1 <= reach[i]``), so i jumps there.
+    """
+    n = end.shape[0]
+    cand = np.arange(-1, n - 1, dtype=np.int64)
+    active = np.arange(1, n, dtype=np.int64)
+    while active.size:
+        c = cand[active]
+        settled = end[c] >= reach[active]  # c >= 0: rows whose candidate is -1 are gone
+        active = active[~settled]
+        cand[active] = cand[cand[active]]
+        active = active[cand[active] >= 0]
+    return cand
+
+
+def _chain_length(parent: I64) -> I64:
+    """Number of ancestors of each row along ``parent`` (-1: a root), by Wyllie's list ranking."""
+    depth = (parent >= 0).astype(np.int64)
+    nxt = parent.copy()
+    active = np.flatnonzero(nxt >= 0)
+    while active.size:
+        up = nxt[active]
+        depth[active] = depth[active] + depth[up]
+        nxt[active] = nxt[up]
+        active = active[nxt[active] >= 0]
+    return depth
 
 
 def first_flagged(start: I64, parent: I64, flag: npt.NDArray[np.bool_]) -> I64:
