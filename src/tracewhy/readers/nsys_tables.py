@@ -120,11 +120,17 @@ class Db:
 
     def frame(self, sql: str, schema: dict[str, Any]) -> pl.DataFrame:
         """The query's rows as a frame, converted in batches: Python tuples for one batch at a
-        time, never for a whole multi-million-row table."""
+        time, never for a whole multi-million-row table.
+
+        Each batch is transposed into one typed Series per column: about 20 % less time than
+        polars' row-oriented constructor on these tables (bench/bench_nsys.py).
+        """
         cursor = self.conn.execute(sql)
         parts = []
         while rows := cursor.fetchmany(FETCH_BATCH):
-            parts.append(pl.DataFrame(rows, schema=schema, orient="row"))
+            columns = zip(*rows, strict=True)
+            parts.append(pl.DataFrame([pl.Series(name, values, dtype=dtype)
+                                       for (name, dtype), values in zip(schema.items(), columns, strict=True)]))
         if not parts:
             return pl.DataFrame(schema=schema)
         return parts[0] if len(parts) == 1 else pl.concat(parts, rechunk=True)
