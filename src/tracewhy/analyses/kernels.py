@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 import polars as pl
 
@@ -23,6 +24,10 @@ class KernelsResult:
     total_time_ns: int
     by_name: pl.DataFrame
     by_family: pl.DataFrame
+
+
+#: The slice kinds ``kernels`` reads: a partial Trace of these is enough.
+KERNELS_NEED: Final = (Kind.KERNEL,)
 
 
 def kernels(trace: Trace) -> KernelsResult:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Collection
 from contextvars import ContextVar
 from typing import Any, ClassVar
 
 from rich.console import Console, RenderableType
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from tracewhy.model.schema import Kind
 from tracewhy.model.trace import Trace
 from tracewhy.readers import CacheOptions, read_trace
 from tracewhy.renderers.jsonout import render_json
@@ -92,10 +94,11 @@ def run_command(args: argparse.Namespace) -> int:
         _CACHE.reset(token)
 
 
-def load_trace(path: str) -> Trace:
+def load_trace(path: str, kinds: Collection[Kind] | None = None) -> Trace:
+    """The trace, whole, or (``kinds``) with at least the slice kinds a command's analyses use."""
     bar = _LazyProgress(f"reading {path}")
     try:
-        return read_trace(path, progress=bar if sys.stderr.isatty() else None, cache=_CACHE.get())
+        return read_trace(path, progress=bar if sys.stderr.isatty() else None, cache=_CACHE.get(), kinds=kinds)
     finally:
         bar.close()
 

@@ -70,7 +70,10 @@ def default_cache_dir() -> Path:
 
 
 def cached_read(path: Path, read: Callable[[Path], Trace], options: CacheOptions | None = None) -> Trace:
-    """``read(path)``, or the Trace it returned last time for the same file and code."""
+    """``read(path)``, or the Trace it returned last time for the same file and code.
+
+    Only whole Traces are stored; a cached whole Trace also answers a reader that would have
+    returned a partial one (it holds everything the partial one would)."""
     options = options or CacheOptions()
     if not options.enabled or os.environ.get(ENV_DISABLE):
         return read(path)
@@ -89,7 +92,8 @@ def cached_read(path: Path, read: Callable[[Path], Trace], options: CacheOptions
     if trace is not None:
         return trace
     trace = read(path)
-    _store(root, entry, key, trace)
+    if not trace.is_partial:  # a partial Trace served as a whole one would answer wrongly
+        _store(root, entry, key, trace)
     return trace
 
 
@@ -179,6 +183,8 @@ def _load(entry: Path, key: dict[str, Any], path: Path) -> Trace | None:
             # declared dtypes (and fails, rejecting the entry, if a value does not fit).
             tables[name] = df.cast(TABLE_SCHEMAS[name], strict=True).select(list(TABLE_SCHEMAS[name]))
         meta = msgspec.convert(manifest["meta"], TraceMeta)
+        if meta.kinds_read is not None:
+            raise ValueError("a partial Trace is never a cache entry")
         # No Trace.check() here: _store checked the Trace before writing it, and the checksums
         # prove these are the same bytes (check() costs 0.2 s on 1.9M slices, a third of a hit).
         return Trace(meta=dataclasses.replace(meta, path=str(path)), **tables)

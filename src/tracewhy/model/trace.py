@@ -64,6 +64,10 @@ class TraceMeta:
     #: How the profiler was run, as the file records it (nsys: META_DATA_CAPTURE without the
     #: environment, the session start and any windowing of a derived file); empty for Kineto.
     capture_settings: dict[str, str] = field(default_factory=dict)
+    #: None for a whole trace. A partial read (``read_trace(path, kinds=...)``) lists the slice
+    #: kinds it read, sorted: other kinds' rows, their side tables and the links to them (a
+    #: kernel's ``launch_id`` without runtime calls) are absent, not zero. Never cached.
+    kinds_read: tuple[str, ...] | None = None
 
     @property
     def rank(self) -> int | None:
@@ -80,11 +84,18 @@ class ModelError(AssertionError):
     """A Trace broke one of its invariants: a bug in a reader, never the user's fault."""
 
 
+class PartialTraceError(ModelError):
+    """An analysis asked a partial Trace for slices it was read without: a bug in the caller,
+    who must read the trace whole or with the kinds that analysis needs."""
+
+
 @dataclass(frozen=True)
 class Trace:
     """One profiled process (or one nsys capture) in normalized tables.
 
     ``slices`` holds every timed event; side tables hold attributes keyed by slice ``id``.
+    A partial Trace (``is_partial``) holds only ``meta.kinds_read``: ``of_kind`` refuses the
+    other kinds, and code reading ``slices`` directly must call ``require`` first.
     """
 
     meta: TraceMeta
@@ -104,8 +115,24 @@ class Trace:
         assert isinstance(value, pl.DataFrame)
         return value
 
+    @property
+    def is_partial(self) -> bool:
+        """True when only some slice kinds were read (``meta.kinds_read``)."""
+        return self.meta.kinds_read is not None
+
+    def require(self, *kinds: Kind) -> None:
+        """Raise PartialTraceError unless every given kind was read (always true when whole)."""
+        read = self.meta.kinds_read
+        if read is None:
+            return
+        missing = sorted(k.value for k in kinds if k.value not in read)
+        if missing:
+            raise PartialTraceError(f"{self.meta.path}: read with only {', '.join(read) or 'no'} slices; "
+                                    f"this needs {', '.join(missing)} too")
+
     def of_kind(self, *kinds: Kind) -> pl.DataFrame:
-        """The slices of the given kinds."""
+        """The slices of the given kinds; on a partial Trace, only kinds that were read."""
+        self.require(*kinds)
         return self.slices.filter(pl.col(Col.KIND).is_in([k.value for k in kinds]))
 
     def check(self) -> None:

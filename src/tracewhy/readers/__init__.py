@@ -6,12 +6,13 @@ them, and their imports are a good part of a cached run's time.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
 from tracewhy.errors import TraceError
 from tracewhy.model.cache import CacheOptions, cached_read
+from tracewhy.model.schema import Kind
 from tracewhy.model.trace import Trace
 from tracewhy.readers.source import sniff, sniff_empty
 
@@ -32,23 +33,35 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def read_trace(path: str | Path, *, progress: Progress | None = None, cache: CacheOptions | None = None) -> Trace:
+def read_trace(
+    path: str | Path,
+    *,
+    progress: Progress | None = None,
+    cache: CacheOptions | None = None,
+    kinds: Collection[Kind] | None = None,
+) -> Trace:
     """Read any supported trace, choosing the reader by content, never by file name.
 
     The parsed Trace is cached (``tracewhy.model.cache``); ``CacheOptions(enabled=False)`` reads afresh.
+    ``kinds``: the slice kinds the caller needs. Formats stored in tables (nsys) then read only
+    those tables and return a partial Trace (``Trace.is_partial``), which is never cached; a
+    cached whole Trace, or a format that must be parsed whole anyway (Kineto), answers with
+    the whole Trace.
     """
-    return cached_read(Path(path), lambda p: _read_uncached(p, progress), cache)
+    return cached_read(Path(path), lambda p: _read_uncached(p, progress, kinds), cache)
 
 
-def _read_uncached(path: Path, progress: Progress | None) -> Trace:
-    from tracewhy.readers.kineto import read_kineto
-    from tracewhy.readers.nsys import read_nsys, sniff_nsys
-
+def _read_uncached(path: Path, progress: Progress | None, kinds: Collection[Kind] | None) -> Trace:
+    # Only the reader in use is imported: the Kineto reader's imports cost ~50 ms.
     fmt = sniff(path)
     if fmt == "kineto":
+        from tracewhy.readers.kineto import read_kineto
+
         return read_kineto(path, progress=progress)
+    from tracewhy.readers.nsys import read_nsys, sniff_nsys
+
     if fmt == "sqlite" or (fmt == "unknown" and sniff_nsys(path) is not None):
-        return read_nsys(path, progress=progress)
+        return read_nsys(path, progress=progress, kinds=kinds)
     if sniff_empty(path):
         raise TraceError(path, "file is empty")
     raise TraceError(

@@ -17,7 +17,7 @@ import gzip
 import sqlite3
 import tempfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Final
 
@@ -46,7 +46,9 @@ from tracewhy.readers import nsys_meta as meta
 from tracewhy.readers.nsys_export import export_report
 from tracewhy.readers.nsys_tables import (
     KEY,
+    NAME_COLUMNS,
     Db,
+    empty_part,
     kernels_part,
     memcpy_part,
     memset_part,
@@ -97,25 +99,64 @@ def read_nsys(
     nsys_binary: str | None = None,
     cache_dir: Path | None = None,
     max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
+    kinds: Collection[Kind] | None = None,
 ) -> Trace:
-    """Read an Nsight Systems export or report into a Trace; the input is only ever read."""
+    """Read an Nsight Systems export or report into a Trace; the input is only ever read.
+
+    ``kinds``: read only the tables holding these slice kinds (plus strings, devices and
+    names), the way ``nsys stats -r cuda_gpu_kern_sum`` reads one table; see ``tables_for``.
+    The Trace then says what it holds in ``meta.kinds_read``. None reads everything.
+    """
     path = Path(path)
     kind = sniff_nsys(path)
+    wanted = tables_for(kinds)
     if kind == "sqlite":
-        return _read_export(path, path, progress)
+        return _read_export(path, path, progress, wanted)
     if kind == "sqlite.gz":
         with tempfile.TemporaryDirectory(prefix="tracewhy-nsys-") as tmp:
             plain = Path(tmp) / "export.sqlite"
             _inflate_to(path, plain, max_inflated_bytes)
-            return _read_export(plain, path, progress)
+            return _read_export(plain, path, progress, wanted)
     if kind == "report":
-        return _read_export(export_report(path, nsys=nsys_binary, cache_dir=cache_dir), path, progress)
+        return _read_export(export_report(path, nsys=nsys_binary, cache_dir=cache_dir), path, progress, wanted)
     if kind == "qdstrm":
         raise TraceError(path, "a raw Nsight Systems capture stream (.qdstrm): convert it to a "
                          ".nsys-rep with NVIDIA's QdstrmImporter, then export it with "
                          "`nsys export --type sqlite`")
     raise TraceError(path, "not an Nsight Systems export (expected SQLite from "
                      "`nsys export --type sqlite`, gzipped or not, or a .nsys-rep report)")
+
+
+#: The slice kinds each group of export tables yields, in reading order. A group is read whole:
+#: runtime and driver calls share one table, and sync records are named by the API call
+#: that made them, so they bring the runtime table along.
+_TABLE_KINDS: Final[dict[str, tuple[Kind, ...]]] = {
+    "runtime": (Kind.RUNTIME, Kind.DRIVER),
+    "kernel": (Kind.KERNEL,),
+    "memcpy": (Kind.MEMCPY,),
+    "memset": (Kind.MEMSET,),
+    "sync": (Kind.GPU_SYNC, Kind.RUNTIME, Kind.DRIVER),
+    "nvtx": (Kind.ANNOTATION,),
+    "osrt": (Kind.OTHER,),
+    "overhead": (Kind.OVERHEAD,),
+}
+
+
+def tables_for(kinds: Collection[Kind] | None) -> frozenset[str] | None:
+    """The table groups a partial read of ``kinds`` reads; None (read all) for None."""
+    if kinds is None:
+        return None
+    wanted = {Kind(k) for k in kinds}
+    groups = {g for g, yields in _TABLE_KINDS.items() if yields[0] in wanted}
+    if "sync" in groups:
+        groups.add("runtime")
+    return frozenset(groups)
+
+
+def _kinds_read(groups: frozenset[str] | None) -> tuple[str, ...] | None:
+    if groups is None:
+        return None
+    return tuple(sorted({k.value for g in groups for k in _TABLE_KINDS[g]}))
 
 
 def _inflate_to(src: Path, dst: Path, limit: int) -> None:
@@ -139,14 +180,14 @@ def _connect(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(uri, uri=True)
 
 
-def _read_export(file: Path, shown: Path, progress: Progress | None) -> Trace:
+def _read_export(file: Path, shown: Path, progress: Progress | None, groups: frozenset[str] | None) -> Trace:
     try:
         conn = _connect(file)
     except sqlite3.Error as e:
         raise TraceError(shown, f"cannot open as SQLite ({e})") from None
     try:
         try:
-            return _build(Db(conn), shown, progress)
+            return _build(Db(conn), shown, progress, groups)
         except sqlite3.OperationalError as e:
             if "decode" not in str(e):
                 raise
@@ -154,14 +195,14 @@ def _read_export(file: Path, shown: Path, progress: Progress | None) -> Trace:
         # UTF-8: the 2022.2 pipit export holds a thread name with a stray byte. Decoding every
         # string leniently costs a Python call per string, so only such files pay for it.
         conn.text_factory = lambda raw: raw.decode("utf-8", "replace")
-        return _build(Db(conn), shown, progress)
+        return _build(Db(conn), shown, progress, groups)
     except sqlite3.DatabaseError as e:
         raise TraceError(shown, f"unreadable SQLite export ({e})") from None
     finally:
         conn.close()
 
 
-def _build(db: Db, shown: Path, progress: Progress | None) -> Trace:
+def _build(db: Db, shown: Path, progress: Progress | None, groups: frozenset[str] | None) -> Trace:
     export = meta.export_metadata(db)
     if not export and not any(t.startswith(("CUPTI_ACTIVITY_KIND_", "NVTX_")) for t in db.tables):
         raise TraceError(shown, "an SQLite database, but not an Nsight Systems export "
@@ -174,34 +215,45 @@ def _build(db: Db, shown: Path, progress: Progress | None) -> Trace:
         if progress is not None:
             progress(step, _STEPS)
 
-    strs = strings(db)
+    def wants(group: str) -> bool:
+        return groups is None or group in groups
+
+    # A partial read fetches only the strings its tables name (exports can hold 1e5+ strings).
+    strs = strings(db, None if groups is None else [c for g in sorted(groups) for c in NAME_COLUMNS.get(g, ())])
     tick()
     parts: list[pl.DataFrame] = []
     attrs: dict[str, list[pl.DataFrame]] = {"kernel": [], "copy": [], "nvtx": []}
+    nvtx_thread_names = pl.DataFrame(schema={"pid": pl.Int64(), "tid": pl.Int64(), "name": pl.String()})
 
     def offset() -> int:
         return sum(p.height for p in parts)
 
-    runtime = runtime_part(db, strs, 0)
+    runtime = runtime_part(db, strs, 0) if wants("runtime") else empty_part()
     parts.append(runtime)
     tick()
-    k, ka = kernels_part(db, strs, offset())
-    parts.append(k)
-    attrs["kernel"].append(ka)
+    if wants("kernel"):
+        k, ka = kernels_part(db, strs, offset())
+        parts.append(k)
+        attrs["kernel"].append(ka)
     tick()
-    for reader in (memcpy_part, memset_part):
-        p, pa = reader(db, offset())
-        parts.append(p)
-        attrs["copy"].append(pa)
+    for group, reader in (("memcpy", memcpy_part), ("memset", memset_part)):
+        if wants(group):
+            p, pa = reader(db, offset())
+            parts.append(p)
+            attrs["copy"].append(pa)
         tick()
-    parts.append(sync_part(db, runtime, offset()))
+    if wants("sync"):
+        parts.append(sync_part(db, runtime, offset()))
     tick()
-    nv, nva, nvtx_thread_names = nvtx_part(db, strs, offset())
-    parts.append(nv)
-    attrs["nvtx"].append(nva)
+    if wants("nvtx"):
+        nv, nva, nvtx_thread_names = nvtx_part(db, strs, offset())
+        parts.append(nv)
+        attrs["nvtx"].append(nva)
     tick()
-    parts.append(osrt_part(db, strs, offset()))
-    parts.append(overhead_part(db, strs, offset()))
+    if wants("osrt"):
+        parts.append(osrt_part(db, strs, offset()))
+    if wants("overhead"):
+        parts.append(overhead_part(db, strs, offset()))
     tick()
 
     slices, key_to_id = _slices(parts)
@@ -214,7 +266,7 @@ def _build(db: Db, shown: Path, progress: Progress | None) -> Trace:
     devices = meta.devices(db, gpu.select(Col.PID, Col.DEVICE).unique())
     threads = meta.threads(db, pids, nvtx_thread_names)
     tick()
-    trace_meta = _meta(db, shown, export, slices, nvtx_attrs)
+    trace_meta = _meta(db, shown, export, slices, nvtx_attrs, groups)
     tick()
     return Trace(
         meta=trace_meta, slices=slices, kernel_attrs=kernel_attrs, copy_attrs=copy_attrs,
@@ -285,7 +337,7 @@ def _side(frames: list[pl.DataFrame], key_to_id: pl.DataFrame, schema: pl.Schema
 
 
 def _meta(db: Db, shown: Path, export: dict[str, str], slices: pl.DataFrame,
-          nvtx_attrs: pl.DataFrame) -> TraceMeta:
+          nvtx_attrs: pl.DataFrame, groups: frozenset[str] | None) -> TraceMeta:
     warnings = [f"{count} x {problem}" if count > 1 else problem
                 for problem, count in sorted(db.problems.items())]
     version = meta.schema_version(export)
@@ -297,7 +349,7 @@ def _meta(db: Db, shown: Path, export: dict[str, str], slices: pl.DataFrame,
                         f"of a longer capture ({export.get('DERIVED_FROM', 'source unknown')})")
     gpu = slices.filter(pl.col(Col.KIND).is_in([k.value for k in GPU_ACTIVITY_KINDS]))
     unlinked = gpu.filter(pl.col(Col.LAUNCH).is_null()).height
-    if unlinked:
+    if unlinked and (groups is None or "runtime" in groups):  # unread calls are not missing ones
         warnings.append(f"{unlinked} of {gpu.height} GPU activities have no CUDA API call in the "
                         "file (launched before the capture or window began, or API tracing was off)")
     lost_domains = nvtx_attrs.filter(
@@ -307,7 +359,7 @@ def _meta(db: Db, shown: Path, export: dict[str, str], slices: pl.DataFrame,
         ids = sorted(set(lost_domains.get_column(NCol.DOMAIN_ID).to_list()))
         warnings.append(f"{lost_domains.height} NVTX events are in domains {ids} whose creation was not "
                         "captured: they are named without their domain")
-    if not slices.height:
+    if not slices.height and groups is None:
         warnings.append("no CUDA, NVTX or OS runtime events in this export")
     warnings.extend(meta.diagnostics(db))
     first = slices.get_column(Col.TS).min() if slices.height else None
@@ -327,4 +379,5 @@ def _meta(db: Db, shown: Path, export: dict[str, str], slices: pl.DataFrame,
         event_counts={str(k): int(v) for k, v in counts.iter_rows()},
         warnings=tuple(warnings),
         capture_settings=meta.capture_settings(db, export, span),
+        kinds_read=_kinds_read(groups),
     )

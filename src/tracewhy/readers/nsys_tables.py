@@ -144,10 +144,27 @@ class Db:
         return table in self.tables and self.scalar(f'SELECT 1 FROM "{table}" LIMIT 1') is not None
 
 
-def strings(db: Db) -> pl.DataFrame:
+#: Per table group (see ``readers.nsys.tables_for``), the columns holding StringIds ids.
+NAME_COLUMNS: Final[dict[str, tuple[tuple[str, str], ...]]] = {
+    "runtime": (("CUPTI_ACTIVITY_KIND_RUNTIME", "nameId"),),
+    "kernel": (("CUPTI_ACTIVITY_KIND_KERNEL", "demangledName"), ("CUPTI_ACTIVITY_KIND_KERNEL", "shortName")),
+    "nvtx": (("NVTX_EVENTS", "textId"),),
+    "osrt": (("OSRT_API", "nameId"),),
+    "overhead": (("PROFILER_OVERHEAD", "nameId"), ("CUPTI_ACTIVITY_KIND_OVERHEAD", "nameId")),
+}
+
+
+def strings(db: Db, only: list[tuple[str, str]] | None = None) -> pl.DataFrame:
+    """StringIds as (id, value); with ``only``, just the ids those (table, column)s use."""
+    schema = {"id": pl.Int64(), "value": pl.String()}
     if not db.has("StringIds", "id", "value"):
-        return pl.DataFrame(schema={"id": pl.Int64(), "value": pl.String()})
-    return db.frame("SELECT id, value FROM StringIds", {"id": pl.Int64(), "value": pl.String()})
+        return pl.DataFrame(schema=schema)
+    if only is None:
+        return db.frame("SELECT id, value FROM StringIds", schema)
+    used = [f'SELECT "{c}" FROM "{t}"' for t, c in only if db.has(t, c)]
+    if not used:
+        return pl.DataFrame(schema=schema)
+    return db.frame(f"SELECT id, value FROM StringIds WHERE id IN ({' UNION '.join(used)})", schema)
 
 
 def _named(frame: pl.DataFrame, ids: str, strs: pl.DataFrame, out: str) -> pl.DataFrame:
@@ -204,7 +221,7 @@ _GPU_REQUIRED = ("start", "end", "globalPid", "deviceId", "streamId", "correlati
 def kernels_part(db: Db, strs: pl.DataFrame, offset: int) -> tuple[pl.DataFrame, pl.DataFrame]:
     t = "CUPTI_ACTIVITY_KIND_KERNEL"
     if not _require(db, t, *_GPU_REQUIRED):
-        return _empty_part(), pl.DataFrame()
+        return empty_part(), pl.DataFrame()
     c = partial(db.col, t)
     shared = f"coalesce({c('staticSharedMemory')}, 0) + coalesce({c('dynamicSharedMemory')}, 0)"
     if "staticSharedMemory" not in db.columns(t) and "dynamicSharedMemory" not in db.columns(t):
@@ -235,7 +252,7 @@ def kernels_part(db: Db, strs: pl.DataFrame, offset: int) -> tuple[pl.DataFrame,
 def memcpy_part(db: Db, offset: int) -> tuple[pl.DataFrame, pl.DataFrame]:
     t = "CUPTI_ACTIVITY_KIND_MEMCPY"
     if not _require(db, t, *_GPU_REQUIRED, "bytes", "copyKind"):
-        return _empty_part(), pl.DataFrame()
+        return empty_part(), pl.DataFrame()
     sql = f"""SELECT {_GPU_COLS.format(pid=PID_SQL.format(c="globalPid"))}, bytes, copyKind,
         {db.col(t, 'srcKind')}, {db.col(t, 'dstKind')} FROM {t}"""
     schema = {**_GPU_SCHEMA, "bytes": pl.Int64(), "copyKind": pl.Int64(), "srcKind": pl.Int64(),
@@ -259,7 +276,7 @@ def memcpy_part(db: Db, offset: int) -> tuple[pl.DataFrame, pl.DataFrame]:
 def memset_part(db: Db, offset: int) -> tuple[pl.DataFrame, pl.DataFrame]:
     t = "CUPTI_ACTIVITY_KIND_MEMSET"
     if not _require(db, t, *_GPU_REQUIRED):
-        return _empty_part(), pl.DataFrame()
+        return empty_part(), pl.DataFrame()
     sql = f"""SELECT {_GPU_COLS.format(pid=PID_SQL.format(c="globalPid"))}, {db.col(t, 'bytes')},
         {db.col(t, 'memKind')} FROM {t}"""
     schema = {**_GPU_SCHEMA, "bytes": pl.Int64(), "memKind": pl.Int64()}
@@ -279,7 +296,7 @@ def runtime_part(db: Db, strs: pl.DataFrame, offset: int) -> pl.DataFrame:
     """CUDA runtime and driver API calls, without --cudabacktrace duplicates."""
     t = "CUPTI_ACTIVITY_KIND_RUNTIME"
     if not _require(db, t, "start", "end", "globalTid", "correlationId", "nameId"):
-        return _empty_part()
+        return empty_part()
     sql = f"""SELECT start, "end", {PID_SQL.format(c="globalTid")} AS pid,
         {TID_SQL.format(c="globalTid")} AS tid, correlationId AS correlation,
         {db.col(t, 'eventClass', '0')} AS eventClass, nameId FROM {t}"""
@@ -309,7 +326,7 @@ def sync_part(db: Db, runtime: pl.DataFrame, offset: int) -> pl.DataFrame:
     """GPU-side records of synchronization calls, named by the call that made them."""
     t = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
     if not _require(db, t, *_GPU_REQUIRED):
-        return _empty_part()
+        return empty_part()
     sql = f"""SELECT {_GPU_COLS.format(pid=PID_SQL.format(c="globalPid"))},
         {db.col(t, 'syncType')} AS syncType FROM {t}"""
     s = _duration(db.frame(sql, {**_GPU_SCHEMA, "syncType": pl.Int64()}), t, db)
@@ -331,7 +348,7 @@ def nvtx_part(db: Db, strs: pl.DataFrame, offset: int) -> tuple[pl.DataFrame, pl
     t = "NVTX_EVENTS"
     no_threads = pl.DataFrame(schema={"pid": pl.Int64(), "tid": pl.Int64(), "name": pl.String()})
     if not _require(db, t, "start", "eventType", "globalTid"):
-        return _empty_part(), pl.DataFrame(), no_threads
+        return empty_part(), pl.DataFrame(), no_threads
     c = partial(db.col, t)
     types = ", ".join(str(v) for v in (NVTX_MARK, NVTX_THREAD_NAME, NVTX_DOMAIN_CREATE, *NVTX_RANGE_STYLE))
     sql = f"""SELECT rowid, start, {c('end')}, eventType, {PID_SQL.format(c="globalTid")},
@@ -386,7 +403,7 @@ def osrt_part(db: Db, strs: pl.DataFrame, offset: int) -> pl.DataFrame:
     """OS runtime calls (``--trace=osrt``): what a thread was blocked in or busy with."""
     t = "OSRT_API"
     if not _require(db, t, "start", "end", "globalTid", "nameId"):
-        return _empty_part()
+        return empty_part()
     sql = f"""SELECT start, "end", {PID_SQL.format(c="globalTid")} AS pid,
         {TID_SQL.format(c="globalTid")} AS tid, nameId FROM {t}"""
     schema = {"start": pl.Int64(), "end": pl.Int64(), "pid": pl.Int64(), "tid": pl.Int64(),
@@ -407,12 +424,12 @@ def overhead_part(db: Db, strs: pl.DataFrame, offset: int) -> pl.DataFrame:
                   "nameId": pl.Int64()}
         frames.append(_named(_duration(db.frame(sql, schema), t, db), "nameId", strs, "name"))
     if not frames:
-        return _empty_part()
+        return empty_part()
     o = pl.concat(frames).with_columns(pl.col("name").fill_null("<profiler overhead>"))
     return _part(o, Kind.OVERHEAD.value, offset)
 
 
-def _empty_part() -> pl.DataFrame:
+def empty_part() -> pl.DataFrame:
     return pl.DataFrame(schema=PART_SCHEMA)
 
 

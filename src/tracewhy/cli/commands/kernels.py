@@ -4,7 +4,7 @@ import argparse
 
 from rich.console import Group
 
-from tracewhy.analyses.kernels import kernels
+from tracewhy.analyses.kernels import KERNELS_NEED, kernels
 from tracewhy.cli.base import Command, add_output_options, emit, load_trace
 from tracewhy.renderers.terminal import render_kernels
 
@@ -20,7 +20,9 @@ class KernelsCommand(Command):
                             help="join Nsight Compute verdicts (.ncu-rep or ncu CSV) onto the kernels by name")
 
     def run(self, args: argparse.Namespace) -> int:
-        r = kernels(load_trace(args.trace))
+        # Kernels only: on nsys input just the kernel table is read, as `nsys stats -r
+        # cuda_gpu_kern_sum` does; the analysis refuses a Trace without kernels (Trace.require).
+        r = kernels(load_trace(args.trace, kinds=KERNELS_NEED))
         payload = {
             "total_count": r.total_count,
             "total_time_ns": r.total_time_ns,

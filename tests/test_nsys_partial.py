@@ -1,0 +1,79 @@
+"""Table-selective reads of nsys exports: a partial Trace holds exactly what the whole one
+holds for the kinds it was read with, says so, refuses the rest, and is never cached."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from nsys_support import FIXTURES, export_path, load
+from tracewhy.analyses.kernels import kernels
+from tracewhy.model.cache import CacheOptions
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, Kind
+from tracewhy.model.trace import PartialTraceError, Trace
+from tracewhy.readers import read_trace
+from tracewhy.readers.nsys import read_nsys
+
+_GPU_COLS = [Col.NAME, Col.TS, Col.DUR, Col.PID, Col.DEVICE, Col.STREAM, Col.CORRELATION]
+
+
+def _rows(trace: Trace, kind: Kind) -> pl.DataFrame:
+    """A kind's slices with their kernel attributes, without ids (which depend on what else was read)."""
+    s = trace.slices.filter(pl.col(Col.KIND) == kind.value).with_columns(pl.col(Col.NAME).cast(pl.String))
+    attrs = trace.kernel_attrs if kind == Kind.KERNEL else trace.copy_attrs
+    return s.join(attrs, on=Col.ID, how="left").drop(
+        Col.ID, Col.LAUNCH, Col.OP, Col.PARENT, Col.DEPTH, Col.KIND
+    ).sort(Col.TS, Col.CORRELATION, Col.NAME)
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_kernels_only_read_is_the_kernel_part_of_the_whole_read(name: str) -> None:
+    whole = load(name)
+    part = read_nsys(export_path(name), kinds=[Kind.KERNEL])
+    part.check()
+    assert part.is_partial and part.meta.kinds_read == ("kernel",)
+    assert not whole.is_partial and whole.meta.kinds_read is None
+    assert set(part.slices.get_column(Col.KIND).unique().to_list()) <= {"kernel"}
+    assert _rows(part, Kind.KERNEL).equals(_rows(whole, Kind.KERNEL))
+    assert part.devices.equals(whole.devices)
+    ours, theirs = kernels(part), kernels(whole)
+    assert ours.by_name.equals(theirs.by_name) and ours.total_time_ns == theirs.total_time_ns
+    # Unread calls are not reported as missing ones.
+    assert not any("no CUDA API call" in w for w in part.meta.warnings)
+
+
+def test_a_partial_trace_refuses_kinds_it_was_read_without() -> None:
+    part = read_nsys(export_path("nsysai_mfu_2gpu_before"), kinds=[Kind.KERNEL, Kind.MEMCPY])
+    assert part.meta.kinds_read == ("kernel", "memcpy")
+    part.require(Kind.KERNEL, Kind.MEMCPY)
+    assert part.of_kind(Kind.MEMCPY).height == load("nsysai_mfu_2gpu_before").of_kind(Kind.MEMCPY).height
+    with pytest.raises(PartialTraceError, match="memset"):
+        part.of_kind(*GPU_ACTIVITY_KINDS)
+    with pytest.raises(PartialTraceError, match="runtime"):
+        part.require(Kind.RUNTIME)
+
+
+def test_sync_records_bring_the_calls_that_name_them() -> None:
+    name = "nvfuser_xent_h200_2025.1"
+    part = read_nsys(export_path(name), kinds=[Kind.GPU_SYNC])
+    assert part.meta.kinds_read == ("driver", "gpu_sync", "runtime")
+    sync = Kind.GPU_SYNC.value
+
+    def names(t: Trace) -> list[str]:
+        return sorted(t.slices.filter(pl.col(Col.KIND) == sync).get_column(Col.NAME).cast(pl.String).to_list())
+
+    assert names(part) and names(part) == names(load(name))
+
+
+def test_partial_reads_are_never_cached_but_a_cached_whole_trace_serves_them(tmp_path: Path) -> None:
+    opts = CacheOptions(directory=tmp_path / "cache", min_bytes=0)
+    path = export_path("nvfuser_matmul_h200_2024.6")
+    first = read_trace(path, cache=opts, kinds=[Kind.KERNEL])
+    assert first.is_partial
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
+    whole = read_trace(path, cache=opts)
+    assert not whole.is_partial and any((tmp_path / "cache").iterdir())
+    served = read_trace(path, cache=opts, kinds=[Kind.KERNEL])
+    assert not served.is_partial and served.slices.height == whole.slices.height
