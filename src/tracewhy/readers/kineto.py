@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import math
 import re
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +42,7 @@ from tracewhy.model.schema import (
 )
 from tracewhy.model.trace import Capture, Trace, TraceMeta, Truncation
 from tracewhy.readers.kineto_document import first_byte, split_document
-from tracewhy.readers.kineto_events import Event, EventArgs
+from tracewhy.readers.kineto_events import Event, EventArgs, decode_args
 from tracewhy.readers.source import DEFAULT_MAX_INFLATED_BYTES, read_bytes
 
 Progress = Callable[[int, int], None]
@@ -183,11 +184,11 @@ class _Builder:
     spans: list[tuple[int, int]] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
     kind_cache: dict[str | None, str] = field(default_factory=dict)
+    legacy_cache: dict[str, bool] = field(default_factory=dict)
     copy_cache: dict[str, tuple[str, str, str]] = field(default_factory=dict)
     rows_seen: int = 0
     unfinished: int = 0
     saw_python: bool = False
-    saw_modules: bool = False
 
     def _count(self, key: str, n: int) -> None:
         if n:
@@ -236,12 +237,15 @@ class _Builder:
     def _instants(self, evs: list[Event]) -> None:
         # "finished": false on an instant (ROCm builds write it on [memory] events) means
         # nothing: an instant has no end. Only slices count as unfinished.
-        mem = [e for e in evs if e.name == "[memory]" and e.args is not None and not math.isnan(e.ts)]
+        mem = [e for e in evs if e.name == "[memory]" and not math.isnan(e.ts)]
+        decoded = decode_args([e.args for e in mem], self.problems)
+        args = [a for a in decoded if a is not None]
+        if len(args) < len(mem):
+            mem = [e for e, a in zip(mem, decoded, strict=True) if a is not None]
         self._count("instant", len(evs) - len(mem))
         if not mem:
             return
         self._count("memory", len(mem))
-        args: list[EventArgs] = [e.args for e in mem]  # type: ignore[misc]
         self.memory.append(pl.DataFrame({
             "ts_ns": us_to_ns(np.array([e.ts for e in mem], dtype=np.float64)),
             "pid": _int_array([e.pid for e in mem]),
@@ -256,8 +260,7 @@ class _Builder:
 
     def _metadata(self, evs: list[Event]) -> None:
         self._count("metadata", len(evs))
-        for e in evs:
-            a = e.args
+        for e, a in zip(evs, decode_args([e.args for e in evs], self.problems), strict=True):
             if a is None or a.name is None:
                 continue
             if e.name == "process_name":
@@ -267,17 +270,20 @@ class _Builder:
 
     def _slices(self, evs: list[Event]) -> None:
         kinds = self._kinds(evs)
-        if _TRACE_SPAN in kinds:
-            for e, k in zip(evs, kinds, strict=True):
-                if k == _TRACE_SPAN and not math.isnan(e.ts):
+        kind_set = set(kinds)
+        if _TRACE_SPAN in kind_set:
+            # The profiler's own window: one or a few events, taken out in place.
+            spans = [i for i, k in enumerate(kinds) if k == _TRACE_SPAN]
+            for i in spans:
+                e = evs[i]
+                if not math.isnan(e.ts):
                     t = us_to_ns(np.array([e.ts, e.ts + (0.0 if math.isnan(e.dur) else e.dur)]))
                     self.spans.append((int(t[0]), int(t[1])))
-            keep = [i for i, k in enumerate(kinds) if k != _TRACE_SPAN]
-            evs, kinds = [evs[i] for i in keep], [kinds[i] for i in keep]
-        if Kind.CPU_OP.value in kinds:
-            op, annotation = Kind.CPU_OP.value, Kind.ANNOTATION.value
-            kinds = [annotation if k == op and _LEGACY_ANNOTATION.match(e.name) else k
-                     for e, k in zip(evs, kinds, strict=True)]
+            for i in reversed(spans):
+                del evs[i], kinds[i]
+            kind_set.discard(_TRACE_SPAN)
+        if Kind.CPU_OP.value in kind_set:
+            self._legacy_annotations(evs, kinds)
         ts = np.array([e.ts for e in evs], dtype=np.float64)
         bad_ts = np.isnan(ts)
         if bad_ts.any():
@@ -296,9 +302,9 @@ class _Builder:
             self._problem("negative dur taken as 0", int(negative.sum()))
             dur[negative] = 0.0
         kind_set = set(kinds)
-        for k in kind_set:
-            self._count(k, kinds.count(k))
-        args = [e.args for e in evs]
+        for k, count in Counter(kinds).items():
+            self._count(k, count)
+        args = self._args(evs, kinds, kind_set)
         pid = _int_array([e.pid for e in evs])
         tid = _int_array([e.tid for e in evs])
         n = len(evs)
@@ -310,12 +316,7 @@ class _Builder:
             a = args[i]
             device[i] = a.device if a is not None and a.device is not None else int(pid[i])
             stream[i] = _as_int(a.stream) if a is not None and a.stream is not None else int(tid[i])
-        self.unfinished += sum(1 for a in args if a is not None and a.finished is False)
-        if Kind.PYTHON.value in kind_set:
-            self.saw_python = True
-            self.saw_modules = self.saw_modules or any(
-                e.name.startswith("nn.Module:") for e, k in zip(evs, kinds, strict=True) if k == Kind.PYTHON.value
-            )
+        self.saw_python = self.saw_python or Kind.PYTHON.value in kind_set
         frame = pl.DataFrame({
             Col.KIND: pl.Series(kinds, dtype=KIND_DTYPE),
             Col.NAME: pl.Series([e.name for e in evs], dtype=pl.Categorical()),
@@ -341,6 +342,43 @@ class _Builder:
             op_attrs=_op_attrs([i for i, k in enumerate(kinds) if k in _OP_ATTR_KINDS and _has_op_attrs(args[i])],
                                args),
         ))
+
+    def _legacy_annotations(self, evs: list[Event], kinds: list[str]) -> None:
+        """Re-kind, in place, the record_function scopes that PyTorch < 1.10 wrote as operators."""
+        op = Kind.CPU_OP.value
+        ops = [i for i, k in enumerate(kinds) if k == op]
+        cache = self.legacy_cache
+        for name in {evs[i].name for i in ops} - cache.keys():
+            cache[name] = _LEGACY_ANNOTATION.match(name) is not None
+        if any(cache[evs[i].name] for i in ops):
+            for i in ops:
+                if cache[evs[i].name]:
+                    kinds[i] = Kind.ANNOTATION.value
+
+    def _args(self, evs: list[Event], kinds: list[str], kind_set: set[str]) -> list[EventArgs | None]:
+        """Decoded args for every event but Python frames, whose args (frame ids) nothing reads;
+        those are decoded only if some say ``"finished": false``, which is counted."""
+        python = Kind.PYTHON.value
+        if python not in kind_set:
+            args = decode_args([e.args for e in evs], self.problems)
+            self._unfinished(args)
+            return args
+        args = [None] * len(evs)
+        rest = [i for i, k in enumerate(kinds) if k != python]
+        decoded = decode_args([evs[i].args for i in rest], self.problems)
+        self._unfinished(decoded)
+        for i, a in zip(rest, decoded, strict=True):
+            args[i] = a
+        frames = [i for i, k in enumerate(kinds) if k == python]
+        if b'"finished"' in b",".join([evs[i].args for i in frames]):
+            decoded = decode_args([evs[i].args for i in frames], self.problems)
+            self._unfinished(decoded)
+            for i, a in zip(frames, decoded, strict=True):
+                args[i] = a
+        return args
+
+    def _unfinished(self, args: list[EventArgs | None]) -> None:
+        self.unfinished += sum(1 for a in args if a is not None and a.finished is False)
 
     def _copy_attrs(self, idx: list[int], args: list[EventArgs | None], evs: list[Event],
                     kinds: list[str]) -> pl.DataFrame:
@@ -378,7 +416,7 @@ class _Builder:
         flows = pl.concat(self.flows).sort("ts_ns", maintain_order=True) if self.flows \
             else pl.DataFrame(schema=FLOWS_SCHEMA)
         threads = pl.DataFrame(self.thread_rows, schema=THREADS_SCHEMA, orient="row").unique(maintain_order=True)
-        meta = self._meta(header, truncation, side["op_attrs"], memory)
+        meta = self._meta(header, truncation, side["op_attrs"], memory, slices)
         return Trace(meta=meta, slices=slices, memory=memory, flows=flows, threads=threads,
                      devices=_devices(header), **side)
 
@@ -401,7 +439,7 @@ class _Builder:
         return link_slices(frame), remap.astype(np.int64)
 
     def _meta(self, header: dict[str, msgspec.Raw], truncation: Truncation | None, op_attrs: pl.DataFrame,
-              memory: pl.DataFrame) -> TraceMeta:
+              memory: pl.DataFrame, slices: pl.DataFrame) -> TraceMeta:
         values = {k: _decode_any(v) for k, v in header.items() if k not in ("deviceProperties", "computeProperties")}
         warnings: list[str] = []
         if truncation is not None:
@@ -426,7 +464,7 @@ class _Builder:
             display_time_unit=unit if isinstance(unit, str) else None,
             base_time_ns=base if isinstance(base, int) else None,
             versions={k: str(values[k]) for k in _VERSION_KEYS if k in values},
-            capture=self._capture(values, op_attrs, memory),
+            capture=self._capture(values, op_attrs, memory, slices),
             distributed=distributed if isinstance(distributed, dict) else {},
             profiler_spans_ns=tuple(self.spans),
             event_counts=dict(sorted(self.counts.items())),
@@ -435,7 +473,8 @@ class _Builder:
             warnings=tuple(warnings),
         )
 
-    def _capture(self, values: dict[str, Any], op_attrs: pl.DataFrame, memory: pl.DataFrame) -> Capture:
+    def _capture(self, values: dict[str, Any], op_attrs: pl.DataFrame, memory: pl.DataFrame,
+                 slices: pl.DataFrame) -> Capture:
         # PyTorch >= 2.1 writes the options that were on as top-level "record_shapes": 1 etc.;
         # older files say nothing, so the options are inferred from what the events carry.
         if any(k in values for k in _CAPTURE_KEYS):
@@ -450,9 +489,15 @@ class _Builder:
             profile_memory=memory.height > 0,
             with_stack=bool(has["stack"]) or self.saw_python,
             with_flops=bool(has["flops"]),
-            with_modules=self.saw_modules,
+            with_modules=self.saw_python and _has_module_frames(slices),
             source="inferred",
         )
+
+
+def _has_module_frames(slices: pl.DataFrame) -> bool:
+    """with_modules=True writes a Python frame "nn.Module: <class>" per module call."""
+    names = slices.filter(pl.col(Col.KIND) == Kind.PYTHON.value).get_column(Col.NAME).unique()
+    return bool(names.cast(pl.String).str.starts_with("nn.Module:").any())
 
 
 def _known(value: str | None, allowed: tuple[str, ...]) -> str:

@@ -118,23 +118,9 @@ def first_byte(buf: bytes | bytearray) -> bytes:
     return b"" if m is None else m.group()
 
 
-class _EventNoArgs(msgspec.Struct):
-    ph: str = ""
-    cat: str | None = None
-    name: str = ""
-    pid: int | str | None = None
-    tid: int | str | None = None
-    ts: float = float("nan")
-    dur: float = float("nan")
-    id: int | str | None = None
-
-
-_EVENT_NO_ARGS = msgspec.json.Decoder(_EventNoArgs)
-
-
 def decode_raw_events(raws: list[msgspec.Raw], problems: dict[str, int]) -> list[Event]:
-    """Decode a batch of raw events; a wrongly typed event is skipped (or its args dropped) and
-    counted in ``problems`` instead of failing the file."""
+    """Decode a batch of raw events; a wrongly typed event is skipped and counted in ``problems``
+    instead of failing the file (its args stay raw here: ``decode_args`` judges those)."""
     try:
         return EVENTS_DECODER.decode(b"[" + b",".join(raws) + b"]")
     except msgspec.ValidationError:
@@ -143,18 +129,9 @@ def decode_raw_events(raws: list[msgspec.Raw], problems: dict[str, int]) -> list
     for raw in raws:
         try:
             events.append(EVENT_DECODER.decode(raw))
-            continue
-        except msgspec.ValidationError as e:
-            reason = str(e)
-        try:
-            bare = _EVENT_NO_ARGS.decode(raw)
         except msgspec.ValidationError as e:
             key = f"event skipped: {e}"
             problems[key] = problems.get(key, 0) + 1
-            continue
-        key = f"args ignored: {reason}"
-        problems[key] = problems.get(key, 0) + 1
-        events.append(Event(bare.ph, bare.cat, bare.name, bare.pid, bare.tid, bare.ts, bare.dur, bare.id))
     return events
 
 

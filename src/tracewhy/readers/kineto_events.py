@@ -1,12 +1,16 @@
 """Typed shapes of Kineto JSON events, decoded by msgspec.
 
-Only the argument keys some analysis needs are declared; msgspec skips the rest without
-building them. Key spellings changed over PyTorch versions; each alias says which.
+An event's ``args`` stay raw bytes when the event is decoded: most events of a with_stack trace
+are Python frames whose args nothing reads. ``decode_args`` decodes the args of just the events
+that need them, in one call per batch. Only the argument keys some analysis needs are declared;
+msgspec skips the rest without building them. Key spellings changed over PyTorch versions; each
+alias says which.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import msgspec
 from msgspec import Raw, Struct, field
@@ -69,7 +73,8 @@ class Event(Struct, gc=False):
     ts: float = math.nan
     dur: float = math.nan
     id: int | str | None = None
-    args: EventArgs | None = None
+    # The args object's bytes, undecoded (empty when the event has none; b"null" for null).
+    args: Raw = NO_RAW
 
 
 class _Header(Struct):
@@ -113,3 +118,41 @@ TYPED_DOCUMENT_DECODER = msgspec.json.Decoder(TypedDocument)
 EVENT_DECODER = msgspec.json.Decoder(Event)
 RAW_LIST_DECODER = msgspec.json.Decoder(list[Raw])
 RAW_DICT_DECODER = msgspec.json.Decoder(dict[str, Raw])
+ARGS_LIST_DECODER = msgspec.json.Decoder(list[EventArgs | None])
+ARGS_DECODER = msgspec.json.Decoder(EventArgs | None)
+
+
+def decode_args(raws: Sequence[Raw], problems: dict[str, int]) -> list[EventArgs | None]:
+    """The args of these events, decoded in one call (None where an event has none).
+
+    Args of the wrong shape (a correlation id that is not a number...) are dropped for that
+    event alone and counted in ``problems``; the event itself is kept.
+    """
+    if not raws:
+        return []
+    if all(raws):
+        present: Sequence[int] = range(len(raws))
+        body = b",".join(raws)
+    else:
+        present = [i for i, r in enumerate(raws) if r]
+        body = b",".join([raws[i] for i in present])
+    try:
+        decoded = ARGS_LIST_DECODER.decode(b"[" + body + b"]")
+    except msgspec.ValidationError:
+        decoded = [_decode_one(raws[i], problems) for i in present]
+    if len(present) == len(raws):
+        return decoded
+    out: list[EventArgs | None] = [None] * len(raws)
+    for i, a in zip(present, decoded, strict=True):
+        out[i] = a
+    return out
+
+
+def _decode_one(raw: Raw, problems: dict[str, int]) -> EventArgs | None:
+    try:
+        args: EventArgs | None = ARGS_DECODER.decode(raw)
+        return args
+    except msgspec.ValidationError as e:
+        key = f"args ignored: {e}"
+        problems[key] = problems.get(key, 0) + 1
+        return None
