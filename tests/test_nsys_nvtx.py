@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 
 from conftest import shared_trace
-from nsys_support import FIXTURES, ExportBuilder, close, golden, load
+from nsys_support import FIXTURES, ExportBuilder, close, golden, load, raw_db
 from tracewhy.analyses.nvtx import gpu_projection, nvtx_step_marker, range_tree
 from tracewhy.analyses.steps import steps
 from tracewhy.model.schema import Col, NCol
@@ -177,12 +177,16 @@ def test_default_step_marker_on_nsys_input(tmp_path: Path) -> None:
         b.nvtx("forward", 1000 * i + 10, 1000 * i + 500)  # nested: not a candidate
         b.kernel("k()", 1000 * i + 600, 1000 * i + 700, b.api("cudaLaunchKernel_v7000", 1000 * i + 20, 1000 * i + 30))
     b.nvtx("setup", 5000, 5100)
+    # Host-only bookkeeping that repeats more often than the loop: not a step.
+    for i in range(5):
+        b.nvtx("logging", 3000 + 100 * i, 3000 + 100 * i + 50)
     t = read_nsys(b.write(tmp_path / "loop.sqlite"))
     chosen = nvtx_step_marker(t)
     assert chosen is not None and (chosen.name, chosen.repeats) == ("iteration", 3)
     r = steps(t)
     assert r.marker == "iteration" and r.table.height == 3
-    assert r.note is not None and "'iteration', the most repeated one" in r.note
+    assert r.note is not None and "'iteration', the one most often with GPU work" in r.note
+    assert "'logging' repeats more, 5 times, but launches no GPU work" in r.note
     assert r.table.get_column("kernel_count").to_list() == [1, 1, 1]
     # ProfilerStep#N wins when present; --step overrides both.
     b.nvtx("ProfilerStep#7", 6000, 6500)
@@ -202,3 +206,42 @@ def test_default_step_marker_on_real_exports() -> None:
     h100 = steps(load("nsysai_h100_2gpu_1s"))
     assert h100.table.height == 0 and h100.note is not None and "--step NAME" in h100.note
     assert nvtx_step_marker(load("nsysai_mock_rtx3080")) is None  # no NVTX at all
+
+
+def test_host_only_loop_is_chosen_only_when_nothing_drives_the_gpu(tmp_path: Path) -> None:
+    b = ExportBuilder()
+    for i in range(4):
+        b.nvtx("poll", 100 * i, 100 * i + 50)
+    t = read_nsys(b.write(tmp_path / "host.sqlite"))
+    chosen = nvtx_step_marker(t)
+    assert chosen is not None and chosen.name == "poll"
+    assert "no repeated top-level range has GPU work" in chosen.note
+
+
+def test_default_step_marker_is_the_range_that_drives_the_gpu() -> None:
+    """nvFuser's matmul gtest repeats host-only bookkeeping ranges (15 x
+    ``transform_replay.cpp::getMatchedLeafPosWithoutReplayCasP``) around one range that
+    launches the kernels; the most repeated range made every step read 0 % GPU. The expected
+    marker is found here from the raw tables: the top-level range names with a kernel whose
+    launching call lies inside them on the same thread."""
+    name = "nvfuser_matmul_h200_2024.6"
+    db = raw_db(name)
+    launching = {row[0] for row in db.execute(
+        """SELECT DISTINCT coalesce(n.text, s.value) FROM NVTX_EVENTS AS n
+        LEFT JOIN StringIds AS s ON s.id = n.textId
+        JOIN CUPTI_ACTIVITY_KIND_RUNTIME AS r ON r.globalTid = n.globalTid
+            AND r.start >= n.start AND r."end" <= n."end"
+        JOIN CUPTI_ACTIVITY_KIND_KERNEL AS k ON k.correlationId = r.correlationId
+            AND k.globalPid = (r.globalTid & -16777216)
+        WHERE n.eventType = 59 AND NOT EXISTS (
+            SELECT 1 FROM NVTX_EVENTS AS o WHERE o.globalTid = n.globalTid AND o.eventType = 59
+            AND o.rowid != n.rowid AND o.start <= n.start AND o."end" >= n."end")"""
+    )}
+    assert len(launching) == 1
+    t = load(name)
+    r = steps(t)
+    assert {r.marker} == launching
+    assert r.table.height >= 1 and (r.table.get_column("kernel_count") > 0).all()
+    assert (r.table.get_column("gpu_busy_ns") > 0).all()
+    assert r.note is not None and "the only one with GPU work projected onto it" in r.note
+    assert "but launches no GPU work" in r.note

@@ -176,11 +176,7 @@ def gpu_projection(trace: Trace) -> ProjectionResult:
     )
     ops_without_launch = gpu.height - ops.height
 
-    threads = pl.concat([rng.select(Col.PID, Col.TID), calls.select(Col.PID, Col.TID)]).unique()
-    threads = threads.with_row_index("_thread").with_columns(pl.col("_thread").cast(pl.Int64))
-    rng = rng.join(threads, on=[Col.PID, Col.TID], how="left", nulls_equal=True)
-    calls = calls.join(threads, on=[Col.PID, Col.TID], how="left", nulls_equal=True)
-
+    rng, calls = _on_threads(rng, calls)
     pairs = _containing(rng, calls)  # (_range row, _call id)
     rng = rng.with_row_index("_range").with_columns(pl.col("_range").cast(pl.Int64))
     parent, level = range_tree(
@@ -227,6 +223,14 @@ def gpu_projection(trace: Trace) -> ProjectionResult:
         unattributed = Unattributed(first, last - first, int(loose.get_column("_call").n_unique()))
     return ProjectionResult(table=table, summary=_projection_summary(table),
                             unattributed=unattributed, ops_without_launch=ops_without_launch)
+
+
+def _on_threads(rng: pl.DataFrame, calls: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Both frames with ``_thread``, one int per (pid, tid) they share, for ``_containing``."""
+    threads = pl.concat([rng.select(Col.PID, Col.TID), calls.select(Col.PID, Col.TID)]).unique()
+    threads = threads.with_row_index("_thread").with_columns(pl.col("_thread").cast(pl.Int64))
+    return (rng.join(threads, on=[Col.PID, Col.TID], how="left", nulls_equal=True),
+            calls.join(threads, on=[Col.PID, Col.TID], how="left", nulls_equal=True))
 
 
 def _containing(rng: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
@@ -320,12 +324,19 @@ class StepMarker:
 
 
 def nvtx_step_marker(trace: Trace) -> StepMarker | None:
-    """The step marker nsys input defaults to when it has no ``ProfilerStep#N`` range: the
-    top-level range name repeated most often on one thread (ties: longer total time). Counting
-    per thread keeps work fanned out to a thread pool (one range per worker) from looking like
-    a loop.
+    """The step marker nsys input defaults to when it has no ``ProfilerStep#N`` range.
 
-    None for other formats, when ProfilerStep ranges exist, or when no top-level range repeats.
+    A step is a top-level range (ranges are counted per thread, so that work fanned out to a
+    thread pool, one range per worker, does not look like a loop). Preferred, in order:
+
+    1. the top-level range name that most often has GPU work projected onto it (``nvtx_gpu_proj``
+       semantics), at least ``MIN_STEP_REPEATS`` times on one thread: a loop that drives the GPU;
+    2. the only top-level range name with GPU work, however often it occurs (nvFuser's gtests
+       run one ``KernelExecutor::runFusion`` amid repeated host-only bookkeeping ranges);
+    3. the most repeated top-level range, GPU work or not, and the note says it has none.
+
+    Ties: more repeats, then longer total time, then name. None for other formats, when
+    ProfilerStep ranges exist, or when nothing qualifies.
     """
     if trace.meta.format != "nsys":
         return None
@@ -335,15 +346,46 @@ def nvtx_step_marker(trace: Trace) -> StepMarker | None:
     top = r.filter(pl.col(Col.DEPTH) == 0)
     if top.height == 0:
         return None
+    top = top.with_columns(pl.Series("_gpu", _has_gpu_work(trace, top)))
     per_thread = top.group_by(Col.NAME, Col.PID, Col.TID).agg(
-        pl.len().alias("n"), pl.col(Col.DUR).sum().alias("t")
+        pl.len().alias("n"), pl.col("_gpu").sum().alias("g"), pl.col(Col.DUR).sum().alias("t")
     )
-    best = (
-        per_thread.group_by(Col.NAME).agg(pl.col("n").max(), pl.col("t").sum())
-        .sort(["n", "t", Col.NAME], descending=[True, True, False]).row(0, named=True)
-    )
-    if best["n"] < MIN_STEP_REPEATS:
+    by_name = per_thread.group_by(Col.NAME).agg(pl.col("n").max(), pl.col("g").max(), pl.col("t").sum())
+    busy = by_name.filter(pl.col("g") > 0).sort(["g", "n", "t", Col.NAME], descending=[True, True, True, False])
+    most = by_name.sort(["n", "t", Col.NAME], descending=[True, True, False]).row(0, named=True)
+    hint = "; choose another with --step NAME"
+    if busy.height and (busy.row(0, named=True)["g"] >= MIN_STEP_REPEATS or busy.height == 1):
+        best = busy.row(0, named=True)
+        why = ("the only one with GPU work projected onto it" if best["g"] < MIN_STEP_REPEATS else
+               f"the one most often with GPU work projected onto it ({best['g']} times on one thread)")
+        skipped = ""
+        if most["n"] > best["n"] and most["g"] == 0:
+            skipped = f" ({most['name']!r} repeats more, {most['n']} times, but launches no GPU work)"
+        note = f"no ProfilerStep# range: steps are the top-level NVTX range {best['name']!r}, {why}{skipped}{hint}"
+        return StepMarker(name=str(best["name"]), repeats=int(best["n"]), note=note)
+    if most["n"] < MIN_STEP_REPEATS:
         return None
-    note = (f"no ProfilerStep# range: steps are the top-level NVTX range {best['name']!r}, the most "
-            f"repeated one ({best['n']} times on one thread); choose another with --step NAME")
-    return StepMarker(name=str(best["name"]), repeats=int(best["n"]), note=note)
+    note = (f"no ProfilerStep# range: steps are the top-level NVTX range {most['name']!r}, the most "
+            f"repeated one ({most['n']} times on one thread); no repeated top-level range has GPU work "
+            f"projected onto it, so the steps hold no GPU time{hint}")
+    return StepMarker(name=str(most["name"]), repeats=int(most["n"]), note=note)
+
+
+def _has_gpu_work(trace: Trace, rng: pl.DataFrame) -> npt.NDArray[np.bool_]:
+    """Per range: whether a CUDA call inside it, on its thread, launched GPU work."""
+    has = np.zeros(rng.height, dtype=np.bool_)
+    launching = trace.of_kind(*GPU_ACTIVITY_KINDS).get_column(Col.LAUNCH).drop_nulls().unique()
+    calls = trace.of_kind(*LAUNCH_KINDS).filter(pl.col(Col.ID).is_in(launching.implode())).select(
+        Col.ID, Col.PID, Col.TID, Col.TS, (pl.col(Col.TS) + pl.col(Col.DUR)).alias("_end")
+    )
+    # Ranges that end on another thread are not projected (as in gpu_projection).
+    inside = rng.with_row_index("_row").filter(pl.col(NCol.END_TID).is_null()).select(
+        pl.col("_row").cast(pl.Int64), Col.PID, Col.TID, Col.TS, (pl.col(Col.TS) + pl.col(Col.DUR)).alias("_end"),
+    )
+    if inside.height == 0 or calls.height == 0:
+        return has
+    inside, calls = _on_threads(inside, calls)
+    pairs = _containing(inside, calls)
+    rows = inside.get_column("_row").to_numpy()
+    has[rows[pairs.get_column("_range").unique().to_numpy()]] = True
+    return has
