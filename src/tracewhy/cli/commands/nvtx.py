@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tracewhy.analyses.nvtx_ranges import nvtx_ranges
+from tracewhy.cli.base import Command, add_output_options, emit, load_trace
+from tracewhy.renderers.nvtx import render_nvtx
+
+
+class NvtxCommand(Command):
+    """NVTX ranges per name: count and time as nsys nvtx_sum, GPU projection as nvtx_gpu_proj_sum
+    (Kineto input: user annotations, i.e. record_function ranges)."""
+
+    name = "nvtx"
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        add_output_options(parser)
+
+    def run(self, args: argparse.Namespace) -> int:
+        r = nvtx_ranges(load_trace(args.trace))
+        note = None
+        if r.table.height == 0:
+            note = (f"no NVTX ranges in {args.trace}" if r.source == "nvtx" else
+                    f"no user annotations (record_function ranges) in {args.trace}")
+        if note and not getattr(args, "json", False):
+            sys.stdout.write(note + "\n")
+            return 0
+        payload = {
+            "source": r.source,
+            "range_count": r.range_count,
+            "total_ns": r.total_ns,
+            "ranges": r.table,
+            "unattributed": r.unattributed,
+            "ops_without_launch": r.ops_without_launch,
+            "note": note,
+        }
+        emit(args, self.name, payload, render_nvtx(r, args.top))
+        return 0

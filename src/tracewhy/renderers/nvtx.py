@@ -1,0 +1,42 @@
+"""The ``nvtx`` command's table: per range name, CPU-side time beside GPU projection."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from tracewhy.units import fmt_ns, fmt_pct, shorten
+
+if TYPE_CHECKING:  # types only: importing the analyses here would load them
+    from tracewhy.analyses.nvtx_ranges import NvtxRangesResult
+
+
+_NAME_WIDTH = 48
+
+
+def render_nvtx(r: NvtxRangesResult, top: int) -> RenderableType:
+    what = "NVTX ranges" if r.source == "nvtx" else "user annotations"
+    t = Table(title=f"{r.range_count} {what} under {r.table.height} names, {fmt_ns(r.total_ns)} in all "
+                    "(nested ranges each count in full)")
+    # Median and stddev are in --json; with them the table no longer fits 160 columns.
+    for col in ("range", "style", "count", "total", "avg", "min", "max", "share", "GPU proj", "GPU ops", "GPU time"):
+        t.add_column(col, justify="left" if col in ("range", "style") else "right", no_wrap=True,
+                     overflow="ellipsis", max_width=_NAME_WIDTH if col == "range" else None)
+    for row in r.table.head(top).iter_rows(named=True):
+        ops = row["total_gpu_ops"]
+        t.add_row(shorten(row["name"], _NAME_WIDTH), row["style"], str(row["count"]), fmt_ns(row["total_ns"]),
+                  fmt_ns(row["mean_ns"]), fmt_ns(row["min_ns"]), fmt_ns(row["max_ns"]), fmt_pct(row["share"]),
+                  fmt_ns(row["total_proj_ns"]), "-" if ops is None else str(ops), fmt_ns(row["total_gpu_time_ns"]))
+    parts: list[RenderableType] = [t]
+    if r.table.height > top:
+        parts.append(Text(f"{r.table.height - top} more names (--top N, or --json for all)", style="dim"))
+    parts.append(Text("GPU proj: span from the first to the last GPU operation launched inside the range "
+                      "(nsys nvtx_gpu_proj_sum), summed over instances; GPU time: those operations' own "
+                      "time. Median and stddev: --json.", style="dim"))
+    if r.unattributed is not None:
+        parts.append(Text(f"{r.unattributed.num_ops} GPU operations were launched outside every range "
+                          f"(span {fmt_ns(r.unattributed.dur_ns)}).", style="dim"))
+    return Group(*parts)
