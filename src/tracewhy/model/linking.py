@@ -101,16 +101,34 @@ def _chain_length(parent: I64) -> I64:
 
 def first_flagged(start: I64, parent: I64, flag: npt.NDArray[np.bool_]) -> I64:
     """For each start row (-1: none), the nearest row at or above it, following ``parent``, whose
-    flag is set, or -1. With ``start = parent`` that is the nearest proper flagged ancestor."""
+    flag is set, or -1. With ``start = parent`` that is the nearest proper flagged ancestor.
+
+    Pointer jumping over all rows: an unflagged row's pointer skips only unflagged rows, so a
+    row is settled as soon as its pointer lands on a settled row; rounds grow with the log of
+    the longest unflagged chain, not with the depth.
+    """
+    n = parent.shape[0]
     result = np.full(start.shape[0], -1, dtype=np.int64)
-    rows = np.flatnonzero(start >= 0)
-    cur = start[rows]
-    while rows.size:
-        hit = flag[cur]
-        result[rows[hit]] = cur[hit]
-        rows, cur = rows[~hit], parent[cur[~hit]]
-        keep = cur >= 0
-        rows, cur = rows[keep], cur[keep]
+    if n == 0 or not start.size:
+        return result
+    nearest = np.where(flag, np.arange(n, dtype=np.int64), -1)
+    settled = flag | (parent < 0)
+    ptr = parent.copy()
+    active = np.flatnonzero(~settled)
+    while active.size:
+        p = ptr[active]
+        landed = settled[p]
+        done = active[landed]
+        nearest[done] = nearest[p[landed]]
+        settled[done] = True
+        active, p = active[~landed], p[~landed]
+        ptr[active] = ptr[p]
+        # Pointing past the root: nothing flagged above.
+        top = ptr[active] < 0
+        settled[active[top]] = True
+        active = active[~top]
+    has = start >= 0
+    result[has] = nearest[start[has]]
     return result
 
 
