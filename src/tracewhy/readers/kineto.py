@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import math
 import re
+import shutil
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,7 +42,8 @@ from tracewhy.model.schema import (
     OCol,
 )
 from tracewhy.model.trace import Capture, Trace, TraceMeta, Truncation
-from tracewhy.readers.kineto_document import first_byte, split_document
+from tracewhy.readers import kineto_parallel
+from tracewhy.readers.kineto_document import ONE_PASS_MAX_BYTES, decode_raw_events, first_byte, split_document
 from tracewhy.readers.kineto_events import Event, EventArgs, decode_args
 from tracewhy.readers.source import DEFAULT_MAX_INFLATED_BYTES, read_bytes
 
@@ -94,35 +96,67 @@ def read_kineto(
     progress: Progress | None = None,
     batch_size: int = DEFAULT_BATCH,
     max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
+    workers: int | None = None,
 ) -> Trace:
-    """Read a Kineto JSON trace (``.json`` or ``.json.gz``) into a Trace."""
+    """Read a Kineto JSON trace (``.json`` or ``.json.gz``) into a Trace.
+
+    ``workers``: processes that decode (default: two for a file of 256 MB or more, see
+    ``kineto_parallel``); the Trace is the same for any number.
+    """
     path = Path(path)
     buf = read_bytes(path, max_inflated_bytes)
     if not first_byte(buf):  # (never buf.strip(): that would copy the whole file)
         raise TraceError(path, "file is empty")
+    helpers: list[kineto_parallel.Helper] = []
+    scratch = None
+    count = kineto_parallel.worker_count(len(buf), workers) if len(buf) > ONE_PASS_MAX_BYTES or workers else 1
+    if count > 1:
+        scratch = kineto_parallel.scratch_dir()
+        helpers = kineto_parallel.start_helpers(count, scratch)
     # The cyclic collector would walk every decoded event object again and again while the
     # batches are built; none of them can form a cycle, so it is paused for the read.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        doc = split_document(path, buf)
+        doc = split_document(path, buf, one_pass=not helpers)
         del buf
         builder = _Builder(path)
         total = doc.event_count
         done = 0
-        for events in doc.batches(batch_size, builder.problems):
-            builder.add(events)
-            done += len(events)
+
+        def advance(n: int) -> None:
+            nonlocal done
+            done += n
             if progress is not None:
                 progress(min(done, total), total)
+
+        if helpers and doc.raw_events is not None:
+            for part in kineto_parallel.build_parts(helpers, doc.raw_events, batch_size,
+                                                    lambda raws: _local_part(path, raws), advance):
+                assert isinstance(part, _Builder)
+                builder.merge(part)
+        else:
+            for events in doc.batches(batch_size, builder.problems):
+                builder.add(events)
+                advance(len(events))
         doc.events = doc.raw_events = None
     finally:
+        for helper in helpers:
+            helper.close()
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
         if gc_was_enabled:
             gc.enable()
     if total and not builder.rows_seen:
         first = next(iter(builder.problems), "no event could be decoded")
         raise TraceError(path, f"no usable events ({first})")
     return builder.finish(doc.header, doc.truncation)
+
+
+def _local_part(path: Path, raws: list[msgspec.Raw]) -> _Builder:
+    part = _Builder(path)
+    part.add(decode_raw_events(raws, part.problems))
+    return part
 
 
 def _to_int(value: object) -> int:
@@ -204,6 +238,21 @@ class _Builder:
             low = (cat or "").lower()
             cache[cat] = _TRACE_SPAN if low == "trace" else _CATEGORY_KIND.get(low, Kind.OTHER).value
         return [cache[e.cat] for e in evs]
+
+    def merge(self, part: _Builder) -> None:
+        """Take over what a builder of a later part of the same file has built."""
+        self.rows_seen += part.rows_seen
+        self.unfinished += part.unfinished
+        self.saw_python = self.saw_python or part.saw_python
+        for key, n in part.counts.items():
+            self._count(key, n)
+        for key, n in part.problems.items():
+            self._problem(key, n)
+        self.batches += part.batches
+        self.memory += part.memory
+        self.flows += part.flows
+        self.thread_rows += part.thread_rows
+        self.spans += part.spans
 
     def add(self, events: list[Event]) -> None:
         self.rows_seen += len(events)

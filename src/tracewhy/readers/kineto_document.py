@@ -53,11 +53,13 @@ class Document:
             yield decode_raw_events(raws[start : start + size], problems)
 
 
-def split_document(path: Path, buf: bytes | bytearray) -> Document:
+def split_document(path: Path, buf: bytes | bytearray, *, one_pass: bool = True) -> Document:
+    """The header and the events of a file: decoded in one pass when it is small enough and
+    ``one_pass`` allows, else as raw event spans to decode batch by batch."""
     first = first_byte(buf)
     if first not in (b"{", b"["):
         raise TraceError(path, "not JSON: expected a Kineto trace object or event array")
-    one_pass = len(buf) <= ONE_PASS_MAX_BYTES
+    one_pass = one_pass and len(buf) <= ONE_PASS_MAX_BYTES
     try:
         if first == b"[":
             return _bare_array(path, buf, one_pass)
