@@ -402,6 +402,19 @@ def test_bad_inputs_are_one_line_errors(tmp_path: Path) -> None:
         assert words in str(e.value) and "\n" not in str(e.value)
 
 
+def test_a_column_of_the_wrong_type_is_a_one_line_error(tmp_path: Path) -> None:
+    b = ExportBuilder()
+    b.kernel("k()", 100, 200, b.api("cudaLaunchKernel_v7000", 10, 20))
+    path = b.write(tmp_path / "typed.sqlite")
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 'soon'")
+    conn.commit()
+    conn.close()
+    with pytest.raises(TraceError) as e:
+        read_nsys(path)
+    assert "wrong type" in str(e.value) and "\n" not in str(e.value) and "typed.sqlite" in str(e.value)
+
+
 def test_gzip_inflation_is_bounded(tmp_path: Path) -> None:
     gz = tmp_path / "big.sqlite.gz"
     gz.write_bytes(gzip.compress(_small_export(tmp_path).read_bytes()))

@@ -198,6 +198,10 @@ def _read_export(file: Path, shown: Path, progress: Progress | None, groups: fro
         return _build(Db(conn), shown, progress, groups)
     except sqlite3.DatabaseError as e:
         raise TraceError(shown, f"unreadable SQLite export ({e})") from None
+    except pl.exceptions.PolarsError as e:  # a column holding values of the wrong type
+        detail = " ".join(str(e).split("\n\n")[0].split())[:200]
+        raise TraceError(shown, f"unreadable SQLite export: a column holds values of the wrong type "
+                         f"({detail})") from None
     finally:
         conn.close()
 

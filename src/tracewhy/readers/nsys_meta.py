@@ -186,16 +186,16 @@ def threads(db: Db, pids: list[int], nvtx_names: pl.DataFrame) -> pl.DataFrame:
     """Process and thread names of the processes that have events (PROCESSES lists them all)."""
     frames = []
     if db.has("PROCESSES", "pid", "name") and pids:
-        procs = db.frame("SELECT pid, name FROM PROCESSES", {TCol.PID: pl.Int64(), TCol.NAME: pl.String()})
+        procs = db.frame("PROCESSES", "pid, name", {TCol.PID: pl.Int64(), TCol.NAME: pl.String()})
         frames.append(
             procs.filter(pl.col(TCol.PID).is_in(pids)).select(
                 TCol.PID, pl.lit(None, dtype=pl.Int64).alias(TCol.TID), TCol.NAME
             )
         )
     if db.has("ThreadNames", "nameId", "globalTid") and pids:
+        name = "(SELECT value FROM StringIds WHERE id = nameId)" if db.has("StringIds", "id", "value") else "NULL"
         names = db.frame(
-            f"""SELECT {PID_SQL.format(c="t.globalTid")}, {TID_SQL.format(c="t.globalTid")}, s.value
-            FROM ThreadNames AS t LEFT JOIN StringIds AS s ON s.id = t.nameId""",
+            "ThreadNames", f"""{PID_SQL.format(c="globalTid")}, {TID_SQL.format(c="globalTid")}, {name}""",
             {TCol.PID: pl.Int64(), TCol.TID: pl.Int64(), TCol.NAME: pl.String()},
         )
         frames.append(names.filter(pl.col(TCol.PID).is_in(pids) & pl.col(TCol.NAME).is_not_null()))
