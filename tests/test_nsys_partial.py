@@ -77,3 +77,36 @@ def test_partial_reads_are_never_cached_but_a_cached_whole_trace_serves_them(tmp
     assert not whole.is_partial and any((tmp_path / "cache").iterdir())
     served = read_trace(path, cache=opts, kinds=[Kind.KERNEL])
     assert not served.is_partial and served.slices.height == whole.slices.height
+
+
+def test_whole_trace_analyses_refuse_a_partial_trace() -> None:
+    """Analyses that read every slice (steps, gaps, ops, diagnose, ...) would answer wrongly
+    from a kernels-only Trace; they raise instead, and run as usual on the whole Trace."""
+    from tracewhy.analyses import nsys_rules
+    from tracewhy.analyses.blocks import blocks
+    from tracewhy.analyses.collectives import collectives
+    from tracewhy.analyses.diff import diff
+    from tracewhy.analyses.host_activity import build_host_index
+    from tracewhy.analyses.info import info
+    from tracewhy.analyses.nvtx import gpu_projection, nvtx_step_marker, nvtx_summary
+    from tracewhy.analyses.ops import ops
+    from tracewhy.analyses.overlap import overlap
+    from tracewhy.analyses.ranks import summarize_trace
+    from tracewhy.analyses.roofline_ops import op_roofline
+    from tracewhy.analyses.steps import steps
+    from tracewhy.findings.diagnose import diagnose
+    from tracewhy.renderers.perfetto import model_events
+
+    name = "nvfuser_matmul_h200_2024.6"
+    part = read_nsys(export_path(name), kinds=[Kind.KERNEL])
+    whole = load(name)
+    analyses = [steps, info, ops, collectives, blocks, build_host_index, op_roofline, overlap,
+                lambda t: summarize_trace(t, "x"), lambda t: diff(t, whole), lambda t: diff(whole, t),
+                nsys_rules.pageable_async_memcpy, nsys_rules.sync_memcpy, nsys_rules.gpu_gaps,
+                nsys_rules.sync_api_calls, gpu_projection, nvtx_summary, nvtx_step_marker, diagnose,
+                model_events]
+    for analysis in analyses:
+        with pytest.raises(PartialTraceError):
+            analysis(part)
+    for analysis in analyses[:3]:
+        analysis(whole)

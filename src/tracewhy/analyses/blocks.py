@@ -74,6 +74,7 @@ class BlocksResult:
 def blocks(
     trace: Trace, options: BlocksOptions = BlocksOptions(), steps_result: StepsResult | None = None
 ) -> BlocksResult:
+    trace.require_whole()
     st = steps_result or steps(trace, StepsOptions(marker=options.step_marker, warmup=options.warmup))
     inst = _instances(trace, st)
     if options.names:

@@ -53,6 +53,7 @@ class CollectivesResult:
 
 
 def collectives(trace: Trace) -> CollectivesResult:
+    trace.require_whole()
     s = trace.slices
     n = s.height
     parent = s.get_column(Col.PARENT).fill_null(-1).to_numpy()

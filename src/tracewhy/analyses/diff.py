@@ -78,6 +78,8 @@ class DiffResult:
 
 
 def diff(a: Trace, b: Trace, options: DiffOptions = DiffOptions()) -> DiffResult:
+    a.require_whole()
+    b.require_whole()
     step_options = StepsOptions(marker=options.step_marker, warmup=options.warmup)
     sa, sb = steps(a, step_options), steps(b, step_options)
     da, db = _steady(sa), _steady(sb)

@@ -79,6 +79,7 @@ class GapsResult:
 
 def gaps(trace: Trace, steps: StepsResult, options: GapsOptions = GapsOptions(),
          host: HostIndex | None = None) -> GapsResult:
+    trace.require_whole()
     busy = device_busy(trace)
     host = host if host is not None else build_host_index(trace)
     st = steps.table

@@ -71,6 +71,7 @@ class HostIndex:
 
 
 def build_host_index(trace: Trace) -> HostIndex:
+    trace.require_whole()
     s = trace.slices
     host = s.filter(pl.col(Col.KIND).is_in([k.value for k in HOST_KINDS])).select(
         Col.ID, Col.KIND, pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, Col.PID, Col.TID, Col.PARENT, Col.DEPTH

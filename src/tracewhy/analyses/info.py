@@ -37,6 +37,7 @@ class InfoResult:
 
 
 def info(trace: Trace, step_marker: str | None = None) -> InfoResult:
+    trace.require_whole()
     m = trace.meta
     s = trace.slices
     by_kind = (

@@ -33,6 +33,7 @@ class LaunchResult:
 
 
 def launch(trace: Trace, steps: StepsResult, busy: dict[int, DeviceBusy]) -> LaunchResult:
+    trace.require_whole()
     calls = trace.of_kind(*LAUNCH_KINDS).select(Col.ID, pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR)
     names = [n for n in calls.get_column(Col.NAME).unique().to_list() if api_names.is_launch_call(n)]
     calls = calls.filter(pl.col(Col.NAME).is_in(names))

@@ -75,6 +75,7 @@ class CopyRuleResult:
 
 
 def _copies_with_api(trace: Trace, kind: Kind) -> pl.DataFrame:
+    trace.require_whole()
     s = trace.slices
     ops = trace.of_kind(kind).filter(pl.col(Col.LAUNCH).is_not_null()).select(
         Col.ID, Col.TS, Col.DUR, Col.PID, Col.DEVICE, Col.STREAM, Col.LAUNCH

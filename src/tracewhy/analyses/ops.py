@@ -39,6 +39,7 @@ class OpsResult:
 
 
 def ops(trace: Trace, options: OpsOptions = OpsOptions()) -> OpsResult:
+    trace.require_whole()
     s = trace.slices
     n = s.height
     kind = s.get_column(Col.KIND)

@@ -92,6 +92,7 @@ def overlap(
 ) -> OverlapResult:
     """Overlap per device and per step. Pass ``steps_result`` / ``collectives_result`` when
     already computed (a diagnosis computes each once)."""
+    trace.require_whole()
     st = steps_result or steps(trace, StepsOptions(marker=options.step_marker, warmup=options.warmup))
     coll = collectives_result or collectives(trace)
     acts = _activities(trace, coll)
@@ -237,6 +238,7 @@ def step_windows(trace: Trace, st: StepsResult) -> pl.DataFrame:
 
     Windows run from a step's start to the next step's start in the same process (each
     process has its own loop when one nsys file holds several ranks)."""
+    trace.require_whole()
     t = st.table
     schema = {"step": pl.String, "number": pl.Int64, "steady": pl.Boolean, Col.PID: pl.Int64, "step_id": pl.Int64,
               Col.DUR: pl.Int64, "window_start_ns": pl.Int64, "_end": pl.Int64, "window_ns": pl.Int64}

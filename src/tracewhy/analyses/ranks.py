@@ -97,6 +97,7 @@ def summarize_file(path: str, options: RanksOptions = RanksOptions()) -> list[Ra
 
 
 def summarize_trace(trace: Trace, source: str, options: RanksOptions = RanksOptions()) -> list[RankSummary]:
+    trace.require_whole()
     pids = _gpu_pids(trace)
     rank = trace.meta.rank
     if rank is not None or len(pids) <= 1:

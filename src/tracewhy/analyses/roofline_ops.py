@@ -116,6 +116,7 @@ def _place(cost_flops: float, cost_bytes: float, gpu_ns: int, peak_flops: float 
 
 
 def op_roofline(trace: Trace, options: OpRooflineOptions = OpRooflineOptions()) -> OpRooflineResult:
+    trace.require_whole()
     device, peaks = _device_peaks(trace, options)
     s = trace.slices
     gpu = s.filter(pl.col(Col.KIND).is_in([k.value for k in GPU_ACTIVITY_KINDS]))

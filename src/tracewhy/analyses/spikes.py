@@ -33,6 +33,7 @@ class SpikesResult:
 
 
 def spikes(trace: Trace, steps: StepsResult, host: HostIndex, margin: float = SPIKE_MARGIN) -> SpikesResult:
+    trace.require_whole()
     names = trace.slices.get_column(Col.NAME).cast(pl.String)
     host_names = names.gather(host.ids)
     uniq = host_names.unique().to_list()

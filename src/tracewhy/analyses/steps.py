@@ -55,6 +55,7 @@ class StepsResult:
 
 def steps(trace: Trace, options: StepsOptions = StepsOptions()) -> StepsResult:
     # nsys input without ProfilerStep# ranges: the most repeated top-level NVTX range.
+    trace.require_whole()
     chosen = None if options.marker else nvtx_step_marker(trace)
     marker = options.marker or (chosen.name if chosen else PROFILER_STEP)
     pattern = re.compile(rf"^{re.escape(marker)}(?:#?(\d+))?$")

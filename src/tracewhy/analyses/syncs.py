@@ -29,6 +29,7 @@ class SyncsResult:
 
 
 def syncs(trace: Trace, steps: StepsResult, host: HostIndex) -> SyncsResult:
+    trace.require_whole()
     s = trace.slices
     names = s.get_column(Col.NAME).cast(pl.String)
     rows = np.flatnonzero(host.self_flag[Flag.SYNC])

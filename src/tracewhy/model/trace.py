@@ -95,7 +95,7 @@ class Trace:
 
     ``slices`` holds every timed event; side tables hold attributes keyed by slice ``id``.
     A partial Trace (``is_partial``) holds only ``meta.kinds_read``: ``of_kind`` refuses the
-    other kinds, and code reading ``slices`` directly must call ``require`` first.
+    other kinds, and analyses reading ``slices`` directly call ``require_whole`` first.
     """
 
     meta: TraceMeta
@@ -129,6 +129,14 @@ class Trace:
         if missing:
             raise PartialTraceError(f"{self.meta.path}: read with only {', '.join(read) or 'no'} slices; "
                                     f"this needs {', '.join(missing)} too")
+
+    def require_whole(self) -> None:
+        """Raise PartialTraceError on a partial Trace: every analysis that reads ``slices``
+        directly (rather than through ``of_kind``) calls this first."""
+        read = self.meta.kinds_read
+        if read is not None:
+            raise PartialTraceError(f"{self.meta.path}: read with only {', '.join(read) or 'no'} slices; "
+                                    "this analysis needs the whole trace")
 
     def of_kind(self, *kinds: Kind) -> pl.DataFrame:
         """The slices of the given kinds; on a partial Trace, only kinds that were read."""

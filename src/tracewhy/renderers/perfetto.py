@@ -185,6 +185,7 @@ def _finding_events(findings: list[Finding], window: tuple[int, int]) -> list[di
 
 def model_events(trace: Trace) -> list[dict[str, Any]]:
     """The trace's slices and thread names as Kineto-style Chrome-trace events."""
+    trace.require_whole()
     s = trace.slices
     kattrs = {r[KCol.ID]: r for r in trace.kernel_attrs.iter_rows(named=True)}
     cattrs = {r[CCol.ID]: r for r in trace.copy_attrs.iter_rows(named=True)}
