@@ -11,11 +11,13 @@ from pathlib import Path
 
 import pytest
 from polars.testing import assert_frame_equal
+from tests.builders import KinetoBuilder
 from tests.conftest import shared_trace
 
 from tracewhy.model.trace import Trace
-from tracewhy.readers import kineto_parallel
+from tracewhy.readers import kineto_document, kineto_parallel
 from tracewhy.readers.kineto import read_kineto
+from tracewhy.readers.source import read_bytes
 
 TABLES = ("slices", "memory", "flows", "threads", "kernel_attrs", "copy_attrs", "op_attrs", "devices")
 
@@ -32,8 +34,15 @@ def _assert_same(a: Trace, b: Trace) -> None:
     "kineto/resnet50_nw0_span1_worker0.1623143089861.pt.trace.json.gz",  # PyTorch 1.8 legacy names
 ])
 @pytest.mark.parametrize("workers", [2, 3])
-def test_helpers_give_the_serial_trace(relative: str, workers: int, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("split", ["pieces", "raw events"])
+def test_helpers_give_the_serial_trace(relative: str, workers: int, split: str,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both ways of splitting a large file: byte pieces cut between events, and (the careful
+    way) raw events found by a parse; small pieces and batches make helpers take real work."""
     path = shared_trace(relative)
+    monkeypatch.setattr(kineto_document, "CHUNK_BYTES", 300_000)
+    if split == "raw events":
+        monkeypatch.setattr(kineto_document, "cut_document", lambda buf, size: None)
     built_by_helpers = []
     receive = kineto_parallel.Helper.receive
 
@@ -59,6 +68,7 @@ def test_a_helper_that_dies_costs_only_speed(monkeypatch: pytest.MonkeyPatch) ->
         return real_popen([sys.executable, "-c", "import sys; sys.exit(3)"], **kwargs)  # type: ignore[call-overload]
 
     monkeypatch.setattr(kineto_parallel.subprocess, "Popen", dying)
+    monkeypatch.setattr(kineto_document, "CHUNK_BYTES", 300_000)
     _assert_same(read_kineto(path, workers=1), read_kineto(path, workers=2, batch_size=4000))
 
 
@@ -86,3 +96,43 @@ def test_worker_count(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(kineto_parallel.ENV_IN_HELPER)
     monkeypatch.setenv(kineto_parallel.ENV_WORKERS, "1")
     assert kineto_parallel.worker_count(big) == 1
+
+
+@pytest.mark.parametrize(("relative", "piece"), [
+    ("tracelens/h100_timesformer_video_bs1.json.gz", 1_000_000),  # Kineto's pretty-printed layout
+    ("perfdigest/rtx4060laptop_torch_sample.json.gz", 2_000),  # compact JSON, no white space at all
+])
+@pytest.mark.parametrize("workers", [1, 2])
+def test_files_cut_in_pieces_read_as_a_whole_parse(relative: str, piece: int, workers: int,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Large files are cut between events without parsing them (kineto_document.cut_document);
+    small pieces and a zero one-pass limit send a real trace through that path."""
+    path = shared_trace(relative)
+    whole = read_kineto(path, workers=1)
+    monkeypatch.setattr(kineto_document, "ONE_PASS_MAX_BYTES", 0)
+    monkeypatch.setattr(kineto_document, "CHUNK_BYTES", piece)
+    pieces = kineto_document.split_document(path, read_bytes(path))
+    assert pieces.pieces is not None and len(pieces.pieces) > 5
+    _assert_same(whole, read_kineto(path, workers=workers))
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_cut_inside_an_event_falls_back_to_the_careful_read(workers: int, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Names that hold the very bytes the cutter looks for ("}, {"), with pieces so small that a
+    cut lands inside them: the piece does not decode, and the file is read the careful way."""
+    b = KinetoBuilder()
+    for i in range(200):
+        b.op(f"op{i} }}, {{ tricky", i * 10, 5)
+    path = b.write(tmp_path / "tricky.json")
+    whole = read_kineto(path, workers=1)
+    monkeypatch.setattr(kineto_document, "ONE_PASS_MAX_BYTES", 0)
+    monkeypatch.setattr(kineto_document, "CHUNK_BYTES", 1)
+    cut = kineto_document.cut_document(read_bytes(path), 1)
+    assert cut is not None
+    with pytest.raises(kineto_document.BadCut):
+        for make, _ in cut.units(1):
+            kineto_document.decode_body(make(), {})
+    got = read_kineto(path, workers=workers)
+    assert got.slices.height == 200
+    _assert_same(whole, got)

@@ -43,7 +43,14 @@ from tracewhy.model.schema import (
 )
 from tracewhy.model.trace import Capture, Trace, TraceMeta, Truncation
 from tracewhy.readers import kineto_parallel
-from tracewhy.readers.kineto_document import ONE_PASS_MAX_BYTES, decode_raw_events, first_byte, split_document
+from tracewhy.readers.kineto_document import (
+    ONE_PASS_MAX_BYTES,
+    BadCut,
+    Document,
+    decode_body,
+    first_byte,
+    split_document,
+)
 from tracewhy.readers.kineto_events import Event, EventArgs, decode_args
 from tracewhy.readers.source import DEFAULT_MAX_INFLATED_BYTES, read_bytes
 
@@ -119,27 +126,16 @@ def read_kineto(
     gc.disable()
     try:
         doc = split_document(path, buf, one_pass=not helpers)
+        try:
+            builder = _read_events(path, doc, helpers, batch_size, progress)
+        except BadCut:
+            # A piece of a large file was cut inside an event: read it the careful way.
+            doc = split_document(path, buf, one_pass=not helpers, cut=False)
+            builder = _read_events(path, doc, helpers, batch_size, progress)
+        # The file's bytes (and every view of them) are let go before the columns are joined.
         del buf
-        builder = _Builder(path)
-        total = doc.event_count
-        done = 0
-
-        def advance(n: int) -> None:
-            nonlocal done
-            done += n
-            if progress is not None:
-                progress(min(done, total), total)
-
-        if helpers and doc.raw_events is not None:
-            for part in kineto_parallel.build_parts(helpers, doc.raw_events, batch_size,
-                                                    lambda raws: _local_part(path, raws), advance):
-                assert isinstance(part, _Builder)
-                builder.merge(part)
-        else:
-            for events in doc.batches(batch_size, builder.problems):
-                builder.add(events)
-                advance(len(events))
-        doc.events = doc.raw_events = None
+        had_events = doc.event_count > 0
+        doc.buf = doc.events = doc.raw_events = None
     finally:
         for helper in helpers:
             helper.close()
@@ -147,16 +143,36 @@ def read_kineto(
             shutil.rmtree(scratch, ignore_errors=True)
         if gc_was_enabled:
             gc.enable()
-    if total and not builder.rows_seen:
+    if had_events and not builder.rows_seen:
         first = next(iter(builder.problems), "no event could be decoded")
         raise TraceError(path, f"no usable events ({first})")
     return builder.finish(doc.header, doc.truncation)
 
 
-def _local_part(path: Path, raws: list[msgspec.Raw]) -> _Builder:
-    part = _Builder(path)
-    part.add(decode_raw_events(raws, part.problems))
-    return part
+def _read_events(path: Path, doc: Document, helpers: list[kineto_parallel.Helper], batch_size: int,
+                 progress: Progress | None) -> _Builder:
+    builder = _Builder(path)
+    total = doc.event_count
+    done = 0
+
+    def advance(n: int) -> None:
+        nonlocal done
+        done += n
+        if progress is not None:
+            progress(min(done, total), total)
+
+    if doc.events is not None:
+        builder.add(doc.events)
+        advance(len(doc.events))
+    elif helpers:
+        for part in kineto_parallel.build_parts(helpers, doc.units(batch_size), advance):
+            assert isinstance(part, _Builder)
+            builder.merge(part)
+    else:
+        for make, weight in doc.units(batch_size):
+            builder.add(decode_body(make(), builder.problems))
+            advance(weight)
+    return builder
 
 
 def _to_int(value: object) -> int:

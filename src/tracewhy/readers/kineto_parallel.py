@@ -28,10 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-import msgspec
-
-from tracewhy.readers.kineto_document import decode_raw_events
-from tracewhy.readers.kineto_events import EVENTS_DECODER, RAW_LIST_DECODER
+from tracewhy.readers.kineto_document import BadCut, Unit, decode_body
 
 #: Below this many (uncompressed) bytes a helper's start-up (an interpreter and its imports,
 #: about 0.4 s of CPU) costs more than it saves.
@@ -100,7 +97,8 @@ class Helper:
             self.broken = True
 
     def receive(self) -> object | None:
-        """The part built from the oldest batch not yet received, or None if the helper failed."""
+        """The part built from the oldest batch not yet received; None if the helper failed or
+        the batch did not decode (``build_parts`` then builds it here, and sees why)."""
         if self.broken:
             return None
         assert self.proc.stdout is not None
@@ -147,41 +145,36 @@ def start_helpers(workers: int, workdir: Path) -> list[Helper]:
     return helpers
 
 
-def build_parts(
-    helpers: list[Helper],
-    raws: list[msgspec.Raw],
-    batch_size: int,
-    local: Callable[[list[msgspec.Raw]], object],
-    progress: Callable[[int], None],
-) -> list[object]:
+def build_parts(helpers: list[Helper], units: list[Unit], progress: Callable[[int], None]) -> list[object]:
     """Every batch's builder, in file order: batch k is built here when k is a multiple of the
-    number of processes, else by helper ``k % n - 1``. ``local`` builds a batch here."""
+    number of processes, else by helper ``k % n - 1``. Raises BadCut as ``decode_body`` does."""
     stride = len(helpers) + 1
-    chunks = [raws[start : start + batch_size] for start in range(0, len(raws), batch_size)]
-    parts: list[object] = [None] * len(chunks)
+    parts: list[object] = [None] * len(units)
     sent: list[list[int]] = [[] for _ in helpers]  # per helper: batch numbers, oldest first
+
+    def here(k: int) -> None:
+        make, weight = units[k]
+        parts[k] = build_part(make())
+        progress(weight)
 
     def collect(h: int) -> None:
         k = sent[h].pop(0)
         part = helpers[h].receive()
-        parts[k] = part if part is not None else local(chunks[k])
-        progress(len(chunks[k]))
+        if part is None:  # the helper failed, or the batch did not decode: see for ourselves
+            here(k)
+        else:
+            parts[k] = part
+            progress(units[k][1])
 
-    for k, chunk in enumerate(chunks):
+    for k, (make, _) in enumerate(units):
         h = k % stride - 1
-        if h < 0:
-            parts[k] = local(chunk)
-            progress(len(chunk))
-            continue
-        helper = helpers[h]
-        if helper.broken:
-            parts[k] = local(chunk)
-            progress(len(chunk))
+        if h < 0 or helpers[h].broken:
+            here(k)
             continue
         # Keep the helper's backlog short: take its oldest finished part before sending more.
         while len(sent[h]) > _QUEUED_PER_HELPER:
             collect(h)
-        helper.send(b"[" + b",".join(chunk) + b"]")
+        helpers[h].send(make())
         sent[h].append(k)
     for h in range(len(helpers)):
         while sent[h]:
@@ -194,11 +187,7 @@ def build_part(body: bytes) -> object:
     from tracewhy.readers.kineto import _Builder
 
     part = _Builder(Path())
-    try:
-        events = EVENTS_DECODER.decode(body)
-    except msgspec.ValidationError:
-        events = decode_raw_events(RAW_LIST_DECODER.decode(body), part.problems)
-    part.add(events)
+    part.add(decode_body(body, part.problems))
     return part
 
 
@@ -210,7 +199,11 @@ def serve() -> None:
         body = name.read_bytes()
         name.unlink()
         out = name.with_suffix(".part")
-        out.write_bytes(pickle.dumps(build_part(body), protocol=pickle.HIGHEST_PROTOCOL))
+        try:
+            part = build_part(body)
+        except BadCut:
+            part = None  # the reader sees the same for itself and reads the file another way
+        out.write_bytes(pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL))
         del body
         sys.stdout.buffer.write(f"{out}\n".encode())
         sys.stdout.buffer.flush()
