@@ -21,15 +21,14 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Final
 
-import numpy as np
 import polars as pl
 
 from tracewhy.errors import TraceError
-from tracewhy.model.linking import link_slices
 from tracewhy.model.schema import (
     COPY_ATTRS_SCHEMA,
     FLOWS_SCHEMA,
     GPU_ACTIVITY_KINDS,
+    HOST_KINDS,
     KERNEL_ATTRS_SCHEMA,
     KIND_DTYPE,
     LAUNCH_KINDS,
@@ -295,7 +294,12 @@ def _slices(parts: list[pl.DataFrame]) -> tuple[pl.DataFrame, pl.DataFrame]:
         pl.lit(None, dtype=pl.Int64).alias(Col.LAUNCH),
         pl.lit(None, dtype=pl.Int64).alias(Col.OP),
     )
-    linked = _link_within_process(link_slices(slices))
+    if slices.get_column(Col.KIND).is_in([k.value for k in HOST_KINDS]).any():
+        # Imported here: a kernels-only read has nothing to nest, and skips numpy's import.
+        from tracewhy.model.linking import link_slices
+
+        slices = link_slices(slices)
+    linked = _link_within_process(slices)
     return linked.cast(dict(SLICES_SCHEMA)), key_to_id  # type: ignore[arg-type]
 
 
@@ -309,26 +313,19 @@ def _link_within_process(slices: pl.DataFrame) -> pl.DataFrame:
     launch_kinds = [k.value for k in LAUNCH_KINDS]
     launches = (
         slices.filter(pl.col(Col.KIND).is_in(launch_kinds) & pl.col(Col.CORRELATION).is_not_null())
-        .select(Col.ID, Col.PID, Col.CORRELATION, (pl.col(Col.KIND) == Kind.DRIVER.value).alias("_drv"))
+        .select(Col.ID, Col.PID, Col.CORRELATION, Col.OP, (pl.col(Col.KIND) == Kind.DRIVER.value).alias("_drv"))
         .sort(["_drv", Col.ID])
         .unique(subset=[Col.PID, Col.CORRELATION], keep="first")
-        .select(pl.col(Col.ID).alias("_launch"), Col.PID, Col.CORRELATION)
+        .select(pl.col(Col.ID).alias(Col.LAUNCH), Col.PID, Col.CORRELATION, Col.OP)
     )
     gpu_kinds = [k.value for k in (*GPU_ACTIVITY_KINDS, Kind.GPU_SYNC)]
-    gpu = slices.filter(pl.col(Col.KIND).is_in(gpu_kinds)).select(Col.ID, Col.PID, Col.CORRELATION)
-    joined = gpu.join(launches, on=[Col.PID, Col.CORRELATION], how="left")
-    launch = slices.get_column(Col.LAUNCH).to_numpy(allow_copy=True).astype(np.float64)
-    op = slices.get_column(Col.OP).to_numpy(allow_copy=True).astype(np.float64)
-    gids = joined.get_column(Col.ID).to_numpy()
-    lids = joined.get_column("_launch").to_numpy(allow_copy=True).astype(np.float64)
-    launch[gids] = lids
-    linked = ~np.isnan(lids)
-    op[gids] = np.nan
-    op[gids[linked]] = op[lids[linked].astype(np.int64)]
-    return slices.with_columns(
-        pl.Series(Col.LAUNCH, launch, nan_to_null=True).cast(pl.Int64),
-        pl.Series(Col.OP, op, nan_to_null=True).cast(pl.Int64),
+    # Every GPU row gets its launch in its own process (or none) and that call's op.
+    links = (
+        slices.filter(pl.col(Col.KIND).is_in(gpu_kinds)).select(Col.ID, Col.PID, Col.CORRELATION)
+        .join(launches, on=[Col.PID, Col.CORRELATION], how="left")
+        .select(Col.ID, Col.LAUNCH, Col.OP)
     )
+    return slices.update(links, on=Col.ID, how="left", include_nulls=True)
 
 
 def _side(frames: list[pl.DataFrame], key_to_id: pl.DataFrame, schema: pl.Schema) -> pl.DataFrame:
