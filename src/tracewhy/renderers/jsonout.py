@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from enum import Enum
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 import polars as pl
@@ -19,6 +19,8 @@ JSON_SCHEMA_VERSION = 1
 def to_jsonable(value: Any) -> Any:
     """Plain JSON values from results: dataclasses, DataFrames, enums, numpy scalars."""
     if isinstance(value, pl.DataFrame):
+        if all(dtype in _FLAT for dtype in value.dtypes):
+            return _flat_rows(value)
         return [to_jsonable(row) for row in value.to_dicts()]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
@@ -33,6 +35,20 @@ def to_jsonable(value: Any) -> Any:
     if hasattr(value, "item") and callable(value.item):  # numpy scalar
         return to_jsonable(value.item())
     return value
+
+
+#: Column dtypes whose values ``to_dicts`` already gives as plain JSON values (floats aside).
+_FLAT: Final = (pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32, pl.UInt64,
+                pl.Float32, pl.Float64, pl.String, pl.Boolean, pl.Null, pl.Categorical)
+
+
+def _flat_rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
+    """Rows of a frame of plain columns, NaN and infinity as null, without a Python call per
+    value (an 18k-row table took over a second the generic way)."""
+    floats = [name for name, dtype in frame.schema.items() if dtype.is_float()]
+    if floats:
+        frame = frame.with_columns(pl.when(pl.col(c).is_finite()).then(pl.col(c)).alias(c) for c in floats)
+    return frame.to_dicts()
 
 
 def render_json(command: str, payload: dict[str, Any]) -> str:
