@@ -1,15 +1,27 @@
 """Time reading an Nsight Systems export, side by side with NVIDIA's own ``nsys stats``.
 
-Reads the largest export in ../shared/traces/nsys (or --export) with tracewhy's reader, plain
-and gzipped, and reports wall time (best and median of --repeat runs) and events per second.
-In the same run it times peers on the same uncompressed file: a bare ``sqlite3`` fetch of the
-tables the reader reads (a floor: no decoding, no model), and, when an ``nsys`` binary is
-available (--nsys, $TRACEWHY_NSYS or PATH), ``nsys stats -r cuda_gpu_kern_sum`` (one SQL
-aggregation over one table) and ``nsys stats`` with the nine reports the golden outputs hold,
-next to tracewhy computing the same summaries, projection and rules from one read.
-NSYS_NOTES.md §6 says how to get nsys without a GPU.
+One run, same uncompressed copy of the largest export in ../shared/traces/nsys (or --export),
+all measurements interleaved round by round so that load on a shared machine hits them alike:
 
-Usage: python bench/bench_nsys.py [--export FILE.sqlite[.gz]] [--repeat N] [--nsys PATH] [--json OUT]
+- whole processes, wall time from spawn to exit: ``nsys stats -r cuda_gpu_kern_sum``,
+  ``-r nvtx_sum,nvtx_gpu_proj_sum`` and the nine reports the golden outputs hold (when an
+  ``nsys`` binary is found: --nsys, $TRACEWHY_NSYS or PATH; NSYS_NOTES.md §6 says how to get
+  one without a GPU), ``tracewhy kernels --json FILE`` and ``tracewhy nvtx --json FILE`` (cache
+  off, so they parse the file as nsys does), and the floors any Python tool pays:
+  ``python -c pass`` and ``python -c "import polars"``;
+- in this process, after imports: ``read_nsys`` whole and kernels-only, kernels-only read plus
+  the kernel summary, the whole read plus every summary, projection and rule, the whole read
+  of the gzipped file, and a bare row-by-row ``sqlite3`` fetch of the reader's tables (what a
+  reader that makes a Python tuple per row cannot go below; ours lets SQLite aggregate).
+
+The like-for-like comparisons are whole processes: ``tracewhy kernels`` against ``nsys stats -r
+cuda_gpu_kern_sum`` and ``tracewhy nvtx`` against ``-r nvtx_sum,nvtx_gpu_proj_sum``; each
+starts, opens the file, answers the same question and exits. The
+in-process times leave out Python's start and imports, which nsys's embedded interpreter
+does not pay in the same way; they are shown as what the reader itself costs.
+
+Usage: python bench/bench_nsys.py [--export FILE.sqlite[.gz]] [--repeat N] [--nsys PATH]
+           [--json OUT] [--md OUT (default bench/results_nsys.md; '-' for none)]
 """
 
 from __future__ import annotations
@@ -18,6 +30,7 @@ import argparse
 import gzip
 import json
 import os
+import platform
 import shutil
 import sqlite3
 import statistics
@@ -26,6 +39,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -34,11 +48,26 @@ SHARED_NSYS = REPO.parent / "shared" / "traces" / "nsys"
 TABLES = ("StringIds", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL",
           "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
           "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "NVTX_EVENTS", "OSRT_API", "PROFILER_OVERHEAD")
-
-
 #: The reports golden_nsys-2023.4.4 holds, as its README runs them.
 GOLDEN_REPORTS = ("cuda_gpu_kern_sum", "cuda_api_sum", "cuda_gpu_mem_time_sum", "cuda_gpu_mem_size_sum",
                   "nvtx_sum", "nvtx_gpu_proj_sum", "nvtx_gpu_proj_trace", "osrt_sum", "cuda_kern_exec_sum")
+
+
+@dataclass
+class Measure:
+    label: str
+    where: str  # "process" (wall, spawn to exit) or "in-process" (after imports)
+    run: Callable[[], object]
+    note: str = ""
+    times: list[float] = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.times)
+
+    @property
+    def best(self) -> float:
+        return min(self.times)
 
 
 def largest_export() -> Path:
@@ -46,15 +75,6 @@ def largest_export() -> Path:
     if not exports:
         sys.exit(f"no exports in {SHARED_NSYS}; pass --export")
     return exports[-1]
-
-
-def timed(fn: Callable[[], object], repeat: int) -> list[float]:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return times
 
 
 def bare_fetch(path: Path) -> int:
@@ -69,9 +89,16 @@ def bare_fetch(path: Path) -> int:
     return rows
 
 
+def process(argv: list[str], env: dict[str, str] | None = None) -> Callable[[], object]:
+    def run() -> None:
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    return run
+
+
 def main() -> int:
     sys.path.insert(0, str(REPO / "src"))
     from tracewhy.analyses import nsys_rules
+    from tracewhy.analyses.kernels import kernels
     from tracewhy.analyses.nvtx import gpu_projection, nvtx_summary
     from tracewhy.analyses.summaries import (
         api_summary,
@@ -79,16 +106,21 @@ def main() -> int:
         memory_size_summary,
         memory_time_summary,
     )
+    from tracewhy.model.schema import Kind
     from tracewhy.readers.nsys import read_nsys
     from tracewhy.readers.nsys_export import find_nsys
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--export", type=Path, default=None)
-    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--nsys", default=None, help="nsys binary (default $TRACEWHY_NSYS, then PATH)")
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    ap.add_argument("--md", default=str(REPO / "bench" / "results_nsys.md"),
+                    help="write a markdown table here ('-': don't)")
     args = ap.parse_args()
     export = args.export or largest_export()
+    nsys = find_nsys(args.nsys)
+    load_start = os.getloadavg()
 
     with tempfile.TemporaryDirectory(prefix="tracewhy-bench-") as tmp:
         plain = Path(tmp) / (export.name.removesuffix(".gz"))
@@ -96,20 +128,14 @@ def main() -> int:
         plain.write_bytes(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
         gz = Path(tmp) / (plain.name + ".gz")
         gz.write_bytes(gzip.compress(plain.read_bytes(), compresslevel=6))
+        plain_bytes = plain.stat().st_size
+        whole = read_nsys(plain)
+        events = whole.slices.height
+        kernel_count = read_nsys(plain, kinds=[Kind.KERNEL]).slices.height
+        fetched_rows = bare_fetch(plain)
+        # The CLI without its parsed-trace cache: it must parse the file, as nsys does.
+        env = {**os.environ, "TRACEWHY_NO_CACHE": "1", "TRACEWHY_CACHE_DIR": str(Path(tmp) / "cache")}
 
-        trace = read_nsys(plain)
-        events = trace.slices.height
-        results: dict[str, dict[str, float | int | str]] = {}
-
-        def record(label: str, times: list[float], note: str = "") -> None:
-            best, median = min(times), statistics.median(times)
-            results[label] = {"best_s": best, "median_s": median, "runs": len(times),
-                              "events_per_s": events / best, "note": note}
-
-        record("tracewhy read_nsys (plain .sqlite)", timed(lambda: read_nsys(plain), args.repeat))
-        record("tracewhy read_nsys (.sqlite.gz)", timed(lambda: read_nsys(gz), args.repeat),
-               "includes inflating to a temp file")
-        record("tracewhy read + kernel summary", timed(lambda: kernel_summary(read_nsys(plain)), args.repeat))
         def everything() -> None:
             t = read_nsys(plain)
             for fn in (kernel_summary, api_summary, memory_time_summary, memory_size_summary,
@@ -118,49 +144,120 @@ def main() -> int:
                        nsys_rules.gpu_gaps, nsys_rules.gpu_low_utilization):
                 fn(t)
 
-        record("tracewhy read + all summaries/proj/rules", timed(everything, args.repeat),
-               "what the 9 nsys reports and 6 rules give")
-        record("sqlite3 bare fetch of the same tables", timed(lambda: bare_fetch(plain), args.repeat),
-               f"{bare_fetch(plain)} rows as raw tuples, no decoding")
-        nsys = find_nsys(args.nsys)
+        measures = []
         if nsys is not None:
-            out = Path(tmp) / "stats"
+            out = str(Path(tmp) / "stats")
+            common = ["--format", "csv", "--force-export=false", "--force-overwrite=true", "--output", out]
+            measures += [
+                Measure("nsys stats -r cuda_gpu_kern_sum", "process",
+                        process([nsys, "stats", "--report", "cuda_gpu_kern_sum", *common, str(plain)]),
+                        f"nsys {_nsys_version(nsys)}: one SQL aggregation, embedded Python"),
+                Measure("nsys stats -r nvtx_sum,nvtx_gpu_proj_sum", "process",
+                        process([nsys, "stats", "--report", "nvtx_sum,nvtx_gpu_proj_sum", *common, str(plain)])),
+                Measure("nsys stats (the 9 golden reports)", "process",
+                        process([nsys, "stats", "--report", ",".join(GOLDEN_REPORTS), *common, str(plain)])),
+            ]
+        measures += [
+            Measure("tracewhy kernels --json FILE", "process",
+                    process([sys.executable, "-m", "tracewhy", "kernels", "--json", str(plain)], env),
+                    "cache off; kernels-only read + summary + JSON"),
+            Measure("tracewhy nvtx --json FILE", "process",
+                    process([sys.executable, "-m", "tracewhy", "nvtx", "--json", str(plain)], env),
+                    "cache off; whole read + NVTX summary + projection + JSON"),
+            Measure("python -c pass", "process", process([sys.executable, "-c", "pass"]),
+                    "floor: interpreter start"),
+            Measure('python -c "import polars"', "process",
+                    process([sys.executable, "-c", "import polars"]), "floor: start + polars import"),
+            Measure("read_nsys, kernels only", "in-process", lambda: read_nsys(plain, kinds=[Kind.KERNEL]),
+                    f"{kernel_count} kernel rows"),
+            Measure("read_nsys kernels only + kernels()", "in-process",
+                    lambda: kernels(read_nsys(plain, kinds=[Kind.KERNEL])), "what `tracewhy kernels` computes"),
+            Measure("read_nsys, whole", "in-process", lambda: read_nsys(plain), f"{events} events"),
+            Measure("read_nsys, whole, .sqlite.gz", "in-process", lambda: read_nsys(gz),
+                    "includes inflating to a temp file"),
+            Measure("read_nsys whole + all summaries/proj/rules", "in-process", everything,
+                    "what the 9 nsys reports and 6 rules give"),
+            Measure("sqlite3 bare fetch of the same tables", "in-process", lambda: bare_fetch(plain),
+                    f"{fetched_rows} rows, every column, as Python tuples: the row-by-row floor"),
+        ]
+        for m in measures:  # warm the page cache and the interpreters once
+            m.run()
+        for _ in range(args.repeat):
+            for m in measures:
+                t0 = time.perf_counter()
+                m.run()
+                m.times.append(time.perf_counter() - t0)
+    load_end = os.getloadavg()
 
-            def run_nsys() -> None:
-                subprocess.run([nsys, "stats", "--report", "cuda_gpu_kern_sum", "--format", "csv",
-                                "--force-export=false", "--force-overwrite=true", "--output", str(out),
-                                str(plain)], check=True, capture_output=True)
+    by = {m.label: m for m in measures}
+    ratios = []
+    if nsys is not None:
+        ref = by["nsys stats -r cuda_gpu_kern_sum"].median
+        ratios = [
+            ("tracewhy kernels process / nsys stats -r cuda_gpu_kern_sum process",
+             by["tracewhy kernels --json FILE"].median / ref, "like-for-like: both whole processes"),
+            ("tracewhy nvtx process / nsys stats -r nvtx_sum,nvtx_gpu_proj_sum process",
+             by["tracewhy nvtx --json FILE"].median / by["nsys stats -r nvtx_sum,nvtx_gpu_proj_sum"].median,
+             "like-for-like: both whole processes"),
+            ("python -c 'import polars' process / nsys cuda_gpu_kern_sum process",
+             by['python -c "import polars"'].median / ref, "the floor of any polars-based Python tool"),
+            ("in-process kernels-only read + kernels() / nsys cuda_gpu_kern_sum process",
+             by["read_nsys kernels only + kernels()"].median / ref,
+             "NOT like-for-like: leaves out our interpreter start and imports"),
+            ("in-process whole read / nsys cuda_gpu_kern_sum process", by["read_nsys, whole"].median / ref,
+             "NOT like-for-like: reads every table, leaves out start and imports"),
+            ("in-process whole read + all summaries / nsys 9 reports process",
+             by["read_nsys whole + all summaries/proj/rules"].median / by["nsys stats (the 9 golden reports)"].median,
+             "NOT like-for-like: leaves out start and imports (~0.2-0.3 s), adds the 6 rules"),
+        ]
+    ratios.append(("in-process whole read / bare sqlite3 row fetch",
+                   by["read_nsys, whole"].median / by["sqlite3 bare fetch of the same tables"].median,
+                   "the whole model vs only fetching the rows as tuples"))
 
-            record("nsys stats -r cuda_gpu_kern_sum", timed(run_nsys, args.repeat),
-                   _nsys_version(nsys))
-
-            def run_nsys_all() -> None:
-                subprocess.run([nsys, "stats", "--report", ",".join(GOLDEN_REPORTS), "--format", "csv",
-                                "--force-export=false", "--force-overwrite=true", "--output", str(out),
-                                str(plain)], check=True, capture_output=True)
-
-            record("nsys stats (the 9 golden reports)", timed(run_nsys_all, args.repeat),
-                   "rules (nsys analyze) not included")
-        else:
-            results["nsys stats -r cuda_gpu_kern_sum"] = {"note": "nsys not found (NSYS_NOTES.md §6)"}
-
-    print(f"export: {export.name}  ({plain_size(export)} uncompressed, {events} events in the model)")
-    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, {args.repeat} runs each\n")
-    print(f"{'what':42} {'best':>9} {'median':>9} {'events/s':>12}  note")
-    for label, r in results.items():
-        if "best_s" in r:
-            print(f"{label:42} {r['best_s']:8.3f}s {r['median_s']:8.3f}s {r['events_per_s']:12,.0f}  {r['note']}")
-        else:
-            print(f"{label:42} {'-':>9} {'-':>9} {'-':>12}  {r['note']}")
+    head = (f"export: {export.name} ({plain_bytes / 1e6:.1f} MB uncompressed, {events} events in the "
+            f"model, {kernel_count} kernels)")
+    machine = (f"python {platform.python_version()}, {os.cpu_count()} CPUs, load average "
+               f"{load_start[0]:.2f} at start, {load_end[0]:.2f} at end; {args.repeat} interleaved runs each")
+    print(head)
+    print(machine + "\n")
+    print(f"{'what':44} {'where':10} {'median':>9} {'best':>9} {'events/s':>11}  note")
+    for m in measures:
+        rate = f"{events / m.median:11,.0f}" if "whole" in m.label else f"{'':11}"
+        print(f"{m.label:44} {m.where:10} {m.median:8.3f}s {m.best:8.3f}s {rate}  {m.note}")
+    print()
+    for label, value, note in ratios:
+        print(f"{label:78} {value:6.2f}x  {note}")
     if args.json:
-        args.json.write_text(json.dumps({"export": export.name, "events": events, "results": results}, indent=2))
+        args.json.write_text(json.dumps({
+            "export": export.name, "events": events, "load_average": [load_start[0], load_end[0]],
+            "results": {m.label: {"where": m.where, "median_s": m.median, "best_s": m.best, "runs": len(m.times),
+                                  "note": m.note} for m in measures},
+            "ratios": {label: value for label, value, _ in ratios},
+        }, indent=2))
+    if args.md != "-":
+        Path(args.md).write_text(_markdown(head, machine, measures, ratios, nsys is not None))
     return 0
 
 
-def plain_size(path: Path) -> str:
-    data = path.read_bytes()
-    n = len(gzip.decompress(data)) if data[:2] == b"\x1f\x8b" else len(data)
-    return f"{n / 1e6:.1f} MB"
+def _markdown(head: str, machine: str, measures: list[Measure],
+              ratios: list[tuple[str, float, str]], have_nsys: bool) -> str:
+    lines = [
+        "# Reading an nsys export: tracewhy vs `nsys stats` (issue 4)",
+        "",
+        "Written by `python bench/bench_nsys.py --nsys PATH` (NSYS_NOTES.md §6 says how to get nsys).",
+        "",
+        head + ".",
+        machine + ".",
+        "",
+        "| what | where | median s | best s | note |",
+        "| --- | --- | ---: | ---: | --- |",
+    ]
+    lines += [f"| {m.label} | {m.where} | {m.median:.3f} | {m.best:.3f} | {m.note} |" for m in measures]
+    lines += ["", "| ratio of medians | x | comparison |", "| --- | ---: | --- |"]
+    lines += [f"| {label} | {value:.2f} | {note} |" for label, value, note in ratios]
+    if not have_nsys:
+        lines += ["", "nsys was not found: only tracewhy's own times are shown."]
+    return "\n".join(lines) + "\n"
 
 
 def _nsys_version(nsys: str) -> str:
@@ -168,7 +265,7 @@ def _nsys_version(nsys: str) -> str:
         done = subprocess.run([nsys, "--version"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return shutil.which(nsys) or nsys
-    return done.stdout.strip().split("version")[-1].strip() or nsys
+    return done.stdout.strip().split("version")[-1].strip().split("-")[0] or nsys
 
 
 if __name__ == "__main__":

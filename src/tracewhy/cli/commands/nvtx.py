@@ -9,8 +9,10 @@ from tracewhy.renderers.nvtx import render_nvtx
 
 
 class NvtxCommand(Command):
-    """NVTX ranges per name: count and time as nsys nvtx_sum, GPU projection as nvtx_gpu_proj_sum
-    (Kineto input: user annotations, i.e. record_function ranges)."""
+    """Per NVTX range name: time as nsys nvtx_sum, GPU projection as nvtx_gpu_proj_sum (Kineto: annotations).
+
+    On Kineto input the ranges are the user annotations (record_function scopes, ProfilerStep#N).
+    """
 
     name = "nvtx"
 
