@@ -40,7 +40,15 @@ def nest_host_slices(
     if n == 0:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty.copy(), empty.copy()
-    order = np.lexsort((np.arange(n), -dur, ts, tid, pid))
+    # By thread, start, longest first, then input order (polars' multi-key sort: about twice
+    # as fast as np.lexsort here, on both cores).
+    order = (
+        pl.DataFrame({"pid": pid, "tid": tid, "ts": ts, "neg_dur": -dur})
+        .select(pl.arg_sort_by(["pid", "tid", "ts", "neg_dur"], maintain_order=True))
+        .to_series()
+        .to_numpy()
+        .astype(np.int64)
+    )
     o_ts = ts[order]
     o_end = o_ts + dur[order]
     o_pid = pid[order]

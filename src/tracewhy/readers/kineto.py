@@ -52,7 +52,7 @@ from tracewhy.readers.kineto_document import (
     split_document,
 )
 from tracewhy.readers.kineto_events import Event, EventArgs, decode_args
-from tracewhy.readers.source import DEFAULT_MAX_INFLATED_BYTES, read_bytes
+from tracewhy.readers.source import DEFAULT_MAX_INFLATED_BYTES, content_size, read_bytes
 
 Progress = Callable[[int, int], None]
 
@@ -111,15 +111,18 @@ def read_kineto(
     ``kineto_parallel``); the Trace is the same for any number.
     """
     path = Path(path)
-    buf = read_bytes(path, max_inflated_bytes)
-    if not first_byte(buf):  # (never buf.strip(): that would copy the whole file)
-        raise TraceError(path, "file is empty")
-    helpers: list[kineto_parallel.Helper] = []
-    scratch = None
-    count = kineto_parallel.worker_count(len(buf), workers) if len(buf) > ONE_PASS_MAX_BYTES or workers else 1
-    if count > 1:
-        scratch = kineto_parallel.scratch_dir()
-        helpers = kineto_parallel.start_helpers(count, scratch)
+    # Helpers start before the read, so that their start-up overlaps it.
+    size = content_size(path)
+    count = kineto_parallel.worker_count(size, workers) if size > ONE_PASS_MAX_BYTES or workers else 1
+    scratch = kineto_parallel.scratch_dir() if count > 1 else None
+    helpers = kineto_parallel.start_helpers(count, scratch) if scratch is not None else []
+    try:
+        buf = read_bytes(path, max_inflated_bytes)
+        if not first_byte(buf):  # (never buf.strip(): that would copy the whole file)
+            raise TraceError(path, "file is empty")
+    except BaseException:
+        _stop(helpers, scratch)
+        raise
     # The cyclic collector would walk every decoded event object again and again while the
     # batches are built; none of them can form a cycle, so it is paused for the read.
     gc_was_enabled = gc.isenabled()
@@ -137,16 +140,20 @@ def read_kineto(
         had_events = doc.event_count > 0
         doc.buf = doc.events = doc.raw_events = None
     finally:
-        for helper in helpers:
-            helper.close()
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
+        _stop(helpers, scratch)
         if gc_was_enabled:
             gc.enable()
     if had_events and not builder.rows_seen:
         first = next(iter(builder.problems), "no event could be decoded")
         raise TraceError(path, f"no usable events ({first})")
     return builder.finish(doc.header, doc.truncation)
+
+
+def _stop(helpers: list[kineto_parallel.Helper], scratch: Path | None) -> None:
+    for helper in helpers:
+        helper.close()
+    if scratch is not None:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _read_events(path: Path, doc: Document, helpers: list[kineto_parallel.Helper], batch_size: int,

@@ -48,6 +48,23 @@ def read_bytes(path: Path, max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES)
         raise os_error(path, e) from None
 
 
+def content_size(path: Path) -> int:
+    """The file's size after inflating, from the gzip trailer (mod 4 GiB, so a lower bound) for
+    a gzip file; 0 when it cannot be told. Cheap: two small reads, never the content."""
+    try:
+        size = os.stat(path).st_size
+        with open(path, "rb") as f:
+            if f.read(2) != GZIP_MAGIC:
+                return size
+            if size < 18:
+                return 0
+            f.seek(size - 4)
+            (hint,) = struct.unpack("<I", f.read(4))
+    except OSError:
+        return 0
+    return max(int(hint), size)
+
+
 def _inflate(f: object, path: Path, size: int, limit: int) -> bytearray:
     """Inflate a (possibly multi-member) gzip stream into one preallocated buffer.
 
