@@ -67,6 +67,18 @@ def test_sync_records_bring_the_calls_that_name_them() -> None:
     assert names(part) and names(part) == names(load(name))
 
 
+def test_a_kind_reads_its_whole_table_and_kinds_nsys_lacks_read_as_empty() -> None:
+    name = "nsysai_h100_2gpu_1s"
+    whole = load(name)
+    part = read_nsys(export_path(name), kinds=[Kind.DRIVER, Kind.CPU_OP])
+    # Driver calls share the runtime table; nsys exports hold no CPU ops, so a whole read
+    # would hold none either: the partial Trace says it holds them (and has none).
+    assert part.meta.kinds_read == ("cpu_op", "driver", "runtime")
+    for kind in (Kind.RUNTIME, Kind.DRIVER, Kind.CPU_OP):
+        assert part.of_kind(kind).height == whole.of_kind(kind).height
+    assert whole.of_kind(Kind.RUNTIME).height > 0 and whole.of_kind(Kind.CPU_OP).height == 0
+
+
 def test_partial_reads_are_never_cached_but_a_cached_whole_trace_serves_them(tmp_path: Path) -> None:
     opts = CacheOptions(directory=tmp_path / "cache", min_bytes=0)
     path = export_path("nvfuser_matmul_h200_2024.6")

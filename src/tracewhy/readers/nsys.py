@@ -18,6 +18,7 @@ import sqlite3
 import tempfile
 import zlib
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -103,12 +104,12 @@ def read_nsys(
     """Read an Nsight Systems export or report into a Trace; the input is only ever read.
 
     ``kinds``: read only the tables holding these slice kinds (plus strings, devices and
-    names), the way ``nsys stats -r cuda_gpu_kern_sum`` reads one table; see ``tables_for``.
+    names), the way ``nsys stats -r cuda_gpu_kern_sum`` reads one table; see ``select_tables``.
     The Trace then says what it holds in ``meta.kinds_read``. None reads everything.
     """
     path = Path(path)
     kind = sniff_nsys(path)
-    wanted = tables_for(kinds)
+    wanted = select_tables(kinds)
     if kind == "sqlite":
         return _read_export(path, path, progress, wanted)
     if kind == "sqlite.gz":
@@ -126,36 +127,42 @@ def read_nsys(
                      "`nsys export --type sqlite`, gzipped or not, or a .nsys-rep report)")
 
 
-#: The slice kinds each group of export tables yields, in reading order. A group is read whole:
-#: runtime and driver calls share one table, and sync records are named by the API call
-#: that made them, so they bring the runtime table along.
+#: The slice kinds each group of export tables yields, in reading order. A group is read whole
+#: (runtime and driver calls share one table).
 _TABLE_KINDS: Final[dict[str, tuple[Kind, ...]]] = {
     "runtime": (Kind.RUNTIME, Kind.DRIVER),
     "kernel": (Kind.KERNEL,),
     "memcpy": (Kind.MEMCPY,),
     "memset": (Kind.MEMSET,),
-    "sync": (Kind.GPU_SYNC, Kind.RUNTIME, Kind.DRIVER),
+    "sync": (Kind.GPU_SYNC,),
     "nvtx": (Kind.ANNOTATION,),
     "osrt": (Kind.OTHER,),
     "overhead": (Kind.OVERHEAD,),
 }
+#: Groups another group cannot be read without: sync records are named by the API call that
+#: made them.
+_GROUP_NEEDS: Final = {"sync": "runtime"}
 
 
-def tables_for(kinds: Collection[Kind] | None) -> frozenset[str] | None:
-    """The table groups a partial read of ``kinds`` reads; None (read all) for None."""
+@dataclass(frozen=True)
+class Selection:
+    """What a partial read reads: table groups, and the slice kinds the Trace will hold (every
+    kind asked for, as nsys has no CPU ops, say, so a whole read would hold none either, plus
+    every kind those tables yield)."""
+
+    groups: frozenset[str]
+    kinds_read: tuple[str, ...]
+
+
+def select_tables(kinds: Collection[Kind] | None) -> Selection | None:
+    """The tables a partial read of ``kinds`` reads; None (read all) for None."""
     if kinds is None:
         return None
     wanted = {Kind(k) for k in kinds}
-    groups = {g for g, yields in _TABLE_KINDS.items() if yields[0] in wanted}
-    if "sync" in groups:
-        groups.add("runtime")
-    return frozenset(groups)
-
-
-def _kinds_read(groups: frozenset[str] | None) -> tuple[str, ...] | None:
-    if groups is None:
-        return None
-    return tuple(sorted({k.value for g in groups for k in _TABLE_KINDS[g]}))
+    groups = {g for g, yields in _TABLE_KINDS.items() if wanted & set(yields)}
+    groups |= {_GROUP_NEEDS[g] for g in groups if g in _GROUP_NEEDS}
+    held = {k.value for k in wanted} | {k.value for g in groups for k in _TABLE_KINDS[g]}
+    return Selection(frozenset(groups), tuple(sorted(held)))
 
 
 def _inflate_to(src: Path, dst: Path, limit: int) -> None:
@@ -179,14 +186,14 @@ def _connect(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(uri, uri=True)
 
 
-def _read_export(file: Path, shown: Path, progress: Progress | None, groups: frozenset[str] | None) -> Trace:
+def _read_export(file: Path, shown: Path, progress: Progress | None, selection: Selection | None) -> Trace:
     try:
         conn = _connect(file)
     except sqlite3.Error as e:
         raise TraceError(shown, f"cannot open as SQLite ({e})") from None
     try:
         try:
-            return _build(Db(conn), shown, progress, groups)
+            return _build(Db(conn), shown, progress, selection)
         except sqlite3.OperationalError as e:
             if "decode" not in str(e):
                 raise
@@ -194,7 +201,7 @@ def _read_export(file: Path, shown: Path, progress: Progress | None, groups: fro
         # UTF-8: the 2022.2 pipit export holds a thread name with a stray byte. Decoding every
         # string leniently costs a Python call per string, so only such files pay for it.
         conn.text_factory = lambda raw: raw.decode("utf-8", "replace")
-        return _build(Db(conn), shown, progress, groups)
+        return _build(Db(conn), shown, progress, selection)
     except sqlite3.DatabaseError as e:
         raise TraceError(shown, f"unreadable SQLite export ({e})") from None
     except pl.exceptions.PolarsError as e:  # a column holding values of the wrong type
@@ -205,7 +212,7 @@ def _read_export(file: Path, shown: Path, progress: Progress | None, groups: fro
         conn.close()
 
 
-def _build(db: Db, shown: Path, progress: Progress | None, groups: frozenset[str] | None) -> Trace:
+def _build(db: Db, shown: Path, progress: Progress | None, selection: Selection | None) -> Trace:
     export = meta.export_metadata(db)
     if not export and not any(t.startswith(("CUPTI_ACTIVITY_KIND_", "NVTX_")) for t in db.tables):
         raise TraceError(shown, "an SQLite database, but not an Nsight Systems export "
@@ -217,6 +224,8 @@ def _build(db: Db, shown: Path, progress: Progress | None, groups: frozenset[str
         step += 1
         if progress is not None:
             progress(step, _STEPS)
+
+    groups = None if selection is None else selection.groups
 
     def wants(group: str) -> bool:
         return groups is None or group in groups
@@ -269,7 +278,7 @@ def _build(db: Db, shown: Path, progress: Progress | None, groups: frozenset[str
     devices = meta.devices(db, gpu.select(Col.PID, Col.DEVICE).unique())
     threads = meta.threads(db, pids, nvtx_thread_names)
     tick()
-    trace_meta = _meta(db, shown, export, slices, nvtx_attrs, groups)
+    trace_meta = _meta(db, shown, export, slices, nvtx_attrs, selection)
     tick()
     return Trace(
         meta=trace_meta, slices=slices, kernel_attrs=kernel_attrs, copy_attrs=copy_attrs,
@@ -338,7 +347,7 @@ def _side(frames: list[pl.DataFrame], key_to_id: pl.DataFrame, schema: pl.Schema
 
 
 def _meta(db: Db, shown: Path, export: dict[str, str], slices: pl.DataFrame,
-          nvtx_attrs: pl.DataFrame, groups: frozenset[str] | None) -> TraceMeta:
+          nvtx_attrs: pl.DataFrame, selection: Selection | None) -> TraceMeta:
     warnings = [f"{count} x {problem}" if count > 1 else problem
                 for problem, count in sorted(db.problems.items())]
     version = meta.schema_version(export)
@@ -350,7 +359,8 @@ def _meta(db: Db, shown: Path, export: dict[str, str], slices: pl.DataFrame,
                         f"of a longer capture ({export.get('DERIVED_FROM', 'source unknown')})")
     gpu = slices.filter(pl.col(Col.KIND).is_in([k.value for k in GPU_ACTIVITY_KINDS]))
     unlinked = gpu.filter(pl.col(Col.LAUNCH).is_null()).height
-    if unlinked and (groups is None or "runtime" in groups):  # unread calls are not missing ones
+    # Calls that were not read are not missing ones.
+    if unlinked and (selection is None or "runtime" in selection.groups):
         warnings.append(f"{unlinked} of {gpu.height} GPU activities have no CUDA API call in the "
                         "file (launched before the capture or window began, or API tracing was off)")
     lost_domains = nvtx_attrs.filter(
@@ -360,7 +370,7 @@ def _meta(db: Db, shown: Path, export: dict[str, str], slices: pl.DataFrame,
         ids = sorted(set(lost_domains.get_column(NCol.DOMAIN_ID).to_list()))
         warnings.append(f"{lost_domains.height} NVTX events are in domains {ids} whose creation was not "
                         "captured: they are named without their domain")
-    if not slices.height and groups is None:
+    if not slices.height and selection is None:
         warnings.append("no CUDA, NVTX or OS runtime events in this export")
     warnings.extend(meta.diagnostics(db))
     first = slices.get_column(Col.TS).min() if slices.height else None
@@ -380,5 +390,5 @@ def _meta(db: Db, shown: Path, export: dict[str, str], slices: pl.DataFrame,
         event_counts={str(k): int(v) for k, v in counts.iter_rows()},
         warnings=tuple(warnings),
         capture_settings=meta.capture_settings(db, export, span),
-        kinds_read=_kinds_read(groups),
+        kinds_read=None if selection is None else selection.kinds_read,
     )
