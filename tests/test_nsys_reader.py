@@ -19,7 +19,7 @@ import pytest
 from nsys_support import FIXTURES, PID, UTC_START, ExportBuilder, export_path, gtid, load, raw_db
 from tracewhy.errors import TraceError
 from tracewhy.model.schema import CCol, Col, Kind, NCol
-from tracewhy.readers import CacheOptions, nsys_tables, read_trace
+from tracewhy.readers import CacheOptions, nsys_db, read_trace
 from tracewhy.readers.nsys import read_nsys
 from tracewhy.readers.nsys_tables import COPY_KIND, MEMORY_KIND, api_name
 
@@ -473,7 +473,7 @@ def test_report_export_failure_is_reported(tmp_path: Path, monkeypatch: pytest.M
 def test_batched_fetch_gives_the_same_trace(monkeypatch: pytest.MonkeyPatch) -> None:
     # Big tables are converted a batch of rows at a time; batch edges must not show.
     name = "nvfuser_matmul_h200_2024.6"
-    monkeypatch.setattr(nsys_tables, "FETCH_BATCH", 7)
+    monkeypatch.setattr(nsys_db, "FETCH_BATCH", 7)
     small = read_nsys(export_path(name))
     for table in ("slices", "kernel_attrs", "copy_attrs", "nvtx_attrs", "threads", "devices"):
         assert small.table(table).equals(load(name).table(table)), table

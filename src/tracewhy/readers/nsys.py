@@ -43,11 +43,10 @@ from tracewhy.model.schema import (
 )
 from tracewhy.model.trace import Capture, Trace, TraceMeta
 from tracewhy.readers import nsys_meta as meta
+from tracewhy.readers.nsys_db import NAME_COLUMNS, Db, strings
 from tracewhy.readers.nsys_export import export_report
 from tracewhy.readers.nsys_tables import (
     KEY,
-    NAME_COLUMNS,
-    Db,
     empty_part,
     kernels_part,
     memcpy_part,
@@ -56,7 +55,6 @@ from tracewhy.readers.nsys_tables import (
     osrt_part,
     overhead_part,
     runtime_part,
-    strings,
     sync_part,
 )
 from tracewhy.readers.source import DEFAULT_MAX_INFLATED_BYTES, GZIP_MAGIC, SQLITE_MAGIC
@@ -109,16 +107,16 @@ def read_nsys(
     """
     path = Path(path)
     kind = sniff_nsys(path)
-    wanted = select_tables(kinds)
+    selection = select_tables(kinds)
     if kind == "sqlite":
-        return _read_export(path, path, progress, wanted)
+        return _read_export(path, path, progress, selection)
     if kind == "sqlite.gz":
         with tempfile.TemporaryDirectory(prefix="tracewhy-nsys-") as tmp:
             plain = Path(tmp) / "export.sqlite"
             _inflate_to(path, plain, max_inflated_bytes)
-            return _read_export(plain, path, progress, wanted)
+            return _read_export(plain, path, progress, selection)
     if kind == "report":
-        return _read_export(export_report(path, nsys=nsys_binary, cache_dir=cache_dir), path, progress, wanted)
+        return _read_export(export_report(path, nsys=nsys_binary, cache_dir=cache_dir), path, progress, selection)
     if kind == "qdstrm":
         raise TraceError(path, "a raw Nsight Systems capture stream (.qdstrm): convert it to a "
                          ".nsys-rep with NVIDIA's QdstrmImporter, then export it with "
