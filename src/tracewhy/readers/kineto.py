@@ -12,10 +12,10 @@ import math
 import re
 import shutil
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import numpy as np
@@ -51,7 +51,15 @@ from tracewhy.readers.kineto_document import (
     first_byte,
     split_document,
 )
-from tracewhy.readers.kineto_events import Event, EventArgs, decode_args
+from tracewhy.readers.kineto_events import (
+    Event,
+    GpuArgs,
+    LinkArgs,
+    MemoryArgs,
+    MetaArgs,
+    OpArgs,
+    decode_args,
+)
 from tracewhy.readers.source import DEFAULT_MAX_INFLATED_BYTES, content_size, read_bytes
 
 Progress = Callable[[int, int], None]
@@ -84,6 +92,8 @@ _FLOW_KIND = {"ac2g": "correlation", "async": "correlation", "async_gpu": "corre
 _GPU_KINDS = frozenset(k.value for k in (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.GPU_ANNOTATION,
                                          Kind.GPU_SYNC, Kind.PROFILER_RANGE))
 _OP_ATTR_KINDS = frozenset(k.value for k in (Kind.CPU_OP, Kind.ANNOTATION))
+#: The shape each kind's args are decoded into (LinkArgs for the rest).
+_ARGS_SHAPE: dict[str, type[LinkArgs]] = {**dict.fromkeys(_GPU_KINDS, GpuArgs), **dict.fromkeys(_OP_ATTR_KINDS, OpArgs)}
 # record_function scopes that PyTorch itself opens. Before 1.10 they were written with cat
 # "Operator" like aten ops; they are annotations, not operators.
 _LEGACY_ANNOTATION = re.compile(r"^(ProfilerStep#\d+|enumerate\(DataLoader\)#|Optimizer\.(step|zero_grad)#)")
@@ -310,7 +320,7 @@ class _Builder:
         # "finished": false on an instant (ROCm builds write it on [memory] events) means
         # nothing: an instant has no end. Only slices count as unfinished.
         mem = [e for e in evs if e.name == "[memory]" and not math.isnan(e.ts)]
-        decoded = decode_args([e.args for e in mem], self.problems)
+        decoded = decode_args([e.args for e in mem], MemoryArgs, self.problems)
         args = [a for a in decoded if a is not None]
         if len(args) < len(mem):
             mem = [e for e, a in zip(mem, decoded, strict=True) if a is not None]
@@ -332,7 +342,7 @@ class _Builder:
 
     def _metadata(self, evs: list[Event]) -> None:
         self._count("metadata", len(evs))
-        for e, a in zip(evs, decode_args([e.args for e in evs], self.problems), strict=True):
+        for e, a in zip(evs, decode_args([e.args for e in evs], MetaArgs, self.problems), strict=True):
             if a is None or a.name is None:
                 continue
             if e.name == "process_name":
@@ -386,8 +396,9 @@ class _Builder:
         for i in gpu_idx:
             # GPU events: pid is the device and tid the stream when args lack them.
             a = args[i]
-            device[i] = a.device if a is not None and a.device is not None else int(pid[i])
-            stream[i] = _as_int(a.stream) if a is not None and a.stream is not None else int(tid[i])
+            gpu = a if isinstance(a, GpuArgs) else None
+            device[i] = gpu.device if gpu is not None and gpu.device is not None else int(pid[i])
+            stream[i] = _as_int(gpu.stream) if gpu is not None and gpu.stream is not None else int(tid[i])
         self.saw_python = self.saw_python or Kind.PYTHON.value in kind_set
         frame = pl.DataFrame({
             Col.KIND: pl.Series(kinds, dtype=KIND_DTYPE),
@@ -427,32 +438,36 @@ class _Builder:
                 if cache[evs[i].name]:
                     kinds[i] = Kind.ANNOTATION.value
 
-    def _args(self, evs: list[Event], kinds: list[str], kind_set: set[str]) -> list[EventArgs | None]:
-        """Decoded args for every event but Python frames, whose args (frame ids) nothing reads;
-        those are decoded only if some say ``"finished": false``, which is counted."""
+    def _args(self, evs: list[Event], kinds: list[str], kind_set: set[str]) -> list[LinkArgs | None]:
+        """Decoded args, in the shape of each event's kind (``_ARGS_SHAPE``). Python frames' args
+        (frame ids) nothing reads: those are decoded only if some say ``"finished": false``."""
         python = Kind.PYTHON.value
-        if python not in kind_set:
-            args = decode_args([e.args for e in evs], self.problems)
+        shapes = {k: _ARGS_SHAPE.get(k, LinkArgs) for k in kind_set if k != python}
+        if python not in kind_set and len(set(shapes.values())) == 1:
+            args: list[LinkArgs | None] = list(
+                decode_args([e.args for e in evs], next(iter(shapes.values())), self.problems))
             self._unfinished(args)
             return args
         args = [None] * len(evs)
-        rest = [i for i, k in enumerate(kinds) if k != python]
-        decoded = decode_args([evs[i].args for i in rest], self.problems)
-        self._unfinished(decoded)
-        for i, a in zip(rest, decoded, strict=True):
-            args[i] = a
-        frames = [i for i, k in enumerate(kinds) if k == python]
-        if b'"finished"' in b",".join([evs[i].args for i in frames]):
-            decoded = decode_args([evs[i].args for i in frames], self.problems)
+        for shape in set(shapes.values()):
+            idx = [i for i, k in enumerate(kinds) if k != python and shapes[k] is shape]
+            decoded = decode_args([evs[i].args for i in idx], shape, self.problems)
             self._unfinished(decoded)
-            for i, a in zip(frames, decoded, strict=True):
+            for i, a in zip(idx, decoded, strict=True):
                 args[i] = a
+        if python in kind_set:
+            frames = [i for i, k in enumerate(kinds) if k == python]
+            if b'"finished"' in b",".join([evs[i].args for i in frames]):
+                link = decode_args([evs[i].args for i in frames], LinkArgs, self.problems)
+                self._unfinished(link)
+                for i, a in zip(frames, link, strict=True):
+                    args[i] = a
         return args
 
-    def _unfinished(self, args: list[EventArgs | None]) -> None:
+    def _unfinished(self, args: Sequence[LinkArgs | None]) -> None:
         self.unfinished += sum(1 for a in args if a is not None and a.finished is False)
 
-    def _copy_attrs(self, idx: list[int], args: list[EventArgs | None], evs: list[Event],
+    def _copy_attrs(self, idx: list[int], args: list[LinkArgs | None], evs: list[Event],
                     kinds: list[str]) -> pl.DataFrame:
         if not idx:
             return pl.DataFrame(schema=COPY_ATTRS_SCHEMA)
@@ -582,10 +597,10 @@ def _triple(values: list[int] | str | None) -> tuple[int | None, int | None, int
     return None, None, None
 
 
-def _kernel_attrs(idx: list[int], args: list[EventArgs | None]) -> pl.DataFrame:
+def _kernel_attrs(idx: list[int], args: list[LinkArgs | None]) -> pl.DataFrame:
     if not idx:
         return pl.DataFrame(schema=KERNEL_ATTRS_SCHEMA)
-    a: list[EventArgs] = [args[i] for i in idx]  # type: ignore[misc]
+    a = cast(list[GpuArgs], [args[i] for i in idx])  # device activity: GpuArgs
     grid = [_triple(x.grid) for x in a]
     block = [_triple(x.block) for x in a]
     return pl.DataFrame({
@@ -600,17 +615,17 @@ def _kernel_attrs(idx: list[int], args: list[EventArgs | None]) -> pl.DataFrame:
     }, schema=KERNEL_ATTRS_SCHEMA)
 
 
-def _has_op_attrs(a: EventArgs | None) -> bool:
-    return a is not None and bool(
+def _has_op_attrs(a: LinkArgs | None) -> bool:
+    return isinstance(a, OpArgs) and bool(
         a.input_dims or a.sequence is not None or a.flops is not None or a.call_stack is not None
         or a.collective is not None
     )
 
 
-def _op_attrs(idx: list[int], args: list[EventArgs | None]) -> pl.DataFrame:
+def _op_attrs(idx: list[int], args: list[LinkArgs | None]) -> pl.DataFrame:
     if not idx:
         return pl.DataFrame(schema=OP_ATTRS_SCHEMA)
-    a: list[EventArgs] = [args[i] for i in idx]  # type: ignore[misc]
+    a = cast(list[OpArgs], [args[i] for i in idx])  # ops and annotations: OpArgs
     return pl.DataFrame({
         "id": idx,
         "input_dims": [bytes(x.input_dims).decode("utf-8", "replace") if x.input_dims else None for x in a],

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any, TypeVar
 
 import msgspec
 from msgspec import Raw, Struct, field
@@ -18,16 +19,27 @@ from msgspec import Raw, Struct, field
 NO_RAW = Raw(b"")
 
 
-# gc=False: events hold no reference cycles, and millions of GC-tracked objects would make every
-# collection pass walk them all (a large share of the read time on a 1 GB trace).
-class EventArgs(Struct, gc=False):
+# One args shape per kind of event, each with only the keys that kind carries: msgspec skips the
+# others without building them, and a smaller struct is quicker to make. gc=False: events hold no
+# reference cycles, and millions of GC-tracked objects would make every collection pass walk them
+# all (a large share of the read time on a 1 GB trace).
+class LinkArgs(Struct, gc=False):
+    """What links a slice to others: every slice kind's args have these."""
+
     # "External id" since PyTorch 1.10; "external id" (lower case) in 1.8-1.9 Runtime/Kernel args.
     external_id: int | None = field(name="External id", default=None)
     external_id_legacy: int | None = field(name="external id", default=None)
     correlation: int | None = None
+    # PyTorch >= 2.4 marks events still open when the profiler stopped.
+    finished: bool | None = None
+
+
+class GpuArgs(LinkArgs, gc=False):
+    """Kernels, copies, memsets and other device activity."""
+
     device: int | None = None
-    # ROCm (roctracer) runtime args carry strings: "stream": "0x0", "bytes": "256"; Triton
-    # launch ops carry "grid" as text. Those are accepted here and normalized by the reader.
+    # ROCm (roctracer) args carry strings: "stream": "0x0", "bytes": "256"; Triton launch ops
+    # carry "grid" as text. Those are accepted here and normalized by the reader.
     stream: int | str | None = None
     bytes: int | str | None = None
     grid: list[int] | str | None = None
@@ -37,6 +49,11 @@ class EventArgs(Struct, gc=False):
     blocks_per_sm: float | None = field(name="blocks per SM", default=None)
     warps_per_sm: float | None = field(name="warps per SM", default=None)
     occupancy_pct: float | None = field(name="est. achieved occupancy %", default=None)
+
+
+class OpArgs(LinkArgs, gc=False):
+    """CPU ops and user annotations."""
+
     # Raw (not decoded) and empty when absent: msgspec cannot put Raw in a union with None.
     input_dims: Raw = field(name="Input Dims", default=NO_RAW)
     input_types: Raw = field(name="Input type", default=NO_RAW)
@@ -51,17 +68,23 @@ class EventArgs(Struct, gc=False):
     group_size: int | None = field(name="Group size", default=None)
     dtype: str | None = None
     pg_name: str | None = field(name="Process Group Name", default=None)
-    # Metadata (M) events.
+
+
+class MetaArgs(Struct, gc=False):
+    """Metadata (M) events: process and thread names."""
+
     name: str | None = None
-    # [memory] instant events (profile_memory=True).
+
+
+class MemoryArgs(Struct, gc=False):
+    """[memory] instant events (profile_memory=True)."""
+
     device_type: int | None = field(name="Device Type", default=None)
     device_id: int | None = field(name="Device Id", default=None)
     mem_bytes: int | None = field(name="Bytes", default=None)
     total_allocated: int | None = field(name="Total Allocated", default=None)
     total_reserved: int | None = field(name="Total Reserved", default=None)
     addr: int | None = field(name="Addr", default=None)
-    # PyTorch >= 2.4 marks events still open when the profiler stopped.
-    finished: bool | None = None
 
 
 class Event(Struct, gc=False):
@@ -118,12 +141,15 @@ TYPED_DOCUMENT_DECODER = msgspec.json.Decoder(TypedDocument)
 EVENT_DECODER = msgspec.json.Decoder(Event)
 RAW_LIST_DECODER = msgspec.json.Decoder(list[Raw])
 RAW_DICT_DECODER = msgspec.json.Decoder(dict[str, Raw])
-ARGS_LIST_DECODER = msgspec.json.Decoder(list[EventArgs | None])
-ARGS_DECODER = msgspec.json.Decoder(EventArgs | None)
+A = TypeVar("A", LinkArgs, GpuArgs, OpArgs, MetaArgs, MemoryArgs)
+_DECODERS: dict[type, tuple[msgspec.json.Decoder[Any], msgspec.json.Decoder[Any]]] = {
+    shape: (msgspec.json.Decoder(list[shape | None]), msgspec.json.Decoder(shape | None))  # type: ignore[valid-type]
+    for shape in (LinkArgs, GpuArgs, OpArgs, MetaArgs, MemoryArgs)
+}
 
 
-def decode_args(raws: Sequence[Raw], problems: dict[str, int]) -> list[EventArgs | None]:
-    """The args of these events, decoded in one call (None where an event has none).
+def decode_args(raws: Sequence[Raw], shape: type[A], problems: dict[str, int]) -> list[A | None]:
+    """The args of these events as ``shape``, decoded in one call (None where an event has none).
 
     Args of the wrong shape (a correlation id that is not a number...) are dropped for that
     event alone and counted in ``problems``; the event itself is kept.
@@ -136,22 +162,22 @@ def decode_args(raws: Sequence[Raw], problems: dict[str, int]) -> list[EventArgs
     else:
         present = [i for i, r in enumerate(raws) if r]
         body = b",".join([raws[i] for i in present])
+    many, one = _DECODERS[shape]
     try:
-        decoded = ARGS_LIST_DECODER.decode(b"[" + body + b"]")
+        decoded: list[A | None] = many.decode(b"[" + body + b"]")
     except msgspec.ValidationError:
-        decoded = [_decode_one(raws[i], problems) for i in present]
+        decoded = [_decode_one(raws[i], one, problems) for i in present]
     if len(present) == len(raws):
         return decoded
-    out: list[EventArgs | None] = [None] * len(raws)
+    out: list[A | None] = [None] * len(raws)
     for i, a in zip(present, decoded, strict=True):
         out[i] = a
     return out
 
 
-def _decode_one(raw: Raw, problems: dict[str, int]) -> EventArgs | None:
+def _decode_one(raw: Raw, decoder: msgspec.json.Decoder[Any], problems: dict[str, int]) -> Any:
     try:
-        args: EventArgs | None = ARGS_DECODER.decode(raw)
-        return args
+        return decoder.decode(raw)
     except msgspec.ValidationError as e:
         key = f"args ignored: {e}"
         problems[key] = problems.get(key, 0) + 1
