@@ -402,6 +402,33 @@ def test_bad_inputs_are_one_line_errors(tmp_path: Path) -> None:
         assert words in str(e.value) and "\n" not in str(e.value)
 
 
+TID_BIG = 2**24 - 1  # the largest thread id a serialized global id holds
+
+
+def test_aggregated_fetch_keeps_every_string_and_integer(tmp_path: Path) -> None:
+    # Columns travel from SQLite as one text each (integers comma-separated, strings as a JSON
+    # array): separators, quotes, escapes, non-ASCII, empty strings, NULLs and extreme integers
+    # must come back as they went in.
+    texts = ['a,b', 'say "hi"', "back\\slash", "tab\tand\nnewline", "émoji 😀", "", "[1, 2]", "null"]
+    b = ExportBuilder()
+    for i, text in enumerate(texts):
+        b.nvtx(text, 100 * i, 100 * i + 50, tid=TID_BIG if i % 2 else 7)
+    b.nvtx(None, 5000, 5050)
+    for i, name in enumerate(['k<a,"b">(x)', "üñí"]):
+        b.kernel(name, 6000 + 100 * i, 6050 + 100 * i, b.api("cudaLaunchKernel_v7000", 5900 + i, 5910 + i),
+                 stream=2**32 - 2)
+    path = b.write(tmp_path / "strings.sqlite")
+    t = read_nsys(path)
+    t.check()
+    conn = sqlite3.connect(path)
+    raw = conn.execute('SELECT start, "end", text, globalTid & 16777215 FROM NVTX_EVENTS ORDER BY start').fetchall()
+    got = t.of_kind(Kind.ANNOTATION).sort(Col.TS).select(
+        Col.TS, Col.DUR, pl.col(Col.NAME).cast(pl.String), Col.TID).rows()
+    assert [(s, e - s, txt if txt is not None else "<unnamed NVTX range>", tid) for s, e, txt, tid in raw] == got
+    kernels = t.of_kind(Kind.KERNEL).sort(Col.TS).select(pl.col(Col.NAME).cast(pl.String), Col.STREAM).rows()
+    assert kernels == [('k<a,"b">(x)', 2**32 - 2), ("üñí", 2**32 - 2)]
+
+
 def test_a_column_of_the_wrong_type_is_a_one_line_error(tmp_path: Path) -> None:
     b = ExportBuilder()
     b.kernel("k()", 100, 200, b.api("cudaLaunchKernel_v7000", 10, 20))
