@@ -6,7 +6,9 @@ the serial read is the reference (itself checked against raw-JSON sums in test_k
 
 from __future__ import annotations
 
+import gzip
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,9 +17,9 @@ from tests.builders import KinetoBuilder
 from tests.conftest import shared_trace
 
 from tracewhy.model.trace import Trace
-from tracewhy.readers import kineto_document, kineto_parallel
+from tracewhy.readers import kineto_document, kineto_parallel, kineto_pieces
 from tracewhy.readers.kineto import read_kineto
-from tracewhy.readers.source import read_bytes
+from tracewhy.readers.source import iter_content
 
 TABLES = ("slices", "memory", "flows", "threads", "kernel_attrs", "copy_attrs", "op_attrs", "devices")
 
@@ -37,12 +39,14 @@ def _assert_same(a: Trace, b: Trace) -> None:
 @pytest.mark.parametrize("split", ["pieces", "raw events"])
 def test_helpers_give_the_serial_trace(relative: str, workers: int, split: str,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Both ways of splitting a large file: byte pieces cut between events, and (the careful
-    way) raw events found by a parse; small pieces and batches make helpers take real work."""
+    """Both ways of splitting a large file: pieces cut between events as it is read, and (the
+    careful way) raw events found by a parse of the whole; small pieces and batches, and no
+    one-pass read, make helpers take real work."""
     path = shared_trace(relative)
-    monkeypatch.setattr(kineto_document, "CHUNK_BYTES", 300_000)
+    serial = _read_whole(path)
+    _pieces_for_any_size(monkeypatch, 300_000)
     if split == "raw events":
-        monkeypatch.setattr(kineto_document, "cut_document", lambda buf, size: None)
+        monkeypatch.setattr(kineto_pieces.PieceStream, "pieces", _refuse)
     built_by_helpers = []
     receive = kineto_parallel.Helper.receive
 
@@ -52,7 +56,6 @@ def test_helpers_give_the_serial_trace(relative: str, workers: int, split: str,
         return part
 
     monkeypatch.setattr(kineto_parallel.Helper, "receive", counting)
-    serial = read_kineto(path, workers=1)
     parallel = read_kineto(path, workers=workers, batch_size=4000)
     # Helpers really built parts (a broken helper would silently leave them all to us).
     assert len(built_by_helpers) >= workers - 1 and all(built_by_helpers)
@@ -67,9 +70,10 @@ def test_a_helper_that_dies_costs_only_speed(monkeypatch: pytest.MonkeyPatch) ->
     def dying(argv: list[str], **kwargs: object) -> object:
         return real_popen([sys.executable, "-c", "import sys; sys.exit(3)"], **kwargs)  # type: ignore[call-overload]
 
+    whole = read_kineto(path, workers=1)
     monkeypatch.setattr(kineto_parallel.subprocess, "Popen", dying)
-    monkeypatch.setattr(kineto_document, "CHUNK_BYTES", 300_000)
-    _assert_same(read_kineto(path, workers=1), read_kineto(path, workers=2, batch_size=4000))
+    _pieces_for_any_size(monkeypatch, 300_000)
+    _assert_same(whole, read_kineto(path, workers=2, batch_size=4000))
 
 
 def test_scratch_files_are_removed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -98,21 +102,41 @@ def test_worker_count(monkeypatch: pytest.MonkeyPatch) -> None:
     assert kineto_parallel.worker_count(big) == 1
 
 
+def _read_whole(path: Path) -> Trace:
+    """The reference: the file decoded in one typed pass, whatever its size."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(kineto_document, "ONE_PASS_MAX_BYTES", 1 << 40)
+        return read_kineto(path, workers=1)
+
+
+def _pieces_for_any_size(monkeypatch: pytest.MonkeyPatch, piece: int) -> None:
+    """Send files of any size through piece reading, in pieces of ``piece`` bytes."""
+    monkeypatch.setattr(kineto_document, "ONE_PASS_MAX_BYTES", 0)
+    monkeypatch.setattr(kineto_pieces, "PIECE_BYTES", piece)
+
+
+def _refuse(self: kineto_pieces.PieceStream) -> Iterator[bytes]:
+    raise kineto_document.BadCut("refused by the test")
+    yield b""
+
+
+def _pieces(path: Path, piece: int) -> list[bytes]:
+    return list(kineto_pieces.PieceStream(iter_content(path, piece), piece).pieces())
+
+
 @pytest.mark.parametrize(("relative", "piece"), [
     ("tracelens/h100_timesformer_video_bs1.json.gz", 1_000_000),  # Kineto's pretty-printed layout
     ("perfdigest/rtx4060laptop_torch_sample.json.gz", 2_000),  # compact JSON, no white space at all
 ])
 @pytest.mark.parametrize("workers", [1, 2])
-def test_files_cut_in_pieces_read_as_a_whole_parse(relative: str, piece: int, workers: int,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """Large files are cut between events without parsing them (kineto_document.cut_document);
-    small pieces and a zero one-pass limit send a real trace through that path."""
+def test_files_read_in_pieces_read_as_a_whole_parse(relative: str, piece: int, workers: int,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files over the one-pass size are read in pieces cut between events as they come off the
+    disk (kineto_pieces); small pieces and a zero one-pass limit send real traces that way."""
     path = shared_trace(relative)
-    whole = read_kineto(path, workers=1)
-    monkeypatch.setattr(kineto_document, "ONE_PASS_MAX_BYTES", 0)
-    monkeypatch.setattr(kineto_document, "CHUNK_BYTES", piece)
-    pieces = kineto_document.split_document(path, read_bytes(path))
-    assert pieces.pieces is not None and len(pieces.pieces) > 5
+    whole = _read_whole(path)
+    assert len(_pieces(path, piece)) > 5
+    _pieces_for_any_size(monkeypatch, piece)
     _assert_same(whole, read_kineto(path, workers=workers))
 
 
@@ -126,13 +150,30 @@ def test_a_cut_inside_an_event_falls_back_to_the_careful_read(workers: int, tmp_
         b.op(f"op{i} }}, {{ tricky", i * 10, 5)
     path = b.write(tmp_path / "tricky.json")
     whole = read_kineto(path, workers=1)
-    monkeypatch.setattr(kineto_document, "ONE_PASS_MAX_BYTES", 0)
-    monkeypatch.setattr(kineto_document, "CHUNK_BYTES", 1)
-    cut = kineto_document.cut_document(read_bytes(path), 1)
-    assert cut is not None
     with pytest.raises(kineto_document.BadCut):
-        for make, _ in cut.units(1):
-            kineto_document.decode_body(make(), {})
+        for body in _pieces(path, 1):
+            kineto_document.decode_body(body, {})
+    _pieces_for_any_size(monkeypatch, 1)
     got = read_kineto(path, workers=workers)
     assert got.slices.height == 200
     _assert_same(whole, got)
+
+
+def test_a_cut_off_file_read_in_pieces_is_recovered_as_when_read_whole(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A crashed job's file ends mid-event: the pieces run out before the events close, and the
+    whole read recovers the complete events before the cut, as it does for a small file."""
+    data = gzip.decompress(shared_trace("tracelens/h100_timesformer_video_bs1.json.gz").read_bytes())
+    path = tmp_path / "cut.json"
+    path.write_bytes(data[: len(data) * 2 // 3])
+    whole = _read_whole(path)
+    assert whole.meta.truncation is not None
+    _pieces_for_any_size(monkeypatch, 500_000)
+    _assert_same(whole, read_kineto(path, workers=1))
+
+
+def test_gzip_content_comes_in_bounded_chunks() -> None:
+    path = shared_trace("tracelens/h100_owlv2-large_zero-shot.json.gz")
+    sizes = [len(c) for c in iter_content(path, 1_000_000)]
+    assert max(sizes) <= 1_000_000 and len(sizes) > 40
+    assert b"".join(iter_content(path, 1_000_000)) == gzip.decompress(path.read_bytes())

@@ -12,7 +12,7 @@ import math
 import re
 import shutil
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -42,15 +42,8 @@ from tracewhy.model.schema import (
     OCol,
 )
 from tracewhy.model.trace import Capture, Trace, TraceMeta, Truncation
-from tracewhy.readers import kineto_parallel
-from tracewhy.readers.kineto_document import (
-    ONE_PASS_MAX_BYTES,
-    BadCut,
-    Document,
-    decode_body,
-    first_byte,
-    split_document,
-)
+from tracewhy.readers import kineto_document, kineto_parallel, kineto_pieces
+from tracewhy.readers.kineto_document import BadCut, decode_body, first_byte, split_document
 from tracewhy.readers.kineto_events import (
     Event,
     GpuArgs,
@@ -60,7 +53,7 @@ from tracewhy.readers.kineto_events import (
     OpArgs,
     decode_args,
 )
-from tracewhy.readers.source import DEFAULT_MAX_INFLATED_BYTES, content_size, read_bytes
+from tracewhy.readers.source import DEFAULT_MAX_INFLATED_BYTES, content_size, iter_content, read_bytes
 
 Progress = Callable[[int, int], None]
 
@@ -117,46 +110,68 @@ def read_kineto(
 ) -> Trace:
     """Read a Kineto JSON trace (``.json`` or ``.json.gz``) into a Trace.
 
-    ``workers``: processes that decode (default: two for a file of 256 MB or more, see
-    ``kineto_parallel``); the Trace is the same for any number.
+    A file over ``ONE_PASS_MAX_BYTES`` is read in pieces as it comes off the disk
+    (``kineto_pieces``) and never held whole; a small one, and one that piece reading cannot
+    handle, is read whole (``kineto_document``). ``workers``: processes that decode (default:
+    two for a file of 256 MB or more, see ``kineto_parallel``). The Trace is the same either
+    way and for any number of workers.
     """
     path = Path(path)
-    # Helpers start before the read, so that their start-up overlaps it.
     size = content_size(path)
-    count = kineto_parallel.worker_count(size, workers) if size > ONE_PASS_MAX_BYTES or workers else 1
+    whole_max, piece = kineto_document.ONE_PASS_MAX_BYTES, kineto_pieces.PIECE_BYTES
+    # Helpers start before the read, so that their start-up overlaps it.
+    count = kineto_parallel.worker_count(size, workers) if size > whole_max or workers else 1
     scratch = kineto_parallel.scratch_dir() if count > 1 else None
     helpers = kineto_parallel.start_helpers(count, scratch) if scratch is not None else []
-    try:
-        buf = read_bytes(path, max_inflated_bytes)
-        if not first_byte(buf):  # (never buf.strip(): that would copy the whole file)
-            raise TraceError(path, "file is empty")
-    except BaseException:
-        _stop(helpers, scratch)
-        raise
     # The cyclic collector would walk every decoded event object again and again while the
     # batches are built; none of them can form a cycle, so it is paused for the read.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        doc = split_document(path, buf, one_pass=not helpers)
-        try:
-            builder = _read_events(path, doc, helpers, batch_size, progress)
-        except BadCut:
-            # A piece of a large file was cut inside an event: read it the careful way.
-            doc = split_document(path, buf, one_pass=not helpers, cut=False)
-            builder = _read_events(path, doc, helpers, batch_size, progress)
-        # The file's bytes (and every view of them) are let go before the columns are joined.
+        if size > whole_max:
+            stream = kineto_pieces.PieceStream(iter_content(path, piece, max_inflated_bytes), piece)
+            try:
+                builder = _build(path, ((p, len(p)) for p in stream.pieces()), helpers, size, progress)
+            except BadCut:
+                # Not a shape piece reading handles, or a cut inside an event: read it whole.
+                # Helpers may hold batches of the abandoned read: new ones take over.
+                if helpers:
+                    _stop(helpers, None)
+                    helpers = kineto_parallel.start_helpers(count, scratch) if scratch is not None else []
+            else:
+                assert stream.header is not None
+                if builder.problems and not builder.rows_seen:
+                    _no_usable_events(path, builder)
+                header, truncation = stream.header, None
+                return builder.finish(header, truncation)
+        buf = read_bytes(path, max_inflated_bytes)
+        if not first_byte(buf):  # (never buf.strip(): that would copy the whole file)
+            raise TraceError(path, "file is empty")
+        doc = split_document(path, buf, one_pass=not helpers and size <= whole_max)
         del buf
+        if doc.events is not None:
+            builder = _Builder(path)
+            builder.add(doc.events)
+            if progress is not None:
+                progress(len(doc.events), len(doc.events))
+        else:
+            units = ((make(), n) for make, n in doc.units(batch_size))
+            builder = _build(path, units, helpers, doc.event_count, progress)
         had_events = doc.event_count > 0
-        doc.buf = doc.events = doc.raw_events = None
+        header, truncation = doc.header, doc.truncation
+        doc.events = doc.raw_events = None  # let the events go before the columns are joined
     finally:
         _stop(helpers, scratch)
         if gc_was_enabled:
             gc.enable()
     if had_events and not builder.rows_seen:
-        first = next(iter(builder.problems), "no event could be decoded")
-        raise TraceError(path, f"no usable events ({first})")
-    return builder.finish(doc.header, doc.truncation)
+        _no_usable_events(path, builder)
+    return builder.finish(header, truncation)
+
+
+def _no_usable_events(path: Path, builder: _Builder) -> None:
+    first = next(iter(builder.problems), "no event could be decoded")
+    raise TraceError(path, f"no usable events ({first})")
 
 
 def _stop(helpers: list[kineto_parallel.Helper], scratch: Path | None) -> None:
@@ -166,10 +181,11 @@ def _stop(helpers: list[kineto_parallel.Helper], scratch: Path | None) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _read_events(path: Path, doc: Document, helpers: list[kineto_parallel.Helper], batch_size: int,
-                 progress: Progress | None) -> _Builder:
+def _build(path: Path, bodies: Iterable[tuple[bytes, int]], helpers: list[kineto_parallel.Helper], total: int,
+           progress: Progress | None) -> _Builder:
+    """Build the columns of every batch (bytes of a JSON array of events, and its weight in
+    units of ``total``), here or, every other batch, in a helper."""
     builder = _Builder(path)
-    total = doc.event_count
     done = 0
 
     def advance(n: int) -> None:
@@ -178,16 +194,13 @@ def _read_events(path: Path, doc: Document, helpers: list[kineto_parallel.Helper
         if progress is not None:
             progress(min(done, total), total)
 
-    if doc.events is not None:
-        builder.add(doc.events)
-        advance(len(doc.events))
-    elif helpers:
-        for part in kineto_parallel.build_parts(helpers, doc.units(batch_size), advance):
+    if helpers:
+        for part in kineto_parallel.build_parts(helpers, bodies, advance):
             assert isinstance(part, _Builder)
             builder.merge(part)
     else:
-        for make, weight in doc.units(batch_size):
-            builder.add(decode_body(make(), builder.problems))
+        for body, weight in bodies:
+            builder.add(decode_body(body, builder.problems))
             advance(weight)
     return builder
 

@@ -1,18 +1,16 @@
 """The document level of a Kineto JSON file: header, event list, and recovery of cut-off files.
 
-Small files are decoded in one typed pass. Larger ones are cut into pieces between events
-without parsing them, and each piece is decoded on its own, so that only one piece's events
-exist as Python objects at a time: peak memory is the file's bytes, a piece, and the columns.
-(Events of 8 MB are about 20 MB as objects; a 56 MB file read whole held 250 MB, in pieces
-about 140 MB, and reads no slower.) A file the cutter cannot handle, and one whose pieces do
-not decode, is split into raw event spans by a parse instead (the careful path).
+Small files are decoded in one typed pass. Larger ones are read in pieces as they are read
+(``kineto_pieces``); a file that piece reading cannot handle comes here whole and is split into
+raw event spans by a parse (the careful path), so that only one batch of events exists as
+Python objects at a time.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,18 +33,9 @@ ONE_PASS_MAX_BYTES = 8 * 1024 * 1024
 _WS = b" \t\r\n"
 
 
-#: Larger files are cut into pieces of about this many bytes, each decoded on its own.
-CHUNK_BYTES = 8 * 1024 * 1024
-#: The end of one event and the start of the next, at any spacing. It can also match inside a
-#: string or a nested object; a piece cut there is not valid JSON, and decoding it says so.
-_BETWEEN_EVENTS = re.compile(rb"\}\s*,\s*\{")
-_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
-#: How far from the end of the file the events array may close (the keys Kineto writes after it).
-_TAIL_MAX = 1024 * 1024
-
-
 class BadCut(Exception):
-    """A piece of a large file did not decode as a list of events: the cut fell inside one."""
+    """A piece of a large file did not decode as a list of events (the cut fell inside one), or
+    the file is not of the shape the piece cutter reads (``kineto_pieces``)."""
 
 
 Unit = tuple[Callable[[], bytes], int]
@@ -54,43 +43,23 @@ Unit = tuple[Callable[[], bytes], int]
 
 @dataclass
 class Document:
-    """A decoded file: header fields kept raw, and events either decoded, as raw spans, or as
-    byte spans of the buffer (pieces of a large file, cut between events without parsing)."""
+    """A decoded file: header fields kept raw, and events either decoded or as raw spans."""
 
     header: dict[str, msgspec.Raw]
     events: list[Event] | None
     raw_events: list[msgspec.Raw] | None
     truncation: Truncation | None
-    buf: bytes | bytearray | None = None
-    pieces: list[tuple[int, int]] | None = None
 
     @property
     def event_count(self) -> int:
-        """Events, or for a file read in pieces its bytes: the unit of progress."""
-        if self.pieces is not None:
-            return sum(b - a for a, b in self.pieces)
         return len(self.events) if self.events is not None else len(self.raw_events or ())
 
-    def batches(self, size: int, problems: dict[str, int]) -> Iterator[list[Event]]:
-        if self.events is not None:
-            yield self.events
-            return
-        for make, _ in self.units(size):
-            yield decode_body(make(), problems)
-
     def units(self, size: int) -> list[Unit]:
-        """The work, in file order: for each batch, a function making its bytes (a JSON array of
-        events) and its weight in ``event_count`` units."""
-        if self.pieces is not None:
-            view = memoryview(self.buf or b"")
-            return [(functools.partial(_piece, view, a, b), b - a) for a, b in self.pieces]
+        """The raw events' work, in file order: for each batch, a function making its bytes (a
+        JSON array of events) and its number of events."""
         raws = self.raw_events or []
         return [(functools.partial(_joined, raws[start : start + size]), len(raws[start : start + size]))
                 for start in range(0, len(raws), size)]
-
-
-def _piece(view: memoryview, a: int, b: int) -> bytes:
-    return b"".join((b"[", view[a:b], b"]"))
 
 
 def _joined(raws: list[msgspec.Raw]) -> bytes:
@@ -109,79 +78,13 @@ def decode_body(body: bytes, problems: dict[str, int]) -> list[Event]:
         raise BadCut(str(e)) from None
 
 
-def cut_document(buf: bytes | bytearray, piece_bytes: int = CHUNK_BYTES) -> Document | None:
-    """Header and event pieces of a large ``{"traceEvents": [...]}`` file, found without parsing
-    the events (parsing once to find them would cost as much as decoding them); None when the
-    file is not of that shape, which the careful path then explains.
-
-    The header is checked by decoding it with an empty event list in place of the real one, the
-    pieces by decoding each: a piece is valid JSON only if its cuts lie between two events of the
-    array, so a file whose pieces all decode is read exactly as a whole parse would read it.
-    """
-    key = _EVENTS_KEY.search(buf)
-    if key is None:
-        return None
-    start = key.end()
-    head = bytes(buf[: key.start()]) + b'"traceEvents": []'
-    end = len(buf)
-    while True:
-        # The array's closing bracket: the last "]" after which the rest completes the header
-        # and before which the last events decode as events (a list that closes after them,
-        # such as deviceProperties in newer files, fails that).
-        close = buf.rfind(b"]", start, end)
-        if close < 0 or len(buf) - close > _TAIL_MAX:
-            return None
-        end = close
-        try:
-            header = RAW_DOCUMENT_DECODER.decode(head + bytes(buf[close + 1 :]))
-        except msgspec.DecodeError:  # (ValidationError too)
-            continue
-        if header.traceEvents == [] and _ends_with_events(buf, start, close):
-            break
-    pieces: list[tuple[int, int]] = []
-    a = start
-    while True:
-        m = _BETWEEN_EVENTS.search(buf, a + piece_bytes, close) if a + piece_bytes < close else None
-        if m is None:
-            pieces.append((a, close))
-            break
-        pieces.append((a, m.start() + 1))
-        a = m.end() - 1
-    return Document(header.as_dict(), None, None, None, buf=buf, pieces=pieces)
-
-
-def _ends_with_events(buf: bytes | bytearray, start: int, close: int) -> bool:
-    """Whether the bytes just before ``close`` are the last events of an array opened at ``start``.
-
-    Decoded from the last place that looks like a gap between events; one inside a string
-    (an event named "}, {") does not decode, so earlier ones are tried.
-    """
-    lo = max(start, close - _TAIL_MAX)
-    froms = [m.end() - 1 for m in _BETWEEN_EVENTS.finditer(buf, lo, close)][::-1][:64]
-    if lo == start:
-        froms.append(start)
-    view = memoryview(buf)
-    for frm in froms:
-        try:
-            events = EVENTS_DECODER.decode(b"".join((b"[", view[frm:close], b"]")))
-        except msgspec.DecodeError:
-            continue
-        return all(e.ph for e in events)
-    return False
-
-
-def split_document(path: Path, buf: bytes | bytearray, *, one_pass: bool = True, cut: bool = True) -> Document:
-    """The header and the events of a file: decoded in one pass when it is small enough and
-    ``one_pass`` allows; else, if ``cut``, as pieces cut between events (``cut_document``);
-    else as raw event spans to decode batch by batch."""
+def split_document(path: Path, buf: bytes | bytearray, *, one_pass: bool = True) -> Document:
+    """The header and the events of a file held whole: decoded in one pass when it is small
+    enough and ``one_pass`` allows, else as raw event spans to decode batch by batch."""
     first = first_byte(buf)
     if first not in (b"{", b"["):
         raise TraceError(path, "not JSON: expected a Kineto trace object or event array")
     one_pass = one_pass and len(buf) <= ONE_PASS_MAX_BYTES
-    if not one_pass and cut and first == b"{":
-        doc = cut_document(buf, CHUNK_BYTES)
-        if doc is not None:
-            return doc
     try:
         if first == b"[":
             return _bare_array(path, buf, one_pass)

@@ -24,11 +24,11 @@ import pickle
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Final
 
-from tracewhy.readers.kineto_document import BadCut, Unit, decode_body
+from tracewhy.readers.kineto_document import BadCut, decode_body
 
 #: Below this many (uncompressed) bytes a helper's start-up (an interpreter and its imports,
 #: about 0.4 s of CPU) costs more than it saves.
@@ -145,37 +145,34 @@ def start_helpers(workers: int, workdir: Path) -> list[Helper]:
     return helpers
 
 
-def build_parts(helpers: list[Helper], units: list[Unit], progress: Callable[[int], None]) -> list[object]:
-    """Every batch's builder, in file order: batch k is built here when k is a multiple of the
-    number of processes, else by helper ``k % n - 1``. Raises BadCut as ``decode_body`` does."""
+def build_parts(helpers: list[Helper], bodies: Iterable[tuple[bytes, int]],
+                progress: Callable[[int], None]) -> list[object]:
+    """Every batch's builder, in file order: batch k (its bytes, and its weight for ``progress``)
+    is built here when k is a multiple of the number of processes, else by helper ``k % n - 1``.
+    The batches are taken from ``bodies`` as they are needed. Raises BadCut as ``decode_body``."""
     stride = len(helpers) + 1
-    parts: list[object] = [None] * len(units)
-    sent: list[list[int]] = [[] for _ in helpers]  # per helper: batch numbers, oldest first
-
-    def here(k: int) -> None:
-        make, weight = units[k]
-        parts[k] = build_part(make())
-        progress(weight)
+    parts: list[object] = []
+    sent: list[list[tuple[int, bytes, int]]] = [[] for _ in helpers]  # per helper, oldest first
 
     def collect(h: int) -> None:
-        k = sent[h].pop(0)
+        k, body, weight = sent[h].pop(0)
         part = helpers[h].receive()
-        if part is None:  # the helper failed, or the batch did not decode: see for ourselves
-            here(k)
-        else:
-            parts[k] = part
-            progress(units[k][1])
+        # None: the helper failed, or the batch did not decode: see for ourselves.
+        parts[k] = part if part is not None else build_part(body)
+        progress(weight)
 
-    for k, (make, _) in enumerate(units):
+    for k, (body, weight) in enumerate(bodies):
+        parts.append(None)
         h = k % stride - 1
         if h < 0 or helpers[h].broken:
-            here(k)
+            parts[k] = build_part(body)
+            progress(weight)
             continue
         # Keep the helper's backlog short: take its oldest finished part before sending more.
         while len(sent[h]) > _QUEUED_PER_HELPER:
             collect(h)
-        helpers[h].send(make())
-        sent[h].append(k)
+        helpers[h].send(body)
+        sent[h].append((k, body, weight))
     for h in range(len(helpers)):
         while sent[h]:
             collect(h)

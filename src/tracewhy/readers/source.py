@@ -6,7 +6,9 @@ import gzip
 import os
 import struct
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from tracewhy.errors import TraceError
 
@@ -65,13 +67,12 @@ def content_size(path: Path) -> int:
     return max(int(hint), size)
 
 
-def _inflate(f: object, path: Path, size: int, limit: int) -> bytearray:
+def _inflate(f: BinaryIO, path: Path, size: int, limit: int) -> bytearray:
     """Inflate a (possibly multi-member) gzip stream into one preallocated buffer.
 
     The gzip trailer's ISIZE (size mod 2**32) sizes the buffer so that a large trace is
     not held twice in memory while it is inflated.
     """
-    assert hasattr(f, "seek") and hasattr(f, "read")
     hint = 0
     if size >= 18:
         f.seek(size - 4)
@@ -86,33 +87,64 @@ def _inflate(f: object, path: Path, size: int, limit: int) -> bytearray:
             guess += 1 << 32
         out = bytearray(min(guess, limit))
     used = 0
+    for piece in _inflated(f, path, limit):
+        used = _append(out, used, piece, path, limit)
+    del out[used:]
+    return out
+
+
+def _inflated(f: BinaryIO, path: Path, limit: int, out: int = _CHUNK) -> Iterator[bytes]:
+    """The inflated bytes of a (possibly multi-member) gzip stream, at most ``out`` bytes a
+    piece; a stream cut short yields what it held (the JSON reader then decides), one over
+    ``limit`` is refused."""
     decomp = zlib.decompressobj(zlib.MAX_WBITS | 16)
+    total = 0
     try:
         while True:
-            chunk = f.read(_CHUNK)
-            if not chunk:
+            data = f.read(_CHUNK)
+            if not data:
                 break
-            while chunk:
-                piece = decomp.decompress(chunk, max(1, limit - used + 1))
-                used = _append(out, used, piece, path, limit)
-                chunk = decomp.unconsumed_tail
+            while data:
+                piece = decomp.decompress(data, max(1, min(out, limit - total + 1)))
+                total += len(piece)
+                if total > limit:
+                    raise TraceError(path, f"inflates to more than {limit} bytes; refusing (raise the limit if real)")
+                if piece:
+                    yield piece
+                data = decomp.unconsumed_tail
                 if decomp.eof:
                     rest = decomp.unused_data
                     if rest.strip(b"\x00"):
                         decomp = zlib.decompressobj(zlib.MAX_WBITS | 16)
-                        chunk = rest
+                        data = rest
                     else:
-                        chunk = b""
-        used = _append(out, used, decomp.flush(), path, limit)
+                        data = b""
+        tail = decomp.flush()
     except zlib.error as e:
         raise TraceError(path, f"corrupt gzip data ({e})") from None
     except EOFError:
         raise TraceError(path, "gzip stream ends early") from None
-    del out[used:]
-    if not decomp.eof:
-        # A cut-off gzip file still yields what was inflated; the JSON reader decides.
-        pass
-    return out
+    if tail:
+        if total + len(tail) > limit:
+            raise TraceError(path, f"inflates to more than {limit} bytes; refusing (raise the limit if real)")
+        yield tail
+
+
+def iter_content(path: Path, chunk: int = _CHUNK,
+                 max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES) -> Iterator[bytes]:
+    """The file's content (inflated if it is gzip) in pieces of about ``chunk`` bytes, read as
+    they are needed: a large file never has to be in memory whole."""
+    try:
+        with open(path, "rb") as f:
+            gz = f.read(2) == GZIP_MAGIC
+            f.seek(0)
+            if gz:
+                yield from _inflated(f, path, max_inflated_bytes, chunk)
+                return
+            while data := f.read(chunk):
+                yield data
+    except OSError as e:
+        raise os_error(path, e) from None
 
 
 def _append(out: bytearray, used: int, piece: bytes, path: Path, limit: int) -> int:

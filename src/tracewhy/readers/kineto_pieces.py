@@ -1,0 +1,133 @@
+"""A large Kineto file cut into pieces of events while it is read, never held whole.
+
+Parsing a file once just to find where its events begin and end costs about as much as decoding
+them (1 s per GB), and holding its bytes costs as much memory as the file. Instead the file is
+read (and inflated) a few MB at a time, and each time enough has come in, it is cut at the first
+place past the piece's length that looks like the gap between two events (``}`` ``,`` ``{``);
+what follows the last cut waits for more. Each piece goes out as the bytes of a JSON array of events.
+
+The cuts are checked, not trusted: a piece is valid JSON only if both its cuts lie between two
+events of the top-level array (a cut inside a string or a nested object leaves a bracket or a
+quote open), so when every piece decodes, the file is read exactly as a whole parse reads it.
+When one does not (an event named "}, {" at the wrong place), or the file is not shaped
+``{... "traceEvents": [...] ...}`` (a bare array, a cut-off file), ``BadCut`` is raised and the
+reader reads the file whole, the careful way, which also explains what is wrong with it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterator
+from typing import Final
+
+import msgspec
+
+from tracewhy.readers.kineto_document import BadCut, first_byte
+from tracewhy.readers.kineto_events import EVENTS_DECODER, RAW_DOCUMENT_DECODER
+
+#: Pieces of about this many bytes: events of 8 MB are about 20 MB as Python objects.
+PIECE_BYTES: Final = 8 * 1024 * 1024
+#: The end of one event and the start of the next, at any spacing. It can also match inside a
+#: string or a nested object; a piece cut there is not valid JSON, and decoding it says so.
+_BETWEEN_EVENTS: Final = re.compile(rb"\}\s*,\s*\{")
+_EVENTS_KEY: Final = re.compile(rb'"traceEvents"\s*:\s*\[')
+#: The events must begin within this many bytes (Kineto writes a few KB of header first).
+_HEAD_MAX: Final = 64 * 1024 * 1024
+#: How far back from the end of the events the last gap between two of them is looked for.
+_TAIL_MAX: Final = 1024 * 1024
+
+
+class PieceStream:
+    """Pieces of a file's events, from its content in chunks; ``header`` is set after the last."""
+
+    def __init__(self, chunks: Iterator[bytes], piece_bytes: int = PIECE_BYTES) -> None:
+        self._chunks = chunks
+        self._piece_bytes = piece_bytes
+        self.header: dict[str, msgspec.Raw] | None = None
+
+    def pieces(self) -> Iterator[bytes]:
+        """Each piece as the bytes of a JSON array of events, in file order. Raises BadCut when
+        the file is not of the shape this reads (nothing is yielded then, unless the shape only
+        shows late, at the end of a cut-off file)."""
+        head, data = self._head()
+        pending, size = [data], len(data)
+        for chunk in itertools.chain((b"",), self._chunks):
+            if chunk:
+                pending.append(chunk)
+                size += len(chunk)
+            if size < self._piece_bytes:
+                continue
+            data = b"".join(pending)
+            view = memoryview(data)
+            start = 0
+            # Cut at the first gap past each piece's length, while a whole piece is left.
+            while len(data) - start >= self._piece_bytes:
+                gap = _BETWEEN_EVENTS.search(data, start + self._piece_bytes)
+                if gap is None:  # the event there runs past what has come in: read on
+                    break
+                yield b"".join((b"[", view[start : gap.start() + 1], b"]"))
+                start = gap.end() - 1
+            pending = [data[start:]]
+            size = len(pending[0])
+        data = b"".join(pending)
+        close, header = _close(head, data)
+        yield b"".join((b"[", memoryview(data)[:close], b"]"))
+        self.header = header
+
+    def _head(self) -> tuple[bytes, bytes]:
+        """The header's bytes up to the events' key, and what came after its ``[``."""
+        got = b""
+        for chunk in self._chunks:
+            got += chunk
+            key = _EVENTS_KEY.search(got)
+            if key is not None:
+                head = got[: key.start()]
+                if first_byte(head[:4096]) != b"{":
+                    raise BadCut("not a JSON object")
+                return head, got[key.end() :]
+            if len(got) > _HEAD_MAX:
+                break
+        raise BadCut("no traceEvents list near the start")
+
+
+def _close(head: bytes, data: bytes) -> tuple[int, dict[str, msgspec.Raw]]:
+    """Where the events array closes in the file's last bytes, and the header it completes.
+
+    The closing bracket is the last ``]`` after which the rest completes the header and before
+    which the last events decode as events (a list that closes after them, such as
+    deviceProperties in newer files, fails that); a file cut off before it raises BadCut.
+    """
+    template = head + b'"traceEvents": []'
+    end = len(data)
+    while True:
+        close = data.rfind(b"]", 0, end)
+        if close < 0 or len(data) - close > _TAIL_MAX:
+            raise BadCut("the events array does not close")
+        end = close
+        try:
+            header = RAW_DOCUMENT_DECODER.decode(template + data[close + 1 :])
+        except msgspec.DecodeError:  # (ValidationError too)
+            continue
+        if header.traceEvents == [] and _ends_with_events(data, close):
+            return close, header.as_dict()
+
+
+def _ends_with_events(data: bytes, close: int) -> bool:
+    """Whether the bytes before ``close`` end with events (each with a phase, as events have).
+
+    Decoded from the last place that looks like a gap between events; one inside a string
+    (an event named "}, {") does not decode, so earlier ones are tried, and then the start.
+    """
+    lo = max(0, close - _TAIL_MAX)
+    froms = [m.end() - 1 for m in _BETWEEN_EVENTS.finditer(data, lo, close)][::-1][:64]
+    if lo == 0:
+        froms.append(0)
+    view = memoryview(data)
+    for frm in froms:
+        try:
+            events = EVENTS_DECODER.decode(b"".join((b"[", view[frm:close], b"]")))
+        except msgspec.DecodeError:
+            continue
+        return all(e.ph for e in events)
+    return False
