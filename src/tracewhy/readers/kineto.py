@@ -243,6 +243,9 @@ def us_to_ns(us: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
     return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000.0).astype(np.int64)
 
 
+_EMPTY_FRAME = pl.DataFrame()
+
+
 @dataclass
 class _Batch:
     """One batch of slices in columns, with side tables keyed by batch-local row."""
@@ -503,8 +506,8 @@ class _Builder:
         return parsed
 
     def finish(self, header: dict[str, msgspec.Raw], truncation: Truncation | None) -> Trace:
-        slices, remap = self._slices_table()
         offsets = np.cumsum([0] + [b.frame.height for b in self.batches])
+        slices, remap = self._slices_table()
         side = {
             name: _side_table([getattr(b, name) for b in self.batches], offsets, remap, schema)
             for name, schema in (("kernel_attrs", KERNEL_ATTRS_SCHEMA), ("copy_attrs", COPY_ATTRS_SCHEMA),
@@ -523,7 +526,11 @@ class _Builder:
     def _slices_table(self) -> tuple[pl.DataFrame, npt.NDArray[np.int64]]:
         if not self.batches:
             return pl.DataFrame(schema=SLICES_SCHEMA), np.zeros(0, dtype=np.int64)
-        frame = pl.concat([b.frame for b in self.batches], rechunk=True)
+        # One copy of the columns at a time: the batches' frames are joined without copying
+        # (chunked), the sort makes the one contiguous copy, and the batches let theirs go.
+        frame = pl.concat([b.frame for b in self.batches], rechunk=False)
+        for b in self.batches:
+            b.frame = _EMPTY_FRAME
         # Sort by start time (file order breaks ties) so that ids follow time.
         order = np.argsort(frame.get_column(Col.TS).to_numpy(), kind="stable")
         frame = frame[order]
