@@ -118,7 +118,7 @@ def read_kineto(
     """
     path = Path(path)
     size = content_size(path)
-    whole_max, piece = kineto_document.ONE_PASS_MAX_BYTES, kineto_pieces.PIECE_BYTES
+    whole_max, piece = kineto_document.ONE_PASS_MAX_BYTES, kineto_pieces.piece_size(size)
     # Helpers start before the read, so that their start-up overlaps it.
     count = kineto_parallel.worker_count(size, workers) if size > whole_max or workers else 1
     scratch = kineto_parallel.scratch_dir() if count > 1 else None

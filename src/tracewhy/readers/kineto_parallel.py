@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import multiprocessing
 import os
 import pickle
 import subprocess
@@ -59,6 +60,8 @@ def worker_count(nbytes: int, requested: int | None = None) -> int:
         return max(1, requested)
     if nbytes < PARALLEL_MIN_BYTES or os.environ.get(ENV_IN_HELPER):
         return 1
+    if multiprocessing.parent_process() is not None:
+        return 1  # a pool worker (``tracewhy ranks`` reads a file per process): its cores are spoken for
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux

@@ -18,6 +18,8 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 #: compressed Kineto trace inflates to ~20 GB at most (JSON compresses ~15-30x).
 DEFAULT_MAX_INFLATED_BYTES = 64 * 1024**3
 _CHUNK = 16 * 1024 * 1024
+#: Compressed bytes read at a time: JSON inflates 10-30x, so 1 MB in is already a piece out.
+_GZ_READ = 1024 * 1024
 
 
 def os_error(path: Path, e: OSError) -> TraceError:
@@ -101,7 +103,7 @@ def _inflated(f: BinaryIO, path: Path, limit: int, out: int = _CHUNK) -> Iterato
     total = 0
     try:
         while True:
-            data = f.read(_CHUNK)
+            data = f.read(_GZ_READ)
             if not data:
                 break
             while data:
