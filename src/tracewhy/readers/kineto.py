@@ -90,6 +90,7 @@ _ARGS_SHAPE: dict[str, type[LinkArgs]] = {**dict.fromkeys(_GPU_KINDS, GpuArgs), 
 # record_function scopes that PyTorch itself opens. Before 1.10 they were written with cat
 # "Operator" like aten ops; they are annotations, not operators.
 _LEGACY_ANNOTATION = re.compile(r"^(ProfilerStep#\d+|enumerate\(DataLoader\)#|Optimizer\.(step|zero_grad)#)")
+_FINISHED = b'"finished"'  # PyTorch >= 2.4 marks slices left open with "finished": false
 _TRACE_SPAN = "trace_span"  # cat "Trace": the profiler's own capture window
 _FLOW_PHASES = frozenset(("s", "f", "t"))
 _INSTANT_PHASES = frozenset(("i", "I"))
@@ -200,7 +201,7 @@ def _build(path: Path, bodies: Iterable[tuple[bytes, int]], helpers: list[kineto
             builder.merge(part)
     else:
         for body, weight in bodies:
-            builder.add(decode_body(body, builder.problems))
+            builder.add(decode_body(body, builder.problems), _FINISHED in body)
             advance(weight)
     return builder
 
@@ -281,12 +282,16 @@ class _Builder:
         if n:
             self.problems[key] = self.problems.get(key, 0) + n
 
-    def _kinds(self, evs: list[Event]) -> list[str]:
+    def _kinds(self, evs: list[Event]) -> tuple[list[str], bool]:
+        """Each event's kind, and whether the legacy category "Operator" (PyTorch < 1.10) is
+        among them: only then are record_function scopes written as operators."""
         cache = self.kind_cache
-        for cat in {e.cat for e in evs} - cache.keys():
+        cats = {e.cat for e in evs}
+        for cat in cats - cache.keys():
             low = (cat or "").lower()
             cache[cat] = _TRACE_SPAN if low == "trace" else _CATEGORY_KIND.get(low, Kind.OTHER).value
-        return [cache[e.cat] for e in evs]
+        legacy = any(cat is not None and cat.lower() == "operator" for cat in cats)
+        return [cache[e.cat] for e in evs], legacy
 
     def merge(self, part: _Builder) -> None:
         """Take over what a builder of a later part of the same file has built."""
@@ -303,7 +308,9 @@ class _Builder:
         self.thread_rows += part.thread_rows
         self.spans += part.spans
 
-    def add(self, events: list[Event]) -> None:
+    def add(self, events: list[Event], maybe_unfinished: bool = True) -> None:
+        """Take a batch of events. ``maybe_unfinished=False`` (their bytes never say
+        ``"finished"``) spares looking for slices left open."""
         self.rows_seen += len(events)
         xs = [e for e in events if e.ph == "X"]
         if len(xs) < len(events):
@@ -315,7 +322,7 @@ class _Builder:
                 if e.ph not in _FLOW_PHASES and e.ph not in _INSTANT_PHASES and e.ph != "M":
                     self._count(f"ignored phase {e.ph!r}", 1)
         if xs:
-            self._slices(xs)
+            self._slices(xs, maybe_unfinished)
 
     def _flows(self, evs: list[Event]) -> None:
         evs = [e for e in evs if not math.isnan(e.ts)]
@@ -366,8 +373,8 @@ class _Builder:
             elif e.name == "thread_name":
                 self.thread_rows.append((_to_int(e.pid), _to_int(e.tid), a.name))
 
-    def _slices(self, evs: list[Event]) -> None:
-        kinds = self._kinds(evs)
+    def _slices(self, evs: list[Event], maybe_unfinished: bool) -> None:
+        kinds, legacy = self._kinds(evs)
         kind_set = set(kinds)
         if _TRACE_SPAN in kind_set:
             # The profiler's own window: one or a few events, taken out in place.
@@ -380,7 +387,7 @@ class _Builder:
             for i in reversed(spans):
                 del evs[i], kinds[i]
             kind_set.discard(_TRACE_SPAN)
-        if Kind.CPU_OP.value in kind_set:
+        if legacy:
             self._legacy_annotations(evs, kinds)
         ts = np.array([e.ts for e in evs], dtype=np.float64)
         bad_ts = np.isnan(ts)
@@ -402,7 +409,7 @@ class _Builder:
         kind_set = set(kinds)
         for k, count in Counter(kinds).items():
             self._count(k, count)
-        args = self._args(evs, kinds, kind_set)
+        args = self._args(evs, kinds, kind_set, maybe_unfinished)
         pid = _int_array([e.pid for e in evs])
         tid = _int_array([e.tid for e in evs])
         n = len(evs)
@@ -454,7 +461,8 @@ class _Builder:
                 if cache[evs[i].name]:
                     kinds[i] = Kind.ANNOTATION.value
 
-    def _args(self, evs: list[Event], kinds: list[str], kind_set: set[str]) -> list[LinkArgs | None]:
+    def _args(self, evs: list[Event], kinds: list[str], kind_set: set[str],
+              maybe_unfinished: bool) -> list[LinkArgs | None]:
         """Decoded args, in the shape of each event's kind (``_ARGS_SHAPE``). Python frames' args
         (frame ids) nothing reads: those are decoded only if some say ``"finished": false``."""
         python = Kind.PYTHON.value
@@ -471,7 +479,7 @@ class _Builder:
             self._unfinished(decoded)
             for i, a in zip(idx, decoded, strict=True):
                 args[i] = a
-        if python in kind_set:
+        if python in kind_set and maybe_unfinished:
             frames = [i for i, k in enumerate(kinds) if k == python]
             if b'"finished"' in b",".join([evs[i].args for i in frames]):
                 link = decode_args([evs[i].args for i in frames], LinkArgs, self.problems)

@@ -187,7 +187,7 @@ def build_part(body: bytes) -> object:
     from tracewhy.readers.kineto import _Builder
 
     part = _Builder(Path())
-    part.add(decode_body(body, part.problems))
+    part.add(decode_body(body, part.problems), b'"finished"' in body)
     return part
 
 
