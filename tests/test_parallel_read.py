@@ -177,3 +177,32 @@ def test_gzip_content_comes_in_bounded_chunks() -> None:
     sizes = [len(c) for c in iter_content(path, 1_000_000)]
     assert max(sizes) <= 1_000_000 and len(sizes) > 40
     assert b"".join(iter_content(path, 1_000_000)) == gzip.decompress(path.read_bytes())
+
+
+@pytest.mark.parametrize("piece", [None, 600])
+def test_slices_left_open_are_counted_whole_and_in_pieces(piece: int | None, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """PyTorch >= 2.4 writes "finished": false on slices still open when the profiler stopped;
+    Python frames among them too, although their other args are never decoded. An instant's
+    "finished" means nothing (an instant has no end) and is not counted."""
+    b = KinetoBuilder()
+    for i in range(30):
+        b.op(f"op{i}", i * 10, 5)
+    open_ops = [{"ph": "X", "cat": "cpu_op", "name": f"open_op{i}", "pid": 1, "tid": 1, "ts": 400 + i,
+                 "dur": 1, "args": {"External id": 900 + i, "finished": False}} for i in range(3)]
+    open_frames = [{"ph": "X", "cat": "python_function", "name": f"f.py(1): open{i}", "pid": 1, "tid": 1,
+                    "ts": 500 + i, "dur": 1, "args": {"Python id": i, "finished": False}} for i in range(4)]
+    closed_frame = {"ph": "X", "cat": "python_function", "name": "f.py(2): closed", "pid": 1, "tid": 1,
+                    "ts": 600, "dur": 1, "args": {"Python id": 9, "finished": True}}
+    instant = {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": 700,
+               "args": {"Bytes": 8, "finished": False}}
+    b.events += [*open_ops, *open_frames, closed_frame, instant]
+    path = b.write(tmp_path / "open.json")
+    if piece is not None:
+        _pieces_for_any_size(monkeypatch, piece)
+        assert len(_pieces(path, piece)) > 3
+    trace = read_kineto(path, workers=1)
+    expected = sum(1 for e in b.events if e.get("ph") == "X" and e.get("args", {}).get("finished") is False)
+    assert expected == 7
+    assert trace.meta.unfinished_events == expected
+    assert any("7 events were still open" in w for w in trace.meta.warnings)
