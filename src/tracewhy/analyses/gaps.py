@@ -237,9 +237,9 @@ def _sync_returns_in(gs: I64, ge: I64, host: HostIndex) -> npt.NDArray[np.bool_]
 
 
 def _names(s: pl.DataFrame, ids: I64) -> pl.Series:
-    names = s.get_column(Col.NAME).cast(pl.String)
+    # Gathered, then made strings: casting the whole column would copy every name of the trace.
     safe = np.maximum(ids, 0)
-    values = names.gather(safe) if ids.size else pl.Series([], dtype=pl.String)
+    values = s.get_column(Col.NAME).gather(safe).cast(pl.String) if ids.size else pl.Series([], dtype=pl.String)
     return values.set(pl.Series(ids < 0), None) if ids.size else values
 
 

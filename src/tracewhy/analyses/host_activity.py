@@ -14,11 +14,13 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses import api_names
-from tracewhy.model.schema import HOST_KINDS, LAUNCH_KINDS, Col, Kind
+from tracewhy.model.schema import HOST_KINDS, KIND_DTYPE, LAUNCH_KINDS, Col, Kind
 from tracewhy.model.trace import Trace
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
+#: A kind's code in the slices table's kind column (its physical value).
+_KIND_CODES: dict[str, int] = {k: i for i, k in enumerate(KIND_DTYPE.categories.to_list())}
 
 
 class Flag(str, Enum):
@@ -42,13 +44,18 @@ class HostIndex:
     end: I64
     parent: I64  # sorted-row position of the parent, -1 at top level
     depth: I64
-    kind: npt.NDArray[np.object_]
+    kind_code: npt.NDArray[np.uint8]  # the row's Kind as its code in KIND_DTYPE (see is_kind)
     threads: dict[tuple[int, int], tuple[int, int]]  # (pid, tid) -> [lo, hi) rows
     on_stack: dict[Flag, B]  # the row or one of its ancestors carries the flag
     self_flag: dict[Flag, B]  # the row itself carries the flag
     op_ctx: I64  # innermost CPU op at or above the row (slice id), -1 if none
     annotation_ctx: I64  # innermost annotation at or above the row (slice id)
     python_ctx: I64  # innermost Python frame at or above the row (slice id)
+
+    def is_kind(self, kind: Kind) -> B:
+        """Which rows are of this kind."""
+        hits: B = self.kind_code == _KIND_CODES[kind.value]
+        return hits
 
     def innermost(self, pid: int, tid: int, times: I64) -> I64:
         """Sorted-row position of the innermost slice open at each instant on a thread (-1: idle)."""
@@ -73,8 +80,9 @@ class HostIndex:
 def build_host_index(trace: Trace) -> HostIndex:
     trace.require_whole()
     s = trace.slices
+    # Names stay categorical (codes, not strings, are sorted and compared); kinds become codes.
     host = s.filter(pl.col(Col.KIND).is_in([k.value for k in HOST_KINDS])).select(
-        Col.ID, Col.KIND, pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, Col.PID, Col.TID, Col.PARENT, Col.DEPTH
+        Col.ID, Col.KIND, Col.NAME, Col.TS, Col.DUR, Col.PID, Col.TID, Col.PARENT, Col.DEPTH
     ).with_columns(pl.col(Col.PID).fill_null(-1), pl.col(Col.TID).fill_null(-1))
     host = host.sort([Col.PID, Col.TID, Col.TS, Col.DUR, Col.ID], descending=[False, False, False, True, False])
     n = host.height
@@ -84,7 +92,7 @@ def build_host_index(trace: Trace) -> HostIndex:
     parent_ids = host.get_column(Col.PARENT).fill_null(-1).to_numpy()
     parent = np.where(parent_ids >= 0, pos_of_id[np.maximum(parent_ids, 0)], -1)
     depth = host.get_column(Col.DEPTH).fill_null(0).to_numpy().astype(np.int64)
-    kind = host.get_column(Col.KIND).cast(pl.String).to_numpy()
+    kind_code = host.get_column(Col.KIND).to_physical().to_numpy()
     names = host.get_column(Col.NAME)
     threads: dict[tuple[int, int], tuple[int, int]] = {}
     if n:
@@ -93,8 +101,8 @@ def build_host_index(trace: Trace) -> HostIndex:
         )
         threads = {(int(p), int(t)): (int(lo), int(hi) + 1) for p, t, lo, hi in keys.iter_rows()}
 
-    is_runtime = np.isin(kind, [k.value for k in LAUNCH_KINDS])
-    unique = names.unique().to_list()
+    is_runtime = np.isin(kind_code, [_KIND_CODES[k.value] for k in LAUNCH_KINDS])
+    unique = [u for u in names.unique().to_list() if u is not None]
 
     def by_name(test: object) -> B:
         hits = [u for u in unique if test(u)]  # type: ignore[operator]
@@ -117,13 +125,14 @@ def build_host_index(trace: Trace) -> HostIndex:
         end=(host.get_column(Col.TS) + host.get_column(Col.DUR)).to_numpy(),
         parent=parent,
         depth=depth,
-        kind=kind,
+        kind_code=kind_code,
         threads=threads,
         on_stack=on_stack,
         self_flag=self_flag,
-        op_ctx=_propagate_ctx(np.where(kind == Kind.CPU_OP.value, ids, -1), parent, levels),
-        annotation_ctx=_propagate_ctx(np.where(kind == Kind.ANNOTATION.value, ids, -1), parent, levels),
-        python_ctx=_propagate_ctx(np.where(kind == Kind.PYTHON.value, ids, -1), parent, levels),
+        op_ctx=_propagate_ctx(np.where(kind_code == _KIND_CODES[Kind.CPU_OP.value], ids, -1), parent, levels),
+        annotation_ctx=_propagate_ctx(
+            np.where(kind_code == _KIND_CODES[Kind.ANNOTATION.value], ids, -1), parent, levels),
+        python_ctx=_propagate_ctx(np.where(kind_code == _KIND_CODES[Kind.PYTHON.value], ids, -1), parent, levels),
     )
 
 

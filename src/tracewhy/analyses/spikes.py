@@ -11,7 +11,7 @@ import polars as pl
 
 from tracewhy.analyses.host_activity import Flag, HostIndex
 from tracewhy.analyses.steps import StepsResult
-from tracewhy.model.schema import Col
+from tracewhy.model.schema import Col, Kind
 from tracewhy.model.trace import Trace
 
 #: A steady step this much above the steady median is a spike (the sleep and scheduler noise
@@ -34,16 +34,15 @@ class SpikesResult:
 
 def spikes(trace: Trace, steps: StepsResult, host: HostIndex, margin: float = SPIKE_MARGIN) -> SpikesResult:
     trace.require_whole()
-    names = trace.slices.get_column(Col.NAME).cast(pl.String)
-    host_names = names.gather(host.ids)
-    uniq = host_names.unique().to_list()
+    host_names = trace.slices.get_column(Col.NAME).gather(host.ids)  # categorical: codes, not strings
+    uniq = [n for n in host_names.unique().to_list() if n is not None]
     compile_hits = [n for n in uniq if _RECOMPILE.search(n)]
     features = {
         "allocator_calls": host.self_flag[Flag.ALLOC],
         "syncs": host.self_flag[Flag.SYNC],
         "compiles": host_names.is_in(compile_hits).to_numpy() & (host.depth == 0) if compile_hits
         else np.zeros(host.ids.size, dtype=bool),
-        "collectives": host.self_flag[Flag.COMM] & (host.kind == "cpu_op"),
+        "collectives": host.self_flag[Flag.COMM] & host.is_kind(Kind.CPU_OP),
     }
     times = {k: np.sort(host.ts[v]) for k, v in features.items()}
     rows = []

@@ -31,12 +31,17 @@ class SyncsResult:
 def syncs(trace: Trace, steps: StepsResult, host: HostIndex) -> SyncsResult:
     trace.require_whole()
     s = trace.slices
-    names = s.get_column(Col.NAME).cast(pl.String)
+    name_col = s.get_column(Col.NAME)
     rows = np.flatnonzero(host.self_flag[Flag.SYNC])
     ids = host.ids[rows]
 
     def name_of(ctx: npt.NDArray[np.int64]) -> list[str | None]:
-        return [names[int(i)] if i >= 0 else None for i in ctx]
+        """Names of these slice ids (-1: None), looked up only for them."""
+        out: list[str | None] = [None] * ctx.size
+        has = np.flatnonzero(ctx >= 0)
+        for pos, name in zip(has.tolist(), name_col.gather(ctx[has]).cast(pl.String).to_list(), strict=True):
+            out[pos] = name
+        return out
 
     st = steps.table
     starts = st.get_column(Col.TS).to_numpy() if st.height else np.zeros(0, dtype=np.int64)
@@ -46,7 +51,7 @@ def syncs(trace: Trace, steps: StepsResult, host: HostIndex) -> SyncsResult:
     in_step = (step >= 0) & (ts < ends[np.maximum(step, 0)]) if starts.size else np.zeros(ts.size, dtype=bool)
     calls = pl.DataFrame({
         Col.ID: ids,
-        Col.NAME: [names[int(i)] for i in ids],
+        Col.NAME: name_of(ids),
         Col.TS: ts,
         "blocked_ns": host.end[rows] - ts,
         "op": name_of(host.op_ctx[rows]),
@@ -60,12 +65,14 @@ def syncs(trace: Trace, steps: StepsResult, host: HostIndex) -> SyncsResult:
               on="step", how="left")
         .with_columns(pl.col("syncs").fill_null(0), pl.col("blocked_ns").fill_null(0))
     )
-    # Scalar reads: the op blocked only if a synchronize ran inside it.
-    reads = [i for i, n in enumerate(names.gather(host.ids).to_list()) if api_names.is_scalar_read(n)]
-    read_rows = np.array(reads, dtype=np.int64)
+    # Scalar reads: the op blocked only if a synchronize ran inside it. Names are tested once
+    # each (a trace has hundreds of names over millions of host slices).
+    host_names = name_col.gather(host.ids)
+    read_names = [n for n in host_names.unique().to_list() if n is not None and api_names.is_scalar_read(n)]
+    read_rows = np.flatnonzero(host_names.is_in(read_names).to_numpy()) if read_names else np.zeros(0, np.int64)
     sync_ops = set(host.op_ctx[rows].tolist())
     scalar = pl.DataFrame({
-        Col.NAME: [names[int(host.ids[r])] for r in read_rows],
+        Col.NAME: name_of(host.ids[read_rows]),
         "blocked": [int(host.ids[r]) in sync_ops for r in read_rows],
     }, schema={Col.NAME: pl.String, "blocked": pl.Boolean})
     scalar_reads = scalar.group_by(Col.NAME).agg(pl.len().cast(pl.Int64).alias("calls"),

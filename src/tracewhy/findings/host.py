@@ -112,7 +112,7 @@ def _scalar_reads(ctx: Context) -> list[Finding]:
 def _own_time(ctx: Context, names: list[str]) -> float:
     """Time inside the outermost of these ops (aten::item wraps _local_scalar_dense: count it once)."""
     s = ctx.trace.slices
-    ids = np.flatnonzero(s.get_column(Col.NAME).cast(pl.String).is_in(names).to_numpy())
+    ids = np.flatnonzero(s.get_column(Col.NAME).is_in(names).to_numpy())  # categorical: no string copy
     enclosing = s.get_column(Col.OP).fill_null(-1).to_numpy()[ids]
     outer = ~np.isin(enclosing, ids)
     return float(s.get_column(Col.DUR).to_numpy()[ids][outer].sum())

@@ -43,8 +43,8 @@ def findings(ctx: Context) -> list[Finding]:
                       "with GradScaler), or at least torch.backends.cuda.matmul.allow_tf32 = True.",
             evidence={"share": round(share, 4), "kernels": without.head(5).select("name", "total_ns").to_dicts()},
         ))
-    names = t.slices.get_column(Col.NAME).cast(pl.String).unique().to_list()
-    dp = [n for n in names if _DATA_PARALLEL.search(n)]
+    names = t.slices.get_column(Col.NAME).unique().to_list()  # unique codes first, then strings
+    dp = [n for n in names if n is not None and _DATA_PARALLEL.search(n)]
     devices = t.of_kind(*GPU_ACTIVITY_KINDS).get_column(Col.DEVICE).n_unique()
     if dp and devices > 1:
         out.append(Finding(

@@ -99,9 +99,10 @@ def _sync_after_every_block(ctx: Context) -> Finding | None:
     if sync_rows.size == 0 or st.table.height == 0:
         return None
     syncs_per_step = sync_rows.size / st.table.height
-    ann = np.flatnonzero((host.kind == Kind.ANNOTATION.value) & (host.depth >= 0))
-    names = ctx.trace.slices.get_column(Col.NAME).cast(pl.String)
-    ann = np.array([r for r in ann if not names[int(host.ids[r])].startswith(st.marker)], dtype=np.int64)
+    ann = np.flatnonzero(host.is_kind(Kind.ANNOTATION) & (host.depth >= 0))
+    names = ctx.trace.slices.get_column(Col.NAME).gather(host.ids[ann]).cast(pl.String).to_list()
+    ann = np.array([r for r, name in zip(ann.tolist(), names, strict=True) if not (name or "").startswith(st.marker)],
+                   dtype=np.int64)
     if syncs_per_step < th.SYNC_PER_BLOCK_MIN_SYNCS or ann.size == 0:
         return None
     s_ts = np.sort(host.ts[sync_rows])
