@@ -206,3 +206,21 @@ def test_slices_left_open_are_counted_whole_and_in_pieces(piece: int | None, tmp
     assert expected == 7
     assert trace.meta.unfinished_events == expected
     assert any("7 events were still open" in w for w in trace.meta.warnings)
+
+
+def test_a_bare_event_array_is_refused_at_its_first_byte(tmp_path: Path) -> None:
+    """A bare array (some writers drop the object around the events) goes to the whole read at
+    once: the piece reader must not scan 64 MB for a traceEvents key it cannot find."""
+    path = tmp_path / "bare.json"
+    path.write_bytes(b"[" + b",".join(b'{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": %d, '
+                                      b'"dur": 1}' % i for i in range(50)) + b"]")
+    chunks_read = []
+
+    def chunks() -> Iterator[bytes]:
+        for c in iter_content(path, 64):
+            chunks_read.append(c)
+            yield c
+
+    with pytest.raises(kineto_document.BadCut):
+        list(kineto_pieces.PieceStream(chunks(), 64).pieces())
+    assert len(chunks_read) == 1

@@ -87,16 +87,22 @@ class PieceStream:
 
     def _head(self) -> tuple[bytes, bytes]:
         """The header's bytes up to the events' key, and what came after its ``[``."""
-        got = b""
+        parts: list[bytes] = []
+        size = 0
         for chunk in self._chunks:
-            got += chunk
+            if not parts and first_byte(chunk[:4096]) not in (b"{", b""):
+                raise BadCut("not a JSON object")  # a bare event array, or not JSON at all
+            parts.append(chunk)
+            size += len(chunk)
+            got = b"".join(parts) if len(parts) > 1 else chunk
             key = _EVENTS_KEY.search(got)
             if key is not None:
                 head = got[: key.start()]
                 if first_byte(head[:4096]) != b"{":
                     raise BadCut("not a JSON object")
                 return head, got[key.end() :]
-            if len(got) > _HEAD_MAX:
+            parts = [got]
+            if size > _HEAD_MAX:
                 break
         raise BadCut("no traceEvents list near the start")
 
