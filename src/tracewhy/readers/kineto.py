@@ -128,6 +128,7 @@ def read_kineto(
     # batches are built; none of them can form a cycle, so it is paused for the read.
     gc_was_enabled = gc.isenabled()
     gc.disable()
+    builder: _Builder | None = None
     try:
         if size > whole_max:
             stream = kineto_pieces.PieceStream(iter_content(path, piece, max_inflated_bytes), piece)
@@ -136,32 +137,33 @@ def read_kineto(
             except BadCut:
                 # Not a shape piece reading handles, or a cut inside an event: read it whole.
                 # Helpers may hold batches of the abandoned read: new ones take over.
+                builder = None
                 if helpers:
                     _stop(helpers, None)
                     helpers = kineto_parallel.start_helpers(count, scratch) if scratch is not None else []
             else:
                 assert stream.header is not None
-                if builder.problems and not builder.rows_seen:
-                    _no_usable_events(path, builder)
                 header, truncation = stream.header, None
-                return builder.finish(header, truncation)
-        buf = read_bytes(path, max_inflated_bytes)
-        if not first_byte(buf):  # (never buf.strip(): that would copy the whole file)
-            raise TraceError(path, "file is empty")
-        doc = split_document(path, buf, one_pass=not helpers and size <= whole_max)
-        del buf
-        if doc.events is not None:
-            builder = _Builder(path)
-            builder.add(doc.events)
-            if progress is not None:
-                progress(len(doc.events), len(doc.events))
-        else:
-            units = ((make(), n) for make, n in doc.units(batch_size))
-            builder = _build(path, units, helpers, doc.event_count, progress)
-        had_events = doc.event_count > 0
-        header, truncation = doc.header, doc.truncation
-        doc.events = doc.raw_events = None  # let the events go before the columns are joined
+                had_events = bool(builder.rows_seen or builder.problems)
+        if builder is None:
+            buf = read_bytes(path, max_inflated_bytes)
+            if not first_byte(buf):  # (never buf.strip(): that would copy the whole file)
+                raise TraceError(path, "file is empty")
+            doc = split_document(path, buf, one_pass=not helpers and size <= whole_max)
+            del buf
+            if doc.events is not None:
+                builder = _Builder(path)
+                builder.add(doc.events)
+                if progress is not None:
+                    progress(len(doc.events), len(doc.events))
+            else:
+                units = ((make(), n) for make, n in doc.units(batch_size))
+                builder = _build(path, units, helpers, doc.event_count, progress)
+            had_events = doc.event_count > 0
+            header, truncation = doc.header, doc.truncation
+            doc.events = doc.raw_events = None  # let the events go before the columns are joined
     finally:
+        # Helpers are gone, and the collector back, before the columns are joined.
         _stop(helpers, scratch)
         if gc_was_enabled:
             gc.enable()
