@@ -38,7 +38,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(cls.name, help=doc.splitlines()[0] if doc else None, description=doc)
         command = cls()
         if cls.takes_trace:
-            p.add_argument("trace", metavar="TRACE", help="trace file: PyTorch profiler .json/.json.gz or an nsys SQLite export (.sqlite[.gz], .nsys-rep)")
+            p.add_argument("trace", metavar="TRACE", help="trace file: PyTorch profiler .json/.json.gz or an "
+                                                          "nsys SQLite export (.sqlite[.gz], .nsys-rep)")
         command.configure(p)
         add_common_options(p)
         p.set_defaults(command=command)
