@@ -45,7 +45,7 @@ STAGES = (
     "tracewhy.readers.kineto:read_bytes",
     "tracewhy.readers.kineto:split_document",
     "tracewhy.readers.kineto:_split_document",
-    "tracewhy.readers.kineto_document:decode_raw_events",
+    "tracewhy.readers.kineto:decode_body",
     "tracewhy.readers.kineto:_decode_batch",
     "tracewhy.readers.kineto:_Builder.add",
     "tracewhy.readers.kineto:_Builder._flows",

@@ -157,8 +157,7 @@ def read_kineto(
                 if progress is not None:
                     progress(len(doc.events), len(doc.events))
             else:
-                units = ((make(), n) for make, n in doc.units(batch_size))
-                builder = _build(path, units, helpers, doc.event_count, progress)
+                builder = _build(path, doc.bodies(batch_size), helpers, doc.event_count, progress)
             had_events = doc.event_count > 0
             header, truncation = doc.header, doc.truncation
             doc.events = doc.raw_events = None  # let the events go before the columns are joined
@@ -203,7 +202,7 @@ def _build(path: Path, bodies: Iterable[tuple[bytes, int]], helpers: list[kineto
             builder.merge(part)
     else:
         for body, weight in bodies:
-            builder.add(decode_body(body, builder.problems), _FINISHED in body)
+            builder.add_json(body)
             advance(weight)
     return builder
 
@@ -309,6 +308,11 @@ class _Builder:
         self.flows += part.flows
         self.thread_rows += part.thread_rows
         self.spans += part.spans
+
+    def add_json(self, body: bytes) -> None:
+        """Take the events of a JSON array (a piece or batch of a file). Raises BadCut as
+        ``decode_body`` does."""
+        self.add(decode_body(body, self.problems), _FINISHED in body)
 
     def add(self, events: list[Event], maybe_unfinished: bool = True) -> None:
         """Take a batch of events. ``maybe_unfinished=False`` (their bytes never say
@@ -483,7 +487,7 @@ class _Builder:
                 args[i] = a
         if python in kind_set and maybe_unfinished:
             frames = [i for i, k in enumerate(kinds) if k == python]
-            if b'"finished"' in b",".join([evs[i].args for i in frames]):
+            if _FINISHED in b",".join([evs[i].args for i in frames]):
                 link = decode_args([evs[i].args for i in frames], LinkArgs, self.problems)
                 self._unfinished(link)
                 for i, a in zip(frames, link, strict=True):

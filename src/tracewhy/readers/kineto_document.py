@@ -8,9 +8,8 @@ Python objects at a time.
 
 from __future__ import annotations
 
-import functools
 import re
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,7 +37,8 @@ class BadCut(Exception):
     the file is not of the shape the piece cutter reads (``kineto_pieces``)."""
 
 
-Unit = tuple[Callable[[], bytes], int]
+#: Where the events array of a ``{... "traceEvents": [...]}`` file begins.
+EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 
 
 @dataclass
@@ -54,16 +54,13 @@ class Document:
     def event_count(self) -> int:
         return len(self.events) if self.events is not None else len(self.raw_events or ())
 
-    def units(self, size: int) -> list[Unit]:
-        """The raw events' work, in file order: for each batch, a function making its bytes (a
-        JSON array of events) and its number of events."""
+    def bodies(self, size: int) -> Iterator[tuple[bytes, int]]:
+        """The raw events in batches of ``size``, in file order, each as the bytes of a JSON
+        array of events with its number of events; made one at a time as they are taken."""
         raws = self.raw_events or []
-        return [(functools.partial(_joined, raws[start : start + size]), len(raws[start : start + size]))
-                for start in range(0, len(raws), size)]
-
-
-def _joined(raws: list[msgspec.Raw]) -> bytes:
-    return b"[" + b",".join(raws) + b"]"
+        for start in range(0, len(raws), size):
+            batch = raws[start : start + size]
+            yield b"[" + b",".join(batch) + b"]", len(batch)
 
 
 def decode_body(body: bytes, problems: dict[str, int]) -> list[Event]:
@@ -73,7 +70,7 @@ def decode_body(body: bytes, problems: dict[str, int]) -> list[Event]:
         events: list[Event] = EVENTS_DECODER.decode(body)
         return events
     except msgspec.ValidationError:
-        return decode_raw_events(RAW_LIST_DECODER.decode(body), problems)
+        return _decode_each(RAW_LIST_DECODER.decode(body), problems)
     except msgspec.DecodeError as e:
         raise BadCut(str(e)) from None
 
@@ -145,13 +142,10 @@ def first_byte(buf: bytes | bytearray) -> bytes:
     return b"" if m is None else m.group()
 
 
-def decode_raw_events(raws: list[msgspec.Raw], problems: dict[str, int]) -> list[Event]:
-    """Decode a batch of raw events; a wrongly typed event is skipped and counted in ``problems``
-    instead of failing the file (its args stay raw here: ``decode_args`` judges those)."""
-    try:
-        return EVENTS_DECODER.decode(b"[" + b",".join(raws) + b"]")
-    except msgspec.ValidationError:
-        pass
+def _decode_each(raws: list[msgspec.Raw], problems: dict[str, int]) -> list[Event]:
+    """Decode events one by one (a batch with a wrongly typed event): that event is skipped and
+    counted in ``problems`` instead of failing the file; args stay raw (``decode_args`` judges
+    those)."""
     events: list[Event] = []
     for raw in raws:
         try:
@@ -168,7 +162,7 @@ def _recover_truncated(path: Path, buf: bytes | bytearray, bare_array: bool) -> 
     if bare_array:
         start = bytes(buf[:4096]).index(b"[") + 1
     else:
-        m = re.search(rb'"traceEvents"\s*:\s*\[', buf)
+        m = EVENTS_KEY.search(buf)
         if m is None:
             raise TraceError(path, "JSON ends early, before any traceEvents")
         start = m.end()

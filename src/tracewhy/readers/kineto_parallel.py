@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Final
 
-from tracewhy.readers.kineto_document import BadCut, decode_body
+from tracewhy.readers.kineto_document import BadCut
 
 #: Below this many (uncompressed) bytes a helper's start-up (an interpreter and its imports,
 #: about 0.4 s of CPU) costs more than it saves.
@@ -187,7 +187,7 @@ def build_part(body: bytes) -> object:
     from tracewhy.readers.kineto import _Builder
 
     part = _Builder(Path())
-    part.add(decode_body(body, part.problems), b'"finished"' in body)
+    part.add_json(body)
     return part
 
 

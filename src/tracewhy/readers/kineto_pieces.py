@@ -23,7 +23,7 @@ from typing import Final
 
 import msgspec
 
-from tracewhy.readers.kineto_document import BadCut, first_byte
+from tracewhy.readers.kineto_document import EVENTS_KEY, BadCut, first_byte
 from tracewhy.readers.kineto_events import EVENTS_DECODER, RAW_DOCUMENT_DECODER
 
 #: Pieces of a sixteenth of the file, within these bounds. Small pieces keep few events alive
@@ -41,7 +41,6 @@ def piece_size(content_bytes: int) -> int:
 #: The end of one event and the start of the next, at any spacing. It can also match inside a
 #: string or a nested object; a piece cut there is not valid JSON, and decoding it says so.
 _BETWEEN_EVENTS: Final = re.compile(rb"\}\s*,\s*\{")
-_EVENTS_KEY: Final = re.compile(rb'"traceEvents"\s*:\s*\[')
 #: The events must begin within this many bytes (Kineto writes a few KB of header first).
 _HEAD_MAX: Final = 64 * 1024 * 1024
 #: How far back from the end of the events the last gap between two of them is looked for.
@@ -95,7 +94,7 @@ class PieceStream:
             parts.append(chunk)
             size += len(chunk)
             got = b"".join(parts) if len(parts) > 1 else chunk
-            key = _EVENTS_KEY.search(got)
+            key = EVENTS_KEY.search(got)
             if key is not None:
                 head = got[: key.start()]
                 if first_byte(head[:4096]) != b"{":
