@@ -16,10 +16,6 @@ class TraceError(Exception):
         self.problem = " ".join(problem.split())  # always one line
         super().__init__(self.problem if self.path is None else f"{self.path}: {self.problem}")
 
-    def __reduce__(self) -> tuple[type[TraceError], tuple[str | None, str]]:
-        # Pickled as its two parts, so that it crosses a process boundary (worker pools) intact.
-        return (type(self), (self.path, self.problem))
-
 
 class UsageError(Exception):
     """A command-line request that cannot be satisfied (bad option value, unknown step name)."""
