@@ -63,7 +63,7 @@ class Document:
             yield b"[" + b",".join(batch) + b"]", len(batch)
 
 
-def decode_body(body: bytes, problems: dict[str, int]) -> list[Event]:
+def decode_body(body: bytes | bytearray, problems: dict[str, int]) -> list[Event]:
     """The events of a JSON array; a wrongly typed event is skipped and counted in ``problems``.
     Raises BadCut if the bytes are not a JSON array at all."""
     try:

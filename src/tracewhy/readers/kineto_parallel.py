@@ -85,7 +85,7 @@ class Helper:
             stderr=subprocess.DEVNULL, env=dict(os.environ, **{ENV_IN_HELPER: "1"}),
         )
 
-    def send(self, body: bytes) -> None:
+    def send(self, body: bytes | bytearray) -> None:
         """Hand the helper a batch (a JSON array of events); it works through them in order."""
         if self.broken:
             return
@@ -148,14 +148,14 @@ def start_helpers(workers: int, workdir: Path) -> list[Helper]:
     return helpers
 
 
-def build_parts(helpers: list[Helper], bodies: Iterable[tuple[bytes, int]],
+def build_parts(helpers: list[Helper], bodies: Iterable[tuple[bytes | bytearray, int]],
                 progress: Callable[[int], None]) -> list[object]:
     """Every batch's builder, in file order: batch k (its bytes, and its weight for ``progress``)
     is built here when k is a multiple of the number of processes, else by helper ``k % n - 1``.
     The batches are taken from ``bodies`` as they are needed. Raises BadCut as ``decode_body``."""
     stride = len(helpers) + 1
     parts: list[object] = []
-    sent: list[list[tuple[int, bytes, int]]] = [[] for _ in helpers]  # per helper, oldest first
+    sent: list[list[tuple[int, bytes | bytearray, int]]] = [[] for _ in helpers]  # per helper, oldest first
 
     def collect(h: int) -> None:
         k, body, weight = sent[h].pop(0)
@@ -182,7 +182,7 @@ def build_parts(helpers: list[Helper], bodies: Iterable[tuple[bytes, int]],
     return parts
 
 
-def build_part(body: bytes) -> object:
+def build_part(body: bytes | bytearray) -> object:
     """Decode one batch (``body`` is a JSON array of events) into a builder of its own."""
     from tracewhy.readers.kineto import _Builder
 
