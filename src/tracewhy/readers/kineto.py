@@ -11,7 +11,6 @@ import gc
 import math
 import re
 import shutil
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,16 +81,29 @@ _CATEGORY_KIND: dict[str, Kind] = {
 # "async_cpu_to_gpu" (Meta-internal 2022) before that.
 _FLOW_KIND = {"ac2g": "correlation", "async": "correlation", "async_gpu": "correlation",
               "async_cpu_to_gpu": "correlation", "fwdbwd": "fwdbwd"}
-_GPU_KINDS = frozenset(k.value for k in (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.GPU_ANNOTATION,
-                                         Kind.GPU_SYNC, Kind.PROFILER_RANGE))
-_OP_ATTR_KINDS = frozenset(k.value for k in (Kind.CPU_OP, Kind.ANNOTATION))
-#: The shape each kind's args are decoded into (LinkArgs for the rest).
-_ARGS_SHAPE: dict[str, type[LinkArgs]] = {**dict.fromkeys(_GPU_KINDS, GpuArgs), **dict.fromkeys(_OP_ATTR_KINDS, OpArgs)}
+#: Kinds as their position in KIND_DTYPE: a batch's kinds are a uint8 array of these.
+_KINDS: tuple[str, ...] = tuple(k.value for k in Kind)
+_KIND_CODE = {k: i for i, k in enumerate(_KINDS)}
+_KIND_SERIES = pl.Series(_KINDS, dtype=KIND_DTYPE)
+_SPAN = 255  # cat "Trace": the profiler's own capture window, not a slice
+
+
+def _code_set(*kinds: Kind) -> npt.NDArray[np.bool_]:
+    table = np.zeros(256, dtype=np.bool_)
+    table[[_KIND_CODE[k.value] for k in kinds]] = True
+    return table
+
+
+#: Device activity: args decoded as GpuArgs. Ops and annotations: OpArgs. The rest: LinkArgs.
+_GPU_CODES = _code_set(Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.GPU_ANNOTATION, Kind.GPU_SYNC,
+                       Kind.PROFILER_RANGE)
+_OP_CODES = _code_set(Kind.CPU_OP, Kind.ANNOTATION)
+#: An id no event has: "not known" while columns are built (null in the table).
+_NULL = np.iinfo(np.int64).min
 # record_function scopes that PyTorch itself opens. Before 1.10 they were written with cat
 # "Operator" like aten ops; they are annotations, not operators.
 _LEGACY_ANNOTATION = re.compile(r"^(ProfilerStep#\d+|enumerate\(DataLoader\)#|Optimizer\.(step|zero_grad)#)")
 _FINISHED = b'"finished"'  # PyTorch >= 2.4 marks slices left open with "finished": false
-_TRACE_SPAN = "trace_span"  # cat "Trace": the profiler's own capture window
 _FLOW_PHASES = frozenset(("s", "f", "t"))
 _INSTANT_PHASES = frozenset(("i", "I"))
 _COPY_NAME = re.compile(r"Memcpy\s+(\w+)\s*(?:\((\w+)\s*->\s*(\w+)\))?")
@@ -131,7 +143,8 @@ def read_kineto(
     builder: _Builder | None = None
     try:
         if size > whole_max:
-            stream = kineto_pieces.PieceStream(iter_content(path, piece, max_inflated_bytes), piece)
+            stream = kineto_pieces.PieceStream(
+                iter_content(path, kineto_pieces.READ_BYTES, max_inflated_bytes), piece)
             try:
                 builder = _build(path, ((p, len(p)) for p in stream.pieces()), helpers, size, progress)
             except BadCut:
@@ -183,8 +196,8 @@ def _stop(helpers: list[kineto_parallel.Helper], scratch: Path | None) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _build(path: Path, bodies: Iterable[tuple[bytes, int]], helpers: list[kineto_parallel.Helper], total: int,
-           progress: Progress | None) -> _Builder:
+def _build(path: Path, bodies: Iterable[tuple[bytes | bytearray, int]], helpers: list[kineto_parallel.Helper],
+           total: int, progress: Progress | None) -> _Builder:
     """Build the columns of every batch (bytes of a JSON array of events, and its weight in
     units of ``total``), here or, every other batch, in a helper."""
     builder = _Builder(path)
@@ -246,6 +259,9 @@ def us_to_ns(us: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
 
 
 _EMPTY_FRAME = pl.DataFrame()
+_EMPTY_KERNEL_ATTRS = pl.DataFrame(schema=KERNEL_ATTRS_SCHEMA)
+_EMPTY_COPY_ATTRS = pl.DataFrame(schema=COPY_ATTRS_SCHEMA)
+_EMPTY_OP_ATTRS = pl.DataFrame(schema=OP_ATTRS_SCHEMA)
 
 
 @dataclass
@@ -268,7 +284,7 @@ class _Builder:
     thread_rows: list[tuple[int, int | None, str]] = field(default_factory=list)
     spans: list[tuple[int, int]] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
-    kind_cache: dict[str | None, str] = field(default_factory=dict)
+    kind_cache: dict[str | None, int] = field(default_factory=dict)
     legacy_cache: dict[str, bool] = field(default_factory=dict)
     copy_cache: dict[str, tuple[str, str, str]] = field(default_factory=dict)
     rows_seen: int = 0
@@ -283,16 +299,18 @@ class _Builder:
         if n:
             self.problems[key] = self.problems.get(key, 0) + n
 
-    def _kinds(self, evs: list[Event]) -> tuple[list[str], bool]:
-        """Each event's kind, and whether the legacy category "Operator" (PyTorch < 1.10) is
-        among them: only then are record_function scopes written as operators."""
+    def _kind_codes(self, evs: list[Event]) -> tuple[npt.NDArray[np.uint8], bool]:
+        """Each event's kind as its position in ``KIND_DTYPE`` (``_SPAN`` for the profiler's own
+        window), and whether the legacy category "Operator" (PyTorch < 1.10) is among them:
+        only then are record_function scopes written as operators."""
         cache = self.kind_cache
-        cats = {e.cat for e in evs}
-        for cat in cats - cache.keys():
+        cats = [e.cat for e in evs]
+        seen = set(cats)
+        for cat in seen - cache.keys():
             low = (cat or "").lower()
-            cache[cat] = _TRACE_SPAN if low == "trace" else _CATEGORY_KIND.get(low, Kind.OTHER).value
-        legacy = any(cat is not None and cat.lower() == "operator" for cat in cats)
-        return [cache[e.cat] for e in evs], legacy
+            cache[cat] = _SPAN if low == "trace" else _KIND_CODE[_CATEGORY_KIND.get(low, Kind.OTHER).value]
+        legacy = any(cat is not None and cat.lower() == "operator" for cat in seen)
+        return np.fromiter(map(cache.__getitem__, cats), dtype=np.uint8, count=len(cats)), legacy
 
     def merge(self, part: _Builder) -> None:
         """Take over what a builder of a later part of the same file has built."""
@@ -309,14 +327,13 @@ class _Builder:
         self.thread_rows += part.thread_rows
         self.spans += part.spans
 
-    def add_json(self, body: bytes) -> None:
+    def add_json(self, body: bytes | bytearray) -> None:
         """Take the events of a JSON array (a piece or batch of a file). Raises BadCut as
         ``decode_body`` does."""
-        self.add(decode_body(body, self.problems), _FINISHED in body)
+        self.add(decode_body(body, self.problems))
 
-    def add(self, events: list[Event], maybe_unfinished: bool = True) -> None:
-        """Take a batch of events. ``maybe_unfinished=False`` (their bytes never say
-        ``"finished"``) spares looking for slices left open."""
+    def add(self, events: list[Event]) -> None:
+        """Take a batch of events."""
         self.rows_seen += len(events)
         xs = [e for e in events if e.ph == "X"]
         if len(xs) < len(events):
@@ -328,7 +345,7 @@ class _Builder:
                 if e.ph not in _FLOW_PHASES and e.ph not in _INSTANT_PHASES and e.ph != "M":
                     self._count(f"ignored phase {e.ph!r}", 1)
         if xs:
-            self._slices(xs, maybe_unfinished)
+            self._slices(xs)
 
     def _flows(self, evs: list[Event]) -> None:
         evs = [e for e in evs if not math.isnan(e.ts)]
@@ -379,28 +396,25 @@ class _Builder:
             elif e.name == "thread_name":
                 self.thread_rows.append((_to_int(e.pid), _to_int(e.tid), a.name))
 
-    def _slices(self, evs: list[Event], maybe_unfinished: bool) -> None:
-        kinds, legacy = self._kinds(evs)
-        kind_set = set(kinds)
-        if _TRACE_SPAN in kind_set:
-            # The profiler's own window: one or a few events, taken out in place.
-            spans = [i for i, k in enumerate(kinds) if k == _TRACE_SPAN]
-            for i in spans:
+    def _slices(self, evs: list[Event]) -> None:
+        codes, legacy = self._kind_codes(evs)
+        spans = np.flatnonzero(codes == _SPAN)
+        if spans.size:
+            # The profiler's own window: one or a few events, taken out.
+            for i in spans.tolist():
                 e = evs[i]
                 if not math.isnan(e.ts):
                     t = us_to_ns(np.array([e.ts, e.ts + (0.0 if math.isnan(e.dur) else e.dur)]))
                     self.spans.append((int(t[0]), int(t[1])))
-            for i in reversed(spans):
-                del evs[i], kinds[i]
-            kind_set.discard(_TRACE_SPAN)
+            keep = codes != _SPAN
+            evs, codes = [evs[i] for i in np.flatnonzero(keep).tolist()], codes[keep]
         if legacy:
-            self._legacy_annotations(evs, kinds)
+            self._legacy_annotations(evs, codes)
         ts = np.array([e.ts for e in evs], dtype=np.float64)
         bad_ts = np.isnan(ts)
         if bad_ts.any():
             self._problem("slice without ts skipped", int(bad_ts.sum()))
-            keep = np.flatnonzero(~bad_ts).tolist()
-            evs, kinds, ts = [evs[i] for i in keep], [kinds[i] for i in keep], ts[~bad_ts]
+            evs, codes, ts = [evs[i] for i in np.flatnonzero(~bad_ts).tolist()], codes[~bad_ts], ts[~bad_ts]
         if not evs:
             return
         dur = np.array([e.dur for e in evs], dtype=np.float64)
@@ -412,99 +426,86 @@ class _Builder:
         if negative.any():
             self._problem("negative dur taken as 0", int(negative.sum()))
             dur[negative] = 0.0
-        kind_set = set(kinds)
-        for k, count in Counter(kinds).items():
-            self._count(k, count)
-        args = self._args(evs, kinds, kind_set, maybe_unfinished)
+        for code, count in enumerate(np.bincount(codes, minlength=len(_KINDS)).tolist()):
+            self._count(_KINDS[code], count)
+        n = len(evs)
         pid = _int_array([e.pid for e in evs])
         tid = _int_array([e.tid for e in evs])
-        n = len(evs)
-        device: list[int | None] = [None] * n
-        stream: list[int | None] = [None] * n
-        gpu_idx = [i for i, k in enumerate(kinds) if k in _GPU_KINDS] if kind_set & _GPU_KINDS else []
-        for i in gpu_idx:
+        ids = _Ids(n)
+        kernel_attrs, copy_attrs, op_attrs = _EMPTY_KERNEL_ATTRS, _EMPTY_COPY_ATTRS, _EMPTY_OP_ATTRS
+        on_gpu = _in(codes, _GPU_CODES)
+        device = np.full(n, _NULL, dtype=np.int64)
+        stream = np.full(n, _NULL, dtype=np.int64)
+        device[on_gpu], stream[on_gpu] = pid[on_gpu], tid[on_gpu]
+        rows = np.flatnonzero(on_gpu)
+        if rows.size:
+            gpu = cast(list[GpuArgs | None], self._decode(evs, rows, GpuArgs))
+            ids.fill(rows, gpu)
             # GPU events: pid is the device and tid the stream when args lack them.
-            a = args[i]
-            gpu = a if isinstance(a, GpuArgs) else None
-            device[i] = gpu.device if gpu is not None and gpu.device is not None else int(pid[i])
-            stream[i] = _as_int(gpu.stream) if gpu is not None and gpu.stream is not None else int(tid[i])
-        self.saw_python = self.saw_python or Kind.PYTHON.value in kind_set
+            device[rows] = [d if a is not None and (d := a.device) is not None else p
+                            for a, p in zip(gpu, pid[rows].tolist(), strict=True)]
+            stream[rows] = [(_NULL if (v := _as_int(a.stream)) is None else v)
+                            if a is not None and a.stream is not None else t
+                            for a, t in zip(gpu, tid[rows].tolist(), strict=True)]
+            kernel_attrs = _kernel_attrs(rows, codes, gpu)
+            copy_attrs = self._copy_attrs(rows, codes, gpu, evs)
+        rows = np.flatnonzero(_in(codes, _OP_CODES))
+        if rows.size:
+            ops = cast(list[OpArgs | None], self._decode(evs, rows, OpArgs))
+            ids.fill(rows, ops)
+            op_attrs = _op_attrs(rows, ops)
+        python = codes == _KIND_CODE[Kind.PYTHON.value]
+        rows = np.flatnonzero(~(on_gpu | python | _in(codes, _OP_CODES)))
+        if rows.size:
+            ids.fill(rows, self._decode(evs, rows, LinkArgs))
+        if python.any():
+            # Python frames' args (frame ids) nothing reads; they are decoded only to count
+            # frames that say "finished": false (their joined bytes are a tenth of the file's:
+            # looking there costs a fifth of looking through the whole piece).
+            rows = np.flatnonzero(python)
+            if _FINISHED in b",".join([evs[i].args for i in rows.tolist()]):
+                self._decode(evs, rows, LinkArgs)
+        self.saw_python = self.saw_python or bool(python.any())
         frame = pl.DataFrame({
-            Col.KIND: pl.Series(kinds, dtype=KIND_DTYPE),
+            Col.KIND: codes,  # the Enum once all batches are joined
             Col.NAME: pl.Series([e.name for e in evs], dtype=pl.Categorical()),
             Col.TS: us_to_ns(ts),
             Col.DUR: np.rint(dur * 1000.0).astype(np.int64),
             Col.PID: pid,
             Col.TID: tid,
-            Col.DEVICE: pl.Series(device, dtype=pl.Int32()),
-            Col.STREAM: pl.Series(stream, dtype=pl.Int64()),
-            Col.CORRELATION: pl.Series([a.correlation if a is not None else None for a in args], dtype=pl.Int64()),
-            Col.EXTERNAL_ID: pl.Series(
-                [(a.external_id if a.external_id is not None else a.external_id_legacy) if a is not None else None
-                 for a in args],
-                dtype=pl.Int64(),
-            ),
-        })
-        self.batches.append(_Batch(
-            frame=frame,
-            kernel_attrs=_kernel_attrs([i for i in gpu_idx if kinds[i] == "kernel" and args[i] is not None], args),
-            copy_attrs=self._copy_attrs(
-                [i for i in gpu_idx if kinds[i] in ("memcpy", "memset") and args[i] is not None], args, evs, kinds
-            ),
-            op_attrs=_op_attrs([i for i, k in enumerate(kinds) if k in _OP_ATTR_KINDS and _has_op_attrs(args[i])],
-                               args),
-        ))
+            Col.DEVICE: device,
+            Col.STREAM: stream,
+            Col.CORRELATION: ids.correlation,
+            Col.EXTERNAL_ID: ids.external,
+        })  # _NULL (not known) becomes null once all batches are joined: one pass, not one a batch
+        self.batches.append(_Batch(frame=frame, kernel_attrs=kernel_attrs, copy_attrs=copy_attrs, op_attrs=op_attrs))
 
-    def _legacy_annotations(self, evs: list[Event], kinds: list[str]) -> None:
+    def _decode(self, evs: list[Event], rows: npt.NDArray[np.intp], shape: type[LinkArgs]) -> list[LinkArgs | None]:
+        """The args of the events at ``rows``, as ``shape``; open slices are counted."""
+        args = decode_args([evs[i].args for i in rows.tolist()], shape, self.problems)
+        self.unfinished += sum(1 for a in args if a is not None and a.finished is False)
+        return args
+
+    def _legacy_annotations(self, evs: list[Event], codes: npt.NDArray[np.uint8]) -> None:
         """Re-kind, in place, the record_function scopes that PyTorch < 1.10 wrote as operators."""
-        op = Kind.CPU_OP.value
-        ops = [i for i, k in enumerate(kinds) if k == op]
+        ops = np.flatnonzero(codes == _KIND_CODE[Kind.CPU_OP.value]).tolist()
         cache = self.legacy_cache
         for name in {evs[i].name for i in ops} - cache.keys():
             cache[name] = _LEGACY_ANNOTATION.match(name) is not None
-        if any(cache[evs[i].name] for i in ops):
-            for i in ops:
-                if cache[evs[i].name]:
-                    kinds[i] = Kind.ANNOTATION.value
+        scopes = [i for i in ops if cache[evs[i].name]]
+        codes[scopes] = _KIND_CODE[Kind.ANNOTATION.value]
 
-    def _args(self, evs: list[Event], kinds: list[str], kind_set: set[str],
-              maybe_unfinished: bool) -> list[LinkArgs | None]:
-        """Decoded args, in the shape of each event's kind (``_ARGS_SHAPE``). Python frames' args
-        (frame ids) nothing reads: those are decoded only if some say ``"finished": false``."""
-        python = Kind.PYTHON.value
-        shapes = {k: _ARGS_SHAPE.get(k, LinkArgs) for k in kind_set if k != python}
-        if python not in kind_set and len(set(shapes.values())) == 1:
-            args: list[LinkArgs | None] = list(
-                decode_args([e.args for e in evs], next(iter(shapes.values())), self.problems))
-            self._unfinished(args)
-            return args
-        args = [None] * len(evs)
-        for shape in set(shapes.values()):
-            idx = [i for i, k in enumerate(kinds) if k != python and shapes[k] is shape]
-            decoded = decode_args([evs[i].args for i in idx], shape, self.problems)
-            self._unfinished(decoded)
-            for i, a in zip(idx, decoded, strict=True):
-                args[i] = a
-        if python in kind_set and maybe_unfinished:
-            frames = [i for i, k in enumerate(kinds) if k == python]
-            if _FINISHED in b",".join([evs[i].args for i in frames]):
-                link = decode_args([evs[i].args for i in frames], LinkArgs, self.problems)
-                self._unfinished(link)
-                for i, a in zip(frames, link, strict=True):
-                    args[i] = a
-        return args
-
-    def _unfinished(self, args: Sequence[LinkArgs | None]) -> None:
-        self.unfinished += sum(1 for a in args if a is not None and a.finished is False)
-
-    def _copy_attrs(self, idx: list[int], args: list[LinkArgs | None], evs: list[Event],
-                    kinds: list[str]) -> pl.DataFrame:
-        if not idx:
-            return pl.DataFrame(schema=COPY_ATTRS_SCHEMA)
-        parsed = [self._copy_kind(evs[i].name) if kinds[i] == "memcpy" else (None, None, None) for i in idx]
+    def _copy_attrs(self, rows: npt.NDArray[np.intp], codes: npt.NDArray[np.uint8], gpu: list[GpuArgs | None],
+                    evs: list[Event]) -> pl.DataFrame:
+        memcpy, memset = _KIND_CODE[Kind.MEMCPY.value], _KIND_CODE[Kind.MEMSET.value]
+        pick = [(i, c, a) for i, c, a in zip(rows.tolist(), codes[rows].tolist(), gpu, strict=True)
+                if a is not None and c in (memcpy, memset)]
+        if not pick:
+            return _EMPTY_COPY_ATTRS
+        parsed = [self._copy_kind(evs[i].name) if c == memcpy else (None, None, None) for i, c, _ in pick]
         return pl.DataFrame({
-            "id": idx,
-            "bytes": [_as_int(args[i].bytes) for i in idx],  # type: ignore[union-attr]
+            "id": [i for i, _, _ in pick],
+            "bytes": [_as_int(a.bytes) for _, _, a in pick],
             "copy_kind": [p[0] for p in parsed],
             "src_mem": [p[1] for p in parsed],
             "dst_mem": [p[2] for p in parsed],
@@ -552,6 +553,10 @@ class _Builder:
         remap[order] = np.arange(order.size)
         frame = frame.with_columns(
             pl.Series(Col.ID, np.arange(frame.height, dtype=np.int64)),
+            _KIND_SERIES.gather(frame.get_column(Col.KIND)).alias(Col.KIND),
+            *(pl.when(pl.col(c) != _NULL).then(pl.col(c)).alias(c)
+              for c in (Col.STREAM, Col.CORRELATION, Col.EXTERNAL_ID)),
+            pl.when(pl.col(Col.DEVICE) != _NULL).then(pl.col(Col.DEVICE)).cast(pl.Int32).alias(Col.DEVICE),
             pl.lit(None, dtype=pl.Int32).alias(Col.DEPTH),
             pl.lit(None, dtype=pl.Int64).alias(Col.PARENT),
             pl.lit(None, dtype=pl.Int64).alias(Col.LAUNCH),
@@ -631,14 +636,36 @@ def _triple(values: list[int] | str | None) -> tuple[int | None, int | None, int
     return None, None, None
 
 
-def _kernel_attrs(idx: list[int], args: list[LinkArgs | None]) -> pl.DataFrame:
-    if not idx:
-        return pl.DataFrame(schema=KERNEL_ATTRS_SCHEMA)
-    a = cast(list[GpuArgs], [args[i] for i in idx])  # device activity: GpuArgs
+def _in(codes: npt.NDArray[np.uint8], among: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
+    """Whether each kind code is one of those ``among`` marks (a table indexed by code)."""
+    return among[codes]
+
+
+class _Ids:
+    """The correlation and external ids of a batch's slices, ``_NULL`` where not known."""
+
+    def __init__(self, n: int) -> None:
+        self.correlation = np.full(n, _NULL, dtype=np.int64)
+        self.external = np.full(n, _NULL, dtype=np.int64)
+
+    def fill(self, rows: npt.NDArray[np.intp], args: Sequence[LinkArgs | None]) -> None:
+        self.correlation[rows] = [_NULL if a is None or (c := a.correlation) is None else c for a in args]
+        # "External id" since PyTorch 1.10, "external id" before.
+        self.external[rows] = [_NULL if a is None else x if (x := a.external_id) is not None else
+                               _NULL if (y := a.external_id_legacy) is None else y for a in args]
+
+
+def _kernel_attrs(rows: npt.NDArray[np.intp], codes: npt.NDArray[np.uint8], gpu: list[GpuArgs | None]) -> pl.DataFrame:
+    kernel = _KIND_CODE[Kind.KERNEL.value]
+    pick = [(i, a) for i, c, a in zip(rows.tolist(), codes[rows].tolist(), gpu, strict=True)
+            if a is not None and c == kernel]
+    if not pick:
+        return _EMPTY_KERNEL_ATTRS
+    a = [x for _, x in pick]
     grid = [_triple(x.grid) for x in a]
     block = [_triple(x.block) for x in a]
     return pl.DataFrame({
-        "id": idx,
+        "id": [i for i, _ in pick],
         "grid_x": [g[0] for g in grid], "grid_y": [g[1] for g in grid], "grid_z": [g[2] for g in grid],
         "block_x": [b[0] for b in block], "block_y": [b[1] for b in block], "block_z": [b[2] for b in block],
         "registers_per_thread": [x.registers for x in a],
@@ -649,21 +676,17 @@ def _kernel_attrs(idx: list[int], args: list[LinkArgs | None]) -> pl.DataFrame:
     }, schema=KERNEL_ATTRS_SCHEMA)
 
 
-def _has_op_attrs(a: LinkArgs | None) -> bool:
-    return isinstance(a, OpArgs) and bool(
-        a.input_dims or a.sequence is not None or a.flops is not None or a.call_stack is not None
-        or a.collective is not None
-    )
-
-
-def _op_attrs(idx: list[int], args: list[LinkArgs | None]) -> pl.DataFrame:
-    if not idx:
-        return pl.DataFrame(schema=OP_ATTRS_SCHEMA)
-    a = cast(list[OpArgs], [args[i] for i in idx])  # ops and annotations: OpArgs
-    return pl.DataFrame({
-        "id": idx,
-        "input_dims": [bytes(x.input_dims).decode("utf-8", "replace") if x.input_dims else None for x in a],
-        "input_types": [bytes(x.input_types).decode("utf-8", "replace") if x.input_types else None for x in a],
+def _op_attrs(rows: npt.NDArray[np.intp], ops: list[OpArgs | None]) -> pl.DataFrame:
+    """The attributes of the ops and annotations at ``rows``: one row for each that has any."""
+    pick = [(i, x) for i, x in zip(rows.tolist(), ops, strict=True) if x is not None]
+    if not pick:
+        return _EMPTY_OP_ATTRS
+    a = [x for _, x in pick]
+    table = pl.DataFrame({
+        "id": [i for i, _ in pick],
+        # Whitespace dropped from shapes so that "[[2, 3]]" and "[[2,3]]" group together.
+        "input_dims": _texts([x.input_dims for x in a], squeeze=True),
+        "input_types": _texts([x.input_types for x in a]),
         "sequence_number": [x.sequence for x in a],
         "fwd_thread_id": [x.fwd_tid for x in a],
         "flops": [None if x.flops is None else int(x.flops) for x in a],
@@ -674,10 +697,19 @@ def _op_attrs(idx: list[int], args: list[LinkArgs | None]) -> pl.DataFrame:
         "group_size": [x.group_size for x in a],
         "dtype": [x.dtype for x in a],
         "process_group": [x.pg_name for x in a],
-    }, schema=OP_ATTRS_SCHEMA).with_columns(
-        # Whitespace dropped (in one vectorized pass) so that "[[2, 3]]" and "[[2,3]]" group together.
-        pl.col("input_dims").str.replace_all(" ", "", literal=True)
-    )
+    }, schema=OP_ATTRS_SCHEMA)
+    # Only ops that carry one of these are rows (the others come with one of them).
+    return table.filter(pl.any_horizontal(pl.col(c).is_not_null() for c in (
+        "input_dims", "sequence_number", "flops", "call_stack", "collective_name")))
+
+
+def _texts(raws: list[msgspec.Raw], *, squeeze: bool = False) -> list[str | None]:
+    """Raw JSON values as text (None for an absent one), without spaces if ``squeeze``. JSON
+    text has no NUL byte, so one joined decode, split at NULs, gives each."""
+    joined = b"\x00".join(raws)
+    if squeeze:
+        joined = joined.translate(None, b" ")  # (a space byte is never part of a UTF-8 sequence)
+    return [t or None for t in joined.decode("utf-8", "replace").split("\x00")]
 
 
 def _side_table(parts: list[pl.DataFrame], offsets: npt.NDArray[np.int64], remap: npt.NDArray[np.int64],
