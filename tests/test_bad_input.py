@@ -64,7 +64,15 @@ def test_missing_file_and_directory(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert code == EXIT_BAD_INPUT and "Traceback" not in err
 
 
-def test_corrupt_gzip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("inflater", ["isal", "zlib"])
+def test_corrupt_gzip(inflater: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                      monkeypatch: pytest.MonkeyPatch) -> None:
+    if inflater == "zlib":  # the fallback when ISA-L is not installed
+        import zlib
+
+        from tracewhy.readers import source
+
+        monkeypatch.setattr(source, "_inflater", zlib)
     good = gzip.compress(json.dumps(KinetoBuilder().op("a", 0, 1).doc()).encode() * 1)
     path = tmp_path / "corrupt.json.gz"
     path.write_bytes(good[:12] + b"\xff" * 40 + good[52:])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import sys
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from tests.builders import KinetoBuilder
 from tests.conftest import shared_trace
 
 from tracewhy.model.trace import Trace
-from tracewhy.readers import kineto_document, kineto_parallel, kineto_pieces
+from tracewhy.readers import kineto_document, kineto_parallel, kineto_pieces, source
 from tracewhy.readers.kineto import read_kineto
 from tracewhy.readers.source import iter_content
 
@@ -172,7 +173,14 @@ def test_a_cut_off_file_read_in_pieces_is_recovered_as_when_read_whole(tmp_path:
     _assert_same(whole, read_kineto(path, workers=1))
 
 
-def test_gzip_content_comes_in_bounded_chunks() -> None:
+@pytest.mark.parametrize("inflater", ["isal", "zlib"])
+def test_gzip_content_comes_in_bounded_chunks(inflater: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ISA-L inflates when installed; the standard library's zlib is the fallback. Either gives
+    exactly what gzip.decompress gives."""
+    if inflater == "zlib":
+        monkeypatch.setattr(source, "_inflater", zlib)
+    else:
+        assert source._inflater.__name__ == "isal.isal_zlib"  # a core dependency: installed in CI
     path = shared_trace("tracelens/h100_owlv2-large_zero-shot.json.gz")
     sizes = [len(c) for c in iter_content(path, 1_000_000)]
     assert max(sizes) <= 1_000_000 and len(sizes) > 40
