@@ -42,7 +42,7 @@ from tracewhy.model.schema import (
 )
 from tracewhy.model.trace import Capture, Trace, TraceMeta, Truncation
 from tracewhy.readers import kineto_document, kineto_parallel, kineto_pieces
-from tracewhy.readers.kineto_document import BadCut, decode_body, first_byte, split_document
+from tracewhy.readers.kineto_document import BadCut, Body, decode_body, first_byte, split_document
 from tracewhy.readers.kineto_events import (
     Event,
     GpuArgs,
@@ -52,7 +52,7 @@ from tracewhy.readers.kineto_events import (
     OpArgs,
     decode_args,
 )
-from tracewhy.readers.source import DEFAULT_MAX_INFLATED_BYTES, content_size, iter_content, read_bytes
+from tracewhy.readers.source import DEFAULT_MAX_INFLATED_BYTES, content_size, read_bytes
 
 Progress = Callable[[int, int], None]
 
@@ -143,8 +143,8 @@ def read_kineto(
     builder: _Builder | None = None
     try:
         if size > whole_max:
-            stream = kineto_pieces.PieceStream(
-                iter_content(path, kineto_pieces.READ_BYTES, max_inflated_bytes), piece)
+            # Helpers keep the pieces they are sent until they answer: those must not be lent.
+            stream = kineto_pieces.open_pieces(path, piece, max_inflated_bytes, lent=not helpers)
             try:
                 builder = _build(path, ((p, len(p)) for p in stream.pieces()), helpers, size, progress)
             except BadCut:
@@ -158,6 +158,8 @@ def read_kineto(
                 assert stream.header is not None
                 header, truncation = stream.header, None
                 had_events = bool(builder.rows_seen or builder.problems)
+            finally:
+                stream.close()
         if builder is None:
             buf = read_bytes(path, max_inflated_bytes)
             if not first_byte(buf):  # (never buf.strip(): that would copy the whole file)
@@ -196,7 +198,7 @@ def _stop(helpers: list[kineto_parallel.Helper], scratch: Path | None) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _build(path: Path, bodies: Iterable[tuple[bytes | bytearray, int]], helpers: list[kineto_parallel.Helper],
+def _build(path: Path, bodies: Iterable[tuple[Body, int]], helpers: list[kineto_parallel.Helper],
            total: int, progress: Progress | None) -> _Builder:
     """Build the columns of every batch (bytes of a JSON array of events, and its weight in
     units of ``total``), here or, every other batch, in a helper."""
@@ -327,7 +329,7 @@ class _Builder:
         self.thread_rows += part.thread_rows
         self.spans += part.spans
 
-    def add_json(self, body: bytes | bytearray) -> None:
+    def add_json(self, body: Body) -> None:
         """Take the events of a JSON array (a piece or batch of a file). Raises BadCut as
         ``decode_body`` does."""
         self.add(decode_body(body, self.problems))

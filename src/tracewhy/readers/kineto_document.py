@@ -39,6 +39,8 @@ class BadCut(Exception):
 
 #: Where the events array of a ``{... "traceEvents": [...]}`` file begins.
 EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+#: The bytes of a JSON array of events: a piece of its own, or a view of one in place.
+Body = bytes | bytearray | memoryview
 
 
 @dataclass
@@ -63,7 +65,7 @@ class Document:
             yield b"[" + b",".join(batch) + b"]", len(batch)
 
 
-def decode_body(body: bytes | bytearray, problems: dict[str, int]) -> list[Event]:
+def decode_body(body: Body, problems: dict[str, int]) -> list[Event]:
     """The events of a JSON array; a wrongly typed event is skipped and counted in ``problems``.
     Raises BadCut if the bytes are not a JSON array at all."""
     try:

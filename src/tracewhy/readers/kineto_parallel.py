@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Final
 
-from tracewhy.readers.kineto_document import BadCut
+from tracewhy.readers.kineto_document import BadCut, Body
 
 #: Below this many (uncompressed) bytes a helper's start-up (an interpreter and its imports,
 #: about 0.4 s of CPU) costs more than it saves.
@@ -85,7 +85,7 @@ class Helper:
             stderr=subprocess.DEVNULL, env=dict(os.environ, **{ENV_IN_HELPER: "1"}),
         )
 
-    def send(self, body: bytes | bytearray) -> None:
+    def send(self, body: Body) -> None:
         """Hand the helper a batch (a JSON array of events); it works through them in order."""
         if self.broken:
             return
@@ -148,14 +148,14 @@ def start_helpers(workers: int, workdir: Path) -> list[Helper]:
     return helpers
 
 
-def build_parts(helpers: list[Helper], bodies: Iterable[tuple[bytes | bytearray, int]],
+def build_parts(helpers: list[Helper], bodies: Iterable[tuple[Body, int]],
                 progress: Callable[[int], None]) -> list[object]:
     """Every batch's builder, in file order: batch k (its bytes, and its weight for ``progress``)
     is built here when k is a multiple of the number of processes, else by helper ``k % n - 1``.
     The batches are taken from ``bodies`` as they are needed. Raises BadCut as ``decode_body``."""
     stride = len(helpers) + 1
     parts: list[object] = []
-    sent: list[list[tuple[int, bytes | bytearray, int]]] = [[] for _ in helpers]  # per helper, oldest first
+    sent: list[list[tuple[int, Body, int]]] = [[] for _ in helpers]  # per helper, oldest first
 
     def collect(h: int) -> None:
         k, body, weight = sent[h].pop(0)
@@ -182,7 +182,7 @@ def build_parts(helpers: list[Helper], bodies: Iterable[tuple[bytes | bytearray,
     return parts
 
 
-def build_part(body: bytes | bytearray) -> object:
+def build_part(body: Body) -> object:
     """Decode one batch (``body`` is a JSON array of events) into a builder of its own."""
     from tracewhy.readers.kineto import _Builder
 

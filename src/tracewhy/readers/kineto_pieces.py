@@ -16,14 +16,18 @@ reader reads the file whole, the careful way, which also explains what is wrong 
 
 from __future__ import annotations
 
+import contextlib
+import mmap
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Final
 
 import msgspec
 
 from tracewhy.readers.kineto_document import EVENTS_KEY, BadCut, first_byte
 from tracewhy.readers.kineto_events import EVENTS_DECODER, RAW_DOCUMENT_DECODER
+from tracewhy.readers.source import is_gzip, iter_content
 
 #: Pieces of a sixteenth of the file, within these bounds. Small pieces keep few events alive
 #: at a time (8 MB of events are about 20 MB as Python objects); each piece also costs a fixed
@@ -49,6 +53,19 @@ _BETWEEN_EVENTS: Final = re.compile(rb"\}\s*,\s*\{")
 _HEAD_MAX: Final = 64 * 1024 * 1024
 #: How far back from the end of the events the last gap between two of them is looked for.
 _TAIL_MAX: Final = 1024 * 1024
+
+
+def open_pieces(path: Path, piece_bytes: int, max_inflated_bytes: int, *,
+                lent: bool) -> PieceStream | MappedPieces:
+    """The pieces of a file's events. ``lent``: the consumer is done with each piece before it
+    asks for the next (no piece is kept), so a plain file can be read in place from a memory map;
+    otherwise, and for gzip, each piece is a buffer of its own."""
+    if lent and not is_gzip(path):
+        try:
+            return MappedPieces(path, piece_bytes)
+        except (OSError, ValueError):  # not a regular file, or one that cannot be mapped
+            pass
+    return PieceStream(iter_content(path, READ_BYTES, max_inflated_bytes), piece_bytes)
 
 
 class PieceStream:
@@ -94,6 +111,9 @@ class PieceStream:
         yield cur
         self.header = header
 
+    def close(self) -> None:
+        """(Nothing to give back: each piece goes when its last user lets it go.)"""
+
     def _head(self) -> tuple[bytes, bytes]:
         """The header's bytes up to the events' key, and what came after its ``[``."""
         parts: list[bytes] = []
@@ -116,7 +136,73 @@ class PieceStream:
         raise BadCut("no traceEvents list near the start")
 
 
-def _close(head: bytes, data: bytearray, first: int = 0) -> tuple[int, dict[str, msgspec.Raw]]:
+class MappedPieces:
+    """Pieces of a plain (not gzip) file's events, read where they lie in a private memory map of
+    the file: no copy at all. ``header`` is set after the last piece.
+
+    The brackets that make each piece a JSON array are written over the gap bytes around it
+    (``}`` ``,`` ``{``: a space or the comma). The map is copy-on-write (``ACCESS_COPY``), so
+    those writes never reach the file. A piece is only valid until the next is asked for: in a
+    compact file one byte is both the closing bracket of a piece and the opening one of the
+    next. Pages already read are dropped from the process (``MADV_DONTNEED``), so the file is
+    never held whole in memory. Raises ``OSError`` (ValueError) when the file cannot be mapped,
+    BadCut as ``PieceStream`` does.
+    """
+
+    def __init__(self, path: Path, piece_bytes: int = PIECE_BYTES) -> None:
+        with open(path, "rb") as f:
+            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        self._piece_bytes = piece_bytes
+        self.header: dict[str, msgspec.Raw] | None = None
+
+    def pieces(self) -> Iterator[memoryview]:
+        m, size = self._map, self._piece_bytes
+        if first_byte(m[:4096]) != b"{":
+            raise BadCut("not a JSON object")  # a bare event array, or not JSON at all
+        key = EVENTS_KEY.search(m, 0, _HEAD_MAX)
+        if key is None:
+            raise BadCut("no traceEvents list near the start")
+        head = m[: key.start()]
+        start = key.end() - 1  # the array's own "["
+        dropped = 0
+        while len(m) - (start + 1) >= size:  # (cut where PieceStream cuts: same pieces)
+            gap = _BETWEEN_EVENTS.search(m, start + 1 + size)
+            if gap is None:
+                break
+            close = gap.start() + 1
+            m[start], m[close] = ord("["), ord("]")
+            yield from _lend(memoryview(m)[start : close + 1])
+            start = gap.end() - 2
+            dropped = _drop(m, dropped, start)
+        close, header = _close(head, m, start + 1)
+        m[start] = ord("[")
+        yield from _lend(memoryview(m)[start : close + 1])
+        self.header = header
+
+    def close(self) -> None:
+        with contextlib.suppress(BufferError):  # a decoded event's raw args still point into it
+            self._map.close()
+
+
+def _lend(view: memoryview) -> Iterator[memoryview]:
+    """Yield ``view``, and release it once the consumer asks for more."""
+    try:
+        yield view
+    finally:
+        with contextlib.suppress(BufferError):
+            view.release()
+
+
+def _drop(m: mmap.mmap, dropped: int, upto: int) -> int:
+    """Give back the pages of ``m`` below ``upto`` not yet given back; the new mark."""
+    end = upto - upto % mmap.PAGESIZE
+    if end > dropped and hasattr(mmap, "MADV_DONTNEED"):
+        m.madvise(mmap.MADV_DONTNEED, dropped, end - dropped)
+        return end
+    return dropped
+
+
+def _close(head: bytes, data: bytearray | mmap.mmap, first: int = 0) -> tuple[int, dict[str, msgspec.Raw]]:
     """Where the events array closes in the file's last bytes (those from ``first`` in
     ``data``), and the header it completes.
 
@@ -139,7 +225,7 @@ def _close(head: bytes, data: bytearray, first: int = 0) -> tuple[int, dict[str,
             return close, header.as_dict()
 
 
-def _ends_with_events(data: bytearray, first: int, close: int) -> bool:
+def _ends_with_events(data: bytearray | mmap.mmap, first: int, close: int) -> bool:
     """Whether the bytes from ``first`` to ``close`` end with events (each with a phase, as
     events have).
 

@@ -60,6 +60,15 @@ def read_bytes(path: Path, max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES)
         raise os_error(path, e) from None
 
 
+def is_gzip(path: Path) -> bool:
+    """Whether the file starts as gzip does (False when it cannot be read: the reader says why)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(2) == GZIP_MAGIC
+    except OSError:
+        return False
+
+
 def content_size(path: Path) -> int:
     """The file's size after inflating, from the gzip trailer (mod 4 GiB, so a lower bound) for
     a gzip file; 0 when it cannot be told. Cheap: two small reads, never the content."""
