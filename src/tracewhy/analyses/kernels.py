@@ -43,12 +43,13 @@ def kernels(trace: Trace) -> KernelsResult:
             pl.col(Col.DUR).min().alias("min_ns"),
             pl.col(Col.DUR).max().alias("max_ns"),
         )
-        .with_columns(
-            pl.col(Col.NAME)
-            .map_elements(lambda n: kernel_family(n).value, return_dtype=pl.String)
-            .alias("family"),
-            (pl.col("total_ns") / max(total_ns, 1)).alias("share"),
-        )
+        .with_columns((pl.col("total_ns") / max(total_ns, 1)).alias("share"))
+    )
+    # Families by name rules, once per distinct name: a plain loop, not map_elements (which
+    # first disassembles the function to suggest a vectorized rewrite: 10 ms on a cold run).
+    names = by_name.get_column(Col.NAME).to_list()
+    by_name = (
+        by_name.with_columns(pl.Series("family", [kernel_family(n).value for n in names], dtype=pl.String))
         .sort(["total_ns", Col.NAME], descending=[True, False])
         .select(Col.NAME, "family", "count", "total_ns", "mean_ns", "p50_ns", "min_ns", "max_ns", "share")
     )

@@ -10,7 +10,8 @@ from __future__ import annotations
 from enum import Enum
 from typing import Final
 
-import polars as pl
+import numpy.ma  # noqa: F401  (polars passes every numpy array through np.ma.getmask: loaded
+import polars as pl  # here with the other modules, not 16 ms into the first read)
 
 
 class Kind(str, Enum):
