@@ -20,6 +20,7 @@ import contextlib
 import cProfile
 import functools
 import importlib
+import inspect
 import io
 import os
 import pstats
@@ -44,20 +45,21 @@ STAGES = (
     "tracewhy.readers:read_kineto",
     "tracewhy.readers.kineto:read_bytes",
     "tracewhy.readers.kineto:split_document",
-    "tracewhy.readers.kineto:_split_document",
+    "tracewhy.readers.kineto_pieces:MappedPieces.pieces",
+    "tracewhy.readers.kineto_pieces:PieceStream.pieces",
     "tracewhy.readers.kineto:decode_body",
-    "tracewhy.readers.kineto:_decode_batch",
     "tracewhy.readers.kineto:_Builder.add",
     "tracewhy.readers.kineto:_Builder._flows",
     "tracewhy.readers.kineto:_Builder._instants",
     "tracewhy.readers.kineto:_Builder._slices",
+    "tracewhy.readers.kineto:_Builder._kind_codes",
+    "tracewhy.readers.kineto:_Builder._decode",
     "tracewhy.readers.kineto:_kernel_attrs",
     "tracewhy.readers.kineto:_op_attrs",
     "tracewhy.readers.kineto:_Builder.finish",
     "tracewhy.readers.kineto:_Builder._slices_table",
     "tracewhy.readers.kineto:link_slices",
     "tracewhy.readers.kineto:_side_table",
-    "tracewhy.readers.kineto:_rows_table",
     "tracewhy.readers.kineto:_Builder._meta",
     "tracewhy.cli.commands.kernels:kernels",
     "tracewhy.cli.commands.kernels:emit",
@@ -122,7 +124,28 @@ def wrap_stages(names: tuple[str, ...]) -> tuple[list[Stage], list[str]]:
 
             return recorded
 
-        setattr(owner, leaf, make(original, stage))
+        def make_generator(original: Callable[..., Any], stage: Stage) -> Callable[..., Any]:
+            """A generator's stage is the time spent producing its items, not their consumer's."""
+            @functools.wraps(original)
+            def recorded(*args: Any, **kwargs: Any) -> Any:
+                produce = original(*args, **kwargs)
+                stage.calls += 1
+                while True:
+                    stage.depth = len(active)
+                    started = time.perf_counter()
+                    try:
+                        item = next(produce)
+                    except StopIteration:
+                        return
+                    finally:
+                        stage.seconds += time.perf_counter() - started
+                        stage.rss_after = me.memory_info().rss
+                    yield item
+
+            return recorded
+
+        wrapper = make_generator if inspect.isgeneratorfunction(original) else make
+        setattr(owner, leaf, wrapper(original, stage))
     return stages, missing
 
 
