@@ -80,12 +80,14 @@ def _copies_with_api(trace: Trace, kind: Kind) -> pl.DataFrame:
     ops = trace.of_kind(kind).filter(pl.col(Col.LAUNCH).is_not_null()).select(
         Col.ID, Col.TS, Col.DUR, Col.PID, Col.DEVICE, Col.STREAM, Col.LAUNCH
     )
-    api = s.select(pl.col(Col.ID).alias(Col.LAUNCH), pl.col(Col.NAME).cast(pl.String).alias("api"))
+    # The launching call's name, gathered by id (ids are row numbers): only these rows' names
+    # become strings, not the whole table's.
+    ops = ops.with_columns(s.get_column(Col.NAME).gather(ops.get_column(Col.LAUNCH)).cast(pl.String).alias("api"))
     attrs = trace.copy_attrs.with_columns(
         pl.col(CCol.COPY_KIND).cast(pl.String), pl.col(CCol.SRC_MEM).cast(pl.String),
         pl.col(CCol.DST_MEM).cast(pl.String),
     )
-    return ops.join(api, on=Col.LAUNCH, how="left").join(attrs, on=Col.ID, how="left").select(
+    return ops.join(attrs, on=Col.ID, how="left").select(
         Col.ID, Col.TS, Col.DUR, Col.PID, Col.DEVICE, Col.STREAM, CCol.BYTES, CCol.COPY_KIND,
         CCol.SRC_MEM, CCol.DST_MEM, "api",
     )
