@@ -155,3 +155,26 @@ def test_kinds_legacy_categories(tmp_path: Path) -> None:
     assert kinds == [Kind.CPU_OP.value, Kind.RUNTIME.value, Kind.KERNEL.value]
     kernel = t.of_kind(Kind.KERNEL).row(0, named=True)
     assert kernel[Col.EXTERNAL_ID] == 9 and kernel[Col.STREAM] == 7 and kernel[Col.OP] == 0
+
+
+def test_of_kind_keeps_small_results_only_and_never_a_stale_one(tmp_path: Path) -> None:
+    """of_kind keeps a result of at most an eighth of the rows for the next caller (diagnose
+    asks for the same kinds many times); a large one is filtered afresh each time, and a Trace
+    made from another (dataclasses.replace) starts with nothing kept."""
+    import dataclasses
+
+    b = KinetoBuilder()
+    for i in range(40):
+        b.op(f"op{i}", i * 10, 5)
+    b.launch("k", 401, 1, gpu_ts=402, gpu_dur=2)
+    trace = tracewhy.load(b.write(tmp_path / "t.json"))
+    kernels_first = trace.of_kind(Kind.KERNEL)
+    assert kernels_first.height == 1
+    assert trace.of_kind(Kind.KERNEL) is kernels_first  # kept
+    both = trace.of_kind(Kind.KERNEL, Kind.MEMCPY)
+    assert both.equals(trace.of_kind(Kind.MEMCPY, Kind.KERNEL)) and both is trace.of_kind(Kind.MEMCPY, Kind.KERNEL)
+    ops_first = trace.of_kind(Kind.CPU_OP)
+    assert ops_first.height == 40 and trace.of_kind(Kind.CPU_OP) is not ops_first  # too large to keep
+    assert ops_first.equals(trace.of_kind(Kind.CPU_OP))
+    fewer = dataclasses.replace(trace, slices=trace.slices.filter(pl.col(Col.KIND) != Kind.KERNEL.value))
+    assert fewer.of_kind(Kind.KERNEL).height == 0
