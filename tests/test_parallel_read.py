@@ -145,34 +145,44 @@ def test_files_read_in_pieces_read_as_a_whole_parse(relative: str, piece: int, w
     ("tracelens/h100_timesformer_video_bs1.json.gz", 1_000_000),  # pretty-printed: "},\n  {"
     ("perfdigest/rtx4060laptop_torch_sample.json.gz", 2_000),  # compact: one comma between events
 ])
-def test_a_plain_file_is_read_in_place_without_changing_it(relative: str, piece: int, tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """A plain file is read in place through a copy-on-write map, its brackets written over the
-    gap bytes between events (in a compact file one comma serves two pieces in turn). The
-    pieces are byte for byte those of the streamed read, the Trace is the whole parse's, and
-    the file on disk is untouched."""
+def test_a_plain_file_is_read_into_buffers_that_take_turns(relative: str, piece: int, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plain file read by one process goes into buffers that take turns, each piece
+    bracketed in place (in a compact file the closing bracket goes over the one comma between
+    two events). The pieces are byte for byte those of the streamed read, a buffer is filled
+    again only once no view of it is alive, the Trace is the whole parse's, and the file on disk
+    is untouched."""
     path = tmp_path / "plain.json"
     path.write_bytes(gzip.decompress(shared_trace(relative).read_bytes()))
     before, stat = path.read_bytes(), path.stat()
-    mapped = kineto_pieces.MappedPieces(path, piece)
-    in_place = [bytes(view) for view in mapped.pieces()]
+    lent = kineto_pieces.LentPieces(path, piece)
     streamed = kineto_pieces.PieceStream(iter_content(path, piece), piece)
-    assert len(in_place) > 5 and in_place == list(streamed.pieces())
-    assert mapped.header == streamed.header
-    mapped.close()
+    buffers: list[int] = []
+    copies = []
+    for view in lent.pieces():
+        buffers.append(id(view.obj))
+        copies.append(bytes(view))
+        del view  # as a consumer that keeps nothing
+    assert len(copies) > 5 and copies == list(streamed.pieces())
+    assert lent.header == streamed.header
+    assert len(set(buffers)) <= 3  # reused, not one per piece
+    held = [view for view in kineto_pieces.LentPieces(path, piece).pieces()]  # a consumer that keeps all
+    assert [bytes(v) for v in held] != copies or len({id(v.obj) for v in held}) == len(held)
+    assert len({id(v.obj) for v in held}) == len(held)  # none overwritten while still viewed
+    lent.close()
     whole = _read_whole(path)
     _pieces_for_any_size(monkeypatch, piece)
-    lent: list[bool] = []
+    kinds: list[bool] = []
     real_open = kineto_pieces.open_pieces
 
     def recording(*args: object, **kwargs: bool) -> object:
         stream = real_open(*args, **kwargs)  # type: ignore[arg-type]
-        lent.append(isinstance(stream, kineto_pieces.MappedPieces))
+        kinds.append(isinstance(stream, kineto_pieces.LentPieces))
         return stream
 
     monkeypatch.setattr(kineto_pieces, "open_pieces", recording)
     _assert_same(whole, read_kineto(path, workers=1))
-    assert lent == [True]
+    assert kinds == [True]
     assert path.read_bytes() == before and path.stat().st_mtime_ns == stat.st_mtime_ns
 
 

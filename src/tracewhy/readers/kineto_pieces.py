@@ -17,7 +17,6 @@ reader reads the file whole, the careful way, which also explains what is wrong 
 from __future__ import annotations
 
 import contextlib
-import mmap
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,15 +55,13 @@ _TAIL_MAX: Final = 1024 * 1024
 
 
 def open_pieces(path: Path, piece_bytes: int, max_inflated_bytes: int, *,
-                lent: bool) -> PieceStream | MappedPieces:
+                lent: bool) -> PieceStream | LentPieces:
     """The pieces of a file's events. ``lent``: the consumer is done with each piece before it
-    asks for the next (no piece is kept), so a plain file can be read in place from a memory map;
-    otherwise, and for gzip, each piece is a buffer of its own."""
+    asks for the next (no piece is kept), so a plain file can be read into two buffers that take
+    turns; otherwise, and for gzip, each piece is a buffer of its own."""
     if lent and not is_gzip(path):
-        try:
-            return MappedPieces(path, piece_bytes)
-        except (OSError, ValueError):  # not a regular file, or one that cannot be mapped
-            pass
+        with contextlib.suppress(OSError):  # PieceStream says what is wrong with the file
+            return LentPieces(path, piece_bytes)
     return PieceStream(iter_content(path, READ_BYTES, max_inflated_bytes), piece_bytes)
 
 
@@ -86,7 +83,7 @@ class PieceStream:
         joining chunks and then bracketing each piece cost three copies, and their page faults
         were a tenth of a 56 MB read.
         """
-        head, data = self._head()
+        head, data = _head(self._chunks)
         size = self._piece_bytes
         cur = bytearray(b"[")
         cur += data
@@ -114,95 +111,103 @@ class PieceStream:
     def close(self) -> None:
         """(Nothing to give back: each piece goes when its last user lets it go.)"""
 
-    def _head(self) -> tuple[bytes, bytes]:
-        """The header's bytes up to the events' key, and what came after its ``[``."""
-        parts: list[bytes] = []
-        size = 0
-        for chunk in self._chunks:
-            if not parts and first_byte(chunk[:4096]) not in (b"{", b""):
-                raise BadCut("not a JSON object")  # a bare event array, or not JSON at all
-            parts.append(chunk)
-            size += len(chunk)
-            got = b"".join(parts) if len(parts) > 1 else chunk
-            key = EVENTS_KEY.search(got)
-            if key is not None:
-                head = got[: key.start()]
-                if first_byte(head[:4096]) != b"{":
-                    raise BadCut("not a JSON object")
-                return head, got[key.end() :]
-            parts = [got]
-            if size > _HEAD_MAX:
-                break
-        raise BadCut("no traceEvents list near the start")
+
+def _head(chunks: Iterator[bytes]) -> tuple[bytes, bytes]:
+    """The header's bytes up to the events' key, and what came after its ``[``."""
+    parts: list[bytes] = []
+    size = 0
+    for chunk in chunks:
+        if not parts and first_byte(chunk[:4096]) not in (b"{", b""):
+            raise BadCut("not a JSON object")  # a bare event array, or not JSON at all
+        parts.append(chunk)
+        size += len(chunk)
+        got = b"".join(parts) if len(parts) > 1 else chunk
+        key = EVENTS_KEY.search(got)
+        if key is not None:
+            head = got[: key.start()]
+            if first_byte(head[:4096]) != b"{":
+                raise BadCut("not a JSON object")
+            return head, got[key.end() :]
+        parts = [got]
+        if size > _HEAD_MAX:
+            break
+    raise BadCut("no traceEvents list near the start")
 
 
-class MappedPieces:
-    """Pieces of a plain (not gzip) file's events, read where they lie in a private memory map of
-    the file: no copy at all. ``header`` is set after the last piece.
+class LentPieces:
+    """Pieces of a plain (not gzip) file's events, read straight into two buffers that take
+    turns: the content is copied once, from the OS into a buffer that is already in memory.
+    ``header`` is set after the last piece.
 
-    The brackets that make each piece a JSON array are written over the gap bytes around it
-    (``}`` ``,`` ``{``: a space or the comma). The map is copy-on-write (``ACCESS_COPY``), so
-    those writes never reach the file. A piece is only valid until the next is asked for: in a
-    compact file one byte is both the closing bracket of a piece and the opening one of the
-    next. Pages already read are dropped from the process (``MADV_DONTNEED``), so the file is
-    never held whole in memory. Raises ``OSError`` (ValueError) when the file cannot be mapped,
-    BadCut as ``PieceStream`` does.
+    Each piece is a view of a buffer, lent until the next is asked for: decoded events' raw
+    args point into it, so a buffer is filled again only once nothing refers to it any more (no
+    view of it is alive, which a resize would refuse); otherwise a new one is made. The piece
+    is bracketed in place: ``[`` at the buffer's first byte, ``]`` over the gap byte after its
+    last event. Raises ``OSError`` when the file cannot be opened, BadCut as ``PieceStream``.
     """
 
     def __init__(self, path: Path, piece_bytes: int = PIECE_BYTES) -> None:
-        with open(path, "rb") as f:
-            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        self._file = open(path, "rb")  # noqa: SIM115  (closed by close())
         self._piece_bytes = piece_bytes
         self.header: dict[str, msgspec.Raw] | None = None
 
     def pieces(self) -> Iterator[memoryview]:
-        m, size = self._map, self._piece_bytes
-        if first_byte(m[:4096]) != b"{":
-            raise BadCut("not a JSON object")  # a bare event array, or not JSON at all
-        key = EVENTS_KEY.search(m, 0, _HEAD_MAX)
-        if key is None:
-            raise BadCut("no traceEvents list near the start")
-        head = m[: key.start()]
-        start = key.end() - 1  # the array's own "["
-        dropped = 0
-        while len(m) - (start + 1) >= size:  # (cut where PieceStream cuts: same pieces)
-            gap = _BETWEEN_EVENTS.search(m, start + 1 + size)
-            if gap is None:
-                break
-            close = gap.start() + 1
-            m[start], m[close] = ord("["), ord("]")
-            yield from _lend(memoryview(m)[start : close + 1])
-            start = gap.end() - 2
-            dropped = _drop(m, dropped, start)
-        close, header = _close(head, m, start + 1)
-        m[start] = ord("[")
-        yield from _lend(memoryview(m)[start : close + 1])
+        f, size = self._file, self._piece_bytes
+        head, data = _head(iter(lambda: f.read(READ_BYTES), b""))
+        # Buffers of earlier pieces. The consumer still holds the last one while it asks for the
+        # next piece, so it is the one before that which comes back free.
+        earlier: list[bytearray] = []
+        buf = bytearray(size + 2 * READ_BYTES)
+        filled = _put(buf, 1, data)
+        while True:
+            gap = _BETWEEN_EVENTS.search(buf, 1 + size, filled) if filled - 1 >= size else None
+            if gap is None:  # read on
+                if len(buf) - filled < READ_BYTES:  # an event longer than the room left: grow
+                    bigger = bytearray(2 * len(buf))
+                    _put(bigger, 0, memoryview(buf)[:filled])
+                    buf = bigger
+                with memoryview(buf) as room:
+                    got = f.readinto(room[filled:])
+                if not got:
+                    break
+                filled += got
+                continue
+            free = [b for b in earlier if len(b) >= len(buf) and _free(b)]
+            nxt = free[0] if free else bytearray(len(buf))
+            earlier = [*[b for b in earlier if b is not nxt][-1:], buf]
+            rest = _put(nxt, 1, memoryview(buf)[gap.end() - 1 : filled])
+            buf[0], buf[gap.start() + 1] = ord("["), ord("]")
+            yield memoryview(buf)[: gap.start() + 2]
+            buf, filled = nxt, rest
+        del buf[filled:]
+        close, header = _close(head, buf, 1)
+        buf[0] = ord("[")
+        yield memoryview(buf)[: close + 1]
         self.header = header
 
     def close(self) -> None:
-        with contextlib.suppress(BufferError):  # a decoded event's raw args still point into it
-            self._map.close()
+        self._file.close()
 
 
-def _lend(view: memoryview) -> Iterator[memoryview]:
-    """Yield ``view``, and release it once the consumer asks for more."""
+def _put(buf: bytearray, at: int, data: bytes | bytearray | memoryview) -> int:
+    """Copy ``data`` into ``buf`` at ``at`` (``buf`` is large enough); where it ends."""
+    end = at + len(data)
+    buf[at:end] = data
+    return end
+
+
+def _free(buf: bytearray) -> bool:
+    """Whether no view of ``buf`` is alive (so nothing points into it): only then may it be
+    resized, which is the test (one byte off and back on: within its allocation, no copy)."""
     try:
-        yield view
-    finally:
-        with contextlib.suppress(BufferError):
-            view.release()
+        last = buf.pop()
+    except BufferError:
+        return False
+    buf.append(last)
+    return True
 
 
-def _drop(m: mmap.mmap, dropped: int, upto: int) -> int:
-    """Give back the pages of ``m`` below ``upto`` not yet given back; the new mark."""
-    end = upto - upto % mmap.PAGESIZE
-    if end > dropped and hasattr(mmap, "MADV_DONTNEED"):
-        m.madvise(mmap.MADV_DONTNEED, dropped, end - dropped)
-        return end
-    return dropped
-
-
-def _close(head: bytes, data: bytearray | mmap.mmap, first: int = 0) -> tuple[int, dict[str, msgspec.Raw]]:
+def _close(head: bytes, data: bytearray, first: int = 0) -> tuple[int, dict[str, msgspec.Raw]]:
     """Where the events array closes in the file's last bytes (those from ``first`` in
     ``data``), and the header it completes.
 
@@ -225,7 +230,7 @@ def _close(head: bytes, data: bytearray | mmap.mmap, first: int = 0) -> tuple[in
             return close, header.as_dict()
 
 
-def _ends_with_events(data: bytearray | mmap.mmap, first: int, close: int) -> bool:
+def _ends_with_events(data: bytearray, first: int, close: int) -> bool:
     """Whether the bytes from ``first`` to ``close`` end with events (each with a phase, as
     events have).
 
