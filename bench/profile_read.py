@@ -45,7 +45,7 @@ STAGES = (
     "tracewhy.readers:read_kineto",
     "tracewhy.readers.kineto:read_bytes",
     "tracewhy.readers.kineto:split_document",
-    "tracewhy.readers.kineto_pieces:LentPieces.pieces",
+    "tracewhy.readers.kineto_pieces:LentPieces._pieces",
     "tracewhy.readers.kineto_pieces:PieceStream.pieces",
     "tracewhy.readers.kineto:decode_body",
     "tracewhy.readers.kineto:_Builder.add",

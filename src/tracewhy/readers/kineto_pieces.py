@@ -152,6 +152,10 @@ class LentPieces:
         self.header: dict[str, msgspec.Raw] | None = None
 
     def pieces(self) -> Iterator[memoryview]:
+        with self._file:
+            yield from self._pieces()
+
+    def _pieces(self) -> Iterator[memoryview]:
         f, size = self._file, self._piece_bytes
         head, data = _head(iter(lambda: f.read(READ_BYTES), b""))
         # Buffers of earlier pieces. The consumer still holds the last one while it asks for the
