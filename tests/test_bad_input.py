@@ -8,6 +8,7 @@ import hashlib
 import json
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 import tracewhy
@@ -181,3 +182,42 @@ def test_hostile_names_in_every_table(tmp_path: Path, capsys: pytest.CaptureFixt
         assert "\x1b]" not in out and "\u202e" not in out and "\x07" not in out
         if command in ("ops", "kernels"):
             assert "[bold red]boom[/]" in out  # shown literally, not taken as markup
+
+
+def test_integers_beyond_int64_are_wrongly_typed_not_a_crash(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A corrupt or hostile file can hold integers no int64 column can: in args they make that
+    event's args "of the wrong shape" (the event stays), as a pid or flow id they skip the event,
+    and a GPU event's device number beyond int32 is taken as -1. Every command still runs."""
+    huge = 2**63 + 5
+    b = KinetoBuilder().op("good", 0, 10)
+    b.events += [
+        {"ph": "X", "cat": "kernel", "name": "k_big_corr", "pid": 0, "tid": 7, "ts": 1, "dur": 1,
+         "args": {"correlation": huge, "device": 0}},
+        {"ph": "X", "cat": "kernel", "name": "k_big_device", "pid": 0, "tid": 7, "ts": 2, "dur": 1,
+         "args": {"correlation": 6, "device": 2**33}},
+        {"ph": "X", "cat": "kernel", "name": "k_big_pid", "pid": 2**40, "tid": 7, "ts": 3, "dur": 1,
+         "args": {"correlation": 7}},
+        {"ph": "X", "cat": "cpu_op", "name": "op_big_args", "pid": 1, "tid": 1, "ts": 0, "dur": 5,
+         "args": {"External id": huge, "Sequence number": 2**64}},
+        {"ph": "X", "cat": "cpu_op", "name": "skipped", "pid": 2**64, "tid": 1, "ts": 0, "dur": 5},
+        {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": huge, "pid": 1, "tid": 1, "ts": 0},
+        {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": 0,
+         "args": {"Bytes": 2**70}},
+    ]
+    path = b.write(tmp_path / "huge.json")
+    trace = tracewhy.load(path)
+    trace.check()
+    s = trace.slices.with_columns(pl.col("name").cast(pl.String))
+    by_name = {r["name"]: r for r in s.iter_rows(named=True)}
+    assert set(by_name) == {"good", "k_big_corr", "k_big_device", "k_big_pid", "op_big_args"}
+    # Its args are ignored whole, so its device comes from its pid, as for any GPU event without one.
+    assert by_name["k_big_corr"]["correlation"] is None and by_name["k_big_corr"]["device"] == 0
+    assert by_name["k_big_device"]["device"] == -1 and by_name["k_big_pid"]["device"] == -1
+    assert by_name["op_big_args"]["external_id"] is None
+    warnings = " | ".join(trace.meta.warnings)
+    assert warnings.count("args ignored") == 3 and warnings.count("event skipped") == 2
+    assert "2 events: device id beyond int32 taken as -1" in warnings
+    for command in ("kernels", "info", "ops", "steps", "gaps", "diagnose"):
+        assert main([command, str(path)]) == 0, command
+    capsys.readouterr()

@@ -100,6 +100,7 @@ _GPU_CODES = _code_set(Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.GPU_ANNOTATIO
 _OP_CODES = _code_set(Kind.CPU_OP, Kind.ANNOTATION)
 #: An id no event has: "not known" while columns are built (null in the table).
 _NULL = np.iinfo(np.int64).min
+_I32_MIN, _I32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)
 # record_function scopes that PyTorch itself opens. Before 1.10 they were written with cat
 # "Operator" like aten ops; they are annotations, not operators.
 _LEGACY_ANNOTATION = re.compile(r"^(ProfilerStep#\d+|enumerate\(DataLoader\)#|Optimizer\.(step|zero_grad)#)")
@@ -449,6 +450,10 @@ class _Builder:
             stream[rows] = [(_NULL if (v := _as_int(a.stream)) is None else v)
                             if a is not None and a.stream is not None else t
                             for a, t in zip(gpu, tid[rows].tolist(), strict=True)]
+            odd = (device[rows] < _I32_MIN) | (device[rows] > _I32_MAX)  # a corrupt file's
+            if odd.any():
+                self._problem("device id beyond int32 taken as -1", int(odd.sum()))
+                device[rows[odd]] = -1
             kernel_attrs = _kernel_attrs(rows, codes, gpu)
             copy_attrs = self._copy_attrs(rows, codes, gpu, evs)
         rows = np.flatnonzero(_in(codes, _OP_CODES))

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import msgspec
 from msgspec import Raw, Struct, field
 
 NO_RAW = Raw(b"")
+#: Integers are read as int64, as the tables hold them: a larger one (a hostile or corrupt
+#: file) makes that event's args "of the wrong shape", never an overflow later.
+I64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 
 
 # One args shape per kind of event, each with only the keys that kind carries: msgspec skips the
@@ -27,9 +30,9 @@ class LinkArgs(Struct, gc=False):
     """What links a slice to others: every slice kind's args have these."""
 
     # "External id" since PyTorch 1.10; "external id" (lower case) in 1.8-1.9 Runtime/Kernel args.
-    external_id: int | None = field(name="External id", default=None)
-    external_id_legacy: int | None = field(name="external id", default=None)
-    correlation: int | None = None
+    external_id: I64 | None = field(name="External id", default=None)
+    external_id_legacy: I64 | None = field(name="external id", default=None)
+    correlation: I64 | None = None
     # PyTorch >= 2.4 marks events still open when the profiler stopped.
     finished: bool | None = None
 
@@ -37,15 +40,15 @@ class LinkArgs(Struct, gc=False):
 class GpuArgs(LinkArgs, gc=False):
     """Kernels, copies, memsets and other device activity."""
 
-    device: int | None = None
+    device: I64 | None = None
     # ROCm (roctracer) args carry strings: "stream": "0x0", "bytes": "256"; Triton launch ops
     # carry "grid" as text. Those are accepted here and normalized by the reader.
-    stream: int | str | None = None
-    bytes: int | str | None = None
-    grid: list[int] | str | None = None
-    block: list[int] | str | None = None
-    registers: int | None = field(name="registers per thread", default=None)
-    shared_memory: int | None = field(name="shared memory", default=None)
+    stream: I64 | str | None = None
+    bytes: I64 | str | None = None
+    grid: list[I64] | str | None = None
+    block: list[I64] | str | None = None
+    registers: I64 | None = field(name="registers per thread", default=None)
+    shared_memory: I64 | None = field(name="shared memory", default=None)
     blocks_per_sm: float | None = field(name="blocks per SM", default=None)
     warps_per_sm: float | None = field(name="warps per SM", default=None)
     occupancy_pct: float | None = field(name="est. achieved occupancy %", default=None)
@@ -57,15 +60,15 @@ class OpArgs(LinkArgs, gc=False):
     # Raw (not decoded) and empty when absent: msgspec cannot put Raw in a union with None.
     input_dims: Raw = field(name="Input Dims", default=NO_RAW)
     input_types: Raw = field(name="Input type", default=NO_RAW)
-    sequence: int | None = field(name="Sequence number", default=None)
-    fwd_tid: int | None = field(name="Fwd thread id", default=None)
+    sequence: I64 | None = field(name="Sequence number", default=None)
+    fwd_tid: I64 | None = field(name="Fwd thread id", default=None)
     flops: float | None = None
     # Legacy with_stack (PyTorch <= 1.9): the stack as one string on each op.
     call_stack: str | None = field(name="Call stack", default=None)
     collective: str | None = field(name="Collective name", default=None)
-    in_nelems: int | None = field(name="In msg nelems", default=None)
-    out_nelems: int | None = field(name="Out msg nelems", default=None)
-    group_size: int | None = field(name="Group size", default=None)
+    in_nelems: I64 | None = field(name="In msg nelems", default=None)
+    out_nelems: I64 | None = field(name="Out msg nelems", default=None)
+    group_size: I64 | None = field(name="Group size", default=None)
     dtype: str | None = None
     pg_name: str | None = field(name="Process Group Name", default=None)
 
@@ -79,23 +82,23 @@ class MetaArgs(Struct, gc=False):
 class MemoryArgs(Struct, gc=False):
     """[memory] instant events (profile_memory=True)."""
 
-    device_type: int | None = field(name="Device Type", default=None)
-    device_id: int | None = field(name="Device Id", default=None)
-    mem_bytes: int | None = field(name="Bytes", default=None)
-    total_allocated: int | None = field(name="Total Allocated", default=None)
-    total_reserved: int | None = field(name="Total Reserved", default=None)
-    addr: int | None = field(name="Addr", default=None)
+    device_type: I64 | None = field(name="Device Type", default=None)
+    device_id: I64 | None = field(name="Device Id", default=None)
+    mem_bytes: I64 | None = field(name="Bytes", default=None)
+    total_allocated: I64 | None = field(name="Total Allocated", default=None)
+    total_reserved: I64 | None = field(name="Total Reserved", default=None)
+    addr: I64 | None = field(name="Addr", default=None)
 
 
 class Event(Struct, gc=False):
     ph: str = ""
     cat: str | None = None
     name: str = ""
-    pid: int | str | None = None
-    tid: int | str | None = None
+    pid: I64 | str | None = None
+    tid: I64 | str | None = None
     ts: float = math.nan
     dur: float = math.nan
-    id: int | str | None = None
+    id: I64 | str | None = None
     # The args object's bytes, undecoded (empty when the event has none; b"null" for null).
     args: Raw = NO_RAW
 
