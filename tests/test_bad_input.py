@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import warnings
 from pathlib import Path
 
 import polars as pl
@@ -221,3 +222,34 @@ def test_integers_beyond_int64_are_wrongly_typed_not_a_crash(tmp_path: Path,
     for command in ("kernels", "info", "ops", "steps", "gaps", "diagnose"):
         assert main([command, str(path)]) == 0, command
     capsys.readouterr()
+
+
+def test_times_beyond_int64_nanoseconds_are_not_usable(tmp_path: Path) -> None:
+    """A start or duration no int64 nanosecond column can hold (1e300 us) used to wrap to
+    garbage with numpy warnings on stderr. Such a slice, flow or memory event is skipped, such a
+    duration taken as 0, each counted in a warning; start plus duration always fits. A number
+    beyond float64 (1e400) is refused by the decoder itself: that event is skipped."""
+    b = KinetoBuilder().op("good", 20, 5)
+    b.events += [
+        {"ph": "X", "cat": "cpu_op", "name": "far", "pid": 1, "tid": 1, "ts": 1e300, "dur": 5},
+        {"ph": "X", "cat": "cpu_op", "name": "long", "pid": 1, "tid": 1, "ts": 10, "dur": 1e300},
+        {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": 5, "pid": 1, "tid": 1, "ts": -1e300},
+        {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": 1e300,
+         "args": {"Bytes": 5}},
+        {"ph": "X", "cat": "cpu_op", "name": "beyond_float", "pid": 1, "tid": 1, "ts": 12345, "dur": 1},
+    ]
+    path = tmp_path / "far.json"
+    path.write_text(json.dumps(b.doc()).replace('"ts": 12345', '"ts": 1e400'))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no numpy cast warning may escape
+        trace = tracewhy.load(path)
+    trace.check()
+    s = trace.slices.with_columns(pl.col("name").cast(pl.String))
+    assert sorted(s.get_column("name").to_list()) == ["good", "long"]
+    assert s.filter(pl.col("name") == "long").get_column("dur_ns").to_list() == [0]
+    assert trace.flows.height == 0 and trace.memory.height == 0
+    joined = " | ".join(trace.meta.warnings)
+    for expected in ("slice with ts beyond int64 nanoseconds skipped", "dur beyond int64 nanoseconds taken as 0",
+                     "flow event without usable ts skipped", "memory event without usable ts skipped",
+                     "event skipped: Number out of range"):
+        assert f"1 events: {expected}" in joined

@@ -101,6 +101,9 @@ _OP_CODES = _code_set(Kind.CPU_OP, Kind.ANNOTATION)
 #: An id no event has: "not known" while columns are built (null in the table).
 _NULL = np.iinfo(np.int64).min
 _I32_MIN, _I32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)
+#: Times and durations (microseconds) at or beyond this, or not finite, are not usable: a start
+#: plus a duration must fit int64 nanoseconds. Epoch microseconds are 1.8e15 in 2026.
+_US_MAX = 4.6e15
 # record_function scopes that PyTorch itself opens. Before 1.10 they were written with cat
 # "Operator" like aten ops; they are annotations, not operators.
 _LEGACY_ANNOTATION = re.compile(r"^(ProfilerStep#\d+|enumerate\(DataLoader\)#|Optimizer\.(step|zero_grad)#)")
@@ -351,7 +354,9 @@ class _Builder:
             self._slices(xs)
 
     def _flows(self, evs: list[Event]) -> None:
-        evs = [e for e in evs if not math.isnan(e.ts)]
+        usable = [e for e in evs if abs(e.ts) < _US_MAX]
+        self._problem("flow event without usable ts skipped", len(evs) - len(usable))
+        evs = usable
         if not evs:
             return
         for cat in {e.cat for e in evs}:
@@ -368,12 +373,14 @@ class _Builder:
     def _instants(self, evs: list[Event]) -> None:
         # "finished": false on an instant (ROCm builds write it on [memory] events) means
         # nothing: an instant has no end. Only slices count as unfinished.
-        mem = [e for e in evs if e.name == "[memory]" and not math.isnan(e.ts)]
+        named = [e for e in evs if e.name == "[memory]"]
+        mem = [e for e in named if abs(e.ts) < _US_MAX]
+        self._problem("memory event without usable ts skipped", len(named) - len(mem))
         decoded = decode_args([e.args for e in mem], MemoryArgs, self.problems)
         args = [a for a in decoded if a is not None]
         if len(args) < len(mem):
             mem = [e for e, a in zip(mem, decoded, strict=True) if a is not None]
-        self._count("instant", len(evs) - len(mem))
+        self._count("instant", len(evs) - len(named))
         if not mem:
             return
         self._count("memory", len(mem))
@@ -406,17 +413,18 @@ class _Builder:
             # The profiler's own window: one or a few events, taken out.
             for i in spans.tolist():
                 e = evs[i]
-                if not math.isnan(e.ts):
-                    t = us_to_ns(np.array([e.ts, e.ts + (0.0 if math.isnan(e.dur) else e.dur)]))
+                if abs(e.ts) < _US_MAX:
+                    t = us_to_ns(np.array([e.ts, e.ts + (e.dur if 0 <= e.dur < _US_MAX else 0.0)]))
                     self.spans.append((int(t[0]), int(t[1])))
             keep = codes != _SPAN
             evs, codes = [evs[i] for i in np.flatnonzero(keep).tolist()], codes[keep]
         if legacy:
             self._legacy_annotations(evs, codes)
         ts = np.array([e.ts for e in evs], dtype=np.float64)
-        bad_ts = np.isnan(ts)
+        bad_ts = ~(np.abs(ts) < _US_MAX)  # (NaN: none was written)
         if bad_ts.any():
-            self._problem("slice without ts skipped", int(bad_ts.sum()))
+            self._problem("slice without ts skipped", int(np.isnan(ts).sum()))
+            self._problem("slice with ts beyond int64 nanoseconds skipped", int((bad_ts & ~np.isnan(ts)).sum()))
             evs, codes, ts = [evs[i] for i in np.flatnonzero(~bad_ts).tolist()], codes[~bad_ts], ts[~bad_ts]
         if not evs:
             return
@@ -429,6 +437,10 @@ class _Builder:
         if negative.any():
             self._problem("negative dur taken as 0", int(negative.sum()))
             dur[negative] = 0.0
+        huge = dur >= _US_MAX
+        if huge.any():
+            self._problem("dur beyond int64 nanoseconds taken as 0", int(huge.sum()))
+            dur[huge] = 0.0
         for code, count in enumerate(np.bincount(codes, minlength=len(_KINDS)).tolist()):
             self._count(_KINDS[code], count)
         n = len(evs)
