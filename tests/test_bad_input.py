@@ -205,13 +205,24 @@ def test_integers_beyond_int64_are_wrongly_typed_not_a_crash(tmp_path: Path,
         {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": huge, "pid": 1, "tid": 1, "ts": 0},
         {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": 0,
          "args": {"Bytes": 2**70}},
+        # Quoted numbers (ROCm, string pids) and float FLOPs are parsed by the reader itself.
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": 0, "tid": 7,
+         "ts": 4, "dur": 1, "args": {"correlation": 8, "stream": "0x" + "F" * 20, "bytes": "9" * 25}},
+        {"ph": "X", "cat": "cpu_op", "name": "op_quoted_pid", "pid": "9" * 25, "tid": "stream " + "9" * 25,
+         "ts": 30, "dur": 1, "args": {"flops": 1e30, "Sequence number": 3}},
     ]
     path = b.write(tmp_path / "huge.json")
     trace = tracewhy.load(path)
     trace.check()
     s = trace.slices.with_columns(pl.col("name").cast(pl.String))
     by_name = {r["name"]: r for r in s.iter_rows(named=True)}
-    assert set(by_name) == {"good", "k_big_corr", "k_big_device", "k_big_pid", "op_big_args"}
+    assert set(by_name) == {"good", "k_big_corr", "k_big_device", "k_big_pid", "op_big_args",
+                            "Memcpy HtoD (Pageable -> Device)", "op_quoted_pid"}
+    # Quoted numbers beyond int64 are unknown, as any unreadable quoted number is.
+    assert by_name["Memcpy HtoD (Pageable -> Device)"]["stream"] is None
+    assert trace.copy_attrs.get_column("bytes").to_list() == [None]
+    assert (by_name["op_quoted_pid"]["pid"], by_name["op_quoted_pid"]["tid"]) == (-1, -1)
+    assert trace.op_attrs.select("flops", "sequence_number").rows() == [(None, 3)]
     # Its args are ignored whole, so its device comes from its pid, as for any GPU event without one.
     assert by_name["k_big_corr"]["correlation"] is None and by_name["k_big_corr"]["device"] == 0
     assert by_name["k_big_device"]["device"] == -1 and by_name["k_big_pid"]["device"] == -1

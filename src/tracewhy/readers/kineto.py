@@ -101,6 +101,7 @@ _OP_CODES = _code_set(Kind.CPU_OP, Kind.ANNOTATION)
 #: An id no event has: "not known" while columns are built (null in the table).
 _NULL = np.iinfo(np.int64).min
 _I32_MIN, _I32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)
+_I64_MIN, _I64_MAX = int(np.iinfo(np.int64).min), int(np.iinfo(np.int64).max)
 #: Times and durations (microseconds) at or beyond this, or not finite, are not usable: a start
 #: plus a duration must fit int64 nanoseconds. Epoch microseconds are 1.8e15 in 2026.
 _US_MAX = 4.6e15
@@ -232,8 +233,8 @@ def _to_int(value: object) -> int:
         return value
     if isinstance(value, str):
         digits = value.rsplit(" ", 1)[-1]
-        if digits.lstrip("-").isdigit():
-            return int(digits)
+        if digits.lstrip("-").isdigit() and _fits_i64(number := int(digits)):
+            return number
     return -1
 
 
@@ -242,9 +243,14 @@ def _as_int(value: int | str | None) -> int | None:
     if value is None or isinstance(value, int):
         return value
     try:
-        return int(value, 0)
+        number = int(value, 0)
     except ValueError:
         return None
+    return number if _fits_i64(number) else None
+
+
+def _fits_i64(number: float) -> bool:
+    return _I64_MIN <= number <= _I64_MAX
 
 
 def _int_array(values: list[Any]) -> npt.NDArray[np.int64]:
@@ -708,7 +714,7 @@ def _op_attrs(rows: npt.NDArray[np.intp], ops: list[OpArgs | None]) -> pl.DataFr
         "input_types": _texts([x.input_types for x in a]),
         "sequence_number": [x.sequence for x in a],
         "fwd_thread_id": [x.fwd_tid for x in a],
-        "flops": [None if x.flops is None else int(x.flops) for x in a],
+        "flops": [int(x.flops) if x.flops is not None and _fits_i64(x.flops) else None for x in a],
         "call_stack": [x.call_stack for x in a],
         "collective_name": [x.collective for x in a],
         "in_msg_nelems": [x.in_nelems for x in a],
