@@ -8,7 +8,6 @@ builds the Trace.
 from __future__ import annotations
 
 import gc
-import math
 import re
 import shutil
 from collections.abc import Callable, Iterable, Sequence
