@@ -199,6 +199,9 @@ def test_integers_beyond_int64_are_wrongly_typed_not_a_crash(tmp_path: Path,
          "args": {"correlation": 6, "device": 2**33}},
         {"ph": "X", "cat": "kernel", "name": "k_big_pid", "pid": 2**40, "tid": 7, "ts": 3, "dur": 1,
          "args": {"correlation": 7}},
+        # The lowest int64 is left out too: the reader means "not known" by it while it builds.
+        {"ph": "X", "cat": "kernel", "name": "k_lowest_corr", "pid": 0, "tid": 7, "ts": 3.5, "dur": 1,
+         "args": {"correlation": -(2**63)}},
         {"ph": "X", "cat": "cpu_op", "name": "op_big_args", "pid": 1, "tid": 1, "ts": 0, "dur": 5,
          "args": {"External id": huge, "Sequence number": 2**64}},
         {"ph": "X", "cat": "cpu_op", "name": "skipped", "pid": 2**64, "tid": 1, "ts": 0, "dur": 5},
@@ -216,8 +219,9 @@ def test_integers_beyond_int64_are_wrongly_typed_not_a_crash(tmp_path: Path,
     trace.check()
     s = trace.slices.with_columns(pl.col("name").cast(pl.String))
     by_name = {r["name"]: r for r in s.iter_rows(named=True)}
-    assert set(by_name) == {"good", "k_big_corr", "k_big_device", "k_big_pid", "op_big_args",
+    assert set(by_name) == {"good", "k_big_corr", "k_big_device", "k_big_pid", "k_lowest_corr", "op_big_args",
                             "Memcpy HtoD (Pageable -> Device)", "op_quoted_pid"}
+    assert by_name["k_lowest_corr"]["correlation"] is None
     # Quoted numbers beyond int64 are unknown, as any unreadable quoted number is.
     assert by_name["Memcpy HtoD (Pageable -> Device)"]["stream"] is None
     assert trace.copy_attrs.get_column("bytes").to_list() == [None]
@@ -228,7 +232,7 @@ def test_integers_beyond_int64_are_wrongly_typed_not_a_crash(tmp_path: Path,
     assert by_name["k_big_device"]["device"] == -1 and by_name["k_big_pid"]["device"] == -1
     assert by_name["op_big_args"]["external_id"] is None
     warnings = " | ".join(trace.meta.warnings)
-    assert warnings.count("args ignored") == 3 and warnings.count("event skipped") == 2
+    assert warnings.count("args ignored") == 4 and warnings.count("event skipped") == 2
     assert "2 events: device id beyond int32 taken as -1" in warnings
     for command in ("kernels", "info", "ops", "steps", "gaps", "diagnose"):
         assert main([command, str(path)]) == 0, command
@@ -264,3 +268,22 @@ def test_times_beyond_int64_nanoseconds_are_not_usable(tmp_path: Path) -> None:
                      "flow event without usable ts skipped", "memory event without usable ts skipped",
                      "event skipped: Number out of range"):
         assert f"1 events: {expected}" in joined
+
+
+def test_memory_events_without_usable_args_still_count_as_instants(tmp_path: Path) -> None:
+    """A [memory] event whose args are missing, null or of the wrong shape is not a memory event
+    (nothing to chart), but it is still counted among the instants; wrong shapes are warned of."""
+    b = KinetoBuilder().op("op", 0, 5)
+    b.events += [
+        {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": 1},
+        {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": 1, "args": None},
+        {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": 1,
+         "args": {"Bytes": "x"}},
+        {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": 2,
+         "args": {"Bytes": 64, "Total Allocated": 64}},
+        {"ph": "i", "cat": "cpu_instant_event", "name": "other", "pid": 1, "tid": 1, "ts": 1},
+    ]
+    trace = tracewhy.load(b.write(tmp_path / "mem.json"))
+    assert trace.meta.event_counts["instant"] == 4 and trace.meta.event_counts["memory"] == 1
+    assert trace.memory.get_column("bytes").to_list() == [64]
+    assert sum("args ignored" in w for w in trace.meta.warnings) == 1

@@ -380,12 +380,14 @@ class _Builder:
         # nothing: an instant has no end. Only slices count as unfinished.
         named = [e for e in evs if e.name == "[memory]"]
         mem = [e for e in named if abs(e.ts) < _US_MAX]
-        self._problem("memory event without usable ts skipped", len(named) - len(mem))
+        no_ts = len(named) - len(mem)
+        self._problem("memory event without usable ts skipped", no_ts)
         decoded = decode_args([e.args for e in mem], MemoryArgs, self.problems)
         args = [a for a in decoded if a is not None]
         if len(args) < len(mem):
             mem = [e for e, a in zip(mem, decoded, strict=True) if a is not None]
-        self._count("instant", len(evs) - len(named))
+        # Every other instant counts as one, a [memory] event without usable args included.
+        self._count("instant", len(evs) - len(mem) - no_ts)
         if not mem:
             return
         self._count("memory", len(mem))

@@ -18,8 +18,9 @@ from msgspec import Raw, Struct, field
 
 NO_RAW = Raw(b"")
 #: Integers are read as int64, as the tables hold them: a larger one (a hostile or corrupt
-#: file) makes that event's args "of the wrong shape", never an overflow later.
-I64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+#: file) makes that event's args "of the wrong shape", never an overflow later. The lowest
+#: int64 is left out too: the reader uses it for "not known" while it builds columns.
+I64 = Annotated[int, msgspec.Meta(ge=-(2**63) + 1, le=2**63 - 1)]
 
 
 # One args shape per kind of event, each with only the keys that kind carries: msgspec skips the
