@@ -101,7 +101,9 @@ def gaps(trace: Trace, steps: StepsResult, options: GapsOptions = GapsOptions(),
             gs, ge = _split_at(gs, ge, cuts)
         keep = (ge - gs) >= options.min_gap_ns
         gs, ge = gs[keep], ge[keep]
-        dev = gpu.filter(pl.col(Col.DEVICE) == device).sort(Col.TS)
+        # Stable: activities starting at the same instant stay in id order, so the one that
+        # ends a gap (and the host thread blamed) is the same on every run.
+        dev = gpu.filter(pl.col(Col.DEVICE) == device).sort(Col.TS, maintain_order=True)
         frames.append(_explain(device, gs, ge, dev, s, host, launch_tid))
     table = pl.concat(frames) if frames else _empty_gaps()
     table = _assign_steps(table, st)
@@ -111,9 +113,13 @@ def gaps(trace: Trace, steps: StepsResult, options: GapsOptions = GapsOptions(),
 
 
 def _main_launch_thread(trace: Trace) -> tuple[int, int] | None:
-    launches = trace.of_kind(*LAUNCH_KINDS).group_by(Col.PID, Col.TID).len().sort("len", descending=True)
+    # Ties in count go to the lowest (pid, tid): the same thread on every run.
+    by_count = ["len", Col.PID, Col.TID], [True, False, False]
+    launches = trace.of_kind(*LAUNCH_KINDS).group_by(Col.PID, Col.TID).len().sort(
+        by_count[0], descending=by_count[1])
     if launches.height == 0:
-        ops = trace.of_kind(Kind.CPU_OP, Kind.ANNOTATION).group_by(Col.PID, Col.TID).len().sort("len", descending=True)
+        ops = trace.of_kind(Kind.CPU_OP, Kind.ANNOTATION).group_by(Col.PID, Col.TID).len().sort(
+            by_count[0], descending=by_count[1])
         return (int(ops[0, Col.PID]), int(ops[0, Col.TID])) if ops.height else None
     return int(launches[0, Col.PID]), int(launches[0, Col.TID])
 

@@ -56,7 +56,8 @@ def findings(ctx: Context) -> list[Finding]:
         ))
     sync_api = rules.sync_api_calls(t).table
     if sync_api.height:
-        names = sync_api.group_by("api").len().sort("len", descending=True)
+        # Ties in count by name: the statement must read the same on every run.
+        names = sync_api.group_by("api").len().sort(["len", "api"], descending=[True, False])
         out.append(Finding(
             code="nsys-sync-api", severity=Severity.LOW,
             statement=f"{sync_api.height} synchronization API calls blocked the host for "
