@@ -475,13 +475,14 @@ class _Builder:
                 device[rows[odd]] = -1
             kernel_attrs = _kernel_attrs(rows, codes, gpu)
             copy_attrs = self._copy_attrs(rows, codes, gpu, evs)
-        rows = np.flatnonzero(_in(codes, _OP_CODES))
+        on_op = _in(codes, _OP_CODES)
+        rows = np.flatnonzero(on_op)
         if rows.size:
             ops = cast(list[OpArgs | None], self._decode(evs, rows, OpArgs))
             ids.fill(rows, ops)
             op_attrs = _op_attrs(rows, ops)
         python = codes == _KIND_CODE[Kind.PYTHON.value]
-        rows = np.flatnonzero(~(on_gpu | python | _in(codes, _OP_CODES)))
+        rows = np.flatnonzero(~(on_gpu | python | on_op))
         if rows.size:
             ids.fill(rows, self._decode(evs, rows, LinkArgs))
         if python.any():
@@ -524,8 +525,7 @@ class _Builder:
     def _copy_attrs(self, rows: npt.NDArray[np.intp], codes: npt.NDArray[np.uint8], gpu: list[GpuArgs | None],
                     evs: list[Event]) -> pl.DataFrame:
         memcpy, memset = _KIND_CODE[Kind.MEMCPY.value], _KIND_CODE[Kind.MEMSET.value]
-        pick = [(i, c, a) for i, c, a in zip(rows.tolist(), codes[rows].tolist(), gpu, strict=True)
-                if a is not None and c in (memcpy, memset)]
+        pick = _with_args(rows, codes, gpu, (memcpy, memset))
         if not pick:
             return _EMPTY_COPY_ATTRS
         parsed = [self._copy_kind(evs[i].name) if c == memcpy else (None, None, None) for i, c, _ in pick]
@@ -681,17 +681,23 @@ class _Ids:
                                _NULL if (y := a.external_id_legacy) is None else y for a in args]
 
 
+def _with_args(rows: npt.NDArray[np.intp], codes: npt.NDArray[np.uint8], gpu: list[GpuArgs | None],
+               kinds: tuple[int, ...]) -> list[tuple[int, int, GpuArgs]]:
+    """(row, kind code, args) of the device activities at ``rows`` of these kinds that have args."""
+    return [(i, c, a) for i, c, a in zip(rows.tolist(), codes[rows].tolist(), gpu, strict=True)
+            if a is not None and c in kinds]
+
+
 def _kernel_attrs(rows: npt.NDArray[np.intp], codes: npt.NDArray[np.uint8], gpu: list[GpuArgs | None]) -> pl.DataFrame:
     kernel = _KIND_CODE[Kind.KERNEL.value]
-    pick = [(i, a) for i, c, a in zip(rows.tolist(), codes[rows].tolist(), gpu, strict=True)
-            if a is not None and c == kernel]
+    pick = _with_args(rows, codes, gpu, (kernel,))
     if not pick:
         return _EMPTY_KERNEL_ATTRS
-    a = [x for _, x in pick]
+    a = [x for _, _, x in pick]
     grid = [_triple(x.grid) for x in a]
     block = [_triple(x.block) for x in a]
     return pl.DataFrame({
-        "id": [i for i, _ in pick],
+        "id": [i for i, _, _ in pick],
         "grid_x": [g[0] for g in grid], "grid_y": [g[1] for g in grid], "grid_z": [g[2] for g in grid],
         "block_x": [b[0] for b in block], "block_y": [b[1] for b in block], "block_z": [b[2] for b in block],
         "registers_per_thread": [x.registers for x in a],
