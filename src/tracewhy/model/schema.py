@@ -10,8 +10,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Final
 
-import numpy.ma  # noqa: F401  (polars passes every numpy array through np.ma.getmask: loaded
-import polars as pl  # here with the other modules, not 16 ms into the first read)
+import polars as pl
 
 
 class Kind(str, Enum):

@@ -17,6 +17,10 @@ from typing import Any, cast
 
 import msgspec
 import numpy as np
+
+# polars passes every numpy array through np.ma.getmask: numpy.ma is loaded with the reader's
+# modules, not 16 ms into its first read (a run served from the cache never imports it).
+import numpy.ma
 import numpy.typing as npt
 import polars as pl
 
