@@ -4,12 +4,15 @@ utilization agrees with the TensorBoard plugin's reference output wherever the p
 from __future__ import annotations
 
 import gzip
+import io
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
+from rich.console import Console
 
 import tracewhy
 from conftest import GENERATED, TRACES, shared_trace
@@ -17,7 +20,10 @@ from tracewhy.analyses.gaps import gaps
 from tracewhy.analyses.steps import steps
 from tracewhy.findings.diagnose import diagnose
 from tracewhy.findings.model import Severity
+from tracewhy.findings.overview import overview
 from tracewhy.model import Col, Kind
+from tracewhy.renderers.diagnose import render_diagnose
+from tracewhy.renderers.html import report_payload
 
 
 def _top_codes(path: Path, n: int = 1) -> list[str]:
@@ -173,3 +179,40 @@ def test_diagnose_runs_and_every_finding_is_complete(rel: str) -> None:
         assert "gpu-only-trace" in [f.code for f in report.findings]
     if "fullgraph" in rel:
         assert "cuda-graph-replay" in [f.code for f in report.findings]
+
+
+_SHARE = re.compile(r"\((\d+(?:\.\d+)?)% of the (step|trace)\)")
+
+
+@pytest.mark.parametrize("rel", ["hta/a100_ddp2_rank0_nccl2.17.json.gz", "hta/a100_alexnet_critical_path.json.gz"])
+def test_idle_shares_name_what_they_are_shares_of(rel: str) -> None:
+    # A sweep found "144.728 ms per step (65.1%) of idle time" on the DDP trace: 65.1% was the
+    # share of the 222.4 ms step window, not of the 168.3 ms idle. Each idle statement's
+    # percentage must be its time over the window it names: the step, or (no step markers) the
+    # whole trace. The window is recomputed here from gaps' per-step table (steady steps).
+    trace = tracewhy.load(shared_trace(rel))
+    report = diagnose(trace)
+    per_step = gaps(trace, steps(trace)).per_step
+    steady = per_step.filter(pl.col("steady") & (pl.col("device") == report.basis.device))
+    idle = [f for f in report.findings if f.code.startswith("gpu-idle-")]
+    assert idle
+    for f in idle:
+        m = _SHARE.search(f.statement)
+        assert m is not None, f.statement
+        assert m.group(2) == ("step" if steady.height else "trace")
+        if steady.height:
+            window = steady.get_column("window_ns").sum() / steady.height
+            assert float(m.group(1)) == pytest.approx(100 * f.recoverable_ns_per_step / window, abs=0.051)
+
+
+def test_diagnose_without_steps_says_over_the_trace() -> None:
+    # The alexnet trace has no step markers: recoverable time is over the whole trace, and the
+    # headline must not call it "per step".
+    report = diagnose(tracewhy.load(shared_trace("hta/a100_alexnet_critical_path.json.gz")))
+    assert not report.basis.per_steps
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(render_diagnose(report))
+    text = console.export_text()
+    assert "over the trace recoverable" in text and "per step recoverable" not in text
+    payload = report_payload(overview(tracewhy.load(shared_trace("hta/a100_alexnet_critical_path.json.gz"))))
+    assert payload["recoverable_unit"] == "over the trace"

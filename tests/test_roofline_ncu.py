@@ -279,3 +279,31 @@ def test_inline_occupancy_limiter_and_spills_from_raw_metrics(tmp_path: Path) ->
     # 4194304 / 131072 = 32 sectors per store request: every thread its own sector.
     assert row["sectors_per_store"] == 32 and row["uncoalesced"] is True
     assert "well below the theoretical" in str(row["details"])  # 12% achieved of 25% theoretical
+
+
+@needs_rep
+def test_kernel_reason_figures_are_its_longest_launch() -> None:
+    # A sweep found the per-kernel row showing time-weighted SM 45% / memory 47% while its
+    # reason said "SM 41% ... memory (51%)" with no hint that those were one launch's figures.
+    # The reason is the longest launch's (of the bound that takes most time), and says so.
+    r = _result("a100pcie_mistic_multikernel_basic")
+    multi = r.kernels.filter(pl.col("launches") > 1)
+    assert multi.height
+    for row in multi.iter_rows(named=True):
+        assert row["reason"].startswith("in its longest launch, "), row["reason"]
+        longest = (r.launches.filter((pl.col("name") == row["name"]) & (pl.col("bound") == row["bound"]))
+                   .sort("dur_ns", descending=True, nulls_last=True).row(0, named=True))
+        sm = re.search(r"SM (?:at )?(\d+)%", row["reason"])
+        if sm:
+            assert int(sm.group(1)) == round(longest["sm_pct"])
+    for row in r.kernels.filter(pl.col("launches") == 1).iter_rows(named=True):
+        assert not row["reason"].startswith("in its longest launch")
+
+
+def test_missing_memory_throughput_is_not_zero_percent() -> None:
+    # This export (ncu --csv without the memory section) has SM throughput but no memory
+    # throughput: the reason must say the figure is missing, not print "memory 0%".
+    r = roofline(read_ncu(shared_trace("ncu/csv_rtx5070_olajide/gemm_naive.csv")))
+    row = r.kernels.row(0, named=True)
+    assert row["memory_pct"] is None
+    assert "memory not in the export" in row["reason"] and "0%" not in row["reason"]

@@ -330,8 +330,11 @@ def _verdict(launch: _Launch, t: dict[str, float | None], ceil: Ceilings, grid_n
             return UNKNOWN, "ncu recorded no metrics for this launch (collection failed or was skipped)"
         return UNKNOWN, "the export has neither compute nor memory throughput for this launch"
     sm_v, mem_v = sm or 0.0, mem or 0.0
+    # A throughput the export lacks is said to be missing, not shown as 0%.
+    sm_t = f"{sm_v:.0f}%" if sm is not None else "not in the export"
+    mem_t = f"{mem_v:.0f}%" if mem is not None else "not in the export"
     if max(sm_v, mem_v) < th.SATURATED_PCT:
-        why = [f"neither compute (SM {sm_v:.0f}%) nor memory ({mem_v:.0f}%) is near its peak"]
+        why = [f"neither compute (SM {sm_t}) nor memory ({mem_t}) is near its peak"]
         if grid_note == "small grid":
             why.append("too few blocks to fill the GPU")
         stall = _stall_text(stalls)
@@ -349,9 +352,9 @@ def _verdict(launch: _Launch, t: dict[str, float | None], ceil: Ceilings, grid_n
         if top and top[1] != "DRAM" and dram is not None and dram < th.SATURATED_PCT:
             where += f"; DRAM only {dram:.0f}%: on-chip traffic, not DRAM, is the limit"
         if balanced:
-            where += f"; compute is close behind (SM {sm_v:.0f}%): both need to shrink"
+            where += f"; compute is close behind (SM {sm_t}): both need to shrink"
         return MEMORY_BOUND, where
-    where = f"SM at {sm_v:.0f}% of peak (memory {mem_v:.0f}%)"
+    where = f"SM at {sm_v:.0f}% of peak (memory {mem_t})"
     tensor = launch.get(NCol.TENSOR_PCT)
     if tensor:
         where += f"; tensor pipe {tensor:.0f}% busy"
@@ -517,6 +520,11 @@ def _by_kernel(launches: pl.DataFrame) -> pl.DataFrame:
     return (
         stats.join(representative, on=NCol.NAME, how="left")
         .join(bounds_seen, on=NCol.NAME, how="left")
-        .with_columns((pl.col("total_ns") / max(total, 1)).alias("share"))
+        .with_columns(
+            (pl.col("total_ns") / max(total, 1)).alias("share"),
+            # The row's figures are time-weighted means; the reason's are its longest launch's.
+            pl.when(pl.col("launches") > 1).then(pl.format("in its longest launch, {}", "reason"))
+            .otherwise(pl.col("reason")).alias("reason"),
+        )
         .sort(["total_ns", NCol.NAME], descending=[True, False], nulls_last=True)
     )

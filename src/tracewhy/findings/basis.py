@@ -10,6 +10,7 @@ import polars as pl
 from tracewhy.analyses.gaps import CLASSES
 from tracewhy.analyses.stats import sum_of
 from tracewhy.findings.context import Context
+from tracewhy.units import fmt_pct
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,10 @@ class Basis:
     @property
     def unit(self) -> str:
         return "per step" if self.per_steps else "over the trace (no step markers)"
+
+    def of_window(self, ns: float) -> str:
+        """``ns`` as a share of what it was measured over: "12.5% of the step" (or "of the trace")."""
+        return f"{fmt_pct(self.share(ns))} of the {'step' if self.per_steps else 'trace'}"
 
 
 def basis(ctx: Context) -> Basis:

@@ -32,7 +32,7 @@ def findings(ctx: Context) -> list[Finding]:
         out.append(Finding(
             code="gpu-low-utilization",
             severity=Severity.HIGH if b.active_share < 0.5 else Severity.MEDIUM,
-            statement=f"GPU {b.device} is active {pct(b.active_share)} of the step window "
+            statement=f"GPU {b.device} is active {b.of_window(b.busy_ns)} "
                       f"({ms(b.busy_ns)} of {ms(b.window_ns)} {b.unit}); idle {ms(b.idle_ns)}: {why}.",
             next_step="See the gaps: tracewhy gaps TRACE --top 20 (largest idle intervals with the host activity in "
                       "each); the class findings below say what to change.",
@@ -75,7 +75,7 @@ def _input(ctx: Context, b: Basis, ns: float) -> Finding:
     loader = mean_of(steady.get_column("dataloader_ns"))
     return Finding(
         code="gpu-idle-input", severity=_severity(b, ns),
-        statement=f"The GPU waits on the input pipeline for {ms(ns)} {b.unit} ({pct(b.share(ns))} of the step): "
+        statement=f"The GPU waits on the input pipeline for {ms(ns)} {b.unit} ({b.of_window(ns)}): "
                   f"the host is inside DataLoader __next__ while the GPU has nothing to run"
                   + (f" (DataLoader takes {ms(float(loader))} per step)." if loader else "."),
         next_step="Load batches in worker processes: DataLoader(..., num_workers=N (start at the CPU cores per GPU), "
@@ -98,7 +98,7 @@ def _sync(ctx: Context, b: Basis, ns: float) -> Finding:
     sites = [f"{r['site'] or 'outside any op'} ({r['n']}x)" for r in where.iter_rows(named=True)]
     return Finding(
         code="gpu-idle-sync", severity=_severity(b, ns),
-        statement=f"Host synchronization drains the GPU: {ms(ns)} {b.unit} ({pct(b.share(ns))}) of idle time follows "
+        statement=f"Host synchronization drains the GPU: {ms(ns)} {b.unit} ({b.of_window(ns)}) of idle time follows "
                   f"or sits inside a blocking call ({n_per_step:.0f} {b.unit}; most from {', '.join(sites) or '-'}).",
         next_step="Remove per-step host reads of device values (.item(), .cpu(), print(tensor), torch.nonzero, "
                   "bool(tensor)) at those sites: keep metrics on the GPU and read them every N steps, or use "
@@ -117,7 +117,7 @@ def _launch(ctx: Context, b: Basis, ns: float) -> Finding:
     ratio = (dispatch / gpu) if dispatch and gpu else None
     return Finding(
         code="gpu-idle-launch", severity=_severity(b, ns),
-        statement=f"Kernel launch overhead leaves the GPU idle {ms(ns)} {b.unit} ({pct(b.share(ns))}): "
+        statement=f"Kernel launch overhead leaves the GPU idle {ms(ns)} {b.unit} ({b.of_window(ns)}): "
                   f"{pct(la.short_kernel_share)} of {la.kernels} kernels run shorter than one launch call "
                   f"(median {ms(la.launch_call_p50_ns or 0)})"
                   + (f", and the host spends {ms(dispatch or 0)} per step in launch calls against {ms(gpu or 0)} of "
@@ -140,7 +140,7 @@ def _host(ctx: Context, b: Basis, ns: float) -> Finding:
     where = py or ops or ann
     return Finding(
         code="gpu-idle-host", severity=_severity(b, ns),
-        statement=f"The GPU waits while the host computes: {ms(ns)} {b.unit} ({pct(b.share(ns))}) of idle time with "
+        statement=f"The GPU waits while the host computes: {ms(ns)} {b.unit} ({b.of_window(ns)}) of idle time with "
                   "the host in Python or CPU ops and no launch in flight "
                   f"(mostly {', '.join(where) or 'unnamed code'}).",
         next_step="Move that work off the critical path (precompute, do it on the GPU, or overlap it with the next "
@@ -154,7 +154,7 @@ def _host(ctx: Context, b: Basis, ns: float) -> Finding:
 def _allocator(ctx: Context, b: Basis, ns: float) -> Finding:
     return Finding(
         code="gpu-idle-allocator", severity=_severity(b, ns),
-        statement=f"The GPU waits on the CUDA allocator: {ms(ns)} {b.unit} ({pct(b.share(ns))}) of idle time with the "
+        statement=f"The GPU waits on the CUDA allocator: {ms(ns)} {b.unit} ({b.of_window(ns)}) of idle time with the "
                   "host inside cudaMalloc/cudaFree in steady state.",
         next_step="Keep tensor shapes stable between steps and let the caching allocator reuse blocks; try "
                   "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; avoid torch.cuda.empty_cache() in the loop.",
@@ -166,7 +166,7 @@ def _allocator(ctx: Context, b: Basis, ns: float) -> Finding:
 def _comm(ctx: Context, b: Basis, ns: float) -> Finding:
     return Finding(
         code="gpu-idle-comm-wait", severity=_severity(b, ns),
-        statement=f"The GPU waits on a collective: {ms(ns)} {b.unit} ({pct(b.share(ns))}) of idle time with the host "
+        statement=f"The GPU waits on a collective: {ms(ns)} {b.unit} ({b.of_window(ns)}) of idle time with the host "
                   f"inside {', '.join(_top_gaps(ctx, GapClass.COMM, 'host_op')) or 'communication'}.",
         next_step="Compare ranks to find who arrives late: tracewhy ranks DIR_WITH_ALL_RANK_TRACES.",
         recoverable_ns_per_step=round(ns),
@@ -177,7 +177,7 @@ def _comm(ctx: Context, b: Basis, ns: float) -> Finding:
 def _graph(ctx: Context, b: Basis, ns: float) -> Finding:
     return Finding(
         code="gpu-idle-graph-launch", severity=Severity.LOW,
-        statement=f"{ms(ns)} {b.unit} ({pct(b.share(ns))}) of GPU idle time sits in CUDA-graph launches.",
+        statement=f"{ms(ns)} {b.unit} ({b.of_window(ns)}) of GPU idle time sits in CUDA-graph launches.",
         next_step="Check the graph replay cadence; larger graphs (fewer replays per step) cut this.",
         recoverable_ns_per_step=round(ns), evidence={"idle_graph_ns": round(ns)},
     )
@@ -186,7 +186,7 @@ def _graph(ctx: Context, b: Basis, ns: float) -> Finding:
 def _dependency(ctx: Context, b: Basis, ns: float) -> Finding:
     return Finding(
         code="gpu-idle-dependency", severity=_severity(b, ns),
-        statement=f"Work was already queued but the GPU stayed idle {ms(ns)} {b.unit} ({pct(b.share(ns))}): it waited "
+        statement=f"Work was already queued but the GPU stayed idle {ms(ns)} {b.unit} ({b.of_window(ns)}): it waited "
                   "on a dependency (another stream, an event, or a copy engine), not on the host.",
         next_step="Look at cross-stream waits around these gaps in Perfetto (tracewhy export TRACE -o a.json.gz) "
                   "or with nsys: nsys profile --trace=cuda,nvtx python train.py.",
@@ -199,7 +199,7 @@ def _dependency(ctx: Context, b: Basis, ns: float) -> Finding:
 def _other(ctx: Context, b: Basis, ns: float) -> Finding:
     return Finding(
         code="gpu-idle-untraced", severity=Severity.LOW,
-        statement=f"{ms(ns)} {b.unit} ({pct(b.share(ns))}) of GPU idle time falls where the launching thread is in no "
+        statement=f"{ms(ns)} {b.unit} ({b.of_window(ns)}) of GPU idle time falls where the launching thread is in no "
                   "traced activity (untraced Python, a sleep, or another process).",
         next_step="Capture with with_stack=True to see the Python frames there, or py-spy the job.",
         recoverable_ns_per_step=round(ns), evidence={"idle_untraced_ns": round(ns)},

@@ -48,7 +48,8 @@ def render_diagnose(report: Report) -> RenderableType:
     for i, f in enumerate(report.findings, 1):
         label = Text(f"{i}. [{f.severity.value}] {f.code}", style=_STYLE[f.severity])
         if f.recoverable_ns_per_step:
-            label.append(f"  ~{fmt_ns(f.recoverable_ns_per_step)} per step recoverable", style="bold")
+            label.append(f"  ~{fmt_ns(f.recoverable_ns_per_step)} {'per step' if b.per_steps else 'over the trace'} "
+                             "recoverable", style="bold")
         parts.append(label)
         parts.append(Text(f"   {printable(f.statement)}"))
         parts.append(Text(f"   next: {printable(f.next_step)}", style="dim"))

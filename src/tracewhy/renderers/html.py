@@ -49,6 +49,8 @@ def report_payload(ov: Overview) -> dict[str, Any]:
             "versions": info.versions, "span_ns": info.span_ns, "warnings": list(info.warnings),
         },
         "findings": report.findings,
+        # What a finding's recoverable time is measured over (a trace without steps: all of it).
+        "recoverable_unit": "per step" if report.basis.per_steps else "over the trace",
         "steps": {
             "marker": report.steps.marker, "warmup": report.steps.warmup, "stats": report.steps.stats,
             "note": report.steps.note,
@@ -120,6 +122,7 @@ def ranks_report_payload(r: RanksResult, findings: list[Finding], source: str) -
         "trace": {"path": source, "format": "ranks", "rank": None, "world_size": None, "devices": [],
                   "warnings": list(r.notes)},
         "findings": findings,
+        "recoverable_unit": "per step",
         "ranks": {"metrics": [{"key": c, "label": label} for c, label in RANK_METRICS if c in cols], "rows": rows,
                   "straggler": r.straggler},
     }

@@ -103,7 +103,7 @@
       head.appendChild(el("span", "sev sev-" + f.severity, f.severity));
       head.appendChild(el("span", "code", f.code));
       if (f.recoverable_ns_per_step) {
-        head.appendChild(el("span", "recover", "  ~" + fmtNs(f.recoverable_ns_per_step) + " per step recoverable"));
+        head.appendChild(el("span", "recover", "  ~" + fmtNs(f.recoverable_ns_per_step) + " " + (data.recoverable_unit || "per step") + " recoverable"));
       }
       li.appendChild(head);
       li.appendChild(el("div", "", f.statement));
