@@ -140,6 +140,32 @@ def test_steps_nested_duplicate_is_one_step(tmp_path: Path) -> None:
     assert r.table.get_column("dur_ns").to_list() == [100_000, 50_000]
 
 
+def test_last_step_window_leaves_out_the_gpu_backlog(tmp_path: Path) -> None:
+    # The GPU runs behind: step 1 (0-100 µs) launches 150 µs of work that runs 50-200; step 2
+    # (110-160 µs) launches 40 µs that can only start when that is done, at 200, ending at 240.
+    # Step 1's window is 0-110 (the next start). The last step's window lasts the GPU's time on
+    # its own work (200-240: 40 µs) or its CPU span (50 µs), whichever is longer: 110-160, not
+    # 110-240, which would take in 90 µs of step 1's backlog.
+    b = KinetoBuilder()
+    b.annotation("ProfilerStep#1", 0, 100).launch("a", 10, 5, gpu_ts=50, gpu_dur=150)
+    b.annotation("ProfilerStep#2", 110, 50).launch("b", 120, 5, gpu_ts=200, gpu_dur=40)
+    t = steps(tracewhy.load(b.write(tmp_path / "lag.json"))).table
+    assert t.get_column("window_end_ns").to_list() == [110_000, 160_000]
+    assert t.get_column("gpu_end_ns").to_list() == [200_000, 240_000]
+    # With 70 µs of its own GPU work the last window outlasts its CPU span: 110 + 70 = 180 µs.
+    b = KinetoBuilder()
+    b.annotation("ProfilerStep#1", 0, 100).launch("a", 10, 5, gpu_ts=50, gpu_dur=150)
+    b.annotation("ProfilerStep#2", 110, 50).launch("b", 120, 5, gpu_ts=200, gpu_dur=70)
+    t = steps(tracewhy.load(b.write(tmp_path / "lag2.json"))).table
+    assert t.get_column("window_end_ns").to_list() == [110_000, 180_000]
+    # Without a backlog it is the end of the step's GPU work, as before: 110 + (250 - 110).
+    b = KinetoBuilder()
+    b.annotation("ProfilerStep#1", 0, 100).launch("a", 10, 5, gpu_ts=50, gpu_dur=20)
+    b.annotation("ProfilerStep#2", 110, 50).launch("b", 120, 5, gpu_ts=200, gpu_dur=50)
+    t = steps(tracewhy.load(b.write(tmp_path / "nolag.json"))).table
+    assert t.get_column("window_end_ns").to_list() == [110_000, 250_000]
+
+
 def test_kinds_legacy_categories(tmp_path: Path) -> None:
     b = KinetoBuilder()
     b.events += [

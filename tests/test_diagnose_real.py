@@ -59,6 +59,13 @@ TB_DISAGREES = {
     "mi300x_qwen1.5-0.5b_bs16_seq2048.json.gz": "unlinked kernels dropped",
     # tb_plugin lists ProfilerStep#15 twice (step names 15, 16, 15, 17): four steps of three.
     "mi300x_resnet_actckpt_ddp8_rank0.json.gz": "step counted twice",
+    # tb_plugin ends the last step's window where the GPU work it launched ends. Here the GPU
+    # runs behind the CPU, so that window also takes in what earlier steps had queued; ours
+    # ends after the GPU's time on the last step's own work (analyses/steps.py), because a
+    # window with the backlog in it skews every per-step mean (185 ms among 96 ms windows on
+    # the V100 trace). Checked below: over tb_plugin's window our kernels give its figure.
+    "resnet50_nw0_span1_worker0.1623143089861.pt.trace.json.gz": "last window takes in the backlog",
+    "resnet50_nw0_span2_worker0.1623143566756.pt.trace.json.gz": "last window takes in the backlog",
 }
 
 
@@ -93,6 +100,16 @@ def test_gpu_utilization_against_tb_plugin(folder: str, name: str) -> None:
         kernel_us = float(ref["avg_step_breakdown_us"]["Kernel"])  # type: ignore[index]
         assert busy_linked / 1000 == pytest.approx(kernel_us, abs=0.1)
         assert ours[next(iter(ours))] > theirs[next(iter(theirs))]
+    elif TB_DISAGREES[name] == "last window takes in the backlog":
+        lo, last = int(st.table[0, Col.TS]), st.table.row(-1, named=True)
+        tb_hi = max(last[Col.TS] + last[Col.DUR], last["gpu_end_ns"])
+        assert last["window_end_ns"] < tb_hi
+        k = trace.of_kind(Kind.KERNEL)
+        assert round(100 * _union_ns(k, lo, tb_hi) / (tb_hi - lo), 2) == pytest.approx(
+            theirs[next(iter(theirs))], abs=0.011)
+        # ... and over our windows, a second computation gives ours.
+        hi = int(last["window_end_ns"])
+        assert round(100 * _union_ns(k, lo, hi) / (hi - lo), 2) == pytest.approx(ours[next(iter(ours))], abs=0.011)
     else:
         assert ref["n_steps_used"] == st.table.height + 1
 
@@ -216,3 +233,33 @@ def test_diagnose_without_steps_says_over_the_trace() -> None:
     assert "over the trace recoverable" in text and "per step recoverable" not in text
     payload = report_payload(overview(tracewhy.load(shared_trace("hta/a100_alexnet_critical_path.json.gz"))))
     assert payload["recoverable_unit"] == "over the trace"
+
+
+def test_last_window_is_a_step_not_the_backlog() -> None:
+    # hta MANIFEST: a V100 training trace; the GPU runs about a step behind the CPU. Ending the
+    # last window where the last step's GPU work ends made it 185 ms among 96 ms windows, and
+    # the steady mean window 112 ms. Now the last window is within 10% of the one before it
+    # (the first steps are shorter: the queue is still filling).
+    t = steps(tracewhy.load(shared_trace("hta/v100_rank0_displayTimeUnit_ns_fractional_us.json.gz"))).table
+    w = (t.get_column("window_end_ns") - t.get_column(Col.TS)).to_numpy()
+    last = t.row(-1, named=True)
+    assert last["gpu_end_ns"] - last[Col.TS] > 1.5 * w[-2]  # the backlog is there
+    assert abs(w[-1] - w[-2]) < 0.1 * w[-2]
+
+
+def test_steps_say_how_many_kernels_no_step_launched() -> None:
+    # tracelens MANIFEST: the Qwen capture begins mid-step, so kernels launched before it run
+    # inside ProfilerStep with no runtime call in the file. steps counts GPU work by launch:
+    # those kernels are in no step, and the note must say how many. Counted here from the raw
+    # JSON: kernels whose correlation id no runtime or driver event carries.
+    path = shared_trace("tracelens/h100_qwen1.5-0.5b_bs16_seq2048.json.gz")
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    launched = {e["args"]["correlation"] for e in events
+                if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver") and "args" in e}
+    r = steps(tracewhy.load(path))
+    lo, hi = int(r.table[0, Col.TS]), int(r.table[-1, "window_end_ns"])
+    orphans = [e for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"
+               and e["args"].get("correlation") not in launched and lo <= round(e["ts"] * 1000) < hi]
+    assert orphans
+    assert r.note is not None and f"{len(orphans)} kernels (" in r.note
+    assert f"({sum(e['dur'] for e in orphans) / 1000:.3f} ms)" in r.note

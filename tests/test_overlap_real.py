@@ -20,7 +20,8 @@ import pytest
 
 import tracewhy
 from conftest import shared_trace
-from tracewhy.analyses.overlap import OverlapOptions, OverlapResult, overlap
+from tracewhy.analyses.overlap import OverlapOptions, OverlapResult, overlap, step_windows
+from tracewhy.analyses.steps import steps
 
 # The test's own communication rule: NCCL/RCCL kernels and symmetric-memory all-reduce.
 COMM = re.compile(r"nccl|multimem_all_reduce", re.IGNORECASE)
@@ -232,3 +233,21 @@ def test_parts_partition_every_window(name: str) -> None:
         assert row["compute_ns"] + row["comm_exposed_ns"] + row["copy_exposed_ns"] + row["idle_ns"] == row["window_ns"]
     conc = r.concurrency.group_by("device").agg(pl.col("time_ns").sum()).sort("device")
     assert conc.get_column("time_ns").to_list() == r.devices.get_column("span_ns").to_list()
+
+
+@pytest.mark.parametrize("rel", ["hta/v100_rank0_displayTimeUnit_ns_fractional_us.json.gz",
+                                 "tracelens/mi300x_resnet_actckpt_ddp8_rank0.json.gz"])
+def test_overlap_uses_the_steps_windows(rel: str) -> None:
+    # On both traces the GPU runs behind the CPU. overlap once ended the last window where the
+    # last step's GPU work ended, taking in the backlog: 54 ms among 16 ms windows on the MI300X
+    # trace, and "23.3 ms per step" of exposed communication against a 15.9 ms step. Its
+    # windows are now the steps' own (one process per trace here), the last one included.
+    trace = tracewhy.load(shared_trace(rel))
+    st = steps(trace)
+    w = step_windows(trace, st)
+    assert w.get_column("_end").to_list() == st.table.get_column("window_end_ns").to_list()
+    steady = st.table.filter(pl.col("steady"))
+    windows = (steady.get_column("window_end_ns") - steady.get_column("ts_ns")).to_numpy()
+    for row in overlap(trace).steady.iter_rows(named=True):
+        assert row["window_ns"] == pytest.approx(windows.mean())
+        assert row["comm_exposed_ns"] <= row["window_ns"]

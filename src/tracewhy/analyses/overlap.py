@@ -237,7 +237,8 @@ def step_windows(trace: Trace, st: StepsResult) -> pl.DataFrame:
     (its host span), window_start_ns, _end, window_ns.
 
     Windows run from a step's start to the next step's start in the same process (each
-    process has its own loop when one nsys file holds several ranks)."""
+    process has its own loop when one nsys file holds several ranks); a process's last step's
+    window ends where its own time ends (``own_end_ns``: see ``steps``)."""
     trace.require_whole()
     t = st.table
     schema = {"step": pl.String, "number": pl.Int64, "steady": pl.Boolean, Col.PID: pl.Int64, "step_id": pl.Int64,
@@ -253,11 +254,9 @@ def step_windows(trace: Trace, st: StepsResult) -> pl.DataFrame:
         pl.col(Col.ID).alias("step_id"), pl.col(Col.NAME).cast(pl.String).alias("name"), Col.TS, Col.DUR, Col.PID
     ).unique(["name", Col.TS, Col.DUR], keep="first", maintain_order=True)
     w = t.join(marks, on=["name", Col.TS, Col.DUR], how="left").sort(Col.TS)
-    cpu_end = pl.col(Col.TS) + pl.col(Col.DUR)
-    last_end = pl.max_horizontal(cpu_end, pl.col("gpu_end_ns").fill_null(cpu_end))
     return (
         w.with_columns(pl.col(Col.TS).shift(-1).over(Col.PID).alias("_next"))
-        .with_columns(pl.coalesce("_next", last_end).alias("_end"))
+        .with_columns(pl.coalesce("_next", "own_end_ns").alias("_end"))
         .select(
             pl.col("name").alias("step"), "number", "steady", Col.PID, "step_id", Col.DUR,
             pl.col(Col.TS).alias("window_start_ns"),

@@ -43,7 +43,9 @@ class StepsResult:
     ``table`` columns: name, number, ts_ns, dur_ns (the step's span on the CPU, as recorded),
     gpu_start_ns, gpu_end_ns, gpu_busy_ns (union of device activity the step launched),
     kernel_count, kernel_time_ns, window_end_ns (end of the step's window: the next step's
-    start, see ``steps``), steady (bool). ``stats`` covers the steady steps only.
+    start, see ``steps``), own_end_ns (where the step's own time ends: its CPU span or, when
+    longer, the GPU's time on the work it launched after what was queued before it; the last
+    step's window ends there), steady (bool). ``stats`` covers the steady steps only.
     """
 
     marker: str
@@ -106,12 +108,15 @@ def steps(trace: Trace, options: StepsOptions = StepsOptions()) -> StepsResult:
             rows.append((None, None, 0, 0, 0))
     n = marks.height
     # A step's window runs to the next step's start (the loop's full period, input loading
-    # between markers included); the last one to the later of its CPU end and the end of the
-    # GPU work it launched. tb_plugin used the same windows; GPU utilization over them agrees
-    # with its reference outputs (tests/test_gaps_real.py).
+    # between markers included). The last step has no next start: its window lasts its CPU
+    # span or, when longer, the GPU's time on the work it launched. That time starts when the
+    # GPU is done with what earlier steps queued: when the GPU runs behind the CPU, ending the
+    # window at the end of the last step's GPU work would also take in that backlog (a 185 ms
+    # last window among 96 ms ones on a V100 trace). GPU utilization over these windows agrees
+    # with tb_plugin's reference outputs (tests/test_diagnose_real.py).
     starts = marks.get_column(Col.TS).to_list()
-    cpu_ends = [t + d for t, d in zip(starts, marks.get_column(Col.DUR).to_list(), strict=True)]
-    window_ends = [*starts[1:], max(cpu_ends[-1], rows[-1][1] or cpu_ends[-1])]
+    own_ends = _own_ends(marks, rows, launch_ts, launch_pid, g_end)
+    window_ends = [*starts[1:], own_ends[-1]]
     warmup = options.warmup if options.warmup is not None else (1 if n >= 3 else 0)
     warmup = max(0, min(warmup, n))
     table = pl.DataFrame(
@@ -126,6 +131,7 @@ def steps(trace: Trace, options: StepsOptions = StepsOptions()) -> StepsResult:
             "kernel_count": pl.Series([r[3] for r in rows], dtype=pl.Int64),
             "kernel_time_ns": pl.Series([r[4] for r in rows], dtype=pl.Int64),
             "window_end_ns": pl.Series(window_ends, dtype=pl.Int64),
+            "own_end_ns": pl.Series(own_ends, dtype=pl.Int64),
             "steady": pl.Series([i >= warmup for i in range(n)], dtype=pl.Boolean),
         }
     )
@@ -135,7 +141,47 @@ def steps(trace: Trace, options: StepsOptions = StepsOptions()) -> StepsResult:
         note = f"only {steady.size} steady step(s): statistics are indicative, not reliable"
     if chosen is not None:
         note = chosen.note if note is None else f"{chosen.note}; {note}"
+    unlinked = _unlinked_kernels(s, starts[0], window_ends[-1])
+    if unlinked is not None:
+        note = unlinked if note is None else f"{note}; {unlinked}"
     return StepsResult(marker=marker, table=table, warmup=warmup, stats=_stats(steady), note=note)
+
+
+def _own_ends(marks: pl.DataFrame, rows: list[tuple[int | None, int | None, int, int, int]],
+              launch_ts: npt.NDArray[np.int64], launch_pid: npt.NDArray[np.int64],
+              g_end: npt.NDArray[np.int64]) -> list[int]:
+    """Where each step's own time ends: its CPU span or, when longer, the GPU's time on the work
+    it launched, counted from when the GPU finished what the process had queued before the step
+    began (when the GPU runs behind, the end of the step's GPU work alone would take that in).
+    ``launch_ts`` is sorted; ``g_end`` is the end of the GPU activity each launch started."""
+    ts = marks.get_column(Col.TS).to_numpy()
+    pid = marks.get_column(Col.PID).to_numpy()
+    backlog = ts.copy()
+    for p in np.unique(pid).tolist():
+        mine = launch_pid == p
+        done = np.maximum.accumulate(g_end[mine]) if mine.any() else np.zeros(0, dtype=np.int64)
+        at = pid == p
+        before = np.searchsorted(launch_ts[mine], ts[at], side="left")
+        queued = np.where(before > 0, done[np.maximum(before - 1, 0)] if done.size else 0, ts[at])
+        backlog[at] = np.maximum(ts[at], queued)
+    ends = []
+    for t, d, b, r in zip(ts.tolist(), marks.get_column(Col.DUR).to_list(), backlog.tolist(), rows, strict=True):
+        gpu_end = r[1]
+        ends.append(t + max(d, 0 if gpu_end is None else gpu_end - b))
+    return ends
+
+
+def _unlinked_kernels(s: pl.DataFrame, lo: int, hi: int) -> str | None:
+    """Say how many kernels ran inside the steps with no launch call in the trace: they count in
+    no step's GPU work (``gaps`` and ``overlap``, which go by time, do include them)."""
+    k = s.filter((pl.col(Col.KIND) == Kind.KERNEL.value) & pl.col(Col.LAUNCH).is_null()
+                 & (pl.col(Col.TS) >= lo) & (pl.col(Col.TS) < hi))
+    if k.height == 0:
+        return None
+    total = int(k.get_column(Col.DUR).sum())
+    return (f"{k.height} kernels ({total / 1e6:.3f} ms) ran inside the steps with no launch call in the "
+            "trace (launched before the capture began, or the runtime events were not recorded): they "
+            "count in no step's GPU work")
 
 
 def _drop_nested_duplicates(marks: pl.DataFrame) -> pl.DataFrame:
@@ -171,6 +217,7 @@ def _empty_table() -> pl.DataFrame:
         schema={
             "name": pl.String, "number": pl.Int64, Col.TS: pl.Int64, Col.DUR: pl.Int64,
             "gpu_start_ns": pl.Int64, "gpu_end_ns": pl.Int64, "gpu_busy_ns": pl.Int64,
-            "kernel_count": pl.Int64, "kernel_time_ns": pl.Int64, "window_end_ns": pl.Int64, "steady": pl.Boolean,
+            "kernel_count": pl.Int64, "kernel_time_ns": pl.Int64, "window_end_ns": pl.Int64,
+            "own_end_ns": pl.Int64, "steady": pl.Boolean,
         }
     )
