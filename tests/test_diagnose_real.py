@@ -15,7 +15,7 @@ import pytest
 from rich.console import Console
 
 import tracewhy
-from conftest import GENERATED, TRACES, shared_trace
+from conftest import GENERATED, ROOT, TRACES, shared_trace
 from tracewhy.analyses.gaps import gaps
 from tracewhy.analyses.steps import steps
 from tracewhy.findings.diagnose import diagnose
@@ -233,6 +233,20 @@ def test_diagnose_without_steps_says_over_the_trace() -> None:
     assert "over the trace recoverable" in text and "per step recoverable" not in text
     payload = report_payload(overview(tracewhy.load(shared_trace("hta/a100_alexnet_critical_path.json.gz"))))
     assert payload["recoverable_unit"] == "over the trace"
+
+
+def test_cpu_only_trace_with_steps_says_per_step() -> None:
+    # The README's bundled demo: CPU-only (no GPU basis) but with 15 steady steps; its input
+    # finding is per step, and the headline must say so (GPU idle basis or not).
+    trace = tracewhy.load(ROOT / "examples" / "demo_cpu_training.pt.trace.json.gz")
+    report = diagnose(trace)
+    assert report.basis.device is None and report.steps.stats is not None
+    assert any(f.recoverable_ns_per_step for f in report.findings)
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(render_diagnose(report))
+    text = console.export_text()
+    assert "per step recoverable" in text and "over the trace recoverable" not in text
+    assert report_payload(overview(trace))["recoverable_unit"] == "per step"
 
 
 def test_last_window_is_a_step_not_the_backlog() -> None:

@@ -32,6 +32,12 @@ def report_payload(report: Report) -> dict[str, Any]:
     }
 
 
+def recoverable_unit(report: Report) -> str:
+    """What findings' recoverable time is measured over: per step when the trace has steady
+    steps (GPU or CPU-only), else over the whole trace."""
+    return "per step" if report.basis.per_steps or report.steps.stats is not None else "over the trace"
+
+
 def render_diagnose(report: Report) -> RenderableType:
     parts: list[RenderableType] = []
     b = report.basis
@@ -48,8 +54,8 @@ def render_diagnose(report: Report) -> RenderableType:
     for i, f in enumerate(report.findings, 1):
         label = Text(f"{i}. [{f.severity.value}] {f.code}", style=_STYLE[f.severity])
         if f.recoverable_ns_per_step:
-            label.append(f"  ~{fmt_ns(f.recoverable_ns_per_step)} {'per step' if b.per_steps else 'over the trace'} "
-                             "recoverable", style="bold")
+            label.append(f"  ~{fmt_ns(f.recoverable_ns_per_step)} {recoverable_unit(report)} recoverable",
+                         style="bold")
         parts.append(label)
         parts.append(Text(f"   {printable(f.statement)}"))
         parts.append(Text(f"   next: {printable(f.next_step)}", style="dim"))

@@ -24,6 +24,7 @@ from tracewhy.analyses.roofline import NcuRooflineResult
 from tracewhy.findings.model import Finding
 from tracewhy.findings.overview import Overview
 from tracewhy.model.schema import Col
+from tracewhy.renderers.diagnose import recoverable_unit
 from tracewhy.renderers.jsonout import JSON_SCHEMA_VERSION, to_jsonable
 
 UPLOT_VERSION: Final = "1.6.32"
@@ -50,7 +51,7 @@ def report_payload(ov: Overview) -> dict[str, Any]:
         },
         "findings": report.findings,
         # What a finding's recoverable time is measured over (a trace without steps: all of it).
-        "recoverable_unit": "per step" if report.basis.per_steps else "over the trace",
+        "recoverable_unit": recoverable_unit(report),
         "steps": {
             "marker": report.steps.marker, "warmup": report.steps.warmup, "stats": report.steps.stats,
             "note": report.steps.note,
