@@ -277,3 +277,19 @@ def test_steps_say_how_many_kernels_no_step_launched() -> None:
     assert orphans
     assert r.note is not None and f"{len(orphans)} kernels (" in r.note
     assert f"({sum(e['dur'] for e in orphans) / 1000:.3f} ms)" in r.note
+
+
+def test_incomplete_only_when_events_are_missing(tmp_path: Path) -> None:
+    # A sweep found the complete nsys-ai capture called "incomplete" because its reader noted a
+    # clock-domain difference. Reader notes on a whole file are "reader-warnings"; a file cut
+    # mid-event (here the DDP trace cut at 70% of its bytes) is "incomplete-trace".
+    whole = diagnose(tracewhy.load(shared_trace("nsys/nsysai_mock_rtx3080.sqlite.gz")))
+    codes = [f.code for f in whole.findings]
+    assert "reader-warnings" in codes and "incomplete-trace" not in codes
+    raw = gzip.decompress(shared_trace("hta/a100_ddp2_rank0_nccl2.17.json.gz").read_bytes())
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(raw[: len(raw) * 7 // 10])
+    trace = tracewhy.load(cut)
+    assert trace.meta.truncation is not None
+    codes = [f.code for f in diagnose(trace).findings]
+    assert "incomplete-trace" in codes and "reader-warnings" not in codes

@@ -76,13 +76,21 @@ def findings(ctx: Context) -> list[Finding]:
                       "torch.compile without mode='reduce-overhead').",
             evidence={"graph_launches": graph_calls},
         ))
-    if m.truncation is not None or m.unfinished_events or m.warnings:
+    if m.truncation is not None or m.unfinished_events:
         out.append(Finding(
             code="incomplete-trace", severity=Severity.TRUST,
             statement="The trace is incomplete: " + "; ".join(m.warnings[:3]),
-            next_step=("Let the profiler finish (exit the profile context / call prof.stop()) before the job ends; "
-                       if m.truncation is not None or m.unfinished_events else "")
-            + "read the figures as covering only the events the file holds.",
+            next_step="Let the profiler finish (exit the profile context / call prof.stop()) before the job ends; "
+                      "read the figures as covering only the events the file holds.",
+            evidence={"warnings": list(m.warnings)},
+        ))
+    elif m.warnings:
+        # A complete file whose reader had to skip or reinterpret something (an odd clock, a
+        # wrongly typed field): worth knowing, but not a sign that events are missing.
+        out.append(Finding(
+            code="reader-warnings", severity=Severity.TRUST,
+            statement="The reader had to skip or reinterpret part of the file: " + "; ".join(m.warnings[:3]),
+            next_step="Read the figures with these in mind; tracewhy info TRACE lists every warning.",
             evidence={"warnings": list(m.warnings)},
         ))
     sync_finding = _sync_after_every_block(ctx)
