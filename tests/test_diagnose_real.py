@@ -24,6 +24,8 @@ from tracewhy.findings.overview import overview
 from tracewhy.model import Col, Kind
 from tracewhy.renderers.diagnose import render_diagnose
 from tracewhy.renderers.html import report_payload
+from tracewhy.renderers.terminal import render_steps
+from tracewhy.units import fmt_ns
 
 
 def _top_codes(path: Path, n: int = 1) -> list[str]:
@@ -293,3 +295,19 @@ def test_incomplete_only_when_events_are_missing(tmp_path: Path) -> None:
     assert trace.meta.truncation is not None
     codes = [f.code for f in diagnose(trace).findings]
     assert "incomplete-trace" in codes and "reader-warnings" not in codes
+
+
+def test_steps_table_shows_windows_not_a_busy_share_of_the_cpu_span() -> None:
+    # pipit's NVTX "saxpy" range wraps only an asynchronous launch (about 42 µs) while its kernel
+    # runs 17.7 ms: busy over the CPU span printed 29980%. The table shows each step's window
+    # (to the next step's start, about 250 ms here) and no percentage.
+    r = steps(tracewhy.load(shared_trace("nsys/pipit_saxpy_mpi_cuda_a100_2022.2.sqlite.gz")))
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(render_steps(r, top=50))
+    text = console.export_text()
+    table = text.split("steady window:")[0]
+    assert "%" not in table
+    for row in r.table.iter_rows(named=True):
+        assert fmt_ns(row["window_end_ns"] - row[Col.TS]) in table
+    assert (r.table.get_column("window_end_ns") - r.table.get_column(Col.TS)).to_list()[1:4] == [
+        b - a for a, b in zip(r.table[Col.TS].to_list()[1:4], r.table[Col.TS].to_list()[2:5], strict=True)]

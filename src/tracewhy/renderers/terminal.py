@@ -85,13 +85,18 @@ def render_ops(r: OpsResult, top: int) -> RenderableType:
 def render_steps(r: StepsResult, top: int) -> RenderableType:
     parts: list[RenderableType] = []
     if r.table.height:
-        t = Table(title=f"{r.table.height} steps ({r.marker}); first {r.warmup} excluded as warm-up")
-        for col in ("step", "duration", "GPU busy", "GPU busy %", "kernels", "kernel time", "steady"):
+        # No "busy %" column: the work a step launched runs wherever the GPU gets to it (a step
+        # behind, or long after a marker that wraps only an asynchronous launch), so its busy
+        # time over the step's CPU span or window was not a utilization (it showed 29980%).
+        t = Table(title=f"{r.table.height} steps ({r.marker}); first {r.warmup} excluded as warm-up",
+                  caption="GPU busy: the GPU work each step launched, wherever it ran. "
+                          "Utilization per step window: tracewhy overlap TRACE")
+        for col in ("step", "duration", "window", "GPU busy", "kernels", "kernel time", "steady"):
             t.add_column(col, justify="left" if col == "step" else "right")
         for row in r.table.head(top).iter_rows(named=True):
-            busy_share = row["gpu_busy_ns"] / row["dur_ns"] if row["dur_ns"] else None
-            t.add_row(shorten(row["name"]), fmt_ns(row["dur_ns"]), fmt_ns(row["gpu_busy_ns"]), fmt_pct(busy_share),
-                      str(row["kernel_count"]), fmt_ns(row["kernel_time_ns"]), "yes" if row["steady"] else "warm-up")
+            t.add_row(shorten(row["name"]), fmt_ns(row["dur_ns"]), fmt_ns(row["window_end_ns"] - row["ts_ns"]),
+                      fmt_ns(row["gpu_busy_ns"]), str(row["kernel_count"]), fmt_ns(row["kernel_time_ns"]),
+                      "yes" if row["steady"] else "warm-up")
         parts.append(t)
     if r.stats is not None:
         s = r.stats
