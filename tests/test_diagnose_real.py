@@ -311,3 +311,17 @@ def test_steps_table_shows_windows_not_a_busy_share_of_the_cpu_span() -> None:
         assert fmt_ns(row["window_end_ns"] - row[Col.TS]) in table
     assert (r.table.get_column("window_end_ns") - r.table.get_column(Col.TS)).to_list()[1:4] == [
         b - a for a, b in zip(r.table[Col.TS].to_list()[1:4], r.table[Col.TS].to_list()[2:5], strict=True)]
+
+
+def test_short_markers_are_said_to_be_no_step_time() -> None:
+    # pipit's auto-chosen NVTX steps: ~42 µs ranges every ~250 ms. The statistics stay those of
+    # the CPU span (as for every marker), and the note says the period is the step time. The
+    # median period is recomputed here from the step starts.
+    r = steps(tracewhy.load(shared_trace("nsys/pipit_saxpy_mpi_cuda_a100_2022.2.sqlite.gz")))
+    starts = r.table.get_column(Col.TS).to_numpy()
+    period = float(np.median(np.diff(starts)))
+    assert r.note is not None and "markers cover" in r.note
+    assert f"of {period / 1e6:.3f} ms between starts" in r.note
+    # ProfilerStep markers span their whole period: no such note on a Kineto training trace.
+    k = steps(tracewhy.load(shared_trace("hta/v100_rank0_displayTimeUnit_ns_fractional_us.json.gz")))
+    assert k.note is None or "markers cover" not in k.note

@@ -141,6 +141,9 @@ def steps(trace: Trace, options: StepsOptions = StepsOptions()) -> StepsResult:
         note = f"only {steady.size} steady step(s): statistics are indicative, not reliable"
     if chosen is not None:
         note = chosen.note if note is None else f"{chosen.note}; {note}"
+    short = _short_markers(table)
+    if short is not None:
+        note = short if note is None else f"{note}; {short}"
     unlinked = _unlinked_kernels(s, starts[0], window_ends[-1])
     if unlinked is not None:
         note = unlinked if note is None else f"{note}; {unlinked}"
@@ -169,6 +172,21 @@ def _own_ends(marks: pl.DataFrame, rows: list[tuple[int | None, int | None, int,
         gpu_end = r[1]
         ends.append(t + max(d, 0 if gpu_end is None else gpu_end - b))
     return ends
+
+
+def _short_markers(table: pl.DataFrame) -> str | None:
+    """Say so when the markers cover a small part of each step's period (a range around an
+    asynchronous launch): their CPU span, which the statistics are of, is then not the step time."""
+    full = table.head(table.height - 1)  # the last window has no next start
+    if full.height < 2:
+        return None
+    span = float(np.median(full.get_column(Col.DUR).to_numpy()))
+    period = float(np.median((full.get_column("window_end_ns") - full.get_column(Col.TS)).to_numpy()))
+    if period <= 0 or span >= 0.1 * period:
+        return None
+    return (f"the markers cover {100 * span / period:.2g}% of each step's period (median {span / 1e6:.3f} ms "
+            f"of {period / 1e6:.3f} ms between starts): the statistics are of the markers' CPU span, not "
+            "the step time; the period is the step time")
 
 
 def _unlinked_kernels(s: pl.DataFrame, lo: int, hi: int) -> str | None:
