@@ -6,6 +6,9 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -287,3 +290,21 @@ def test_memory_events_without_usable_args_still_count_as_instants(tmp_path: Pat
     assert trace.meta.event_counts["instant"] == 4 and trace.meta.event_counts["memory"] == 1
     assert trace.memory.get_column("bytes").to_list() == [64]
     assert sum("args ignored" in w for w in trace.meta.warnings) == 1
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes on this platform")
+@pytest.mark.parametrize("argv", [
+    ["info", "{p}"], ["kernels", "{p}", "--json"], ["diagnose", "{p}"], ["report", "{p}", "-o", "{o}"],
+    ["export", "{p}", "-o", "{o}"], ["roofline", "{p}"], ["ranks", "{p}"], ["diff", "{p}", "{p}"],
+])
+def test_a_named_pipe_is_refused_not_waited_on(tmp_path: Path, argv: list[str]) -> None:
+    # A fuzz run found every command blocked forever on a FIFO (open() waits for a writer).
+    # Run in a child with a timeout, so that a regression fails instead of hanging the suite.
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    args = [a.format(p=fifo, o=tmp_path / "out.html") for a in argv]
+    done = subprocess.run([sys.executable, "-m", "tracewhy", *args], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "TRACEWHY_NO_CACHE": "1"})
+    assert done.returncode == EXIT_BAD_INPUT
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(fifo) in lines[0] and "not a regular file" in lines[0]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -128,3 +129,23 @@ def test_export_refuses_to_overwrite_its_input(tmp_path: Path, capsys: pytest.Ca
     src.write_bytes((GENERATED / "cpu_slow_step_base.pt.trace.json.gz").read_bytes())
     assert main(["export", str(src), "-o", str(src)]) == 2
     assert "overwrite the input" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["export", "report"])
+def test_writers_refuse_to_overwrite_their_input(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                 command: str) -> None:
+    # A fuzz run found `report t.json -o t.json` replacing the trace with HTML (export had the
+    # guard, report did not). Same path, a hard link to it, and a file in an input directory
+    # of rank traces are all refused, and the input keeps its bytes.
+    data = (GENERATED / "cpu_slow_step_base.pt.trace.json.gz").read_bytes()
+    src = tmp_path / "t.json.gz"
+    src.write_bytes(data)
+    link = tmp_path / "link.json.gz"
+    os.link(src, link)
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    (ranks / "rank0.json.gz").write_bytes(data)
+    for trace, out in ((src, src), (src, link), (ranks, ranks / "rank0.json.gz")):
+        assert main([command, str(trace), "-o", str(out)]) == 2
+        assert "overwrite the input" in capsys.readouterr().err
+    assert src.read_bytes() == data and (ranks / "rank0.json.gz").read_bytes() == data

@@ -7,6 +7,7 @@ import sys
 import time
 from collections.abc import Collection
 from contextvars import ContextVar
+from pathlib import Path
 from typing import Any, ClassVar
 
 from rich.console import Console, RenderableType
@@ -15,6 +16,7 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from tracewhy.model.schema import Kind
 from tracewhy.model.trace import Trace
 from tracewhy.readers import CacheOptions, read_trace
+from tracewhy.readers.source import refuse_special
 from tracewhy.renderers.jsonout import render_json
 
 
@@ -87,6 +89,12 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     """Run the chosen subcommand with the common options in force."""
+    # The inputs (a FIFO among them would block the first read), by the names commands give them.
+    for name in ("trace", "a", "b", "report", "paths", "ncu", "baseline", "config"):
+        value = getattr(args, name, None)
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str):
+                refuse_special(Path(item))
     token = _CACHE.set(CacheOptions(enabled=not getattr(args, "no_cache", False)))
     try:
         return int(args.command.run(args))

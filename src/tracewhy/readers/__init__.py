@@ -14,7 +14,7 @@ from tracewhy.errors import TraceError
 from tracewhy.model.cache import CacheOptions, cached_read
 from tracewhy.model.schema import Kind
 from tracewhy.model.trace import Trace
-from tracewhy.readers.source import sniff, sniff_empty
+from tracewhy.readers.source import refuse_special, sniff, sniff_empty
 
 Progress = Callable[[int, int], None]
 
@@ -48,6 +48,7 @@ def read_trace(
     cached whole Trace, or a format that must be parsed whole anyway (Kineto), answers with
     the whole Trace.
     """
+    refuse_special(Path(path))
     return cached_read(Path(path), lambda p: _read_uncached(p, progress, kinds), cache)
 
 

@@ -8,6 +8,7 @@ from tracewhy.errors import TraceError
 from tracewhy.model.ncu import NcuReport
 from tracewhy.readers.ncu_csv import read_ncu_csv
 from tracewhy.readers.ncu_rep import MAGIC, read_ncu_rep
+from tracewhy.readers.source import refuse_special
 
 __all__ = ["is_ncu", "read_ncu", "read_ncu_csv", "read_ncu_rep"]
 
@@ -31,6 +32,7 @@ def is_ncu(path: str | Path) -> bool:
 def read_ncu(path: str | Path) -> NcuReport:
     """Read an ``.ncu-rep`` report or an ncu CSV export (details or raw page)."""
     path = Path(path)
+    refuse_special(path)
     try:
         with open(path, "rb") as f:
             head = f.read(4)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import stat
 import struct
 import types
 import zlib
@@ -39,6 +40,18 @@ def os_error(path: Path, e: OSError) -> TraceError:
     if isinstance(e, PermissionError):
         return TraceError(path, "permission denied")
     return TraceError(path, f"cannot read: {e.strerror or e}")
+
+
+def refuse_special(path: Path) -> None:
+    """A TraceError for a pipe, socket or device: reading one blocks until a writer comes (a
+    FIFO hung every command) and it cannot be read twice, as sniffing and reading need. Paths
+    that do not exist or are directories are left to the caller's own message."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise TraceError(path, "not a regular file (a pipe, socket or device): save the trace to a file first")
 
 
 def read_bytes(path: Path, max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES) -> bytes | bytearray:

@@ -33,8 +33,7 @@ class ExportCommand(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         out = Path(args.output)
-        if out.resolve() == Path(args.trace).resolve():
-            raise UsageError("the output would overwrite the input trace; choose another -o FILE")
+        refuse_overwrite(out, Path(args.trace))
         trace = load_trace(args.trace)
         ov = overview(trace, DiagnoseOptions(step_marker=args.step, warmup=args.warmup))
         source = read_raw_events(args.trace) if trace.meta.format == "kineto" else None
@@ -44,6 +43,19 @@ class ExportCommand(Command):
         sys.stderr.write(f"wrote {out} ({len(data):,} bytes): {ov.report.gaps.gaps.height} gaps, {added} findings, "
                          f"{ov.projection.height} projected ranges, utilization of {len(ov.device_pids)} GPU(s)\n")
         return 0
+
+
+def refuse_overwrite(out: Path, source: Path) -> None:
+    """A UsageError if writing ``out`` would replace the input: the same file (by path, or by
+    inode through a link), or a file already in an input directory of rank traces."""
+    same = out.resolve() == source.resolve()
+    if not same and out.exists():
+        try:
+            same = os.path.samefile(out, source) or (source.is_dir() and out.resolve().parent == source.resolve())
+        except OSError:
+            same = False
+    if same:
+        raise UsageError(f"{out}: the output would overwrite the input trace; choose another -o FILE")
 
 
 def write_atomically(path: Path, data: bytes) -> None:

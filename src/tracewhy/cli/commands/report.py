@@ -9,7 +9,7 @@ from tracewhy.analyses.rank_compare import compare_ranks
 from tracewhy.analyses.ranks import RanksOptions, load_rank_summaries
 from tracewhy.analyses.roofline import roofline
 from tracewhy.cli.base import Command, load_trace, positive_int
-from tracewhy.cli.commands.export import write_atomically
+from tracewhy.cli.commands.export import refuse_overwrite, write_atomically
 from tracewhy.cli.commands.ranks import executor_for, trace_files
 from tracewhy.errors import UsageError
 from tracewhy.findings.context import DiagnoseOptions
@@ -49,6 +49,8 @@ class ReportCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         if not args.json and not args.output:
             raise UsageError("give -o FILE for the HTML report, or --json")
+        if not args.json:
+            refuse_overwrite(Path(args.output), Path(args.trace))
         payload = self._payload(args)
         if args.json:
             sys.stdout.write(report_json(payload).decode() + "\n")
