@@ -308,3 +308,64 @@ def test_a_named_pipe_is_refused_not_waited_on(tmp_path: Path, argv: list[str]) 
     assert done.returncode == EXIT_BAD_INPUT
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and str(fifo) in lines[0] and "not a regular file" in lines[0]
+
+
+def test_inflating_far_past_the_compression_of_json_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    # With the default limit (64 GiB) a 2 MB gzip of 2 GiB of white space was inflated and
+    # held: now a file inflating past 200x its compressed size (and past a floor, lowered here
+    # from 256 MB to 1 MB so the test stays small) is refused. Real traces inflate 5-30x.
+    from tracewhy.readers import source
+
+    monkeypatch.setattr(source, "_BOMB_FLOOR", 1024 * 1024)
+    path = tmp_path / "bomb.json.gz"
+    path.write_bytes(gzip.compress(b'{"traceEvents": [' + b" " * 8_000_000 + b"]}"))
+    code = main(["kernels", str(path), "--json"])
+    _assert_one_line_error(code, capsys.readouterr().err, path, "200 times its compressed size")
+    real = tmp_path / "real.json.gz"
+    real.write_bytes(shared_trace("perfdigest/rtx4060laptop_torch_compiled_train.json.gz").read_bytes())
+    assert main(["kernels", str(real), "--json"]) == 0
+
+
+def test_a_cut_gzip_trailer_does_not_size_the_buffer(tmp_path: Path) -> None:
+    # The last 4 bytes of a cut gzip are compressed data, not its size: a 1.4 KB cut file once
+    # made the reader allocate up to 4 GB. The buffer is now bounded by what JSON's ratios allow.
+    import tracemalloc
+
+    from tracewhy.readers.source import read_bytes
+
+    data = shared_trace("hta/a100_ddp2_rank0_nccl2.17.json.gz").read_bytes()
+    worst = 0
+    for cut in range(len(data) // 2, len(data) // 2 + 64):
+        path = tmp_path / "cut.json.gz"
+        path.write_bytes(data[:cut])
+        size = int.from_bytes(data[cut - 4 : cut], "little")
+        worst = max(worst, size)
+        tracemalloc.start()
+        try:
+            read_bytes(path)
+        except Exception:  # noqa: BLE001  (a cut stream may fail to inflate: only memory is checked)
+            pass
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert peak < 64 * len(data[:cut]) + 64 * 1024 * 1024
+    assert worst > 256 * 1024 * 1024  # some of those trailers did claim hundreds of MB or more
+
+
+@pytest.mark.parametrize(("cut", "fragment"), [(15, "cut short"), (48, "cut short"), (None, "file is empty")])
+def test_a_gzip_with_no_content_says_whether_it_was_cut(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        cut: int | None, fragment: str) -> None:
+    # The first 15 or 48 bytes of a real gzip trace inflate to nothing; they were called
+    # "file is empty". A whole gzip of white space is empty.
+    path = tmp_path / "t.json.gz"
+    real = shared_trace("hta/a100_ddp2_rank0_nccl2.17.json.gz").read_bytes()
+    path.write_bytes(real[:cut] if cut is not None else gzip.compress(b"  \n"))
+    code, err = _run(path, capsys)
+    _assert_one_line_error(code, err, path, fragment)
+
+
+def test_an_escape_in_a_file_name_is_not_sent_to_the_terminal(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "esc\x1b[2Jname.json"
+    code, err = _run(path, capsys)
+    assert code == EXIT_BAD_INPUT and "\x1b" not in err and "\\x1b[2Jname.json: no such file" in err

@@ -7,6 +7,7 @@ the serial read is the reference (itself checked against raw-JSON sums in test_k
 from __future__ import annotations
 
 import gzip
+import re
 import sys
 import zlib
 from collections.abc import Iterator
@@ -277,3 +278,49 @@ def test_a_bare_event_array_is_refused_at_its_first_byte(tmp_path: Path) -> None
     with pytest.raises(kineto_document.BadCut):
         list(kineto_pieces.PieceStream(chunks(), 64).pieces())
     assert len(chunks_read) == 1
+
+
+class _CountingPattern:
+    """Wraps the cut pattern and adds up how many bytes each search may scan."""
+
+    def __init__(self, pattern: re.Pattern[bytes]) -> None:
+        self.pattern, self.scanned = pattern, 0
+
+    def search(self, buf: bytes | bytearray, pos: int = 0, endpos: int = sys.maxsize) -> re.Match[bytes] | None:
+        self.scanned += max(0, min(endpos, len(buf)) - pos)
+        return self.pattern.search(buf, pos, endpos)
+
+    def finditer(self, buf: bytes | bytearray, pos: int = 0, endpos: int = sys.maxsize) -> Iterator[re.Match[bytes]]:
+        self.scanned += max(0, min(endpos, len(buf)) - pos)
+        return self.pattern.finditer(buf, pos, endpos)
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_long_run_between_events_is_searched_once(gz: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A fuzz run found a long run of white space between two events re-searched from the
+    # piece's start after every 256 KB read: quadratic (2 GB: about an hour). The search now
+    # resumes at the last "}" it passed, so the bytes scanned stay within a small multiple of
+    # the file, and the events are read as a whole parse reads them.
+    body = (b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1},'
+            + b" " * (24 * 1024 * 1024)
+            + b'{"ph": "X", "cat": "cpu_op", "name": "b", "pid": 1, "tid": 1, "ts": 5, "dur": 1}]}')
+    path = tmp_path / ("run.json.gz" if gz else "run.json")
+    path.write_bytes(gzip.compress(body, 1) if gz else body)
+    counting = _CountingPattern(kineto_pieces._BETWEEN_EVENTS)
+    monkeypatch.setattr(kineto_pieces, "_BETWEEN_EVENTS", counting)
+    monkeypatch.setattr(kineto_pieces, "piece_size", lambda n: kineto_pieces.PIECE_MIN_BYTES)
+    trace = read_kineto(path)
+    assert trace.slices.get_column("name").cast(str).to_list() == ["a", "b"]
+    assert counting.scanned < 3 * len(body)
+
+
+def test_no_gap_between_events_within_the_cap_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tracewhy.errors import TraceError
+
+    monkeypatch.setattr(kineto_pieces, "_EVENT_MAX", 4 * 1024 * 1024)
+    monkeypatch.setattr(kineto_pieces, "piece_size", lambda n: kineto_pieces.PIECE_MIN_BYTES)
+    path = tmp_path / "long.json"
+    path.write_bytes(b'{"traceEvents": [{"ph": "X", "name": "' + b"x" * (12 * 1024 * 1024) + b'", "ts": 1}]}')
+    with pytest.raises(TraceError, match="no gap between two events within 4 MB") as e:
+        read_kineto(path)
+    assert str(path) in str(e.value)

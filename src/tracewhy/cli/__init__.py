@@ -16,6 +16,7 @@ from tracewhy import __version__
 from tracewhy.cli.base import add_common_options, run_command
 from tracewhy.cli.commands import COMMAND_MODULES, load_command
 from tracewhy.errors import TraceError, UsageError
+from tracewhy.units import printable
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -55,11 +56,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return e.code if isinstance(e.code, int) else EXIT_USAGE
     try:
         return run_command(args)
-    except TraceError as e:
-        print(f"tracewhy: error: {e}", file=sys.stderr)
+    except TraceError as e:  # (printable: a file name may hold an escape sequence)
+        print(f"tracewhy: error: {printable(str(e))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except UsageError as e:
-        print(f"tracewhy: error: {e}", file=sys.stderr)
+        print(f"tracewhy: error: {printable(str(e))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130

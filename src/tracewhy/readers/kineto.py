@@ -8,8 +8,11 @@ builds the Trace.
 from __future__ import annotations
 
 import gc
+import gzip
+import os
 import re
 import shutil
+import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,7 +58,7 @@ from tracewhy.readers.kineto_events import (
     OpArgs,
     decode_args,
 )
-from tracewhy.readers.source import DEFAULT_MAX_INFLATED_BYTES, content_size, read_bytes
+from tracewhy.readers.source import DEFAULT_MAX_INFLATED_BYTES, content_size, is_gzip, read_bytes
 
 Progress = Callable[[int, int], None]
 
@@ -171,7 +174,8 @@ def read_kineto(
         if builder is None:
             buf = read_bytes(path, max_inflated_bytes)
             if not first_byte(buf):  # (never buf.strip(): that would copy the whole file)
-                raise TraceError(path, "file is empty")
+                raise TraceError(path, "gzip stream ends before any content: the file is cut short"
+                                 if _cut_gzip(path) else "file is empty")
             doc = split_document(path, buf, one_pass=not helpers and size <= whole_max)
             del buf
             if doc.events is not None:
@@ -254,6 +258,20 @@ def _as_int(value: int | str | None) -> int | None:
 
 def _fits_i64(number: float) -> bool:
     return _I64_MIN <= number <= _I64_MAX
+
+
+def _cut_gzip(path: Path) -> bool:
+    """Whether a small gzip file that inflated to nothing ends before its stream does (cut inside
+    its first block: not an empty file, whatever it held)."""
+    if not is_gzip(path) or os.path.getsize(path) > 1024 * 1024:
+        return False
+    try:
+        gzip.decompress(path.read_bytes())
+    except EOFError:
+        return True
+    except (OSError, zlib.error):
+        return False
+    return False
 
 
 def _int_array(values: list[Any]) -> npt.NDArray[np.int64]:

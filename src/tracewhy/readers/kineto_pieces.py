@@ -24,6 +24,7 @@ from typing import Final
 
 import msgspec
 
+from tracewhy.errors import TraceError
 from tracewhy.readers.kineto_document import EVENTS_KEY, BadCut, first_byte
 from tracewhy.readers.kineto_events import EVENTS_DECODER, RAW_DOCUMENT_DECODER
 from tracewhy.readers.source import is_gzip, iter_content
@@ -48,6 +49,10 @@ def piece_size(content_bytes: int) -> int:
 #: The end of one event and the start of the next, at any spacing. It can also match inside a
 #: string or a nested object; a piece cut there is not valid JSON, and decoding it says so.
 _BETWEEN_EVENTS: Final = re.compile(rb"\}\s*,\s*\{")
+#: No gap between two events within this many bytes past a piece's length: no real event is
+#: that long, so the file is refused (a run of white space inflated from a small gzip, or one
+#: huge string, would otherwise be held whole).
+_EVENT_MAX: Final = 256 * 1024 * 1024
 #: The events must begin within this many bytes (Kineto writes a few KB of header first).
 _HEAD_MAX: Final = 64 * 1024 * 1024
 #: How far back from the end of the events the last gap between two of them is looked for.
@@ -62,15 +67,16 @@ def open_pieces(path: Path, piece_bytes: int, max_inflated_bytes: int, *,
     if lent and not is_gzip(path):
         with contextlib.suppress(OSError):  # PieceStream says what is wrong with the file
             return LentPieces(path, piece_bytes)
-    return PieceStream(iter_content(path, READ_BYTES, max_inflated_bytes), piece_bytes)
+    return PieceStream(iter_content(path, READ_BYTES, max_inflated_bytes), piece_bytes, path)
 
 
 class PieceStream:
     """Pieces of a file's events, from its content in chunks; ``header`` is set after the last."""
 
-    def __init__(self, chunks: Iterator[bytes], piece_bytes: int = PIECE_BYTES) -> None:
+    def __init__(self, chunks: Iterator[bytes], piece_bytes: int = PIECE_BYTES, path: Path | None = None) -> None:
         self._chunks = chunks
         self._piece_bytes = piece_bytes
+        self.path = path
         self.header: dict[str, msgspec.Raw] | None = None
 
     def pieces(self) -> Iterator[bytearray]:
@@ -87,13 +93,15 @@ class PieceStream:
         size = self._piece_bytes
         cur = bytearray(b"[")
         cur += data
+        searched = 1 + size  # where the search for the next cut resumes
         for chunk in self._chunks:
             cur += chunk
             start = 1
             # Cut at the first gap past the piece's length, once a whole piece has come in.
             while len(cur) - start >= size:
-                gap = _BETWEEN_EVENTS.search(cur, start + size)
+                gap = _BETWEEN_EVENTS.search(cur, max(searched, start + size))
                 if gap is None:  # the event there runs past what has come in: read on
+                    searched = _resume(cur, max(searched, start + size), len(cur), self.path)
                     break
                 start = gap.end() - 1
                 nxt = bytearray(b"[")
@@ -101,7 +109,7 @@ class PieceStream:
                 del cur[gap.start() + 1 :]
                 cur += b"]"
                 yield cur
-                cur, start = nxt, 1
+                cur, start, searched = nxt, 1, 1 + size
         close, header = _close(head, cur, 1)
         del cur[close:]
         cur += b"]"
@@ -148,6 +156,7 @@ class LentPieces:
 
     def __init__(self, path: Path, piece_bytes: int = PIECE_BYTES) -> None:
         self._file = open(path, "rb")  # noqa: SIM115  (closed by close())
+        self._path = path
         self._piece_bytes = piece_bytes
         self.header: dict[str, msgspec.Raw] | None = None
 
@@ -163,9 +172,12 @@ class LentPieces:
         earlier: list[bytearray] = []
         buf = bytearray(size + 2 * READ_BYTES)
         filled = _put(buf, 1, data)
+        searched = 1 + size  # where the search for the next cut resumes
         while True:
-            gap = _BETWEEN_EVENTS.search(buf, 1 + size, filled) if filled - 1 >= size else None
+            gap = _BETWEEN_EVENTS.search(buf, searched, filled) if filled - 1 >= size else None
             if gap is None:  # read on
+                if filled - 1 >= size:
+                    searched = _resume(buf, searched, filled, self._path)
                 if len(buf) - filled < READ_BYTES:  # an event longer than the room left: grow
                     bigger = bytearray(2 * len(buf))
                     _put(bigger, 0, memoryview(buf)[:filled])
@@ -182,7 +194,7 @@ class LentPieces:
             rest = _put(nxt, 1, memoryview(buf)[gap.end() - 1 : filled])
             buf[0], buf[gap.start() + 1] = ord("["), ord("]")
             yield memoryview(buf)[: gap.start() + 2]
-            buf, filled = nxt, rest
+            buf, filled, searched = nxt, rest, 1 + size
         del buf[filled:]
         close, header = _close(head, buf, 1)
         buf[0] = ord("[")
@@ -191,6 +203,21 @@ class LentPieces:
 
     def close(self) -> None:
         self._file.close()
+
+
+def _resume(buf: bytearray, lo: int, hi: int, path: Path | None) -> int:
+    """Where to search again for a cut once more has come in, after none was found in
+    ``buf[lo:hi]``: at the last ``}`` there (a gap not yet complete starts at a ``}`` with only
+    white space or a comma after it), else at ``hi``. Searching again from ``lo`` each time made
+    a long run without a gap quadratic (2 GB of white space: an hour). Past ``_EVENT_MAX`` the
+    file is refused."""
+    if hi - lo > _EVENT_MAX:
+        if path is None:  # (pieces of bytes in a test: the careful reader says what is wrong)
+            raise BadCut("no gap between two events")
+        raise TraceError(path, f"no gap between two events within {_EVENT_MAX // 2**20} MB (an event, or a run "
+                               "of white space, that long): not a trace this reader accepts")
+    last = buf.rfind(b"}", lo, hi)
+    return last if last >= 0 else hi
 
 
 def _put(buf: bytearray, at: int, data: bytes | bytearray | memoryview) -> int:

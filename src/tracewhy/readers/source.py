@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import stat
@@ -26,6 +27,11 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 #: Refuse to inflate beyond this many bytes: a gzip bomb must not exhaust memory. A 1 GB
 #: compressed Kineto trace inflates to ~20 GB at most (JSON compresses ~15-30x).
 DEFAULT_MAX_INFLATED_BYTES = 64 * 1024**3
+#: With the default limit, a gzip file is also refused once it inflates past this many times
+#: its compressed size (and past ``_BOMB_FLOOR``): JSON traces reach ~30x (the real ones here
+#: 5-30x); 2 GB of white space compresses 1000-fold, and the reader would hold runs of it.
+_MAX_RATIO = 200
+_BOMB_FLOOR = 256 * 1024**2
 _CHUNK = 16 * 1024 * 1024
 #: Compressed bytes read at a time: JSON inflates 10-30x, so 1 MB in is already a piece out.
 _GZ_READ = 1024 * 1024
@@ -117,7 +123,9 @@ def _inflate(f: BinaryIO, path: Path, size: int, limit: int) -> bytearray:
         guess = hint
         while guess < size:
             guess += 1 << 32
-        out = bytearray(min(guess, limit))
+        # The trailer of a cut-off file is compressed data, not a size: never trust it past
+        # what JSON's compression ratios allow (a 1.4 KB cut file once asked for 4 GB).
+        out = bytearray(min(guess, limit, 64 * size + (1 << 20)))
     used = 0
     for piece in _inflated(f, path, limit):
         used = _append(out, used, piece, path, limit)
@@ -131,6 +139,11 @@ def _inflated(f: BinaryIO, path: Path, limit: int, out: int = _CHUNK) -> Iterato
     ``limit`` is refused."""
     decomp = _inflater.decompressobj(zlib.MAX_WBITS | 16)
     total = 0
+    bomb = False
+    if limit == DEFAULT_MAX_INFLATED_BYTES:
+        with contextlib.suppress(OSError, ValueError):
+            ratio_cap = max(_BOMB_FLOOR, _MAX_RATIO * os.fstat(f.fileno()).st_size)
+            bomb, limit = ratio_cap < limit, min(limit, ratio_cap)
     try:
         while True:
             data = f.read(_GZ_READ)
@@ -140,7 +153,9 @@ def _inflated(f: BinaryIO, path: Path, limit: int, out: int = _CHUNK) -> Iterato
                 piece = decomp.decompress(data, max(1, min(out, limit - total + 1)))
                 total += len(piece)
                 if total > limit:
-                    raise TraceError(path, f"inflates to more than {limit} bytes; refusing (raise the limit if real)")
+                    raise TraceError(path, f"inflates to more than {_MAX_RATIO} times its compressed size; refusing "
+                                           "it as a likely gzip bomb (JSON traces inflate about 10-30 times)" if bomb
+                                     else f"inflates to more than {limit} bytes; refusing (raise the limit if real)")
                 if piece:
                     yield piece
                 data = decomp.unconsumed_tail
@@ -204,6 +219,8 @@ def sniff(path: Path) -> str:
                 head = g.read(64)
         except (OSError, EOFError, zlib.error):
             return "kineto"  # let the JSON reader produce the precise error
+        if not head.strip():
+            return "kineto"  # white space only: the JSON reader says the file is empty
     stripped = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if stripped[:1] in (b"{", b"["):
         return "kineto"
