@@ -76,7 +76,8 @@ def findings(ctx: Context) -> list[Finding]:
                       "torch.compile without mode='reduce-overhead').",
             evidence={"graph_launches": graph_calls},
         ))
-    if m.truncation is not None or m.unfinished_events:
+    events_missing = m.truncation is not None and (m.truncation.events_lost_estimate > 0 or m.truncation.stream_cut)
+    if events_missing or m.unfinished_events:
         out.append(Finding(
             code="incomplete-trace", severity=Severity.TRUST,
             statement="The trace is incomplete: " + "; ".join(m.warnings[:3]),

@@ -41,7 +41,10 @@ class Truncation:
     bytes_total: int
     bytes_recovered: int
     events_recovered: int
-    events_lost_estimate: int
+    events_lost_estimate: int  # 0: the events array closed; only fields after it were cut
+    #: The gzip stream itself ends early: the bytes after the cut are not known, so neither
+    #: is how many events were lost.
+    stream_cut: bool = False
 
 
 @dataclass(frozen=True)

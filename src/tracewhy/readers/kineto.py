@@ -7,6 +7,7 @@ builds the Trace.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import gzip
 import os
@@ -58,7 +59,7 @@ from tracewhy.readers.kineto_events import (
     OpArgs,
     decode_args,
 )
-from tracewhy.readers.source import DEFAULT_MAX_INFLATED_BYTES, content_size, is_gzip, read_bytes
+from tracewhy.readers.source import DEFAULT_MAX_INFLATED_BYTES, content_size, gzip_complete, is_gzip, read_bytes
 
 Progress = Callable[[int, int], None]
 
@@ -187,6 +188,8 @@ def read_kineto(
                 builder = _build(path, doc.bodies(batch_size), helpers, doc.event_count, progress)
             had_events = doc.event_count > 0
             header, truncation = doc.header, doc.truncation
+            if truncation is not None and is_gzip(path) and not gzip_complete(path):
+                truncation = dataclasses.replace(truncation, stream_cut=True)
             doc.events = doc.raw_events = None  # let the events go before the columns are joined
     finally:
         # Helpers are gone, and the collector back, before the columns are joined.
@@ -617,11 +620,7 @@ class _Builder:
         values = {k: _decode_any(v) for k, v in header.items() if k not in ("deviceProperties", "computeProperties")}
         warnings: list[str] = []
         if truncation is not None:
-            warnings.append(
-                f"file ends mid-event: recovered {truncation.events_recovered} complete events; "
-                f"about {truncation.events_lost_estimate} events "
-                f"({truncation.bytes_total - truncation.bytes_recovered} bytes) after the cut were lost"
-            )
+            warnings.append(_truncation_warning(truncation))
         warnings += [f"{count} events: {problem}" for problem, count in sorted(self.problems.items())]
         if self.unfinished:
             warnings.append(f"{self.unfinished} events were still open when the profiler stopped")
@@ -666,6 +665,18 @@ class _Builder:
             with_modules=self.saw_python and _has_module_frames(slices),
             source="inferred",
         )
+
+
+def _truncation_warning(t: Truncation) -> str:
+    lost = t.bytes_total - t.bytes_recovered
+    if t.stream_cut:
+        return (f"the gzip stream ends early (the file was cut while being written or copied): recovered "
+                f"{t.events_recovered} complete events; how many came after the cut cannot be told")
+    if t.events_lost_estimate == 0:
+        return (f"file is cut after its events: all {t.events_recovered} events are complete; only fields "
+                "written after them (such as traceName, baseTimeNanoseconds) are cut off")
+    return (f"file ends mid-event: recovered {t.events_recovered} complete events; about "
+            f"{t.events_lost_estimate} events ({lost} bytes) after the cut were lost")
 
 
 def _has_module_frames(slices: pl.DataFrame) -> bool:

@@ -174,6 +174,11 @@ def _recover_truncated(path: Path, buf: bytes | bytearray, bare_array: bool) -> 
             header = RAW_DOCUMENT_DECODER.decode(bytes(buf[: m.start()]) + b'"traceEvents": []}').as_dict()
         except msgspec.DecodeError:
             header = {}
+    closed = _closed_events(buf, start)
+    if closed is not None:  # cut after the events: every event is there
+        close, raws = closed
+        return Document(header, None, raws, Truncation(
+            bytes_total=len(buf), bytes_recovered=close + 1, events_recovered=len(raws), events_lost_estimate=0))
     pos = len(buf)
     for _ in range(32):
         cut = _last_event_boundary(buf, start, pos)
@@ -193,6 +198,27 @@ def _recover_truncated(path: Path, buf: bytes | bytearray, bare_array: bool) -> 
         )
         return Document(header, None, raws, truncation)
     raise TraceError(path, "JSON ends early and no complete event could be recovered")
+
+
+#: The end of an event and of the events array: ``}`` then ``]``, at any spacing.
+_EVENTS_CLOSE = re.compile(rb"\}\s*\]")
+_CLOSE_TAIL = 1024 * 1024
+
+
+def _closed_events(buf: bytes | bytearray, start: int) -> tuple[int, list[msgspec.Raw]] | None:
+    """Where the events array of a cut file closes, with its events, when the cut came after
+    it (in the fields that follow, or before the final brace); None when it came earlier. The
+    last few ``}]`` in the file's last MB are tried (one inside an event's args fails to
+    decode as the array's end)."""
+    lo = max(start, len(buf) - _CLOSE_TAIL)
+    ends = [m.end() - 1 for m in _EVENTS_CLOSE.finditer(buf, lo)][::-1][:4]
+    for close in ends:
+        try:
+            raws = RAW_LIST_DECODER.decode(b"[" + bytes(buf[start:close]) + b"]")
+        except msgspec.DecodeError:
+            continue
+        return close, raws
+    return None
 
 
 def _last_event_boundary(buf: bytes | bytearray, start: int, end: int) -> int | None:

@@ -177,6 +177,29 @@ def _inflated(f: BinaryIO, path: Path, limit: int, out: int = _CHUNK) -> Iterato
         yield tail
 
 
+def gzip_complete(path: Path) -> bool:
+    """Whether a gzip file's stream (every member) ends as a gzip stream must, rather than being
+    cut off; inflated and thrown away a MB at a time (the error path of a cut-off trace)."""
+    try:
+        with open(path, "rb") as f:
+            decomp = _inflater.decompressobj(zlib.MAX_WBITS | 16)
+            while data := f.read(_GZ_READ):
+                while data:
+                    decomp.decompress(data, 1 << 20)
+                    data = decomp.unconsumed_tail
+                    if decomp.eof:
+                        rest = decomp.unused_data
+                        if not rest.strip(b"\x00"):
+                            return True
+                        decomp = _inflater.decompressobj(zlib.MAX_WBITS | 16)
+                        data = rest
+            return bool(decomp.eof)
+    except (OSError, EOFError):
+        return False
+    except _INFLATE_ERRORS:
+        return False
+
+
 def iter_content(path: Path, chunk: int = _CHUNK,
                  max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES) -> Iterator[bytes]:
     """The file's content (inflated if it is gzip) in pieces of about ``chunk`` bytes, read as
