@@ -417,3 +417,18 @@ def test_a_cut_gzip_stream_says_the_loss_cannot_be_counted(tmp_path: Path) -> No
     t = trace.meta.truncation
     assert t is not None and t.stream_cut and t.events_recovered == complete
     assert any("gzip stream ends early" in w and "cannot be told" in w for w in trace.meta.warnings)
+
+
+@pytest.mark.parametrize("content", [b'{"traceEvents": []}', b"[]"])
+def test_an_empty_trace_is_said_to_be_empty(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                            content: bytes) -> None:
+    # The fuzz run found diagnose calling an empty trace healthy ("nothing here costs a
+    # meaningful share"), after CPU-only and no-step-markers notes that say nothing about it.
+    path = tmp_path / "empty.json"
+    path.write_bytes(content)
+    assert main(["diagnose", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [f["code"] for f in doc["findings"]] == ["empty-trace"]
+    assert main(["diagnose", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "empty-trace" in out and "Nothing here costs" not in out

@@ -34,12 +34,24 @@ class Report:
 
     @property
     def healthy(self) -> bool:
-        return not any(f.severity in (Severity.HIGH, Severity.MEDIUM) for f in self.findings)
+        """No high or medium finding, in a trace that held something to look at."""
+        return not any(f.severity in (Severity.HIGH, Severity.MEDIUM) or f.code == "empty-trace"
+                       for f in self.findings)
 
 
 def diagnose(trace: Trace, options: DiagnoseOptions | None = None) -> Report:
     ctx = Context(trace, options or DiagnoseOptions())
     found: list[Finding] = []
-    for rule in RULES:
+    if trace.slices.height == 0:
+        # Nothing to measure: every other rule would only say what cannot be seen.
+        found.append(Finding(
+            code="empty-trace", severity=Severity.TRUST,
+            statement="The trace holds no slices (no ops, kernels or annotations): there is nothing to analyze.",
+            next_step="Check that the profiler reached an active step: with torch.profiler.schedule(wait=1, "
+                      "warmup=1, active=5), call prof.step() once per iteration, at least wait + warmup + active "
+                      "times, and export from on_trace_ready.",
+            evidence={"events": trace.meta.event_counts},
+        ))
+    for rule in RULES if trace.slices.height else ():
         found += rule(ctx)
     return Report(path=trace.meta.path, findings=rank(found), steps=ctx.steps(), gaps=ctx.gaps(), basis=basis(ctx))
