@@ -125,24 +125,26 @@ def _cut(path: Path, fraction: float, out: Path) -> bytes:
     return cut
 
 
+def _complete_events(text: str) -> int:
+    """The complete event objects of a cut-off trace's events array, found by the standard
+    library's incremental decoder walking the array until the cut."""
+    decoder, gap = json.JSONDecoder(), re.compile(r"[\s,]*")
+    pos, complete = text.index("[", text.index('"traceEvents"')) + 1, 0
+    while True:
+        pos = gap.match(text, pos).end()  # type: ignore[union-attr]
+        try:
+            _, pos = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError:
+            return complete
+        complete += 1
+
+
 def test_truncated_real_trace_recovers_complete_events(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     src = shared_trace("hta/a100_ddp2_rank0_nccl2.17.json.gz")
     cut_path = tmp_path / "crashed.json"
     cut = _cut(src, 0.6, cut_path)
-    # Independent count: the complete event objects before the cut, found by the stdlib's
-    # incremental decoder walking the array.
-    decoder = json.JSONDecoder()
-    text = cut.decode()
-    pos = text.index("[", text.index('"traceEvents"')) + 1
-    complete = 0
-    while True:
-        while pos < len(text) and text[pos] in " \r\n\t,":
-            pos += 1
-        try:
-            _, pos = decoder.raw_decode(text, pos)
-        except json.JSONDecodeError:
-            break
-        complete += 1
+    # Independent count: the complete event objects before the cut.
+    complete = _complete_events(cut.decode())
     trace = tracewhy.load(cut_path)
     trace.check()
     t = trace.meta.truncation
@@ -403,16 +405,7 @@ def test_a_cut_gzip_stream_says_the_loss_cannot_be_counted(tmp_path: Path) -> No
     path = tmp_path / "half.json.gz"
     path.write_bytes(data[: len(data) // 2])
     prefix = zlib.decompressobj(zlib.MAX_WBITS | 16).decompress(data[: len(data) // 2])
-    text = prefix.decode("utf-8", "replace")
-    pos, complete, decoder = text.index("[", text.index('"traceEvents"')) + 1, 0, json.JSONDecoder()
-    gap = re.compile(r"[\s,]*")
-    while True:  # one event at a time with the standard library's decoder, until the cut
-        pos = gap.match(text, pos).end()  # type: ignore[union-attr]
-        try:
-            _, pos = decoder.raw_decode(text, pos)
-        except json.JSONDecodeError:
-            break
-        complete += 1
+    complete = _complete_events(prefix.decode("utf-8", "replace"))
     trace = tracewhy.load(path)
     t = trace.meta.truncation
     assert t is not None and t.stream_cut and t.events_recovered == complete
