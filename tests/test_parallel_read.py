@@ -123,7 +123,7 @@ def _refuse(self: kineto_pieces.PieceStream) -> Iterator[bytes]:
 
 
 def _pieces(path: Path, piece: int) -> list[bytes]:
-    return list(kineto_pieces.PieceStream(iter_content(path, piece), piece).pieces())
+    return list(kineto_pieces.PieceStream(iter_content(path, piece), piece, path).pieces())
 
 
 @pytest.mark.parametrize(("relative", "piece"), [
@@ -157,7 +157,7 @@ def test_a_plain_file_is_read_into_buffers_that_take_turns(relative: str, piece:
     path.write_bytes(gzip.decompress(shared_trace(relative).read_bytes()))
     before, stat = path.read_bytes(), path.stat()
     lent = kineto_pieces.LentPieces(path, piece)
-    streamed = kineto_pieces.PieceStream(iter_content(path, piece), piece)
+    streamed = kineto_pieces.PieceStream(iter_content(path, piece), piece, path)
     buffers: list[int] = []
     copies = []
     for view in lent.pieces():
@@ -276,7 +276,7 @@ def test_a_bare_event_array_is_refused_at_its_first_byte(tmp_path: Path) -> None
             yield c
 
     with pytest.raises(kineto_document.BadCut):
-        list(kineto_pieces.PieceStream(chunks(), 64).pieces())
+        list(kineto_pieces.PieceStream(chunks(), 64, path).pieces())
     assert len(chunks_read) == 1
 
 

@@ -113,15 +113,14 @@ def gaps(trace: Trace, steps: StepsResult, options: GapsOptions = GapsOptions(),
 
 
 def _main_launch_thread(trace: Trace) -> tuple[int, int] | None:
-    # Ties in count go to the lowest (pid, tid): the same thread on every run.
-    by_count = ["len", Col.PID, Col.TID], [True, False, False]
-    launches = trace.of_kind(*LAUNCH_KINDS).group_by(Col.PID, Col.TID).len().sort(
-        by_count[0], descending=by_count[1])
-    if launches.height == 0:
-        ops = trace.of_kind(Kind.CPU_OP, Kind.ANNOTATION).group_by(Col.PID, Col.TID).len().sort(
-            by_count[0], descending=by_count[1])
-        return (int(ops[0, Col.PID]), int(ops[0, Col.TID])) if ops.height else None
-    return int(launches[0, Col.PID]), int(launches[0, Col.TID])
+    """The thread with the most launch calls, else the most ops and annotations."""
+    for kinds in (LAUNCH_KINDS, (Kind.CPU_OP, Kind.ANNOTATION)):
+        # Ties in count go to the lowest (pid, tid): the same thread on every run.
+        busiest = trace.of_kind(*kinds).group_by(Col.PID, Col.TID).len().sort(
+            ["len", Col.PID, Col.TID], descending=[True, False, False])
+        if busiest.height:
+            return int(busiest[0, Col.PID]), int(busiest[0, Col.TID])
+    return None
 
 
 def _explain(device: int, gs: I64, ge: I64, dev: pl.DataFrame, s: pl.DataFrame, host: HostIndex,

@@ -14,13 +14,11 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses import api_names
-from tracewhy.model.schema import HOST_KINDS, KIND_DTYPE, LAUNCH_KINDS, Col, Kind
+from tracewhy.model.schema import HOST_KINDS, KIND_CODE, LAUNCH_KINDS, Col, Kind
 from tracewhy.model.trace import Trace
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
-#: A kind's code in the slices table's kind column (its physical value).
-_KIND_CODES: dict[str, int] = {k: i for i, k in enumerate(KIND_DTYPE.categories.to_list())}
 
 
 class Flag(str, Enum):
@@ -44,7 +42,7 @@ class HostIndex:
     end: I64
     parent: I64  # sorted-row position of the parent, -1 at top level
     depth: I64
-    kind_code: npt.NDArray[np.uint8]  # the row's Kind as its code in KIND_DTYPE (see is_kind)
+    kind_code: npt.NDArray[np.uint8]  # the row's Kind as its code (KIND_CODE; see is_kind)
     threads: dict[tuple[int, int], tuple[int, int]]  # (pid, tid) -> [lo, hi) rows
     on_stack: dict[Flag, B]  # the row or one of its ancestors carries the flag
     self_flag: dict[Flag, B]  # the row itself carries the flag
@@ -54,7 +52,7 @@ class HostIndex:
 
     def is_kind(self, kind: Kind) -> B:
         """Which rows are of this kind."""
-        hits: B = self.kind_code == _KIND_CODES[kind.value]
+        hits: B = self.kind_code == KIND_CODE[kind.value]
         return hits
 
     def innermost(self, pid: int, tid: int, times: I64) -> I64:
@@ -104,7 +102,7 @@ def build_host_index(trace: Trace) -> HostIndex:
         ends = np.r_[starts[1:], n]
         threads = {(int(pid[lo]), int(tid[lo])): (int(lo), int(hi)) for lo, hi in zip(starts, ends, strict=True)}
 
-    is_runtime = np.isin(kind_code, [_KIND_CODES[k.value] for k in LAUNCH_KINDS])
+    is_runtime = np.isin(kind_code, [KIND_CODE[k.value] for k in LAUNCH_KINDS])
     unique = [u for u in names.unique().to_list() if u is not None]
 
     def by_name(test: object) -> B:
@@ -128,7 +126,7 @@ def build_host_index(trace: Trace) -> HostIndex:
     bits = _propagate_any(bits, levels)
     on_stack = {flag: (bits & (1 << bit)) != 0 for bit, flag in enumerate(self_flag)}
     # The innermost op, annotation and Python frame on each stack, in one pass as three columns.
-    ctx = _propagate_ctx(np.stack([np.where(kind_code == _KIND_CODES[k.value], ids, -1)
+    ctx = _propagate_ctx(np.stack([np.where(kind_code == KIND_CODE[k.value], ids, -1)
                                    for k in (Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON)], axis=1), levels)
     return HostIndex(
         ids=ids,

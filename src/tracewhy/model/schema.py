@@ -32,6 +32,8 @@ class Kind(str, Enum):
 
 
 KIND_DTYPE: Final = pl.Enum([k.value for k in Kind])
+#: Each kind's code in ``KIND_DTYPE`` (the kind column's physical value): its position in Kind.
+KIND_CODE: Final[dict[str, int]] = {k.value: i for i, k in enumerate(Kind)}
 
 #: Kinds that run on the host and nest per thread.
 HOST_KINDS: Final = (Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON, Kind.RUNTIME, Kind.DRIVER)

@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import gzip
-import os
 import re
 import shutil
-import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +33,7 @@ from tracewhy.model.schema import (
     DEVICES_SCHEMA,
     FLOWS_SCHEMA,
     KERNEL_ATTRS_SCHEMA,
+    KIND_CODE,
     KIND_DTYPE,
     MEMORY_KINDS,
     MEMORY_SCHEMA,
@@ -88,16 +86,15 @@ _CATEGORY_KIND: dict[str, Kind] = {
 # "async_cpu_to_gpu" (Meta-internal 2022) before that.
 _FLOW_KIND = {"ac2g": "correlation", "async": "correlation", "async_gpu": "correlation",
               "async_cpu_to_gpu": "correlation", "fwdbwd": "fwdbwd"}
-#: Kinds as their position in KIND_DTYPE: a batch's kinds are a uint8 array of these.
-_KINDS: tuple[str, ...] = tuple(k.value for k in Kind)
-_KIND_CODE = {k: i for i, k in enumerate(_KINDS)}
+#: A batch's kinds are a uint8 array of their codes (KIND_CODE); this turns codes back into kinds.
+_KINDS: tuple[str, ...] = tuple(KIND_CODE)
 _KIND_SERIES = pl.Series(_KINDS, dtype=KIND_DTYPE)
 _SPAN = 255  # cat "Trace": the profiler's own capture window, not a slice
 
 
 def _code_set(*kinds: Kind) -> npt.NDArray[np.bool_]:
     table = np.zeros(256, dtype=np.bool_)
-    table[[_KIND_CODE[k.value] for k in kinds]] = True
+    table[[KIND_CODE[k.value] for k in kinds]] = True
     return table
 
 
@@ -175,8 +172,9 @@ def read_kineto(
         if builder is None:
             buf = read_bytes(path, max_inflated_bytes)
             if not first_byte(buf):  # (never buf.strip(): that would copy the whole file)
+                # A gzip file cut inside its first block inflates to nothing: it is not empty.
                 raise TraceError(path, "gzip stream ends before any content: the file is cut short"
-                                 if _cut_gzip(path) else "file is empty")
+                                 if is_gzip(path) and not gzip_complete(path) else "file is empty")
             doc = split_document(path, buf, one_pass=not helpers and size <= whole_max)
             del buf
             if doc.events is not None:
@@ -263,20 +261,6 @@ def _fits_i64(number: float) -> bool:
     return _I64_MIN <= number <= _I64_MAX
 
 
-def _cut_gzip(path: Path) -> bool:
-    """Whether a small gzip file that inflated to nothing ends before its stream does (cut inside
-    its first block: not an empty file, whatever it held)."""
-    if not is_gzip(path) or os.path.getsize(path) > 1024 * 1024:
-        return False
-    try:
-        gzip.decompress(path.read_bytes())
-    except EOFError:
-        return True
-    except (OSError, zlib.error):
-        return False
-    return False
-
-
 def _int_array(values: list[Any]) -> npt.NDArray[np.int64]:
     try:
         return np.array(values, dtype=np.int64)
@@ -344,7 +328,7 @@ class _Builder:
         seen = set(cats)
         for cat in seen - cache.keys():
             low = (cat or "").lower()
-            cache[cat] = _SPAN if low == "trace" else _KIND_CODE[_CATEGORY_KIND.get(low, Kind.OTHER).value]
+            cache[cat] = _SPAN if low == "trace" else KIND_CODE[_CATEGORY_KIND.get(low, Kind.OTHER).value]
         legacy = any(cat is not None and cat.lower() == "operator" for cat in seen)
         return np.fromiter(map(cache.__getitem__, cats), dtype=np.uint8, count=len(cats)), legacy
 
@@ -506,7 +490,7 @@ class _Builder:
             ops = cast(list[OpArgs | None], self._decode(evs, rows, OpArgs))
             ids.fill(rows, ops)
             op_attrs = _op_attrs(rows, ops)
-        python = codes == _KIND_CODE[Kind.PYTHON.value]
+        python = codes == KIND_CODE[Kind.PYTHON.value]
         rows = np.flatnonzero(~(on_gpu | python | on_op))
         if rows.size:
             ids.fill(rows, self._decode(evs, rows, LinkArgs))
@@ -540,16 +524,16 @@ class _Builder:
 
     def _legacy_annotations(self, evs: list[Event], codes: npt.NDArray[np.uint8]) -> None:
         """Re-kind, in place, the record_function scopes that PyTorch < 1.10 wrote as operators."""
-        ops = np.flatnonzero(codes == _KIND_CODE[Kind.CPU_OP.value]).tolist()
+        ops = np.flatnonzero(codes == KIND_CODE[Kind.CPU_OP.value]).tolist()
         cache = self.legacy_cache
         for name in {evs[i].name for i in ops} - cache.keys():
             cache[name] = _LEGACY_ANNOTATION.match(name) is not None
         scopes = [i for i in ops if cache[evs[i].name]]
-        codes[scopes] = _KIND_CODE[Kind.ANNOTATION.value]
+        codes[scopes] = KIND_CODE[Kind.ANNOTATION.value]
 
     def _copy_attrs(self, rows: npt.NDArray[np.intp], codes: npt.NDArray[np.uint8], gpu: list[GpuArgs | None],
                     evs: list[Event]) -> pl.DataFrame:
-        memcpy, memset = _KIND_CODE[Kind.MEMCPY.value], _KIND_CODE[Kind.MEMSET.value]
+        memcpy, memset = KIND_CODE[Kind.MEMCPY.value], KIND_CODE[Kind.MEMSET.value]
         pick = _with_args(rows, codes, gpu, (memcpy, memset))
         if not pick:
             return _EMPTY_COPY_ATTRS
@@ -722,7 +706,7 @@ def _with_args(rows: npt.NDArray[np.intp], codes: npt.NDArray[np.uint8], gpu: li
 
 
 def _kernel_attrs(rows: npt.NDArray[np.intp], codes: npt.NDArray[np.uint8], gpu: list[GpuArgs | None]) -> pl.DataFrame:
-    kernel = _KIND_CODE[Kind.KERNEL.value]
+    kernel = KIND_CODE[Kind.KERNEL.value]
     pick = _with_args(rows, codes, gpu, (kernel,))
     if not pick:
         return _EMPTY_KERNEL_ATTRS

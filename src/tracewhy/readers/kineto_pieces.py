@@ -73,10 +73,10 @@ def open_pieces(path: Path, piece_bytes: int, max_inflated_bytes: int, *,
 class PieceStream:
     """Pieces of a file's events, from its content in chunks; ``header`` is set after the last."""
 
-    def __init__(self, chunks: Iterator[bytes], piece_bytes: int = PIECE_BYTES, path: Path | None = None) -> None:
+    def __init__(self, chunks: Iterator[bytes], piece_bytes: int, path: Path) -> None:
         self._chunks = chunks
         self._piece_bytes = piece_bytes
-        self.path = path
+        self._path = path
         self.header: dict[str, msgspec.Raw] | None = None
 
     def pieces(self) -> Iterator[bytearray]:
@@ -96,20 +96,18 @@ class PieceStream:
         searched = 1 + size  # where the search for the next cut resumes
         for chunk in self._chunks:
             cur += chunk
-            start = 1
             # Cut at the first gap past the piece's length, once a whole piece has come in.
-            while len(cur) - start >= size:
-                gap = _BETWEEN_EVENTS.search(cur, max(searched, start + size))
+            while len(cur) - 1 >= size:
+                gap = _BETWEEN_EVENTS.search(cur, searched)
                 if gap is None:  # the event there runs past what has come in: read on
-                    searched = _resume(cur, max(searched, start + size), len(cur), self.path)
+                    searched = _resume(cur, searched, len(cur), self._path)
                     break
-                start = gap.end() - 1
                 nxt = bytearray(b"[")
-                nxt += memoryview(cur)[start:]
+                nxt += memoryview(cur)[gap.end() - 1 :]
                 del cur[gap.start() + 1 :]
                 cur += b"]"
                 yield cur
-                cur, start, searched = nxt, 1, 1 + size
+                cur, searched = nxt, 1 + size
         close, header = _close(head, cur, 1)
         del cur[close:]
         cur += b"]"
@@ -205,15 +203,13 @@ class LentPieces:
         self._file.close()
 
 
-def _resume(buf: bytearray, lo: int, hi: int, path: Path | None) -> int:
+def _resume(buf: bytearray, lo: int, hi: int, path: Path) -> int:
     """Where to search again for a cut once more has come in, after none was found in
     ``buf[lo:hi]``: at the last ``}`` there (a gap not yet complete starts at a ``}`` with only
     white space or a comma after it), else at ``hi``. Searching again from ``lo`` each time made
     a long run without a gap quadratic (2 GB of white space: an hour). Past ``_EVENT_MAX`` the
     file is refused."""
     if hi - lo > _EVENT_MAX:
-        if path is None:  # (pieces of bytes in a test: the careful reader says what is wrong)
-            raise BadCut("no gap between two events")
         raise TraceError(path, f"no gap between two events within {_EVENT_MAX // 2**20} MB (an event, or a run "
                                "of white space, that long): not a trace this reader accepts")
     last = buf.rfind(b"}", lo, hi)

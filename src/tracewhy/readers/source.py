@@ -133,10 +133,12 @@ def _inflate(f: BinaryIO, path: Path, size: int, limit: int) -> bytearray:
     return out
 
 
-def _inflated(f: BinaryIO, path: Path, limit: int, out: int = _CHUNK) -> Iterator[bytes]:
+def _inflated(f: BinaryIO, path: Path, limit: int, out: int = _CHUNK,
+              ended: list[bool] | None = None) -> Iterator[bytes]:
     """The inflated bytes of a (possibly multi-member) gzip stream, at most ``out`` bytes a
     piece; a stream cut short yields what it held (the JSON reader then decides), one over
-    ``limit`` is refused."""
+    ``limit`` is refused. ``ended``, if given, is told whether the stream ended as a gzip
+    stream must (False: cut off)."""
     decomp = _inflater.decompressobj(zlib.MAX_WBITS | 16)
     total = 0
     bomb = False
@@ -167,6 +169,8 @@ def _inflated(f: BinaryIO, path: Path, limit: int, out: int = _CHUNK) -> Iterato
                     else:
                         data = b""
         tail = decomp.flush()
+        if ended is not None:
+            ended.append(bool(decomp.eof))
     except _INFLATE_ERRORS as e:
         raise TraceError(path, f"corrupt gzip data ({e})") from None
     except EOFError:
@@ -179,25 +183,15 @@ def _inflated(f: BinaryIO, path: Path, limit: int, out: int = _CHUNK) -> Iterato
 
 def gzip_complete(path: Path) -> bool:
     """Whether a gzip file's stream (every member) ends as a gzip stream must, rather than being
-    cut off; inflated and thrown away a MB at a time (the error path of a cut-off trace)."""
+    cut off; inflated and thrown away (the error path of a cut-off or empty-looking trace)."""
+    ended: list[bool] = []
     try:
         with open(path, "rb") as f:
-            decomp = _inflater.decompressobj(zlib.MAX_WBITS | 16)
-            while data := f.read(_GZ_READ):
-                while data:
-                    decomp.decompress(data, 1 << 20)
-                    data = decomp.unconsumed_tail
-                    if decomp.eof:
-                        rest = decomp.unused_data
-                        if not rest.strip(b"\x00"):
-                            return True
-                        decomp = _inflater.decompressobj(zlib.MAX_WBITS | 16)
-                        data = rest
-            return bool(decomp.eof)
-    except (OSError, EOFError):
+            for _ in _inflated(f, path, DEFAULT_MAX_INFLATED_BYTES, 1 << 20, ended):
+                pass
+    except (OSError, TraceError):
         return False
-    except _INFLATE_ERRORS:
-        return False
+    return ended == [True]
 
 
 def iter_content(path: Path, chunk: int = _CHUNK,
