@@ -1,11 +1,12 @@
 """The parsed-Trace cache: one Parquet file per table plus a JSON of TraceMeta, per trace file.
 
-An entry is keyed by the trace's absolute path, size and mtime, the tool version and a
-fingerprint of the reader and model code, so a changed file or a changed reader never serves a
-stale Trace. It lives in ``$TRACEWHY_CACHE_DIR`` or the platform's user cache directory, never
-beside the trace unless asked. Entries are built in a private temporary directory and renamed
-into place in one step, so concurrent runs never see half an entry; an entry that fails to load
-for any reason is ignored, removed and rebuilt. Caching is best effort: it never raises.
+An entry is keyed by the trace's absolute path, size, mtime and a hash of every byte, the tool
+version and a fingerprint of the reader and model code, so a changed file or a changed reader
+never serves a stale Trace. It lives in ``$TRACEWHY_CACHE_DIR`` or the platform's user cache
+directory, never beside the trace unless asked; with neither to be found, reads are not cached.
+Entries are built in a private temporary directory and renamed into place in one step, so
+concurrent runs never see half an entry; an entry that fails to load for any reason is ignored,
+removed and rebuilt. Caching is best effort: it never raises.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import importlib.metadata
 import io
 import os
 import shutil
+import stat
 import sys
 import tempfile
 import zlib
@@ -27,6 +29,7 @@ from typing import Any, Final
 
 import msgspec
 import polars as pl
+import xxhash
 
 from tracewhy.model.schema import TABLE_SCHEMAS
 from tracewhy.model.trace import Trace, TraceMeta
@@ -39,7 +42,9 @@ ENV_DISABLE: Final = "TRACEWHY_NO_CACHE"
 #: later opening ten Parquet files costs, and tests read hundreds of them.
 MIN_CACHED_BYTES: Final = 256 * 1024
 _META_FILE: Final = "meta.json"
-_SAMPLE_BYTES: Final = 64 * 1024
+#: Read size when hashing a trace: memory stays flat at any file size, and a buffer that fits the
+#: CPU's cache hashed 1 GB as fast as 8 or 16 MiB ones here (0.07 s from the page cache).
+_HASH_CHUNK_BYTES: Final = 1024 * 1024
 #: The code whose output the cache stores: a change to any of these files invalidates entries.
 _FINGERPRINTED: Final = ("readers", "model")
 
@@ -55,7 +60,10 @@ class CacheOptions:
 
 
 def default_cache_dir() -> Path:
-    """``$TRACEWHY_CACHE_DIR``, else the platform's per-user cache directory plus ``tracewhy``."""
+    """``$TRACEWHY_CACHE_DIR``, else the platform's per-user cache directory plus ``tracewhy``.
+
+    Raises RuntimeError when there is no home directory to put it in (a uid without a passwd
+    entry and no ``$HOME``) or ``~user`` in ``$TRACEWHY_CACHE_DIR`` names no user."""
     env = os.environ.get(ENV_DIR)
     if env:
         return Path(env).expanduser()
@@ -77,24 +85,49 @@ def cached_read(path: Path, read: Callable[[Path], Trace], options: CacheOptions
     options = options or CacheOptions()
     if not options.enabled or os.environ.get(ENV_DISABLE):
         return read(path)
-    try:
-        st = path.stat()
-        if st.st_size < options.min_bytes or not path.is_file():
-            return read(path)
-        key = _key(path, st)
-    except OSError:
-        return read(path)  # the reader names the problem
-    root = path.parent / f"{path.name}.tracewhy-cache" if options.beside_trace else (
-        options.directory or default_cache_dir()
-    )
+    place = _place(path, options)
+    if place is None:
+        return read(path)
+    root, key = place
     entry = root / _entry_name(key)
     trace = _load(entry, key, path)
     if trace is not None:
         return trace
     trace = read(path)
-    if not trace.is_partial:  # a partial Trace served as a whole one would answer wrongly
+    # A partial Trace served as a whole one would answer wrongly; and a file rewritten since its
+    # key was taken may have been read half old, half new: store only what the key describes.
+    if not trace.is_partial and _still_keyed(path, key):
         _store(root, entry, key, trace)
     return trace
+
+
+def _place(path: Path, options: CacheOptions) -> tuple[Path, dict[str, Any]] | None:
+    """The cache directory and the key of ``path``'s entry; None when this read is not cached.
+
+    Not cached: a small file, anything but a regular file (hashing a FIFO would block), a file
+    that cannot be read (the reader names the problem), and any read when no cache directory
+    can be named (no home directory, an unknown ``~user``): caching is best effort."""
+    try:
+        st = path.stat()
+        if st.st_size < options.min_bytes or not stat.S_ISREG(st.st_mode):
+            return None
+        if options.beside_trace:
+            root = path.parent / f"{path.name}.tracewhy-cache"
+        else:
+            root = options.directory or default_cache_dir()
+        return root, _key(path, st)
+    except (OSError, RuntimeError, ValueError):  # RuntimeError: no home, or a symlink loop (3.10-3.12)
+        return None
+
+
+def _still_keyed(path: Path, key: dict[str, Any]) -> bool:
+    try:
+        st = path.stat()
+        return (st.st_size, st.st_mtime_ns) == (key["size"], key["mtime_ns"]) and (
+            _content_hash(path) == key["content_xxh3_128"]
+        )
+    except OSError:
+        return False
 
 
 def _key(path: Path, st: os.stat_result) -> dict[str, Any]:
@@ -103,7 +136,7 @@ def _key(path: Path, st: os.stat_result) -> dict[str, Any]:
         "path": str(path.resolve()),
         "size": st.st_size,
         "mtime_ns": st.st_mtime_ns,
-        "sample": _content_sample(path, st.st_size),
+        "content_xxh3_128": _content_hash(path),
         "tool_version": _tool_version(),
         "code": _code_fingerprint(),
         "polars": pl.__version__,
@@ -117,17 +150,19 @@ def _entry_name(key: dict[str, Any]) -> str:
     return f"{path_hash}-{full_hash}"
 
 
-def _content_sample(path: Path, size: int) -> str:
-    """Hash of the file's first and last 64 KiB: mtime ticks are coarse (ext4: a few ms), so a
-    same-size rewrite within one tick would otherwise keep its key. A gzip file's last bytes
-    are its CRC-32 and length, so any change to its content shows there."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        h.update(f.read(_SAMPLE_BYTES))
-        if size > _SAMPLE_BYTES:
-            f.seek(max(_SAMPLE_BYTES, size - _SAMPLE_BYTES))
-            h.update(f.read(_SAMPLE_BYTES))
-    return h.hexdigest()[:16]
+def _content_hash(path: Path) -> str:
+    """xxh3-128 of every byte of the file, on every read: size and mtime alone cannot prove an
+    entry fresh, since a same-size edit keeps the size and ``touch -r``, ``cp -p`` or an archive
+    extraction put the old mtime back (issue 13). xxh3 runs at memory speed, a small part of a
+    cache hit (bench/results.md). Not mmap: a file truncated while mapped kills the process
+    with SIGBUS, where ``readinto`` just returns fewer bytes."""
+    h = xxhash.xxh3_128()
+    buf = bytearray(_HASH_CHUNK_BYTES)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buf):
+            h.update(view[:n])
+    return h.hexdigest()
 
 
 def _tool_version() -> str:
@@ -164,7 +199,7 @@ def _load(entry: Path, key: dict[str, Any], path: Path) -> Trace | None:
     try:
         manifest = msgspec.json.decode((entry / _META_FILE).read_bytes())
     except (OSError, msgspec.DecodeError):
-        if entry.exists():
+        if os.path.lexists(entry):  # unlike Path.exists, never raises (an unsearchable directory)
             _discard(entry)  # a directory without a readable manifest is broken
         return None
     try:
