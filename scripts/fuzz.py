@@ -1,0 +1,292 @@
+"""The long fuzz run: mutated real traces of every format, each through the reader and a few
+commands in a worker process with a time bound, for N minutes.
+
+    python scripts/fuzz.py --minutes 30 [--seed S] [--out results.json] [--failures DIR]
+
+Each input is classified (tests/fuzzing_run.py): handled, warned (read with a warning),
+refused (a one-line error, exit 2 or 3), internal (any other exception, exit 70, a traceback,
+a many-line error, running out of memory) or hang (a read or command past --timeout seconds;
+the worker is killed and replaced). A worker that dies (a crash in native code) counts as
+internal. Counts per format go to --out as JSON, with every distinct internal-error signature;
+each internal error or hang keeps up to --keep inputs under --failures with a note holding the
+mutations, the command that failed and how to rerun it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import multiprocessing as mp
+import os
+import random
+import re
+import resource
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from fuzzing import FORMATS, SEEDS, Mutant, Seed, mutate, seed_bytes  # noqa: E402
+from fuzzing_run import VERDICTS, Outcome, check_read, command_argv, pick_commands, run_cli  # noqa: E402
+
+SHARED = Path(os.environ.get("TRACEWHY_SHARED", ROOT.parent / "shared"))
+COLUMNS = (*VERDICTS, "hang")
+#: Address space per worker: a small input that needs more than this is a memory blow-up.
+WORKER_MEMORY_BYTES = 4 << 30
+
+
+# ----------------------------------------------------------------------------- worker side
+
+def worker_main(conn: Connection, workdir: str) -> None:
+    """Serve inputs until told to stop: a ("step", i) message before the read and each command
+    (the parent times each step), then ("done", outcome)."""
+    resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, WORKER_MEMORY_BYTES))
+    os.chdir(workdir)
+    while True:
+        task = conn.recv()
+        if task is None:
+            return
+        path, fmt, original = Path(task["path"]), task["format"], Path(task["original"])
+        outcome = Outcome()
+        conn.send(("step", 0))
+        check_read(path, fmt, outcome, random.Random(task["rng"]))
+        for i, command in enumerate(task["commands"], 1):
+            conn.send(("step", i))
+            run_cli(command_argv(command, path, original, path.with_name(path.name + ".out")), outcome)
+        conn.send(("done", {"verdict": outcome.verdict, "problems": outcome.problems,
+                            "stray_warnings": outcome.stray_warnings[:3]}))
+
+
+@dataclass
+class Job:
+    number: int
+    seed: Seed
+    mutant: Mutant
+    path: Path
+    commands: list[tuple[str, ...]]
+    step: int = 0
+    deadline: float = 0.0
+
+
+class Worker:
+    def __init__(self, context: Any, workdir: Path) -> None:
+        self.conn, child = context.Pipe()
+        self.process = context.Process(target=worker_main, args=(child, str(workdir)), daemon=True)
+        self.process.start()
+        child.close()
+        self.job: Job | None = None
+
+    def stop(self, kill: bool = False) -> None:
+        if kill:
+            self.process.kill()
+        else:
+            with contextlib.suppress(OSError):
+                self.conn.send(None)
+        self.process.join(10)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        self.conn.close()
+
+
+# ----------------------------------------------------------------------------- bookkeeping
+
+_FRAME = re.compile(r'File ".*?(tracewhy/[\w/]+\.py)", line \d+, in (\w+)')
+
+
+def signature(problem: str) -> str:
+    """What identifies one class of internal error: the command name, the innermost tracewhy
+    frame and the exception type (or the first line of the message when there is no traceback)."""
+    lines = problem.strip().splitlines()
+    command = lines[0].split()[1] if lines and lines[0].startswith("tracewhy ") else lines[0] if lines else "?"
+    frames = _FRAME.findall(problem)
+    last = lines[-1] if lines else ""
+    exc = last.split(":")[0] if frames else re.sub(r"/\S+", "PATH", last)[:120]
+    where = f"{frames[-1][0]}:{frames[-1][1]}" if frames else "no traceback"
+    # The reader's failures are the same class whichever command met them.
+    if frames and "/readers/" in frames[-1][0]:
+        command = "any"
+    return f"{exc} at {where} ({command})"
+
+
+class Tally:
+    def __init__(self, failures: Path, keep: int) -> None:
+        self.counts = {fmt: dict.fromkeys(COLUMNS, 0) for fmt in FORMATS}
+        self.stray = dict.fromkeys(FORMATS, 0)
+        self.classes: dict[str, dict[str, Any]] = {}
+        self.failures = failures
+        self.keep = keep
+        self.inputs = 0
+
+    def add(self, job: Job, verdict: str, problems: list[str], stray: list[str]) -> None:
+        fmt = job.seed.format
+        self.inputs += 1
+        self.counts[fmt][verdict] += 1
+        if stray:
+            self.stray[fmt] += 1
+            self._record(job, f"stray Python warning: {stray[0].split(': ', 1)[-1][:100]}", stray[0])
+        for problem in problems if verdict in ("internal", "hang") else ():
+            self._record(job, problem if verdict == "hang" else signature(problem), problem)
+
+    def _record(self, job: Job, sig: str, problem: str) -> None:
+        entry = self.classes.setdefault(sig, {"count": 0, "formats": [], "examples": []})
+        entry["count"] += 1
+        if job.seed.format not in entry["formats"]:
+            entry["formats"].append(job.seed.format)
+        if len(entry["examples"]) >= self.keep or any(e["input"] == job.number for e in entry["examples"]):
+            return
+        folder = self.failures / hashlib.sha1(sig.encode()).hexdigest()[:10]
+        folder.mkdir(parents=True, exist_ok=True)
+        saved = folder / f"input{job.number}{job.mutant.suffix}"
+        shutil.copyfile(job.path, saved)
+        note = "\n".join([
+            f"class: {sig}", f"seed trace: {job.seed.relative}", "mutations:",
+            *(f"  {s}" for s in job.mutant.steps), "commands run:",
+            *(f"  tracewhy {' '.join(command_argv(c, saved, SHARED / 'traces' / job.seed.relative, saved))}"
+              for c in job.commands),
+            "rerun with TRACEWHY_DEBUG=1 TRACEWHY_NO_CACHE=1 for the traceback", "", "what happened:",
+            problem.replace(str(job.path), str(saved)),
+        ])
+        saved.with_name(saved.name + ".txt").write_text(note + "\n")
+        entry["examples"].append({"input": job.number, "file": str(saved)})
+
+    def table(self) -> str:
+        head = "| format | inputs | handled | recovered with a warning | refused | internal errors | hangs |"
+        rows = [head, "|---|---:|---:|---:|---:|---:|---:|"]
+        total = dict.fromkeys(COLUMNS, 0)
+        for fmt in FORMATS:
+            c = self.counts[fmt]
+            for k in COLUMNS:
+                total[k] += c[k]
+            rows.append(f"| {fmt} | {sum(c.values()):,} | " + " | ".join(f"{c[k]:,}" for k in COLUMNS) + " |")
+        rows.append(f"| all | {sum(total.values()):,} | " + " | ".join(f"{total[k]:,}" for k in COLUMNS) + " |")
+        return "\n".join(rows)
+
+
+# ----------------------------------------------------------------------------- the run
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--seed", type=int, default=None, help="random seed (default: from the clock)")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--commands", type=int, default=3, help="commands per input, after the read check")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds one read or command may take")
+    parser.add_argument("--keep", type=int, default=3, help="inputs kept per failure class")
+    tmp = Path(tempfile.gettempdir())
+    parser.add_argument("--out", type=Path, default=tmp / "tracewhy-fuzz-results.json")
+    parser.add_argument("--failures", type=Path, default=tmp / "fuzz_failures")
+    args = parser.parse_args(argv)
+    if not (SHARED / "traces").is_dir():
+        print(f"fuzz: the shared traces are not at {SHARED}/traces (set TRACEWHY_SHARED)", file=sys.stderr)
+        return 2
+    seed = args.seed if args.seed is not None else int(time.time())
+    rng = random.Random(seed)
+    traces = SHARED / "traces"
+    originals = {s: seed_bytes(s, traces) for s in SEEDS}
+    by_format = {fmt: [s for s in SEEDS if s.format == fmt] for fmt in FORMATS}
+    tally = Tally(args.failures, args.keep)
+    context = mp.get_context("spawn")
+    started = time.monotonic()
+    end = started + args.minutes * 60
+    last_write = started
+    with tempfile.TemporaryDirectory(prefix="tracewhy-fuzz-") as tmpdir:
+        work = Path(tmpdir)
+        workers = [Worker(context, work) for _ in range(args.workers)]
+        number = 0
+        try:
+            while True:
+                now = time.monotonic()
+                for w in workers:
+                    if w.job is None and now < end:
+                        number += 1
+                        s = rng.choice(by_format[rng.choice(FORMATS)])  # formats equally often
+                        mutant = mutate(s, originals[s], rng)
+                        path = work / f"input{number}{mutant.suffix}"
+                        path.write_bytes(mutant.data)
+                        job = Job(number, s, mutant, path, pick_commands(s.format, rng, args.commands),
+                                  deadline=time.monotonic() + args.timeout)
+                        w.job = job
+                        w.conn.send({"path": str(path), "format": s.format, "original": str(traces / s.relative),
+                                     "commands": job.commands, "rng": rng.randrange(2**32)})
+                busy = [w for w in workers if w.job is not None]
+                if not busy:
+                    break
+                timeout = max(0.0, min(w.job.deadline for w in busy if w.job) - time.monotonic())
+                ready = wait([w.conn for w in busy], timeout=timeout)
+                for w in busy:
+                    if w.job is None:
+                        continue
+                    job = w.job
+                    if w.conn in ready:
+                        try:
+                            kind, value = w.conn.recv()
+                        except (EOFError, OSError):
+                            code = w.process.exitcode
+                            tally.add(job, "internal", [f"worker died (exit {code}) at step {job.step}\n"
+                                                        f"{_step_label(job)}"], [])
+                            _finish(job)
+                            w.stop(kill=True)
+                            workers[workers.index(w)] = Worker(context, work)
+                            continue
+                        if kind == "step":
+                            job.step, job.deadline = value, time.monotonic() + args.timeout
+                            continue
+                        tally.add(job, value["verdict"], value["problems"], value["stray_warnings"])
+                        _finish(job)
+                        w.job = None
+                    elif time.monotonic() >= job.deadline:
+                        tally.add(job, "hang", [f"hang over {args.timeout:.0f} s in {_step_label(job)}"], [])
+                        _finish(job)
+                        w.stop(kill=True)
+                        workers[workers.index(w)] = Worker(context, work)
+                if time.monotonic() - last_write > 30:
+                    _write(args.out, tally, seed, started)
+                    last_write = time.monotonic()
+                    print(f"{tally.inputs:,} inputs, {time.monotonic() - started:.0f} s", file=sys.stderr)
+        finally:
+            for w in workers:
+                w.stop(kill=w.job is not None)
+    _write(args.out, tally, seed, started)
+    print(tally.table())
+    print(f"\n{tally.inputs:,} inputs in {time.monotonic() - started:.0f} s with {args.workers} workers "
+          f"(seed {seed}); results in {args.out}")
+    for sig, entry in sorted(tally.classes.items(), key=lambda kv: -kv[1]["count"]):
+        example = entry["examples"][0]["file"] if entry["examples"] else "-"
+        print(f"{entry['count']:6,}  {sig}\n        e.g. {example}")
+    internal = sum(tally.counts[f]["internal"] + tally.counts[f]["hang"] for f in FORMATS)
+    return 1 if internal else 0
+
+
+def _step_label(job: Job) -> str:
+    if job.step == 0:
+        return f"the read of {job.path.name}"
+    return "tracewhy " + " ".join(job.commands[job.step - 1])
+
+
+def _finish(job: Job) -> None:
+    for leftover in job.path.parent.glob(job.path.name + "*"):
+        leftover.unlink(missing_ok=True)
+
+
+def _write(out: Path, tally: Tally, seed: int, started: float) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "seed": seed, "inputs": tally.inputs, "seconds": round(time.monotonic() - started),
+        "counts": tally.counts, "inputs_with_stray_python_warnings": tally.stray,
+        "classes": tally.classes, "table": tally.table(),
+    }
+    out.write_text(json.dumps(payload, indent=1, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
