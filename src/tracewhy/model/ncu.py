@@ -18,7 +18,8 @@ from tracewhy.model.trace import ModelError
 class NCol:
     """Columns of the per-launch table (``NcuReport.launches``)."""
 
-    LAUNCH: Final = "launch_id"  # ncu's "ID": unique per launch within one report
+    LAUNCH: Final = "launch_id"  # ncu's "ID" (+ its run's id_offset): unique within the report
+    RUN: Final = "run"  # which run (header block of a CSV) the launch came from; 0 if one run
     NAME: Final = "name"  # as ncu shows it (function name, or demangled with --print-kernel-base)
     DEMANGLED: Final = "demangled_name"  # full signature when the report has it
     PROCESS: Final = "process_id"
@@ -98,6 +99,7 @@ _I = pl.Int64()
 NCU_LAUNCHES_SCHEMA: Final = pl.Schema(
     {
         NCol.LAUNCH: _I,
+        NCol.RUN: pl.Int32(),
         NCol.NAME: pl.String(),
         NCol.DEMANGLED: pl.String(),
         NCol.PROCESS: _I,
@@ -235,11 +237,26 @@ NCU_TABLE_SCHEMAS: Final = {
 
 
 @dataclass(frozen=True)
+class NcuRun:
+    """One ncu run in the file: a CSV header block (files appended with ``>>`` hold several).
+
+    ncu numbers each run's launches from 0, so run ``index`` keeps its IDs apart by adding
+    ``id_offset`` (one past the previous run's highest launch_id) to them.
+    """
+
+    index: int
+    format: str  # like NcuReport.format: one appended file may mix details and raw pages
+    id_offset: int
+    line: int | None = None  # 1-based line of the run's header in the file
+
+
+@dataclass(frozen=True)
 class NcuReport:
     """One Nsight Compute report (or CSV export of one) in normalized tables.
 
-    ``format`` is ``ncu-rep``, ``ncu-csv-details`` or ``ncu-csv-raw``. ``launches`` keeps ncu's
-    launch order.
+    ``format`` is ``ncu-rep``, ``ncu-csv-details`` or ``ncu-csv-raw`` (the first run's).
+    ``launches`` keeps ncu's launch order. ``runs`` lists the runs when a CSV holds several
+    (empty: one run, launch_id is ncu's ID); ``run_report`` gives one run alone.
     """
 
     path: str
@@ -250,6 +267,21 @@ class NcuReport:
     breakdowns: pl.DataFrame
     rules: pl.DataFrame
     warnings: tuple[str, ...] = ()
+    runs: tuple[NcuRun, ...] = ()
+
+    def run_report(self, index: int) -> NcuReport:
+        """Run ``index`` alone, with ncu's own launch IDs, and without the file's warnings."""
+        run = self.runs[index]
+        launches = self.launches.filter(pl.col(NCol.RUN) == index)
+        ids = launches.get_column(NCol.LAUNCH)
+        shifted = pl.col(NCol.LAUNCH) - run.id_offset
+        return NcuReport(
+            path=self.path, format=run.format, tool_version=self.tool_version,
+            profiler_cmdline=self.profiler_cmdline,
+            launches=launches.with_columns(shifted, pl.lit(0, pl.Int32).alias(NCol.RUN)),
+            breakdowns=self.breakdowns.filter(pl.col(BCol.LAUNCH).is_in(ids.implode())).with_columns(shifted),
+            rules=self.rules.filter(pl.col(RCol.LAUNCH).is_in(ids.implode())).with_columns(shifted),
+        )
 
     def table(self, name: str) -> pl.DataFrame:
         value = getattr(self, name)
@@ -272,6 +304,10 @@ class NcuReport:
         durations = self.launches.get_column(NCol.DUR).drop_nulls()
         if durations.len() and durations.min() < 0:  # type: ignore[operator]
             raise ModelError("ncu dur_ns must not be negative")
+        run_count = max(1, len(self.runs))
+        run_column = self.launches.get_column(NCol.RUN)
+        if run_column.null_count() or not run_column.is_between(0, run_count - 1).all():
+            raise ModelError("ncu run must name one of the report's runs")
         known = set(ids.to_list())
         for name in ("breakdowns", "rules"):
             refs = set(self.table(name).get_column(BCol.LAUNCH).unique().to_list())

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tracewhy.errors import TraceError
 from tracewhy.model.ncu import NcuReport
-from tracewhy.readers.ncu_csv import read_ncu_csv
+from tracewhy.readers.ncu_csv import is_header_line, read_ncu_csv
 from tracewhy.readers.ncu_rep import MAGIC, read_ncu_rep
 from tracewhy.readers.source import refuse_special
 
@@ -17,7 +17,8 @@ _SNIFF_BYTES = 1 << 20
 
 
 def is_ncu(path: str | Path) -> bool:
-    """Whether the file looks like Nsight Compute output (report magic, or a CSV "ID" header)."""
+    """Whether the file looks like Nsight Compute output (report magic, or a CSV "ID" header,
+    wherever "ID" sits among the columns)."""
     try:
         with open(path, "rb") as f:
             head = f.read(_SNIFF_BYTES)
@@ -26,7 +27,7 @@ def is_ncu(path: str | Path) -> bool:
     if head.startswith(MAGIC):
         return True
     text = head.decode("utf-8", "replace").lstrip("\ufeff")
-    return any(line.lstrip().startswith('"ID","Process ID"') for line in text.splitlines())
+    return any(is_header_line(line) for line in text.splitlines())
 
 
 def read_ncu(path: str | Path) -> NcuReport:

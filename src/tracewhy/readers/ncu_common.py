@@ -26,6 +26,7 @@ from tracewhy.model.ncu import (
     BCol,
     NCol,
     NcuReport,
+    NcuRun,
     RCol,
 )
 from tracewhy.readers import ncu_units as u
@@ -152,16 +153,46 @@ BREAKDOWN_PATTERNS: Final = (
 _STALL_LABEL: Final = re.compile(r"^Stall (.+)$")
 
 
+class Problems:
+    """What a reader skipped, reinterpreted or could not read, tallied by kind: the report gets
+    one warning line per kind, with its count and the first case, however many rows had it."""
+
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
+        self._first: dict[str, str] = {}
+        self._noun: dict[str, str] = {}
+
+    def add(self, kind: str, where: str = "", noun: str = "row") -> None:
+        self._counts[kind] = self._counts.get(kind, 0) + 1
+        self._noun.setdefault(kind, noun)
+        if where:
+            self._first.setdefault(kind, where)
+
+    def __len__(self) -> int:
+        return len(self._counts)
+
+    def lines(self) -> tuple[str, ...]:
+        out = []
+        for kind, n in self._counts.items():
+            noun = self._noun[kind] + ("" if n == 1 else "s")
+            first = self._first.get(kind)
+            out.append(f"{kind}: {n} {noun}" + (f" (first: {first})" if first else ""))
+        return tuple(out)
+
+
 @dataclass
 class LaunchRecord:
     """Everything a reader found about one launch, before resolution into columns."""
 
-    launch_id: int
+    launch_id: int  # ncu's ID within its run
     name: str
+    run: int = 0
+    where: str = ""  # how a warning names the launch to the user ("line 12", "launch 3")
     identity: dict[str, object] = field(default_factory=dict)  # NCol -> value, taken as is
     metrics: dict[str, tuple[Value, str]] = field(default_factory=dict)  # name -> (value, dim)
     labels: dict[str, list[tuple[Value, str]]] = field(default_factory=dict)  # label -> values
     rules: list[dict[str, object]] = field(default_factory=list)  # RCol -> value
+    units: dict[str, str] = field(default_factory=dict)  # metric or label -> unit, if UNKNOWN
 
 
 _MARKUP: Final = re.compile(r"@(\w+):([^@]*)@")
@@ -194,20 +225,30 @@ def _compatible(dim: str, wanted: str) -> bool:
     # A unitless value is taken in base units: raw pages of some versions leave units empty.
     # Counts take any unit: ncu labels some sector counts "byte" (derived__memory_l2_
     # theoretical_sectors_global_excessive), and ncu_report 2026.3 returns that unit or none
-    # depending on which metrics were read before.
+    # depending on which metrics were read before. An unknown unit is never a time or a rate.
     return dim == wanted or dim == u.COUNT or wanted == u.COUNT
 
 
-def _resolve(record: LaunchRecord, spec: Field) -> float | None:
+def _resolve(record: LaunchRecord, spec: Field, problems: Problems) -> float | None:
+    refused: list[str] = []
     for metric in spec.metrics:
         got = record.metrics.get(metric)
-        if got is not None and isinstance(got[0], float) and _compatible(got[1], spec.dimension):
-            return got[0] * spec.scale
+        if got is not None and isinstance(got[0], float):
+            if _compatible(got[1], spec.dimension):
+                return got[0] * spec.scale
+            if got[1] == u.UNKNOWN:
+                refused.append(metric)
     for label in spec.labels:
         for value, dim in record.labels.get(label, ()):
             if isinstance(value, float) and (dim == spec.dimension or (
-                    dim == u.COUNT and spec.dimension in (u.COUNT, u.PER_CYCLE))):
+                    dim in (u.COUNT, u.UNKNOWN) and spec.dimension == u.COUNT) or (
+                    dim == u.COUNT and spec.dimension == u.PER_CYCLE)):
                 return value * spec.scale
+            if isinstance(value, float) and dim == u.UNKNOWN:
+                refused.append(label)
+    for name in refused[:1]:
+        problems.add(f"{name} in unit {record.units.get(name, '?')!r}, not a {spec.dimension} unit "
+                     f"tracewhy knows: not used as {spec.column}", record.where, "launch")
     return None
 
 
@@ -227,7 +268,7 @@ def _breakdown_rows(record: LaunchRecord) -> list[dict[str, object]]:
                 break
     for label, values in record.labels.items():
         m = _STALL_LABEL.match(label)
-        if m and values and isinstance(values[0][0], float):
+        if m and values and isinstance(values[0][0], float) and _finite(values[0][0]) is not None:
             key = m.group(1).strip().lower().replace(" ", "_")
             rows.setdefault(("stall_cycles", key), values[0][0])
     return [
@@ -236,9 +277,32 @@ def _breakdown_rows(record: LaunchRecord) -> list[dict[str, object]]:
     ]
 
 
-_INT_COLUMNS: Final = frozenset(
-    name for name, dtype in NCU_LAUNCHES_SCHEMA.items() if dtype in (pl.Int64, pl.Int32)
-)
+_INT_RANGE: Final = {
+    name: (-(2**31), 2**31 - 1) if dtype == pl.Int32 else (-u.INT64_MAX - 1, u.INT64_MAX)
+    for name, dtype in NCU_LAUNCHES_SCHEMA.items() if dtype in (pl.Int64, pl.Int32)
+}
+
+
+def _whole(value: object) -> tuple[int | None, str | None]:
+    """An identity or count value fit for its integer column, or the reason it is not."""
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            return None, "nan or inf"
+        value = round(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None, "not a whole number"
+    return value, None
+
+
+def _run_offsets(records: list[LaunchRecord], count: int) -> list[int]:
+    """Each run's launch_id offset: one past the previous run's highest (shifted) ID."""
+    highest = [-1] * count
+    for rec in records:
+        highest[rec.run] = max(highest[rec.run], rec.launch_id)
+    offsets = [0] * count
+    for k in range(1, count):
+        offsets[k] = offsets[k - 1] + highest[k - 1] + 1
+    return offsets
 
 
 def build_report(
@@ -249,38 +313,71 @@ def build_report(
     tool_version: str | None = None,
     profiler_cmdline: str | None = None,
     warnings: tuple[str, ...] = (),
+    problems: Problems | None = None,
+    runs: tuple[NcuRun, ...] = (),
 ) -> NcuReport:
-    """Resolve collected launches into an NcuReport; raise TraceError if nothing usable."""
+    """Resolve collected launches into an NcuReport; raise TraceError if nothing usable.
+
+    ``runs`` (with each record's ``run``) describes a file holding several ncu runs; the
+    offsets there are recomputed here.
+    """
+    problems = problems if problems is not None else Problems()
     if not records:
-        raise TraceError(path, "contains no profiled kernel launches")
-    seen: set[int] = set()
+        detail = "; ".join(problems.lines())
+        raise TraceError(path, "contains no profiled kernel launches" + (f"; {detail}" if detail else ""))
+    offsets = _run_offsets(records, max(1, len(runs)))
+    runs = tuple(NcuRun(r.index, r.format, offsets[r.index], r.line) for r in runs) if len(runs) > 1 else ()
+    seen: set[tuple[int, int]] = set()
     launch_rows: list[dict[str, object]] = []
     breakdown_rows: list[dict[str, object]] = []
     rule_rows: list[dict[str, object]] = []
-    notes = list(warnings)
     for rec in records:
-        if rec.launch_id in seen:
-            notes.append(f"launch ID {rec.launch_id} appears twice; kept the first")
+        if (rec.run, rec.launch_id) in seen:
+            problems.add("launch IDs that appear twice in one run (kept the first)", rec.where, "launch")
             continue
-        seen.add(rec.launch_id)
-        row: dict[str, object] = {NCol.LAUNCH: rec.launch_id, NCol.NAME: rec.name}
-        row.update(rec.identity)
+        seen.add((rec.run, rec.launch_id))
+        launch_id = rec.launch_id + offsets[rec.run]
+        if launch_id > u.INT64_MAX:
+            problems.add("launches skipped: ID beyond int64 once numbered on after earlier runs", rec.where,
+                         "launch")
+            continue
+        row: dict[str, object] = {NCol.LAUNCH: launch_id, NCol.RUN: rec.run, NCol.NAME: rec.name}
+        for column, raw in rec.identity.items():
+            if column not in _INT_RANGE:
+                row[column] = raw
+                continue
+            whole, problem = _whole(raw)
+            low, high = _INT_RANGE[column]
+            if whole is not None and not low <= whole <= high:
+                problem = "beyond int64" if high == u.INT64_MAX else "beyond int32"
+            if problem:
+                problems.add(f"{column} {problem}, left empty", rec.where, "launch")
+            else:
+                row[column] = whole
         for spec in FIELDS:
-            value = _finite(_resolve(rec, spec))
-            if value is not None and spec.column in _INT_COLUMNS:
-                row[spec.column] = round(value)
-            elif value is not None:
-                row[spec.column] = value
+            value = _resolve(rec, spec, problems)
+            if value is None:
+                continue
+            if math.isnan(value) or math.isinf(value):
+                problems.add(f"{spec.column} nan or inf, left empty", rec.where, "launch")
+            elif spec.column == NCol.DUR and value < 0:
+                # A negative duration is no measurement (a corrupted or hand-edited file).
+                problems.add(f"{spec.column} negative, left empty", rec.where, "launch")
+            elif spec.column in _INT_RANGE and not _INT_RANGE[spec.column][0] <= value <= _INT_RANGE[spec.column][1]:
+                problems.add(f"{spec.column} beyond int64, left empty", rec.where, "launch")
+            else:
+                row[spec.column] = round(value) if spec.column in _INT_RANGE else value
         launch_rows.append(row)
-        breakdown_rows.extend(_breakdown_rows(rec))
+        breakdown_rows.extend({**b, BCol.LAUNCH: launch_id} for b in _breakdown_rows(rec))
         for rule in rec.rules:
-            rule_rows.append({RCol.LAUNCH: rec.launch_id, **rule})
+            rule_rows.append({RCol.LAUNCH: launch_id, **rule})
     launches = pl.DataFrame(launch_rows, schema=NCU_LAUNCHES_SCHEMA, strict=False)
     breakdowns = pl.DataFrame(breakdown_rows, schema=NCU_BREAKDOWNS_SCHEMA, strict=False)
     rules = pl.DataFrame(rule_rows, schema=NCU_RULES_SCHEMA, strict=False)
     report = NcuReport(
         path=str(path), format=fmt, tool_version=tool_version, profiler_cmdline=profiler_cmdline,
-        launches=launches, breakdowns=breakdowns, rules=rules, warnings=tuple(notes),
+        launches=launches, breakdowns=breakdowns, rules=rules, warnings=(*warnings, *problems.lines()),
+        runs=runs,
     )
     report.check()
     return report

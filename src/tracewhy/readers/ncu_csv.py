@@ -13,19 +13,28 @@ What real exports look like (all handled here, by header name, never by column p
   Name``; 2023+ have ``Block Size, Grid Size, Device, CC`` instead.
 - Values auto-scaled per row (``usecond``, ``Gbyte/second``) and printed in the host locale
   (``"134,221,568"``).
+- Several exports in one file (``ncu --csv ... >> all.csv``): each header block is its own
+  run, numbered from ID 0 again; they are kept apart as runs (``NcuRun``), never merged.
+
+Hostile cells (issue 13) become warnings, never crashes: "nan", "-nan" (C's printf for a NaN
+with its sign bit set), "inf" or 20-digit integers in ID / Process ID / Stream, negative
+durations, units the reader does not know.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
 from tracewhy.errors import TraceError
-from tracewhy.model.ncu import NCol, NcuReport, RCol
+from tracewhy.model.ncu import NCol, NcuReport, NcuRun, RCol
 from tracewhy.readers import ncu_units as u
 from tracewhy.readers.ncu_common import (
     LaunchRecord,
+    Problems,
     build_report,
     parse_dim3,
     plain_rule_text,
@@ -52,6 +61,34 @@ _SEVERITY: Final = {
 _NOISE_PREFIXES: Final = ("==PROF==", "==WARNING==", "==ERROR==", "==INFO==")
 
 
+#: Identity columns of which one must sit beside "ID" for a line to be a table header.
+_HEADER_MARKS: Final = frozenset({"kernel name", "process id"})
+
+Rows = list[tuple[int, list[str]]]  # (1-based line in the file, fields)
+
+
+def is_header_line(line: str) -> bool:
+    """Whether ``line`` is an ncu table header: an "ID" field (anywhere: column order is not
+    fixed once a CSV has been through a spreadsheet) beside "Kernel Name" or "Process ID"."""
+    s = line.strip().lstrip("\ufeff")
+    if "ID" not in s or not ("Kernel Name" in s or "Process ID" in s):
+        return False
+    fields = {f.strip().lower() for f in next(csv.reader([s]), [])}
+    return "id" in fields and bool(fields & _HEADER_MARKS)
+
+
+@contextlib.contextmanager
+def _field_limit(size: int) -> Iterator[None]:
+    # csv refuses fields over 131072 characters by default; a templated kernel name can be
+    # longer. The file is already in memory, so its own length is a safe bound.
+    old = csv.field_size_limit()
+    csv.field_size_limit(max(old, size + 1))
+    try:
+        yield
+    finally:
+        csv.field_size_limit(old)
+
+
 def read_ncu_csv(path: str | Path) -> NcuReport:
     """Read a details-page or raw-page CSV that ``ncu --csv`` (or ``ncu --import --csv``) wrote."""
     path = Path(path)
@@ -62,31 +99,62 @@ def read_ncu_csv(path: str | Path) -> NcuReport:
         raise TraceError(path, "is binary, not an ncu CSV export (for .ncu-rep files, see --help)")
     text = bytes(raw).decode("utf-8-sig", errors="replace")
     lines = text.splitlines()
-    start = _header_line(lines)
-    if start is None:
+    starts = [i for i, line in enumerate(lines) if is_header_line(line)]
+    if not starts:
         raise TraceError(
             path,
             'no ncu CSV table found: expected a header line starting with "ID" '
             "(export with: ncu --import REPORT.ncu-rep --csv --page details > REPORT.csv)",
         )
-    table = [ln for ln in lines[start:] if ln.strip() and not ln.lstrip().startswith(_NOISE_PREFIXES)]
-    rows = list(csv.reader(table))
-    header = [h.strip() for h in rows[0]]
-    index = {h.lower(): i for i, h in enumerate(header) if h}
-    body = [r for r in rows[1:] if [c.strip() for c in r] != header]  # repeated headers
-    if "invocations" in index:
-        raise TraceError(path, "is an ncu summary (--print-summary); export --page details or --page raw")
-    if "metric name" in index and "metric value" in index:
-        return _details(path, index, body)
-    return _raw(path, header, index, body)
+    problems = Problems()
+    records: list[LaunchRecord] = []
+    runs: list[NcuRun] = []
+    skipped = 0
+    with _field_limit(len(text)):
+        for k, start in enumerate(starts):
+            end = starts[k + 1] if k + 1 < len(starts) else len(lines)
+            block = _block(lines, start, end, last=k + 1 == len(starts))
+            header = [h.strip().lstrip("\ufeff") for h in block[0][1]]
+            index = {h.lower(): i for i, h in enumerate(header) if h}
+            if "invocations" in index:
+                raise TraceError(path, "is an ncu summary (--print-summary); export --page details or --page raw")
+            run = len(runs)
+            if "metric name" in index and "metric value" in index:
+                fmt, (found, lost) = "ncu-csv-details", _details(index, block[1:], run, problems)
+            else:
+                fmt, (found, lost) = "ncu-csv-raw", _raw(path, header, index, block[1:], run, problems)
+            skipped += lost
+            if found:
+                runs.append(NcuRun(run, fmt, 0, start + 1))
+                records.extend(found)
+            elif len(starts) > 1:
+                problems.add("header blocks without a usable launch row, skipped", f"line {start + 1}", "block")
+    warnings: list[str] = []
+    if len(runs) > 1:
+        # ncu writes one header per run; two headers mean exports appended into one file.
+        lines_at = ", ".join(str(r.line) for r in runs)
+        warnings.append(f"{len(runs)} ncu runs in one file (headers at lines {lines_at}): each is read as its "
+                        "own run; later runs' launch IDs are numbered on after the earlier runs'")
+    if skipped:
+        warnings.append(f"{skipped} lines that are not table rows were skipped")
+    return build_report(path, runs[0].format if runs else "ncu-csv-details", records,
+                        warnings=tuple(warnings), problems=problems, runs=tuple(runs))
 
 
-def _header_line(lines: list[str]) -> int | None:
-    for i, line in enumerate(lines):
-        s = line.lstrip("\ufeff \t")
-        if s.startswith('"ID"') or s.startswith("ID,"):
-            return i
-    return None
+def _block(lines: list[str], start: int, end: int, last: bool) -> Rows:
+    """One header block's rows, with their line numbers; ncu's own messages left out."""
+    numbered = [(i + 1, lines[i].lstrip("\ufeff")) for i in range(start, end)]
+    numbered = [(n, ln) for n, ln in numbered if ln.strip() and not ln.lstrip().startswith(_NOISE_PREFIXES)]
+    if not last:
+        # What follows the last quoted row is the next run's program output, which precedes
+        # its header just as the first run's does (and is not counted as skipped there either).
+        while len(numbered) > 1 and not numbered[-1][1].lstrip().startswith('"'):
+            numbered.pop()
+    reader = csv.reader(ln for _, ln in numbered)
+    out: Rows = []
+    for row in reader:
+        out.append((numbered[min(reader.line_num, len(numbered)) - 1][0], row))
+    return out
 
 
 def _cell(row: list[str], index: dict[str, int], name: str) -> str:
@@ -94,18 +162,27 @@ def _cell(row: list[str], index: dict[str, int], name: str) -> str:
     return row[i].strip() if i is not None and i < len(row) else ""
 
 
-def _launch_id(text: str) -> int | None:
-    value = u.parse_number(text)
-    return int(value) if value is not None and value == int(value) and value >= 0 else None
+def _launch_id(row: list[str], index: dict[str, int], line: int, problems: Problems) -> int | None:
+    text = _cell(row, index, "ID")
+    value, problem = u.parse_whole(text)
+    if value is not None and value < 0:
+        problem = "negative"
+    if problem:
+        problems.add(f"rows skipped: ID {problem}", f"line {line}: {text[:40]!r}")
+        return None
+    return value
 
 
-def _identity(row: list[str], index: dict[str, int]) -> dict[str, object]:
+def _identity(row: list[str], index: dict[str, int], where: str, problems: Problems) -> dict[str, object]:
     ident: dict[str, object] = {}
     for column, name in ((NCol.PROCESS, "Process ID"), (NCol.CONTEXT, "Context"),
                          (NCol.STREAM, "Stream"), (NCol.DEVICE, "Device")):
-        value = u.parse_number(_cell(row, index, name))
+        text = _cell(row, index, name)
+        value, problem = u.parse_whole(text)
         if value is not None:
-            ident[column] = int(value)
+            ident[column] = value
+        elif problem:
+            problems.add(f"{name} {problem}, left empty", f"{where}: {text[:40]!r}", "launch")
     cc = _cell(row, index, "CC")
     if cc:
         ident[NCol.CC] = cc
@@ -116,25 +193,32 @@ def _identity(row: list[str], index: dict[str, int]) -> dict[str, object]:
     return ident
 
 
-def _value(text: str, unit: str) -> tuple[float | str, str]:
+def _value(rec: LaunchRecord, key: str, text: str, unit: str) -> tuple[float | str, str]:
     number = u.parse_number(text)
     if number is None:
         return text, "text"
-    return u.normalize(number, unit)
+    value = u.normalize(number, unit)
+    if value[1] == u.UNKNOWN:
+        rec.units.setdefault(key, unit)
+    return value
 
 
-def _details(path: Path, index: dict[str, int], body: list[list[str]]) -> NcuReport:
+def _details(index: dict[str, int], body: Rows, run: int, problems: Problems) -> tuple[list[LaunchRecord], int]:
     records: dict[int, LaunchRecord] = {}
     skipped = 0
-    for row in body:
-        launch = _launch_id(_cell(row, index, "ID"))
+    for line, row in body:
         name = _cell(row, index, "Kernel Name")
-        if launch is None or not name:
+        if not _cell(row, index, "ID") or not name:
             skipped += 1  # program output interleaved with the table, or a cut-off line
+            continue
+        launch = _launch_id(row, index, line, problems)
+        if launch is None:
             continue
         rec = records.get(launch)
         if rec is None:
-            rec = records[launch] = LaunchRecord(launch, name, identity=_identity(row, index))
+            where = f"ID {launch} at line {line}"
+            rec = records[launch] = LaunchRecord(launch, name, run=run, where=where,
+                                                 identity=_identity(row, index, where, problems))
         rule = _cell(row, index, "Rule Name")
         metric = _cell(row, index, "Metric Name")
         if rule or (not metric and _cell(row, index, "Rule Description")):
@@ -143,13 +227,12 @@ def _details(path: Path, index: dict[str, int], body: list[list[str]]) -> NcuRep
         if not metric:
             skipped += 1
             continue
-        value = _value(_cell(row, index, "Metric Value"), _cell(row, index, "Metric Unit"))
+        value = _value(rec, metric, _cell(row, index, "Metric Value"), _cell(row, index, "Metric Unit"))
         if "__" in metric:  # a metric name (--metrics) rather than a section label
             rec.metrics.setdefault(metric, value)
         else:
             rec.labels.setdefault(metric, []).append(value)
-    warnings = (f"{skipped} lines that are not table rows were skipped",) if skipped else ()
-    return build_report(path, "ncu-csv-details", list(records.values()), warnings=warnings)
+    return list(records.values()), skipped
 
 
 def _add_rule(rec: LaunchRecord, row: list[str], index: dict[str, int], rule: str) -> None:
@@ -169,17 +252,17 @@ def _add_rule(rec: LaunchRecord, row: list[str], index: dict[str, int], rule: st
     })
 
 
-def _raw(path: Path, header: list[str], index: dict[str, int], body: list[list[str]]) -> NcuReport:
+def _raw(path: Path, header: list[str], index: dict[str, int], body: Rows, run: int,
+         problems: Problems) -> tuple[list[LaunchRecord], int]:
     metric_columns = [(i, h) for i, h in enumerate(header) if h and h.lower() not in _IDENTITY]
     if "id" not in index or "kernel name" not in index or not metric_columns:
         raise TraceError(path, "CSV header is not an ncu details or raw page (no Kernel Name / metric columns)")
     units: list[str] = [""] * len(header)
     records: list[LaunchRecord] = []
     skipped = 0
-    for row in body:
-        launch = _launch_id(_cell(row, index, "ID"))
-        if launch is None:
-            if not _cell(row, index, "ID") and not records:
+    for line, row in body:
+        if not _cell(row, index, "ID"):
+            if not records:
                 units = [c.strip() for c in row] + [""] * max(0, len(header) - len(row))
             else:
                 skipped += 1
@@ -188,10 +271,13 @@ def _raw(path: Path, header: list[str], index: dict[str, int], body: list[list[s
         if not name:
             skipped += 1
             continue
-        rec = LaunchRecord(launch, name, identity=_identity(row, index))
+        launch = _launch_id(row, index, line, problems)
+        if launch is None:
+            continue
+        where = f"ID {launch} at line {line}"
+        rec = LaunchRecord(launch, name, run=run, where=where, identity=_identity(row, index, where, problems))
         for i, metric in metric_columns:
             if i < len(row) and row[i].strip():
-                rec.metrics[metric] = _value(row[i], units[i] if i < len(units) else "")
+                rec.metrics[metric] = _value(rec, metric, row[i], units[i] if i < len(units) else "")
         records.append(rec)
-    warnings = (f"{skipped} lines that are not table rows were skipped",) if skipped else ()
-    return build_report(path, "ncu-csv-raw", records, warnings=warnings)
+    return records, skipped

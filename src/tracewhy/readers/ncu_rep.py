@@ -28,6 +28,7 @@ from tracewhy.readers.ncu_common import (
     BREAKDOWN_PATTERNS,
     FIELDS,
     LaunchRecord,
+    Problems,
     build_report,
     plain_rule_text,
 )
@@ -214,15 +215,38 @@ _IDENTITY_METRICS: Final = {
 _BREAKDOWN_ANY: Final = re.compile("|".join(p.pattern for _, p in BREAKDOWN_PATTERNS))
 
 
-def _metric_value(module: Any, metric: Any) -> tuple[float | str, str] | None:
+_SURROGATES: Final = "strings with lone UTF-16 surrogates, shown with U+FFFD"
+
+
+def _clean(value: object, problems: Problems, where: str) -> str:
+    """A string from ncu_report that can be printed and written as UTF-8.
+
+    ncu_report hands over whatever bytes a rule script or a kernel name held; one carrying a
+    lone surrogate (half of a UTF-16 pair) made every output fail with UnicodeEncodeError.
+    """
+    text = str(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        problems.add(_SURROGATES, where, "string")
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
+def _metric_value(module: Any, rec: LaunchRecord, name: str, metric: Any,
+                  problems: Problems) -> tuple[float | str, str] | None:
     if metric is None or not metric.has_value():
         return None
     if metric.kind() == module.IMetric.ValueKind_STRING:
-        return str(metric.as_string()), "text"
+        return _clean(metric.as_string(), problems, rec.where), "text"
     value = float(metric.as_double())
     if math.isnan(value):
         return None
-    return u.normalize(value, str(metric.unit() or ""))
+    unit = _clean(metric.unit() or "", problems, rec.where)
+    got = u.normalize(value, unit)
+    if got[1] == u.UNKNOWN:
+        rec.units[name] = unit
+    return got
 
 
 def _severities(module: Any) -> dict[int, str]:
@@ -236,19 +260,21 @@ def _speedup_types(module: Any) -> dict[int, str]:
     return {int(getattr(module, k)): v for k, v in names.items() if hasattr(module, k)}
 
 
-def _rules(action: Any, severities: dict[int, str], speedups: dict[int, str]) -> list[dict[str, object]]:
+def _rules(action: Any, severities: dict[int, str], speedups: dict[int, str], problems: Problems,
+           where: str) -> list[dict[str, object]]:
     out: list[dict[str, object]] = []
     for d in action.rule_results_as_dicts():
         msg = d.get("rule_message") or {}
-        title = plain_rule_text(str(msg.get("title") or ""))
-        text = plain_rule_text(str(msg.get("message") or ""))
+        title = plain_rule_text(_clean(msg.get("title") or "", problems, where))
+        text = plain_rule_text(_clean(msg.get("message") or "", problems, where))
         if not title and not text:
             continue  # ncu stores empty placeholder results for rules that found nothing
         est = d.get("speedup_estimation") or {}
         speedup = est.get("speedup")
         out.append({
-            RCol.RULE: str(d.get("rule_identifier") or "unnamed"),
-            RCol.SECTION: d.get("section_identifier"),
+            RCol.RULE: _clean(d.get("rule_identifier") or "unnamed", problems, where),
+            RCol.SECTION: None if d.get("section_identifier") is None
+            else _clean(d.get("section_identifier"), problems, where),
             RCol.TITLE: title or None,
             RCol.MESSAGE: text,
             RCol.SEVERITY: severities.get(int(msg.get("type", -1)), "none"),
@@ -259,31 +285,33 @@ def _rules(action: Any, severities: dict[int, str], speedups: dict[int, str]) ->
 
 
 def _record(module: Any, action: Any, launch_id: int, rule_maps: tuple[dict[int, str], dict[int, str]],
-            notes: list[str]) -> LaunchRecord:
+            problems: Problems) -> LaunchRecord:
     names = set(action.metric_names())
     wanted = sorted(n for n in names if n in _WANTED or _BREAKDOWN_ANY.match(n))
-    rec = LaunchRecord(launch_id, str(action.name()))
+    where = f"launch {launch_id}"
+    rec = LaunchRecord(launch_id, _clean(action.name(), problems, where), where=where)
     with contextlib.suppress(AttributeError, TypeError):  # ncu_report before 2023 has one name
-        rec.identity[NCol.DEMANGLED] = str(action.name(module.IAction.NameBase_DEMANGLED))
+        rec.identity[NCol.DEMANGLED] = _clean(action.name(module.IAction.NameBase_DEMANGLED), problems, where)
     for name in wanted:
-        got = _metric_value(module, action.metric_by_name(name))
+        got = _metric_value(module, rec, name, action.metric_by_name(name), problems)
         if got is not None:
             rec.metrics[name] = got
     for metric, column in _IDENTITY_METRICS.items():
         value = rec.metrics.pop(metric, None)
         if value is not None and isinstance(value[0], float):
-            rec.identity[column] = int(value[0])
+            rec.identity[column] = value[0]  # build_report refuses inf and values beyond int64
     display = rec.metrics.pop("device__attribute_display_name", None)
     if display is not None:
         rec.identity[NCol.DEVICE_NAME] = str(display[0])
     major = rec.metrics.pop("device__attribute_compute_capability_major", None)
     minor = rec.metrics.pop("device__attribute_compute_capability_minor", None)
     if major is not None and minor is not None:
-        rec.identity[NCol.CC] = f"{int(float(major[0]))}.{int(float(minor[0]))}"
+        with contextlib.suppress(ValueError, OverflowError):  # inf, or text where a number belongs
+            rec.identity[NCol.CC] = f"{int(float(major[0]))}.{int(float(minor[0]))}"
     try:
-        rec.rules = _rules(action, *rule_maps)
+        rec.rules = _rules(action, *rule_maps, problems, where)
     except Exception as e:  # ncu_report raises its own types on rule data it cannot decode
-        notes.append(f"launch {launch_id}: rule results unreadable ({type(e).__name__})")
+        problems.add(f"rule results unreadable ({type(e).__name__})", where, "launch")
     return rec
 
 
@@ -306,11 +334,12 @@ def read_ncu_rep(path: str | Path) -> NcuReport:
         notes.append(f"file frames {framing.results} kernel results, ncu_report shows {len(actions)}; "
                      "clock-lock status not attributed")
     rule_maps = (_severities(module), _speedup_types(module))
+    problems = Problems()
     records = []
     for i, action in enumerate(actions):
-        rec = _record(module, action, i, rule_maps, notes)
+        rec = _record(module, action, i, rule_maps, problems)
         if framing.results == len(actions):
             rec.identity[NCol.CLOCKS_LOCKED] = framing.clocks_locked[i]
         records.append(rec)
     return build_report(path, "ncu-rep", records, tool_version=framing.version,
-                        profiler_cmdline=framing.cmdline, warnings=tuple(notes))
+                        profiler_cmdline=framing.cmdline, warnings=tuple(notes), problems=problems)

@@ -9,6 +9,7 @@ once, here, so no analysis ever sees a scaled value.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Final
 
@@ -20,6 +21,8 @@ RATE: Final = "rate"  # bytes per second
 PCT: Final = "pct"
 PER_CYCLE: Final = "per_cycle"  # anything per cycle (inst/cycle, byte/cycle, ...)
 COUNT: Final = "count"  # cycles, instructions, sectors, blocks, warps, unitless
+#: A unit this module does not know: fine for a count, never taken for a time, rate or size.
+UNKNOWN: Final = "unknown"
 
 # Prefixes are read as SI (1 Kbyte = 1000 byte), the convention of NVIDIA's bandwidth figures;
 # the .ncu-rep files here store base units, so only auto-scaled CSVs depend on this choice.
@@ -57,8 +60,8 @@ def _scaled(word: str, bases: tuple[str, ...]) -> float | None:
 def normalize(value: float, unit: str) -> tuple[float, str]:
     """``value`` in ``unit`` as (value in base units, dimension).
 
-    Unknown units keep their value with dimension COUNT: a count with an odd unit name is
-    still a count, and a wrong guess here would silently rescale it.
+    Unknown units keep their value with dimension UNKNOWN: a count with an odd unit name is
+    still a count, but a duration in "fortnight" read as ns would be a silent lie (issue 13).
     """
     u = unit.strip()
     if not u:
@@ -97,10 +100,10 @@ def normalize(value: float, unit: str) -> tuple[float, str]:
     count_scale = _scaled(u, _COUNT_WORDS)
     if count_scale is not None:
         return value * count_scale, COUNT
-    return value, COUNT
+    return value, UNKNOWN
 
 
-_MISSING: Final = frozenset({"", "n/a", "na", "nan", "-", "--", "none", "null"})
+_MISSING: Final = frozenset({"", "n/a", "na", "-", "--", "none", "null"})
 _GROUPED_COMMA: Final = re.compile(r"^[+-]?\d{1,3}(,\d{3})+(\.\d+)?$")
 _GROUPED_DOT: Final = re.compile(r"^[+-]?\d{1,3}(\.\d{3})+(,\d+)?$")
 
@@ -110,7 +113,8 @@ def parse_number(text: str) -> float | None:
 
     "134,221,568" and "134.221.568" are grouped integers; "3,75" is a decimal comma; spaces,
     no-break and thin spaces and apostrophes are group separators (fr, ch locales). A trailing
-    "%" is dropped.
+    "%" is dropped. "nan", "-nan" (C's printf for a NaN with the sign bit set), "inf" come back
+    as float NaN/inf: the caller says what it did with them.
     """
     s = text.strip().strip('"').strip()
     if s.lower() in _MISSING:
@@ -129,3 +133,34 @@ def parse_number(text: str) -> float | None:
         return float(s)
     except ValueError:
         return None
+
+
+INT64_MAX: Final = 2**63 - 1
+_DIGITS: Final = re.compile(r"^[+-]?\d+$")
+
+
+def parse_whole(text: str) -> tuple[int | None, str | None]:
+    """A whole number for an int64 column (IDs, process, stream): (value, None), (None, None)
+    when the cell is empty, or (None, problem) for "nan", "-nan", "inf", "1.5" or 20+ digits.
+
+    Plain and grouped integers are parsed exactly (float rounds 2**63 + 1 down into range), so
+    a value just past int64 is refused rather than wrapped or rounded.
+    """
+    s = text.strip().strip('"').strip()
+    if s.lower() in _MISSING:
+        return None, None
+    number = parse_number(s)
+    if number is None:
+        return None, "not a number"
+    if math.isnan(number) or math.isinf(number):
+        return None, "nan or inf"
+    if number != int(number):
+        return None, "not a whole number"
+    for sep in (" ", "\u00a0", "\u202f", "\u2009", "'"):
+        s = s.replace(sep, "")
+    if _GROUPED_COMMA.match(s) or _GROUPED_DOT.match(s):
+        s = s.replace(",", "").replace(".", "")
+    value = int(s) if _DIGITS.match(s) else int(number)
+    if not -INT64_MAX - 1 <= value <= INT64_MAX:
+        return None, "beyond int64"
+    return value, None

@@ -14,6 +14,7 @@ from rich.text import Text
 
 from tracewhy.analyses.roofline import NcuRooflineResult
 from tracewhy.analyses.roofline_ops import OpRooflineResult
+from tracewhy.model.ncu import NcuRun
 from tracewhy.units import fmt_ns, fmt_pct, shorten
 
 _BOUND_STYLE = {"memory-bound": "cyan", "compute-bound": "magenta", "latency-bound": "yellow",
@@ -92,7 +93,10 @@ def _bound(value: str | None) -> Text:
     return Text((value or "-").removesuffix("-bound"), style=_BOUND_STYLE.get(value or "", ""))
 
 
-def render_ncu_roofline(r: NcuRooflineResult, top: int, per_launch: bool = False) -> RenderableType:
+def render_ncu_roofline(r: NcuRooflineResult, top: int, per_launch: bool = False,
+                        shown_elsewhere: tuple[str, ...] = ()) -> RenderableType:
+    """Tables and paragraphs for one run; notes in ``shown_elsewhere`` (the reader's warnings,
+    printed on stderr) are not repeated."""
     launches = r.launches.height
     kernels = r.kernels.height
     head = (f"{r.path}: {launches} launch{'es' if launches != 1 else ''} of {kernels} kernel"
@@ -117,7 +121,22 @@ def render_ncu_roofline(r: NcuRooflineResult, top: int, per_launch: bool = False
                       _share(row["roof_fraction"]), _bound(row["bound"]))
     parts.append(t)
     parts.extend(_ncu_details(r, top, per_launch))
-    parts.extend(Text(f"note: {_plain(n)}", style="yellow") for n in r.notes)
+    parts.extend(Text(f"note: {_plain(n)}", style="yellow") for n in r.notes if n not in shown_elsewhere)
+    return Group(*parts)
+
+
+def _run_heading(run: NcuRun, count: int) -> str:
+    return f"run {run.index + 1} of {count}: the ncu export whose header is at line {run.line} (IDs as ncu wrote them)"
+
+
+def render_ncu_runs(runs: list[tuple[NcuRun, NcuRooflineResult]], top: int, per_launch: bool,
+                    shown_elsewhere: tuple[str, ...] = ()) -> RenderableType:
+    """A file holding several ncu runs: each run on its own, kernels of different runs never merged."""
+    parts: list[RenderableType] = []
+    for run, result in runs:
+        parts.append(Text(_run_heading(run, len(runs)), style="bold reverse"))
+        parts.append(render_ncu_roofline(result, top, per_launch, shown_elsewhere))
+        parts.append(Text(""))
     return Group(*parts)
 
 
@@ -205,6 +224,22 @@ def ncu_payload(r: NcuRooflineResult) -> dict[str, Any]:
             "points": points,
         },
         "notes": list(r.notes),
+    }
+
+
+def ncu_runs_payload(path: str, runs: list[tuple[NcuRun, NcuRooflineResult]],
+                     warnings: tuple[str, ...]) -> dict[str, Any]:
+    """JSON body for a file of several ncu runs: one ncu_payload per run, under ``runs``.
+
+    A run's tables carry ncu's own launch IDs; ``launch_id_offset`` maps them to the file-wide
+    launch_id the reader gives (``tracewhy.readers.read_ncu``).
+    """
+    return {
+        "source": "ncu",
+        "report": {"path": path, "runs": len(runs)},
+        "runs": [{"run": run.index, "header_line": run.line, "launch_id_offset": run.id_offset,
+                  **ncu_payload(result)} for run, result in runs],
+        "warnings": list(warnings),
     }
 
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from tracewhy.analyses.roofline import RooflineOptions, roofline
@@ -11,10 +12,13 @@ from tracewhy.readers.ncu import is_ncu, read_ncu
 from tracewhy.readers.source import sniff
 from tracewhy.renderers.roofline import (
     ncu_payload,
+    ncu_runs_payload,
     ops_payload,
     render_ncu_roofline,
+    render_ncu_runs,
     render_op_roofline,
 )
+from tracewhy.units import printable
 
 
 class RooflineCommand(Command):
@@ -23,7 +27,8 @@ class RooflineCommand(Command):
     Give it an Nsight Compute report (.ncu-rep, or a CSV from ncu --csv / ncu --import X
     --csv --page details|raw) for per-kernel verdicts: memory-, compute- or latency-bound,
     with throughput vs peak, occupancy limiter, stalls, spills, coalescing and ncu's own
-    rules. Give it a PyTorch profiler trace captured with record_shapes=True for a first
+    rules. A CSV holding several ncu runs (exports appended into one file) is shown run by run.
+    Give it a PyTorch profiler trace captured with record_shapes=True for a first
     roofline of each operator from its input shapes.
     """
 
@@ -49,6 +54,18 @@ class RooflineCommand(Command):
             return 0
         if not is_ncu(path) and path.suffix not in (".ncu-rep", ".csv", ".log", ".txt"):
             raise TraceError(path, "not a PyTorch profiler trace, an .ncu-rep report or an ncu CSV export")
-        result = roofline(read_ncu(path), RooflineOptions(device=args.device))
-        emit(args, self.name, ncu_payload(result), render_ncu_roofline(result, args.top, args.launches))
+        report = read_ncu(path)
+        # What the reader skipped or reinterpreted goes to stderr, so that it is seen with
+        # --json and when stdout is piped; the JSON carries it too, under "warnings".
+        for warning in report.warnings:
+            sys.stderr.write(f"tracewhy: warning: {printable(str(path))}: {printable(warning)}\n")
+        options = RooflineOptions(device=args.device)
+        if len(report.runs) > 1:
+            runs = [(run, roofline(report.run_report(run.index), options)) for run in report.runs]
+            emit(args, self.name, ncu_runs_payload(report.path, runs, report.warnings),
+                 render_ncu_runs(runs, args.top, args.launches, report.warnings))
+            return 0
+        result = roofline(report, options)
+        emit(args, self.name, {**ncu_payload(result), "warnings": list(report.warnings)},
+             render_ncu_roofline(result, args.top, args.launches, report.warnings))
         return 0
