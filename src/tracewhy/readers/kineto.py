@@ -30,7 +30,6 @@ from tracewhy.model.linking import link_slices
 from tracewhy.model.schema import (
     COPY_ATTRS_SCHEMA,
     COPY_KINDS,
-    DEVICES_SCHEMA,
     FLOWS_SCHEMA,
     KERNEL_ATTRS_SCHEMA,
     KIND_CODE,
@@ -41,7 +40,6 @@ from tracewhy.model.schema import (
     SLICES_SCHEMA,
     THREADS_SCHEMA,
     Col,
-    DCol,
     Kind,
     OCol,
 )
@@ -57,6 +55,8 @@ from tracewhy.readers.kineto_events import (
     OpArgs,
     decode_args,
 )
+from tracewhy.readers.kineto_header import decode_value, device_table
+from tracewhy.readers.kineto_repair import REPAIR_PREFIX, merge_counts, repair_warnings, too_deep
 from tracewhy.readers.source import DEFAULT_MAX_INFLATED_BYTES, content_size, gzip_complete, is_gzip, read_bytes
 
 Progress = Callable[[int, int], None]
@@ -139,6 +139,15 @@ def read_kineto(
     way and for any number of workers.
     """
     path = Path(path)
+    try:
+        return _read(path, progress, batch_size, max_inflated_bytes, workers)
+    except RecursionError:
+        # msgspec recurses once per level of nesting (even to skip a value it does not keep).
+        raise TraceError(path, too_deep()) from None
+
+
+def _read(path: Path, progress: Progress | None, batch_size: int, max_inflated_bytes: int,
+          workers: int | None) -> Trace:
     size = content_size(path)
     whole_max, piece = kineto_document.ONE_PASS_MAX_BYTES, kineto_pieces.piece_size(size)
     # Helpers start before the read, so that their start-up overlaps it.
@@ -184,6 +193,7 @@ def read_kineto(
                     progress(len(doc.events), len(doc.events))
             else:
                 builder = _build(path, doc.bodies(batch_size), helpers, doc.event_count, progress)
+            merge_counts(builder.problems, doc.repairs)
             had_events = doc.event_count > 0
             header, truncation = doc.header, doc.truncation
             if truncation is not None and is_gzip(path) and not gzip_complete(path):
@@ -364,6 +374,7 @@ class _Builder:
             for e in rest:
                 if e.ph not in _FLOW_PHASES and e.ph not in _INSTANT_PHASES and e.ph != "M":
                     self._count(f"ignored phase {e.ph!r}", 1)
+                    self._problem(f"phase {e.ph!r} is not one this reader reads; ignored", 1)
         if xs:
             self._slices(xs)
 
@@ -569,9 +580,10 @@ class _Builder:
         flows = pl.concat(self.flows).sort("ts_ns", maintain_order=True) if self.flows \
             else pl.DataFrame(schema=FLOWS_SCHEMA)
         threads = pl.DataFrame(self.thread_rows, schema=THREADS_SCHEMA, orient="row").unique(maintain_order=True)
+        devices = device_table(header, self.problems)  # (before the warnings are written)
         meta = self._meta(header, truncation, side["op_attrs"], memory, slices)
         return Trace(meta=meta, slices=slices, memory=memory, flows=flows, threads=threads,
-                     devices=_devices(header), **side)
+                     devices=devices, **side)
 
     def _slices_table(self) -> tuple[pl.DataFrame, npt.NDArray[np.int64]]:
         if not self.batches:
@@ -601,11 +613,14 @@ class _Builder:
 
     def _meta(self, header: dict[str, msgspec.Raw], truncation: Truncation | None, op_attrs: pl.DataFrame,
               memory: pl.DataFrame, slices: pl.DataFrame) -> TraceMeta:
-        values = {k: _decode_any(v) for k, v in header.items() if k not in ("deviceProperties", "computeProperties")}
+        values = {k: decode_value(v, self.problems) for k, v in header.items()
+                  if k not in ("deviceProperties", "computeProperties")}
         warnings: list[str] = []
         if truncation is not None:
             warnings.append(_truncation_warning(truncation))
-        warnings += [f"{count} events: {problem}" for problem, count in sorted(self.problems.items())]
+        warnings += repair_warnings(self.problems)
+        warnings += [f"{count} events: {problem}" for problem, count in sorted(self.problems.items())
+                     if not problem.startswith(REPAIR_PREFIX)]
         if self.unfinished:
             warnings.append(f"{self.unfinished} events were still open when the profiler stopped")
         distributed = values.get("distributedInfo")
@@ -770,41 +785,3 @@ def _side_table(parts: list[pl.DataFrame], offsets: npt.NDArray[np.int64], remap
     table = pl.concat(shifted)
     ids = remap[table.get_column(Col.ID).to_numpy()]
     return table.with_columns(pl.Series(Col.ID, ids, dtype=pl.Int64)).sort(Col.ID)
-
-
-def _decode_any(raw: msgspec.Raw) -> Any:
-    try:
-        return msgspec.json.decode(raw)
-    except msgspec.DecodeError:
-        return None
-
-
-_DEVICE_KEYS = {
-    DCol.DEVICE: "id",
-    DCol.NAME: "name",
-    DCol.TOTAL_MEM: "totalGlobalMem",
-    DCol.CC_MAJOR: "computeMajor",
-    DCol.CC_MINOR: "computeMinor",
-    DCol.NUM_SMS: "numSms",
-    DCol.MAX_THREADS_PER_SM: "maxThreadsPerMultiprocessor",
-    DCol.REGS_PER_SM: "regsPerMultiprocessor",
-    DCol.SHARED_MEM_PER_SM: "sharedMemPerMultiprocessor",
-}
-
-
-def _devices(header: dict[str, msgspec.Raw]) -> pl.DataFrame:
-    # tb_plugin's 2021 test fixture calls the list "computeProperties".
-    raw = header.get("deviceProperties", header.get("computeProperties"))
-    items = _decode_any(raw) if raw is not None else None
-    rows = [
-        {col: _scalar(item.get(key), DEVICES_SCHEMA[col]) for col, key in _DEVICE_KEYS.items()}
-        for item in (items if isinstance(items, list) else [])
-        if isinstance(item, dict)
-    ]
-    return pl.DataFrame(rows, schema=DEVICES_SCHEMA) if rows else pl.DataFrame(schema=DEVICES_SCHEMA)
-
-
-def _scalar(value: Any, dtype: pl.DataType) -> Any:
-    if dtype == pl.String:
-        return value if isinstance(value, str) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None

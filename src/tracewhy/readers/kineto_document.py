@@ -8,9 +8,10 @@ Python objects at a time.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
@@ -20,12 +21,14 @@ from tracewhy.model.trace import Truncation
 from tracewhy.readers.kineto_events import (
     EVENT_DECODER,
     EVENTS_DECODER,
+    LAX_EVENT_DECODER,
     RAW_DICT_DECODER,
     RAW_DOCUMENT_DECODER,
     RAW_LIST_DECODER,
     TYPED_DOCUMENT_DECODER,
     Event,
 )
+from tracewhy.readers.kineto_repair import NON_FINITE_HINT, has_non_finite_mark, merge_counts, repair_json
 
 #: Files up to this size are decoded in one typed pass (their events as objects fit easily).
 ONE_PASS_MAX_BYTES = 8 * 1024 * 1024
@@ -51,6 +54,8 @@ class Document:
     events: list[Event] | None
     raw_events: list[msgspec.Raw] | None
     truncation: Truncation | None
+    #: What ``kineto_repair`` mended before the file decoded, counted by kind.
+    repairs: dict[str, int] = field(default_factory=dict)
 
     @property
     def event_count(self) -> int:
@@ -67,50 +72,98 @@ class Document:
 
 def decode_body(body: Body, problems: dict[str, int]) -> list[Event]:
     """The events of a JSON array; a wrongly typed event is skipped and counted in ``problems``.
-    Raises BadCut if the bytes are not a JSON array at all."""
+    Bytes a strict decode refuses (invalid UTF-8, NaN...) are repaired (``kineto_repair``) and
+    the repairs counted in ``problems``. Raises BadCut if the bytes are not a JSON array at all."""
+    try:
+        return _decode_events(body, problems)
+    except (msgspec.DecodeError, UnicodeDecodeError) as e:
+        fixed = repair_json(body)
+        if not fixed.counts:
+            raise BadCut(str(e)) from None
+    found: dict[str, int] = {}  # counted only if the repaired piece decodes (else it is read again whole)
+    try:
+        events = _decode_events(fixed.data, found)
+    except (msgspec.DecodeError, UnicodeDecodeError) as e:
+        raise BadCut(str(e)) from None
+    merge_counts(problems, found)
+    merge_counts(problems, fixed.counts)
+    return events
+
+
+def _decode_events(body: Body, problems: dict[str, int]) -> list[Event]:
     try:
         events: list[Event] = EVENTS_DECODER.decode(body)
         return events
     except msgspec.ValidationError:
         return _decode_each(RAW_LIST_DECODER.decode(body), problems)
-    except msgspec.DecodeError as e:
-        raise BadCut(str(e)) from None
 
 
 def split_document(path: Path, buf: bytes | bytearray, *, one_pass: bool = True) -> Document:
     """The header and the events of a file held whole: decoded in one pass when it is small
-    enough and ``one_pass`` allows, else as raw event spans to decode batch by batch."""
+    enough and ``one_pass`` allows, else as raw event spans to decode batch by batch. A file
+    that a strict decode refuses is repaired (``kineto_repair``) and read again; what was
+    repaired is in the Document's ``repairs``."""
+    try:
+        return _split(path, buf, one_pass, repaired=False)
+    except _Unreadable:
+        fixed = repair_json(buf)
+        doc = _split(path, fixed.data, one_pass, repaired=True)
+        doc.repairs = fixed.counts
+        return doc
+
+
+class _Unreadable(Exception):
+    """A strict decode of the whole file failed in a way a repair may mend."""
+
+
+def _split(path: Path, buf: bytes | bytearray, one_pass: bool, *, repaired: bool) -> Document:
     first = first_byte(buf)
     if first not in (b"{", b"["):
         raise TraceError(path, "not JSON: expected a Kineto trace object or event array")
     one_pass = one_pass and len(buf) <= ONE_PASS_MAX_BYTES
-    try:
-        if first == b"[":
-            return _bare_array(path, buf, one_pass)
-        if one_pass:
-            typed = TYPED_DOCUMENT_DECODER.decode(buf)
-            if isinstance(typed.traceEvents, list):
-                return Document(typed.as_dict(), typed.traceEvents, None, None)
-            _no_events(path, buf)
-        raw = RAW_DOCUMENT_DECODER.decode(buf)
-        if not isinstance(raw.traceEvents, list):
-            _no_events(path, buf)
-        assert isinstance(raw.traceEvents, list)
-        return Document(raw.as_dict(), None, raw.traceEvents, None)
-    except msgspec.ValidationError as e:
-        if str(e).endswith("`$.traceEvents`"):
-            raise TraceError(path, "traceEvents is not a list") from None
-        # A wrongly typed event somewhere: take the careful path, event by event.
-        if first == b"[":
-            return Document({}, None, RAW_LIST_DECODER.decode(buf), None)
-        careful = RAW_DOCUMENT_DECODER.decode(buf)
-        if not isinstance(careful.traceEvents, list):
-            raise TraceError(path, "traceEvents is not a list") from None
-        return Document(careful.as_dict(), None, careful.traceEvents, None)
-    except msgspec.DecodeError as e:
+    try:  # (the careful path below can meet a decode error the typed one stopped short of)
+        try:
+            if first == b"[":
+                return _bare_array(path, buf, one_pass)
+            if one_pass:
+                typed = TYPED_DOCUMENT_DECODER.decode(buf)
+                if isinstance(typed.traceEvents, list):
+                    return Document(typed.as_dict(), typed.traceEvents, None, None)
+                _no_events(path, buf)
+            raw = RAW_DOCUMENT_DECODER.decode(buf)
+            if not isinstance(raw.traceEvents, list):
+                _no_events(path, buf)
+            assert isinstance(raw.traceEvents, list)
+            return Document(raw.as_dict(), None, raw.traceEvents, None)
+        except msgspec.ValidationError as e:
+            if str(e).endswith("`$.traceEvents`"):
+                raise TraceError(path, "traceEvents is not a list") from None
+            # A wrongly typed event somewhere: take the careful path, event by event.
+            if first == b"[":
+                return Document({}, None, RAW_LIST_DECODER.decode(buf), None)
+            careful = RAW_DOCUMENT_DECODER.decode(buf)
+            if not isinstance(careful.traceEvents, list):
+                raise TraceError(path, "traceEvents is not a list") from None
+            return Document(careful.as_dict(), None, careful.traceEvents, None)
+    except (msgspec.DecodeError, UnicodeDecodeError) as e:
+        if not repaired and _may_repair(buf, e):
+            raise _Unreadable from None
+        if isinstance(e, UnicodeDecodeError):  # (never after a repair: it replaced every bad byte)
+            raise TraceError(path, f"not valid UTF-8 ({e.reason} at byte {e.start})") from None
         if "truncated" not in str(e):
             raise TraceError(path, f"not valid JSON ({e})") from None
         return _recover_truncated(path, buf, first == b"[")
+
+
+def _may_repair(buf: bytes | bytearray, e: Exception) -> bool:
+    """Whether a failed decode may be one ``repair_json`` mends: cheap checks on the bytes, so
+    that a file that is only cut off (the common failure) is not scanned for nothing."""
+    if isinstance(e, UnicodeDecodeError) or b"\\ud" in buf or b"\\uD" in buf:
+        return True
+    content = _CONTENT.search(buf)
+    if content is not None and b"\xef" in buf[: content.start()]:  # a BOM before the JSON
+        return True
+    return NON_FINITE_HINT.search(buf) is not None
 
 
 def _bare_array(path: Path, buf: bytes | bytearray, one_pass: bool) -> Document:
@@ -138,6 +191,13 @@ def _no_events(path: Path, buf: bytes | bytearray) -> None:
 _CONTENT = re.compile(rb"[^ \t\r\n\xef\xbb\xbf]")
 
 
+def content_start(buf: bytes | bytearray, end: int) -> int:
+    """Where the first byte that is neither white space nor part of a UTF-8 BOM is, before
+    ``end``; ``end`` if there is none."""
+    m = _CONTENT.search(buf, 0, end)
+    return end if m is None else m.start()
+
+
 def first_byte(buf: bytes | bytearray) -> bytes:
     """The first byte that is neither white space nor part of a UTF-8 BOM; b"" if there is none."""
     m = _CONTENT.search(buf)
@@ -153,6 +213,10 @@ def _decode_each(raws: list[msgspec.Raw], problems: dict[str, int]) -> list[Even
         try:
             events.append(EVENT_DECODER.decode(raw))
         except msgspec.ValidationError as e:
+            if has_non_finite_mark(raw):  # a repaired NaN/Infinity: a float field takes it
+                with contextlib.suppress(msgspec.ValidationError):
+                    events.append(LAX_EVENT_DECODER.decode(raw))
+                    continue
             key = f"event skipped: {e}"
             problems[key] = problems.get(key, 0) + 1
     return events

@@ -9,12 +9,15 @@ alias says which.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
 from typing import Annotated, Any, TypeVar
 
 import msgspec
 from msgspec import Raw, Struct, field
+
+from tracewhy.readers.kineto_repair import has_non_finite_mark, merge_counts, repair_json
 
 NO_RAW = Raw(b"")
 #: Integers are read as int64, as the tables hold them: a larger one (a hostile or corrupt
@@ -143,11 +146,18 @@ EVENTS_DECODER = msgspec.json.Decoder(list[Event])
 RAW_DOCUMENT_DECODER = msgspec.json.Decoder(RawDocument)
 TYPED_DOCUMENT_DECODER = msgspec.json.Decoder(TypedDocument)
 EVENT_DECODER = msgspec.json.Decoder(Event)
+#: For an event in which ``kineto_repair`` quoted a bare NaN/Infinity: strict=False reads the
+#: strings "NaN", "Infinity" and "-Infinity" as floats (and no other type changes for a str).
+LAX_EVENT_DECODER = msgspec.json.Decoder(Event, strict=False)
 RAW_LIST_DECODER = msgspec.json.Decoder(list[Raw])
 RAW_DICT_DECODER = msgspec.json.Decoder(dict[str, Raw])
 A = TypeVar("A", LinkArgs, GpuArgs, OpArgs, MetaArgs, MemoryArgs)
 _DECODERS: dict[type, msgspec.json.Decoder[Any]] = {
     shape: msgspec.json.Decoder(shape | None)
+    for shape in (LinkArgs, GpuArgs, OpArgs, MetaArgs, MemoryArgs)
+}
+_LAX_DECODERS: dict[type, msgspec.json.Decoder[Any]] = {
+    shape: msgspec.json.Decoder(shape | None, strict=False)
     for shape in (LinkArgs, GpuArgs, OpArgs, MetaArgs, MemoryArgs)
 }
 
@@ -164,15 +174,24 @@ def decode_args(raws: Sequence[Raw], shape: type[A], problems: dict[str, int]) -
     if all(raws):
         try:
             return list(map(one.decode, raws))
-        except msgspec.ValidationError:
+        except (msgspec.ValidationError, UnicodeDecodeError):
             pass
-    return [_decode_one(r, one, problems) if r else None for r in raws]
+    return [_decode_one(r, shape, problems) if r else None for r in raws]
 
 
-def _decode_one(raw: Raw, decoder: msgspec.json.Decoder[Any], problems: dict[str, int]) -> Any:
+def _decode_one(raw: Raw, shape: type[A], problems: dict[str, int]) -> Any:
     try:
-        return decoder.decode(raw)
+        return _DECODERS[shape].decode(raw)
+    except UnicodeDecodeError:
+        # Invalid UTF-8 in a string of the args (the event's own fields decoded, so its bytes
+        # were never repaired): replaced, counted, and decoded again.
+        fixed = repair_json(raw)
+        merge_counts(problems, fixed.counts)
+        return _decode_one(Raw(fixed.data), shape, problems) if fixed.counts else None
     except msgspec.ValidationError as e:
+        if has_non_finite_mark(raw):  # a repaired NaN/Infinity: a float field takes it
+            with contextlib.suppress(msgspec.ValidationError):
+                return _LAX_DECODERS[shape].decode(raw)
         key = f"args ignored: {e}"
         problems[key] = problems.get(key, 0) + 1
         return None

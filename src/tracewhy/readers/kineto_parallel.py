@@ -201,8 +201,8 @@ def serve() -> None:
         out = name.with_suffix(".part")
         try:
             part = build_part(body)
-        except BadCut:
-            part = None  # the reader sees the same for itself and reads the file another way
+        except (BadCut, RecursionError):
+            part = None  # the reader sees the same for itself and reads the file another way (or says why not)
         out.write_bytes(pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL))
         del body
         sys.stdout.buffer.write(f"{out}\n".encode())

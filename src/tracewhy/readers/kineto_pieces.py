@@ -25,8 +25,9 @@ from typing import Final
 import msgspec
 
 from tracewhy.errors import TraceError
-from tracewhy.readers.kineto_document import EVENTS_KEY, BadCut, first_byte
+from tracewhy.readers.kineto_document import EVENTS_KEY, BadCut, content_start, first_byte
 from tracewhy.readers.kineto_events import EVENTS_DECODER, RAW_DOCUMENT_DECODER
+from tracewhy.readers.kineto_repair import repair_json
 from tracewhy.readers.source import is_gzip, iter_content
 
 #: Pieces of a sixteenth of the file, within these bounds. Small pieces keep few events alive
@@ -130,8 +131,10 @@ def _head(chunks: Iterator[bytes]) -> tuple[bytes, bytes]:
         got = b"".join(parts) if len(parts) > 1 else chunk
         key = EVENTS_KEY.search(got)
         if key is not None:
-            head = got[: key.start()]
-            if first_byte(head[:4096]) != b"{":
+            # Past leading white space and a UTF-8 BOM (Windows tools write one): the header is
+            # decoded again with the events' end, and the decoder refuses a BOM.
+            head = got[content_start(got, key.start()) : key.start()]
+            if head[:1] != b"{":
                 raise BadCut("not a JSON object")
             return head, got[key.end() :]
         parts = [got]
@@ -270,8 +273,12 @@ def _ends_with_events(data: bytearray, first: int, close: int) -> bool:
         froms.append(first)
     view = memoryview(data)
     for frm in froms:
+        body = b"".join((b"[", view[frm:close], b"]"))
         try:
-            events = EVENTS_DECODER.decode(b"".join((b"[", view[frm:close], b"]")))
+            try:
+                events = EVENTS_DECODER.decode(body)
+            except UnicodeDecodeError:  # invalid UTF-8 in a name: the piece's decode repairs it
+                events = EVENTS_DECODER.decode(repair_json(body).data)
         except msgspec.DecodeError:
             continue
         return all(e.ph for e in events)

@@ -226,28 +226,50 @@ def sniff(path: Path) -> str:
     try:
         with open(path, "rb") as f:
             head = f.read(64)
+            if head.startswith(SQLITE_MAGIC):
+                return "sqlite"
+            if not head.startswith(GZIP_MAGIC):
+                return _sniff_json(head, f)
     except OSError as e:
         raise os_error(path, e) from None
-    if head.startswith(SQLITE_MAGIC):
-        return "sqlite"
-    if head.startswith(GZIP_MAGIC):
-        try:
-            with gzip.open(path, "rb") as g:
-                head = g.read(64)
-        except (OSError, EOFError, zlib.error):
-            return "kineto"  # let the JSON reader produce the precise error
-        if not head.strip():
+    try:
+        with gzip.open(path, "rb") as g:
+            return _sniff_json(g.read(64), g)
+    except (OSError, EOFError, zlib.error):
+        return "kineto"  # let the JSON reader produce the precise error
+
+
+#: Leading white space (and a BOM) is read past up to this much when sniffing; beyond it, and
+#: for a file of nothing else, the JSON reader decides (it says "empty", or refuses a bomb).
+_SNIFF_BLANK_MAX = 64 * 1024 * 1024
+_BLANK = b"\xef\xbb\xbf \t\r\n"
+
+
+def _sniff_json(head: bytes, f: BinaryIO | gzip.GzipFile) -> str:
+    """'kineto' when the first byte past white space and a UTF-8 BOM opens JSON, else
+    'unknown'. White space of any length may come first: it is read past, a block at a time."""
+    seen = len(head)
+    stripped = head.lstrip(_BLANK)
+    while not stripped:
+        if seen > _SNIFF_BLANK_MAX:
+            return "kineto"
+        block = f.read(1 << 16)
+        if not block:
             return "kineto"  # white space only: the JSON reader says the file is empty
-    stripped = head.lstrip(b"\xef\xbb\xbf \t\r\n")
-    if stripped[:1] in (b"{", b"["):
-        return "kineto"
-    return "unknown"
+        seen += len(block)
+        stripped = block.lstrip(_BLANK)
+    return "kineto" if stripped[:1] in (b"{", b"[") else "unknown"
 
 
 def sniff_empty(path: Path) -> bool:
     """True when the file holds nothing but white space (the size alone misses "\\n")."""
     try:
         with open(path, "rb") as f:
-            return not f.read(1 << 16).strip()
+            while block := f.read(1 << 16):
+                if block.strip():
+                    return False
+                if f.tell() > _SNIFF_BLANK_MAX:
+                    return False  # the reader decides
+            return True
     except OSError:
         return False

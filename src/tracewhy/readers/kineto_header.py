@@ -1,0 +1,64 @@
+"""The top-level fields of a Kineto file (kept raw by the event decode) as values, and its
+``deviceProperties`` as the devices table; what does not fit is counted, never raised."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import msgspec
+import polars as pl
+
+from tracewhy.model.schema import DEVICES_SCHEMA, DCol
+from tracewhy.readers.kineto_repair import DEVICE_RANGE, merge_counts, repair_json
+
+_DEVICE_KEYS: Final = {
+    DCol.DEVICE: "id",
+    DCol.NAME: "name",
+    DCol.TOTAL_MEM: "totalGlobalMem",
+    DCol.CC_MAJOR: "computeMajor",
+    DCol.CC_MINOR: "computeMinor",
+    DCol.NUM_SMS: "numSms",
+    DCol.MAX_THREADS_PER_SM: "maxThreadsPerMultiprocessor",
+    DCol.REGS_PER_SM: "regsPerMultiprocessor",
+    DCol.SHARED_MEM_PER_SM: "sharedMemPerMultiprocessor",
+}
+_INT_RANGE: Final[dict[pl.DataType, tuple[int, int]]] = {pl.Int32(): (-(2**31), 2**31 - 1), pl.Int64(): (-(2**63), 2**63 - 1)}
+
+
+def decode_value(raw: msgspec.Raw, problems: dict[str, int]) -> Any:
+    """A header field's value; None when it is not JSON. Invalid UTF-8 in it (the piece reader
+    keeps the header raw, so it was never repaired) is replaced and counted."""
+    try:
+        return msgspec.json.decode(raw)
+    except UnicodeDecodeError:
+        fixed = repair_json(raw)
+        merge_counts(problems, fixed.counts)
+        return decode_value(msgspec.Raw(fixed.data), problems) if fixed.counts else None
+    except msgspec.DecodeError:
+        return None
+
+
+def device_table(header: dict[str, msgspec.Raw], problems: dict[str, int]) -> pl.DataFrame:
+    # tb_plugin's 2021 test fixture calls the list "computeProperties".
+    raw = header.get("deviceProperties", header.get("computeProperties"))
+    items = decode_value(raw, problems) if raw is not None else None
+    rows = [
+        {col: _scalar(item.get(key), DEVICES_SCHEMA[col], problems) for col, key in _DEVICE_KEYS.items()}
+        for item in (items if isinstance(items, list) else [])
+        if isinstance(item, dict)
+    ]
+    return pl.DataFrame(rows, schema=DEVICES_SCHEMA) if rows else pl.DataFrame(schema=DEVICES_SCHEMA)
+
+
+def _scalar(value: Any, dtype: pl.DataType, problems: dict[str, int]) -> Any:
+    if dtype == pl.String:
+        return value if isinstance(value, str) else None
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    lo, hi = _INT_RANGE[dtype]
+    if lo <= value <= hi:
+        return value
+    # An id or size past the column's integers (99999999999999999999999 in a corrupt file)
+    # made polars refuse the whole table.
+    problems[DEVICE_RANGE] = problems.get(DEVICE_RANGE, 0) + 1
+    return None
