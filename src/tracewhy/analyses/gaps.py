@@ -260,6 +260,8 @@ def _assign_steps(table: pl.DataFrame, st: pl.DataFrame) -> pl.DataFrame:
 
 def _split_at(gs: I64, ge: I64, cuts: I64) -> tuple[I64, I64]:
     """Split intervals at the given instants (each cut strictly inside an interval splits it)."""
+    if gs.size == 0:  # a GPU busy from the first step's start to the last one's end
+        return gs, ge
     idx = np.searchsorted(gs, cuts, side="right") - 1
     inside = (idx >= 0) & (cuts > gs[np.maximum(idx, 0)]) & (cuts < ge[np.maximum(idx, 0)])
     if not inside.any():

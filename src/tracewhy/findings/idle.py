@@ -40,6 +40,8 @@ def findings(ctx: Context) -> list[Finding]:
                       "idle_ns": round(b.idle_ns), "idle_share": round(idle_share, 4), "idle_by_class_ns": breakdown,
                       "steps": b.steps},
         ))
+    if b.active_share >= th.SATURATED_UTILIZATION:
+        out.append(_saturated(b))
     for cls, make in (
         (GapClass.INPUT, _input), (GapClass.SYNC, _sync), (GapClass.LAUNCH, _launch), (GapClass.HOST, _host),
         (GapClass.ALLOCATOR, _allocator), (GapClass.COMM, _comm), (GapClass.GRAPH, _graph),
@@ -51,6 +53,22 @@ def findings(ctx: Context) -> list[Finding]:
             # The largest gaps of the class, for the Perfetto export and the report to draw.
             out.append(replace(f, evidence={**f.evidence, "time_ranges_ns": _ranges(ctx, cls)}))
     return out
+
+
+def _saturated(b: Basis) -> Finding:
+    """The state users work towards: nothing on the host side to recover, so say where to look next."""
+    return Finding(
+        code="gpu-saturated",
+        severity=Severity.INFO,
+        statement=f"GPU {b.device} is busy {b.of_window(b.busy_ns)} ({ms(b.busy_ns)} of {ms(b.window_ns)} {b.unit}; "
+                  f"kernels, copies and memsets): it never waits on the host, so a faster step needs faster or "
+                  f"fewer kernels, not host-side changes.",
+        next_step="Find the kernels that take the time: tracewhy kernels TRACE --top 20; then profile the top ones "
+                  "with Nsight Compute (ncu --set full -k regex:NAME -c 5 -o top python train.py) and read the "
+                  "report with tracewhy roofline top.ncu-rep.",
+        evidence={"device": b.device, "active_share": round(b.active_share, 4), "window_ns": round(b.window_ns),
+                  "busy_ns": round(b.busy_ns), "idle_ns": round(b.idle_ns), "steps": b.steps},
+    )
 
 
 def _ranges(ctx: Context, cls: GapClass, n: int = 20) -> list[list[int]]:

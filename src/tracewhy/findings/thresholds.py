@@ -22,6 +22,9 @@ SYNC_AFTER_BLOCK_NS: Final = 50_000
 #: GPU active share of the steady window under which utilization is called low. 80% is where
 #: the TensorBoard profiler plugin and most tuning guides draw the line for training jobs.
 LOW_UTILIZATION: Final = 0.80
+#: GPU busy share of the window from which the GPU is called saturated: idle below 2% is
+#: launch jitter that no host-side change recovers, so the time is in the GPU work itself.
+SATURATED_UTILIZATION: Final = 0.98
 #: An idle class becomes its own finding when it costs at least this share of the step...
 IDLE_CLASS_MIN_SHARE: Final = 0.05
 #: ...and at least this much time per step (shares of a tiny step are noise).
