@@ -37,7 +37,8 @@ class RanksResult:
     ``matched``: one row per call matched on two or more ranks with timing: step,
     process_group, ordinal (within step, group and op), op, ranks, transfer_ns, max_wait_ns, last_rank, late_ns.
     ``lateness``: rank, step, late_ns, wait_ns. ``mismatches``: step, process_group, op,
-    kind ("count", "size" or "order"), detail.
+    kind ("count", "size" or "order"), detail, cut_explains (the ranks short of calls have
+    incomplete files).
     """
 
     ranks: pl.DataFrame
@@ -59,12 +60,17 @@ def compare_ranks(summaries: Sequence[RankSummary]) -> RanksResult:
         notes.append("not every rank has steps: calls are matched by order over the whole capture")
     elif summaries and not common:
         notes.append("the ranks' steady steps have no step number in common: nothing to match")
+    for s in summaries:
+        if s.missing_events:
+            last = f" (its last step, {max(s.steady_step_numbers)}, is left out of the matching)" \
+                if by_steps and s.steady_step_numbers else ""
+            notes.append(f"rank {s.rank}'s trace is incomplete: {'; '.join(s.missing_events)}{last}")
     world = {s.world_size for s in summaries if s.world_size is not None}
     if world and max(world) > len(summaries):
         notes.append(f"{len(summaries)} of {max(world)} ranks: transfer and waits are relative to these ranks only")
     calls = _calls(summaries, by_steps, common)
     matched = _match(calls)
-    mismatches = _mismatches(calls)
+    mismatches = _mismatches(calls, {s.rank for s in summaries if s.missing_events})
     lateness = _lateness(matched, calls)
     n_steps = max(len(common), 1) if by_steps else 1
     table = _rank_table(summaries, calls, matched, lateness, n_steps)
@@ -77,7 +83,10 @@ def compare_ranks(summaries: Sequence[RankSummary]) -> RanksResult:
 
 
 def _steady_steps(s: RankSummary) -> list[int]:
-    return list(s.steady_step_numbers)
+    """The steps to match on this rank. A rank whose file lacks events (cut, say) loses its
+    last step too: the cut fell in it, so its collectives there stop early."""
+    numbers = sorted(s.steady_step_numbers)
+    return numbers[:-1] if s.missing_events else numbers
 
 
 def _calls(summaries: Sequence[RankSummary], by_steps: bool, common: set[int]) -> pl.DataFrame:
@@ -126,9 +135,11 @@ def _match(calls: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema) if rows else pl.DataFrame(schema=schema)
 
 
-def _mismatches(calls: pl.DataFrame) -> pl.DataFrame:
-    """Ranks of one process group that issued different calls in the same step."""
-    schema = {"step": pl.Int64, "process_group": pl.String, "op": pl.String, "kind": pl.String, "detail": pl.String}
+def _mismatches(calls: pl.DataFrame, incomplete: set[int]) -> pl.DataFrame:
+    """Ranks of one process group that issued different calls in the same step. ``cut_explains``:
+    every rank short of calls has an incomplete file, which explains the difference."""
+    schema = {"step": pl.Int64, "process_group": pl.String, "op": pl.String, "kind": pl.String, "detail": pl.String,
+              "cut_explains": pl.Boolean}
     rows: list[dict[str, object]] = []
     members = calls.group_by("process_group").agg(pl.col("rank").unique().sort())
     member_of = {pg: r for pg, r in members.iter_rows()}
@@ -138,7 +149,9 @@ def _mismatches(calls: pl.DataFrame) -> pl.DataFrame:
         full = {r: per.get(r, 0) for r in member_of[pg]}
         if len(set(full.values())) > 1:
             detail = ", ".join(f"rank {r}: {n}" for r, n in sorted(full.items()))
-            rows.append({"step": step, "process_group": pg, "op": op, "kind": "count", "detail": detail})
+            short = {r for r, n in full.items() if n < max(full.values())}
+            rows.append({"step": step, "process_group": pg, "op": op, "kind": "count", "detail": detail,
+                         "cut_explains": short <= incomplete})
     known = calls.filter(pl.col("process_group") != "")  # "": the trace does not record the group
     sizes = known.filter(~pl.col("op").is_in(list(_SIZE_VARIES))).group_by(
         "step", "process_group", "op", "ordinal", maintain_order=True
@@ -146,7 +159,8 @@ def _mismatches(calls: pl.DataFrame) -> pl.DataFrame:
     for step, pg, op, ordinal, values in sizes.iter_rows():
         if len(values) > 1:
             rows.append({"step": step, "process_group": pg, "op": op, "kind": "size",
-                         "detail": f"call {ordinal} of this op has sizes {values} elements on different ranks"})
+                         "detail": f"call {ordinal} of this op has sizes {values} elements on different ranks",
+                         "cut_explains": False})
     orders = known.sort("rank", "ordinal").group_by("step", "process_group", "rank", maintain_order=True).agg(
         pl.col("op").str.join(",").alias("_seq")
     )
@@ -155,7 +169,8 @@ def _mismatches(calls: pl.DataFrame) -> pl.DataFrame:
         if (step, pg) not in counted and g.get_column("_seq").n_unique() > 1:
             detail = "; ".join(f"rank {r}: {s}" for r, s in sorted(zip(g.get_column("rank").to_list(),
                                                                         g.get_column("_seq").to_list(), strict=True)))
-            rows.append({"step": step, "process_group": pg, "op": None, "kind": "order", "detail": detail})
+            rows.append({"step": step, "process_group": pg, "op": None, "kind": "order", "detail": detail,
+                         "cut_explains": False})
     out = pl.DataFrame(rows, schema=schema) if rows else pl.DataFrame(schema=schema)
     return out.sort("step", "process_group", "op", "kind", nulls_last=True)
 
@@ -192,12 +207,13 @@ def _rank_table(summaries: Sequence[RankSummary], calls: pl.DataFrame, matched: 
             "wait_ns_per_step": float(mine.get_column("wait_ns").sum()) / n_steps,
             "last_count": matched.filter(pl.col("last_rank") == s.rank).height,
             "late_ns_per_step": float(mine.get_column("late_ns").sum()) / n_steps,
+            "incomplete": "; ".join(s.missing_events) or None,
         })
     schema = {"rank": pl.Int64, "source": pl.String, "rank_from": pl.String, "steps": pl.Int64,
               "step_p50_ns": pl.Float64, "step_p90_ns": pl.Float64, "compute_ns_per_step": pl.Float64,
               "comm_ns_per_step": pl.Float64, "comm_exposed_ns_per_step": pl.Float64, "idle_ns_per_step": pl.Float64,
               "input_ns_per_step": pl.Float64, "calls": pl.Int64, "wait_ns_per_step": pl.Float64,
-              "last_count": pl.Int64, "late_ns_per_step": pl.Float64}
+              "last_count": pl.Int64, "late_ns_per_step": pl.Float64, "incomplete": pl.String}
     return pl.DataFrame(rows, schema=schema) if rows else pl.DataFrame(schema=schema)
 
 

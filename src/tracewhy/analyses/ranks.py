@@ -71,6 +71,11 @@ class RankSummary:
     blocks: pl.DataFrame
     gaps: pl.DataFrame
     note: str | None
+    #: The reader's warnings on this rank's file, for the command to show.
+    warnings: tuple[str, ...] = ()
+    #: Why this rank's file lacks events (TraceMeta.missing_events): a cut rank's collectives
+    #: stop early, which is not a rank issuing different collectives.
+    missing_events: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -185,6 +190,7 @@ def _summarize(trace: Trace, source: str, options: RanksOptions, rank: int, rank
         comm_exposed_ns_per_step=gpu["exposed"], idle_ns_per_step=gpu["idle"],
         input_ns_per_step=_input_ns(trace, steady, pid) / n,
         collectives=calls, blocks=blocks, gaps=gaps, note=st.note,
+        warnings=trace.meta.warnings, missing_events=trace.meta.missing_events,
     )
 
 

@@ -137,7 +137,9 @@ def steps(trace: Trace, options: StepsOptions = StepsOptions()) -> StepsResult:
     )
     steady = table.filter(pl.col("steady")).get_column(Col.DUR).to_numpy()
     note = None
-    if steady.size < 3:
+    if steady.size == 0:
+        note = f"all {n} steps are warm-up (--warmup {options.warmup}): no steady step is left to measure"
+    elif steady.size < 3:
         note = f"only {steady.size} steady step(s): statistics are indicative, not reliable"
     if chosen is not None:
         note = chosen.note if note is None else f"{chosen.note}; {note}"

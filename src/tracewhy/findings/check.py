@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
@@ -76,16 +76,31 @@ class CheckReport:
     baseline: Comparison | None
     baseline_passed: bool
     baseline_line: str | None
+    #: Why a trace (this one or the baseline) lacks events; a gate must not pass on a part of
+    #: a run unless told to (``--allow-partial``).
+    partial: list[str] = field(default_factory=list)
+    partial_passed: bool = True
 
     @property
     def passed(self) -> bool:
-        return all(r.passed for r in self.results) and self.baseline_passed
+        return all(r.passed for r in self.results) and self.baseline_passed and self.partial_passed
+
+    @property
+    def partial_line(self) -> str | None:
+        if not self.partial:
+            return None
+        if self.partial_passed:
+            return f"ok   partial-trace: allowed (--allow-partial): {'; '.join(self.partial)}"
+        return (f"FAIL partial-trace: {'; '.join(self.partial)}; the figures cover only part of the run "
+                "(--allow-partial checks it anyway)")
 
     @property
     def violations(self) -> list[str]:
         lines = [r.line for r in self.results if not r.passed]
         if not self.baseline_passed and self.baseline_line:
             lines.append(self.baseline_line)
+        if not self.partial_passed and self.partial_line:
+            lines.append(self.partial_line)
         return lines
 
 
@@ -191,11 +206,15 @@ def parse_limit(key: str, text: object) -> Limit:
     if bound not in metric.bounds:
         raise ValueError(f"{key}: {metric.name} takes only {' or '.join(metric.bounds)}")
     raw = str(text).strip()
+    if re.fullmatch(rf"-\s*{_NUMBER}\s*(%|ns|us|µs|ms|s)?", raw):
+        raise ValueError(f"{key}: must be ≥ 0, got {raw!r}")
     if metric.unit == SHARE:
         m = re.fullmatch(rf"({_NUMBER})\s*(%?)", raw)
         if not m:
             raise ValueError(f"{key}: expected a percentage like 20% (or a fraction like 0.2), got {raw!r}")
         value = float(m.group(1)) / 100 if m.group(2) else float(m.group(1))
+        if not m.group(2) and 1 < value <= 100:
+            raise ValueError(f"{key}: {raw} is read as a fraction (a share lies between 0 and 1); write {raw}%")
         if not 0 <= value <= 1:
             raise ValueError(f"{key}: a share must lie between 0% and 100%, got {raw!r}")
     elif metric.unit == DURATION:
@@ -230,6 +249,7 @@ class CheckOptions:
     step_marker: str | None = None
     warmup: int | None = None
     allow_unmeasured: bool = False  # a limit whose metric the trace cannot give passes instead of failing
+    allow_partial: bool = False  # a trace that lacks events (cut, still open, tables skipped) may pass
 
 
 def check(trace: Trace, options: CheckOptions, baseline: Trace | None = None) -> CheckReport:
@@ -250,8 +270,10 @@ def check(trace: Trace, options: CheckOptions, baseline: Trace | None = None) ->
                              + "; ".join(comparison.not_comparable_because) + ")")
         else:
             baseline_line = f"ok   baseline: {comparison.statement}"
+    partial = [f"{t.meta.path}: {why}" for t in (trace, baseline) if t is not None for why in t.meta.missing_events]
     return CheckReport(results=results, baseline=comparison, baseline_passed=baseline_passed,
-                       baseline_line=baseline_line)
+                       baseline_line=baseline_line, partial=partial,
+                       partial_passed=options.allow_partial or not partial)
 
 
 def _evaluate(ctx: Context, limit: Limit, allow_unmeasured: bool) -> CheckResult:

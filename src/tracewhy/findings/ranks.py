@@ -131,15 +131,28 @@ def _imbalance(r: RanksResult) -> Finding | None:
 
 
 def _mismatches(r: RanksResult) -> list[Finding]:
-    m = r.mismatches
+    explained = r.mismatches.filter(pl.col("cut_explains"))
+    m = r.mismatches.filter(~pl.col("cut_explains"))
+    out: list[Finding] = []
+    if explained.height:
+        cut = sorted(r.ranks.filter(pl.col("incomplete").is_not_null()).get_column("rank").to_list())
+        out.append(Finding(
+            code="rank-trace-incomplete", severity=Severity.TRUST,
+            statement=(f"Rank(s) {', '.join(map(str, cut))} have incomplete traces, which explains "
+                       f"{explained.height} collective(s) the other ranks issued and they did not: these are "
+                       "missing from the file, not a sign that the ranks diverged."),
+            next_step="Let every rank's profiler finish before the job ends, then compare again; tracewhy info on the "
+                      "cut file says what is missing.",
+            evidence={"ranks": cut, "mismatches": explained.to_dicts()},
+        ))
     if m.height == 0:
-        return []
+        return out
     named = "; ".join(
         f"step {x['step']}, group {x['process_group'] or '(not recorded)'}, {x['op'] or 'order'}: {x['detail']}"
         for x in m.head(_NAMED).iter_rows(named=True)
     )
     kinds = sorted(set(m.get_column("kind").to_list()))
-    return [Finding(
+    return [*out, Finding(
         code="rank-collective-mismatch", severity=Severity.HIGH,
         statement=(f"The ranks did not issue the same collectives ({m.height} mismatches: {', '.join(kinds)}): "
                    f"{named}. Mismatched collectives hang the job or corrupt results."),

@@ -55,6 +55,15 @@ def findings(ctx: Context) -> list[Finding]:
                       "annotation: tracewhy diagnose TRACE --step NAME.",
             evidence={"marker": st.marker},
         ))
+    elif st.stats is None and st.warmup >= st.table.height:
+        out.append(Finding(
+            code="few-steady-steps", severity=Severity.TRUST,
+            statement=f"All {st.table.height} steps were taken as warm-up ({st.warmup} warm-up steps): no steady "
+                      "step is left, so nothing can be given per step.",
+            next_step=f"Exclude fewer steps: --warmup {max(st.table.height - 3, 0)} leaves 3 steady ones (the "
+                      "default excludes only the first), or capture more active steps.",
+            evidence={"steps": st.table.height, "warmup": st.warmup},
+        ))
     elif st.stats is None or st.stats.count < th.MIN_STEADY_STEPS:
         count = 0 if st.stats is None else st.stats.count
         out.append(Finding(
@@ -76,8 +85,7 @@ def findings(ctx: Context) -> list[Finding]:
                       "torch.compile without mode='reduce-overhead').",
             evidence={"graph_launches": graph_calls},
         ))
-    events_missing = m.truncation is not None and (m.truncation.events_lost_estimate > 0 or m.truncation.stream_cut)
-    if events_missing or m.unfinished_events:
+    if m.missing_events:
         out.append(Finding(
             code="incomplete-trace", severity=Severity.TRUST,
             statement="The trace is incomplete: " + "; ".join(m.warnings[:3]),

@@ -71,6 +71,22 @@ class TraceMeta:
     #: kinds it read, sorted: other kinds' rows, their side tables and the links to them (a
     #: kernel's ``launch_id`` without runtime calls) are absent, not zero. Never cached.
     kinds_read: tuple[str, ...] | None = None
+    #: Tables (nsys) the reader had to skip whole: the events they hold are missing, not zero.
+    skipped_tables: tuple[str, ...] = ()
+
+    @property
+    def missing_events(self) -> tuple[str, ...]:
+        """Why the file holds fewer events than the run recorded, one reason each (empty when
+        it holds them all): a cut file, events still open when the profiler stopped, tables
+        the reader had to skip. Notes on a whole file (an odd clock) are not among them."""
+        out: list[str] = []
+        t = self.truncation
+        if t is not None and (t.events_lost_estimate > 0 or t.stream_cut):
+            out.append("the file is cut off: events after the cut are missing")
+        if self.unfinished_events:
+            out.append(f"{self.unfinished_events} events were still open when the profiler stopped")
+        out.extend(f"table {name} could not be read" for name in self.skipped_tables)
+        return tuple(out)
 
     @property
     def rank(self) -> int | None:

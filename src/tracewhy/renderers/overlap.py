@@ -137,8 +137,9 @@ def render_ranks(r: RanksResult, findings: list[Finding], top: int) -> Renderabl
                 "last at", "others waited"):
         t.add_column(col, justify="right")
     for row in r.ranks.iter_rows(named=True):
+        rank = f"{row['rank']} (incomplete)" if row["incomplete"] else str(row["rank"])
         t.add_row(
-            str(row["rank"]), fmt_ns(row["step_p50_ns"]), fmt_ns(row["step_p90_ns"]),
+            rank, fmt_ns(row["step_p50_ns"]), fmt_ns(row["step_p90_ns"]),
             fmt_ns(row["compute_ns_per_step"]), fmt_ns(row["comm_exposed_ns_per_step"]),
             fmt_ns(row["idle_ns_per_step"]),
             fmt_ns(row["input_ns_per_step"]), str(row["calls"]), fmt_ns(row["wait_ns_per_step"]),

@@ -6,14 +6,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tracewhy.cli.base import Command, emit, load_trace, positive_int
+from tracewhy.cli.base import Command, emit, flush_warnings, load_trace, positive_int
 from tracewhy.errors import UsageError
 from tracewhy.findings.check import METRICS, CheckOptions, CheckReport, Limit, check, fmt_value, parse_limit
 from tracewhy.renderers.compare import comparison_payload
 
 #: Exit code when a threshold is violated (tracewhy.cli documents the codes).
 EXIT_VIOLATION = 1
-_SETTINGS = ("baseline", "step", "warmup", "allow-unmeasured")
+_SETTINGS = ("baseline", "step", "warmup", "allow-unmeasured", "allow-partial")
 
 
 class CheckCommand(Command):
@@ -36,6 +36,9 @@ class CheckCommand(Command):
                             help="steps to exclude as warm-up (default 1 when there are 3 or more)")
         parser.add_argument("--allow-unmeasured", action="store_true", default=None,
                             help="pass a threshold the trace cannot measure (default: it fails)")
+        parser.add_argument("--allow-partial", action="store_true", default=None,
+                            help="check a trace that lacks events (cut file, events still open, tables skipped); "
+                                 "by default it fails as partial-trace")
         for metric in METRICS.values():
             for bound in metric.bounds:
                 example = {"share": "PCT", "duration": "TIME", "count": "N"}[metric.unit]
@@ -63,11 +66,14 @@ class CheckCommand(Command):
             warmup=int(warmup) if warmup is not None else None,
             allow_unmeasured=bool(args.allow_unmeasured if args.allow_unmeasured is not None
                                   else settings.get("allow-unmeasured", False)),
+        allow_partial=bool(args.allow_partial if args.allow_partial is not None
+                           else settings.get("allow-partial", False)),
         )
         report = check(load_trace(args.trace), options, load_trace(baseline_path) if baseline_path else None)
         if args.json:
             emit(args, self.name, _payload(report), "")
         else:  # plain lines, never wrapped: CI logs are grepped line by line
+            flush_warnings()
             sys.stdout.write("".join(line + "\n" for line in _lines(report)))
         return 0 if report.passed else EXIT_VIOLATION
 
@@ -117,6 +123,7 @@ def _payload(r: CheckReport) -> dict[str, Any]:
             for x in r.results
         ],
         "violations": r.violations,
+        "partial": r.partial, "partial_passed": r.partial_passed,
         "baseline": None if r.baseline is None else {
             "passed": r.baseline_passed, "line": r.baseline_line, **comparison_payload(r.baseline),
         },
@@ -127,7 +134,9 @@ def _lines(r: CheckReport) -> list[str]:
     lines = [x.line for x in r.results]
     if r.baseline_line:
         lines.append(r.baseline_line)
-    n = len(r.results) + (1 if r.baseline is not None else 0)
+    if r.partial_line:
+        lines.append(r.partial_line)
+    n = len(r.results) + (1 if r.baseline is not None else 0) + (1 if r.partial else 0)
     failed = len(r.violations)
     lines.append(f"check: {failed} of {n} failed" if failed else f"check: all {n} passed")
     return lines

@@ -1,13 +1,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 from tracewhy.cli.base import Command, load_trace, positive_int
-from tracewhy.errors import UsageError
+from tracewhy.cli.output import refuse_overwrite, refuse_special_output, write_output
 from tracewhy.findings.context import DiagnoseOptions
 from tracewhy.findings.overview import overview
 from tracewhy.readers.raw_events import read_raw_events
@@ -26,7 +24,8 @@ class ExportCommand(Command):
     name = "export"
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("-o", "--output", required=True, metavar="FILE", help="annotated trace (.json or .json.gz)")
+        parser.add_argument("-o", "--output", required=True, metavar="FILE",
+                            help="annotated trace (.json or .json.gz; - for standard output)")
         parser.add_argument("--step", metavar="NAME", help="annotation that marks a step (default ProfilerStep)")
         parser.add_argument("--warmup", type=positive_int, default=None, metavar="N",
                             help="steps to exclude as warm-up (default 1 when there are 3 or more)")
@@ -34,43 +33,13 @@ class ExportCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         out = Path(args.output)
         refuse_overwrite(out, Path(args.trace))
+        refuse_special_output(out)  # before the work, not after it
         trace = load_trace(args.trace)
         ov = overview(trace, DiagnoseOptions(step_marker=args.step, warmup=args.warmup))
         source = read_raw_events(args.trace) if trace.meta.format == "kineto" else None
         data = render_perfetto(ov, source, trace, gz=out.name.endswith(".gz"))
-        write_atomically(out, data)
+        write_output(out, data)
         added = len(ov.report.findings)
         sys.stderr.write(f"wrote {out} ({len(data):,} bytes): {ov.report.gaps.gaps.height} gaps, {added} findings, "
                          f"{ov.projection.height} projected ranges, utilization of {len(ov.device_pids)} GPU(s)\n")
         return 0
-
-
-def refuse_overwrite(out: Path, source: Path) -> None:
-    """A UsageError if writing ``out`` would replace the input: the same file (by path, or by
-    inode through a link), or a file already in an input directory of rank traces."""
-    same = out.resolve() == source.resolve()
-    if not same and out.exists():
-        try:
-            same = os.path.samefile(out, source) or (source.is_dir() and out.resolve().parent == source.resolve())
-        except OSError:
-            same = False
-    if same:
-        raise UsageError(f"{out}: the output would overwrite the input trace; choose another -o FILE")
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write beside the target and rename: a reader never sees half a file."""
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or Path("."))
-    except OSError as e:
-        raise UsageError(f"{path}: cannot write ({e.strerror or e})") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # as open() would have made it, not mkstemp's 0600
-        os.replace(tmp, path)
-    except OSError as e:
-        os.unlink(tmp)
-        raise UsageError(f"{path}: cannot write ({e.strerror or e})") from None

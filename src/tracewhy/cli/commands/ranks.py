@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tracewhy.analyses.rank_compare import compare_ranks
 from tracewhy.analyses.ranks import RanksOptions, load_rank_summaries
-from tracewhy.cli.base import Command, add_output_options, emit, positive_int
+from tracewhy.cli.base import Command, add_output_options, emit, positive_int, warn
 from tracewhy.errors import TraceError, UsageError
 from tracewhy.findings.ranks import rank_findings
 from tracewhy.renderers.overlap import ranks_payload, render_ranks
@@ -51,6 +51,8 @@ class RanksCommand(Command):
         options = RanksOptions(step_marker=args.step, warmup=args.warmup)
         with executor_for(args.executor, args.workers, len(files)) as (executor, label):
             summaries = load_rank_summaries(files, executor, options)
+        for s in summaries:
+            warn(s.source, s.warnings)
         result = compare_ranks(summaries)
         found = rank_findings(result)
         emit(args, self.name, ranks_payload(result, found, label), render_ranks(result, found, args.top))
@@ -93,7 +95,7 @@ def executor_for(spec: str | None, workers: int | None, files: int) -> Iterator[
         with client:
             yield client.get_executor(), f"dask {address}"
         return
-    n = min(files, os.cpu_count() or 1) if workers is None else workers
+    n = min(files, os.cpu_count() or 1) if workers is None else min(workers, files)
     if n == 0 or files <= 1:
         yield None, "in-process"
         return

@@ -8,9 +8,9 @@ from typing import Any
 from tracewhy.analyses.rank_compare import compare_ranks
 from tracewhy.analyses.ranks import RanksOptions, load_rank_summaries
 from tracewhy.analyses.roofline import roofline
-from tracewhy.cli.base import Command, load_trace, positive_int
-from tracewhy.cli.commands.export import refuse_overwrite, write_atomically
+from tracewhy.cli.base import Command, load_trace, positive_int, warn, warnings_so_far
 from tracewhy.cli.commands.ranks import executor_for, trace_files
+from tracewhy.cli.output import refuse_overwrite, refuse_special_output, write_output
 from tracewhy.errors import UsageError
 from tracewhy.findings.context import DiagnoseOptions
 from tracewhy.findings.overview import overview
@@ -40,7 +40,7 @@ class ReportCommand(Command):
     name = "report"
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("-o", "--output", metavar="FILE", help="the HTML file to write")
+        parser.add_argument("-o", "--output", metavar="FILE", help="the HTML file to write (- for standard output)")
         parser.add_argument("--json", action="store_true", help="print the JSON report instead")
         parser.add_argument("--step", metavar="NAME", help="annotation that marks a step (default ProfilerStep)")
         parser.add_argument("--warmup", type=positive_int, default=None, metavar="N",
@@ -51,13 +51,14 @@ class ReportCommand(Command):
             raise UsageError("give -o FILE for the HTML report, or --json")
         if not args.json:
             refuse_overwrite(Path(args.output), Path(args.trace))
-        payload = self._payload(args)
+            refuse_special_output(Path(args.output))
+        payload = {**self._payload(args), "warnings": warnings_so_far()}
         if args.json:
             sys.stdout.write(report_json(payload).decode() + "\n")
             return 0
         out = Path(args.output)
         html = render_html(payload).encode()
-        write_atomically(out, html)
+        write_output(out, html)
         sys.stderr.write(f"wrote {out} ({len(html):,} bytes, {len(payload['findings'])} findings)\n")
         return 0
 
@@ -68,6 +69,8 @@ class ReportCommand(Command):
             options = RanksOptions(step_marker=args.step, warmup=args.warmup)
             with executor_for(None, None, len(files)) as (executor, _):
                 summaries = load_rank_summaries(files, executor, options)
+            for s in summaries:
+                warn(s.source, s.warnings)
             result = compare_ranks(summaries)
             return ranks_report_payload(result, rank_findings(result), args.trace)
         if is_ncu(path):

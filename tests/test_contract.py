@@ -1,0 +1,270 @@
+"""The contract every command keeps (issue 13): exit 0, 1, 2 or 3 and never 70; what a reader
+skipped is a warning every command shows; a partial trace fails ``check``; ``-o`` never
+replaces what is not a regular file; stop signals remove what tracewhy made."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from builders import KinetoBuilder
+from conftest import GENERATED, shared_trace
+from tracewhy.cli import EXIT_INTERNAL, EXIT_USAGE, main
+
+#: A real GPU trace with steps and kernels (HTA's test data, 21 KB of gzip).
+GP100 = "hta/gp100_step_sync_gpu_user_annotation_2023.json.gz"
+TRACE_COMMANDS = ("info", "kernels", "ops", "steps", "gaps", "overlap", "nvtx", "blocks", "diagnose")
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main([*argv, "--no-cache"])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# --- a GPU that is never idle -------------------------------------------------------------------
+
+
+def _saturated(tmp_path: Path) -> list[Path]:
+    """The two minimal cases from the issue: one step inside one long kernel, and three steps of
+    back-to-back 10 µs kernels."""
+    one = KinetoBuilder().annotation("ProfilerStep#1", 100, 100).launch("k", 110, 5, 50, 300)
+    three = KinetoBuilder()
+    for s in range(3):
+        t0 = 1000 + s * 100
+        three.annotation(f"ProfilerStep#{s + 1}", t0, 100)
+        for i in range(10):
+            three.launch("k", t0 + i * 10, 2, t0 + i * 10, 10)
+    return [one.write(tmp_path / "one.json"), three.write(tmp_path / "three.json")]
+
+
+def test_saturated_gpu_is_a_finding_not_a_crash(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for path in _saturated(tmp_path):
+        for argv in (["gaps", str(path)], ["steps", str(path)], ["overlap", str(path)], ["blocks", str(path)],
+                     ["diff", str(path), str(path)], ["export", str(path), "-o", str(tmp_path / "e.json")],
+                     ["report", str(path), "-o", str(tmp_path / "r.html")]):
+            code, _, err = _run(argv, capsys)
+            assert code == 0, (argv, err)
+        code, out, _ = _run(["diagnose", str(path), "--json"], capsys)
+        assert code == 0
+        codes = {f["code"]: f for f in json.loads(out)["findings"]}
+        assert "gpu-saturated" in codes and codes["gpu-saturated"]["evidence"]["active_share"] == 1.0
+        assert not [c for c in codes if c.startswith("gpu-idle") or c == "gpu-low-utilization"]
+        code, out, _ = _run(["check", str(path), "--max-gpu-idle", "5%"], capsys)
+        assert code == 0 and "ok   gpu-idle: 0.0%" in out
+
+
+def test_saturated_finding_only_where_the_gpu_is_saturated(capsys: pytest.CaptureFixture[str]) -> None:
+    """On a real trace whose GPU idles, no saturation claim (the rule is the busy share, not a name)."""
+    code, out, _ = _run(["diagnose", str(shared_trace(GP100)), "--json"], capsys)
+    assert code == 0
+    findings = json.loads(out)["findings"]
+    assert "gpu-saturated" not in {f["code"] for f in findings}
+
+
+# --- a cut trace warns everywhere and fails check ----------------------------------------------
+
+
+def _cut(tmp_path: Path) -> Path:
+    data = shared_trace(GP100).read_bytes()
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(data[: len(data) * 6 // 10])  # as `head -c` leaves a file copied mid-write
+    return cut
+
+
+@pytest.mark.parametrize("command", TRACE_COMMANDS)
+def test_cut_trace_warns_in_every_command(command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cut = _cut(tmp_path)
+    code, _, err = _run([command, str(cut)], capsys)
+    assert code == 0
+    lines = [x for x in err.splitlines() if x.startswith("tracewhy: warning: ")]
+    assert len(lines) == 1 and str(cut) in lines[0] and "cut" in lines[0], err
+    code, out, err = _run([command, str(cut), "--json"], capsys)
+    warnings = json.loads(out)["warnings"]
+    assert code == 0 and len(warnings) == 1 and warnings[0] in err
+
+
+def test_whole_trace_has_no_warnings(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run(["kernels", str(shared_trace(GP100)), "--json"], capsys)
+    assert code == 0 and json.loads(out)["warnings"] == [] and "warning" not in err
+
+
+def test_check_fails_a_partial_trace_unless_allowed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cut = _cut(tmp_path)
+    code, out, _ = _run(["check", str(cut), "--max-gpu-idle", "100%"], capsys)
+    assert code == 1
+    assert "ok   gpu-idle" in out and "FAIL partial-trace: " in out and str(cut) in out
+    code, out, _ = _run(["check", str(cut), "--max-gpu-idle", "100%", "--allow-partial"], capsys)
+    assert code == 0 and "ok   partial-trace: allowed" in out
+    code, out, _ = _run(["check", str(cut), "--max-gpu-idle", "100%", "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 1 and not doc["passed"] and doc["partial"] and doc["warnings"]
+    # The whole file passes the same gate.
+    code, out, _ = _run(["check", str(shared_trace(GP100)), "--max-gpu-idle", "100%"], capsys)
+    assert code == 0 and "partial-trace" not in out
+
+
+def test_cut_rank_is_marked_and_not_called_a_hang(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The gloo pair (scripts/gen_traces) with rank 1's file cut a third of the way in: rank 0
+    issued all-reduces in step 4 that rank 1's file no longer holds. Before, that read as
+    'Mismatched collectives hang the job'."""
+    rank0 = GENERATED / "ddp_gloo_rank0.pt.trace.json.gz"
+    whole1 = gzip.decompress((GENERATED / "ddp_gloo_rank1.pt.trace.json.gz").read_bytes())
+    rank1 = tmp_path / "rank1.json"
+    rank1.write_bytes(whole1[: len(whole1) * 35 // 100])
+    code, out, err = _run(["ranks", str(rank0), str(rank1), "--workers", "0", "--json"], capsys)
+    assert code == 0
+    doc = json.loads(out)
+    codes = {f["code"] for f in doc["findings"]}
+    assert "rank-collective-mismatch" not in codes
+    assert "rank-trace-incomplete" in codes or not doc["mismatches"]
+    rows = {r["rank"]: r for r in doc["ranks"]}
+    assert rows[1]["incomplete"] and rows[0]["incomplete"] is None
+    assert any("rank 1's trace is incomplete" in n for n in doc["notes"])
+    assert any(str(rank1) in w for w in doc["warnings"]) and str(rank1) in err
+    code, out, _ = _run(["ranks", str(rank0), str(rank1), "--workers", "0"], capsys)
+    assert "1 (incomplete)" in out
+
+
+# --- options ------------------------------------------------------------------------------------
+
+
+def test_option_values_get_one_line_answers(capsys: pytest.CaptureFixture[str]) -> None:
+    trace = str(shared_trace(GP100))
+    code, _, err = _run(["kernels", trace, "--top", "99999999999999999999999"], capsys)
+    assert code == 0, err
+    for argv, fragment in (
+        (["check", trace, "--max-gpu-idle", "20"], "20 is read as a fraction"),
+        (["check", trace, "--max-syncs-per-step", "-1"], "must be ≥ 0"),
+        (["kernels", trace, "--top", "-3"], "must be ≥ 0"),
+    ):
+        code, _, err = _run(argv, capsys)
+        assert code == EXIT_USAGE and fragment in err, (argv, err)
+        assert "Traceback" not in err
+
+
+def test_warmup_beyond_the_steps_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    trace = GENERATED / "cpu_eager_schedule.pt.trace.json.gz"
+    code, out, _ = _run(["diagnose", str(trace), "--warmup", "1000", "--json"], capsys)
+    assert code == 0
+    findings = {f["code"]: f for f in json.loads(out)["findings"]}
+    assert "no-step-markers" not in findings
+    assert findings["few-steady-steps"]["statement"].startswith("All ")
+    assert "were taken as warm-up" in findings["few-steady-steps"]["statement"]
+
+
+def test_debug_keeps_the_internal_error_code(monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from tracewhy.cli.commands import kernels as kernels_command
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise ZeroDivisionError("planted bug")
+
+    monkeypatch.setattr(kernels_command, "kernels", broken)
+    trace = str(shared_trace(GP100))
+    assert main(["kernels", trace]) == EXIT_INTERNAL
+    assert "planted bug" in capsys.readouterr().err
+    monkeypatch.setenv("TRACEWHY_DEBUG", "1")
+    assert main(["kernels", trace]) == EXIT_INTERNAL
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "ZeroDivisionError: planted bug" in err
+
+
+# --- outputs ------------------------------------------------------------------------------------
+
+
+def test_output_never_replaces_a_device_or_fifo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = str(shared_trace(GP100))
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for command in ("export", "report"):
+        for target in (Path("/dev/full"), Path("/dev/null"), fifo, tmp_path):
+            code, _, err = _run([command, trace, "-o", str(target)], capsys)
+            assert code == EXIT_USAGE and "-o writes only regular files" in err, (command, target, err)
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode) and stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_output_through_a_symlink_writes_its_target(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = str(shared_trace(GP100))
+    target = tmp_path / "real.html"
+    target.write_text("old")
+    target.chmod(0o640)
+    link = tmp_path / "link.html"
+    link.symlink_to(target)
+    code, _, _ = _run(["report", trace, "-o", str(link)], capsys)
+    assert code == 0
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert target.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640  # a replaced file keeps its permissions
+
+
+def test_output_dash_is_standard_output(tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    trace = str(shared_trace(GP100))
+    assert main(["export", trace, "-o", "-", "--no-cache"]) == 0
+    out = capfdbinary.readouterr().out
+    assert json.loads(out)["traceEvents"]
+    assert not (tmp_path / "-").exists() and not Path("-").exists()
+
+
+# --- signals ------------------------------------------------------------------------------------
+
+_STOP_INSIDE_READ = textwrap.dedent("""
+    import os, signal, sys, time
+    import tracewhy.readers.{module} as module
+    import tracewhy.readers.kineto_document as document
+    from tracewhy.cli import main
+
+    import tracewhy.readers.kineto_parallel as parallel
+
+    if os.environ.get("TRACEWHY_READ_WORKERS"):
+        document.ONE_PASS_MAX_BYTES = 0  # read in pieces, as a large file is: the parallel path
+    made = parallel.scratch_dir
+    def recorded():
+        path = made()
+        with open(sys.argv[2], "a") as f:
+            f.write(str(path) + "\\n")
+        return path
+    parallel.scratch_dir = recorded
+
+    real = module.{function}
+    def stopped(*args, **kwargs):
+        os.kill(os.getpid(), signal.{signal})  # what a scheduler does mid-read
+        time.sleep(5)
+        return real(*args, **kwargs)
+    module.{function} = stopped
+    sys.exit(main(["kernels", sys.argv[1], "--no-cache"]))
+""")
+
+
+@pytest.mark.parametrize(("signame", "module", "function", "trace", "env"), [
+    ("SIGTERM", "nsys", "_read_export", "nsys/nsysai_mock_rtx3080.sqlite.gz", {}),
+    ("SIGHUP", "nsys", "_read_export", "nsys/nsysai_mock_rtx3080.sqlite.gz", {}),
+    # Two read helpers on a small file: the parallel reader's scratch directory and processes.
+    ("SIGTERM", "kineto", "_build", "hta/a100_alexnet_critical_path.json.gz", {"TRACEWHY_READ_WORKERS": "2"}),
+])
+def test_stop_signal_removes_what_was_made(signame: str, module: str, function: str, trace: str,
+                                           env: dict[str, str], tmp_path: Path) -> None:
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    script = _STOP_INSIDE_READ.format(module=module, function=function, signal=signame)
+    record = tmp_path / "scratch-dirs.txt"
+    record.touch()
+    proc = subprocess.run([sys.executable, "-c", script, str(shared_trace(trace)), str(record)], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "TMPDIR": str(scratch), **env})
+    signum = getattr(signal, signame)
+    assert proc.returncode == 128 + signum, proc.stderr
+    assert proc.stderr.strip() == f"tracewhy: stopped by {signame}"
+    assert list(scratch.iterdir()) == []  # the inflated nsys copy (or the scratch without /dev/shm)
+    made = record.read_text().split()
+    assert len(made) == (1 if module == "kineto" else 0)
+    assert not any(Path(p).exists() for p in made)  # the parallel reader's scratch, in /dev/shm
