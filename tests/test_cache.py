@@ -18,7 +18,7 @@ import pytest
 from conftest import GENERATED, shared_trace
 from tracewhy.cli import main
 from tracewhy.errors import TraceError
-from tracewhy.model.cache import CacheOptions, _key, _store, cached_read
+from tracewhy.model.cache import CacheOptions, _content_hash, _key, _store, cached_read
 from tracewhy.model.schema import TABLE_SCHEMAS
 from tracewhy.model.trace import Trace
 from tracewhy.readers import read_trace
@@ -178,7 +178,7 @@ def test_losing_the_race_to_store_is_harmless(tmp_path: Path, cache_dir: Path) -
     entry = _entry(cache_dir)
     before = {p.name: p.read_bytes() for p in entry.iterdir()}
     # Another run finishing the same entry after us: its rename fails, ours stays intact.
-    _store(cache_dir, entry, _key(path, path.stat()), trace)
+    _store(cache_dir, entry, _key(path, path.stat()), _content_hash(path), trace)
     assert sorted(p.name for p in cache_dir.iterdir()) == [entry.name]
     assert {p.name: p.read_bytes() for p in entry.iterdir()} == before
 

@@ -1,8 +1,9 @@
 """The parsed-Trace cache: one Parquet file per table plus a JSON of TraceMeta, per trace file.
 
-An entry is keyed by the trace's absolute path, size, mtime and a hash of every byte, the tool
-version and a fingerprint of the reader and model code, so a changed file or a changed reader
-never serves a stale Trace. It lives in ``$TRACEWHY_CACHE_DIR`` or the platform's user cache
+An entry is found by the trace's absolute path, size and mtime, the tool version and a
+fingerprint of the reader and model code, and served only if every byte of the file hashes as
+it did when the entry was stored, so a changed file or a changed reader never serves a stale
+Trace. It lives in ``$TRACEWHY_CACHE_DIR`` or the platform's user cache
 directory, never beside the trace unless asked; with neither to be found, reads are not cached.
 Entries are built in a private temporary directory and renamed into place in one step, so
 concurrent runs never see half an entry; an entry that fails to load for any reason is ignored,
@@ -23,6 +24,7 @@ import sys
 import tempfile
 import zlib
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -35,7 +37,7 @@ from tracewhy.model.schema import TABLE_SCHEMAS
 from tracewhy.model.trace import Trace, TraceMeta
 
 #: Bumped when the layout of an entry changes; old entries are then simply never found.
-CACHE_FORMAT: Final = 2
+CACHE_FORMAT: Final = 3
 ENV_DIR: Final = "TRACEWHY_CACHE_DIR"
 ENV_DISABLE: Final = "TRACEWHY_NO_CACHE"
 #: Files smaller than this are not cached: they read in well under 0.1 s, about what writing and
@@ -90,14 +92,25 @@ def cached_read(path: Path, read: Callable[[Path], Trace], options: CacheOptions
         return read(path)
     root, key = place
     entry = root / _entry_name(key)
-    trace = _load(entry, key, path)
-    if trace is not None:
-        return trace
+    # Every byte is hashed on every read, beside the entry's load: xxhash and polars release the
+    # GIL, so with a second core free the hash adds next to nothing to a hit.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        hashing = pool.submit(_content_hash, path)
+        loaded = _load(entry, key, path)
+        try:
+            content = hashing.result()
+        except OSError:
+            return read(path)  # the reader names the problem
+    if loaded is not None:
+        trace, entry_content = loaded
+        if entry_content == content:
+            return trace
+        _discard(entry)  # same path, size and mtime, other bytes: ``touch -r`` after an edit
     trace = read(path)
-    # A partial Trace served as a whole one would answer wrongly; and a file rewritten since its
-    # key was taken may have been read half old, half new: store only what the key describes.
-    if not trace.is_partial and _still_keyed(path, key):
-        _store(root, entry, key, trace)
+    # A partial Trace served as a whole one would answer wrongly; and a file rewritten since it
+    # was hashed may have been read half old, half new: store only what the hash describes.
+    if not trace.is_partial and _unchanged(path, key, content):
+        _store(root, entry, key, content, trace)
     return trace
 
 
@@ -120,12 +133,10 @@ def _place(path: Path, options: CacheOptions) -> tuple[Path, dict[str, Any]] | N
         return None
 
 
-def _still_keyed(path: Path, key: dict[str, Any]) -> bool:
+def _unchanged(path: Path, key: dict[str, Any], content: str) -> bool:
     try:
         st = path.stat()
-        return (st.st_size, st.st_mtime_ns) == (key["size"], key["mtime_ns"]) and (
-            _content_hash(path) == key["content_xxh3_128"]
-        )
+        return (st.st_size, st.st_mtime_ns) == (key["size"], key["mtime_ns"]) and _content_hash(path) == content
     except OSError:
         return False
 
@@ -136,7 +147,6 @@ def _key(path: Path, st: os.stat_result) -> dict[str, Any]:
         "path": str(path.resolve()),
         "size": st.st_size,
         "mtime_ns": st.st_mtime_ns,
-        "content_xxh3_128": _content_hash(path),
         "tool_version": _tool_version(),
         "code": _code_fingerprint(),
         "polars": pl.__version__,
@@ -195,7 +205,8 @@ def _table_names() -> list[str]:
     return [f.name for f in dataclasses.fields(Trace) if f.name != "meta"]
 
 
-def _load(entry: Path, key: dict[str, Any], path: Path) -> Trace | None:
+def _load(entry: Path, key: dict[str, Any], path: Path) -> tuple[Trace, str] | None:
+    """The entry's Trace and the content hash of the file it was read from, or None."""
     try:
         manifest = msgspec.json.decode((entry / _META_FILE).read_bytes())
     except (OSError, msgspec.DecodeError):
@@ -222,13 +233,13 @@ def _load(entry: Path, key: dict[str, Any], path: Path) -> Trace | None:
             raise ValueError("a partial Trace is never a cache entry")
         # No Trace.check() here: _store checked the Trace before writing it, and the checksums
         # prove these are the same bytes (check() costs 0.2 s on 1.9M slices, a third of a hit).
-        return Trace(meta=dataclasses.replace(meta, path=str(path)), **tables)
+        return Trace(meta=dataclasses.replace(meta, path=str(path)), **tables), str(manifest["content_xxh3_128"])
     except Exception:  # any damage at all: ignore the entry and rebuild it
         _discard(entry)
         return None
 
 
-def _store(root: Path, entry: Path, key: dict[str, Any], trace: Trace) -> None:
+def _store(root: Path, entry: Path, key: dict[str, Any], content: str, trace: Trace) -> None:
     tmp: Path | None = None
     try:
         trace.check()  # only a Trace that keeps every invariant is worth serving again
@@ -241,7 +252,7 @@ def _store(root: Path, entry: Path, key: dict[str, Any], trace: Trace) -> None:
             df.write_parquet(file, compression="lz4", statistics=False)
             data = file.read_bytes()
             tables[name] = {"file": file.name, "bytes": len(data), "crc32": zlib.crc32(data), "rows": df.height}
-        manifest = {"key": key, "tables": tables, "meta": trace.meta}
+        manifest = {"key": key, "content_xxh3_128": content, "tables": tables, "meta": trace.meta}
         (tmp / _META_FILE).write_bytes(msgspec.json.encode(manifest))
         prefix = entry.name.split("-", 1)[0] + "-"
         try:
