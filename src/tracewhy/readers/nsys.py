@@ -17,6 +17,7 @@ import gzip
 import sqlite3
 import tempfile
 import zlib
+from collections import Counter
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,8 @@ from tracewhy.model.trace import Capture, Trace, TraceMeta
 from tracewhy.readers import nsys_meta as meta
 from tracewhy.readers.nsys_db import NAME_COLUMNS, Db, strings
 from tracewhy.readers.nsys_export import export_report
+from tracewhy.readers.nsys_open import open_export
+from tracewhy.readers.nsys_repair import plausible_duration_ns, repair_gpu_keys
 from tracewhy.readers.nsys_tables import (
     KEY,
     empty_part,
@@ -116,7 +119,14 @@ def read_nsys(
             _inflate_to(path, plain, max_inflated_bytes)
             return _read_export(plain, path, progress, selection)
     if kind == "report":
-        return _read_export(export_report(path, nsys=nsys_binary, cache_dir=cache_dir), path, progress, selection)
+        exported = export_report(path, nsys=nsys_binary, cache_dir=cache_dir)
+        try:
+            return _read_export(exported, path, progress, selection)
+        except TraceError:
+            # nsys can exit 0 and still write an unusable file; kept, it would fail every later
+            # read without another export.
+            exported.unlink(missing_ok=True)
+            raise
     if kind == "qdstrm":
         raise TraceError(path, "a raw Nsight Systems capture stream (.qdstrm): convert it to a "
                          ".nsys-rep with NVIDIA's QdstrmImporter, then export it with "
@@ -177,42 +187,40 @@ def _inflate_to(src: Path, dst: Path, limit: int) -> None:
         raise TraceError(src, f"corrupt or truncated gzip data ({e})") from None
 
 
-def _connect(path: Path) -> sqlite3.Connection:
-    # immutable=1: no locks, no journal files, so a read-only directory works and nothing is
-    # ever written beside the user's file.
-    uri = f"{path.resolve().as_uri()}?mode=ro&immutable=1"
-    return sqlite3.connect(uri, uri=True)
-
-
 def _read_export(file: Path, shown: Path, progress: Progress | None, selection: Selection | None) -> Trace:
     try:
-        conn = _connect(file)
-    except sqlite3.Error as e:
-        raise TraceError(shown, f"cannot open as SQLite ({e})") from None
-    try:
-        try:
-            return _build(Db(conn), shown, progress, selection)
-        except sqlite3.OperationalError as e:
-            if "decode" not in str(e):
-                raise
-        # Strings come from the traced program (NVTX text, thread names) and need not be
-        # UTF-8: the 2022.2 pipit export holds a thread name with a stray byte. Decoding every
-        # string leniently costs a Python call per string, so only such files pay for it.
-        conn.text_factory = lambda raw: raw.decode("utf-8", "replace")
-        return _build(Db(conn), shown, progress, selection)
+        with open_export(file, shown) as (conn, notes):
+            try:
+                return _build(Db(conn, problems=Counter(notes)), shown, progress, selection)
+            except sqlite3.OperationalError as e:
+                if "decode" not in str(e):
+                    raise
+            # Strings come from the traced program (NVTX text, thread names) and need not be
+            # UTF-8: the 2022.2 pipit export holds a thread name with a stray byte. Decoding every
+            # string leniently costs a Python call per string, so only such files pay for it.
+            conn.text_factory = lambda raw: raw.decode("utf-8", "replace")
+            return _build(Db(conn, problems=Counter(notes)), shown, progress, selection)
     except sqlite3.DatabaseError as e:
-        raise TraceError(shown, f"unreadable SQLite export ({e})") from None
+        raise TraceError(shown, f"unreadable SQLite export ({_one_line(str(e))})") from None
+    except UnicodeDecodeError as e:
+        # SQLite's own error message quotes the schema, which a corrupt file fills with any bytes;
+        # Python's sqlite3 then fails to decode the message instead of raising it.
+        raw = e.object if isinstance(e.object, bytes) else str(e).encode()
+        detail = _one_line(raw.decode("utf-8", "backslashreplace"))
+        raise TraceError(shown, f"unreadable SQLite export ({detail})") from None
     except pl.exceptions.PolarsError as e:  # a column holding values of the wrong type
-        detail = " ".join(str(e).split("\n\n")[0].split())[:200]
+        detail = _one_line(str(e).split("\n\n")[0])
         raise TraceError(shown, f"unreadable SQLite export: a column holds values of the wrong type "
                          f"({detail})") from None
-    finally:
-        conn.close()
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:200]
 
 
 def _build(db: Db, shown: Path, progress: Progress | None, selection: Selection | None) -> Trace:
     export = meta.export_metadata(db)
-    if not export and not any(t.startswith(("CUPTI_ACTIVITY_KIND_", "NVTX_")) for t in db.tables):
+    if not export and not any(t.startswith(("CUPTI_ACTIVITY_KIND_", "NVTX_")) for t in db.tables | db.views):
         raise TraceError(shown, "an SQLite database, but not an Nsight Systems export "
                          "(no META_DATA_EXPORT table and no CUDA or NVTX tables)")
     step = 0
@@ -224,6 +232,7 @@ def _build(db: Db, shown: Path, progress: Progress | None, selection: Selection 
             progress(step, _STEPS)
 
     groups = None if selection is None else selection.groups
+    db.max_dur_ns = plausible_duration_ns(meta.session_span(db))
 
     def wants(group: str) -> bool:
         return groups is None or group in groups
@@ -266,7 +275,7 @@ def _build(db: Db, shown: Path, progress: Progress | None, selection: Selection 
         parts.append(overhead_part(db, strs, offset()))
     tick()
 
-    slices, key_to_id = _slices(parts)
+    slices, key_to_id = _slices([repair_gpu_keys(pl.concat(parts), db)])
     tick()
     kernel_attrs = _side(attrs["kernel"], key_to_id, KERNEL_ATTRS_SCHEMA)
     copy_attrs = _side(attrs["copy"], key_to_id, COPY_ATTRS_SCHEMA)
@@ -346,6 +355,12 @@ def _side(frames: list[pl.DataFrame], key_to_id: pl.DataFrame, schema: pl.Schema
 
 def _meta(db: Db, shown: Path, export: dict[str, str], slices: pl.DataFrame,
           nvtx_attrs: pl.DataFrame, selection: Selection | None) -> TraceMeta:
+    first = slices.get_column(Col.TS).min() if slices.height else None
+    last = (slices.get_column(Col.TS) + slices.get_column(Col.DUR)).max() if slices.height else None
+    span, clock_note = meta.events_span(db, first, last)  # type: ignore[arg-type]
+    # Reading the session's numbers can find problems too, so they come before the list.
+    base_time_ns = meta.base_time_ns(db, export, None if span is None else span[0])
+    settings = meta.capture_settings(db, export, span)
     warnings = [f"{count} x {problem}" if count > 1 else problem
                 for problem, count in sorted(db.problems.items())]
     version = meta.schema_version(export)
@@ -371,9 +386,6 @@ def _meta(db: Db, shown: Path, export: dict[str, str], slices: pl.DataFrame,
     if not slices.height and selection is None:
         warnings.append("no CUDA, NVTX or OS runtime events in this export")
     warnings.extend(meta.diagnostics(db))
-    first = slices.get_column(Col.TS).min() if slices.height else None
-    last = (slices.get_column(Col.TS) + slices.get_column(Col.DUR)).max() if slices.height else None
-    span, clock_note = meta.events_span(db, first, last)  # type: ignore[arg-type]
     if clock_note:
         warnings.append(clock_note)
     counts = slices.group_by(Col.KIND).len().sort(Col.KIND)
@@ -381,12 +393,12 @@ def _meta(db: Db, shown: Path, export: dict[str, str], slices: pl.DataFrame,
         path=str(shown),
         format="nsys",
         display_time_unit="ns",
-        base_time_ns=meta.base_time_ns(db, export, None if span is None else span[0]),
+        base_time_ns=base_time_ns,
         versions=meta.versions(db, export),
         capture=Capture(source="nsys export"),
         profiler_spans_ns=(span,) if span is not None else (),
         event_counts={str(k): int(v) for k, v in counts.iter_rows()},
         warnings=tuple(warnings),
-        capture_settings=meta.capture_settings(db, export, span),
+        capture_settings=settings,
         kinds_read=None if selection is None else selection.kinds_read,
     )

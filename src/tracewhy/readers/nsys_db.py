@@ -7,6 +7,8 @@ the bit layout of nsys's serialized thread and process ids, which every query de
 
 from __future__ import annotations
 
+import math
+import re
 import sqlite3
 from collections import Counter
 from dataclasses import dataclass, field
@@ -27,14 +29,23 @@ class Db:
 
     conn: sqlite3.Connection
     tables: frozenset[str] = frozenset()
+    #: Views, which nsys never writes. Reading one runs SQL the file supplies (a recursive view
+    #: can run forever), so a view where a table is expected is reported and not read.
+    views: frozenset[str] = frozenset()
     problems: Counter[str] = field(default_factory=Counter)
+    #: Rows lasting longer than this are corrupt (see ``readers.nsys.plausible_duration_ns``).
+    max_dur_ns: int | None = None
     _columns: dict[str, frozenset[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        rows = self.conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")
-        self.tables = frozenset(r[0] for r in rows)
+        rows = self.conn.execute("SELECT type, name FROM sqlite_master WHERE type IN ('table', 'view')").fetchall()
+        self.tables = frozenset(str(name) for kind, name in rows if kind == "table")
+        self.views = frozenset(str(name) for kind, name in rows if kind == "view")
 
     def columns(self, table: str) -> frozenset[str]:
+        if table in self.views:
+            self.problems[f"{table} is a view, not a table as nsys writes it: not read"] = 1
+            return frozenset()
         if table not in self.tables:
             return frozenset()
         if table not in self._columns:
@@ -94,7 +105,29 @@ class Db:
 
     def rows_or_empty(self, table: str) -> bool:
         """True when the table exists and has at least one row."""
-        return table in self.tables and self.scalar(f'SELECT 1 FROM "{table}" LIMIT 1') is not None
+        return bool(self.columns(table)) and self.scalar(f'SELECT 1 FROM "{table}" LIMIT 1') is not None
+
+
+_INTEGER_TEXT: Final = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_INT64: Final = 2**63
+
+
+def as_int(value: Any) -> int | None:
+    """An integer a metadata cell holds, or None for NULL and anything else.
+
+    Metadata tables are key/value text in places (META_DATA_EXPORT) and SQLite stores what it is
+    given whatever the declared type, so a cell may hold '--5' or '²' (both pass ``isdigit``
+    checks) or 1e400. Only ASCII decimal integers and integral reals within int64 are numbers.
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float):
+        value = int(value) if math.isfinite(value) and value.is_integer() else None
+    elif isinstance(value, str):
+        value = int(value.strip()) if _INTEGER_TEXT.fullmatch(value.strip()) else None
+    if isinstance(value, int) and -_INT64 <= value < _INT64:
+        return value
+    return None
 
 
 #: Per table group (see ``readers.nsys.tables_for``), the columns holding StringIds ids.
@@ -121,9 +154,10 @@ def strings(db: Db, only: list[tuple[str, str]] | None = None) -> pl.DataFrame:
     schema = {"id": pl.Int64(), "value": pl.String()}
     if not db.has("StringIds", "id", "value"):
         return pl.DataFrame(schema=schema)
-    if only is None:
-        return db.frame("StringIds", "id, value", schema)
-    used = [f'SELECT "{c}" FROM "{t}"' for t, c in only if db.has(t, c)]
-    if not used:
+    used = [f'SELECT "{c}" FROM "{t}"' for t, c in only or () if db.has(t, c)]
+    if only is not None and not used:
         return pl.DataFrame(schema=schema)
-    return db.frame("StringIds", "id, value", schema, f"id IN ({' UNION '.join(used)})")
+    where = "" if only is None else f"id IN ({' UNION '.join(used)})"
+    # id is the primary key in every export; a file where it is not must not repeat rows in
+    # every join on it.
+    return db.frame("StringIds", "id, value", schema, where).unique(subset="id", keep="first", maintain_order=True)

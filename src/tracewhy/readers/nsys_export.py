@@ -17,6 +17,7 @@ from typing import Final
 
 from tracewhy.errors import TraceError
 from tracewhy.model.cache import default_cache_dir
+from tracewhy.readers.source import SQLITE_MAGIC
 
 NSYS_ENV: Final = "TRACEWHY_NSYS"
 #: A multi-GB report takes minutes to export; an hour means nsys is stuck.
@@ -61,7 +62,7 @@ def export_report(
     key = hashlib.sha256(f"{report.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:20]
     folder = (cache_dir or default_cache_dir()) / "nsys"
     out = folder / f"{report.stem}-{key}.sqlite"
-    if out.is_file() and out.stat().st_size > 0:
+    if _is_sqlite(out):
         return out
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -70,12 +71,20 @@ def export_report(
     partial = folder / f"{report.stem}-{key}.partial-{os.getpid()}.sqlite"
     command = export_command(report, partial, binary)
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False)
+        done = subprocess.run(command, capture_output=True, text=True, errors="replace",
+                              timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
         partial.unlink(missing_ok=True)
         raise TraceError(report, f"`nsys export` did not finish within {timeout_s:.0f} s") from None
     except OSError as e:
         raise TraceError(report, f"cannot run {binary}: {e.strerror or e}") from None
+    by_hand = " ".join(export_command(report, report.with_suffix(".sqlite")))
+    if done.returncode == 0 and not _is_sqlite(partial):
+        # An exit status of 0 does not promise a usable file (issue 13); kept, an empty or foreign
+        # file would be taken for the export on every later read.
+        partial.unlink(missing_ok=True)
+        raise TraceError(report, "`nsys export` exited 0 but wrote no SQLite database; "
+                         f"export it by hand to see why: {by_hand}")
     if done.returncode != 0 or not partial.is_file():
         partial.unlink(missing_ok=True)
         lines = [ln for ln in (done.stderr or done.stdout or "").splitlines() if ln.strip()]
@@ -83,7 +92,19 @@ def export_report(
         raise TraceError(
             report,
             f"`nsys export` failed ({detail[:200]}); a report newer than this nsys cannot be "
-            f"exported by it (run: {' '.join(export_command(report, report.with_suffix('.sqlite')))})",
+            f"exported by it (run: {by_hand})",
         )
     os.replace(partial, out)
     return out
+
+
+def _is_sqlite(path: Path) -> bool:
+    """Whether ``path`` is a file that starts as an SQLite database does (cheap; the reader
+    finds out the rest, and ``read_nsys`` drops a cached export it cannot read)."""
+    if not path.is_file():
+        return False
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+    except OSError:
+        return False

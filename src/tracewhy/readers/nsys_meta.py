@@ -9,7 +9,7 @@ from typing import Any, Final
 import polars as pl
 
 from tracewhy.model.schema import DEVICES_SCHEMA, THREADS_SCHEMA, DCol, TCol
-from tracewhy.readers.nsys_db import PID_SQL, TID_SQL, Db
+from tracewhy.readers.nsys_db import PID_SQL, TID_SQL, Db, as_int
 
 #: The newest export schema this reader was checked against (nsys 2026.2).
 NEWEST_SCHEMA_CHECKED: Final = (3, 25)
@@ -70,9 +70,10 @@ def session_span(db: Db) -> tuple[int | None, int | None]:
     if not db.has("ANALYSIS_DETAILS", "startTime", "stopTime"):
         return None, None
     row = db.conn.execute("SELECT startTime, stopTime FROM ANALYSIS_DETAILS LIMIT 1").fetchone()
-    if row is None or row[0] is None:
+    if row is None:
         return None, None
-    return int(row[0]), (None if row[1] is None else int(row[1]))
+    start, stop = _number(db, "ANALYSIS_DETAILS.startTime", row[0]), _number(db, "ANALYSIS_DETAILS.stopTime", row[1])
+    return (None, None) if start is None else (start, stop)
 
 
 def session_utc(db: Db) -> tuple[int, str] | None:
@@ -83,9 +84,22 @@ def session_utc(db: Db) -> tuple[int, str] | None:
     row = db.conn.execute(
         f"SELECT utcEpochNs, {utc_time} FROM TARGET_INFO_SESSION_START_TIME LIMIT 1"
     ).fetchone()
-    if row is None or row[0] is None:
+    if row is None:
         return None
-    return int(row[0]), str(row[1] or "")
+    epoch = _number(db, "TARGET_INFO_SESSION_START_TIME.utcEpochNs", row[0])
+    return None if epoch is None else (epoch, str(row[1] or ""))
+
+
+def _number(db: Db, where: str, value: Any) -> int | None:
+    """``as_int`` of a metadata cell; a cell holding something else is a reader problem."""
+    number = as_int(value)
+    if number is None and value is not None:
+        db.problems[f"{where} is not an integer ({_shown(value)}): taken as unknown"] = 1
+    return number
+
+
+def _shown(value: Any) -> str:
+    return repr(value if not isinstance(value, str) else " ".join(value.split()))[:40]
 
 
 def events_span(db: Db, first_ts: int | None, last_end: int | None) -> tuple[tuple[int, int] | None, str | None]:
@@ -118,8 +132,9 @@ def base_time_ns(db: Db, export: dict[str, str], session_start: int | None) -> i
     utc = session_utc(db)
     if start is None or utc is None:
         return None
-    shift = export.get("EXPORT_PARAM_TIME_SHIFT", "0")
-    return utc[0] - start - (int(shift) if shift.lstrip("-").isdigit() else 0)
+    shift = _number(db, "META_DATA_EXPORT EXPORT_PARAM_TIME_SHIFT", export.get("EXPORT_PARAM_TIME_SHIFT") or "0")
+    # An unreadable shift leaves the epoch unknown: a guess would misplace every wall time.
+    return None if shift is None else as_int(utc[0] - start - shift)
 
 
 def versions(db: Db, export: dict[str, str]) -> dict[str, str]:
@@ -162,24 +177,38 @@ def devices(db: Db, used: pl.DataFrame) -> pl.DataFrame:
             {c('computeMinor')}, {c('smCount')}, {c('maxWarpsPerSm')} * {c('threadsPerWarp')},
             {c('maxRegistersPerSm')}, {c('maxShmemPerSm')} FROM {t}"""
         ).fetchall()
+        no_id = 0
         for r in rows:
-            gpus[int(r[0])] = {
-                DCol.DEVICE: r[1] if r[1] is not None else r[0], DCol.NAME: r[2],
-                DCol.TOTAL_MEM: r[3], DCol.CC_MAJOR: r[4], DCol.CC_MINOR: r[5], DCol.NUM_SMS: r[6],
-                DCol.MAX_THREADS_PER_SM: r[7], DCol.REGS_PER_SM: r[8], DCol.SHARED_MEM_PER_SM: r[9],
+            gpu_id = as_int(r[0])
+            if gpu_id is None:
+                no_id += 1
+                continue
+            numbers = [as_int(v) for v in r[3:]]
+            cu_device = as_int(r[1])
+            gpus[gpu_id] = {
+                DCol.DEVICE: gpu_id if cu_device is None else cu_device,
+                DCol.NAME: None if r[2] is None else str(r[2]),
+                DCol.TOTAL_MEM: numbers[0], DCol.CC_MAJOR: numbers[1], DCol.CC_MINOR: numbers[2],
+                DCol.NUM_SMS: numbers[3], DCol.MAX_THREADS_PER_SM: numbers[4],
+                DCol.REGS_PER_SM: numbers[5], DCol.SHARED_MEM_PER_SM: numbers[6],
             }
+        if no_id:
+            db.problems[f"{t}: {no_id} GPUs without an id; their properties are unknown"] = 1
     if db.has("TARGET_INFO_CUDA_DEVICE", "gpuId", "cudaId"):
         pairs = db.conn.execute("SELECT DISTINCT gpuId, cudaId FROM TARGET_INFO_CUDA_DEVICE").fetchall()
-        by_ordinal = {int(cuda): gpus[int(gpu)] for gpu, cuda in pairs if int(gpu) in gpus}
+        known = [(as_int(gpu), as_int(cuda)) for gpu, cuda in pairs]
+        by_ordinal = {cuda: gpus[gpu] for gpu, cuda in known if gpu in gpus and cuda is not None}
     else:
         by_ordinal = {int(g[DCol.DEVICE]): g for g in gpus.values()}
     rows_out = []
-    for ordinal in sorted(set(ids) | set(by_ordinal)):
+    for ordinal in sorted(set(ids) | {d for d in by_ordinal if -(2**31) <= d < 2**31}):
         info = by_ordinal.get(ordinal, {})
         rows_out.append({col: info.get(col) for col in DEVICES_SCHEMA} | {DCol.DEVICE: ordinal})
     if not rows_out:
         return pl.DataFrame(schema=DEVICES_SCHEMA)
-    return pl.DataFrame(rows_out, schema=DEVICES_SCHEMA)
+    # Properties too large for their column (a corrupt cell) become unknown, not an error.
+    wide = {col: pl.Int64() if dtype.is_integer() else dtype for col, dtype in DEVICES_SCHEMA.items()}
+    return pl.DataFrame(rows_out, schema=wide).cast(dict(DEVICES_SCHEMA), strict=False)  # type: ignore[arg-type]
 
 
 def threads(db: Db, pids: list[int], nvtx_names: pl.DataFrame) -> pl.DataFrame:

@@ -83,9 +83,26 @@ def api_name(raw: str) -> str:
 
 
 def _named(frame: pl.DataFrame, ids: str, strs: pl.DataFrame, out: str) -> pl.DataFrame:
-    """Replace the StringIds id column ``ids`` by its text in column ``out``."""
+    """Add the text of the StringIds id column ``ids`` as column ``out`` (null where missing)."""
     lookup = strs.rename({"id": ids, "value": out})
-    return frame.join(lookup, on=ids, how="left").drop(ids)
+    return frame.join(lookup, on=ids, how="left")
+
+
+def _fallback_name(frame: pl.DataFrame, db: Db, table: str, what: str, ids: tuple[str, ...],
+                   placeholder: str) -> pl.DataFrame:
+    """Name the rows ``_named`` left nameless ``placeholder``, counting them as a problem.
+
+    The name ids are NOT NULL in every schema; a file that still lacks names (a NULL id, or an
+    id StringIds does not hold: a windowed or hand-edited export) must say so, or every such
+    row silently becomes one placeholder.
+    """
+    nameless = frame.filter(pl.col("name").is_null())
+    if nameless.height:
+        dangling = nameless.filter(pl.any_horizontal(pl.col(c).is_not_null() for c in ids)).height
+        reason = ("their StringIds entries are missing" if dangling == nameless.height
+                  else "NULL name ids" if not dangling else "NULL name ids or missing StringIds entries")
+        db.problems[f"{table}: {nameless.height} {what} have no name ({reason}): shown as {placeholder}"] = 1
+    return frame.with_columns(pl.col("name").fill_null(placeholder))
 
 
 def _require(db: Db, table: str, *columns: str) -> bool:
@@ -100,18 +117,32 @@ def _require(db: Db, table: str, *columns: str) -> bool:
 
 
 def _duration(frame: pl.DataFrame, table: str, db: Db) -> pl.DataFrame:
-    """ts/dur from start/end; drop rows without start, zero-length rows without end."""
+    """ts/dur from start/end; drop rows without start, and rows lasting longer than
+    ``db.max_dur_ns``; zero-length rows without end."""
     no_start = frame.get_column("start").null_count()
     if no_start:
-        db.problems[f"{table}: {no_start} rows without start skipped"] += no_start
+        db.problems[f"{table}: {no_start} rows without start skipped"] = 1
         frame = frame.filter(pl.col("start").is_not_null())
     bad = frame.filter(pl.col("end").is_null() | (pl.col("end") < pl.col("start"))).height
     if bad:
-        db.problems[f"{table}: {bad} rows end before they start (or never); taken as 0 ns"] += bad
-    return frame.with_columns(
+        db.problems[f"{table}: {bad} rows end before they start (or never); taken as 0 ns"] = 1
+    span = pl.col("end") - pl.col("start")
+    # end - start wraps around on corrupt timestamps (int64); such a row lasts too long anyway.
+    wrapped = (pl.col("end") >= pl.col("start")) & (span < 0)
+    frame = frame.with_columns(
         pl.col("start").alias("ts_ns"),
-        (pl.col("end") - pl.col("start")).fill_null(0).clip(lower_bound=0).alias("dur_ns"),
+        pl.when(wrapped).then(pl.lit(2**63 - 1)).otherwise(span.fill_null(0).clip(lower_bound=0)).alias("dur_ns"),
     )
+    if db.max_dur_ns is not None:
+        # One corrupt end (a kernel of 4e18 ns) would otherwise make the GPU 100% busy for
+        # 127 years in every utilization figure.
+        too_long = frame.filter(pl.col("dur_ns") > db.max_dur_ns).get_column("dur_ns")
+        if too_long.len():
+            db.problems[f"{table}: {too_long.len()} rows last longer than the capture could "
+                        f"(up to {too_long.max() / 1e9:.3g} s, limit {db.max_dur_ns / 1e9:.3g} s): "  # type: ignore[operator]
+                        "skipped as corrupt"] = 1
+            frame = frame.filter(pl.col("dur_ns") <= db.max_dur_ns)
+    return frame
 
 
 def _part(frame: pl.DataFrame, kind: str | pl.Expr, offset: int) -> pl.DataFrame:
@@ -152,10 +183,8 @@ def kernels_part(db: Db, strs: pl.DataFrame, offset: int) -> tuple[pl.DataFrame,
     k = _duration(db.frame(t, cols, schema), t, db)
     # nsys reports name kernels by their demangled name unless asked for the short one.
     k = _named(_named(k, "demangled", strs, "_demangled"), "short", strs, "_short")
-    k = k.with_columns(
-        pl.coalesce("_demangled", "_short", pl.lit("<unnamed kernel>")).alias("name"),
-        _none_if_uint32_max("stream"),
-    )
+    k = k.with_columns(pl.coalesce("_demangled", "_short").alias("name"), _none_if_uint32_max("stream"))
+    k = _fallback_name(k, db, t, "kernels", ("demangled", "short"), "<unnamed kernel>")
     part = _part(k, Kind.KERNEL.value, offset)
     attrs = k.select(
         part.get_column(KEY), KCol.GRID_X, KCol.GRID_Y, KCol.GRID_Z, KCol.BLOCK_X, KCol.BLOCK_Y,
@@ -229,7 +258,7 @@ def runtime_part(db: Db, strs: pl.DataFrame, offset: int) -> pl.DataFrame:
         )
     names = strs.filter(pl.col("id").is_in(r.get_column("nameId").unique().implode()))
     names = names.with_columns(pl.col("value").map_elements(api_name, return_dtype=pl.String))
-    r = _named(r, "nameId", names, "name").with_columns(pl.col("name").fill_null("<unnamed API>"))
+    r = _fallback_name(_named(r, "nameId", names, "name"), db, t, "calls", ("nameId",), "<unnamed API>")
     driver = (pl.col("eventClass") == EVENT_CLASS_DRIVER) | (
         pl.col("name").str.starts_with("cu") & ~pl.col("name").str.starts_with("cuda")
     )
@@ -278,6 +307,12 @@ def nvtx_part(db: Db, strs: pl.DataFrame, offset: int) -> tuple[pl.DataFrame, pl
     e = _named(e, "textId", strs, "_registered").with_columns(
         pl.coalesce("_registered", "text").alias("_text")
     )
+    # A range without text is an NVTX call without a message; one naming a string the file does
+    # not hold has lost its name.
+    lost = e.filter(pl.col("textId").is_not_null() & pl.col("_registered").is_null()).height
+    if lost:
+        db.problems[f"{t}: {lost} events name registered strings missing from StringIds: "
+                    "shown by their domain or as <unnamed NVTX range>"] = 1
     # Domain ids are per process; the name is the text of its creation record (eventType 75).
     domains = (
         e.filter(pl.col("eventType") == NVTX_DOMAIN_CREATE)
@@ -323,7 +358,8 @@ def osrt_part(db: Db, strs: pl.DataFrame, offset: int) -> pl.DataFrame:
     schema = {"start": pl.Int64(), "end": pl.Int64(), "pid": pl.Int64(), "tid": pl.Int64(),
               "nameId": pl.Int64()}
     o = _named(_duration(db.frame(t, cols, schema), t, db), "nameId", strs, "name")
-    return _part(o.with_columns(pl.col("name").fill_null("<unnamed OS call>")), Kind.OTHER.value, offset)
+    o = _fallback_name(o, db, t, "calls", ("nameId",), "<unnamed OS call>")
+    return _part(o, Kind.OTHER.value, offset)
 
 
 def overhead_part(db: Db, strs: pl.DataFrame, offset: int) -> pl.DataFrame:
@@ -336,10 +372,11 @@ def overhead_part(db: Db, strs: pl.DataFrame, offset: int) -> pl.DataFrame:
             {TID_SQL.format(c="globalTid")} AS tid, nameId"""
         schema = {"start": pl.Int64(), "end": pl.Int64(), "pid": pl.Int64(), "tid": pl.Int64(),
                   "nameId": pl.Int64()}
-        frames.append(_named(_duration(db.frame(t, cols, schema), t, db), "nameId", strs, "name"))
+        o = _named(_duration(db.frame(t, cols, schema), t, db), "nameId", strs, "name")
+        frames.append(_fallback_name(o, db, t, "records", ("nameId",), "<profiler overhead>"))
     if not frames:
         return empty_part()
-    o = pl.concat(frames).with_columns(pl.col("name").fill_null("<profiler overhead>"))
+    o = pl.concat(frames)
     return _part(o, Kind.OVERHEAD.value, offset)
 
 
