@@ -4,8 +4,8 @@ Each measurement is a fresh interpreter; ``read_trace`` (or the hash) is timed i
 its imports, and the process's wall time and peak RSS come from ``bench_read.run_child``:
 
 - cold, no cache: ``CacheOptions(enabled=False)``, the plain read;
-- cold, first run: an empty ``TRACEWHY_CACHE_DIR``: hash, read, check and write the entry;
-- cache hit: the same directory again: hash, then load the entry's Parquet tables;
+- cold, first run: an empty ``TRACEWHY_CACHE_DIR``: hash, read, hash again, check and write the entry;
+- cache hit: the same directory again: load the entry's Parquet tables, hashing the trace beside;
 - hash alone: ``model.cache._content_hash`` (xxh3-128 of every byte, 1 MiB reads), with the
   peak RSS above what the imports hold, which shows that hashing does not hold the file.
 
@@ -108,7 +108,8 @@ def render(files: list[bench_read.BenchFile], results: dict[str, dict[str, list[
         "interleaved in each round (warm OS file cache). *read* is `read_trace` timed inside the process after "
         "its imports; *wall* is the whole process (interpreter start and imports, about 0.3-0.5 s, which no "
         "cache removes). A first run and a hit both hash every byte of the trace (xxh3-128, 1 MiB reads: "
-        "`model/cache.py`); a first run also hashes again after the read, checks the Trace and writes the entry.",
+        "`model/cache.py`), a hit in a thread beside loading the entry; a first run also hashes again after "
+        "the read, checks the Trace and writes the entry. *hash share of hit* = hash alone / hit.",
         "",
         *bench_read.machine_facts(bench_read.tracewhy_provenance()),
         "- load average (1/5/15 min) at start: {:.2f} / {:.2f} / {:.2f}; at end: {:.2f} / {:.2f} / {:.2f} "
