@@ -28,7 +28,7 @@ from tracewhy.readers.kineto_events import (
     TYPED_DOCUMENT_DECODER,
     Event,
 )
-from tracewhy.readers.kineto_repair import NON_FINITE_HINT, has_non_finite_mark, merge_counts, repair_json
+from tracewhy.readers.kineto_repair import has_non_finite_mark, merge_counts, non_finite_values, repair_json
 
 #: Files up to this size are decoded in one typed pass (their events as objects fit easily).
 ONE_PASS_MAX_BYTES = 8 * 1024 * 1024
@@ -163,7 +163,7 @@ def _may_repair(buf: bytes | bytearray, e: Exception) -> bool:
     content = _CONTENT.search(buf)
     if content is not None and b"\xef" in buf[: content.start()]:  # a BOM before the JSON
         return True
-    return NON_FINITE_HINT.search(buf) is not None
+    return bool(non_finite_values(buf))
 
 
 def _bare_array(path: Path, buf: bytes | bytearray, one_pass: bool) -> Document:

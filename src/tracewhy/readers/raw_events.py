@@ -10,6 +10,7 @@ import msgspec
 
 from tracewhy.errors import TraceError
 from tracewhy.readers.kineto_document import first_byte, split_document
+from tracewhy.readers.kineto_repair import too_deep
 from tracewhy.readers.source import DEFAULT_MAX_INFLATED_BYTES, read_bytes
 
 _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
@@ -41,9 +42,15 @@ def read_raw_events(path: str | Path, max_inflated_bytes: int = DEFAULT_MAX_INFL
         if events is None:
             raise TraceError(path, "JSON object has no traceEvents list; not a Kineto trace")
         return RawEvents(top, _LIST.decode(events))
+    except RecursionError:
+        raise TraceError(path, too_deep()) from None
     except msgspec.DecodeError:
-        # Cut off (or an odd shape): the reader's own recovery finds the complete events.
-        doc = split_document(path, buf)
+        # Cut off, or bytes a strict decode refuses (a BOM, NaN, a lone surrogate): the reader's
+        # own recovery and repair find the events, kept raw (not decoded in one pass).
+        try:
+            doc = split_document(path, buf, one_pass=False)
+        except RecursionError:
+            raise TraceError(path, too_deep()) from None
         if doc.raw_events is None:
             raise TraceError(path, "traceEvents could not be split into events") from None
         return RawEvents(doc.header, doc.raw_events, truncated=doc.truncation is not None)
