@@ -22,7 +22,8 @@ _DEVICE_KEYS: Final = {
     DCol.REGS_PER_SM: "regsPerMultiprocessor",
     DCol.SHARED_MEM_PER_SM: "sharedMemPerMultiprocessor",
 }
-_INT_RANGE: Final[dict[pl.DataType, tuple[int, int]]] = {pl.Int32(): (-(2**31), 2**31 - 1), pl.Int64(): (-(2**63), 2**63 - 1)}
+_INT_RANGE: Final[dict[pl.DataType, tuple[int, int]]] = {
+    pl.Int32(): (-(2**31), 2**31 - 1), pl.Int64(): (-(2**63), 2**63 - 1)}
 
 
 def decode_value(raw: msgspec.Raw, problems: dict[str, int]) -> Any:
