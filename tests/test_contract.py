@@ -268,3 +268,29 @@ def test_stop_signal_removes_what_was_made(signame: str, module: str, function: 
     made = record.read_text().split()
     assert len(made) == (1 if module == "kineto" else 0)
     assert not any(Path(p).exists() for p in made)  # the parallel reader's scratch, in /dev/shm
+
+
+@pytest.mark.parametrize(("trace", "vendor", "rule", "tool", "comm"), [
+    # HTA's V100 trace (2021, no version keys in its header): the GPU runs behind the CPU,
+    # kernels back to back (README, steps); its launches are cudaLaunchKernel.
+    ("hta/v100_rank0_displayTimeUnit_ns_fractional_us.json.gz", "nvidia", "cu* runtime calls", "ncu --set full",
+     False),
+    # TraceLens' MI300X DDP rank: busy 99.5%, two thirds of it all-reduce that no compute hides.
+    ("tracelens/mi300x_resnet_actckpt_ddp8_rank0.json.gz", "amd", "header", "rocprof-compute profile", True),
+])
+def test_saturated_real_traces_get_advice_for_their_hardware(trace: str, vendor: str, rule: str, tool: str,
+                                                             comm: bool, capsys: pytest.CaptureFixture[str]) -> None:
+    """The vendor is decided from the header's version keys (roctracer/hip vs cupti) or the
+    runtime API, not from a device-name list; the busy share is overlap's steady figure."""
+    path = str(shared_trace(trace))
+    code, out, _ = _run(["diagnose", path, "--json"], capsys)
+    assert code == 0
+    f = {x["code"]: x for x in json.loads(out)["findings"]}["gpu-saturated"]
+    ev = f["evidence"]
+    assert ev["vendor"] == vendor and rule in ev["vendor_rule"] and tool in f["next_step"]
+    assert ev["busy_ns"] / ev["window_ns"] == pytest.approx(ev["active_share"], abs=1e-4) and ev["active_share"] >= 0.98
+    code, out, _ = _run(["overlap", path, "--json"], capsys)
+    steady = next(r for r in json.loads(out)["steady"] if r["device"] == ev["device"])
+    assert ev["busy_ns"] == pytest.approx(steady["busy_ns"], abs=1)
+    assert ev["comm_exposed_ns"] == pytest.approx(steady["comm_exposed_ns"], abs=1)
+    assert ("communication with no compute under it" in f["statement"]) is comm

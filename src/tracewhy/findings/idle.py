@@ -15,6 +15,9 @@ from tracewhy.findings import thresholds as th
 from tracewhy.findings.basis import Basis, basis
 from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding, Severity
+from tracewhy.findings.overlap import overlap_result
+from tracewhy.findings.platform import gpu_vendor
+from tracewhy.model.schema import Col
 from tracewhy.units import fmt_ns as ms
 from tracewhy.units import fmt_pct as pct
 
@@ -41,7 +44,7 @@ def findings(ctx: Context) -> list[Finding]:
                       "steps": b.steps},
         ))
     if b.active_share >= th.SATURATED_UTILIZATION:
-        out.append(_saturated(b))
+        out.append(_saturated(ctx, b))
     for cls, make in (
         (GapClass.INPUT, _input), (GapClass.SYNC, _sync), (GapClass.LAUNCH, _launch), (GapClass.HOST, _host),
         (GapClass.ALLOCATOR, _allocator), (GapClass.COMM, _comm), (GapClass.GRAPH, _graph),
@@ -55,20 +58,40 @@ def findings(ctx: Context) -> list[Finding]:
     return out
 
 
-def _saturated(b: Basis) -> Finding:
-    """The state users work towards: nothing on the host side to recover, so say where to look next."""
+def _saturated(ctx: Context, b: Basis) -> Finding:
+    """The state users work towards: nothing on the host side to recover, so say where the time
+    is (kernels, or communication no compute hides) and which kernel profiler fits the GPU."""
+    exposed = _exposed_comm_ns(ctx, b)
+    comm = ""
+    if b.share(exposed) >= th.IDLE_CLASS_MIN_SHARE:
+        comm = (f"; {ms(exposed)} of that ({b.of_window(exposed)}) is communication with no compute under it "
+                "(see comm-exposed)")
+    vendor, rule = gpu_vendor(ctx.trace)
+    if vendor == "amd":
+        profile = ("profile the top ones with ROCm Compute Profiler (rocprof-compute profile -n top -k NAME -- "
+                   "python train.py; tracewhy reads Nsight Compute reports only)")
+    else:
+        profile = ("profile the top ones with Nsight Compute (ncu --set full -k regex:NAME -c 5 -o top python "
+                   "train.py) and read the report with tracewhy roofline top.ncu-rep")
     return Finding(
         code="gpu-saturated",
         severity=Severity.INFO,
         statement=f"GPU {b.device} is busy {b.of_window(b.busy_ns)} ({ms(b.busy_ns)} of {ms(b.window_ns)} {b.unit}; "
-                  f"kernels, copies and memsets): it never waits on the host, so a faster step needs faster or "
-                  f"fewer kernels, not host-side changes.",
-        next_step="Find the kernels that take the time: tracewhy kernels TRACE --top 20; then profile the top ones "
-                  "with Nsight Compute (ncu --set full -k regex:NAME -c 5 -o top python train.py) and read the "
-                  "report with tracewhy roofline top.ncu-rep.",
+                  f"kernels, copies and memsets){comm}: it never waits on the host, so "
+                  + ("hide that communication under compute first, then make the kernels faster." if comm else
+                     "a faster step needs less GPU work, not host-side changes."),
+        next_step=f"Find the kernels that take the time: tracewhy kernels TRACE --top 20; then {profile}.",
         evidence={"device": b.device, "active_share": round(b.active_share, 4), "window_ns": round(b.window_ns),
-                  "busy_ns": round(b.busy_ns), "idle_ns": round(b.idle_ns), "steps": b.steps},
+                  "busy_ns": round(b.busy_ns), "idle_ns": round(b.idle_ns), "comm_exposed_ns": round(exposed),
+                  "steps": b.steps, "vendor": vendor, "vendor_rule": rule},
     )
+
+
+def _exposed_comm_ns(ctx: Context, b: Basis) -> float:
+    """Communication with no compute under it on the basis device, per step (or over the trace)."""
+    r = overlap_result(ctx)
+    rows = (r.steady if b.per_steps and r.steady.height else r.devices).filter(pl.col(Col.DEVICE) == b.device)
+    return float(rows.get_column("comm_exposed_ns").sum()) if rows.height else 0.0
 
 
 def _ranges(ctx: Context, cls: GapClass, n: int = 20) -> list[list[int]]:

@@ -13,7 +13,8 @@ from tracewhy.analyses.kernels import kernels
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding, Severity
-from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, DCol, MCol
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, Col, DCol, MCol
+from tracewhy.model.trace import Trace
 from tracewhy.units import fmt_bytes
 from tracewhy.units import fmt_pct as pct
 
@@ -23,6 +24,32 @@ _TENSOR_CORE = re.compile(
     r"884|1688|16816|16832|tensorop|hmma|wgmma|nvjet|xmma|_h\d+gemm|bf16|f16|fp16|half|e4m3|e5m2|fp8|tf32|"
     r"mfma|wmma|s16816|h16816|i8816", re.IGNORECASE)
 _DATA_PARALLEL = re.compile(r"^(Broadcast|ReduceAddCoalesced|Gather|Scatter)(Backward)?$|DataParallel\.forward$")
+
+
+#: Version keys each vendor's tracing library writes into a Kineto header (CUPTI on NVIDIA;
+#: roctracer / HIP on ROCm builds of PyTorch, e.g. roctracer_version, hip_runtime_version).
+_VENDOR_VERSION_PREFIXES = {"amd": ("hip", "roctracer", "rocm", "roctx"), "nvidia": ("cuda", "cupti", "nccl", "nvtx")}
+
+
+def gpu_vendor(trace: Trace) -> tuple[str | None, str]:
+    """"nvidia", "amd" or None, and the rule that decided, in order of trust: the format
+    (Nsight Systems records only NVIDIA GPUs), the tracing library's version keys, the runtime
+    API the launches went through (cuda* vs hip*), then the device name."""
+    if trace.meta.format.startswith("nsys"):
+        return "nvidia", "an Nsight Systems capture"
+    for vendor, prefixes in _VENDOR_VERSION_PREFIXES.items():
+        keys = [k for k in trace.meta.versions if k.lower().startswith(prefixes)]
+        if keys:
+            return vendor, f"the trace header's {keys[0]}"
+    launches = trace.of_kind(*LAUNCH_KINDS).get_column(Col.NAME).cast(pl.String).unique().to_list()
+    for vendor, prefix in (("amd", "hip"), ("nvidia", "cu")):
+        if any(isinstance(n, str) and n.startswith(prefix) for n in launches):
+            return vendor, f"{prefix}* runtime calls"
+    names = " ".join(str(n) for n in trace.devices.get_column(DCol.NAME).to_list()).lower()
+    for vendor, word in (("amd", "amd"), ("nvidia", "nvidia")):
+        if word in names:
+            return vendor, "the device name"
+    return None, "nothing in the trace names the vendor"
 
 
 def findings(ctx: Context) -> list[Finding]:
