@@ -174,7 +174,8 @@ class Problems:
     def lines(self) -> tuple[str, ...]:
         out = []
         for kind, n in self._counts.items():
-            noun = self._noun[kind] + ("" if n == 1 else "s")
+            noun = self._noun[kind]
+            noun = noun if n == 1 else noun + ("es" if noun.endswith(("ch", "s")) else "s")
             first = self._first.get(kind)
             out.append(f"{kind}: {n} {noun}" + (f" (first: {first})" if first else ""))
         return tuple(out)
@@ -247,7 +248,7 @@ def _resolve(record: LaunchRecord, spec: Field, problems: Problems) -> float | N
             if isinstance(value, float) and dim == u.UNKNOWN:
                 refused.append(label)
     for name in refused[:1]:
-        problems.add(f"{name} in unit {record.units.get(name, '?')!r}, not a {spec.dimension} unit "
+        problems.add(f"{name} in unit {record.units.get(name, '?')[:40]!r}, not a {spec.dimension} unit "
                      f"tracewhy knows: not used as {spec.column}", record.where, "launch")
     return None
 

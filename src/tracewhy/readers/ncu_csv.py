@@ -103,8 +103,9 @@ def read_ncu_csv(path: str | Path) -> NcuReport:
     if not starts:
         raise TraceError(
             path,
-            'no ncu CSV table found: expected a header line starting with "ID" '
-            "(export with: ncu --import REPORT.ncu-rep --csv --page details > REPORT.csv)",
+            'no ncu CSV table found: expected a header line starting with "ID" (or with an "ID" column '
+            'elsewhere, beside "Kernel Name"); export with: '
+            "ncu --import REPORT.ncu-rep --csv --page details > REPORT.csv",
         )
     problems = Problems()
     records: list[LaunchRecord] = []
@@ -132,7 +133,7 @@ def read_ncu_csv(path: str | Path) -> NcuReport:
     warnings: list[str] = []
     if len(runs) > 1:
         # ncu writes one header per run; two headers mean exports appended into one file.
-        lines_at = ", ".join(str(r.line) for r in runs)
+        lines_at = ", ".join(str(r.line) for r in runs[:5]) + (", ..." if len(runs) > 5 else "")
         warnings.append(f"{len(runs)} ncu runs in one file (headers at lines {lines_at}): each is read as its "
                         "own run; later runs' launch IDs are numbered on after the earlier runs'")
     if skipped:

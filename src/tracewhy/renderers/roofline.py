@@ -228,7 +228,7 @@ def ncu_payload(r: NcuRooflineResult) -> dict[str, Any]:
 
 
 def ncu_runs_payload(path: str, runs: list[tuple[NcuRun, NcuRooflineResult]],
-                     warnings: tuple[str, ...]) -> dict[str, Any]:
+                     warnings: list[str]) -> dict[str, Any]:
     """JSON body for a file of several ncu runs: one ncu_payload per run, under ``runs``.
 
     A run's tables carry ncu's own launch IDs; ``launch_id_offset`` maps them to the file-wide
@@ -239,7 +239,7 @@ def ncu_runs_payload(path: str, runs: list[tuple[NcuRun, NcuRooflineResult]],
         "report": {"path": path, "runs": len(runs)},
         "runs": [{"run": run.index, "header_line": run.line, "launch_id_offset": run.id_offset,
                   **ncu_payload(result)} for run, result in runs],
-        "warnings": list(warnings),
+        "warnings": warnings,
     }
 
 

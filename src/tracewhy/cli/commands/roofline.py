@@ -56,16 +56,17 @@ class RooflineCommand(Command):
             raise TraceError(path, "not a PyTorch profiler trace, an .ncu-rep report or an ncu CSV export")
         report = read_ncu(path)
         # What the reader skipped or reinterpreted goes to stderr, so that it is seen with
-        # --json and when stdout is piped; the JSON carries it too, under "warnings".
-        for warning in report.warnings:
-            sys.stderr.write(f"tracewhy: warning: {printable(str(path))}: {printable(warning)}\n")
+        # --json and when stdout is piped; the JSON carries the same lines under "warnings".
+        warnings = [f"{path}: {w}" for w in report.warnings]
+        for warning in warnings:
+            sys.stderr.write(f"tracewhy: warning: {printable(warning)}\n")
         options = RooflineOptions(device=args.device)
         if len(report.runs) > 1:
             runs = [(run, roofline(report.run_report(run.index), options)) for run in report.runs]
-            emit(args, self.name, ncu_runs_payload(report.path, runs, report.warnings),
+            emit(args, self.name, ncu_runs_payload(report.path, runs, warnings),
                  render_ncu_runs(runs, args.top, args.launches, report.warnings))
             return 0
         result = roofline(report, options)
-        emit(args, self.name, {**ncu_payload(result), "warnings": list(report.warnings)},
+        emit(args, self.name, {**ncu_payload(result), "warnings": warnings},
              render_ncu_roofline(result, args.top, args.launches, report.warnings))
         return 0
