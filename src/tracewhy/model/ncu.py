@@ -7,7 +7,7 @@ sizes in bytes, rates in bytes/s, shares in percent (0-100, as ncu prints them).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 import polars as pl
@@ -271,6 +271,8 @@ class NcuReport:
 
     def run_report(self, index: int) -> NcuReport:
         """Run ``index`` alone, with ncu's own launch IDs, and without the file's warnings."""
+        if not self.runs and index == 0:
+            return replace(self, warnings=())
         run = self.runs[index]
         launches = self.launches.filter(pl.col(NCol.RUN) == index)
         ids = launches.get_column(NCol.LAUNCH)
