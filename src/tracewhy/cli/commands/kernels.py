@@ -5,7 +5,7 @@ import argparse
 from rich.console import Group
 
 from tracewhy.analyses.kernels import KERNELS_NEED, kernels
-from tracewhy.cli.base import Command, add_output_options, emit, load_trace
+from tracewhy.cli.base import Command, add_output_options, emit, load_trace, warn
 from tracewhy.renderers.terminal import render_kernels
 
 
@@ -36,7 +36,9 @@ class KernelsCommand(Command):
             from tracewhy.readers.ncu import read_ncu
             from tracewhy.renderers.roofline import render_ncu_join
 
-            joined = join_ncu(r.by_name, roofline(read_ncu(args.ncu)))
+            ncu = read_ncu(args.ncu)
+            warn(args.ncu, ncu.warnings)
+            joined = join_ncu(r.by_name, roofline(ncu))
             payload["kernels"] = joined
             table = Group(table, render_ncu_join(joined, args.top))
         emit(args, self.name, payload, table)

@@ -74,6 +74,8 @@ class ReportCommand(Command):
             result = compare_ranks(summaries)
             return ranks_report_payload(result, rank_findings(result), args.trace)
         if is_ncu(path):
-            return ncu_report_payload(roofline(read_ncu(path)))
+            report = read_ncu(path)
+            warn(path, report.warnings)
+            return ncu_report_payload(roofline(report))
         ov = overview(load_trace(args.trace), DiagnoseOptions(step_marker=args.step, warmup=args.warmup))
         return report_payload(ov)

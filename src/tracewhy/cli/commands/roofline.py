@@ -1,12 +1,11 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from tracewhy.analyses.roofline import RooflineOptions, roofline
 from tracewhy.analyses.roofline_ops import OpRooflineOptions, op_roofline
-from tracewhy.cli.base import Command, add_output_options, emit, load_trace
+from tracewhy.cli.base import Command, add_output_options, emit, load_trace, warn, warnings_so_far
 from tracewhy.errors import TraceError
 from tracewhy.readers.ncu import is_ncu, read_ncu
 from tracewhy.readers.source import sniff
@@ -18,7 +17,6 @@ from tracewhy.renderers.roofline import (
     render_ncu_runs,
     render_op_roofline,
 )
-from tracewhy.units import printable
 
 
 class RooflineCommand(Command):
@@ -55,11 +53,10 @@ class RooflineCommand(Command):
         if not is_ncu(path) and path.suffix not in (".ncu-rep", ".csv", ".log", ".txt"):
             raise TraceError(path, "not a PyTorch profiler trace, an .ncu-rep report or an ncu CSV export")
         report = read_ncu(path)
-        # What the reader skipped or reinterpreted goes to stderr, so that it is seen with
-        # --json and when stdout is piped; the JSON carries the same lines under "warnings".
-        warnings = [f"{path}: {w}" for w in report.warnings]
-        for warning in warnings:
-            sys.stderr.write(f"tracewhy: warning: {printable(warning)}\n")
+        # What the reader skipped or reinterpreted: on stderr (emit prints it before the table,
+        # also with --json), and the same lines under "warnings" in the JSON, as for traces.
+        warn(path, report.warnings)
+        warnings = warnings_so_far()
         options = RooflineOptions(device=args.device)
         if len(report.runs) > 1:
             runs = [(run, roofline(report.run_report(run.index), options)) for run in report.runs]
