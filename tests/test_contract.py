@@ -294,3 +294,20 @@ def test_saturated_real_traces_get_advice_for_their_hardware(trace: str, vendor:
     assert ev["busy_ns"] == pytest.approx(steady["busy_ns"], abs=1)
     assert ev["comm_exposed_ns"] == pytest.approx(steady["comm_exposed_ns"], abs=1)
     assert ("communication with no compute under it" in f["statement"]) is comm
+
+
+def test_gpu_only_trace_with_gaps(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The GP100 trace with every host event dropped (a capture with CPU activity off): its GPU
+    gaps have no host thread to look at, which indexed an empty host index (fuzz run)."""
+    doc = json.loads(gzip.decompress(shared_trace(GP100).read_bytes()))
+    gpu_cats = {"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"}
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") in gpu_cats]
+    path = tmp_path / "gpu_only.json"
+    path.write_text(json.dumps(doc))
+    code, out, err = _run(["gaps", str(path), "--json"], capsys)
+    assert code == 0, err
+    gaps = json.loads(out)["gaps"]
+    assert gaps and {g["gap_class"] for g in gaps} == {"other"}
+    assert all(g["host_innermost"] is None for g in gaps)
+    code, out, _ = _run(["diagnose", str(path), "--json"], capsys)
+    assert code == 0 and "gpu-only-trace" in {f["code"] for f in json.loads(out)["findings"]}

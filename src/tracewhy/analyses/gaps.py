@@ -185,10 +185,10 @@ def _explain(device: int, gs: I64, ge: I64, dev: pl.DataFrame, s: pl.DataFrame, 
         "gap_class": pl.Series(dominant.tolist(), dtype=pl.String),
         "host_pid": pid.astype(np.int64),
         "host_tid": tid.astype(np.int64),
-        "host_innermost": _names(s, np.where(mid >= 0, host.ids[np.maximum(mid, 0)], -1)),
-        "host_op": _names(s, np.where(mid >= 0, host.op_ctx[np.maximum(mid, 0)], -1)),
-        "host_annotation": _names(s, np.where(mid >= 0, host.annotation_ctx[np.maximum(mid, 0)], -1)),
-        "host_python": _names(s, np.where(mid >= 0, host.python_ctx[np.maximum(mid, 0)], -1)),
+        "host_innermost": _names(s, _at(host.ids, mid)),
+        "host_op": _names(s, _at(host.op_ctx, mid)),
+        "host_annotation": _names(s, _at(host.annotation_ctx, mid)),
+        "host_python": _names(s, _at(host.python_ctx, mid)),
         "next_activity": pl.Series([str(v) if h else None for v, h in zip(next_name, has_next, strict=True)],
                                    dtype=pl.String),
         "next_launched_before_gap": queued,
@@ -196,11 +196,20 @@ def _explain(device: int, gs: I64, ge: I64, dev: pl.DataFrame, s: pl.DataFrame, 
     })
 
 
+def _at(values: I64, pos: I64) -> I64:
+    """``values[pos]`` where ``pos`` >= 0, else -1 (everywhere when the host index is empty)."""
+    if values.size == 0:
+        return np.full(pos.size, -1, dtype=np.int64)
+    return np.where(pos >= 0, values[np.maximum(pos, 0)], -1)
+
+
 def _classify_samples(pos: I64, host: HostIndex, next_op: I64, short: npt.NDArray[np.bool_]) -> I64:
     """Class index per sampled instant, by what is on the host stack (first rule that holds)."""
     idx = {c: i for i, c in enumerate(CLASSES)}
     out = np.full(pos.size, idx[GapClass.OTHER.value], dtype=np.int64)
     on = pos >= 0
+    if not on.any():  # no host activity under any sample (a GPU-only trace): nothing to look up
+        return out
     p = np.maximum(pos, 0)
     decided = ~on
 
