@@ -47,7 +47,7 @@ from tracewhy.readers import nsys_meta as meta
 from tracewhy.readers.nsys_db import NAME_COLUMNS, Db, strings
 from tracewhy.readers.nsys_export import export_report
 from tracewhy.readers.nsys_open import open_export
-from tracewhy.readers.nsys_repair import plausible_duration_ns, repair_gpu_keys
+from tracewhy.readers.nsys_repair import plausible_duration_ns, repair_keys
 from tracewhy.readers.nsys_tables import (
     KEY,
     empty_part,
@@ -275,7 +275,7 @@ def _build(db: Db, shown: Path, progress: Progress | None, selection: Selection 
         parts.append(overhead_part(db, strs, offset()))
     tick()
 
-    slices, key_to_id = _slices([repair_gpu_keys(pl.concat(parts), db)])
+    slices, key_to_id = _slices([repair_keys(pl.concat(parts), db)])
     tick()
     kernel_attrs = _side(attrs["kernel"], key_to_id, KERNEL_ATTRS_SCHEMA)
     copy_attrs = _side(attrs["copy"], key_to_id, COPY_ATTRS_SCHEMA)

@@ -1,5 +1,5 @@
-"""Rows an export can hold but the model cannot: GPU rows whose process or device is NULL, and
-rows lasting longer than the capture could.
+"""Rows an export can hold but the model cannot: GPU rows whose process or device is NULL, host
+rows on no thread, and rows lasting longer than the capture could.
 
 ``globalPid`` is nullable in every schema version, ``deviceId`` in hand-edited or derived files,
 but every GPU activity needs a device, and launches are found within a process. A row gets the
@@ -11,16 +11,24 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracewhy.model.schema import GPU_ACTIVITY_KINDS
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Kind
 from tracewhy.readers.nsys_db import Db
 from tracewhy.readers.nsys_tables import KEY
 
 _GPU = pl.col("kind").is_in([k.value for k in GPU_ACTIVITY_KINDS])
 
 
-def repair_gpu_keys(frame: pl.DataFrame, db: Db) -> pl.DataFrame:
+def repair_keys(frame: pl.DataFrame, db: Db) -> pl.DataFrame:
     """``frame`` (concatenated slice parts) with every GPU activity given a pid and a device,
-    or dropped."""
+    and every host row a thread, or dropped."""
+    host = ~_GPU & (pl.col("kind") != Kind.GPU_SYNC.value)
+    threadless = frame.filter(host & (pl.col("pid").is_null() | pl.col("tid").is_null()))
+    if threadless.height:
+        # Host analyses work per thread (nesting, the launching thread); a row on no thread
+        # cannot be placed. GPU rows name no thread, only a process.
+        kinds = ", ".join(f"{n} {k}" for k, n in sorted(threadless.group_by("kind").len().iter_rows()))
+        db.problems[f"host rows without a globalTid skipped ({kinds})"] = 1
+        frame = frame.filter(~(host & (pl.col("pid").is_null() | pl.col("tid").is_null())))
     if not frame.filter(_GPU & (pl.col("pid").is_null() | pl.col("device").is_null())).height:
         return frame
     return _fill_device(_fill_pid(frame, db), db)
