@@ -147,7 +147,8 @@ RAW_DOCUMENT_DECODER = msgspec.json.Decoder(RawDocument)
 TYPED_DOCUMENT_DECODER = msgspec.json.Decoder(TypedDocument)
 EVENT_DECODER = msgspec.json.Decoder(Event)
 #: For an event in which ``kineto_repair`` quoted a bare NaN/Infinity: strict=False reads the
-#: strings "NaN", "Infinity" and "-Infinity" as floats (and no other type changes for a str).
+#: strings "NaN", "Infinity" and "-Infinity" as floats. (It also reads numbers and booleans
+#: written as strings, in such events alone: an event already repaired is read leniently.)
 LAX_EVENT_DECODER = msgspec.json.Decoder(Event, strict=False)
 RAW_LIST_DECODER = msgspec.json.Decoder(list[Raw])
 RAW_DICT_DECODER = msgspec.json.Decoder(dict[str, Raw])
