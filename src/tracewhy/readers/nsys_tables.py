@@ -330,7 +330,10 @@ def nvtx_part(db: Db, strs: pl.DataFrame, offset: int) -> tuple[pl.DataFrame, pl
     ev = ev.join(domains, on=["pid", NCol.DOMAIN_ID], how="left")
     # A range still open when the capture stopped runs to the last NVTX timestamp (nsys's own
     # rule in nvtx_sum); a mark is an instant.
-    last = db.scalar(f"SELECT max(coalesce(max(start), 0), coalesce(max({c('end')}), 0)) FROM {t}")
+    # Integers only: SQLite ranks text above every number, so one text cell would be the max.
+    ints = "CASE WHEN typeof({0}) = 'integer' THEN {0} END"
+    last = db.scalar(f"SELECT max(coalesce(max({ints.format('start')}), 0), "
+                     f"coalesce(max({ints.format(c('end'))}), 0)) FROM {t}")
     open_ranges = ev.filter(pl.col("end").is_null() & (pl.col(NCol.STYLE) != "Mark")).height
     if open_ranges:
         db.problems[f"{open_ranges} NVTX ranges never ended; they run to the last NVTX timestamp"] += 1
