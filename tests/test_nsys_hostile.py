@@ -218,6 +218,18 @@ def test_a_kernel_table_that_is_a_view_is_not_run(tmp_path: Path, capsys: pytest
     _commands_succeed(path, capsys)
 
 
+def test_a_kernel_table_without_rowid_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Before: "unreadable SQLite export (no such column: rowid)", as if the file were broken.
+    cols = "start, \"end\", deviceId, streamId, correlationId, globalPid, demangledName, shortName"
+    path = _sql(_copy(tmp_path), f"CREATE TABLE k2 ({cols}, PRIMARY KEY (start, correlationId)) WITHOUT ROWID",
+                f"INSERT INTO k2 SELECT {cols} FROM {KERNELS}", f"DROP TABLE {KERNELS}",
+                f"ALTER TABLE k2 RENAME TO {KERNELS}")
+    trace = _read(path)
+    assert _kernels(trace).height == 0 and trace.of_kind(Kind.MEMCPY).height == 1
+    _warned(trace, f"{KERNELS} is a WITHOUT ROWID table, unlike those nsys writes: not read")
+    _commands_succeed(path, capsys)
+
+
 @pytest.mark.parametrize(("statement", "fragment"), [
     (f"DELETE FROM StringIds WHERE id IN (SELECT demangledName FROM {KERNELS} UNION SELECT shortName FROM {KERNELS})",
      "2 kernels have no name (their StringIds entries are missing)"),

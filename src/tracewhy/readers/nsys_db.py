@@ -83,6 +83,8 @@ class Db:
         sql = f"""WITH q(_rowid, {', '.join(cols)}) AS (
             SELECT rowid, {select} FROM "{table}" WHERE rowid > ? {condition} ORDER BY rowid LIMIT {FETCH_BATCH})
             SELECT count(*), max(_rowid), {', '.join(aggs)} FROM q"""
+        if not self._has_rowid(table):
+            return pl.DataFrame(schema=schema)
         parts = []
         after = -(2**63)
         while True:
@@ -98,6 +100,16 @@ class Db:
         if not parts:
             return pl.DataFrame(schema=schema)
         return parts[0] if len(parts) == 1 else pl.concat(parts, rechunk=True)
+
+    def _has_rowid(self, table: str) -> bool:
+        """Whether the batches of ``frame`` can follow the table's rowid; a WITHOUT ROWID table
+        (nsys writes none) is reported and not read."""
+        try:
+            self.conn.execute(f'SELECT rowid FROM "{table}" LIMIT 0')
+        except sqlite3.OperationalError:
+            self.problems[f"{table} is a WITHOUT ROWID table, unlike those nsys writes: not read"] = 1
+            return False
+        return True
 
     def scalar(self, sql: str) -> Any:
         row = self.conn.execute(sql).fetchone()
