@@ -132,7 +132,7 @@ def base_time_ns(db: Db, export: dict[str, str], session_start: int | None) -> i
     utc = session_utc(db)
     if start is None or utc is None:
         return None
-    shift = _number(db, "META_DATA_EXPORT EXPORT_PARAM_TIME_SHIFT", export.get("EXPORT_PARAM_TIME_SHIFT") or "0")
+    shift = _number(db, "EXPORT_PARAM_TIME_SHIFT", export.get("EXPORT_PARAM_TIME_SHIFT") or "0")
     # An unreadable shift leaves the epoch unknown: a guess would misplace every wall time.
     return None if shift is None else as_int(utc[0] - start - shift)
 
