@@ -201,3 +201,21 @@ def test_every_repair_at_once_in_the_cli(tmp_path: Path, capsys: pytest.CaptureF
             assert main([command, str(path)]) == 0, command
         assert main(["export", str(path), "-o", str(tmp_path / "out.json")]) == 0
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_repaired_file_that_is_also_cut_off_keeps_its_complete_events(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch,
+                                                                       mode: str) -> None:
+    # A crashed PyTorch 1.8 job: bare inf and invalid UTF-8 early, the file cut mid-event.
+    whole = _mutated(tmp_path, "cut", EVERY_REPAIR)
+    data = whole.read_bytes()
+    path = tmp_path / "cut.json"
+    path.write_bytes(data[: int(len(data) * 0.7)])
+    trace = _read(path, mode, monkeypatch)
+    trace.check()
+    assert trace.meta.truncation is not None and trace.meta.truncation.events_recovered > 0
+    assert "aten::on\ufffdes" in _names(trace)
+    assert [w.split(":")[0] for w in trace.meta.warnings] == [
+        "file ends mid-event", "invalid UTF-8 inside strings", "unpaired UTF-16 surrogate escapes (such as \\ud800)",
+        "bare NaN/Infinity (not JSON; PyTorch 1.8-era Kineto wrote them)"]
