@@ -183,15 +183,24 @@ def test_debug_keeps_the_internal_error_code(monkeypatch: pytest.MonkeyPatch,
 
 
 def test_output_never_replaces_a_device_or_fifo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Run as root, `export T -o /dev/full` turned the device node into a regular file. The test
+    makes its own device node (a copy of /dev/full's numbers, root only) so that a regression
+    damages nothing outside tmp_path."""
     trace = str(shared_trace(GP100))
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
+    targets = [fifo, tmp_path]
+    device = tmp_path / "full"
+    if os.geteuid() == 0:
+        os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, 7))
+        targets.append(device)
     for command in ("export", "report"):
-        for target in (Path("/dev/full"), Path("/dev/null"), fifo, tmp_path):
+        for target in targets:
             code, _, err = _run([command, trace, "-o", str(target)], capsys)
             assert code == EXIT_USAGE and "-o writes only regular files" in err, (command, target, err)
-    assert stat.S_ISCHR(os.stat("/dev/full").st_mode) and stat.S_ISCHR(os.stat("/dev/null").st_mode)
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    if device in targets:
+        assert stat.S_ISCHR(os.stat(device).st_mode)
 
 
 def test_output_through_a_symlink_writes_its_target(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -311,3 +320,32 @@ def test_gpu_only_trace_with_gaps(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert all(g["host_innermost"] is None for g in gaps)
     code, out, _ = _run(["diagnose", str(path), "--json"], capsys)
     assert code == 0 and "gpu-only-trace" in {f["code"] for f in json.loads(out)["findings"]}
+
+
+def test_step_number_beyond_int64(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = json.loads(gzip.decompress((GENERATED / "cpu_eager_schedule.pt.trace.json.gz").read_bytes()))
+    steps = sorted((e for e in doc["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")),
+                   key=lambda e: e["ts"])
+    assert len(steps) >= 3
+    steps[1]["name"] = "ProfilerStep#99999999999999999999999"
+    path = tmp_path / "huge_step.json"
+    path.write_text(json.dumps(doc))
+    code, out, err = _run(["steps", str(path), "--json"], capsys)
+    assert code == 0, err
+    rows = json.loads(out)["steps"]
+    assert [r["name"] for r in rows][1] == "ProfilerStep#99999999999999999999999"
+    assert rows[1]["number"] is None and rows[0]["number"] is not None and len(rows) == len(steps)
+    assert _run(["diagnose", str(path)], capsys)[0] == 0
+
+
+def test_cut_plain_file_does_not_claim_to_know_what_came_after(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """A plain JSON file cut a third of the way in said 'about 1 events (367 bytes) after the cut
+    were lost': the tail it measured is the one event the cut fell in, not what followed."""
+    whole = gzip.decompress(shared_trace(GP100).read_bytes())
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(whole[: len(whole) // 3])
+    code, out, _ = _run(["kernels", str(cut), "--json"], capsys)
+    (warning,) = json.loads(out)["warnings"]
+    assert code == 0 and "how many events the run wrote after the cut cannot be told" in warning
+    assert "were lost" not in warning

@@ -19,6 +19,11 @@ PROFILER_STEP = "ProfilerStep"
 _STEP_KINDS = (Kind.ANNOTATION.value, Kind.CPU_OP.value)
 
 
+#: Step numbers at or past this do not fit the Int64 column (``ProfilerStep#99999999999999999999999``
+#: in a hostile file); such a step keeps its name and has no number.
+_INT64_LIMIT = 2**63
+
+
 @dataclass(frozen=True)
 class StepsOptions:
     marker: str | None = None  # None: ProfilerStep#N
@@ -77,7 +82,7 @@ def steps(trace: Trace, options: StepsOptions = StepsOptions()) -> StepsResult:
             note=f"no step markers named {marker!r} in this trace{hint}",
         )
     numbers = [
-        int(m.group(1)) if (m := pattern.match(n)) and m.group(1) else None
+        number if (m := pattern.match(n)) and m.group(1) and (number := int(m.group(1))) < _INT64_LIMIT else None
         for n in marks.get_column(Col.NAME).to_list()
     ]
 

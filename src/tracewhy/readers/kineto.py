@@ -674,8 +674,11 @@ def _truncation_warning(t: Truncation) -> str:
     if t.events_lost_estimate == 0:
         return (f"file is cut after its events: all {t.events_recovered} events are complete; only fields "
                 "written after them (such as traceName, baseTimeNanoseconds) are cut off")
-    return (f"file ends mid-event: recovered {t.events_recovered} complete events; about "
-            f"{t.events_lost_estimate} events ({lost} bytes) after the cut were lost")
+    # The file's tail after its last complete event is only what was written when it was cut:
+    # what the run would have written after that is not in the file, so it cannot be counted.
+    return (f"file ends mid-event: recovered {t.events_recovered} complete events; the "
+            f"{lost} bytes after the last of them (about {t.events_lost_estimate} events) are cut short, and "
+            "how many events the run wrote after the cut cannot be told")
 
 
 def _has_module_frames(slices: pl.DataFrame) -> bool:
