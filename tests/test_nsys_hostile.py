@@ -179,6 +179,25 @@ def test_text_in_metadata_numbers_leaves_them_unknown(
     _commands_succeed(path, capsys)
 
 
+@pytest.mark.parametrize(("statement", "fragment"), [
+    # Before: the whole file was "unreadable" over a process name or one string.
+    ("UPDATE PROCESSES SET pid = 'x' WHERE rowid % 2 = 1", "processes with a pid that is not an integer"),
+    ("UPDATE StringIds SET id = 'x' WHERE rowid = (SELECT max(rowid) FROM StringIds)",
+     "StringIds: 1 strings with an id that is not an integer skipped"),
+])
+def test_text_in_name_tables_skips_those_rows(tmp_path: Path, statement: str, fragment: str) -> None:
+    table = statement.split()[1]
+    trace = _read(_sql(_copy(tmp_path), *_loosen(table), statement))
+    _warned(trace, fragment)
+    assert _kernels(trace).height == 2
+
+
+def test_text_in_an_event_column_names_the_table(tmp_path: Path) -> None:
+    path = _sql(_copy(tmp_path), f"UPDATE {KERNELS} SET gridX = 'wide' WHERE rowid = 1")
+    with pytest.raises(TraceError, match=f"wrong type \\({KERNELS}: .*grid_x"):
+        read_nsys(path)
+
+
 def test_a_gpu_without_an_id_loses_only_its_properties(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _sql(_copy(tmp_path), *_loosen("TARGET_INFO_GPU"), "UPDATE TARGET_INFO_GPU SET id = NULL")
     trace = _read(path)

@@ -44,7 +44,7 @@ from tracewhy.model.schema import (
 )
 from tracewhy.model.trace import Capture, Trace, TraceMeta
 from tracewhy.readers import nsys_meta as meta
-from tracewhy.readers.nsys_db import NAME_COLUMNS, Db, strings
+from tracewhy.readers.nsys_db import NAME_COLUMNS, ColumnTypeError, Db, strings
 from tracewhy.readers.nsys_export import export_report
 from tracewhy.readers.nsys_open import open_export
 from tracewhy.readers.nsys_repair import plausible_duration_ns, repair_keys
@@ -208,7 +208,7 @@ def _read_export(file: Path, shown: Path, progress: Progress | None, selection: 
         raw = e.object if isinstance(e.object, bytes) else str(e).encode()
         detail = _one_line(raw.decode("utf-8", "backslashreplace"))
         raise TraceError(shown, f"unreadable SQLite export ({detail})") from None
-    except pl.exceptions.PolarsError as e:  # a column holding values of the wrong type
+    except (ColumnTypeError, pl.exceptions.PolarsError) as e:  # a column holding values of the wrong type
         detail = _one_line(str(e).split("\n\n")[0])
         raise TraceError(shown, f"unreadable SQLite export: a column holds values of the wrong type "
                          f"({detail})") from None

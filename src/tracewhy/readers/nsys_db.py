@@ -23,6 +23,11 @@ TID_SQL: Final = "({c} & 16777215)"
 FETCH_BATCH: Final = 250_000
 
 
+class ColumnTypeError(ValueError):
+    """A column of an event table holds values its type cannot (text where nsys writes integers);
+    the message starts with the table's name."""
+
+
 @dataclass
 class Db:
     """A read-only export with its table and column lists probed once."""
@@ -93,7 +98,10 @@ class Db:
                 break
             texts = pl.DataFrame([pl.Series(n, [text], dtype=pl.String())
                                   for n, text in zip(names, row[2:], strict=True)])
-            parts.append(texts.select(_column(n, schema[n]) for n in names))
+            try:
+                parts.append(texts.select(_column(n, schema[n]) for n in names))
+            except pl.exceptions.PolarsError as e:
+                raise ColumnTypeError(f"{table}: {' '.join(str(e).split(chr(10) * 2)[0].split())}") from None
             if row[0] < FETCH_BATCH:
                 break
             after = row[1]
@@ -169,7 +177,10 @@ def strings(db: Db, only: list[tuple[str, str]] | None = None) -> pl.DataFrame:
     used = [f'SELECT "{c}" FROM "{t}"' for t, c in only or () if db.has(t, c)]
     if only is not None and not used:
         return pl.DataFrame(schema=schema)
-    where = "" if only is None else f"id IN ({' UNION '.join(used)})"
-    # id is the primary key in every export; a file where it is not must not repeat rows in
-    # every join on it.
+    # id is the INTEGER PRIMARY KEY in every export; in a file where it is not, an id that is not
+    # an integer names nothing, and a repeated one must not repeat rows in every join on it.
+    where = "typeof(id) = 'integer'" + ("" if only is None else f" AND id IN ({' UNION '.join(used)})")
+    odd = db.scalar("SELECT count(*) FROM StringIds WHERE typeof(id) != 'integer'")
+    if odd:
+        db.problems[f"StringIds: {odd} strings with an id that is not an integer skipped"] = 1
     return db.frame("StringIds", "id, value", schema, where).unique(subset="id", keep="first", maintain_order=True)

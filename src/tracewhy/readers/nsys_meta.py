@@ -215,7 +215,12 @@ def threads(db: Db, pids: list[int], nvtx_names: pl.DataFrame) -> pl.DataFrame:
     """Process and thread names of the processes that have events (PROCESSES lists them all)."""
     frames = []
     if db.has("PROCESSES", "pid", "name") and pids:
-        procs = db.frame("PROCESSES", "pid, name", {TCol.PID: pl.Int64(), TCol.NAME: pl.String()})
+        # Names only: a process whose pid is not an integer (a corrupt cell) keeps its events.
+        odd = db.scalar("SELECT count(*) FROM PROCESSES WHERE typeof(pid) != 'integer'")
+        if odd:
+            db.problems[f"PROCESSES: {odd} processes with a pid that is not an integer: names not read"] = 1
+        procs = db.frame("PROCESSES", "pid, name", {TCol.PID: pl.Int64(), TCol.NAME: pl.String()},
+                         "typeof(pid) = 'integer'")
         frames.append(
             procs.filter(pl.col(TCol.PID).is_in(pids)).select(
                 TCol.PID, pl.lit(None, dtype=pl.Int64).alias(TCol.TID), TCol.NAME
