@@ -36,7 +36,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from fuzzing import FORMATS, SEEDS, Mutant, Seed, mutate, seed_bytes  # noqa: E402
-from fuzzing_run import VERDICTS, Outcome, check_read, command_argv, pick_commands, run_cli  # noqa: E402
+from fuzzing_run import (  # noqa: E402
+    VERDICTS,
+    Outcome,
+    check_read,
+    command_argv,
+    pick_commands,
+    run_cli,
+    seed_warnings,
+)
 
 SHARED = Path(os.environ.get("TRACEWHY_SHARED", ROOT.parent / "shared"))
 COLUMNS = (*VERDICTS, "hang")
@@ -56,8 +64,8 @@ def worker_main(conn: Connection, workdir: str) -> None:
         if task is None:
             return
         path, fmt, original = Path(task["path"]), task["format"], Path(task["original"])
-        outcome = Outcome()
         conn.send(("step", 0))
+        outcome = Outcome(known=seed_warnings(original, fmt))
         check_read(path, fmt, outcome, random.Random(task["rng"]))
         for i, command in enumerate(task["commands"], 1):
             conn.send(("step", i))

@@ -491,17 +491,16 @@ SQL_MUTATORS: tuple[SqlMutator, ...] = (
 )
 
 
-def _drop_constraints(path: Path) -> None:
-    """Remove NOT NULL and key constraints from the schema text so any cell can take any value.
+def _drop_not_null(path: Path) -> None:
+    """Remove NOT NULL from the schema text so any cell can be NULL.
 
-    (Rewriting sqlite_master keeps the declared types, which a CREATE TABLE AS would lose.)
+    Rewriting sqlite_master keeps the declared types, which a CREATE TABLE AS would lose. Keys
+    stay: an INTEGER PRIMARY KEY is the rowid, and without the key its stored rows read as NULL.
     """
     conn = sqlite3.connect(path)
     try:
         conn.execute("PRAGMA writable_schema = ON")
-        conn.execute("UPDATE sqlite_master SET sql = replace(replace(replace(sql, 'NOT NULL', ''), "
-                     "'PRIMARY KEY', ''), 'UNIQUE', '') WHERE type = 'table'")
-        conn.execute("DELETE FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL")
+        conn.execute("UPDATE sqlite_master SET sql = replace(sql, 'NOT NULL', '') WHERE type = 'table'")
         version = conn.execute("PRAGMA schema_version").fetchone()[0]
         conn.execute(f"PRAGMA schema_version = {version + 1}")
         conn.commit()
@@ -515,15 +514,17 @@ def mutate_sqlite_db(data: bytes, rng: random.Random, steps: int) -> tuple[bytes
     with tempfile.TemporaryDirectory(prefix="tracewhy-fuzz-") as tmp:
         path = Path(tmp) / "export.sqlite"
         path.write_bytes(data)
-        _drop_constraints(path)
+        _drop_not_null(path)
         conn = sqlite3.connect(path)
         try:
             for _ in range(steps):
-                mutator = rng.choice(SQL_MUTATORS)
-                try:
-                    done.append(f"{mutator.__name__}: {mutator(conn, rng)}")
-                except sqlite3.Error as e:  # e.g. a view names a dropped table: the mutation is skipped
-                    done.append(f"{mutator.__name__}: skipped ({e})")
+                for _attempt in range(3):  # a key refuses a value, a view names a dropped table: try another
+                    mutator = rng.choice(SQL_MUTATORS)
+                    try:
+                        done.append(f"{mutator.__name__}: {mutator(conn, rng)}")
+                        break
+                    except sqlite3.Error:
+                        conn.rollback()
             conn.commit()
         finally:
             conn.close()
