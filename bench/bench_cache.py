@@ -6,6 +6,8 @@ its imports, and the process's wall time and peak RSS come from ``bench_read.run
 - cold, no cache: ``CacheOptions(enabled=False)``, the plain read;
 - cold, first run: an empty ``TRACEWHY_CACHE_DIR``: hash, read, hash again, check and write the entry;
 - cache hit: the same directory again: load the entry's Parquet tables, hashing the trace beside;
+- entry load: the hit's entry loaded without the hash (``model.cache._load``): the hash's cost
+  to a hit is the difference;
 - hash alone: ``model.cache._content_hash`` (xxh3-128 of every byte, 1 MiB reads), with the
   peak RSS above what the imports hold, which shows that hashing does not hold the file.
 
@@ -35,13 +37,13 @@ import inflate
 RESULTS = bench_read.RESULTS
 SECTION = "## Parsed-trace cache: cold read vs cache hit (bench_cache.py)"
 TARGET_SPEEDUP = 20.0
-MODES = ("no cache", "first run", "cache hit", "hash")
+MODES = ("no cache", "first run", "cache hit", "entry load", "hash")
 
 _CHILD = """
 import json, resource, sys, time
 t0 = time.perf_counter()
 from pathlib import Path
-from tracewhy.model.cache import CacheOptions, _content_hash
+from tracewhy.model.cache import CacheOptions, _content_hash, _entry_name, _load, _place
 from tracewhy.model.schema import Kind
 from tracewhy.readers import read_trace
 import tracewhy.readers.kineto  # imported by any cold read; imports are not the read
@@ -50,11 +52,19 @@ base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 path, mode = Path(sys.argv[1]), sys.argv[2]
 t2 = time.perf_counter()
 if mode == "hash":
-    out = {"digest": _content_hash(path)}
+    digest = _content_hash(path)
+elif mode == "entry load":  # what a hit costs without the hash: the entry's tables alone
+    root, key = _place(path, CacheOptions())
+    loaded = _load(root / _entry_name(key), key, path)
 else:
     trace = read_trace(path, cache=CacheOptions(enabled=mode != "no cache"))
-    out = {"slices": trace.slices.height, "kernel_dur_ns": int(trace.of_kind(Kind.KERNEL)["dur_ns"].sum())}
 t3 = time.perf_counter()
+if mode == "hash":
+    out = {"digest": digest}
+elif mode == "entry load":
+    out = {"found": loaded is not None}
+else:
+    out = {"slices": trace.slices.height, "kernel_dur_ns": int(trace.of_kind(Kind.KERNEL)["dur_ns"].sum())}
 print(json.dumps({**out, "import_s": t1 - t0, "work_s": t3 - t2, "rss_after_imports_bytes": base}))
 """
 
@@ -80,6 +90,8 @@ def measure(f: bench_read.BenchFile, repeats: int, work_dir: Path, timeout_s: fl
         cold, hit = runs["no cache"][-1].report, runs["cache hit"][-1].report
         if (cold["slices"], cold["kernel_dur_ns"]) != (hit["slices"], hit["kernel_dur_ns"]):
             raise SystemExit(f"{f.label}: the cache hit differs from the cold read: {hit} vs {cold}")
+        if not runs["entry load"][-1].report["found"]:
+            raise SystemExit(f"{f.label}: no entry after the first run")
         if len({r.report["digest"] for r in runs["hash"]}) != 1:
             raise SystemExit(f"{f.label}: the hash changed between rounds")
     return runs
@@ -104,30 +116,33 @@ def render(files: list[bench_read.BenchFile], results: dict[str, dict[str, list[
     lines = [
         SECTION,
         "",
-        f"Made by `python bench/bench_cache.py`. Medians of {repeats} rounds of fresh processes, the four modes "
+        f"Made by `python bench/bench_cache.py`. Medians of {repeats} rounds of fresh processes, the five modes "
         "interleaved in each round (warm OS file cache). *read* is `read_trace` timed inside the process after "
         "its imports; *wall* is the whole process (interpreter start and imports, about 0.3-0.5 s, which no "
         "cache removes). A first run and a hit both hash every byte of the trace (xxh3-128, 1 MiB reads: "
         "`model/cache.py`), a hit in a thread beside loading the entry; a first run also hashes again after "
-        "the read, checks the Trace and writes the entry. *hash share of hit* = hash alone / hit.",
+        "the read, checks the Trace and writes the entry. *entry load*: the hit's tables loaded without the hash; "
+        "*hash's cost to a hit* = hit - entry load.",
         "",
         *bench_read.machine_facts(bench_read.tracewhy_provenance()),
         "- load average (1/5/15 min) at start: {:.2f} / {:.2f} / {:.2f}; at end: {:.2f} / {:.2f} / {:.2f} "
         "(other agents share this machine: timings are noisy)".format(*loads[0], *loads[-1]),
         "",
-        "| file | MB on disk | slices | read: no cache | read: first run | read: cache hit | hash alone | "
-        "hash GB/s | hash share of hit | **no cache / hit** (target >= 20 on 1 GB) | first run / hit | "
-        "wall: no cache | wall: hit | hash peak RSS above imports |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| file | MB on disk | slices | read: no cache | read: first run | read: cache hit | entry load | "
+        "hash alone | hash GB/s | hash's cost to a hit | **no cache / hit** (target >= 20 on 1 GB) | "
+        "first run / hit | no cache / entry load | wall: no cache | wall: hit | hash peak RSS above imports |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+        "| ---: |",
     ]
     for f in files:
         runs = results[f.label]
         size = f.path.stat().st_size
-        cold, first, hit, hashed = (_work(runs[m]) for m in MODES)
+        cold, first, hit, load, hashed = (_work(runs[m]) for m in MODES)
         lines.append(
             f"| {f.label} | {size / bench_read.MB:,.0f} | {int(runs['cache hit'][0].report['slices']):,} | "  # type: ignore[call-overload]
-            f"{cold:.2f} s | {first:.2f} s | {hit:.3f} s | {hashed:.3f} s | {size / hashed / 1e9:.1f} | "
-            f"{hashed / hit:.0%} | **{cold / hit:.1f}x** | {first / hit:.1f}x | "
+            f"{cold:.2f} s | {first:.2f} s | {hit:.3f} s | {load:.3f} s | {hashed:.3f} s | "
+            f"{size / hashed / 1e9:.1f} | {hit - load:+.3f} s | **{cold / hit:.1f}x** | {first / hit:.1f}x | "
+            f"{cold / load:.1f}x | "
             f"{_wall(runs['no cache']):.2f} s | {_wall(runs['cache hit']):.2f} s | "
             f"{_above_imports_mb(runs['hash']):.1f} MB |"
         )
@@ -155,7 +170,7 @@ def write_section(section: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--repeats", type=int, default=5, help="rounds of the four modes per file (median kept)")
+    p.add_argument("--repeats", type=int, default=5, help="rounds of the five modes per file (median kept)")
     p.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "tracewhy-bench",
                    help="where the benchmark files are made once and the cache directories live")
     p.add_argument("--source", type=Path, default=inflate.DEFAULT_SOURCE)
