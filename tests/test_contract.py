@@ -349,3 +349,31 @@ def test_cut_plain_file_does_not_claim_to_know_what_came_after(tmp_path: Path,
     (warning,) = json.loads(out)["warnings"]
     assert code == 0 and "how many events the run wrote after the cut cannot be told" in warning
     assert "were lost" not in warning
+
+
+def _sqlite_copy(tmp_path: Path, name: str) -> Path:
+    path = tmp_path / name
+    path.write_bytes(gzip.decompress(shared_trace("nsys/nsysai_mock_rtx3080.sqlite.gz").read_bytes()))
+    return path
+
+
+@pytest.mark.parametrize("damage", ["view", "no-column"])
+def test_skipped_event_table_is_a_partial_trace(damage: str, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """An nsys export whose kernel table the reader cannot read (a view, which it never runs, or
+    a table without its end column) lacks events: check fails it as partial-trace."""
+    import sqlite3
+
+    path = _sqlite_copy(tmp_path, "damaged.sqlite")
+    with sqlite3.connect(path) as conn:
+        conn.execute('ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL RENAME TO k_rows')
+        if damage == "view":
+            conn.execute("CREATE VIEW CUPTI_ACTIVITY_KIND_KERNEL AS SELECT * FROM k_rows")
+        else:
+            conn.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL AS SELECT * FROM k_rows")
+            conn.execute('ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL DROP COLUMN "end"')
+    code, out, _ = _run(["check", str(path), "--max-high-findings", "100"], capsys)
+    assert code == 1 and "FAIL partial-trace" in out and "CUPTI_ACTIVITY_KIND_KERNEL" in out
+    whole = _sqlite_copy(tmp_path, "whole.sqlite")
+    code, out, _ = _run(["check", str(whole), "--max-high-findings", "100"], capsys)
+    assert code == 0 and "partial-trace" not in out

@@ -135,6 +135,9 @@ def read_nsys(
                      "`nsys export --type sqlite`, gzipped or not, or a .nsys-rep report)")
 
 
+#: Tables that hold events (the rest hold strings, enums and metadata): one skipped means the
+#: Trace lacks events (``TraceMeta.missing_events``), which ``check`` fails as partial-trace.
+_EVENT_TABLE_PREFIXES: Final = ("CUPTI_ACTIVITY_KIND_", "NVTX_EVENTS", "OSRT_API", "PROFILER_OVERHEAD")
 #: The slice kinds each group of export tables yields, in reading order. A group is read whole
 #: (runtime and driver calls share one table).
 _TABLE_KINDS: Final[dict[str, tuple[Kind, ...]]] = {
@@ -401,4 +404,5 @@ def _meta(db: Db, shown: Path, export: dict[str, str], slices: pl.DataFrame,
         warnings=tuple(warnings),
         capture_settings=settings,
         kinds_read=None if selection is None else selection.kinds_read,
+        skipped_tables=tuple(sorted(t for t in db.skipped if t.startswith(_EVENT_TABLE_PREFIXES))),
     )

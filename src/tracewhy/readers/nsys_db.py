@@ -38,6 +38,9 @@ class Db:
     #: can run forever), so a view where a table is expected is reported and not read.
     views: frozenset[str] = frozenset()
     problems: Counter[str] = field(default_factory=Counter)
+    #: Tables the reader wanted but could not read (a view, a WITHOUT ROWID table, a table
+    #: lacking a needed column): their events are missing, not zero (TraceMeta.skipped_tables).
+    skipped: set[str] = field(default_factory=set)
     #: Rows lasting longer than this are corrupt (see ``readers.nsys.plausible_duration_ns``).
     max_dur_ns: int | None = None
     _columns: dict[str, frozenset[str]] = field(default_factory=dict)
@@ -50,6 +53,7 @@ class Db:
     def columns(self, table: str) -> frozenset[str]:
         if table in self.views:
             self.problems[f"{table} is a view, not a table as nsys writes it: not read"] = 1
+            self.skipped.add(table)
             return frozenset()
         if table not in self.tables:
             return frozenset()
@@ -116,6 +120,7 @@ class Db:
             self.conn.execute(f'SELECT rowid FROM "{table}" LIMIT 0')
         except sqlite3.OperationalError:
             self.problems[f"{table} is a WITHOUT ROWID table, unlike those nsys writes: not read"] = 1
+            self.skipped.add(table)
             return False
         return True
 

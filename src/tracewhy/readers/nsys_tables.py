@@ -112,6 +112,7 @@ def _require(db: Db, table: str, *columns: str) -> bool:
     missing = [c for c in columns if c not in db.columns(table)]
     if missing:
         db.problems[f"{table} lacks {', '.join(missing)}: table skipped"] += 1
+        db.skipped.add(table)
         return False
     return True
 
