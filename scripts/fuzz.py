@@ -2,6 +2,7 @@
 commands in a worker process with a time bound, for N minutes.
 
     python scripts/fuzz.py --minutes 30 [--seed S] [--out results.json] [--failures DIR]
+    python scripts/fuzz.py --replay DIR      # rerun the inputs a run saved, say which still fail
 
 Each input is classified (tests/fuzzing_run.py): handled, warned (read with a warning),
 refused (a one-line error, exit 2 or 3), internal (any other exception, exit 70, a traceback,
@@ -23,6 +24,7 @@ import os
 import random
 import re
 import resource
+import shlex
 import shutil
 import sys
 import tempfile
@@ -159,7 +161,7 @@ class Tally:
         note = "\n".join([
             f"class: {sig}", f"seed trace: {job.seed.relative}", "mutations:",
             *(f"  {s}" for s in job.mutant.steps), "commands run:",
-            *(f"  tracewhy {' '.join(command_argv(c, saved, SHARED / 'traces' / job.seed.relative, saved))}"
+            *(f"  tracewhy {shlex.join(command_argv(c, saved, SHARED / 'traces' / job.seed.relative, saved))}"
               for c in job.commands),
             "rerun with TRACEWHY_DEBUG=1 TRACEWHY_NO_CACHE=1 for the traceback", "", "what happened:",
             problem.replace(str(job.path), str(saved)),
@@ -193,7 +195,11 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.gettempdir())
     parser.add_argument("--out", type=Path, default=tmp / "tracewhy-fuzz-results.json")
     parser.add_argument("--failures", type=Path, default=tmp / "fuzz_failures")
+    parser.add_argument("--replay", type=Path, default=None, metavar="DIR",
+                        help="rerun the inputs saved under DIR (in this process) instead of fuzzing")
     args = parser.parse_args(argv)
+    if args.replay is not None:
+        return replay(args.replay)
     if not (SHARED / "traces").is_dir():
         print(f"fuzz: the shared traces are not at {SHARED}/traces (set TRACEWHY_SHARED)", file=sys.stderr)
         return 2
@@ -217,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
                 for w in workers:
                     if w.job is None and now < end:
                         number += 1
-                        s = rng.choice(by_format[rng.choice(FORMATS)])  # formats equally often
+                        pool = by_format[rng.choice(FORMATS)]  # formats equally often
+                        s = rng.choices(pool, [p.weight for p in pool])[0]
                         mutant = mutate(s, originals[s], rng)
                         path = work / f"input{number}{mutant.suffix}"
                         path.write_bytes(mutant.data)
@@ -273,6 +280,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{entry['count']:6,}  {sig}\n        e.g. {example}")
     internal = sum(tally.counts[f]["internal"] + tally.counts[f]["hang"] for f in FORMATS)
     return 1 if internal else 0
+
+
+def replay(folder: Path) -> int:
+    """Rerun every saved input with the commands its note lists; print each one's verdict now."""
+    still = 0
+    for note in sorted(folder.rglob("*.txt")):
+        text = note.read_text()
+        seed = re.search(r"^seed trace: (.+)$", text, re.M)
+        fmt = next((s.format for s in SEEDS if seed and s.relative == seed.group(1)), "kineto")
+        path = note.with_suffix("")
+        outcome = Outcome(known=seed_warnings(SHARED / "traces" / seed.group(1), fmt) if seed else frozenset())
+        check_read(path, fmt, outcome, random.Random(0))
+        for line in re.findall(r"^  tracewhy (.+)$", text, re.M):
+            run_cli(shlex.split(line), outcome)
+        still += outcome.verdict == "internal"
+        first = outcome.problems[0].splitlines()[-1] if outcome.problems else ""
+        print(f"{outcome.verdict:9} {path}  {first[:150]}")
+    print(f"{still} of the saved inputs still fail")
+    return 1 if still else 0
 
 
 def _step_label(job: Job) -> str:

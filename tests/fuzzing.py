@@ -14,6 +14,7 @@ import csv
 import gzip
 import io
 import json
+import math
 import random
 import sqlite3
 import tempfile
@@ -32,13 +33,14 @@ class Seed:
 
     kind: str
     relative: str  # under ../shared/traces
+    weight: int = 3  # how often the long run picks it among its format's seeds (large ones less)
 
     @property
     def format(self) -> str:
         return "ncu" if self.kind.startswith("ncu") else self.kind
 
 
-#: Small real inputs (each reads in well under a second), the first of each kind the fastest.
+#: Real inputs (each reads in well under a second), the first of each kind the smallest.
 SEEDS: tuple[Seed, ...] = (
     Seed("kineto", "hta/tracecompare_tiny_base_rank1.json.gz"),
     Seed("kineto", "hta/a100_cuda_event_sync_small.json.gz"),
@@ -54,6 +56,17 @@ SEEDS: tuple[Seed, ...] = (
     Seed("ncu-csv", "ncu/csv_rtx5070_olajide/gemm_tiled.csv"),
     Seed("ncu-csv", "ncu/csv_b200_superbench/cublaslt_ncu.log"),
     Seed("ncu-rep", "ncu/a100pcie_mistic_searchkernel_ncu2020.ncu-rep"),
+    # Richer and larger: steps synchronized per block, many ranks, NCCL, torch.compile, counters,
+    # MPI and NVTX, a newer ncu.
+    Seed("kineto", "hta/gp100_step_sync_gpu_user_annotation_2023.json.gz", 2),
+    Seed("kineto", "tracelens/mi300x_torch_compile_triton_small.json.gz", 2),
+    Seed("kineto", "hta/cpu_only_gloo_rank34of300.json.gz", 2),
+    Seed("kineto", "hta/sampled_128rank_job_rank0.json.gz", 1),
+    Seed("kineto", "hta/a100_cupti_profiler_counters.json.gz", 1),
+    Seed("kineto", "hta/a100_ddp2_rank0_nccl2.17.json.gz", 1),
+    Seed("nsys", "nsys/pipit_saxpy_mpi_cuda_a100_2022.2.sqlite.gz", 1),
+    Seed("nsys", "nsys/nvfuser_xent_h200_2025.1.sqlite.gz", 1),
+    Seed("ncu-rep", "ncu/h100_appliedai_stochround_base2.ncu-rep", 1),
 )
 
 
@@ -298,9 +311,57 @@ def k_top_level(doc: Doc, rng: random.Random) -> str:
     return f"{key} = {doc.get(key)!r:.60}"
 
 
+_INJECTED_NAMES = {
+    "user_annotation": ("ProfilerStep#0", "ProfilerStep#1", "ProfilerStep#7", "## forward ##", "DataLoader.__next__"),
+    "cpu_op": ("aten::mm", "aten::item", "aten::copy_", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+               "nccl:all_reduce", "record_param_comms", "aten::_local_scalar_dense"),
+    "cuda_runtime": ("cudaLaunchKernel", "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMalloc",
+                     "cudaMemcpyAsync", "cudaGraphLaunch", "cudaEventSynchronize"),
+    "kernel": ("ncclKernel_AllReduce_RING_LL_Sum_float", "ampere_sgemm_128x64_tn", "flash_fwd_kernel",
+               "void at::native::elementwise_kernel<128, 2>", "triton_poi_fused_0"),
+    "gpu_memcpy": ("Memcpy HtoD (Pageable -> Device)", "Memcpy DtoD (Device -> Device)"),
+    "gpu_memset": ("Memset (Device)",),
+    "cuda_sync": ("Stream Sync", "Event Sync", "Context Sync"),
+    "gpu_user_annotation": ("ProfilerStep#1", "nccl:all_reduce"),
+    "python_function": ("train.py(42): step", "<built-in method item>"),
+}
+
+
+def k_inject(doc: Doc, rng: random.Random) -> str:
+    """A new event of a kind analyses care about (steps, syncs, collectives, copies, launches),
+    placed somewhere in the trace's span and linked, or not, to events already there."""
+    events = _events(doc)
+    timed = [e for e in events if isinstance(e, dict) and isinstance(e.get("ts"), (int, float))
+             and isinstance(e.get("dur"), (int, float)) and math.isfinite(e["ts"]) and math.isfinite(e["dur"])]
+    if not timed:
+        return "no timed events"
+    start = min(e["ts"] for e in timed)
+    end = max(e["ts"] + e["dur"] for e in timed)
+    cat = rng.choice(list(_INJECTED_NAMES))
+    host = [e for e in timed if e.get("cat") in ("cpu_op", "cuda_runtime", "user_annotation")]
+    gpu = [e for e in timed if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    like = rng.choice((gpu if cat.startswith(("kernel", "gpu", "cuda_sync")) else host) or timed)
+    ts = rng.uniform(start, end) if rng.random() < 0.8 else rng.choice((start, end, like["ts"]))
+    event: dict[str, Any] = {
+        "ph": "X", "cat": cat, "name": rng.choice(_INJECTED_NAMES[cat]), "pid": like.get("pid"),
+        "tid": like.get("tid"), "ts": round(ts, 3), "dur": rng.choice((0, 1, 5, 100, 10_000, end - ts, like["dur"])),
+        "args": dict(like.get("args") or {}) if isinstance(like.get("args"), dict) else {},
+    }
+    linked = [e for e in timed if isinstance(e.get("args"), dict) and "correlation" in e["args"]]
+    if linked and rng.random() < 0.7:
+        event["args"]["correlation"] = rng.choice(linked)["args"]["correlation"]
+        event["args"]["External id"] = event["args"]["correlation"]
+    if cat == "kernel" and event["name"].startswith("nccl"):
+        event["args"].update({"Collective name": "allreduce", "In msg nelems": rng.choice((0, 1, 2**20)),
+                              "Group size": rng.choice((1, 2, 8)), "dtype": "Float"})
+    events.insert(rng.randrange(len(events) + 1), event)
+    return f"injected a {cat} {event['name']!r} at ts {event['ts']} dur {event['dur']}"
+
+
 KINETO_MUTATORS: tuple[KinetoMutator, ...] = (
     k_type_swap, k_type_swap, k_delete_field, k_extreme_number, k_extreme_number, k_phase, k_string,
     k_duplicate, k_reorder, k_drop_events, k_collide_links, k_shift_time, k_shift_time, k_top_level,
+    k_inject, k_inject, k_inject,
 )
 
 

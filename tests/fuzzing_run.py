@@ -11,6 +11,8 @@ import functools
 import io
 import os
 import random
+import sys
+import tempfile
 import traceback
 import warnings
 from collections.abc import Iterator, Sequence
@@ -29,6 +31,7 @@ TRACE_COMMANDS: tuple[tuple[tuple[str, ...], int], ...] = (
     (("check", "--max-gpu-idle", "50%", "--max-step-p50", "1s", "--allow-unmeasured"), 2),
     (("roofline",), 1), (("export", "-o", "{out}.json.gz"), 1), (("report", "-o", "{out}.html"), 1),
     (("diff", "{original}", "{input}"), 1), (("check", "--baseline", "{original}", "--allow-unmeasured"), 1),
+    (("ranks", "--workers", "1", "{input}"), 1),
 )
 NCU_COMMANDS: tuple[tuple[tuple[str, ...], int], ...] = (
     (("roofline",), 4), (("roofline", "--launches"), 1), (("roofline", "--device", "H100 SXM"), 1),
@@ -71,6 +74,24 @@ def _debug_env() -> Iterator[None]:
                 os.environ[key] = value
 
 
+@contextlib.contextmanager
+def _native_stderr() -> Iterator[list[str]]:
+    """What native code (a C++ library's log) writes straight to file descriptor 2 meanwhile:
+    the user sees it, though ``redirect_stderr`` does not."""
+    written: list[str] = []
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield written
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            written.append(sink.read().decode("utf-8", "replace"))
+
+
 def _last_lines(text: str, n: int = 40) -> str:
     return "\n".join(text.strip().splitlines()[-n:])
 
@@ -81,7 +102,7 @@ def run_cli(argv: Sequence[str], outcome: Outcome) -> int | None:
 
     out, err = io.StringIO(), io.StringIO()
     label = "tracewhy " + " ".join(argv)
-    with _debug_env(), warnings.catch_warnings(record=True) as caught, \
+    with _debug_env(), warnings.catch_warnings(record=True) as caught, _native_stderr() as native, \
             contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         warnings.simplefilter("always")
         try:
@@ -93,6 +114,8 @@ def run_cli(argv: Sequence[str], outcome: Outcome) -> int | None:
             return None
     outcome.stray_warnings.extend(f"{label}: {w.category.__name__}: {w.message}" for w in caught)
     stderr = err.getvalue()
+    if native[0].strip():
+        outcome.worsen("internal", f"{label}\nexit {code}; native code wrote to stderr:\n{_last_lines(native[0], 6)}")
     lines = stderr.strip().splitlines()
     if "Traceback" in stderr or code == 70 or "out of memory" in stderr:
         outcome.worsen("internal", f"{label}\nexit {code}\n{_last_lines(stderr)}")
@@ -118,7 +141,7 @@ def check_read(path: Path, fmt: str, outcome: Outcome, rng: random.Random | None
     from tracewhy.readers import CacheOptions, read_trace
     from tracewhy.readers.ncu import read_ncu
 
-    with _debug_env(), warnings.catch_warnings(record=True) as caught:
+    with _debug_env(), warnings.catch_warnings(record=True) as caught, _native_stderr() as native:
         warnings.simplefilter("always")
         try:
             if fmt == "ncu":
@@ -141,6 +164,8 @@ def check_read(path: Path, fmt: str, outcome: Outcome, rng: random.Random | None
                 raise
             outcome.worsen("internal", f"read ({fmt})\n{_last_lines(traceback.format_exc(), 40)}")
     outcome.stray_warnings.extend(f"read: {w.category.__name__}: {w.message}" for w in caught)
+    if native[0].strip():
+        outcome.worsen("internal", f"read ({fmt}); native code wrote to stderr:\n{_last_lines(native[0], 6)}")
 
 
 def pick_commands(fmt: str, rng: random.Random, count: int) -> list[tuple[str, ...]]:
