@@ -15,8 +15,8 @@ Files: ``bench_read.prepare_files``'s three (the largest real trace, gzipped and
 56 MB of JSON, and its ~1 GB inflation by ``inflate.py``), made once in ``--work-dir``
 (default: ``tracewhy-bench`` in the system's temporary directory, never inside the repo).
 The issue's target: a hit on the 1 GB trace at least 20x faster than a cold read. Medians of
-``--repeats`` rounds, the modes interleaved within each; the table goes to stdout and replaces
-this bench's section of ``bench/results.md``.
+``--repeats`` rounds, the modes interleaved within each; the table goes to stdout and to
+``bench/results_cache.md``.
 
 Usage: python bench/bench_cache.py [--repeats 5] [--work-dir DIR] [--no-write]
 """
@@ -34,8 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_read  # bench/ holds scripts, not a package
 import inflate
 
-RESULTS = bench_read.RESULTS
-SECTION = "## Parsed-trace cache: cold read vs cache hit (bench_cache.py)"
+#: Its own file, as every bench here has: bench_read.py rewrites results.md whole.
+RESULTS = bench_read.BENCH / "results_cache.md"
+SECTION = "# Parsed-trace cache: cold read vs cache hit (bench_cache.py)"
 TARGET_SPEEDUP = 20.0
 MODES = ("no cache", "first run", "cache hit", "entry load", "hash")
 
@@ -157,15 +158,8 @@ def render(files: list[bench_read.BenchFile], results: dict[str, dict[str, list[
 
 
 def write_section(section: str) -> None:
-    """Replace this bench's section of results.md (from its heading to the next ``## ``), or append it."""
-    text = RESULTS.read_text() if RESULTS.exists() else ""
-    start = text.find(SECTION)
-    if start < 0:
-        text = text.rstrip("\n") + "\n\n" + section
-    else:
-        end = text.find("\n## ", start + len(SECTION))
-        text = text[:start] + section + (text[end + 1:] if end >= 0 else "")
-    RESULTS.write_text(text)
+    """The results file holds this bench's latest run alone."""
+    RESULTS.write_text(section)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--source", type=Path, default=inflate.DEFAULT_SOURCE)
     p.add_argument("--target-bytes", type=float, default=inflate.DEFAULT_TARGET_BYTES)
     p.add_argument("--timeout-s", type=float, default=600, help="limit per child process")
-    p.add_argument("--no-write", action="store_true", help="print the table, leave results.md alone")
+    p.add_argument("--no-write", action="store_true", help="print the table, leave results_cache.md alone")
     args = p.parse_args(argv)
     work_dir: Path = args.work_dir.resolve()
     if work_dir.is_relative_to(inflate.REPO):

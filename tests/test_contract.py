@@ -377,3 +377,50 @@ def test_skipped_event_table_is_a_partial_trace(damage: str, tmp_path: Path,
     whole = _sqlite_copy(tmp_path, "whole.sqlite")
     code, out, _ = _run(["check", str(whole), "--max-high-findings", "100"], capsys)
     assert code == 0 and "partial-trace" not in out
+
+
+def test_nsys_report_without_a_cache_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """An .nsys-rep is exported into the cache directory; with none to be had (an unknown ~user
+    in TRACEWHY_CACHE_DIR) that was a traceback."""
+    nsys = tmp_path / "nsys"
+    nsys.write_text("#!/bin/sh\nexit 0\n")
+    nsys.chmod(0o755)
+    report = tmp_path / "run.nsys-rep"
+    report.write_bytes(b"not really a report")
+    monkeypatch.setenv("TRACEWHY_NSYS", str(nsys))
+    monkeypatch.setenv("TRACEWHY_CACHE_DIR", "~nosuchuser-tracewhy/x")
+    code, _, err = _run(["kernels", str(report)], capsys)
+    assert code == 3 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert str(report) in err and "TRACEWHY_CACHE_DIR" in err
+
+
+def test_database_with_a_log_beside_it_is_not_cached(tmp_path: Path) -> None:
+    """A -wal (or hot -journal) is part of the database's content, and a key of the database file
+    alone would not see it grow: such a file is read afresh every time, never cached."""
+    import sqlite3
+
+    import tracewhy
+    from tracewhy.model.cache import CacheOptions
+
+    path = tmp_path / "live.sqlite"
+    path.write_bytes(gzip.decompress(shared_trace("nsys/nsysai_h100_2gpu_1s.sqlite.gz").read_bytes()))
+    assert path.stat().st_size > 256 * 1024  # big enough to be cached
+    cache = CacheOptions(directory=tmp_path / "cache")
+    tracewhy.readers.read_trace(path, cache=cache)
+    assert any((tmp_path / "cache").rglob("meta.json"))  # cached without a log
+    wal_db = tmp_path / "wal" / "live.sqlite"
+    wal_db.parent.mkdir()
+    wal_db.write_bytes(path.read_bytes())
+    conn = sqlite3.connect(wal_db, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA wal_autocheckpoint = 0")
+    conn.execute("CREATE TABLE note (x)")
+    wal_cache = CacheOptions(directory=tmp_path / "wal-cache")
+    try:
+        assert Path(f"{wal_db}-wal").exists()
+        for _ in range(2):
+            tracewhy.readers.read_trace(wal_db, cache=wal_cache)
+    finally:
+        conn.close()
+    assert not any((tmp_path / "wal-cache").rglob("meta.json"))

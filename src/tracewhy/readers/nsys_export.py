@@ -60,7 +60,11 @@ def export_report(
     except OSError as e:
         raise TraceError(report, f"cannot read: {e.strerror or e}") from None
     key = hashlib.sha256(f"{report.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:20]
-    folder = (cache_dir or default_cache_dir()) / "nsys"
+    try:
+        folder = (cache_dir or default_cache_dir()) / "nsys"
+    except RuntimeError as e:  # no home directory, or an unknown ~user in TRACEWHY_CACHE_DIR
+        raise TraceError(report, f"no directory to export the report into ({e}); set TRACEWHY_CACHE_DIR "
+                                 "to a writable directory") from None
     out = folder / f"{report.stem}-{key}.sqlite"
     if _is_sqlite(out):
         return out
