@@ -117,6 +117,9 @@ def signature(problem: str) -> str:
     """What identifies one class of internal error: the command name, the innermost tracewhy
     frame and the exception type (or the first line of the message when there is no traceback)."""
     lines = problem.strip().splitlines()
+    if "native code wrote to stderr" in problem:  # absl log lines carry a time and a thread id
+        said = re.sub(r"\[\d+\]", "[N]", re.sub(r"^E\d+ [\d:.]+ +\d+ ", "", lines[-1]))
+        return f"native stderr: {said[:160]}"
     command = lines[0].split()[1] if lines and lines[0].startswith("tracewhy ") else lines[0] if lines else "?"
     frames = _FRAME.findall(problem)
     last = lines[-1] if lines else ""

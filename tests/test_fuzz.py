@@ -10,7 +10,9 @@ within its budget; ``python scripts/fuzz.py --minutes 30`` is the long, random r
 from __future__ import annotations
 
 import gzip
+import os
 import random
+import sys
 import tempfile
 from pathlib import Path
 
@@ -18,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 
+import tracewhy.cli.commands.kernels as kernels_command
 from conftest import TRACES, shared_trace
 from fuzzing import (
     BYTE_MUTATORS,
@@ -29,7 +32,9 @@ from fuzzing import (
     mutate_sqlite_db,
     seed_bytes,
 )
-from fuzzing_run import Outcome, run_input
+from fuzzing_run import Outcome, check_read, run_cli, run_input
+from tracewhy.errors import TraceError
+from tracewhy.model.trace import ModelError, Trace
 
 TRACE_COMMANDS = [("info",), ("kernels",), ("diagnose",), ("gaps",), ("overlap",)]
 NCU_COMMANDS = [("roofline",), ("roofline", "--json", "--launches")]
@@ -137,3 +142,39 @@ def test_ncu_report_damage(seed: Seed, rng: random.Random) -> None:
     """A truncated or bit-flipped .ncu-rep is read or refused, never a crash."""
     mutant = mutate(seed, _original(seed), rng)
     _run(seed, mutant.data, mutant.suffix, [("roofline",)], mutant.steps)
+
+
+def test_the_harness_sees_each_failure(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The classifier itself: a crash in a command, a broken model invariant, a many-line error
+    and native output on file descriptor 2 are each an internal error; a clean read is handled."""
+    seed = KINETO[0]
+    path = tmp_path / "input.json"
+    path.write_bytes(_original(seed))
+    clean = Outcome()
+    check_read(path, "kineto", clean)
+    run_cli(["kernels", str(path)], clean)
+    assert (clean.verdict, clean.problems) == ("handled", [])
+
+    def crash(*_: object) -> None:
+        raise ZeroDivisionError("planted")
+
+    def broken(_: Trace) -> None:
+        raise ModelError("planted")
+
+    def noisy(*_: object) -> None:
+        os.write(2, b"E0000 planted: a C++ library's log line\n")
+
+    def chatty(*_: object) -> None:
+        print("planted: a second line before the error", file=sys.stderr)
+        raise TraceError(path, "refused")
+
+    cases = [(kernels_command, "kernels", crash), (Trace, "check", broken), (kernels_command, "emit", noisy),
+             (kernels_command, "kernels", chatty)]
+    for owner, name, replacement in cases:
+        with monkeypatch.context() as m:
+            m.setattr(owner, name, replacement)
+            outcome = Outcome()
+            check_read(path, "kineto", outcome)
+            run_cli(["kernels", str(path)], outcome)
+        assert outcome.verdict == "internal", (name, outcome)
+        assert any("planted" in p for p in outcome.problems), outcome.problems
