@@ -15,3 +15,9 @@ def sum_of(column: pl.Series) -> float:
     """Sum of a numeric column (0 when empty)."""
     value = column.sum()
     return float(value) if value is not None else 0.0
+
+
+def max_of(column: pl.Series) -> float:
+    """Largest value of a numeric column (0 when empty or all null)."""
+    value = column.max()
+    return float(value) if value is not None else 0.0  # type: ignore[arg-type]

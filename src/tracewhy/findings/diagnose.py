@@ -9,8 +9,9 @@ from tracewhy.analyses.gaps import GapsResult
 from tracewhy.analyses.steps import StepsResult
 from tracewhy.findings import blocks, host, idle, nsys_rules, overlap, platform, trust
 from tracewhy.findings.basis import Basis, basis
+from tracewhy.findings.consolidate import consolidate
 from tracewhy.findings.context import Context, DiagnoseOptions
-from tracewhy.findings.model import Finding, Severity, rank
+from tracewhy.findings.model import Finding, Severity
 from tracewhy.model.trace import Trace
 
 Rule = Callable[[Context], list[Finding]]
@@ -54,4 +55,9 @@ def diagnose(trace: Trace, options: DiagnoseOptions | None = None) -> Report:
         ))
     for rule in RULES if trace.slices.height else ():
         found += rule(ctx)
-    return Report(path=trace.meta.path, findings=rank(found), steps=ctx.steps(), gaps=ctx.gaps(), basis=basis(ctx))
+    b = basis(ctx)
+    stats = ctx.steps().stats
+    # What recoverable times are shares of: the GPU's step window, else the host's median step.
+    window = b.window_ns if b.device is not None and b.window_ns > 0 else (stats.p50_ns if stats else None)
+    return Report(path=trace.meta.path, findings=consolidate(found, window), steps=ctx.steps(), gaps=ctx.gaps(),
+                  basis=b)

@@ -139,7 +139,7 @@ def _spikes(ctx: Context) -> list[Finding]:
                   + (f"they contain {why} over a median step." if explained else
                      "they contain nothing a median step lacks (machine noise, GC or I/O outside the trace)."),
         next_step=("Remove the per-step source of those events (recompiles: mark dynamic shapes or pad; allocator: "
-                   "stable shapes; syncs: see the sync finding)." if explained else
+                   "stable shapes; syncs: tracewhy gaps TRACE --class sync)." if explained else
                    "Rerun to see whether the spikes repeat; if they do, capture with with_stack=True around them."),
         # Unexplained spikes are not recoverable by any change we can name.
         recoverable_ns_per_step=round(excess / max(steady.height, 1)) if explained else 0,

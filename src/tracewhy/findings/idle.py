@@ -21,6 +21,10 @@ from tracewhy.model.schema import Col
 from tracewhy.units import fmt_ns as ms
 from tracewhy.units import fmt_pct as pct
 
+#: The finding of each idle class (one per GapClass), which gpu-low-utilization sums up.
+CLASS_FINDINGS = ("gpu-idle-input", "gpu-idle-sync", "gpu-idle-launch", "gpu-idle-host", "gpu-idle-allocator",
+                  "gpu-idle-comm-wait", "gpu-idle-graph-launch", "gpu-idle-dependency", "gpu-idle-untraced")
+
 
 def findings(ctx: Context) -> list[Finding]:
     b = basis(ctx)
@@ -38,10 +42,11 @@ def findings(ctx: Context) -> list[Finding]:
             statement=f"GPU {b.device} is active {b.of_window(b.busy_ns)} "
                       f"({ms(b.busy_ns)} of {ms(b.window_ns)} {b.unit}); idle {ms(b.idle_ns)}: {why}.",
             next_step="See the gaps: tracewhy gaps TRACE --top 20 (largest idle intervals with the host activity in "
-                      "each); the class findings below say what to change.",
+                      "each).",
             evidence={"device": b.device, "active_share": round(b.active_share, 4), "window_ns": round(b.window_ns),
                       "idle_ns": round(b.idle_ns), "idle_share": round(idle_share, 4), "idle_by_class_ns": breakdown,
                       "steps": b.steps},
+            see=CLASS_FINDINGS, parts=CLASS_FINDINGS,
         ))
     if b.active_share >= th.SATURATED_UTILIZATION:
         out.append(_saturated(ctx, b))
@@ -64,8 +69,7 @@ def _saturated(ctx: Context, b: Basis) -> Finding:
     exposed = _exposed_comm_ns(ctx, b)
     comm = ""
     if b.share(exposed) >= th.IDLE_CLASS_MIN_SHARE:
-        comm = (f"; {ms(exposed)} of that ({b.of_window(exposed)}) is communication with no compute under it "
-                "(see comm-exposed)")
+        comm = f"; {ms(exposed)} of that ({b.of_window(exposed)}) is communication with no compute under it"
     vendor, rule = gpu_vendor(ctx.trace)
     if vendor == "amd":
         profile = ("profile the top ones with ROCm Compute Profiler (rocprof-compute profile -n top -k NAME -- "
@@ -84,6 +88,7 @@ def _saturated(ctx: Context, b: Basis) -> Finding:
         evidence={"device": b.device, "active_share": round(b.active_share, 4), "window_ns": round(b.window_ns),
                   "busy_ns": round(b.busy_ns), "idle_ns": round(b.idle_ns), "comm_exposed_ns": round(exposed),
                   "steps": b.steps, "vendor": vendor, "vendor_rule": rule},
+        see=("comm-exposed",) if comm else (),
     )
 
 

@@ -36,6 +36,12 @@ class Finding:
     next_step: str
     recoverable_ns_per_step: int = 0
     evidence: dict[str, Any] = field(default_factory=dict)
+    #: Codes of other findings this one points the reader to; ``diagnose`` names in the text only
+    #: those it prints (``findings.consolidate``), so no text refers to a finding that is absent.
+    see: tuple[str, ...] = ()
+    #: Codes this finding sums up (GPU idle overall, then one finding per idle class): it is
+    #: placed right before the first of them that is printed.
+    parts: tuple[str, ...] = ()
 
 
 def rank(findings: list[Finding]) -> list[Finding]:

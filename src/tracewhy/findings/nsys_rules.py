@@ -11,10 +11,13 @@ from __future__ import annotations
 import polars as pl
 
 from tracewhy.analyses import nsys_rules as rules
-from tracewhy.analyses.stats import sum_of
+from tracewhy.analyses.stats import max_of, sum_of
+from tracewhy.findings import thresholds as th
 from tracewhy.findings.context import Context
+from tracewhy.findings.idle import CLASS_FINDINGS
 from tracewhy.findings.model import Finding, Severity
-from tracewhy.model.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, Col
+from tracewhy.model.trace import Trace
 from tracewhy.units import fmt_bytes
 from tracewhy.units import fmt_ns as ms
 
@@ -58,14 +61,20 @@ def findings(ctx: Context) -> list[Finding]:
     if sync_api.height:
         # Ties in count by name: the statement must read the same on every run.
         names = sync_api.group_by("api").len().sort(["len", "api"], descending=[True, False])
+        # Severity by the share of the capture the most blocked thread spent blocked (358.8 ms of a
+        # 1.211 s run is not low); the time is the host's, so it is not recoverable GPU time.
+        per_thread = sync_api.group_by(Col.PID, Col.TID).agg(pl.col(Col.DUR).sum())
+        blocked_share = min(1.0, max_of(per_thread.get_column(Col.DUR)) / max(_span_ns(t), 1))
         out.append(Finding(
-            code="nsys-sync-api", severity=Severity.LOW,
+            code="nsys-sync-api", severity=_by_share(blocked_share),
             statement=f"{sync_api.height} synchronization API calls blocked the host for "
                       f"{ms(sum_of(sync_api['dur_ns']))} ("
                       + ", ".join(f"{a} x{n}" for a, n in names.iter_rows()) + "; nsys rule cuda_api_sync).",
-            next_step="Keep at most one synchronize per step; see the gpu-idle-sync finding for the ones that drain "
-                      "the GPU.",
-            evidence={"rule": "cuda_api_sync", "count": sync_api.height, "longest": _rows(sync_api)},
+            next_step="Keep at most one synchronize per step; tracewhy gaps TRACE --class sync shows the ones that "
+                      "drain the GPU.",
+            evidence={"rule": "cuda_api_sync", "count": sync_api.height, "longest": _rows(sync_api),
+                      "share_of_trace": round(blocked_share, 4)},
+            see=("gpu-idle-sync", "scalar-read-per-step"),
         ))
     big_gaps = rules.gpu_gaps(t).table
     if big_gaps.height:
@@ -82,10 +91,23 @@ def findings(ctx: Context) -> list[Finding]:
             code="nsys-gpu-low-utilization", severity=Severity.LOW,
             statement=f"{int(sum_of(low['chunks']))} of {rules.UTIL_CHUNKS} equal chunks of the GPU's active span use "
                       f"it under {rules.LOW_UTIL_PCT:.0f}% (nsys rule gpu_time_util).",
-            next_step="See the gpu-low-utilization and gap findings for why.",
+            next_step="Find what the host did in those stretches: tracewhy gaps TRACE --top 20.",
             evidence={"rule": "gpu_time_util", "runs": _rows(low)},
+            see=CLASS_FINDINGS,
         ))
     return out
+
+
+def _span_ns(t: Trace) -> int:
+    """The span of the events the file holds (a derived nsys file holds a window of a longer
+    capture, whose session span would dilute every share)."""
+    s = t.slices
+    return int(s.select((pl.col(Col.TS) + pl.col(Col.DUR)).max() - pl.col(Col.TS).min()).item() or 0)
+
+
+def _by_share(share: float) -> Severity:
+    return (Severity.HIGH if share >= th.HIGH_SEVERITY_SHARE
+            else Severity.MEDIUM if share >= th.IDLE_CLASS_MIN_SHARE else Severity.LOW)
 
 
 def _rows(frame: pl.DataFrame) -> list[dict[str, object]]:

@@ -1,0 +1,81 @@
+"""One consistent text out of the rules' findings: one finding per cause, references only to
+findings that are printed, a summary before the findings it sums up, and severity by the share
+of the step a fix would recover."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Final
+
+from tracewhy.findings import thresholds as th
+from tracewhy.findings.model import Finding, Severity, rank
+
+#: ``nsys analyze`` rules (findings/nsys_rules.py) that flag the same cause as one of tracewhy's
+#: own findings, which has more context: the nsys finding is folded into it, its rule and
+#: evidence kept. pageable-memcpy counts every copy through pageable memory, cuda_memcpy_async the
+#: asynchronous ones among them; cuda_memcpy_sync and synchronous-memcpy both count the
+#: cudaMemcpy-without-Async calls; gpu_time_util and gpu-low-utilization both measure GPU idle.
+SAME_CAUSE: Final = {
+    "nsys-async-memcpy-pageable": "pageable-memcpy",
+    "nsys-sync-memcpy": "synchronous-memcpy",
+    "nsys-gpu-low-utilization": "gpu-low-utilization",
+}
+#: Severities that rank by recoverable time; TRUST and INFO say something else.
+_BY_SHARE: Final = (Severity.HIGH, Severity.MEDIUM, Severity.LOW)
+
+
+def consolidate(findings: list[Finding], window_ns: float | None) -> list[Finding]:
+    """The findings as ``diagnose`` prints them. ``window_ns``: the step (or the trace, without
+    steps) that recoverable times are shares of; None when it cannot be measured."""
+    merged = _merge_same_cause(findings)
+    judged = [_severity_by_share(f, window_ns) for f in merged]
+    printed = {f.code for f in judged}
+    return _summaries_first(rank([_with_references(f, printed) for f in judged]))
+
+
+def _merge_same_cause(findings: list[Finding]) -> list[Finding]:
+    by_code = {f.code: f for f in findings}
+    out: list[Finding] = []
+    for f in findings:
+        if f.code in SAME_CAUSE and SAME_CAUSE[f.code] in by_code:
+            continue  # folded into the finding below
+        folded = [g for g in findings if SAME_CAUSE.get(g.code) == f.code]
+        if folded:
+            rules = [str(g.evidence.get("rule", g.code)) for g in folded]
+            f = replace(f, statement=f"{f.statement} (nsys rule {', '.join(rules)} flags the same cause.)",
+                        evidence={**f.evidence, "nsys_rules": {r: g.evidence for r, g in zip(rules, folded,
+                                                                                          strict=True)}})
+        out.append(f)
+    return out
+
+
+def _severity_by_share(f: Finding, window_ns: float | None) -> Finding:
+    """HIGH from HIGH_SEVERITY_SHARE of the step recoverable, MEDIUM from IDLE_CLASS_MIN_SHARE,
+    LOW under it: 98.8 ms of a 252 ms step is not low, whatever the rule's default."""
+    if f.severity not in _BY_SHARE or not window_ns or f.recoverable_ns_per_step <= 0:
+        return f
+    share = f.recoverable_ns_per_step / window_ns
+    severity = (Severity.HIGH if share >= th.HIGH_SEVERITY_SHARE
+                else Severity.MEDIUM if share >= th.IDLE_CLASS_MIN_SHARE else Severity.LOW)
+    return replace(f, severity=severity)
+
+
+def _with_references(f: Finding, printed: set[str]) -> Finding:
+    present = [c for c in f.see if c in printed and c != f.code]
+    if not present:
+        return f
+    names = ", ".join(present)
+    return replace(f, next_step=f"{f.next_step} See also: {names}.", see=tuple(present))
+
+
+def _summaries_first(findings: list[Finding]) -> list[Finding]:
+    """Each summary moved right before the first of its parts (it ranks by its own time otherwise,
+    usually after them: a summary recovers nothing a part does not)."""
+    out = list(findings)
+    for summary in [f for f in findings if f.parts]:
+        positions = [i for i, g in enumerate(out) if g.code in summary.parts]
+        here = out.index(summary)
+        if positions and positions[0] < here:
+            out.pop(here)
+            out.insert(positions[0], summary)
+    return out
