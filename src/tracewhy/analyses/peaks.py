@@ -76,7 +76,21 @@ _TABLE: Final[tuple[tuple[str, DevicePeaks], ...]] = (
     (r"h100", _p("H100 SXM", 132, 1980, 3.35 * TB, "NVIDIA H100 datasheet",
                  fp64=34, fp64_tensor=67, fp32=67, tf32_tensor=494.5, fp16_tensor=989.5,
                  fp8_tensor=1979)),
-    # NVIDIA H200 datasheet (2024): compute as H100 SXM, HBM3e 4.8 TB/s.
+    # NVIDIA GH200 Grace Hopper Superchip datasheet (2024), GPU side: compute as H100 SXM;
+    # HBM3 96 GB at 4 TB/s, or HBM3e 144 GB at 4.9 TB/s. Before "h200", which "gh200" contains.
+    (r"gh200.*(hbm3e|144 ?g|624 ?g)", _p("GH200 (HBM3e)", 132, 1980, 4.9 * TB, "NVIDIA GH200 datasheet",
+                                 fp64=34, fp64_tensor=67, fp32=67, tf32_tensor=494.5,
+                                 fp16_tensor=989.5, fp8_tensor=1979)),
+    (r"gh200", _p("GH200 (HBM3)", 132, 1980, 4.0 * TB, "NVIDIA GH200 datasheet",
+                  fp64=34, fp64_tensor=67, fp32=67, tf32_tensor=494.5, fp16_tensor=989.5,
+                  fp8_tensor=1979)),
+    # NVIDIA H200 datasheet (2024), NVL column: FP64 30, FP64 Tensor 60, FP32 60 TF; TF32 835,
+    # BF16 1671, FP8 3341 with sparsity -> 417.5 / 835.5 / 1670.5; HBM3e 4.8 TB/s; the NVL
+    # runs at the H100 NVL's 1785 MHz.
+    (r"h200.*nvl", _p("H200 NVL", 132, 1785, 4.8 * TB, "NVIDIA H200 datasheet",
+                      fp64=30, fp64_tensor=60, fp32=60, tf32_tensor=417.5, fp16_tensor=835.5,
+                      fp8_tensor=1670.5)),
+    # NVIDIA H200 datasheet (2024), SXM column: compute as H100 SXM, HBM3e 4.8 TB/s.
     (r"h200", _p("H200 SXM", 132, 1980, 4.8 * TB, "NVIDIA H200 datasheet",
                  fp64=34, fp64_tensor=67, fp32=67, tf32_tensor=494.5, fp16_tensor=989.5,
                  fp8_tensor=1979)),
@@ -90,6 +104,20 @@ _TABLE: Final[tuple[tuple[str, DevicePeaks], ...]] = (
     (r"b200", _p("B200", 148, 1965, 8.0 * TB, "NVIDIA HGX B200 specifications (per GPU)",
                  fp64=37, fp64_tensor=37, fp32=74.4, tf32_tensor=1125, fp16_tensor=2250,
                  fp8_tensor=4500)),
+    # NVIDIA L40S datasheet (2023): FP32 91.6 TF; dense (sparse) TF32 183 (366), BF16/FP16
+    # 362.05 (733), FP8 733 (1466); GDDR6 864 GB/s; 142 SMs (18,176 CUDA cores), 2520 MHz
+    # boost. No FP64 figure is published.
+    (r"l40s", _p("L40S", 142, 2520, 864 * GB, "NVIDIA L40S datasheet",
+                 fp32=91.6, tf32_tensor=183, fp16_tensor=362.05, fp8_tensor=733)),
+    # NVIDIA L40 datasheet (2022): FP32 90.5 TF; TF32 181, FP16 (FP32 accumulate) 362.1,
+    # FP8 724 with sparsity -> 90.5 / 181.05 / 362 dense; 864 GB/s; 142 SMs, 2490 MHz.
+    (r"\bl40\b", _p("L40", 142, 2490, 864 * GB, "NVIDIA L40 datasheet",
+                    fp32=90.5, tf32_tensor=90.5, fp16_tensor=181.05, fp8_tensor=362)),
+    # NVIDIA T4 datasheet (2019): FP32 8.1 TF, FP16 (mixed precision) Tensor 65 TF (Turing
+    # has no sparsity), GDDR6 320 GB/s; 40 SMs (2,560 CUDA cores), 1590 MHz boost (its base
+    # is 585 MHz, where ncu's default --clock-control base puts it). No FP64 figure.
+    (r"\bt4\b", _p("T4", 40, 1590, 320 * GB, "NVIDIA T4 datasheet",
+                   fp32=8.1, fp16_tensor=65)),
     # NVIDIA L4 datasheet (2023): FP32 30.3 TF; TF32 120, BF16/FP16 242, FP8 485 with
     # sparsity -> 60 / 121 / 242.5 dense; 300 GB/s.
     (r"\bl4\b", _p("L4", 58, 2040, 300 * GB, "NVIDIA L4 datasheet",

@@ -159,10 +159,21 @@ class _Launch:
         return _num(self.row, key)
 
 
+def _sm_clock(launch: _Launch) -> float | None:
+    """The one clock that turns per-cycle counts into rates, for the roof and the achieved alike.
+
+    ncu's roofline sections do the same (peak x sm__cycles_elapsed.avg.per_second, achieved x
+    smsp__cycles_elapsed.avg.per_second, equal to each other), so achieved / peak is exactly the
+    ratio of the per-cycle counts, whatever the clock. A roof at another clock than the achieved
+    point (the GPC clock, as before) misplaces the kernel by the two clocks' ratio.
+    """
+    return launch.get(NCol.SM_CLOCK) or launch.get(NCol.SMSP_CLOCK)
+
+
 def _ceilings(launch: _Launch, table: DevicePeaks | None, clock_ratio: float | None) -> Ceilings:
     flops: dict[str, float] = {}
     sources: set[str] = set()
-    clock = launch.get(NCol.SM_CLOCK) or launch.get(NCol.SMSP_CLOCK)
+    clock = _sm_clock(launch)
     for precision, column in (("fp32", NCol.FFMA_PEAK), ("fp64", NCol.DFMA_PEAK)):
         per_cycle = launch.get(column)
         if per_cycle and clock:
@@ -206,7 +217,7 @@ def _throughputs(launch: _Launch, ceil: Ceilings) -> dict[str, float | None]:
     if mem_pct is None:
         levels = [v for v in (dram_pct, launch.get(NCol.L1_PCT), launch.get(NCol.L2_PCT)) if v is not None]
         mem_pct = max(levels) if levels else None
-    clock = launch.get(NCol.SMSP_CLOCK) or launch.get(NCol.SM_CLOCK)
+    clock = _sm_clock(launch)
     flops: dict[str, float | None] = {}
     for precision, ops in (("fp64", (NCol.DADD, NCol.DMUL, NCol.DFMA)),
                            ("fp32", (NCol.FADD, NCol.FMUL, NCol.FFMA)),
@@ -363,14 +374,31 @@ def _verdict(launch: _Launch, t: dict[str, float | None], ceil: Ceilings, grid_n
     return COMPUTE_BOUND, where
 
 
-def _top_rule(rules: list[dict[str, Any]]) -> tuple[str | None, float | None]:
+#: Rank of ncu's speedup types, best first. NvRules (IFrontend.SpeedupType) defines GLOBAL as
+#: "the proportional reduction in runtime of the entire workload" and LOCAL as "the proportional
+#: increase in efficiency of the hardware usage when viewing the performance problem in
+#: isolation": only a global figure is a share of the kernel's time, so a local 98.9% (a pipe
+#: that is idle, in a memory-bound copy) says less than a global 74% (uncoalesced accesses).
+#: A rule whose export gives no type (CSV pages without the column) ranks between the two.
+SPEEDUP_TYPE_RANK: Final = {"global": 0, None: 1, "local": 2}
+
+
+def rule_rank(rule: dict[str, Any]) -> tuple[int, float, int]:
+    """Sort key of one rule row, best first: global speedups by size, then untyped, then local,
+    then rules without an estimate (SOLBottleneck, ncu's summary verdict, first among those)."""
+    speedup = rule[RCol.SPEEDUP_PCT]
+    if speedup is None or math.isnan(speedup):
+        return 3, 0.0, 0 if rule[RCol.RULE] == "SOLBottleneck" else 1
+    return SPEEDUP_TYPE_RANK.get(rule[RCol.SPEEDUP_TYPE], 1), -speedup, 0
+
+
+def _top_rule(rules: list[dict[str, Any]]) -> tuple[str | None, float | None, str | None]:
+    """The rule to lead with: the largest global estimated speedup (report order breaks ties)."""
     if not rules:
-        return None, None
-    with_speedup = [r for r in rules if r[RCol.SPEEDUP_PCT] is not None]
-    pick = max(with_speedup, key=lambda r: r[RCol.SPEEDUP_PCT]) if with_speedup else next(
-        (r for r in rules if r[RCol.RULE] == "SOLBottleneck"), rules[0])
+        return None, None, None
+    pick = min(rules, key=rule_rank)
     text = pick[RCol.TITLE] or pick[RCol.MESSAGE].split(". ")[0]
-    return f"{pick[RCol.RULE]}: {text}", pick[RCol.SPEEDUP_PCT]
+    return f"{pick[RCol.RULE]}: {text}", pick[RCol.SPEEDUP_PCT], pick[RCol.SPEEDUP_TYPE]
 
 
 _LAUNCH_SCHEMA: Final = {
@@ -389,7 +417,7 @@ _LAUNCH_SCHEMA: Final = {
     "sectors_per_load": pl.Float64, "sectors_per_store": pl.Float64, "uncoalesced": pl.Boolean,
     "top_stalls": pl.String, "sm_clock_hz": pl.Float64, "clock_ratio": pl.Float64,
     "clocks_locked": pl.Boolean, "rule_count": pl.Int64, "top_rule": pl.String,
-    "top_rule_speedup_pct": pl.Float64,
+    "top_rule_speedup_pct": pl.Float64, "top_rule_speedup_type": pl.String,
 }
 
 
@@ -418,7 +446,7 @@ def roofline(report: NcuReport, options: RooflineOptions = RooflineOptions()) ->
         signs = _memory_signs(launch)
         launch_id = raw[NCol.LAUNCH]
         bound, reason = _verdict(launch, t, ceil, grid_note, stalls_by_launch.get(launch_id, []))
-        top_rule, top_speedup = _top_rule(rules_by_launch.get(launch_id, []))
+        top_rule, top_speedup, top_type = _top_rule(rules_by_launch.get(launch_id, []))
         locked = raw[NCol.CLOCKS_LOCKED]
         if locked is None and ratio is not None:
             locked = ratio < th.CLOCK_LOCK_RATIO
@@ -439,7 +467,7 @@ def roofline(report: NcuReport, options: RooflineOptions = RooflineOptions()) ->
             "top_stalls": _stall_text(stalls_by_launch.get(launch_id, [])),
             "sm_clock_hz": launch.get(NCol.SM_CLOCK), "clock_ratio": ratio, "clocks_locked": locked,
             "rule_count": len(rules_by_launch.get(launch_id, [])), "top_rule": top_rule,
-            "top_rule_speedup_pct": top_speedup,
+            "top_rule_speedup_pct": top_speedup, "top_rule_speedup_type": top_type,
         })
     launches = pl.DataFrame(rows, schema=_LAUNCH_SCHEMA, strict=False)
     names = report.launches.get_column(NCol.DEVICE_NAME).drop_nulls()
@@ -460,18 +488,9 @@ def roofline(report: NcuReport, options: RooflineOptions = RooflineOptions()) ->
 def _notes(report: NcuReport, launches: pl.DataFrame, ceilings: Ceilings, table: DevicePeaks | None,
            clocks_locked: bool | None) -> tuple[str, ...]:
     notes = list(report.warnings)
-    if clocks_locked:
-        longest = launches.filter(pl.col(NCol.DUR) == pl.col(NCol.DUR).max())
-        ratios = longest.get_column("clock_ratio").drop_nulls()
-        clock = longest.get_column("sm_clock_hz").drop_nulls()
-        at = (f" (SM clock {clock[0] / 1e9:.2f} GHz, {ratios[0]:.0%} of the maximum)"
-              if ratios.len() and clock.len() else "")
-        recorded = report.launches.get_column(NCol.CLOCKS_LOCKED).drop_nulls().len() > 0
-        what = ("clocks were locked for profiling" if recorded else
-                "clocks were probably locked for profiling (or the GPU throttled)")
-        notes.append(
-            f"{what}{at}: ncu's default --clock-control base. Durations are longer than in an "
-            "unlocked run, and compute peaks here are at the profiled clock.")
+    clock_note = _clock_note(report, launches, clocks_locked)
+    if clock_note:
+        notes.append(clock_note)
     if ceilings.source == "none":
         notes.append("no peaks: the report has none and the device is not in the peak table "
                      "(pass --device NAME); percentages of peak come from ncu alone")
@@ -482,6 +501,33 @@ def _notes(report: NcuReport, launches: pl.DataFrame, ceilings: Ceilings, table:
     if unknown:
         notes.append(f"{unknown} launch(es) have no throughput metrics and no verdict")
     return tuple(notes)
+
+
+def _clock_note(report: NcuReport, launches: pl.DataFrame, clocks_locked: bool | None) -> str | None:
+    """What the SM clock of the longest launch says about the capture, if anything."""
+    longest = launches.filter(pl.col(NCol.DUR) == pl.col(NCol.DUR).max()).row(0, named=True) \
+        if launches.get_column(NCol.DUR).drop_nulls().len() else {}
+    ratio, clock = longest.get("clock_ratio"), longest.get("sm_clock_hz")
+    recorded = report.launches.filter(pl.col(NCol.LAUNCH) == longest.get(NCol.LAUNCH)) \
+        .get_column(NCol.CLOCKS_LOCKED).drop_nulls() if longest else pl.Series([], dtype=pl.Boolean)
+    if ratio is not None and clock and ratio < th.LOW_CLOCK_RATIO:
+        if recorded.len() and bool(recorded[0]):
+            cause = "clocks were locked for profiling (ncu's default --clock-control base)"
+        elif recorded.len():
+            cause = ("ncu did not lock the clocks, so the GPU ran throttled (power or thermal "
+                     "limit) or clocked down between kernels")
+        else:
+            cause = "clocks were locked for profiling or the GPU throttled"
+        return (f"SM clock {clock / 1e9:.2f} GHz during the capture, {ratio:.0%} of the "
+                f"{clock / ratio / 1e9:.2f} GHz boost: {cause}. Compute-bound kernels run up to "
+                f"{1 / ratio:.1f}x faster at boost; compute peaks here are at the profiled clock.")
+    if not clocks_locked:
+        return None
+    at = f" (SM clock {clock / 1e9:.2f} GHz, {ratio:.0%} of the maximum)" if ratio is not None and clock else ""
+    what = ("clocks were locked for profiling" if report.launches.get_column(NCol.CLOCKS_LOCKED).drop_nulls().len()
+            else "clocks were probably locked for profiling (or the GPU throttled)")
+    return (f"{what}{at}: ncu's default --clock-control base. Durations are longer than in an "
+            "unlocked run, and compute peaks here are at the profiled clock.")
 
 
 def _by_kernel(launches: pl.DataFrame) -> pl.DataFrame:
@@ -506,7 +552,7 @@ def _by_kernel(launches: pl.DataFrame) -> pl.DataFrame:
         .group_by(NCol.NAME, maintain_order=True)
         .first()
         .select(NCol.NAME, "bound", "reason", "details", "occupancy_limiter", "top_stalls", "top_rule",
-                "top_rule_speedup_pct", "precision")
+                "top_rule_speedup_pct", "top_rule_speedup_type", "precision")
     )
     bounds_seen = launches.group_by(NCol.NAME).agg(pl.col("bound").unique().sort().alias("bounds"))
     stats = launches.group_by(NCol.NAME).agg(

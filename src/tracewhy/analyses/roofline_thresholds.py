@@ -28,6 +28,11 @@ LOW_THEORETICAL_OCCUPANCY_PCT: Final = 50.0
 #: An SM clock under this fraction of the device's maximum during profiling means clocks were
 #: locked (ncu's default --clock-control base) or the GPU throttled.
 CLOCK_LOCK_RATIO: Final = 0.9
+#: An SM clock under this fraction of boost is far below it, locked or not: compute-bound
+#: durations are then 1.7x or more what they are at boost. ncu's base-clock lock lands at 0.54
+#: on an A100 PCIe (765 of 1410 MHz) and 0.37 on a T4 (585 of 1590 MHz); elsewhere here at
+#: 0.7-0.85, which the locked-clock note covers.
+LOW_CLOCK_RATIO: Final = 0.6
 #: Uncoalesced access: share of L2 sectors beyond a perfectly coalesced pattern (ncu's
 #: derived__memory_l2_theoretical_sectors_global_excessive) worth calling out.
 EXCESS_SECTORS_SHARE: Final = 0.10

@@ -50,8 +50,14 @@ _SASS_OP = "smsp__sass_thread_inst_executed_op_{}_pred_on.sum.per_cycle_elapsed"
 FIELDS: Final = (
     Field(NCol.DUR, u.TIME, ("gpu__time_duration.sum", "gpu__time_duration.avg"), ("Duration",)),
     Field(NCol.ELAPSED_CYCLES, u.COUNT, ("gpc__cycles_elapsed.max",), ("Elapsed Cycles",)),
+    # The SM clock is the one ncu's roofline sections multiply per-cycle figures by: the peak
+    # with sm__cycles_elapsed.avg.per_second, the achieved with smsp__ (equal to it in every
+    # report here). The SOL header's "SM Frequency" is the GPC clock, which differs from it by
+    # +4.4% (RTX 3060 Ti) to -8.2% (H100) in ncu 2024.3 reports; basic-set reports carry only
+    # the GPC clock, so it is the fallback.
     Field(NCol.SM_CLOCK, u.FREQ,
-          ("gpc__cycles_elapsed.avg.per_second", "sm__cycles_elapsed.avg.per_second"),
+          ("sm__cycles_elapsed.avg.per_second", "smsp__cycles_elapsed.avg.per_second",
+           "gpc__cycles_elapsed.avg.per_second"),
           ("SM Frequency",)),
     Field(NCol.SMSP_CLOCK, u.FREQ, ("smsp__cycles_elapsed.avg.per_second",)),
     # ncu 2020.3 labels the DRAM clock "Memory Frequency".

@@ -12,7 +12,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from tracewhy.analyses.roofline import NcuRooflineResult
+from tracewhy.analyses.roofline import NcuRooflineResult, rule_rank
 from tracewhy.analyses.roofline_ops import OpRooflineResult
 from tracewhy.model.ncu import NcuRun
 from tracewhy.units import fmt_ns, fmt_pct, shorten
@@ -165,11 +165,12 @@ def _ncu_details(r: NcuRooflineResult, top: int, per_launch: bool) -> list[Rende
         if row["occupancy_limiter"] and not any("limited by" in b for b in bullets):
             bullets.append(f"theoretical occupancy limited by {row['occupancy_limiter']}")
         match = (pl.col("launch_id") == row["launch_id"]) if per_launch else (pl.col("name") == row["name"])
-        rules = (r.rules.filter(match)
-                 .with_columns((pl.col("rule_id") == "SOLBottleneck").alias("_sol"))
-                 .sort(["speedup_pct", "_sol"], descending=[True, True], nulls_last=True)
-                 .unique(subset=["rule_id", "message"], maintain_order=True).head(3))
-        for rule in rules.iter_rows(named=True):
+        # Ranked as the verdict's top rule is: global estimated speedups first (rule_rank).
+        ranked = sorted(r.rules.filter(match).iter_rows(named=True), key=rule_rank)
+        # One line per rule and title: each launch repeats it with its own numbers; the best stays.
+        shown = list({(rule["rule_id"], rule["title"]): rule
+                      for rule in reversed(ranked)}.values())
+        for rule in sorted(shown, key=rule_rank)[:3]:
             speed = (f" (ncu estimates {rule['speedup_pct']:.0f}% {rule['speedup_type'] or ''} speedup)"
                      if rule["speedup_pct"] is not None else "")
             title = rule["title"] or rule["message"].split(". ")[0]
