@@ -34,6 +34,13 @@ class InfoResult:
     display_time_unit: str | None
     base_time_ns: int | None
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    #: The accelerator backend of the device work (TraceMeta.accelerator): "CUDA", "XPU", "MTIA"...
+    accelerator: str | None = None
+
+
+def quantised_times(step_ns: int) -> str:
+    return (f"start times are epoch-based microseconds with fractions, which a float64 holds only to "
+            f"{step_ns} ns: they are quantised to {step_ns} ns steps (durations are exact)")
 
 
 def info(trace: Trace, step_marker: str | None = None) -> InfoResult:
@@ -68,6 +75,7 @@ def info(trace: Trace, step_marker: str | None = None) -> InfoResult:
         span_ns=(last - first) if first is not None and last is not None else 0,
         display_time_unit=m.display_time_unit,
         base_time_ns=m.base_time_ns,
-        warnings=m.warnings,
+        warnings=m.warnings + ((quantised_times(m.ts_step_ns),) if m.ts_step_ns else ()),
+        accelerator=m.accelerator,
     )
 

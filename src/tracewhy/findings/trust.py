@@ -85,6 +85,16 @@ def findings(ctx: Context) -> list[Finding]:
                       "torch.compile without mode='reduce-overhead').",
             evidence={"graph_launches": graph_calls},
         ))
+    if m.ts_step_ns:
+        out.append(Finding(
+            code="quantised-times", severity=Severity.TRUST,
+            statement=f"Start times are epoch-based microseconds with fractions: a float64 holds them only to "
+                      f"{m.ts_step_ns} ns, so gaps and overlaps shorter than that are not resolved (durations "
+                      "are exact).",
+            next_step="Nothing to change in the run: newer Kineto writes times relative to baseTimeNanoseconds, "
+                      "which keeps every nanosecond.",
+            evidence={"step_ns": m.ts_step_ns},
+        ))
     if m.missing_events:
         out.append(Finding(
             code="incomplete-trace", severity=Severity.TRUST,

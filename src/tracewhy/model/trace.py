@@ -73,6 +73,12 @@ class TraceMeta:
     kinds_read: tuple[str, ...] | None = None
     #: Tables (nsys) the reader had to skip whole: the events they hold are missing, not zero.
     skipped_tables: tuple[str, ...] = ()
+    #: The accelerator backend whose device work the trace holds ("CUDA", "ROCm", "XPU", "MTIA",
+    #: "HPU", "PrivateUse1", ...), as its event categories name it; None when not known or none.
+    accelerator: str | None = None
+    #: Kineto: start times were epoch-based microseconds with fractions, which a float64 holds
+    #: only to this many ns (250 at 1.7e15 us): they are quantised to it. 0: exact.
+    ts_step_ns: int = 0
 
     @property
     def missing_events(self) -> tuple[str, ...]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import math
 import re
 import shutil
 from collections.abc import Callable, Iterable, Sequence
@@ -45,6 +46,7 @@ from tracewhy.model.schema import (
 )
 from tracewhy.model.trace import Capture, Trace, TraceMeta, Truncation
 from tracewhy.readers import kineto_document, kineto_parallel, kineto_pieces
+from tracewhy.readers.kineto_categories import accelerator, category_kind
 from tracewhy.readers.kineto_document import BadCut, Body, decode_body, first_byte, split_document
 from tracewhy.readers.kineto_events import (
     Event,
@@ -61,27 +63,6 @@ from tracewhy.readers.source import DEFAULT_MAX_INFLATED_BYTES, content_size, gz
 
 Progress = Callable[[int, int], None]
 
-# Category spellings, lower-cased. PyTorch 1.8-1.9 wrote capitalized names (Operator,
-# Runtime, Kernel, Memcpy, Memset); 1.10+ writes cpu_op, cuda_runtime, kernel, gpu_memcpy...
-# ROCm builds use the same CUDA-named categories with hip* API names.
-_CATEGORY_KIND: dict[str, Kind] = {
-    "cpu_op": Kind.CPU_OP,
-    "operator": Kind.CPU_OP,
-    "user_annotation": Kind.ANNOTATION,
-    "python_function": Kind.PYTHON,
-    "cuda_runtime": Kind.RUNTIME,
-    "runtime": Kind.RUNTIME,
-    "cuda_driver": Kind.DRIVER,
-    "kernel": Kind.KERNEL,
-    "gpu_memcpy": Kind.MEMCPY,
-    "memcpy": Kind.MEMCPY,
-    "gpu_memset": Kind.MEMSET,
-    "memset": Kind.MEMSET,
-    "gpu_user_annotation": Kind.GPU_ANNOTATION,
-    "cuda_sync": Kind.GPU_SYNC,
-    "cuda_profiler_range": Kind.PROFILER_RANGE,
-    "overhead": Kind.OVERHEAD,
-}
 # Launch arrows: "ac2g" since PyTorch 1.11; "async" (1.8-1.9), "async_gpu" (2022 builds) and
 # "async_cpu_to_gpu" (Meta-internal 2022) before that.
 _FLOW_KIND = {"ac2g": "correlation", "async": "correlation", "async_gpu": "correlation",
@@ -90,6 +71,10 @@ _FLOW_KIND = {"ac2g": "correlation", "async": "correlation", "async_gpu": "corre
 _KINDS: tuple[str, ...] = tuple(KIND_CODE)
 _KIND_SERIES = pl.Series(_KINDS, dtype=KIND_DTYPE)
 _SPAN = 255  # cat "Trace": the profiler's own capture window, not a slice
+# cat "cpu_instant_event" written as a slice: torch's Python exporter (export_chrome_trace(...,
+# use_python_export=True), torch 2.13) writes every activity as "X", the [memory] instants
+# included, with a meaningless dur and "finished": false. They are instants, read as such.
+_INSTANT = 254
 
 
 def _code_set(*kinds: Kind) -> npt.NDArray[np.bool_]:
@@ -109,6 +94,10 @@ _I64_MIN, _I64_MAX = int(np.iinfo(np.int64).min), int(np.iinfo(np.int64).max)
 #: Times and durations (microseconds) at or beyond this, or not finite, are not usable: a start
 #: plus a duration must fit int64 nanoseconds. Epoch microseconds are 1.8e15 in 2026.
 _US_MAX = 4.6e15
+#: From this magnitude on, a float64 of microseconds cannot hold every nanosecond (its step is
+#: over 1 ns from 2**43 us, 102 days): epoch-based times (1.7e15 us in 2024, step 0.25 us)
+#: written with fractions were rounded when the JSON was decoded. Integer ones are exact.
+_EXACT_US = float(2**43)
 # record_function scopes that PyTorch itself opens. Before 1.10 they were written with cat
 # "Operator" like aten ops; they are annotations, not operators.
 _LEGACY_ANNOTATION = re.compile(r"^(ProfilerStep#\d+|enumerate\(DataLoader\)#|Optimizer\.(step|zero_grad)#)")
@@ -320,6 +309,8 @@ class _Builder:
     rows_seen: int = 0
     unfinished: int = 0
     saw_python: bool = False
+    #: Largest |ts| (us) of a slice whose ts had a fraction and was beyond _EXACT_US; 0 if none.
+    quantised_us: float = 0.0
 
     def _count(self, key: str, n: int) -> None:
         if n:
@@ -338,7 +329,8 @@ class _Builder:
         seen = set(cats)
         for cat in seen - cache.keys():
             low = (cat or "").lower()
-            cache[cat] = _SPAN if low == "trace" else KIND_CODE[_CATEGORY_KIND.get(low, Kind.OTHER).value]
+            cache[cat] = _SPAN if low == "trace" else _INSTANT if low == "cpu_instant_event" \
+                else KIND_CODE[category_kind(low).value]
         legacy = any(cat is not None and cat.lower() == "operator" for cat in seen)
         return np.fromiter(map(cache.__getitem__, cats), dtype=np.uint8, count=len(cats)), legacy
 
@@ -347,6 +339,8 @@ class _Builder:
         self.rows_seen += part.rows_seen
         self.unfinished += part.unfinished
         self.saw_python = self.saw_python or part.saw_python
+        self.kind_cache.update(part.kind_cache)
+        self.quantised_us = max(self.quantised_us, part.quantised_us)
         for key, n in part.counts.items():
             self._count(key, n)
         for key, n in part.problems.items():
@@ -435,15 +429,17 @@ class _Builder:
 
     def _slices(self, evs: list[Event]) -> None:
         codes, legacy = self._kind_codes(evs)
-        spans = np.flatnonzero(codes == _SPAN)
-        if spans.size:
-            # The profiler's own window: one or a few events, taken out.
-            for i in spans.tolist():
+        special = np.flatnonzero(codes >= _INSTANT)
+        if special.size:
+            # The profiler's own window (one or a few events) and instants written as slices:
+            # taken out.
+            for i in special.tolist():
                 e = evs[i]
-                if abs(e.ts) < _US_MAX:
+                if codes[i] == _SPAN and abs(e.ts) < _US_MAX:
                     t = us_to_ns(np.array([e.ts, e.ts + (e.dur if 0 <= e.dur < _US_MAX else 0.0)]))
                     self.spans.append((int(t[0]), int(t[1])))
-            keep = codes != _SPAN
+            self._instants([evs[i] for i in special.tolist() if codes[i] == _INSTANT])
+            keep = codes < _INSTANT
             evs, codes = [evs[i] for i in np.flatnonzero(keep).tolist()], codes[keep]
         if legacy:
             self._legacy_annotations(evs, codes)
@@ -455,6 +451,12 @@ class _Builder:
             evs, codes, ts = [evs[i] for i in np.flatnonzero(~bad_ts).tolist()], codes[~bad_ts], ts[~bad_ts]
         if not evs:
             return
+        big = np.abs(ts) >= _EXACT_US
+        if big.any():
+            far = ts[big]
+            fractional = far[far != np.floor(far)]
+            if fractional.size:
+                self.quantised_us = max(self.quantised_us, float(np.abs(fractional).max()))
         dur = np.array([e.dur for e in evs], dtype=np.float64)
         no_dur = np.isnan(dur)
         if no_dur.any():
@@ -626,6 +628,7 @@ class _Builder:
         distributed = values.get("distributedInfo")
         schema_version = values.get("schemaVersion")
         base = values.get("baseTimeNanoseconds")
+        versions = {k: str(values[k]) for k in _VERSION_KEYS if k in values}
         unit = values.get("displayTimeUnit")
         return TraceMeta(
             path=str(self.path),
@@ -635,7 +638,9 @@ class _Builder:
             # (a 2024 V100 trace says "ns" over microsecond values; see the hta MANIFEST).
             display_time_unit=unit if isinstance(unit, str) else None,
             base_time_ns=base if isinstance(base, int) else None,
-            versions={k: str(values[k]) for k in _VERSION_KEYS if k in values},
+            versions=versions,
+            accelerator=accelerator(self.kind_cache, versions),
+            ts_step_ns=_ts_step_ns(self.quantised_us),
             capture=self._capture(values, op_attrs, memory, slices),
             distributed=distributed if isinstance(distributed, dict) else {},
             profiler_spans_ns=tuple(self.spans),
@@ -679,6 +684,11 @@ def _truncation_warning(t: Truncation) -> str:
     return (f"file ends mid-event: recovered {t.events_recovered} complete events; the "
             f"{lost} bytes after the last of them (about {t.events_lost_estimate} events) are cut short, and "
             "how many events the run wrote after the cut cannot be told")
+
+
+def _ts_step_ns(largest_us: float) -> int:
+    """The float64 step (ns, rounded up) at the largest fractional epoch time; 0 if none."""
+    return math.ceil(float(np.spacing(largest_us)) * 1000.0) if largest_us else 0
 
 
 def _has_module_frames(slices: pl.DataFrame) -> bool:

@@ -1,0 +1,142 @@
+"""Non-CUDA accelerators (issue 14 item 3): MTIA, Intel XPU, Gaudi HPU and PrivateUse1 traces.
+
+No real MTIA/XPU/HPU trace exists here, so real CUDA traces are re-categorised with the category
+strings Kineto writes for those backends, and the numbers must come out as they do for the
+CUDA original. The strings are ``_activityTypeNames`` in pytorch/kineto
+``libkineto/include/ActivityType.h`` @ 114171df: "mtia_runtime" (line 94), "mtia_ccp_events"
+(95, "MTIA ondevice CCP events", line 34), "mtia_insight" (96), "hpu_op" (102), "xpu_runtime"
+(103), "xpu_driver" (104), "privateuse1_runtime" (106), "privateuse1_driver" (107); each event's
+``cat`` is ``toString(op.type())`` (``libkineto/src/output_json.cpp`` line 953). Which are device
+side is PyTorch's ``deviceTypeFromActivity`` (``torch/csrc/profiler/kineto_shim.cpp``): XPU and
+PrivateUse1 kernels keep the category "kernel".
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+import tracewhy
+from builders import KinetoBuilder
+from conftest import GENERATED, shared_trace
+from tracewhy.analyses.info import info
+from tracewhy.analyses.kernels import kernels
+from tracewhy.analyses.utilization import device_busy
+from tracewhy.findings.diagnose import diagnose
+from tracewhy.model import Col, Kind
+from tracewhy.readers.kineto_categories import category_kind
+
+REAL = "tracelens/h100_bert-small_bs1_seq512.json.gz"
+
+
+def _recategorised(tmp_path: Path, name: str, cats: dict[str, str]) -> Path:
+    """The real trace with every event of a category in ``cats`` given the new category."""
+    with gzip.open(shared_trace(REAL), "rb") as f:
+        doc: dict[str, Any] = json.load(f)
+    for e in doc["traceEvents"]:
+        if e.get("cat") in cats:
+            e["cat"] = cats[e["cat"]]
+    out = tmp_path / f"{name}.json"
+    out.write_text(json.dumps(doc))
+    return out
+
+
+def _busy_ns(trace: tracewhy.Trace) -> dict[int, int]:
+    return {d: int((b.ends - b.starts).sum()) for d, b in device_busy(trace).items()}
+
+
+def _linked(trace: tracewhy.Trace) -> int:
+    return trace.of_kind(Kind.KERNEL).filter(pl.col(Col.LAUNCH).is_not_null()).height
+
+
+@pytest.fixture(scope="module")
+def cuda() -> tracewhy.Trace:
+    return tracewhy.load(shared_trace(REAL))
+
+
+@pytest.mark.parametrize(("backend", "cats"), [
+    ("MTIA", {"kernel": "mtia_ccp_events", "cuda_runtime": "mtia_runtime", "cuda_driver": "mtia_runtime"}),
+    ("HPU", {"kernel": "hpu_op"}),
+    ("XPU", {"cuda_runtime": "xpu_runtime", "cuda_driver": "xpu_driver"}),
+    ("PrivateUse1", {"cuda_runtime": "privateuse1_runtime", "cuda_driver": "privateuse1_driver"}),
+])
+def test_accelerator_trace_measures_as_its_cuda_original(tmp_path: Path, cuda: tracewhy.Trace, backend: str,
+                                                          cats: dict[str, str]) -> None:
+    trace = tracewhy.load(_recategorised(tmp_path, backend, cats))
+    trace.check()
+    assert trace.meta.accelerator == backend
+    assert info(trace).accelerator == backend
+    # Device activity: the same busy time and the same kernels as the CUDA original.
+    assert _busy_ns(trace) == _busy_ns(cuda) != {}
+    assert kernels(trace).total_count == kernels(cuda).total_count > 0
+    # Runtime calls are launches: every kernel linked to its launch as in the original.
+    assert _linked(trace) == _linked(cuda) > 0
+    codes = {f.code for f in diagnose(trace).findings}
+    assert "cpu-only-trace" not in codes
+
+
+def test_cuda_original_says_cuda(cuda: tracewhy.Trace) -> None:
+    assert cuda.meta.accelerator == "CUDA"
+
+
+def test_cpu_trace_has_no_accelerator_and_is_cpu_only() -> None:
+    trace = tracewhy.load(GENERATED / "cpu_eager_schedule.pt.trace.json.gz")
+    assert trace.meta.accelerator is None
+    assert "cpu-only-trace" in {f.code for f in diagnose(trace).findings}
+
+
+def _mtia_loop() -> KinetoBuilder:
+    """Two steps on an MTIA device: an op launches CCP work through the MTIA runtime, then the
+    host sleeps 400 us, so the device idles between the two."""
+    b = KinetoBuilder()
+    for step, t0 in enumerate((0.0, 1000.0)):
+        b.annotation(f"ProfilerStep#{step}", t0, 900.0)
+        b.op("aten::mm", t0 + 10, 50.0)
+        b.launch("mtia::gemm", t0 + 20, 10.0, t0 + 40, 300.0)
+    for e in b.events:
+        if e["cat"] == "cuda_runtime":
+            e["cat"], e["name"] = "mtia_runtime", "mtiaLaunchKernel"
+        elif e["cat"] == "kernel":
+            e["cat"] = "mtia_ccp_events"
+    return b
+
+
+def test_inline_mtia_trace(tmp_path: Path) -> None:
+    trace = tracewhy.load(_mtia_loop().write(tmp_path / "mtia.json"))
+    trace.check()
+    ccp = trace.of_kind(Kind.KERNEL)
+    assert ccp.height == 2
+    assert ccp.get_column(Col.LAUNCH).null_count() == 0
+    assert _busy_ns(trace) == {0: 600_000}
+    assert trace.of_kind(Kind.OTHER).height == 0
+    assert trace.meta.accelerator == "MTIA"
+
+
+@pytest.mark.parametrize(("cat", "kind"), [
+    ("mtia_ccp_events", Kind.KERNEL), ("hpu_op", Kind.KERNEL), ("mtia_insight", Kind.GPU_ANNOTATION),
+    ("mtia_runtime", Kind.RUNTIME), ("xpu_runtime", Kind.RUNTIME), ("glow_runtime", Kind.RUNTIME),
+    ("privateuse1_runtime", Kind.RUNTIME), ("xpu_driver", Kind.DRIVER), ("privateuse1_driver", Kind.DRIVER),
+    ("xpu_sync", Kind.GPU_SYNC),
+    # A backend no table lists yet, named the Kineto way.
+    ("npu_runtime", Kind.RUNTIME), ("npu_driver", Kind.DRIVER),
+    ("cpu_instant_event", Kind.OTHER), ("_runtime", Kind.OTHER), ("whatever", Kind.OTHER),
+])
+def test_category_kinds(cat: str, kind: Kind) -> None:
+    assert category_kind(cat) is kind
+
+
+def test_unknown_backend_named_from_its_runtime_category(tmp_path: Path) -> None:
+    b = _mtia_loop()
+    for e in b.events:
+        if e["cat"] == "mtia_runtime":
+            e["cat"] = "npu_runtime"
+        elif e["cat"] == "mtia_ccp_events":
+            e["cat"] = "kernel"
+    trace = tracewhy.load(b.write(tmp_path / "npu.json"))
+    assert trace.meta.accelerator == "npu"
+    assert trace.of_kind(Kind.KERNEL).get_column(Col.LAUNCH).null_count() == 0
