@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tracewhy.analyses.families import Family, collective_op, collective_range, kernel_family
+from tracewhy.analyses.families import Family, classify_kernels, collective_op, collective_range
 from tracewhy.model.linking import first_flagged
 from tracewhy.model.schema import Col, Kind, OCol
 from tracewhy.model.trace import Trace
@@ -116,13 +116,13 @@ def short_kernel_name(name: str) -> str:
 
 
 def comm_kernels(trace: Trace) -> pl.DataFrame:
-    """Kernels of the communication family (families.py). Columns: id, name, ts_ns, dur_ns,
-    pid, device, stream, launch_id, op_id."""
-    k = trace.of_kind(Kind.KERNEL).select(
+    """Kernels of the communication family (families.classify_kernels: launched under a
+    collective op, on a communication-only stream, from a communication library, or by name).
+    Columns: id, name, ts_ns, dur_ns, pid, device, stream, launch_id, op_id."""
+    comm = classify_kernels(trace).filter(pl.col("family") == Family.COMMUNICATION.value).get_column(Col.ID)
+    return trace.of_kind(Kind.KERNEL).filter(pl.col(Col.ID).is_in(comm.implode())).select(
         Col.ID, pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, Col.PID, Col.DEVICE, Col.STREAM, Col.LAUNCH, Col.OP
     )
-    names = [n for n in k.get_column(Col.NAME).unique().to_list() if kernel_family(n) is Family.COMMUNICATION]
-    return k.filter(pl.col(Col.NAME).is_in(names))
 
 
 def _collective_ranges(trace: Trace) -> pl.DataFrame:

@@ -1,7 +1,11 @@
-"""Coarse kernel families by name: the one place where kernel-name rules live.
+"""Kernel families: the one place where the rules that classify a kernel live.
 
-Rules are tried in order; the first match wins. Names are matched lower-cased. Communication
-comes first so that e.g. ``ncclDevKernel_ReduceScatter`` is not taken for a reduction.
+Communication is recognised by structure first (``classify_kernels``): a kernel launched under
+a collective op, or running on a stream that carries nothing but communication, is
+communication whatever its name. Then by the library its symbol belongs to (NCCL, RCCL,
+NVSHMEM, DeepEP, symmetric memory, custom all-reduce), then by name keywords. Every other
+family is by name: rules tried in order, first match wins, names matched lower-cased.
+Communication comes first so that e.g. ``ncclDevKernel_ReduceScatter`` is not a reduction.
 """
 
 from __future__ import annotations
@@ -9,6 +13,15 @@ from __future__ import annotations
 import re
 from enum import Enum
 from functools import lru_cache
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from tracewhy.model.linking import first_flagged
+from tracewhy.model.schema import Col, Kind
+from tracewhy.model.trace import Trace
 
 
 class Family(str, Enum):
@@ -23,19 +36,48 @@ class Family(str, Enum):
     OTHER = "other"
 
 
+class Rule(str, Enum):
+    """Which rule put a kernel in its family, most trusted first."""
+
+    COLLECTIVE_OP = "collective op"  # launched under a collective op (structure)
+    COMM_STREAM = "comm-only stream"  # on a stream that carries only communication (structure)
+    LIBRARY = "library"  # its symbol belongs to a communication library
+    NAME = "name"  # name keywords
+
+
+#: Communication libraries, by the namespace or prefix of their kernels' symbols:
+#: NCCL (ncclKernel_* before 2.19, ncclDevKernel_* after) and MSCCL/MSCCL++, RCCL (ROCm's NCCL,
+#: same names), NVSHMEM (nvshmemi_* device code), DeepEP (csrc/kernels: namespaces
+#: deep_ep::internode, ::intranode, ::internode_ll with dispatch, combine, notify_dispatch,
+#: cached_notify...), pplx-kernels, torch symmetric memory (c10d::symmetric_memory::
+#: multimem_*, one/two_shot_all_reduce), vLLM/SGLang custom all-reduce (cross_device_reduce_*).
+_LIBRARY = re.compile(
+    r"nccl|rccl|msccl|nvshmem|deep_ep::|pplx::|symmetric_memory::|symm_mem|multimem"
+    r"|cross_device_reduce|custom_?all_?reduce")
+
+#: Host ops and ranges a collective's kernels are launched under: ProcessGroup ops (c10d::
+#: allreduce_, alltoall_base_...), functional collectives (_c10d_functional::), the
+#: ``<backend>:<op>`` range PyTorch >= 1.13 opens around each call, record_param_comms (its
+#: Kineto/ExecutionTrace record), torch symmetric-memory ops, and namespaced collective ops of
+#: inference engines (vllm::all_reduce, _C_custom_ar::all_reduce, all_to_all* of MoE layers).
+_COLLECTIVE_HOST_OP = re.compile(
+    r"^(_?c10d(_functional)?(_autograd)?|symm_mem)::|^(nccl|gloo|mpi|ucc|xccl|hccl|rccl|mccl):"
+    r"|^record_param_comms$|(^|::)(all_?to_?all|all_?reduce|all_?gather|reduce_?scatter)",
+    re.IGNORECASE)
+
 _RULES: tuple[tuple[Family, re.Pattern[str]], ...] = tuple(
     (family, re.compile(pattern))
     for family, pattern in (
-        # NCCL (ncclKernel_* before 2.19, ncclDevKernel_* after), RCCL, symmetric-memory
-        # all-reduce (multimem_*, vLLM / torch symm_mem), custom all-reduce, gloo has no kernels.
-        (Family.COMMUNICATION, r"nccl|rccl|multimem|all_?reduce|allgather|all_gather|reduce_scatter"
-                               r"|alltoall|all_to_all|cross_device_reduce|sendrecv|broadcast_kernel"),
+        # Collective keywords in a name (libraries are _LIBRARY); gloo has no kernels.
+        (Family.COMMUNICATION, r"all_?reduce|allgather|all_gather|reduce_scatter"
+                               r"|alltoall|all_to_all|sendrecv|broadcast_kernel"),
         (Family.COPY, r"^memcpy|^memset|direct_copy_kernel|copy_kernel|catarraybatchedcopy|"
                       r"cudamemcpy|hipmemcpy|__amd_rocclr_copy|__amd_rocclr_fill|fillbuffer"),
         (Family.ATTENTION, r"flash|fmha|attention|attn|sdpa|paged_attention|softmax_warp"
                            r"|cutlass.*mha|xformers"),
         # Implicit-GEMM convolutions carry "gemm" in their names: match convolution first.
-        (Family.CONVOLUTION, r"conv|winograd|fprop|dgrad|wgrad"),
+        # Not "convert" (vllm::_typeConvert<c10::BFloat16> in every vLLM norm kernel's name).
+        (Family.CONVOLUTION, r"conv(?!ert)|winograd|fprop|dgrad|wgrad"),
         (Family.GEMM, r"gemm|sgemm|hgemm|dgemm|matmul|cublas|cutlass|wgmma|nvjet|ampere_.*_nn|"
                       r"ampere_.*_tn|ampere_.*_nt|volta_.*_nn|sm\d+_xmma_gemm|ck_tile.*gemm|"
                       r"tensile|cijk_|hipblaslt|triton_.*mm|_mm_|bmm"),
@@ -51,13 +93,111 @@ _RULES: tuple[tuple[Family, re.Pattern[str]], ...] = tuple(
 
 
 @lru_cache(maxsize=65536)
-def kernel_family(name: str) -> Family:
-    """The family of a kernel or GPU activity name."""
+def family_by_name(name: str) -> tuple[Family, Rule]:
+    """The family of a kernel or GPU activity name and the rule that decided (library or name)."""
     low = name.lower()
+    if _LIBRARY.search(low):
+        return Family.COMMUNICATION, Rule.LIBRARY
     for family, pattern in _RULES:
         if pattern.search(low):
-            return family
-    return Family.OTHER
+            return family, Rule.NAME
+    return Family.OTHER, Rule.NAME
+
+
+def kernel_family(name: str) -> Family:
+    """The family of a kernel or GPU activity name, by its name alone (``classify_kernels``
+    also reads how each kernel was launched)."""
+    return family_by_name(name)[0]
+
+
+@lru_cache(maxsize=8192)
+def is_collective_host_op(name: str) -> bool:
+    """True for a host op or range that a collective's kernels are launched under."""
+    return _COLLECTIVE_HOST_OP.search(name) is not None
+
+
+#: ``classify_kernels`` columns.
+CLASSES_SCHEMA: Final = {Col.ID: pl.Int64, "family": pl.String, "rule": pl.String}
+#: A stream counts as communication-only when more than this share of its kernels (copies
+#: aside) are communication by the other rules and no name rule calls any of them compute.
+#: ProcessGroupNCCL runs collectives on its own per-device NCCL streams, DeepEP on its
+#: Buffer's comm_stream: such streams carry the library's kernels and the staging copies
+#: of collectives only. A majority, not all: the kernels this rule is for are on it too.
+COMM_STREAM_MIN_SHARE: Final = 0.5
+
+
+def classify_kernels(trace: Trace) -> pl.DataFrame:
+    """Family and deciding rule of every kernel: id, family, rule (a ``Rule`` value).
+
+    1. collective op: the innermost CPU op (or, with none, annotation) around the kernel's
+       launch is a collective (``is_collective_host_op``); a copy the collective runs through
+       an aten op (aten::copy_ inside c10d::allgather_) is that op's, not the collective's.
+    2. comm-only stream: a kernel whose launch context is unknown (no launch record: launched
+       before the profiler started, or a read without launch calls; or launched outside any
+       CPU op) and whose name says nothing else (family "other" or communication), on a
+       stream (per process and device) where communication is more than
+       COMM_STREAM_MIN_SHARE of the kernels (copies aside) and nothing is compute by name.
+    3. library, 4. name: ``family_by_name``.
+    A partial Trace read without launch calls has no launches to follow: rules 2-4 only.
+    """
+    k = trace.of_kind(Kind.KERNEL).select(
+        Col.ID, pl.col(Col.NAME).cast(pl.String), Col.PID, Col.DEVICE, Col.STREAM, Col.LAUNCH, Col.OP
+    )
+    if k.height == 0:
+        return pl.DataFrame(schema=CLASSES_SCHEMA)
+    names = k.get_column(Col.NAME).unique().to_list()
+    by_name = {n: family_by_name(n) for n in names}
+    k = k.with_columns(
+        pl.col(Col.NAME).replace_strict({n: f.value for n, (f, _) in by_name.items()}, return_dtype=pl.String)
+        .alias("family"),
+        pl.col(Col.NAME).replace_strict({n: r.value for n, (_, r) in by_name.items()}, return_dtype=pl.String)
+        .alias("rule"),
+        pl.Series("_under", _under_collective(trace, k), dtype=pl.Boolean),
+    )
+    comm = Family.COMMUNICATION.value
+    k = k.with_columns(
+        pl.when(pl.col("_under")).then(pl.lit(comm)).otherwise(pl.col("family")).alias("family"),
+        pl.when(pl.col("_under")).then(pl.lit(Rule.COLLECTIVE_OP.value)).otherwise(pl.col("rule")).alias("rule"),
+    )
+    stream = [Col.PID, Col.DEVICE, Col.STREAM]
+    fam = pl.col("family")
+    not_copy = fam != Family.COPY.value
+    comm_only = (
+        fam.is_in([comm, Family.COPY.value, Family.OTHER.value]).all().over(stream)
+        & ((fam == comm).sum().over(stream) > COMM_STREAM_MIN_SHARE * not_copy.sum().over(stream))
+        & pl.col(Col.STREAM).is_not_null()
+    )
+    unknown_context = ~pl.col("_under") & pl.col(Col.OP).is_null()
+    by_stream = comm_only & fam.is_in([comm, Family.OTHER.value]) & unknown_context
+    return k.with_columns(
+        pl.when(by_stream).then(pl.lit(comm)).otherwise(pl.col("family")).alias("family"),
+        pl.when(by_stream).then(pl.lit(Rule.COMM_STREAM.value)).otherwise(pl.col("rule")).alias("rule"),
+    ).select(*CLASSES_SCHEMA)
+
+
+def _under_collective(trace: Trace, k: pl.DataFrame) -> npt.NDArray[np.bool_]:
+    """Per kernel row: is the innermost CPU op (else annotation) around its launch a collective?"""
+    out = np.zeros(k.height, dtype=bool)
+    launch = k.get_column(Col.LAUNCH).fill_null(-1).to_numpy()
+    if not (launch >= 0).any():
+        return out
+    s = trace.slices
+    kind = s.get_column(Col.KIND)
+    is_host_op = kind.is_in([Kind.CPU_OP.value, Kind.ANNOTATION.value]).to_numpy()
+    op = k.get_column(Col.OP).fill_null(-1).to_numpy()
+    # Kernels launched outside any CPU op: the innermost annotation (nsys NVTX ranges).
+    no_op = (op < 0) & (launch >= 0)
+    if no_op.any():
+        parent = s.get_column(Col.PARENT).fill_null(-1).to_numpy()
+        op = op.copy()
+        op[no_op] = first_flagged(launch[no_op], parent, is_host_op)
+    has = op >= 0
+    if not has.any():
+        return out
+    host_names = s.get_column(Col.NAME).gather(pl.Series(op[has])).cast(pl.String)
+    collective = {n: is_collective_host_op(n) for n in host_names.unique().to_list() if n is not None}
+    out[has] = host_names.replace_strict(collective, default=False, return_dtype=pl.Boolean).to_numpy()
+    return out
 
 
 # --- collectives ------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from typing import Final
 
 import polars as pl
 
-from tracewhy.analyses.families import kernel_family
+from tracewhy.analyses.families import classify_kernels
 from tracewhy.model.schema import Col, Kind
 from tracewhy.model.trace import Trace
 
@@ -16,8 +16,12 @@ from tracewhy.model.trace import Trace
 class KernelsResult:
     """Kernel time per name (``by_name``) and per family (``by_family``), largest first.
 
-    ``by_name`` columns: name, family, count, total_ns, mean_ns, p50_ns, min_ns, max_ns, share.
-    ``share`` is the fraction of all kernel time in the trace.
+    ``by_name`` columns: name, family, rule, count, total_ns, mean_ns, p50_ns, min_ns, max_ns,
+    share. ``rule`` says what decided the family (families.Rule: collective op, comm-only
+    stream, library, name); a name whose launches were classified differently (a kernel
+    launched under a collective op in one place and not in another) has a row per family and
+    rule. ``share`` is the fraction of all kernel time in the trace. ``by_family``: family,
+    count, total_ns, share.
     """
 
     total_count: int
@@ -31,10 +35,13 @@ KERNELS_NEED: Final = (Kind.KERNEL,)
 
 
 def kernels(trace: Trace) -> KernelsResult:
-    k = trace.of_kind(Kind.KERNEL).select(pl.col(Col.NAME).cast(pl.String), Col.DUR)
+    """Kernel time per name and family. On a Trace read with kernels only, the launch-based
+    rule (collective op) has nothing to follow: families come from streams and names."""
+    k = trace.of_kind(Kind.KERNEL).select(Col.ID, pl.col(Col.NAME).cast(pl.String), Col.DUR)
+    k = k.join(classify_kernels(trace), on=Col.ID, how="left")
     total_ns = int(k.get_column(Col.DUR).sum()) if k.height else 0
     by_name = (
-        k.group_by(Col.NAME)
+        k.group_by(Col.NAME, "family", "rule")
         .agg(
             pl.len().cast(pl.Int64).alias("count"),
             pl.col(Col.DUR).sum().alias("total_ns"),
@@ -45,13 +52,9 @@ def kernels(trace: Trace) -> KernelsResult:
         )
         .with_columns((pl.col("total_ns") / max(total_ns, 1)).alias("share"))
     )
-    # Families by name rules, once per distinct name: a plain loop, not map_elements (which
-    # first disassembles the function to suggest a vectorized rewrite: 10 ms on a cold run).
-    names = by_name.get_column(Col.NAME).to_list()
     by_name = (
-        by_name.with_columns(pl.Series("family", [kernel_family(n).value for n in names], dtype=pl.String))
-        .sort(["total_ns", Col.NAME], descending=[True, False])
-        .select(Col.NAME, "family", "count", "total_ns", "mean_ns", "p50_ns", "min_ns", "max_ns", "share")
+        by_name.sort(["total_ns", Col.NAME, "family", "rule"], descending=[True, False, False, False])
+        .select(Col.NAME, "family", "rule", "count", "total_ns", "mean_ns", "p50_ns", "min_ns", "max_ns", "share")
     )
     by_family = (
         by_name.group_by("family")

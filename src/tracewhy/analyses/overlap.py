@@ -3,8 +3,9 @@ communication runs under compute (hidden) and how much alone (exposed); the same
 and how many streams run at once.
 
 Every GPU activity falls in one category: a kernel of the communication family
-(families.py: NCCL, RCCL, symmetric-memory and custom all-reduce) is communication, any other
-kernel is compute, memcpy and memset rows are copies and memsets. Within a window the device
+(families.classify_kernels: launched under a collective op, on a communication-only stream,
+from NCCL, RCCL, NVSHMEM, DeepEP, symmetric-memory or custom all-reduce, or by name) is
+communication, any other kernel is compute, memcpy and memset rows are copies and memsets. Within a window the device
 timeline splits into four disjoint parts that add up to the window:
 
     compute (union of compute kernels)
@@ -29,7 +30,6 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses.collectives import CollectivesResult, collectives, short_kernel_name
-from tracewhy.analyses.families import Family, kernel_family
 from tracewhy.analyses.intervals import union
 from tracewhy.analyses.steps import StepsOptions, StepsResult, steps
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, Kind
@@ -152,13 +152,12 @@ def _activities(trace: Trace, coll: CollectivesResult) -> pl.DataFrame:
         Col.ID, Col.DEVICE, Col.STREAM, Col.KIND, pl.col(Col.NAME).cast(pl.String), Col.TS,
         (pl.col(Col.TS) + pl.col(Col.DUR)).alias("_end"),
     )
-    comm_names = [n for n in g.filter(pl.col(Col.KIND) == Kind.KERNEL.value).get_column(Col.NAME).unique().to_list()
-                  if kernel_family(n) is Family.COMMUNICATION]
+    comm_ids = coll.kernels.get_column(Col.ID)  # every communication kernel, in some call
     labels = coll.kernels.join(coll.table.select("call", "label"), on="call").select(Col.ID, "label")
     category = (
         pl.when(pl.col(Col.KIND) == Kind.MEMCPY.value).then(pl.lit(COPY))
         .when(pl.col(Col.KIND) == Kind.MEMSET.value).then(pl.lit(MEMSET))
-        .when(pl.col(Col.NAME).is_in(comm_names)).then(pl.lit(COMMUNICATION))
+        .when(pl.col(Col.ID).is_in(comm_ids.implode())).then(pl.lit(COMMUNICATION))
         .otherwise(pl.lit(COMPUTE))
     )
     return (

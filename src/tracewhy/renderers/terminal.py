@@ -50,11 +50,12 @@ def render_info(r: InfoResult) -> RenderableType:
 
 
 def render_kernels(r: KernelsResult, top: int) -> RenderableType:
-    t = Table(title=f"{r.total_count} kernels, {fmt_ns(r.total_time_ns)} total")
-    for col in ("kernel", "family", "count", "total", "mean", "p50", "max", "share"):
-        t.add_column(col, justify="left" if col in ("kernel", "family") else "right")
+    t = Table(title=f"{r.total_count} kernels, {fmt_ns(r.total_time_ns)} total",
+              caption="by: what decided the family (collective op, comm-only stream, library, name)")
+    for col in ("kernel", "family", "by", "count", "total", "mean", "p50", "max", "share"):
+        t.add_column(col, justify="left" if col in ("kernel", "family", "by") else "right")
     for row in r.by_name.head(top).iter_rows(named=True):
-        t.add_row(shorten(row["name"]), row["family"], str(row["count"]), fmt_ns(row["total_ns"]),
+        t.add_row(shorten(row["name"]), row["family"], row["rule"], str(row["count"]), fmt_ns(row["total_ns"]),
                   fmt_ns(row["mean_ns"]), fmt_ns(row["p50_ns"]), fmt_ns(row["max_ns"]), fmt_pct(row["share"]))
     f = Table(title="by family")
     for col in ("family", "count", "total", "share"):
