@@ -505,19 +505,20 @@ def _notes(report: NcuReport, launches: pl.DataFrame, ceilings: Ceilings, table:
 
 def _clock_note(report: NcuReport, launches: pl.DataFrame, clocks_locked: bool | None) -> str | None:
     """What the SM clock of the longest launch says about the capture, if anything."""
-    longest = launches.filter(pl.col(NCol.DUR) == pl.col(NCol.DUR).max()).row(0, named=True) \
-        if launches.get_column(NCol.DUR).drop_nulls().len() else {}
+    timed = launches.filter(pl.col(NCol.DUR).is_not_null())
+    longest = timed.sort(NCol.DUR, descending=True).row(0, named=True) if timed.height else {}
     ratio, clock = longest.get("clock_ratio"), longest.get("sm_clock_hz")
-    recorded = report.launches.filter(pl.col(NCol.LAUNCH) == longest.get(NCol.LAUNCH)) \
-        .get_column(NCol.CLOCKS_LOCKED).drop_nulls() if longest else pl.Series([], dtype=pl.Boolean)
+    # ncu's own record (ClockStatus), not the guess from the clock that launches["clocks_locked"]
+    # falls back to.
+    raw = report.launches.filter(pl.col(NCol.LAUNCH) == longest.get(NCol.LAUNCH, -1))
+    recorded = raw.get_column(NCol.CLOCKS_LOCKED)[0] if raw.height else None
     if ratio is not None and clock and ratio < th.LOW_CLOCK_RATIO:
-        if recorded.len() and bool(recorded[0]):
-            cause = "clocks were locked for profiling (ncu's default --clock-control base)"
-        elif recorded.len():
-            cause = ("ncu did not lock the clocks, so the GPU ran throttled (power or thermal "
-                     "limit) or clocked down between kernels")
-        else:
-            cause = "clocks were locked for profiling or the GPU throttled"
+        cause = {
+            True: "clocks were locked for profiling (ncu's default --clock-control base)",
+            False: ("ncu did not lock the clocks, so the GPU ran throttled (power or thermal limit) "
+                    "or clocked down between kernels"),
+            None: "clocks were locked for profiling or the GPU throttled",
+        }[recorded]
         return (f"SM clock {clock / 1e9:.2f} GHz during the capture, {ratio:.0%} of the "
                 f"{clock / ratio / 1e9:.2f} GHz boost: {cause}. Compute-bound kernels run up to "
                 f"{1 / ratio:.1f}x faster at boost; compute peaks here are at the profiled clock.")
