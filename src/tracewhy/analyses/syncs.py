@@ -3,6 +3,7 @@ long the host was blocked; and device-to-host scalar reads (``.item()``) that re
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -12,7 +13,7 @@ import polars as pl
 from tracewhy.analyses import api_names
 from tracewhy.analyses.host_activity import Flag, HostIndex
 from tracewhy.analyses.steps import StepsResult
-from tracewhy.model.schema import Col
+from tracewhy.model.schema import Col, Kind
 from tracewhy.model.trace import Trace
 
 
@@ -20,8 +21,10 @@ from tracewhy.model.trace import Trace
 class SyncsResult:
     """``calls``: one row per blocking call: id, name, ts_ns, blocked_ns, op (innermost CPU op),
     annotation, python (innermost Python frame; needs with_stack), step.
-    ``per_step``: step, steady, syncs, blocked_ns. ``scalar_reads``: per op name (aten::item,
-    _local_scalar_dense, nonzero...) calls and how many of them contained a blocking call."""
+    ``per_step``: step, steady, syncs, blocked_ns. ``scalar_reads``: outermost reads (aten::item,
+    nonzero, ...; the _local_scalar_dense inside an item is the same read) per op name, whether
+    the optimizer's step was on the stack, the innermost annotation and Python frame: calls and
+    how many of them had a synchronize (or synchronous copy) inside."""
 
     calls: pl.DataFrame
     per_step: pl.DataFrame
@@ -65,16 +68,103 @@ def syncs(trace: Trace, steps: StepsResult, host: HostIndex) -> SyncsResult:
               on="step", how="left")
         .with_columns(pl.col("syncs").fill_null(0), pl.col("blocked_ns").fill_null(0))
     )
-    # Scalar reads: the op blocked only if a synchronize ran inside it. Names are tested once
-    # each (a trace has hundreds of names over millions of host slices).
+    # Scalar reads, one per outermost call (aten::item wraps aten::_local_scalar_dense: one read,
+    # not two). Names are tested once each (hundreds of names over millions of host slices).
     host_names = name_col.gather(host.ids)
     read_names = [n for n in host_names.unique().to_list() if n is not None and api_names.is_scalar_read(n)]
-    read_rows = np.flatnonzero(host_names.is_in(read_names).to_numpy()) if read_names else np.zeros(0, np.int64)
-    sync_ops = set(host.op_ctx[rows].tolist())
+    is_read = host_names.is_in(read_names).to_numpy() if read_names else np.zeros(host.ids.size, dtype=bool)
+    has_read_below = _ancestors_of(host.parent, np.flatnonzero(is_read), host.ids.size)
+    read_rows = _split_pairs(s, host, np.flatnonzero(is_read & ~_under(host.parent, is_read)), has_read_below)
+    # A read blocked only when a synchronize (or a synchronous copy) ran somewhere inside it.
+    holds_sync = _ancestors_of(host.parent, rows, host.ids.size)
     scalar = pl.DataFrame({
         Col.NAME: name_of(host.ids[read_rows]),
-        "blocked": [int(host.ids[r]) in sync_ops for r in read_rows],
-    }, schema={Col.NAME: pl.String, "blocked": pl.Boolean})
-    scalar_reads = scalar.group_by(Col.NAME).agg(pl.len().cast(pl.Int64).alias("calls"),
-                                                 pl.col("blocked").sum().cast(pl.Int64).alias("blocking_calls"))
-    return SyncsResult(calls=calls, per_step=per_step, scalar_reads=scalar_reads.sort(Col.NAME))
+        "blocked": holds_sync[read_rows],
+        "optimizer": host.on_stack[Flag.OPTIMIZER][read_rows],
+        **_read_context(s, host, read_rows, set(st.get_column(Col.NAME).to_list()) if st.height else set()),
+    }, schema={Col.NAME: pl.String, "blocked": pl.Boolean, "optimizer": pl.Boolean, "annotation": pl.String,
+               "python": pl.String})
+    scalar_reads = scalar.group_by(Col.NAME, "optimizer", "annotation", "python").agg(
+        pl.len().cast(pl.Int64).alias("calls"), pl.col("blocked").sum().cast(pl.Int64).alias("blocking_calls"))
+    return SyncsResult(calls=calls, per_step=per_step, scalar_reads=scalar_reads.sort(
+        "calls", Col.NAME, "annotation", "python", descending=[True, False, False, False], nulls_last=True))
+
+
+#: A Python frame of user code: "file.py(line): function", outside torch and installed packages
+#: (torch 2.x writes frames relative to sys.path: torch/optim/adam.py(...), site-packages/...).
+_USER_FRAME = re.compile(r"^(?!torch/|.*site-packages/|.*dist-packages/|<).*\.py\(\d+\): ")
+
+
+def _read_context(s: pl.DataFrame, host: HostIndex, rows: npt.NDArray[np.int64],
+                  step_names: set[str]) -> dict[str, list[str | None]]:
+    """Per read: the innermost annotation that is not a step marker, and the innermost Python
+    frame of user code (the line that asked for the value; None without with_stack)."""
+    names = s.get_column(Col.NAME)
+    annotation = host.is_kind(Kind.ANNOTATION)
+    python = host.is_kind(Kind.PYTHON)
+    out: dict[str, list[str | None]] = {"annotation": [], "python": []}
+    for row in rows.tolist():
+        found_annotation: str | None = None
+        found_line: str | None = None
+        cur = int(host.parent[row])
+        while cur >= 0 and (found_annotation is None or found_line is None):
+            if annotation[cur] and found_annotation is None:
+                name = str(names[int(host.ids[cur])])
+                found_annotation = None if name in step_names else name
+                if name in step_names:
+                    break  # the step marker is the loop: nothing above it is this read's context
+            elif python[cur] and found_line is None:
+                name = str(names[int(host.ids[cur])])
+                if _USER_FRAME.match(name):
+                    found_line = name
+            cur = int(host.parent[cur])
+        out["annotation"].append(found_annotation)
+        out["python"].append(found_line)
+    return out
+
+
+def _split_pairs(s: pl.DataFrame, host: HostIndex, rows: npt.NDArray[np.int64],
+                 has_read_below: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
+    """``rows`` (outermost reads, in host order) less the second of each pair that containment
+    could not nest: two reads on one thread, neither holding a read, the second starting before
+    or as the first ends. Integer-µs traces (PyTorch <= 2.3) round aten::item and its
+    aten::_local_scalar_dense to 0 µs, at one instant or at the item's end: one read, not two."""
+    if rows.size < 2:
+        return rows
+    ids = host.ids[rows]
+    pid = s.get_column(Col.PID).to_numpy()[ids]
+    tid = s.get_column(Col.TID).to_numpy()[ids]
+    leaf = ~has_read_below[rows]
+    second = np.zeros(rows.size, dtype=bool)
+    second[1:] = ((pid[1:] == pid[:-1]) & (tid[1:] == tid[:-1]) & leaf[1:] & leaf[:-1]
+                  & (host.ts[rows[1:]] <= host.end[rows[:-1]]))
+    # A chain a-b-c of touching leaves is a-b one read and c another: drop b only.
+    for i in np.flatnonzero(second):
+        if second[i - 1]:
+            second[i] = False
+    return rows[~second]
+
+
+def _under(parent: npt.NDArray[np.int64], marked: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
+    """Rows with a marked ancestor (strictly above them), by walking every row's parents level by level."""
+    out = np.zeros(marked.size, dtype=bool)
+    todo = np.arange(marked.size)
+    cur = parent.copy()
+    while todo.size:
+        live = cur[todo] >= 0
+        todo = todo[live]
+        out[todo] |= marked[cur[todo]]
+        cur[todo] = parent[cur[todo]]
+    return out
+
+
+def _ancestors_of(parent: npt.NDArray[np.int64], rows: npt.NDArray[np.int64], n: int) -> npt.NDArray[np.bool_]:
+    """Rows that are an ancestor of one of ``rows``."""
+    out = np.zeros(n, dtype=bool)
+    cur = parent[rows]
+    while cur.size:
+        cur = cur[cur >= 0]
+        cur = cur[~out[cur]]  # a row already marked has its ancestors marked too
+        out[cur] = True
+        cur = parent[cur]
+    return out

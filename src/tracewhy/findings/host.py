@@ -77,35 +77,55 @@ def _allocator(ctx: Context) -> list[Finding]:
 
 
 def _scalar_reads(ctx: Context) -> list[Finding]:
-    sy = ctx.syncs()
-    reads = sy.scalar_reads
-    if reads.height == 0:
-        return []
+    """Reads of a device value on the host, one per outermost call, split by where they come
+    from: the optimizer's own step (its single-tensor path reads each step counter) or the
+    training loop (named by its annotation and Python line when the trace has them)."""
+    reads = ctx.syncs().scalar_reads
     steps = ctx.steps().table.height
+    has_gpu = ctx.trace.of_kind(*GPU_ACTIVITY_KINDS).height > 0
+    if has_gpu:  # on a GPU a read costs only when a synchronize or a synchronous copy ran inside it
+        reads = reads.filter(pl.col("blocking_calls") > 0).with_columns(pl.col("blocking_calls").alias("calls"))
     calls = int(reads.get_column("calls").sum())
-    blocking = int(reads.get_column("blocking_calls").sum())
     if steps == 0 or calls < steps:
         return []
-    has_gpu = ctx.trace.of_kind(*GPU_ACTIVITY_KINDS).height > 0
-    names = ", ".join(reads.get_column("name").to_list())
-    if has_gpu and blocking == 0:
-        return []  # they read host tensors: harmless
+    from_optimizer = int(reads.filter(pl.col("optimizer")).get_column("calls").sum())
+    user = reads.filter(~pl.col("optimizer")).sort("calls", descending=True)
+    where = [w for w in (user.row(0, named=True)["python"], user.row(0, named=True)["annotation"])
+             if w] if user.height else []
+    parts = []
+    if calls - from_optimizer:
+        parts.append(f"{(calls - from_optimizer) / steps:.1f} in the training loop"
+                     + (f" (most at {where[0]})" if where else ""))
+    if from_optimizer:
+        block = reads.filter(pl.col("optimizer")).row(0, named=True)["annotation"] or "the optimizer's step"
+        parts.append(f"{from_optimizer / steps:.1f} inside {block}")
+    names = ", ".join(sorted(set(reads.get_column(Col.NAME).to_list())))
     # On a GPU trace the cost of these reads is the drain they cause, which the sync finding
     # measures; counting their own (blocked) time here would count it twice. On a CPU-only
     # trace the hazard is latent and only the ops' own time is counted.
-    recoverable = 0 if has_gpu else round(_own_time(ctx, reads.get_column("name").to_list()) / steps)
+    recoverable = 0 if has_gpu else round(_own_time(ctx, reads.get_column(Col.NAME).unique().to_list()) / steps)
+    advice = []
+    if calls - from_optimizer:
+        advice.append("Stop reading values back every step: accumulate losses/metrics on the device and call "
+                      ".item() every N steps (or log asynchronously).")
+    if from_optimizer:
+        advice.append("The optimizer's reads come from its single-tensor path (each parameter's step counter): "
+                      "construct it with foreach=True or fused=True (the default for CUDA parameters), or "
+                      "capturable=True to keep the counters on the device; the training loop needs no change for "
+                      "them.")
     return [Finding(
         code="scalar-read-per-step",
         severity=Severity.MEDIUM if has_gpu else Severity.LOW,
-        statement=f"{calls / steps:.1f} device-to-host scalar reads per step ({names})"
-                  + (f"; {blocking} of them blocked on the GPU." if has_gpu else
-                     ": on this CPU-only trace they cost little, but on a GPU each one waits for all queued work "
-                     "and drains the pipeline every step."),
-        next_step="Stop reading values back every step: accumulate losses/metrics on the device and call .item() "
-                  "every N steps (or log asynchronously).",
+        statement=f"{calls / steps:.1f} scalar reads per step ({names}): {'; '.join(parts)}"
+                  + (", each blocked on the GPU." if has_gpu else
+                     ". On this CPU-only trace they cost little, but on a GPU a read of a device value waits for "
+                     "all queued work and drains the pipeline"
+                     + (" (the optimizer's step counters stay on the host there too unless capturable=True, so "
+                        "its reads would not)." if from_optimizer else ".")),
+        next_step=" ".join(advice),
         recoverable_ns_per_step=recoverable,
-        evidence={"calls": calls, "blocking_calls": blocking, "per_step": calls / steps,
-                  "ops": reads.to_dicts()},
+        evidence={"calls": calls, "per_step": calls / steps, "from_optimizer": from_optimizer,
+                  "reads": reads.to_dicts()},
     )]
 
 
