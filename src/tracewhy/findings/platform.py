@@ -8,8 +8,8 @@ import re
 
 import polars as pl
 
-from tracewhy.analyses.families import Family
 from tracewhy.analyses.kernels import kernels
+from tracewhy.analyses.tensor_cores import CANDIDATE, TensorCoresResult, tensor_cores
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding, Severity
@@ -18,11 +18,6 @@ from tracewhy.model.trace import Trace
 from tracewhy.units import fmt_bytes
 from tracewhy.units import fmt_pct as pct
 
-# Kernel names that run on tensor cores: Volta 884 / Turing 1688 / Ampere 16816 HMMA shapes,
-# cutlass tensorop, Hopper wgmma and nvjet, cuDNN "xmma" tensor paths, bf16/fp16/fp8/tf32 GEMMs.
-_TENSOR_CORE = re.compile(
-    r"884|1688|16816|16832|tensorop|hmma|wgmma|nvjet|xmma|_h\d+gemm|bf16|f16|fp16|half|e4m3|e5m2|fp8|tf32|"
-    r"mfma|wmma|s16816|h16816|i8816", re.IGNORECASE)
 _DATA_PARALLEL = re.compile(r"^(Broadcast|ReduceAddCoalesced|Gather|Scatter)(Backward)?$|DataParallel\.forward$")
 
 
@@ -58,17 +53,21 @@ def findings(ctx: Context) -> list[Finding]:
         return []
     out: list[Finding] = []
     k = kernels(t)
-    eligible = k.by_name.filter(pl.col("family").is_in([Family.GEMM.value, Family.CONVOLUTION.value]))
-    without = eligible.filter(~pl.col("name").str.contains(_TENSOR_CORE.pattern))
+    tc = tensor_cores(t, gpu_vendor(t)[0])
+    without = tc.table.filter(pl.col("verdict") == CANDIDATE)
     share = int(without.get_column("total_ns").sum()) / max(k.total_time_ns, 1)
     if share >= th.TENSOR_CORE_ELIGIBLE_SHARE:
+        top = without.row(0, named=True)
         out.append(Finding(
             code="tensor-cores-unused", severity=Severity.MEDIUM,
             statement=f"{pct(share)} of kernel time is GEMM/convolution kernels that do not run on tensor cores "
-                      f"(e.g. {without.get_column('name').head(1).to_list()[0][:80]}).",
-            next_step="Enable mixed precision: with torch.autocast('cuda', dtype=torch.bfloat16): ... (or float16 "
-                      "with GradScaler), or at least torch.backends.cuda.matmul.allow_tf32 = True.",
-            evidence={"share": round(share, 4), "kernels": without.head(5).select("name", "total_ns").to_dicts()},
+                      f"(e.g. {top['name'][:80]}: {top['reason']}).",
+            next_step=_tensor_core_advice(tc, top["cc"]),
+            evidence={"share": round(share, 4), "framework": tc.framework, "framework_rule": tc.framework_rule,
+                      "kernels": without.head(5).select("name", "cc", "precision", "precision_rule", "reason",
+                                                        "total_ns").to_dicts(),
+                      "excluded": tc.table.filter(pl.col("verdict") == "excluded").head(5).select(
+                          "name", "reason", "total_ns").to_dicts()},
         ))
     names = t.slices.get_column(Col.NAME).unique().to_list()  # unique codes first, then strings
     dp = [n for n in names if n is not None and _DATA_PARALLEL.search(n)]
@@ -91,6 +90,30 @@ def findings(ctx: Context) -> list[Finding]:
         ))
     out += _memory(ctx)
     return out
+
+
+def _tensor_core_advice(tc: TensorCoresResult, cc: str | None) -> str:
+    """The change that puts these GEMMs on tensor cores, for the framework that launched them
+    and the precisions the device's tensor cores take (TF32 and BF16 from sm_80 on; before
+    that FP16 only)."""
+    fp16_only = cc is not None and tuple(int(x) for x in cc.split(".")) < (8, 0)
+    gpu = f" (sm_{cc.replace('.', '')} has FP16 tensor cores only: no TF32 or BF16)" if cc and fp16_only else ""
+    if tc.framework == "torch":
+        if fp16_only:
+            return ("Enable mixed precision in float16: with torch.autocast('cuda', dtype=torch.float16): ... and "
+                    f"torch.amp.GradScaler('cuda') for training{gpu}.")
+        return ("Enable mixed precision: with torch.autocast('cuda', dtype=torch.bfloat16): ... (or float16 "
+                "with GradScaler), or at least torch.backends.cuda.matmul.allow_tf32 = True.")
+    if tc.framework == "jax":
+        if fp16_only:
+            return f"Compute the matrix products in float16 (x.astype(jnp.float16)){gpu}."
+        return ("Compute the matrix products in bfloat16 (x.astype(jnp.bfloat16)), or let float32 ones use TF32: "
+                "jax.default_matmul_precision('tensorfloat32').")
+    lib = "CuPy arrays" if tc.framework == "cupy" else "inputs"
+    if fp16_only:
+        return f"Compute the matrix products in FP16 ({lib} of float16, or cublasGemmEx with CUDA_R_16F){gpu}."
+    return (f"Compute the matrix products in BF16/FP16 ({lib} of that type), or let FP32 ones use TF32: "
+            "cublasSetMathMode(handle, CUBLAS_TF32_TENSOR_OP_MATH).")
 
 
 def _memory(ctx: Context) -> list[Finding]:
