@@ -93,10 +93,13 @@ def test_clock_offsets_change_nothing(tmp_path: Path) -> None:
 def test_straggler_finding_says_what_it_did_instead(tmp_path: Path) -> None:
     found = {f.code: f for f in rank_findings(_job(tmp_path))}
     f = found["rank-straggler"]
+    # Issue 14: the statement leads with the waiting the straggler caused (what picks it), the
+    # count of calls it was last at is context. Device-timed calls: nothing is said about its
+    # host thread in the wait window (the wait was on its GPU stream), so no "While they waited".
     assert f.statement == (
-        "rank 2 is the straggler: it arrived last at 3 of 3 matched collectives (100%), and the other ranks "
-        "waited 0.20 ms/step for it (20% of the 1.00 ms step). Meanwhile rank 2 spent 0.60 ms/step in GPU compute "
-        "(other ranks: 0.40).")
+        "rank 2 is the straggler: the other ranks waited 0.20 ms/step for it (20% of the 1.00 ms mean step), "
+        "100% of all waiting at matched collectives; it arrived last at 3 of 3 of them (100%). Over the whole step "
+        "rank 2 spent 0.60 ms/step in GPU compute (other ranks: 0.40).")
     assert f.recoverable_ns_per_step == 200_000
     assert [x["late_ns"] for x in f.evidence["late_ns_by_step"]] == [200_000.0] * 3
     # 20% of the step is exactly EXPOSED_COMM_HIGH_SHARE: high severity.

@@ -127,6 +127,22 @@ SPECS: tuple[TraceSpec, ...] = (
         "bucket); there are no `record_param_comms` events with gloo on CPU. Both files carry "
         "a top-level `distributedInfo` (backend, rank, world_size, pg_config).",
     ),
+    TraceSpec(
+        "ddp_gloo_bcast", tuple(ddp_traces.broadcast_rank_file(Path(), r).name for r in range(2)),
+        ddp_traces.make_ddp_broadcast, "ddp_traces.make_ddp_broadcast",
+        "with_stack=True (no record_shapes, to keep the files small); as ddp_gloo, with DistributedDataParallel("
+        f"bucket_cap_mb={ddp_traces.BUCKET_CAP_MB})",
+        _sched(ddp_traces.BROADCAST_SCHEDULE),
+        f"straggler by waiting, not by count (issue 14): rank {ddp_traces.STRAGGLER_RANK} sleeps "
+        f"{ddp_traces.STRAGGLER_SLEEP_S} s inside record_function('{ddp_traces.STRAGGLER_ANNOTATION}') "
+        "between forward and backward every step, so rank 0 waits about 20 ms in the gradient "
+        "bucket all-reduces; every step also begins with "
+        f"{ddp_traces.BROADCASTS_PER_STEP} broadcasts of {ddp_traces.BROADCAST_ELEMENTS} floats from "
+        "rank 0, which rank 0 reaches a little after rank 1 (it computes each value first: a "
+        "matmul of 256x256, about 0.4 ms), so rank 0 arrives last at more collectives while "
+        "rank 1 causes most of the waiting (about four fifths in the kept run: rank 0's "
+        "preparing, and the machine's noise, cost rank 1 a few ms a step).",
+    ),
 )
 
 DEMO = TraceSpec(

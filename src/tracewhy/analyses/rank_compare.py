@@ -8,6 +8,15 @@ group must issue the group's collectives alike or the job hangs. A collective en
 at about the same moment, when the last rank has arrived and the data has moved, so the rank
 that arrived last spent the least time in it: per matched call the shortest duration across
 ranks is the transfer, and each rank's excess over it is time it waited for the others.
+
+A rank waits at the start of a call (from its arrival until the last rank's), so its waits are
+intervals on its own clock: per step, a rank's waiting is the union of those intervals (calls
+in flight at once, like DDP's gradient buckets on gloo's two threads, are not counted twice).
+The straggler is the rank the others waited for longest per step, summed over the calls it
+arrived last at: the time it cost them, not how often it was last (a rank a few µs last at many
+tiny broadcasts is not the one a 20 ms late all-reduce waits for). What it was doing meanwhile
+is read off its own clock too: the others waited ``late_ns`` at a call, so on the straggler
+that is the ``late_ns`` before it arrived, and its step thread's timeline says what was open.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ from typing import Final
 import numpy as np
 import polars as pl
 
+from tracewhy.analyses.intervals import covered_ns, union
 from tracewhy.analyses.ranks import RankSummary
 
 #: Ops whose message size differs between ranks by design (uneven all-to-all splits,
@@ -29,14 +39,19 @@ _TIMED: Final = ("device", "host")
 
 @dataclass(frozen=True)
 class RanksResult:
-    """``ranks``: one row per rank: rank, source, rank_from, steps, step_p50_ns, step_p90_ns,
+    """``ranks``: one row per rank: rank, source, rank_from, steps, step_p50_ns, step_p90_ns, step_mean_ns,
     compute_ns_per_step, comm_ns_per_step, comm_exposed_ns_per_step, idle_ns_per_step,
     input_ns_per_step, calls, wait_ns_per_step (its waits in matched calls), last_count (calls
-    it arrived last at), late_ns_per_step (what the others waited for it: per call it was last
-    at, the median of the others' waits, summed per step).
+    it arrived last at), late_ns_per_step (what the others waited for it: per step, each other
+    rank's waits at the calls it was last at, as a union on that rank's clock; the median over
+    the other ranks).
     ``matched``: one row per call matched on two or more ranks with timing: step,
     process_group, ordinal (within step, group and op), op, ranks, transfer_ns, max_wait_ns, last_rank, late_ns.
-    ``lateness``: rank, step, late_ns, wait_ns. ``mismatches``: step, process_group, op,
+    ``lateness``: rank, step, late_ns, wait_ns. ``doing``: what the straggler's step thread
+    was doing while the others waited for it (host-timed calls; see ``straggler_doing``): kind,
+    name, ns_per_step, share (of the window). ``straggler``: the rank with the most
+    late_ns; ``straggler_last_share``: share of the matched calls it arrived last at;
+    ``straggler_wait_share``: share of all late_ns it caused. ``mismatches``: step, process_group, op,
     kind ("count", "size" or "order"), detail, cut_explains (the ranks short of calls have
     incomplete files).
     """
@@ -47,6 +62,10 @@ class RanksResult:
     mismatches: pl.DataFrame
     straggler: int | None
     straggler_last_share: float | None
+    straggler_wait_share: float | None
+    doing: pl.DataFrame
+    #: Per step, how long the window the others waited for the straggler was (host-timed calls).
+    doing_window_ns_per_step: float
     steps_compared: int
     summaries: tuple[RankSummary, ...]
     notes: tuple[str, ...]
@@ -74,10 +93,13 @@ def compare_ranks(summaries: Sequence[RankSummary]) -> RanksResult:
     lateness = _lateness(matched, calls)
     n_steps = max(len(common), 1) if by_steps else 1
     table = _rank_table(summaries, calls, matched, lateness, n_steps)
-    straggler, share = _straggler(matched)
+    straggler, last_share, wait_share = _straggler(matched, lateness)
+    doing, window = (_doing(next(s for s in summaries if s.rank == straggler), calls, matched, n_steps)
+                     if straggler is not None else (_doing_empty(), 0.0))
     return RanksResult(
         ranks=table, matched=matched, lateness=lateness, mismatches=mismatches, straggler=straggler,
-        straggler_last_share=share, steps_compared=len(common), summaries=tuple(summaries),
+        straggler_last_share=last_share, straggler_wait_share=wait_share, doing=doing,
+        doing_window_ns_per_step=window, steps_compared=len(common), summaries=tuple(summaries),
         notes=tuple(notes),
     )
 
@@ -99,7 +121,7 @@ def _calls(summaries: Sequence[RankSummary], by_steps: bool, common: set[int]) -
             c = c.with_columns(pl.lit(-1, dtype=pl.Int64).alias("step"))
         frames.append(c.with_columns(pl.lit(s.rank, dtype=pl.Int64).alias("rank")).with_row_index("_order"))
     schema = {"rank": pl.Int64, "step": pl.Int64, "process_group": pl.String, "ordinal": pl.Int64, "op": pl.String,
-              "size": pl.Int64, "timing": pl.String, "dur_ns": pl.Int64}
+              "size": pl.Int64, "timing": pl.String, "dur_ns": pl.Int64, "arrive_ns": pl.Int64}
     if not frames:
         return pl.DataFrame(schema=schema)
     return (
@@ -176,21 +198,45 @@ def _mismatches(calls: pl.DataFrame, incomplete: set[int]) -> pl.DataFrame:
 
 
 def _lateness(matched: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
-    late = matched.filter(pl.col("last_rank").is_not_null()).group_by(pl.col("last_rank").alias("rank"), "step").agg(
-        pl.col("late_ns").sum()
-    )
-    waits = (
-        calls.filter(pl.col("timing").is_in(_TIMED))
-        .join(matched.select("step", "process_group", "op", "ordinal", "transfer_ns"),
-              on=["step", "process_group", "op", "ordinal"], nulls_equal=True)
-        .group_by("rank", "step").agg((pl.col("dur_ns") - pl.col("transfer_ns")).sum().alias("wait_ns"))
-    )
+    """Per rank and step: wait_ns, the union of its wait intervals; late_ns, the median over the
+    other ranks of the union of their wait intervals at the calls this rank arrived last at."""
+    schema = {"rank": pl.Int64, "step": pl.Int64, "late_ns": pl.Float64, "wait_ns": pl.Int64}
+    waits = _waits(matched, calls)
+    rows: list[dict[str, object]] = []
+    for (rank, step), g in waits.group_by("rank", "step", maintain_order=True):
+        rows.append({"rank": rank, "step": step, "late_ns": 0.0, "wait_ns": _union_ns(g)})
+    late: dict[tuple[int, int], list[int]] = {}
+    others = waits.filter(pl.col("last_rank").is_not_null() & (pl.col("rank") != pl.col("last_rank")))
+    for (last, step, _), g in others.group_by("last_rank", "step", "rank", maintain_order=True):
+        late.setdefault((last, step), []).append(_union_ns(g))
+    index = {(r["rank"], r["step"]): r for r in rows}
+    for key, values in late.items():
+        row = index.get(key)
+        if row is None:
+            row = {"rank": key[0], "step": key[1], "late_ns": 0.0, "wait_ns": 0}
+            rows.append(row)
+        row["late_ns"] = float(np.median(values))
+    out = pl.DataFrame(rows, schema=schema) if rows else pl.DataFrame(schema=schema)
+    return out.sort("rank", "step")
+
+
+def _waits(matched: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+    """Each rank's part in each matched call: rank, step, last_rank, arrive_ns, wait_ns."""
     return (
-        waits.join(late, on=["rank", "step"], how="full", coalesce=True, nulls_equal=True)
-        .with_columns(pl.col("late_ns").fill_null(0.0), pl.col("wait_ns").fill_null(0))
-        .select("rank", "step", "late_ns", "wait_ns")
-        .sort("rank", "step")
+        calls.filter(pl.col("timing").is_in(_TIMED) & pl.col("dur_ns").is_not_null())
+        .join(matched.select("step", "process_group", "op", "ordinal", "transfer_ns", "last_rank"),
+              on=["step", "process_group", "op", "ordinal"], nulls_equal=True)
+        .select("rank", "step", "last_rank", "arrive_ns", (pl.col("dur_ns") - pl.col("transfer_ns")).alias("wait_ns"))
     )
+
+
+def _union_ns(waits: pl.DataFrame) -> int:
+    """Length of the union of [arrive, arrive + wait) over the rows; a row without an arrival
+    time counts in full (nothing to overlap it with)."""
+    known = waits.filter(pl.col("arrive_ns").is_not_null())
+    loose = int(waits.filter(pl.col("arrive_ns").is_null()).get_column("wait_ns").sum())
+    s = known.get_column("arrive_ns").to_numpy()
+    return covered_ns(s, s + known.get_column("wait_ns").to_numpy()) + loose
 
 
 def _rank_table(summaries: Sequence[RankSummary], calls: pl.DataFrame, matched: pl.DataFrame,
@@ -200,7 +246,8 @@ def _rank_table(summaries: Sequence[RankSummary], calls: pl.DataFrame, matched: 
         mine = lateness.filter(pl.col("rank") == s.rank)
         rows.append({
             "rank": s.rank, "source": s.source, "rank_from": s.rank_from, "steps": s.steps,
-            "step_p50_ns": s.step_p50_ns, "step_p90_ns": s.step_p90_ns, "compute_ns_per_step": s.compute_ns_per_step,
+            "step_p50_ns": s.step_p50_ns, "step_p90_ns": s.step_p90_ns, "step_mean_ns": s.step_mean_ns,
+            "compute_ns_per_step": s.compute_ns_per_step,
             "comm_ns_per_step": s.comm_ns_per_step, "comm_exposed_ns_per_step": s.comm_exposed_ns_per_step,
             "idle_ns_per_step": s.idle_ns_per_step, "input_ns_per_step": s.input_ns_per_step,
             "calls": calls.filter(pl.col("rank") == s.rank).height,
@@ -210,20 +257,55 @@ def _rank_table(summaries: Sequence[RankSummary], calls: pl.DataFrame, matched: 
             "incomplete": "; ".join(s.missing_events) or None,
         })
     schema = {"rank": pl.Int64, "source": pl.String, "rank_from": pl.String, "steps": pl.Int64,
-              "step_p50_ns": pl.Float64, "step_p90_ns": pl.Float64, "compute_ns_per_step": pl.Float64,
+              "step_p50_ns": pl.Float64, "step_p90_ns": pl.Float64, "step_mean_ns": pl.Float64,
+              "compute_ns_per_step": pl.Float64,
               "comm_ns_per_step": pl.Float64, "comm_exposed_ns_per_step": pl.Float64, "idle_ns_per_step": pl.Float64,
               "input_ns_per_step": pl.Float64, "calls": pl.Int64, "wait_ns_per_step": pl.Float64,
               "last_count": pl.Int64, "late_ns_per_step": pl.Float64, "incomplete": pl.String}
     return pl.DataFrame(rows, schema=schema) if rows else pl.DataFrame(schema=schema)
 
 
-def _straggler(matched: pl.DataFrame) -> tuple[int | None, float | None]:
-    """The rank that arrived last most often (ties: the one the others waited longer for)."""
+def _straggler(matched: pl.DataFrame, lateness: pl.DataFrame) -> tuple[int | None, float | None, float | None]:
+    """The rank the others waited for longest (ties: the lower rank), the share of matched calls
+    it arrived last at, and its share of all the waiting that ranks caused."""
+    per = lateness.group_by("rank").agg(pl.col("late_ns").sum()).sort(["late_ns", "rank"], descending=[True, False])
+    total = float(per.get_column("late_ns").sum())
+    if per.height == 0 or total <= 0:
+        return None, None, None
+    rank, late = per.row(0)
     last = matched.filter(pl.col("last_rank").is_not_null())
-    if last.height == 0:
-        return None, None
-    per = last.group_by("last_rank").agg(pl.len().alias("n"), pl.col("late_ns").sum()).sort(
-        ["n", "late_ns", "last_rank"], descending=[True, True, False]
-    )
-    top = per.row(0, named=True)
-    return int(top["last_rank"]), top["n"] / last.height
+    return int(rank), last.filter(pl.col("last_rank") == rank).height / last.height, late / total
+
+
+def _doing_empty() -> pl.DataFrame:
+    return pl.DataFrame(schema={"kind": pl.String, "name": pl.String, "ns_per_step": pl.Float64, "share": pl.Float64})
+
+
+def _doing(me: RankSummary, calls: pl.DataFrame, matched: pl.DataFrame, n_steps: int) -> tuple[pl.DataFrame, float]:
+    """What ``me``'s step thread was doing while the others waited for it: at each host-timed call
+    it arrived last at, the others waited ``late_ns``, which on its clock is the ``late_ns``
+    before its arrival. Per kind, the time each innermost slice was open in the union of those
+    windows, per step, with its share of the window. (Device-timed calls are left out: there the
+    wait is on the GPU stream, which ran ahead of or behind the host.)"""
+    mine = calls.filter((pl.col("rank") == me.rank) & (pl.col("timing") == "host") & pl.col("arrive_ns").is_not_null())
+    late = mine.join(matched.filter(pl.col("last_rank") == me.rank).select("step", "process_group", "op", "ordinal",
+                                                                            "late_ns"),
+                     on=["step", "process_group", "op", "ordinal"], nulls_equal=True).filter(pl.col("late_ns") > 0)
+    if late.height == 0 or me.activity.height == 0:
+        return _doing_empty(), 0.0
+    totals: dict[tuple[str, str], int] = {}
+    window_ns = 0
+    for (step,), g in late.group_by("step", maintain_order=True):
+        end = g.get_column("arrive_ns").to_numpy()
+        lo, hi = union(end - g.get_column("late_ns").to_numpy().astype(np.int64), end)
+        window_ns += int((hi - lo).sum())
+        act = me.activity.filter(pl.col("step") == step)
+        for kind, name, a, b in act.select("kind", "name", "start_ns", "end_ns").iter_rows():
+            overlap = int(np.clip(np.minimum(hi, b) - np.maximum(lo, a), 0, None).sum())
+            if overlap:
+                totals[(kind, name)] = totals.get((kind, name), 0) + overlap
+    if window_ns == 0:
+        return _doing_empty(), 0.0
+    rows = [{"kind": k, "name": n, "ns_per_step": v / n_steps, "share": v / window_ns} for (k, n), v in totals.items()]
+    out = pl.DataFrame(rows, schema=_doing_empty().schema) if rows else _doing_empty()
+    return out.sort(["kind", "ns_per_step", "name"], descending=[False, True, False]), window_ns / n_steps

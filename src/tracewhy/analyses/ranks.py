@@ -1,7 +1,9 @@
 """One compact summary per rank, made where the trace is read (a worker process or a Dask
 worker), so that only summaries, never whole traces, travel back: step time, compute, exposed
 communication, idle and input per step, the rank's collective calls, and what its step thread
-spent the step on (its blocks and its largest unrecorded gaps).
+spent the step on (its blocks, its largest unrecorded gaps, and a compact timeline of the
+innermost annotation, op and Python frame open on it, from which ``rank_compare`` says what a
+straggler was doing while the others waited for it).
 
 ``summarize_file`` is what an executor runs; ``load_rank_summaries`` runs it over many files on
 any ``concurrent.futures.Executor`` (a process pool, or ``dask.distributed.Client.get_executor()``).
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Final
 
 import numpy as np
+import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses.api_names import is_dataloader
@@ -25,7 +28,7 @@ from tracewhy.analyses.intervals import covered_ns
 from tracewhy.analyses.overlap import OverlapOptions, overlap, step_windows
 from tracewhy.analyses.steps import StepsOptions, steps
 from tracewhy.errors import TraceError
-from tracewhy.model.schema import GPU_ACTIVITY_KINDS, HOST_KINDS, Col
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, HOST_KINDS, Col, Kind
 from tracewhy.model.trace import Trace
 from tracewhy.readers import read_trace
 
@@ -34,6 +37,11 @@ _RANK_IN_NAME: Final = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 #: Blocks and gaps kept per rank: enough to say what a straggler did instead, small to ship.
 TOP_BLOCKS: Final = 8
 TOP_GAPS: Final = 3
+#: Activity timeline: the kinds kept (what each is called in statements), and the shortest
+#: segment kept: shorter ones cannot carry a share of a wait worth naming, and dropping them
+#: keeps the timeline a few thousand rows per rank even with Python frames on.
+ACTIVITY_KINDS: Final = {Kind.ANNOTATION.value: "annotation", Kind.CPU_OP.value: "op", Kind.PYTHON.value: "python"}
+ACTIVITY_MIN_NS: Final = 2_000
 
 
 @dataclass(frozen=True)
@@ -48,9 +56,14 @@ class RankSummary:
     steady steps (per capture when it has no steps); GPU values are None for CPU-only ranks.
 
     ``collectives``: step (number, null outside steps), steady, process_group, op, label,
-    size, timing, dur_ns, in host order. ``blocks``: name, ns_per_step (direct children of the
-    step on its thread). ``gaps``: after, before, ns_per_step (holes between those children:
-    host time the profiler saw no op or annotation for).
+    size, timing, dur_ns, arrive_ns (when the call began on this rank: its host range, or its
+    first kernel; this rank's own clock, so only ever compared with this rank's times), in host
+    order. ``activity``: step, kind ("annotation", "op", "python"), name, start_ns, end_ns: per
+    steady step, the innermost slice of each kind open on the step's thread, as segments on this
+    rank's clock (ProfilerStep excluded; segments under ``ACTIVITY_MIN_NS`` dropped).
+    ``blocks``: name, ns_per_step (direct children of the step on its thread). ``gaps``: after,
+    before, ns_per_step (holes between those children: host time the profiler saw no op or
+    annotation for).
     """
 
     rank: int
@@ -62,6 +75,8 @@ class RankSummary:
     steady_step_numbers: tuple[int, ...]
     step_p50_ns: float | None
     step_p90_ns: float | None
+    #: Mean steady step: what per-step means (waits, lateness) are a share of.
+    step_mean_ns: float | None
     compute_ns_per_step: float | None
     comm_ns_per_step: float | None
     comm_exposed_ns_per_step: float | None
@@ -71,6 +86,7 @@ class RankSummary:
     blocks: pl.DataFrame
     gaps: pl.DataFrame
     note: str | None
+    activity: pl.DataFrame
     #: The reader's warnings on this rank's file, for the command to show.
     warnings: tuple[str, ...] = ()
     #: Why this rank's file lacks events (TraceMeta.missing_events): a cut rank's collectives
@@ -177,7 +193,7 @@ def _summarize(trace: Trace, source: str, options: RanksOptions, rank: int, rank
     table = coll.table if pid is None else coll.table.filter(pl.col(Col.PID) == pid)
     calls = _with_steps(table, windows).select(
         "step", "steady", pl.col("process_group").fill_null(""), pl.col("op").fill_null(pl.col("label")), "label",
-        "size", "timing", Col.DUR,
+        "size", "timing", Col.DUR, pl.col("start_ns").alias("arrive_ns"),
     )
     blocks, gaps = _step_children(trace, steady)
     backend = trace.meta.distributed.get("backend")
@@ -185,11 +201,11 @@ def _summarize(trace: Trace, source: str, options: RanksOptions, rank: int, rank
         rank=rank, source=source, rank_from=rank_from,
         world_size=trace.meta.world_size, backend=backend if isinstance(backend, str) else None, steps=steady.height,
         steady_step_numbers=tuple(int(x) for x in steady.get_column("number").drop_nulls().to_list()),
-        step_p50_ns=p50, step_p90_ns=p90,
+        step_p50_ns=p50, step_p90_ns=p90, step_mean_ns=float(durs.mean()) if durs.size else None,
         compute_ns_per_step=gpu["compute"], comm_ns_per_step=gpu["comm"],
         comm_exposed_ns_per_step=gpu["exposed"], idle_ns_per_step=gpu["idle"],
         input_ns_per_step=_input_ns(trace, steady, pid) / n,
-        collectives=calls, blocks=blocks, gaps=gaps, note=st.note,
+        collectives=calls, blocks=blocks, gaps=gaps, note=st.note, activity=_activity(trace, steady),
         warnings=trace.meta.warnings, missing_events=trace.meta.missing_events,
     )
 
@@ -265,3 +281,62 @@ def _step_children(trace: Trace, steady: pl.DataFrame) -> tuple[pl.DataFrame, pl
         [{"after": a, "before": b, "ns_per_step": v / n} for (a, b), v in gap_rows.items()], schema=gaps_schema
     ).sort(["ns_per_step", "after", "before"], descending=[True, False, False]).head(TOP_GAPS)
     return blocks, gaps
+
+
+def _activity(trace: Trace, steady: pl.DataFrame) -> pl.DataFrame:
+    """Per steady step and kind, the innermost slice of that kind open at each instant on the
+    step's thread, as non-overlapping segments (adjacent ones of one name merged)."""
+    schema = {"step": pl.Int64, "kind": pl.String, Col.NAME: pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64}
+    if steady.height == 0 or steady.get_column("number").null_count() == steady.height:
+        return pl.DataFrame(schema=schema)
+    s = trace.slices
+    marks = s.filter(pl.col(Col.ID).is_in(steady.get_column("step_id").drop_nulls().to_list())).select(
+        Col.ID, Col.PID, Col.TID)
+    where = {i: (p, t) for i, p, t in marks.iter_rows()}
+    rows: list[tuple[int, str, str, int, int]] = []
+    host = s.filter(pl.col(Col.KIND).is_in(list(ACTIVITY_KINDS))).select(
+        Col.ID, Col.KIND, Col.NAME, Col.TS, Col.DUR, Col.PID, Col.TID)
+    for number, sid, lo, hi in steady.select("number", "step_id", "window_start_ns", "_end").iter_rows():
+        if number is None or sid not in where:
+            continue
+        pid, tid = where[sid]
+        mine = host.filter((pl.col(Col.PID) == pid) & (pl.col(Col.TID) == tid) & (pl.col(Col.ID) != sid)
+                           & (pl.col(Col.TS) < hi) & (pl.col(Col.TS) + pl.col(Col.DUR) > lo))
+        for kind, label in ACTIVITY_KINDS.items():
+            k = mine.filter(pl.col(Col.KIND) == kind).sort([Col.TS, Col.DUR], descending=[False, True])
+            names = k.get_column(Col.NAME).cast(pl.String).to_list()
+            starts = np.clip(k.get_column(Col.TS).to_numpy(), lo, hi)
+            ends = np.clip(k.get_column(Col.TS).to_numpy() + k.get_column(Col.DUR).to_numpy(), lo, hi)
+            rows += [(number, label, n, a, b) for n, a, b in _innermost(names, starts, ends)]
+    return pl.DataFrame(rows, schema=schema, orient="row")
+
+
+def _innermost(names: list[str], starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]
+               ) -> list[tuple[str, int, int]]:
+    """Slices of one thread (nested, sorted by start then longest first) as the segments in which
+    each is the innermost one open, adjacent segments of one name merged, short ones dropped."""
+    out: list[tuple[str, int, int]] = []
+    stack: list[tuple[str, int]] = []  # (name, end), outermost first
+    at = 0  # time up to which segments are written
+
+    def emit(name: str, a: int, b: int) -> None:
+        if b > a:
+            if out and out[-1][0] == name and out[-1][2] == a:
+                out[-1] = (name, out[-1][1], b)
+            else:
+                out.append((name, a, b))
+
+    for name, a, b in zip(names, starts.tolist(), ends.tolist(), strict=True):
+        while stack and stack[-1][1] <= a:
+            top, end = stack.pop()
+            emit(top, at, end)
+            at = max(at, end)
+        if stack:
+            emit(stack[-1][0], at, a)
+        at = a
+        stack.append((name, min(b, stack[-1][1]) if stack else b))
+    while stack:
+        top, end = stack.pop()
+        emit(top, at, end)
+        at = max(at, end)
+    return [x for x in out if x[2] - x[1] >= ACTIVITY_MIN_NS]

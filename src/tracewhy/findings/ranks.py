@@ -64,34 +64,38 @@ def what_instead(me: RankSummary, others: list[RankSummary]) -> Instead | None:
 
 
 def _straggler(r: RanksResult) -> Finding | None:
-    if r.straggler is None or r.straggler_last_share is None:
+    """The rank the others waited for longest, whenever that waiting is a material share of the
+    step; how often it arrived last is context, not the criterion."""
+    if r.straggler is None or r.straggler_wait_share is None or r.straggler_last_share is None:
         return None
     row = r.ranks.filter(pl.col("rank") == r.straggler).row(0, named=True)
     matched = r.matched.filter(pl.col("last_rank").is_not_null()).height
-    steps = [s for s in r.ranks.get_column("step_p50_ns").to_list() if s is not None]
+    # late_ns_per_step is a mean over the steps, so it is a share of the mean step.
+    steps = [s for s in r.ranks.get_column("step_mean_ns").to_list() if s is not None]
     step_ns = statistics.median(steps) if steps else None
     late = row["late_ns_per_step"]
-    if r.straggler_last_share < th.STRAGGLER_MIN_LAST_SHARE:
-        return None
     if step_ns and late < th.STRAGGLER_MIN_LATE_SHARE * step_ns:
         return None
     me = next(s for s in r.summaries if s.rank == r.straggler)
     others = [s for s in r.summaries if s.rank != r.straggler]
     instead = what_instead(me, others)
     unit = "ms/step" if r.steps_compared else "ms over the trace"
-    of_step = f" ({100 * late / step_ns:.0f}% of the {step_ns / 1e6:.2f} ms step)" if step_ns else ""
+    of_step = f" ({100 * late / step_ns:.0f}% of the {step_ns / 1e6:.2f} ms mean step)" if step_ns else ""
+    while_ = _while_waited(r, unit)
     doing = ""
-    if instead is not None:
-        doing = (f" Meanwhile rank {r.straggler} spent {instead.own_ns / 1e6:.2f} {unit} in {instead.what} "
+    # The whole-step comparison is named only when its excess could account for a material part
+    # of the wait (a 0.01 ms difference in some block explains nothing of a 20 ms wait).
+    if instead is not None and instead.excess_ns >= th.STRAGGLER_DOING_MIN_SHARE * late:
+        doing = (f" Over the whole step rank {r.straggler} spent {instead.own_ns / 1e6:.2f} {unit} in {instead.what} "
                  f"(other ranks: {instead.others_ns / 1e6:.2f}).")
     per_step = r.lateness.filter(pl.col("rank") == r.straggler).select("step", "late_ns").to_dicts()
     return Finding(
         code="rank-straggler",
         severity=Severity.HIGH if step_ns and late >= th.EXPOSED_COMM_HIGH_SHARE * step_ns else Severity.MEDIUM,
         statement=(
-            f"rank {r.straggler} is the straggler: it arrived last at {row['last_count']} of {matched} matched "
-            f"collectives ({100 * r.straggler_last_share:.0f}%), and the other ranks waited {late / 1e6:.2f} {unit} "
-            f"for it{of_step}.{doing}"
+            f"rank {r.straggler} is the straggler: the other ranks waited {late / 1e6:.2f} {unit} for it{of_step}, "
+            f"{100 * r.straggler_wait_share:.0f}% of all waiting at matched collectives; it arrived last at "
+            f"{row['last_count']} of {matched} of them ({100 * r.straggler_last_share:.0f}%).{while_}{doing}"
         ),
         next_step=(
             f"Look at rank {r.straggler} alone: tracewhy gaps and tracewhy blocks on {me.source}; compare its "
@@ -99,9 +103,42 @@ def _straggler(r: RanksResult) -> Finding | None:
         ),
         recoverable_ns_per_step=int(late),
         evidence={"rank": r.straggler, "last_count": row["last_count"], "matched": matched,
-                  "late_ns_per_step": late, "late_ns_by_step": per_step,
+                  "late_ns_per_step": late, "wait_share": r.straggler_wait_share,
+                  "step_ns": step_ns, "late_share_of_step": late / step_ns if step_ns else None,
+                  "late_ns_by_step": per_step, "while_waited": _top_doing(r),
+                  "while_waited_window_ns_per_step": r.doing_window_ns_per_step,
                   "instead": None if instead is None else instead.__dict__},
     )
+
+
+#: How ``doing`` kinds read in a statement, in the order named.
+_KIND_WORDS = (("annotation", "annotation"), ("op", "op"), ("python", "Python frame"))
+
+
+def _top_doing(r: RanksResult) -> dict[str, dict[str, str | float]]:
+    """Per kind, the slice that was open longest while the others waited for the straggler
+    (name, ns_per_step, share of the window), where that is a material share."""
+    out: dict[str, dict[str, str | float]] = {}
+    for kind, _ in _KIND_WORDS:
+        k = r.doing.filter(pl.col("kind") == kind)
+        if k.height:
+            _, name, ns, share = k.row(0)
+            if share >= th.STRAGGLER_DOING_MIN_SHARE:
+                out[kind] = {"name": name, "ns_per_step": ns, "share": share}
+    return out
+
+
+def _while_waited(r: RanksResult, unit: str) -> str:
+    top = _top_doing(r)
+    if not top:
+        return ""
+    named = "; ".join(
+        f"{word} {top[k]['name']!r} {float(top[k]['ns_per_step']) / 1e6:.2f} {unit} "
+        f"({100 * float(top[k]['share']):.0f}%)"
+        for k, word in _KIND_WORDS if k in top
+    )
+    return (f" While they waited ({r.doing_window_ns_per_step / 1e6:.2f} {unit} on its own clock, before it "
+            f"reached those calls), rank {r.straggler}'s step thread was in: {named}.")
 
 
 def _imbalance(r: RanksResult) -> Finding | None:

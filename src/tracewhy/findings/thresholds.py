@@ -77,6 +77,10 @@ BLOCKS_SYNCED_MIN_SHARE: Final = 0.5
 STRAGGLER_MIN_LAST_SHARE: Final = 0.6
 #: ...and the others wait for it at least this share of the step (less is timing noise).
 STRAGGLER_MIN_LATE_SHARE: Final = 0.05
+#: What the straggler was doing while the others waited: a slice is named when it was open for
+#: at least this share of that window (and a block it spent longer in than the other ranks, when
+#: the excess is this share of the wait), so what is named explains much of the wait, not a sliver.
+STRAGGLER_DOING_MIN_SHARE: Final = 0.25
 #: GPU compute per step this far above the median rank is imbalance: replicas of one model
 #: (DDP) compute within a few percent of each other; more means uneven work per rank.
 RANK_IMBALANCE_MIN_SHARE: Final = 0.10

@@ -124,7 +124,9 @@ def render_blocks(r: BlocksResult, findings: list[Finding], top: int) -> Rendera
 def ranks_payload(r: RanksResult, findings: list[Finding], executor: str) -> dict[str, Any]:
     return {
         "executor": executor, "straggler": r.straggler, "straggler_last_share": r.straggler_last_share,
-        "steps_compared": r.steps_compared, "notes": list(r.notes), "ranks": r.ranks, "matched": r.matched,
+        "straggler_wait_share": r.straggler_wait_share, "straggler_doing": r.doing,
+        "straggler_doing_window_ns_per_step": r.doing_window_ns_per_step, "steps_compared": r.steps_compared,
+        "notes": list(r.notes), "ranks": r.ranks, "matched": r.matched,
         "lateness": r.lateness, "mismatches": r.mismatches, "findings": findings,
     }
 
@@ -134,7 +136,7 @@ def render_ranks(r: RanksResult, findings: list[Finding], top: int) -> Renderabl
            else "per capture (no common steps)")
     t = Table(title=f"{r.ranks.height} ranks; {per}")
     for col in ("rank", "step p50", "step p90", "compute", "exposed comm", "idle", "input", "calls", "waited",
-                "last at", "others waited"):
+                "last at", "others waited for it"):
         t.add_column(col, justify="right")
     for row in r.ranks.iter_rows(named=True):
         rank = f"{row['rank']} (incomplete)" if row["incomplete"] else str(row["rank"])
@@ -146,9 +148,19 @@ def render_ranks(r: RanksResult, findings: list[Finding], top: int) -> Renderabl
             str(row["last_count"]), fmt_ns(row["late_ns_per_step"]),
         )
     parts: list[RenderableType] = [t]
-    if r.straggler is not None and r.straggler_last_share is not None:
-        parts.append(Text(f"arrives last most often: rank {r.straggler} "
-                          f"({fmt_pct(r.straggler_last_share)} of matched collectives)"))
+    if r.straggler is not None and r.straggler_wait_share is not None:
+        parts.append(Text(f"straggler (the others waited longest for it): rank {r.straggler}, "
+                          f"{fmt_pct(r.straggler_wait_share)} of all waiting; last at "
+                          f"{fmt_pct(r.straggler_last_share)} of matched collectives"))
+    if r.doing.height:
+        d = Table(title=f"what rank {r.straggler}'s step thread was doing while the others waited "
+                        f"({fmt_ns(r.doing_window_ns_per_step)} per step)")
+        for col in ("kind", "innermost open", "time", "share"):
+            d.add_column(col, justify="left" if col in ("kind", "innermost open") else "right")
+        for (kind,), g in r.doing.group_by("kind", maintain_order=True):
+            for row in g.head(3).iter_rows(named=True):
+                d.add_row(str(kind), shorten(row["name"], 70), fmt_ns(row["ns_per_step"]), fmt_pct(row["share"]))
+        parts.append(d)
     if r.mismatches.height:
         m = Table(title="collectives the ranks did not issue alike")
         for col in ("step", "group", "op", "kind", "detail"):
