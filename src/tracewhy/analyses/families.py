@@ -139,7 +139,16 @@ def classify_kernels(trace: Trace) -> pl.DataFrame:
        COMM_STREAM_MIN_SHARE of the kernels (copies aside) and nothing is compute by name.
     3. library, 4. name: ``family_by_name``.
     A partial Trace read without launch calls has no launches to follow: rules 2-4 only.
+    Computed once per Trace (kernels, collectives, overlap and the tensor-core rule all ask;
+    a Trace never changes, and of_kind keeps its results the same way).
     """
+    kept: pl.DataFrame | None = trace.__dict__.get("_kernel_classes")
+    if kept is None:
+        kept = trace.__dict__["_kernel_classes"] = _classify(trace)
+    return kept
+
+
+def _classify(trace: Trace) -> pl.DataFrame:
     k = trace.of_kind(Kind.KERNEL).select(
         Col.ID, pl.col(Col.NAME).cast(pl.String), Col.PID, Col.DEVICE, Col.STREAM, Col.LAUNCH, Col.OP
     )
