@@ -15,7 +15,7 @@ import polars as pl
 import tracewhy
 from builders import KinetoBuilder
 from conftest import shared_trace
-from tracewhy.analyses.families import Family, Rule, classify_kernels, family_by_name
+from tracewhy.analyses.families import Family, Rule, classify_kernels, family_by_name, is_collective_host_op
 from tracewhy.analyses.kernels import kernels
 from tracewhy.analyses.overlap import overlap
 from tracewhy.model.schema import Col, Kind
@@ -140,6 +140,15 @@ def test_deepep_kernels_are_communication_by_library_even_without_launches() -> 
         assert _comm_ns(t) == 190_345_000
     for name in DEEPEP:
         assert family_by_name(name) == (Family.COMMUNICATION, Rule.LIBRARY)
+
+
+def test_collective_host_ops_as_kineto_and_nsys_name_them() -> None:
+    collective = ("record_param_comms", "record_param_comms, op_id = 993823", "c10d::alltoall_base_",
+                  "nccl:all_to_all, op_id = 992364", "_c10d_functional::all_reduce", "gloo:broadcast",
+                  "vllm::all_reduce", "all_to_all_single")
+    compute = ("aten::copy_", "aten::mm", "## alltoall_fwd_single ##", "ProfilerStep#3", "vllm::moe_forward")
+    assert all(is_collective_host_op(n) for n in collective)
+    assert not any(is_collective_host_op(n) for n in compute)
 
 
 def test_stream_rule_needs_a_communication_stream(tmp_path: Path) -> None:

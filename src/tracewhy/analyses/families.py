@@ -60,9 +60,10 @@ _LIBRARY = re.compile(
 #: ``<backend>:<op>`` range PyTorch >= 1.13 opens around each call, record_param_comms (its
 #: Kineto/ExecutionTrace record), torch symmetric-memory ops, and namespaced collective ops of
 #: inference engines (vllm::all_reduce, _C_custom_ar::all_reduce, all_to_all* of MoE layers).
+#: With emit_nvtx nsys shows them as NVTX ranges with a suffix: "record_param_comms, op_id = 7".
 _COLLECTIVE_HOST_OP = re.compile(
     r"^(_?c10d(_functional)?(_autograd)?|symm_mem)::|^(nccl|gloo|mpi|ucc|xccl|hccl|rccl|mccl):"
-    r"|^record_param_comms$|(^|::)(all_?to_?all|all_?reduce|all_?gather|reduce_?scatter)",
+    r"|^record_param_comms\b|(^|::)(all_?to_?all|all_?reduce|all_?gather|reduce_?scatter)",
     re.IGNORECASE)
 
 _RULES: tuple[tuple[Family, re.Pattern[str]], ...] = tuple(
