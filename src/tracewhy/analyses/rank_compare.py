@@ -35,6 +35,8 @@ from tracewhy.analyses.ranks import RankSummary
 #: point-to-point): their sizes are not compared.
 _SIZE_VARIES: Final = frozenset({"all_to_all", "send_recv", "send", "recv", "gather", "scatter"})
 _TIMED: Final = ("device", "host")
+#: The ``doing`` row for time in the window when nothing was open on the step thread.
+UNRECORDED: Final = ("unrecorded", "(no annotation, op or Python frame open)")
 
 
 @dataclass(frozen=True)
@@ -285,7 +287,8 @@ def _doing(me: RankSummary, calls: pl.DataFrame, matched: pl.DataFrame, n_steps:
     """What ``me``'s step thread was doing while the others waited for it: at each host-timed call
     it arrived last at, the others waited ``late_ns``, which on its clock is the ``late_ns``
     before its arrival. Per kind, the time each innermost slice was open in the union of those
-    windows, per step, with its share of the window. (Device-timed calls are left out: there the
+    windows, per step, with its share of the window; kind "unrecorded" is the time nothing was
+    open. (Device-timed calls are left out: there the
     wait is on the GPU stream, which ran ahead of or behind the host.)"""
     mine = calls.filter((pl.col("rank") == me.rank) & (pl.col("timing") == "host") & pl.col("arrive_ns").is_not_null())
     late = mine.join(matched.filter(pl.col("last_rank") == me.rank).select("step", "process_group", "op", "ordinal",
@@ -304,8 +307,14 @@ def _doing(me: RankSummary, calls: pl.DataFrame, matched: pl.DataFrame, n_steps:
             overlap = int(np.clip(np.minimum(hi, b) - np.maximum(lo, a), 0, None).sum())
             if overlap:
                 totals[(kind, name)] = totals.get((kind, name), 0) + overlap
+        # Time with nothing of any kind open: the profiler saw no annotation, op or Python frame.
+        a_s, a_e = union(act.get_column("start_ns").to_numpy(), act.get_column("end_ns").to_numpy())
+        seen = sum(int(np.clip(np.minimum(hi, b) - np.maximum(lo, a), 0, None).sum())
+                   for a, b in zip(a_s, a_e, strict=True))
+        totals[UNRECORDED] = totals.get(UNRECORDED, 0) + int((hi - lo).sum()) - seen
     if window_ns == 0:
         return _doing_empty(), 0.0
-    rows = [{"kind": k, "name": n, "ns_per_step": v / n_steps, "share": v / window_ns} for (k, n), v in totals.items()]
+    rows = [{"kind": k, "name": n, "ns_per_step": v / n_steps, "share": v / window_ns} for (k, n), v in totals.items()
+            if v > 0]
     out = pl.DataFrame(rows, schema=_doing_empty().schema) if rows else _doing_empty()
     return out.sort(["kind", "ns_per_step", "name"], descending=[False, True, False]), window_ns / n_steps

@@ -60,7 +60,8 @@ class RankSummary:
     first kernel; this rank's own clock, so only ever compared with this rank's times), in host
     order. ``activity``: step, kind ("annotation", "op", "python"), name, start_ns, end_ns: per
     steady step, the innermost slice of each kind open on the step's thread, as segments on this
-    rank's clock (ProfilerStep excluded; segments under ``ACTIVITY_MIN_NS`` dropped).
+    rank's clock (ProfilerStep excluded; segments under ``ACTIVITY_MIN_NS`` dropped); empty when
+    the rank has no host-timed collective, the only kind it is read against.
     ``blocks``: name, ns_per_step (direct children of the step on its thread). ``gaps``: after,
     before, ns_per_step (holes between those children: host time the profiler saw no op or
     annotation for).
@@ -205,7 +206,9 @@ def _summarize(trace: Trace, source: str, options: RanksOptions, rank: int, rank
         compute_ns_per_step=gpu["compute"], comm_ns_per_step=gpu["comm"],
         comm_exposed_ns_per_step=gpu["exposed"], idle_ns_per_step=gpu["idle"],
         input_ns_per_step=_input_ns(trace, steady, pid) / n,
-        collectives=calls, blocks=blocks, gaps=gaps, note=st.note, activity=_activity(trace, steady),
+        collectives=calls, blocks=blocks, gaps=gaps, note=st.note,
+        # Only host-timed calls (gloo, MPI) are read against the timeline: build it only for them.
+        activity=_activity(trace, steady if (calls.get_column("timing") == "host").any() else steady.head(0)),
         warnings=trace.meta.warnings, missing_events=trace.meta.missing_events,
     )
 

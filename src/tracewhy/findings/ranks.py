@@ -112,7 +112,8 @@ def _straggler(r: RanksResult) -> Finding | None:
 
 
 #: How ``doing`` kinds read in a statement, in the order named.
-_KIND_WORDS = (("annotation", "annotation"), ("op", "op"), ("python", "Python frame"))
+_KIND_WORDS = (("annotation", "annotation"), ("op", "op"), ("python", "Python frame"),
+               ("unrecorded", "nothing the profiler recorded"))
 
 
 def _top_doing(r: RanksResult) -> dict[str, dict[str, str | float]]:
@@ -132,11 +133,11 @@ def _while_waited(r: RanksResult, unit: str) -> str:
     top = _top_doing(r)
     if not top:
         return ""
-    named = "; ".join(
-        f"{word} {top[k]['name']!r} {float(top[k]['ns_per_step']) / 1e6:.2f} {unit} "
-        f"({100 * float(top[k]['share']):.0f}%)"
-        for k, word in _KIND_WORDS if k in top
-    )
+    def said(kind: str, word: str) -> str:
+        what = word if kind == "unrecorded" else f"{word} {top[kind]['name']!r}"
+        return f"{what} {float(top[kind]['ns_per_step']) / 1e6:.2f} {unit} ({100 * float(top[kind]['share']):.0f}%)"
+
+    named = "; ".join(said(k, word) for k, word in _KIND_WORDS if k in top)
     return (f" While they waited ({r.doing_window_ns_per_step / 1e6:.2f} {unit} on its own clock, before it "
             f"reached those calls), rank {r.straggler}'s step thread was in: {named}.")
 
