@@ -7,7 +7,6 @@ scripts/fuzz.py, which runs it in worker processes with a timeout.
 from __future__ import annotations
 
 import contextlib
-import functools
 import io
 import os
 import random
@@ -190,14 +189,24 @@ def command_argv(command: Sequence[str], path: Path, original: Path, out_stem: P
     return argv
 
 
-@functools.cache
+_SEED_WARNINGS: dict[tuple[Path, str], frozenset[str]] = {}
+
+
 def seed_warnings(original: Path, fmt: str) -> frozenset[str]:
-    """The warnings the unmutated input itself gets from its reader."""
+    """The warnings the unmutated input itself gets from its reader (none if it cannot be read:
+    then the mutant's read will say why)."""
     from tracewhy import load
     from tracewhy.readers.ncu import read_ncu
 
-    with _debug_env():
-        return frozenset(read_ncu(original).warnings if fmt == "ncu" else load(original).meta.warnings)
+    key = (original, fmt)
+    if key not in _SEED_WARNINGS:
+        with _debug_env():
+            try:
+                found = read_ncu(original).warnings if fmt == "ncu" else load(original).meta.warnings
+            except Exception:
+                return frozenset()
+        _SEED_WARNINGS[key] = frozenset(found)
+    return _SEED_WARNINGS[key]
 
 
 def run_input(path: Path, fmt: str, original: Path, commands: Sequence[Sequence[str]],
