@@ -42,7 +42,7 @@ def _export_python(prof: torch.profiler.profile, dest: Path) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         plain = Path(tmp) / "trace.json"
-        prof.export_chrome_trace(str(plain), use_python_export=True)  # type: ignore[call-arg]
+        prof.export_chrome_trace(str(plain), use_python_export=True)
         text = plain.read_text(encoding="utf-8")
         tmp_name = str(plain)
     for quoted in (f'"traceName": "{tmp_name}"', f'"traceName":"{tmp_name}"'):

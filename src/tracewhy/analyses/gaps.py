@@ -9,7 +9,10 @@ found, then explained from the thread that launched the work ending the gap:
 - if it was launched before the gap began, the GPU was waiting on something else (a
   dependency on another stream, an event, launch queueing);
 - a gap that opens as a blocking synchronize returns is the synchronize's doing: the host
-  stalled until the device drained, so the device then had nothing queued.
+  stalled until the device drained, so the device then had nothing queued;
+- a queued activity whose stream was told to wait on another stream's event first (a cuda_sync
+  "Stream Wait Event" between it and the stream's previous work: a dependency edge the trace
+  records) waited on that stream: all its queueing is dependency, and ``wait_stream`` names it.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from tracewhy.analyses.host_activity import Flag, HostIndex, build_host_index
 from tracewhy.analyses.intervals import gaps as interval_gaps
 from tracewhy.analyses.steps import StepsResult
 from tracewhy.analyses.utilization import DeviceBusy, device_busy
-from tracewhy.model.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, Col, Kind
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, Col, Kind, SCol
 from tracewhy.model.trace import Trace
 
 I64 = npt.NDArray[np.int64]
@@ -66,7 +69,8 @@ class GapsOptions:
 @dataclass(frozen=True)
 class GapsResult:
     """``gaps``: one row per idle interval (device, start_ns, dur_ns, gap_class, step, host
-    activity names, next_activity, ns per class). ``per_step``: per step and device, window,
+    activity names, next_activity, wait_stream: the stream whose event the next activity's
+    stream waited on, if the trace records such a wait, ns per class). ``per_step``: per step and device, window,
     busy (kernels, copies, memsets) and idle time, kernel_busy_ns (kernels only, the
     TensorBoard plugin's "GPU utilization" numerator) and idle ns per class."""
 
@@ -84,7 +88,9 @@ def gaps(trace: Trace, steps: StepsResult, options: GapsOptions = GapsOptions(),
     host = host if host is not None else build_host_index(trace)
     st = steps.table
     s = trace.slices
-    gpu = trace.of_kind(*GPU_ACTIVITY_KINDS).select(Col.ID, Col.DEVICE, Col.TS, Col.LAUNCH, Col.OP, Col.NAME)
+    gpu = trace.of_kind(*GPU_ACTIVITY_KINDS).select(Col.ID, Col.DEVICE, Col.STREAM, Col.TS, Col.LAUNCH, Col.OP,
+                                                    Col.NAME)
+    waits = _stream_waits(trace)
     launch_tid = _main_launch_thread(trace)
     frames = []
     for device, b in busy.items():
@@ -104,7 +110,8 @@ def gaps(trace: Trace, steps: StepsResult, options: GapsOptions = GapsOptions(),
         # Stable: activities starting at the same instant stay in id order, so the one that
         # ends a gap (and the host thread blamed) is the same on every run.
         dev = gpu.filter(pl.col(Col.DEVICE) == device).sort(Col.TS, maintain_order=True)
-        frames.append(_explain(device, gs, ge, dev, s, host, launch_tid))
+        frames.append(_explain(device, gs, ge, dev, s, host, launch_tid,
+                               waits.filter(pl.col(Col.DEVICE) == device)))
     table = pl.concat(frames) if frames else _empty_gaps()
     table = _assign_steps(table, st)
     per_step = _per_step(table, st, busy, device_busy(trace, (Kind.KERNEL,)))
@@ -123,8 +130,47 @@ def _main_launch_thread(trace: Trace) -> tuple[int, int] | None:
     return None
 
 
+def _stream_waits(trace: Trace) -> pl.DataFrame:
+    """The recorded stream-on-stream waits (device, stream, ts_ns, wait_stream), by time."""
+    syncs = trace.of_kind(Kind.GPU_SYNC).select(Col.ID, Col.DEVICE, Col.STREAM, Col.TS)
+    return syncs.join(trace.sync_attrs.select(SCol.ID, SCol.WAIT_STREAM), on=Col.ID).filter(
+        pl.col(Col.STREAM) >= 0).sort(Col.TS, maintain_order=True)
+
+
+def _waited_streams(dev: pl.DataFrame, s: pl.DataFrame, nxt: I64, has_next: npt.NDArray[np.bool_],
+                    waits: pl.DataFrame) -> I64:
+    """Per gap, the stream its next activity's stream was told to wait on (-1 for none): a wait
+    enqueued on that stream after the stream's previous activity was launched and no later
+    than the next one was (times of launch: the runtime call's start, else the activity's)."""
+    out = np.full(nxt.size, -1, dtype=np.int64)
+    if waits.height == 0 or dev.height == 0:
+        return out
+    launch = dev.get_column(Col.LAUNCH).fill_null(-1).to_numpy()
+    key = np.where(launch >= 0, s.get_column(Col.TS).to_numpy()[np.maximum(launch, 0)],
+                   dev.get_column(Col.TS).to_numpy())
+    stream = dev.get_column(Col.STREAM).fill_null(-1).to_numpy()
+    prev_key = np.full(dev.height, np.iinfo(np.int64).min, dtype=np.int64)
+    last: dict[int, int] = {}
+    for r, st in enumerate(stream.tolist()):  # (dev is in time order)
+        if st in last:
+            prev_key[r] = key[last[st]]
+        last[st] = r
+    by_stream = {int(st): (part.get_column(Col.TS).to_numpy(), part.get_column(SCol.WAIT_STREAM).to_numpy())
+                 for (st,), part in waits.group_by(Col.STREAM)}
+    for i in np.flatnonzero(has_next).tolist():
+        r = int(nxt[i])
+        found = by_stream.get(int(stream[r]))
+        if found is None:
+            continue
+        w_ts, w_stream = found
+        j = int(np.searchsorted(w_ts, key[r], side="right")) - 1
+        if j >= 0 and w_ts[j] > prev_key[r]:
+            out[i] = w_stream[j]
+    return out
+
+
 def _explain(device: int, gs: I64, ge: I64, dev: pl.DataFrame, s: pl.DataFrame, host: HostIndex,
-             fallback: tuple[int, int] | None) -> pl.DataFrame:
+             fallback: tuple[int, int] | None, waits: pl.DataFrame) -> pl.DataFrame:
     n = gs.size
     # The activity that ends each gap: the first one starting at or after the gap's end.
     d_ts = dev.get_column(Col.TS).to_numpy()
@@ -165,9 +211,18 @@ def _explain(device: int, gs: I64, ge: I64, dev: pl.DataFrame, s: pl.DataFrame, 
     # something (another stream, an event, a busy copy engine).
     in_call = np.where(linked & ~queued, np.clip(launch_end, host_end, ge) - host_end, 0)
     waiting = (ge - gs) - span - in_call
-    latency = np.where(waiting > QUEUED_LATENCY_NS, 0, waiting)
+    # A recorded wait on another stream is a dependency however short: no latency allowance.
+    wait_stream = _waited_streams(dev, s, nxt_c, has_next, waits)
+    latency = np.where((waiting > QUEUED_LATENCY_NS) | (wait_stream >= 0), 0, waiting)
     per_class[GapClass.LAUNCH.value] = per_class[GapClass.LAUNCH.value] + in_call + latency
     per_class[GapClass.DEPENDENCY.value] = per_class[GapClass.DEPENDENCY.value] + (waiting - latency)
+
+    # Work queued before the gap whose stream waited on another stream's event: the whole gap
+    # is that dependency, whatever the host was doing meanwhile.
+    edge = queued & (wait_stream >= 0)
+    for c in CLASSES:
+        per_class[c] = np.where(edge, 0, per_class[c])
+    per_class[GapClass.DEPENDENCY.value] = np.where(edge, ge - gs, per_class[GapClass.DEPENDENCY.value])
 
     # A synchronize that was blocking while the device drained and returned in this gap.
     drained = _sync_returns_in(gs, ge, host)
@@ -192,6 +247,7 @@ def _explain(device: int, gs: I64, ge: I64, dev: pl.DataFrame, s: pl.DataFrame, 
         "next_activity": pl.Series([str(v) if h else None for v, h in zip(next_name, has_next, strict=True)],
                                    dtype=pl.String),
         "next_launched_before_gap": queued,
+        "wait_stream": pl.Series(wait_stream, dtype=pl.Int64).replace(-1, None),
         **{f"{c}_ns": per_class[c].astype(np.int64) for c in CLASSES},
     })
 
@@ -307,5 +363,5 @@ def _empty_gaps() -> pl.DataFrame:
         "device": pl.Int32, "start_ns": pl.Int64, "dur_ns": pl.Int64, "gap_class": pl.String,
         "host_pid": pl.Int64, "host_tid": pl.Int64, "host_innermost": pl.String, "host_op": pl.String,
         "host_annotation": pl.String, "host_python": pl.String, "next_activity": pl.String,
-        "next_launched_before_gap": pl.Boolean, **{f"{c}_ns": pl.Int64 for c in CLASSES},
+        "next_launched_before_gap": pl.Boolean, "wait_stream": pl.Int64, **{f"{c}_ns": pl.Int64 for c in CLASSES},
     })

@@ -308,6 +308,25 @@ NVTX_ATTRS_SCHEMA: Final = pl.Schema(
 )
 
 #: Every table of a Trace with its declared schema.
+class SCol:
+    """Synchronization record attributes (Kineto cuda_sync args, CUPTI synchronization records):
+    what a stream or the host waited on. One row per sync slice that names its target."""
+
+    ID: Final = "id"
+    WAIT_STREAM: Final = "wait_stream"  # the stream whose event was awaited ("wait_on_stream")
+    #: Correlation id of the cudaEventRecord call that recorded the awaited event
+    #: ("wait_on_cuda_event_record_corr_id"): the awaited work is what that stream had queued then.
+    WAIT_RECORD_CORRELATION: Final = "wait_record_correlation"
+
+
+SYNC_ATTRS_SCHEMA: Final = pl.Schema(
+    {
+        SCol.ID: pl.Int64(),
+        SCol.WAIT_STREAM: pl.Int64(),
+        SCol.WAIT_RECORD_CORRELATION: pl.Int64(),
+    }
+)
+
 TABLE_SCHEMAS: Final = {
     "slices": SLICES_SCHEMA,
     "kernel_attrs": KERNEL_ATTRS_SCHEMA,
@@ -318,6 +337,7 @@ TABLE_SCHEMAS: Final = {
     "threads": THREADS_SCHEMA,
     "devices": DEVICES_SCHEMA,
     "nvtx_attrs": NVTX_ATTRS_SCHEMA,
+    "sync_attrs": SYNC_ATTRS_SCHEMA,
 }
 
 

@@ -11,6 +11,7 @@ from tracewhy.model.schema import (
     GPU_ACTIVITY_KINDS,
     LAUNCH_KINDS,
     NVTX_ATTRS_SCHEMA,
+    SYNC_ATTRS_SCHEMA,
     TABLE_SCHEMAS,
     Col,
     Kind,
@@ -138,6 +139,8 @@ class Trace:
     devices: pl.DataFrame
     #: Nsight Systems NVTX attributes; readers of formats without NVTX leave it empty.
     nvtx_attrs: pl.DataFrame = field(default_factory=lambda: empty(NVTX_ATTRS_SCHEMA))
+    #: What synchronization slices waited on (Kineto cuda_sync args); empty where not written.
+    sync_attrs: pl.DataFrame = field(default_factory=lambda: empty(SYNC_ATTRS_SCHEMA))
 
     def table(self, name: str) -> pl.DataFrame:
         value = getattr(self, name)
@@ -227,7 +230,7 @@ class Trace:
             parent_ts = s.get_column(Col.TS).gather(children.get_column(Col.PARENT))
             if (parent_ts > children.get_column(Col.TS)).any():
                 raise ModelError("a host slice starts before its parent")
-        for name in ("kernel_attrs", "copy_attrs", "op_attrs", "nvtx_attrs"):
+        for name in ("kernel_attrs", "copy_attrs", "op_attrs", "nvtx_attrs", "sync_attrs"):
             ref = self.table(name).get_column(Col.ID)
             if ref.len() and (ref.min() < 0 or ref.max() >= n or ref.n_unique() != ref.len()):  # type: ignore[operator]
                 raise ModelError(f"{name}.id must be unique slice ids")

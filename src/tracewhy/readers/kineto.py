@@ -39,6 +39,7 @@ from tracewhy.model.schema import (
     MEMORY_SCHEMA,
     OP_ATTRS_SCHEMA,
     SLICES_SCHEMA,
+    SYNC_ATTRS_SCHEMA,
     THREADS_SCHEMA,
     Col,
     Kind,
@@ -55,6 +56,7 @@ from tracewhy.readers.kineto_events import (
     MemoryArgs,
     MetaArgs,
     OpArgs,
+    SyncArgs,
     decode_args,
 )
 from tracewhy.readers.kineto_header import decode_value, device_table
@@ -281,6 +283,8 @@ _EMPTY_FRAME = pl.DataFrame()
 _EMPTY_KERNEL_ATTRS = pl.DataFrame(schema=KERNEL_ATTRS_SCHEMA)
 _EMPTY_COPY_ATTRS = pl.DataFrame(schema=COPY_ATTRS_SCHEMA)
 _EMPTY_OP_ATTRS = pl.DataFrame(schema=OP_ATTRS_SCHEMA)
+_EMPTY_SYNC_ATTRS = pl.DataFrame(schema=SYNC_ATTRS_SCHEMA)
+_SYNC_CODE = KIND_CODE[Kind.GPU_SYNC.value]
 
 
 @dataclass
@@ -291,6 +295,7 @@ class _Batch:
     kernel_attrs: pl.DataFrame
     copy_attrs: pl.DataFrame
     op_attrs: pl.DataFrame
+    sync_attrs: pl.DataFrame = field(default_factory=lambda: _EMPTY_SYNC_ATTRS)
 
 
 @dataclass
@@ -477,6 +482,7 @@ class _Builder:
         tid = _int_array([e.tid for e in evs])
         ids = _Ids(n)
         kernel_attrs, copy_attrs, op_attrs = _EMPTY_KERNEL_ATTRS, _EMPTY_COPY_ATTRS, _EMPTY_OP_ATTRS
+        sync_attrs = _EMPTY_SYNC_ATTRS
         on_gpu = _in(codes, _GPU_CODES)
         device = np.full(n, _NULL, dtype=np.int64)
         stream = np.full(n, _NULL, dtype=np.int64)
@@ -484,6 +490,9 @@ class _Builder:
         rows = np.flatnonzero(on_gpu)
         if rows.size:
             gpu = cast(list[GpuArgs | None], self._decode(evs, rows, GpuArgs))
+            syncs = rows[codes[rows] == _SYNC_CODE]
+            if syncs.size:
+                sync_attrs = self._sync_attrs(evs, syncs)
             ids.fill(rows, gpu)
             # GPU events: pid is the device and tid the stream when args lack them.
             device[rows] = [d if a is not None and (d := a.device) is not None else p
@@ -527,13 +536,28 @@ class _Builder:
             Col.CORRELATION: ids.correlation,
             Col.EXTERNAL_ID: ids.external,
         })  # _NULL (not known) becomes null once all batches are joined: one pass, not one a batch
-        self.batches.append(_Batch(frame=frame, kernel_attrs=kernel_attrs, copy_attrs=copy_attrs, op_attrs=op_attrs))
+        self.batches.append(_Batch(frame=frame, kernel_attrs=kernel_attrs, copy_attrs=copy_attrs, op_attrs=op_attrs,
+                                   sync_attrs=sync_attrs))
 
     def _decode(self, evs: list[Event], rows: npt.NDArray[np.intp], shape: type[LinkArgs]) -> list[LinkArgs | None]:
         """The args of the events at ``rows``, as ``shape``; open slices are counted."""
         args = decode_args([evs[i].args for i in rows.tolist()], shape, self.problems)
         self.unfinished += sum(1 for a in args if a is not None and a.finished is False)
         return args
+
+    def _sync_attrs(self, evs: list[Event], syncs: npt.NDArray[np.intp]) -> pl.DataFrame:
+        """Sync rows' wait targets (their args decoded again, with the keys only they carry: the
+        other device rows are not slowed by them); -1 is none."""
+        args = decode_args([evs[i].args for i in syncs.tolist()], SyncArgs, {})
+        waits = [(i, a.wait_on_stream, a.wait_record_correlation) for i, a in zip(syncs.tolist(), args, strict=True)
+                 if a is not None and a.wait_on_stream is not None and a.wait_on_stream >= 0]
+        if not waits:
+            return _EMPTY_SYNC_ATTRS
+        return pl.DataFrame({
+            "id": [i for i, _, _ in waits],
+            "wait_stream": [w for _, w, _ in waits],
+            "wait_record_correlation": [c if c is not None and c >= 0 else None for _, _, c in waits],
+        }, schema=SYNC_ATTRS_SCHEMA)
 
     def _legacy_annotations(self, evs: list[Event], codes: npt.NDArray[np.uint8]) -> None:
         """Re-kind, in place, the record_function scopes that PyTorch < 1.10 wrote as operators."""
@@ -574,6 +598,7 @@ class _Builder:
         side = {
             name: _side_table([getattr(b, name) for b in self.batches], offsets, remap, schema)
             for name, schema in (("kernel_attrs", KERNEL_ATTRS_SCHEMA), ("copy_attrs", COPY_ATTRS_SCHEMA),
+                                 ("sync_attrs", SYNC_ATTRS_SCHEMA),
                                  ("op_attrs", OP_ATTRS_SCHEMA))
         }
         self.batches.clear()

@@ -58,6 +58,14 @@ class GpuArgs(LinkArgs, gc=False):
     occupancy_pct: float | None = field(name="est. achieved occupancy %", default=None)
 
 
+class SyncArgs(GpuArgs, gc=False):
+    """cuda_sync records (Kineto since 2024, with enable_cuda_sync_events): what was waited on,
+    -1 for nothing ("Context Sync"). Only sync rows are decoded with these keys."""
+
+    wait_on_stream: I64 | None = None
+    wait_record_correlation: I64 | None = field(name="wait_on_cuda_event_record_corr_id", default=None)
+
+
 class OpArgs(LinkArgs, gc=False):
     """CPU ops and user annotations."""
 
@@ -152,14 +160,14 @@ EVENT_DECODER = msgspec.json.Decoder(Event)
 LAX_EVENT_DECODER = msgspec.json.Decoder(Event, strict=False)
 RAW_LIST_DECODER = msgspec.json.Decoder(list[Raw])
 RAW_DICT_DECODER = msgspec.json.Decoder(dict[str, Raw])
-A = TypeVar("A", LinkArgs, GpuArgs, OpArgs, MetaArgs, MemoryArgs)
+A = TypeVar("A", LinkArgs, GpuArgs, SyncArgs, OpArgs, MetaArgs, MemoryArgs)
 _DECODERS: dict[type, msgspec.json.Decoder[Any]] = {
     shape: msgspec.json.Decoder(shape | None)
-    for shape in (LinkArgs, GpuArgs, OpArgs, MetaArgs, MemoryArgs)
+    for shape in (LinkArgs, GpuArgs, SyncArgs, OpArgs, MetaArgs, MemoryArgs)
 }
 _LAX_DECODERS: dict[type, msgspec.json.Decoder[Any]] = {
     shape: msgspec.json.Decoder(shape | None, strict=False)
-    for shape in (LinkArgs, GpuArgs, OpArgs, MetaArgs, MemoryArgs)
+    for shape in (LinkArgs, GpuArgs, SyncArgs, OpArgs, MetaArgs, MemoryArgs)
 }
 
 
