@@ -11,6 +11,7 @@ import compile_trace
 import dataloader_traces
 import ddp_traces
 import eager_traces
+import optimizer_traces
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,16 @@ SPECS: tuple[TraceSpec, ...] = (
         "matmul of 256x256, about 0.4 ms), so rank 0 arrives last at more collectives while "
         "rank 1 causes most of the waiting (about four fifths in the kept run: rank 0's "
         "preparing, and the machine's noise, cost rank 1 a few ms a step).",
+    ),
+    TraceSpec(
+        "adam_item", ("cpu_adam_item.pt.trace.json.gz",),
+        _one("cpu_adam_item.pt.trace.json.gz", optimizer_traces.make_adam_item),
+        "optimizer_traces.make_adam_item", "record_shapes=True, with_stack=True",
+        _sched(optimizer_traces.SCHEDULE),
+        "scalar reads from two sources (issue 14): torch.optim.Adam(foreach=False) reads each of the six "
+        "parameters' step counters with .item() inside Optimizer.step#Adam.step every step (the "
+        "single-tensor path), and the loop reads the loss once per step in log_loss() under "
+        "record_function('log_loss'): 7 aten::item per step, 6 of them the optimizer's.",
     ),
 )
 
