@@ -21,6 +21,11 @@ from workloads import make_model, synthetic_batch, train_step
 
 PYTHON_EXPORT_MEMORY = "cpu_python_export_memory.pt.trace.json.gz"
 SCHEDULE = {"wait": 1, "warmup": 1, "active": 2}
+#: For the TraceSpec in specs.py (the manifest's "profiler options" and "planted" lines).
+OPTIONS = "profile_memory=True; written by export_chrome_trace(path, use_python_export=True)"
+PLANTED = ("the dialect (issue 14 item 11a): every activity is a \"ph\": \"X\" slice, the [memory] instants "
+           "(cat cpu_instant_event) included, each with a meaningless dur and \"finished\": false. They are "
+           "instants: a reader must give one memory event each and no open slice.")
 
 
 def make_python_export_memory(dest: Path) -> None:
