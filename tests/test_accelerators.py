@@ -140,3 +140,10 @@ def test_unknown_backend_named_from_its_runtime_category(tmp_path: Path) -> None
     trace = tracewhy.load(b.write(tmp_path / "npu.json"))
     assert trace.meta.accelerator == "npu"
     assert trace.of_kind(Kind.KERNEL).get_column(Col.LAUNCH).null_count() == 0
+
+
+def test_rocm_traces_say_rocm() -> None:
+    # ROCm builds reuse the CUDA-named categories: the header's hip/roctracer version keys
+    # decide, or, where the file has none (the MI250 toy), the hip* runtime calls.
+    for rel in ("tracelens/mi300x_bert-small_bs1_seq512.json.gz", "hta/mi250_minitoy_train_rocm6.2.json.gz"):
+        assert tracewhy.load(shared_trace(rel)).meta.accelerator == "ROCm", rel

@@ -664,7 +664,7 @@ class _Builder:
             display_time_unit=unit if isinstance(unit, str) else None,
             base_time_ns=base if isinstance(base, int) else None,
             versions=versions,
-            accelerator=accelerator(self.kind_cache, versions),
+            accelerator=_accelerator(self.kind_cache, versions, slices),
             ts_step_ns=_ts_step_ns(self.quantised_us),
             capture=self._capture(values, op_attrs, memory, slices),
             distributed=distributed if isinstance(distributed, dict) else {},
@@ -709,6 +709,16 @@ def _truncation_warning(t: Truncation) -> str:
     return (f"file ends mid-event: recovered {t.events_recovered} complete events; the "
             f"{lost} bytes after the last of them (about {t.events_lost_estimate} events) are cut short, and "
             "how many events the run wrote after the cut cannot be told")
+
+
+def _accelerator(categories: Iterable[str | None], versions: dict[str, str], slices: pl.DataFrame) -> str | None:
+    """As ``kineto_categories.accelerator``; a CUDA-named trace without version keys (ROCm
+    before 6.x wrote none, e.g. the hta MI250 toy) is ROCm if its runtime calls are hip*."""
+    found = accelerator(categories, versions)
+    if found != "CUDA" or versions:
+        return found
+    names = slices.filter(pl.col(Col.KIND) == Kind.RUNTIME.value).get_column(Col.NAME).unique()
+    return "ROCm" if bool(names.cast(pl.String).str.starts_with("hip").any()) else found
 
 
 def _ts_step_ns(largest_us: float) -> int:
