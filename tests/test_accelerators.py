@@ -147,3 +147,14 @@ def test_rocm_traces_say_rocm() -> None:
     # decide, or, where the file has none (the MI250 toy), the hip* runtime calls.
     for rel in ("tracelens/mi300x_bert-small_bs1_seq512.json.gz", "hta/mi250_minitoy_train_rocm6.2.json.gz"):
         assert tracewhy.load(shared_trace(rel)).meta.accelerator == "ROCm", rel
+
+
+def test_xpu_runtime_without_device_work_asks_for_the_xpu_activity(tmp_path: Path) -> None:
+    # Captured with activities=[CPU] on an XPU build: the runtime calls are there, the kernels not.
+    b = _mtia_loop()
+    b.events = [dict(e, cat="xpu_runtime") if e["cat"] == "mtia_runtime" else e for e in b.events
+                if e["cat"] != "mtia_ccp_events"]
+    trace = tracewhy.load(b.write(tmp_path / "xpu_cpu_only.json"))
+    assert trace.meta.accelerator == "XPU"
+    finding = next(f for f in diagnose(trace).findings if f.code == "cpu-only-trace")
+    assert "ProfilerActivity.XPU" in finding.next_step

@@ -12,6 +12,11 @@ from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding, Severity
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, HOST_KINDS, LAUNCH_KINDS, Col, Kind
 
+#: The torch.profiler activity that records each backend's device work.
+_PROFILER_ACTIVITY = {"CUDA": "ProfilerActivity.CUDA", "ROCm": "ProfilerActivity.CUDA", "XPU": "ProfilerActivity.XPU",
+                      "MTIA": "ProfilerActivity.MTIA", "HPU": "ProfilerActivity.HPU",
+                      "PrivateUse1": "ProfilerActivity.PrivateUse1"}
+
 
 def findings(ctx: Context) -> list[Finding]:
     out: list[Finding] = []
@@ -31,12 +36,15 @@ def findings(ctx: Context) -> list[Finding]:
     n_gpu = t.of_kind(*GPU_ACTIVITY_KINDS).height
     n_host = t.of_kind(*HOST_KINDS).height
     if n_gpu == 0:
+        # The backend's own activity: an XPU trace of xpu_runtime calls alone lacked ProfilerActivity.XPU.
+        backend = m.accelerator if m.accelerator in _PROFILER_ACTIVITY else "CUDA"
         out.append(Finding(
             code="cpu-only-trace", severity=Severity.TRUST,
             statement="The trace has no GPU activity: only host-side findings are possible; GPU idle time, launch "
                       "overhead and overlap cannot be measured.",
-            next_step="Capture with ProfilerActivity.CUDA in activities (and a CUDA build of torch) to see the GPU.",
-            evidence={"host_slices": n_host},
+            next_step=f"Capture with {_PROFILER_ACTIVITY[backend]} in activities (and a {backend} build of torch) "
+                      "to see the device.",
+            evidence={"host_slices": n_host, "accelerator": m.accelerator},
         ))
     elif t.of_kind(Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON).height == 0:
         out.append(Finding(
