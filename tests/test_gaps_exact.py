@@ -90,7 +90,7 @@ def test_diagnose_ranks_input_first_and_names_the_sync(tmp_path: Path) -> None:
     # them (findings/consolidate.py), so it is not one of the causes ranked here.
     codes = [f.code for f in report.findings if f.severity is not Severity.TRUST and not f.parts]
     assert codes[0] == "gpu-idle-input"
-    assert [f.code for f in report.findings if f.severity is not Severity.TRUST][0] == "gpu-low-utilization"
+    assert next(f.code for f in report.findings if f.severity is not Severity.TRUST) == "gpu-low-utilization"
     top = report.findings[[f.code for f in report.findings].index("gpu-idle-input")]
     assert top.recoverable_ns_per_step == 310_000  # steady steps 1 and 2, 310 µs each
     sync = next(f for f in report.findings if f.code == "gpu-idle-sync")

@@ -10,6 +10,7 @@ from pathlib import Path
 import compile_trace
 import dataloader_traces
 import ddp_traces
+import dialect_traces
 import eager_traces
 import optimizer_traces
 
@@ -143,6 +144,12 @@ SPECS: tuple[TraceSpec, ...] = (
         "matmul of 256x256, about 0.4 ms), so rank 0 arrives last at more collectives while "
         "rank 1 causes most of the waiting (about four fifths in the kept run: rank 0's "
         "preparing, and the machine's noise, cost rank 1 a few ms a step).",
+    ),
+    TraceSpec(
+        "python_export_memory", (dialect_traces.PYTHON_EXPORT_MEMORY,),
+        _one(dialect_traces.PYTHON_EXPORT_MEMORY, dialect_traces.make_python_export_memory),
+        "dialect_traces.make_python_export_memory", dialect_traces.OPTIONS,
+        _sched(dialect_traces.SCHEDULE), dialect_traces.PLANTED,
     ),
     TraceSpec(
         "adam_item", ("cpu_adam_item.pt.trace.json.gz",),

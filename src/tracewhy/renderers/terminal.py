@@ -23,6 +23,8 @@ def render_info(r: InfoResult) -> RenderableType:
     t.add_column()
     t.add_row("file", shorten(r.path, 200))
     t.add_row("format", f"{r.format} (schema {r.schema_version})" if r.schema_version else r.format)
+    if r.accelerator:
+        t.add_row("accelerator", shorten(r.accelerator))
     for k, v in sorted(r.versions.items()):
         t.add_row(k, shorten(v))
     if r.devices:
