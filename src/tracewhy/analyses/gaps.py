@@ -72,13 +72,18 @@ class GapsResult:
     activity names, next_activity, wait_stream: the stream whose event the next activity's
     stream waited on, if the trace records such a wait, ns per class). ``per_step``: per step and device, window,
     busy (kernels, copies, memsets) and idle time, kernel_busy_ns (kernels only, the
-    TensorBoard plugin's "GPU utilization" numerator) and idle ns per class."""
+    TensorBoard plugin's "GPU utilization" numerator), idle ns per class, and short_ns /
+    short_gaps (idle in gaps under ``min_gap_ns``): the classes plus short_ns add up to idle_ns."""
 
     gaps: pl.DataFrame
     per_step: pl.DataFrame
     min_gap_ns: int
     devices: tuple[int, ...]
     busy: dict[int, DeviceBusy] = field(repr=False)
+    #: Idle intervals shorter than ``min_gap_ns``, not explained one by one: per device and step
+    #: (null outside the steps), their count (short_gaps) and time (short_ns). Many of them is
+    #: the signature of kernels too short to keep the GPU fed, or each waiting on the last.
+    short: pl.DataFrame = field(default_factory=pl.DataFrame)
 
 
 def gaps(trace: Trace, steps: StepsResult, options: GapsOptions = GapsOptions(),
@@ -93,6 +98,7 @@ def gaps(trace: Trace, steps: StepsResult, options: GapsOptions = GapsOptions(),
     waits = _stream_waits(trace)
     launch_tid = _main_launch_thread(trace)
     frames = []
+    short_frames = []
     for device, b in busy.items():
         if b.starts.size == 0:
             continue
@@ -106,6 +112,8 @@ def gaps(trace: Trace, steps: StepsResult, options: GapsOptions = GapsOptions(),
             cuts = np.unique(np.concatenate(bounds))
             gs, ge = _split_at(gs, ge, cuts)
         keep = (ge - gs) >= options.min_gap_ns
+        short_frames.append(pl.DataFrame({"device": np.full(int((~keep).sum()), device, dtype=np.int32),
+                                          "start_ns": gs[~keep], "dur_ns": (ge - gs)[~keep]}))
         gs, ge = gs[keep], ge[keep]
         # Stable: activities starting at the same instant stay in id order, so the one that
         # ends a gap (and the host thread blamed) is the same on every run.
@@ -114,9 +122,13 @@ def gaps(trace: Trace, steps: StepsResult, options: GapsOptions = GapsOptions(),
                                waits.filter(pl.col(Col.DEVICE) == device)))
     table = pl.concat(frames) if frames else _empty_gaps()
     table = _assign_steps(table, st)
-    per_step = _per_step(table, st, busy, device_busy(trace, (Kind.KERNEL,)))
+    short = _assign_steps(pl.concat(short_frames) if short_frames else pl.DataFrame(
+        schema={"device": pl.Int32, "start_ns": pl.Int64, "dur_ns": pl.Int64}), st)
+    short = short.group_by("device", "step").agg(pl.len().cast(pl.Int64).alias("short_gaps"),
+                                                  pl.col("dur_ns").sum().cast(pl.Int64).alias("short_ns"))
+    per_step = _per_step(table, st, busy, device_busy(trace, (Kind.KERNEL,)), short)
     return GapsResult(gaps=table, per_step=per_step, min_gap_ns=options.min_gap_ns,
-                      devices=tuple(busy), busy=busy)
+                      devices=tuple(busy), busy=busy, short=short.sort("device", "step", nulls_last=True))
 
 
 def _main_launch_thread(trace: Trace) -> tuple[int, int] | None:
@@ -339,7 +351,7 @@ def _split_at(gs: I64, ge: I64, cuts: I64) -> tuple[I64, I64]:
 
 
 def _per_step(table: pl.DataFrame, st: pl.DataFrame, busy: dict[int, DeviceBusy],
-              kernel_busy: dict[int, DeviceBusy]) -> pl.DataFrame:
+              kernel_busy: dict[int, DeviceBusy], short: pl.DataFrame) -> pl.DataFrame:
     class_cols = [f"{c}_ns" for c in CLASSES]
     sums = table.filter(pl.col("step").is_not_null()).group_by("device", "step").agg(
         [pl.col(c).sum() for c in class_cols]
@@ -353,8 +365,10 @@ def _per_step(table: pl.DataFrame, st: pl.DataFrame, busy: dict[int, DeviceBusy]
     base = pl.DataFrame(rows, orient="row", schema={
         "step": pl.Int64, "name": pl.String, "device": pl.Int32, "steady": pl.Boolean, "window_ns": pl.Int64,
         "busy_ns": pl.Int64, "idle_ns": pl.Int64, "kernel_busy_ns": pl.Int64})
-    return base.join(sums, on=["device", "step"], how="left").with_columns(
-        [pl.col(c).fill_null(0).cast(pl.Int64) for c in class_cols]
+    return base.join(sums, on=["device", "step"], how="left").join(
+        short.filter(pl.col("step").is_not_null()), on=["device", "step"], how="left"
+    ).with_columns(
+        [pl.col(c).fill_null(0).cast(pl.Int64) for c in (*class_cols, "short_ns", "short_gaps")]
     ).sort("step", "device")
 
 

@@ -24,6 +24,10 @@ class Basis:
     busy_ns: float
     idle_ns: float
     class_ns: dict[str, float]
+    #: Idle in gaps shorter than the minimum gap (not classified one by one), and their number;
+    #: with class_ns it adds up to idle_ns.
+    short_ns: float = 0.0
+    short_gaps: float = 0.0
 
     @property
     def active_share(self) -> float:
@@ -60,12 +64,17 @@ def _basis(ctx: Context) -> Basis:
             busy_ns=sum_of(steady.get_column("busy_ns")) / n,
             idle_ns=sum_of(steady.get_column("idle_ns")) / n,
             class_ns={c: sum_of(steady.get_column(f"{c}_ns")) / n for c in CLASSES},
+            short_ns=sum_of(steady.get_column("short_ns")) / n,
+            short_gaps=sum_of(steady.get_column("short_gaps")) / n,
         )
     b = busy[device]
     window = float(b.ends[-1] - b.starts[0]) if b.starts.size else 0.0
     rows = g.gaps.filter(pl.col("device") == device)
     busy_ns = float((b.ends - b.starts).sum())
+    short = g.short.filter(pl.col("device") == device) if g.short.height else g.short
     return Basis(
         device=device, steps=1, per_steps=False, window_ns=window, busy_ns=busy_ns, idle_ns=window - busy_ns,
         class_ns={c: sum_of(rows.get_column(f"{c}_ns")) for c in CLASSES},
+        short_ns=sum_of(short.get_column("short_ns")) if short.height else 0.0,
+        short_gaps=sum_of(short.get_column("short_gaps")) if short.height else 0.0,
     )

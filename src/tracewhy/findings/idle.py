@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import polars as pl
 
-from tracewhy.analyses.gaps import CLASSES, GapClass
+from tracewhy.analyses.gaps import GapClass
 from tracewhy.analyses.input import input_pipeline
 from tracewhy.analyses.launch import launch
 from tracewhy.analyses.stats import mean_of
@@ -23,7 +23,10 @@ from tracewhy.units import fmt_pct as pct
 
 #: The finding of each idle class (one per GapClass), which gpu-low-utilization sums up.
 CLASS_FINDINGS = ("gpu-idle-input", "gpu-idle-sync", "gpu-idle-launch", "gpu-idle-host", "gpu-idle-allocator",
-                  "gpu-idle-comm-wait", "gpu-idle-graph-launch", "gpu-idle-dependency", "gpu-idle-untraced")
+                  "gpu-idle-comm-wait", "gpu-idle-graph-launch", "gpu-idle-dependency", "gpu-idle-untraced",
+                  "gpu-idle-short")
+#: The part of idle time in gaps shorter than the minimum gap (--min-gap), in breakdowns.
+SHORT = "short"
 
 
 def findings(ctx: Context) -> list[Finding]:
@@ -32,9 +35,11 @@ def findings(ctx: Context) -> list[Finding]:
         return _input_without_gpu(ctx)
     out: list[Finding] = []
     idle_share = b.share(b.idle_ns)
-    breakdown = {c: round(b.class_ns[c]) for c in CLASSES if b.class_ns[c] > 0}
+    # Idle in gaps too short to explain one by one is a part of its own, so the parts add up.
+    idle_parts = {**b.class_ns, SHORT: b.short_ns}
+    breakdown = {c: round(v) for c, v in idle_parts.items() if v > 0}
     if b.active_share < th.LOW_UTILIZATION:
-        parts = sorted(((v, c) for c, v in b.class_ns.items() if v > 0), reverse=True)[:3]
+        parts = sorted(((v, c) for c, v in idle_parts.items() if v > 0), reverse=True)[:3]
         why = ", ".join(f"{c} {pct(b.share(v))}" for v, c in parts)
         out.append(Finding(
             code="gpu-low-utilization",
@@ -60,7 +65,26 @@ def findings(ctx: Context) -> list[Finding]:
             f = make(ctx, b, ns)
             # The largest gaps of the class, for the Perfetto export and the report to draw.
             out.append(replace(f, evidence={**f.evidence, "time_ranges_ns": _ranges(ctx, cls)}))
+    if b.short_ns >= th.IDLE_CLASS_MIN_NS and b.share(b.short_ns) >= th.IDLE_CLASS_MIN_SHARE:
+        out.append(_short(ctx, b))
     return out
+
+
+def _short(ctx: Context, b: Basis) -> Finding:
+    """Idle in gaps too short to explain one by one: their number says what they are."""
+    min_gap = ctx.gaps().min_gap_ns
+    return Finding(
+        code="gpu-idle-short",
+        severity=Severity.MEDIUM,
+        statement=f"GPU {b.device} idles {ms(b.short_ns)} {b.unit} ({b.of_window(b.short_ns)}) in "
+                  f"{b.short_gaps:,.0f} gaps shorter than {ms(min_gap)} each: kernels too short to keep it fed, each "
+                  "launched or waiting just as the one before ends.",
+        next_step="Fewer, longer kernels: fuse them (torch.compile) or replay the sequence as a CUDA/HIP graph; "
+                  "tracewhy kernels TRACE shows the short ones; tracewhy gaps TRACE --min-gap 0 lists every gap.",
+        recoverable_ns_per_step=round(b.short_ns),
+        evidence={"device": b.device, "short_idle_ns": round(b.short_ns), "short_gaps": round(b.short_gaps),
+                  "min_gap_ns": min_gap, "steps": b.steps},
+    )
 
 
 def _saturated(ctx: Context, b: Basis) -> Finding:

@@ -73,11 +73,12 @@ def render_gaps(table: pl.DataFrame, per_step: pl.DataFrame, top: int) -> Render
                   shorten(where, 60), shorten(r["next_activity"] or "-", 40))
     parts: list[RenderableType] = [t]
     if per_step.height:
-        s = Table(title="idle per step, by class")
-        for col in ("step", "device", "window", "idle", *CLASSES):
+        s = Table(title="idle per step, by class (short: gaps under --min-gap, not classified one by one; "
+                        "the classes and short add up to idle)")
+        for col in ("step", "device", "window", "idle", *CLASSES, "short"):
             s.add_column(col, justify="left" if col == "step" else "right")
         for r in per_step.iter_rows(named=True):
             s.add_row(shorten(r["name"]), str(r["device"]), fmt_ns(r["window_ns"]), fmt_ns(r["idle_ns"]),
-                      *[fmt_ns(r[f"{c}_ns"]) if r[f"{c}_ns"] else "" for c in CLASSES])
+                      *[fmt_ns(r[f"{c}_ns"]) if r[f"{c}_ns"] else "" for c in (*CLASSES, "short")])
         parts.append(s)
     return Group(*parts)
