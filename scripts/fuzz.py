@@ -198,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="random seed (default: from the clock)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--commands", type=int, default=3, help="commands per input, after the read check")
+    parser.add_argument("--formats", default=",".join(FORMATS), help="which formats to fuzz (default: all)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds one read or command may take")
     parser.add_argument("--keep", type=int, default=3, help="inputs kept per failure class")
     tmp = Path(tempfile.gettempdir())
@@ -216,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     traces = SHARED / "traces"
     originals = {s: seed_bytes(s, traces) for s in SEEDS}
     by_format = {fmt: [s for s in SEEDS if s.format == fmt] for fmt in FORMATS}
+    formats = [f for f in args.formats.split(",") if f in by_format]
+    if not formats:
+        parser.error(f"--formats: choose from {', '.join(FORMATS)}")
     tally = Tally(args.failures, args.keep)
     context = mp.get_context("spawn")
     started = time.monotonic()
@@ -231,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
                 for w in workers:
                     if w.job is None and now < end:
                         number += 1
-                        pool = by_format[rng.choice(FORMATS)]  # formats equally often
+                        pool = by_format[rng.choice(formats)]  # formats equally often
                         s = rng.choices(pool, [p.weight for p in pool])[0]
                         mutant = mutate(s, originals[s], rng)
                         path = work / f"input{number}{mutant.suffix}"

@@ -358,10 +358,36 @@ def k_inject(doc: Doc, rng: random.Random) -> str:
     return f"injected a {cat} {event['name']!r} at ts {event['ts']} dur {event['dur']}"
 
 
+def k_retime(doc: Doc, rng: random.Random) -> str:
+    """Many events at once: all at one instant, scaled (as if written in another unit), or with
+    zero duration."""
+    timed = [e for e in _events(doc) if isinstance(e, dict) and isinstance(e.get("ts"), (int, float))]
+    if not timed:
+        return "no timed events"
+    share = rng.choice((0.1, 0.5, 1.0))
+    chosen = [e for e in timed if rng.random() < share]
+    how = rng.randrange(3)
+    if how == 0:
+        instant = rng.choice(chosen or timed)["ts"]
+        for e in chosen:
+            e["ts"] = instant
+        return f"{len(chosen)} events at ts {instant}"
+    if how == 1:
+        factor = rng.choice((1000, 0.001, -1, 1e-9))
+        for e in chosen:
+            e["ts"] = e["ts"] * factor
+            if isinstance(e.get("dur"), (int, float)):
+                e["dur"] = e["dur"] * abs(factor)
+        return f"{len(chosen)} events' times scaled by {factor}"
+    for e in chosen:
+        e["dur"] = 0
+    return f"{len(chosen)} events of zero duration"
+
+
 KINETO_MUTATORS: tuple[KinetoMutator, ...] = (
     k_type_swap, k_type_swap, k_delete_field, k_extreme_number, k_extreme_number, k_phase, k_string,
     k_duplicate, k_reorder, k_drop_events, k_collide_links, k_shift_time, k_shift_time, k_top_level,
-    k_inject, k_inject, k_inject,
+    k_inject, k_inject, k_inject, k_retime,
 )
 
 
@@ -505,6 +531,21 @@ def s_swap_ends(conn: sqlite3.Connection, rng: random.Random) -> str:
     return f"{table}.end = {expr} where {where}"
 
 
+def s_shift(conn: sqlite3.Connection, rng: random.Random) -> str:
+    """A whole timed table moves against the others (another clock), or collapses to one instant."""
+    tables = [t for t in _tables(conn) if {"start", "end"} <= set(_columns(conn, t))]
+    if not tables:
+        return "no timed tables"
+    table = rng.choice(tables)
+    shift = rng.choice((-(10**12), -(10**9), 10**9, 10**15))
+    if rng.random() < 0.3:
+        conn.execute(f'UPDATE "{table}" SET "start" = (SELECT min("start") FROM "{table}"), "end" = '
+                     f'(SELECT min("start") FROM "{table}")')
+        return f"every {table} row at one instant"
+    conn.execute(f'UPDATE "{table}" SET "start" = "start" + ?, "end" = "end" + ?', (shift, shift))
+    return f"{table} shifted by {shift} ns"
+
+
 def s_drop_table(conn: sqlite3.Connection, rng: random.Random) -> str:
     table = _pick_table(conn, rng)
     if table is None:
@@ -547,7 +588,7 @@ def s_duplicate_rows(conn: sqlite3.Connection, rng: random.Random) -> str:
 
 
 SQL_MUTATORS: tuple[SqlMutator, ...] = (
-    s_null, s_null, s_value, s_value, s_swap_ends, s_drop_table, s_drop_column, s_drop_column, s_delete_rows,
+    s_null, s_null, s_value, s_value, s_swap_ends, s_shift, s_drop_table, s_drop_column, s_drop_column, s_delete_rows,
     s_delete_rows, s_duplicate_rows,
 )
 

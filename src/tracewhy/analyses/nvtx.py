@@ -16,7 +16,7 @@ as push/pop ranges.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -82,8 +82,7 @@ def range_tree(thread: I64, start: I64, end: I64, order: I64) -> tuple[I64, I64]
     srt = np.lexsort((order, -end, start, thread))
     t, s, e = thread[srt], start[srt], end[srt]
     # Child candidates of position p: later positions on the same thread starting before p ends.
-    base, span = _banded([s, e])
-    hi = np.searchsorted(_key(t, s, base, span), _key(t, e, base, span), side="right")
+    hi = _search_by_thread(t, s, t, e, "right")
     lo = np.arange(n) + 1
     count = np.maximum(hi - lo, 0)
     p_idx = np.repeat(np.arange(n), count)
@@ -109,20 +108,35 @@ def range_tree(thread: I64, start: I64, end: I64, order: I64) -> tuple[I64, I64]
     return parent, level
 
 
-def _banded(times: list[I64]) -> tuple[int, int]:
-    """(base, span) such that ``thread * span + (t - base)`` orders (thread, t) in one int64.
+#: Banded keys must stay below this; int64 holds up to 2**63 - 1.
+_KEY_LIMIT: Final = 2**62
 
-    One global searchsorted over such keys is a per-thread search without a Python loop.
+
+def _search_by_thread(thread: I64, t: I64, q_thread: I64, q_t: I64, side: Literal["left", "right"]) -> I64:
+    """``searchsorted`` over (thread, t) pairs sorted by thread then t, for each query pair.
+
+    One global search over banded keys ``(thread - lo) * span + (t - base)``, which order the
+    pairs in one int64, is a per-thread search without a Python loop. Keys that would not fit
+    (a capture spanning a century, as a trace with some times written 1000x too large does)
+    are searched thread by thread instead.
     """
-    lo = min(int(t.min()) for t in times if t.size)
-    hi = max(int(t.max()) for t in times if t.size)
-    return lo, hi - lo + 1
-
-
-def _key(thread: I64, t: I64, base: int, span: int) -> I64:
-    if thread.size and (int(thread.max()) + 1) * span >= 2**62:
-        raise OverflowError("too many threads times too long a capture for int64 search keys")
-    return (thread.astype(np.int64) * span + (t - base)).astype(np.int64)
+    if t.size == 0 or q_t.size == 0:
+        return np.zeros(q_t.size, dtype=np.int64)
+    base = min(int(t.min()), int(q_t.min()))
+    span = max(int(t.max()), int(q_t.max())) - base + 1
+    lo = min(int(thread.min()), int(q_thread.min()))
+    threads = max(int(thread.max()), int(q_thread.max())) - lo + 1
+    if threads * span < _KEY_LIMIT:
+        key = (thread - lo) * span + (t - base)
+        return np.searchsorted(key, (q_thread - lo) * span + (q_t - base), side=side).astype(np.int64)
+    out = np.empty(q_t.size, dtype=np.int64)
+    first = np.searchsorted(thread, q_thread, side="left")
+    last = np.searchsorted(thread, q_thread, side="right")
+    for one in np.unique(q_thread):
+        mask = q_thread == one
+        a, b = int(first[mask][0]), int(last[mask][0])
+        out[mask] = a + np.searchsorted(t[a:b], q_t[mask], side=side)
+    return out
 
 
 def _ranges_concat(lo: I64, count: I64) -> I64:
@@ -246,10 +260,8 @@ def _containing(rng: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     rt = rng.get_column("_thread").to_numpy()
     rs = rng.get_column(Col.TS).to_numpy()
     re_ = rng.get_column("_end").to_numpy()
-    base, span = _banded([cs, ce, rs, re_])
-    key = _key(ct, cs, base, span)
-    lo = np.searchsorted(key, _key(rt, rs, base, span), side="left")
-    hi = np.searchsorted(key, _key(rt, re_, base, span), side="right")
+    lo = _search_by_thread(ct, cs, rt, rs, "left")
+    hi = _search_by_thread(ct, cs, rt, re_, "right")
     count = np.maximum(hi - lo, 0)
     r_idx = np.repeat(np.arange(rng.height, dtype=np.int64), count)
     c_pos = _ranges_concat(lo.astype(np.int64), count.astype(np.int64))

@@ -1,0 +1,38 @@
+"""Crashes the fuzz run found in analyses, findings and renderers, each pinned on a real trace
+mutated here the way the fuzzer did it (tests/fuzzing.py, scripts/fuzz.py)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+import tracewhy
+from conftest import shared_trace
+from tracewhy.analyses.nvtx import gpu_projection
+from tracewhy.cli import main
+
+
+def test_ranges_on_a_capture_spanning_a_century(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every other event's time written 1000x too large (microseconds read as nanoseconds'
+    worth of microseconds): the trace spans ~133 years, and two threads times that span no
+    longer fit the int64 search keys that match launches to the ranges around them. The
+    reader takes it (every time fits int64 ns); nvtx, diagnose and report crashed with
+    OverflowError (exit 70). Fuzz: k_retime, 'times scaled by 1000'."""
+    doc = json.loads(gzip.decompress(shared_trace("hta/mi250_minitoy_train_rocm6.2.json.gz").read_bytes()))
+    timed = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    for event in timed[1::2]:
+        event["ts"] *= 1000
+        event["dur"] *= 1000
+    path = tmp_path / "century.json"
+    path.write_text(json.dumps(doc))
+    trace = tracewhy.load(path)
+    trace.check()
+    span_ns = trace.slices["ts_ns"].max() - trace.slices["ts_ns"].min()  # type: ignore[operator]
+    assert span_ns > 2**62 // 2  # the shape that overflowed: two threads times this span
+    projection = gpu_projection(trace)
+    assert projection is not None
+    for command in ("nvtx", "diagnose"):
+        assert main([command, str(path), "--no-cache"]) == 0, capsys.readouterr().err
