@@ -27,7 +27,7 @@ _INT64_LIMIT = 2**63
 @dataclass(frozen=True)
 class StepsOptions:
     marker: str | None = None  # None: ProfilerStep#N
-    warmup: int | None = None  # None: 1 when there are >= 3 steps, else 0
+    warmup: int | None = None  # None: default_warmup decides (the first iteration, or an outlier)
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,38 @@ class StepsResult:
     warmup: int
     stats: StepStats | None
     note: str | None
+    #: Why ``warmup`` leading steps were excluded (or none was), in a phrase.
+    warmup_reason: str = ""
+
+
+#: A leading step further from the median of the others than this many MADs is warm-up...
+WARMUP_OUTLIER_MADS = 3.0
+#: ...with the MAD taken as at least this share of that median: with a handful of steps whose
+#: times agree to the microsecond, a MAD of almost nothing would flag a 2% slower first step.
+WARMUP_MIN_MAD_SHARE = 0.01
+
+
+def default_warmup(numbers: list[int | None], durations: list[int]) -> tuple[int, str]:
+    """Leading steps to exclude, and why. Not by position alone: under
+    ``schedule(wait=1, warmup=1, active=3)`` the first recorded step is ProfilerStep#2, two
+    iterations into the run and as warm as the rest. The first step is warm-up when it is the
+    run's first iteration (torch.profiler numbers steps from 0: ProfilerStep#0), or when it is
+    an outlier: more than WARMUP_OUTLIER_MADS MADs from the median of the others."""
+    if len(durations) < 3:
+        return 0, "fewer than 3 steps: none excluded"
+    if numbers and numbers[0] == 0:
+        return 1, "step #0 is the run's first iteration (lazy initialization, caches, compilation)"
+    rest = np.asarray(durations[1:], dtype=np.float64)
+    median = float(np.median(rest))
+    mad = max(float(np.median(np.abs(rest - median))), WARMUP_MIN_MAD_SHARE * median)
+    # Both ways: a first step far shorter than the rest is not steady either (the CPU runs ahead
+    # while the GPU's queue fills: 35 ms among 96 ms steps on HTA's V100 trace).
+    if abs(durations[0] - median) > WARMUP_OUTLIER_MADS * mad:
+        side = "above" if durations[0] > median else "below"
+        return 1, (f"the first step took {durations[0] / 1e6:.3f} ms, more than {WARMUP_OUTLIER_MADS:g} MADs {side} "
+                   f"the others' median of {median / 1e6:.3f} ms")
+    first = f"step #{numbers[0]}" if numbers and numbers[0] is not None else "the first step"
+    return 0, f"{first} is not the run's first iteration and is in line with the others: kept"
 
 
 def steps(trace: Trace, options: StepsOptions = StepsOptions()) -> StepsResult:
@@ -122,8 +154,11 @@ def steps(trace: Trace, options: StepsOptions = StepsOptions()) -> StepsResult:
     starts = marks.get_column(Col.TS).to_list()
     own_ends = _own_ends(marks, rows, launch_ts, launch_pid, g_end)
     window_ends = [*starts[1:], own_ends[-1]]
-    warmup = options.warmup if options.warmup is not None else (1 if n >= 3 else 0)
-    warmup = max(0, min(warmup, n))
+    durations = marks.get_column(Col.DUR).to_list()
+    if options.warmup is not None:
+        warmup, warmup_reason = max(0, min(options.warmup, n)), f"--warmup {options.warmup}"
+    else:
+        warmup, warmup_reason = default_warmup(numbers, durations)
     table = pl.DataFrame(
         {
             "name": marks.get_column(Col.NAME),
@@ -154,7 +189,8 @@ def steps(trace: Trace, options: StepsOptions = StepsOptions()) -> StepsResult:
     unlinked = _unlinked_kernels(s, starts[0], window_ends[-1])
     if unlinked is not None:
         note = unlinked if note is None else f"{note}; {unlinked}"
-    return StepsResult(marker=marker, table=table, warmup=warmup, stats=_stats(steady), note=note)
+    return StepsResult(marker=marker, table=table, warmup=warmup, stats=_stats(steady), note=note,
+                       warmup_reason=warmup_reason)
 
 
 def _own_ends(marks: pl.DataFrame, rows: list[tuple[int | None, int | None, int, int, int]],

@@ -91,7 +91,8 @@ def render_steps(r: StepsResult, top: int) -> RenderableType:
         # No "busy %" column: the work a step launched runs wherever the GPU gets to it (a step
         # behind, or long after a marker that wraps only an asynchronous launch), so its busy
         # time over the step's CPU span or window was not a utilization (it showed 29980%).
-        t = Table(title=f"{r.table.height} steps ({r.marker}); first {r.warmup} excluded as warm-up",
+        t = Table(title=f"{r.table.height} steps ({r.marker}); first {r.warmup} excluded as warm-up"
+                        + (f": {r.warmup_reason}" if r.warmup_reason else ""),
                   caption="GPU busy: the GPU work each step launched, wherever it ran. "
                           "Utilization per step window: tracewhy overlap TRACE")
         for col in ("step", "duration", "window", "GPU busy", "kernels", "kernel time", "steady"):

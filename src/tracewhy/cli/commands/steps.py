@@ -16,10 +16,11 @@ class StepsCommand(Command):
         add_output_options(parser, top=50)
         parser.add_argument("--step", metavar="NAME", help="annotation that marks a step (default ProfilerStep)")
         parser.add_argument("--warmup", type=positive_int, default=None, metavar="N",
-                            help="steps to exclude as warm-up (default 1 when there are 3 or more)")
+                            help="steps to exclude as warm-up (default: the first step if it is iteration 0 or an outlier)")
 
     def run(self, args: argparse.Namespace) -> int:
         r = steps(load_trace(args.trace), StepsOptions(marker=args.step, warmup=args.warmup))
-        payload = {"marker": r.marker, "warmup": r.warmup, "stats": r.stats, "note": r.note, "steps": r.table}
+        payload = {"marker": r.marker, "warmup": r.warmup, "warmup_reason": r.warmup_reason, "stats": r.stats,
+                   "note": r.note, "steps": r.table}
         emit(args, self.name, payload, render_steps(r, args.top))
         return 0
