@@ -33,7 +33,7 @@ class CheckCommand(Command):
         parser.add_argument("--baseline", metavar="TRACE", help="fail on a significant step-time regression vs TRACE")
         parser.add_argument("--step", metavar="NAME", help="annotation that marks a step (default ProfilerStep)")
         parser.add_argument("--warmup", type=positive_int, default=None, metavar="N",
-                            help="steps to exclude as warm-up (default: the first step if it is iteration 0 or an outlier)")
+                            help="steps to exclude as warm-up (default: a first step #0 or outlier)")
         parser.add_argument("--allow-unmeasured", action="store_true", default=None,
                             help="pass a threshold the trace cannot measure (default: it fails)")
         parser.add_argument("--allow-partial", action="store_true", default=None,

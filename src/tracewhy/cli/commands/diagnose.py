@@ -17,7 +17,7 @@ class DiagnoseCommand(Command):
         add_output_options(parser, top=None)
         parser.add_argument("--step", metavar="NAME", help="annotation that marks a step (default ProfilerStep)")
         parser.add_argument("--warmup", type=positive_int, default=None, metavar="N",
-                            help="steps to exclude as warm-up (default: the first step if it is iteration 0 or an outlier)")
+                            help="steps to exclude as warm-up (default: a first step #0 or outlier)")
         parser.add_argument("--min-gap", type=positive_int, default=DiagnoseOptions().min_gap_ns, metavar="NS",
                             help="shortest GPU idle gap counted, in ns (default %(default)s)")
 

@@ -27,7 +27,7 @@ class DiffCommand(Command):
         add_output_options(parser, top=10)
         parser.add_argument("--step", metavar="NAME", help="annotation that marks a step (default ProfilerStep)")
         parser.add_argument("--warmup", type=positive_int, default=None, metavar="N",
-                            help="steps to exclude as warm-up in each run (default: the first step if it is iteration 0 or an outlier)")
+                            help="steps to exclude as warm-up in each run (default: a first step #0 or outlier)")
 
     def run(self, args: argparse.Namespace) -> int:
         options = DiffOptions(step_marker=args.step, warmup=args.warmup, confidence=th.DIFF_CONFIDENCE)

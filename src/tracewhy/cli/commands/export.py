@@ -28,7 +28,7 @@ class ExportCommand(Command):
                             help="annotated trace (.json or .json.gz; - for standard output)")
         parser.add_argument("--step", metavar="NAME", help="annotation that marks a step (default ProfilerStep)")
         parser.add_argument("--warmup", type=positive_int, default=None, metavar="N",
-                            help="steps to exclude as warm-up (default: the first step if it is iteration 0 or an outlier)")
+                            help="steps to exclude as warm-up (default: a first step #0 or outlier)")
 
     def run(self, args: argparse.Namespace) -> int:
         out = Path(args.output)

@@ -21,7 +21,7 @@ class OverlapCommand(Command):
         add_output_options(parser)
         parser.add_argument("--step", metavar="NAME", help="annotation that marks a step (default ProfilerStep)")
         parser.add_argument("--warmup", type=positive_int, default=None, metavar="N",
-                            help="steps to exclude as warm-up (default: the first step if it is iteration 0 or an outlier)")
+                            help="steps to exclude as warm-up (default: a first step #0 or outlier)")
 
     def run(self, args: argparse.Namespace) -> int:
         r = overlap(load_trace(args.trace), OverlapOptions(step_marker=args.step, warmup=args.warmup))

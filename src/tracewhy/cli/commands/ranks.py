@@ -44,7 +44,7 @@ class RanksCommand(Command):
                             help="run the per-rank work on this Dask distributed scheduler instead")
         parser.add_argument("--step", metavar="NAME", help="annotation that marks a step (default ProfilerStep)")
         parser.add_argument("--warmup", type=positive_int, default=None, metavar="N",
-                            help="steps to exclude as warm-up (default: the first step if it is iteration 0 or an outlier)")
+                            help="steps to exclude as warm-up (default: a first step #0 or outlier)")
 
     def run(self, args: argparse.Namespace) -> int:
         files = trace_files(args.paths)

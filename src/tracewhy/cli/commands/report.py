@@ -44,7 +44,7 @@ class ReportCommand(Command):
         parser.add_argument("--json", action="store_true", help="print the JSON report instead")
         parser.add_argument("--step", metavar="NAME", help="annotation that marks a step (default ProfilerStep)")
         parser.add_argument("--warmup", type=positive_int, default=None, metavar="N",
-                            help="steps to exclude as warm-up (default: the first step if it is iteration 0 or an outlier)")
+                            help="steps to exclude as warm-up (default: a first step #0 or outlier)")
 
     def run(self, args: argparse.Namespace) -> int:
         if not args.json and not args.output:

@@ -16,7 +16,7 @@ class StepsCommand(Command):
         add_output_options(parser, top=50)
         parser.add_argument("--step", metavar="NAME", help="annotation that marks a step (default ProfilerStep)")
         parser.add_argument("--warmup", type=positive_int, default=None, metavar="N",
-                            help="steps to exclude as warm-up (default: the first step if it is iteration 0 or an outlier)")
+                            help="steps to exclude as warm-up (default: a first step #0 or outlier)")
 
     def run(self, args: argparse.Namespace) -> int:
         r = steps(load_trace(args.trace), StepsOptions(marker=args.step, warmup=args.warmup))
