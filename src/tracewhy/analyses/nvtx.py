@@ -30,6 +30,16 @@ I64 = npt.NDArray[np.int64]
 PROFILER_STEP_PREFIX: Final = "ProfilerStep"
 #: A default step marker must repeat at least this often in one process to be a loop.
 MIN_STEP_REPEATS: Final = 2
+#: NVTX domains libraries open around their own calls, never a training step: "CCCL" (CUB and
+#: Thrust, ``NVTXCCCLDomain`` in cub/detail/nvtx.cuh) and "NCCL" (``nccl_domain`` in NCCL's
+#: src/include/nvtx.h).
+LIBRARY_DOMAINS: Final = frozenset({"CCCL", "NCCL"})
+#: torch.autograd.profiler.emit_nvtx names each op's range "<op>, seq = N, op_id = M" (or with
+#: op_id alone): one range per op call, never a step.
+OP_RANGE: Final = r", (?:seq|op_id) = \d+"
+#: Ranges whose total time covers at least this share of the span from the first's start to the
+#: last's end tile the run (a loop's iterations do; CUB calls between them do not).
+TILING_SHARE: Final = 0.5
 
 
 def ranges(trace: Trace, *, include_marks: bool = False) -> pl.DataFrame:
@@ -355,24 +365,38 @@ def nvtx_step_marker(trace: Trace) -> StepMarker | None:
     r = ranges(trace)
     if r.filter(pl.col(Col.NAME).str.starts_with(PROFILER_STEP_PREFIX)).height:
         return None
-    top = r.filter(pl.col(Col.DEPTH) == 0)
+    # A library's own ranges are never the training step (CUB's ranges, nested in the loop but
+    # top-level in a few calls after it, were picked once), nor are torch's emit_nvtx op ranges.
+    top = r.filter((pl.col(Col.DEPTH) == 0) & ~pl.col(NCol.DOMAIN).fill_null("").is_in(list(LIBRARY_DOMAINS))
+                   & ~pl.col(Col.NAME).str.contains(OP_RANGE))
     if top.height == 0:
         return None
     top = top.with_columns(pl.Series("_gpu", _has_gpu_work(trace, top)))
     per_thread = top.group_by(Col.NAME, Col.PID, Col.TID).agg(
-        pl.len().alias("n"), pl.col("_gpu").sum().alias("g"), pl.col(Col.DUR).sum().alias("t")
+        pl.len().alias("n"), pl.col("_gpu").sum().alias("g"), pl.col(Col.DUR).sum().alias("t"),
+        ((pl.col(Col.TS) + pl.col(Col.DUR)).max() - pl.col(Col.TS).min()).alias("span"),
+    ).with_columns(
+        # A loop's ranges tile its run: their period is about their duration.
+        ((pl.col("n") >= MIN_STEP_REPEATS) & (pl.col("t") >= TILING_SHARE * pl.col("span"))).alias("tiles")
     )
-    by_name = per_thread.group_by(Col.NAME).agg(pl.col("n").max(), pl.col("g").max(), pl.col("t").sum())
-    busy = by_name.filter(pl.col("g") > 0).sort(["g", "n", "t", Col.NAME], descending=[True, True, True, False])
+    by_name = per_thread.group_by(Col.NAME).agg(pl.col("n").max(), pl.col("g").max(), pl.col("t").sum(),
+                                                pl.col("tiles").any())
+    busy = by_name.filter(pl.col("g") > 0).sort(["tiles", "g", "n", "t", Col.NAME],
+                                                 descending=[True, True, True, True, False])
     most = by_name.sort(["n", "t", Col.NAME], descending=[True, True, False]).row(0, named=True)
     hint = "; choose another with --step NAME"
     if busy.height and (busy.row(0, named=True)["g"] >= MIN_STEP_REPEATS or busy.height == 1):
         best = busy.row(0, named=True)
         why = ("the only one with GPU work projected onto it" if best["g"] < MIN_STEP_REPEATS else
                f"the one most often with GPU work projected onto it ({best['g']} times on one thread)")
+        if best["tiles"]:
+            why += ", and its ranges tile the run"
         skipped = ""
         if most["n"] > best["n"] and most["g"] == 0:
             skipped = f" ({most['name']!r} repeats more, {most['n']} times, but launches no GPU work)"
+        elif busy.height > 1:
+            second = busy.row(1, named=True)
+            skipped = f" (runner-up: {second['name']!r}, {second['g']} times with GPU work)"
         note = f"no ProfilerStep# range: steps are the top-level NVTX range {best['name']!r}, {why}{skipped}{hint}"
         return StepMarker(name=str(best["name"]), repeats=int(best["n"]), note=note)
     if most["n"] < MIN_STEP_REPEATS:
