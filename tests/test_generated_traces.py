@@ -61,7 +61,10 @@ def test_generated_trace_loads_and_matches_raw(name: str) -> None:
     raw_ops = [e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
     steps_raw = {e["name"] for e in events if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation")
                  and STEP.match(e["name"])}
-    assert steps(trace).table.height == len(steps_raw)
+    # Without ProfilerStep markers the noschedule loop's steps are its train_step blocks (inferred
+    # from the trace's structure, tests/test_no_step_markers.py).
+    inferred = [e for e in events if e.get("ph") == "X" and e.get("name") == "train_step"] if not steps_raw else []
+    assert steps(trace).table.height == (len(steps_raw) or len(inferred))
     table = ops(trace).table
     assert int(table.get_column("calls").sum()) == len(raw_ops)
     assert int(table.get_column("cpu_total_ns").sum()) == sum(_ns(e["dur"]) for e in raw_ops)
@@ -79,9 +82,11 @@ def test_self_time_matches_brute_force() -> None:
 
 def test_train_step_marker_without_profiler_steps() -> None:
     trace = tracewhy.load(GENERATED / "cpu_eager_noschedule.pt.trace.json.gz")
-    assert steps(trace).table.height == 0
+    assert steps(trace).marker == "train_step"  # inferred: the repeated top-level block
     custom = steps(trace, StepsOptions(marker="train_step"))
-    assert custom.table.height == 6 and custom.warmup == 1  # six iterations, MANIFEST
+    # Six iterations (MANIFEST); the first, with no schedule, is the run's first iteration and
+    # took 5x the others: warm-up by the outlier rule.
+    assert custom.table.height == 6 and custom.warmup == 1
     assert custom.stats is not None and custom.stats.count == 5
 
 

@@ -12,6 +12,7 @@ import polars as pl
 
 from tracewhy.analyses.intervals import covered_ns
 from tracewhy.analyses.nvtx import nvtx_step_marker
+from tracewhy.analyses.step_marker import annotation_step_marker
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, Kind
 from tracewhy.model.trace import Trace
 
@@ -95,7 +96,7 @@ def default_warmup(numbers: list[int | None], durations: list[int]) -> tuple[int
 def steps(trace: Trace, options: StepsOptions = StepsOptions()) -> StepsResult:
     # nsys input without ProfilerStep# ranges: the most repeated top-level NVTX range.
     trace.require_whole()
-    chosen = None if options.marker else nvtx_step_marker(trace)
+    chosen = None if options.marker else (nvtx_step_marker(trace) or annotation_step_marker(trace))
     marker = options.marker or (chosen.name if chosen else PROFILER_STEP)
     pattern = re.compile(rf"^{re.escape(marker)}(?:#?(\d+))?$")
     s = trace.slices

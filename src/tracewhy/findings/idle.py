@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import polars as pl
 
 from tracewhy.analyses.gaps import GapClass
+from tracewhy.analyses.host_activity import Flag
 from tracewhy.analyses.input import input_pipeline
 from tracewhy.analyses.launch import launch
 from tracewhy.analyses.stats import mean_of
@@ -276,12 +278,44 @@ def _other(ctx: Context, b: Basis, ns: float) -> Finding:
     )
 
 
+def _input_over_the_trace(ctx: Context) -> list[Finding]:
+    """No steps to divide by: the DataLoader's share of its thread's span over the whole trace
+    (outermost fetches only: a fetch inside a fetch is one wait)."""
+    host = ctx.host()
+    fetch = host.self_flag[Flag.DATALOADER]
+    parent = host.parent
+    outer = fetch & ~np.where(parent >= 0, host.on_stack[Flag.DATALOADER][np.maximum(parent, 0)], False)
+    best: tuple[float, float, tuple[int, int]] | None = None
+    for thread, (lo, hi) in host.threads.items():
+        rows = np.flatnonzero(outer[lo:hi]) + lo
+        if rows.size == 0:
+            continue
+        loader = float((host.end[rows] - host.ts[rows]).sum())
+        span = float(host.end[lo:hi].max() - host.ts[lo])
+        if best is None or loader > best[0]:
+            best = (loader, span, thread)
+    if best is None or not best[1] or best[0] / best[1] < th.INPUT_MIN_SHARE:
+        return []
+    loader, span, thread = best
+    share = loader / span
+    return [Finding(
+        code="input-bound", severity=Severity.HIGH if share >= th.HIGH_SEVERITY_SHARE else Severity.MEDIUM,
+        statement=f"Over the trace (no step markers), the training thread spends {ms(loader)} of {ms(span)} "
+                  f"({pct(share)}) fetching batches in DataLoader __next__.",
+        next_step="Load batches in worker processes: DataLoader(..., num_workers=N, pin_memory=True, "
+                  "persistent_workers=True, prefetch_factor=2+); mark iterations with prof.step() for per-step "
+                  "figures.",
+        recoverable_ns_per_step=round(loader),
+        evidence={"dataloader_ns": round(loader), "span_ns": round(span), "thread": list(thread)},
+    )]
+
+
 def _input_without_gpu(ctx: Context) -> list[Finding]:
     """On a CPU-only trace the DataLoader's share of the step is what an input fix recovers: the
     loop runs on one thread, so every millisecond of loading is a millisecond of step."""
     st = ctx.steps()
     if st.table.height == 0:
-        return []
+        return _input_over_the_trace(ctx)
     ip = input_pipeline(st, ctx.host(), {})
     steady = ip.per_step.filter(pl.col("steady"))
     if steady.height == 0:

@@ -7,6 +7,7 @@ import polars as pl
 
 from tracewhy.analyses import api_names
 from tracewhy.analyses.host_activity import Flag
+from tracewhy.analyses.steps import PROFILER_STEP
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding, Severity
@@ -63,16 +64,25 @@ def findings(ctx: Context) -> list[Finding]:
                       "annotation: tracewhy diagnose TRACE --step NAME.",
             evidence={"marker": st.marker},
         ))
-    elif st.stats is None and st.warmup >= st.table.height:
+    elif ctx.options.step_marker is None and st.marker != PROFILER_STEP:
+        out.append(Finding(
+            code="step-marker-inferred", severity=Severity.TRUST,
+            statement=f"No ProfilerStep markers: steps are the repeated {st.marker!r} ranges, chosen from the "
+                      f"trace's structure ({st.note.split(';')[0] if st.note else 'see tracewhy steps'}).",
+            next_step="If that is not one iteration, name the right one: tracewhy diagnose TRACE --step NAME; or call "
+                      "prof.step() once per iteration.",
+            evidence={"marker": st.marker, "steps": st.table.height},
+        ))
+    if st.table.height and st.stats is None and st.warmup >= st.table.height:
         out.append(Finding(
             code="few-steady-steps", severity=Severity.TRUST,
             statement=f"All {st.table.height} steps were taken as warm-up ({st.warmup} warm-up steps): no steady "
                       "step is left, so nothing can be given per step.",
             next_step=f"Exclude fewer steps: --warmup {max(st.table.height - 3, 0)} leaves 3 steady ones (the "
-                      "default excludes only the first), or capture more active steps.",
+                      "default excludes at most the first), or capture more active steps.",
             evidence={"steps": st.table.height, "warmup": st.warmup},
         ))
-    elif st.stats is None or st.stats.count < th.MIN_STEADY_STEPS:
+    elif st.table.height and (st.stats is None or st.stats.count < th.MIN_STEADY_STEPS):
         count = 0 if st.stats is None else st.stats.count
         out.append(Finding(
             code="few-steady-steps", severity=Severity.TRUST,

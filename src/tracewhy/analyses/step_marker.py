@@ -1,0 +1,64 @@
+"""The step marker of a PyTorch profiler trace captured without ``prof.step()`` (no
+``ProfilerStep#N``): a repeated top-level ``record_function`` block whose spans tile the run, as
+a training loop's iteration block does. The nsys counterpart is ``nvtx.nvtx_step_marker``."""
+
+from __future__ import annotations
+
+from typing import Final
+
+import numpy as np
+import polars as pl
+
+from tracewhy.analyses import api_names
+from tracewhy.analyses.host_activity import build_host_index
+from tracewhy.analyses.nvtx import PROFILER_STEP_PREFIX, StepMarker
+from tracewhy.model.schema import Col, Kind
+from tracewhy.model.trace import Trace
+
+#: A loop runs at least this many iterations in a capture worth calling steps.
+MIN_ITERATIONS: Final = 3
+#: The blocks' total time covers at least this share of the span from the first's start to the
+#: last's end: iterations follow one another, where a block called now and then does not.
+TILING_SHARE: Final = 0.5
+
+
+def annotation_step_marker(trace: Trace) -> StepMarker | None:
+    """The top-level annotation (no annotation or op above it; Python frames aside) repeated at
+    least MIN_ITERATIONS times on one thread whose spans tile the run; most repeats, then most
+    time. torch's own blocks are never the step: the DataLoader fetch and the optimizer's step
+    are record_functions PyTorch opens inside the loop (api_names holds their names)."""
+    if trace.meta.format != "kineto":
+        return None
+    names = trace.slices.get_column(Col.NAME).cast(pl.String)
+    if names.str.starts_with(PROFILER_STEP_PREFIX).any():
+        return None
+    host = build_host_index(trace)
+    rows = np.flatnonzero(host.is_kind(Kind.ANNOTATION))
+    if rows.size == 0:
+        return None
+    parent = host.parent[rows]
+    safe = np.maximum(parent, 0)
+    top = rows[(parent < 0) | ((host.annotation_ctx[safe] < 0) & (host.op_ctx[safe] < 0))]
+    s = trace.slices
+    blocks = pl.DataFrame({
+        Col.NAME: names.gather(host.ids[top]),
+        Col.PID: s.get_column(Col.PID).gather(host.ids[top]),
+        Col.TID: s.get_column(Col.TID).gather(host.ids[top]),
+        Col.TS: host.ts[top], "end": host.end[top],
+    }).filter(~pl.col(Col.NAME).map_elements(_torch_block, return_dtype=pl.Boolean))
+    per_thread = blocks.group_by(Col.NAME, Col.PID, Col.TID).agg(
+        pl.len().alias("n"), (pl.col("end") - pl.col(Col.TS)).sum().alias("t"),
+        (pl.col("end").max() - pl.col(Col.TS).min()).alias("span"),
+    ).filter((pl.col("n") >= MIN_ITERATIONS) & (pl.col("t") >= TILING_SHARE * pl.col("span")))
+    if per_thread.height == 0:
+        return None
+    ranked = per_thread.sort(["n", "t", Col.NAME], descending=[True, True, False])
+    best = ranked.row(0, named=True)
+    runner = (f"; runner-up {ranked.row(1, named=True)[Col.NAME]!r}" if ranked.height > 1 else "")
+    note = (f"no ProfilerStep# markers: steps are the top-level block {best[Col.NAME]!r}, repeated {best['n']} "
+            f"times on one thread with its spans tiling the run{runner}; choose another with --step NAME")
+    return StepMarker(name=str(best[Col.NAME]), repeats=int(best["n"]), note=note)
+
+
+def _torch_block(name: str | None) -> bool:
+    return name is None or api_names.is_dataloader(name) or api_names.is_optimizer(name)
