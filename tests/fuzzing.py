@@ -341,7 +341,7 @@ def k_inject(doc: Doc, rng: random.Random) -> str:
     host = [e for e in timed if e.get("cat") in ("cpu_op", "cuda_runtime", "user_annotation")]
     gpu = [e for e in timed if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     like = rng.choice((gpu if cat.startswith(("kernel", "gpu", "cuda_sync")) else host) or timed)
-    ts = rng.uniform(start, end) if rng.random() < 0.8 else rng.choice((start, end, like["ts"]))
+    ts = start + rng.random() * (end - start) if rng.random() < 0.8 else rng.choice((start, end, like["ts"]))
     event: dict[str, Any] = {
         "ph": "X", "cat": cat, "name": rng.choice(_INJECTED_NAMES[cat]), "pid": like.get("pid"),
         "tid": like.get("tid"), "ts": round(ts, 3), "dur": rng.choice((0, 1, 5, 100, 10_000, end - ts, like["dur"])),
