@@ -201,11 +201,16 @@ def test_kernel_and_op_deltas_per_step(tmp_path: Path) -> None:
     assert d.steps is not None and d.steps.hl_shift_ns == 0
 
 
-def test_no_steps_is_not_measured(tmp_path: Path) -> None:
+def test_no_steps_compares_totals(tmp_path: Path) -> None:
+    """No steps on either side: no per-step verdict (steps is None); the captures' totals decide
+    (issue 14, item 12; the real pair is in tests/test_diff_totals.py)."""
     b = KinetoBuilder().op("aten::mm", 0, 10)
     t = read_trace(b.write(tmp_path / "nosteps.json"))
     c = compare(t, t)
-    assert c.verdict == NOT_MEASURED and c.diff.steps is None
+    assert c.diff.steps is None and c.verdict == WITHIN_NOISE and c.relative_change == 0
+    assert "CPU op self time 10.0 µs -> 10.0 µs" in c.statement
+    empty = read_trace(KinetoBuilder().annotation("setup", 0, 10).write(tmp_path / "nothing.json"))
+    assert compare(empty, empty).verdict == NOT_MEASURED
 
 
 def test_small_but_certain_shift_is_within_noise_and_large_one_is_faster(tmp_path: Path) -> None:

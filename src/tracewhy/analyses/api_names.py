@@ -69,3 +69,15 @@ def is_optimizer(name: str) -> bool:
 @lru_cache(maxsize=8192)
 def is_scalar_read(name: str) -> bool:
     return _SCALAR_READ.match(name) is not None
+
+
+#: torch.autograd.profiler.emit_nvtx names each op's NVTX range "<op>, seq = N, op_id = M" (seq
+#: present for ops autograd records; op_id always): one name per call. Every command groups such
+#: ranges by the op's name, which this suffix removed gives (``op_range_name``).
+OP_RANGE_SUFFIX = r"(?:,\s*(?:seq|op_id)\s*=\s*\d+)+$"
+_OP_RANGE_SUFFIX = re.compile(OP_RANGE_SUFFIX)
+
+
+def op_range_name(name: str) -> str:
+    """The op's name of an emit_nvtx range ("aten::to, op_id = 999599" -> "aten::to"); other names as they are."""
+    return _OP_RANGE_SUFFIX.sub("", name)

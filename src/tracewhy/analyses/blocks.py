@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from tracewhy.analyses import api_names
 from tracewhy.analyses.api_names import is_sync_call
 from tracewhy.analyses.nvtx import gpu_projection
 from tracewhy.analyses.overlap import step_windows
@@ -32,7 +33,7 @@ I64 = npt.NDArray[np.int64]
 #: few microseconds; 1 ms leaves room for a slow host without reaching into the next block.
 SYNC_AFTER_BLOCK_NS: Final = 1_000_000
 #: Per-instance suffixes torch.autograd.profiler.emit_nvtx adds to range names: one block per op.
-_INSTANCE_SUFFIX: Final = r"(?:,\s*(?:seq|op_id)\s*=\s*\d+)+$"
+_INSTANCE_SUFFIX: Final = api_names.OP_RANGE_SUFFIX
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from tracewhy.analyses import api_names
 from tracewhy.analyses.families import Family, classify_kernels, collective_op, collective_range
 from tracewhy.model.linking import first_flagged
 from tracewhy.model.schema import Col, Kind, OCol
@@ -29,7 +30,7 @@ I64 = npt.NDArray[np.int64]
 
 #: Backends whose collectives run on host threads: their range's duration is the collective's.
 HOST_TIMED_BACKENDS: Final = ("gloo", "mpi")
-_OP_ID_SUFFIX = re.compile(r",\s*op_id\s*=\s*\d+$")
+_OP_ID_SUFFIX = re.compile(api_names.OP_RANGE_SUFFIX)
 _KERNEL_DECORATION = re.compile(r"[(<].*$")
 
 

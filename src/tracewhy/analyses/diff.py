@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from tracewhy.analyses import api_names
 from tracewhy.analyses.shift import Shift, hodges_lehmann
 from tracewhy.analyses.steps import StepsOptions, StepsResult, steps
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, DCol, Kind
@@ -44,6 +45,8 @@ class RunSummary:
     world_size: int | None
     capture: dict[str, Any]  # profiler options (Kineto) or capture settings (nsys)
     versions: dict[str, str]
+    #: From the first event's start to the last one's end: what a comparison of totals covers.
+    span_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,8 @@ def _summary(t: Trace, s: StepsResult) -> RunSummary:
         path=m.path, format=m.format, step_marker=s.marker, steady_steps=steady.height, window_ns=window,
         devices=[str(n) for n in t.devices.sort(DCol.DEVICE).get_column(DCol.NAME).to_list()],
         rank=m.rank, world_size=m.world_size, capture=capture, versions=dict(m.versions),
+        span_ns=int(t.slices.select((pl.col(Col.TS) + pl.col(Col.DUR)).max() - pl.col(Col.TS).min()).item() or 0)
+        if t.slices.height else 0,
     )
 
 
@@ -160,7 +165,8 @@ def _launched(t: Trace, window: tuple[int, int] | None) -> pl.DataFrame:
 def _annotation_times(t: Trace, run: RunSummary) -> pl.DataFrame:
     marker = re.compile(rf"^{re.escape(run.step_marker)}(?:#?\d+)?$")
     a = t.slices.filter((pl.col(Col.KIND) == Kind.ANNOTATION.value) & _in_window(pl.col(Col.TS), run.window_ns))
-    table = a.group_by(pl.col(Col.NAME).cast(pl.String)).agg(
+    # emit_nvtx ranges carry a per-call suffix: grouped by the op's name, as every command does.
+    table = a.group_by(pl.col(Col.NAME).cast(pl.String).str.replace(api_names.OP_RANGE_SUFFIX, "")).agg(
         pl.len().cast(pl.Int64).alias("calls"), pl.col(Col.DUR).sum().alias("ns")
     )
     return table.filter(~pl.col(Col.NAME).map_elements(lambda n: bool(marker.match(n)), return_dtype=pl.Boolean))

@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from tracewhy.analyses import api_names
 from tracewhy.analyses.summaries import Summary, summarize
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, Col, Kind, NCol
 from tracewhy.model.trace import Trace
@@ -34,9 +35,9 @@ MIN_STEP_REPEATS: Final = 2
 #: Thrust, ``NVTXCCCLDomain`` in cub/detail/nvtx.cuh) and "NCCL" (``nccl_domain`` in NCCL's
 #: src/include/nvtx.h).
 LIBRARY_DOMAINS: Final = frozenset({"CCCL", "NCCL"})
-#: torch.autograd.profiler.emit_nvtx names each op's range "<op>, seq = N, op_id = M" (or with
-#: op_id alone): one range per op call, never a step.
-OP_RANGE: Final = r", (?:seq|op_id) = \d+"
+#: torch.autograd.profiler.emit_nvtx's op ranges (api_names.OP_RANGE_SUFFIX): one range per op
+#: call, never a step.
+OP_RANGE: Final = api_names.OP_RANGE_SUFFIX
 #: Ranges whose total time covers at least this share of the span from the first's start to the
 #: last's end tile the run (a loop's iterations do; CUB calls between them do not).
 TILING_SHARE: Final = 0.5

@@ -10,6 +10,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from tracewhy.analyses import api_names
 from tracewhy.analyses.intervals import covered_ns
 from tracewhy.analyses.nvtx import nvtx_step_marker
 from tracewhy.analyses.step_marker import annotation_step_marker
@@ -98,7 +99,8 @@ def steps(trace: Trace, options: StepsOptions = StepsOptions()) -> StepsResult:
     trace.require_whole()
     chosen = None if options.marker else (nvtx_step_marker(trace) or annotation_step_marker(trace))
     marker = options.marker or (chosen.name if chosen else PROFILER_STEP)
-    pattern = re.compile(rf"^{re.escape(marker)}(?:#?(\d+))?$")
+    # "--step aten::to" also finds emit_nvtx's "aten::to, seq = 3, op_id = 999599" ranges.
+    pattern = re.compile(rf"^{re.escape(marker)}(?:#?(\d+))?(?:{api_names.OP_RANGE_SUFFIX[:-1]})?$")
     s = trace.slices
     candidates = s.filter(pl.col(Col.KIND).is_in(_STEP_KINDS)).select(
         Col.ID, pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, Col.PID, Col.TID

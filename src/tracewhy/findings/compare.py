@@ -80,9 +80,33 @@ def judge(d: DiffResult, findings_a: list[Finding] | None = None,
     )
 
 
+def _verdict_by_totals(d: DiffResult) -> tuple[str, str, float | None]:
+    """Neither run has steps: compare what each capture holds in total, GPU kernel time (or, on
+    CPU-only runs, CPU op self time), with the caveats that come with totals."""
+    what, table = "GPU kernel time", d.kernels
+    if table.height == 0 or not (table["a_ns_per_step"].sum() or table["b_ns_per_step"].sum()):
+        what, table = "CPU op self time", d.ops
+    a = float(table["a_ns_per_step"].sum()) if table.height else 0.0
+    b = float(table["b_ns_per_step"].sum()) if table.height else 0.0
+    caveat = (f"no step markers in either run: compared over the whole captures ({fmt_ns(d.a.span_ns)} vs "
+              f"{fmt_ns(d.b.span_ns)}), not per step and with no confidence interval; the verdict holds only if "
+              "both captured the same work (name a repeated block with --step NAME for per-step figures)")
+    if a <= 0:
+        return NOT_MEASURED, f"{caveat}; run A has no {what} to compare", None
+    relative = (b - a) / a
+    totals = f"{what} {fmt_ns(a)} -> {fmt_ns(b)} ({relative:+.1%})"
+    if abs(relative) >= th.DIFF_TOTALS_MIN_CHANGE:
+        verdict = SLOWER if relative > 0 else FASTER
+        return verdict, f"B is {verdict}: {totals}; {caveat}", relative
+    return (WITHIN_NOISE, f"within noise (under {th.DIFF_TOTALS_MIN_CHANGE:.0%} of A's total): {totals}; {caveat}",
+            relative)
+
+
 def _verdict(d: DiffResult) -> tuple[str, str, float | None]:
     s = d.steps
     if s is None:
+        if not d.a_step_durations_ns and not d.b_step_durations_ns:
+            return _verdict_by_totals(d)
         side = "A" if not d.a_step_durations_ns else "B"
         return NOT_MEASURED, f"run {side} has no steady steps to compare (use --step NAME)", None
     relative = s.hl_shift_ns / s.a_median_ns if s.a_median_ns > 0 else None

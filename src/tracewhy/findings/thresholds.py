@@ -95,3 +95,7 @@ DIFF_CONFIDENCE: Final = 0.95
 #: that run's machine state (clocks, co-tenants, data order), which drifts between runs by about
 #: this much on a quiet machine; no step of a single run can sample that drift.
 DIFF_MIN_RELATIVE_CHANGE: Final = 0.02
+#: Without steps on either side two captures are compared by their totals, with no interval to
+#: tell noise apart: only a change this large is called faster or slower, and the statement says
+#: the verdict holds only if both captured the same work.
+DIFF_TOTALS_MIN_CHANGE: Final = 0.10
