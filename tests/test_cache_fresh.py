@@ -18,20 +18,13 @@ from pathlib import Path
 import pytest
 
 from conftest import shared_trace
+from test_cache import cache_dir  # noqa: F401 (the same autouse fixture: a private cache directory)
 from tracewhy.model.cache import MIN_CACHED_BYTES, CacheOptions, _content_hash, cached_read
 from tracewhy.model.schema import Kind
 from tracewhy.model.trace import Trace
 from tracewhy.readers import read_trace
 
 FRESH = CacheOptions(enabled=False)
-
-
-@pytest.fixture(autouse=True)
-def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    d = tmp_path / "cache"
-    monkeypatch.setenv("TRACEWHY_CACHE_DIR", str(d))
-    monkeypatch.delenv("TRACEWHY_NO_CACHE", raising=False)
-    return d
 
 
 def _plain_copy(tmp_path: Path) -> Path:

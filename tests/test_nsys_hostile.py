@@ -290,6 +290,20 @@ def _crash_copy(source: Path, into: Path) -> Path:
     return into / source.name
 
 
+def _crash_mid_transaction(conn: sqlite3.Connection, live: Path, into: Path) -> Path:
+    """Copy ``live`` with a transaction open (every kernel deleted, 2.5 MB of filler: more than a
+    2-page cache holds, so SQLite spills it into the log or the file), then roll it back."""
+    conn.execute("PRAGMA cache_size = 2")
+    conn.execute("BEGIN")
+    conn.execute(f"DELETE FROM {KERNELS}")
+    conn.execute("CREATE TABLE filler (x)")
+    conn.executemany("INSERT INTO filler VALUES (?)", [("y" * 500,)] * 5000)
+    path = _crash_copy(live, into)
+    conn.execute("ROLLBACK")
+    conn.close()
+    return path
+
+
 def test_a_write_ahead_log_is_read_for_its_committed_transactions(tmp_path: Path) -> None:
     live = _copy(tmp_path)
     conn = sqlite3.connect(live, isolation_level=None)
@@ -297,14 +311,7 @@ def test_a_write_ahead_log_is_read_for_its_committed_transactions(tmp_path: Path
     conn.execute("PRAGMA wal_autocheckpoint = 0")
     conn.execute(f"DELETE FROM {KERNELS} WHERE rowid = (SELECT min(rowid) FROM {KERNELS})")  # committed
     # A transaction still open, large enough that SQLite spills its pages into the log.
-    conn.execute("PRAGMA cache_size = 2")
-    conn.execute("BEGIN")
-    conn.execute(f"DELETE FROM {KERNELS}")
-    conn.execute("CREATE TABLE filler (x)")
-    conn.executemany("INSERT INTO filler VALUES (?)", [("y" * 500,)] * 5000)
-    path = _crash_copy(live, tmp_path / "crashed")
-    conn.execute("ROLLBACK")
-    conn.close()
+    path = _crash_mid_transaction(conn, live, tmp_path / "crashed")
     assert (path.parent / f"{path.name}-wal").stat().st_size > 0
     before = _snapshot(path.parent)
     trace = _read(path)
@@ -317,14 +324,7 @@ def test_a_write_ahead_log_is_read_for_its_committed_transactions(tmp_path: Path
 def test_a_hot_journal_is_rolled_back_in_a_private_copy(tmp_path: Path) -> None:
     live = _copy(tmp_path)
     conn = sqlite3.connect(live, isolation_level=None)
-    conn.execute("PRAGMA cache_size = 2")  # spill the open transaction into the file itself
-    conn.execute("BEGIN")
-    conn.execute(f"DELETE FROM {KERNELS}")
-    conn.execute("CREATE TABLE filler (x)")
-    conn.executemany("INSERT INTO filler VALUES (?)", [("y" * 500,)] * 5000)
-    path = _crash_copy(live, tmp_path / "crashed")
-    conn.execute("ROLLBACK")
-    conn.close()
+    path = _crash_mid_transaction(conn, live, tmp_path / "crashed")  # spills into the file itself
     before = _snapshot(path.parent)
     assert set(before) == {path.name, f"{path.name}-journal"}
     # immutable=1 read the half-written file: "malformed database schema (filler)".
