@@ -24,6 +24,7 @@ from typing import IO, Any, Final
 from tracewhy.errors import TraceError
 from tracewhy.model.ncu import NCol, NcuReport, RCol
 from tracewhy.readers import ncu_units as u
+from tracewhy.readers.native_stderr import captured_fd2
 from tracewhy.readers.ncu_common import (
     BREAKDOWN_PATTERNS,
     FIELDS,
@@ -315,21 +316,32 @@ def _record(module: Any, action: Any, launch_id: int, rule_maps: tuple[dict[int,
     return rec
 
 
+#: The line abseil prints before the first log message of a process: not a problem with the file.
+_ABSL_PREAMBLE = "WARNING: All log messages before absl::InitializeLog()"
+
+
 def read_ncu_rep(path: str | Path) -> NcuReport:
     """Read every kernel launch of an ``.ncu-rep`` file (all ranges, in file order)."""
     path = Path(path)
     framing = scan_framing(path)
     module = load_module(path)
-    try:
-        context = module.load_report(str(path))
-    except Exception as e:  # the module's loader raises bare RuntimeErrors
-        raise TraceError(path, f"ncu_report could not open it: {' '.join(str(e).split())[:200]}") from None
-    actions = [context.range_by_idx(r).action_by_idx(a)
-               for r in range(context.num_ranges())
-               for a in range(context.range_by_idx(r).num_actions())]
+    # ncu_report's protobuf layer logs a damaged message to fd 2 itself: kept, said as a warning.
+    with captured_fd2() as native:
+        try:
+            context = module.load_report(str(path))
+        except Exception as e:  # the module's loader raises bare RuntimeErrors
+            raise TraceError(path, f"ncu_report could not open it: {' '.join(str(e).split())[:200]}") from None
+        actions = [context.range_by_idx(r).action_by_idx(a)
+                   for r in range(context.num_ranges())
+                   for a in range(context.range_by_idx(r).num_actions())]
+    native = [line for line in native if not line.startswith(_ABSL_PREAMBLE)]
     if not actions:
-        raise TraceError(path, "report contains no profiled kernel launches")
+        said = f" (ncu_report: {native[0][:200]})" if native else ""
+        raise TraceError(path, f"report contains no profiled kernel launches{said}")
     notes: list[str] = []
+    if native:
+        notes.append(f"ncu_report's parser reported {len(native)} problem line(s) reading the file, such as "
+                     f"{native[0][:200]!r}: some results may be missing")
     if framing.results != len(actions):
         notes.append(f"file frames {framing.results} kernel results, ncu_report shows {len(actions)}; "
                      "clock-lock status not attributed")
