@@ -49,3 +49,22 @@ def test_parse_errors_join_the_one_line_error(tmp_path: Path) -> None:
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 3 and len(lines) == 1, proc.stderr
     assert lines[0].startswith("tracewhy: error: ") and "(ncu_report: " in lines[0]
+
+
+def test_a_damaged_length_is_checked_before_it_is_read(tmp_path: Path) -> None:
+    """The searchkernel report with bytes 15642-15942 cut out (fuzz run): a block header then
+    claims 1,814,235,747 bytes in a 412 KB file. That was read (an allocation of 1.8 GB, a
+    MemoryError in a memory-bounded process) before its length was compared with the file."""
+    import resource
+
+    data = shared_trace("ncu/a100pcie_mistic_searchkernel_ncu2020.ncu-rep").read_bytes()
+    path = tmp_path / "spliced.ncu-rep"
+    path.write_bytes(data[:15642] + data[15942:])
+    limit = "import resource; resource.setrlimit(resource.RLIMIT_AS, (1_500_000_000, 1_500_000_000)); "
+    proc = subprocess.run([sys.executable, "-c", limit + "import sys; from tracewhy.cli import main; "
+                           "sys.exit(main(['roofline', sys.argv[1], '--no-cache']))", str(path)],
+                          capture_output=True, text=True, timeout=120)
+    assert resource.RLIMIT_AS  # the limit exists on this platform
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 3 and len(lines) == 1, proc.stderr
+    assert "file ends inside" in lines[0] and "of 1814235747 bytes" in lines[0]

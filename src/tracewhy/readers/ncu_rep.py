@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import math
+import os
 import re
 import struct
 from dataclasses import dataclass, field
@@ -104,6 +105,12 @@ def _fields(buf: bytes) -> list[tuple[int, int | bytes]]:
 
 
 def _read_exact(f: IO[bytes], n: int, what: str) -> bytes:
+    # A damaged length can claim far more than the file holds: compare before allocating it.
+    here = f.tell()
+    left = f.seek(0, os.SEEK_END) - here
+    f.seek(here)
+    if n > left:
+        raise EOFError(f"file ends inside {what} ({left} of {n} bytes)")
     data = f.read(n)
     if len(data) != n:
         raise EOFError(f"file ends inside {what} ({len(data)} of {n} bytes)")
