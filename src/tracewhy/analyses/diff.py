@@ -117,8 +117,7 @@ def _summary(t: Trace, s: StepsResult) -> RunSummary:
         path=m.path, format=m.format, step_marker=s.marker, steady_steps=steady.height, window_ns=window,
         devices=[str(n) for n in t.devices.sort(DCol.DEVICE).get_column(DCol.NAME).to_list()],
         rank=m.rank, world_size=m.world_size, capture=capture, versions=dict(m.versions),
-        span_ns=int(t.slices.select((pl.col(Col.TS) + pl.col(Col.DUR)).max() - pl.col(Col.TS).min()).item() or 0)
-        if t.slices.height else 0,
+        span_ns=t.span_ns,
     )
 
 

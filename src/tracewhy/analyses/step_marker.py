@@ -11,15 +11,12 @@ import polars as pl
 
 from tracewhy.analyses import api_names
 from tracewhy.analyses.host_activity import build_host_index
-from tracewhy.analyses.nvtx import PROFILER_STEP_PREFIX, StepMarker
+from tracewhy.analyses.nvtx import PROFILER_STEP_PREFIX, TILING_SHARE, StepMarker
 from tracewhy.model.schema import Col, Kind
 from tracewhy.model.trace import Trace
 
 #: A loop runs at least this many iterations in a capture worth calling steps.
 MIN_ITERATIONS: Final = 3
-#: The blocks' total time covers at least this share of the span from the first's start to the
-#: last's end: iterations follow one another, where a block called now and then does not.
-TILING_SHARE: Final = 0.5
 
 
 def annotation_step_marker(trace: Trace) -> StepMarker | None:

@@ -54,10 +54,13 @@ def _severity_by_share(f: Finding, window_ns: float | None) -> Finding:
     LOW under it: 98.8 ms of a 252 ms step is not low, whatever the rule's default."""
     if f.severity not in _BY_SHARE or not window_ns or f.recoverable_ns_per_step <= 0:
         return f
-    share = f.recoverable_ns_per_step / window_ns
-    severity = (Severity.HIGH if share >= th.HIGH_SEVERITY_SHARE
-                else Severity.MEDIUM if share >= th.IDLE_CLASS_MIN_SHARE else Severity.LOW)
-    return replace(f, severity=severity)
+    return replace(f, severity=severity_for_share(f.recoverable_ns_per_step / window_ns))
+
+
+def severity_for_share(share: float) -> Severity:
+    """HIGH from HIGH_SEVERITY_SHARE of the step (or capture), MEDIUM from IDLE_CLASS_MIN_SHARE."""
+    return (Severity.HIGH if share >= th.HIGH_SEVERITY_SHARE
+            else Severity.MEDIUM if share >= th.IDLE_CLASS_MIN_SHARE else Severity.LOW)
 
 
 def _with_references(f: Finding, printed: set[str]) -> Finding:

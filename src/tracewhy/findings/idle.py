@@ -11,6 +11,7 @@ import polars as pl
 from tracewhy.analyses.gaps import GapClass
 from tracewhy.analyses.host_activity import Flag
 from tracewhy.analyses.input import input_pipeline
+from tracewhy.analyses.intervals import union
 from tracewhy.analyses.launch import launch
 from tracewhy.analyses.stats import mean_of
 from tracewhy.findings import thresholds as th
@@ -280,17 +281,16 @@ def _other(ctx: Context, b: Basis, ns: float) -> Finding:
 
 def _input_over_the_trace(ctx: Context) -> list[Finding]:
     """No steps to divide by: the DataLoader's share of its thread's span over the whole trace
-    (outermost fetches only: a fetch inside a fetch is one wait)."""
+    (the union of its fetches, as input_pipeline takes it: a fetch inside a fetch is one wait)."""
     host = ctx.host()
     fetch = host.self_flag[Flag.DATALOADER]
-    parent = host.parent
-    outer = fetch & ~np.where(parent >= 0, host.on_stack[Flag.DATALOADER][np.maximum(parent, 0)], False)
     best: tuple[float, float, tuple[int, int]] | None = None
     for thread, (lo, hi) in host.threads.items():
-        rows = np.flatnonzero(outer[lo:hi]) + lo
+        rows = np.flatnonzero(fetch[lo:hi]) + lo
         if rows.size == 0:
             continue
-        loader = float((host.end[rows] - host.ts[rows]).sum())
+        starts, ends = union(host.ts[rows], host.end[rows])
+        loader = float((ends - starts).sum())
         span = float(host.end[lo:hi].max() - host.ts[lo])
         if best is None or loader > best[0]:
             best = (loader, span, thread)

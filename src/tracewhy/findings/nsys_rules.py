@@ -12,12 +12,11 @@ import polars as pl
 
 from tracewhy.analyses import nsys_rules as rules
 from tracewhy.analyses.stats import max_of, sum_of
-from tracewhy.findings import thresholds as th
+from tracewhy.findings.consolidate import severity_for_share
 from tracewhy.findings.context import Context
 from tracewhy.findings.idle import CLASS_FINDINGS
 from tracewhy.findings.model import Finding, Severity
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, Col
-from tracewhy.model.trace import Trace
 from tracewhy.units import fmt_bytes
 from tracewhy.units import fmt_ns as ms
 
@@ -64,9 +63,9 @@ def findings(ctx: Context) -> list[Finding]:
         # Severity by the share of the capture the most blocked thread spent blocked (358.8 ms of a
         # 1.211 s run is not low); the time is the host's, so it is not recoverable GPU time.
         per_thread = sync_api.group_by(Col.PID, Col.TID).agg(pl.col(Col.DUR).sum())
-        blocked_share = min(1.0, max_of(per_thread.get_column(Col.DUR)) / max(_span_ns(t), 1))
+        blocked_share = min(1.0, max_of(per_thread.get_column(Col.DUR)) / max(t.span_ns, 1))
         out.append(Finding(
-            code="nsys-sync-api", severity=_by_share(blocked_share),
+            code="nsys-sync-api", severity=severity_for_share(blocked_share),
             statement=f"{sync_api.height} synchronization API calls blocked the host for "
                       f"{ms(sum_of(sync_api['dur_ns']))} ("
                       + ", ".join(f"{a} x{n}" for a, n in names.iter_rows()) + "; nsys rule cuda_api_sync).",
@@ -96,18 +95,6 @@ def findings(ctx: Context) -> list[Finding]:
             see=CLASS_FINDINGS,
         ))
     return out
-
-
-def _span_ns(t: Trace) -> int:
-    """The span of the events the file holds (a derived nsys file holds a window of a longer
-    capture, whose session span would dilute every share)."""
-    s = t.slices
-    return int(s.select((pl.col(Col.TS) + pl.col(Col.DUR)).max() - pl.col(Col.TS).min()).item() or 0)
-
-
-def _by_share(share: float) -> Severity:
-    return (Severity.HIGH if share >= th.HIGH_SEVERITY_SHARE
-            else Severity.MEDIUM if share >= th.IDLE_CLASS_MIN_SHARE else Severity.LOW)
 
 
 def _rows(frame: pl.DataFrame) -> list[dict[str, object]]:

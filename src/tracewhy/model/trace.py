@@ -148,6 +148,14 @@ class Trace:
         return value
 
     @property
+    def span_ns(self) -> int:
+        """From the first slice's start to the last one's end: what the file holds (0 when empty)."""
+        if self.slices.height == 0:
+            return 0
+        span = self.slices.select((pl.col(Col.TS) + pl.col(Col.DUR)).max() - pl.col(Col.TS).min()).item()
+        return int(span or 0)
+
+    @property
     def is_partial(self) -> bool:
         """True when only some slice kinds were read (``meta.kinds_read``)."""
         return self.meta.kinds_read is not None
