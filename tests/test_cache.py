@@ -122,7 +122,10 @@ def _entry(cache_dir: Path) -> Path:
 
 @pytest.mark.parametrize(
     "damage",
-    ["truncate-table", "garbage-manifest", "missing-table", "missing-manifest", "swapped-table", "flipped-byte"],
+    [
+        "truncate-table", "garbage-manifest", "missing-table", "missing-manifest", "swapped-table", "flipped-byte",
+        "broken-invariant",
+    ],
 )
 def test_damaged_entry_is_rebuilt_not_an_error(damage: str, tmp_path: Path, cache_dir: Path) -> None:
     path = _copy(shared_trace("hta/a100_alexnet_critical_path.json.gz"), tmp_path)
@@ -140,6 +143,20 @@ def test_damaged_entry_is_rebuilt_not_an_error(damage: str, tmp_path: Path, cach
         (entry / "meta.json").unlink()
     elif damage == "swapped-table":  # a table from elsewhere under this name
         shutil.copyfile(entry / "threads.parquet", slices)
+    elif damage == "broken-invariant":
+        # Well-formed, with a manifest that matches it, but a negative duration: only the hit's
+        # Trace.check() can tell (written by code whose change the fingerprint missed).
+        import msgspec  # noqa: PLC0415
+
+        df = pl.read_parquet(slices)
+        df = df.with_columns(pl.when(pl.col("id") == 0).then(-1).otherwise(pl.col("dur_ns")).alias("dur_ns"))
+        df.write_parquet(slices, compression="uncompressed", statistics=False)
+        manifest = msgspec.json.decode((entry / "meta.json").read_bytes())
+        data = slices.read_bytes()
+        import xxhash  # noqa: PLC0415
+
+        manifest["tables"]["slices"].update(bytes=len(data), xxh3_64=xxhash.xxh3_64_intdigest(data))
+        (entry / "meta.json").write_bytes(msgspec.json.encode(manifest))
     else:  # same size, one byte changed: only the checksum can tell
         data = bytearray(slices.read_bytes())
         data[len(data) // 2] ^= 0x01

@@ -208,37 +208,58 @@ class Trace:
         n = s.height
         if n == 0:
             return
-        ids = s.get_column(Col.ID)
-        if not ids.equals(pl.Series(Col.ID, range(n), dtype=pl.Int64)):
-            raise ModelError("slices.id must equal the row number")
-        bad = s.filter(pl.col(Col.DUR) < 0).height
-        if bad:
-            raise ModelError(f"{bad} slices have negative dur_ns")
-        if s.get_column(Col.TS).null_count() or s.get_column(Col.DUR).null_count():
-            raise ModelError("ts_ns and dur_ns must never be null")
-        gpu = s.filter(pl.col(Col.KIND).is_in([k.value for k in GPU_ACTIVITY_KINDS]))
-        if gpu.get_column(Col.DEVICE).null_count():
-            raise ModelError("every GPU activity needs a device")
-        linked = gpu.filter(pl.col(Col.LAUNCH).is_not_null())
-        if linked.height:
-            launch_kinds = s.get_column(Col.KIND).gather(linked.get_column(Col.LAUNCH))
-            allowed = {k.value for k in LAUNCH_KINDS}
-            if not set(launch_kinds.unique().to_list()) <= allowed:
-                raise ModelError("launch_id must point at a runtime or driver call")
-            launch_corr = s.get_column(Col.CORRELATION).gather(linked.get_column(Col.LAUNCH))
-            if not launch_corr.equals(linked.get_column(Col.CORRELATION), check_names=False):
-                raise ModelError("a GPU slice and its launch must share the correlation id")
-        with_op = s.filter(pl.col(Col.OP).is_not_null())
-        if with_op.height:
-            op_kinds = s.get_column(Col.KIND).gather(with_op.get_column(Col.OP))
-            if set(op_kinds.unique().to_list()) != {Kind.CPU_OP.value}:
-                raise ModelError("op_id must point at a CPU op")
-        children = s.filter(pl.col(Col.PARENT).is_not_null())
-        if children.height:
-            parent_ts = s.get_column(Col.TS).gather(children.get_column(Col.PARENT))
-            if (parent_ts > children.get_column(Col.TS)).any():
-                raise ModelError("a host slice starts before its parent")
+        self._check_slices(s, n)
         for name in ("kernel_attrs", "copy_attrs", "op_attrs", "nvtx_attrs", "sync_attrs"):
             ref = self.table(name).get_column(Col.ID)
             if ref.len() and (ref.min() < 0 or ref.max() >= n or ref.n_unique() != ref.len()):  # type: ignore[operator]
                 raise ModelError(f"{name}.id must be unique slice ids")
+
+    @staticmethod
+    def _check_slices(s: pl.DataFrame, n: int) -> None:
+        """The slices table's invariants, as one query that polars runs on every core: 0.02 s
+        on 1.9M slices where one filter per rule took 0.07 s (it runs on every read, cache hit
+        included). A link out of range is reported before the rules that follow it."""
+        kind, ts = pl.col(Col.KIND), pl.col(Col.TS)
+        gpu = kind.is_in([k.value for k in GPU_ACTIVITY_KINDS])
+        linked = gpu & pl.col(Col.LAUNCH).is_not_null()
+
+        def out_of_range(c: str) -> pl.Expr:
+            return (pl.col(c).is_not_null() & ~pl.col(c).is_between(0, n - 1)).sum()
+
+        def target(c: str, linked_rows: pl.Expr) -> pl.Expr:
+            return pl.col(c).filter(linked_rows).clip(0, n - 1)  # clipped: out of range is reported first
+
+        r = s.select(
+            ids_ok=(pl.col(Col.ID) == pl.int_range(pl.len(), dtype=pl.Int64)).all(),
+            negative=(pl.col(Col.DUR) < 0).sum(),
+            nulls=ts.null_count() + pl.col(Col.DUR).null_count(),
+            gpu_no_device=(gpu & pl.col(Col.DEVICE).is_null()).sum(),
+            bad_launch=out_of_range(Col.LAUNCH), bad_op=out_of_range(Col.OP), bad_parent=out_of_range(Col.PARENT),
+            launch_kind_ok=kind.gather(target(Col.LAUNCH, linked)).is_in([k.value for k in LAUNCH_KINDS]).all(),
+            launch_corr_ok=pl.col(Col.CORRELATION).gather(target(Col.LAUNCH, linked))
+            .eq_missing(pl.col(Col.CORRELATION).filter(linked)).all(),
+            op_kind_ok=(kind.gather(target(Col.OP, pl.col(Col.OP).is_not_null())) == Kind.CPU_OP.value).all(),
+            parent_late=(
+                ts.gather(target(Col.PARENT, pl.col(Col.PARENT).is_not_null()))
+                > ts.filter(pl.col(Col.PARENT).is_not_null())
+            ).any(),
+        ).row(0, named=True)
+        if not r["ids_ok"]:
+            raise ModelError("slices.id must equal the row number")
+        if r["negative"]:
+            raise ModelError(f"{r['negative']} slices have negative dur_ns")
+        if r["nulls"]:
+            raise ModelError("ts_ns and dur_ns must never be null")
+        if r["gpu_no_device"]:
+            raise ModelError("every GPU activity needs a device")
+        for col, count in ((Col.LAUNCH, r["bad_launch"]), (Col.OP, r["bad_op"]), (Col.PARENT, r["bad_parent"])):
+            if count:
+                raise ModelError(f"{count} slices have {col} outside the slices table")
+        if not r["launch_kind_ok"]:
+            raise ModelError("launch_id must point at a runtime or driver call")
+        if not r["launch_corr_ok"]:
+            raise ModelError("a GPU slice and its launch must share the correlation id")
+        if not r["op_kind_ok"]:
+            raise ModelError("op_id must point at a CPU op")
+        if r["parent_late"]:
+            raise ModelError("a host slice starts before its parent")
