@@ -12,8 +12,10 @@ import os
 import shutil
 from pathlib import Path
 
+import msgspec
 import polars as pl
 import pytest
+import xxhash
 
 from conftest import GENERATED, shared_trace
 from tracewhy.cli import main
@@ -146,15 +148,11 @@ def test_damaged_entry_is_rebuilt_not_an_error(damage: str, tmp_path: Path, cach
     elif damage == "broken-invariant":
         # Well-formed, with a manifest that matches it, but a negative duration: only the hit's
         # Trace.check() can tell (written by code whose change the fingerprint missed).
-        import msgspec  # noqa: PLC0415
-
         df = pl.read_parquet(slices)
         df = df.with_columns(pl.when(pl.col("id") == 0).then(-1).otherwise(pl.col("dur_ns")).alias("dur_ns"))
         df.write_parquet(slices, compression="uncompressed", statistics=False)
         manifest = msgspec.json.decode((entry / "meta.json").read_bytes())
         data = slices.read_bytes()
-        import xxhash  # noqa: PLC0415
-
         manifest["tables"]["slices"].update(bytes=len(data), xxh3_64=xxhash.xxh3_64_intdigest(data))
         (entry / "meta.json").write_bytes(msgspec.json.encode(manifest))
     else:  # same size, one byte changed: only the checksum can tell

@@ -14,6 +14,7 @@ import polars as pl
 import pytest
 
 from conftest import shared_trace
+import tracewhy.readers.kineto as kineto
 from tracewhy.cli import main
 from tracewhy.model.cache import CacheOptions
 from tracewhy.model.schema import Col, Kind
