@@ -13,8 +13,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from conftest import shared_trace
 import tracewhy.readers.kineto as kineto
+from conftest import shared_trace
 from tracewhy.cli import main
 from tracewhy.model.cache import CacheOptions
 from tracewhy.model.schema import Col, Kind
@@ -102,8 +102,6 @@ def test_a_reader_that_breaks_the_model_is_a_bug(
     trace: Trace, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     broken = _set(trace, 0, Col.DUR, -1)
-    import tracewhy.readers.kineto as kineto
-
     monkeypatch.setattr(kineto, "read_kineto", lambda path, progress=None: broken)
     with pytest.raises(ModelError, match="negative dur_ns"):
         read_trace(shared_trace(REAL), cache=FRESH)
