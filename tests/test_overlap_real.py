@@ -20,8 +20,8 @@ import pytest
 
 import tracewhy
 from conftest import shared_trace
-from tracewhy.analyses.overlap import OverlapOptions, OverlapResult, overlap, step_windows
-from tracewhy.analyses.steps import steps
+from tracewhy.analyses.overlap import OverlapOptions, OverlapResult, overlap
+from tracewhy.analyses.steps import step_windows, steps
 
 # The test's own communication rule: NCCL/RCCL kernels and symmetric-memory all-reduce.
 COMM = re.compile(r"nccl|multimem_all_reduce", re.IGNORECASE)
@@ -245,7 +245,7 @@ def test_overlap_uses_the_steps_windows(rel: str) -> None:
     trace = tracewhy.load(shared_trace(rel))
     st = steps(trace)
     w = step_windows(trace, st)
-    assert w.get_column("_end").to_list() == st.table.get_column("window_end_ns").to_list()
+    assert w.get_column("window_end_ns").to_list() == st.table.get_column("window_end_ns").to_list()
     steady = st.table.filter(pl.col("steady"))
     windows = (steady.get_column("window_end_ns") - steady.get_column("ts_ns")).to_numpy()
     for row in overlap(trace).steady.iter_rows(named=True):

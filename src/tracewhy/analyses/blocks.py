@@ -21,8 +21,15 @@ import polars as pl
 from tracewhy.analyses import api_names
 from tracewhy.analyses.api_names import is_sync_call
 from tracewhy.analyses.nvtx import gpu_projection
-from tracewhy.analyses.overlap import step_windows
-from tracewhy.analyses.steps import PROFILER_STEP, StepsOptions, StepsResult, steps
+from tracewhy.analyses.steps import (
+    PROFILER_STEP,
+    StepsOptions,
+    StepsResult,
+    WindowCol,
+    steady_span,
+    step_windows,
+    steps,
+)
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, Col, Kind
 from tracewhy.model.trace import Trace
 
@@ -43,19 +50,58 @@ class BlocksOptions:
     warmup: int | None = None
 
 
+class BlockCol:
+    """Columns of the BlocksResult tables."""
+
+    # table: one row per block name
+    NAME: Final = Col.NAME
+    LEVEL: Final = "level"  # smallest nesting depth of its instances
+    INSTANCES: Final = "instances"
+    CPU_PER_STEP: Final = "cpu_ns_per_step"  # its ranges' host time
+    GPU_TIME_PER_STEP: Final = "gpu_time_ns_per_step"  # sum of the durations of the GPU work it launched
+    GPU_SHARE: Final = "gpu_share"  # of all GPU time launched in the window
+    #: First launched activity start to last end, per instance, summed.
+    GPU_SPAN_PER_STEP: Final = "gpu_span_ns_per_step"
+    OTHER_THREADS_GPU_PER_STEP: Final = "other_threads_gpu_ns_per_step"
+    GPU_INSTANCES: Final = "gpu_instances"  # instances that launched GPU work
+    SYNCED_INSTANCES: Final = "synced_instances"  # of those, how many a synchronize ended
+    # instances: one row per range
+    ID: Final = Col.ID
+    TS: Final = Col.TS
+    DUR: Final = Col.DUR
+    PID: Final = Col.PID
+    TID: Final = Col.TID
+    DEPTH: Final = Col.DEPTH
+    STEP: Final = "step"  # the step's number
+    STEADY: Final = WindowCol.STEADY
+    GPU_OPS: Final = "gpu_ops"
+    GPU_TIME: Final = "gpu_time_ns"
+    GPU_BUSY: Final = "gpu_busy_ns"
+    GPU_SPAN: Final = "gpu_span_ns"
+    OTHER_THREADS_GPU: Final = "other_threads_gpu_ns"
+    SYNCED: Final = "synced"
+
+
+BLOCKS_SCHEMA: Final = pl.Schema({
+    BlockCol.NAME: pl.String(), BlockCol.LEVEL: pl.Int64(), BlockCol.INSTANCES: pl.Int64(),
+    BlockCol.CPU_PER_STEP: pl.Float64(), BlockCol.GPU_TIME_PER_STEP: pl.Float64(), BlockCol.GPU_SHARE: pl.Float64(),
+    BlockCol.GPU_SPAN_PER_STEP: pl.Float64(), BlockCol.OTHER_THREADS_GPU_PER_STEP: pl.Float64(),
+    BlockCol.GPU_INSTANCES: pl.Int64(), BlockCol.SYNCED_INSTANCES: pl.Int64(),
+})
+BLOCK_INSTANCES_SCHEMA: Final = pl.Schema({
+    BlockCol.ID: pl.Int64(), BlockCol.NAME: pl.String(), BlockCol.TS: pl.Int64(), BlockCol.DUR: pl.Int64(),
+    BlockCol.PID: pl.Int64(), BlockCol.TID: pl.Int64(), BlockCol.DEPTH: pl.Int32(), BlockCol.STEP: pl.Int64(),
+    BlockCol.STEADY: pl.Boolean(), BlockCol.GPU_OPS: pl.Int64(), BlockCol.GPU_TIME: pl.Int64(),
+    BlockCol.GPU_BUSY: pl.Int64(), BlockCol.GPU_SPAN: pl.Int64(), BlockCol.OTHER_THREADS_GPU: pl.Int64(),
+    BlockCol.SYNCED: pl.Boolean(),
+})
+
+
 @dataclass(frozen=True)
 class BlocksResult:
-    """``table``: one row per block name, most GPU time first, over the steady steps (the whole
-    capture when there are no steps; then ``per_step`` values are per capture).
-
-    Columns: name, level (smallest nesting depth of its instances), instances,
-    cpu_ns_per_step (its ranges' host time), gpu_time_ns_per_step (sum of the durations of
-    the GPU work it launched), gpu_share (of all GPU time launched in the window),
-    gpu_span_ns_per_step (first launched activity start to last end, per instance, summed),
-    other_threads_gpu_ns_per_step, gpu_instances (instances that launched GPU work),
-    synced_instances (of those, how many a synchronize ended).
-    ``instances``: one row per range: id, name, ts_ns, dur_ns, pid, tid, depth, step (number),
-    steady, gpu_ops, gpu_time_ns, gpu_busy_ns, gpu_span_ns, other_threads_gpu_ns, synced.
+    """``table`` (BLOCKS_SCHEMA): one row per block name, most GPU time first, over the steady
+    steps (the whole capture when there are no steps; then ``per_step`` values are per capture).
+    ``instances`` (BLOCK_INSTANCES_SCHEMA): one row per range. See BlockCol.
     """
 
     table: pl.DataFrame
@@ -68,8 +114,8 @@ class BlocksResult:
     @property
     def synced_share(self) -> float | None:
         """Share of blocks with GPU work that a synchronize ended (None without such blocks)."""
-        gpu = int(self.table.get_column("gpu_instances").sum()) if self.table.height else 0
-        return int(self.table.get_column("synced_instances").sum()) / gpu if gpu else None
+        gpu = int(self.table.get_column(BlockCol.GPU_INSTANCES).sum()) if self.table.height else 0
+        return int(self.table.get_column(BlockCol.SYNCED_INSTANCES).sum()) / gpu if gpu else None
 
 
 def blocks(
@@ -82,33 +128,32 @@ def blocks(
         inst = inst.filter(pl.col(Col.NAME).map_elements(
             lambda n: any(fnmatch.fnmatchcase(n, p) for p in options.names), return_dtype=pl.Boolean))
     windows = step_windows(trace, st)
-    steady = windows.filter(pl.col("steady"))
-    n_steps = steady.height
+    n_steps = int(windows.get_column(WindowCol.STEADY).sum())
+    span = steady_span(windows)
     note = st.note
-    if n_steps:
-        chosen = inst.filter(pl.col("steady"))
-        lo, hi = int(steady.get_column("window_start_ns").min()), int(steady.get_column("_end").max())  # type: ignore[arg-type]
+    if span is not None:
+        chosen = inst.filter(pl.col(BlockCol.STEADY))
+        lo, hi = span
     else:
         chosen, lo, hi, n_steps = inst, None, None, 1
         note = f"{note}; values are per capture, not per step" if note else "values are per capture, not per step"
     total_gpu = _gpu_time_launched(trace, lo, hi)
     table = (
-        chosen.group_by(Col.NAME)
+        chosen.group_by(BlockCol.NAME)
         .agg(
-            pl.col(Col.DEPTH).min().cast(pl.Int64).alias("level"),
-            pl.len().cast(pl.Int64).alias("instances"),
-            (pl.col(Col.DUR).sum() / n_steps).alias("cpu_ns_per_step"),
-            (pl.col("gpu_time_ns").sum() / n_steps).alias("gpu_time_ns_per_step"),
-            (pl.col("gpu_span_ns").sum() / n_steps).alias("gpu_span_ns_per_step"),
-            (pl.col("other_threads_gpu_ns").sum() / n_steps).alias("other_threads_gpu_ns_per_step"),
-            (pl.col("gpu_ops") > 0).sum().cast(pl.Int64).alias("gpu_instances"),
-            pl.col("synced").sum().cast(pl.Int64).alias("synced_instances"),
+            pl.col(BlockCol.DEPTH).min().cast(pl.Int64).alias(BlockCol.LEVEL),
+            pl.len().cast(pl.Int64).alias(BlockCol.INSTANCES),
+            (pl.col(BlockCol.DUR).sum() / n_steps).alias(BlockCol.CPU_PER_STEP),
+            (pl.col(BlockCol.GPU_TIME).sum() / n_steps).alias(BlockCol.GPU_TIME_PER_STEP),
+            (pl.col(BlockCol.GPU_SPAN).sum() / n_steps).alias(BlockCol.GPU_SPAN_PER_STEP),
+            (pl.col(BlockCol.OTHER_THREADS_GPU).sum() / n_steps).alias(BlockCol.OTHER_THREADS_GPU_PER_STEP),
+            (pl.col(BlockCol.GPU_OPS) > 0).sum().cast(pl.Int64).alias(BlockCol.GPU_INSTANCES),
+            pl.col(BlockCol.SYNCED).sum().cast(pl.Int64).alias(BlockCol.SYNCED_INSTANCES),
         )
-        .with_columns((pl.col("gpu_time_ns_per_step") * n_steps / total_gpu if total_gpu else pl.lit(None, pl.Float64))
-                      .alias("gpu_share"))
-        .sort(["gpu_time_ns_per_step", "cpu_ns_per_step", Col.NAME], descending=[True, True, False])
-        .select(Col.NAME, "level", "instances", "cpu_ns_per_step", "gpu_time_ns_per_step", "gpu_share",
-                "gpu_span_ns_per_step", "other_threads_gpu_ns_per_step", "gpu_instances", "synced_instances")
+        .with_columns((pl.col(BlockCol.GPU_TIME_PER_STEP) * n_steps / total_gpu if total_gpu
+                       else pl.lit(None, pl.Float64)).alias(BlockCol.GPU_SHARE))
+        .sort([BlockCol.GPU_TIME_PER_STEP, BlockCol.CPU_PER_STEP, BlockCol.NAME], descending=[True, True, False])
+        .select(*BLOCKS_SCHEMA)
     )
     return BlocksResult(table=table, instances=inst, steps=n_steps, gpu_time_ns_per_step=total_gpu / n_steps,
                         step_marker=st.marker, note=note)
@@ -121,29 +166,27 @@ def _instances(trace: Trace, st: StepsResult) -> pl.DataFrame:
         ~pl.col(Col.NAME).str.starts_with(st.marker) & ~pl.col(Col.NAME).str.starts_with(PROFILER_STEP)
     ).with_columns(pl.col(Col.NAME).str.replace(_INSTANCE_SUFFIX, ""))
     proj = gpu_projection(trace).table.select(
-        Col.ID, pl.col("num_gpu_ops").alias("gpu_ops"), "gpu_time_ns", "gpu_busy_ns",
-        pl.col("proj_dur_ns").alias("gpu_span_ns"),
+        Col.ID, pl.col("num_gpu_ops").alias(BlockCol.GPU_OPS), pl.col("gpu_time_ns").alias(BlockCol.GPU_TIME),
+        pl.col("gpu_busy_ns").alias(BlockCol.GPU_BUSY), pl.col("proj_dur_ns").alias(BlockCol.GPU_SPAN),
     )
     a = a.join(proj, on=Col.ID, how="left").with_columns(
-        pl.col("gpu_ops", "gpu_time_ns", "gpu_busy_ns", "gpu_span_ns").fill_null(0)
+        pl.col(BlockCol.GPU_OPS, BlockCol.GPU_TIME, BlockCol.GPU_BUSY, BlockCol.GPU_SPAN).fill_null(0)
     ).sort(Col.TS, Col.ID)
     window_gpu = _launched_in(trace, a)
     a = a.with_columns(
-        (pl.Series(window_gpu) - pl.col("gpu_time_ns")).clip(lower_bound=0).alias("other_threads_gpu_ns"),
-        pl.Series("synced", _synced(trace, a), dtype=pl.Boolean),
+        (pl.Series(window_gpu) - pl.col(BlockCol.GPU_TIME)).clip(lower_bound=0).alias(BlockCol.OTHER_THREADS_GPU),
+        pl.Series(BlockCol.SYNCED, _synced(trace, a), dtype=pl.Boolean),
     )
-    w = step_windows(trace, st).sort("window_start_ns")
+    w = step_windows(trace, st).sort(WindowCol.WINDOW_START)
+    inside = pl.col(Col.TS) < pl.col(WindowCol.WINDOW_END)
     return a.join_asof(
-        w.select(Col.PID, "window_start_ns", "_end", "number", "steady"),
-        left_on=Col.TS, right_on="window_start_ns", by=Col.PID, strategy="backward",
+        w.select(WindowCol.PID, WindowCol.WINDOW_START, WindowCol.WINDOW_END, WindowCol.NUMBER, WindowCol.STEADY),
+        left_on=Col.TS, right_on=WindowCol.WINDOW_START, by=Col.PID, strategy="backward",
         check_sortedness=False,  # both sides are sorted by time above
     ).with_columns(
-        pl.when(pl.col(Col.TS) < pl.col("_end")).then(pl.col("number")).alias("step"),
-        (pl.col("steady").fill_null(False) & (pl.col(Col.TS) < pl.col("_end"))).fill_null(False).alias("steady"),
-    ).select(
-        Col.ID, Col.NAME, Col.TS, Col.DUR, Col.PID, Col.TID, Col.DEPTH, "step", "steady", "gpu_ops",
-        "gpu_time_ns", "gpu_busy_ns", "gpu_span_ns", "other_threads_gpu_ns", "synced",
-    )
+        pl.when(inside).then(pl.col(WindowCol.NUMBER)).alias(BlockCol.STEP),
+        (pl.col(WindowCol.STEADY).fill_null(False) & inside).fill_null(False).alias(BlockCol.STEADY),
+    ).select(*BLOCK_INSTANCES_SCHEMA)
 
 
 def _gpu_rows(trace: Trace) -> pl.DataFrame:

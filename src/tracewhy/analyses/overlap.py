@@ -21,7 +21,6 @@ the GPU work it launched. GPU and host share one clock within a trace.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -31,7 +30,7 @@ import polars as pl
 
 from tracewhy.analyses.collectives import CollectivesResult, collectives, short_kernel_name
 from tracewhy.analyses.intervals import union
-from tracewhy.analyses.steps import StepsOptions, StepsResult, steps
+from tracewhy.analyses.steps import StepCol, StepsOptions, StepsResult, WindowCol, steady_span, step_windows, steps
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, Kind
 from tracewhy.model.trace import Trace
 
@@ -43,11 +42,56 @@ COPY: Final = "copy"
 MEMSET: Final = "memset"
 CATEGORIES: Final = (COMPUTE, COMMUNICATION, COPY, MEMSET)
 
+
+class OverlapCol:
+    """Columns of the OverlapResult tables (see OverlapResult for which table has which)."""
+
+    DEVICE: Final = Col.DEVICE
+    STREAM: Final = Col.STREAM
+    STREAMS: Final = "streams"
+    SPAN_START: Final = "span_start_ns"
+    SPAN: Final = "span_ns"
+    # The timeline parts (PARTS), ns.
+    BUSY: Final = "busy_ns"
+    COMPUTE: Final = "compute_ns"
+    COMM: Final = "comm_ns"
+    COMM_HIDDEN: Final = "comm_hidden_ns"
+    COMM_EXPOSED: Final = "comm_exposed_ns"
+    COPY: Final = "copy_ns"
+    COPY_EXPOSED: Final = "copy_exposed_ns"
+    IDLE: Final = "idle_ns"
+    COMM_HIDDEN_SHARE: Final = "comm_hidden_share"
+    MAX_STREAMS_ACTIVE: Final = "max_streams_active"
+    MULTI_STREAM: Final = "multi_stream_ns"
+    STEP: Final = WindowCol.STEP
+    NUMBER: Final = WindowCol.NUMBER
+    STEADY: Final = WindowCol.STEADY
+    WINDOW_START: Final = WindowCol.WINDOW_START
+    WINDOW: Final = WindowCol.WINDOW
+    STEPS: Final = "steps"
+    COLLECTIVE: Final = "collective"
+    COUNT: Final = "count"
+    TIME: Final = "time_ns"
+    HIDDEN: Final = "hidden_ns"
+    EXPOSED: Final = "exposed_ns"
+    EXPOSED_PER_STEP: Final = "exposed_ns_per_step"
+    ACTIVITIES: Final = "activities"
+    STREAMS_ACTIVE: Final = "streams_active"
+    #: Union time per category in the streams table: f"{category}_ns".
+    COMPUTE_UNION: Final = COMPUTE
+    COMMUNICATION_UNION: Final = "communication_ns"
+    COPY_UNION: Final = COPY
+    MEMSET_UNION: Final = "memset_ns"
+
+
 #: Timeline columns shared by the device, step and steady tables (ns).
 PARTS: Final = (
-    "busy_ns", "compute_ns", "comm_ns", "comm_hidden_ns", "comm_exposed_ns", "copy_ns", "copy_exposed_ns",
-    "idle_ns",
+    OverlapCol.BUSY, OverlapCol.COMPUTE, OverlapCol.COMM, OverlapCol.COMM_HIDDEN, OverlapCol.COMM_EXPOSED,
+    OverlapCol.COPY, OverlapCol.COPY_EXPOSED, OverlapCol.IDLE,
 )
+#: The streams table's union-time column of each category.
+CATEGORY_COLUMNS: Final = {COMPUTE: OverlapCol.COMPUTE_UNION, COMMUNICATION: OverlapCol.COMMUNICATION_UNION,
+                           COPY: OverlapCol.COPY_UNION, MEMSET: OverlapCol.MEMSET_UNION}
 
 
 @dataclass(frozen=True)
@@ -101,40 +145,43 @@ def overlap(
     for device in sorted(acts.get_column(Col.DEVICE).unique().to_list()):
         a = acts.filter(pl.col(Col.DEVICE) == device)
         tl = _Timeline(a)
-        device_rows.append({Col.DEVICE: device, "streams": a.get_column(Col.STREAM).n_unique(),
-                            "span_start_ns": tl.lo, "span_ns": tl.hi - tl.lo,
+        device_rows.append({OverlapCol.DEVICE: device, OverlapCol.STREAMS: a.get_column(Col.STREAM).n_unique(),
+                            OverlapCol.SPAN_START: tl.lo, OverlapCol.SPAN: tl.hi - tl.lo,
                             **tl.parts_one(tl.lo, tl.hi), **_concurrency_summary(a)})
         w = _windows_for(windows, a)
-        parts = tl.parts(w.get_column("window_start_ns").to_numpy(), w.get_column("_end").to_numpy())
-        step_rows.append(w.drop("_end", Col.PID, "step_id", Col.DUR).with_columns(
-            pl.lit(device, dtype=pl.Int32).alias(Col.DEVICE),
+        parts = tl.parts(w.get_column(WindowCol.WINDOW_START).to_numpy(), w.get_column(WindowCol.WINDOW_END).to_numpy())
+        step_rows.append(w.drop(WindowCol.WINDOW_END, WindowCol.PID, WindowCol.STEP_ID, WindowCol.DUR).with_columns(
+            pl.lit(device, dtype=pl.Int32).alias(OverlapCol.DEVICE),
             *[pl.Series(k, v, dtype=pl.Int64) for k, v in parts.items()],
         ))
-        steady = w.filter(pl.col("steady"))
-        n_steady = steady.height
-        if n_steady:
-            lo, hi = int(steady.get_column("window_start_ns").min()), int(steady.get_column("_end").max())  # type: ignore[arg-type]
-            steady_rows.append({Col.DEVICE: device, "steps": n_steady,
-                                **{k: float(np.mean(v[w.get_column("steady").to_numpy()]))
-                                   for k, v in {"window_ns": w.get_column("window_ns").to_numpy(), **parts}.items()}})
+        span = steady_span(w)
+        n_steady = int(w.get_column(WindowCol.STEADY).sum())
+        if span is not None:
+            lo, hi = span
+            steady = w.get_column(WindowCol.STEADY).to_numpy()
+            steady_rows.append({OverlapCol.DEVICE: device, OverlapCol.STEPS: n_steady,
+                                **{k: float(np.mean(v[steady]))
+                                   for k, v in {OverlapCol.WINDOW: w.get_column(WindowCol.WINDOW).to_numpy(),
+                                                **parts}.items()}})
         else:
             lo, hi = tl.lo, tl.hi
         coll_rows.append(_collective_exposure(a, tl, lo, hi, max(n_steady, 1), device))
         stream_rows.append(_streams(a, device))
         conc_rows.append(_concurrency(a, device))
-    n_steady = int(st.table.get_column("steady").sum()) if st.table.height else 0
+    n_steady = int(st.table.get_column(StepCol.STEADY).sum()) if st.table.height else 0
     note = st.note
     if acts.height == 0:
         note = "no GPU activity in this trace: nothing to overlap"
     return OverlapResult(
-        devices=_frame(device_rows, _DEVICE_SCHEMA),
-        steps=pl.concat(step_rows).select(*_STEP_SCHEMA) if step_rows else pl.DataFrame(schema=_STEP_SCHEMA),
-        steady=_frame(steady_rows, _STEADY_SCHEMA),
-        collectives=(pl.concat(coll_rows) if coll_rows else pl.DataFrame(schema=_COLL_SCHEMA)).sort(
-            [Col.DEVICE, "exposed_ns", "collective"], descending=[False, True, False]
+        devices=_frame(device_rows, OVERLAP_DEVICES_SCHEMA),
+        steps=(pl.concat(step_rows).select(*OVERLAP_STEPS_SCHEMA) if step_rows
+               else pl.DataFrame(schema=OVERLAP_STEPS_SCHEMA)),
+        steady=_frame(steady_rows, OVERLAP_STEADY_SCHEMA),
+        collectives=(pl.concat(coll_rows) if coll_rows else pl.DataFrame(schema=OVERLAP_COLLECTIVES_SCHEMA)).sort(
+            [OverlapCol.DEVICE, OverlapCol.EXPOSED, OverlapCol.COLLECTIVE], descending=[False, True, False]
         ),
-        streams=pl.concat(stream_rows) if stream_rows else pl.DataFrame(schema=_STREAM_SCHEMA),
-        concurrency=pl.concat(conc_rows) if conc_rows else pl.DataFrame(schema=_CONC_SCHEMA),
+        streams=pl.concat(stream_rows) if stream_rows else pl.DataFrame(schema=OVERLAP_STREAMS_SCHEMA),
+        concurrency=pl.concat(conc_rows) if conc_rows else pl.DataFrame(schema=OVERLAP_CONCURRENCY_SCHEMA),
         step_marker=st.marker,
         steady_steps=n_steady,
         note=note,
@@ -195,20 +242,20 @@ class _Timeline:
         cc = _length_in(self.compute_comm, lo, hi)
         busy = _length_in(self.all, lo, hi)
         return {
-            "busy_ns": busy,
-            "compute_ns": compute,
-            "comm_ns": comm,
-            "comm_hidden_ns": compute + comm - cc,
-            "comm_exposed_ns": cc - compute,
-            "copy_ns": _length_in(self.copy, lo, hi),
-            "copy_exposed_ns": busy - cc,
-            "idle_ns": np.maximum(hi - lo, 0) - busy,
+            OverlapCol.BUSY: busy,
+            OverlapCol.COMPUTE: compute,
+            OverlapCol.COMM: comm,
+            OverlapCol.COMM_HIDDEN: compute + comm - cc,
+            OverlapCol.COMM_EXPOSED: cc - compute,
+            OverlapCol.COPY: _length_in(self.copy, lo, hi),
+            OverlapCol.COPY_EXPOSED: busy - cc,
+            OverlapCol.IDLE: np.maximum(hi - lo, 0) - busy,
         }
 
     def parts_one(self, lo: int, hi: int) -> dict[str, object]:
         p = {k: int(v[0]) for k, v in self.parts(np.array([lo]), np.array([hi])).items()}
-        share = p["comm_hidden_ns"] / p["comm_ns"] if p["comm_ns"] else None
-        return {**p, "comm_hidden_share": share}
+        share = p[OverlapCol.COMM_HIDDEN] / p[OverlapCol.COMM] if p[OverlapCol.COMM] else None
+        return {**p, OverlapCol.COMM_HIDDEN_SHARE: share}
 
 
 def _covered_before(u: tuple[I64, I64], t: I64) -> I64:
@@ -231,39 +278,6 @@ def _length_in(u: tuple[I64, I64], lo: I64, hi: I64) -> I64:
 # --- steps ------------------------------------------------------------------------------------
 
 
-def step_windows(trace: Trace, st: StepsResult) -> pl.DataFrame:
-    """One window per step: step, number, steady, pid, step_id (the marker's slice), dur_ns
-    (its host span), window_start_ns, _end, window_ns.
-
-    Windows run from a step's start to the next step's start in the same process (each
-    process has its own loop when one nsys file holds several ranks); a process's last step's
-    window ends where its own time ends (``own_end_ns``: see ``steps``)."""
-    trace.require_whole()
-    t = st.table
-    schema = {"step": pl.String, "number": pl.Int64, "steady": pl.Boolean, Col.PID: pl.Int64, "step_id": pl.Int64,
-              Col.DUR: pl.Int64, "window_start_ns": pl.Int64, "_end": pl.Int64, "window_ns": pl.Int64}
-    if t.height == 0:
-        return pl.DataFrame(schema=schema)
-    # Only slices starting when a step starts can be its marker: filtered on that first, so that
-    # only their names become strings (a 1 GB trace has 1.5 M ops and annotations).
-    marks = trace.slices.filter(
-        pl.col(Col.KIND).is_in([Kind.ANNOTATION.value, Kind.CPU_OP.value])
-        & pl.col(Col.TS).is_in(t.get_column(Col.TS).unique().to_list())
-    ).select(
-        pl.col(Col.ID).alias("step_id"), pl.col(Col.NAME).cast(pl.String).alias("name"), Col.TS, Col.DUR, Col.PID
-    ).unique(["name", Col.TS, Col.DUR], keep="first", maintain_order=True)
-    w = t.join(marks, on=["name", Col.TS, Col.DUR], how="left").sort(Col.TS)
-    return (
-        w.with_columns(pl.col(Col.TS).shift(-1).over(Col.PID).alias("_next"))
-        .with_columns(pl.coalesce("_next", "own_end_ns").alias("_end"))
-        .select(
-            pl.col("name").alias("step"), "number", "steady", Col.PID, "step_id", Col.DUR,
-            pl.col(Col.TS).alias("window_start_ns"),
-            "_end", (pl.col("_end") - pl.col(Col.TS)).alias("window_ns"),
-        )
-    )
-
-
 def _windows_for(windows: pl.DataFrame, a: pl.DataFrame) -> pl.DataFrame:
     """The step windows of the process whose steps launched this device's work: with several
     processes in one trace, the one whose windows hold most of the device's activity."""
@@ -274,8 +288,8 @@ def _windows_for(windows: pl.DataFrame, a: pl.DataFrame) -> pl.DataFrame:
 
     def held(pid: int) -> int:
         w = windows.filter(pl.col(Col.PID) == pid)
-        lo = w.get_column("window_start_ns").to_numpy()
-        hi = w.get_column("_end").to_numpy()
+        lo = w.get_column(WindowCol.WINDOW_START).to_numpy()
+        hi = w.get_column(WindowCol.WINDOW_END).to_numpy()
         i = np.searchsorted(lo, starts, side="right") - 1
         return int(((i >= 0) & (starts < hi[np.maximum(i, 0)])).sum())
 
@@ -291,19 +305,20 @@ def _collective_exposure(a: pl.DataFrame, tl: _Timeline, lo: int, hi: int, n_ste
     s = np.clip(c.get_column(Col.TS).to_numpy(), lo, hi)
     e = np.clip(c.get_column("_end").to_numpy(), lo, hi)
     hidden = _length_in(tl.compute, s, e)
-    per = pl.DataFrame({"collective": c.get_column("collective"), "time_ns": e - s, "hidden_ns": hidden,
-                        "inside": e > s})
+    per = pl.DataFrame({OverlapCol.COLLECTIVE: c.get_column("collective"), OverlapCol.TIME: e - s,
+                        OverlapCol.HIDDEN: hidden, "_inside": e > s})
     return (
-        per.filter(pl.col("inside"))
-        .group_by("collective")
-        .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("time_ns").sum(), pl.col("hidden_ns").sum())
+        per.filter(pl.col("_inside"))
+        .group_by(OverlapCol.COLLECTIVE)
+        .agg(pl.len().cast(pl.Int64).alias(OverlapCol.COUNT), pl.col(OverlapCol.TIME).sum(),
+             pl.col(OverlapCol.HIDDEN).sum())
         .with_columns(
-            pl.lit(device, dtype=pl.Int32).alias(Col.DEVICE),
-            (pl.col("time_ns") - pl.col("hidden_ns")).alias("exposed_ns"),
+            pl.lit(device, dtype=pl.Int32).alias(OverlapCol.DEVICE),
+            (pl.col(OverlapCol.TIME) - pl.col(OverlapCol.HIDDEN)).alias(OverlapCol.EXPOSED),
         )
-        .with_columns((pl.col("exposed_ns") / n_steps).alias("exposed_ns_per_step"))
-        .select(*_COLL_SCHEMA)
-        .cast(_COLL_SCHEMA)  # type: ignore[arg-type]
+        .with_columns((pl.col(OverlapCol.EXPOSED) / n_steps).alias(OverlapCol.EXPOSED_PER_STEP))
+        .select(*OVERLAP_COLLECTIVES_SCHEMA)
+        .cast(OVERLAP_COLLECTIVES_SCHEMA)
     )
 
 
@@ -312,13 +327,13 @@ def _streams(a: pl.DataFrame, device: int) -> pl.DataFrame:
     for stream in sorted(a.get_column(Col.STREAM).unique().to_list()):
         sa = a.filter(pl.col(Col.STREAM) == stream)
         ts, end, cat = sa.get_column(Col.TS).to_numpy(), sa.get_column("_end").to_numpy(), sa.get_column("category")
-        row: dict[str, object] = {Col.DEVICE: device, Col.STREAM: stream, "activities": sa.height,
-                                  "busy_ns": _union_len(ts, end)}
+        row: dict[str, object] = {OverlapCol.DEVICE: device, OverlapCol.STREAM: stream,
+                                  OverlapCol.ACTIVITIES: sa.height, OverlapCol.BUSY: _union_len(ts, end)}
         for name in CATEGORIES:
             m = (cat == name).to_numpy()
-            row[f"{name}_ns"] = _union_len(ts[m], end[m])
+            row[CATEGORY_COLUMNS[name]] = _union_len(ts[m], end[m])
         rows.append(row)
-    return _frame(rows, _STREAM_SCHEMA)
+    return _frame(rows, OVERLAP_STREAMS_SCHEMA)
 
 
 def _union_len(ts: I64, end: I64) -> int:
@@ -347,41 +362,49 @@ def _stream_levels(a: pl.DataFrame) -> tuple[I64, I64]:
 def _concurrency_summary(a: pl.DataFrame) -> dict[str, object]:
     t, level = _stream_levels(a)
     if t.size == 0:
-        return {"max_streams_active": 0, "multi_stream_ns": 0}
+        return {OverlapCol.MAX_STREAMS_ACTIVE: 0, OverlapCol.MULTI_STREAM: 0}
     dur = np.diff(t)
-    return {"max_streams_active": int(level.max()), "multi_stream_ns": int(dur[level[:-1] >= 2].sum())}
+    return {OverlapCol.MAX_STREAMS_ACTIVE: int(level.max()), OverlapCol.MULTI_STREAM: int(dur[level[:-1] >= 2].sum())}
 
 
 def _concurrency(a: pl.DataFrame, device: int) -> pl.DataFrame:
     t, level = _stream_levels(a)
     if t.size == 0:
-        return pl.DataFrame(schema=_CONC_SCHEMA)
+        return pl.DataFrame(schema=OVERLAP_CONCURRENCY_SCHEMA)
     dur = np.diff(t)
     lv = level[:-1]
     counts = np.bincount(lv, weights=dur, minlength=int(level.max()) + 1).astype(np.int64)
-    return pl.DataFrame({Col.DEVICE: [device] * counts.size, "streams_active": np.arange(counts.size),
-                         "time_ns": counts}, schema=_CONC_SCHEMA)
+    return pl.DataFrame({OverlapCol.DEVICE: [device] * counts.size, OverlapCol.STREAMS_ACTIVE: np.arange(counts.size),
+                         OverlapCol.TIME: counts}, schema=OVERLAP_CONCURRENCY_SCHEMA)
 
 
 # --- schemas ----------------------------------------------------------------------------------
 
-_PARTS_SCHEMA: Final = {k: pl.Int64 for k in PARTS}
-_DEVICE_SCHEMA: Final = {
-    Col.DEVICE: pl.Int32, "streams": pl.Int64, "span_start_ns": pl.Int64, "span_ns": pl.Int64, **_PARTS_SCHEMA,
-    "comm_hidden_share": pl.Float64, "max_streams_active": pl.Int64, "multi_stream_ns": pl.Int64,
-}
-_STEP_SCHEMA: Final = {
-    Col.DEVICE: pl.Int32, "step": pl.String, "number": pl.Int64, "steady": pl.Boolean, "window_start_ns": pl.Int64,
-    "window_ns": pl.Int64, **_PARTS_SCHEMA,
-}
-_STEADY_SCHEMA: Final = {Col.DEVICE: pl.Int32, "steps": pl.Int64, "window_ns": pl.Float64,
-                         **{k: pl.Float64 for k in PARTS}}
-_COLL_SCHEMA: Final = {Col.DEVICE: pl.Int32, "collective": pl.String, "count": pl.Int64, "time_ns": pl.Int64,
-                       "hidden_ns": pl.Int64, "exposed_ns": pl.Int64, "exposed_ns_per_step": pl.Float64}
-_STREAM_SCHEMA: Final = {Col.DEVICE: pl.Int32, Col.STREAM: pl.Int64, "activities": pl.Int64, "busy_ns": pl.Int64,
-                         **{f"{c}_ns": pl.Int64 for c in CATEGORIES}}
-_CONC_SCHEMA: Final = {Col.DEVICE: pl.Int32, "streams_active": pl.Int64, "time_ns": pl.Int64}
+_PARTS_SCHEMA: Final = {k: pl.Int64() for k in PARTS}
+OVERLAP_DEVICES_SCHEMA: Final = pl.Schema({
+    OverlapCol.DEVICE: pl.Int32(), OverlapCol.STREAMS: pl.Int64(), OverlapCol.SPAN_START: pl.Int64(),
+    OverlapCol.SPAN: pl.Int64(), **_PARTS_SCHEMA, OverlapCol.COMM_HIDDEN_SHARE: pl.Float64(),
+    OverlapCol.MAX_STREAMS_ACTIVE: pl.Int64(), OverlapCol.MULTI_STREAM: pl.Int64(),
+})
+OVERLAP_STEPS_SCHEMA: Final = pl.Schema({
+    OverlapCol.DEVICE: pl.Int32(), OverlapCol.STEP: pl.String(), OverlapCol.NUMBER: pl.Int64(),
+    OverlapCol.STEADY: pl.Boolean(), OverlapCol.WINDOW_START: pl.Int64(), OverlapCol.WINDOW: pl.Int64(),
+    **_PARTS_SCHEMA,
+})
+OVERLAP_STEADY_SCHEMA: Final = pl.Schema({OverlapCol.DEVICE: pl.Int32(), OverlapCol.STEPS: pl.Int64(),
+                                          OverlapCol.WINDOW: pl.Float64(), **{k: pl.Float64() for k in PARTS}})
+OVERLAP_COLLECTIVES_SCHEMA: Final = pl.Schema({
+    OverlapCol.DEVICE: pl.Int32(), OverlapCol.COLLECTIVE: pl.String(), OverlapCol.COUNT: pl.Int64(),
+    OverlapCol.TIME: pl.Int64(), OverlapCol.HIDDEN: pl.Int64(), OverlapCol.EXPOSED: pl.Int64(),
+    OverlapCol.EXPOSED_PER_STEP: pl.Float64(),
+})
+OVERLAP_STREAMS_SCHEMA: Final = pl.Schema({
+    OverlapCol.DEVICE: pl.Int32(), OverlapCol.STREAM: pl.Int64(), OverlapCol.ACTIVITIES: pl.Int64(),
+    OverlapCol.BUSY: pl.Int64(), **{CATEGORY_COLUMNS[c]: pl.Int64() for c in CATEGORIES},
+})
+OVERLAP_CONCURRENCY_SCHEMA: Final = pl.Schema({OverlapCol.DEVICE: pl.Int32(), OverlapCol.STREAMS_ACTIVE: pl.Int64(),
+                                               OverlapCol.TIME: pl.Int64()})
 
 
-def _frame(rows: list[dict[str, object]], schema: Mapping[str, pl.DataType | type[pl.DataType]]) -> pl.DataFrame:
+def _frame(rows: list[dict[str, object]], schema: pl.Schema) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema) if rows else pl.DataFrame(schema=schema)

@@ -25,8 +25,8 @@ import polars as pl
 from tracewhy.analyses.api_names import is_dataloader
 from tracewhy.analyses.collectives import collectives
 from tracewhy.analyses.intervals import covered_ns
-from tracewhy.analyses.overlap import OverlapOptions, overlap, step_windows
-from tracewhy.analyses.steps import StepsOptions, steps
+from tracewhy.analyses.overlap import OverlapCol, OverlapOptions, overlap
+from tracewhy.analyses.steps import StepsOptions, WindowCol, steady_span, step_windows, steps
 from tracewhy.errors import TraceError
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, HOST_KINDS, Col, Kind
 from tracewhy.model.trace import Trace
@@ -42,6 +42,9 @@ TOP_GAPS: Final = 3
 #: keeps the timeline a few thousand rows per rank even with Python frames on.
 ACTIVITY_KINDS: Final = {Kind.ANNOTATION.value: "annotation", Kind.CPU_OP.value: "op", Kind.PYTHON.value: "python"}
 ACTIVITY_MIN_NS: Final = 2_000
+#: RankSummary's per-step GPU times and the overlap column each comes from.
+_GPU_PARTS: Final = (("compute", OverlapCol.COMPUTE), ("comm", OverlapCol.COMM),
+                     ("exposed", OverlapCol.COMM_EXPOSED), ("idle", OverlapCol.IDLE))
 
 
 @dataclass(frozen=True)
@@ -173,35 +176,33 @@ def _summarize(trace: Trace, source: str, options: RanksOptions, rank: int, rank
     st = steps(trace, StepsOptions(marker=options.step_marker, warmup=options.warmup))
     windows = step_windows(trace, st)
     if pid is not None:
-        windows = windows.filter(pl.col(Col.PID) == pid)
-    steady = windows.filter(pl.col("steady"))
+        windows = windows.filter(pl.col(WindowCol.PID) == pid)
+    steady = windows.filter(pl.col(WindowCol.STEADY))
     n = max(steady.height, 1)
-    durs = steady.get_column(Col.DUR).to_numpy()
+    durs = steady.get_column(WindowCol.DUR).to_numpy()
     p50, p90 = (float(v) for v in np.percentile(durs, [50, 90])) if durs.size else (None, None)
     coll = collectives(trace)
     ov = overlap(trace, OverlapOptions(options.step_marker, options.warmup), steps_result=st, collectives_result=coll)
     devices = _devices_of(trace, pid)
-    dev_steady = ov.steady.filter(pl.col(Col.DEVICE).is_in(devices)) if devices is not None else ov.steady
-    dev_all = ov.devices.filter(pl.col(Col.DEVICE).is_in(devices)) if devices is not None else ov.devices
+    dev_steady = ov.steady.filter(pl.col(OverlapCol.DEVICE).is_in(devices)) if devices is not None else ov.steady
+    dev_all = ov.devices.filter(pl.col(OverlapCol.DEVICE).is_in(devices)) if devices is not None else ov.devices
     # Steady rows are already means per step; without steps the totals are per capture (n = 1).
     gpu: dict[str, float | None] = {"compute": None, "comm": None, "exposed": None, "idle": None}
     if dev_steady.height:
-        gpu = {k: float(dev_steady.get_column(c).sum()) for k, c in
-               (("compute", "compute_ns"), ("comm", "comm_ns"), ("exposed", "comm_exposed_ns"), ("idle", "idle_ns"))}
+        gpu = {k: float(dev_steady.get_column(c).sum()) for k, c in _GPU_PARTS}
     elif dev_all.height:  # GPU work but no steps: per capture
-        gpu = {k: float(dev_all.get_column(c).sum()) for k, c in
-               (("compute", "compute_ns"), ("comm", "comm_ns"), ("exposed", "comm_exposed_ns"), ("idle", "idle_ns"))}
+        gpu = {k: float(dev_all.get_column(c).sum()) for k, c in _GPU_PARTS}
     table = coll.table if pid is None else coll.table.filter(pl.col(Col.PID) == pid)
     calls = _with_steps(table, windows).select(
-        "step", "steady", pl.col("process_group").fill_null(""), pl.col("op").fill_null(pl.col("label")), "label",
-        "size", "timing", Col.DUR, pl.col("start_ns").alias("arrive_ns"),
+        "step", WindowCol.STEADY, pl.col("process_group").fill_null(""), pl.col("op").fill_null(pl.col("label")),
+        "label", "size", "timing", Col.DUR, pl.col("start_ns").alias("arrive_ns"),
     )
     blocks, gaps = _step_children(trace, steady)
     backend = trace.meta.distributed.get("backend")
     return RankSummary(
         rank=rank, source=source, rank_from=rank_from,
         world_size=trace.meta.world_size, backend=backend if isinstance(backend, str) else None, steps=steady.height,
-        steady_step_numbers=tuple(int(x) for x in steady.get_column("number").drop_nulls().to_list()),
+        steady_step_numbers=tuple(int(x) for x in steady.get_column(WindowCol.NUMBER).drop_nulls().to_list()),
         step_p50_ns=p50, step_p90_ns=p90, step_mean_ns=float(durs.mean()) if durs.size else None,
         compute_ns_per_step=gpu["compute"], comm_ns_per_step=gpu["comm"],
         comm_exposed_ns_per_step=gpu["exposed"], idle_ns_per_step=gpu["idle"],
@@ -225,13 +226,15 @@ def _devices_of(trace: Trace, pid: int | None) -> list[int] | None:
 def _with_steps(table: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     """Each call with the step (number, steady) whose window holds its host start."""
     if windows.height == 0:
-        return table.with_columns(pl.lit(None, dtype=pl.Int64).alias("step"), pl.lit(True).alias("steady"))
-    w = windows.select("window_start_ns", "_end", "number", "steady").sort("window_start_ns")
+        return table.with_columns(pl.lit(None, dtype=pl.Int64).alias("step"), pl.lit(True).alias(WindowCol.STEADY))
+    w = windows.select(WindowCol.WINDOW_START, WindowCol.WINDOW_END, WindowCol.NUMBER, WindowCol.STEADY).sort(
+        WindowCol.WINDOW_START)
+    inside = pl.col("host_ts_ns") < pl.col(WindowCol.WINDOW_END)
     return table.sort("host_ts_ns").join_asof(
-        w, left_on="host_ts_ns", right_on="window_start_ns", strategy="backward"
+        w, left_on="host_ts_ns", right_on=WindowCol.WINDOW_START, strategy="backward"
     ).with_columns(
-        pl.when(pl.col("host_ts_ns") < pl.col("_end")).then(pl.col("number")).alias("step"),
-        (pl.col("steady").fill_null(False) & (pl.col("host_ts_ns") < pl.col("_end"))).fill_null(False).alias("steady"),
+        pl.when(inside).then(pl.col(WindowCol.NUMBER)).alias("step"),
+        (pl.col(WindowCol.STEADY).fill_null(False) & inside).fill_null(False).alias(WindowCol.STEADY),
     ).sort("call")
 
 
@@ -244,8 +247,9 @@ def _input_ns(trace: Trace, steady: pl.DataFrame, pid: int | None) -> int:
         h = h.filter(pl.col(Col.PID) == pid)
     s = h.get_column(Col.TS).to_numpy()
     e = s + h.get_column(Col.DUR).to_numpy()
-    if steady.height:
-        lo, hi = int(steady.get_column("window_start_ns").min()), int(steady.get_column("_end").max())  # type: ignore[arg-type]
+    span = steady_span(steady)
+    if span is not None:
+        lo, hi = span
         s, e = np.clip(s, lo, hi), np.clip(e, lo, hi)
     return covered_ns(s, e)
 
@@ -258,7 +262,7 @@ def _step_children(trace: Trace, steady: pl.DataFrame) -> tuple[pl.DataFrame, pl
     if steady.height == 0:
         return pl.DataFrame(schema=blocks_schema), pl.DataFrame(schema=gaps_schema)
     n = steady.height
-    step_ids = steady.get_column("step_id").to_list()
+    step_ids = steady.get_column(WindowCol.STEP_ID).to_list()
     s = trace.slices
     kids = s.filter(pl.col(Col.PARENT).is_in(step_ids) & pl.col(Col.KIND).is_in([k.value for k in HOST_KINDS])).select(
         pl.col(Col.PARENT), pl.col(Col.NAME).cast(pl.String), Col.TS, (pl.col(Col.TS) + pl.col(Col.DUR)).alias("_end")
@@ -269,7 +273,7 @@ def _step_children(trace: Trace, steady: pl.DataFrame) -> tuple[pl.DataFrame, pl
     )
     gap_rows: dict[tuple[str, str], int] = {}
     by_step = {k[0]: v for k, v in kids.group_by(Col.PARENT)}
-    for sid, ts, dur in steady.select("step_id", "window_start_ns", Col.DUR).iter_rows():
+    for sid, ts, dur in steady.select(WindowCol.STEP_ID, WindowCol.WINDOW_START, WindowCol.DUR).iter_rows():
         k = by_step.get(sid)
         children = k.select(Col.NAME, Col.TS, "_end").iter_rows() if k is not None else iter(())
         prev, covered_to = "step start", ts
@@ -290,16 +294,17 @@ def _activity(trace: Trace, steady: pl.DataFrame) -> pl.DataFrame:
     """Per steady step and kind, the innermost slice of that kind open at each instant on the
     step's thread, as non-overlapping segments (adjacent ones of one name merged)."""
     schema = {"step": pl.Int64, "kind": pl.String, Col.NAME: pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64}
-    if steady.height == 0 or steady.get_column("number").null_count() == steady.height:
+    if steady.height == 0 or steady.get_column(WindowCol.NUMBER).null_count() == steady.height:
         return pl.DataFrame(schema=schema)
     s = trace.slices
-    marks = s.filter(pl.col(Col.ID).is_in(steady.get_column("step_id").drop_nulls().to_list())).select(
+    marks = s.filter(pl.col(Col.ID).is_in(steady.get_column(WindowCol.STEP_ID).drop_nulls().to_list())).select(
         Col.ID, Col.PID, Col.TID)
     where = {i: (p, t) for i, p, t in marks.iter_rows()}
     rows: list[tuple[int, str, str, int, int]] = []
     host = s.filter(pl.col(Col.KIND).is_in(list(ACTIVITY_KINDS))).select(
         Col.ID, Col.KIND, Col.NAME, Col.TS, Col.DUR, Col.PID, Col.TID)
-    for number, sid, lo, hi in steady.select("number", "step_id", "window_start_ns", "_end").iter_rows():
+    for number, sid, lo, hi in steady.select(WindowCol.NUMBER, WindowCol.STEP_ID, WindowCol.WINDOW_START,
+                                              WindowCol.WINDOW_END).iter_rows():
         if number is None or sid not in where:
             continue
         pid, tid = where[sid]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -43,17 +44,59 @@ class StepStats:
     p99_ns: float
 
 
+class StepCol:
+    """Columns of ``StepsResult.table``, one row per step in time order."""
+
+    NAME: Final = Col.NAME
+    NUMBER: Final = "number"  # N of the marker's "#N"; null without one
+    TS: Final = Col.TS  # the step's span on the CPU, as recorded
+    DUR: Final = Col.DUR
+    GPU_START: Final = "gpu_start_ns"
+    GPU_END: Final = "gpu_end_ns"
+    GPU_BUSY: Final = "gpu_busy_ns"  # union of the device activity the step launched
+    KERNEL_COUNT: Final = "kernel_count"
+    KERNEL_TIME: Final = "kernel_time_ns"
+    #: End of the step's window: the next step's start (see ``steps``).
+    WINDOW_END: Final = "window_end_ns"
+    #: Where the step's own time ends: its CPU span or, when longer, the GPU's time on the work
+    #: it launched after what was queued before it; the last step's window ends there.
+    OWN_END: Final = "own_end_ns"
+    STEADY: Final = "steady"  # not warm-up
+
+
+STEPS_SCHEMA: Final = pl.Schema({
+    StepCol.NAME: pl.String(), StepCol.NUMBER: pl.Int64(), StepCol.TS: pl.Int64(), StepCol.DUR: pl.Int64(),
+    StepCol.GPU_START: pl.Int64(), StepCol.GPU_END: pl.Int64(), StepCol.GPU_BUSY: pl.Int64(),
+    StepCol.KERNEL_COUNT: pl.Int64(), StepCol.KERNEL_TIME: pl.Int64(), StepCol.WINDOW_END: pl.Int64(),
+    StepCol.OWN_END: pl.Int64(), StepCol.STEADY: pl.Boolean(),
+})
+
+
+class WindowCol:
+    """Columns of ``step_windows``: one window per step, the loop's period in its process."""
+
+    STEP: Final = "step"  # the marker's name
+    NUMBER: Final = StepCol.NUMBER
+    STEADY: Final = StepCol.STEADY
+    PID: Final = Col.PID
+    STEP_ID: Final = "step_id"  # the marker's slice
+    DUR: Final = Col.DUR  # the marker's host span
+    WINDOW_START: Final = "window_start_ns"
+    WINDOW_END: Final = StepCol.WINDOW_END
+    WINDOW: Final = "window_ns"
+
+
+WINDOWS_SCHEMA: Final = pl.Schema({
+    WindowCol.STEP: pl.String(), WindowCol.NUMBER: pl.Int64(), WindowCol.STEADY: pl.Boolean(),
+    WindowCol.PID: pl.Int64(), WindowCol.STEP_ID: pl.Int64(), WindowCol.DUR: pl.Int64(),
+    WindowCol.WINDOW_START: pl.Int64(), WindowCol.WINDOW_END: pl.Int64(), WindowCol.WINDOW: pl.Int64(),
+})
+
+
 @dataclass(frozen=True)
 class StepsResult:
-    """Steps in time order.
-
-    ``table`` columns: name, number, ts_ns, dur_ns (the step's span on the CPU, as recorded),
-    gpu_start_ns, gpu_end_ns, gpu_busy_ns (union of device activity the step launched),
-    kernel_count, kernel_time_ns, window_end_ns (end of the step's window: the next step's
-    start, see ``steps``), own_end_ns (where the step's own time ends: its CPU span or, when
-    longer, the GPU's time on the work it launched after what was queued before it; the last
-    step's window ends there), steady (bool). ``stats`` covers the steady steps only.
-    """
+    """Steps in time order: ``table`` has STEPS_SCHEMA (see StepCol). ``stats`` covers the
+    steady steps only."""
 
     marker: str
     table: pl.DataFrame
@@ -164,21 +207,22 @@ def steps(trace: Trace, options: StepsOptions = StepsOptions()) -> StepsResult:
         warmup, warmup_reason = default_warmup(numbers, durations)
     table = pl.DataFrame(
         {
-            "name": marks.get_column(Col.NAME),
-            "number": pl.Series(numbers, dtype=pl.Int64),
-            Col.TS: marks.get_column(Col.TS),
-            Col.DUR: marks.get_column(Col.DUR),
-            "gpu_start_ns": pl.Series([r[0] for r in rows], dtype=pl.Int64),
-            "gpu_end_ns": pl.Series([r[1] for r in rows], dtype=pl.Int64),
-            "gpu_busy_ns": pl.Series([r[2] for r in rows], dtype=pl.Int64),
-            "kernel_count": pl.Series([r[3] for r in rows], dtype=pl.Int64),
-            "kernel_time_ns": pl.Series([r[4] for r in rows], dtype=pl.Int64),
-            "window_end_ns": pl.Series(window_ends, dtype=pl.Int64),
-            "own_end_ns": pl.Series(own_ends, dtype=pl.Int64),
-            "steady": pl.Series([i >= warmup for i in range(n)], dtype=pl.Boolean),
-        }
+            StepCol.NAME: marks.get_column(Col.NAME),
+            StepCol.NUMBER: numbers,
+            StepCol.TS: marks.get_column(Col.TS),
+            StepCol.DUR: marks.get_column(Col.DUR),
+            StepCol.GPU_START: [r[0] for r in rows],
+            StepCol.GPU_END: [r[1] for r in rows],
+            StepCol.GPU_BUSY: [r[2] for r in rows],
+            StepCol.KERNEL_COUNT: [r[3] for r in rows],
+            StepCol.KERNEL_TIME: [r[4] for r in rows],
+            StepCol.WINDOW_END: window_ends,
+            StepCol.OWN_END: own_ends,
+            StepCol.STEADY: [i >= warmup for i in range(n)],
+        },
+        schema=STEPS_SCHEMA,
     )
-    steady = table.filter(pl.col("steady")).get_column(Col.DUR).to_numpy()
+    steady = table.filter(pl.col(StepCol.STEADY)).get_column(StepCol.DUR).to_numpy()
     note = None
     if steady.size == 0:
         note = f"all {n} steps are warm-up (--warmup {options.warmup}): no steady step is left to measure"
@@ -226,8 +270,8 @@ def _short_markers(table: pl.DataFrame) -> str | None:
     full = table.head(table.height - 1)  # the last window has no next start
     if full.height < 2:
         return None
-    span = float(np.median(full.get_column(Col.DUR).to_numpy()))
-    period = float(np.median((full.get_column("window_end_ns") - full.get_column(Col.TS)).to_numpy()))
+    span = float(np.median(full.get_column(StepCol.DUR).to_numpy()))
+    period = float(np.median((full.get_column(StepCol.WINDOW_END) - full.get_column(StepCol.TS)).to_numpy()))
     if period <= 0 or span >= 0.1 * period:
         return None
     return (f"the markers cover {100 * span / period:.2g}% of each step's period (median {span / 1e6:.3f} ms "
@@ -277,11 +321,45 @@ def _stats(values: npt.NDArray[np.int64]) -> StepStats | None:
 
 
 def _empty_table() -> pl.DataFrame:
-    return pl.DataFrame(
-        schema={
-            "name": pl.String, "number": pl.Int64, Col.TS: pl.Int64, Col.DUR: pl.Int64,
-            "gpu_start_ns": pl.Int64, "gpu_end_ns": pl.Int64, "gpu_busy_ns": pl.Int64,
-            "kernel_count": pl.Int64, "kernel_time_ns": pl.Int64, "window_end_ns": pl.Int64,
-            "own_end_ns": pl.Int64, "steady": pl.Boolean,
-        }
+    return pl.DataFrame(schema=STEPS_SCHEMA)
+
+
+def step_windows(trace: Trace, st: StepsResult) -> pl.DataFrame:
+    """One window per step, with WINDOWS_SCHEMA (see WindowCol), in time order.
+
+    Windows run from a step's start to the next step's start in the same process (each
+    process has its own loop when one nsys file holds several ranks); a process's last step's
+    window ends where its own time ends (``StepCol.OWN_END``)."""
+    trace.require_whole()
+    t = st.table
+    if t.height == 0:
+        return pl.DataFrame(schema=WINDOWS_SCHEMA)
+    # Only slices starting when a step starts can be its marker: filtered on that first, so that
+    # only their names become strings (a 1 GB trace has 1.5 M ops and annotations).
+    marks = trace.slices.filter(
+        pl.col(Col.KIND).is_in(_STEP_KINDS) & pl.col(Col.TS).is_in(t.get_column(StepCol.TS).unique().to_list())
+    ).select(
+        pl.col(Col.ID).alias(WindowCol.STEP_ID), pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, Col.PID
+    ).unique([Col.NAME, Col.TS, Col.DUR], keep="first", maintain_order=True)
+    w = t.join(marks, left_on=[StepCol.NAME, StepCol.TS, StepCol.DUR], right_on=[Col.NAME, Col.TS, Col.DUR],
+               how="left").sort(StepCol.TS)
+    return (
+        w.with_columns(pl.col(StepCol.TS).shift(-1).over(Col.PID).alias("_next"))
+        .select(
+            pl.col(StepCol.NAME).alias(WindowCol.STEP), WindowCol.NUMBER, WindowCol.STEADY, WindowCol.PID,
+            WindowCol.STEP_ID, WindowCol.DUR, pl.col(StepCol.TS).alias(WindowCol.WINDOW_START),
+            pl.coalesce("_next", StepCol.OWN_END).alias(WindowCol.WINDOW_END),
+        )
+        .with_columns((pl.col(WindowCol.WINDOW_END) - pl.col(WindowCol.WINDOW_START)).alias(WindowCol.WINDOW))
     )
+
+
+def steady_span(windows: pl.DataFrame, start: str = WindowCol.WINDOW_START) -> tuple[int, int] | None:
+    """The steady window: the first steady step's start to the last steady step's window end,
+    over a table with ``StepCol.STEADY`` and ``StepCol.WINDOW_END`` (``step_windows``, or the
+    steps table itself with ``start=StepCol.TS``); None without a steady step."""
+    steady = windows.filter(pl.col(StepCol.STEADY))
+    if steady.height == 0:
+        return None
+    lo, hi = steady.select(pl.col(start).min(), pl.col(StepCol.WINDOW_END).max()).row(0)
+    return int(lo), int(hi)
