@@ -29,7 +29,7 @@ from tracewhy.analyses.kernels import kernels
 from tracewhy.analyses.utilization import device_busy
 from tracewhy.findings.diagnose import diagnose
 from tracewhy.model import Col, Kind
-from tracewhy.readers.kineto_categories import category_kind
+from tracewhy.readers.kineto.categories import category_kind
 
 REAL = "tracelens/h100_bert-small_bs1_seq512.json.gz"
 

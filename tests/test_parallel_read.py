@@ -19,7 +19,10 @@ from tests.builders import KinetoBuilder
 from tests.conftest import shared_trace
 
 from tracewhy.model.trace import Trace
-from tracewhy.readers import kineto_document, kineto_parallel, kineto_pieces, source
+from tracewhy.readers import source
+from tracewhy.readers.kineto import document as kineto_document
+from tracewhy.readers.kineto import parallel as kineto_parallel
+from tracewhy.readers.kineto import pieces as kineto_pieces
 from tracewhy.readers.kineto import read_kineto
 from tracewhy.readers.source import iter_content
 

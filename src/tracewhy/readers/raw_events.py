@@ -9,8 +9,8 @@ from pathlib import Path
 import msgspec
 
 from tracewhy.errors import TraceError
-from tracewhy.readers.kineto_document import first_byte, split_document
-from tracewhy.readers.kineto_repair import too_deep
+from tracewhy.readers.kineto.document import first_byte, split_document
+from tracewhy.readers.kineto.repair import too_deep
 from tracewhy.readers.source import DEFAULT_MAX_INFLATED_BYTES, read_bytes
 
 _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])

@@ -25,9 +25,9 @@ from typing import Final
 import msgspec
 
 from tracewhy.errors import TraceError
-from tracewhy.readers.kineto_document import EVENTS_KEY, BadCut, content_start, first_byte
-from tracewhy.readers.kineto_events import EVENTS_DECODER, RAW_DOCUMENT_DECODER
-from tracewhy.readers.kineto_repair import repair_json
+from tracewhy.readers.kineto.document import EVENTS_KEY, BadCut, content_start, first_byte
+from tracewhy.readers.kineto.events import EVENTS_DECODER, RAW_DOCUMENT_DECODER
+from tracewhy.readers.kineto.repair import repair_json
 from tracewhy.readers.source import is_gzip, iter_content
 
 #: Pieces of a sixteenth of the file, within these bounds. Small pieces keep few events alive

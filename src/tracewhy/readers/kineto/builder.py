@@ -1,6 +1,6 @@
 """Reader for PyTorch profiler (Kineto) Chrome-trace JSON, plain or gzipped, PyTorch 1.8 to 2.13.
 
-``kineto_document`` gets the header and the events; this module turns each batch of decoded
+``document`` gets the header and the events; this module turns each batch of decoded
 events into columns at once (list comprehensions per field, no per-event method calls) and
 builds the Trace.
 """
@@ -46,10 +46,10 @@ from tracewhy.model.schema import (
     OCol,
 )
 from tracewhy.model.trace import Capture, Trace, TraceMeta, Truncation
-from tracewhy.readers import kineto_document, kineto_parallel, kineto_pieces
-from tracewhy.readers.kineto_categories import accelerator, category_kind
-from tracewhy.readers.kineto_document import BadCut, Body, decode_body, first_byte, split_document
-from tracewhy.readers.kineto_events import (
+from tracewhy.readers.kineto import document, parallel, pieces
+from tracewhy.readers.kineto.categories import accelerator, category_kind
+from tracewhy.readers.kineto.document import BadCut, Body, decode_body, first_byte, split_document
+from tracewhy.readers.kineto.events import (
     Event,
     GpuArgs,
     LinkArgs,
@@ -59,8 +59,8 @@ from tracewhy.readers.kineto_events import (
     SyncArgs,
     decode_args,
 )
-from tracewhy.readers.kineto_header import decode_value, device_table
-from tracewhy.readers.kineto_repair import REPAIR_PREFIX, merge_counts, repair_warnings, too_deep
+from tracewhy.readers.kineto.header import decode_value, device_table
+from tracewhy.readers.kineto.repair import REPAIR_PREFIX, merge_counts, repair_warnings, too_deep
 from tracewhy.readers.source import DEFAULT_MAX_INFLATED_BYTES, content_size, gzip_complete, is_gzip, read_bytes
 
 Progress = Callable[[int, int], None]
@@ -124,9 +124,9 @@ def read_kineto(
     """Read a Kineto JSON trace (``.json`` or ``.json.gz``) into a Trace.
 
     A file over ``ONE_PASS_MAX_BYTES`` is read in pieces as it comes off the disk
-    (``kineto_pieces``) and never held whole; a small one, and one that piece reading cannot
-    handle, is read whole (``kineto_document``). ``workers``: processes that decode (default:
-    two for a file of 256 MB or more, see ``kineto_parallel``). The Trace is the same either
+    (``pieces``) and never held whole; a small one, and one that piece reading cannot
+    handle, is read whole (``document``). ``workers``: processes that decode (default:
+    two for a file of 256 MB or more, see ``parallel``). The Trace is the same either
     way and for any number of workers.
     """
     path = Path(path)
@@ -140,11 +140,11 @@ def read_kineto(
 def _read(path: Path, progress: Progress | None, batch_size: int, max_inflated_bytes: int,
           workers: int | None) -> Trace:
     size = content_size(path)
-    whole_max, piece = kineto_document.ONE_PASS_MAX_BYTES, kineto_pieces.piece_size(size)
+    whole_max, piece = document.ONE_PASS_MAX_BYTES, pieces.piece_size(size)
     # Helpers start before the read, so that their start-up overlaps it.
-    count = kineto_parallel.worker_count(size, workers) if size > whole_max or workers else 1
-    scratch = kineto_parallel.scratch_dir() if count > 1 else None
-    helpers = kineto_parallel.start_helpers(count, scratch) if scratch is not None else []
+    count = parallel.worker_count(size, workers) if size > whole_max or workers else 1
+    scratch = parallel.scratch_dir() if count > 1 else None
+    helpers = parallel.start_helpers(count, scratch) if scratch is not None else []
     # The cyclic collector would walk every decoded event object again and again while the
     # batches are built; none of them can form a cycle, so it is paused for the read.
     gc_was_enabled = gc.isenabled()
@@ -153,7 +153,7 @@ def _read(path: Path, progress: Progress | None, batch_size: int, max_inflated_b
     try:
         if size > whole_max:
             # Helpers keep the pieces they are sent until they answer: those must not be lent.
-            stream = kineto_pieces.open_pieces(path, piece, max_inflated_bytes, lent=not helpers)
+            stream = pieces.open_pieces(path, piece, max_inflated_bytes, lent=not helpers)
             try:
                 builder = _build(path, ((p, len(p)) for p in stream.pieces()), helpers, size, progress)
             except BadCut:
@@ -162,7 +162,7 @@ def _read(path: Path, progress: Progress | None, batch_size: int, max_inflated_b
                 builder = None
                 if helpers:
                     _stop(helpers, None)
-                    helpers = kineto_parallel.start_helpers(count, scratch) if scratch is not None else []
+                    helpers = parallel.start_helpers(count, scratch) if scratch is not None else []
             else:
                 assert stream.header is not None
                 header, truncation = stream.header, None
@@ -205,14 +205,14 @@ def _no_usable_events(path: Path, builder: _Builder) -> None:
     raise TraceError(path, f"no usable events ({first})")
 
 
-def _stop(helpers: list[kineto_parallel.Helper], scratch: Path | None) -> None:
+def _stop(helpers: list[parallel.Helper], scratch: Path | None) -> None:
     for helper in helpers:
         helper.close()
     if scratch is not None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _build(path: Path, bodies: Iterable[tuple[Body, int]], helpers: list[kineto_parallel.Helper],
+def _build(path: Path, bodies: Iterable[tuple[Body, int]], helpers: list[parallel.Helper],
            total: int, progress: Progress | None) -> _Builder:
     """Build the columns of every batch (bytes of a JSON array of events, and its weight in
     units of ``total``), here or, every other batch, in a helper."""
@@ -226,7 +226,7 @@ def _build(path: Path, bodies: Iterable[tuple[Body, int]], helpers: list[kineto_
             progress(min(done, total), total)
 
     if helpers:
-        for part in kineto_parallel.build_parts(helpers, bodies, advance):
+        for part in parallel.build_parts(helpers, bodies, advance):
             assert isinstance(part, _Builder)
             builder.merge(part)
     else:
@@ -712,7 +712,7 @@ def _truncation_warning(t: Truncation) -> str:
 
 
 def _accelerator(categories: Iterable[str | None], versions: dict[str, str], slices: pl.DataFrame) -> str | None:
-    """As ``kineto_categories.accelerator``; a CUDA-named trace without version keys (ROCm
+    """As ``categories.accelerator``; a CUDA-named trace without version keys (ROCm
     before 6.x wrote none, e.g. the hta MI250 toy) is ROCm if its runtime calls are hip*."""
     found = accelerator(categories, versions)
     if found != "CUDA" or versions:

@@ -7,7 +7,7 @@ overlap the split into raw events. Then every n-th batch stays here and the othe
 helpers as the batch's JSON bytes; each comes back as the builder of its part. Parts are merged
 in file order, so the Trace is the one the serial read gives, row for row.
 
-A helper is ``python -m tracewhy.readers.kineto_parallel``, not a ``multiprocessing`` worker:
+A helper is ``python -m tracewhy.readers.kineto.parallel``, not a ``multiprocessing`` worker:
 those re-run the caller's ``__main__`` module on start, which would run a user's own script a
 second time when it calls ``tracewhy.load``. The parts come back as pickles that our own child
 made of our own objects, in a private scratch directory; no trace file is ever unpickled.
@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Final
 
-from tracewhy.readers.kineto_document import BadCut, Body
+from tracewhy.readers.kineto.document import BadCut, Body
 
 #: Below this many (uncompressed) bytes a helper's start-up (an interpreter and its imports,
 #: about 0.4 s of CPU) costs more than it saves.
@@ -184,7 +184,7 @@ def build_parts(helpers: list[Helper], bodies: Iterable[tuple[Body, int]],
 
 def build_part(body: Body) -> object:
     """Decode one batch (``body`` is a JSON array of events) into a builder of its own."""
-    from tracewhy.readers.kineto import _Builder
+    from tracewhy.readers.kineto.builder import _Builder
 
     part = _Builder(Path())
     part.add_json(body)

@@ -1,7 +1,7 @@
 """The document level of a Kineto JSON file: header, event list, and recovery of cut-off files.
 
 Small files are decoded in one typed pass. Larger ones are read in pieces as they are read
-(``kineto_pieces``); a file that piece reading cannot handle comes here whole and is split into
+(``pieces``); a file that piece reading cannot handle comes here whole and is split into
 raw event spans by a parse (the careful path), so that only one batch of events exists as
 Python objects at a time.
 """
@@ -18,7 +18,7 @@ import msgspec
 
 from tracewhy.errors import TraceError
 from tracewhy.model.trace import Truncation
-from tracewhy.readers.kineto_events import (
+from tracewhy.readers.kineto.events import (
     EVENT_DECODER,
     EVENTS_DECODER,
     LAX_EVENT_DECODER,
@@ -28,7 +28,7 @@ from tracewhy.readers.kineto_events import (
     TYPED_DOCUMENT_DECODER,
     Event,
 )
-from tracewhy.readers.kineto_repair import has_non_finite_mark, merge_counts, non_finite_values, repair_json
+from tracewhy.readers.kineto.repair import has_non_finite_mark, merge_counts, non_finite_values, repair_json
 
 #: Files up to this size are decoded in one typed pass (their events as objects fit easily).
 ONE_PASS_MAX_BYTES = 8 * 1024 * 1024
@@ -37,7 +37,7 @@ _WS = b" \t\r\n"
 
 class BadCut(Exception):
     """A piece of a large file did not decode as a list of events (the cut fell inside one), or
-    the file is not of the shape the piece cutter reads (``kineto_pieces``)."""
+    the file is not of the shape the piece cutter reads (``pieces``)."""
 
 
 #: Where the events array of a ``{... "traceEvents": [...]}`` file begins.
@@ -54,7 +54,7 @@ class Document:
     events: list[Event] | None
     raw_events: list[msgspec.Raw] | None
     truncation: Truncation | None
-    #: What ``kineto_repair`` mended before the file decoded, counted by kind.
+    #: What ``repair`` mended before the file decoded, counted by kind.
     repairs: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -72,7 +72,7 @@ class Document:
 
 def decode_body(body: Body, problems: dict[str, int]) -> list[Event]:
     """The events of a JSON array; a wrongly typed event is skipped and counted in ``problems``.
-    Bytes a strict decode refuses (invalid UTF-8, NaN...) are repaired (``kineto_repair``) and
+    Bytes a strict decode refuses (invalid UTF-8, NaN...) are repaired (``repair``) and
     the repairs counted in ``problems``. Raises BadCut if the bytes are not a JSON array at all."""
     try:
         return _decode_events(body, problems)
@@ -101,7 +101,7 @@ def _decode_events(body: Body, problems: dict[str, int]) -> list[Event]:
 def split_document(path: Path, buf: bytes | bytearray, *, one_pass: bool = True) -> Document:
     """The header and the events of a file held whole: decoded in one pass when it is small
     enough and ``one_pass`` allows, else as raw event spans to decode batch by batch. A file
-    that a strict decode refuses is repaired (``kineto_repair``) and read again; what was
+    that a strict decode refuses is repaired (``repair``) and read again; what was
     repaired is in the Document's ``repairs``."""
     try:
         return _split(path, buf, one_pass, repaired=False)

@@ -9,7 +9,7 @@ import msgspec
 import polars as pl
 
 from tracewhy.model.schema import DEVICES_SCHEMA, DCol
-from tracewhy.readers.kineto_repair import DEVICE_RANGE, merge_counts, repair_json
+from tracewhy.readers.kineto.repair import DEVICE_RANGE, merge_counts, repair_json
 
 _DEVICE_KEYS: Final = {
     DCol.DEVICE: "id",

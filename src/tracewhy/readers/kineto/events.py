@@ -17,7 +17,7 @@ from typing import Annotated, Any, TypeVar
 import msgspec
 from msgspec import Raw, Struct, field
 
-from tracewhy.readers.kineto_repair import has_non_finite_mark, merge_counts, repair_json
+from tracewhy.readers.kineto.repair import has_non_finite_mark, merge_counts, repair_json
 
 NO_RAW = Raw(b"")
 #: Integers are read as int64, as the tables hold them: a larger one (a hostile or corrupt
@@ -154,7 +154,7 @@ EVENTS_DECODER = msgspec.json.Decoder(list[Event])
 RAW_DOCUMENT_DECODER = msgspec.json.Decoder(RawDocument)
 TYPED_DOCUMENT_DECODER = msgspec.json.Decoder(TypedDocument)
 EVENT_DECODER = msgspec.json.Decoder(Event)
-#: For an event in which ``kineto_repair`` quoted a bare NaN/Infinity: strict=False reads the
+#: For an event in which ``repair`` quoted a bare NaN/Infinity: strict=False reads the
 #: strings "NaN", "Infinity" and "-Infinity" as floats. (It also reads numbers and booleans
 #: written as strings, in such events alone: an event already repaired is read leniently.)
 LAX_EVENT_DECODER = msgspec.json.Decoder(Event, strict=False)
