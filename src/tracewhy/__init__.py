@@ -1,16 +1,56 @@
-"""tracewhy: says why a PyTorch job is slower than it should be, from the traces it left."""
+"""tracewhy: says why a PyTorch job is slower than it should be, from the traces it left.
+
+``tracewhy.load(path)`` reads a trace; ``tracewhy.diagnose(trace)``, ``steps``, ``gaps``,
+``kernels``, ``ops``, ``overlap``, ``blocks``, ``nvtx``, ``info``, ``check`` and ``diff`` do what
+the command of the same name does (``tracewhy.api``).
+"""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from tracewhy.model import Trace
 from tracewhy.readers import read_trace
 
+if TYPE_CHECKING:
+    from tracewhy.api import (
+        Diagnosis,
+        blocks,
+        check,
+        diagnose,
+        diff,
+        gaps,
+        info,
+        kernels,
+        nvtx,
+        ops,
+        overlap,
+        slices,
+        steps,
+        to_pandas,
+    )
+
 __version__ = "0.1.0"
-__all__ = ["Trace", "__version__", "load"]
+
+#: ``Trace``, ``load`` and the version are here; the rest is ``tracewhy.api``, imported on first
+#: use: the CLI imports this package for ``__version__``, and importing every analysis up front
+#: would double a cached command's time.
+__all__ = ["Diagnosis", "Trace", "__version__", "blocks", "check", "diagnose", "diff", "gaps", "info", "kernels",
+           "load", "nvtx", "ops", "overlap", "slices", "steps", "to_pandas"]
 
 
 def load(path: str | Path) -> Trace:
     """Read a trace file (format chosen by content) into a Trace of polars DataFrames."""
     return read_trace(path)
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:  # (only names not found above reach here)
+        return getattr(importlib.import_module("tracewhy.api"), name)
+    raise AttributeError(f"module 'tracewhy' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import PurePath
 from typing import Any
 
 import polars as pl
@@ -14,6 +15,7 @@ from tracewhy.model.schema import (
     SYNC_ATTRS_SCHEMA,
     TABLE_SCHEMAS,
     Col,
+    DCol,
     Kind,
     empty,
 )
@@ -115,6 +117,15 @@ class PartialTraceError(ModelError):
     who must read the trace whole or with the kinds that analysis needs."""
 
 
+def as_kind(value: Kind | str) -> Kind:
+    """The Kind a user means by ``value`` ("kernel" or Kind.KERNEL); a ValueError naming the
+    valid kinds for anything else, so a typo is told apart from a kind the trace lacks."""
+    try:
+        return Kind(value)
+    except ValueError:
+        raise ValueError(f"unknown slice kind {value!r}; valid kinds: {', '.join(k.value for k in Kind)}") from None
+
+
 #: ``Trace.of_kind`` keeps results of at most 1/this of the slices.
 _KEEP_OF_KIND_SHARE = 8
 
@@ -160,12 +171,13 @@ class Trace:
         """True when only some slice kinds were read (``meta.kinds_read``)."""
         return self.meta.kinds_read is not None
 
-    def require(self, *kinds: Kind) -> None:
+    def require(self, *kinds: Kind | str) -> None:
         """Raise PartialTraceError unless every given kind was read (always true when whole)."""
+        wanted = [as_kind(k) for k in kinds]
         read = self.meta.kinds_read
         if read is None:
             return
-        missing = sorted(k.value for k in kinds if k.value not in read)
+        missing = sorted(k.value for k in wanted if k.value not in read)
         if missing:
             raise PartialTraceError(f"{self.meta.path}: read with only {', '.join(read) or 'no'} slices; "
                                     f"this needs {', '.join(missing)} too")
@@ -178,7 +190,7 @@ class Trace:
             raise PartialTraceError(f"{self.meta.path}: read with only {', '.join(read) or 'no'} slices; "
                                     "this analysis needs the whole trace")
 
-    def of_kind(self, *kinds: Kind) -> pl.DataFrame:
+    def of_kind(self, *kinds: Kind | str) -> pl.DataFrame:
         """The slices of the given kinds; on a partial Trace, only kinds that were read.
 
         A result of at most an eighth of the rows is kept for the next caller: ``diagnose``
@@ -186,8 +198,9 @@ class Trace:
         on a 1 GB trace). A larger one (the host slices) is not: it would hold a copy of most
         of the table for as long as the Trace. Tables are never changed in place.
         """
-        self.require(*kinds)
-        key = frozenset(k.value for k in kinds)
+        wanted = tuple(as_kind(k) for k in kinds)
+        self.require(*wanted)
+        key = frozenset(k.value for k in wanted)
         kept: dict[frozenset[str], pl.DataFrame] = self.__dict__.setdefault("_of_kind", {})
         found = kept.get(key)
         if found is None:
@@ -195,6 +208,27 @@ class Trace:
             if found.height * _KEEP_OF_KIND_SHARE <= self.slices.height:
                 kept[key] = found
         return found
+
+    def __repr__(self) -> str:
+        """A few lines about the trace (file, format, slices by kind, devices, span, whether it is
+        whole): the generated repr printed every table in full."""
+        m = self.meta
+        counts = self.slices.group_by(Col.KIND).len("n").sort(["n", Col.KIND], descending=[True, False])
+        by_kind = ", ".join(f"{kind} {n:,}" for kind, n in counts.iter_rows())
+        names = self.devices.group_by(DCol.NAME).len("n").sort(["n", DCol.NAME], descending=[True, False])
+        devices = ", ".join(f"{n} × {name}" if n > 1 else str(name) for name, n in names.iter_rows())
+        whole = "partial" if self.is_partial or m.missing_events else "complete"
+        lines = [
+            f"Trace {PurePath(m.path).name} ({m.format}, {whole}): {self.slices.height:,} slices over "
+            f"{self.span_ns / 1e6:,.3f} ms",
+            f"  slices by kind: {by_kind or 'none'}",
+            f"  devices: {devices or 'none described'}",
+        ]
+        if m.kinds_read is not None:
+            lines.append(f"  partial read: only {', '.join(m.kinds_read) or 'no'} slices")
+        if m.missing_events:
+            lines.append(f"  incomplete: {'; '.join(m.missing_events)}")
+        return "\n".join(lines)
 
     def check(self) -> None:
         """Verify the invariants every analysis relies on; raise ModelError on the first break."""

@@ -1,0 +1,198 @@
+"""The Python API: one function per CLI command, with the command's defaults, returning its typed result.
+
+Each function runs the same analyses and rules as the command of the same name (see
+``cli/commands``) and returns what they return, with one change at this boundary: every table
+holds names as plain strings (``pl.String``), where the model keeps them categorical to save
+memory, so that ``pl.col("name").str.contains(...)`` works on what a user is handed.
+"""
+
+from __future__ import annotations
+
+import html
+import importlib
+from dataclasses import dataclass, fields, is_dataclass, replace
+from pathlib import Path, PurePath
+from typing import Any, TypeVar
+
+import polars as pl
+
+from tracewhy.analyses.blocks import BlocksOptions, BlocksResult
+from tracewhy.analyses.blocks import blocks as _blocks
+from tracewhy.analyses.diff import DiffOptions
+from tracewhy.analyses.gaps import GapsOptions, GapsResult
+from tracewhy.analyses.gaps import gaps as _gaps
+from tracewhy.analyses.info import InfoResult
+from tracewhy.analyses.info import info as _info
+from tracewhy.analyses.kernels import KernelsResult
+from tracewhy.analyses.kernels import kernels as _kernels
+from tracewhy.analyses.nvtx_ranges import NvtxRangesResult, nvtx_ranges
+from tracewhy.analyses.ops import OpsOptions, OpsResult
+from tracewhy.analyses.ops import ops as _ops
+from tracewhy.analyses.overlap import OverlapOptions, OverlapResult
+from tracewhy.analyses.overlap import overlap as _overlap
+from tracewhy.analyses.steps import StepsOptions, StepsResult
+from tracewhy.analyses.steps import steps as _steps
+from tracewhy.findings import thresholds as th
+from tracewhy.findings.check import CheckOptions, CheckReport, parse_limit
+from tracewhy.findings.check import check as _check
+from tracewhy.findings.compare import Comparison, compare
+from tracewhy.findings.context import DiagnoseOptions
+from tracewhy.findings.diagnose import Report
+from tracewhy.findings.diagnose import diagnose as _diagnose
+from tracewhy.model.schema import Kind
+from tracewhy.model.trace import Trace
+from tracewhy.readers import read_trace
+from tracewhy.renderers.diagnose import recoverable_unit
+
+#: A Trace, or the path of a trace file to read first (as ``tracewhy.load`` does).
+TraceLike = Trace | str | Path
+R = TypeVar("R")
+
+_PANDAS_EXTRA = "pip install 'tracewhy[pandas]'"
+
+
+def slices(trace: TraceLike, *kinds: Kind | str) -> pl.DataFrame:
+    """The slices of the given kinds ("kernel", Kind.MEMCPY, ...; every slice when none), names as
+    plain strings. ``trace.of_kind`` gives the same rows with the model's categorical names."""
+    t = _trace(trace)
+    return public(t.of_kind(*kinds) if kinds else t.slices)
+
+
+@dataclass(frozen=True, repr=False)
+class Diagnosis(Report):
+    """The Report ``diagnose`` returns: shown as its findings, one line each (a table in a
+    notebook), where the generated repr printed every table the Report holds."""
+
+    def __repr__(self) -> str:
+        lines = [f"{self._title()}:"]
+        lines += [f"  {f.severity.value:<6} {f.code}: {f.statement}" for f in self.findings]
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        """A small table for Jupyter; every string is escaped (statements quote the trace's names)."""
+        unit = recoverable_unit(self)
+        rows = "".join(
+            f"<tr><td>{html.escape(f.severity.value)}</td><td><code>{html.escape(f.code)}</code></td>"
+            f"<td>{html.escape(f.statement)}</td>"
+            f'<td style="text-align:right">{f.recoverable_ns_per_step / 1e6:,.3f}</td></tr>'
+            for f in self.findings
+        )
+        return (f"<table><caption>{html.escape(self._title())}</caption><thead><tr><th>severity</th>"
+                f"<th>code</th><th>statement</th><th>recoverable ms {html.escape(unit)}</th></tr></thead>"
+                f"<tbody>{rows}</tbody></table>")
+
+    def _title(self) -> str:
+        n = len(self.findings)
+        return f"tracewhy diagnosis of {PurePath(self.path).name}: {n} finding{'s' if n != 1 else ''}"
+
+
+def diagnose(trace: TraceLike, *, step: str | None = None, warmup: int | None = None,
+             min_gap_ns: int = DiagnoseOptions().min_gap_ns) -> Diagnosis:
+    """Ranked findings, each with evidence and the next step (``tracewhy diagnose``)."""
+    report = public(_diagnose(_trace(trace), DiagnoseOptions(step_marker=step, warmup=warmup, min_gap_ns=min_gap_ns)))
+    return Diagnosis(**{f.name: getattr(report, f.name) for f in fields(Report)})
+
+
+def steps(trace: TraceLike, *, step: str | None = None, warmup: int | None = None) -> StepsResult:
+    """Steps with their span, GPU work and steady-window statistics (``tracewhy steps``)."""
+    return public(_steps(_trace(trace), StepsOptions(marker=step, warmup=warmup)))
+
+
+def gaps(trace: TraceLike, *, step: str | None = None, min_gap_ns: int = GapsOptions().min_gap_ns) -> GapsResult:
+    """GPU idle gaps in time order, each with its class and the host's activity, and idle per
+    step (``tracewhy gaps``, which lists ``result.gaps`` largest first)."""
+    t = _trace(trace)
+    return public(_gaps(t, _steps(t, StepsOptions(marker=step)), GapsOptions(min_gap_ns)))
+
+
+def kernels(trace: TraceLike) -> KernelsResult:
+    """GPU kernel time per kernel name and per family (``tracewhy kernels``)."""
+    return public(_kernels(_trace(trace)))
+
+
+def ops(trace: TraceLike, *, shapes: bool = False, sort: str | None = None) -> OpsResult:
+    """Per operator (and input shapes with ``shapes``): calls, CPU and GPU time (``tracewhy ops``)."""
+    return public(_ops(_trace(trace), OpsOptions(by_shapes=shapes, sort_by=sort)))
+
+
+def overlap(trace: TraceLike, *, step: str | None = None, warmup: int | None = None) -> OverlapResult:
+    """Compute, communication (hidden and exposed), copies and idle per GPU and step (``tracewhy overlap``)."""
+    return public(_overlap(_trace(trace), OverlapOptions(step_marker=step, warmup=warmup)))
+
+
+def blocks(trace: TraceLike, *, names: tuple[str, ...] = (), step: str | None = None,
+           warmup: int | None = None) -> BlocksResult:
+    """GPU time per step of each record_function block; ``names`` may hold shell wildcards (``tracewhy blocks``)."""
+    return public(_blocks(_trace(trace), BlocksOptions(names=names, step_marker=step, warmup=warmup)))
+
+
+def nvtx(trace: TraceLike) -> NvtxRangesResult:
+    """Per NVTX range name (Kineto: user annotation), its time and GPU projection (``tracewhy nvtx``)."""
+    return public(nvtx_ranges(_trace(trace)))
+
+
+def info(trace: TraceLike, *, step: str | None = None) -> InfoResult:
+    """What the trace is: format, versions, devices, capture options, counts, steps, span (``tracewhy info``)."""
+    return public(_info(_trace(trace), step_marker=step))
+
+
+def diff(a: TraceLike, b: TraceLike, *, step: str | None = None, warmup: int | None = None) -> Comparison:
+    """Run B against baseline A: faster, slower or within noise, and what changed (``tracewhy diff``)."""
+    options = DiffOptions(step_marker=step, warmup=warmup, confidence=th.DIFF_CONFIDENCE)
+    return public(compare(_trace(a), _trace(b), options))
+
+
+def check(trace: TraceLike, *, baseline: TraceLike | None = None, step: str | None = None,
+          warmup: int | None = None, allow_unmeasured: bool = False, allow_partial: bool = False,
+          **limits: str | float) -> CheckReport:
+    """The CI gate (``tracewhy check``): ``max_gpu_idle="20%"``, ``max_step_p50="120ms"``, ... are
+    the command's ``--max-gpu-idle 20%``, ``--max-step-p50 120ms``; ``report.passed`` is its exit status."""
+    parsed = tuple(parse_limit(key.replace("_", "-"), text) for key, text in limits.items())
+    if not parsed and baseline is None:
+        raise ValueError("nothing to check: give thresholds (e.g. max_gpu_idle='20%') or a baseline")
+    options = CheckOptions(limits=parsed, step_marker=step, warmup=warmup, allow_unmeasured=allow_unmeasured,
+                           allow_partial=allow_partial)
+    return public(_check(_trace(trace), options, _trace(baseline) if baseline is not None else None))
+
+
+def to_pandas(table: pl.DataFrame) -> Any:
+    """``table`` as a pandas DataFrame; an ImportError naming the extra to install when pandas
+    or pyarrow (which polars converts through) is missing, rather than polars' own message."""
+    for module in ("pandas", "pyarrow"):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            raise ImportError(f"to_pandas needs pandas and pyarrow, and {module} is missing: "
+                              f"{_PANDAS_EXTRA}") from None
+    return table.to_pandas()
+
+
+def public(value: R) -> R:
+    """``value`` with the categorical and enum columns of every table in it (nested results
+    too) cast to ``pl.String``: the model's compact dtypes stay inside the pipeline."""
+    if isinstance(value, pl.DataFrame):
+        casts = [pl.col(name).cast(t) for name, dtype in value.schema.items() if (t := _plain_dtype(dtype)) is not None]
+        return value.with_columns(casts) if casts else value  # type: ignore[return-value]
+    if is_dataclass(value) and not isinstance(value, type):
+        changed = {}
+        for f in fields(value):
+            old = getattr(value, f.name)
+            new = public(old) if f.init else old
+            if new is not old:
+                changed[f.name] = new
+        return replace(value, **changed) if changed else value
+    return value
+
+
+def _plain_dtype(dtype: object) -> pl.DataType | None:
+    """String for Categorical and Enum (also inside a List); None for a dtype kept as it is."""
+    if isinstance(dtype, (pl.Categorical, pl.Enum)):
+        return pl.String()
+    if isinstance(dtype, pl.List):
+        inner = _plain_dtype(dtype.inner)
+        return pl.List(inner) if inner is not None else None
+    return None
+
+
+def _trace(trace: TraceLike) -> Trace:
+    return trace if isinstance(trace, Trace) else read_trace(trace)
