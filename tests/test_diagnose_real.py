@@ -23,7 +23,7 @@ from tracewhy.findings.model import Severity
 from tracewhy.findings.overview import overview
 from tracewhy.model import Col, Kind
 from tracewhy.renderers.diagnose import render_diagnose
-from tracewhy.renderers.html import report_payload
+from tracewhy.renderers.html import overview_payload
 from tracewhy.renderers.terminal import render_steps
 from tracewhy.units import fmt_ns
 
@@ -238,7 +238,7 @@ def test_diagnose_without_steps_says_over_the_trace() -> None:
     console.print(render_diagnose(report))
     text = console.export_text()
     assert "over the trace recoverable" in text and "per step recoverable" not in text
-    payload = report_payload(overview(tracewhy.load(shared_trace("hta/a100_alexnet_critical_path.json.gz"))))
+    payload = overview_payload(overview(tracewhy.load(shared_trace("hta/a100_alexnet_critical_path.json.gz"))))
     assert payload["recoverable_unit"] == "over the trace"
 
 
@@ -253,7 +253,7 @@ def test_cpu_only_trace_with_steps_says_per_step() -> None:
     console.print(render_diagnose(report))
     text = console.export_text()
     assert "per step recoverable" in text and "over the trace recoverable" not in text
-    assert report_payload(overview(trace))["recoverable_unit"] == "per step"
+    assert overview_payload(overview(trace))["recoverable_unit"] == "per step"
 
 
 def test_last_window_is_a_step_not_the_backlog() -> None:

@@ -169,9 +169,11 @@ def warnings_so_far() -> list[str]:
 
 
 def emit(args: argparse.Namespace, command: str, payload: dict[str, Any], table: RenderableType) -> None:
+    """The command's output: the payload a renderer built, in the JSON envelope (``--json``),
+    or the terminal table. Commands build no dicts of their own."""
     flush_warnings()  # before the table: a user reads the caveat first
     if getattr(args, "json", False):
-        sys.stdout.write(render_json(command, {"warnings": warnings_so_far(), **payload}) + "\n")
+        sys.stdout.write(render_json(command, payload, warnings_so_far()) + "\n")
     else:
         # Piped output has no terminal width; 160 columns keep long kernel names readable.
         console = Console(soft_wrap=False)

@@ -1,35 +1,75 @@
-"""Terminal and JSON shapes of a diagnosis and of the gap list."""
+"""Terminal and JSON shapes of a diagnosis and of the gap list.
+
+Every time in these outputs is measured from one origin, the trace start (the first event's
+start): the gap list, its JSON and the HTML report agree on where a gap lies."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import polars as pl
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from tracewhy.analyses.gaps import CLASSES
+from tracewhy.analyses.gaps import CLASSES, GapsResult
 from tracewhy.findings.diagnose import Report
 from tracewhy.findings.model import Severity
+from tracewhy.renderers.jsonout import to_jsonable
 from tracewhy.units import fmt_ns, fmt_pct, printable, shorten
 
 _STYLE = {Severity.TRUST: "bold yellow", Severity.HIGH: "bold red", Severity.MEDIUM: "red",
           Severity.LOW: "cyan", Severity.INFO: "dim"}
 
 
-def report_payload(report: Report) -> dict[str, Any]:
-    b = report.basis
+#: What every start time in tables and JSON is measured from (``time_origin`` in JSON).
+TIME_ORIGIN: Final = "trace start (the first event's start)"
+#: Gaps in ``diagnose --json`` (largest first); ``gaps --json`` has all of them.
+TOP_GAPS: Final = 50
+
+
+def diagnose_payload(report: Report) -> dict[str, Any]:
+    """The JSON of a diagnosis. ``basis`` figures are means over the steady steps
+    (``basis.statistic`` says so) or cover the whole trace; step figures are named by statistic."""
     return {
         "trace": report.path,
         "healthy": report.healthy,
         "findings": report.findings,
-        "basis": b,
+        "basis": {**to_jsonable(report.basis), "statistic": basis_statistic(report)},
+        "recoverable_unit": recoverable_unit(report),
         "steps": report.steps.table,
         "step_stats": report.steps.stats,
         "per_step_idle": report.gaps.per_step,
-        "top_gaps": report.gaps.gaps.sort("dur_ns", descending=True).head(50),
+        "top_gaps": report.gaps.gaps.sort("dur_ns", descending=True).head(TOP_GAPS),
     }
+
+
+def gaps_payload(r: GapsResult, origin_ns: int | None, gap_class: str | None = None) -> dict[str, Any]:
+    """The JSON of ``gaps``: every gap (of ``gap_class``), largest first, its start both on the
+    trace's clock (``start_ns``) and from ``origin_ns``, the trace start (``start_from_origin_ns``)."""
+    return {
+        "min_gap_ns": r.min_gap_ns,
+        "time_origin": TIME_ORIGIN,
+        "time_origin_ns": origin_ns,
+        "gaps": gap_rows(r, origin_ns, gap_class),
+        "per_step": r.per_step,
+    }
+
+
+def gap_rows(r: GapsResult, origin_ns: int | None, gap_class: str | None = None) -> pl.DataFrame:
+    """The gaps largest first, with ``start_from_origin_ns``: the one table every view lists."""
+    table = r.gaps.sort("dur_ns", descending=True)
+    if gap_class:
+        table = table.filter(pl.col("gap_class") == gap_class)
+    return table.with_columns((pl.col("start_ns") - (origin_ns or 0)).alias("start_from_origin_ns"))
+
+
+def basis_statistic(report: Report) -> str:
+    """Which statistic the basis figures (and the findings built on them) are."""
+    b = report.basis
+    if b.per_steps:
+        return f"mean of {b.steps} steady steps"
+    return "whole trace" if b.device is not None else "none (no GPU activity)"
 
 
 def recoverable_unit(report: Report) -> str:
@@ -44,9 +84,10 @@ def render_diagnose(report: Report) -> RenderableType:
     st = report.steps.stats
     head = Text(f"{printable(report.path)}\n", style="bold")
     if st is not None:
-        head.append(f"{st.count} steady steps: p50 {fmt_ns(st.p50_ns)}, p90 {fmt_ns(st.p90_ns)}. ")
+        head.append(f"{st.count} steady steps: duration p50 {fmt_ns(st.p50_ns)}, p90 {fmt_ns(st.p90_ns)}, "
+                    f"mean {fmt_ns(st.mean_ns)}. ")
     if b.device is not None:
-        head.append(f"GPU {b.device} active {fmt_pct(b.active_share)} {b.unit}.")
+        head.append(f"GPU {b.device} active {fmt_pct(b.active_share)} {b.unit} ({basis_statistic(report)}).")
     parts.append(head)
     if not report.findings or report.healthy:
         parts.append(Text("Nothing here costs a meaningful share of the step: no high or medium findings.",
@@ -63,13 +104,13 @@ def render_diagnose(report: Report) -> RenderableType:
 
 
 def render_gaps(table: pl.DataFrame, per_step: pl.DataFrame, top: int) -> RenderableType:
-    t = Table(title=f"{table.height} GPU idle gaps, largest first")
+    """``table``: ``gap_rows``; starts are shown from the trace start, as in JSON and HTML."""
+    t = Table(title=f"{table.height} GPU idle gaps, largest first; start from the {TIME_ORIGIN}")
     for col in ("device", "start", "idle", "class", "host was in", "next on GPU"):
-        t.add_column(col, justify="right" if col in ("device", "idle") else "left")
-    first = int(table.get_column("start_ns").to_numpy().min()) if table.height else 0
+        t.add_column(col, justify="right" if col in ("device", "start", "idle") else "left")
     for r in table.head(top).iter_rows(named=True):
         where = " > ".join(x for x in (r["host_annotation"], r["host_op"], r["host_innermost"]) if x) or "-"
-        t.add_row(str(r["device"]), fmt_ns(r["start_ns"] - first), fmt_ns(r["dur_ns"]), r["gap_class"],
+        t.add_row(str(r["device"]), fmt_ns(r["start_from_origin_ns"]), fmt_ns(r["dur_ns"]), r["gap_class"],
                   shorten(where, 60), shorten(r["next_activity"] or "-", 40))
     parts: list[RenderableType] = [t]
     if per_step.height:

@@ -1,4 +1,5 @@
-"""The self-contained HTML report: the JSON report (``report_payload``) inside a template with
+"""The self-contained HTML report: the JSON report (``overview_payload`` in the envelope every
+``--json`` output has) inside a template with
 tracewhy's script and the vendored, pinned uPlot inlined. No network: a Content-Security-Policy
 allows nothing to load and only the page's own two scripts (by hash) to run.
 
@@ -15,22 +16,21 @@ import re
 from importlib import resources
 from typing import Any, Final
 
-import msgspec
 import polars as pl
 
 from tracewhy import __version__
 from tracewhy.analyses.rank_compare import RanksResult
-from tracewhy.analyses.roofline import NcuRooflineResult
 from tracewhy.findings.model import Finding
 from tracewhy.findings.overview import Overview
+from tracewhy.findings.roofline import NcuRooflineResult
 from tracewhy.model.schema import Col
-from tracewhy.renderers.diagnose import recoverable_unit
-from tracewhy.renderers.jsonout import JSON_SCHEMA_VERSION, to_jsonable
+from tracewhy.renderers.diagnose import TIME_ORIGIN, basis_statistic, gap_rows, recoverable_unit
+from tracewhy.renderers.jsonout import encode_json
 
 UPLOT_VERSION: Final = "1.6.32"
 #: Rows of the operator and kernel tables (largest first); the JSON of `report --json` is the same.
 TABLE_ROWS: Final = 300
-TOP_GAPS: Final = 50
+TOP_GAPS: Final = 50  # the gaps table; diagnose --json lists as many
 #: Gaps drawn on the utilization chart (largest first): beyond this, bins already show the idle.
 TIMELINE_GAPS: Final = 20_000
 ROOFLINE_POINTS: Final = 500
@@ -38,11 +38,13 @@ _ESCAPES: Final = ((b"&", b"\\u0026"), (b"<", b"\\u003c"), (b">", b"\\u003e"),
                    ("\u2028".encode(), b"\\u2028"), ("\u2029".encode(), b"\\u2029"))
 
 
-def report_payload(ov: Overview) -> dict[str, Any]:
-    """Everything the page shows, as plain data (the JSON report)."""
+def overview_payload(ov: Overview) -> dict[str, Any]:
+    """Everything the page shows, as plain data (the JSON report). Times on the page run from the
+    trace start (``time_origin_ns``), as in ``gaps``; ``basis_statistic`` says which statistic the
+    findings' per-step figures are."""
     info, report = ov.info, ov.report
-    gaps = report.gaps.gaps.sort(Col.DUR, descending=True)
-    t0 = _first_gpu_ns(ov)
+    t0 = info.first_ts_ns
+    gaps = gap_rows(report.gaps, t0)
     payload: dict[str, Any] = {
         "trace": {
             "path": info.path, "format": info.format, "rank": info.rank, "world_size": info.world_size,
@@ -52,6 +54,9 @@ def report_payload(ov: Overview) -> dict[str, Any]:
         "findings": report.findings,
         # What a finding's recoverable time is measured over (a trace without steps: all of it).
         "recoverable_unit": recoverable_unit(report),
+        "basis_statistic": basis_statistic(report),
+        "time_origin": TIME_ORIGIN,
+        "time_origin_ns": t0,
         "steps": {
             "marker": report.steps.marker, "warmup": report.steps.warmup, "stats": report.steps.stats,
             "note": report.steps.note,
@@ -60,7 +65,7 @@ def report_payload(ov: Overview) -> dict[str, Any]:
         "utilization": {"t0_ns": t0, "series": ov.utilization.series, "devices": ov.utilization.devices},
         "gaps": {
             "timeline": gaps.head(TIMELINE_GAPS).select(Col.DEVICE, "start_ns", Col.DUR, "gap_class"),
-            "top": gaps.head(TOP_GAPS).with_columns(((pl.col("start_ns") - (t0 or 0)) / 1e6).alias("start_ms")),
+            "top": gaps.head(TOP_GAPS).with_columns((pl.col("start_from_origin_ns") / 1e6).alias("start_ms")),
         },
         "ops": ov.ops.table.head(TABLE_ROWS),
         "kernels": ov.kernels.by_name.head(TABLE_ROWS),
@@ -71,11 +76,6 @@ def report_payload(ov: Overview) -> dict[str, Any]:
         "ranks": None,  # filled for multi-rank input
     }
     return payload
-
-
-def _first_gpu_ns(ov: Overview) -> int | None:
-    s = ov.utilization.series
-    return int(s.get_column("start_ns").min()) if s.height else None  # type: ignore[arg-type]
 
 
 def _overlap(ov: Overview) -> dict[str, Any] | None:
@@ -152,12 +152,6 @@ def ncu_report_payload(r: NcuRooflineResult) -> dict[str, Any]:
     }
 
 
-def report_json(payload: dict[str, Any]) -> bytes:
-    doc = {"tool": "tracewhy", "tool_version": __version__, "json_schema": JSON_SCHEMA_VERSION,
-           "command": "report", **to_jsonable(payload)}
-    return msgspec.json.encode(doc, order="sorted")
-
-
 def script_safe(json_bytes: bytes) -> str:
     """JSON that can sit inside a <script> element: no <, >, & or line separators in it. These
     only occur inside JSON strings, where the \\u escapes mean the same characters."""
@@ -174,15 +168,16 @@ def _csp_hash(script: str) -> str:
     return "'sha256-" + base64.b64encode(hashlib.sha256(script.encode()).digest()).decode() + "'"
 
 
-def render_html(payload: dict[str, Any]) -> str:
-    """The page for a payload from ``report_payload``, ``ranks_report_payload`` or ``ncu_report_payload``."""
+def render_html(doc: dict[str, Any]) -> str:
+    """The page for an envelope (``jsonout.envelope``) around a payload from ``overview_payload``,
+    ``ranks_report_payload`` or ``ncu_report_payload``: the same document ``report --json`` prints."""
     uplot_js, report_js = _asset("uPlot.iife.min.js"), _asset("report.js")
     values = {
         "SCRIPT_HASHES": f"{_csp_hash(uplot_js)} {_csp_hash(report_js)}",
         "TOOL_VERSION": __version__,
         "UPLOT_CSS": _asset("uPlot.min.css"),
         "REPORT_CSS": _asset("report.css"),
-        "REPORT_JSON": script_safe(report_json(payload)),
+        "REPORT_JSON": script_safe(encode_json(doc, indent=False)),
         "UPLOT_JS": uplot_js,
         "REPORT_JS": report_js,
     }

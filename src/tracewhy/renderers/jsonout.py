@@ -51,12 +51,33 @@ def _flat_rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
     return frame.to_dicts()
 
 
-def render_json(command: str, payload: dict[str, Any]) -> str:
-    doc = {
+#: The fields the envelope sets around every payload; a payload never sets them itself.
+ENVELOPE_FIELDS: Final = ("tool", "tool_version", "json_schema", "command", "warnings")
+
+
+def envelope(command: str, payload: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
+    """The one JSON document every output is: which tool, version and schema wrote it, for which
+    command, the reader warnings of the run, and the result's payload beside them. ``--json`` of
+    every command and the HTML report's embedded data are this document."""
+    clash = sorted(set(payload) & set(ENVELOPE_FIELDS))
+    if clash:
+        raise ValueError(f"a payload may not set the envelope's fields: {', '.join(clash)}")
+    return {
         "tool": "tracewhy",
         "tool_version": __version__,
         "json_schema": JSON_SCHEMA_VERSION,
         "command": command,
+        "warnings": list(warnings),
         **{k: to_jsonable(v) for k, v in payload.items()},
     }
-    return msgspec.json.format(msgspec.json.encode(doc, order="sorted"), indent=2).decode()
+
+
+def encode_json(doc: dict[str, Any], indent: bool = True) -> bytes:
+    """``doc`` as JSON with sorted keys: indented for people, compact to embed in a page."""
+    raw = msgspec.json.encode(doc, order="sorted")
+    return msgspec.json.format(raw, indent=2) if indent else raw
+
+
+def render_json(command: str, payload: dict[str, Any], warnings: list[str]) -> str:
+    """The ``--json`` text of a command: its envelope, indented."""
+    return encode_json(envelope(command, payload, warnings)).decode()

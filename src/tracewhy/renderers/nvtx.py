@@ -1,8 +1,8 @@
-"""The ``nvtx`` command's table: per range name, CPU-side time beside GPU projection."""
+"""The ``nvtx`` command's table and JSON: per range name, CPU-side time beside GPU projection."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -15,6 +15,28 @@ if TYPE_CHECKING:  # types only: importing the analyses here would load them
 
 
 _NAME_WIDTH = 48
+
+
+def empty_note(r: NvtxRangesResult, path: str) -> str | None:
+    """What to say when the trace holds no ranges (None when it holds some)."""
+    if r.table.height:
+        return None
+    if r.source == "nvtx":
+        return f"no NVTX ranges in {path}"
+    return f"no user annotations (record_function ranges) in {path}"
+
+
+def nvtx_payload(r: NvtxRangesResult, path: str) -> dict[str, Any]:
+    """The JSON of ``nvtx``; ``path``: the trace, named in the note of an empty result."""
+    return {
+        "source": r.source,
+        "range_count": r.range_count,
+        "total_ns": r.total_ns,
+        "ranges": r.table,
+        "unattributed": r.unattributed,
+        "ops_without_launch": r.ops_without_launch,
+        "note": empty_note(r, path),
+    }
 
 
 def render_nvtx(r: NvtxRangesResult, top: int) -> RenderableType:

@@ -12,13 +12,19 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from tracewhy.analyses.roofline import NcuRooflineResult, rule_rank
-from tracewhy.analyses.roofline_ops import OpRooflineResult
+from tracewhy.findings.roofline import (
+    COMPUTE_BOUND,
+    LATENCY_BOUND,
+    MEMORY_BOUND,
+    UNKNOWN,
+    NcuRooflineResult,
+    OpRooflineResult,
+    rule_rank,
+)
 from tracewhy.model.ncu import NcuRun
 from tracewhy.units import fmt_ns, fmt_pct, shorten
 
-_BOUND_STYLE = {"memory-bound": "cyan", "compute-bound": "magenta", "latency-bound": "yellow",
-                "unknown": "dim"}
+_BOUND_STYLE = {MEMORY_BOUND: "cyan", COMPUTE_BOUND: "magenta", LATENCY_BOUND: "yellow", UNKNOWN: "dim"}
 
 
 def _rate(value: float | None, unit: str) -> str:
@@ -156,7 +162,7 @@ def _ncu_details(r: NcuRooflineResult, top: int, per_launch: bool) -> list[Rende
             bullets.append(f"launches differ: {', '.join(row['bounds'])} (see --launches)")
         if row["details"]:
             bullets.extend(row["details"].split("; "))
-        if row["top_stalls"] and row["bound"] != "latency-bound":
+        if row["top_stalls"] and row["bound"] != LATENCY_BOUND:
             bullets.append(row["top_stalls"])
         ai = row["arithmetic_intensity"]
         if ai is not None and not math.isnan(ai):
@@ -228,8 +234,7 @@ def ncu_payload(r: NcuRooflineResult) -> dict[str, Any]:
     }
 
 
-def ncu_runs_payload(path: str, runs: list[tuple[NcuRun, NcuRooflineResult]],
-                     warnings: list[str]) -> dict[str, Any]:
+def ncu_runs_payload(path: str, runs: list[tuple[NcuRun, NcuRooflineResult]]) -> dict[str, Any]:
     """JSON body for a file of several ncu runs: one ncu_payload per run, under ``runs``.
 
     A run's tables carry ncu's own launch IDs; ``launch_id_offset`` maps them to the file-wide
@@ -240,11 +245,10 @@ def ncu_runs_payload(path: str, runs: list[tuple[NcuRun, NcuRooflineResult]],
         "report": {"path": path, "runs": len(runs)},
         "runs": [{"run": run.index, "header_line": run.line, "launch_id_offset": run.id_offset,
                   **ncu_payload(result)} for run, result in runs],
-        "warnings": warnings,
     }
 
 
-def ops_payload(r: OpRooflineResult) -> dict[str, Any]:
+def op_roofline_payload(r: OpRooflineResult) -> dict[str, Any]:
     """JSON body for the shape-based roofline."""
     points = r.ops.filter(pl.col("arithmetic_intensity").is_not_null()).select(
         "name", "input_dims", "dtype", "precision", "gpu_ns", "bound", "arithmetic_intensity",

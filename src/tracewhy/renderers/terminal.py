@@ -1,8 +1,9 @@
-"""Readable tables for the terminal (rich). Takes finished results, never a trace."""
+"""Readable tables for the terminal (rich) and the JSON payloads of the same results (``info``,
+``ops``, ``kernels``, ``steps``). Takes finished results, never a trace."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -11,10 +12,17 @@ from rich.text import Text
 from tracewhy.units import fmt_bytes, fmt_ns, fmt_pct, printable, shorten
 
 if TYPE_CHECKING:  # types only: importing the analyses here would load every one of them
+    import polars as pl
+
     from tracewhy.analyses.info import InfoResult
     from tracewhy.analyses.kernels import KernelsResult
     from tracewhy.analyses.ops import OpsResult
     from tracewhy.analyses.steps import StepsResult
+
+
+def info_payload(r: InfoResult) -> dict[str, Any]:
+    """The JSON of ``info``."""
+    return {"info": r}
 
 
 def render_info(r: InfoResult) -> RenderableType:
@@ -51,6 +59,16 @@ def render_info(r: InfoResult) -> RenderableType:
     return Group(*parts)
 
 
+def kernels_payload(r: KernelsResult, joined: pl.DataFrame | None = None) -> dict[str, Any]:
+    """The JSON of ``kernels``; ``joined``: the kernel table with Nsight Compute verdicts (--ncu)."""
+    return {
+        "total_count": r.total_count,
+        "total_time_ns": r.total_time_ns,
+        "kernels": r.by_name if joined is None else joined,
+        "families": r.by_family,
+    }
+
+
 def render_kernels(r: KernelsResult, top: int) -> RenderableType:
     t = Table(title=f"{r.total_count} kernels, {fmt_ns(r.total_time_ns)} total",
               caption="by: what decided the family (collective op, comm-only stream, library, name)")
@@ -65,6 +83,12 @@ def render_kernels(r: KernelsResult, top: int) -> RenderableType:
     for row in r.by_family.iter_rows(named=True):
         f.add_row(row["family"], str(row["count"]), fmt_ns(row["total_ns"]), fmt_pct(row["share"]))
     return Group(t, f)
+
+
+def ops_payload(r: OpsResult) -> dict[str, Any]:
+    """The JSON of ``ops``."""
+    return {"sort_by": r.sort_by, "gpu_time_ns": r.gpu_time_ns, "gpu_unattributed_ns": r.gpu_unattributed_ns,
+            "ops": r.table}
 
 
 def render_ops(r: OpsResult, top: int) -> RenderableType:
@@ -83,6 +107,12 @@ def render_ops(r: OpsResult, top: int) -> RenderableType:
                   fmt_ns(row["gpu_total_ns"]), fmt_ns(row["gpu_self_ns"])]
         t.add_row(*cells)
     return t
+
+
+def steps_payload(r: StepsResult) -> dict[str, Any]:
+    """The JSON of ``steps``: ``stats`` are over the steady steps' durations, named by statistic."""
+    return {"marker": r.marker, "warmup": r.warmup, "warmup_reason": r.warmup_reason, "stats": r.stats,
+            "note": r.note, "steps": r.table}
 
 
 def render_steps(r: StepsResult, top: int) -> RenderableType:

@@ -8,8 +8,8 @@ from typing import Any
 
 from tracewhy.cli.base import Command, emit, flush_warnings, load_trace, positive_int
 from tracewhy.errors import UsageError
-from tracewhy.findings.check import METRICS, CheckOptions, CheckReport, Limit, check, fmt_value, parse_limit
-from tracewhy.renderers.compare import comparison_payload
+from tracewhy.findings.check import METRICS, CheckOptions, Limit, check, parse_limit
+from tracewhy.renderers.check import check_lines, check_payload
 
 #: Exit code when a threshold is violated (tracewhy.cli documents the codes).
 EXIT_VIOLATION = 1
@@ -71,10 +71,10 @@ class CheckCommand(Command):
         )
         report = check(load_trace(args.trace), options, load_trace(baseline_path) if baseline_path else None)
         if args.json:
-            emit(args, self.name, _payload(report), "")
+            emit(args, self.name, check_payload(report), "")
         else:  # plain lines, never wrapped: CI logs are grepped line by line
             flush_warnings()
-            sys.stdout.write("".join(line + "\n" for line in _lines(report)))
+            sys.stdout.write("".join(line + "\n" for line in check_lines(report)))
         return 0 if report.passed else EXIT_VIOLATION
 
 
@@ -107,36 +107,3 @@ def _check_table(path: Path) -> dict[str, Any] | None:
     if table is not None and not isinstance(table, dict):
         raise UsageError(f"{path}: [tool.tracewhy.check] must be a table")
     return dict(table) if table is not None else None
-
-
-def _payload(r: CheckReport) -> dict[str, Any]:
-    return {
-        "passed": r.passed,
-        "results": [
-            {
-                "check": x.limit.key, "metric": x.limit.metric, "bound": x.limit.bound,
-                "limit": x.limit.value, "limit_text": x.limit.text,
-                "limit_shown": fmt_value(METRICS[x.limit.metric].unit, x.limit.value),
-                "measured": x.measured, "measured_text": x.measured_text, "passed": x.passed, "note": x.note,
-                "line": x.line,
-            }
-            for x in r.results
-        ],
-        "violations": r.violations,
-        "partial": r.partial, "partial_passed": r.partial_passed,
-        "baseline": None if r.baseline is None else {
-            "passed": r.baseline_passed, "line": r.baseline_line, **comparison_payload(r.baseline),
-        },
-    }
-
-
-def _lines(r: CheckReport) -> list[str]:
-    lines = [x.line for x in r.results]
-    if r.baseline_line:
-        lines.append(r.baseline_line)
-    if r.partial_line:
-        lines.append(r.partial_line)
-    n = len(r.results) + (1 if r.baseline is not None else 0) + (1 if r.partial else 0)
-    failed = len(r.violations)
-    lines.append(f"check: {failed} of {n} failed" if failed else f"check: all {n} passed")
-    return lines

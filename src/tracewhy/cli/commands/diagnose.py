@@ -5,7 +5,7 @@ import argparse
 from tracewhy.cli.base import Command, add_output_options, emit, load_trace, positive_int
 from tracewhy.findings.context import DiagnoseOptions
 from tracewhy.findings.diagnose import diagnose
-from tracewhy.renderers.diagnose import render_diagnose, report_payload
+from tracewhy.renderers.diagnose import diagnose_payload, render_diagnose
 
 
 class DiagnoseCommand(Command):
@@ -24,5 +24,5 @@ class DiagnoseCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         report = diagnose(load_trace(args.trace),
                           DiagnoseOptions(step_marker=args.step, warmup=args.warmup, min_gap_ns=args.min_gap))
-        emit(args, self.name, report_payload(report), render_diagnose(report))
+        emit(args, self.name, diagnose_payload(report), render_diagnose(report))
         return 0

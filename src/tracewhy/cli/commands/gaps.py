@@ -2,12 +2,11 @@ from __future__ import annotations
 
 import argparse
 
-import polars as pl
-
 from tracewhy.analyses.gaps import CLASSES, GapsOptions, gaps
 from tracewhy.analyses.steps import StepsOptions, steps
 from tracewhy.cli.base import Command, add_output_options, emit, load_trace, positive_int
-from tracewhy.renderers.diagnose import render_gaps
+from tracewhy.model.schema import Col
+from tracewhy.renderers.diagnose import gap_rows, gaps_payload, render_gaps
 
 
 class GapsCommand(Command):
@@ -25,9 +24,8 @@ class GapsCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         trace = load_trace(args.trace)
         result = gaps(trace, steps(trace, StepsOptions(marker=args.step)), GapsOptions(args.min_gap))
-        table = result.gaps.sort("dur_ns", descending=True)
-        if args.gap_class:
-            table = table.filter(pl.col("gap_class") == args.gap_class)
-        payload = {"min_gap_ns": result.min_gap_ns, "gaps": table, "per_step": result.per_step}
-        emit(args, self.name, payload, render_gaps(table, result.per_step, args.top))
+        origin = trace.slices.get_column(Col.TS).min() if trace.slices.height else None  # the trace start
+        origin_ns = int(origin) if origin is not None else None  # type: ignore[arg-type]
+        emit(args, self.name, gaps_payload(result, origin_ns, args.gap_class),
+             render_gaps(gap_rows(result, origin_ns, args.gap_class), result.per_step, args.top))
         return 0

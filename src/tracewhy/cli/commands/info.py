@@ -4,7 +4,7 @@ import argparse
 
 from tracewhy.analyses.info import info
 from tracewhy.cli.base import Command, add_output_options, emit, load_trace
-from tracewhy.renderers.terminal import render_info
+from tracewhy.renderers.terminal import info_payload, render_info
 
 
 class InfoCommand(Command):
@@ -18,5 +18,5 @@ class InfoCommand(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         result = info(load_trace(args.trace), step_marker=args.step)
-        emit(args, self.name, {"info": result}, render_info(result))
+        emit(args, self.name, info_payload(result), render_info(result))
         return 0

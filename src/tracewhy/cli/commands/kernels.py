@@ -6,7 +6,7 @@ from rich.console import Group
 
 from tracewhy.analyses.kernels import KERNELS_NEED, kernels
 from tracewhy.cli.base import Command, add_output_options, emit, load_trace, warn
-from tracewhy.renderers.terminal import render_kernels
+from tracewhy.renderers.terminal import kernels_payload, render_kernels
 
 
 class KernelsCommand(Command):
@@ -23,23 +23,16 @@ class KernelsCommand(Command):
         # Kernels only: on nsys input just the kernel table is read, as `nsys stats -r
         # cuda_gpu_kern_sum` does; the analysis refuses a Trace without kernels (Trace.require).
         r = kernels(load_trace(args.trace, kinds=KERNELS_NEED))
-        payload = {
-            "total_count": r.total_count,
-            "total_time_ns": r.total_time_ns,
-            "kernels": r.by_name,
-            "families": r.by_family,
-        }
         table = render_kernels(r, args.top)
         if args.ncu:  # the roofline command's verdicts, matched to this trace's kernel names
-            from tracewhy.analyses.roofline import roofline
-            from tracewhy.analyses.roofline_join import join_ncu
+            from tracewhy.findings.roofline import join_ncu, roofline
             from tracewhy.readers.ncu import read_ncu
             from tracewhy.renderers.roofline import render_ncu_join
 
             ncu = read_ncu(args.ncu)
             warn(args.ncu, ncu.warnings)
             joined = join_ncu(r.by_name, roofline(ncu))
-            payload["kernels"] = joined
-            table = Group(table, render_ncu_join(joined, args.top))
-        emit(args, self.name, payload, table)
+            emit(args, self.name, kernels_payload(r, joined), Group(table, render_ncu_join(joined, args.top)))
+            return 0
+        emit(args, self.name, kernels_payload(r), table)
         return 0

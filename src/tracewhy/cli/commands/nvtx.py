@@ -5,7 +5,7 @@ import sys
 
 from tracewhy.analyses.nvtx_ranges import nvtx_ranges
 from tracewhy.cli.base import Command, add_output_options, emit, load_trace
-from tracewhy.renderers.nvtx import render_nvtx
+from tracewhy.renderers.nvtx import empty_note, nvtx_payload, render_nvtx
 
 
 class NvtxCommand(Command):
@@ -21,21 +21,9 @@ class NvtxCommand(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         r = nvtx_ranges(load_trace(args.trace))
-        note = None
-        if r.table.height == 0:
-            note = (f"no NVTX ranges in {args.trace}" if r.source == "nvtx" else
-                    f"no user annotations (record_function ranges) in {args.trace}")
+        note = empty_note(r, args.trace)
         if note and not getattr(args, "json", False):
             sys.stdout.write(note + "\n")
             return 0
-        payload = {
-            "source": r.source,
-            "range_count": r.range_count,
-            "total_ns": r.total_ns,
-            "ranges": r.table,
-            "unattributed": r.unattributed,
-            "ops_without_launch": r.ops_without_launch,
-            "note": note,
-        }
-        emit(args, self.name, payload, render_nvtx(r, args.top))
+        emit(args, self.name, nvtx_payload(r, args.trace), render_nvtx(r, args.top))
         return 0

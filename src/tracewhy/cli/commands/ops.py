@@ -4,7 +4,7 @@ import argparse
 
 from tracewhy.analyses.ops import SORT_KEYS, OpsOptions, ops
 from tracewhy.cli.base import Command, add_output_options, emit, load_trace
-from tracewhy.renderers.terminal import render_ops
+from tracewhy.renderers.terminal import ops_payload, render_ops
 
 
 class OpsCommand(Command):
@@ -21,11 +21,5 @@ class OpsCommand(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         r = ops(load_trace(args.trace), OpsOptions(by_shapes=args.shapes, sort_by=args.sort))
-        payload = {
-            "sort_by": r.sort_by,
-            "gpu_time_ns": r.gpu_time_ns,
-            "gpu_unattributed_ns": r.gpu_unattributed_ns,
-            "ops": r.table,
-        }
-        emit(args, self.name, payload, render_ops(r, args.top))
+        emit(args, self.name, ops_payload(r), render_ops(r, args.top))
         return 0

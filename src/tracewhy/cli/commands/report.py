@@ -7,22 +7,17 @@ from typing import Any
 
 from tracewhy.analyses.rank_compare import compare_ranks
 from tracewhy.analyses.ranks import RanksOptions, load_rank_summaries
-from tracewhy.analyses.roofline import roofline
-from tracewhy.cli.base import Command, load_trace, positive_int, warn, warnings_so_far
+from tracewhy.cli.base import Command, emit, load_trace, positive_int, warn, warnings_so_far
 from tracewhy.cli.commands.ranks import executor_for, trace_files
 from tracewhy.cli.output import refuse_overwrite, refuse_special_output, write_output
 from tracewhy.errors import UsageError
 from tracewhy.findings.context import DiagnoseOptions
 from tracewhy.findings.overview import overview
 from tracewhy.findings.ranks import rank_findings
+from tracewhy.findings.roofline import roofline
 from tracewhy.readers.ncu import is_ncu, read_ncu
-from tracewhy.renderers.html import (
-    ncu_report_payload,
-    ranks_report_payload,
-    render_html,
-    report_json,
-    report_payload,
-)
+from tracewhy.renderers.html import ncu_report_payload, overview_payload, ranks_report_payload, render_html
+from tracewhy.renderers.jsonout import envelope
 
 
 class ReportCommand(Command):
@@ -52,12 +47,12 @@ class ReportCommand(Command):
         if not args.json:
             refuse_overwrite(Path(args.output), Path(args.trace))
             refuse_special_output(Path(args.output))
-        payload = {**self._payload(args), "warnings": warnings_so_far()}
+        payload = self._payload(args)
         if args.json:
-            sys.stdout.write(report_json(payload).decode() + "\n")
+            emit(args, self.name, payload, "")
             return 0
         out = Path(args.output)
-        html = render_html(payload).encode()
+        html = render_html(envelope(self.name, payload, warnings_so_far())).encode()
         write_output(out, html)
         sys.stderr.write(f"wrote {out} ({len(html):,} bytes, {len(payload['findings'])} findings)\n")
         return 0
@@ -78,4 +73,4 @@ class ReportCommand(Command):
             warn(path, report.warnings)
             return ncu_report_payload(roofline(report))
         ov = overview(load_trace(args.trace), DiagnoseOptions(step_marker=args.step, warmup=args.warmup))
-        return report_payload(ov)
+        return overview_payload(ov)

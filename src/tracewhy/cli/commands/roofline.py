@@ -3,16 +3,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tracewhy.analyses.roofline import RooflineOptions, roofline
-from tracewhy.analyses.roofline_ops import OpRooflineOptions, op_roofline
-from tracewhy.cli.base import Command, add_output_options, emit, load_trace, warn, warnings_so_far
+from tracewhy.analyses.roofline import RooflineOptions
+from tracewhy.analyses.roofline_ops import OpRooflineOptions
+from tracewhy.cli.base import Command, add_output_options, emit, load_trace, warn
 from tracewhy.errors import TraceError
+from tracewhy.findings.roofline import op_roofline, roofline
 from tracewhy.readers.ncu import is_ncu, read_ncu
 from tracewhy.readers.source import sniff
 from tracewhy.renderers.roofline import (
     ncu_payload,
     ncu_runs_payload,
-    ops_payload,
+    op_roofline_payload,
     render_ncu_roofline,
     render_ncu_runs,
     render_op_roofline,
@@ -48,7 +49,7 @@ class RooflineCommand(Command):
             raise TraceError(path, "no such file")
         if sniff(path) == "kineto":
             ops = op_roofline(load_trace(args.report), OpRooflineOptions(device=args.device))
-            emit(args, self.name, ops_payload(ops), render_op_roofline(ops, args.top))
+            emit(args, self.name, op_roofline_payload(ops), render_op_roofline(ops, args.top))
             return 0
         if not is_ncu(path) and path.suffix not in (".ncu-rep", ".csv", ".log", ".txt"):
             raise TraceError(path, "not a PyTorch profiler trace, an .ncu-rep report or an ncu CSV export")
@@ -56,14 +57,13 @@ class RooflineCommand(Command):
         # What the reader skipped or reinterpreted: on stderr (emit prints it before the table,
         # also with --json), and the same lines under "warnings" in the JSON, as for traces.
         warn(path, report.warnings)
-        warnings = warnings_so_far()
         options = RooflineOptions(device=args.device)
         if len(report.runs) > 1:
             runs = [(run, roofline(report.run_report(run.index), options)) for run in report.runs]
-            emit(args, self.name, ncu_runs_payload(report.path, runs, warnings),
+            emit(args, self.name, ncu_runs_payload(report.path, runs),
                  render_ncu_runs(runs, args.top, args.launches, report.warnings))
             return 0
         result = roofline(report, options)
-        emit(args, self.name, {**ncu_payload(result), "warnings": warnings},
+        emit(args, self.name, ncu_payload(result),
              render_ncu_roofline(result, args.top, args.launches, report.warnings))
         return 0

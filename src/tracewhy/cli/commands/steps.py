@@ -4,7 +4,7 @@ import argparse
 
 from tracewhy.analyses.steps import StepsOptions, steps
 from tracewhy.cli.base import Command, add_output_options, emit, load_trace, positive_int
-from tracewhy.renderers.terminal import render_steps
+from tracewhy.renderers.terminal import render_steps, steps_payload
 
 
 class StepsCommand(Command):
@@ -20,7 +20,5 @@ class StepsCommand(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         r = steps(load_trace(args.trace), StepsOptions(marker=args.step, warmup=args.warmup))
-        payload = {"marker": r.marker, "warmup": r.warmup, "warmup_reason": r.warmup_reason, "stats": r.stats,
-                   "note": r.note, "steps": r.table}
-        emit(args, self.name, payload, render_steps(r, args.top))
+        emit(args, self.name, steps_payload(r), render_steps(r, args.top))
         return 0
