@@ -1,10 +1,10 @@
-"""Why each kernel of an Nsight Compute report is slow: roofline position, bound, and reasons.
+"""Where each kernel of an Nsight Compute report stands against its roofs: the numbers only.
 
 Per launch: compute and memory throughput as % of peak (speed of light), achieved FLOP/s per
-precision and DRAM bandwidth, arithmetic intensity against the device's ridge point, a bound
-(memory / compute / latency) with its reason in words, the occupancy limiter, waves and tail,
-register spills, uncoalesced-access signs, the dominant warp stalls, and ncu's own rule
-messages with their estimated speedups. Per kernel name: the same, weighted by time.
+precision and DRAM bandwidth, arithmetic intensity against the device's ridge point, the
+occupancy limit and its resource, waves, register spills, coalescing figures and clocks; per
+launch and reason, the warp-stall breakdown. ``findings.roofline`` turns these into the bound
+and its reasons.
 """
 
 from __future__ import annotations
@@ -15,36 +15,13 @@ from typing import Any, Final
 
 import polars as pl
 
-from tracewhy.analyses import roofline_thresholds as th
 from tracewhy.analyses.peaks import DevicePeaks, lookup_peaks
-from tracewhy.model.ncu import BCol, NCol, NcuReport, RCol
+from tracewhy.model.ncu import BCol, NCol, NcuReport
 
-MEMORY_BOUND: Final = "memory-bound"
-COMPUTE_BOUND: Final = "compute-bound"
-LATENCY_BOUND: Final = "latency-bound"
-UNKNOWN: Final = "unknown"
-BOUNDS: Final = (MEMORY_BOUND, COMPUTE_BOUND, LATENCY_BOUND, UNKNOWN)
-
-#: What each warp-stall reason means, in the words the verdicts use.
-STALL_MEANING: Final = {
-    "long_scoreboard": "waiting on global/local memory",
-    "short_scoreboard": "waiting on shared memory or special-function results",
-    "wait": "fixed-latency instruction dependencies",
-    "math_pipe_throttle": "math pipes busy",
-    "mio_throttle": "shared-memory/special-function queue full",
-    "lg_throttle": "global/local memory queue full",
-    "tex_throttle": "texture queue full",
-    "barrier": "waiting at block barriers",
-    "membar": "waiting on memory fences",
-    "branch_resolving": "resolving branch targets",
-    "no_instruction": "instruction-cache misses",
-    "no_instructions": "instruction-cache misses",
-    "imc_miss": "constant-cache misses",
-    "drain": "draining stores at exit",
-    "dispatch_stall": "dispatch stalls",
-    "sleeping": "sleeping",
-    "misc": "miscellaneous",
-}
+#: Stall reasons that are not waits: "selected" is issuing, "not_selected" is ready but another
+#: warp was picked. A measurement parameter, not a verdict line: it defines what a stall is, so
+#: every stall share (``SCol.SHARE``) is a share of the cycles warps actually waited.
+NON_STALL_REASONS: Final = ("selected", "not_selected")
 
 #: Occupancy limit columns and the resource each stands for.
 _LIMITERS: Final = (
@@ -54,6 +31,52 @@ _LIMITERS: Final = (
     (NCol.LIMIT_BLOCKS, "max blocks per SM"),
     (NCol.LIMIT_BARRIERS, "barriers"),
 )
+
+
+class LCol:
+    """Measured columns of ``NcuRooflineMeasures.launches`` (beside ncu's launch id, names, duration)."""
+
+    SM_PCT: Final = "sm_pct"
+    MEMORY_PCT: Final = "memory_pct"
+    DRAM_PCT: Final = "dram_pct"
+    L1_PCT: Final = "l1_pct"
+    L2_PCT: Final = "l2_pct"
+    DRAM_BYTES_PER_S: Final = "dram_bytes_per_s"
+    PEAK_DRAM_BYTES_PER_S: Final = "peak_dram_bytes_per_s"
+    FP64_FLOP_PER_S: Final = "fp64_flop_per_s"
+    FP32_FLOP_PER_S: Final = "fp32_flop_per_s"
+    FP16_FLOP_PER_S: Final = "fp16_flop_per_s"
+    PRECISION: Final = "precision"  # the precision with the most FLOP/s: the roof the kernel is placed under
+    FLOP_PER_S: Final = "flop_per_s"
+    PEAK_FLOP_PER_S: Final = "peak_flop_per_s"
+    ARITHMETIC_INTENSITY: Final = "arithmetic_intensity"  # FLOP per DRAM byte
+    RIDGE_POINT: Final = "ridge_point"
+    ROOF_FLOP_PER_S: Final = "roof_flop_per_s"
+    ROOF_FRACTION: Final = "roof_fraction"
+    TENSOR_PIPE_PCT: Final = "tensor_pipe_pct"
+    ACHIEVED_OCCUPANCY_PCT: Final = "achieved_occupancy_pct"
+    THEORETICAL_OCCUPANCY_PCT: Final = "theoretical_occupancy_pct"
+    OCCUPANCY_LIMITER: Final = "occupancy_limiter"  # the resource(s) with the lowest block limit, when below 100%
+    LIMITER_BLOCKS_PER_SM: Final = "limiter_blocks_per_sm"  # that lowest limit
+    WAVES_PER_SM: Final = "waves_per_sm"
+    GRID_SIZE: Final = "grid_size"
+    SM_COUNT: Final = "sm_count"
+    LOCAL_MEMORY_INST: Final = "local_memory_inst"
+    EXCESS_SECTOR_SHARE: Final = "excess_sector_share"
+    SECTORS_PER_LOAD: Final = "sectors_per_load"
+    SECTORS_PER_STORE: Final = "sectors_per_store"
+    SM_CLOCK_HZ: Final = "sm_clock_hz"
+    CLOCK_RATIO: Final = "clock_ratio"  # SM clock over the device's maximum
+    CLOCKS_LOCKED_RECORDED: Final = "clocks_locked_recorded"  # ncu's own ClockStatus, when it has one
+    RULE_COUNT: Final = "rule_count"
+
+
+class SCol:
+    """Columns of ``NcuRooflineMeasures.stalls`` beside ``BCol.LAUNCH``, ``BCol.VALUE`` and ``NCol.NAME``."""
+
+    REASON: Final = "reason"
+    SHARE: Final = "share"  # of the launch's stall cycles (or samples)
+    SOURCE: Final = "source"  # "stall_cycles" (cycles per issued instruction) or "stall_samples"
 
 
 @dataclass(frozen=True)
@@ -71,12 +94,13 @@ class Ceilings:
 
 
 @dataclass(frozen=True)
-class NcuRooflineResult:
-    """Verdicts for every launch (``launches``) and kernel name (``kernels``), longest first.
+class NcuRooflineMeasures:
+    """Measurements for every launch (``launches``, in report order) of one ncu report.
 
     ``rules`` holds ncu's messages with the kernel name; ``stalls`` the stall breakdown with
-    each reason's share of stall cycles. ``notes`` are report-wide caveats (clock locking,
-    where the peaks came from).
+    each reason's share. ``ceilings`` are the longest launch's (its measured clocks are the
+    steadiest); ``peaks`` is the peak-table entry used for figures the report lacks;
+    ``warnings`` what the reader skipped or reinterpreted.
     """
 
     path: str
@@ -84,12 +108,11 @@ class NcuRooflineResult:
     tool_version: str | None
     device_name: str | None
     ceilings: Ceilings
-    clocks_locked: bool | None
+    peaks: DevicePeaks | None
+    warnings: tuple[str, ...]
     launches: pl.DataFrame
-    kernels: pl.DataFrame
     rules: pl.DataFrame
     stalls: pl.DataFrame
-    notes: tuple[str, ...]
 
 
 def _num(row: dict[str, Any], key: str) -> float | None:
@@ -112,32 +135,25 @@ def _flops_per_cycle(row: dict[str, Any], add: str, mul: str, fma: str) -> float
     return (a or 0.0) + (m or 0.0) + 2.0 * (f or 0.0)
 
 
-def _fmt_rate(value: float, unit: str) -> str:
-    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M")):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g} {prefix}{unit}"
-    return f"{value:.3g} {unit}"
-
-
 def _stalls(report: NcuReport) -> pl.DataFrame:
     """Stall reasons per launch with their share of stall cycles (or of samples as a fallback)."""
     b = report.breakdowns
     groups = [g for g in ("stall_cycles", "stall_samples") if b.filter(pl.col(BCol.GROUP) == g).height]
     if not groups:
-        return pl.DataFrame(schema={BCol.LAUNCH: pl.Int64, "reason": pl.String, BCol.VALUE: pl.Float64,
-                                    "share": pl.Float64, "source": pl.String})
+        return pl.DataFrame(schema={BCol.LAUNCH: pl.Int64, SCol.REASON: pl.String, BCol.VALUE: pl.Float64,
+                                    SCol.SHARE: pl.Float64, SCol.SOURCE: pl.String})
     frames = []
     for group in groups:
-        s = b.filter((pl.col(BCol.GROUP) == group) & ~pl.col(BCol.KEY).is_in(list(th.NON_STALL_REASONS)))
-        frames.append(s.with_columns(pl.lit(group).alias("source")))
+        s = b.filter((pl.col(BCol.GROUP) == group) & ~pl.col(BCol.KEY).is_in(list(NON_STALL_REASONS)))
+        frames.append(s.with_columns(pl.lit(group).alias(SCol.SOURCE)))
     s = pl.concat(frames)
     # Prefer cycles-per-issue; samples only for launches that lack them.
-    has_cycles = s.filter(pl.col("source") == "stall_cycles").get_column(BCol.LAUNCH).unique()
-    s = s.filter((pl.col("source") == "stall_cycles") | ~pl.col(BCol.LAUNCH).is_in(has_cycles.implode()))
+    has_cycles = s.filter(pl.col(SCol.SOURCE) == "stall_cycles").get_column(BCol.LAUNCH).unique()
+    s = s.filter((pl.col(SCol.SOURCE) == "stall_cycles") | ~pl.col(BCol.LAUNCH).is_in(has_cycles.implode()))
     return (
-        s.with_columns((pl.col(BCol.VALUE) / pl.col(BCol.VALUE).sum().over(BCol.LAUNCH)).alias("share"))
-        .select(BCol.LAUNCH, pl.col(BCol.KEY).alias("reason"), BCol.VALUE, "share", "source")
-        .sort([BCol.LAUNCH, BCol.VALUE, "reason"], descending=[False, True, False])
+        s.with_columns((pl.col(BCol.VALUE) / pl.col(BCol.VALUE).sum().over(BCol.LAUNCH)).alias(SCol.SHARE))
+        .select(BCol.LAUNCH, pl.col(BCol.KEY).alias(SCol.REASON), BCol.VALUE, SCol.SHARE, SCol.SOURCE)
+        .sort([BCol.LAUNCH, BCol.VALUE, SCol.REASON], descending=[False, True, False])
     )
 
 
@@ -148,12 +164,11 @@ def _table_peaks(report: NcuReport, options: RooflineOptions) -> DevicePeaks | N
     return lookup_peaks(name, int(sms[0]) if sms.len() else None)
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Launch:
-    """Working state for one launch's verdict."""
+    """One launch's raw ncu row, read with NaN as missing."""
 
     row: dict[str, Any]
-    details: list[str] = field(default_factory=list)
 
     def get(self, key: str) -> float | None:
         return _num(self.row, key)
@@ -219,218 +234,95 @@ def _throughputs(launch: _Launch, ceil: Ceilings) -> dict[str, float | None]:
         mem_pct = max(levels) if levels else None
     clock = _sm_clock(launch)
     flops: dict[str, float | None] = {}
-    for precision, ops in (("fp64", (NCol.DADD, NCol.DMUL, NCol.DFMA)),
-                           ("fp32", (NCol.FADD, NCol.FMUL, NCol.FFMA)),
-                           ("fp16", (NCol.HADD, NCol.HMUL, NCol.HFMA))):
+    for column, ops in ((LCol.FP64_FLOP_PER_S, (NCol.DADD, NCol.DMUL, NCol.DFMA)),
+                        (LCol.FP32_FLOP_PER_S, (NCol.FADD, NCol.FMUL, NCol.FFMA)),
+                        (LCol.FP16_FLOP_PER_S, (NCol.HADD, NCol.HMUL, NCol.HFMA))):
         per_cycle = _flops_per_cycle(launch.row, *ops)
-        flops[precision] = per_cycle * clock if per_cycle is not None and clock else None
-    return {"dram_bytes_per_s": dram_rate, "dram_pct": dram_pct, "memory_pct": mem_pct, **{
-        f"{p}_flop_per_s": v for p, v in flops.items()}}
+        flops[column] = per_cycle * clock if per_cycle is not None and clock else None
+    return {LCol.DRAM_BYTES_PER_S: dram_rate, LCol.DRAM_PCT: dram_pct, LCol.MEMORY_PCT: mem_pct, **flops}
+
+
+_PRECISION_COLUMNS: Final = (("fp64", LCol.FP64_FLOP_PER_S), ("fp32", LCol.FP32_FLOP_PER_S),
+                             ("fp16", LCol.FP16_FLOP_PER_S))
 
 
 def _roofline(t: dict[str, float | None], ceil: Ceilings) -> dict[str, Any]:
     """Position against the roof of the precision the kernel used most."""
-    achieved = {p: t[f"{p}_flop_per_s"] for p in ("fp64", "fp32", "fp16")}
+    achieved = {p: t[column] for p, column in _PRECISION_COLUMNS}
     used = {p: v for p, v in achieved.items() if v}
-    out: dict[str, Any] = {"precision": None, "flop_per_s": None, "peak_flop_per_s": None,
-                           "arithmetic_intensity": None, "ridge_point": None,
-                           "roof_flop_per_s": None, "roof_fraction": None}
+    out: dict[str, Any] = {LCol.PRECISION: None, LCol.FLOP_PER_S: None, LCol.PEAK_FLOP_PER_S: None,
+                           LCol.ARITHMETIC_INTENSITY: None, LCol.RIDGE_POINT: None,
+                           LCol.ROOF_FLOP_PER_S: None, LCol.ROOF_FRACTION: None}
     if not used:
         # No floating-point work: the only roof is DRAM bandwidth.
-        bw = t["dram_bytes_per_s"]
+        bw = t[LCol.DRAM_BYTES_PER_S]
         if bw and ceil.dram_bytes_per_s:
-            out["roof_fraction"] = bw / ceil.dram_bytes_per_s
+            out[LCol.ROOF_FRACTION] = bw / ceil.dram_bytes_per_s
         return out
     precision = max(used, key=lambda p: used[p])
     peak = ceil.flop_per_s.get("fp16_tensor" if precision == "fp16" else precision)
     flop_rate = used[precision]
-    out.update(precision=precision, flop_per_s=flop_rate, peak_flop_per_s=peak)
-    bw = t["dram_bytes_per_s"]
+    out.update({LCol.PRECISION: precision, LCol.FLOP_PER_S: flop_rate, LCol.PEAK_FLOP_PER_S: peak})
+    bw = t[LCol.DRAM_BYTES_PER_S]
     if bw:
         ai = flop_rate / bw
-        out["arithmetic_intensity"] = ai
+        out[LCol.ARITHMETIC_INTENSITY] = ai
         if peak and ceil.dram_bytes_per_s:
             roof = min(peak, ai * ceil.dram_bytes_per_s)
-            out.update(ridge_point=peak / ceil.dram_bytes_per_s, roof_flop_per_s=roof,
-                       roof_fraction=flop_rate / roof)
+            out.update({LCol.RIDGE_POINT: peak / ceil.dram_bytes_per_s, LCol.ROOF_FLOP_PER_S: roof,
+                        LCol.ROOF_FRACTION: flop_rate / roof})
     return out
 
 
-def _occupancy(launch: _Launch) -> tuple[str | None, str | None]:
-    """(limiter, grid note) and details about occupancy, waves and tails."""
-    achieved, theoretical = launch.get(NCol.OCC_ACHIEVED), launch.get(NCol.OCC_THEORETICAL)
-    limiter = None
-    limits = [(launch.get(col), what) for col, what in _LIMITERS]
-    present = [(v, w) for v, w in limits if v is not None]
-    if present and theoretical is not None and theoretical < 100.0:
-        low = min(v for v, _ in present)
-        names = [w for v, w in present if v == low]
-        limiter = " and ".join(names)
-        if theoretical < th.LOW_THEORETICAL_OCCUPANCY_PCT:
-            launch.details.append(
-                f"theoretical occupancy {theoretical:.0f}% is limited by {limiter} "
-                f"({low:.0f} blocks per SM)")
-    if achieved is not None and theoretical and achieved < th.OCCUPANCY_GAP_RATIO * theoretical:
-        launch.details.append(
-            f"achieved occupancy {achieved:.0f}% is well below the theoretical {theoretical:.0f}% "
-            "(load imbalance, a tail, or too few blocks)")
-    waves = launch.get(NCol.WAVES)
-    grid_note = None
-    if waves is not None:
-        blocks, sms = launch.get(NCol.GRID_SIZE), launch.get(NCol.SM_COUNT)
-        if waves < th.FULL_WAVE:
-            grid_note = "small grid"
-            extra = f" ({blocks:.0f} blocks for {sms:.0f} SMs)" if blocks and sms else ""
-            launch.details.append(f"the grid fills only {waves:.2f} of one wave{extra}: SMs sit idle")
-        elif waves < th.TAIL_MAX_WAVES:
-            fill = waves - math.floor(waves)
-            if 0.0 < fill < th.TAIL_FILL_BELOW:
-                grid_note = "tail"
-                launch.details.append(
-                    f"{waves:.2f} waves: the last wave is {fill:.0%} full, so SMs idle through it")
-    return limiter, grid_note
+def _occupancy(launch: _Launch) -> dict[str, Any]:
+    """The resource(s) with the lowest block limit, when theoretical occupancy is below 100%."""
+    theoretical = launch.get(NCol.OCC_THEORETICAL)
+    present = [(v, what) for v, what in ((launch.get(col), what) for col, what in _LIMITERS) if v is not None]
+    if not present or theoretical is None or theoretical >= 100.0:
+        return {LCol.OCCUPANCY_LIMITER: None, LCol.LIMITER_BLOCKS_PER_SM: None}
+    low = min(v for v, _ in present)
+    return {LCol.OCCUPANCY_LIMITER: " and ".join(w for v, w in present if v == low),
+            LCol.LIMITER_BLOCKS_PER_SM: low}
 
 
-def _memory_signs(launch: _Launch) -> dict[str, Any]:
-    out: dict[str, Any] = {"local_memory_inst": None, "excess_sector_share": None,
-                           "sectors_per_load": None, "sectors_per_store": None, "uncoalesced": None}
-    local = _sum(launch.get(NCol.LOCAL_LOADS), launch.get(NCol.LOCAL_STORES))
-    out["local_memory_inst"] = local
-    if local:
-        launch.details.append(
-            f"{local:,.0f} local-memory instructions: register spills (or local arrays) go to memory")
-    flags = []
+def _memory_access(launch: _Launch) -> dict[str, Any]:
+    """Local-memory instructions (spills), excess L2 sectors and sectors per global request."""
+    out: dict[str, Any] = {LCol.LOCAL_MEMORY_INST: _sum(launch.get(NCol.LOCAL_LOADS), launch.get(NCol.LOCAL_STORES)),
+                           LCol.EXCESS_SECTOR_SHARE: None, LCol.SECTORS_PER_LOAD: None,
+                           LCol.SECTORS_PER_STORE: None}
     excess, ideal = launch.get(NCol.L2_EXCESS_SECTORS), launch.get(NCol.L2_IDEAL_SECTORS)
     if excess is not None and ideal:
-        share = excess / (excess + ideal)
-        out["excess_sector_share"] = share
-        if share >= th.EXCESS_SECTORS_SHARE:
-            flags.append(f"{share:.0%} of global-memory sectors are excess (uncoalesced)")
-    for kind, sectors, requests in (("load", NCol.GLOBAL_LD_SECTORS, NCol.GLOBAL_LD_REQUESTS),
-                                    ("store", NCol.GLOBAL_ST_SECTORS, NCol.GLOBAL_ST_REQUESTS)):
+        out[LCol.EXCESS_SECTOR_SHARE] = excess / (excess + ideal)
+    for column, sectors, requests in ((LCol.SECTORS_PER_LOAD, NCol.GLOBAL_LD_SECTORS, NCol.GLOBAL_LD_REQUESTS),
+                                      (LCol.SECTORS_PER_STORE, NCol.GLOBAL_ST_SECTORS, NCol.GLOBAL_ST_REQUESTS)):
         s, r = launch.get(sectors), launch.get(requests)
         if s is not None and r:
-            ratio = s / r
-            out[f"sectors_per_{kind}"] = ratio
-            if ratio >= th.UNCOALESCED_SECTORS_PER_REQUEST:
-                flags.append(f"global {kind}s touch {ratio:.0f} sectors per request (uncoalesced)")
-    out["uncoalesced"] = bool(flags) if (out["excess_sector_share"] is not None
-                                         or out["sectors_per_load"] is not None
-                                         or out["sectors_per_store"] is not None) else None
-    launch.details.extend(flags)
+            out[column] = s / r
     return out
 
 
-def _stall_text(stalls: list[dict[str, Any]]) -> str | None:
-    if not stalls:
-        return None
-    parts = []
-    for s in stalls[:2]:
-        meaning = STALL_MEANING.get(s["reason"], s["reason"].replace("_", " "))
-        unit = " cycles/instr" if s["source"] == "stall_cycles" else " samples"
-        parts.append(f"{s['reason']} ({meaning}; {s['share']:.0%}, {s['value']:.1f}{unit})")
-    return "warps stall mostly on " + " and ".join(parts)
-
-
-def _verdict(launch: _Launch, t: dict[str, float | None], ceil: Ceilings, grid_note: str | None,
-             stalls: list[dict[str, Any]]) -> tuple[str, str]:
-    sm, mem = launch.get(NCol.SM_PCT), t["memory_pct"]
-    dram, l1, l2 = t["dram_pct"], launch.get(NCol.L1_PCT), launch.get(NCol.L2_PCT)
-    if sm is None and mem is None:
-        if launch.get(NCol.DUR) is None:
-            return UNKNOWN, "ncu recorded no metrics for this launch (collection failed or was skipped)"
-        return UNKNOWN, "the export has neither compute nor memory throughput for this launch"
-    sm_v, mem_v = sm or 0.0, mem or 0.0
-    # A throughput the export lacks is said to be missing, not shown as 0%.
-    sm_t = f"{sm_v:.0f}%" if sm is not None else "not in the export"
-    mem_t = f"{mem_v:.0f}%" if mem is not None else "not in the export"
-    if max(sm_v, mem_v) < th.SATURATED_PCT:
-        why = [f"neither compute (SM {sm_t}) nor memory ({mem_t}) is near its peak"]
-        if grid_note == "small grid":
-            why.append("too few blocks to fill the GPU")
-        stall = _stall_text(stalls)
-        if stall:
-            why.append(stall)
-        return LATENCY_BOUND, "; ".join(why)
-    balanced = abs(sm_v - mem_v) < th.BALANCED_GAP_PCT
-    if mem_v >= sm_v:
-        levels = [(v, n) for v, n in ((dram, "DRAM"), (l2, "L2"), (l1, "L1/shared")) if v is not None]
-        top = max(levels) if levels else None
-        where = f"{top[1]} at {top[0]:.0f}% of peak" if top else f"memory at {mem_v:.0f}% of peak"
-        rate = t["dram_bytes_per_s"]
-        if rate and ceil.dram_bytes_per_s:
-            where += (f" (DRAM {_fmt_rate(rate, 'B/s')} of {_fmt_rate(ceil.dram_bytes_per_s, 'B/s')})")
-        if top and top[1] != "DRAM" and dram is not None and dram < th.SATURATED_PCT:
-            where += f"; DRAM only {dram:.0f}%: on-chip traffic, not DRAM, is the limit"
-        if balanced:
-            where += f"; compute is close behind (SM {sm_t}): both need to shrink"
-        return MEMORY_BOUND, where
-    where = f"SM at {sm_v:.0f}% of peak (memory {mem_t})"
-    tensor = launch.get(NCol.TENSOR_PCT)
-    if tensor:
-        where += f"; tensor pipe {tensor:.0f}% busy"
-    if balanced:
-        where += "; memory is close behind: both need to shrink"
-    return COMPUTE_BOUND, where
-
-
-#: Rank of ncu's speedup types, best first. NvRules (IFrontend.SpeedupType) defines GLOBAL as
-#: "the proportional reduction in runtime of the entire workload" and LOCAL as "the proportional
-#: increase in efficiency of the hardware usage when viewing the performance problem in
-#: isolation": only a global figure is a share of the kernel's time, so a local 98.9% (a pipe
-#: that is idle, in a memory-bound copy) says less than a global 74% (uncoalesced accesses).
-#: A rule whose export gives no type (CSV pages without the column) ranks between the two.
-SPEEDUP_TYPE_RANK: Final = {"global": 0, None: 1, "local": 2}
-
-
-def rule_rank(rule: dict[str, Any]) -> tuple[int, float, int]:
-    """Sort key of one rule row, best first: global speedups by size, then untyped, then local,
-    then rules without an estimate (SOLBottleneck, ncu's summary verdict, first among those)."""
-    speedup = rule[RCol.SPEEDUP_PCT]
-    if speedup is None or math.isnan(speedup):
-        return 3, 0.0, 0 if rule[RCol.RULE] == "SOLBottleneck" else 1
-    return SPEEDUP_TYPE_RANK.get(rule[RCol.SPEEDUP_TYPE], 1), -speedup, 0
-
-
-def _top_rule(rules: list[dict[str, Any]]) -> tuple[str | None, float | None, str | None]:
-    """The rule to lead with: the largest global estimated speedup (report order breaks ties)."""
-    if not rules:
-        return None, None, None
-    pick = min(rules, key=rule_rank)
-    text = pick[RCol.TITLE] or pick[RCol.MESSAGE].split(". ")[0]
-    return f"{pick[RCol.RULE]}: {text}", pick[RCol.SPEEDUP_PCT], pick[RCol.SPEEDUP_TYPE]
-
-
-_LAUNCH_SCHEMA: Final = {
+_MEASURES_SCHEMA: Final = {
     NCol.LAUNCH: pl.Int64, NCol.NAME: pl.String, NCol.DEMANGLED: pl.String, NCol.DUR: pl.Int64,
-    "bound": pl.String,
-    "reason": pl.String, "details": pl.String, "sm_pct": pl.Float64, "memory_pct": pl.Float64,
-    "dram_pct": pl.Float64, "l1_pct": pl.Float64, "l2_pct": pl.Float64,
-    "dram_bytes_per_s": pl.Float64, "peak_dram_bytes_per_s": pl.Float64,
-    "fp64_flop_per_s": pl.Float64, "fp32_flop_per_s": pl.Float64, "fp16_flop_per_s": pl.Float64,
-    "precision": pl.String, "flop_per_s": pl.Float64, "peak_flop_per_s": pl.Float64,
-    "arithmetic_intensity": pl.Float64, "ridge_point": pl.Float64, "roof_flop_per_s": pl.Float64,
-    "roof_fraction": pl.Float64, "tensor_pipe_pct": pl.Float64,
-    "achieved_occupancy_pct": pl.Float64, "theoretical_occupancy_pct": pl.Float64,
-    "occupancy_limiter": pl.String, "waves_per_sm": pl.Float64, "grid_note": pl.String,
-    "local_memory_inst": pl.Float64, "excess_sector_share": pl.Float64,
-    "sectors_per_load": pl.Float64, "sectors_per_store": pl.Float64, "uncoalesced": pl.Boolean,
-    "top_stalls": pl.String, "sm_clock_hz": pl.Float64, "clock_ratio": pl.Float64,
-    "clocks_locked": pl.Boolean, "rule_count": pl.Int64, "top_rule": pl.String,
-    "top_rule_speedup_pct": pl.Float64, "top_rule_speedup_type": pl.String,
+    LCol.SM_PCT: pl.Float64, LCol.MEMORY_PCT: pl.Float64, LCol.DRAM_PCT: pl.Float64,
+    LCol.L1_PCT: pl.Float64, LCol.L2_PCT: pl.Float64, LCol.DRAM_BYTES_PER_S: pl.Float64,
+    LCol.PEAK_DRAM_BYTES_PER_S: pl.Float64, LCol.FP64_FLOP_PER_S: pl.Float64,
+    LCol.FP32_FLOP_PER_S: pl.Float64, LCol.FP16_FLOP_PER_S: pl.Float64, LCol.PRECISION: pl.String,
+    LCol.FLOP_PER_S: pl.Float64, LCol.PEAK_FLOP_PER_S: pl.Float64, LCol.ARITHMETIC_INTENSITY: pl.Float64,
+    LCol.RIDGE_POINT: pl.Float64, LCol.ROOF_FLOP_PER_S: pl.Float64, LCol.ROOF_FRACTION: pl.Float64,
+    LCol.TENSOR_PIPE_PCT: pl.Float64, LCol.ACHIEVED_OCCUPANCY_PCT: pl.Float64,
+    LCol.THEORETICAL_OCCUPANCY_PCT: pl.Float64, LCol.OCCUPANCY_LIMITER: pl.String,
+    LCol.LIMITER_BLOCKS_PER_SM: pl.Float64, LCol.WAVES_PER_SM: pl.Float64, LCol.GRID_SIZE: pl.Float64,
+    LCol.SM_COUNT: pl.Float64, LCol.LOCAL_MEMORY_INST: pl.Float64, LCol.EXCESS_SECTOR_SHARE: pl.Float64,
+    LCol.SECTORS_PER_LOAD: pl.Float64, LCol.SECTORS_PER_STORE: pl.Float64, LCol.SM_CLOCK_HZ: pl.Float64,
+    LCol.CLOCK_RATIO: pl.Float64, LCol.CLOCKS_LOCKED_RECORDED: pl.Boolean, LCol.RULE_COUNT: pl.Int64,
 }
 
 
-def roofline(report: NcuReport, options: RooflineOptions = RooflineOptions()) -> NcuRooflineResult:
+def measure_roofline(report: NcuReport, options: RooflineOptions = RooflineOptions()) -> NcuRooflineMeasures:
     table = _table_peaks(report, options)
-    stalls = _stalls(report)
-    stalls_by_launch: dict[int, list[dict[str, Any]]] = {}
-    for s in stalls.iter_rows(named=True):
-        stalls_by_launch.setdefault(s[BCol.LAUNCH], []).append(s)
-    rules_by_launch: dict[int, list[dict[str, Any]]] = {}
-    for r in report.rules.iter_rows(named=True):
-        rules_by_launch.setdefault(r[RCol.LAUNCH], []).append(r)
-
+    rule_counts: dict[int, int] = {}
+    for launch_id in report.rules.get_column(NCol.LAUNCH).to_list():
+        rule_counts[launch_id] = rule_counts.get(launch_id, 0) + 1
     rows: list[dict[str, Any]] = []
     # Report-wide ceilings are those of the longest launch: its measured clocks are the steadiest.
     ceilings, longest = Ceilings(), -1
@@ -441,99 +333,45 @@ def roofline(report: NcuReport, options: RooflineOptions = RooflineOptions()) ->
         if (raw[NCol.DUR] or 0) > longest:
             ceilings, longest = ceil, raw[NCol.DUR] or 0
         t = _throughputs(launch, ceil)
-        roof = _roofline(t, ceil)
-        limiter, grid_note = _occupancy(launch)
-        signs = _memory_signs(launch)
-        launch_id = raw[NCol.LAUNCH]
-        bound, reason = _verdict(launch, t, ceil, grid_note, stalls_by_launch.get(launch_id, []))
-        top_rule, top_speedup, top_type = _top_rule(rules_by_launch.get(launch_id, []))
-        locked = raw[NCol.CLOCKS_LOCKED]
-        if locked is None and ratio is not None:
-            locked = ratio < th.CLOCK_LOCK_RATIO
         rows.append({
-            NCol.LAUNCH: launch_id, NCol.NAME: raw[NCol.NAME], NCol.DEMANGLED: raw[NCol.DEMANGLED],
-            NCol.DUR: raw[NCol.DUR],
-            "bound": bound, "reason": reason, "details": "; ".join(launch.details) or None,
-            "sm_pct": launch.get(NCol.SM_PCT), "memory_pct": t["memory_pct"], "dram_pct": t["dram_pct"],
-            "l1_pct": launch.get(NCol.L1_PCT), "l2_pct": launch.get(NCol.L2_PCT),
-            "dram_bytes_per_s": t["dram_bytes_per_s"], "peak_dram_bytes_per_s": ceil.dram_bytes_per_s,
-            "fp64_flop_per_s": t["fp64_flop_per_s"], "fp32_flop_per_s": t["fp32_flop_per_s"],
-            "fp16_flop_per_s": t["fp16_flop_per_s"], **roof,
-            "tensor_pipe_pct": launch.get(NCol.TENSOR_PCT),
-            "achieved_occupancy_pct": launch.get(NCol.OCC_ACHIEVED),
-            "theoretical_occupancy_pct": launch.get(NCol.OCC_THEORETICAL),
-            "occupancy_limiter": limiter, "waves_per_sm": launch.get(NCol.WAVES), "grid_note": grid_note,
-            **signs,
-            "top_stalls": _stall_text(stalls_by_launch.get(launch_id, [])),
-            "sm_clock_hz": launch.get(NCol.SM_CLOCK), "clock_ratio": ratio, "clocks_locked": locked,
-            "rule_count": len(rules_by_launch.get(launch_id, [])), "top_rule": top_rule,
-            "top_rule_speedup_pct": top_speedup, "top_rule_speedup_type": top_type,
+            NCol.LAUNCH: raw[NCol.LAUNCH], NCol.NAME: raw[NCol.NAME], NCol.DEMANGLED: raw[NCol.DEMANGLED],
+            NCol.DUR: raw[NCol.DUR], **t, **_roofline(t, ceil), **_occupancy(launch), **_memory_access(launch),
+            LCol.SM_PCT: launch.get(NCol.SM_PCT), LCol.L1_PCT: launch.get(NCol.L1_PCT),
+            LCol.L2_PCT: launch.get(NCol.L2_PCT), LCol.PEAK_DRAM_BYTES_PER_S: ceil.dram_bytes_per_s,
+            LCol.TENSOR_PIPE_PCT: launch.get(NCol.TENSOR_PCT),
+            LCol.ACHIEVED_OCCUPANCY_PCT: launch.get(NCol.OCC_ACHIEVED),
+            LCol.THEORETICAL_OCCUPANCY_PCT: launch.get(NCol.OCC_THEORETICAL),
+            LCol.WAVES_PER_SM: launch.get(NCol.WAVES), LCol.GRID_SIZE: launch.get(NCol.GRID_SIZE),
+            LCol.SM_COUNT: launch.get(NCol.SM_COUNT), LCol.SM_CLOCK_HZ: launch.get(NCol.SM_CLOCK),
+            LCol.CLOCK_RATIO: ratio, LCol.CLOCKS_LOCKED_RECORDED: raw[NCol.CLOCKS_LOCKED],
+            LCol.RULE_COUNT: rule_counts.get(raw[NCol.LAUNCH], 0),
         })
-    launches = pl.DataFrame(rows, schema=_LAUNCH_SCHEMA, strict=False)
     names = report.launches.get_column(NCol.DEVICE_NAME).drop_nulls()
     device = names[0] if names.len() else (table.name if table else options.device)
-    locked_values = launches.get_column("clocks_locked").drop_nulls()
-    clocks_locked = bool(locked_values.any()) if locked_values.len() else None
-    notes = _notes(report, launches, ceilings, table, clocks_locked)
-    rules = report.rules.join(report.launches.select(NCol.LAUNCH, NCol.NAME), on=NCol.LAUNCH, how="left")
-    stalls = stalls.join(report.launches.select(NCol.LAUNCH, NCol.NAME), on=NCol.LAUNCH, how="left")
-    return NcuRooflineResult(
+    kernel_names = report.launches.select(NCol.LAUNCH, NCol.NAME)
+    return NcuRooflineMeasures(
         path=report.path, format=report.format, tool_version=report.tool_version, device_name=device,
-        ceilings=ceilings, clocks_locked=clocks_locked,
-        launches=launches.sort([NCol.DUR, NCol.LAUNCH], descending=[True, False], nulls_last=True),
-        kernels=_by_kernel(launches), rules=rules, stalls=stalls, notes=notes,
+        ceilings=ceilings, peaks=table, warnings=tuple(report.warnings),
+        launches=pl.DataFrame(rows, schema=_MEASURES_SCHEMA, strict=False),
+        rules=report.rules.join(kernel_names, on=NCol.LAUNCH, how="left"),
+        stalls=_stalls(report).join(kernel_names, on=NCol.LAUNCH, how="left"),
     )
 
 
-def _notes(report: NcuReport, launches: pl.DataFrame, ceilings: Ceilings, table: DevicePeaks | None,
-           clocks_locked: bool | None) -> tuple[str, ...]:
-    notes = list(report.warnings)
-    clock_note = _clock_note(report, launches, clocks_locked)
-    if clock_note:
-        notes.append(clock_note)
-    if ceilings.source == "none":
-        notes.append("no peaks: the report has none and the device is not in the peak table "
-                     "(pass --device NAME); percentages of peak come from ncu alone")
-    elif "table" in ceilings.source and table is not None:
-        notes.append(f"peaks not in the report come from the {table.name} entry ({table.source})"
-                     + (f"; {table.scaled_note}" if table.scaled_note else ""))
-    unknown = launches.filter(pl.col("bound") == UNKNOWN).height
-    if unknown:
-        notes.append(f"{unknown} launch(es) have no throughput metrics and no verdict")
-    return tuple(notes)
+class KCol:
+    """Columns of ``weighted_by_kernel`` beside ``NCol.NAME`` and the ``WEIGHTED`` launch columns."""
+
+    LAUNCHES: Final = "launches"
+    TOTAL_NS: Final = "total_ns"
+    MEAN_NS: Final = "mean_ns"
+    WEIGHTED: Final = (LCol.SM_PCT, LCol.MEMORY_PCT, LCol.DRAM_PCT, LCol.ACHIEVED_OCCUPANCY_PCT,
+                       LCol.THEORETICAL_OCCUPANCY_PCT, LCol.ROOF_FRACTION, LCol.ARITHMETIC_INTENSITY,
+                       LCol.DRAM_BYTES_PER_S, LCol.FLOP_PER_S)
 
 
-def _clock_note(report: NcuReport, launches: pl.DataFrame, clocks_locked: bool | None) -> str | None:
-    """What the SM clock of the longest launch says about the capture, if anything."""
-    timed = launches.filter(pl.col(NCol.DUR).is_not_null())
-    longest = timed.sort(NCol.DUR, descending=True).row(0, named=True) if timed.height else {}
-    ratio, clock = longest.get("clock_ratio"), longest.get("sm_clock_hz")
-    # ncu's own record (ClockStatus), not the guess from the clock that launches["clocks_locked"]
-    # falls back to.
-    raw = report.launches.filter(pl.col(NCol.LAUNCH) == longest.get(NCol.LAUNCH, -1))
-    recorded = raw.get_column(NCol.CLOCKS_LOCKED)[0] if raw.height else None
-    if ratio is not None and clock and ratio < th.LOW_CLOCK_RATIO:
-        cause = {
-            True: "clocks were locked for profiling (ncu's default --clock-control base)",
-            False: ("ncu did not lock the clocks, so the GPU ran throttled (power or thermal limit) "
-                    "or clocked down between kernels"),
-            None: "clocks were locked for profiling or the GPU throttled",
-        }[recorded]
-        return (f"SM clock {clock / 1e9:.2f} GHz during the capture, {ratio:.0%} of the "
-                f"{clock / ratio / 1e9:.2f} GHz boost: {cause}. Compute-bound kernels run up to "
-                f"{1 / ratio:.1f}x faster at boost; compute peaks here are at the profiled clock.")
-    if not clocks_locked:
-        return None
-    at = f" (SM clock {clock / 1e9:.2f} GHz, {ratio:.0%} of the maximum)" if ratio is not None and clock else ""
-    what = ("clocks were locked for profiling" if report.launches.get_column(NCol.CLOCKS_LOCKED).drop_nulls().len()
-            else "clocks were probably locked for profiling (or the GPU throttled)")
-    return (f"{what}{at}: ncu's default --clock-control base. Durations are longer than in an "
-            "unlocked run, and compute peaks here are at the profiled clock.")
-
-
-def _by_kernel(launches: pl.DataFrame) -> pl.DataFrame:
-    """One row per kernel name: time-weighted metrics, the bound that takes most of its time."""
-    total = launches.get_column(NCol.DUR).sum() or 0
+def weighted_by_kernel(launches: pl.DataFrame) -> pl.DataFrame:
+    """One row per kernel name: launch count, total and mean time, and time-weighted means of
+    the throughput figures (launches without a duration or a figure carry no weight)."""
     w = pl.col(NCol.DUR).cast(pl.Float64)
 
     def wmean(col: str) -> pl.Expr:
@@ -542,36 +380,9 @@ def _by_kernel(launches: pl.DataFrame) -> pl.DataFrame:
         return (pl.when(weight > 0).then((pl.col(col) * w).filter(valid).sum() / weight)
                 .otherwise(None).alias(col))
 
-    by_bound = (
-        launches.group_by(NCol.NAME, "bound").agg(pl.col(NCol.DUR).sum().alias("bound_ns"))
-        .sort([NCol.NAME, "bound_ns", "bound"], descending=[False, True, False], nulls_last=True)
-        .group_by(NCol.NAME, maintain_order=True).first()
-    )
-    representative = (
-        launches.join(by_bound.select(NCol.NAME, "bound"), on=[NCol.NAME, "bound"])
-        .sort([NCol.NAME, NCol.DUR], descending=[False, True], nulls_last=True)
-        .group_by(NCol.NAME, maintain_order=True)
-        .first()
-        .select(NCol.NAME, "bound", "reason", "details", "occupancy_limiter", "top_stalls", "top_rule",
-                "top_rule_speedup_pct", "top_rule_speedup_type", "precision")
-    )
-    bounds_seen = launches.group_by(NCol.NAME).agg(pl.col("bound").unique().sort().alias("bounds"))
-    stats = launches.group_by(NCol.NAME).agg(
-        pl.len().cast(pl.Int64).alias("launches"),
-        pl.col(NCol.DUR).sum().alias("total_ns"),
-        pl.col(NCol.DUR).mean().alias("mean_ns"),
-        *(wmean(c) for c in ("sm_pct", "memory_pct", "dram_pct", "achieved_occupancy_pct",
-                             "theoretical_occupancy_pct", "roof_fraction", "arithmetic_intensity",
-                             "dram_bytes_per_s", "flop_per_s")),
-    )
-    return (
-        stats.join(representative, on=NCol.NAME, how="left")
-        .join(bounds_seen, on=NCol.NAME, how="left")
-        .with_columns(
-            (pl.col("total_ns") / max(total, 1)).alias("share"),
-            # The row's figures are time-weighted means; the reason's are its longest launch's.
-            pl.when(pl.col("launches") > 1).then(pl.format("in its longest launch, {}", "reason"))
-            .otherwise(pl.col("reason")).alias("reason"),
-        )
-        .sort(["total_ns", NCol.NAME], descending=[True, False], nulls_last=True)
+    return launches.group_by(NCol.NAME).agg(
+        pl.len().cast(pl.Int64).alias(KCol.LAUNCHES),
+        pl.col(NCol.DUR).sum().alias(KCol.TOTAL_NS),
+        pl.col(NCol.DUR).mean().alias(KCol.MEAN_NS),
+        *(wmean(c) for c in KCol.WEIGHTED),
     )

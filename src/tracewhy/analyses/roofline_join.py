@@ -1,4 +1,5 @@
-"""Nsight Compute verdicts joined onto a trace's kernels by name.
+"""Which Nsight Compute kernel a trace's kernel is, by name (``findings.roofline.join_ncu``
+carries the verdicts across).
 
 Kineto names a kernel by its full demangled signature ("void at::native::vectorized_elementwise
 _kernel<4, ...>(int, ...)"); ncu by its function name ("vectorized_elementwise_kernel") unless
@@ -9,16 +10,9 @@ name is unambiguous on both sides: many PyTorch kernels share one template.
 
 from __future__ import annotations
 
-from typing import Final
-
 import polars as pl
 
-from tracewhy.analyses.roofline import NcuRooflineResult
 from tracewhy.model.ncu import NCol
-
-#: ncu columns carried onto the trace's kernel rows, renamed with an "ncu_" prefix.
-CARRIED: Final = ("bound", "reason", "launches", "total_ns", "sm_pct", "memory_pct", "dram_pct",
-                  "roof_fraction", "achieved_occupancy_pct", "occupancy_limiter", "top_rule")
 
 
 def kernel_base_name(name: str) -> str:
@@ -39,25 +33,24 @@ def kernel_base_name(name: str) -> str:
     return text.rsplit("::", 1)[-1]
 
 
-def join_ncu(kernels: pl.DataFrame, ncu: NcuRooflineResult, name_column: str = "name") -> pl.DataFrame:
-    """``kernels`` (one row per trace kernel name) with ncu_* columns and ``ncu_match``."""
-    demangled = _demangled(ncu)
-    table = ncu.kernels.select(NCol.NAME, *CARRIED)
+def match_ncu_names(trace_names: list[str], ncu_names: list[str],
+                    demangled: dict[str, set[str]]) -> tuple[list[str | None], list[str | None]]:
+    """For each trace kernel name: the ncu kernel name it matches, and how ("exact", "base name",
+    "ambiguous" when its base name is shared, or None when ncu has no such kernel)."""
     exact: dict[str, str] = {}
-    for row in table.iter_rows(named=True):
-        exact[row[NCol.NAME]] = row[NCol.NAME]
-        for full in demangled.get(row[NCol.NAME], ()):
-            exact[full] = row[NCol.NAME]
+    for name in ncu_names:
+        exact[name] = name
+        for full in demangled.get(name, ()):
+            exact[full] = name
     base_groups: dict[str, set[str]] = {}
-    for name in table.get_column(NCol.NAME).to_list():
+    for name in ncu_names:
         base_groups.setdefault(kernel_base_name(name), set()).add(name)
-    names = kernels.get_column(name_column).to_list()
     trace_bases: dict[str, int] = {}
-    for name in names:
+    for name in trace_names:
         trace_bases[kernel_base_name(name)] = trace_bases.get(kernel_base_name(name), 0) + 1
     keys: list[str | None] = []
     how: list[str | None] = []
-    for name in names:
+    for name in trace_names:
         if name in exact:
             keys.append(exact[name])
             how.append("exact")
@@ -70,17 +63,12 @@ def join_ncu(kernels: pl.DataFrame, ncu: NcuRooflineResult, name_column: str = "
         else:
             keys.append(None)
             how.append("ambiguous" if candidates else None)
-    carried = table.rename({c: f"ncu_{c}" for c in CARRIED}).rename({NCol.NAME: "_ncu_key"})
-    return (
-        kernels.with_columns(pl.Series("_ncu_key", keys, dtype=pl.String), pl.Series("ncu_match", how, dtype=pl.String))
-        .join(carried, on="_ncu_key", how="left")
-        .drop("_ncu_key")
-    )
+    return keys, how
 
 
-def _demangled(ncu: NcuRooflineResult) -> dict[str, set[str]]:
+def demangled_names(launches: pl.DataFrame) -> dict[str, set[str]]:
     """ncu kernel name -> the full signatures its launches carry (``.ncu-rep`` only)."""
-    pairs = ncu.launches.select(NCol.NAME, NCol.DEMANGLED).drop_nulls().unique()
+    pairs = launches.select(NCol.NAME, NCol.DEMANGLED).drop_nulls().unique()
     out: dict[str, set[str]] = {}
     for name, full in pairs.iter_rows():
         out.setdefault(name, set()).add(full)

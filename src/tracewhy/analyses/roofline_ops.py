@@ -2,11 +2,11 @@
 
 For every CPU op instance that launched GPU work and whose shapes are modelled
 (``analyses.shapes``), its FLOPs and minimum bytes over its GPU time give achieved FLOP/s and
-bytes/s. Against the trace GPU's peaks (``analyses.peaks``) that yields a bound (memory or
-compute, by arithmetic intensity against the ridge point; latency for short ops far below
-their roof), the fraction of the roof reached, and the time lost to it. GPU time is the op's
-own device work (kernels, copies, memsets launched with the op innermost on the stack), so
-nested ops are never counted twice.
+bytes/s. Against the trace GPU's peaks (``analyses.peaks``) that yields the time the op would
+take at its compute and at its memory roof, the fraction of the roof reached, and the time
+lost to it (``findings.roofline`` names the bound). GPU time is the op's own device work
+(kernels, copies, memsets launched with the op innermost on the stack), so nested ops are
+never counted twice.
 """
 
 from __future__ import annotations
@@ -16,9 +16,7 @@ from typing import Any, Final
 
 import polars as pl
 
-from tracewhy.analyses import roofline_thresholds as th
 from tracewhy.analyses.peaks import DevicePeaks, lookup_peaks
-from tracewhy.analyses.roofline import COMPUTE_BOUND, LATENCY_BOUND, MEMORY_BOUND
 from tracewhy.analyses.shapes import GEMM, OpInputs, estimate
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, DCol, Kind, OCol
 from tracewhy.model.trace import Trace
@@ -31,18 +29,34 @@ CONCRETE_INPUTS_COLUMN: Final = getattr(OCol, "CONCRETE_INPUTS", "concrete_input
 _TF32_HINTS: Final = ("tf32", "s1688", "s16816tf32")
 
 
+class PCol:
+    """Columns of the instance and op tables that other modules read (beside ``Col.NAME``)."""
+
+    INPUT_DIMS: Final = "input_dims"
+    DTYPE: Final = "dtype"
+    GPU_NS: Final = "gpu_ns"
+    ROOF_NS: Final = "roof_ns"  # the longer of MEMORY_NS and COMPUTE_NS: the op's time at its roof
+    MEMORY_NS: Final = "memory_ns"  # minimum bytes at peak DRAM bandwidth
+    COMPUTE_NS: Final = "compute_ns"  # FLOPs at peak FLOP/s of the op's precision (0 without a peak)
+    ROOF_FRACTION: Final = "roof_fraction"
+    ARITHMETIC_INTENSITY: Final = "arithmetic_intensity"
+    LOST_NS: Final = "lost_ns"
+    NOTE: Final = "note"
+
+
 @dataclass(frozen=True)
 class OpRooflineOptions:
     device: str | None = None  # GPU name for the peak table when the trace does not name one
 
 
 @dataclass(frozen=True)
-class OpRooflineResult:
+class OpRooflineMeasures:
     """Shape-based roofline per op instance (``instances``) and per op name and shapes (``ops``).
 
     ``ops`` is sorted by GPU time; ``lost_ns`` (GPU time minus the time the op would take at
     its roof) ranks the ops furthest below their roof. ``covered_ns`` of ``gpu_time_ns`` is
-    the device time whose op has an estimate.
+    the device time whose op has an estimate; ``unmodelled_ns`` the GPU time of each op name
+    that has none. ``has_input_shapes`` is false when the trace was captured without them.
     """
 
     device_name: str | None
@@ -51,8 +65,12 @@ class OpRooflineResult:
     ops: pl.DataFrame
     gpu_time_ns: int
     covered_ns: int
-    notes: tuple[str, ...]
+    has_input_shapes: bool
+    unmodelled_ns: dict[str, int]
 
+
+#: What one row of ``ops`` stands for: an op name called with the same shapes and dtype.
+OP_KEYS: Final = (Col.NAME, PCol.INPUT_DIMS, PCol.DTYPE)
 
 _INSTANCE_SCHEMA: Final = {
     Col.ID: pl.Int64, Col.NAME: pl.String, "input_dims": pl.String, "category": pl.String,
@@ -60,8 +78,8 @@ _INSTANCE_SCHEMA: Final = {
     "flops": pl.Float64, "min_bytes": pl.Float64, "arithmetic_intensity": pl.Float64,
     "flop_per_s": pl.Float64, "bytes_per_s": pl.Float64, "peak_flop_per_s": pl.Float64,
     "peak_bytes_per_s": pl.Float64, "ridge_point": pl.Float64, "roof_flop_per_s": pl.Float64,
-    "roof_fraction": pl.Float64, "roof_ns": pl.Float64, "lost_ns": pl.Float64, "bound": pl.String,
-    "params": pl.String, "note": pl.String,
+    "roof_fraction": pl.Float64, "roof_ns": pl.Float64, "lost_ns": pl.Float64,
+    PCol.MEMORY_NS: pl.Float64, PCol.COMPUTE_NS: pl.Float64, "params": pl.String, "note": pl.String,
 }
 
 
@@ -95,27 +113,23 @@ def _place(cost_flops: float, cost_bytes: float, gpu_ns: int, peak_flops: float 
         "bytes_per_s": cost_bytes / seconds if seconds else None,
         "peak_flop_per_s": peak_flops, "peak_bytes_per_s": peak_bw,
         "ridge_point": None, "roof_flop_per_s": None, "roof_fraction": None, "roof_ns": None,
-        "lost_ns": None, "bound": None,
+        "lost_ns": None, PCol.MEMORY_NS: None, PCol.COMPUTE_NS: None,
     }
     if not peak_bw or not seconds:
         return out
     memory_ns = cost_bytes / peak_bw * 1e9
     compute_ns = cost_flops / peak_flops * 1e9 if peak_flops and cost_flops else 0.0
     roof_ns = max(memory_ns, compute_ns)
-    bound = COMPUTE_BOUND if compute_ns > memory_ns else MEMORY_BOUND
-    fraction = roof_ns / gpu_ns if gpu_ns else None
-    if (fraction is not None and gpu_ns < th.SHAPE_LATENCY_MAX_NS
-            and fraction < th.SHAPE_LATENCY_EFFICIENCY):
-        bound = LATENCY_BOUND
-    out.update(
-        ridge_point=peak_flops / peak_bw if peak_flops else None,
-        roof_flop_per_s=(min(peak_flops, ai * peak_bw) if peak_flops and ai is not None else None),
-        roof_fraction=fraction, roof_ns=roof_ns, lost_ns=max(gpu_ns - roof_ns, 0.0), bound=bound,
-    )
+    out.update({
+        "ridge_point": peak_flops / peak_bw if peak_flops else None,
+        "roof_flop_per_s": (min(peak_flops, ai * peak_bw) if peak_flops and ai is not None else None),
+        PCol.ROOF_FRACTION: roof_ns / gpu_ns if gpu_ns else None, PCol.ROOF_NS: roof_ns,
+        PCol.LOST_NS: max(gpu_ns - roof_ns, 0.0), PCol.MEMORY_NS: memory_ns, PCol.COMPUTE_NS: compute_ns,
+    })
     return out
 
 
-def op_roofline(trace: Trace, options: OpRooflineOptions = OpRooflineOptions()) -> OpRooflineResult:
+def measure_op_roofline(trace: Trace, options: OpRooflineOptions = OpRooflineOptions()) -> OpRooflineMeasures:
     trace.require_whole()
     device, peaks = _device_peaks(trace, options)
     s = trace.slices
@@ -162,8 +176,8 @@ def op_roofline(trace: Trace, options: OpRooflineOptions = OpRooflineOptions()) 
         })
     instances = pl.DataFrame(rows, schema=_INSTANCE_SCHEMA, strict=False)
     covered = int(instances.get_column("gpu_ns").sum() or 0)
-    notes = _notes(trace, device, peaks, skipped, covered, gpu_time, instances)
-    return OpRooflineResult(device, peaks, instances, _by_op(instances), gpu_time, covered, notes)
+    has_shapes = trace.op_attrs.get_column(OCol.INPUT_DIMS).null_count() < trace.op_attrs.height
+    return OpRooflineMeasures(device, peaks, instances, _by_op(instances), gpu_time, covered, has_shapes, skipped)
 
 
 def _compact(dims_json: str | None) -> str | None:
@@ -182,14 +196,8 @@ def _compact_params(params: dict[str, Any]) -> str:
 
 
 def _by_op(instances: pl.DataFrame) -> pl.DataFrame:
-    """Instances grouped by op name and shapes: totals, and the bound that takes most time."""
-    keys = [Col.NAME, "input_dims", "dtype"]
-    main_bound = (
-        instances.group_by(*keys, "bound").agg(pl.col("gpu_ns").sum().alias("bound_ns"))
-        .sort([*keys, "bound_ns"], descending=[False, False, False, True], nulls_last=True)
-        .group_by(keys, maintain_order=True).first().select(*keys, "bound")
-    )
-    grouped = instances.group_by(keys).agg(
+    """Instances grouped by op name and shapes: totals, and rates over the group's GPU time."""
+    grouped = instances.group_by(OP_KEYS).agg(
         pl.len().cast(pl.Int64).alias("calls"),
         pl.col("category").first(), pl.col("precision").first(),
         pl.col("kernel").first(), pl.col("params").first(), pl.col("note").first(),
@@ -201,34 +209,10 @@ def _by_op(instances: pl.DataFrame) -> pl.DataFrame:
     )
     seconds = pl.col("gpu_ns") / 1e9
     return (
-        grouped.join(main_bound, on=keys, how="left")
-        .with_columns(
+        grouped.with_columns(
             (pl.col("flops") / seconds).alias("flop_per_s"),
             (pl.col("min_bytes") / seconds).alias("bytes_per_s"),
             (pl.col("roof_ns") / pl.col("gpu_ns")).alias("roof_fraction"),
         )
         .sort(["gpu_ns", Col.NAME, "input_dims"], descending=[True, False, False], nulls_last=True)
     )
-
-
-def _notes(trace: Trace, device: str | None, peaks: DevicePeaks | None, skipped: dict[str, int],
-           covered: int, gpu_time: int, instances: pl.DataFrame) -> tuple[str, ...]:
-    notes: list[str] = []
-    if trace.op_attrs.get_column(OCol.INPUT_DIMS).null_count() == trace.op_attrs.height:
-        notes.append("the trace has no input shapes: capture with torch.profiler.profile(record_shapes=True)")
-    if peaks is None:
-        notes.append(f"no peaks for device {device!r}: pass --device NAME (one of the peak table's GPUs); "
-                     "FLOP/s and bytes/s are shown without a verdict")
-    else:
-        notes.append(f"peaks: {peaks.name} ({peaks.source})"
-                     + (f"; {peaks.scaled_note}" if peaks.scaled_note else "")
-                     + ". Datasheet peaks at boost clock; a GPU running lower clocks has a lower roof.")
-    if gpu_time:
-        notes.append(f"estimates cover {covered / gpu_time:.0%} of GPU time; the rest is launched "
-                     "outside any op (e.g. before the trace window) or by ops without a model")
-    top_skipped = sorted(skipped.items(), key=lambda kv: -kv[1])[:3]
-    if top_skipped:
-        notes.append("not modelled (largest GPU time): " + ", ".join(f"{n}" for n, _ in top_skipped))
-    assumed = instances.filter(pl.col("note").is_not_null()).get_column("note").unique().sort().to_list()
-    notes.extend(f"assumption: {a}" for a in assumed)
-    return tuple(notes)

@@ -14,11 +14,11 @@ from tracewhy.analyses.kernels import KernelsResult, kernels
 from tracewhy.analyses.nvtx import gpu_projection
 from tracewhy.analyses.ops import OpsResult, ops
 from tracewhy.analyses.overlap import OverlapResult
-from tracewhy.analyses.roofline_ops import OpRooflineResult, op_roofline
 from tracewhy.analyses.utilization import UtilizationResult, utilization
 from tracewhy.findings.context import Context, DiagnoseOptions
 from tracewhy.findings.diagnose import Report, diagnose
 from tracewhy.findings.overlap import overlap_result
+from tracewhy.findings.roofline import OpRooflineResult, op_roofline
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col
 from tracewhy.model.trace import Trace
 
