@@ -7,6 +7,7 @@ import polars as pl
 
 from tracewhy.analyses.blocks import BlocksOptions, BlocksResult, blocks
 from tracewhy.findings import thresholds as th
+from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding, Severity
 
@@ -51,7 +52,7 @@ def attribution(r: BlocksResult) -> Finding | None:
     )
     first = top.row(0, named=True)
     return Finding(
-        code="block-attribution", severity=Severity.INFO,
+        code=Code.BLOCK_ATTRIBUTION, severity=Severity.INFO,
         statement=f"GPU time {unit} by annotated block: {line}.{elsewhere}",
         next_step=f"Start with {first['name']!r}: tracewhy blocks TRACE --names '{first['name']}' and "
                   "tracewhy kernels TRACE for the kernels inside it.",
@@ -68,7 +69,7 @@ def synchronized_blocks(r: BlocksResult) -> Finding | None:
         return None
     synced = int(r.table.get_column("synced_instances").sum())
     return Finding(
-        code="blocks-synchronized", severity=Severity.TRUST,
+        code=Code.BLOCKS_SYNCHRONIZED, severity=Severity.TRUST,
         statement=f"A synchronize ends {synced} of {n} annotated blocks that launched GPU work "
                   f"({100 * share:.0f}%): the GPU drains after every block, so blocks cannot overlap. "
                   "Read the block times as attribution, not throughput.",

@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Final
 
 from tracewhy.findings import thresholds as th
+from tracewhy.findings.codes import Code
 from tracewhy.findings.model import Finding, Severity, rank
 
 #: ``nsys analyze`` rules (findings/nsys_rules.py) that flag the same cause as one of tracewhy's
@@ -16,9 +17,9 @@ from tracewhy.findings.model import Finding, Severity, rank
 #: asynchronous ones among them; cuda_memcpy_sync and synchronous-memcpy both count the
 #: cudaMemcpy-without-Async calls; gpu_time_util and gpu-low-utilization both measure GPU idle.
 SAME_CAUSE: Final = {
-    "nsys-async-memcpy-pageable": "pageable-memcpy",
-    "nsys-sync-memcpy": "synchronous-memcpy",
-    "nsys-gpu-low-utilization": "gpu-low-utilization",
+    Code.NSYS_ASYNC_MEMCPY_PAGEABLE: Code.PAGEABLE_MEMCPY,
+    Code.NSYS_SYNC_MEMCPY: Code.SYNCHRONOUS_MEMCPY,
+    Code.NSYS_GPU_LOW_UTILIZATION: Code.GPU_LOW_UTILIZATION,
 }
 #: Severities that rank by recoverable time; TRUST and INFO say something else.
 _BY_SHARE: Final = (Severity.HIGH, Severity.MEDIUM, Severity.LOW)
@@ -63,7 +64,7 @@ def severity_for_share(share: float) -> Severity:
             else Severity.MEDIUM if share >= th.IDLE_CLASS_MIN_SHARE else Severity.LOW)
 
 
-def _with_references(f: Finding, printed: set[str]) -> Finding:
+def _with_references(f: Finding, printed: set[Code]) -> Finding:
     present = [c for c in f.see if c in printed and c != f.code]
     if not present:
         return f

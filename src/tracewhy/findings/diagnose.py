@@ -9,6 +9,7 @@ from tracewhy.analyses.gaps import GapsResult
 from tracewhy.analyses.steps import StepsResult
 from tracewhy.findings import blocks, host, idle, nsys_rules, overlap, platform, trust
 from tracewhy.findings.basis import Basis, basis
+from tracewhy.findings.codes import Code
 from tracewhy.findings.consolidate import consolidate
 from tracewhy.findings.context import Context, DiagnoseOptions
 from tracewhy.findings.model import Finding, Severity
@@ -36,7 +37,7 @@ class Report:
     @property
     def healthy(self) -> bool:
         """No high or medium finding, in a trace that held something to look at."""
-        return not any(f.severity in (Severity.HIGH, Severity.MEDIUM) or f.code == "empty-trace"
+        return not any(f.severity in (Severity.HIGH, Severity.MEDIUM) or f.code == Code.EMPTY_TRACE
                        for f in self.findings)
 
 
@@ -46,7 +47,7 @@ def diagnose(trace: Trace, options: DiagnoseOptions | None = None) -> Report:
     if trace.slices.height == 0:
         # Nothing to measure: every other rule would only say what cannot be seen.
         found.append(Finding(
-            code="empty-trace", severity=Severity.TRUST,
+            code=Code.EMPTY_TRACE, severity=Severity.TRUST,
             statement="The trace holds no slices (no ops, kernels or annotations): there is nothing to analyze.",
             next_step="Check that the profiler reached an active step: with torch.profiler.schedule(wait=1, "
                       "warmup=1, active=5), call prof.step() once per iteration, at least wait + warmup + active "

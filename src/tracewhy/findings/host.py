@@ -11,6 +11,7 @@ from tracewhy.analyses.copies import copies
 from tracewhy.analyses.host_activity import Flag
 from tracewhy.analyses.spikes import spikes
 from tracewhy.findings import thresholds as th
+from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding, Severity
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col
@@ -26,7 +27,7 @@ def findings(ctx: Context) -> list[Finding]:
         pageable = c.by_direction.filter((pl.col("src_mem") == "Pageable") | (pl.col("dst_mem") == "Pageable"))
         gbps = pageable.get_column("bytes").sum() / max(int(pageable.get_column("time_ns").sum()), 1)
         out.append(Finding(
-            code="pageable-memcpy", severity=Severity.MEDIUM,
+            code=Code.PAGEABLE_MEMCPY, severity=Severity.MEDIUM,
             statement=f"{c.pageable_count} copies move {fmt_bytes(c.pageable_bytes)} through pageable host memory "
                       f"({fmt_bytes(round(c.pageable_bytes / steps))} per step at {gbps:.1f} GB/s): each is staged "
                       "through a bounce buffer and cannot overlap the host.",
@@ -38,7 +39,7 @@ def findings(ctx: Context) -> list[Finding]:
         ))
     if c.sync_copy_calls:
         out.append(Finding(
-            code="synchronous-memcpy", severity=Severity.LOW,
+            code=Code.SYNCHRONOUS_MEMCPY, severity=Severity.LOW,
             statement=f"{c.sync_copy_calls} synchronous copy calls (cudaMemcpy without Async) blocked the host "
                       f"{ms(c.sync_copy_ns)} in total.",
             next_step="Use tensor.to(device, non_blocking=True) from pinned memory, or cudaMemcpyAsync on a stream.",
@@ -66,7 +67,7 @@ def _allocator(ctx: Context) -> list[Finding]:
     blocked = int((host.end[rows] - host.ts[rows])[in_steady].sum())
     per_step = in_steady.sum() / max(steady.height, 1)
     return [Finding(
-        code="allocator-in-steady-state", severity=Severity.MEDIUM,
+        code=Code.ALLOCATOR_IN_STEADY_STATE, severity=Severity.MEDIUM,
         statement=f"{per_step:.1f} cudaMalloc/cudaFree calls per steady step ({ms(blocked / max(steady.height, 1))} "
                   "per step blocked): the caching allocator keeps missing, usually from changing tensor shapes.",
         next_step="Keep shapes stable (pad to buckets), try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, and "
@@ -114,7 +115,7 @@ def _scalar_reads(ctx: Context) -> list[Finding]:
                       "capturable=True to keep the counters on the device; the training loop needs no change for "
                       "them.")
     return [Finding(
-        code="scalar-read-per-step",
+        code=Code.SCALAR_READ_PER_STEP,
         severity=Severity.MEDIUM if has_gpu else Severity.LOW,
         statement=f"{calls / steps:.1f} scalar reads per step ({names}): {'; '.join(parts)}"
                   + (", each blocked on the GPU." if has_gpu else
@@ -153,7 +154,7 @@ def _spikes(ctx: Context) -> list[Finding]:
     explained = bool(causes)
     why = ", ".join(f"+{v:.1f} {k.replace('_', ' ')}" for k, v in causes.items())
     return [Finding(
-        code="step-time-spikes", severity=Severity.MEDIUM if explained else Severity.LOW,
+        code=Code.STEP_TIME_SPIKES, severity=Severity.MEDIUM if explained else Severity.LOW,
         statement=f"{sp.spikes.height} of {steady.height} steady steps run over {100 * (1 + sp.margin):.0f}% of the "
                   f"median ({ms(excess / sp.spikes.height)} extra each); "
                   + (f"they contain {why} over a median step." if explained else

@@ -16,6 +16,7 @@ from tracewhy.analyses.launch import launch
 from tracewhy.analyses.stats import mean_of
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.basis import Basis, basis
+from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding, Severity
 from tracewhy.findings.overlap import overlap_result
@@ -25,9 +26,9 @@ from tracewhy.units import fmt_ns as ms
 from tracewhy.units import fmt_pct as pct
 
 #: The finding of each idle class (one per GapClass), which gpu-low-utilization sums up.
-CLASS_FINDINGS = ("gpu-idle-input", "gpu-idle-sync", "gpu-idle-launch", "gpu-idle-host", "gpu-idle-allocator",
-                  "gpu-idle-comm-wait", "gpu-idle-graph-launch", "gpu-idle-dependency", "gpu-idle-untraced",
-                  "gpu-idle-short")
+CLASS_FINDINGS = (Code.GPU_IDLE_INPUT, Code.GPU_IDLE_SYNC, Code.GPU_IDLE_LAUNCH, Code.GPU_IDLE_HOST,
+                  Code.GPU_IDLE_ALLOCATOR, Code.GPU_IDLE_COMM_WAIT, Code.GPU_IDLE_GRAPH_LAUNCH,
+                  Code.GPU_IDLE_DEPENDENCY, Code.GPU_IDLE_UNTRACED, Code.GPU_IDLE_SHORT)
 #: The part of idle time in gaps shorter than the minimum gap (--min-gap), in breakdowns.
 SHORT = "short"
 
@@ -45,7 +46,7 @@ def findings(ctx: Context) -> list[Finding]:
         parts = sorted(((v, c) for c, v in idle_parts.items() if v > 0), reverse=True)[:3]
         why = ", ".join(f"{c} {pct(b.share(v))}" for v, c in parts)
         out.append(Finding(
-            code="gpu-low-utilization",
+            code=Code.GPU_LOW_UTILIZATION,
             severity=Severity.HIGH if b.active_share < 0.5 else Severity.MEDIUM,
             statement=f"GPU {b.device} is active {b.of_window(b.busy_ns)} "
                       f"({ms(b.busy_ns)} of {ms(b.window_ns)} {b.unit}); idle {ms(b.idle_ns)}: {why}.",
@@ -77,7 +78,7 @@ def _short(ctx: Context, b: Basis) -> Finding:
     """Idle in gaps too short to explain one by one: their number says what they are."""
     min_gap = ctx.gaps().min_gap_ns
     return Finding(
-        code="gpu-idle-short",
+        code=Code.GPU_IDLE_SHORT,
         severity=Severity.MEDIUM,
         statement=f"GPU {b.device} idles {ms(b.short_ns)} {b.unit} ({b.of_window(b.short_ns)}) in "
                   f"{b.short_gaps:,.0f} gaps shorter than {ms(min_gap)} each: kernels too short to keep it fed, each "
@@ -105,7 +106,7 @@ def _saturated(ctx: Context, b: Basis) -> Finding:
         profile = ("profile the top ones with Nsight Compute (ncu --set full -k regex:NAME -c 5 -o top python "
                    "train.py) and read the report with tracewhy roofline top.ncu-rep")
     return Finding(
-        code="gpu-saturated",
+        code=Code.GPU_SATURATED,
         severity=Severity.INFO,
         statement=f"GPU {b.device} is busy {b.of_window(b.busy_ns)} ({ms(b.busy_ns)} of {ms(b.window_ns)} {b.unit}; "
                   f"kernels, copies and memsets){comm}: it never waits on the host, so "
@@ -115,7 +116,7 @@ def _saturated(ctx: Context, b: Basis) -> Finding:
         evidence={"device": b.device, "active_share": round(b.active_share, 4), "window_ns": round(b.window_ns),
                   "busy_ns": round(b.busy_ns), "idle_ns": round(b.idle_ns), "comm_exposed_ns": round(exposed),
                   "steps": b.steps, "vendor": vendor, "vendor_rule": rule},
-        see=("comm-exposed",) if comm else (),
+        see=(Code.COMM_EXPOSED,) if comm else (),
     )
 
 
@@ -147,7 +148,7 @@ def _input(ctx: Context, b: Basis, ns: float) -> Finding:
     steady = ip.per_step.filter(pl.col("steady"))
     loader = mean_of(steady.get_column("dataloader_ns"))
     return Finding(
-        code="gpu-idle-input", severity=_severity(b, ns),
+        code=Code.GPU_IDLE_INPUT, severity=_severity(b, ns),
         statement=f"The GPU waits on the input pipeline for {ms(ns)} {b.unit} ({b.of_window(ns)}): "
                   f"the host is inside DataLoader __next__ while the GPU has nothing to run"
                   + (f" (DataLoader takes {ms(float(loader))} per step)." if loader else "."),
@@ -170,7 +171,7 @@ def _sync(ctx: Context, b: Basis, ns: float) -> Finding:
              .sort("blocked_ns", descending=True).head(3))
     sites = [f"{r['site'] or 'outside any op'} ({r['n']}x)" for r in where.iter_rows(named=True)]
     return Finding(
-        code="gpu-idle-sync", severity=_severity(b, ns),
+        code=Code.GPU_IDLE_SYNC, severity=_severity(b, ns),
         statement=f"Host synchronization drains the GPU: {ms(ns)} {b.unit} ({b.of_window(ns)}) of idle time follows "
                   f"or sits inside a blocking call ({n_per_step:.0f} {b.unit}; most from {', '.join(sites) or '-'}).",
         next_step="Remove per-step host reads of device values (.item(), .cpu(), print(tensor), torch.nonzero, "
@@ -189,7 +190,7 @@ def _launch(ctx: Context, b: Basis, ns: float) -> Finding:
     gpu = mean_of(steady.get_column("gpu_busy_ns"))
     ratio = (dispatch / gpu) if dispatch and gpu else None
     return Finding(
-        code="gpu-idle-launch", severity=_severity(b, ns),
+        code=Code.GPU_IDLE_LAUNCH, severity=_severity(b, ns),
         statement=f"Kernel launch overhead leaves the GPU idle {ms(ns)} {b.unit} ({b.of_window(ns)}): "
                   f"{pct(la.short_kernel_share)} of {la.kernels} kernels run shorter than one launch call "
                   f"(median {ms(la.launch_call_p50_ns or 0)})"
@@ -212,7 +213,7 @@ def _host(ctx: Context, b: Basis, ns: float) -> Finding:
     ann = _top_gaps(ctx, GapClass.HOST, "host_annotation")
     where = py or ops or ann
     return Finding(
-        code="gpu-idle-host", severity=_severity(b, ns),
+        code=Code.GPU_IDLE_HOST, severity=_severity(b, ns),
         statement=f"The GPU waits while the host computes: {ms(ns)} {b.unit} ({b.of_window(ns)}) of idle time with "
                   "the host in Python or CPU ops and no launch in flight "
                   f"(mostly {', '.join(where) or 'unnamed code'}).",
@@ -226,7 +227,7 @@ def _host(ctx: Context, b: Basis, ns: float) -> Finding:
 
 def _allocator(ctx: Context, b: Basis, ns: float) -> Finding:
     return Finding(
-        code="gpu-idle-allocator", severity=_severity(b, ns),
+        code=Code.GPU_IDLE_ALLOCATOR, severity=_severity(b, ns),
         statement=f"The GPU waits on the CUDA allocator: {ms(ns)} {b.unit} ({b.of_window(ns)}) of idle time with the "
                   "host inside cudaMalloc/cudaFree in steady state.",
         next_step="Keep tensor shapes stable between steps and let the caching allocator reuse blocks; try "
@@ -238,7 +239,7 @@ def _allocator(ctx: Context, b: Basis, ns: float) -> Finding:
 
 def _comm(ctx: Context, b: Basis, ns: float) -> Finding:
     return Finding(
-        code="gpu-idle-comm-wait", severity=_severity(b, ns),
+        code=Code.GPU_IDLE_COMM_WAIT, severity=_severity(b, ns),
         statement=f"The GPU waits on a collective: {ms(ns)} {b.unit} ({b.of_window(ns)}) of idle time with the host "
                   f"inside {', '.join(_top_gaps(ctx, GapClass.COMM, 'host_op')) or 'communication'}.",
         next_step="Compare ranks to find who arrives late: tracewhy ranks DIR_WITH_ALL_RANK_TRACES.",
@@ -249,7 +250,7 @@ def _comm(ctx: Context, b: Basis, ns: float) -> Finding:
 
 def _graph(ctx: Context, b: Basis, ns: float) -> Finding:
     return Finding(
-        code="gpu-idle-graph-launch", severity=Severity.LOW,
+        code=Code.GPU_IDLE_GRAPH_LAUNCH, severity=Severity.LOW,
         statement=f"{ms(ns)} {b.unit} ({b.of_window(ns)}) of GPU idle time sits in CUDA-graph launches.",
         next_step="Check the graph replay cadence; larger graphs (fewer replays per step) cut this.",
         recoverable_ns_per_step=round(ns), evidence={"idle_graph_ns": round(ns)},
@@ -258,7 +259,7 @@ def _graph(ctx: Context, b: Basis, ns: float) -> Finding:
 
 def _dependency(ctx: Context, b: Basis, ns: float) -> Finding:
     return Finding(
-        code="gpu-idle-dependency", severity=_severity(b, ns),
+        code=Code.GPU_IDLE_DEPENDENCY, severity=_severity(b, ns),
         statement=f"Work was already queued but the GPU stayed idle {ms(ns)} {b.unit} ({b.of_window(ns)}): it waited "
                   "on a dependency (another stream, an event, or a copy engine), not on the host.",
         next_step="Look at cross-stream waits around these gaps in Perfetto (tracewhy export TRACE -o a.json.gz) "
@@ -271,7 +272,7 @@ def _dependency(ctx: Context, b: Basis, ns: float) -> Finding:
 
 def _other(ctx: Context, b: Basis, ns: float) -> Finding:
     return Finding(
-        code="gpu-idle-untraced", severity=Severity.LOW,
+        code=Code.GPU_IDLE_UNTRACED, severity=Severity.LOW,
         statement=f"{ms(ns)} {b.unit} ({b.of_window(ns)}) of GPU idle time falls where the launching thread is in no "
                   "traced activity (untraced Python, a sleep, or another process).",
         next_step="Capture with with_stack=True to see the Python frames there, or py-spy the job.",
@@ -299,7 +300,7 @@ def _input_over_the_trace(ctx: Context) -> list[Finding]:
     loader, span, thread = best
     share = loader / span
     return [Finding(
-        code="input-bound", severity=Severity.HIGH if share >= th.HIGH_SEVERITY_SHARE else Severity.MEDIUM,
+        code=Code.INPUT_BOUND, severity=Severity.HIGH if share >= th.HIGH_SEVERITY_SHARE else Severity.MEDIUM,
         statement=f"Over the trace (no step markers), the training thread spends {ms(loader)} of {ms(span)} "
                   f"({pct(share)}) fetching batches in DataLoader __next__.",
         next_step="Load batches in worker processes: DataLoader(..., num_workers=N, pin_memory=True, "
@@ -326,7 +327,7 @@ def _input_without_gpu(ctx: Context) -> list[Finding]:
     if share < th.INPUT_MIN_SHARE:
         return []
     return [Finding(
-        code="input-bound", severity=Severity.HIGH if share >= th.HIGH_SEVERITY_SHARE else Severity.MEDIUM,
+        code=Code.INPUT_BOUND, severity=Severity.HIGH if share >= th.HIGH_SEVERITY_SHARE else Severity.MEDIUM,
         statement=f"The step spends {ms(loader)} of {ms(window)} ({pct(share)}) fetching the next batch in "
                   "DataLoader __next__ on the training thread.",
         next_step="Load batches in worker processes: DataLoader(..., num_workers=N, pin_memory=True, "

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from tracewhy.findings.codes import Code
+
 
 class Severity(str, Enum):
     """How much a finding matters; ``TRUST`` findings say how far the other numbers can be trusted."""
@@ -24,13 +26,14 @@ _ORDER = {Severity.TRUST: 0, Severity.HIGH: 1, Severity.MEDIUM: 2, Severity.LOW:
 class Finding:
     """One statement about a trace.
 
-    ``code`` is stable kebab-case (scripts match on it). ``statement`` is one line with the
-    numbers in it. ``evidence`` holds the measured values, time ranges and names it rests on.
-    ``recoverable_ns_per_step`` estimates the step time a fix would give back (0 when not a
-    time finding). ``next_step`` names the next tool and exact command, or the change to try.
+    ``code`` is stable kebab-case (scripts match on it), one of ``findings.codes.Code``.
+    ``statement`` is one line with the numbers in it. ``evidence`` holds the measured values,
+    time ranges and names it rests on. ``recoverable_ns_per_step`` estimates the step time a fix
+    would give back (0 when not a time finding). ``next_step`` names the next tool and exact
+    command, or the change to try.
     """
 
-    code: str
+    code: Code
     severity: Severity
     statement: str
     next_step: str
@@ -38,10 +41,10 @@ class Finding:
     evidence: dict[str, Any] = field(default_factory=dict)
     #: Codes of other findings this one points the reader to; ``diagnose`` names in the text only
     #: those it prints (``findings.consolidate``), so no text refers to a finding that is absent.
-    see: tuple[str, ...] = ()
+    see: tuple[Code, ...] = ()
     #: Codes this finding sums up (GPU idle overall, then one finding per idle class): it is
     #: placed right before the first of them that is printed.
-    parts: tuple[str, ...] = ()
+    parts: tuple[Code, ...] = ()
 
 
 def rank(findings: list[Finding]) -> list[Finding]:

@@ -12,6 +12,7 @@ import polars as pl
 
 from tracewhy.analyses import nsys_rules as rules
 from tracewhy.analyses.stats import max_of, sum_of
+from tracewhy.findings.codes import Code
 from tracewhy.findings.consolidate import severity_for_share
 from tracewhy.findings.context import Context
 from tracewhy.findings.idle import CLASS_FINDINGS
@@ -31,7 +32,7 @@ def findings(ctx: Context) -> list[Finding]:
     pageable = rules.pageable_async_memcpy(t).table
     if pageable.height:
         out.append(Finding(
-            code="nsys-async-memcpy-pageable", severity=Severity.LOW,
+            code=Code.NSYS_ASYNC_MEMCPY_PAGEABLE, severity=Severity.LOW,
             statement=f"{pageable.height} asynchronous copies use pageable memory "
                       f"({fmt_bytes(int(sum_of(pageable['bytes'])))}, {ms(sum_of(pageable['dur_ns']))}): they run "
                       "synchronously (nsys rule cuda_memcpy_async).",
@@ -41,7 +42,7 @@ def findings(ctx: Context) -> list[Finding]:
     sync_copy = rules.sync_memcpy(t).table
     if sync_copy.height:
         out.append(Finding(
-            code="nsys-sync-memcpy", severity=Severity.LOW,
+            code=Code.NSYS_SYNC_MEMCPY, severity=Severity.LOW,
             statement=f"{sync_copy.height} synchronous memcpy operations ({ms(sum_of(sync_copy['dur_ns']))} on the "
                       "GPU) block the host (nsys rule cuda_memcpy_sync).",
             next_step="Use cudaMemcpyAsync / tensor.to(device, non_blocking=True) from pinned memory.",
@@ -50,7 +51,7 @@ def findings(ctx: Context) -> list[Finding]:
     sync_memset = rules.sync_memset(t).table
     if sync_memset.height:
         out.append(Finding(
-            code="nsys-sync-memset", severity=Severity.LOW,
+            code=Code.NSYS_SYNC_MEMSET, severity=Severity.LOW,
             statement=f"{sync_memset.height} synchronous memset operations block the host "
                       "(nsys rule cuda_memset_sync).",
             next_step="Use cudaMemsetAsync (torch.zeros on the device is already asynchronous).",
@@ -65,7 +66,7 @@ def findings(ctx: Context) -> list[Finding]:
         per_thread = sync_api.group_by(Col.PID, Col.TID).agg(pl.col(Col.DUR).sum())
         blocked_share = min(1.0, max_of(per_thread.get_column(Col.DUR)) / max(t.span_ns, 1))
         out.append(Finding(
-            code="nsys-sync-api", severity=severity_for_share(blocked_share),
+            code=Code.NSYS_SYNC_API, severity=severity_for_share(blocked_share),
             statement=f"{sync_api.height} synchronization API calls blocked the host for "
                       f"{ms(sum_of(sync_api['dur_ns']))} ("
                       + ", ".join(f"{a} x{n}" for a, n in names.iter_rows()) + "; nsys rule cuda_api_sync).",
@@ -73,12 +74,12 @@ def findings(ctx: Context) -> list[Finding]:
                       "drain the GPU.",
             evidence={"rule": "cuda_api_sync", "count": sync_api.height, "longest": _rows(sync_api),
                       "share_of_trace": round(blocked_share, 4)},
-            see=("gpu-idle-sync", "scalar-read-per-step"),
+            see=(Code.GPU_IDLE_SYNC, Code.SCALAR_READ_PER_STEP),
         ))
     big_gaps = rules.gpu_gaps(t).table
     if big_gaps.height:
         out.append(Finding(
-            code="nsys-gpu-gaps", severity=Severity.MEDIUM,
+            code=Code.NSYS_GPU_GAPS, severity=Severity.MEDIUM,
             statement=f"{big_gaps.height} GPU idle stretches longer than {ms(rules.GPU_GAP_NS)} "
                       f"(longest {ms(int(big_gaps['dur_ns'].max()))}; nsys rule gpu_gaps).",  # type: ignore[arg-type]
             next_step="Find what the host did in them: tracewhy gaps TRACE --min-gap 500000000.",
@@ -87,7 +88,7 @@ def findings(ctx: Context) -> list[Finding]:
     low = rules.gpu_low_utilization(t).table
     if low.height:
         out.append(Finding(
-            code="nsys-gpu-low-utilization", severity=Severity.LOW,
+            code=Code.NSYS_GPU_LOW_UTILIZATION, severity=Severity.LOW,
             statement=f"{int(sum_of(low['chunks']))} of {rules.UTIL_CHUNKS} equal chunks of the GPU's active span use "
                       f"it under {rules.LOW_UTIL_PCT:.0f}% (nsys rule gpu_time_util).",
             next_step="Find what the host did in those stretches: tracewhy gaps TRACE --top 20.",

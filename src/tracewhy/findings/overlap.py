@@ -7,6 +7,7 @@ import polars as pl
 
 from tracewhy.analyses.overlap import OverlapOptions, OverlapResult, overlap
 from tracewhy.findings import thresholds as th
+from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding, Severity
 from tracewhy.model.schema import Col
@@ -56,7 +57,7 @@ def exposed_comm_findings(r: OverlapResult) -> list[Finding]:
                if same_stream else "")
         hidden_share = 1 - exposed / comm
         out.append(Finding(
-            code="comm-exposed",
+            code=Code.COMM_EXPOSED,
             severity=Severity.HIGH if share >= th.EXPOSED_COMM_HIGH_SHARE else Severity.MEDIUM,
             statement=(
                 f"comm is on the critical path for {exposed / 1e6:.2f} {unit} on GPU {device} "

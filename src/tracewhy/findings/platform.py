@@ -11,6 +11,7 @@ import polars as pl
 from tracewhy.analyses.kernels import kernels
 from tracewhy.analyses.tensor_cores import CANDIDATE, TensorCoresResult, tensor_cores
 from tracewhy.findings import thresholds as th
+from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding, Severity
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, Col, DCol, MCol
@@ -59,7 +60,7 @@ def findings(ctx: Context) -> list[Finding]:
     if share >= th.TENSOR_CORE_ELIGIBLE_SHARE:
         top = without.row(0, named=True)
         out.append(Finding(
-            code="tensor-cores-unused", severity=Severity.MEDIUM,
+            code=Code.TENSOR_CORES_UNUSED, severity=Severity.MEDIUM,
             statement=f"{pct(share)} of kernel time is GEMM/convolution kernels that do not run on tensor cores "
                       f"(e.g. {top['name'][:80]}: {top['reason']}).",
             next_step=_tensor_core_advice(tc, top["cc"]),
@@ -74,7 +75,7 @@ def findings(ctx: Context) -> list[Finding]:
     devices = t.of_kind(*GPU_ACTIVITY_KINDS).get_column(Col.DEVICE).n_unique()
     if dp and devices > 1:
         out.append(Finding(
-            code="data-parallel-not-ddp", severity=Severity.HIGH,
+            code=Code.DATA_PARALLEL_NOT_DDP, severity=Severity.HIGH,
             statement=f"One process drives {devices} GPUs through torch.nn.DataParallel ({', '.join(sorted(dp)[:3])}): "
                       "a single Python thread scatters, replicates and gathers every step.",
             next_step="Use DistributedDataParallel with one process per GPU (torchrun --nproc_per_node=N train.py).",
@@ -83,7 +84,7 @@ def findings(ctx: Context) -> list[Finding]:
     backend = t.meta.distributed.get("backend")
     if isinstance(backend, str) and "gloo" in backend and "nccl" not in backend:
         out.append(Finding(
-            code="slow-comm-backend", severity=Severity.HIGH,
+            code=Code.SLOW_COMM_BACKEND, severity=Severity.HIGH,
             statement="Collectives run on gloo although the job uses GPUs: gloo copies through host memory.",
             next_step="init_process_group(backend='nccl') for GPU tensors (keep gloo only for CPU-side groups).",
             evidence={"backend": backend},
@@ -130,7 +131,7 @@ def _memory(ctx: Context) -> list[Finding]:
         share = reserved / total[0]
         if share >= th.MEMORY_NEAR_LIMIT:
             out.append(Finding(
-                code="memory-near-limit", severity=Severity.MEDIUM,
+                code=Code.MEMORY_NEAR_LIMIT, severity=Severity.MEDIUM,
                 statement=f"GPU {device} reserved {fmt_bytes(reserved)} of {fmt_bytes(total[0])} ({pct(share)}): no "
                           "headroom for a larger batch, and fragmentation can trigger out-of-memory errors.",
                 next_step="Look at the allocation timeline (torch.cuda.memory._record_memory_history + "

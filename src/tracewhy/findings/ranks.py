@@ -11,6 +11,7 @@ import polars as pl
 from tracewhy.analyses.rank_compare import RanksResult
 from tracewhy.analyses.ranks import RankSummary
 from tracewhy.findings import thresholds as th
+from tracewhy.findings.codes import Code
 from tracewhy.findings.model import Finding, Severity, rank
 
 #: Mismatches named in the statement; the evidence keeps them all.
@@ -90,7 +91,7 @@ def _straggler(r: RanksResult) -> Finding | None:
                  f"(other ranks: {instead.others_ns / 1e6:.2f}).")
     per_step = r.lateness.filter(pl.col("rank") == r.straggler).select("step", "late_ns").to_dicts()
     return Finding(
-        code="rank-straggler",
+        code=Code.RANK_STRAGGLER,
         severity=Severity.HIGH if step_ns and late >= th.EXPOSED_COMM_HIGH_SHARE * step_ns else Severity.MEDIUM,
         statement=(
             f"rank {r.straggler} is the straggler: the other ranks waited {late / 1e6:.2f} {unit} for it{of_step}, "
@@ -154,7 +155,7 @@ def _imbalance(r: RanksResult) -> Finding | None:
         return None
     low = min(values)
     return Finding(
-        code="rank-imbalance", severity=Severity.MEDIUM,
+        code=Code.RANK_IMBALANCE, severity=Severity.MEDIUM,
         statement=(
             f"GPU compute per step differs across ranks: rank {top['rank']} computes "
             f"{top['compute_ns_per_step'] / 1e6:.2f} ms/step, {100 * excess / med:.0f}% above the median "
@@ -175,7 +176,7 @@ def _mismatches(r: RanksResult) -> list[Finding]:
     if explained.height:
         cut = sorted(r.ranks.filter(pl.col("incomplete").is_not_null()).get_column("rank").to_list())
         out.append(Finding(
-            code="rank-trace-incomplete", severity=Severity.TRUST,
+            code=Code.RANK_TRACE_INCOMPLETE, severity=Severity.TRUST,
             statement=(f"Rank(s) {', '.join(map(str, cut))} have incomplete traces, which explains "
                        f"{explained.height} collective(s) the other ranks issued and they did not: these are "
                        "missing from the file, not a sign that the ranks diverged."),
@@ -191,7 +192,7 @@ def _mismatches(r: RanksResult) -> list[Finding]:
     )
     kinds = sorted(set(m.get_column("kind").to_list()))
     return [*out, Finding(
-        code="rank-collective-mismatch", severity=Severity.HIGH,
+        code=Code.RANK_COLLECTIVE_MISMATCH, severity=Severity.HIGH,
         statement=(f"The ranks did not issue the same collectives ({m.height} mismatches: {', '.join(kinds)}): "
                    f"{named}. Mismatched collectives hang the job or corrupt results."),
         next_step="Find the rank-dependent branch around these calls; run with TORCH_DISTRIBUTED_DEBUG=DETAIL "

@@ -9,6 +9,7 @@ from tracewhy.analyses import api_names
 from tracewhy.analyses.host_activity import Flag
 from tracewhy.analyses.steps import PROFILER_STEP
 from tracewhy.findings import thresholds as th
+from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding, Severity
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, HOST_KINDS, LAUNCH_KINDS, Col, Kind
@@ -27,7 +28,7 @@ def findings(ctx: Context) -> list[Finding]:
     heavy = [name for name in ("with_stack", "profile_memory", "with_flops", "with_modules") if getattr(c, name)]
     if heavy:
         out.append(Finding(
-            code="capture-heavy-options", severity=Severity.TRUST,
+            code=Code.CAPTURE_HEAVY_OPTIONS, severity=Severity.TRUST,
             statement=f"Captured with {', '.join(heavy)}: the profiler's own work inflates CPU-side durations, so "
                       "use this trace to attribute time, not to measure step time.",
             next_step="Measure throughput from a second capture without them: torch.profiler.profile(activities=..., "
@@ -40,7 +41,7 @@ def findings(ctx: Context) -> list[Finding]:
         # The backend's own activity: an XPU trace of xpu_runtime calls alone lacked ProfilerActivity.XPU.
         backend = m.accelerator if m.accelerator in _PROFILER_ACTIVITY else "CUDA"
         out.append(Finding(
-            code="cpu-only-trace", severity=Severity.TRUST,
+            code=Code.CPU_ONLY_TRACE, severity=Severity.TRUST,
             statement="The trace has no GPU activity: only host-side findings are possible; GPU idle time, launch "
                       "overhead and overlap cannot be measured.",
             next_step=f"Capture with {_PROFILER_ACTIVITY[backend]} in activities (and a {backend} build of torch) "
@@ -49,7 +50,7 @@ def findings(ctx: Context) -> list[Finding]:
         ))
     elif t.of_kind(Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON).height == 0:
         out.append(Finding(
-            code="gpu-only-trace", severity=Severity.TRUST,
+            code=Code.GPU_ONLY_TRACE, severity=Severity.TRUST,
             statement="The trace has GPU activity but no CPU ops: idle gaps cannot be explained by host activity.",
             next_step="Capture with ProfilerActivity.CPU as well as CUDA.",
             evidence={"gpu_activities": n_gpu},
@@ -57,7 +58,7 @@ def findings(ctx: Context) -> list[Finding]:
     st = ctx.steps()
     if st.table.height == 0:
         out.append(Finding(
-            code="no-step-markers", severity=Severity.TRUST,
+            code=Code.NO_STEP_MARKERS, severity=Severity.TRUST,
             statement=f"No step markers ({st.marker}): numbers cover the whole trace, warm-up included, and cannot be "
                       "given per step.",
             next_step="Call prof.step() once per iteration under a torch.profiler.schedule, or name a repeated "
@@ -66,7 +67,7 @@ def findings(ctx: Context) -> list[Finding]:
         ))
     elif ctx.options.step_marker is None and st.marker != PROFILER_STEP:
         out.append(Finding(
-            code="step-marker-inferred", severity=Severity.TRUST,
+            code=Code.STEP_MARKER_INFERRED, severity=Severity.TRUST,
             statement=f"No ProfilerStep markers: steps are the repeated {st.marker!r} ranges, chosen from the "
                       f"trace's structure ({st.note.split(';')[0] if st.note else 'see tracewhy steps'}).",
             next_step="If that is not one iteration, name the right one: tracewhy diagnose TRACE --step NAME; or call "
@@ -75,7 +76,7 @@ def findings(ctx: Context) -> list[Finding]:
         ))
     if st.table.height and st.stats is None and st.warmup >= st.table.height:
         out.append(Finding(
-            code="few-steady-steps", severity=Severity.TRUST,
+            code=Code.FEW_STEADY_STEPS, severity=Severity.TRUST,
             statement=f"All {st.table.height} steps were taken as warm-up ({st.warmup} warm-up steps): no steady "
                       "step is left, so nothing can be given per step.",
             next_step=f"Exclude fewer steps: --warmup {max(st.table.height - 3, 0)} leaves 3 steady ones (the "
@@ -85,7 +86,7 @@ def findings(ctx: Context) -> list[Finding]:
     elif st.table.height and (st.stats is None or st.stats.count < th.MIN_STEADY_STEPS):
         count = 0 if st.stats is None else st.stats.count
         out.append(Finding(
-            code="few-steady-steps", severity=Severity.TRUST,
+            code=Code.FEW_STEADY_STEPS, severity=Severity.TRUST,
             statement=f"Only {count} steady step(s) after {st.warmup} warm-up: per-step figures rest on too few "
                       "samples to separate a real effect from noise.",
             next_step="Capture more active steps: torch.profiler.schedule(wait=1, warmup=1, active=5) or more.",
@@ -96,7 +97,7 @@ def findings(ctx: Context) -> list[Finding]:
     ).height
     if graph_calls:
         out.append(Finding(
-            code="cuda-graph-replay", severity=Severity.TRUST,
+            code=Code.CUDA_GRAPH_REPLAY, severity=Severity.TRUST,
             statement=f"{graph_calls} CUDA/HIP graph launches: kernels inside a replayed graph are not linked to the "
                       "ops that recorded them and may be under-recorded, so per-op GPU time is incomplete.",
             next_step="For per-op attribution capture a run with graphs off (e.g. vLLM enforce_eager=True, or "
@@ -105,7 +106,7 @@ def findings(ctx: Context) -> list[Finding]:
         ))
     if m.ts_step_ns:
         out.append(Finding(
-            code="quantised-times", severity=Severity.TRUST,
+            code=Code.QUANTISED_TIMES, severity=Severity.TRUST,
             statement=f"Start times are epoch-based microseconds with fractions: a float64 holds them only to "
                       f"{m.ts_step_ns} ns, so gaps and overlaps shorter than that are not resolved (durations "
                       "are exact).",
@@ -115,7 +116,7 @@ def findings(ctx: Context) -> list[Finding]:
         ))
     if m.missing_events:
         out.append(Finding(
-            code="incomplete-trace", severity=Severity.TRUST,
+            code=Code.INCOMPLETE_TRACE, severity=Severity.TRUST,
             statement="The trace is incomplete: " + "; ".join(m.warnings[:3]),
             next_step="Let the profiler finish (exit the profile context / call prof.stop()) before the job ends; "
                       "read the figures as covering only the events the file holds.",
@@ -125,7 +126,7 @@ def findings(ctx: Context) -> list[Finding]:
         # A complete file whose reader had to skip or reinterpret something (an odd clock, a
         # wrongly typed field): worth knowing, but not a sign that events are missing.
         out.append(Finding(
-            code="reader-warnings", severity=Severity.TRUST,
+            code=Code.READER_WARNINGS, severity=Severity.TRUST,
             statement="The reader had to skip or reinterpret part of the file: " + "; ".join(m.warnings[:3]),
             next_step="Read the figures with these in mind; tracewhy info TRACE lists every warning.",
             evidence={"warnings": list(m.warnings)},
@@ -159,7 +160,7 @@ def _sync_after_every_block(ctx: Context) -> Finding | None:
     if share < th.SYNC_PER_BLOCK_SHARE:
         return None
     return Finding(
-        code="sync-after-every-block", severity=Severity.TRUST,
+        code=Code.SYNC_AFTER_EVERY_BLOCK, severity=Severity.TRUST,
         statement=f"{100 * share:.0f}% of annotated blocks end at a synchronize ({syncs_per_step:.1f} per step): "
                   "the run was timed block by block, so blocks cannot overlap and step time is higher than in "
                   "production. Read it as attribution, not throughput.",

@@ -1,0 +1,83 @@
+"""Print the README's table of finding codes as Markdown: each code, the severities its rule
+gives it, and what it means.
+
+    python scripts/finding_codes.py
+
+Codes and meanings come from ``tracewhy.findings.codes``. Severities are read from the rules'
+source, so the table cannot drift from them: the ``Severity`` members in each
+``Finding(code=Code.X, severity=...)``, plus those of any function returning ``Severity`` that
+the expression calls (``_severity``, ``severity_for_share``). ``diagnose`` re-grades a high,
+medium or low finding that recovers time by the share of the step it recovers
+(``findings.consolidate``), so such a finding of a diagnose rule can take all three. A severity
+the source does not name shows as "?".
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tracewhy.findings.codes import Code
+from tracewhy.findings.diagnose import RULES
+from tracewhy.findings.model import Severity
+
+FINDINGS = Path(__file__).resolve().parent.parent / "src" / "tracewhy" / "findings"
+#: What consolidate re-grades by share: a finding of one of these severities with recoverable time.
+BY_SHARE = {Severity.HIGH, Severity.MEDIUM, Severity.LOW}
+
+
+def _named_severities(node: ast.AST) -> set[Severity]:
+    """The ``Severity.X`` members written anywhere under ``node``."""
+    return {Severity[n.attr] for n in ast.walk(node)
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "Severity"}
+
+
+def _callee(call: ast.Call) -> str | None:
+    f = call.func
+    return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+
+
+def _severity_functions(trees: list[ast.Module]) -> dict[str, set[Severity]]:
+    """Each function annotated ``-> Severity``, with the members its body can return."""
+    return {fn.name: _named_severities(fn) for tree in trees for fn in ast.walk(tree)
+            if isinstance(fn, ast.FunctionDef) and isinstance(fn.returns, ast.Name) and fn.returns.id == "Severity"}
+
+
+def _recovers_time(kw: dict[str | None, ast.expr]) -> bool:
+    recoverable = kw.get("recoverable_ns_per_step")
+    return recoverable is not None and not (isinstance(recoverable, ast.Constant) and recoverable.value == 0)
+
+
+def severities_by_code() -> dict[Code, set[Severity]]:
+    """The severities each ``Finding(code=Code.X, severity=...)`` in findings/ can give X."""
+    trees = {p.stem: ast.parse(p.read_text(), str(p)) for p in sorted(FINDINGS.glob("*.py"))}
+    functions = _severity_functions(list(trees.values()))
+    diagnosed = {rule.__module__.rsplit(".", 1)[-1] for rule in RULES}
+    out: dict[Code, set[Severity]] = {}
+    for module, tree in trees.items():
+        for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call) and _callee(n) == "Finding"):
+            kw = {k.arg: k.value for k in call.keywords}
+            code, severity = kw.get("code"), kw.get("severity")
+            if not isinstance(code, ast.Attribute) or severity is None:
+                continue
+            found = _named_severities(severity)
+            for inner in (n for n in ast.walk(severity) if isinstance(n, ast.Call)):
+                found |= functions.get(_callee(inner) or "", set())
+            if module in diagnosed and found & BY_SHARE and _recovers_time(kw):
+                found |= BY_SHARE
+            out.setdefault(Code[code.attr], set()).update(found)
+    return out
+
+
+def table() -> str:
+    """The Markdown table, one row per code in declaration order (trust first)."""
+    found = severities_by_code()
+    rows = ["| code | severity | meaning |", "|---|---|---|"]
+    for code in Code:
+        severities = ", ".join(s.value for s in Severity if s in found.get(code, set())) or "?"
+        rows.append(f"| `{code}` | {severities} | {code.meaning} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(table())

@@ -1,0 +1,146 @@
+"""Every code a finding can carry, declared once, each with the one line the README's table shows.
+
+Codes are stable: scripts match on them in ``--json`` output. To add one, add a member here and
+its line in ``_MEANING``, emit it as ``Finding(code=Code.NEW, ...)``, and paste the table that
+``python scripts/finding_codes.py`` prints into README.md (tests/test_finding_codes.py checks all three).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Final
+
+
+class Code(str, Enum):
+    """A finding's stable kebab-case code; compares and serializes as the plain string."""
+
+    # About the capture itself (severity trust): how far the other numbers can be trusted.
+    EMPTY_TRACE = "empty-trace"
+    CAPTURE_HEAVY_OPTIONS = "capture-heavy-options"
+    CPU_ONLY_TRACE = "cpu-only-trace"
+    GPU_ONLY_TRACE = "gpu-only-trace"
+    NO_STEP_MARKERS = "no-step-markers"
+    STEP_MARKER_INFERRED = "step-marker-inferred"
+    FEW_STEADY_STEPS = "few-steady-steps"
+    CUDA_GRAPH_REPLAY = "cuda-graph-replay"
+    QUANTISED_TIMES = "quantised-times"
+    INCOMPLETE_TRACE = "incomplete-trace"
+    READER_WARNINGS = "reader-warnings"
+    SYNC_AFTER_EVERY_BLOCK = "sync-after-every-block"
+    BLOCKS_SYNCHRONIZED = "blocks-synchronized"
+    # GPU utilization and idle time, one code per idle class.
+    GPU_LOW_UTILIZATION = "gpu-low-utilization"
+    GPU_SATURATED = "gpu-saturated"
+    GPU_IDLE_INPUT = "gpu-idle-input"
+    GPU_IDLE_SYNC = "gpu-idle-sync"
+    GPU_IDLE_LAUNCH = "gpu-idle-launch"
+    GPU_IDLE_HOST = "gpu-idle-host"
+    GPU_IDLE_ALLOCATOR = "gpu-idle-allocator"
+    GPU_IDLE_COMM_WAIT = "gpu-idle-comm-wait"
+    GPU_IDLE_GRAPH_LAUNCH = "gpu-idle-graph-launch"
+    GPU_IDLE_DEPENDENCY = "gpu-idle-dependency"
+    GPU_IDLE_UNTRACED = "gpu-idle-untraced"
+    GPU_IDLE_SHORT = "gpu-idle-short"
+    INPUT_BOUND = "input-bound"
+    # Host-side habits, platform choices, overlap and blocks.
+    PAGEABLE_MEMCPY = "pageable-memcpy"
+    SYNCHRONOUS_MEMCPY = "synchronous-memcpy"
+    ALLOCATOR_IN_STEADY_STATE = "allocator-in-steady-state"
+    SCALAR_READ_PER_STEP = "scalar-read-per-step"
+    STEP_TIME_SPIKES = "step-time-spikes"
+    TENSOR_CORES_UNUSED = "tensor-cores-unused"
+    DATA_PARALLEL_NOT_DDP = "data-parallel-not-ddp"
+    SLOW_COMM_BACKEND = "slow-comm-backend"
+    MEMORY_NEAR_LIMIT = "memory-near-limit"
+    COMM_EXPOSED = "comm-exposed"
+    BLOCK_ATTRIBUTION = "block-attribution"
+    # Many ranks (tracewhy ranks).
+    RANK_STRAGGLER = "rank-straggler"
+    RANK_IMBALANCE = "rank-imbalance"
+    RANK_COLLECTIVE_MISMATCH = "rank-collective-mismatch"
+    RANK_TRACE_INCOMPLETE = "rank-trace-incomplete"
+    # The six ``nsys analyze`` rules, with NVIDIA's thresholds.
+    NSYS_ASYNC_MEMCPY_PAGEABLE = "nsys-async-memcpy-pageable"
+    NSYS_SYNC_MEMCPY = "nsys-sync-memcpy"
+    NSYS_SYNC_MEMSET = "nsys-sync-memset"
+    NSYS_SYNC_API = "nsys-sync-api"
+    NSYS_GPU_GAPS = "nsys-gpu-gaps"
+    NSYS_GPU_LOW_UTILIZATION = "nsys-gpu-low-utilization"
+
+    def __str__(self) -> str:
+        # The code itself, as enum.StrEnum (Python 3.11+, and tracewhy runs on 3.10) gives it:
+        # text and f-strings read "empty-trace", never "Code.EMPTY_TRACE".
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+    @property
+    def meaning(self) -> str:
+        """What a finding with this code says, in one line."""
+        return _MEANING[self]
+
+
+_MEANING: Final[dict[Code, str]] = {
+    Code.EMPTY_TRACE: "The trace holds no slices (no ops, kernels or annotations): nothing to analyze.",
+    Code.CAPTURE_HEAVY_OPTIONS: "Captured with with_stack, profile_memory, with_flops or with_modules: CPU "
+                                "durations are inflated, so the trace attributes time but does not measure it.",
+    Code.CPU_ONLY_TRACE: "No GPU activity in the trace: GPU idle time, launch overhead and overlap cannot be "
+                         "measured.",
+    Code.GPU_ONLY_TRACE: "GPU activity but no CPU ops: idle gaps cannot be explained by host activity.",
+    Code.NO_STEP_MARKERS: "No step markers: figures cover the whole trace, warm-up included, not one step.",
+    Code.STEP_MARKER_INFERRED: "No ProfilerStep markers: steps are a repeated annotation chosen from the trace's "
+                               "structure.",
+    Code.FEW_STEADY_STEPS: "Too few steady steps after warm-up for per-step figures to separate an effect from noise.",
+    Code.CUDA_GRAPH_REPLAY: "CUDA/HIP graph launches: replayed kernels are not linked to their ops, so per-op GPU "
+                            "time is incomplete.",
+    Code.QUANTISED_TIMES: "Start times are float epoch microseconds: gaps shorter than their resolution are not "
+                          "resolved.",
+    Code.INCOMPLETE_TRACE: "The file is cut or lacks events: figures cover only the events it holds.",
+    Code.READER_WARNINGS: "The reader skipped or reinterpreted part of a complete file.",
+    Code.SYNC_AFTER_EVERY_BLOCK: "Annotated blocks end at a synchronize: the run was timed block by block "
+                                 "(attribution, not throughput).",
+    Code.BLOCKS_SYNCHRONIZED: "A synchronize ends most annotated blocks that launched GPU work, so blocks cannot "
+                              "overlap.",
+    Code.GPU_LOW_UTILIZATION: "The GPU is idle for much of the step; sums up the gpu-idle-* findings below it.",
+    Code.GPU_SATURATED: "The GPU never waits on the host: a faster step needs less GPU work (or hidden "
+                        "communication).",
+    Code.GPU_IDLE_INPUT: "The GPU idles while the host waits in DataLoader __next__.",
+    Code.GPU_IDLE_SYNC: "The GPU idles after or during a blocking host synchronization (.item(), .cpu(), ...).",
+    Code.GPU_IDLE_LAUNCH: "The GPU idles on kernel launch overhead: kernels shorter than the calls that launch them.",
+    Code.GPU_IDLE_HOST: "The GPU idles while the host computes in Python or CPU ops with no launch in flight.",
+    Code.GPU_IDLE_ALLOCATOR: "The GPU idles while the host is inside cudaMalloc/cudaFree in steady state.",
+    Code.GPU_IDLE_COMM_WAIT: "The GPU idles while the host waits in a collective.",
+    Code.GPU_IDLE_GRAPH_LAUNCH: "The GPU idles inside CUDA-graph launches.",
+    Code.GPU_IDLE_DEPENDENCY: "The GPU idles with work queued: it waits on another stream, an event or a copy engine.",
+    Code.GPU_IDLE_UNTRACED: "The GPU idles while the launching thread is in no traced activity.",
+    Code.GPU_IDLE_SHORT: "The GPU idles in many gaps too short to explain one by one: kernels too short to keep it "
+                         "fed.",
+    Code.INPUT_BOUND: "Without a GPU or without steps: the training thread spends much of its time fetching "
+                      "batches.",
+    Code.PAGEABLE_MEMCPY: "Copies go through pageable host memory: staged through a bounce buffer, they cannot "
+                          "overlap.",
+    Code.SYNCHRONOUS_MEMCPY: "Synchronous copy calls (cudaMemcpy without Async) block the host.",
+    Code.ALLOCATOR_IN_STEADY_STATE: "cudaMalloc/cudaFree calls in steady steps: the caching allocator keeps "
+                                    "missing.",
+    Code.SCALAR_READ_PER_STEP: "Device values read back on the host every step (.item() and the like).",
+    Code.STEP_TIME_SPIKES: "Some steady steps run well over the median step, with or without a visible cause.",
+    Code.TENSOR_CORES_UNUSED: "GEMM/convolution kernels that do not run on tensor cores take a material share of "
+                              "kernel time.",
+    Code.DATA_PARALLEL_NOT_DDP: "One process drives several GPUs through torch.nn.DataParallel.",
+    Code.SLOW_COMM_BACKEND: "Collectives run on gloo although the job uses GPUs.",
+    Code.MEMORY_NEAR_LIMIT: "Reserved GPU memory is near the device's capacity.",
+    Code.COMM_EXPOSED: "Communication with no compute under it is on the critical path.",
+    Code.BLOCK_ATTRIBUTION: "GPU time per step by annotated block: which block gates the step.",
+    Code.RANK_STRAGGLER: "The rank the others wait for at matched collectives, and what it did meanwhile.",
+    Code.RANK_IMBALANCE: "GPU compute per step differs across ranks: every collective waits for the slowest.",
+    Code.RANK_COLLECTIVE_MISMATCH: "The ranks did not issue the same collectives: a hang or corruption risk.",
+    Code.RANK_TRACE_INCOMPLETE: "A rank's trace is cut, which explains collectives missing from it.",
+    Code.NSYS_ASYNC_MEMCPY_PAGEABLE: "nsys rule cuda_memcpy_async: asynchronous copies from pageable memory run "
+                                     "synchronously.",
+    Code.NSYS_SYNC_MEMCPY: "nsys rule cuda_memcpy_sync: synchronous memcpy operations block the host.",
+    Code.NSYS_SYNC_MEMSET: "nsys rule cuda_memset_sync: synchronous memset operations block the host.",
+    Code.NSYS_SYNC_API: "nsys rule cuda_api_sync: synchronization API calls block the host.",
+    Code.NSYS_GPU_GAPS: "nsys rule gpu_gaps: GPU idle stretches longer than 500 ms.",
+    Code.NSYS_GPU_LOW_UTILIZATION: "nsys rule gpu_time_util: stretches of the GPU's active span used under 50%.",
+}

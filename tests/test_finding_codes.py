@@ -1,0 +1,74 @@
+"""Finding codes are declared once, in findings/codes.py: every code is emitted by some rule, no
+code is written as a bare string anywhere else, and README.md holds exactly the table that
+scripts/finding_codes.py prints from them."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tracewhy.findings.codes import Code
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "src" / "tracewhy"
+SCRIPT = ROOT / "scripts" / "finding_codes.py"
+START, END = "<!-- finding-codes:start -->", "<!-- finding-codes:end -->"
+
+
+def _sources(*folders: str) -> list[Path]:
+    return sorted(p for folder in folders for p in (PACKAGE / folder).rglob("*.py") if p.name != "codes.py")
+
+
+def _table() -> str:
+    return subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, check=True).stdout
+
+
+def test_every_code_is_emitted_by_a_rule() -> None:
+    """A member no ``Finding(code=Code.X)`` uses is a code no output can carry: delete it."""
+    text = "\n".join(p.read_text() for p in PACKAGE.rglob("*.py") if p.name != "codes.py")
+    emitted = set(re.findall(r"\bcode=Code\.([A-Z0-9_]+)\b", text))
+    assert sorted(c.name for c in Code if c.name not in emitted) == []
+
+
+def test_no_code_is_written_as_a_string() -> None:
+    """Rules, renderers and the CLI name codes as ``Code`` members, so a typo fails mypy, not a script."""
+    values = {c.value for c in Code}
+    literals = [f"{p.relative_to(PACKAGE)}:{node.lineno}: {node.value!r}"
+                for p in _sources("findings", "renderers", "cli")
+                for node in ast.walk(ast.parse(p.read_text(), str(p)))
+                if isinstance(node, ast.Constant) and node.value in values]
+    assert literals == []
+
+
+def test_code_is_its_string_in_text_and_json() -> None:
+    code: str = Code.EMPTY_TRACE  # what a script comparing with a string sees
+    assert code == "empty-trace"
+    assert (str(Code.EMPTY_TRACE), f"{Code.EMPTY_TRACE}", f"{Code.EMPTY_TRACE:>12}") == (
+        "empty-trace", "empty-trace", " empty-trace")
+
+
+def test_every_code_has_a_one_line_meaning() -> None:
+    assert [c.name for c in Code if not c.meaning.strip() or "\n" in c.meaning or "|" in c.meaning] == []
+
+
+def test_table_reads_severities_from_the_rules() -> None:
+    """A rule's own severities, what a helper like ``_severity`` returns, and diagnose's re-grading
+    by recoverable share (consolidate) all reach the table; ranks findings are not re-graded."""
+    rows = {line.split(" | ")[0].strip("| `"): line.split(" | ")[1] for line in _table().splitlines()[2:]}
+    assert rows["empty-trace"] == "trust"
+    assert rows["gpu-low-utilization"] == "high, medium"  # no recoverable time: not re-graded
+    assert rows["gpu-idle-graph-launch"] == "high, medium, low"  # LOW, re-graded by share
+    assert rows["pageable-memcpy"] == "medium"  # recoverable_ns_per_step=0
+    assert rows["rank-straggler"] == "high, medium"  # tracewhy ranks does not consolidate
+    assert set(rows) == {c.value for c in Code}
+
+
+def test_readme_holds_the_table() -> None:
+    """Fails until the output of ``python scripts/finding_codes.py`` is pasted between the markers."""
+    readme = (ROOT / "README.md").read_text()
+    assert START in readme and END in readme, f"README.md lacks {START} ... {END}"
+    between = readme.split(START, 1)[1].split(END, 1)[0]
+    assert between.strip() == _table().strip()
