@@ -14,14 +14,14 @@ import pytest
 
 from conftest import shared_trace
 from test_ncu_report import REPORTS
-from tracewhy.analyses import roofline_thresholds as th
-from tracewhy.analyses.roofline import (
+from tracewhy.analyses.roofline import RooflineOptions
+from tracewhy.findings import thresholds as th
+from tracewhy.findings.roofline import (
     COMPUTE_BOUND,
     LATENCY_BOUND,
     MEMORY_BOUND,
     UNKNOWN,
     NcuRooflineResult,
-    RooflineOptions,
     roofline,
 )
 from tracewhy.readers.ncu import read_ncu

@@ -20,9 +20,10 @@ import pytest
 from conftest import shared_trace
 from test_ncu_csv import DETAILS_HEADER, _row, _write
 from test_ncu_report import REPORTS
-from tracewhy.analyses import roofline_thresholds as th
 from tracewhy.analyses.peaks import lookup_peaks
-from tracewhy.analyses.roofline import NcuRooflineResult, RooflineOptions, roofline
+from tracewhy.analyses.roofline import RooflineOptions
+from tracewhy.findings import thresholds as th
+from tracewhy.findings.roofline import NcuRooflineResult, roofline
 from tracewhy.model.ncu import NCol, NcuReport
 from tracewhy.readers.ncu import read_ncu
 from tracewhy.readers.ncu_csv import read_ncu_csv
