@@ -26,10 +26,14 @@ FINDINGS = Path(__file__).resolve().parent.parent / "src" / "tracewhy" / "findin
 BY_SHARE = {Severity.HIGH, Severity.MEDIUM, Severity.LOW}
 
 
+def _members(node: ast.AST, enum: str) -> set[str]:
+    """The names of the ``enum.X`` members written anywhere under ``node``."""
+    return {n.attr for n in ast.walk(node)
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == enum}
+
+
 def _named_severities(node: ast.AST) -> set[Severity]:
-    """The ``Severity.X`` members written anywhere under ``node``."""
-    return {Severity[n.attr] for n in ast.walk(node)
-            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "Severity"}
+    return {Severity[name] for name in _members(node, "Severity")}
 
 
 def _callee(call: ast.Call) -> str | None:
@@ -58,14 +62,15 @@ def severities_by_code() -> dict[Code, set[Severity]]:
         for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call) and _callee(n) == "Finding"):
             kw = {k.arg: k.value for k in call.keywords}
             code, severity = kw.get("code"), kw.get("severity")
-            if not isinstance(code, ast.Attribute) or severity is None:
+            if code is None or severity is None:
                 continue
             found = _named_severities(severity)
             for inner in (n for n in ast.walk(severity) if isinstance(n, ast.Call)):
                 found |= functions.get(_callee(inner) or "", set())
             if module in diagnosed and found & BY_SHARE and _recovers_time(kw):
                 found |= BY_SHARE
-            out.setdefault(Code[code.attr], set()).update(found)
+            for name in _members(code, "Code"):  # code=Code.A if ... else Code.B names both
+                out.setdefault(Code[name], set()).update(found)
     return out
 
 
