@@ -189,6 +189,13 @@ def test_diagnosis_repr_lists_the_findings(demo: Trace) -> None:
     assert [line.split()[1].rstrip(":") for line in lines[1:]] == [f"{f.code}" for f in d.findings]
 
 
+def test_diagnosis_repr_shows_control_characters_as_escapes(demo: Trace) -> None:
+    d = tw.diagnose(demo)
+    first = dataclasses.replace(d.findings[0], statement="op \x1b[2Jname\nwaits")
+    lines = repr(dataclasses.replace(d, findings=[first])).splitlines()
+    assert len(lines) == 2 and lines[1].endswith("op \\x1b[2Jname\\nwaits")
+
+
 def test_diagnosis_html_escapes_every_trace_string(demo: Trace) -> None:
     hostile = '<img src=x onerror="alert(1)">&'
     d = tw.diagnose(demo)

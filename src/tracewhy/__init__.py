@@ -2,7 +2,7 @@
 
 ``tracewhy.load(path)`` reads a trace; ``tracewhy.diagnose(trace)``, ``steps``, ``gaps``,
 ``kernels``, ``ops``, ``overlap``, ``blocks``, ``nvtx``, ``info``, ``check`` and ``diff`` do what
-the command of the same name does (``tracewhy.api``).
+the command of the same name does; ``slices`` and ``to_pandas`` hand tables out (``tracewhy.api``).
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ from tracewhy.model.schema import Kind
 from tracewhy.model.trace import Trace
 from tracewhy.readers import read_trace
 from tracewhy.renderers.diagnose import recoverable_unit
+from tracewhy.units import printable
 
 #: A Trace, or the path of a trace file to read first (as ``tracewhy.load`` does).
 TraceLike = Trace | str | Path
@@ -66,7 +67,7 @@ class Diagnosis(Report):
     def __repr__(self) -> str:
         lines = [f"{self._title()}:"]
         lines += [f"  {f.severity.value:<6} {f.code}: {f.statement}" for f in self.findings]
-        return "\n".join(lines)
+        return "\n".join(printable(line) for line in lines)  # a trace's names may hold terminal escapes
 
     def _repr_html_(self) -> str:
         """A small table for Jupyter; every string is escaped (statements quote the trace's names)."""
