@@ -19,7 +19,7 @@ import polars as pl
 
 from tracewhy.analyses import api_names
 from tracewhy.analyses.shift import Shift, hodges_lehmann
-from tracewhy.analyses.steps import StepsOptions, StepsResult, steps
+from tracewhy.analyses.steps import StepCol, StepsOptions, StepsResult, steps
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, DCol, Kind
 from tracewhy.model.trace import Trace
 
@@ -99,11 +99,11 @@ def diff(a: Trace, b: Trace, options: DiffOptions = DiffOptions()) -> DiffResult
 
 
 def _steady(r: StepsResult) -> list[int]:
-    return [int(v) for v in r.table.filter(pl.col("steady")).get_column(Col.DUR).to_list()]
+    return [int(v) for v in r.table.filter(pl.col(StepCol.STEADY)).get_column(StepCol.DUR).to_list()]
 
 
 def _summary(t: Trace, s: StepsResult) -> RunSummary:
-    steady = s.table.filter(pl.col("steady"))
+    steady = s.table.filter(pl.col(StepCol.STEADY))
     window = None
     if steady.height:
         ts = steady.get_column(Col.TS).to_numpy()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -26,7 +27,7 @@ import polars as pl
 
 from tracewhy.analyses.host_activity import Flag, HostIndex, build_host_index
 from tracewhy.analyses.intervals import gaps as interval_gaps
-from tracewhy.analyses.steps import StepsResult
+from tracewhy.analyses.steps import StepCol, StepsResult, WindowCol
 from tracewhy.analyses.utilization import DeviceBusy, device_busy
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, Col, Kind, SCol
 from tracewhy.model.trace import Trace
@@ -66,14 +67,66 @@ class GapsOptions:
     min_gap_ns: int = DEFAULT_MIN_GAP_NS
 
 
+class GapCol:
+    """Columns of the GapsResult tables."""
+
+    # gaps: one row per idle interval
+    DEVICE: Final = Col.DEVICE
+    START: Final = "start_ns"
+    DUR: Final = Col.DUR
+    GAP_CLASS: Final = "gap_class"  # the class with most of the gap's time
+    STEP: Final = "step"  # index of the step whose window holds the gap's start; null outside the steps
+    HOST_PID: Final = "host_pid"  # the thread that launched the work ending the gap
+    HOST_TID: Final = "host_tid"
+    HOST_INNERMOST: Final = "host_innermost"  # host activity names at the gap's middle sample
+    HOST_OP: Final = "host_op"
+    HOST_ANNOTATION: Final = "host_annotation"
+    HOST_PYTHON: Final = "host_python"
+    NEXT_ACTIVITY: Final = "next_activity"
+    NEXT_LAUNCHED_BEFORE_GAP: Final = "next_launched_before_gap"
+    #: The stream whose event the next activity's stream waited on, if the trace records such a wait.
+    WAIT_STREAM: Final = "wait_stream"
+    # per_step: per step and device
+    NAME: Final = StepCol.NAME
+    STEADY: Final = StepCol.STEADY
+    WINDOW: Final = WindowCol.WINDOW
+    BUSY: Final = "busy_ns"  # kernels, copies, memsets
+    IDLE: Final = "idle_ns"
+    KERNEL_BUSY: Final = "kernel_busy_ns"  # kernels only: the TensorBoard plugin's "GPU utilization" numerator
+    # short (and per_step): idle in gaps under ``min_gap_ns``
+    SHORT_GAPS: Final = "short_gaps"
+    SHORT: Final = "short_ns"
+
+
+def class_col(c: GapClass | str) -> str:
+    """The column of a class's idle time (ns), in the gaps and per_step tables: ``input_ns``..."""
+    return f"{GapClass(c).value}_ns"
+
+
+CLASS_COLUMNS: Final = tuple(class_col(c) for c in CLASSES)
+
+GAPS_SCHEMA: Final = pl.Schema({
+    GapCol.DEVICE: pl.Int32(), GapCol.START: pl.Int64(), GapCol.DUR: pl.Int64(), GapCol.GAP_CLASS: pl.String(),
+    GapCol.HOST_PID: pl.Int64(), GapCol.HOST_TID: pl.Int64(), GapCol.HOST_INNERMOST: pl.String(),
+    GapCol.HOST_OP: pl.String(), GapCol.HOST_ANNOTATION: pl.String(), GapCol.HOST_PYTHON: pl.String(),
+    GapCol.NEXT_ACTIVITY: pl.String(), GapCol.NEXT_LAUNCHED_BEFORE_GAP: pl.Boolean(), GapCol.WAIT_STREAM: pl.Int64(),
+    **{c: pl.Int64() for c in CLASS_COLUMNS}, GapCol.STEP: pl.Int64(),
+})
+GAP_STEPS_SCHEMA: Final = pl.Schema({
+    GapCol.STEP: pl.Int64(), GapCol.NAME: pl.String(), GapCol.DEVICE: pl.Int32(), GapCol.STEADY: pl.Boolean(),
+    GapCol.WINDOW: pl.Int64(), GapCol.BUSY: pl.Int64(), GapCol.IDLE: pl.Int64(), GapCol.KERNEL_BUSY: pl.Int64(),
+    **{c: pl.Int64() for c in CLASS_COLUMNS}, GapCol.SHORT_GAPS: pl.Int64(), GapCol.SHORT: pl.Int64(),
+})
+GAP_SHORT_SCHEMA: Final = pl.Schema({GapCol.DEVICE: pl.Int32(), GapCol.STEP: pl.Int64(), GapCol.SHORT_GAPS: pl.Int64(),
+                                     GapCol.SHORT: pl.Int64()})
+
+
 @dataclass(frozen=True)
 class GapsResult:
-    """``gaps``: one row per idle interval (device, start_ns, dur_ns, gap_class, step, host
-    activity names, next_activity, wait_stream: the stream whose event the next activity's
-    stream waited on, if the trace records such a wait, ns per class). ``per_step``: per step and device, window,
-    busy (kernels, copies, memsets) and idle time, kernel_busy_ns (kernels only, the
-    TensorBoard plugin's "GPU utilization" numerator), idle ns per class, and short_ns /
-    short_gaps (idle in gaps under ``min_gap_ns``): the classes plus short_ns add up to idle_ns."""
+    """``gaps`` (GAPS_SCHEMA): one row per idle interval, with the host activity at its middle
+    and its time per class (CLASS_COLUMNS). ``per_step`` (GAP_STEPS_SCHEMA): per step and device,
+    window, busy and idle time, kernel busy time, idle per class, and short_ns / short_gaps: the
+    classes plus short_ns add up to idle_ns. See GapCol."""
 
     gaps: pl.DataFrame
     per_step: pl.DataFrame
@@ -104,16 +157,16 @@ def gaps(trace: Trace, steps: StepsResult, options: GapsOptions = GapsOptions(),
             continue
         lo, hi = int(b.starts[0]), int(b.ends[-1])
         if st.height:
-            lo = min(lo, int(st.get_column(Col.TS).min()))  # type: ignore[arg-type]
-            hi = max(hi, int(st.get_column("window_end_ns").max()))  # type: ignore[arg-type]
+            first, last = st.select(pl.col(StepCol.TS).min(), pl.col(StepCol.WINDOW_END).max()).row(0)
+            lo, hi = min(lo, int(first)), max(hi, int(last))
         gs, ge = interval_gaps(b.starts, b.ends, lo, hi)
         if st.height:  # a gap across a step boundary is two gaps, one per step
-            bounds = [st.get_column(Col.TS).to_numpy(), st.get_column("window_end_ns").to_numpy()]
+            bounds = [st.get_column(StepCol.TS).to_numpy(), st.get_column(StepCol.WINDOW_END).to_numpy()]
             cuts = np.unique(np.concatenate(bounds))
             gs, ge = _split_at(gs, ge, cuts)
         keep = (ge - gs) >= options.min_gap_ns
-        short_frames.append(pl.DataFrame({"device": np.full(int((~keep).sum()), device, dtype=np.int32),
-                                          "start_ns": gs[~keep], "dur_ns": (ge - gs)[~keep]}))
+        short_frames.append(pl.DataFrame({GapCol.DEVICE: np.full(int((~keep).sum()), device, dtype=np.int32),
+                                          GapCol.START: gs[~keep], GapCol.DUR: (ge - gs)[~keep]}))
         gs, ge = gs[keep], ge[keep]
         # Stable: activities starting at the same instant stay in id order, so the one that
         # ends a gap (and the host thread blamed) is the same on every run.
@@ -123,12 +176,12 @@ def gaps(trace: Trace, steps: StepsResult, options: GapsOptions = GapsOptions(),
     table = pl.concat(frames) if frames else _empty_gaps()
     table = _assign_steps(table, st)
     short = _assign_steps(pl.concat(short_frames) if short_frames else pl.DataFrame(
-        schema={"device": pl.Int32, "start_ns": pl.Int64, "dur_ns": pl.Int64}), st)
-    short = short.group_by("device", "step").agg(pl.len().cast(pl.Int64).alias("short_gaps"),
-                                                  pl.col("dur_ns").sum().cast(pl.Int64).alias("short_ns"))
+        schema={GapCol.DEVICE: pl.Int32, GapCol.START: pl.Int64, GapCol.DUR: pl.Int64}), st)
+    short = short.group_by(GapCol.DEVICE, GapCol.STEP).agg(
+        pl.len().cast(pl.Int64).alias(GapCol.SHORT_GAPS), pl.col(GapCol.DUR).sum().cast(pl.Int64).alias(GapCol.SHORT))
     per_step = _per_step(table, st, busy, device_busy(trace, (Kind.KERNEL,)), short)
     return GapsResult(gaps=table, per_step=per_step, min_gap_ns=options.min_gap_ns,
-                      devices=tuple(busy), busy=busy, short=short.sort("device", "step", nulls_last=True))
+                      devices=tuple(busy), busy=busy, short=short.sort(GapCol.DEVICE, GapCol.STEP, nulls_last=True))
 
 
 def _main_launch_thread(trace: Trace) -> tuple[int, int] | None:
@@ -246,21 +299,21 @@ def _explain(device: int, gs: I64, ge: I64, dev: pl.DataFrame, s: pl.DataFrame, 
     dominant = np.array(CLASSES, dtype=object)[np.argmax(class_matrix, axis=1)] if n else np.array([], dtype=object)
     mid = pos.reshape(n, k)[:, k // 2] if n else np.zeros(0, dtype=np.int64)
     return pl.DataFrame({
-        "device": np.full(n, device, dtype=np.int32),
-        "start_ns": gs,
-        "dur_ns": ge - gs,
-        "gap_class": pl.Series(dominant.tolist(), dtype=pl.String),
-        "host_pid": pid.astype(np.int64),
-        "host_tid": tid.astype(np.int64),
-        "host_innermost": _names(s, _at(host.ids, mid)),
-        "host_op": _names(s, _at(host.op_ctx, mid)),
-        "host_annotation": _names(s, _at(host.annotation_ctx, mid)),
-        "host_python": _names(s, _at(host.python_ctx, mid)),
-        "next_activity": pl.Series([str(v) if h else None for v, h in zip(next_name, has_next, strict=True)],
-                                   dtype=pl.String),
-        "next_launched_before_gap": queued,
-        "wait_stream": pl.Series(wait_stream, dtype=pl.Int64).replace(-1, None),
-        **{f"{c}_ns": per_class[c].astype(np.int64) for c in CLASSES},
+        GapCol.DEVICE: np.full(n, device, dtype=np.int32),
+        GapCol.START: gs,
+        GapCol.DUR: ge - gs,
+        GapCol.GAP_CLASS: pl.Series(dominant.tolist(), dtype=pl.String),
+        GapCol.HOST_PID: pid.astype(np.int64),
+        GapCol.HOST_TID: tid.astype(np.int64),
+        GapCol.HOST_INNERMOST: _names(s, _at(host.ids, mid)),
+        GapCol.HOST_OP: _names(s, _at(host.op_ctx, mid)),
+        GapCol.HOST_ANNOTATION: _names(s, _at(host.annotation_ctx, mid)),
+        GapCol.HOST_PYTHON: _names(s, _at(host.python_ctx, mid)),
+        GapCol.NEXT_ACTIVITY: pl.Series([str(v) if h else None for v, h in zip(next_name, has_next, strict=True)],
+                                        dtype=pl.String),
+        GapCol.NEXT_LAUNCHED_BEFORE_GAP: queued,
+        GapCol.WAIT_STREAM: pl.Series(wait_stream, dtype=pl.Int64).replace(-1, None),
+        **{class_col(c): per_class[c].astype(np.int64) for c in CLASSES},
     })
 
 
@@ -327,12 +380,12 @@ def _names(s: pl.DataFrame, ids: I64) -> pl.Series:
 
 def _assign_steps(table: pl.DataFrame, st: pl.DataFrame) -> pl.DataFrame:
     if st.height == 0 or table.height == 0:
-        return table.with_columns(pl.lit(None, dtype=pl.Int64).alias("step"))
-    starts = st.get_column(Col.TS).to_numpy()
-    idx = np.searchsorted(starts, table.get_column("start_ns").to_numpy(), side="right") - 1
-    ends = st.get_column("window_end_ns").to_numpy()
-    inside = (idx >= 0) & (table.get_column("start_ns").to_numpy() < ends[np.maximum(idx, 0)])
-    return table.with_columns(pl.Series("step", np.where(inside, idx, -1)).replace(-1, None).cast(pl.Int64))
+        return table.with_columns(pl.lit(None, dtype=pl.Int64).alias(GapCol.STEP))
+    starts = st.get_column(StepCol.TS).to_numpy()
+    idx = np.searchsorted(starts, table.get_column(GapCol.START).to_numpy(), side="right") - 1
+    ends = st.get_column(StepCol.WINDOW_END).to_numpy()
+    inside = (idx >= 0) & (table.get_column(GapCol.START).to_numpy() < ends[np.maximum(idx, 0)])
+    return table.with_columns(pl.Series(GapCol.STEP, np.where(inside, idx, -1)).replace(-1, None).cast(pl.Int64))
 
 
 def _split_at(gs: I64, ge: I64, cuts: I64) -> tuple[I64, I64]:
@@ -352,30 +405,26 @@ def _split_at(gs: I64, ge: I64, cuts: I64) -> tuple[I64, I64]:
 
 def _per_step(table: pl.DataFrame, st: pl.DataFrame, busy: dict[int, DeviceBusy],
               kernel_busy: dict[int, DeviceBusy], short: pl.DataFrame) -> pl.DataFrame:
-    class_cols = [f"{c}_ns" for c in CLASSES]
-    sums = table.filter(pl.col("step").is_not_null()).group_by("device", "step").agg(
-        [pl.col(c).sum() for c in class_cols]
+    sums = table.filter(pl.col(GapCol.STEP).is_not_null()).group_by(GapCol.DEVICE, GapCol.STEP).agg(
+        [pl.col(c).sum() for c in CLASS_COLUMNS]
     )
     rows = []
-    for i, (name, ts, wend, steady) in enumerate(st.select("name", Col.TS, "window_end_ns", "steady").iter_rows()):
+    steps = st.select(StepCol.NAME, StepCol.TS, StepCol.WINDOW_END, StepCol.STEADY)
+    for i, (name, ts, wend, steady) in enumerate(steps.iter_rows()):
         for device, b in busy.items():
             used = b.busy_in(ts, wend)
             k = kernel_busy[device].busy_in(ts, wend) if device in kernel_busy else 0
             rows.append((i, name, device, steady, wend - ts, used, wend - ts - used, k))
     base = pl.DataFrame(rows, orient="row", schema={
-        "step": pl.Int64, "name": pl.String, "device": pl.Int32, "steady": pl.Boolean, "window_ns": pl.Int64,
-        "busy_ns": pl.Int64, "idle_ns": pl.Int64, "kernel_busy_ns": pl.Int64})
-    return base.join(sums, on=["device", "step"], how="left").join(
-        short.filter(pl.col("step").is_not_null()), on=["device", "step"], how="left"
+        GapCol.STEP: pl.Int64, GapCol.NAME: pl.String, GapCol.DEVICE: pl.Int32, GapCol.STEADY: pl.Boolean,
+        GapCol.WINDOW: pl.Int64, GapCol.BUSY: pl.Int64, GapCol.IDLE: pl.Int64, GapCol.KERNEL_BUSY: pl.Int64})
+    keys = [GapCol.DEVICE, GapCol.STEP]
+    return base.join(sums, on=keys, how="left").join(
+        short.filter(pl.col(GapCol.STEP).is_not_null()), on=keys, how="left"
     ).with_columns(
-        [pl.col(c).fill_null(0).cast(pl.Int64) for c in (*class_cols, "short_ns", "short_gaps")]
-    ).sort("step", "device")
+        [pl.col(c).fill_null(0).cast(pl.Int64) for c in (*CLASS_COLUMNS, GapCol.SHORT, GapCol.SHORT_GAPS)]
+    ).sort(GapCol.STEP, GapCol.DEVICE)
 
 
 def _empty_gaps() -> pl.DataFrame:
-    return pl.DataFrame(schema={
-        "device": pl.Int32, "start_ns": pl.Int64, "dur_ns": pl.Int64, "gap_class": pl.String,
-        "host_pid": pl.Int64, "host_tid": pl.Int64, "host_innermost": pl.String, "host_op": pl.String,
-        "host_annotation": pl.String, "host_python": pl.String, "next_activity": pl.String,
-        "next_launched_before_gap": pl.Boolean, "wait_stream": pl.Int64, **{f"{c}_ns": pl.Int64 for c in CLASSES},
-    })
+    return pl.DataFrame(schema={k: v for k, v in GAPS_SCHEMA.items() if k != GapCol.STEP})

@@ -12,16 +12,39 @@ from tracewhy.model.schema import Col, Kind
 from tracewhy.model.trace import Trace
 
 
+class KernelCol:
+    """Columns of the KernelsResult tables."""
+
+    NAME: Final = Col.NAME
+    FAMILY: Final = "family"
+    #: What decided the family (families.Rule: collective op, comm-only stream, library, name).
+    RULE: Final = "rule"
+    COUNT: Final = "count"
+    TOTAL: Final = "total_ns"
+    MEAN: Final = "mean_ns"
+    P50: Final = "p50_ns"
+    MIN: Final = "min_ns"
+    MAX: Final = "max_ns"
+    SHARE: Final = "share"  # of all kernel time in the trace
+
+
+KERNELS_BY_NAME_SCHEMA: Final = pl.Schema({
+    KernelCol.NAME: pl.String(), KernelCol.FAMILY: pl.String(), KernelCol.RULE: pl.String(),
+    KernelCol.COUNT: pl.Int64(), KernelCol.TOTAL: pl.Int64(), KernelCol.MEAN: pl.Float64(),
+    KernelCol.P50: pl.Float64(), KernelCol.MIN: pl.Int64(), KernelCol.MAX: pl.Int64(), KernelCol.SHARE: pl.Float64(),
+})
+KERNELS_BY_FAMILY_SCHEMA: Final = pl.Schema({
+    KernelCol.FAMILY: pl.String(), KernelCol.COUNT: pl.Int64(), KernelCol.TOTAL: pl.Int64(),
+    KernelCol.SHARE: pl.Float64(),
+})
+
+
 @dataclass(frozen=True)
 class KernelsResult:
-    """Kernel time per name (``by_name``) and per family (``by_family``), largest first.
-
-    ``by_name`` columns: name, family, rule, count, total_ns, mean_ns, p50_ns, min_ns, max_ns,
-    share. ``rule`` says what decided the family (families.Rule: collective op, comm-only
-    stream, library, name); a name whose launches were classified differently (a kernel
-    launched under a collective op in one place and not in another) has a row per family and
-    rule. ``share`` is the fraction of all kernel time in the trace. ``by_family``: family,
-    count, total_ns, share.
+    """Kernel time per name (``by_name``, KERNELS_BY_NAME_SCHEMA) and per family (``by_family``,
+    KERNELS_BY_FAMILY_SCHEMA), largest first. A name whose launches were classified differently
+    (a kernel launched under a collective op in one place and not in another) has a row per
+    family and rule.
     """
 
     total_count: int
@@ -41,26 +64,27 @@ def kernels(trace: Trace) -> KernelsResult:
     k = k.join(classify_kernels(trace), on=Col.ID, how="left")
     total_ns = int(k.get_column(Col.DUR).sum()) if k.height else 0
     by_name = (
-        k.group_by(Col.NAME, "family", "rule")
+        k.group_by(KernelCol.NAME, KernelCol.FAMILY, KernelCol.RULE)
         .agg(
-            pl.len().cast(pl.Int64).alias("count"),
-            pl.col(Col.DUR).sum().alias("total_ns"),
-            pl.col(Col.DUR).mean().alias("mean_ns"),
-            pl.col(Col.DUR).median().alias("p50_ns"),
-            pl.col(Col.DUR).min().alias("min_ns"),
-            pl.col(Col.DUR).max().alias("max_ns"),
+            pl.len().cast(pl.Int64).alias(KernelCol.COUNT),
+            pl.col(Col.DUR).sum().alias(KernelCol.TOTAL),
+            pl.col(Col.DUR).mean().alias(KernelCol.MEAN),
+            pl.col(Col.DUR).median().alias(KernelCol.P50),
+            pl.col(Col.DUR).min().alias(KernelCol.MIN),
+            pl.col(Col.DUR).max().alias(KernelCol.MAX),
         )
-        .with_columns((pl.col("total_ns") / max(total_ns, 1)).alias("share"))
+        .with_columns((pl.col(KernelCol.TOTAL) / max(total_ns, 1)).alias(KernelCol.SHARE))
     )
     by_name = (
-        by_name.sort(["total_ns", Col.NAME, "family", "rule"], descending=[True, False, False, False])
-        .select(Col.NAME, "family", "rule", "count", "total_ns", "mean_ns", "p50_ns", "min_ns", "max_ns", "share")
+        by_name.sort([KernelCol.TOTAL, KernelCol.NAME, KernelCol.FAMILY, KernelCol.RULE],
+                     descending=[True, False, False, False])
+        .select(*KERNELS_BY_NAME_SCHEMA)
     )
     by_family = (
-        by_name.group_by("family")
-        .agg(pl.col("count").sum(), pl.col("total_ns").sum())
-        .with_columns((pl.col("total_ns") / max(total_ns, 1)).alias("share"))
-        .sort(["total_ns", "family"], descending=[True, False])
+        by_name.group_by(KernelCol.FAMILY)
+        .agg(pl.col(KernelCol.COUNT).sum(), pl.col(KernelCol.TOTAL).sum())
+        .with_columns((pl.col(KernelCol.TOTAL) / max(total_ns, 1)).alias(KernelCol.SHARE))
+        .sort([KernelCol.TOTAL, KernelCol.FAMILY], descending=[True, False])
     )
     return KernelsResult(
         total_count=k.height, total_time_ns=total_ns, by_name=by_name, by_family=by_family

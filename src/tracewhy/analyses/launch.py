@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 
 from tracewhy.analyses import api_names
-from tracewhy.analyses.steps import StepsResult
+from tracewhy.analyses.steps import StepCol, StepsResult
 from tracewhy.analyses.utilization import DeviceBusy
 from tracewhy.model.schema import LAUNCH_KINDS, Col, Kind
 from tracewhy.model.trace import Trace
@@ -49,12 +49,14 @@ def launch(trace: Trace, steps: StepsResult, busy: dict[int, DeviceBusy]) -> Lau
     c_dur = calls.get_column(Col.DUR).to_numpy()
     order = np.argsort(c_ts)
     c_ts, c_dur = c_ts[order], c_dur[order]
-    for i, (ts, wend, steady) in enumerate(steps.table.select(Col.TS, "window_end_ns", "steady").iter_rows()):
+    windows = steps.table.select(StepCol.TS, StepCol.WINDOW_END, StepCol.STEADY)
+    for i, (ts, wend, steady) in enumerate(windows.iter_rows()):
         lo, hi = np.searchsorted(c_ts, [ts, wend])
         gpu_busy = max((b.busy_in(ts, wend) for b in busy.values()), default=0)
         rows.append((i, steady, int(c_dur[lo:hi].sum()), int(hi - lo), gpu_busy))
-    per_step = pl.DataFrame(rows, orient="row", schema={"step": pl.Int64, "steady": pl.Boolean, "dispatch_ns": pl.Int64,
-                                                        "launches": pl.Int64, "gpu_busy_ns": pl.Int64})
+    per_step = pl.DataFrame(rows, orient="row", schema={
+        "step": pl.Int64, StepCol.STEADY: pl.Boolean, "dispatch_ns": pl.Int64,
+        "launches": pl.Int64, "gpu_busy_ns": pl.Int64})
     return LaunchResult(
         launches=calls.height, launch_call_p50_ns=call_p50, delay_p50_ns=p50, delay_p90_ns=p90, delay_p99_ns=p99,
         kernels=int(all_kernels.size), short_kernels=short,

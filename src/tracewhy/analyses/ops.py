@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -11,7 +12,28 @@ import polars as pl
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, Kind, OCol
 from tracewhy.model.trace import Trace
 
-SORT_KEYS = ("gpu_self_ns", "gpu_total_ns", "cpu_self_ns", "cpu_total_ns", "calls")
+
+class OpCol:
+    """Columns of ``OpsResult.table``: one row per operator name (and input shapes with ``by_shapes``)."""
+
+    NAME: Final = Col.NAME
+    INPUT_DIMS: Final = OCol.INPUT_DIMS  # only with ``by_shapes``
+    CALLS: Final = "calls"
+    CPU_TOTAL: Final = "cpu_total_ns"
+    CPU_SELF: Final = "cpu_self_ns"
+    GPU_TOTAL: Final = "gpu_total_ns"
+    GPU_SELF: Final = "gpu_self_ns"
+
+
+OPS_SCHEMA: Final = pl.Schema({
+    OpCol.NAME: pl.String(), OpCol.CALLS: pl.Int64(), OpCol.CPU_TOTAL: pl.Int64(), OpCol.CPU_SELF: pl.Int64(),
+    OpCol.GPU_TOTAL: pl.Int64(), OpCol.GPU_SELF: pl.Int64(),
+})
+#: ``OpsResult.table`` with ``by_shapes``.
+OPS_BY_SHAPES_SCHEMA: Final = pl.Schema({OpCol.NAME: pl.String(), OpCol.INPUT_DIMS: pl.String(),
+                                         **{k: v for k, v in OPS_SCHEMA.items() if k != OpCol.NAME}})
+
+SORT_KEYS = (OpCol.GPU_SELF, OpCol.GPU_TOTAL, OpCol.CPU_SELF, OpCol.CPU_TOTAL, OpCol.CALLS)
 
 
 @dataclass(frozen=True)
@@ -22,7 +44,7 @@ class OpsOptions:
 
 @dataclass(frozen=True)
 class OpsResult:
-    """One row per operator name (and input shapes with ``by_shapes``).
+    """``table``: OPS_SCHEMA (OPS_BY_SHAPES_SCHEMA with ``by_shapes``), in ``sort_by`` order.
 
     CPU self time is the op's duration less the CPU ops nested in it. GPU self time is the
     device time (kernels, copies, memsets) whose launch happened with this op innermost on the
@@ -63,29 +85,26 @@ def ops(trace: Trace, options: OpsOptions = OpsOptions()) -> OpsResult:
     table = pl.DataFrame(
         {
             Col.ID: op_rows.astype(np.int64),
-            Col.NAME: s.get_column(Col.NAME).gather(op_rows).cast(pl.String),
-            "cpu_total_ns": dur[op_rows],
-            "cpu_self_ns": np.maximum(dur[op_rows] - child_time[op_rows].astype(np.int64), 0),
-            "gpu_total_ns": gpu_total[op_rows],
-            "gpu_self_ns": gpu_self[op_rows],
+            OpCol.NAME: s.get_column(Col.NAME).gather(op_rows).cast(pl.String),
+            OpCol.CPU_TOTAL: dur[op_rows],
+            OpCol.CPU_SELF: np.maximum(dur[op_rows] - child_time[op_rows].astype(np.int64), 0),
+            OpCol.GPU_TOTAL: gpu_total[op_rows],
+            OpCol.GPU_SELF: gpu_self[op_rows],
         }
     )
-    keys = [Col.NAME]
+    keys = [OpCol.NAME]
     if options.by_shapes:
         shapes = trace.op_attrs.select(Col.ID, pl.col(OCol.INPUT_DIMS).fill_null(""))
         table = table.join(shapes, on=Col.ID, how="left").with_columns(
             pl.col(OCol.INPUT_DIMS).fill_null("")
         )
-        keys.append(OCol.INPUT_DIMS)
+        keys.append(OpCol.INPUT_DIMS)
     grouped = table.group_by(keys).agg(
-        pl.len().cast(pl.Int64).alias("calls"),
-        pl.col("cpu_total_ns").sum(),
-        pl.col("cpu_self_ns").sum(),
-        pl.col("gpu_total_ns").sum(),
-        pl.col("gpu_self_ns").sum(),
+        pl.len().cast(pl.Int64).alias(OpCol.CALLS),
+        pl.col(OpCol.CPU_TOTAL, OpCol.CPU_SELF, OpCol.GPU_TOTAL, OpCol.GPU_SELF).sum(),
     )
     gpu_time = int(gpu_dur.sum())
-    sort_by = options.sort_by or ("gpu_self_ns" if gpu_time else "cpu_self_ns")
+    sort_by = options.sort_by or (OpCol.GPU_SELF if gpu_time else OpCol.CPU_SELF)
     if sort_by not in SORT_KEYS:
         raise ValueError(f"sort key must be one of {', '.join(SORT_KEYS)}")
     grouped = grouped.sort([sort_by, *keys], descending=[True] + [False] * len(keys))

@@ -10,7 +10,7 @@ import numpy as np
 import polars as pl
 
 from tracewhy.analyses.host_activity import Flag, HostIndex
-from tracewhy.analyses.steps import StepsResult
+from tracewhy.analyses.steps import StepCol, StepsResult
 from tracewhy.model.schema import Col, Kind
 from tracewhy.model.trace import Trace
 
@@ -46,13 +46,13 @@ def spikes(trace: Trace, steps: StepsResult, host: HostIndex, margin: float = SP
     }
     times = {k: np.sort(host.ts[v]) for k, v in features.items()}
     rows = []
-    windows = steps.table.select(Col.TS, Col.DUR, "window_end_ns", "steady")
+    windows = steps.table.select(StepCol.TS, StepCol.DUR, StepCol.WINDOW_END, StepCol.STEADY)
     for i, (ts, dur, wend, steady) in enumerate(windows.iter_rows()):
         counts = [int(np.searchsorted(times[k], wend) - np.searchsorted(times[k], ts)) for k in _FEATURES]
         rows.append((i, steady, dur, *counts))
-    per_step = pl.DataFrame(rows, orient="row", schema={"step": pl.Int64, "steady": pl.Boolean, "dur_ns": pl.Int64,
-                                                        **{k: pl.Int64 for k in _FEATURES}})
-    steady_steps = per_step.filter(pl.col("steady"))
+    per_step = pl.DataFrame(rows, orient="row", schema={
+        "step": pl.Int64, StepCol.STEADY: pl.Boolean, "dur_ns": pl.Int64, **{k: pl.Int64 for k in _FEATURES}})
+    steady_steps = per_step.filter(pl.col(StepCol.STEADY))
     if steady_steps.height < 3:
         return SpikesResult(per_step=per_step, spikes=per_step.clear(), margin=margin)
     median = float(steady_steps.get_column("dur_ns").median())  # type: ignore[arg-type]

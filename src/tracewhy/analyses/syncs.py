@@ -12,7 +12,7 @@ import polars as pl
 
 from tracewhy.analyses import api_names
 from tracewhy.analyses.host_activity import Flag, HostIndex
-from tracewhy.analyses.steps import StepsResult
+from tracewhy.analyses.steps import StepCol, StepsResult
 from tracewhy.model.schema import Col, Kind
 from tracewhy.model.trace import Trace
 
@@ -48,7 +48,7 @@ def syncs(trace: Trace, steps: StepsResult, host: HostIndex) -> SyncsResult:
 
     st = steps.table
     starts = st.get_column(Col.TS).to_numpy() if st.height else np.zeros(0, dtype=np.int64)
-    ends = st.get_column("window_end_ns").to_numpy() if st.height else np.zeros(0, dtype=np.int64)
+    ends = st.get_column(StepCol.WINDOW_END).to_numpy() if st.height else np.zeros(0, dtype=np.int64)
     ts = host.ts[rows]
     step = np.searchsorted(starts, ts, side="right") - 1
     in_step = (step >= 0) & (ts < ends[np.maximum(step, 0)]) if starts.size else np.zeros(ts.size, dtype=bool)
@@ -63,7 +63,7 @@ def syncs(trace: Trace, steps: StepsResult, host: HostIndex) -> SyncsResult:
         "step": pl.Series(np.where(in_step, step, -1)).replace(-1, None).cast(pl.Int64),
     }, schema_overrides={"op": pl.String, "annotation": pl.String, "python": pl.String})
     per_step = (
-        st.with_row_index("step").select(pl.col("step").cast(pl.Int64), "steady")
+        st.with_row_index("step").select(pl.col("step").cast(pl.Int64), StepCol.STEADY)
         .join(calls.group_by("step").agg(pl.len().cast(pl.Int64).alias("syncs"), pl.col("blocked_ns").sum()),
               on="step", how="left")
         .with_columns(pl.col("syncs").fill_null(0), pl.col("blocked_ns").fill_null(0))

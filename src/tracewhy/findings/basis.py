@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from tracewhy.analyses.gaps import CLASSES
+from tracewhy.analyses.gaps import CLASSES, GapCol, class_col
 from tracewhy.analyses.stats import sum_of
 from tracewhy.findings.context import Context
 from tracewhy.units import fmt_pct
@@ -55,26 +55,26 @@ def _basis(ctx: Context) -> Basis:
     if not busy:
         return Basis(None, 0, False, 0.0, 0.0, 0.0, {c: 0.0 for c in CLASSES})
     device = max(busy, key=lambda d: int((busy[d].ends - busy[d].starts).sum()))
-    steady = g.per_step.filter(pl.col("steady") & (pl.col("device") == device))
+    steady = g.per_step.filter(pl.col(GapCol.STEADY) & (pl.col(GapCol.DEVICE) == device))
     if steady.height:
         n = steady.height
         return Basis(
             device=device, steps=n, per_steps=True,
-            window_ns=sum_of(steady.get_column("window_ns")) / n,
-            busy_ns=sum_of(steady.get_column("busy_ns")) / n,
-            idle_ns=sum_of(steady.get_column("idle_ns")) / n,
-            class_ns={c: sum_of(steady.get_column(f"{c}_ns")) / n for c in CLASSES},
-            short_ns=sum_of(steady.get_column("short_ns")) / n,
-            short_gaps=sum_of(steady.get_column("short_gaps")) / n,
+            window_ns=sum_of(steady.get_column(GapCol.WINDOW)) / n,
+            busy_ns=sum_of(steady.get_column(GapCol.BUSY)) / n,
+            idle_ns=sum_of(steady.get_column(GapCol.IDLE)) / n,
+            class_ns={c: sum_of(steady.get_column(class_col(c))) / n for c in CLASSES},
+            short_ns=sum_of(steady.get_column(GapCol.SHORT)) / n,
+            short_gaps=sum_of(steady.get_column(GapCol.SHORT_GAPS)) / n,
         )
     b = busy[device]
     window = float(b.ends[-1] - b.starts[0]) if b.starts.size else 0.0
-    rows = g.gaps.filter(pl.col("device") == device)
+    rows = g.gaps.filter(pl.col(GapCol.DEVICE) == device)
     busy_ns = float((b.ends - b.starts).sum())
-    short = g.short.filter(pl.col("device") == device) if g.short.height else g.short
+    short = g.short.filter(pl.col(GapCol.DEVICE) == device) if g.short.height else g.short
     return Basis(
         device=device, steps=1, per_steps=False, window_ns=window, busy_ns=busy_ns, idle_ns=window - busy_ns,
-        class_ns={c: sum_of(rows.get_column(f"{c}_ns")) for c in CLASSES},
-        short_ns=sum_of(short.get_column("short_ns")) if short.height else 0.0,
-        short_gaps=sum_of(short.get_column("short_gaps")) if short.height else 0.0,
+        class_ns={c: sum_of(rows.get_column(class_col(c))) for c in CLASSES},
+        short_ns=sum_of(short.get_column(GapCol.SHORT)) if short.height else 0.0,
+        short_gaps=sum_of(short.get_column(GapCol.SHORT_GAPS)) if short.height else 0.0,
     )

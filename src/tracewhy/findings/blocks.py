@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracewhy.analyses.blocks import BlocksOptions, BlocksResult, blocks
+from tracewhy.analyses.blocks import BlockCol, BlocksOptions, BlocksResult, blocks
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
@@ -32,42 +32,42 @@ def findings(ctx: Context) -> list[Finding]:
 
 def attribution(r: BlocksResult) -> Finding | None:
     """'denoise 435 ms (66.8%), decode 107 ms (16.5%), ...' over the outermost blocks with GPU work."""
-    gpu = r.table.filter(pl.col("gpu_time_ns_per_step") > 0)
+    gpu = r.table.filter(pl.col(BlockCol.GPU_TIME_PER_STEP) > 0)
     if gpu.height < th.BLOCKS_MIN_FOR_ATTRIBUTION:
         return None
-    top = gpu.filter(pl.col("level") == gpu.get_column("level").min())
+    top = gpu.filter(pl.col(BlockCol.LEVEL) == gpu.get_column(BlockCol.LEVEL).min())
     if top.height < th.BLOCKS_MIN_FOR_ATTRIBUTION:
         top = gpu
     unit = "per step" if r.note is None or "per capture" not in r.note else "over the trace (no step markers)"
     line = ", ".join(
-        f"{b['name']} {b['gpu_time_ns_per_step'] / 1e6:.3g} ms ({100 * b['gpu_share']:.1f}%)"
+        f"{b[BlockCol.NAME]} {b[BlockCol.GPU_TIME_PER_STEP] / 1e6:.3g} ms ({100 * b[BlockCol.GPU_SHARE]:.1f}%)"
         for b in top.head(_NAMED).iter_rows(named=True)
     )
     # A block whose work another thread launched (autograd's backward thread) shows little of it.
     elsewhere = "".join(
-        f" {b['name']} owns little: {b['other_threads_gpu_ns_per_step'] / 1e6:.3g} ms {unit} more were launched "
-        "by other threads while it was open."
-        for b in r.table.filter(pl.col("level") == r.table.get_column("level").min()).iter_rows(named=True)
-        if b["other_threads_gpu_ns_per_step"] > max(b["gpu_time_ns_per_step"], 0)
+        f" {b[BlockCol.NAME]} owns little: {b[BlockCol.OTHER_THREADS_GPU_PER_STEP] / 1e6:.3g} ms {unit} more were "
+        "launched by other threads while it was open."
+        for b in r.table.filter(pl.col(BlockCol.LEVEL) == pl.col(BlockCol.LEVEL).min()).iter_rows(named=True)
+        if b[BlockCol.OTHER_THREADS_GPU_PER_STEP] > max(b[BlockCol.GPU_TIME_PER_STEP], 0)
     )
     first = top.row(0, named=True)
     return Finding(
         code=Code.BLOCK_ATTRIBUTION, severity=Severity.INFO,
         statement=f"GPU time {unit} by annotated block: {line}.{elsewhere}",
-        next_step=f"Start with {first['name']!r}: tracewhy blocks TRACE --names '{first['name']}' and "
+        next_step=f"Start with {first[BlockCol.NAME]!r}: tracewhy blocks TRACE --names '{first[BlockCol.NAME]}' and "
                   "tracewhy kernels TRACE for the kernels inside it.",
         evidence={"steps": r.steps, "gpu_time_ns_per_step": r.gpu_time_ns_per_step,
-                  "blocks": top.select("name", "gpu_time_ns_per_step", "gpu_share").to_dicts()},
+                  "blocks": top.select(BlockCol.NAME, BlockCol.GPU_TIME_PER_STEP, BlockCol.GPU_SHARE).to_dicts()},
     )
 
 
 def synchronized_blocks(r: BlocksResult) -> Finding | None:
     """Most blocks that launched GPU work end with a synchronize before anything else is launched."""
     share = r.synced_share
-    n = int(r.table.get_column("gpu_instances").sum()) if r.table.height else 0
+    n = int(r.table.get_column(BlockCol.GPU_INSTANCES).sum()) if r.table.height else 0
     if share is None or n < th.BLOCKS_MIN_FOR_ATTRIBUTION or share < th.BLOCKS_SYNCED_MIN_SHARE:
         return None
-    synced = int(r.table.get_column("synced_instances").sum())
+    synced = int(r.table.get_column(BlockCol.SYNCED_INSTANCES).sum())
     return Finding(
         code=Code.BLOCKS_SYNCHRONIZED, severity=Severity.TRUST,
         statement=f"A synchronize ends {synced} of {n} annotated blocks that launched GPU work "

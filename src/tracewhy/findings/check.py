@@ -16,6 +16,8 @@ import numpy as np
 import polars as pl
 
 from tracewhy.analyses.diff import DiffOptions
+from tracewhy.analyses.overlap import OverlapCol
+from tracewhy.analyses.steps import StepCol
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.basis import basis
 from tracewhy.findings.compare import SLOWER, Comparison, compare
@@ -130,7 +132,7 @@ def _comm_rows(ctx: Context) -> tuple[pl.DataFrame, str] | None:
         return None
     if r.steady.height:
         return r.steady, "per steady step"
-    return r.devices.rename({"span_ns": "window_ns"}), "over the trace (no step markers)"
+    return r.devices.rename({OverlapCol.SPAN: OverlapCol.WINDOW}), "over the trace (no step markers)"
 
 
 def _exposed_comm(ctx: Context) -> Measured:
@@ -138,7 +140,7 @@ def _exposed_comm(ctx: Context) -> Measured:
     if rows is None:
         return Measured(None, "no GPU activity in the trace")
     table, unit = rows
-    shares = [e / w for e, w in table.select("comm_exposed_ns", "window_ns").iter_rows() if w]
+    shares = [e / w for e, w in table.select(OverlapCol.COMM_EXPOSED, OverlapCol.WINDOW).iter_rows() if w]
     return Measured(max(shares, default=0.0), f"worst device, {unit}")
 
 
@@ -147,7 +149,7 @@ def _overlap(ctx: Context) -> Measured:
     if rows is None:
         return Measured(None, "no GPU activity in the trace")
     table, unit = rows
-    hidden = [h / c for h, c in table.select("comm_hidden_ns", "comm_ns").iter_rows() if c]
+    hidden = [h / c for h, c in table.select(OverlapCol.COMM_HIDDEN, OverlapCol.COMM).iter_rows() if c]
     if not hidden:
         return Measured(None, "no communication kernels in the trace")
     return Measured(min(hidden), f"communication under compute, worst device, {unit}")
@@ -155,16 +157,16 @@ def _overlap(ctx: Context) -> Measured:
 
 def _syncs_per_step(ctx: Context) -> Measured:
     r = ctx.syncs()
-    steady = r.per_step.filter(pl.col("steady"))
+    steady = r.per_step.filter(pl.col(StepCol.STEADY))
     if steady.height:
         return Measured(float(np.mean(steady.get_column("syncs").to_numpy())), f"mean of {steady.height} steady steps")
     return Measured(float(r.calls.height), "over the trace (no step markers)")
 
 
 def _kernels_per_step(ctx: Context) -> Measured:
-    table = ctx.steps().table.filter(pl.col("steady"))
+    table = ctx.steps().table.filter(pl.col(StepCol.STEADY))
     if table.height:
-        return Measured(float(np.mean(table.get_column("kernel_count").to_numpy())),
+        return Measured(float(np.mean(table.get_column(StepCol.KERNEL_COUNT).to_numpy())),
                         f"mean of {table.height} steady steps")
     return Measured(None, "no steady steps (name the step annotation with --step NAME)")
 

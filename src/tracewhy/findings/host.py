@@ -10,6 +10,7 @@ import polars as pl
 from tracewhy.analyses.copies import copies
 from tracewhy.analyses.host_activity import Flag
 from tracewhy.analyses.spikes import spikes
+from tracewhy.analyses.steps import StepCol
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
@@ -57,10 +58,10 @@ def _allocator(ctx: Context) -> list[Finding]:
     rows = np.flatnonzero(host.self_flag[Flag.ALLOC])
     if rows.size == 0 or st.height == 0:
         return []
-    steady = st.filter(pl.col("steady"))
+    steady = st.filter(pl.col(StepCol.STEADY))
     ts = host.ts[rows]
     in_steady = np.zeros(rows.size, dtype=bool)
-    for a, z in steady.select("ts_ns", "window_end_ns").iter_rows():
+    for a, z in steady.select(StepCol.TS, StepCol.WINDOW_END).iter_rows():
         in_steady |= (ts >= a) & (ts < z)
     if not in_steady.any():
         return []
@@ -149,7 +150,7 @@ def _spikes(ctx: Context) -> list[Finding]:
         v = float(sp.spikes.get_column(c).mean())  # type: ignore[arg-type]
         if v > 0:
             causes[c.removeprefix("extra_")] = v
-    steady = sp.per_step.filter(pl.col("steady"))
+    steady = sp.per_step.filter(pl.col(StepCol.STEADY))
     excess = int(sp.spikes.get_column("excess_ns").sum())
     explained = bool(causes)
     why = ", ".join(f"+{v:.1f} {k.replace('_', ' ')}" for k, v in causes.items())

@@ -8,12 +8,14 @@ from dataclasses import replace
 import numpy as np
 import polars as pl
 
-from tracewhy.analyses.gaps import GapClass
+from tracewhy.analyses.gaps import GapClass, GapCol, class_col
 from tracewhy.analyses.host_activity import Flag
 from tracewhy.analyses.input import input_pipeline
 from tracewhy.analyses.intervals import union
 from tracewhy.analyses.launch import launch
+from tracewhy.analyses.overlap import OverlapCol
 from tracewhy.analyses.stats import mean_of
+from tracewhy.analyses.steps import StepCol, WindowCol
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.basis import Basis, basis
 from tracewhy.findings.codes import Code
@@ -21,7 +23,6 @@ from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding, Severity
 from tracewhy.findings.overlap import overlap_result
 from tracewhy.findings.platform import gpu_vendor
-from tracewhy.model.schema import Col
 from tracewhy.units import fmt_ns as ms
 from tracewhy.units import fmt_pct as pct
 
@@ -123,13 +124,13 @@ def _saturated(ctx: Context, b: Basis) -> Finding:
 def _exposed_comm_ns(ctx: Context, b: Basis) -> float:
     """Communication with no compute under it on the basis device, per step (or over the trace)."""
     r = overlap_result(ctx)
-    rows = (r.steady if b.per_steps and r.steady.height else r.devices).filter(pl.col(Col.DEVICE) == b.device)
-    return float(rows.get_column("comm_exposed_ns").sum()) if rows.height else 0.0
+    rows = (r.steady if b.per_steps and r.steady.height else r.devices).filter(pl.col(OverlapCol.DEVICE) == b.device)
+    return float(rows.get_column(OverlapCol.COMM_EXPOSED).sum()) if rows.height else 0.0
 
 
 def _ranges(ctx: Context, cls: GapClass, n: int = 20) -> list[list[int]]:
-    g = ctx.gaps().gaps.filter(pl.col("gap_class") == cls.value).sort("dur_ns", descending=True).head(n)
-    return [[int(s), int(s + d)] for s, d in g.select("start_ns", "dur_ns").iter_rows()]
+    g = ctx.gaps().gaps.filter(pl.col(GapCol.GAP_CLASS) == cls.value).sort(GapCol.DUR, descending=True).head(n)
+    return [[int(s), int(s + d)] for s, d in g.select(GapCol.START, GapCol.DUR).iter_rows()]
 
 
 def _severity(b: Basis, ns: float) -> Severity:
@@ -137,15 +138,15 @@ def _severity(b: Basis, ns: float) -> Severity:
 
 
 def _top_gaps(ctx: Context, cls: GapClass, column: str, n: int = 3) -> list[str]:
-    g = ctx.gaps().gaps.filter(pl.col("gap_class") == cls.value)
-    top = (g.filter(pl.col(column).is_not_null()).group_by(column).agg(pl.col(f"{cls.value}_ns").sum())
-           .sort(f"{cls.value}_ns", descending=True).head(n))
+    g = ctx.gaps().gaps.filter(pl.col(GapCol.GAP_CLASS) == cls.value)
+    top = (g.filter(pl.col(column).is_not_null()).group_by(column).agg(pl.col(class_col(cls)).sum())
+           .sort(class_col(cls), descending=True).head(n))
     return [str(v) for v in top.get_column(column).to_list()]
 
 
 def _input(ctx: Context, b: Basis, ns: float) -> Finding:
     ip = input_pipeline(ctx.steps(), ctx.host(), ctx.busy())
-    steady = ip.per_step.filter(pl.col("steady"))
+    steady = ip.per_step.filter(pl.col(StepCol.STEADY))
     loader = mean_of(steady.get_column("dataloader_ns"))
     return Finding(
         code=Code.GPU_IDLE_INPUT, severity=_severity(b, ns),
@@ -164,7 +165,7 @@ def _input(ctx: Context, b: Basis, ns: float) -> Finding:
 def _sync(ctx: Context, b: Basis, ns: float) -> Finding:
     sy = ctx.syncs()
     calls = sy.calls
-    per_step = sy.per_step.filter(pl.col("steady"))
+    per_step = sy.per_step.filter(pl.col(StepCol.STEADY))
     n_per_step = mean_of(per_step.get_column("syncs")) or float(calls.height)
     where = (calls.with_columns(pl.coalesce("python", "op", "annotation").alias("site"))
              .group_by("site").agg(pl.len().alias("n"), pl.col("blocked_ns").sum())
@@ -185,7 +186,7 @@ def _sync(ctx: Context, b: Basis, ns: float) -> Finding:
 
 def _launch(ctx: Context, b: Basis, ns: float) -> Finding:
     la = launch(ctx.trace, ctx.steps(), ctx.busy())
-    steady = la.per_step.filter(pl.col("steady"))
+    steady = la.per_step.filter(pl.col(StepCol.STEADY))
     dispatch = mean_of(steady.get_column("dispatch_ns"))
     gpu = mean_of(steady.get_column("gpu_busy_ns"))
     ratio = (dispatch / gpu) if dispatch and gpu else None
@@ -318,11 +319,11 @@ def _input_without_gpu(ctx: Context) -> list[Finding]:
     if st.table.height == 0:
         return _input_over_the_trace(ctx)
     ip = input_pipeline(st, ctx.host(), {})
-    steady = ip.per_step.filter(pl.col("steady"))
+    steady = ip.per_step.filter(pl.col(StepCol.STEADY))
     if steady.height == 0:
         return []
     loader = mean_of(steady.get_column("dataloader_ns")) or 0.0
-    window = mean_of(steady.get_column("window_ns")) or 0.0
+    window = mean_of(steady.get_column(WindowCol.WINDOW)) or 0.0
     share = loader / window if window else 0.0
     if share < th.INPUT_MIN_SHARE:
         return []

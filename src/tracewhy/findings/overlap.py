@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracewhy.analyses.overlap import OverlapOptions, OverlapResult, overlap
+from tracewhy.analyses.overlap import OverlapCol, OverlapOptions, OverlapResult, overlap
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding, Severity
-from tracewhy.model.schema import Col
 
 #: Collectives named in a statement; the evidence keeps them all.
 _NAMED: int = 3
@@ -31,25 +30,25 @@ def exposed_comm_findings(r: OverlapResult) -> list[Finding]:
     out: list[Finding] = []
     per_step = r.steady.height > 0
     for dev in r.devices.iter_rows(named=True):
-        device = dev[Col.DEVICE]
+        device = dev[OverlapCol.DEVICE]
         if per_step:
-            rows = r.steady.filter(pl.col(Col.DEVICE) == device)
+            rows = r.steady.filter(pl.col(OverlapCol.DEVICE) == device)
             if rows.height == 0:
                 continue
             s = rows.row(0, named=True)
-            window, exposed, comm = s["window_ns"], s["comm_exposed_ns"], s["comm_ns"]
+            window, exposed, comm = s[OverlapCol.WINDOW], s[OverlapCol.COMM_EXPOSED], s[OverlapCol.COMM]
             unit = "ms/step"
         else:
-            window, exposed, comm = dev["span_ns"], dev["comm_exposed_ns"], dev["comm_ns"]
+            window, exposed, comm = dev[OverlapCol.SPAN], dev[OverlapCol.COMM_EXPOSED], dev[OverlapCol.COMM]
             unit = "ms over the trace (no step markers)"
         if not comm or not window:
             continue
         share = exposed / window
         if share < th.EXPOSED_COMM_MIN_SHARE or exposed < th.EXPOSED_COMM_MIN_NS:
             continue
-        colls = r.collectives.filter((pl.col(Col.DEVICE) == device) & (pl.col("exposed_ns") > 0))
+        colls = r.collectives.filter((pl.col(OverlapCol.DEVICE) == device) & (pl.col(OverlapCol.EXPOSED) > 0))
         named = ", ".join(
-            f"{c['collective']} {c['exposed_ns_per_step'] / 1e6:.2f} ms ({c['count']} calls)"
+            f"{c[OverlapCol.COLLECTIVE]} {c[OverlapCol.EXPOSED_PER_STEP] / 1e6:.2f} ms ({c[OverlapCol.COUNT]} calls)"
             for c in colls.head(_NAMED).iter_rows(named=True)
         )
         same_stream = _comm_on_compute_streams(r, device)
@@ -74,7 +73,8 @@ def exposed_comm_findings(r: OverlapResult) -> list[Finding]:
                 "device": device, "window_ns": window, "comm_ns": comm, "comm_exposed_ns": exposed,
                 "exposed_share": round(share, 4), "comm_on_compute_stream": same_stream,
                 "steps": r.steady_steps if per_step else 0,
-                "collectives": colls.select("collective", "count", "exposed_ns", "exposed_ns_per_step").to_dicts(),
+                "collectives": colls.select(OverlapCol.COLLECTIVE, OverlapCol.COUNT, OverlapCol.EXPOSED,
+                                            OverlapCol.EXPOSED_PER_STEP).to_dicts(),
             },
         ))
     return out
@@ -82,5 +82,5 @@ def exposed_comm_findings(r: OverlapResult) -> list[Finding]:
 
 def _comm_on_compute_streams(r: OverlapResult, device: int) -> bool:
     """Every stream with communication also runs compute (one in-order queue for both)."""
-    s = r.streams.filter((pl.col(Col.DEVICE) == device) & (pl.col("communication_ns") > 0))
-    return s.height > 0 and bool((s.get_column("compute_ns") > 0).all())
+    s = r.streams.filter((pl.col(OverlapCol.DEVICE) == device) & (pl.col(OverlapCol.COMMUNICATION_UNION) > 0))
+    return s.height > 0 and bool((s.get_column(OverlapCol.COMPUTE_UNION) > 0).all())

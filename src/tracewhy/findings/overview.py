@@ -14,6 +14,7 @@ from tracewhy.analyses.kernels import KernelsResult, kernels
 from tracewhy.analyses.nvtx import gpu_projection
 from tracewhy.analyses.ops import OpsResult, ops
 from tracewhy.analyses.overlap import OverlapResult
+from tracewhy.analyses.steps import StepCol, steady_span
 from tracewhy.analyses.utilization import UtilizationResult, utilization
 from tracewhy.findings.context import Context, DiagnoseOptions
 from tracewhy.findings.diagnose import Report, diagnose
@@ -46,13 +47,8 @@ class Overview:
 
     @property
     def steady_window_ns(self) -> tuple[int, int] | None:
-        """First steady step start to last steady step end, as the step table records them."""
-        st = self.report.steps.table.filter(pl.col("steady"))
-        if st.height == 0:
-            return None
-        end_col = "window_end_ns" if "window_end_ns" in st.columns else None
-        ends = st.get_column(end_col) if end_col else st.get_column(Col.TS) + st.get_column(Col.DUR)
-        return int(st.get_column(Col.TS).min()), int(ends.max())  # type: ignore[arg-type]
+        """First steady step start to last steady step's window end, as the step table records them."""
+        return steady_span(self.report.steps.table, start=StepCol.TS)
 
 
 def overview(trace: Trace, options: DiagnoseOptions | None = None) -> Overview:

@@ -12,7 +12,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from tracewhy.analyses.gaps import CLASSES, GapsResult
+from tracewhy.analyses.gaps import CLASS_COLUMNS, CLASSES, GapCol, GapsResult
 from tracewhy.findings.diagnose import Report
 from tracewhy.findings.model import Severity
 from tracewhy.renderers.jsonout import to_jsonable
@@ -58,10 +58,10 @@ def gaps_payload(r: GapsResult, origin_ns: int | None, gap_class: str | None = N
 
 def gap_rows(r: GapsResult, origin_ns: int | None, gap_class: str | None = None) -> pl.DataFrame:
     """The gaps largest first, with ``start_from_origin_ns``: the one table every view lists."""
-    table = r.gaps.sort("dur_ns", descending=True)
+    table = r.gaps.sort(GapCol.DUR, descending=True)
     if gap_class:
-        table = table.filter(pl.col("gap_class") == gap_class)
-    return table.with_columns((pl.col("start_ns") - (origin_ns or 0)).alias("start_from_origin_ns"))
+        table = table.filter(pl.col(GapCol.GAP_CLASS) == gap_class)
+    return table.with_columns((pl.col(GapCol.START) - (origin_ns or 0)).alias("start_from_origin_ns"))
 
 
 def basis_statistic(report: Report) -> str:
@@ -109,9 +109,10 @@ def render_gaps(table: pl.DataFrame, per_step: pl.DataFrame, top: int) -> Render
     for col in ("device", "start", "idle", "class", "host was in", "next on GPU"):
         t.add_column(col, justify="right" if col in ("device", "start", "idle") else "left")
     for r in table.head(top).iter_rows(named=True):
-        where = " > ".join(x for x in (r["host_annotation"], r["host_op"], r["host_innermost"]) if x) or "-"
-        t.add_row(str(r["device"]), fmt_ns(r["start_from_origin_ns"]), fmt_ns(r["dur_ns"]), r["gap_class"],
-                  shorten(where, 60), shorten(r["next_activity"] or "-", 40))
+        host = (r[GapCol.HOST_ANNOTATION], r[GapCol.HOST_OP], r[GapCol.HOST_INNERMOST])
+        where = " > ".join(x for x in host if x) or "-"
+        t.add_row(str(r[GapCol.DEVICE]), fmt_ns(r["start_from_origin_ns"]), fmt_ns(r[GapCol.DUR]),
+                  r[GapCol.GAP_CLASS], shorten(where, 60), shorten(r[GapCol.NEXT_ACTIVITY] or "-", 40))
     parts: list[RenderableType] = [t]
     if per_step.height:
         s = Table(title="idle per step, by class (short: gaps under --min-gap, not classified one by one; "
@@ -119,7 +120,7 @@ def render_gaps(table: pl.DataFrame, per_step: pl.DataFrame, top: int) -> Render
         for col in ("step", "device", "window", "idle", *CLASSES, "short"):
             s.add_column(col, justify="left" if col == "step" else "right")
         for r in per_step.iter_rows(named=True):
-            s.add_row(shorten(r["name"]), str(r["device"]), fmt_ns(r["window_ns"]), fmt_ns(r["idle_ns"]),
-                      *[fmt_ns(r[f"{c}_ns"]) if r[f"{c}_ns"] else "" for c in (*CLASSES, "short")])
+            s.add_row(shorten(r[GapCol.NAME]), str(r[GapCol.DEVICE]), fmt_ns(r[GapCol.WINDOW]),
+                      fmt_ns(r[GapCol.IDLE]), *[fmt_ns(r[c]) if r[c] else "" for c in (*CLASS_COLUMNS, GapCol.SHORT)])
         parts.append(s)
     return Group(*parts)

@@ -19,7 +19,10 @@ from typing import Any, Final
 import polars as pl
 
 from tracewhy import __version__
+from tracewhy.analyses.gaps import GapCol
+from tracewhy.analyses.overlap import OverlapCol
 from tracewhy.analyses.rank_compare import RanksResult
+from tracewhy.analyses.steps import StepCol
 from tracewhy.findings.model import Finding
 from tracewhy.findings.overview import Overview
 from tracewhy.findings.roofline import NcuRooflineResult
@@ -60,11 +63,12 @@ def overview_payload(ov: Overview) -> dict[str, Any]:
         "steps": {
             "marker": report.steps.marker, "warmup": report.steps.warmup, "stats": report.steps.stats,
             "note": report.steps.note,
-            "rows": report.steps.table.select("name", Col.DUR, "steady", "gpu_busy_ns", "kernel_count"),
+            "rows": report.steps.table.select(StepCol.NAME, StepCol.DUR, StepCol.STEADY, StepCol.GPU_BUSY,
+                                              StepCol.KERNEL_COUNT),
         },
         "utilization": {"t0_ns": t0, "series": ov.utilization.series, "devices": ov.utilization.devices},
         "gaps": {
-            "timeline": gaps.head(TIMELINE_GAPS).select(Col.DEVICE, "start_ns", Col.DUR, "gap_class"),
+            "timeline": gaps.head(TIMELINE_GAPS).select(GapCol.DEVICE, GapCol.START, GapCol.DUR, GapCol.GAP_CLASS),
             "top": gaps.head(TOP_GAPS).with_columns((pl.col("start_from_origin_ns") / 1e6).alias("start_ms")),
         },
         "ops": ov.ops.table.head(TABLE_ROWS),
@@ -84,7 +88,8 @@ def _overlap(ov: Overview) -> dict[str, Any] | None:
         return None
     if o.steady.height:
         return {"per_step": True, "rows": o.steady, "collectives": o.collectives}
-    return {"per_step": False, "rows": o.devices.rename({"span_ns": "window_ns"}), "collectives": o.collectives}
+    return {"per_step": False, "rows": o.devices.rename({OverlapCol.SPAN: OverlapCol.WINDOW}),
+            "collectives": o.collectives}
 
 
 def _roofline(ov: Overview) -> dict[str, Any] | None:

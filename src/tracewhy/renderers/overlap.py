@@ -9,11 +9,10 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from tracewhy.analyses.blocks import BlocksResult
-from tracewhy.analyses.overlap import OverlapResult
+from tracewhy.analyses.blocks import BlockCol, BlocksResult
+from tracewhy.analyses.overlap import OverlapCol, OverlapResult
 from tracewhy.analyses.rank_compare import RanksResult
 from tracewhy.findings.model import Finding, Severity
-from tracewhy.model.schema import Col
 from tracewhy.units import fmt_ns, fmt_pct, shorten
 
 
@@ -48,17 +47,18 @@ def render_overlap(r: OverlapResult, findings: list[Finding], top: int) -> Rende
     for d in r.devices.iter_rows(named=True):
         src = d
         if per_step:
-            rows = r.steady.filter(pl.col(Col.DEVICE) == d[Col.DEVICE])
+            rows = r.steady.filter(pl.col(OverlapCol.DEVICE) == d[OverlapCol.DEVICE])
             if rows.height == 0:
                 continue
             src = rows.row(0, named=True)
-        window = src["window_ns"] if per_step else d["span_ns"]
-        comm = src["comm_ns"]
+        window = src[OverlapCol.WINDOW] if per_step else d[OverlapCol.SPAN]
+        comm = src[OverlapCol.COMM]
         t.add_row(
-            str(d[Col.DEVICE]), fmt_ns(window), _with_share(src["compute_ns"], window), fmt_ns(comm),
-            fmt_pct(src["comm_hidden_ns"] / comm if comm else None), _with_share(src["comm_exposed_ns"], window),
-            _with_share(src["copy_exposed_ns"], window), _with_share(src["idle_ns"], window),
-            f"{d['streams']} ({d['max_streams_active']})",
+            str(d[OverlapCol.DEVICE]), fmt_ns(window), _with_share(src[OverlapCol.COMPUTE], window), fmt_ns(comm),
+            fmt_pct(src[OverlapCol.COMM_HIDDEN] / comm if comm else None),
+            _with_share(src[OverlapCol.COMM_EXPOSED], window), _with_share(src[OverlapCol.COPY_EXPOSED], window),
+            _with_share(src[OverlapCol.IDLE], window),
+            f"{d[OverlapCol.STREAMS]} ({d[OverlapCol.MAX_STREAMS_ACTIVE]})",
         )
     parts.append(t)
     if r.collectives.height:
@@ -66,17 +66,19 @@ def render_overlap(r: OverlapResult, findings: list[Finding], top: int) -> Rende
         for col in ("GPU", "collective", "calls", "time", "hidden", "exposed", "exposed/step"):
             c.add_column(col, justify="left" if col == "collective" else "right")
         for row in r.collectives.head(top).iter_rows(named=True):
-            c.add_row(str(row[Col.DEVICE]), shorten(row["collective"], 60), str(row["count"]), fmt_ns(row["time_ns"]),
-                      fmt_ns(row["hidden_ns"]), fmt_ns(row["exposed_ns"]), fmt_ns(row["exposed_ns_per_step"]))
+            c.add_row(str(row[OverlapCol.DEVICE]), shorten(row[OverlapCol.COLLECTIVE], 60),
+                      str(row[OverlapCol.COUNT]), fmt_ns(row[OverlapCol.TIME]), fmt_ns(row[OverlapCol.HIDDEN]),
+                      fmt_ns(row[OverlapCol.EXPOSED]), fmt_ns(row[OverlapCol.EXPOSED_PER_STEP]))
         parts.append(c)
     if r.steps.height:
         s = Table(title=f"per step ({r.step_marker})")
         for col in ("GPU", "step", "window", "compute", "comm", "exposed comm", "idle", "steady"):
             s.add_column(col, justify="left" if col == "step" else "right")
         for row in r.steps.head(top).iter_rows(named=True):
-            s.add_row(str(row[Col.DEVICE]), row["step"], fmt_ns(row["window_ns"]), fmt_ns(row["compute_ns"]),
-                      fmt_ns(row["comm_ns"]), fmt_ns(row["comm_exposed_ns"]), fmt_ns(row["idle_ns"]),
-                      "yes" if row["steady"] else "warm-up")
+            s.add_row(str(row[OverlapCol.DEVICE]), row[OverlapCol.STEP], fmt_ns(row[OverlapCol.WINDOW]),
+                      fmt_ns(row[OverlapCol.COMPUTE]), fmt_ns(row[OverlapCol.COMM]),
+                      fmt_ns(row[OverlapCol.COMM_EXPOSED]), fmt_ns(row[OverlapCol.IDLE]),
+                      "yes" if row[OverlapCol.STEADY] else "warm-up")
         parts.append(s)
     if r.note:
         parts.append(Text(f"note: {r.note}", style="yellow"))
@@ -106,10 +108,12 @@ def render_blocks(r: BlocksResult, findings: list[Finding], top: int) -> Rendera
     for col in ("block", "level", "calls", "CPU", "GPU time", "share", "GPU span", "other threads", "synced"):
         t.add_column(col, justify="left" if col == "block" else "right")
     for row in r.table.head(top).iter_rows(named=True):
-        synced = f"{row['synced_instances']}/{row['gpu_instances']}" if row["gpu_instances"] else "-"
-        t.add_row(shorten(row["name"], 60), str(row["level"]), str(row["instances"]), fmt_ns(row["cpu_ns_per_step"]),
-                  fmt_ns(row["gpu_time_ns_per_step"]), fmt_pct(row["gpu_share"]), fmt_ns(row["gpu_span_ns_per_step"]),
-                  fmt_ns(row["other_threads_gpu_ns_per_step"]), synced)
+        gpu = row[BlockCol.GPU_INSTANCES]
+        synced = f"{row[BlockCol.SYNCED_INSTANCES]}/{gpu}" if gpu else "-"
+        t.add_row(shorten(row[BlockCol.NAME], 60), str(row[BlockCol.LEVEL]), str(row[BlockCol.INSTANCES]),
+                  fmt_ns(row[BlockCol.CPU_PER_STEP]), fmt_ns(row[BlockCol.GPU_TIME_PER_STEP]),
+                  fmt_pct(row[BlockCol.GPU_SHARE]), fmt_ns(row[BlockCol.GPU_SPAN_PER_STEP]),
+                  fmt_ns(row[BlockCol.OTHER_THREADS_GPU_PER_STEP]), synced)
     parts: list[RenderableType] = [t]
     if r.note:
         parts.append(Text(f"note: {r.note}", style="yellow"))

@@ -25,6 +25,7 @@ import msgspec
 import polars as pl
 
 from tracewhy import __version__
+from tracewhy.analyses.gaps import CLASS_COLUMNS, GapCol
 from tracewhy.findings.model import Finding
 from tracewhy.findings.overview import Overview
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, CCol, Col, KCol, Kind
@@ -103,16 +104,16 @@ def _gap_events(g: pl.DataFrame, pids: dict[int, int], default_pid: int) -> list
     out: list[dict[str, Any]] = []
     if g.height == 0:
         return out
-    class_cols = [c for c in g.columns if c.endswith("_ns") and c not in ("start_ns", "dur_ns")]
-    for device in sorted(g.get_column(Col.DEVICE).unique().to_list()):
+    for device in sorted(g.get_column(GapCol.DEVICE).unique().to_list()):
         pid = pids.get(int(device), default_pid)
         out.append(_meta(pid, GAPS_TID, "thread_name", "tracewhy: GPU idle gaps"))
-        for row in g.filter(pl.col(Col.DEVICE) == device).sort("start_ns").iter_rows(named=True):
-            args = {k: row[k] for k in ("host_innermost", "host_op", "host_annotation", "host_python",
-                                        "next_activity", "step") if row.get(k) is not None}
-            args.update({k: row[k] for k in class_cols if row.get(k)})
-            out.append({"ph": "X", "cat": CAT, "name": row["gap_class"], "pid": pid, "tid": GAPS_TID,
-                        "ts": us(row["start_ns"]), "dur": us(row["dur_ns"]), "args": args})
+        for row in g.filter(pl.col(GapCol.DEVICE) == device).sort(GapCol.START).iter_rows(named=True):
+            args = {k: row[k] for k in (GapCol.HOST_INNERMOST, GapCol.HOST_OP, GapCol.HOST_ANNOTATION,
+                                        GapCol.HOST_PYTHON, GapCol.NEXT_ACTIVITY, GapCol.STEP)
+                    if row.get(k) is not None}
+            args.update({k: row[k] for k in CLASS_COLUMNS if row.get(k)})
+            out.append({"ph": "X", "cat": CAT, "name": row[GapCol.GAP_CLASS], "pid": pid, "tid": GAPS_TID,
+                        "ts": us(row[GapCol.START]), "dur": us(row[GapCol.DUR]), "args": args})
     return out
 
 

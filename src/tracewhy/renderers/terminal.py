@@ -70,18 +70,22 @@ def kernels_payload(r: KernelsResult, joined: pl.DataFrame | None = None) -> dic
 
 
 def render_kernels(r: KernelsResult, top: int) -> RenderableType:
+    from tracewhy.analyses.kernels import KernelCol  # loaded already: ``r`` comes from it
+
     t = Table(title=f"{r.total_count} kernels, {fmt_ns(r.total_time_ns)} total",
               caption="by: what decided the family (collective op, comm-only stream, library, name)")
     for col in ("kernel", "family", "by", "count", "total", "mean", "p50", "max", "share"):
         t.add_column(col, justify="left" if col in ("kernel", "family", "by") else "right")
     for row in r.by_name.head(top).iter_rows(named=True):
-        t.add_row(shorten(row["name"]), row["family"], row["rule"], str(row["count"]), fmt_ns(row["total_ns"]),
-                  fmt_ns(row["mean_ns"]), fmt_ns(row["p50_ns"]), fmt_ns(row["max_ns"]), fmt_pct(row["share"]))
+        t.add_row(shorten(row[KernelCol.NAME]), row[KernelCol.FAMILY], row[KernelCol.RULE],
+                  str(row[KernelCol.COUNT]), fmt_ns(row[KernelCol.TOTAL]), fmt_ns(row[KernelCol.MEAN]),
+                  fmt_ns(row[KernelCol.P50]), fmt_ns(row[KernelCol.MAX]), fmt_pct(row[KernelCol.SHARE]))
     f = Table(title="by family")
     for col in ("family", "count", "total", "share"):
         f.add_column(col, justify="left" if col == "family" else "right")
     for row in r.by_family.iter_rows(named=True):
-        f.add_row(row["family"], str(row["count"]), fmt_ns(row["total_ns"]), fmt_pct(row["share"]))
+        f.add_row(row[KernelCol.FAMILY], str(row[KernelCol.COUNT]), fmt_ns(row[KernelCol.TOTAL]),
+                  fmt_pct(row[KernelCol.SHARE]))
     return Group(t, f)
 
 
@@ -92,6 +96,8 @@ def ops_payload(r: OpsResult) -> dict[str, Any]:
 
 
 def render_ops(r: OpsResult, top: int) -> RenderableType:
+    from tracewhy.analyses.ops import OpCol  # loaded already: ``r`` comes from it
+
     t = Table(title=f"operators by {r.sort_by}; GPU time {fmt_ns(r.gpu_time_ns)}, "
                     f"{fmt_ns(r.gpu_unattributed_ns)} of it launched outside any op")
     t.add_column("operator")
@@ -100,11 +106,11 @@ def render_ops(r: OpsResult, top: int) -> RenderableType:
     for col in ("calls", "CPU total", "CPU self", "GPU total", "GPU self"):
         t.add_column(col, justify="right")
     for row in r.table.head(top).iter_rows(named=True):
-        cells = [shorten(row["name"], 60)]
+        cells = [shorten(row[OpCol.NAME], 60)]
         if r.by_shapes:
-            cells.append(shorten(row["input_dims"], 40))
-        cells += [str(row["calls"]), fmt_ns(row["cpu_total_ns"]), fmt_ns(row["cpu_self_ns"]),
-                  fmt_ns(row["gpu_total_ns"]), fmt_ns(row["gpu_self_ns"])]
+            cells.append(shorten(row[OpCol.INPUT_DIMS], 40))
+        cells += [str(row[OpCol.CALLS]), fmt_ns(row[OpCol.CPU_TOTAL]), fmt_ns(row[OpCol.CPU_SELF]),
+                  fmt_ns(row[OpCol.GPU_TOTAL]), fmt_ns(row[OpCol.GPU_SELF])]
         t.add_row(*cells)
     return t
 
@@ -116,6 +122,8 @@ def steps_payload(r: StepsResult) -> dict[str, Any]:
 
 
 def render_steps(r: StepsResult, top: int) -> RenderableType:
+    from tracewhy.analyses.steps import StepCol  # loaded already: ``r`` comes from it
+
     parts: list[RenderableType] = []
     if r.table.height:
         # No "busy %" column: the work a step launched runs wherever the GPU gets to it (a step
@@ -128,9 +136,10 @@ def render_steps(r: StepsResult, top: int) -> RenderableType:
         for col in ("step", "duration", "window", "GPU busy", "kernels", "kernel time", "steady"):
             t.add_column(col, justify="left" if col == "step" else "right")
         for row in r.table.head(top).iter_rows(named=True):
-            t.add_row(shorten(row["name"]), fmt_ns(row["dur_ns"]), fmt_ns(row["window_end_ns"] - row["ts_ns"]),
-                      fmt_ns(row["gpu_busy_ns"]), str(row["kernel_count"]), fmt_ns(row["kernel_time_ns"]),
-                      "yes" if row["steady"] else "warm-up")
+            t.add_row(shorten(row[StepCol.NAME]), fmt_ns(row[StepCol.DUR]),
+                      fmt_ns(row[StepCol.WINDOW_END] - row[StepCol.TS]), fmt_ns(row[StepCol.GPU_BUSY]),
+                      str(row[StepCol.KERNEL_COUNT]), fmt_ns(row[StepCol.KERNEL_TIME]),
+                      "yes" if row[StepCol.STEADY] else "warm-up")
         parts.append(t)
     if r.stats is not None:
         s = r.stats
