@@ -12,6 +12,7 @@ import dataloader_traces
 import ddp_traces
 import dialect_traces
 import eager_traces
+import memory_traces
 import optimizer_traces
 
 
@@ -150,6 +151,11 @@ SPECS: tuple[TraceSpec, ...] = (
         _one(dialect_traces.PYTHON_EXPORT_MEMORY, dialect_traces.make_python_export_memory),
         "dialect_traces.make_python_export_memory", dialect_traces.OPTIONS,
         _sched(dialect_traces.SCHEDULE), dialect_traces.PLANTED,
+    ),
+    TraceSpec(
+        "adam_memory", memory_traces.FILES[:1], memory_traces.make_memory_traces,
+        "memory_traces.make_memory_traces", memory_traces.OPTIONS, _sched(memory_traces.SCHEDULE),
+        memory_traces.PLANTED,
     ),
     TraceSpec(
         "adam_item", ("cpu_adam_item.pt.trace.json.gz",),

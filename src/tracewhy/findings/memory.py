@@ -1,0 +1,168 @@
+"""Memory findings: what the peak consists of and what lowers it, reserved far above allocated,
+allocated growing over the steady steps, and the allocator going back to the driver in steady state.
+"""
+
+from __future__ import annotations
+
+from typing import Final, cast
+
+import polars as pl
+
+from tracewhy.analyses.memory import ChurnCol, DeviceMemory, MemoryResult
+from tracewhy.analyses.memory_snapshot import SnapshotDevice, SnapshotResult
+from tracewhy.findings.codes import Code
+from tracewhy.findings.model import Finding, Severity
+from tracewhy.units import fmt_bytes, fmt_pct
+
+# Codes as plain strings until they join findings.codes.Code (a str enum: they compare and
+# serialize the same either way).
+MEMORY_PEAK: Final = cast(Code, "memory-peak")
+MEMORY_FRAGMENTATION: Final = cast(Code, "memory-fragmentation")
+MEMORY_GROWTH: Final = cast(Code, "memory-growth")
+ALLOCATOR_CHURN: Final = cast(Code, "allocator-churn")
+
+# Thresholds (to move into findings/thresholds.py with the codes).
+#: Reserved-but-unallocated share of reserved at the peak from which the cache is called
+#: fragmented: PyTorch's allocator docs treat a third of reserved memory idle as the point where
+#: expandable_segments pays off; below it the slack is the cache doing its job.
+FRAGMENTATION_SHARE: Final = 0.30
+#: ...and at least this many bytes: a third of a small cache is not worth a setting.
+FRAGMENTATION_MIN_BYTES: Final = 256 * 1024**2
+#: Allocated growth per steady step, as a share of the peak, from which memory is said to grow:
+#: a leak of 0.5% a step reaches the peak again in 200 steps.
+GROWTH_SHARE_PER_STEP: Final = 0.005
+#: Steady steps needed before a slope is a trend rather than two points.
+GROWTH_MIN_STEPS: Final = 3
+#: Reserved changes (cudaMalloc/cudaFree by the caching allocator) per steady step from which
+#: the allocator is churning: in a settled loop the cache is warm and reserved stays flat.
+CHURN_RESERVE_CHANGES_PER_STEP: Final = 1.0
+
+#: What lowers each ledger category at the peak, for the memory-peak finding.
+REMEDIES: Final = {
+    "activations": "activation checkpointing (torch.utils.checkpoint) or a smaller micro-batch",
+    "temporaries": "fusing the ops that make them (torch.compile) or a smaller micro-batch",
+    "optimizer_state": "sharding the optimizer state (ZeroRedundancyOptimizer, FSDP) or 8-bit optimizer states",
+    "gradients": "zero_grad(set_to_none=True) and gradient sharding (FSDP), or accumulation in lower precision",
+    "parameters": "parameter sharding (FSDP) or lower-precision weights",
+    "comm_buckets": "a smaller DDP bucket_cap_mb or FSDP's limit_all_gathers",
+    "kv_cache": "a paged or quantized KV cache, or a shorter maximum context",
+    "inputs": "smaller batches on the device, or moving inputs later",
+}
+
+
+def memory_findings(result: MemoryResult) -> list[Finding]:
+    """Findings over a trace's ``[memory]`` events; GPUs only when the trace has any."""
+    devices = [d for d in result.devices if d.device != "cpu"] or list(result.devices)
+    out: list[Finding] = []
+    for d in devices:
+        out += _peak(d, result.ledger_source)
+        if d.reserved_at_peak_bytes is not None:
+            out += _fragmentation(d.device, d.peak_allocated_bytes, d.reserved_at_peak_bytes, "at the allocation peak")
+        out += _growth(d)
+        out += _churn(d)
+    return out
+
+
+def snapshot_findings(result: SnapshotResult) -> list[Finding]:
+    """Findings over an allocator snapshot: fragmentation at the end, and OOMs."""
+    out: list[Finding] = []
+    for d in result.devices:
+        out += _fragmentation(f"cuda:{d.device}", d.final_allocated_bytes, d.final_reserved_bytes,
+                              "when the snapshot was taken", expandable=bool(result.allocator_settings.get(
+                                  "expandable_segments")), largest_free=d.largest_free_block_bytes)
+        out += _snapshot_peak(d)
+    return out
+
+
+def _peak(d: DeviceMemory, source: str) -> list[Finding]:
+    ledger = {k: v for k, v in d.ledger.items() if v > 0}
+    if not d.peak_allocated_bytes:
+        return []
+    parts = ", ".join(f"{k} {fmt_bytes(v)}" for k, v in sorted(ledger.items(), key=lambda kv: -kv[1]))
+    largest = max((k for k in ledger if k in REMEDIES), key=lambda k: ledger[k], default=None)
+    where = " ".join(x for x in (f"in {d.peak_step}" if d.peak_step else "",
+                                 f"during {d.peak_op}" if d.peak_op else "") if x)
+    return [Finding(
+        code=MEMORY_PEAK, severity=Severity.INFO,
+        statement=f"{d.device} peaks at {fmt_bytes(d.peak_allocated_bytes)} allocated "
+                  f"({fmt_bytes(d.reserved_at_peak_bytes)} reserved) {where}; "
+                  f"{'(allocated counted from the trace start) ' if d.allocated_source == 'running_sum' else ''}"
+                  f"live then ({source}): {parts or 'nothing'}.",
+        next_step=f"The largest part is {largest}: lower it by {REMEDIES[largest]}." if largest else
+        "Record a snapshot (torch.cuda.memory._record_memory_history, _dump_snapshot) to see what is live.",
+        evidence={"device": d.device, "peak_allocated_bytes": d.peak_allocated_bytes,
+                  "reserved_at_peak_bytes": d.reserved_at_peak_bytes, "peak_ts_ns": d.peak_ts_ns,
+                  "peak_step": d.peak_step, "peak_op": d.peak_op, "ledger": d.ledger, "ledger_source": source},
+    )]
+
+
+def _fragmentation(device: str, allocated: int, reserved: int, when: str, *, expandable: bool = False,
+                   largest_free: int | None = None) -> list[Finding]:
+    slack = reserved - allocated
+    if reserved <= 0 or slack < FRAGMENTATION_MIN_BYTES or slack / reserved < FRAGMENTATION_SHARE:
+        return []
+    tail = f"; the largest free block is {fmt_bytes(largest_free)}" if largest_free is not None else ""
+    return [Finding(
+        code=MEMORY_FRAGMENTATION, severity=Severity.MEDIUM,
+        statement=f"{device} holds {fmt_bytes(slack)} reserved but unallocated {when} "
+                  f"({fmt_pct(slack / reserved)} of {fmt_bytes(reserved)} reserved){tail}.",
+        next_step="Already on expandable segments: look for many differently sized, long-lived blocks." if expandable
+        else "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so segments grow in place instead of splitting.",
+        evidence={"device": device, "allocated_bytes": allocated, "reserved_bytes": reserved, "slack_bytes": slack,
+                  "largest_free_block_bytes": largest_free},
+    )]
+
+
+def _growth(d: DeviceMemory) -> list[Finding]:
+    steady = d.steps.filter(pl.col(ChurnCol.STEADY) & pl.col(ChurnCol.ALLOCATED_AT_END).is_not_null())
+    slope = d.growth_bytes_per_step
+    if slope is None or steady.height < GROWTH_MIN_STEPS or not d.peak_allocated_bytes \
+            or slope / d.peak_allocated_bytes < GROWTH_SHARE_PER_STEP:
+        return []
+    ends = steady.get_column(ChurnCol.ALLOCATED_AT_END)
+    return [Finding(
+        code=MEMORY_GROWTH, severity=Severity.HIGH,
+        statement=f"{d.device}: allocated memory grows {fmt_bytes(int(slope))} per steady step "
+                  f"({fmt_bytes(int(ends[0]))} to {fmt_bytes(int(ends[-1]))} over {steady.height} steps): "
+                  "a leak signature.",
+        next_step="Look for tensors kept across steps (a loss appended without .item()/.detach(), growing caches); "
+                  "torch.cuda.memory._record_memory_history and _dump_snapshot show who holds them.",
+        evidence={"device": d.device, "growth_bytes_per_step": slope, "steady_steps": steady.height,
+                  "allocated_at_end_bytes": ends.to_list()},
+    )]
+
+
+def _churn(d: DeviceMemory) -> list[Finding]:
+    steady = d.steps.filter(pl.col(ChurnCol.STEADY))
+    if steady.height == 0:
+        return []
+    changes = int(steady.get_column(ChurnCol.RESERVE_CHANGES).sum())
+    per_step = changes / steady.height
+    if per_step < CHURN_RESERVE_CHANGES_PER_STEP:
+        return []
+    allocs = int(steady.get_column(ChurnCol.ALLOCATIONS).sum()) / steady.height
+    return [Finding(
+        code=ALLOCATOR_CHURN, severity=Severity.MEDIUM,
+        statement=f"{d.device}: reserved memory changes {per_step:.1f} times per steady step (cudaMalloc/cudaFree "
+                  f"by the caching allocator) among {allocs:.0f} allocations per step.",
+        next_step="Keep shapes stable between steps, avoid torch.cuda.empty_cache() in the loop, and try "
+                  "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.",
+        evidence={"device": d.device, "reserve_changes_per_step": per_step, "allocations_per_step": allocs},
+    )]
+
+
+def _snapshot_peak(d: SnapshotDevice) -> list[Finding]:
+    if not d.peak_allocated_bytes:
+        return []
+    top = d.live_at_peak.head(3).rows()
+    parts = "; ".join(f"{frame} {fmt_bytes(int(nbytes))} in {blocks} blocks" for frame, blocks, nbytes, _ in top)
+    ooms = d.ooms.height
+    return [Finding(
+        code=MEMORY_PEAK, severity=Severity.HIGH if ooms else Severity.INFO,
+        statement=f"cuda:{d.device} peaks at {fmt_bytes(d.peak_allocated_bytes)} allocated in the recorded window"
+                  f"{f' and ran out of memory {ooms} times' if ooms else ''}; "
+                  f"largest live at the peak: {parts or 'none'}.",
+        next_step="Lower the largest holder (activation checkpointing, smaller micro-batch, optimizer sharding); "
+                  "open the snapshot in https://pytorch.org/memory_viz for the full stacks.",
+        evidence={"device": d.device, "peak_allocated_bytes": d.peak_allocated_bytes, "ooms": ooms},
+    )]

@@ -1,0 +1,218 @@
+"""CUDA caching-allocator snapshots (``torch.cuda.memory._dump_snapshot()`` pickles), read
+without running anything the file names, into tables of segments, blocks and trace entries.
+
+The layout is the one ``torch/cuda/memory.py`` documents for ``_snapshot()`` (torch 2.1-2.13):
+``segments`` (each with its ``blocks``), ``device_traces`` (one list of TraceEntry per device,
+recorded by ``_record_memory_history``) and ``allocator_settings``. Only builtin containers and
+scalars are built: a pickle that names any module or class (the way a pickle runs code) is
+refused before anything is called.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import polars as pl
+
+from tracewhy.errors import TraceError
+from tracewhy.readers.source import os_error, read_bytes
+
+#: A stack frame: (filename, line, function name), innermost first as the allocator records them.
+Frame = tuple[str, int, str]
+Scalar = str | int | float | bool | None
+
+PICKLE_PROTO: Final = b"\x80"
+
+
+class SegCol:
+    """Columns of ``MemorySnapshot.segments``: one row per cudaMalloc'd segment at the end."""
+
+    DEVICE: Final = "device"
+    ADDRESS: Final = "address"
+    TOTAL_SIZE: Final = "total_size"
+    ALLOCATED_SIZE: Final = "allocated_size"
+    STREAM: Final = "stream"
+    SEGMENT_TYPE: Final = "segment_type"  # "small" or "large"
+    EXPANDABLE: Final = "is_expandable"
+
+
+class BlockCol:
+    """Columns of ``MemorySnapshot.blocks``: one row per block of a segment at the end."""
+
+    DEVICE: Final = "device"
+    SEGMENT: Final = "segment_address"
+    ADDRESS: Final = "address"
+    SIZE: Final = "size"
+    REQUESTED: Final = "requested_size"
+    STATE: Final = "state"  # active_allocated, active_awaiting_free, inactive
+    STACK: Final = "stack"  # index into MemorySnapshot.stacks, -1 without frames
+
+
+class EventCol:
+    """Columns of ``MemorySnapshot.events``: the recorded trace entries, per device in order."""
+
+    DEVICE: Final = "device"
+    SEQ: Final = "seq"  # position in its device's trace
+    ACTION: Final = "action"  # alloc, free_requested, free_completed, segment_alloc, segment_free,
+    #                           segment_map, segment_unmap, oom, snapshot
+    ADDR: Final = "addr"
+    SIZE: Final = "size"
+    STREAM: Final = "stream"
+    TIME_US: Final = "time_us"  # null where torch did not record it (before 2.2)
+    DEVICE_FREE: Final = "device_free"  # oom only: what CUDA still reported free
+    STACK: Final = "stack"
+
+
+SEGMENTS_SCHEMA: Final = pl.Schema({
+    SegCol.DEVICE: pl.Int64(), SegCol.ADDRESS: pl.Int64(), SegCol.TOTAL_SIZE: pl.Int64(),
+    SegCol.ALLOCATED_SIZE: pl.Int64(), SegCol.STREAM: pl.Int64(), SegCol.SEGMENT_TYPE: pl.String(),
+    SegCol.EXPANDABLE: pl.Boolean(),
+})
+BLOCKS_SCHEMA: Final = pl.Schema({
+    BlockCol.DEVICE: pl.Int64(), BlockCol.SEGMENT: pl.Int64(), BlockCol.ADDRESS: pl.Int64(),
+    BlockCol.SIZE: pl.Int64(), BlockCol.REQUESTED: pl.Int64(), BlockCol.STATE: pl.String(), BlockCol.STACK: pl.Int64(),
+})
+EVENTS_SCHEMA: Final = pl.Schema({
+    EventCol.DEVICE: pl.Int64(), EventCol.SEQ: pl.Int64(), EventCol.ACTION: pl.String(), EventCol.ADDR: pl.Int64(),
+    EventCol.SIZE: pl.Int64(), EventCol.STREAM: pl.Int64(), EventCol.TIME_US: pl.Int64(),
+    EventCol.DEVICE_FREE: pl.Int64(), EventCol.STACK: pl.Int64(),
+})
+
+
+@dataclass(frozen=True)
+class MemorySnapshot:
+    """A snapshot's final state (``segments``, ``blocks``), its recorded history (``events``),
+    the stacks those rows refer to, and the allocator's settings as the file gives them."""
+
+    path: str
+    segments: pl.DataFrame
+    blocks: pl.DataFrame
+    events: pl.DataFrame
+    stacks: tuple[tuple[Frame, ...], ...]
+    allocator_settings: dict[str, Scalar]
+
+
+class _Refused(pickle.UnpicklingError):
+    """The pickle asks for something beyond plain data."""
+
+
+class _DataOnly(pickle.Unpickler):
+    """An unpickler that builds only what the pickle opcodes build by themselves (dict, list,
+    tuple, str, bytes, int, float, bool, None): every global and persistent id is refused,
+    so no callable can be reached and nothing is executed."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise _Refused(f"it names {module}.{name}; only plain data is read from a snapshot")
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise _Refused("it refers to a persistent object; only plain data is read from a snapshot")
+
+
+def is_snapshot(path: Path) -> bool:
+    """Whether the file starts as a pickle of protocol 2 or later does (``_dump_snapshot``
+    writes protocol 4 or 5)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(2)
+    except OSError:
+        return False
+    return head[:1] == PICKLE_PROTO and len(head) == 2 and 2 <= head[1] <= 5
+
+
+def load_plain_pickle(path: Path) -> Any:
+    """The pickle's data, or a TraceError when it names any global, is cut off or is not a pickle."""
+    try:
+        buf = read_bytes(path)
+    except OSError as e:
+        raise os_error(path, e) from None
+    try:
+        return _DataOnly(io.BytesIO(bytes(buf))).load()
+    except _Refused as e:
+        raise TraceError(path, f"refused as a memory snapshot: {e}") from None
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError, IndexError, AttributeError, MemoryError,
+            RecursionError, OverflowError) as e:
+        raise TraceError(path, f"not a readable pickle ({type(e).__name__}: {e})") from None
+
+
+def read_memory_snapshot(path: str | Path) -> MemorySnapshot:
+    """Read a snapshot pickle; a TraceError says why a file is not one."""
+    p = Path(path)
+    data = load_plain_pickle(p)
+    if not isinstance(data, dict) or not isinstance(data.get("segments"), list):
+        raise TraceError(p, "not a CUDA memory snapshot: expected a dict with 'segments' "
+                            "(torch.cuda.memory._snapshot())")
+    traces = data.get("device_traces", [])
+    if not isinstance(traces, list):
+        raise TraceError(p, "memory snapshot 'device_traces' is not a list")
+    stacks = _Stacks()
+    segments, blocks = _segments(p, data["segments"], stacks)
+    events = _events(p, traces, stacks)
+    settings = data.get("allocator_settings", {})
+    plain = {str(k): v for k, v in settings.items() if isinstance(v, str | int | float | bool) or v is None} \
+        if isinstance(settings, dict) else {}
+    return MemorySnapshot(str(p), segments, blocks, events, tuple(stacks.items), plain)
+
+
+class _Stacks:
+    """Interns frame lists: the same stack allocates again and again."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[Frame, ...]] = []
+        self.index: dict[tuple[Frame, ...], int] = {}
+
+    def add(self, frames: object) -> int:
+        if not isinstance(frames, list) or not frames:
+            return -1
+        key = tuple((str(f.get("filename", "")), _int(f.get("line")), str(f.get("name", "")))
+                    for f in frames if isinstance(f, dict))
+        found = self.index.get(key)
+        if found is None:
+            found = self.index[key] = len(self.items)
+            self.items.append(key)
+        return found
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _segments(path: Path, raw: list[Any], stacks: _Stacks) -> tuple[pl.DataFrame, pl.DataFrame]:
+    seg_rows: list[tuple[Any, ...]] = []
+    block_rows: list[tuple[Any, ...]] = []
+    for seg in raw:
+        if not isinstance(seg, dict):
+            raise TraceError(path, "memory snapshot segment is not a dict")
+        device, address = _int(seg.get("device")), _int(seg.get("address"))
+        seg_rows.append((device, address, _int(seg.get("total_size")), _int(seg.get("allocated_size")),
+                         _int(seg.get("stream")), str(seg.get("segment_type", "")), bool(seg.get("is_expandable"))))
+        offset = address
+        for b in seg.get("blocks", []) if isinstance(seg.get("blocks"), list) else []:
+            if not isinstance(b, dict):
+                continue
+            size = _int(b.get("size"))
+            block_rows.append((device, address, _int(b.get("address", offset)), size,
+                               _int(b.get("requested_size", size)), str(b.get("state", "")),
+                               stacks.add(b.get("frames"))))
+            offset += size
+    return (pl.DataFrame(seg_rows, schema=SEGMENTS_SCHEMA, orient="row"),
+            pl.DataFrame(block_rows, schema=BLOCKS_SCHEMA, orient="row"))
+
+
+def _events(path: Path, traces: list[Any], stacks: _Stacks) -> pl.DataFrame:
+    rows: list[tuple[Any, ...]] = []
+    for device, trace in enumerate(traces):
+        if not isinstance(trace, list):
+            raise TraceError(path, f"memory snapshot trace of device {device} is not a list")
+        for seq, e in enumerate(trace):
+            if not isinstance(e, dict):
+                continue
+            time_us = e.get("time_us")
+            free = e.get("device_free")
+            rows.append((device, seq, str(e.get("action", "")), _int(e.get("addr")), _int(e.get("size")),
+                         _int(e.get("stream")), time_us if isinstance(time_us, int) else None,
+                         free if isinstance(free, int) else None, stacks.add(e.get("frames"))))
+    return pl.DataFrame(rows, schema=EVENTS_SCHEMA, orient="row")

@@ -1,0 +1,170 @@
+"""PyTorch's memory-timeline exports (``prof.export_memory_timeline(path)``), plain or gzip, as
+one table of live bytes per category over time.
+
+Two layouts, told apart by content (torch 2.x, ``torch/profiler/_memory_profiler.py``):
+
+- ``.json`` / ``.json.gz``: ``[times, sizes]``; ``times`` in microseconds, ``sizes[k]`` the
+  bytes live after every event at ``times[k]``, one column per category after a leading column
+  that is always 0 (the writer indexes categories from 1).
+- ``.raw.json.gz``: a list of ``[ts_ns, action, bytes, category]`` rows, one per event, bytes
+  signed (a free is negative), ``ts_ns`` -1 for memory that existed before profiling.
+
+In both, the category columns come in ``_CATEGORY_TO_COLORS`` order (PARAMETER,
+OPTIMIZER_STATE, INPUT, TEMPORARY, ACTIVATION, GRADIENT, AUTOGRAD_DETAIL, unknown), not in the
+order of the ``Category`` enum.
+"""
+
+from __future__ import annotations
+
+import gzip
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from tracewhy.errors import TraceError
+from tracewhy.readers.source import GZIP_MAGIC, os_error, read_bytes
+
+
+class LedgerCategory(str, Enum):
+    """What live memory is for. The first eight are the ledger the issue asks for; the
+    profiler's own categories map onto them (``EXPORT_CATEGORIES``)."""
+
+    PARAMETERS = "parameters"
+    GRADIENTS = "gradients"
+    OPTIMIZER_STATE = "optimizer_state"
+    ACTIVATIONS = "activations"
+    TEMPORARIES = "temporaries"
+    INPUTS = "inputs"
+    COMM_BUCKETS = "comm_buckets"
+    KV_CACHE = "kv_cache"
+    AUTOGRAD_DETAIL = "autograd_detail"  # the profiler's AUTOGRAD_DETAIL (autograd's own buffers)
+    PREEXISTING = "preexisting"  # allocated before the trace began: what it is cannot be told
+    UNKNOWN = "unknown"
+
+
+#: The export's category columns in file order (``_CATEGORY_TO_COLORS`` of torch 2.0-2.13).
+EXPORT_CATEGORIES: Final = (
+    LedgerCategory.PARAMETERS, LedgerCategory.OPTIMIZER_STATE, LedgerCategory.INPUTS, LedgerCategory.TEMPORARIES,
+    LedgerCategory.ACTIVATIONS, LedgerCategory.GRADIENTS, LedgerCategory.AUTOGRAD_DETAIL, LedgerCategory.UNKNOWN,
+)
+
+
+class TimelineCol:
+    """Columns of ``MemoryTimeline.table``: one row per instant, bytes live per category after it."""
+
+    TS: Final = "ts_ns"
+    #: One column per category, named by its ``LedgerCategory`` value, in ``EXPORT_CATEGORIES`` order.
+    CATEGORIES: Final = tuple(c.value for c in EXPORT_CATEGORIES)
+    TOTAL: Final = "total_bytes"
+
+
+TIMELINE_SCHEMA: Final = pl.Schema(
+    {TimelineCol.TS: pl.Int64(), **{c: pl.Int64() for c in TimelineCol.CATEGORIES}, TimelineCol.TOTAL: pl.Int64()}
+)
+
+
+class TimelineLayout(str, Enum):
+    SIZES = "sizes"  # [times, sizes]
+    RAW = "raw"  # (ts, action, bytes, category) rows
+
+
+@dataclass(frozen=True)
+class MemoryTimeline:
+    """A memory-timeline export: ``table`` has TIMELINE_SCHEMA, in time order."""
+
+    path: str
+    layout: TimelineLayout
+    table: pl.DataFrame
+    events: int  # rows in the file (raw) or instants (sizes)
+
+
+_SIZES = msgspec.json.Decoder(tuple[list[int], list[list[int]]])
+_RAW = msgspec.json.Decoder(list[tuple[int, int, int, int]])
+_ANY = msgspec.json.Decoder(list[Any])
+_BLANK = b"\xef\xbb\xbf \t\r\n"
+#: Columns of a ``sizes`` row: the unused leading 0, then one per category.
+_SIZES_WIDTH = len(EXPORT_CATEGORIES) + 1
+
+
+def is_memory_timeline(path: Path) -> bool:
+    """Whether the file (plain or gzip) is JSON opening with two brackets, ``[[``: both layouts
+    do, and no profiler trace does (an event array opens ``[{``)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(2)
+        if head == GZIP_MAGIC:
+            with gzip.open(path, "rb") as g:
+                start = g.read(4096)
+        else:
+            with open(path, "rb") as f:
+                start = f.read(4096)
+    except (OSError, EOFError):
+        return False
+    stripped = start.lstrip(_BLANK)
+    return stripped[:1] == b"[" and stripped[1:].lstrip(_BLANK)[:1] == b"["
+
+
+def read_memory_timeline(path: str | Path) -> MemoryTimeline:
+    """Read either layout; a TraceError names what is wrong with a file that is neither."""
+    p = Path(path)
+    try:
+        buf = read_bytes(p)
+    except OSError as e:
+        raise os_error(p, e) from None
+    try:
+        top = _ANY.decode(buf)
+    except msgspec.DecodeError as e:
+        raise TraceError(p, f"not valid JSON ({e})") from None
+    if len(top) == 2 and top and isinstance(top[1], list) and (not top[1] or isinstance(top[1][0], list)):
+        return _read_sizes(p, buf)
+    return _read_raw(p, buf)
+
+
+def _read_sizes(path: Path, buf: bytes | bytearray) -> MemoryTimeline:
+    try:
+        times, sizes = _SIZES.decode(buf)
+    except msgspec.DecodeError as e:
+        raise TraceError(path, f"not a memory-timeline [times, sizes] export ({e})") from None
+    if len(times) != len(sizes):
+        raise TraceError(path, f"memory timeline has {len(times)} times but {len(sizes)} size rows")
+    if any(len(row) != _SIZES_WIDTH for row in sizes):
+        raise TraceError(path, f"memory timeline size rows must have {_SIZES_WIDTH} columns (0, then one per category)")
+    ts = np.asarray(times, dtype=np.int64) * 1000  # the writer converted ns to us
+    values = np.asarray(sizes, dtype=np.int64).reshape(len(sizes), _SIZES_WIDTH)[:, 1:]
+    return MemoryTimeline(str(path), TimelineLayout.SIZES, _table(ts, values), len(times))
+
+
+def _read_raw(path: Path, buf: bytes | bytearray) -> MemoryTimeline:
+    try:
+        rows = _RAW.decode(buf)
+    except msgspec.DecodeError as e:
+        raise TraceError(path, f"not a memory-timeline export: expected [times, sizes] or "
+                               f"[ts, action, bytes, category] rows ({e})") from None
+    n = len(rows)
+    a = np.asarray(rows, dtype=np.int64).reshape(n, 4)
+    ts, nbytes, category = a[:, 0], a[:, 2], a[:, 3]
+    if n and (category.min() < 0 or category.max() >= len(EXPORT_CATEGORIES)):
+        raise TraceError(path, f"memory timeline category outside 0..{len(EXPORT_CATEGORIES) - 1}")
+    deltas = np.zeros((n, len(EXPORT_CATEGORIES)), dtype=np.int64)
+    deltas[np.arange(n), category] = nbytes
+    live = np.cumsum(deltas, axis=0)
+    # Pre-existing memory (ts -1) is placed at the first real time, as torch's own plot does;
+    # then only the state after the last event of each instant is kept, as the sizes layout does.
+    real = ts[ts >= 0]
+    ts = np.where(ts < 0, real.min() if real.size else 0, ts)
+    last = np.r_[ts[1:] != ts[:-1], True] if n else np.zeros(0, dtype=bool)
+    return MemoryTimeline(str(path), TimelineLayout.RAW, _table(ts[last], live[last]), n)
+
+
+def _table(ts: npt.NDArray[np.int64], values: npt.NDArray[np.int64]) -> pl.DataFrame:
+    columns: dict[str, Any] = {TimelineCol.TS: ts}
+    for i, name in enumerate(TimelineCol.CATEGORIES):
+        columns[name] = values[:, i]
+    columns[TimelineCol.TOTAL] = values.sum(axis=1) if values.size else np.zeros(0, dtype=np.int64)
+    return pl.DataFrame(columns, schema=TIMELINE_SCHEMA)

@@ -1,0 +1,140 @@
+"""The ``memory`` command's output: the peak and ledger per device, the ops that allocate most,
+a timeline export's ledger at its peak, and a snapshot's peak, live blocks and fragmentation;
+as rich tables and as the ``--json`` payload."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from tracewhy.analyses.memory import DeviceMemory, MemoryResult, OpMemCol, TimelineResult
+from tracewhy.analyses.memory_snapshot import LiveCol, OomCol, SnapshotDevice, SnapshotResult
+from tracewhy.findings.model import Finding
+from tracewhy.units import fmt_bytes, fmt_ns, fmt_pct, printable, shorten
+
+
+def memory_payload(r: MemoryResult, findings: list[Finding]) -> dict[str, Any]:
+    """JSON of a profiler trace's memory: ``devices[]`` (peak, its context, ledger, per-step
+    churn) and ``top_ops``; ``ledger_source`` says the ledger is inferred."""
+    return {"input": "trace", "ledger_source": r.ledger_source, "note": r.note,
+            "devices": [_device_payload(d) for d in r.devices], "top_ops": r.top_ops, "findings": findings}
+
+
+def _device_payload(d: DeviceMemory) -> dict[str, Any]:
+    return {
+        "device": d.device, "events": d.events, "peak_allocated_bytes": d.peak_allocated_bytes,
+        "peak_reserved_bytes": d.peak_reserved_bytes, "reserved_at_peak_bytes": d.reserved_at_peak_bytes,
+        "slack_at_peak_bytes": d.slack_at_peak_bytes, "peak_ts_ns": d.peak_ts_ns, "peak_step": d.peak_step,
+        "peak_op": d.peak_op, "peak_innermost_op": d.peak_innermost_op, "peak_annotation": d.peak_annotation,
+        "peak_python_stack": list(d.peak_python_stack), "ledger": d.ledger,
+        "growth_bytes_per_step": d.growth_bytes_per_step, "allocated_source": d.allocated_source, "steps": d.steps,
+    }
+
+
+def timeline_payload(r: TimelineResult, layout: str, events: int) -> dict[str, Any]:
+    """JSON of a memory-timeline export: the profiler's own categories at the summed peak."""
+    return {"input": "memory_timeline", "layout": layout, "events": events, "ledger_source": r.ledger_source,
+            "peak_total_bytes": r.peak_total_bytes, "peak_ts_ns": r.peak_ts_ns, "ledger_at_peak": r.ledger_at_peak}
+
+
+def snapshot_payload(r: SnapshotResult, findings: list[Finding]) -> dict[str, Any]:
+    """JSON of an allocator snapshot: per device the replayed peak, its frames, the live blocks
+    at it by top user frame, the final fragmentation and OOMs; the allocator settings."""
+    return {"input": "snapshot", "allocator_settings": r.allocator_settings,
+            "devices": [_snapshot_device_payload(d) for d in r.devices], "findings": findings}
+
+
+def _snapshot_device_payload(d: SnapshotDevice) -> dict[str, Any]:
+    return {
+        "device": f"cuda:{d.device}", "events": d.events, "peak_allocated_bytes": d.peak_allocated_bytes,
+        "peak_reserved_bytes": d.peak_reserved_bytes, "reserved_at_peak_bytes": d.reserved_at_peak_bytes,
+        "peak_seq": d.peak_seq, "peak_ts_ns": None if d.peak_time_us is None else d.peak_time_us * 1000,
+        "peak_frames": [{"filename": f, "line": line, "name": n} for f, line, n in d.peak_frames],
+        "live_at_peak": d.live_at_peak, "final_allocated_bytes": d.final_allocated_bytes,
+        "final_reserved_bytes": d.final_reserved_bytes, "segments": d.segments,
+        "expandable_segments": d.expandable_segments, "free_in_segments_bytes": d.free_in_segments_bytes,
+        "rounding_waste_bytes": d.rounding_waste_bytes, "largest_free_block_bytes": d.largest_free_block_bytes,
+        "ooms": d.ooms,
+    }
+
+
+def render_memory(r: MemoryResult, findings: list[Finding], top: int) -> RenderableType:
+    if not r.devices:
+        return Text(r.note or "no memory events")
+    t = Table(title="memory per device (peak of Total Allocated)",
+              caption=f"ledger: bytes live at the peak, {r.ledger_source} (tracewhy memory --json for every step)")
+    for col in ("device", "peak allocated", "reserved at peak", "slack", "step", "op", "growth/step"):
+        t.add_column(col, justify="left" if col in ("device", "step", "op") else "right")
+    for d in r.devices:
+        t.add_row(d.device, fmt_bytes(d.peak_allocated_bytes), fmt_bytes(d.reserved_at_peak_bytes),
+                  fmt_bytes(d.slack_at_peak_bytes), printable(d.peak_step or "-"), shorten(d.peak_op or "-", 50),
+                  "-" if d.growth_bytes_per_step is None else fmt_bytes(int(d.growth_bytes_per_step)))
+    parts: list[RenderableType] = [t]
+    for d in r.devices:
+        parts.append(_ledger_table(f"{d.device} ledger at the peak ({r.ledger_source})", d.ledger))
+    ops = Table(title="ops that allocate most (outermost CPU op on the allocating thread)")
+    for col in ("device", "op", "allocations", "frees", "allocated", "net"):
+        ops.add_column(col, justify="left" if col in ("device", "op") else "right")
+    for row in r.top_ops.head(top).iter_rows(named=True):
+        ops.add_row(row[OpMemCol.DEVICE], shorten(row[OpMemCol.OP], 60), str(row[OpMemCol.ALLOCATIONS]),
+                    str(row[OpMemCol.FREES]), fmt_bytes(row[OpMemCol.BYTES_ALLOCATED]),
+                    fmt_bytes(row[OpMemCol.NET_BYTES]))
+    parts.append(ops)
+    return Group(*parts, *_findings(findings))
+
+
+def render_timeline(r: TimelineResult, layout: str) -> RenderableType:
+    when = "-" if r.peak_ts_ns is None else fmt_ns(r.peak_ts_ns)
+    head = Text(f"memory-timeline export ({layout}): peak {fmt_bytes(r.peak_total_bytes)} at ts {when}")
+    return Group(head, _ledger_table("ledger at the peak (the profiler's own categories)", r.ledger_at_peak))
+
+
+def render_snapshot(r: SnapshotResult, findings: list[Finding], top: int) -> RenderableType:
+    parts: list[RenderableType] = []
+    for d in r.devices:
+        t = Table(title=f"cuda:{d.device}: {d.events} trace entries, {d.segments} segments "
+                        f"({d.expandable_segments} expandable)")
+        t.add_column("measure")
+        t.add_column("bytes", justify="right")
+        for label, value in (("peak allocated (window)", d.peak_allocated_bytes),
+                             ("reserved at the peak", d.reserved_at_peak_bytes),
+                             ("peak reserved (window)", d.peak_reserved_bytes),
+                             ("allocated at the end", d.final_allocated_bytes),
+                             ("reserved at the end", d.final_reserved_bytes),
+                             ("free inside segments", d.free_in_segments_bytes),
+                             ("largest free block", d.largest_free_block_bytes),
+                             ("rounding waste", d.rounding_waste_bytes)):
+            t.add_row(label, fmt_bytes(value))
+        parts.append(t)
+        live = Table(title="live at the peak, by top user frame")
+        for col in ("frame", "blocks", "bytes", "largest"):
+            live.add_column(col, justify="left" if col == "frame" else "right")
+        for row in d.live_at_peak.head(top).iter_rows(named=True):
+            live.add_row(shorten(row[LiveCol.FRAME], 80), str(row[LiveCol.BLOCKS]), fmt_bytes(row[LiveCol.BYTES]),
+                         fmt_bytes(row[LiveCol.LARGEST]))
+        parts.append(live)
+        for row in d.ooms.iter_rows(named=True):
+            parts.append(Text(f"OOM: asked for {fmt_bytes(row[OomCol.REQUESTED])} with "
+                              f"{fmt_bytes(row[OomCol.DEVICE_FREE])} free on the device, "
+                              f"at {printable(row[OomCol.FRAME])}"))
+    settings = ", ".join(f"{k}={v}" for k, v in sorted(r.allocator_settings.items()))
+    parts.append(Text(f"allocator settings: {printable(settings) or 'not recorded'}"))
+    return Group(*parts, *_findings(findings))
+
+
+def _ledger_table(title: str, ledger: dict[str, int]) -> Table:
+    total = sum(ledger.values())
+    t = Table(title=title)
+    for col in ("category", "bytes", "share"):
+        t.add_column(col, justify="left" if col == "category" else "right")
+    for name, nbytes in sorted(ledger.items(), key=lambda kv: (-kv[1], kv[0])):
+        if nbytes:
+            t.add_row(name, fmt_bytes(nbytes), fmt_pct(nbytes / total if total else None))
+    return t
+
+
+def _findings(findings: list[Finding]) -> list[RenderableType]:
+    return [Text(f"[{f.code}] {printable(f.statement)} {printable(f.next_step)}") for f in findings]

@@ -1,0 +1,314 @@
+"""tracewhy memory: the peak of the [memory] events against their own Total Allocated, the
+ledger of a memory-timeline export against the export's rows, snapshot replay on pickles built
+from torch's documented layout, and hostile pickles refused without running anything."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import pickle
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from conftest import GENERATED, shared_trace
+from tracewhy.analyses.memory import ChurnCol, DeviceMemory, analyze_memory
+from tracewhy.analyses.memory_snapshot import analyze_snapshot
+from tracewhy.cli import main
+from tracewhy.errors import TraceError
+from tracewhy.findings.memory import memory_findings, snapshot_findings
+from tracewhy.readers import read_trace
+from tracewhy.readers.memory_snapshot import read_memory_snapshot
+from tracewhy.readers.memory_timeline import read_memory_timeline
+
+MiB = 1 << 20
+#: torch/profiler/_memory_profiler.py ``_CATEGORY_TO_COLORS`` order, as tracewhy names them.
+EXPORT_ORDER = ["parameters", "optimizer_state", "inputs", "temporaries", "activations", "gradients",
+                "autograd_detail", "unknown"]
+ADAM_TRACE = GENERATED / "cpu_adam_memory.pt.trace.json.gz"
+ADAM_SIZES = GENERATED / "memory_timeline" / "cpu_adam_memory_timeline.json.gz"
+ADAM_RAW = GENERATED / "memory_timeline" / "cpu_adam_memory_timeline.raw.json.gz"
+
+
+def _json_out(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    assert main(["memory", "--json", *argv]) == 0
+    return json.loads(capsys.readouterr().out)  # type: ignore[no-any-return]
+
+
+def _load(path: Path) -> Any:
+    return json.loads(gzip.decompress(path.read_bytes()))
+
+
+# --- memory-timeline exports ------------------------------------------------------------------
+
+def _sizes_oracle(path: Path) -> tuple[int, dict[str, int]]:
+    """The export's own peak: the row of [times, sizes] whose columns sum highest."""
+    _, sizes = _load(path)
+    row = max(sizes, key=sum)
+    return sum(row), dict(zip(EXPORT_ORDER, row[1:], strict=True))
+
+
+def _raw_oracle(path: Path) -> tuple[int, dict[str, int]]:
+    """The raw rows replayed one by one, the state taken after the last row of each instant."""
+    rows = _load(path)
+    live: dict[int, int] = defaultdict(int)
+    best: tuple[int, dict[int, int]] = (-1, {})
+    for i, (ts, _action, nbytes, category) in enumerate(rows):
+        live[category] += nbytes
+        if i + 1 == len(rows) or rows[i + 1][0] != ts:
+            total = sum(live.values())
+            if total > best[0]:
+                best = (total, dict(live))
+    return best[0], {name: best[1].get(i, 0) for i, name in enumerate(EXPORT_ORDER)}
+
+
+@pytest.mark.parametrize("path", [ADAM_SIZES, ADAM_RAW], ids=["sizes", "raw"])
+def test_timeline_ledger_is_the_exports_own_rows(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    oracle = _sizes_oracle if "raw" not in path.name else _raw_oracle
+    total, ledger = oracle(path)
+    out = _json_out([str(path)], capsys)
+    assert out["input"] == "memory_timeline" and out["ledger_source"] == "export"
+    assert out["peak_total_bytes"] == total
+    assert out["ledger_at_peak"] == ledger
+
+
+def test_both_layouts_of_one_profile_agree_and_adam_state_is_twice_the_weights() -> None:
+    sizes, raw = read_memory_timeline(ADAM_SIZES), read_memory_timeline(ADAM_RAW)
+    assert sizes.layout.value == "sizes" and raw.layout.value == "raw"
+    assert sizes.table.get_column("total_bytes").max() == raw.table.get_column("total_bytes").max()
+    _, ledger = _sizes_oracle(ADAM_SIZES)
+    # exp_avg and exp_avg_sq per parameter, plus Adam's six 4-byte step counters.
+    assert ledger["optimizer_state"] == 2 * ledger["parameters"] + 6 * 4
+
+
+def test_real_raw_timeline_export(capsys: pytest.CaptureFixture[str]) -> None:
+    path = shared_trace("hta/torch_memory_timeline_raw.json.gz")
+    total, ledger = _raw_oracle(path)
+    out = _json_out([str(path)], capsys)
+    assert out["layout"] == "raw" and out["events"] == 16845
+    assert (out["peak_total_bytes"], out["ledger_at_peak"]) == (total, ledger)
+    assert max(ledger, key=lambda k: ledger[k]) == "activations"
+
+
+def test_read_trace_still_refuses_a_timeline_export() -> None:
+    with pytest.raises(TraceError, match="memory-timeline export, not a profiler trace"):
+        read_trace(ADAM_SIZES)
+
+
+# --- [memory] events of profiler traces ---------------------------------------------------------
+
+def _raw_peaks(path: Path) -> dict[str, tuple[int, int | None]]:
+    """Max Total Allocated and Total Reserved per device, straight from the [memory] events."""
+    doc = _load(path)
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    peaks: dict[str, tuple[int, int | None]] = {}
+    running: dict[str, int] = defaultdict(int)
+    for e in events:
+        if e.get("name") != "[memory]":
+            continue
+        a = e["args"]
+        kind, index = a.get("Device Type", 0), a.get("Device Id", -1)
+        device = "cpu" if kind == 0 else f"cuda:{index}"
+        # PyTorch < 1.10 wrote only "Bytes": allocated is then their running sum, reserved unknown.
+        running[device] += a["Bytes"]
+        allocated, reserved = a.get("Total Allocated", running[device]), a.get("Total Reserved")
+        old_a, old_r = peaks.get(device, (allocated, reserved))
+        peaks[device] = (max(old_a, allocated), None if reserved is None else max(old_r or 0, reserved))
+    return peaks
+
+
+@pytest.mark.parametrize("path", [
+    ADAM_TRACE,
+    GENERATED / "cpu_python_export_memory.pt.trace.json.gz",
+    "hta/v100_ddp2_rank1_memprofile.json.gz",
+    "kineto/resnet50_nw0_span1_worker0.1623143089861.pt.trace.json.gz",
+], ids=["adam", "python-export", "v100-ddp", "resnet50"])
+def test_peak_is_the_events_own_total_allocated(path: Path | str, capsys: pytest.CaptureFixture[str]) -> None:
+    p = path if isinstance(path, Path) else shared_trace(path)
+    expected = _raw_peaks(p)
+    out = _json_out([str(p)], capsys)
+    got = {d["device"]: (d["peak_allocated_bytes"], d["peak_reserved_bytes"]) for d in out["devices"]}
+    assert got == expected
+    for d in out["devices"]:
+        assert sum(d["ledger"].values()) == d["peak_allocated_bytes"]  # every byte at the peak is placed
+        assert d["peak_step"] is None or d["peak_step"].startswith("ProfilerStep#")
+
+
+def test_v100_ddp_peak_in_context() -> None:
+    """A real 32 GB V100 DDP run: the peak falls in backward inside a step, under the
+    device's memory, with reserved far above allocated (the fragmentation finding)."""
+    r = analyze_memory(read_trace(shared_trace("hta/v100_ddp2_rank1_memprofile.json.gz")))
+    gpu = next(d for d in r.devices if d.device == "cuda:1")
+    assert gpu.peak_allocated_bytes == 6_629_508_096
+    assert gpu.reserved_at_peak_bytes is not None
+    assert gpu.peak_allocated_bytes <= gpu.reserved_at_peak_bytes <= 32 * 1024**3
+    assert gpu.peak_step == "ProfilerStep#2" and gpu.peak_op is not None and "Backward" in gpu.peak_op
+    assert gpu.steps.filter(pl.col(ChurnCol.STEADY)).height == 5
+    codes = {f.code for f in memory_findings(r)}
+    assert "memory-fragmentation" in codes and "memory-peak" in codes
+    assert "memory-growth" not in codes and "allocator-churn" not in codes  # flat, warm cache
+
+
+def test_adam_trace_inferred_ledger_and_steps() -> None:
+    r = analyze_memory(read_trace(ADAM_TRACE))
+    (cpu,) = r.devices
+    assert r.ledger_source == "inferred"
+    # The peak is in backward: the weights' gradients are live, no optimizer state was made in
+    # the trace (Adam made it in the first, unprofiled step).
+    assert cpu.ledger["gradients"] > 0 and cpu.ledger["optimizer_state"] == 0
+    assert cpu.peak_python_stack  # with_stack=True
+    steady = cpu.steps.filter(pl.col(ChurnCol.STEADY))
+    assert steady.get_column(ChurnCol.ALLOCATIONS).n_unique() == 1  # the same loop every step
+    assert cpu.growth_bytes_per_step is not None and abs(cpu.growth_bytes_per_step) < 1
+
+
+def _device_with_steps(ends: list[int], reserve_changes: int = 0) -> DeviceMemory:
+    steps = pl.DataFrame({
+        ChurnCol.STEP: [f"ProfilerStep#{i}" for i in range(len(ends))], ChurnCol.STEADY: [True] * len(ends),
+        ChurnCol.ALLOCATIONS: [10] * len(ends), ChurnCol.FREES: [10] * len(ends),
+        ChurnCol.BYTES_ALLOCATED: [MiB] * len(ends), ChurnCol.ALLOCATED_AT_END: ends,
+        ChurnCol.RESERVE_CHANGES: [reserve_changes] * len(ends),
+    })
+    slope = (ends[-1] - ends[0]) / (len(ends) - 1)
+    return DeviceMemory("cuda:0", 100, max(ends), max(ends), max(ends), 0, None, None, None, None, (),
+                        {"activations": max(ends)}, pl.DataFrame(), steps, slope)
+
+
+def test_growth_and_churn_findings_fire_on_their_signatures() -> None:
+    from tracewhy.analyses.memory import MemoryResult
+
+    def codes(d: DeviceMemory) -> set[str]:
+        return {f.code for f in memory_findings(MemoryResult((d,), pl.DataFrame(), "inferred"))}
+
+    assert "memory-growth" in codes(_device_with_steps([100 * MiB, 110 * MiB, 120 * MiB, 130 * MiB]))
+    assert "memory-growth" not in codes(_device_with_steps([100 * MiB] * 4))
+    assert "allocator-churn" in codes(_device_with_steps([100 * MiB] * 4, reserve_changes=2))
+
+
+# --- snapshots -----------------------------------------------------------------------------------
+
+def _frames(file: str, line: int) -> list[dict[str, Any]]:
+    """A stack as the allocator records it, innermost first: torch's frame, then the user's."""
+    return [{"filename": "/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py", "line": 125,
+             "name": "forward"}, {"filename": file, "line": line, "name": "step"}]
+
+
+def _entry(action: str, addr: int, size: int, where: tuple[str, int] = ("train.py", 1), **extra: Any) -> dict[str, Any]:
+    return {"action": action, "addr": addr, "size": size, "stream": 0, "frames": _frames(*where), **extra}
+
+
+def build_snapshot(*, expandable: bool = False, oom: bool = False) -> dict[str, Any]:
+    """A snapshot in the layout torch/cuda/memory.py documents: one 2 MiB segment allocated
+    before recording (its one block still live), one 20 MiB segment the window allocates. In the
+    window: A 8 MiB (a.py:10), B 12 MiB (b.py:20), B freed, C 4 MiB (c.py:30)."""
+    s1, s2 = 0x7F00_0000_0000, 0x7F00_1000_0000
+    grow = "segment_map" if expandable else "segment_alloc"
+    trace = [
+        _entry(grow, s2, 20 * MiB), _entry("alloc", s2, 8 * MiB, ("a.py", 10)),
+        _entry("alloc", s2 + 8 * MiB, 12 * MiB, ("b.py", 20)),
+        _entry("free_requested", s2 + 8 * MiB, 12 * MiB, ("b.py", 21)),
+        _entry("free_completed", s2 + 8 * MiB, 12 * MiB, ("b.py", 21)),
+        _entry("alloc", s2 + 8 * MiB, 4 * MiB, ("c.py", 30)),
+    ]
+    if oom:
+        trace.append(_entry("oom", 0, 64 * MiB, ("d.py", 40), device_free=3 * MiB))
+    for i, e in enumerate(trace):
+        e["time_us"] = 1000 + i
+    block = {"size": 2 * MiB, "requested_size": 2 * MiB - 512, "state": "active_allocated",
+             "frames": _frames("w.py", 5)}
+    segments = [
+        {"device": 0, "address": s1, "total_size": 2 * MiB, "stream": 0, "segment_type": "large",
+         "segment_pool_id": (0, 0), "allocated_size": 2 * MiB, "active_size": 2 * MiB, "is_expandable": False,
+         "blocks": [{**block, "address": s1}]},
+        {"device": 0, "address": s2, "total_size": 20 * MiB, "stream": 0, "segment_type": "large",
+         "segment_pool_id": (0, 0), "allocated_size": 12 * MiB, "active_size": 12 * MiB, "is_expandable": expandable,
+         "blocks": [
+             {"address": s2, "size": 8 * MiB, "requested_size": 8 * MiB, "state": "active_allocated",
+              "frames": _frames("a.py", 10)},
+             {"address": s2 + 8 * MiB, "size": 4 * MiB, "requested_size": 4 * MiB, "state": "active_allocated",
+              "frames": _frames("c.py", 30)},
+             {"address": s2 + 12 * MiB, "size": 8 * MiB, "requested_size": 8 * MiB, "state": "inactive", "frames": []},
+         ]},
+    ]
+    return {"segments": segments, "device_traces": [trace],
+            "allocator_settings": {"expandable_segments": expandable, "PYTORCH_CUDA_ALLOC_CONF": ""}}
+
+
+def _write(tmp_path: Path, data: Any, name: str = "snap.pickle") -> Path:
+    path = tmp_path / name
+    path.write_bytes(pickle.dumps(data, protocol=4))
+    return path
+
+
+@pytest.mark.parametrize("expandable", [False, True])
+def test_snapshot_replays_backward_from_the_final_state(tmp_path: Path, expandable: bool) -> None:
+    r = analyze_snapshot(read_memory_snapshot(_write(tmp_path, build_snapshot(expandable=expandable))))
+    (d,) = r.devices
+    assert [v // MiB for v in d.timeline.get_column("allocated_bytes")] == [2, 10, 22, 22, 10, 14]
+    assert [v // MiB for v in d.timeline.get_column("reserved_bytes")] == [22] * 6
+    assert (d.peak_allocated_bytes, d.peak_seq, d.peak_time_us) == (22 * MiB, 2, 1002)
+    assert d.peak_frames[-1] == ("b.py", 20, "step")
+    live = {row[0]: row[2] // MiB for row in d.live_at_peak.iter_rows()}
+    assert live == {"b.py:20 step": 12, "a.py:10 step": 8, "w.py:5 step": 2}
+    assert (d.free_in_segments_bytes, d.largest_free_block_bytes, d.rounding_waste_bytes) == (8 * MiB, 8 * MiB, 512)
+    assert d.expandable_segments == int(expandable)
+    assert r.allocator_settings["expandable_segments"] is expandable
+
+
+def test_snapshot_oom_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, build_snapshot(oom=True))
+    out = _json_out([str(path)], capsys)
+    (d,) = out["devices"]
+    assert (d["peak_allocated_bytes"], d["peak_ts_ns"]) == (22 * MiB, 1_002_000)
+    assert d["ooms"] == [{"seq": 6, "time_us": 1006, "requested_bytes": 64 * MiB, "device_free_bytes": 3 * MiB,
+                          "frame": "d.py:40 step"}]
+    assert "memory-peak" in {f["code"] for f in out["findings"]}
+    assert snapshot_findings(analyze_snapshot(read_memory_snapshot(path)))[0].severity.value == "high"
+
+
+class _MakesAFile:
+    """Unpickling this would create a file: what a hostile "snapshot" does."""
+
+    def __init__(self, target: Path, how: str) -> None:
+        self.target, self.how = target, how
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if self.how == "system":
+            return (os.system, (f"touch {self.target}",))
+        return (open, (str(self.target), "w"))
+
+
+@pytest.mark.parametrize("how", ["system", "open"])
+def test_hostile_pickle_is_refused_and_nothing_runs(tmp_path: Path, how: str,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "pwned"
+    path = _write(tmp_path, {"segments": [], "device_traces": [[_MakesAFile(target, how)]]})
+    with pytest.raises(TraceError, match="refused as a memory snapshot"):
+        read_memory_snapshot(path)
+    assert main(["memory", str(path)]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "refused" in err
+    assert not target.exists()
+
+
+def test_protocol_zero_hostile_pickle_is_refused(tmp_path: Path) -> None:
+    target = tmp_path / "pwned"
+    path = tmp_path / "old.pickle"
+    path.write_bytes(f"cposix\nsystem\n(Vtouch {target}\ntR.".encode())
+    with pytest.raises(TraceError):
+        read_memory_snapshot(path)
+    assert main(["memory", str(path)]) == 3
+    assert not target.exists()
+
+
+def test_snapshot_that_is_not_a_snapshot(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match="not a CUDA memory snapshot"):
+        read_memory_snapshot(_write(tmp_path, [1, 2, 3]))
+    cut = _write(tmp_path, build_snapshot())
+    cut.write_bytes(cut.read_bytes()[:200])
+    with pytest.raises(TraceError, match="not a readable pickle"):
+        read_memory_snapshot(cut)
