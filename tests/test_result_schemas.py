@@ -44,7 +44,12 @@ def _steps() -> steps.StepsResult:
     return steps.steps(_trace(), steps.StepsOptions(warmup=1))
 
 
-def _tables() -> Iterator[tuple[str, pl.DataFrame, pl.Schema]]:
+@cache
+def _tables() -> tuple[tuple[str, pl.DataFrame, pl.Schema], ...]:
+    return tuple(_each_table())
+
+
+def _each_table() -> Iterator[tuple[str, pl.DataFrame, pl.Schema]]:
     trace, st = _trace(), _steps()
     yield "steps", st.table, steps.STEPS_SCHEMA
     yield "step_windows", steps.step_windows(trace, st), steps.WINDOWS_SCHEMA
@@ -111,8 +116,8 @@ MODEL_NAMES: Final = frozenset(
 #: meaning (nvtx ranges' count and total_ns, collectives' start_ns, per-step tables' step): a literal
 #: of one of them does not say which table it reads. Each must still be declared (checked below).
 SHARED_NAMES: Final = frozenset({
-    "count", "total_ns", "mean_ns", "min_ns", "max_ns", "p50_ns", "share", "calls", "family", "rule", "step", "steps",
-    "start_ns", "time_ns", "number", "level", "instances", "gpu_time_ns", "gpu_busy_ns", "collective",
+    "count", "total_ns", "mean_ns", "min_ns", "max_ns", "share", "calls", "family", "rule", "step", "start_ns",
+    "time_ns", "level", "instances", "gpu_time_ns", "gpu_busy_ns",
 })
 #: Calls whose string arguments (and keyword arguments, and items of list or tuple arguments) name columns.
 COLUMN_CALLS: Final = frozenset({
@@ -153,9 +158,9 @@ def _column_literals(tree: ast.AST) -> Iterator[tuple[int, str]]:
             for e in node.elts:
                 yield from strings(e)
         elif isinstance(node, ast.Dict):  # rename({old: new})
-            for e in [*node.keys, *node.values]:
-                if e is not None:
-                    yield from strings(e)
+            for item in [*node.keys, *node.values]:
+                if item is not None:
+                    yield from strings(item)
 
     for node in ast.walk(tree):
         found: list[ast.Constant] = []
