@@ -15,6 +15,7 @@ import tracewhy.analyses
 from conftest import shared_trace
 from tracewhy.analyses.roofline import measure_roofline
 from tracewhy.findings.roofline import VCol, judge_roofline
+from tracewhy.model.ncu import NCol
 from tracewhy.readers.ncu import read_ncu
 
 ANALYSES = Path(tracewhy.analyses.__file__).parent
@@ -80,7 +81,6 @@ def test_measures_carry_no_verdict_and_judging_keeps_every_number() -> None:
     judged = judge_roofline(measures)
     shared = [c for c in judged.launches.columns if c in measures.launches.columns]
     assert len(shared) > 30
-    order = ["launch_id"]
-    assert judged.launches.select(shared).sort(order).equals(measures.launches.select(shared).sort(order))
+    assert judged.launches.select(shared).sort(NCol.LAUNCH).equals(measures.launches.select(shared).sort(NCol.LAUNCH))
     assert judged.launches.get_column(VCol.BOUND).null_count() == 0
-    assert judged.kernels.height == measures.launches.select(pl.col("name").n_unique()).item()
+    assert judged.kernels.height == measures.launches.select(pl.col(NCol.NAME).n_unique()).item()

@@ -170,21 +170,21 @@ def _occupancy_details(m: dict[str, Any]) -> tuple[str | None, list[str]]:
 
 def _memory_details(m: dict[str, Any]) -> tuple[bool | None, list[str]]:
     """(uncoalesced, details) from spills and the coalescing figures."""
-    details: list[str] = []
     local = m[LCol.LOCAL_MEMORY_INST]
-    if local:
-        details.append(f"{local:,.0f} local-memory instructions: register spills (or local arrays) go to memory")
+    spills = ([f"{local:,.0f} local-memory instructions: register spills (or local arrays) go to memory"]
+              if local else [])
+    flags: list[str] = []
     share = m[LCol.EXCESS_SECTOR_SHARE]
     if share is not None and share >= th.EXCESS_SECTORS_SHARE:
-        details.append(f"{share:.0%} of global-memory sectors are excess (uncoalesced)")
+        flags.append(f"{share:.0%} of global-memory sectors are excess (uncoalesced)")
     for kind, column in (("load", LCol.SECTORS_PER_LOAD), ("store", LCol.SECTORS_PER_STORE)):
         ratio = m[column]
         if ratio is not None and ratio >= th.UNCOALESCED_SECTORS_PER_REQUEST:
-            details.append(f"global {kind}s touch {ratio:.0f} sectors per request (uncoalesced)")
+            flags.append(f"global {kind}s touch {ratio:.0f} sectors per request (uncoalesced)")
+    # No coalescing figure at all: unknown, not "coalesced".
     measured = any(m[c] is not None for c in (LCol.EXCESS_SECTOR_SHARE, LCol.SECTORS_PER_LOAD,
                                               LCol.SECTORS_PER_STORE))
-    flagged = len(details) - (1 if local else 0)
-    return (flagged > 0) if measured else None, details
+    return bool(flags) if measured else None, spills + flags
 
 
 def _stall_text(stalls: list[dict[str, Any]]) -> str | None:

@@ -142,3 +142,14 @@ UNCOALESCED_SECTORS_PER_REQUEST: Final = 16.0
 SHAPE_LATENCY_MAX_NS: Final = 10_000
 #: ...below this share of the roof, latency rather than the roof explains the time.
 SHAPE_LATENCY_EFFICIENCY: Final = 0.3
+
+# --- torch.compile (issue 16; findings/compile.py) --------------------------------------------
+#: Graph breaks per steady step at or above this are a finding: one break already splits the
+#: graph in two and runs Python between the halves.
+GRAPH_BREAKS_MIN_PER_STEP: Final = 1.0
+#: Many small regions: this many compiled-region runs per steady step... (the seeds' regression
+#: had about 160 per forward; a model compiled per block has a few dozen at most)
+MANY_REGIONS_MIN_PER_STEP: Final = 32.0
+#: ...each shorter than this on average (ns): at tens of microseconds the guard check and the
+#: AOT wrapper (a few us each) are a visible share of every region.
+SMALL_REGION_MAX_NS: Final = 200_000

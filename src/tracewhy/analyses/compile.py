@@ -1,0 +1,476 @@
+"""torch.compile from the trace alone: compiled regions per step, graph breaks, recompiles,
+compile time and the cold start, CUDA-graph replays, and the eager work between regions.
+
+Structure decides, names only find the slices (``compile_markers`` holds them with their
+source). A graph break shows as a region nested in another region on the same thread: Dynamo's
+rewritten bytecode of the broken frame runs the eager part, then calls the resume function
+``torch_dynamo_resume_in_<fn>_at_<line>``, which is a frame of its own with its own region.
+Several regions of one frame side by side are not breaks (a per-block compile runs one
+compiled block several times per step). A recompile is compile work for an id ``F/C`` with
+C > 0 (``*_data: compile_id=`` annotations name it); where a trace has no such annotations,
+the first region ``F/C`` (C > 0) in a step that holds compile work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import polars as pl
+
+from tracewhy.analyses import compile_markers as M
+from tracewhy.analyses.steps import StepsResult, WindowCol, step_windows, steps
+from tracewhy.model.schema import HOST_KINDS, Col, Kind
+from tracewhy.model.trace import Trace
+
+WHOLE_TRACE = "(whole trace)"
+ATEN_PREFIX = "aten::"
+
+
+class CompileStepCol:
+    """Columns of ``CompileResult.per_step``, one row per step in time order."""
+
+    STEP: Final = "step"
+    NUMBER: Final = "number"
+    STEADY: Final = "steady"
+    REGIONS: Final = "regions"  # Torch-Compiled Region runs
+    GRAPH_BREAKS: Final = "graph_breaks"  # regions nested in a region (resume functions)
+    RECOMPILES: Final = "recompiles"  # compile ids F/C, C > 0, first compiled in this step
+    COMPILE_NS: Final = "compile_ns"  # union of compile work (dynamo_timed phases) in the step
+    EAGER_NS: Final = "eager_ns_between_regions"
+    EAGER_OPS: Final = "eager_ops_between_regions"
+    GRAPH_CALLS: Final = "graph_calls"  # ## Call CompiledFxGraph ## (forward and backward)
+    KERNELS: Final = "kernels"  # GPU kernels launched from regions + inductor CPU kernel frames
+    GRAPH_LAUNCHES: Final = "graph_launches"  # cudaGraphLaunch from regions
+
+
+class RegionCol:
+    """Columns of ``CompileResult.regions``, one row per region id F/C."""
+
+    REGION: Final = "region"  # "F/C"
+    FRAME: Final = "frame"
+    COMPILE: Final = "compile"
+    CALLS: Final = "calls"
+    NESTED_CALLS: Final = "nested_calls"  # runs inside another region: after a graph break
+    TOTAL_NS: Final = "total_ns"
+    GRAPH_LAUNCHES: Final = "graph_launches"
+    KERNELS: Final = "kernels"
+
+
+class RecompileCol:
+    """Columns of ``CompileResult.recompiles``, one row per compile id with C > 0."""
+
+    REGION: Final = RegionCol.REGION
+    FRAME: Final = RegionCol.FRAME
+    COMPILE: Final = RegionCol.COMPILE
+    STEP: Final = CompileStepCol.STEP
+    STEADY: Final = CompileStepCol.STEADY
+    COST_NS: Final = "cost_ns"  # compile work of this id (forward and backward)
+
+
+class BreakCol:
+    """Columns of ``CompileResult.breaks``: resume functions seen as Python frames."""
+
+    FUNCTION: Final = "function"  # the broken frame's function
+    LOCATION: Final = "location"  # file:line of the break
+    CALLS: Final = "calls"
+    STEPS: Final = "steps"  # steps it ran in
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    """What torch.compile did in the captured steps. ``graph_breaks_per_step`` is the median
+    over steady steps (None without one); ``recompiles`` counts every captured step;
+    ``cold_start_ns`` is the compile work of the first step when that step compiles a frame
+    for the first time (it is warm-up, and reported all the same)."""
+
+    per_step: pl.DataFrame
+    regions: pl.DataFrame
+    recompiles: pl.DataFrame
+    breaks: pl.DataFrame
+    graph_breaks_per_step: float | None
+    regions_per_step: float | None
+    eager_ns_per_step: float | None
+    recompile_count: int
+    steady_recompiles: int
+    compile_ns: int
+    cold_start_ns: int
+    cold_start_step: str | None
+    captured_ns: int
+
+    @property
+    def has_compile(self) -> bool:
+        return self.regions.height > 0 or self.compile_ns > 0
+
+    @property
+    def cold_start_share(self) -> float | None:
+        return self.cold_start_ns / self.captured_ns if self.captured_ns else None
+
+
+_STEP_INDEX = "_step"
+_END = "_end"
+_ROLE = "_role"
+
+
+class _Role:
+    REGION: Final = "region"
+    WRAPPER: Final = "wrapper"
+    GRAPH_CALL: Final = "graph_call"
+    COMPILE: Final = "compile"
+    RESUME: Final = "resume"
+    LAUNCH: Final = "graph_launch"
+    CPU_KERNEL: Final = "cpu_kernel"
+
+
+def _roles(names: list[str]) -> dict[str, str]:
+    """Each marker name's role; names that are none are left out."""
+    data_owners = frozenset(m.group(1) for n in names if (m := M.COMPILE_DATA.match(n)))
+    roles: dict[str, str] = {}
+    for n in names:
+        if M.REGION.match(n):
+            roles[n] = _Role.REGION
+        elif n in M.RUNTIME_WRAPPERS:
+            roles[n] = _Role.WRAPPER
+        elif M.GRAPH_CALL.match(n):
+            roles[n] = _Role.GRAPH_CALL
+        elif M.is_compile_phase(n, data_owners):
+            roles[n] = _Role.COMPILE
+        elif M.RESUME.match(n):
+            roles[n] = _Role.RESUME
+        elif n in M.GRAPH_LAUNCH:
+            roles[n] = _Role.LAUNCH
+        elif n == M.CPU_KERNEL_FRAME:
+            roles[n] = _Role.CPU_KERNEL
+    return roles
+
+
+def _marked(trace: Trace) -> pl.DataFrame:
+    """Host slices with a compile role: the names are matched once over the distinct names,
+    then only matching rows become strings (a 1 GB trace has 1.5 M host slices)."""
+    host = trace.slices.filter(pl.col(Col.KIND).is_in([k.value for k in HOST_KINDS]))
+    names = [n for n in host.get_column(Col.NAME).unique().to_list() if n is not None]
+    roles = _roles(names)
+    if not roles:
+        return pl.DataFrame(schema={Col.ID: pl.Int64, Col.NAME: pl.String, _ROLE: pl.String})
+    role_table = pl.DataFrame({Col.NAME: list(roles), _ROLE: list(roles.values())})
+    return (
+        host.filter(pl.col(Col.NAME).is_in(list(roles)))
+        .select(Col.ID, Col.KIND, pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, Col.PID, Col.TID, Col.PARENT)
+        .with_columns((pl.col(Col.TS) + pl.col(Col.DUR)).alias(_END))
+        .join(role_table, on=Col.NAME, how="left")
+    )
+
+
+def _windows(trace: Trace, st: StepsResult) -> pl.DataFrame:
+    """Step windows in time order; the whole trace as one non-steady window without steps."""
+    w = step_windows(trace, st)
+    if w.height == 0:
+        lo = int(trace.slices.get_column(Col.TS).min() or 0)  # type: ignore[arg-type]
+        return pl.DataFrame({
+            WindowCol.STEP: [WHOLE_TRACE], WindowCol.NUMBER: [None], WindowCol.STEADY: [False],
+            WindowCol.WINDOW_START: [lo], WindowCol.WINDOW_END: [lo + trace.span_ns + 1],
+        }, schema_overrides={WindowCol.NUMBER: pl.Int64})
+    return w.sort(WindowCol.WINDOW_START)
+
+
+def _step_of(ts: pl.Series, windows: pl.DataFrame) -> pl.Series:
+    """Index of the window each timestamp falls in, null outside every window."""
+    starts = windows.get_column(WindowCol.WINDOW_START).to_numpy()
+    ends = windows.get_column(WindowCol.WINDOW_END).to_numpy()
+    t = ts.to_numpy()
+    i = np.searchsorted(starts, t, side="right") - 1
+    inside = (i >= 0) & (t < ends[np.clip(i, 0, None)])
+    index = pl.Series(_STEP_INDEX, np.where(inside, i, -1), dtype=pl.Int64)
+    return index.set(index == -1, None)
+
+
+def _union_per_thread(rows: pl.DataFrame) -> pl.DataFrame:
+    """Merge each thread's intervals (ts, _end) into disjoint ones."""
+    if rows.height == 0:
+        return rows.select(Col.PID, Col.TID, Col.TS, _END)
+    prev = pl.col(_END).cum_max().shift(1).over([Col.PID, Col.TID])
+    return (
+        rows.sort([Col.PID, Col.TID, Col.TS])
+        .with_columns((prev.is_null() | (pl.col(Col.TS) > prev)).cum_sum().alias("_group"))
+        .group_by("_group", maintain_order=True)
+        .agg(pl.col(Col.PID).first(), pl.col(Col.TID).first(), pl.col(Col.TS).min(), pl.col(_END).max())
+        .drop("_group")
+    )
+
+
+def _inside(points: pl.DataFrame, intervals: pl.DataFrame, label: str) -> pl.DataFrame:
+    """``points`` (ts, _end per thread) with a boolean ``label``: inside one of ``intervals``
+    (disjoint per thread) on the same thread."""
+    if intervals.height == 0 or points.height == 0:
+        return points.with_columns(pl.lit(False).alias(label))
+    iv = intervals.select(Col.PID, Col.TID, pl.col(Col.TS).alias("_iv_ts"), pl.col(_END).alias("_iv_end"))
+    return (
+        points.sort(Col.TS)
+        .join_asof(iv.sort("_iv_ts"), left_on=Col.TS, right_on="_iv_ts", by=[Col.PID, Col.TID], strategy="backward",
+                   check_sortedness=False)
+        .with_columns((pl.col("_iv_end").is_not_null() & (pl.col(_END) <= pl.col("_iv_end"))).alias(label))
+        .drop("_iv_ts", "_iv_end")
+    )
+
+
+def _regions(marked: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """One row per region run: frame, compile id, step, and whether it runs nested in another."""
+    r = marked.filter(pl.col(_ROLE) == _Role.REGION)
+    ids = r.get_column(Col.NAME).str.extract_groups(M.REGION.pattern)
+    prev_end = pl.col(_END).cum_max().shift(1).over([Col.PID, Col.TID])
+    return (
+        r.with_columns(
+            ids.struct.field("1").cast(pl.Int64).alias(RegionCol.FRAME),
+            ids.struct.field("2").cast(pl.Int64).alias(RegionCol.COMPILE),
+            _step_of(r.get_column(Col.TS), windows),
+        )
+        .sort([Col.PID, Col.TID, Col.TS])
+        .with_columns((pl.col(Col.TS) < prev_end).fill_null(False).alias("_nested"))
+    )
+
+
+def _anchors(trace: Trace, ids: np.ndarray) -> np.ndarray:
+    """For each slice id, its nearest ancestor that is not a Python frame (the annotation or
+    op that called it): regions under the same anchor belong to one forward. A region at top
+    level is its own anchor: top-level regions of successive iterations are not one forward."""
+    parent = trace.slices.get_column(Col.PARENT).fill_null(-1).to_numpy()
+    is_python = (trace.slices.get_column(Col.KIND) == Kind.PYTHON.value).to_numpy()
+    cur = parent[ids]
+    while True:
+        up = (cur >= 0) & is_python[np.clip(cur, 0, None)]
+        if not up.any():
+            return np.where(cur >= 0, cur, ids)
+        cur = np.where(up, parent[np.clip(cur, 0, None)], cur)
+
+
+def _eager_between(trace: Trace, regions: pl.DataFrame, marked: pl.DataFrame) -> pl.DataFrame:
+    """Per step: eager aten ops (outermost) from the first outermost region's start to the last
+    one's end under one anchor, outside every compiled-code wrapper and compile phase: the
+    eager code of a graph break (inside the broken frame's region) and the eager ops between
+    per-block regions. Both sides of every join are sorted by time first."""
+    outer = regions.filter(~pl.col("_nested"))
+    if outer.height == 0:
+        return pl.DataFrame(schema={_STEP_INDEX: pl.Int64, CompileStepCol.EAGER_NS: pl.Int64,
+                                    CompileStepCol.EAGER_OPS: pl.UInt32})
+    outer = outer.with_columns(pl.Series("_anchor", _anchors(trace, outer.get_column(Col.ID).to_numpy())))
+    spans = outer.group_by([_STEP_INDEX, Col.PID, Col.TID, "_anchor"]).agg(pl.col(Col.TS).min(), pl.col(_END).max())
+    lo = spans.get_column(Col.TS).min()
+    hi = spans.get_column(_END).max()
+    if lo is None or hi is None:
+        return pl.DataFrame(schema={_STEP_INDEX: pl.Int64, CompileStepCol.EAGER_NS: pl.Int64,
+                                    CompileStepCol.EAGER_OPS: pl.UInt32})
+    s = trace.slices
+    ops = s.filter((pl.col(Col.KIND) == Kind.CPU_OP.value) & pl.col(Col.TS).is_between(lo, hi))
+    aten = ops.filter(pl.col(Col.NAME).cast(pl.String).str.starts_with(ATEN_PREFIX)).select(
+        Col.ID, Col.TS, Col.PID, Col.TID, Col.PARENT, (pl.col(Col.TS) + pl.col(Col.DUR)).alias(_END), Col.DUR
+    )
+    parent_names = s.get_column(Col.NAME).gather(aten.get_column(Col.PARENT).fill_null(0)).cast(pl.String)
+    under_aten = aten.get_column(Col.PARENT).is_not_null() & parent_names.str.starts_with(ATEN_PREFIX).fill_null(False)
+    outermost = ~under_aten
+    aten = aten.filter(outermost)
+    hidden = _union_per_thread(marked.filter(pl.col(_ROLE).is_in([_Role.WRAPPER, _Role.GRAPH_CALL, _Role.COMPILE])))
+    in_span = _inside(aten, spans.select(Col.PID, Col.TID, Col.TS, _END), "_in_span").filter(pl.col("_in_span"))
+    eager = _inside(in_span, hidden, "_hidden").filter(~pl.col("_hidden"))
+    eager = eager.join_asof(spans.select(Col.PID, Col.TID, Col.TS, _STEP_INDEX).sort(Col.TS), on=Col.TS,
+                            by=[Col.PID, Col.TID], strategy="backward",
+                   check_sortedness=False)
+    return eager.group_by(_STEP_INDEX).agg(
+        pl.col(Col.DUR).sum().alias(CompileStepCol.EAGER_NS), pl.len().alias(CompileStepCol.EAGER_OPS)
+    )
+
+
+def _innermost_region(items: pl.DataFrame, regions: pl.DataFrame) -> pl.DataFrame:
+    """``items`` (ts, _end per thread) with ``_region_id``: the latest-started region that
+    holds it, else the outermost one that does (a launch after a nested region ended)."""
+    all_runs = regions.select(Col.PID, Col.TID, pl.col(Col.TS).alias("_r_ts"), pl.col(_END).alias("_r_end"),
+                              pl.col(Col.ID).alias("_r_id")).sort("_r_ts")
+    outer = regions.filter(~pl.col("_nested")).select(
+        Col.PID, Col.TID, pl.col(Col.TS).alias("_o_ts"), pl.col(_END).alias("_o_end"), pl.col(Col.ID).alias("_o_id")
+    ).sort("_o_ts")
+    j = (
+        items.sort(Col.TS)
+        .join_asof(all_runs, left_on=Col.TS, right_on="_r_ts", by=[Col.PID, Col.TID], strategy="backward",
+                   check_sortedness=False)
+        .join_asof(outer, left_on=Col.TS, right_on="_o_ts", by=[Col.PID, Col.TID], strategy="backward",
+                   check_sortedness=False)
+    )
+    return j.with_columns(
+        pl.when(pl.col(_END) <= pl.col("_r_end")).then("_r_id")
+        .when(pl.col(_END) <= pl.col("_o_end")).then("_o_id").alias("_region_id")
+    ).select(pl.exclude("_r_ts", "_r_end", "_r_id", "_o_ts", "_o_end", "_o_id"))
+
+
+def _kernel_items(trace: Trace, marked: pl.DataFrame) -> pl.DataFrame:
+    """CUDA graph launches and kernels as host-side points (thread, ts, _end): GPU kernels by
+    their launch call (a kernel replayed from a CUDA graph carries the graph launch's
+    correlation, so it lands where the graph was replayed), inductor CPU kernels by frame."""
+    items = [
+        marked.filter(pl.col(_ROLE) == _Role.LAUNCH).select(
+            Col.PID, Col.TID, Col.TS, _END, pl.lit(1).alias("_launch"), pl.lit(0).alias("_kernel")),
+        marked.filter(pl.col(_ROLE) == _Role.CPU_KERNEL).select(
+            Col.PID, Col.TID, Col.TS, _END, pl.lit(0).alias("_launch"), pl.lit(1).alias("_kernel")),
+    ]
+    kernels = trace.of_kind(Kind.KERNEL).filter(pl.col(Col.LAUNCH).is_not_null())
+    if kernels.height:
+        launch = kernels.get_column(Col.LAUNCH)
+        s = trace.slices
+        ts = s.get_column(Col.TS).gather(launch)
+        items.append(pl.DataFrame({
+            Col.PID: s.get_column(Col.PID).gather(launch), Col.TID: s.get_column(Col.TID).gather(launch),
+            Col.TS: ts, _END: ts + s.get_column(Col.DUR).gather(launch),
+        }).with_columns(pl.lit(0).alias("_launch"), pl.lit(1).alias("_kernel")))
+    return pl.concat(items, how="vertical_relaxed").with_columns(pl.col("_launch", "_kernel").cast(pl.Int64))
+
+
+def _region_work(items: pl.DataFrame, regions: pl.DataFrame) -> pl.DataFrame:
+    """Per region run (its slice id): the CUDA graph launches and kernels it issued."""
+    if items.height == 0 or regions.height == 0:
+        return pl.DataFrame(schema={"_region_id": pl.Int64, "_launches": pl.Int64, "_kernels": pl.Int64})
+    return (
+        _innermost_region(items, regions).drop_nulls("_region_id")
+        .group_by("_region_id")
+        .agg(pl.col("_launch").sum().alias("_launches"), pl.col("_kernel").sum().alias("_kernels"))
+    )
+
+
+def _step_kernels(items: pl.DataFrame, marked: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """Per step: kernels and graph launches issued inside compiled code (regions, and graph
+    calls, which is where the backward graphs run)."""
+    compiled = _union_per_thread(marked.filter(pl.col(_ROLE).is_in([_Role.REGION, _Role.GRAPH_CALL])))
+    inside = _inside(items, compiled, "_compiled").filter(pl.col("_compiled"))
+    return inside.with_columns(_step_of(inside.get_column(Col.TS), windows)).group_by(_STEP_INDEX).agg(
+        pl.col("_kernel").sum().alias(CompileStepCol.KERNELS),
+        pl.col("_launch").sum().alias(CompileStepCol.GRAPH_LAUNCHES))
+
+
+def _compile_work(marked: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """Compile work merged per thread, each piece with its step and clipped to the window."""
+    merged = _union_per_thread(marked.filter(pl.col(_ROLE) == _Role.COMPILE))
+    merged = merged.with_columns(_step_of(merged.get_column(Col.TS), windows))
+    wend = windows.get_column(WindowCol.WINDOW_END).to_numpy()
+    idx = merged.get_column(_STEP_INDEX).fill_null(0).to_numpy()
+    return merged.with_columns(
+        pl.min_horizontal(_END, pl.Series(wend[idx] if wend.size else idx)).alias("_clipped_end")
+    ).with_columns((pl.col("_clipped_end") - pl.col(Col.TS)).alias("_ns"))
+
+
+def _recompiles(marked: pl.DataFrame, regions: pl.DataFrame, work: pl.DataFrame,
+                windows: pl.DataFrame) -> tuple[pl.DataFrame, bool]:
+    """Recompiled ids (C > 0) with their step and cost; also whether the first step compiles a
+    frame for the first time (C == 0), which makes it the cold start."""
+    data = marked.filter(pl.col(_ROLE) == _Role.COMPILE).filter(pl.col(Col.NAME).str.contains(M.COMPILE_DATA.pattern))
+    schema = {_STEP_INDEX: pl.Int64, RecompileCol.FRAME: pl.Int64, RecompileCol.COMPILE: pl.Int64,
+              RecompileCol.COST_NS: pl.Int64}
+    if data.height:
+        ids = data.get_column(Col.NAME).str.extract_groups(M.COMPILE_DATA.pattern)
+        data = data.with_columns(
+            ids.struct.field("2").cast(pl.Int64).alias(RecompileCol.FRAME),
+            ids.struct.field("3").cast(pl.Int64).alias(RecompileCol.COMPILE),
+            _step_of(data.get_column(Col.TS), windows),
+        )
+        cold = data.filter((pl.col(RecompileCol.COMPILE) == 0) & (pl.col(_STEP_INDEX) == 0)).height > 0
+        pieces = work.select(Col.PID, Col.TID, pl.col(Col.TS).alias("_w_ts"), "_ns").sort("_w_ts")
+        costed = data.filter(pl.col(RecompileCol.COMPILE) > 0).sort(Col.TS).join_asof(
+            pieces, left_on=Col.TS, right_on="_w_ts", by=[Col.PID, Col.TID], strategy="backward",
+                   check_sortedness=False)
+        table = costed.group_by(RecompileCol.FRAME, RecompileCol.COMPILE).agg(
+            pl.col(_STEP_INDEX).sort_by(Col.TS).first(),
+            pl.struct("_w_ts", "_ns").unique().struct.field("_ns").sum().alias(RecompileCol.COST_NS),
+        )
+        return table.select(list(schema)).cast(schema), cold  # type: ignore[arg-type]
+    # Without *_data annotations (torch before 2.6): a new F/C in a step that compiles.
+    compiling = work.group_by(_STEP_INDEX).agg(pl.col("_ns").sum().alias(RecompileCol.COST_NS))
+    first = regions.group_by(RecompileCol.FRAME, RecompileCol.COMPILE).agg(pl.col(_STEP_INDEX).sort_by(Col.TS).first())
+    table = first.filter(pl.col(RecompileCol.COMPILE) > 0).join(compiling, on=_STEP_INDEX, how="inner")
+    cold = work.filter(pl.col(_STEP_INDEX) == 0).height > 0
+    return table.select(list(schema)).cast(schema), cold  # type: ignore[arg-type]
+
+
+def _breaks(marked: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """Resume functions seen as Python frames: where each break is, how often it ran."""
+    r = marked.filter(pl.col(_ROLE) == _Role.RESUME)
+    parts = r.get_column(Col.NAME).str.extract_groups(M.RESUME.pattern)
+    r = r.with_columns(
+        parts.struct.field("2").alias(BreakCol.FUNCTION),
+        pl.concat_str([parts.struct.field("1").fill_null("?"), pl.lit(":"), parts.struct.field("3")])
+        .alias(BreakCol.LOCATION),
+        _step_of(r.get_column(Col.TS), windows),
+    )
+    return r.group_by(BreakCol.FUNCTION, BreakCol.LOCATION).agg(
+        pl.len().cast(pl.Int64).alias(BreakCol.CALLS),
+        pl.col(_STEP_INDEX).n_unique().cast(pl.Int64).alias(BreakCol.STEPS)
+    ).sort(BreakCol.CALLS, BreakCol.LOCATION, descending=[True, False])
+
+
+def _median(table: pl.DataFrame, column: str) -> float | None:
+    steady = table.filter(pl.col(CompileStepCol.STEADY))
+    return float(steady.get_column(column).median()) if steady.height else None  # type: ignore[arg-type]
+
+
+def compile_analysis(trace: Trace, st: StepsResult | None = None) -> CompileResult:
+    """Regions, breaks, recompiles and compile time per step (see the module docstring)."""
+    trace.require_whole()
+    st = steps(trace) if st is None else st
+    windows = _windows(trace, st)
+    marked = _marked(trace)
+    regions = _regions(marked, windows)
+    work = _compile_work(marked, windows)
+    recompiles, cold = _recompiles(marked, regions, work, windows)
+    items = _kernel_items(trace, marked)
+    per_region = _region_work(items, regions)
+    regions = regions.join(per_region, left_on=Col.ID, right_on="_region_id", how="left").with_columns(
+        pl.col("_launches").fill_null(0), pl.col("_kernels").fill_null(0))
+    counts = [
+        regions.group_by(_STEP_INDEX).agg(
+            pl.len().alias(CompileStepCol.REGIONS), pl.col("_nested").sum().alias(CompileStepCol.GRAPH_BREAKS)),
+        _step_kernels(items, marked, windows),
+        recompiles.group_by(_STEP_INDEX).agg(pl.len().alias(CompileStepCol.RECOMPILES)),
+        work.group_by(_STEP_INDEX).agg(pl.col("_ns").sum().alias(CompileStepCol.COMPILE_NS)),
+        _eager_between(trace, regions, marked),
+        marked.filter(pl.col(_ROLE) == _Role.GRAPH_CALL).with_columns(_step_of(
+            marked.filter(pl.col(_ROLE) == _Role.GRAPH_CALL).get_column(Col.TS), windows)
+        ).group_by(_STEP_INDEX).agg(pl.len().alias(CompileStepCol.GRAPH_CALLS)),
+    ]
+    per_step = windows.with_row_index(_STEP_INDEX).with_columns(pl.col(_STEP_INDEX).cast(pl.Int64)).select(
+        _STEP_INDEX, pl.col(WindowCol.STEP).alias(CompileStepCol.STEP), pl.col(WindowCol.NUMBER),
+        pl.col(WindowCol.STEADY))
+    for c in counts:
+        per_step = per_step.join(c.drop_nulls(_STEP_INDEX), on=_STEP_INDEX, how="left")
+    value_cols = [CompileStepCol.REGIONS, CompileStepCol.GRAPH_BREAKS, CompileStepCol.RECOMPILES,
+                  CompileStepCol.COMPILE_NS, CompileStepCol.EAGER_NS, CompileStepCol.EAGER_OPS,
+                  CompileStepCol.GRAPH_CALLS, CompileStepCol.KERNELS, CompileStepCol.GRAPH_LAUNCHES]
+    per_step = per_step.select(
+        CompileStepCol.STEP, CompileStepCol.NUMBER, CompileStepCol.STEADY,
+        *[pl.col(c).fill_null(0).cast(pl.Int64) for c in value_cols], _STEP_INDEX,
+    ).sort(_STEP_INDEX)
+    step_names = per_step.select(_STEP_INDEX, CompileStepCol.STEP, CompileStepCol.STEADY)
+    recompile_table = recompiles.join(step_names, on=_STEP_INDEX, how="left").select(
+        pl.format("{}/{}", RecompileCol.FRAME, RecompileCol.COMPILE).alias(RecompileCol.REGION),
+        RecompileCol.FRAME, RecompileCol.COMPILE, RecompileCol.STEP,
+        pl.col(RecompileCol.STEADY).fill_null(False), RecompileCol.COST_NS,
+    ).sort(RecompileCol.STEP, RecompileCol.FRAME, RecompileCol.COMPILE, nulls_last=True)
+    region_table = regions.group_by(RegionCol.FRAME, RegionCol.COMPILE).agg(
+        pl.len().cast(pl.Int64).alias(RegionCol.CALLS),
+        pl.col("_nested").sum().cast(pl.Int64).alias(RegionCol.NESTED_CALLS),
+        pl.col(Col.DUR).sum().alias(RegionCol.TOTAL_NS),
+        pl.col("_launches").sum().cast(pl.Int64).alias(RegionCol.GRAPH_LAUNCHES),
+        pl.col("_kernels").sum().cast(pl.Int64).alias(RegionCol.KERNELS),
+    ).sort(RegionCol.FRAME, RegionCol.COMPILE).select(
+        pl.format("{}/{}", RegionCol.FRAME, RegionCol.COMPILE).alias(RegionCol.REGION), pl.all())
+    first_compile = int(per_step.get_column(CompileStepCol.COMPILE_NS)[0]) if per_step.height else 0
+    return CompileResult(
+        per_step=per_step.drop(_STEP_INDEX),
+        regions=region_table,
+        recompiles=recompile_table,
+        breaks=_breaks(marked, windows),
+        graph_breaks_per_step=_median(per_step, CompileStepCol.GRAPH_BREAKS),
+        regions_per_step=_median(per_step, CompileStepCol.REGIONS),
+        eager_ns_per_step=_median(per_step, CompileStepCol.EAGER_NS),
+        recompile_count=recompile_table.height,
+        steady_recompiles=recompile_table.filter(pl.col(RecompileCol.STEADY)).height,
+        compile_ns=int(work.get_column("_ns").sum()),
+        cold_start_ns=first_compile if cold else 0,
+        cold_start_step=str(per_step.get_column(CompileStepCol.STEP)[0]) if cold and per_step.height else None,
+        captured_ns=trace.span_ns,
+    )

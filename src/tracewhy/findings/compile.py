@@ -1,0 +1,146 @@
+"""torch.compile findings: graph breaks, recompiles in steady state, the cold start, and the
+many-small-regions signature of a fragmented model. Each names the lines and guards behind it
+when the trace has stacks or a TORCH_LOGS capture is given."""
+
+from __future__ import annotations
+
+from typing import Final
+
+import polars as pl
+
+from tracewhy.analyses.compile import CompileResult, CompileStepCol, RecompileCol, RegionCol, compile_analysis
+from tracewhy.analyses.torch_logs import LogBreakCol, LogRecompileCol, TorchLogs
+from tracewhy.findings import thresholds as th
+from tracewhy.findings.consolidate import severity_for_share
+from tracewhy.findings.context import Context
+from tracewhy.findings.model import Finding, Severity
+from tracewhy.units import fmt_ns, fmt_pct
+
+# Plain strings until they join findings.codes.Code (issue 16: the lead moves them there).
+GRAPH_BREAKS: Final = "graph-breaks"
+RECOMPILE: Final = "recompile"
+COMPILE_COLD_START: Final = "compile-cold-start"
+MANY_SMALL_REGIONS: Final = "many-small-regions"
+#: Break locations and guards named in a statement; the evidence holds them all.
+NAMED: Final = 3
+
+
+def findings(ctx: Context, logs: TorchLogs | None = None) -> list[Finding]:
+    """The compile findings of a diagnosis (the analysis runs once per Context)."""
+    result = ctx.cached("compile", lambda: compile_analysis(ctx.trace, ctx.steps()))
+    stats = ctx.steps().stats
+    return compile_findings(result, stats.p50_ns if stats else None, logs)
+
+
+def compile_findings(r: CompileResult, step_p50_ns: float | None, logs: TorchLogs | None = None) -> list[Finding]:
+    """Judge a CompileResult; ``step_p50_ns`` (the steady median step) sizes the shares."""
+    if not r.has_compile:
+        return []
+    return [*_graph_breaks(r, step_p50_ns, logs), *_recompiles(r, step_p50_ns, logs), *_cold_start(r),
+            *_many_small_regions(r, step_p50_ns)]
+
+
+def _break_lines(r: CompileResult, logs: TorchLogs | None) -> list[str]:
+    """Where the breaks are: from TORCH_LOGS (with the reason) when given, else resume frames."""
+    if logs is not None and logs.breaks.height:
+        rows = logs.breaks.unique([LogBreakCol.LOCATION, LogBreakCol.REASON], maintain_order=True)
+        return [f"{row[LogBreakCol.LOCATION] or '?'} ({row[LogBreakCol.REASON] or 'reason not logged'})"
+                for row in rows.iter_rows(named=True)]
+    return [f"{loc} in {fn}" for fn, loc in r.breaks.select("function", "location").iter_rows()]
+
+
+def _graph_breaks(r: CompileResult, step_p50_ns: float | None, logs: TorchLogs | None) -> list[Finding]:
+    per_step = r.graph_breaks_per_step
+    if per_step is None:  # no steady step: judge the whole capture
+        per_step = float(r.per_step.get_column(CompileStepCol.GRAPH_BREAKS).sum())
+    if per_step < th.GRAPH_BREAKS_MIN_PER_STEP:
+        return []
+    eager_ns = r.eager_ns_per_step or 0.0
+    lines = _break_lines(r, logs)
+    where = f"; breaks at {', '.join(lines[:NAMED])}" if lines else ""
+    share = eager_ns / step_p50_ns if step_p50_ns else 0.0
+    return [Finding(
+        code=GRAPH_BREAKS,  # type: ignore[arg-type]
+        severity=_at_least_medium(share),
+        statement=f"{per_step:g} graph breaks per step ({r.regions_per_step or 0:g} compiled regions per step, "
+                  f"{fmt_ns(eager_ns)} of eager aten ops between them{where}): each break ends a graph, runs "
+                  "Python and eager ops, then enters the next graph through its guards.",
+        next_step="Remove the break: no .item(), print or data-dependent Python inside the compiled code "
+                  "(torch._dynamo.config.capture_scalar_outputs=True for .item()). TORCH_LOGS=graph_breaks names "
+                  "each reason; `tracewhy compile TRACE --logs LOG` joins them to these regions.",
+        recoverable_ns_per_step=round(eager_ns),
+        evidence={"graph_breaks_per_step": per_step, "regions_per_step": r.regions_per_step,
+                  "eager_ns_between_regions_per_step": eager_ns, "break_locations": lines},
+    )]
+
+
+def _at_least_medium(share: float) -> Severity:
+    """A break or steady recompile is worth fixing however small its share: MEDIUM at least."""
+    severity = severity_for_share(share)
+    return Severity.MEDIUM if severity is Severity.LOW else severity
+
+
+def _recompiles(r: CompileResult, step_p50_ns: float | None, logs: TorchLogs | None) -> list[Finding]:
+    steady = r.recompiles.filter(pl.col(RecompileCol.STEADY))
+    if steady.height == 0:
+        return []
+    guards: dict[str, str] = {}
+    if logs is not None:
+        guards = {region: guard for region, guard in logs.recompiles.select(
+            LogRecompileCol.REGION, LogRecompileCol.GUARD).iter_rows() if region and guard}
+    parts = [f"{row[RecompileCol.REGION]} in {row[RecompileCol.STEP]} cost {fmt_ns(row[RecompileCol.COST_NS])}"
+             + (f" (guard failed: {guards[row[RecompileCol.REGION]]})" if row[RecompileCol.REGION] in guards else "")
+             for row in steady.iter_rows(named=True)]
+    cost = int(steady.get_column(RecompileCol.COST_NS).sum())
+    steps = max(r.per_step.filter(pl.col(CompileStepCol.STEADY)).height, 1)
+    share = cost / (step_p50_ns * steps) if step_p50_ns else 1.0
+    return [Finding(
+        code=RECOMPILE,  # type: ignore[arg-type]
+        severity=_at_least_medium(share),
+        statement=f"{steady.height} recompile(s) in steady state: {'; '.join(parts[:NAMED])}. A recompile stalls "
+                  "its step for the whole compile, and each one fills the frame's cache (8 entries by default).",
+        next_step="Keep what the guard checks stable: mark the changing dimension dynamic "
+                  "(torch._dynamo.mark_dynamic(x, 0)) or pad the last batch (DataLoader(drop_last=True)); "
+                  "TORCH_LOGS=recompiles names the failing guard.",
+        recoverable_ns_per_step=round(cost / steps),
+        evidence={"recompiles": steady.to_dicts(), "cost_ns": cost, "guards": guards},
+    )]
+
+
+def _cold_start(r: CompileResult) -> list[Finding]:
+    if r.cold_start_ns <= 0:
+        return []
+    return [Finding(
+        code=COMPILE_COLD_START,  # type: ignore[arg-type]
+        severity=Severity.INFO,
+        statement=f"Cold start: {r.cold_start_step} spent {fmt_ns(r.cold_start_ns)} compiling "
+                  f"({fmt_pct(r.cold_start_share)} of the captured time); it is warm-up, left out of every step "
+                  "statistic, but it is the time to the first step.",
+        next_step="Expected once per process. To shorten it: keep the compile caches between runs (the FX graph "
+                  "and AOTAutograd caches are on by default; keep TORCHINDUCTOR_CACHE_DIR on a persistent disk), "
+                  "or compile the repeated block instead of the whole model.",
+        evidence={"cold_start_ns": r.cold_start_ns, "step": r.cold_start_step,
+                  "share_of_captured": r.cold_start_share, "compile_ns_total": r.compile_ns},
+    )]
+
+
+def _many_small_regions(r: CompileResult, step_p50_ns: float | None) -> list[Finding]:
+    per_step = r.regions_per_step
+    calls = int(r.regions.get_column(RegionCol.CALLS).sum())
+    if per_step is None or per_step < th.MANY_REGIONS_MIN_PER_STEP or calls == 0:
+        return []
+    mean_ns = float(r.regions.get_column(RegionCol.TOTAL_NS).sum()) / calls
+    if mean_ns >= th.SMALL_REGION_MAX_NS:
+        return []
+    share = (per_step * mean_ns) / step_p50_ns if step_p50_ns else 0.0
+    return [Finding(
+        code=MANY_SMALL_REGIONS,  # type: ignore[arg-type]
+        severity=Severity.MEDIUM,
+        statement=f"{per_step:g} compiled regions per step, {fmt_ns(mean_ns)} each on average "
+                  f"({fmt_pct(share)} of the step inside them): the signature of a model cut into many small graphs "
+                  "by graph breaks or recompiles; every region pays a guard check and wrapper overhead.",
+        next_step="Find the cuts: TORCH_LOGS=graph_breaks,recompiles (or `tracewhy compile TRACE --logs LOG`); aim "
+                  "for one compiled graph per block (torch.compile on the block, no breaks inside).",
+        evidence={"regions_per_step": per_step, "mean_region_ns": mean_ns, "graph_breaks_per_step":
+                  r.graph_breaks_per_step},
+    )]
