@@ -176,7 +176,7 @@ def test_every_metric_on_a_hand_worked_trace(tmp_path: Path) -> None:
     tighter = tuple(parse_limit(k, v) for k, v in (("max-gpu-idle", "49%"), ("min-overlap", "34%")))
     r = check(trace, CheckOptions(limits=tighter, warmup=0))
     assert [x.line for x in r.results] == [
-        "FAIL gpu-idle: 50.0% > max 49.0% (GPU 0 per step)",
+        "FAIL gpu-idle: 50.0% > max 49.0% (GPU 0 mean per step)",
         "FAIL overlap: 33.3% < min 34.0% (communication under compute, worst device, per steady step)",
     ]
 

@@ -38,7 +38,8 @@ class Basis:
 
     @property
     def unit(self) -> str:
-        return "per step" if self.per_steps else "over the trace (no step markers)"
+        """What the figures are, in statements: a mean over the steady steps, or the whole trace."""
+        return "mean per step" if self.per_steps else "over the trace (no step markers)"
 
     def of_window(self, ns: float) -> str:
         """``ns`` as a share of what it was measured over: "12.5% of the step" (or "of the trace")."""

@@ -25,6 +25,7 @@ from tracewhy.findings.context import Context, DiagnoseOptions
 from tracewhy.findings.diagnose import diagnose
 from tracewhy.findings.model import Severity
 from tracewhy.findings.overlap import overlap_result
+from tracewhy.findings.sync_count import COUNTED, blocking_syncs
 from tracewhy.model.trace import Trace
 from tracewhy.units import fmt_ns, fmt_pct
 
@@ -156,11 +157,10 @@ def _overlap(ctx: Context) -> Measured:
 
 
 def _syncs_per_step(ctx: Context) -> Measured:
-    r = ctx.syncs()
-    steady = r.per_step.filter(pl.col(StepCol.STEADY))
-    if steady.height:
-        return Measured(float(np.mean(steady.get_column("syncs").to_numpy())), f"mean of {steady.height} steady steps")
-    return Measured(float(r.calls.height), "over the trace (no step markers)")
+    """The count diagnose's nsys-sync-api states too (findings/sync_count.py), with its calls by name."""
+    count = blocking_syncs(ctx)
+    names = count.breakdown()
+    return Measured(count.per_step, count.statistic + (f": {names}" if names else ""))
 
 
 def _kernels_per_step(ctx: Context) -> Measured:
@@ -185,7 +185,7 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("exposed-comm", ("max",), SHARE, "communication with no compute under it, share of the step",
            _exposed_comm),
     Metric("overlap", ("min",), SHARE, "share of communication time hidden under compute", _overlap),
-    Metric("syncs-per-step", ("max",), COUNT, "blocking synchronize calls per steady step", _syncs_per_step),
+    Metric("syncs-per-step", ("max",), COUNT, f"blocking calls per steady step ({COUNTED})", _syncs_per_step),
     Metric("kernels-per-step", ("max",), COUNT, "kernels launched per steady step (fusion regressions)",
            _kernels_per_step),
     Metric("high-findings", ("max",), COUNT, "diagnose findings of high severity", _high_findings),

@@ -329,10 +329,12 @@ def _input_without_gpu(ctx: Context) -> list[Finding]:
         return []
     return [Finding(
         code=Code.INPUT_BOUND, severity=Severity.HIGH if share >= th.HIGH_SEVERITY_SHARE else Severity.MEDIUM,
-        statement=f"The step spends {ms(loader)} of {ms(window)} ({pct(share)}) fetching the next batch in "
-                  "DataLoader __next__ on the training thread.",
+        statement=f"The step spends {ms(loader)} of its {ms(window)} window ({pct(share)}; means over "
+                  f"{steady.height} steady steps) fetching the next batch in DataLoader __next__ on the training "
+                  "thread.",
         next_step="Load batches in worker processes: DataLoader(..., num_workers=N, pin_memory=True, "
                   "persistent_workers=True, prefetch_factor=2+).",
         recoverable_ns_per_step=round(loader),
-        evidence={"dataloader_ns_per_step": round(loader), "window_ns": round(window), "fetches": ip.fetches},
+        evidence={"mean_dataloader_ns_per_step": round(loader), "mean_window_ns": round(window),
+                  "steady_steps": steady.height, "fetches": ip.fetches},
     )]

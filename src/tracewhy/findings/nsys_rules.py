@@ -17,6 +17,7 @@ from tracewhy.findings.consolidate import severity_for_share
 from tracewhy.findings.context import Context
 from tracewhy.findings.idle import CLASS_FINDINGS
 from tracewhy.findings.model import Finding, Severity
+from tracewhy.findings.sync_count import COUNTED, blocking_syncs
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, Col
 from tracewhy.units import fmt_bytes
 from tracewhy.units import fmt_ns as ms
@@ -65,15 +66,22 @@ def findings(ctx: Context) -> list[Finding]:
         # 1.211 s run is not low); the time is the host's, so it is not recoverable GPU time.
         per_thread = sync_api.group_by(Col.PID, Col.TID).agg(pl.col(Col.DUR).sum())
         blocked_share = min(1.0, max_of(per_thread.get_column(Col.DUR)) / max(t.span_ns, 1))
+        # nsys's rule counts device and stream synchronize over the capture; check and this
+        # statement's first figure count every blocking call per step (findings/sync_count.py).
+        count = blocking_syncs(ctx)
+        breakdown = count.breakdown()
         out.append(Finding(
             code=Code.NSYS_SYNC_API, severity=severity_for_share(blocked_share),
-            statement=f"{sync_api.height} synchronization API calls blocked the host for "
-                      f"{ms(sum_of(sync_api['dur_ns']))} ("
-                      + ", ".join(f"{a} x{n}" for a, n in names.iter_rows()) + "; nsys rule cuda_api_sync).",
+            statement=f"{count.per_step:.3g} blocking calls per step ({count.statistic}"
+                      + (f": {breakdown}" if breakdown else "") + "; as check --max-syncs-per-step counts). "
+                      f"Over the whole trace, nsys rule cuda_api_sync (device and stream synchronize only) finds "
+                      f"{sync_api.height}, blocking the host for {ms(sum_of(sync_api['dur_ns']))} ("
+                      + ", ".join(f"{a} x{n}" for a, n in names.iter_rows()) + ").",
             next_step="Keep at most one synchronize per step; tracewhy gaps TRACE --class sync shows the ones that "
                       "drain the GPU.",
             evidence={"rule": "cuda_api_sync", "count": sync_api.height, "longest": _rows(sync_api),
-                      "share_of_trace": round(blocked_share, 4)},
+                      "share_of_trace": round(blocked_share, 4), "blocking_calls_per_step": count.per_step,
+                      "blocking_calls_statistic": count.statistic, "blocking_calls_counted": COUNTED},
             see=(Code.GPU_IDLE_SYNC, Code.SCALAR_READ_PER_STEP),
         ))
     big_gaps = rules.gpu_gaps(t).table

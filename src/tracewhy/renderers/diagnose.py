@@ -87,7 +87,7 @@ def render_diagnose(report: Report) -> RenderableType:
         head.append(f"{st.count} steady steps: duration p50 {fmt_ns(st.p50_ns)}, p90 {fmt_ns(st.p90_ns)}, "
                     f"mean {fmt_ns(st.mean_ns)}. ")
     if b.device is not None:
-        head.append(f"GPU {b.device} active {fmt_pct(b.active_share)} {b.unit} ({basis_statistic(report)}).")
+        head.append(f"GPU {b.device} active {fmt_pct(b.active_share)} ({basis_statistic(report)}).")
     parts.append(head)
     if not report.findings or report.healthy:
         parts.append(Text("Nothing here costs a meaningful share of the step: no high or medium findings.",

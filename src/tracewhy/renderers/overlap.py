@@ -29,9 +29,12 @@ def render_findings(findings: list[Finding]) -> RenderableType:
 
 
 def overlap_payload(r: OverlapResult, findings: list[Finding]) -> dict[str, Any]:
+    """The JSON of ``overlap``. ``steady`` rows are means per steady step; ``collectives`` rows are
+    totals over ``collectives_over`` but for ``exposed_ns_per_step``."""
     return {
         "step_marker": r.step_marker, "steady_steps": r.steady_steps, "note": r.note, "devices": r.devices,
         "steady": r.steady, "steps": r.steps, "collectives": r.collectives, "streams": r.streams,
+        "collectives_over": f"{r.steady_steps} steady steps" if r.steady.height else "the whole trace",
         "concurrency": r.concurrency, "findings": findings,
     }
 
@@ -62,8 +65,9 @@ def render_overlap(r: OverlapResult, findings: list[Finding], top: int) -> Rende
         )
     parts.append(t)
     if r.collectives.height:
-        c = Table(title="collectives, most exposed first" + (" (per step)" if per_step else ""))
-        for col in ("GPU", "collective", "calls", "time", "hidden", "exposed", "exposed/step"):
+        over = f"the {r.steady_steps} steady steps" if per_step else "the trace (no steps)"
+        c = Table(title=f"collectives, most exposed first: calls, time, hidden and exposed are totals over {over}")
+        for col in ("GPU", "collective", "calls", "time", "hidden", "exposed", "exposed per step"):
             c.add_column(col, justify="left" if col == "collective" else "right")
         for row in r.collectives.head(top).iter_rows(named=True):
             c.add_row(str(row[OverlapCol.DEVICE]), shorten(row[OverlapCol.COLLECTIVE], 60),
