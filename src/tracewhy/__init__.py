@@ -11,10 +11,8 @@ import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tracewhy.model import Trace
-from tracewhy.readers import read_trace
-
 if TYPE_CHECKING:
+    from tracewhy.model import Trace
     from tracewhy.api import (
         Diagnosis,
         blocks,
@@ -43,10 +41,16 @@ __all__ = ["Diagnosis", "Trace", "__version__", "blocks", "check", "diagnose", "
 
 def load(path: str | Path) -> Trace:
     """Read a trace file (format chosen by content) into a Trace of polars DataFrames."""
+    from tracewhy.readers import read_trace
+
     return read_trace(path)
 
 
 def __getattr__(name: str) -> Any:
+    # Nothing heavy is imported with the package: ``tracewhy.instrument`` and ``tracewhy.capture``
+    # run inside the user's job, where importing polars and the readers would cost ~0.5 s.
+    if name == "Trace":
+        return importlib.import_module("tracewhy.model").Trace
     if name in __all__:  # (only names not found above reach here)
         return getattr(importlib.import_module("tracewhy.api"), name)
     raise AttributeError(f"module 'tracewhy' has no attribute {name!r}")

@@ -59,6 +59,10 @@ class Code(str, Enum):
     RANK_IMBALANCE = "rank-imbalance"
     RANK_COLLECTIVE_MISMATCH = "rank-collective-mismatch"
     RANK_TRACE_INCOMPLETE = "rank-trace-incomplete"
+    # Pipelines from stage marks (tracewhy pipeline).
+    PIPELINE_SERIALIZED = "pipeline-serialized"
+    PIPELINE_OVERLAP_LOW = "pipeline-overlap-low"
+    PIPELINE_PERIOD_SPIKES = "pipeline-period-spikes"
     # The six ``nsys analyze`` rules, with NVIDIA's thresholds.
     NSYS_ASYNC_MEMCPY_PAGEABLE = "nsys-async-memcpy-pageable"
     NSYS_SYNC_MEMCPY = "nsys-sync-memcpy"
@@ -136,6 +140,10 @@ _MEANING: Final[dict[Code, str]] = {
     Code.RANK_IMBALANCE: "GPU compute per step differs across ranks: every collective waits for the slowest.",
     Code.RANK_COLLECTIVE_MISMATCH: "The ranks did not issue the same collectives: a hang or corruption risk.",
     Code.RANK_TRACE_INCOMPLETE: "A rank's trace is cut, which explains collectives missing from it.",
+    Code.PIPELINE_SERIALIZED: "Pipeline stages run one after the other: the period is near the sum of the "
+                              "stages, and the OverlapScore is under the gate.",
+    Code.PIPELINE_OVERLAP_LOW: "Pipeline stages overlap, but less than the OverlapScore gate asks.",
+    Code.PIPELINE_PERIOD_SPIKES: "Some steady chunks take over twice the median period.",
     Code.NSYS_ASYNC_MEMCPY_PAGEABLE: "nsys rule cuda_memcpy_async: asynchronous copies from pageable memory run "
                                      "synchronously.",
     Code.NSYS_SYNC_MEMCPY: "nsys rule cuda_memcpy_sync: synchronous memcpy operations block the host.",

@@ -153,3 +153,11 @@ MANY_REGIONS_MIN_PER_STEP: Final = 32.0
 #: ...each shorter than this on average (ns): at tens of microseconds the guard check and the
 #: AOT wrapper (a few us each) are a visible share of every region.
 SMALL_REGION_MAX_NS: Final = 200_000
+
+# --- pipelines (tracewhy pipeline) -----------------------------------------------------------
+#: The gate on the median OverlapScore after warm-up: the seeds' pass mark for a two-stage
+#: pipeline ("OverlapScore >= 0.30 after warm-up"); below it the stages mostly wait for each other.
+PIPELINE_MIN_OVERLAP: Final = 0.30
+#: A chunk whose period exceeds this multiple of the median is a spike worth naming: twice the
+#: period means a whole extra chunk's time, which queueing noise does not produce.
+PIPELINE_SPIKE_RATIO: Final = 2.0

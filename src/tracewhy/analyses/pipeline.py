@@ -1,0 +1,187 @@
+"""Pipeline stages from stage marks: period, per-stage work, hidden time and OverlapScore per chunk.
+
+Every quantity is a difference of two marks of one rank, so no two ranks' clocks are ever
+compared (they are not aligned). With the default marks (rank 0: ``tA0 tA1 tSend tRecv tDecode
+tEmit``; the mesh leader: ``tB0 tB1``), per chunk k:
+
+    period_k  = tEmit_k - tEmit_{k-1}                      (the rank holding the period mark)
+    stage0_k  = (tA1_k - tA0_k) + (tEmit_k - tDecode_k)    (rank 0's own work on chunk k)
+    stage1_k  = tB1_k - tB0_k                              (the leader's work)
+    hidden_k  = stage0_k + stage1_k - period_k
+    OverlapScore_k = clip(hidden_k / min(stage0_k, stage1_k), 0, 1)
+
+For N stages the denominator is sum - max (the most that overlap could hide), which is the min
+for two. A ``PipelineSpec`` maps other mark names, so any pipeline with start/end marks per
+stage reads the same way. The verdict itself (overlapped or serialized, the gate) is judged in
+``findings/pipeline.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import polars as pl
+
+from tracewhy.errors import UsageError
+from tracewhy.model.instrument import InstrumentLog, MarkCol
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A stage's work per chunk: the sum of (start mark, end mark) intervals, all on one rank."""
+
+    name: str
+    intervals: tuple[tuple[str, str], ...]
+
+    @property
+    def marks(self) -> tuple[str, ...]:
+        return tuple(m for pair in self.intervals for m in pair)
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    stages: tuple[Stage, ...]
+    period_mark: str
+
+
+#: The seeds' two-stage pipeline (rank 0 builds and decodes, the mesh leader computes).
+DEFAULT_SPEC: Final = PipelineSpec(
+    stages=(Stage("stage0", (("tA0", "tA1"), ("tDecode", "tEmit"))), Stage("stage1", (("tB0", "tB1"),))),
+    period_mark="tEmit",
+)
+#: Chunks left out of the summary by default: the first fills the pipeline and has no previous
+#: period mark; with an in-flight depth of 2 the second still ramps up.
+DEFAULT_WARMUP: Final = 2
+
+
+class ChunkCol:
+    """Columns of ``PipelineResult.chunks`` (one row per chunk with every mark present)."""
+
+    CHUNK: Final = "chunk"
+    PERIOD: Final = "period_ns"
+    HIDDEN: Final = "hidden_ns"
+    SCORE: Final = "overlap_score"
+    STEADY: Final = "steady"  # after the warm-up chunks
+
+    @staticmethod
+    def stage(name: str) -> str:
+        return f"{name}_ns"
+
+
+@dataclass(frozen=True)
+class Percentiles:
+    p50: float | None
+    p90: float | None
+    p99: float | None
+    mean: float | None
+    count: int
+
+
+@dataclass(frozen=True)
+class PipelineResult:
+    spec: PipelineSpec
+    stage_ranks: dict[str, int]  # the rank whose clock each stage (and "period") is read on
+    chunks: pl.DataFrame
+    summary: dict[str, Percentiles]  # "period_ns", "<stage>_ns", "hidden_ns", "overlap_score"
+    warmup: int
+    incomplete_chunks: list[int]  # chunks missing a mark, left out
+    duplicate_marks: int  # (rank, chunk, name) recorded more than once: the first was used
+
+
+def parse_stages(text: str, period_mark: str) -> PipelineSpec:
+    """``"prep=tA0:tA1+tDecode:tEmit,compute=tB0:tB1"`` -> a PipelineSpec."""
+    stages = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, sep, body = part.partition("=")
+        if not sep or not name.strip() or not body.strip():
+            raise UsageError(f"--stages: {part!r} is not NAME=START:END[+START:END...]")
+        pairs = []
+        for iv in body.split("+"):
+            start, colon, end = iv.strip().partition(":")
+            if not colon or not start or not end:
+                raise UsageError(f"--stages: {iv.strip()!r} in {name.strip()!r} is not START:END")
+            pairs.append((start.strip(), end.strip()))
+        stages.append(Stage(name.strip(), tuple(pairs)))
+    if len(stages) < 2:
+        raise UsageError("--stages: a pipeline needs at least two stages")
+    if len({s.name for s in stages}) != len(stages):
+        raise UsageError("--stages: stage names must differ")
+    return PipelineSpec(stages=tuple(stages), period_mark=period_mark)
+
+
+def pipeline(log: InstrumentLog, spec: PipelineSpec = DEFAULT_SPEC, warmup: int = DEFAULT_WARMUP) -> PipelineResult:
+    """Per-chunk pipeline metrics from ``log``'s marks, each on the clock of the rank holding them."""
+    if warmup < 0:
+        raise UsageError("--warmup must be >= 0")
+    marks = log.marks
+    duplicates = marks.height - marks.unique([MarkCol.RANK, MarkCol.CHUNK, MarkCol.NAME]).height
+    marks = marks.unique([MarkCol.RANK, MarkCol.CHUNK, MarkCol.NAME], keep="first", maintain_order=True)
+    owner = _owners(marks)
+    stage_ranks = {s.name: _stage_rank(s.name, s.marks, owner) for s in spec.stages}
+    stage_ranks["period"] = _stage_rank("period", (spec.period_mark,), owner)
+    wide = (
+        marks.select(MarkCol.CHUNK, MarkCol.NAME, MarkCol.T)
+        .pivot(on=MarkCol.NAME, index=MarkCol.CHUNK, values=MarkCol.T, aggregate_function="first")
+        .sort(MarkCol.CHUNK)
+    )
+    needed = sorted({m for s in spec.stages for m in s.marks} | {spec.period_mark})
+    complete = pl.all_horizontal(pl.col(m).is_not_null() for m in needed)
+    incomplete = wide.filter(~complete).get_column(MarkCol.CHUNK).to_list()
+    period_t = pl.col(spec.period_mark)
+    # The previous chunk's period mark, only when that chunk is exactly k - 1.
+    previous = pl.when(pl.col(MarkCol.CHUNK).shift(1) == pl.col(MarkCol.CHUNK) - 1).then(period_t.shift(1))
+    stage_exprs = [
+        pl.sum_horizontal(pl.col(end) - pl.col(start) for start, end in s.intervals).alias(ChunkCol.stage(s.name))
+        for s in spec.stages
+    ]
+    stage_cols = [ChunkCol.stage(s.name) for s in spec.stages]
+    total = pl.sum_horizontal(stage_cols)
+    hideable = total - pl.max_horizontal(stage_cols)
+    chunks = (
+        wide.with_columns((period_t - previous).alias(ChunkCol.PERIOD))
+        .filter(complete)
+        .with_columns(stage_exprs)
+        .with_columns((total - pl.col(ChunkCol.PERIOD)).alias(ChunkCol.HIDDEN))
+        .with_columns(
+            pl.when(hideable > 0)
+            .then((pl.col(ChunkCol.HIDDEN) / hideable).clip(0.0, 1.0))
+            .otherwise(None)
+            .alias(ChunkCol.SCORE)
+        )
+        .with_columns((pl.int_range(pl.len()) >= warmup).alias(ChunkCol.STEADY))
+        .select(ChunkCol.CHUNK, ChunkCol.PERIOD, *stage_cols, ChunkCol.HIDDEN, ChunkCol.SCORE, ChunkCol.STEADY)
+    )
+    steady = chunks.filter(pl.col(ChunkCol.STEADY))
+    summary = {c: _percentiles(steady.get_column(c)) for c in (ChunkCol.PERIOD, *stage_cols, ChunkCol.HIDDEN,
+                                                                ChunkCol.SCORE)}
+    return PipelineResult(spec=spec, stage_ranks=stage_ranks, chunks=chunks, summary=summary, warmup=warmup,
+                          incomplete_chunks=[int(c) for c in incomplete], duplicate_marks=duplicates)
+
+
+def _owners(marks: pl.DataFrame) -> dict[str, list[int]]:
+    per = marks.group_by(MarkCol.NAME).agg(pl.col(MarkCol.RANK).unique().sort())
+    return {str(n): [int(r) for r in ranks] for n, ranks in per.iter_rows()}
+
+
+def _stage_rank(stage: str, names: tuple[str, ...], owner: dict[str, list[int]]) -> int:
+    """The one rank holding every mark of ``stage``: durations are taken on one clock only."""
+    missing = [n for n in names if n not in owner]
+    if missing:
+        known = ", ".join(sorted(owner)) or "none"
+        raise UsageError(f"stage {stage!r} needs marks {missing} that no log has (marks found: {known}); "
+                         "map the names with --stages")
+    ranks = {r for n in names for r in owner[n]}
+    if len(ranks) != 1:
+        raise UsageError(f"stage {stage!r}: marks {list(names)} are on ranks {sorted(ranks)}; a stage's marks must "
+                         "all be on one rank, since the ranks' clocks are not aligned")
+    return ranks.pop()
+
+
+def _percentiles(values: pl.Series) -> Percentiles:
+    v = values.drop_nulls().to_numpy().astype(np.float64)
+    if v.size == 0:
+        return Percentiles(None, None, None, None, 0)
+    p50, p90, p99 = (float(x) for x in np.percentile(v, [50, 90, 99]))
+    return Percentiles(p50, p90, p99, float(v.mean()), int(v.size))

@@ -1,0 +1,185 @@
+"""Instrument logs: JSON Lines of ``header``, ``mark`` and ``block`` records, one file per rank.
+
+The format is ``tracewhy.instrument``'s (README, "Instrument logs"), and any other code may write
+it: fields beyond the documented ones are ignored, a missing header only costs what it would
+have said (the clock, the sync mode), and the rank comes from the records, the header or the
+file name (``...rank<R>.jsonl``), in that order. Lines that are not records (cut, not JSON,
+wrong types, unknown ``type``) are skipped with one warning per file that counts them and
+quotes the first; a file with no record at all is refused.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Final
+
+import msgspec
+import polars as pl
+
+from tracewhy.errors import TraceError
+from tracewhy.model.instrument import LOG_BLOCKS_SCHEMA, MARKS_SCHEMA, InstrumentLog, LogBlockCol, MarkCol, RankHeader
+
+#: A directory is read as every ``*.jsonl`` in it (rank logs), sorted by name.
+LOG_SUFFIX: Final = ".jsonl"
+_RANK_IN_NAME: Final = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+#: Larger files are refused: a log is ~150 bytes a record, so this is ~7M records.
+MAX_LOG_BYTES: Final = 1 << 30
+_SNIFF_TYPES: Final = (b'"header"', b'"mark"', b'"block"')
+
+
+class _Header(msgspec.Struct, tag="header", tag_field="type"):
+    rank: int | None = None
+    world_size: int | None = None
+    clock: str | None = None
+    sync: bool = False
+    cuda_events: bool | None = None
+    device: str | None = None
+    versions: dict[str, str] = {}
+
+
+class _Mark(msgspec.Struct, tag="mark", tag_field="type"):
+    chunk: int
+    name: str
+    t_ns: int
+    rank: int | None = None
+    gpu_t_ns: int | None = None
+
+
+class _Block(msgspec.Struct, tag="block", tag_field="type"):
+    name: str
+    host_ns: int
+    rank: int | None = None
+    step: int | None = None
+    chunk: int | None = None
+    start_ns: int | None = None
+    gpu_ns: int | None = None
+    depth: int = 0
+    sync: bool = False
+
+
+_DECODER: Final = msgspec.json.Decoder(_Header | _Mark | _Block)
+
+
+def looks_like_instrument_log(path: Path) -> bool:
+    """A ``.jsonl`` file or a directory holding some, or a file whose first line is a record."""
+    if path.is_dir():
+        return any(path.glob(f"*{LOG_SUFFIX}"))
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(4096)
+    except OSError:
+        return False
+    return first.lstrip().startswith(b"{") and b'"type"' in first and any(t in first for t in _SNIFF_TYPES)
+
+
+def read_instrument_logs(paths: list[Path]) -> InstrumentLog:
+    """Every rank log named (files, or directories of ``*.jsonl``) as one InstrumentLog."""
+    files: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            found = sorted(p.glob(f"*{LOG_SUFFIX}"))
+            if not found:
+                raise TraceError(p, f"no {LOG_SUFFIX} instrument logs in this directory")
+            files.extend(found)
+        else:
+            files.append(p)
+    headers: list[RankHeader] = []
+    blocks: list[dict[str, object]] = []
+    marks: list[dict[str, object]] = []
+    warnings: list[str] = []
+    seen: dict[int, str] = {}
+    for f in files:
+        header, b, m, w = _read_one(f)
+        if header.rank in seen:
+            raise TraceError(f, f"rank {header.rank} is also in {seen[header.rank]}: give each rank's log once")
+        seen[header.rank] = str(f)
+        headers.append(header)
+        blocks.extend(b)
+        marks.extend(m)
+        warnings.extend(w)
+    return InstrumentLog(
+        source=", ".join(str(p) for p in paths),
+        headers=tuple(sorted(headers, key=lambda h: h.rank)),
+        blocks=pl.DataFrame(blocks, schema=LOG_BLOCKS_SCHEMA),
+        marks=pl.DataFrame(marks, schema=MARKS_SCHEMA),
+        warnings=tuple(warnings),
+    )
+
+
+def _read_one(path: Path) -> tuple[RankHeader, list[dict[str, object]], list[dict[str, object]], list[str]]:
+    try:
+        size = path.stat().st_size
+        if size > MAX_LOG_BYTES:
+            limit = MAX_LOG_BYTES >> 30
+            raise TraceError(path, f"{size / 1e9:.1f} GB is over the {limit} GiB an instrument log may be")
+        data = path.read_bytes()
+    except OSError as e:
+        raise TraceError(path, f"cannot read: {e.strerror or e}") from e
+    header: _Header | None = None
+    records: list[_Mark | _Block] = []
+    bad = 0
+    first_bad = ""
+    for number, line in enumerate(data.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = _DECODER.decode(line)
+        except msgspec.DecodeError as e:
+            bad += 1
+            first_bad = first_bad or f"line {number}: {_reason(e)}"
+            continue
+        if isinstance(rec, _Header):
+            if header is None and not records:
+                header = rec
+                continue
+            bad += 1
+            first_bad = first_bad or f"line {number}: a second header, or one after the records"
+            continue
+        if rec.t_ns < 0 if isinstance(rec, _Mark) else rec.host_ns < 0:
+            bad += 1
+            first_bad = first_bad or f"line {number}: a negative time"
+            continue
+        records.append(rec)
+    if not records:
+        problem = "no block or mark records" + (f" ({bad} lines not understood; {first_bad})" if bad else "")
+        raise TraceError(path, f"not an instrument log: {problem}")
+    rank = _rank(path, header, records)
+    warnings = []
+    if bad:
+        warnings.append(f"{path}: {bad} lines are not instrument records and were skipped ({first_bad})")
+    if header is None:
+        warnings.append(f"{path}: no header line: the clock and the sync mode are not known (read as not synchronized)")
+    others = {r.rank for r in records if r.rank is not None and r.rank != rank}
+    if others:
+        raise TraceError(path, f"records of ranks {sorted(others | {rank})} in one file: write one log per rank")
+    h = header or _Header()
+    rank_header = RankHeader(rank=rank, file=str(path), present=header is not None, world_size=h.world_size,
+                             clock=h.clock, sync=h.sync, cuda_events=h.cuda_events, device=h.device,
+                             versions=dict(h.versions))
+    blocks: list[dict[str, object]] = [
+        {LogBlockCol.RANK: rank, LogBlockCol.STEP: r.step, LogBlockCol.CHUNK: r.chunk, LogBlockCol.NAME: r.name,
+         LogBlockCol.START: r.start_ns, LogBlockCol.HOST: r.host_ns, LogBlockCol.GPU: r.gpu_ns,
+         LogBlockCol.DEPTH: r.depth, LogBlockCol.SYNC: r.sync or h.sync}
+        for r in records if isinstance(r, _Block)
+    ]
+    marks: list[dict[str, object]] = [
+        {MarkCol.RANK: rank, MarkCol.CHUNK: r.chunk, MarkCol.NAME: r.name, MarkCol.T: r.t_ns, MarkCol.GPU_T: r.gpu_t_ns}
+        for r in records if isinstance(r, _Mark)
+    ]
+    return rank_header, blocks, marks, warnings
+
+
+def _rank(path: Path, header: _Header | None, records: list[_Mark | _Block]) -> int:
+    for r in records:
+        if r.rank is not None:
+            return r.rank
+    if header is not None and header.rank is not None:
+        return header.rank
+    m = _RANK_IN_NAME.search(path.name)
+    return int(m.group(1)) if m else 0
+
+
+def _reason(e: msgspec.DecodeError) -> str:
+    text = str(e)
+    return text if len(text) <= 120 else text[:117] + "..."

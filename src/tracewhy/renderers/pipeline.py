@@ -1,0 +1,91 @@
+"""Terminal tables and the JSON payload of ``pipeline``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from tracewhy.analyses.pipeline import ChunkCol, Percentiles, PipelineResult
+from tracewhy.findings.model import Finding
+from tracewhy.findings.pipeline import PipelineComparison, PipelineVerdict
+from tracewhy.renderers.overlap import render_findings
+from tracewhy.units import fmt_ns
+
+#: Said in every output: the reason the metrics are differences of one rank's marks.
+CLOCKS_NOTE = ("each quantity is a difference of two marks on one rank's own clock; "
+               "timestamps of different ranks are never compared (their clocks are not aligned)")
+
+
+def _pct(p: Percentiles) -> dict[str, Any]:
+    return {"p50": p.p50, "p90": p.p90, "p99": p.p99, "mean": p.mean, "count": p.count}
+
+
+def pipeline_payload(r: PipelineResult, v: PipelineVerdict, findings: list[Finding],
+                     vs: tuple[PipelineResult, PipelineVerdict, PipelineComparison] | None = None) -> dict[str, Any]:
+    """The JSON of ``pipeline``: ``chunks[]``, ``summary`` (p50/p90/p99 of each metric over the
+    steady chunks), ``verdict``, ``critical_stage``, ``gate``; with ``--vs``, the same for B and the
+    comparison."""
+    out: dict[str, Any] = {
+        "stages": [{"name": s.name, "intervals": [list(i) for i in s.intervals], "rank": r.stage_ranks[s.name]}
+                   for s in r.spec.stages],
+        "period_mark": r.spec.period_mark, "period_rank": r.stage_ranks["period"],
+        "warmup_chunks": r.warmup, "incomplete_chunks": r.incomplete_chunks,
+        "duplicate_marks": r.duplicate_marks, "clocks": CLOCKS_NOTE,
+        "chunks": r.chunks, "summary": {k: _pct(p) for k, p in r.summary.items()},
+        "verdict": v.verdict, "critical_stage": v.critical_stage, "gate": v.gate, "min_overlap": v.min_overlap,
+        "overlap_score_p50": v.median_overlap_score, "statement": v.statement, "findings": findings,
+    }
+    if vs is not None:
+        rb, vb, c = vs
+        out["vs"] = {
+            "chunks": rb.chunks, "summary": {k: _pct(p) for k, p in rb.summary.items()}, "verdict": vb.verdict,
+            "critical_stage": vb.critical_stage, "gate": vb.gate, "overlap_score_p50": vb.median_overlap_score,
+            "comparison": c.statement,
+        }
+    return out
+
+
+def render_pipeline(r: PipelineResult, v: PipelineVerdict, findings: list[Finding], top: int,
+                    vs: tuple[PipelineResult, PipelineVerdict, PipelineComparison] | None = None) -> RenderableType:
+    parts: list[RenderableType] = [Text(f"{v.verdict}: {v.statement}", style="bold"), _summary(r, "A" if vs else "")]
+    if vs is not None:
+        rb, vb, c = vs
+        parts += [Text(f"B {vb.verdict}: {vb.statement}", style="bold"), _summary(rb, "B"),
+                  Text(f"B vs A: {c.statement}", style="bold")]
+    chunks = Table(title=f"chunks (first {top}; warm-up chunks marked)")
+    stage_cols = [ChunkCol.stage(s.name) for s in r.spec.stages]
+    for col in ("chunk", "period", *[s.name for s in r.spec.stages], "hidden", "OverlapScore"):
+        chunks.add_column(col, justify="right")
+    for row in r.chunks.head(top).iter_rows(named=True):
+        score = row[ChunkCol.SCORE]
+        chunks.add_row(
+            f"{row[ChunkCol.CHUNK]}{'' if row[ChunkCol.STEADY] else ' (warm-up)'}", _ns(row[ChunkCol.PERIOD]),
+            *[_ns(row[c]) for c in stage_cols], _ns(row[ChunkCol.HIDDEN]), "-" if score is None else f"{score:.2f}")
+    parts += [chunks, Text(CLOCKS_NOTE, style="dim")]
+    if r.incomplete_chunks:
+        parts.append(Text(f"{len(r.incomplete_chunks)} chunks lack a mark and are left out: "
+                          f"{', '.join(map(str, r.incomplete_chunks[:10]))}", style="yellow"))
+    if findings:
+        parts.append(render_findings(findings))
+    return Group(*parts)
+
+
+def _summary(r: PipelineResult, label: str) -> Table:
+    t = Table(title=f"{label + ': ' if label else ''}steady chunks (after {r.warmup} warm-up): p50 / p90 / p99")
+    for col in ("metric", "p50", "p90", "p99", "chunks", "rank's clock"):
+        t.add_column(col, justify="left" if col == "metric" else "right")
+    for key, p in r.summary.items():
+        score = key == ChunkCol.SCORE
+        name = key.removesuffix("_ns")
+        rank = r.stage_ranks.get(name, r.stage_ranks["period"] if name in ("period", "hidden") else None)
+        t.add_row(name if not score else "OverlapScore",
+                  *[(f"{x:.2f}" if x is not None else "-") if score else _ns(x) for x in (p.p50, p.p90, p.p99)],
+                  str(p.count), "-" if score or name == "hidden" else str(rank))
+    return t
+
+
+def _ns(x: float | None) -> str:
+    return "-" if x is None else fmt_ns(x)
