@@ -62,7 +62,8 @@ def _graph_breaks(r: CompileResult, step_p50_ns: float | None, logs: TorchLogs |
     return [Finding(
         code=GRAPH_BREAKS,  # type: ignore[arg-type]
         severity=_at_least_medium(share),
-        statement=f"{per_step:g} graph breaks per step ({r.regions_per_step or 0:g} compiled regions per step, "
+        statement=f"{per_step:g} graph break{'' if per_step == 1 else 's'} per step "
+                  f"({r.regions_per_step or 0:g} compiled regions per step, "
                   f"{fmt_ns(eager_ns)} of eager aten ops between them{where}): each break ends a graph, runs "
                   "Python and eager ops, then enters the next graph through its guards.",
         next_step="Remove the break: no .item(), print or data-dependent Python inside the compiled code "

@@ -1,0 +1,125 @@
+"""The ``compile`` command's output: torch.compile regions, breaks, recompiles and compile time
+per step, the regions by compile id (joined to TORCH_LOGS when given), as rich tables and as
+the ``--json`` payload."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from tracewhy.analyses.compile import BreakCol, CompileResult, CompileStepCol, RecompileCol, RegionCol
+from tracewhy.analyses.torch_logs import JoinCol, TorchLogs, join_regions
+from tracewhy.findings.model import Finding
+from tracewhy.units import fmt_ns, fmt_pct, printable, shorten
+
+
+def compile_payload(r: CompileResult, logs: TorchLogs | None, findings: list[Finding]) -> dict[str, Any]:
+    """JSON: ``steps[]`` (per step: regions, graph_breaks, recompiles, compile_ns,
+    eager_ns_between_regions, ...), the totals, ``regions[]`` by compile id, ``recompiles[]``,
+    ``break_locations[]`` and, with ``--logs``, ``logged_breaks[]`` and ``logged_recompiles[]``."""
+    regions = join_regions(r.regions, logs) if logs is not None else r.regions
+    payload: dict[str, Any] = {
+        "graph_breaks_per_step": r.graph_breaks_per_step,
+        "regions_per_step": r.regions_per_step,
+        "eager_ns_between_regions_per_step": r.eager_ns_per_step,
+        "recompiles": r.recompile_count,
+        "steady_recompiles": r.steady_recompiles,
+        "compile_ns": r.compile_ns,
+        "cold_start_ns": r.cold_start_ns,
+        "cold_start_step": r.cold_start_step,
+        "cold_start_share": r.cold_start_share,
+        "captured_ns": r.captured_ns,
+        "steps": r.per_step,
+        "regions": regions,
+        "recompile_list": r.recompiles,
+        "break_locations": r.breaks,
+        "findings": findings,
+    }
+    if logs is not None:
+        payload["logged_breaks"] = logs.breaks
+        payload["logged_recompiles"] = logs.recompiles
+    return payload
+
+
+def render_compile(r: CompileResult, logs: TorchLogs | None, findings: list[Finding], top: int) -> RenderableType:
+    if not r.has_compile:
+        return Text("no torch.compile markers in this trace (no Torch-Compiled Region, no compile work)")
+    head = Text(
+        f"graph breaks per step {_num(r.graph_breaks_per_step)} · regions per step {_num(r.regions_per_step)} · "
+        f"recompiles {r.recompile_count} ({r.steady_recompiles} steady) · compile time {fmt_ns(r.compile_ns)} · "
+        f"cold start {fmt_ns(r.cold_start_ns)} ({fmt_pct(r.cold_start_share)} of the capture)"
+    )
+    parts: list[RenderableType] = [head, _steps_table(r, top), _regions_table(r, logs)]
+    if r.recompiles.height:
+        t = Table(title="recompiles (compile ids F/C with C > 0)")
+        for col in ("region", "step", "steady", "cost"):
+            t.add_column(col, justify="right" if col == "cost" else "left")
+        for row in r.recompiles.iter_rows(named=True):
+            t.add_row(row[RecompileCol.REGION], printable(row[RecompileCol.STEP] or "-"),
+                      "yes" if row[RecompileCol.STEADY] else "no", fmt_ns(row[RecompileCol.COST_NS]))
+        parts.append(t)
+    if r.breaks.height:
+        t = Table(title="graph breaks seen as resume functions (Python stacks)")
+        for col in ("location", "function", "calls", "steps"):
+            t.add_column(col, justify="right" if col in ("calls", "steps") else "left")
+        for row in r.breaks.head(top).iter_rows(named=True):
+            t.add_row(printable(row[BreakCol.LOCATION]), printable(row[BreakCol.FUNCTION]),
+                      str(row[BreakCol.CALLS]), str(row[BreakCol.STEPS]))
+        parts.append(t)
+    parts += [Text(f"[{f.code}] {printable(f.statement)} {printable(f.next_step)}") for f in findings]
+    return Group(*parts)
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def _steps_table(r: CompileResult, top: int) -> Table:
+    t = Table(title="torch.compile per step")
+    cols = [("step", CompileStepCol.STEP), ("steady", CompileStepCol.STEADY), ("regions", CompileStepCol.REGIONS),
+            ("breaks", CompileStepCol.GRAPH_BREAKS), ("recompiles", CompileStepCol.RECOMPILES),
+            ("compile", CompileStepCol.COMPILE_NS), ("eager between", CompileStepCol.EAGER_NS),
+            ("graph calls", CompileStepCol.GRAPH_CALLS), ("kernels", CompileStepCol.KERNELS),
+            ("graph launches", CompileStepCol.GRAPH_LAUNCHES)]
+    for label, _ in cols:
+        t.add_column(label, justify="left" if label in ("step", "steady") else "right")
+    for row in r.per_step.head(top).iter_rows(named=True):
+        t.add_row(*[_cell(c, row[c]) for _, c in cols])
+    return t
+
+
+def _cell(column: str, value: Any) -> str:
+    if column in (CompileStepCol.COMPILE_NS, CompileStepCol.EAGER_NS):
+        return fmt_ns(value)
+    if column == CompileStepCol.STEADY:
+        return "yes" if value else "no"
+    return printable(str(value))
+
+
+def _regions_table(r: CompileResult, logs: TorchLogs | None) -> Table:
+    regions = join_regions(r.regions, logs) if logs is not None else r.regions
+    t = Table(title="regions by compile id (Torch-Compiled Region: F/C)")
+    for col in ("region", "calls", "after a break", "total", "kernels", "graph launches"):
+        t.add_column(col, justify="left" if col == "region" else "right")
+    if logs is not None:
+        t.add_column("logged break / failed guard")
+    for row in regions.iter_rows(named=True):
+        cells = [row[RegionCol.REGION], str(row[RegionCol.CALLS]), str(row[RegionCol.NESTED_CALLS]),
+                 fmt_ns(row[RegionCol.TOTAL_NS]), str(row[RegionCol.KERNELS]), str(row[RegionCol.GRAPH_LAUNCHES])]
+        if logs is not None:
+            cells.append(shorten(printable(_logged(row)), 70))
+        t.add_row(*cells)
+    return t
+
+
+def _logged(row: dict[str, Any]) -> str:
+    parts = []
+    if row.get(JoinCol.BREAK_LOCATION) or row.get(JoinCol.BREAK_REASON):
+        parts.append(f"break at {row.get(JoinCol.BREAK_LOCATION) or '?'}: {row.get(JoinCol.BREAK_REASON) or '?'}")
+    if row.get(JoinCol.GUARD):
+        parts.append(f"recompiled: {row[JoinCol.GUARD]}")
+    return "; ".join(parts) or "-"
+
