@@ -74,7 +74,7 @@ def render_memory(r: MemoryResult, findings: list[Finding], top: int) -> Rendera
                   "-" if d.growth_bytes_per_step is None else fmt_bytes(int(d.growth_bytes_per_step)))
     parts: list[RenderableType] = [t]
     for d in r.devices:
-        parts.append(_ledger_table(f"{d.device} ledger at the peak ({r.ledger_source})", d.ledger))
+        parts.append(_ledger_table(f"{d.device} at the peak", d.ledger))
     ops = Table(title="ops that allocate most (outermost CPU op on the allocating thread)")
     for col in ("device", "op", "allocations", "frees", "allocated", "net"):
         ops.add_column(col, justify="left" if col in ("device", "op") else "right")
@@ -89,7 +89,7 @@ def render_memory(r: MemoryResult, findings: list[Finding], top: int) -> Rendera
 def render_timeline(r: TimelineResult, layout: str) -> RenderableType:
     when = "-" if r.peak_ts_ns is None else fmt_ns(r.peak_ts_ns)
     head = Text(f"memory-timeline export ({layout}): peak {fmt_bytes(r.peak_total_bytes)} at ts {when}")
-    return Group(head, _ledger_table("ledger at the peak (the profiler's own categories)", r.ledger_at_peak))
+    return Group(head, _ledger_table("ledger at the peak", r.ledger_at_peak))
 
 
 def render_snapshot(r: SnapshotResult, findings: list[Finding], top: int) -> RenderableType:
