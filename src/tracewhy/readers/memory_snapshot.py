@@ -10,6 +10,7 @@ refused before anything is called.
 
 from __future__ import annotations
 
+import gzip
 import io
 import pickle
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from typing import Any, Final
 import polars as pl
 
 from tracewhy.errors import TraceError
-from tracewhy.readers.source import os_error, read_bytes
+from tracewhy.readers.source import GZIP_MAGIC, os_error, read_bytes
 
 #: A stack frame: (filename, line, function name), innermost first as the allocator records them.
 Frame = tuple[str, int, str]
@@ -113,12 +114,15 @@ class _DataOnly(pickle.Unpickler):
 
 
 def is_snapshot(path: Path) -> bool:
-    """Whether the file starts as a pickle of protocol 2 or later does (``_dump_snapshot``
-    writes protocol 4 or 5)."""
+    """Whether the file (plain or gzip) starts as a pickle of protocol 2 or later does
+    (``_dump_snapshot`` writes protocol 4 or 5)."""
     try:
         with open(path, "rb") as f:
             head = f.read(2)
-    except OSError:
+        if head == GZIP_MAGIC:
+            with gzip.open(path, "rb") as g:
+                head = g.read(2)
+    except (OSError, EOFError):
         return False
     return head[:1] == PICKLE_PROTO and len(head) == 2 and 2 <= head[1] <= 5
 
