@@ -66,8 +66,9 @@ def render_overlap(r: OverlapResult, findings: list[Finding], top: int) -> Rende
     parts.append(t)
     if r.collectives.height:
         over = f"the {r.steady_steps} steady steps" if per_step else "the trace (no steps)"
-        c = Table(title=f"collectives, most exposed first: calls, time, hidden and exposed are totals over {over}")
-        for col in ("GPU", "collective", "calls", "time", "hidden", "exposed", "exposed per step"):
+        c = Table(title=f"collectives over {over}, most exposed first")
+        for col in ("GPU", "collective", "total calls", "total time", "total hidden", "total exposed",
+                    "exposed per step"):
             c.add_column(col, justify="left" if col == "collective" else "right")
         for row in r.collectives.head(top).iter_rows(named=True):
             c.add_row(str(row[OverlapCol.DEVICE]), shorten(row[OverlapCol.COLLECTIVE], 60),
