@@ -259,7 +259,7 @@ _STOP_INSIDE_READ = textwrap.dedent("""
     ("SIGTERM", "nsys", "_read_export", "nsys/nsysai_mock_rtx3080.sqlite.gz", {}),
     ("SIGHUP", "nsys", "_read_export", "nsys/nsysai_mock_rtx3080.sqlite.gz", {}),
     # Two read helpers on a small file: the parallel reader's scratch directory and processes.
-    ("SIGTERM", "kineto.builder", "_build", "hta/a100_alexnet_critical_path.json.gz", {"TRACEWHY_READ_WORKERS": "2"}),
+    ("SIGTERM", "kineto.reader", "_build", "hta/a100_alexnet_critical_path.json.gz", {"TRACEWHY_READ_WORKERS": "2"}),
 ])
 def test_stop_signal_removes_what_was_made(signame: str, module: str, function: str, trace: str,
                                            env: dict[str, str], tmp_path: Path) -> None:

@@ -20,9 +20,9 @@ from conftest import shared_trace
 from tracewhy.cli import EXIT_BAD_INPUT, main
 from tracewhy.errors import TraceError
 from tracewhy.model.trace import Trace
-from tracewhy.readers.kineto import builder, read_kineto
 from tracewhy.readers.kineto import document as kineto_document
 from tracewhy.readers.kineto import pieces as kineto_pieces
+from tracewhy.readers.kineto import read_kineto, reader
 
 SMALL = "hta/a100_cuda_event_sync_small.json.gz"
 KERNEL_ARGS = b'"blocks per SM": 1.185185,\n      "warps per SM": 4.740741,'
@@ -144,7 +144,7 @@ def test_pieces_are_repaired_one_by_one_never_read_whole(tmp_path: Path, monkeyp
     def refuse(*args: object) -> bytes:
         raise AssertionError("read whole")
 
-    monkeypatch.setattr(builder, "read_bytes", refuse)
+    monkeypatch.setattr(reader, "read_bytes", refuse)
     trace = _read(path, "pieces", monkeypatch)
     assert len(trace.meta.warnings) == 3
 

@@ -1,13 +1,13 @@
 """One large Kineto trace read on several cores.
 
-Decoding events and building their columns is CPU work done batch by batch (``_Builder.add``),
+Decoding events and building their columns is CPU work done batch by batch (``Builder.add``),
 and msgspec holds the GIL while it decodes, so threads cannot share it. For a large file the
 reader starts helper processes as soon as the file's bytes are in memory, so that their imports
 overlap the split into raw events. Then every n-th batch stays here and the others go to the
 helpers as the batch's JSON bytes; each comes back as the builder of its part. Parts are merged
 in file order, so the Trace is the one the serial read gives, row for row.
 
-A helper is ``python -m tracewhy.readers.kineto.parallel``, not a ``multiprocessing`` worker:
+A helper is a fresh interpreter that runs ``serve``, not a ``multiprocessing`` worker:
 those re-run the caller's ``__main__`` module on start, which would run a user's own script a
 second time when it calls ``tracewhy.load``. The parts come back as pickles that our own child
 made of our own objects, in a private scratch directory; no trace file is ever unpickled.
@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Final
 
+from tracewhy.readers.kineto.builder import Builder
 from tracewhy.readers.kineto.document import BadCut, Body
 
 #: Below this many (uncompressed) bytes a helper's start-up (an interpreter and its imports,
@@ -44,6 +45,9 @@ ENV_IN_HELPER: Final = "TRACEWHY_READ_HELPER"
 DEFAULT_MAX_WORKERS: Final = 2
 #: Batches queued for one helper beyond the one it is working on.
 _QUEUED_PER_HELPER: Final = 1
+#: What a helper runs. Not ``-m`` this module: the package imports it before ``-m`` would run
+#: it, and it would then be loaded twice.
+_SERVE: Final = f"from {__name__} import serve; serve()"
 
 
 def worker_count(nbytes: int, requested: int | None = None) -> int:
@@ -81,7 +85,7 @@ class Helper:
         self.sent = 0
         self.broken = False
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            [sys.executable, "-c", _SERVE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL, env=dict(os.environ, **{ENV_IN_HELPER: "1"}),
         )
 
@@ -182,11 +186,9 @@ def build_parts(helpers: list[Helper], bodies: Iterable[tuple[Body, int]],
     return parts
 
 
-def build_part(body: Body) -> object:
+def build_part(body: Body) -> Builder:
     """Decode one batch (``body`` is a JSON array of events) into a builder of its own."""
-    from tracewhy.readers.kineto.builder import _Builder
-
-    part = _Builder(Path())
+    part = Builder(Path())
     part.add_json(body)
     return part
 
@@ -207,7 +209,3 @@ def serve() -> None:
         del body
         sys.stdout.buffer.write(f"{out}\n".encode())
         sys.stdout.buffer.flush()
-
-
-if __name__ == "__main__":
-    serve()

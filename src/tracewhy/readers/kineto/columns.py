@@ -1,0 +1,211 @@
+"""Columns from decoded Kineto events: ids and times as int64 arrays, and the side tables
+(kernels, copies' bytes, syncs, ops) built from the events' decoded args."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from tracewhy.model.schema import (
+    COPY_ATTRS_SCHEMA,
+    COPY_KINDS,
+    KERNEL_ATTRS_SCHEMA,
+    KIND_CODE,
+    MEMORY_KINDS,
+    OP_ATTRS_SCHEMA,
+    SYNC_ATTRS_SCHEMA,
+    Kind,
+)
+from tracewhy.readers.kineto.events import Event, GpuArgs, LinkArgs, OpArgs, SyncArgs, decode_args
+
+#: An id no event has: "not known" while columns are built (null in the table).
+NULL_ID = np.iinfo(np.int64).min
+_I64_MIN, _I64_MAX = int(np.iinfo(np.int64).min), int(np.iinfo(np.int64).max)
+_COPY_NAME = re.compile(r"Memcpy\s+(\w+)\s*(?:\((\w+)\s*->\s*(\w+)\))?")
+
+
+def to_int(value: object) -> int:
+    """pid/tid as int: Kineto writes strings for some ("25738", "stream 7", "Spans")."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        digits = value.rsplit(" ", 1)[-1]
+        if digits.lstrip("-").isdigit() and fits_i64(number := int(digits)):
+            return number
+    return -1
+
+
+def as_int(value: int | str | None) -> int | None:
+    """An integer arg that some writers quote ("256", "0x0")."""
+    if value is None or isinstance(value, int):
+        return value
+    try:
+        number = int(value, 0)
+    except ValueError:
+        return None
+    return number if fits_i64(number) else None
+
+
+def fits_i64(number: float) -> bool:
+    return _I64_MIN <= number <= _I64_MAX
+
+
+def int_array(values: list[Any]) -> npt.NDArray[np.int64]:
+    try:
+        return np.array(values, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        return np.array([to_int(v) for v in values], dtype=np.int64)
+
+
+def us_to_ns(us: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
+    """Microseconds (float) to integer nanoseconds without the rounding of ``us * 1000``.
+
+    Epoch-based microsecond values (~1.7e15) leave float64 no room for nanoseconds once
+    multiplied; splitting off the integer part first keeps every digit the double holds.
+    """
+    whole = np.floor(us)
+    return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000.0).astype(np.int64)
+
+
+#: The side tables of a batch that has no rows for them.
+EMPTY_KERNEL_ATTRS = pl.DataFrame(schema=KERNEL_ATTRS_SCHEMA)
+EMPTY_COPY_ATTRS = pl.DataFrame(schema=COPY_ATTRS_SCHEMA)
+EMPTY_OP_ATTRS = pl.DataFrame(schema=OP_ATTRS_SCHEMA)
+EMPTY_SYNC_ATTRS = pl.DataFrame(schema=SYNC_ATTRS_SCHEMA)
+
+
+def sync_attrs_table(evs: list[Event], syncs: npt.NDArray[np.intp]) -> pl.DataFrame:
+    """Sync rows' wait targets (their args decoded again, with the keys only they carry: the
+    other device rows are not slowed by them); -1 is none."""
+    args = decode_args([evs[i].args for i in syncs.tolist()], SyncArgs, {})
+    waits = [(i, a.wait_on_stream, a.wait_record_correlation) for i, a in zip(syncs.tolist(), args, strict=True)
+             if a is not None and a.wait_on_stream is not None and a.wait_on_stream >= 0]
+    if not waits:
+        return EMPTY_SYNC_ATTRS
+    return pl.DataFrame({
+        "id": [i for i, _, _ in waits],
+        "wait_stream": [w for _, w, _ in waits],
+        "wait_record_correlation": [c if c is not None and c >= 0 else None for _, _, c in waits],
+    }, schema=SYNC_ATTRS_SCHEMA)
+
+
+def _triple(values: list[int] | str | None) -> tuple[int | None, int | None, int | None]:
+    if isinstance(values, list) and len(values) == 3:
+        return values[0], values[1], values[2]
+    return None, None, None
+
+
+class Ids:
+    """The correlation and external ids of a batch's slices, ``NULL_ID`` where not known."""
+
+    def __init__(self, n: int) -> None:
+        self.correlation = np.full(n, NULL_ID, dtype=np.int64)
+        self.external = np.full(n, NULL_ID, dtype=np.int64)
+
+    def fill(self, rows: npt.NDArray[np.intp], args: Sequence[LinkArgs | None]) -> None:
+        self.correlation[rows] = [NULL_ID if a is None or (c := a.correlation) is None else c for a in args]
+        # "External id" since PyTorch 1.10, "external id" before.
+        self.external[rows] = [NULL_ID if a is None else x if (x := a.external_id) is not None else
+                               NULL_ID if (y := a.external_id_legacy) is None else y for a in args]
+
+
+def with_args(rows: npt.NDArray[np.intp], codes: npt.NDArray[np.uint8], gpu: list[GpuArgs | None],
+              kinds: tuple[int, ...]) -> list[tuple[int, int, GpuArgs]]:
+    """(row, kind code, args) of the device activities at ``rows`` of these kinds that have args."""
+    return [(i, c, a) for i, c, a in zip(rows.tolist(), codes[rows].tolist(), gpu, strict=True)
+            if a is not None and c in kinds]
+
+
+def kernel_attrs_table(rows: npt.NDArray[np.intp], codes: npt.NDArray[np.uint8],
+                       gpu: list[GpuArgs | None]) -> pl.DataFrame:
+    kernel = KIND_CODE[Kind.KERNEL.value]
+    pick = with_args(rows, codes, gpu, (kernel,))
+    if not pick:
+        return EMPTY_KERNEL_ATTRS
+    a = [x for _, _, x in pick]
+    grid = [_triple(x.grid) for x in a]
+    block = [_triple(x.block) for x in a]
+    return pl.DataFrame({
+        "id": [i for i, _, _ in pick],
+        "grid_x": [g[0] for g in grid], "grid_y": [g[1] for g in grid], "grid_z": [g[2] for g in grid],
+        "block_x": [b[0] for b in block], "block_y": [b[1] for b in block], "block_z": [b[2] for b in block],
+        "registers_per_thread": [x.registers for x in a],
+        "shared_mem_bytes": [x.shared_memory for x in a],
+        "blocks_per_sm": [x.blocks_per_sm for x in a],
+        "warps_per_sm": [x.warps_per_sm for x in a],
+        "est_occupancy_pct": [x.occupancy_pct for x in a],
+    }, schema=KERNEL_ATTRS_SCHEMA)
+
+
+def copy_attrs_table(rows: npt.NDArray[np.intp], codes: npt.NDArray[np.uint8], gpu: list[GpuArgs | None],
+                     evs: list[Event], names: dict[str, tuple[str, str, str]]) -> pl.DataFrame:
+    """The bytes of the copies and memsets at ``rows``, and each copy's kind and memories as its
+    name says them (``names``: those already parsed, by name; new ones are added)."""
+    memcpy, memset = KIND_CODE[Kind.MEMCPY.value], KIND_CODE[Kind.MEMSET.value]
+    pick = with_args(rows, codes, gpu, (memcpy, memset))
+    if not pick:
+        return EMPTY_COPY_ATTRS
+    parsed = [_copy_kind(evs[i].name, names) if c == memcpy else (None, None, None) for i, c, _ in pick]
+    return pl.DataFrame({
+        "id": [i for i, _, _ in pick],
+        "bytes": [as_int(a.bytes) for _, _, a in pick],
+        "copy_kind": [p[0] for p in parsed],
+        "src_mem": [p[1] for p in parsed],
+        "dst_mem": [p[2] for p in parsed],
+    }, schema=COPY_ATTRS_SCHEMA)
+
+
+def _copy_kind(name: str, names: dict[str, tuple[str, str, str]]) -> tuple[str, str, str]:
+    parsed = names.get(name)
+    if parsed is None:
+        m = _COPY_NAME.match(name)
+        parsed = ("unknown", "unknown", "unknown") if m is None else (
+            _known(m.group(1), COPY_KINDS), _known(m.group(2), MEMORY_KINDS), _known(m.group(3), MEMORY_KINDS))
+        names[name] = parsed
+    return parsed
+
+
+def _known(value: str | None, allowed: tuple[str, ...]) -> str:
+    return value if value is not None and value in allowed else "unknown"
+
+
+def op_attrs_table(rows: npt.NDArray[np.intp], ops: list[OpArgs | None]) -> pl.DataFrame:
+    """The attributes of the ops and annotations at ``rows``: one row for each that has any."""
+    pick = [(i, x) for i, x in zip(rows.tolist(), ops, strict=True) if x is not None]
+    if not pick:
+        return EMPTY_OP_ATTRS
+    a = [x for _, x in pick]
+    table = pl.DataFrame({
+        "id": [i for i, _ in pick],
+        # Whitespace dropped from shapes so that "[[2, 3]]" and "[[2,3]]" group together.
+        "input_dims": _texts([x.input_dims for x in a], squeeze=True),
+        "input_types": _texts([x.input_types for x in a]),
+        "sequence_number": [x.sequence for x in a],
+        "fwd_thread_id": [x.fwd_tid for x in a],
+        "flops": [int(x.flops) if x.flops is not None and fits_i64(x.flops) else None for x in a],
+        "call_stack": [x.call_stack for x in a],
+        "collective_name": [x.collective for x in a],
+        "in_msg_nelems": [x.in_nelems for x in a],
+        "out_msg_nelems": [x.out_nelems for x in a],
+        "group_size": [x.group_size for x in a],
+        "dtype": [x.dtype for x in a],
+        "process_group": [x.pg_name for x in a],
+    }, schema=OP_ATTRS_SCHEMA)
+    # Only ops that carry one of these are rows (the others come with one of them).
+    return table.filter(pl.any_horizontal(pl.col(c).is_not_null() for c in (
+        "input_dims", "sequence_number", "flops", "call_stack", "collective_name")))
+
+
+def _texts(raws: list[msgspec.Raw], *, squeeze: bool = False) -> list[str | None]:
+    """Raw JSON values as text (None for an absent one), without spaces if ``squeeze``. JSON
+    text has no NUL byte, so one joined decode, split at NULs, gives each."""
+    joined = b"\x00".join(raws)
+    if squeeze:
+        joined = joined.translate(None, b" ")  # (a space byte is never part of a UTF-8 sequence)
+    return [t or None for t in joined.decode("utf-8", "replace").split("\x00")]
