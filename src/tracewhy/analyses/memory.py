@@ -18,7 +18,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses.host_activity import Flag, HostIndex, build_host_index
-from tracewhy.analyses.steps import StepsOptions, WindowCol, step_windows, steps
+from tracewhy.analyses.steps import StepsOptions, StepsResult, WindowCol, step_windows, steps
 from tracewhy.model.schema import KIND_CODE, Col, Kind, MCol
 from tracewhy.model.trace import Trace
 from tracewhy.readers.memory_timeline import EXPORT_CATEGORIES, LedgerCategory, MemoryTimeline, TimelineCol
@@ -164,7 +164,10 @@ class _Context:
     bits: dict[str, B]
 
 
-def analyze_memory(trace: Trace, options: MemoryOptions = MemoryOptions()) -> MemoryResult:
+def analyze_memory(trace: Trace, options: MemoryOptions = MemoryOptions(), *, host: HostIndex | None = None,
+                   step_result: StepsResult | None = None) -> MemoryResult:
+    """``host`` and ``step_result``: the host index and steps already built for the trace (a
+    diagnosis has them), so they are not built twice; else they are built here from ``options``."""
     trace.require_whole()
     ev = trace.memory.sort(MCol.TS, maintain_order=True).with_row_index("_seq")
     if ev.height == 0:
@@ -176,7 +179,7 @@ def analyze_memory(trace: Trace, options: MemoryOptions = MemoryOptions()) -> Me
     ev = ev.join(labels.with_columns(pl.Series("_device", [device_label(t, i) for t, i in labels.iter_rows()],
                                                dtype=pl.String)),
                  on=[MCol.DEVICE_TYPE, MCol.DEVICE_ID], how="left").sort("_seq")
-    index = build_host_index(trace)
+    index = host if host is not None else build_host_index(trace)
     ctx = _contexts(trace, index, ev)
     op_names = trace.slices.get_column(Col.NAME).gather(np.maximum(ctx.outermost_op, 0)).cast(pl.String)
     op_names = pl.select(pl.when(pl.Series(ctx.outermost_op >= 0)).then(op_names).otherwise(pl.lit(NO_OP))).to_series()
@@ -184,16 +187,13 @@ def analyze_memory(trace: Trace, options: MemoryOptions = MemoryOptions()) -> Me
                          pl.Series("_scope_end", ctx.scope_end), pl.Series("_opt_end", ctx.optimizer_end),
                          *[pl.Series(f"_{k}", v) for k, v in ctx.bits.items()],
                          pl.Series("_inner", ctx.innermost))
-    windows = _windows(trace, options)
+    st = step_result if step_result is not None else steps(trace, StepsOptions(marker=options.marker,
+                                                                                warmup=options.warmup))
+    windows = step_windows(trace, st).sort(WindowCol.WINDOW_START)
     ev = ev.with_columns(pl.Series("_pos", np.arange(ev.height, dtype=np.int64)))
     devices = tuple(_device(trace, index, part, windows)
                     for _, part in sorted(ev.group_by("_device"), key=lambda kv: str(kv[0][0])))
     return MemoryResult(devices, _top_ops(ev), "inferred")
-
-
-def _windows(trace: Trace, options: MemoryOptions) -> pl.DataFrame:
-    st = steps(trace, StepsOptions(marker=options.marker, warmup=options.warmup))
-    return step_windows(trace, st).sort(WindowCol.WINDOW_START)
 
 
 def _contexts(trace: Trace, index: HostIndex, ev: pl.DataFrame) -> _Context:
