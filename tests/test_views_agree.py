@@ -14,6 +14,7 @@ import pytest
 
 from conftest import ROOT, shared_trace
 from tracewhy.cli import main
+from tracewhy.renderers.jsonout import envelope
 from tracewhy.units import fmt_ns
 
 DEMO = ROOT / "examples" / "demo_cpu_training.pt.trace.json.gz"
@@ -154,3 +155,8 @@ def test_collectives_per_step_column_is_per_step(capsys: pytest.CaptureFixture[s
     assert per_step == pytest.approx(steady["comm_exposed_ns"], rel=0.01)
     _, text = _run(capsys, "overlap", str(path))
     assert "collectives over the 3 steady steps" in text and "total exposed" in text and "exposed per step" in text
+
+
+def test_a_payload_cannot_overwrite_the_envelope() -> None:
+    with pytest.raises(ValueError, match="warnings"):
+        envelope("steps", {"warnings": ["mine"]}, [])
