@@ -1,0 +1,30 @@
+"""Terminal table and JSON payload of ``which``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from tracewhy.findings.playbook import Answer
+
+
+def which_payload(words: list[str], found: list[Answer]) -> dict[str, Any]:
+    return {
+        "asked": " ".join(words),
+        "answers": [{"symptom": a.symptom, "tool": a.tool, "capture": a.capture, "look_for": a.look_for}
+                    for a in found],
+    }
+
+
+def render_which(words: list[str], found: list[Answer]) -> RenderableType:
+    if not found:
+        return Text(f"no entry matches {' '.join(words)!r}; `tracewhy which` lists them all")
+    t = Table(title="symptom -> first tool, the capture command, what to look for", show_lines=True)
+    for col in ("symptom", "tool", "capture", "look for"):
+        t.add_column(col, overflow="fold")
+    for a in found:
+        t.add_row(a.symptom, a.tool, a.capture, a.look_for)
+    return Group(t)
