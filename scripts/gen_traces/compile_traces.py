@@ -126,6 +126,14 @@ class Case:
         """The dynamic-shape case feeds a smaller batch in one step."""
         return SMALL_LAST_BATCH if step == self.small_batch_step else BATCH
 
+    def options(self) -> str:
+        """The profiler options, for the manifest."""
+        return "with_stack=True" if self.with_stack else "defaults (no record_shapes, no stacks)"
+
+    def manifest_planted(self) -> str:
+        return (f"{self.summary()} The TORCH_LOGS=\"{TORCH_LOGS}\" stderr of the same run is "
+                f"`{self.log_name()}` (paths made checkout-relative).")
+
     def summary(self) -> str:
         """The planted counts in one line, for the manifest."""
         steps = self.sched["active"]

@@ -3,11 +3,13 @@ options, the schedule and the planted cause. The manifest and ``make_all`` both 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import compile_trace
+import compile_traces
 import dataloader_traces
 import ddp_traces
 import dialect_traces
@@ -167,6 +169,9 @@ SPECS: tuple[TraceSpec, ...] = (
         "single-tensor path), and the loop reads the loss once per step in log_loss() under "
         "record_function('log_loss'): 7 aten::item per step, 6 of them the optimizer's.",
     ),
+    *(TraceSpec(c.key, (c.trace_name(),), functools.partial(compile_traces.make, c), "compile_traces.make",
+                c.options(), _sched(c.sched), c.manifest_planted(), timeout_s=900.0)
+      for c in compile_traces.CASES if compile_traces.available(c)),
 )
 
 DEMO = TraceSpec(

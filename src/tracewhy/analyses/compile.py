@@ -151,9 +151,8 @@ def _marked(trace: Trace) -> pl.DataFrame:
     host = trace.slices.filter(pl.col(Col.KIND).is_in([k.value for k in HOST_KINDS]))
     names = [n for n in host.get_column(Col.NAME).unique().to_list() if n is not None]
     roles = _roles(names)
-    if not roles:
-        return pl.DataFrame(schema={Col.ID: pl.Int64, Col.NAME: pl.String, _ROLE: pl.String})
-    role_table = pl.DataFrame({Col.NAME: list(roles), _ROLE: list(roles.values())})
+    role_table = pl.DataFrame({Col.NAME: list(roles), _ROLE: list(roles.values())},
+                              schema={Col.NAME: pl.String, _ROLE: pl.String})
     return (
         host.filter(pl.col(Col.NAME).is_in(list(roles)))
         .select(Col.ID, Col.KIND, pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, Col.PID, Col.TID, Col.PARENT)
