@@ -1,1 +1,2 @@
-"""Turn finished results into text: terminal tables, versioned JSON (later: HTML, annotated traces)."""
+"""Turn finished results into text: terminal tables, the one JSON envelope, the HTML report and the
+Perfetto export (annotated traces)."""
