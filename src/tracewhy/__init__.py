@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         gaps,
         info,
         kernels,
+        nsys_stats,
         nvtx,
         ops,
         overlap,
@@ -36,7 +37,7 @@ __version__ = "0.1.0"
 #: use: the CLI imports this package for ``__version__``, and importing every analysis up front
 #: would double a cached command's time.
 __all__ = ["Diagnosis", "Trace", "__version__", "blocks", "check", "diagnose", "diff", "gaps", "info", "kernels",
-           "load", "nvtx", "ops", "overlap", "slices", "steps", "to_pandas"]
+           "load", "nsys_stats", "nvtx", "ops", "overlap", "slices", "steps", "to_pandas"]
 
 
 def load(path: str | Path) -> Trace:

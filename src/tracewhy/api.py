@@ -32,6 +32,13 @@ from tracewhy.analyses.overlap import OverlapOptions, OverlapResult
 from tracewhy.analyses.overlap import overlap as _overlap
 from tracewhy.analyses.steps import StepsOptions, StepsResult
 from tracewhy.analyses.steps import steps as _steps
+from tracewhy.analyses.summaries import (
+    Summary,
+    api_summary,
+    kernel_summary,
+    memory_size_summary,
+    memory_time_summary,
+)
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.check import CheckOptions, CheckReport, parse_limit
 from tracewhy.findings.check import check as _check
@@ -154,6 +161,26 @@ def check(trace: TraceLike, *, baseline: TraceLike | None = None, step: str | No
     options = CheckOptions(limits=parsed, step_marker=step, warmup=warmup, allow_unmeasured=allow_unmeasured,
                            allow_partial=allow_partial)
     return public(_check(_trace(trace), options, _trace(baseline) if baseline is not None else None))
+
+
+#: ``nsys stats`` report names and the summaries that equal them row by row
+#: (tests/test_nsys_stats.py checks each against NVIDIA's own CSVs).
+NSYS_STATS_REPORTS: dict[str, Any] = {
+    "cuda_gpu_kern_sum": kernel_summary,
+    "cuda_api_sum": api_summary,
+    "cuda_gpu_mem_time_sum": memory_time_summary,
+    "cuda_gpu_mem_size_sum": memory_size_summary,
+}
+
+
+def nsys_stats(trace: TraceLike, report: str = "cuda_gpu_kern_sum") -> Summary:
+    """The table ``nsys stats --report REPORT`` prints (count, total, mean, median, min, max,
+    stddev, share per name), from any input format: a Kineto trace too."""
+    try:
+        summarize = NSYS_STATS_REPORTS[report]
+    except KeyError:
+        raise ValueError(f"unknown report {report!r}; one of {', '.join(NSYS_STATS_REPORTS)}") from None
+    return public(summarize(_trace(trace)))  # type: ignore[no-any-return]
 
 
 def to_pandas(table: pl.DataFrame) -> Any:
