@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from tracewhy.analyses.torch_logs import (
 from tracewhy.cli import main
 from tracewhy.errors import TraceError
 from tracewhy.findings.compile import compile_findings
+from tracewhy.model.schema import Col
 from tracewhy.readers import read_trace
 
 CASES = ("nobreak", "break_top", "break_item", "break_loop", "recompile")
@@ -116,6 +118,19 @@ def test_recompile_in_the_steady_part_with_its_cost() -> None:
     inner = [e["dur"] for e in events if _in(e, last) and e["name"] == "_compile.compile_inner (dynamo_timed)"]
     assert len(inner) == 1 and inner[0] * 1000 * 0.99 <= row[RecompileCol.COST_NS] <= last["dur"] * 1000
     assert r.steady_recompiles == 1
+
+
+def test_recompile_without_compile_id_annotations() -> None:
+    """Before torch 2.6 there are no ``*_data: compile_id=`` annotations: the recompile is the new
+    region 0/1 in a step that compiles, and costs that step's compile work."""
+    trace = read_trace(_trace("recompile"))
+    names = trace.slices.get_column(Col.NAME).cast(pl.String).str.replace(r"_data: .*", "_annotation")
+    old = replace(trace, slices=trace.slices.with_columns(names.cast(pl.Categorical)))
+    r = compile_analysis(old)
+    assert r.recompiles.select(RecompileCol.REGION, RecompileCol.STEP).rows() == [("0/1", "ProfilerStep#4")]
+    last = r.per_step.row(-1, named=True)
+    assert r.recompiles.get_column(RecompileCol.COST_NS)[0] == last[CompileStepCol.COMPILE_NS] > 0
+    assert r.cold_start_step == "ProfilerStep#0"
 
 
 def test_item_break_recompiles_the_resume_function() -> None:
