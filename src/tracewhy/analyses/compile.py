@@ -21,6 +21,7 @@ import polars as pl
 
 from tracewhy.analyses import compile_markers as M
 from tracewhy.analyses.steps import StepsResult, WindowCol, step_windows, steps
+from tracewhy.analyses.thread_intervals import END, inside, union_per_thread
 from tracewhy.model.schema import HOST_KINDS, Col, Kind
 from tracewhy.model.trace import Trace
 
@@ -109,7 +110,6 @@ class CompileResult:
 
 
 _STEP_INDEX = "_step"
-_END = "_end"
 _ROLE = "_role"
 
 
@@ -156,7 +156,7 @@ def _marked(trace: Trace) -> pl.DataFrame:
     return (
         host.filter(pl.col(Col.NAME).is_in(list(roles)))
         .select(Col.ID, Col.KIND, pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, Col.PID, Col.TID, Col.PARENT)
-        .with_columns((pl.col(Col.TS) + pl.col(Col.DUR)).alias(_END))
+        .with_columns((pl.col(Col.TS) + pl.col(Col.DUR)).alias(END))
         .join(role_table, on=Col.NAME, how="left")
     )
 
@@ -184,40 +184,11 @@ def _step_of(ts: pl.Series, windows: pl.DataFrame) -> pl.Series:
     return index.set(index == -1, None)
 
 
-def _union_per_thread(rows: pl.DataFrame) -> pl.DataFrame:
-    """Merge each thread's intervals (ts, _end) into disjoint ones."""
-    if rows.height == 0:
-        return rows.select(Col.PID, Col.TID, Col.TS, _END)
-    prev = pl.col(_END).cum_max().shift(1).over([Col.PID, Col.TID])
-    return (
-        rows.sort([Col.PID, Col.TID, Col.TS])
-        .with_columns((prev.is_null() | (pl.col(Col.TS) > prev)).cum_sum().alias("_group"))
-        .group_by("_group", maintain_order=True)
-        .agg(pl.col(Col.PID).first(), pl.col(Col.TID).first(), pl.col(Col.TS).min(), pl.col(_END).max())
-        .drop("_group")
-    )
-
-
-def _inside(points: pl.DataFrame, intervals: pl.DataFrame, label: str) -> pl.DataFrame:
-    """``points`` (ts, _end per thread) with a boolean ``label``: inside one of ``intervals``
-    (disjoint per thread) on the same thread."""
-    if intervals.height == 0 or points.height == 0:
-        return points.with_columns(pl.lit(False).alias(label))
-    iv = intervals.select(Col.PID, Col.TID, pl.col(Col.TS).alias("_iv_ts"), pl.col(_END).alias("_iv_end"))
-    return (
-        points.sort(Col.TS)
-        .join_asof(iv.sort("_iv_ts"), left_on=Col.TS, right_on="_iv_ts", by=[Col.PID, Col.TID], strategy="backward",
-                   check_sortedness=False)
-        .with_columns((pl.col("_iv_end").is_not_null() & (pl.col(_END) <= pl.col("_iv_end"))).alias(label))
-        .drop("_iv_ts", "_iv_end")
-    )
-
-
 def _regions(marked: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     """One row per region run: frame, compile id, step, and whether it runs nested in another."""
     r = marked.filter(pl.col(_ROLE) == _Role.REGION)
     ids = r.get_column(Col.NAME).str.extract_groups(M.REGION.pattern)
-    prev_end = pl.col(_END).cum_max().shift(1).over([Col.PID, Col.TID])
+    prev_end = pl.col(END).cum_max().shift(1).over([Col.PID, Col.TID])
     return (
         r.with_columns(
             ids.struct.field("1").cast(pl.Int64).alias(RegionCol.FRAME),
@@ -243,49 +214,70 @@ def _anchors(trace: Trace, ids: np.ndarray) -> np.ndarray:
         cur = np.where(up, parent[np.clip(cur, 0, None)], cur)
 
 
-def _eager_between(trace: Trace, regions: pl.DataFrame, marked: pl.DataFrame) -> pl.DataFrame:
+_NO_EAGER: Final = pl.Schema({_STEP_INDEX: pl.Int64(), CompileStepCol.EAGER_NS: pl.Int64(),
+                               CompileStepCol.EAGER_OPS: pl.UInt32()})
+
+
+def _eager_between(trace: Trace, regions: pl.DataFrame, marked: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     """Per step: eager aten ops (outermost) from the first outermost region's start to the last
     one's end under one anchor, outside every compiled-code wrapper and compile phase: the
     eager code of a graph break (inside the broken frame's region) and the eager ops between
-    per-block regions. Both sides of every join are sorted by time first."""
+    per-block regions."""
     outer = regions.filter(~pl.col("_nested"))
     if outer.height == 0:
-        return pl.DataFrame(schema={_STEP_INDEX: pl.Int64, CompileStepCol.EAGER_NS: pl.Int64,
-                                    CompileStepCol.EAGER_OPS: pl.UInt32})
+        return pl.DataFrame(schema=_NO_EAGER)
     outer = outer.with_columns(pl.Series("_anchor", _anchors(trace, outer.get_column(Col.ID).to_numpy())))
-    spans = outer.group_by([_STEP_INDEX, Col.PID, Col.TID, "_anchor"]).agg(pl.col(Col.TS).min(), pl.col(_END).max())
+    spans = outer.group_by([_STEP_INDEX, Col.PID, Col.TID, "_anchor"]).agg(pl.col(Col.TS).min(), pl.col(END).max())
     lo = spans.get_column(Col.TS).min()
-    hi = spans.get_column(_END).max()
+    hi = spans.get_column(END).max()
     if lo is None or hi is None:
-        return pl.DataFrame(schema={_STEP_INDEX: pl.Int64, CompileStepCol.EAGER_NS: pl.Int64,
-                                    CompileStepCol.EAGER_OPS: pl.UInt32})
+        return pl.DataFrame(schema=_NO_EAGER)
     s = trace.slices
     ops = s.filter((pl.col(Col.KIND) == Kind.CPU_OP.value) & pl.col(Col.TS).is_between(lo, hi))
     aten = ops.filter(pl.col(Col.NAME).cast(pl.String).str.starts_with(ATEN_PREFIX)).select(
-        Col.ID, Col.TS, Col.PID, Col.TID, Col.PARENT, (pl.col(Col.TS) + pl.col(Col.DUR)).alias(_END), Col.DUR
+        Col.ID, Col.TS, Col.PID, Col.TID, Col.PARENT, (pl.col(Col.TS) + pl.col(Col.DUR)).alias(END), Col.DUR
     )
     parent_names = s.get_column(Col.NAME).gather(aten.get_column(Col.PARENT).fill_null(0)).cast(pl.String)
     under_aten = aten.get_column(Col.PARENT).is_not_null() & parent_names.str.starts_with(ATEN_PREFIX).fill_null(False)
     outermost = ~under_aten
     aten = aten.filter(outermost)
-    hidden = _union_per_thread(marked.filter(pl.col(_ROLE).is_in([_Role.WRAPPER, _Role.GRAPH_CALL, _Role.COMPILE])))
-    in_span = _inside(aten, spans.select(Col.PID, Col.TID, Col.TS, _END), "_in_span").filter(pl.col("_in_span"))
-    eager = _inside(in_span, hidden, "_hidden").filter(~pl.col("_hidden"))
-    eager = eager.join_asof(spans.select(Col.PID, Col.TID, Col.TS, _STEP_INDEX).sort(Col.TS), on=Col.TS,
-                            by=[Col.PID, Col.TID], strategy="backward",
-                   check_sortedness=False)
-    return eager.group_by(_STEP_INDEX).agg(
+    hidden = union_per_thread(marked.filter(pl.col(_ROLE).is_in([_Role.WRAPPER, _Role.GRAPH_CALL, _Role.COMPILE])))
+    in_span = inside(aten, spans.select(Col.PID, Col.TID, Col.TS, END), "_in_span").filter(pl.col("_in_span"))
+    eager = inside(in_span, hidden, "_hidden").filter(~pl.col("_hidden"))
+    return eager.with_columns(_step_of(eager.get_column(Col.TS), windows)).group_by(_STEP_INDEX).agg(
         pl.col(Col.DUR).sum().alias(CompileStepCol.EAGER_NS), pl.len().alias(CompileStepCol.EAGER_OPS)
     )
+
+
+def _kernel_items(trace: Trace, marked: pl.DataFrame) -> pl.DataFrame:
+    """CUDA graph launches and kernels as host-side points (thread, ts, _end): GPU kernels by
+    their launch call (a kernel replayed from a CUDA graph carries the graph launch's
+    correlation, so it lands where the graph was replayed), inductor CPU kernels by frame."""
+    items = [
+        marked.filter(pl.col(_ROLE) == _Role.LAUNCH).select(
+            Col.PID, Col.TID, Col.TS, END, pl.lit(1).alias("_launch"), pl.lit(0).alias("_kernel")),
+        marked.filter(pl.col(_ROLE) == _Role.CPU_KERNEL).select(
+            Col.PID, Col.TID, Col.TS, END, pl.lit(0).alias("_launch"), pl.lit(1).alias("_kernel")),
+    ]
+    kernels = trace.of_kind(Kind.KERNEL).filter(pl.col(Col.LAUNCH).is_not_null())
+    if kernels.height:
+        launch = kernels.get_column(Col.LAUNCH)
+        s = trace.slices
+        ts = s.get_column(Col.TS).gather(launch)
+        items.append(pl.DataFrame({
+            Col.PID: s.get_column(Col.PID).gather(launch), Col.TID: s.get_column(Col.TID).gather(launch),
+            Col.TS: ts, END: ts + s.get_column(Col.DUR).gather(launch),
+        }).with_columns(pl.lit(0).alias("_launch"), pl.lit(1).alias("_kernel")))
+    return pl.concat(items, how="vertical_relaxed").with_columns(pl.col("_launch", "_kernel").cast(pl.Int64))
 
 
 def _innermost_region(items: pl.DataFrame, regions: pl.DataFrame) -> pl.DataFrame:
     """``items`` (ts, _end per thread) with ``_region_id``: the latest-started region that
     holds it, else the outermost one that does (a launch after a nested region ended)."""
-    all_runs = regions.select(Col.PID, Col.TID, pl.col(Col.TS).alias("_r_ts"), pl.col(_END).alias("_r_end"),
+    all_runs = regions.select(Col.PID, Col.TID, pl.col(Col.TS).alias("_r_ts"), pl.col(END).alias("_r_end"),
                               pl.col(Col.ID).alias("_r_id")).sort("_r_ts")
     outer = regions.filter(~pl.col("_nested")).select(
-        Col.PID, Col.TID, pl.col(Col.TS).alias("_o_ts"), pl.col(_END).alias("_o_end"), pl.col(Col.ID).alias("_o_id")
+        Col.PID, Col.TID, pl.col(Col.TS).alias("_o_ts"), pl.col(END).alias("_o_end"), pl.col(Col.ID).alias("_o_id")
     ).sort("_o_ts")
     j = (
         items.sort(Col.TS)
@@ -295,31 +287,9 @@ def _innermost_region(items: pl.DataFrame, regions: pl.DataFrame) -> pl.DataFram
                    check_sortedness=False)
     )
     return j.with_columns(
-        pl.when(pl.col(_END) <= pl.col("_r_end")).then("_r_id")
-        .when(pl.col(_END) <= pl.col("_o_end")).then("_o_id").alias("_region_id")
+        pl.when(pl.col(END) <= pl.col("_r_end")).then("_r_id")
+        .when(pl.col(END) <= pl.col("_o_end")).then("_o_id").alias("_region_id")
     ).select(pl.exclude("_r_ts", "_r_end", "_r_id", "_o_ts", "_o_end", "_o_id"))
-
-
-def _kernel_items(trace: Trace, marked: pl.DataFrame) -> pl.DataFrame:
-    """CUDA graph launches and kernels as host-side points (thread, ts, _end): GPU kernels by
-    their launch call (a kernel replayed from a CUDA graph carries the graph launch's
-    correlation, so it lands where the graph was replayed), inductor CPU kernels by frame."""
-    items = [
-        marked.filter(pl.col(_ROLE) == _Role.LAUNCH).select(
-            Col.PID, Col.TID, Col.TS, _END, pl.lit(1).alias("_launch"), pl.lit(0).alias("_kernel")),
-        marked.filter(pl.col(_ROLE) == _Role.CPU_KERNEL).select(
-            Col.PID, Col.TID, Col.TS, _END, pl.lit(0).alias("_launch"), pl.lit(1).alias("_kernel")),
-    ]
-    kernels = trace.of_kind(Kind.KERNEL).filter(pl.col(Col.LAUNCH).is_not_null())
-    if kernels.height:
-        launch = kernels.get_column(Col.LAUNCH)
-        s = trace.slices
-        ts = s.get_column(Col.TS).gather(launch)
-        items.append(pl.DataFrame({
-            Col.PID: s.get_column(Col.PID).gather(launch), Col.TID: s.get_column(Col.TID).gather(launch),
-            Col.TS: ts, _END: ts + s.get_column(Col.DUR).gather(launch),
-        }).with_columns(pl.lit(0).alias("_launch"), pl.lit(1).alias("_kernel")))
-    return pl.concat(items, how="vertical_relaxed").with_columns(pl.col("_launch", "_kernel").cast(pl.Int64))
 
 
 def _region_work(items: pl.DataFrame, regions: pl.DataFrame) -> pl.DataFrame:
@@ -336,21 +306,21 @@ def _region_work(items: pl.DataFrame, regions: pl.DataFrame) -> pl.DataFrame:
 def _step_kernels(items: pl.DataFrame, marked: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     """Per step: kernels and graph launches issued inside compiled code (regions, and graph
     calls, which is where the backward graphs run)."""
-    compiled = _union_per_thread(marked.filter(pl.col(_ROLE).is_in([_Role.REGION, _Role.GRAPH_CALL])))
-    inside = _inside(items, compiled, "_compiled").filter(pl.col("_compiled"))
-    return inside.with_columns(_step_of(inside.get_column(Col.TS), windows)).group_by(_STEP_INDEX).agg(
+    compiled = union_per_thread(marked.filter(pl.col(_ROLE).is_in([_Role.REGION, _Role.GRAPH_CALL])))
+    issued = inside(items, compiled, "_compiled").filter(pl.col("_compiled"))
+    return issued.with_columns(_step_of(issued.get_column(Col.TS), windows)).group_by(_STEP_INDEX).agg(
         pl.col("_kernel").sum().alias(CompileStepCol.KERNELS),
         pl.col("_launch").sum().alias(CompileStepCol.GRAPH_LAUNCHES))
 
 
 def _compile_work(marked: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     """Compile work merged per thread, each piece with its step and clipped to the window."""
-    merged = _union_per_thread(marked.filter(pl.col(_ROLE) == _Role.COMPILE))
+    merged = union_per_thread(marked.filter(pl.col(_ROLE) == _Role.COMPILE))
     merged = merged.with_columns(_step_of(merged.get_column(Col.TS), windows))
     wend = windows.get_column(WindowCol.WINDOW_END).to_numpy()
     idx = merged.get_column(_STEP_INDEX).fill_null(0).to_numpy()
     return merged.with_columns(
-        pl.min_horizontal(_END, pl.Series(wend[idx] if wend.size else idx)).alias("_clipped_end")
+        pl.min_horizontal(END, pl.Series(wend[idx] if wend.size else idx)).alias("_clipped_end")
     ).with_columns((pl.col("_clipped_end") - pl.col(Col.TS)).alias("_ns"))
 
 
@@ -426,7 +396,7 @@ def compile_analysis(trace: Trace, st: StepsResult | None = None) -> CompileResu
         _step_kernels(items, marked, windows),
         recompiles.group_by(_STEP_INDEX).agg(pl.len().alias(CompileStepCol.RECOMPILES)),
         work.group_by(_STEP_INDEX).agg(pl.col("_ns").sum().alias(CompileStepCol.COMPILE_NS)),
-        _eager_between(trace, regions, marked),
+        _eager_between(trace, regions, marked, windows),
         marked.filter(pl.col(_ROLE) == _Role.GRAPH_CALL).with_columns(_step_of(
             marked.filter(pl.col(_ROLE) == _Role.GRAPH_CALL).get_column(Col.TS), windows)
         ).group_by(_STEP_INDEX).agg(pl.len().alias(CompileStepCol.GRAPH_CALLS)),
