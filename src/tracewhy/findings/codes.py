@@ -52,6 +52,10 @@ class Code(str, Enum):
     DATA_PARALLEL_NOT_DDP = "data-parallel-not-ddp"
     SLOW_COMM_BACKEND = "slow-comm-backend"
     MEMORY_NEAR_LIMIT = "memory-near-limit"
+    MEMORY_PEAK = "memory-peak"
+    MEMORY_FRAGMENTATION = "memory-fragmentation"
+    MEMORY_GROWTH = "memory-growth"
+    ALLOCATOR_CHURN = "allocator-churn"
     COMM_EXPOSED = "comm-exposed"
     BLOCK_ATTRIBUTION = "block-attribution"
     # Many ranks (tracewhy ranks).
@@ -133,7 +137,14 @@ _MEANING: Final[dict[Code, str]] = {
                               "kernel time.",
     Code.DATA_PARALLEL_NOT_DDP: "One process drives several GPUs through torch.nn.DataParallel.",
     Code.SLOW_COMM_BACKEND: "Collectives run on gloo although the job uses GPUs.",
-    Code.MEMORY_NEAR_LIMIT: "Reserved GPU memory is near the device's capacity.",
+    Code.MEMORY_NEAR_LIMIT: "Reserved GPU memory is near the device's capacity; the ledger at the allocation peak "
+                            "says what fills it.",
+    Code.MEMORY_PEAK: "What was live at a device's allocation peak (the ledger), and what lowers its largest part.",
+    Code.MEMORY_FRAGMENTATION: "Reserved memory far above allocated: cached free blocks and fragmentation hold "
+                               "memory no tensor uses.",
+    Code.MEMORY_GROWTH: "Allocated memory grows across the steady steps: a leak signature.",
+    Code.ALLOCATOR_CHURN: "Reserved memory changes in steady steps: the caching allocator calls cudaMalloc/cudaFree "
+                          "again and again.",
     Code.COMM_EXPOSED: "Communication with no compute under it is on the critical path.",
     Code.BLOCK_ATTRIBUTION: "GPU time per step by annotated block: which block gates the step.",
     Code.RANK_STRAGGLER: "The rank the others wait for at matched collectives, and what it did meanwhile.",

@@ -6,8 +6,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tracewhy.analyses.gaps import GapsResult
+from tracewhy.analyses.memory import MemoryResult
 from tracewhy.analyses.steps import StepsResult
-from tracewhy.findings import blocks, host, idle, nsys_rules, overlap, platform, trust
+from tracewhy.findings import blocks, host, idle, memory, nsys_rules, overlap, platform, trust
 from tracewhy.findings.basis import Basis, basis
 from tracewhy.findings.codes import Code
 from tracewhy.findings.consolidate import consolidate
@@ -20,7 +21,7 @@ Rule = Callable[[Context], list[Finding]]
 #: Every rule module; each returns the findings it can make for one trace.
 RULES: tuple[Rule, ...] = (
     trust.findings, idle.findings, host.findings, platform.findings, overlap.findings, blocks.findings,
-    nsys_rules.findings,
+    nsys_rules.findings, memory.findings,
 )
 
 
@@ -33,6 +34,8 @@ class Report:
     steps: StepsResult
     gaps: GapsResult
     basis: Basis
+    #: The memory analysis the memory findings rest on; None without ``[memory]`` events.
+    memory: MemoryResult | None = None
 
     @property
     def healthy(self) -> bool:
@@ -61,4 +64,4 @@ def diagnose(trace: Trace, options: DiagnoseOptions | None = None) -> Report:
     # What recoverable times are shares of: the GPU's step window, else the host's median step.
     window = b.window_ns if b.device is not None and b.window_ns > 0 else (stats.p50_ns if stats else None)
     return Report(path=trace.meta.path, findings=consolidate(found, window), steps=ctx.steps(), gaps=ctx.gaps(),
-                  basis=b)
+                  basis=b, memory=memory.memory_result(ctx) if trace.slices.height else None)

@@ -4,38 +4,17 @@ allocated growing over the steady steps, and the allocator going back to the dri
 
 from __future__ import annotations
 
-from typing import Final, cast
+from typing import Final
 
 import polars as pl
 
-from tracewhy.analyses.memory import ChurnCol, DeviceMemory, MemoryResult
+from tracewhy.analyses.memory import ChurnCol, DeviceMemory, MemoryResult, analyze_memory
 from tracewhy.analyses.memory_snapshot import SnapshotDevice, SnapshotResult
+from tracewhy.findings import thresholds as th
 from tracewhy.findings.codes import Code
+from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding, Severity
 from tracewhy.units import fmt_bytes, fmt_pct
-
-# Codes as plain strings until they join findings.codes.Code (a str enum: they compare and
-# serialize the same either way).
-MEMORY_PEAK: Final = cast(Code, "memory-peak")
-MEMORY_FRAGMENTATION: Final = cast(Code, "memory-fragmentation")
-MEMORY_GROWTH: Final = cast(Code, "memory-growth")
-ALLOCATOR_CHURN: Final = cast(Code, "allocator-churn")
-
-# Thresholds (to move into findings/thresholds.py with the codes).
-#: Reserved-but-unallocated share of reserved at the peak from which the cache is called
-#: fragmented: PyTorch's allocator docs treat a third of reserved memory idle as the point where
-#: expandable_segments pays off; below it the slack is the cache doing its job.
-FRAGMENTATION_SHARE: Final = 0.30
-#: ...and at least this many bytes: a third of a small cache is not worth a setting.
-FRAGMENTATION_MIN_BYTES: Final = 256 * 1024**2
-#: Allocated growth per steady step, as a share of the peak, from which memory is said to grow:
-#: a leak of 0.5% a step reaches the peak again in 200 steps.
-GROWTH_SHARE_PER_STEP: Final = 0.005
-#: Steady steps needed before a slope is a trend rather than two points.
-GROWTH_MIN_STEPS: Final = 3
-#: Reserved changes (cudaMalloc/cudaFree by the caching allocator) per steady step from which
-#: the allocator is churning: in a settled loop the cache is warm and reserved stays flat.
-CHURN_RESERVE_CHANGES_PER_STEP: Final = 1.0
 
 #: What lowers each ledger category at the peak, for the memory-peak finding.
 REMEDIES: Final = {
@@ -48,6 +27,25 @@ REMEDIES: Final = {
     "kv_cache": "a paged or quantized KV cache, or a shorter maximum context",
     "inputs": "smaller batches on the device, or moving inputs later",
 }
+
+
+def memory_result(ctx: Context) -> MemoryResult | None:
+    """The trace's memory analysis, once per diagnosis and on its host index and steps; None
+    without ``[memory]`` events (a capture without profile_memory)."""
+    if ctx.trace.memory.height == 0:
+        return None
+    return ctx.cached("memory", lambda: analyze_memory(ctx.trace, host=ctx.host(), step_result=ctx.steps()))
+
+
+def findings(ctx: Context) -> list[Finding]:
+    """The rule ``diagnose`` runs: the memory findings when the trace has memory events."""
+    r = memory_result(ctx)
+    return memory_findings(r) if r is not None else []
+
+
+def ledger_parts(ledger: dict[str, int]) -> list[tuple[str, int]]:
+    """The ledger's non-empty categories, largest first (ties in the ledger's own order)."""
+    return sorted(((k, v) for k, v in ledger.items() if v > 0), key=lambda kv: -kv[1])
 
 
 def memory_findings(result: MemoryResult) -> list[Finding]:
@@ -75,15 +73,15 @@ def snapshot_findings(result: SnapshotResult) -> list[Finding]:
 
 
 def _peak(d: DeviceMemory, source: str) -> list[Finding]:
-    ledger = {k: v for k, v in d.ledger.items() if v > 0}
+    ledger = dict(ledger_parts(d.ledger))
     if not d.peak_allocated_bytes:
         return []
-    parts = ", ".join(f"{k} {fmt_bytes(v)}" for k, v in sorted(ledger.items(), key=lambda kv: -kv[1]))
+    parts = ", ".join(f"{k} {fmt_bytes(v)}" for k, v in ledger.items())
     largest = max((k for k in ledger if k in REMEDIES), key=lambda k: ledger[k], default=None)
     where = " ".join(x for x in (f"in {d.peak_step}" if d.peak_step else "",
                                  f"during {d.peak_op}" if d.peak_op else "") if x)
     return [Finding(
-        code=MEMORY_PEAK, severity=Severity.INFO,
+        code=Code.MEMORY_PEAK, severity=Severity.INFO,
         statement=f"{d.device} peaks at {fmt_bytes(d.peak_allocated_bytes)} allocated "
                   f"({fmt_bytes(d.reserved_at_peak_bytes)} reserved) {where}; "
                   f"{'(allocated counted from the trace start) ' if d.allocated_source == 'running_sum' else ''}"
@@ -99,11 +97,12 @@ def _peak(d: DeviceMemory, source: str) -> list[Finding]:
 def _fragmentation(device: str, allocated: int, reserved: int, when: str, *, expandable: bool = False,
                    largest_free: int | None = None) -> list[Finding]:
     slack = reserved - allocated
-    if reserved <= 0 or slack < FRAGMENTATION_MIN_BYTES or slack / reserved < FRAGMENTATION_SHARE:
+    if reserved <= 0 or slack < th.MEMORY_FRAGMENTATION_MIN_BYTES \
+            or slack / reserved < th.MEMORY_FRAGMENTATION_SHARE:
         return []
     tail = f"; the largest free block is {fmt_bytes(largest_free)}" if largest_free is not None else ""
     return [Finding(
-        code=MEMORY_FRAGMENTATION, severity=Severity.MEDIUM,
+        code=Code.MEMORY_FRAGMENTATION, severity=Severity.MEDIUM,
         statement=f"{device} holds {fmt_bytes(slack)} reserved but unallocated {when} "
                   f"({fmt_pct(slack / reserved)} of {fmt_bytes(reserved)} reserved){tail}.",
         next_step="Already on expandable segments: look for many differently sized, long-lived blocks." if expandable
@@ -116,12 +115,12 @@ def _fragmentation(device: str, allocated: int, reserved: int, when: str, *, exp
 def _growth(d: DeviceMemory) -> list[Finding]:
     steady = d.steps.filter(pl.col(ChurnCol.STEADY) & pl.col(ChurnCol.ALLOCATED_AT_END).is_not_null())
     slope = d.growth_bytes_per_step
-    if slope is None or steady.height < GROWTH_MIN_STEPS or not d.peak_allocated_bytes \
-            or slope / d.peak_allocated_bytes < GROWTH_SHARE_PER_STEP:
+    if slope is None or steady.height < th.MEMORY_GROWTH_MIN_STEPS or not d.peak_allocated_bytes \
+            or slope / d.peak_allocated_bytes < th.MEMORY_GROWTH_SHARE_PER_STEP:
         return []
     ends = steady.get_column(ChurnCol.ALLOCATED_AT_END)
     return [Finding(
-        code=MEMORY_GROWTH, severity=Severity.HIGH,
+        code=Code.MEMORY_GROWTH, severity=Severity.HIGH,
         statement=f"{d.device}: allocated memory grows {fmt_bytes(int(slope))} per steady step "
                   f"({fmt_bytes(int(ends[0]))} to {fmt_bytes(int(ends[-1]))} over {steady.height} steps): "
                   "a leak signature.",
@@ -138,11 +137,11 @@ def _churn(d: DeviceMemory) -> list[Finding]:
         return []
     changes = int(steady.get_column(ChurnCol.RESERVE_CHANGES).sum())
     per_step = changes / steady.height
-    if per_step < CHURN_RESERVE_CHANGES_PER_STEP:
+    if per_step < th.ALLOCATOR_CHURN_RESERVE_CHANGES_PER_STEP:
         return []
     allocs = int(steady.get_column(ChurnCol.ALLOCATIONS).sum()) / steady.height
     return [Finding(
-        code=ALLOCATOR_CHURN, severity=Severity.MEDIUM,
+        code=Code.ALLOCATOR_CHURN, severity=Severity.MEDIUM,
         statement=f"{d.device}: reserved memory changes {per_step:.1f} times per steady step (cudaMalloc/cudaFree "
                   f"by the caching allocator) among {allocs:.0f} allocations per step.",
         next_step="Keep shapes stable between steps, avoid torch.cuda.empty_cache() in the loop, and try "
@@ -158,7 +157,7 @@ def _snapshot_peak(d: SnapshotDevice) -> list[Finding]:
     parts = "; ".join(f"{frame} {fmt_bytes(int(nbytes))} in {blocks} blocks" for frame, blocks, nbytes, _ in top)
     ooms = d.ooms.height
     return [Finding(
-        code=MEMORY_PEAK, severity=Severity.HIGH if ooms else Severity.INFO,
+        code=Code.MEMORY_PEAK, severity=Severity.HIGH if ooms else Severity.INFO,
         statement=f"cuda:{d.device} peaks at {fmt_bytes(d.peak_allocated_bytes)} allocated in the recorded window"
                   f"{f' and ran out of memory {ooms} times' if ooms else ''}; "
                   f"largest live at the peak: {parts or 'none'}.",

@@ -9,10 +9,12 @@ import re
 import polars as pl
 
 from tracewhy.analyses.kernels import kernels
+from tracewhy.analyses.memory import MemoryResult
 from tracewhy.analyses.tensor_cores import CANDIDATE, TensorCoresResult, tensor_cores
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
+from tracewhy.findings.memory import ledger_parts, memory_result
 from tracewhy.findings.model import Finding, Severity
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, Col, DCol, MCol
 from tracewhy.model.trace import Trace
@@ -123,6 +125,7 @@ def _memory(ctx: Context) -> list[Finding]:
     if mem.height == 0 or t.devices.height == 0:
         return []
     peak = mem.group_by(MCol.DEVICE_ID).agg(pl.col(MCol.TOTAL_RESERVED).max().alias("reserved"))
+    analysis = memory_result(ctx)
     out = []
     for device, reserved in peak.iter_rows():
         total = t.devices.filter(pl.col(DCol.DEVICE) == device).get_column(DCol.TOTAL_MEM)
@@ -130,12 +133,26 @@ def _memory(ctx: Context) -> list[Finding]:
             continue
         share = reserved / total[0]
         if share >= th.MEMORY_NEAR_LIMIT:
+            ledger, source, fills = _ledger_at_peak(analysis, f"cuda:{device}")
             out.append(Finding(
                 code=Code.MEMORY_NEAR_LIMIT, severity=Severity.MEDIUM,
-                statement=f"GPU {device} reserved {fmt_bytes(reserved)} of {fmt_bytes(total[0])} ({pct(share)}): no "
-                          "headroom for a larger batch, and fragmentation can trigger out-of-memory errors.",
+                statement=f"GPU {device} reserved {fmt_bytes(reserved)} of {fmt_bytes(total[0])} ({pct(share)})"
+                          f"{fills}: no headroom for a larger batch, and fragmentation can trigger out-of-memory "
+                          "errors.",
                 next_step="Look at the allocation timeline (torch.cuda.memory._record_memory_history + "
                           "_dump_snapshot); activation checkpointing or a smaller micro-batch frees room.",
-                evidence={"device": device, "reserved_bytes": reserved, "total_bytes": total[0]},
+                evidence={"device": device, "reserved_bytes": reserved, "total_bytes": total[0], "ledger": ledger,
+                          "ledger_source": source},
             ))
     return out
+
+
+def _ledger_at_peak(analysis: MemoryResult | None, device: str) -> tuple[dict[str, int] | None, str | None, str]:
+    """The device's ledger at its allocation peak, where it came from, and the words that name
+    its two largest parts ("" when the analysis has no such device)."""
+    d = next((x for x in analysis.devices if x.device == device), None) if analysis is not None else None
+    if analysis is None or d is None:
+        return None, None, ""
+    top = ledger_parts(d.ledger)[:2]
+    words = " and ".join(f"{k} ({fmt_bytes(v)})" for k, v in top)
+    return d.ledger, analysis.ledger_source, f"; at the allocation peak mostly {words}" if top else ""

@@ -52,6 +52,20 @@ PAGEABLE_MIN_BYTES: Final = 1 << 20
 #: Reserved memory at this share of the device's memory leaves no headroom for fragmentation
 #: or a larger batch (tb_plugin warned near the limit too).
 MEMORY_NEAR_LIMIT: Final = 0.90
+#: Reserved-but-unallocated share of reserved at the peak from which the cache is called
+#: fragmented: PyTorch's allocator docs treat a third of reserved memory idle as the point where
+#: expandable_segments pays off; below it the slack is the cache doing its job.
+MEMORY_FRAGMENTATION_SHARE: Final = 0.30
+#: ...and at least this many bytes: a third of a small cache is not worth a setting.
+MEMORY_FRAGMENTATION_MIN_BYTES: Final = 256 * 1024**2
+#: Allocated growth per steady step, as a share of the peak, from which memory is said to grow:
+#: a leak of 0.5% a step reaches the peak again in 200 steps.
+MEMORY_GROWTH_SHARE_PER_STEP: Final = 0.005
+#: Steady steps needed before a slope is a trend rather than two points.
+MEMORY_GROWTH_MIN_STEPS: Final = 3
+#: Reserved changes (cudaMalloc/cudaFree by the caching allocator) per steady step from which
+#: the allocator is churning: in a settled loop the cache is warm and reserved stays flat.
+ALLOCATOR_CHURN_RESERVE_CHANGES_PER_STEP: Final = 1.0
 
 # --- precision -----------------------------------------------------------------------------
 #: Share of GPU time in tensor-core-eligible kernels (GEMM, convolution) running without
