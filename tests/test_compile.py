@@ -197,6 +197,17 @@ def test_real_triton_trace_kernels_land_on_their_region() -> None:
     assert r.regions.select(RegionCol.REGION, RegionCol.KERNELS).rows() == [("0/0", len(kernels))]
 
 
+def test_triton_kernels_replayed_outside_any_region_still_count() -> None:
+    """vLLM replays inductor's Triton kernels from a CUDA graph without Dynamo's regions."""
+    path = shared_trace("tracelens/mi300x_vllm_decode_fullgraph_replay.json.gz")
+    r = compile_analysis(read_trace(path))
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        triton = [e for e in json.load(f)["traceEvents"]
+                  if e.get("cat") == "kernel" and str(e["name"]).startswith("triton_")]
+    assert r.per_step.get_column(CompileStepCol.KERNELS).to_list() == [len(triton)]
+    assert not r.has_compile  # no region and no compile work: not a torch.compile capture by itself
+
+
 def test_trace_without_compile_markers() -> None:
     r = compile_analysis(read_trace(GENERATED / "cpu_eager_schedule.pt.trace.json.gz"))
     assert not r.has_compile and compile_findings(r, 1e6) == []

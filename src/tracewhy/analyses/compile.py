@@ -255,20 +255,24 @@ def _kernel_items(trace: Trace, marked: pl.DataFrame) -> pl.DataFrame:
     correlation, so it lands where the graph was replayed), inductor CPU kernels by frame."""
     items = [
         marked.filter(pl.col(_ROLE) == _Role.LAUNCH).select(
-            Col.PID, Col.TID, Col.TS, END, pl.lit(1).alias("_launch"), pl.lit(0).alias("_kernel")),
+            Col.PID, Col.TID, Col.TS, END, pl.lit(1).alias("_launch"), pl.lit(0).alias("_kernel"),
+            pl.lit(False).alias("_triton")),
         marked.filter(pl.col(_ROLE) == _Role.CPU_KERNEL).select(
-            Col.PID, Col.TID, Col.TS, END, pl.lit(0).alias("_launch"), pl.lit(1).alias("_kernel")),
+            Col.PID, Col.TID, Col.TS, END, pl.lit(0).alias("_launch"), pl.lit(1).alias("_kernel"),
+            pl.lit(False).alias("_triton")),
     ]
     kernels = trace.of_kind(Kind.KERNEL).filter(pl.col(Col.LAUNCH).is_not_null())
     if kernels.height:
+        names = [n for n in kernels.get_column(Col.NAME).unique().to_list() if n and M.TRITON_KERNEL.match(n)]
         launch = kernels.get_column(Col.LAUNCH)
         s = trace.slices
         ts = s.get_column(Col.TS).gather(launch)
         items.append(pl.DataFrame({
             Col.PID: s.get_column(Col.PID).gather(launch), Col.TID: s.get_column(Col.TID).gather(launch),
             Col.TS: ts, END: ts + s.get_column(Col.DUR).gather(launch),
+            "_triton": kernels.get_column(Col.NAME).is_in(names),
         }).with_columns(pl.lit(0).alias("_launch"), pl.lit(1).alias("_kernel")))
-    return pl.concat(items, how="vertical_relaxed").with_columns(pl.col("_launch", "_kernel").cast(pl.Int64))
+    return pl.concat(items, how="diagonal_relaxed").with_columns(pl.col("_launch", "_kernel").cast(pl.Int64))
 
 
 def _innermost_region(items: pl.DataFrame, regions: pl.DataFrame) -> pl.DataFrame:
@@ -305,9 +309,10 @@ def _region_work(items: pl.DataFrame, regions: pl.DataFrame) -> pl.DataFrame:
 
 def _step_kernels(items: pl.DataFrame, marked: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     """Per step: kernels and graph launches issued inside compiled code (regions, and graph
-    calls, which is where the backward graphs run)."""
+    calls, which is where the backward graphs run), and Triton kernels wherever they were
+    launched (vLLM runs inductor's graphs without Dynamo, replayed from CUDA graphs)."""
     compiled = union_per_thread(marked.filter(pl.col(_ROLE).is_in([_Role.REGION, _Role.GRAPH_CALL])))
-    issued = inside(items, compiled, "_compiled").filter(pl.col("_compiled"))
+    issued = inside(items, compiled, "_compiled").filter(pl.col("_compiled") | pl.col("_triton"))
     return issued.with_columns(_step_of(issued.get_column(Col.TS), windows)).group_by(_STEP_INDEX).agg(
         pl.col("_kernel").sum().alias(CompileStepCol.KERNELS),
         pl.col("_launch").sum().alias(CompileStepCol.GRAPH_LAUNCHES))
