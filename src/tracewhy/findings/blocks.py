@@ -1,11 +1,13 @@
 """Which annotated block gates the step: the block attribution line, and whether a synchronize
-ends the blocks (then their times are attribution, not throughput)."""
+ends the blocks (then their times are attribution, not throughput), for profiler traces and for
+instrument logs' block timers alike."""
 
 from __future__ import annotations
 
 import polars as pl
 
 from tracewhy.analyses.blocks import BlockCol, BlocksOptions, BlocksResult, blocks
+from tracewhy.analyses.log_blocks import GPU, LogBlocksCol, LogBlocksResult
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
@@ -75,4 +77,52 @@ def synchronized_blocks(r: BlocksResult) -> Finding | None:
                   "Read the block times as attribution, not throughput.",
         next_step="Measure throughput without the per-block torch.cuda.synchronize() (at most one per step).",
         evidence={"blocks_with_gpu_work": n, "ended_by_sync": synced, "share": round(share, 3)},
+    )
+
+
+def log_attribution(r: LogBlocksResult) -> Finding | None:
+    """The same line from block timers: 'denoise 435 ms (66.8%), ...' per rank, over its top-level
+    blocks, as the mean per steady step (or chunk) and the share of those blocks' time."""
+    top = r.table.filter(pl.col(LogBlocksCol.LEVEL) == pl.col(LogBlocksCol.LEVEL).min().over(LogBlocksCol.RANK))
+    if top.height < th.BLOCKS_MIN_FOR_ATTRIBUTION:
+        return None
+    ranks = top.get_column(LogBlocksCol.RANK).unique(maintain_order=True).to_list()
+    lines = []
+    for rank in ranks:
+        rows = top.filter(pl.col(LogBlocksCol.RANK) == rank).head(_NAMED).iter_rows(named=True)
+        line = ", ".join(f"{b[LogBlocksCol.NAME]} {b[LogBlocksCol.PER_UNIT] / 1e6:.3g} ms "
+                         f"({100 * (b[LogBlocksCol.SHARE] or 0.0):.1f}%)" for b in rows)
+        lines.append(f"rank {rank}: {line}" if len(ranks) > 1 else line)
+    time = "GPU time" if r.basis == GPU else "Host time"
+    per = f"per {r.unit}" if r.unit != "capture" else "over the log (no steps or chunks)"
+    counts = sorted(r.steady_units.items())
+    steady = str(counts[0][1]) if len({n for _, n in counts}) == 1 else \
+        "(" + ", ".join(f"rank {k}: {n}" for k, n in counts) + ")"
+    window = f"mean over {steady} steady {r.unit}s after {r.warmup} warm-up" if r.unit != "capture" else "every block"
+    first = top.row(0, named=True)
+    return Finding(
+        code=Code.BLOCK_ATTRIBUTION, severity=Severity.INFO,
+        statement=(f"{time} {per} by block ({window}; share of the top-level blocks' time on each rank): "
+                   f"{'; '.join(lines)}."),
+        next_step=(f"Start with {first[LogBlocksCol.NAME]!r}: profile a few steps with tracewhy.capture.profile and "
+                   f"run tracewhy blocks TRACE --names '{first[LogBlocksCol.NAME]}' for the kernels inside it."),
+        evidence={"unit": r.unit, "basis": r.basis, "warmup": r.warmup, "steady_units": r.steady_units,
+                  "blocks": top.select(LogBlocksCol.RANK, LogBlocksCol.NAME, LogBlocksCol.PER_UNIT,
+                                       LogBlocksCol.SHARE).to_dicts()},
+    )
+
+
+def log_synchronized(r: LogBlocksResult) -> Finding | None:
+    """The log was written in attribution mode (``block(..., sync=True)``): every such block
+    drained the GPU at its end, which removes the overlap the job has without it."""
+    if not r.synced_instances and not r.sync:
+        return None
+    return Finding(
+        code=Code.BLOCKS_SYNCHRONIZED, severity=Severity.TRUST,
+        statement=(f"Written in attribution mode (sync=True): a synchronize ends {r.synced_instances} of "
+                   f"{r.instances} steady blocks, so the GPU drains after each and blocks cannot overlap. The "
+                   "block times attribute the step; they do not measure its throughput, and any overlap is lost."),
+        next_step=("Measure throughput with the blocks written without sync (tracewhy.instrument.block(name) "
+                   "records CUDA events and never synchronizes), and compare the step times."),
+        evidence={"synced_instances": r.synced_instances, "instances": r.instances, "header_sync": r.sync},
     )
