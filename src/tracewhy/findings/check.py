@@ -23,13 +23,14 @@ from tracewhy.findings.basis import basis
 from tracewhy.findings.compare import SLOWER, Comparison, compare
 from tracewhy.findings.context import Context, DiagnoseOptions
 from tracewhy.findings.diagnose import diagnose
+from tracewhy.findings.memory import memory_result
 from tracewhy.findings.model import Severity
 from tracewhy.findings.overlap import overlap_result
 from tracewhy.findings.sync_count import COUNTED, blocking_syncs
 from tracewhy.model.trace import Trace
 from tracewhy.units import fmt_ns, fmt_pct
 
-SHARE, DURATION, COUNT = "share", "duration", "count"
+SHARE, DURATION, COUNT, BYTES = "share", "duration", "count", "bytes"
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ class Measured:
 class Metric:
     name: str
     bounds: tuple[str, ...]  # which of "max" / "min" make sense
-    unit: str  # SHARE (0..1, written as a percentage), DURATION (ns) or COUNT
+    unit: str  # SHARE (0..1, written as a percentage), DURATION (ns), COUNT or BYTES
     help: str
     measure: Callable[[Context], Measured]
 
@@ -177,6 +178,19 @@ def _high_findings(ctx: Context) -> Measured:
     return Measured(float(len(high)), ", ".join(high) or None)
 
 
+def _peak_memory(ctx: Context) -> Measured:
+    """The highest allocation peak over the GPUs (the host's when the trace has no GPU memory
+    events), as ``memory`` reports it: the allocator's own Total Allocated."""
+    r = memory_result(ctx)
+    if r is None or not r.devices:
+        return Measured(None, "no [memory] events: profile with profile_memory=True")
+    devices = [d for d in r.devices if d.device != "cpu"] or list(r.devices)
+    top = max(devices, key=lambda d: d.peak_allocated_bytes)
+    where = f" in {top.peak_step}" if top.peak_step else ""
+    return Measured(float(top.peak_allocated_bytes),
+                    f"{top.device}{where}: {top.peak_allocated_bytes:,} B allocated at its peak")
+
+
 METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("step-p50", ("max",), DURATION, "median steady step time", _step_quantile("p50_ns")),
     Metric("step-p90", ("max",), DURATION, "90th percentile steady step time", _step_quantile("p90_ns")),
@@ -189,12 +203,17 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("kernels-per-step", ("max",), COUNT, "kernels launched per steady step (fusion regressions)",
            _kernels_per_step),
     Metric("high-findings", ("max",), COUNT, "diagnose findings of high severity", _high_findings),
+    Metric("peak-memory", ("max",), BYTES, "allocated memory at the peak, highest GPU (profile_memory traces)",
+           _peak_memory),
 )}
 
 
 # --- limits ---------------------------------------------------------------------------------------
 
 _DURATION_UNITS = {"ns": 1.0, "us": 1e3, "µs": 1e3, "ms": 1e6, "s": 1e9}
+#: Sizes: binary (KiB, MiB, GiB, TiB) and decimal (kB, MB, GB, TB) units, any case.
+_SIZE_UNITS = {"b": 1, **{f"{p}ib": 1 << (10 * i) for i, p in enumerate("kmgt", 1)},
+               **{f"{p}b": 1000**i for i, p in enumerate("kmgt", 1)}}
 _NUMBER = r"[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?"
 
 
@@ -208,7 +227,7 @@ def parse_limit(key: str, text: object) -> Limit:
     if bound not in metric.bounds:
         raise ValueError(f"{key}: {metric.name} takes only {' or '.join(metric.bounds)}")
     raw = str(text).strip()
-    if re.fullmatch(rf"-\s*{_NUMBER}\s*(%|ns|us|µs|ms|s)?", raw):
+    if re.fullmatch(rf"-\s*{_NUMBER}\s*(%|ns|us|µs|ms|s|[kmgt]?i?b)?", raw, re.IGNORECASE):
         raise ValueError(f"{key}: must be ≥ 0, got {raw!r}")
     if metric.unit == SHARE:
         m = re.fullmatch(rf"({_NUMBER})\s*(%?)", raw)
@@ -224,6 +243,11 @@ def parse_limit(key: str, text: object) -> Limit:
         if not m:
             raise ValueError(f"{key}: expected a duration with its unit, like 120ms, 1.5s or 800us, got {raw!r}")
         value = float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+    elif metric.unit == BYTES:
+        m = re.fullmatch(rf"({_NUMBER})\s*([a-z]+)", raw, re.IGNORECASE)
+        if not m or m.group(2).lower() not in _SIZE_UNITS:
+            raise ValueError(f"{key}: expected a size with its unit, like 40GiB, 512MB or 1000000B, got {raw!r}")
+        value = float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]
     else:
         m = re.fullmatch(_NUMBER, raw)
         if not m:
@@ -239,7 +263,18 @@ def fmt_value(unit: str, value: float | None) -> str:
         return fmt_pct(value)
     if unit == DURATION:
         return fmt_ns(value)
+    if unit == BYTES:
+        return _fmt_size(value)
     return f"{value:g}" if value == int(value) else f"{value:.2f}"
+
+
+def _fmt_size(n: float) -> str:
+    """Bytes in binary units to three decimals (40 GiB, 6.174 GiB), so a limit and a peak near it
+    read apart; the measured note gives the exact bytes."""
+    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.3f}".rstrip("0").rstrip(".") + f" {unit}"
+    return f"{n:.0f} B"
 
 
 # --- the gate -------------------------------------------------------------------------------------

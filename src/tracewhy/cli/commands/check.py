@@ -41,7 +41,7 @@ class CheckCommand(Command):
                                  "by default it fails as partial-trace")
         for metric in METRICS.values():
             for bound in metric.bounds:
-                example = {"share": "PCT", "duration": "TIME", "count": "N"}[metric.unit]
+                example = {"share": "PCT", "duration": "TIME", "count": "N", "bytes": "SIZE"}[metric.unit]
                 parser.add_argument(f"--{bound}-{metric.name}", metavar=example, dest=f"limit:{bound}-{metric.name}",
                                     help=f"{bound} {metric.help}")
 
