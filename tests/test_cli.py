@@ -73,18 +73,3 @@ def test_console_script_and_module_entry_points() -> None:
 def test_usage_error_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["kernels"]) == 2
     assert main(["steps", str(DEMO), "--warmup", "-1"]) == 2
-
-
-def test_progress_bar_appears_only_after_a_second(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tracewhy.cli import base
-
-    clock = [100.0]
-    monkeypatch.setattr(base.time, "monotonic", lambda: clock[0])
-    bar = base._LazyProgress("reading x")
-    bar(10, 100)
-    assert bar.progress is None  # under a second: nothing drawn
-    clock[0] += 1.5
-    bar(20, 100)
-    assert bar.progress is not None
-    bar(100, 100)
-    bar.close()

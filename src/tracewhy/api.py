@@ -39,6 +39,7 @@ from tracewhy.analyses.summaries import (
     memory_size_summary,
     memory_time_summary,
 )
+from tracewhy.errors import install_hint
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.check import CheckOptions, CheckReport, parse_limit
 from tracewhy.findings.check import check as _check
@@ -56,7 +57,7 @@ from tracewhy.units import printable
 TraceLike = Trace | str | Path
 R = TypeVar("R")
 
-_PANDAS_EXTRA = "pip install 'tracewhy[pandas]'"
+_PANDAS_EXTRA = install_hint("pandas")
 
 
 def slices(trace: TraceLike, *kinds: Kind | str) -> pl.DataFrame:

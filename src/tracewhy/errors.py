@@ -17,5 +17,11 @@ class TraceError(Exception):
         super().__init__(self.problem if self.path is None else f"{self.path}: {self.problem}")
 
 
+def install_hint(extra: str) -> str:
+    """How to add an optional extra, for an installed package and for a clone of the repository
+    (where ``pip install 'tracewhy[ncu]'`` would fetch another copy from PyPI)."""
+    return f"pip install 'tracewhy[{extra}]' (from a clone of the repository: pip install '.[{extra}]')"
+
+
 class UsageError(Exception):
     """A command-line request that cannot be satisfied (bad option value, unknown step name)."""

@@ -3,22 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
-import time
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
-from rich.console import Console, RenderableType
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.console import Console, Group, RenderableType
+from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from tracewhy.model.schema import Kind
 from tracewhy.model.trace import Trace
 from tracewhy.readers import CacheOptions, read_trace
 from tracewhy.readers.source import refuse_special
 from tracewhy.renderers.jsonout import render_json
-from tracewhy.units import printable
+from tracewhy.units import fmt_bytes, names_whole, printable, whole_names
 
 
 class Command:
@@ -57,31 +58,56 @@ def positive_int(text: str) -> int:
     return min(value, MAX_COUNT)
 
 
-class _LazyProgress:
-    """A progress bar on stderr that appears only once reading has taken more than a second."""
+#: Reads of files at least this large show a progress bar (on a terminal, never with --json):
+#: below it a read takes about a second, and a bar would only flicker.
+PROGRESS_MIN_BYTES: Final = 100 * 10**6
 
-    def __init__(self, label: str) -> None:
-        self.label = label
-        self.started = time.monotonic()
+
+class ReadProgress:
+    """A progress bar on stderr for one read. Readers report ``(done, total)`` in their own units
+    (bytes of pieces or decoded events for Kineto, stages for nsys), so the bar shows the share
+    done, beside the file's size and what the reader is at."""
+
+    def __init__(self, path: str, size: int, stage: str = "reading") -> None:
+        self.label = f"{stage} {printable(Path(path).name)} ({fmt_bytes(size)})"
         self.progress: Progress | None = None
         self.task: TaskID | None = None
 
     def __call__(self, done: int, total: int) -> None:
         if self.progress is None:
-            if time.monotonic() - self.started < 1.0 or done >= total:
-                return
             self.progress = Progress(
-                TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,}/{task.total:,} events"),
-                TimeElapsedColumn(), console=Console(stderr=True), transient=True,
+                TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
+                console=Console(stderr=True), transient=True,
             )
             self.progress.start()
-            self.task = self.progress.add_task(self.label, total=total)
+            self.task = self.progress.add_task(self.label, total=max(total, 1))
         assert self.task is not None
-        self.progress.update(self.task, completed=done)
+        self.progress.update(self.task, completed=done, total=max(total, 1),
+                             description=self.label if done < total else f"{self.label}: building tables")
 
     def close(self) -> None:
         if self.progress is not None:
             self.progress.stop()
+
+
+def progress_for(path: str) -> ReadProgress | None:
+    """A bar for reading ``path`` when the command shows progress and the file is large."""
+    if not _SHOW_PROGRESS.get():
+        return None
+    try:
+        size = Path(path).stat().st_size
+    except OSError:
+        return None
+    return ReadProgress(path, size) if size >= PROGRESS_MIN_BYTES else None
+
+
+#: Whether the command being run shows progress: stderr is a terminal and the output is not JSON.
+_SHOW_PROGRESS: ContextVar[bool] = ContextVar("tracewhy_show_progress", default=False)
+
+
+def shows_progress() -> bool:
+    """Whether the command being run may draw progress on stderr (``ranks`` draws its own)."""
+    return _SHOW_PROGRESS.get()
 
 
 #: The cache setting of the command being run (``--no-cache``), set by ``run_command``.
@@ -123,6 +149,11 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     """Options every subcommand takes."""
     parser.add_argument("--no-cache", action="store_true",
                         help="read the trace afresh; do not use or write the parsed-trace cache")
+    parser.add_argument("--wide", action="store_true",
+                        help="print names whole (kernel names are otherwise cut in the middle to fit the terminal; "
+                             "output that is not a terminal always has them whole)")
+    parser.add_argument("--color", choices=COLOR_CHOICES, default="auto",
+                        help="colour the output: auto (on a terminal, unless NO_COLOR is set), always, never")
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -136,21 +167,25 @@ def run_command(args: argparse.Namespace) -> int:
     token = _CACHE.set(CacheOptions(enabled=not getattr(args, "no_cache", False)))
     collected = Warnings()
     warnings_token = _WARNINGS.set(collected)
+    progress_token = _SHOW_PROGRESS.set(sys.stderr.isatty() and not getattr(args, "json", False))
     try:
-        return int(args.command.run(args))
+        with whole_names(getattr(args, "wide", False) or not sys.stdout.isatty()):
+            return int(args.command.run(args))
     finally:
         collected.flush()  # a command that wrote a file, or failed after reading, still says them
+        _SHOW_PROGRESS.reset(progress_token)
         _WARNINGS.reset(warnings_token)
         _CACHE.reset(token)
 
 
 def load_trace(path: str, kinds: Collection[Kind] | None = None) -> Trace:
     """The trace, whole, or (``kinds``) with at least the slice kinds a command's analyses use."""
-    bar = _LazyProgress(f"reading {path}")
+    bar = progress_for(path)
     try:
-        trace = read_trace(path, progress=bar if sys.stderr.isatty() else None, cache=_CACHE.get(), kinds=kinds)
+        trace = read_trace(path, progress=bar, cache=_CACHE.get(), kinds=kinds)
     finally:
-        bar.close()
+        if bar is not None:
+            bar.close()
     warn(path, trace.meta.warnings)
     return trace
 
@@ -175,8 +210,51 @@ def emit(args: argparse.Namespace, command: str, payload: dict[str, Any], table:
     if getattr(args, "json", False):
         sys.stdout.write(render_json(command, payload, warnings_so_far()) + "\n")
     else:
-        # Piped output has no terminal width; 160 columns keep long kernel names readable.
+        print_tables(output_console(getattr(args, "color", "auto")), table)
+
+
+#: ``--color``: auto follows the terminal and NO_COLOR (https://no-color.org); the others force.
+COLOR_CHOICES: Final = ("auto", "always", "never")
+#: Piped output has no terminal width: paragraphs wrap at this many columns (tables never cut).
+PIPED_WIDTH: Final = 160
+
+
+def output_console(color: str = "auto") -> Console:
+    """The console for a command's tables on stdout. ``always`` colours even a pipe (``| less -R``)
+    and wins over NO_COLOR, as an explicit flag should; ``never`` prints no escape codes at all."""
+    if color == "always":
+        console = Console(soft_wrap=False, force_terminal=True, no_color=False)
+    elif color == "never":
+        console = Console(soft_wrap=False, no_color=True, color_system=None)
+    else:
         console = Console(soft_wrap=False)
-        if not console.is_terminal:
-            console = Console(soft_wrap=False, width=160)
-        console.print(table)
+    if not sys.stdout.isatty():
+        console.width = PIPED_WIDTH
+    return console
+
+
+def print_tables(console: Console, renderable: RenderableType) -> None:
+    """Print ``renderable`` (groups of tables and paragraphs): paragraphs wrap at the console's
+    width; under ``whole_names`` (``--wide``, piped output) each table is as wide as its names
+    need, so that no cell is cut."""
+    if isinstance(renderable, Group):
+        for part in renderable.renderables:
+            print_tables(console, part)
+        return
+    if isinstance(renderable, Table) and names_whole():
+        needed = console.measure(renderable, options=console.options.update_width(10**6)).maximum
+        if needed > console.width:
+            with _wider(console, needed):
+                console.print(renderable)
+            return
+    console.print(renderable)
+
+
+@contextlib.contextmanager
+def _wider(console: Console, width: int) -> Iterator[None]:
+    saved = console.width
+    console.width = width
+    try:
+        yield
+    finally:
+        console.width = saved

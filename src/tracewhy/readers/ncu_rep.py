@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Final
 
-from tracewhy.errors import TraceError
+from tracewhy.errors import TraceError, install_hint
 from tracewhy.model.ncu import NCol, NcuReport, RCol
 from tracewhy.readers import ncu_units as u
 from tracewhy.readers.native_stderr import captured_fd2
@@ -37,7 +37,7 @@ from tracewhy.readers.ncu_common import (
 
 MAGIC: Final = b"NVR\x00"
 INSTALL_HINT: Final = (
-    "reading .ncu-rep needs NVIDIA's ncu_report module: pip install 'tracewhy[ncu]' "
+    f"reading .ncu-rep needs NVIDIA's ncu_report module: {install_hint('ncu')} "
     "(or pip install ncu-report); or export CSV instead with: "
     "ncu --import {path} --csv --page details > {stem}.csv"
 )

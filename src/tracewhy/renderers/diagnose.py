@@ -16,7 +16,7 @@ from tracewhy.analyses.gaps import CLASS_COLUMNS, CLASSES, GapCol, GapsResult
 from tracewhy.findings.diagnose import Report
 from tracewhy.findings.model import Severity
 from tracewhy.renderers.jsonout import to_jsonable
-from tracewhy.units import fmt_ns, fmt_pct, printable, shorten
+from tracewhy.units import fmt_ns, fmt_pct, indented, name_cells, printable, shorten
 
 _STYLE = {Severity.TRUST: "bold yellow", Severity.HIGH: "bold red", Severity.MEDIUM: "red",
           Severity.LOW: "cyan", Severity.INFO: "dim"}
@@ -98,8 +98,8 @@ def render_diagnose(report: Report) -> RenderableType:
             label.append(f"  ~{fmt_ns(f.recoverable_ns_per_step)} {recoverable_unit(report)} recoverable",
                          style="bold")
         parts.append(label)
-        parts.append(Text(f"   {printable(f.statement)}"))
-        parts.append(Text(f"   next: {printable(f.next_step)}", style="dim"))
+        parts.append(indented(Text(printable(f.statement)), 3))
+        parts.append(indented(Text(f"next: {printable(f.next_step)}", style="dim"), 3))
     return Group(*parts)
 
 
@@ -107,12 +107,15 @@ def render_gaps(table: pl.DataFrame, per_step: pl.DataFrame, top: int) -> Render
     """``table``: ``gap_rows``; starts are shown from the trace start, as in JSON and HTML."""
     t = Table(title=f"{table.height} GPU idle gaps, largest first; start from the {TIME_ORIGIN}")
     for col in ("device", "start", "idle", "class", "host was in", "next on GPU"):
-        t.add_column(col, justify="right" if col in ("device", "start", "idle") else "left")
-    for r in table.head(top).iter_rows(named=True):
-        host = (r[GapCol.HOST_ANNOTATION], r[GapCol.HOST_OP], r[GapCol.HOST_INNERMOST])
-        where = " > ".join(x for x in host if x) or "-"
+        t.add_column(col, justify="right" if col in ("device", "start", "idle") else "left",
+                     no_wrap=col not in ("host was in", "next on GPU"))
+    rows = list(table.head(top).iter_rows(named=True))
+    hosts = name_cells([" > ".join(x for x in (r[GapCol.HOST_ANNOTATION], r[GapCol.HOST_OP], r[GapCol.HOST_INNERMOST])
+                                   if x) or "-" for r in rows])
+    nexts = name_cells([r[GapCol.NEXT_ACTIVITY] or "-" for r in rows], min_width=16)
+    for r, host, after in zip(rows, hosts, nexts, strict=True):
         t.add_row(str(r[GapCol.DEVICE]), fmt_ns(r["start_from_origin_ns"]), fmt_ns(r[GapCol.DUR]),
-                  r[GapCol.GAP_CLASS], shorten(where, 60), shorten(r[GapCol.NEXT_ACTIVITY] or "-", 40))
+                  r[GapCol.GAP_CLASS], host, after)
     parts: list[RenderableType] = [t]
     if per_step.height:
         s = Table(title="idle per step, by class (short: gaps under --min-gap, not classified one by one; "

@@ -8,13 +8,10 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from tracewhy.units import fmt_ns, fmt_pct, shorten
+from tracewhy.units import fmt_ns, fmt_pct, name_cells
 
 if TYPE_CHECKING:  # types only: importing the analyses here would load them
     from tracewhy.analyses.nvtx_ranges import NvtxRangesResult
-
-
-_NAME_WIDTH = 48
 
 
 def empty_note(r: NvtxRangesResult, path: str) -> str | None:
@@ -45,11 +42,11 @@ def render_nvtx(r: NvtxRangesResult, top: int) -> RenderableType:
                     "(nested ranges each count in full)")
     # Median and stddev are in --json; with them the table no longer fits 160 columns.
     for col in ("range", "style", "count", "total", "avg", "min", "max", "share", "GPU proj", "GPU ops", "GPU time"):
-        t.add_column(col, justify="left" if col in ("range", "style") else "right", no_wrap=True,
-                     overflow="ellipsis", max_width=_NAME_WIDTH if col == "range" else None)
-    for row in r.table.head(top).iter_rows(named=True):
+        t.add_column(col, justify="left" if col in ("range", "style") else "right", no_wrap=True)
+    rows = list(r.table.head(top).iter_rows(named=True))
+    for row, name in zip(rows, name_cells([row["name"] for row in rows]), strict=True):
         ops = row["total_gpu_ops"]
-        t.add_row(shorten(row["name"], _NAME_WIDTH), row["style"], str(row["count"]), fmt_ns(row["total_ns"]),
+        t.add_row(name, row["style"], str(row["count"]), fmt_ns(row["total_ns"]),
                   fmt_ns(row["mean_ns"]), fmt_ns(row["min_ns"]), fmt_ns(row["max_ns"]), fmt_pct(row["share"]),
                   fmt_ns(row["total_proj_ns"]), "-" if ops is None else str(ops), fmt_ns(row["total_gpu_time_ns"]))
     parts: list[RenderableType] = [t]

@@ -13,15 +13,15 @@ from tracewhy.analyses.blocks import BlockCol, BlocksResult
 from tracewhy.analyses.overlap import OverlapCol, OverlapResult
 from tracewhy.analyses.rank_compare import RanksResult
 from tracewhy.findings.model import Finding, Severity
-from tracewhy.units import fmt_ns, fmt_pct, shorten
+from tracewhy.units import fmt_ns, fmt_pct, indented, name_cells, printable, shorten
 
 
 def render_findings(findings: list[Finding]) -> RenderableType:
     parts: list[RenderableType] = []
     for f in findings:
         style = "bold red" if f.severity is Severity.HIGH else "yellow" if f.severity is Severity.TRUST else "bold"
-        parts.append(Text(f"[{f.severity.value}] {f.code}: {f.statement}", style=style))
-        parts.append(Text(f"    next: {f.next_step}", style="dim"))
+        parts.append(Text(f"[{f.severity.value}] {f.code}: {printable(f.statement)}", style=style))
+        parts.append(indented(Text(f"next: {printable(f.next_step)}", style="dim"), 4))
     return Group(*parts)
 
 
@@ -70,8 +70,9 @@ def render_overlap(r: OverlapResult, findings: list[Finding], top: int) -> Rende
         for col in ("GPU", "collective", "total calls", "total time", "total hidden", "total exposed",
                     "exposed per step"):
             c.add_column(col, justify="left" if col == "collective" else "right")
-        for row in r.collectives.head(top).iter_rows(named=True):
-            c.add_row(str(row[OverlapCol.DEVICE]), shorten(row[OverlapCol.COLLECTIVE], 60),
+        shown = list(r.collectives.head(top).iter_rows(named=True))
+        for row, name in zip(shown, name_cells([row[OverlapCol.COLLECTIVE] for row in shown]), strict=True):
+            c.add_row(str(row[OverlapCol.DEVICE]), name,
                       str(row[OverlapCol.COUNT]), fmt_ns(row[OverlapCol.TIME]), fmt_ns(row[OverlapCol.HIDDEN]),
                       fmt_ns(row[OverlapCol.EXPOSED]), fmt_ns(row[OverlapCol.EXPOSED_PER_STEP]))
         parts.append(c)
@@ -112,10 +113,11 @@ def render_blocks(r: BlocksResult, findings: list[Finding], top: int) -> Rendera
                     f"{fmt_ns(r.gpu_time_ns_per_step)} GPU time {unit})")
     for col in ("block", "level", "calls", "CPU", "GPU time", "share", "GPU span", "other threads", "synced"):
         t.add_column(col, justify="left" if col == "block" else "right")
-    for row in r.table.head(top).iter_rows(named=True):
+    rows = list(r.table.head(top).iter_rows(named=True))
+    for row, name in zip(rows, name_cells([row[BlockCol.NAME] for row in rows]), strict=True):
         gpu = row[BlockCol.GPU_INSTANCES]
         synced = f"{row[BlockCol.SYNCED_INSTANCES]}/{gpu}" if gpu else "-"
-        t.add_row(shorten(row[BlockCol.NAME], 60), str(row[BlockCol.LEVEL]), str(row[BlockCol.INSTANCES]),
+        t.add_row(name, str(row[BlockCol.LEVEL]), str(row[BlockCol.INSTANCES]),
                   fmt_ns(row[BlockCol.CPU_PER_STEP]), fmt_ns(row[BlockCol.GPU_TIME_PER_STEP]),
                   fmt_pct(row[BlockCol.GPU_SHARE]), fmt_ns(row[BlockCol.GPU_SPAN_PER_STEP]),
                   fmt_ns(row[BlockCol.OTHER_THREADS_GPU_PER_STEP]), synced)
@@ -167,8 +169,9 @@ def render_ranks(r: RanksResult, findings: list[Finding], top: int) -> Renderabl
         for col in ("kind", "innermost open", "time", "share"):
             d.add_column(col, justify="left" if col in ("kind", "innermost open") else "right")
         for (kind,), g in r.doing.group_by("kind", maintain_order=True):
-            for row in g.head(3).iter_rows(named=True):
-                d.add_row(str(kind), shorten(row["name"], 70), fmt_ns(row["ns_per_step"]), fmt_pct(row["share"]))
+            rows = list(g.head(3).iter_rows(named=True))
+            for row, name in zip(rows, name_cells([row["name"] for row in rows]), strict=True):
+                d.add_row(str(kind), name, fmt_ns(row["ns_per_step"]), fmt_pct(row["share"]))
         parts.append(d)
     if r.mismatches.height:
         m = Table(title="collectives the ranks did not issue alike")

@@ -22,7 +22,7 @@ from tracewhy.findings.roofline import (
     rule_rank,
 )
 from tracewhy.model.ncu import NcuRun
-from tracewhy.units import fmt_ns, fmt_pct, shorten
+from tracewhy.units import NameCell, cut_middle, fmt_ns, fmt_pct, name_cells
 
 _BOUND_STYLE = {MEMORY_BOUND: "cyan", COMPUTE_BOUND: "magenta", LATENCY_BOUND: "yellow", UNKNOWN: "dim"}
 
@@ -56,9 +56,10 @@ def _plain(value: object) -> str:
                    if ch in "\n\r\t" or unicodedata.category(ch) not in ("Cc", "Cf"))
 
 
-def _name(value: object, width: int) -> Text:
-    """A name cell: plain text (never rich markup), control characters removed, shortened."""
-    return Text(shorten(_plain(value), width))
+def _names(values: list[Any]) -> list[NameCell]:
+    """The name column of the rows shown: plain text (never rich markup), control characters
+    removed, cut in the middle to the column's width, keeping what tells the rows apart."""
+    return name_cells([_plain(v) for v in values], min_width=_TEXT_WIDTH)
 
 
 def _table(title: str) -> Table:
@@ -66,6 +67,7 @@ def _table(title: str) -> Table:
 
 
 #: Widths the number columns never shrink below, so that only the name column is cut at 80 columns.
+#: The name column takes what is left, at least ``_TEXT_WIDTH``.
 _MIN_WIDTH = {"n": 2, "id": 2, "calls": 5, "time": 8, "share": 5, "SM": 4, "mem": 4, "roof": 6,
               "occ": 8, "bound": 7, "TFLOP/s": 7, "GB/s": 5, "at roof": 8, "lost": 8, "reaches": 7}
 
@@ -76,8 +78,7 @@ _TEXT_WIDTH = 28
 def _columns(t: Table, names: tuple[str, ...] | list[str], text_column: str) -> None:
     for c in names:
         t.add_column(c, justify="left" if c in (text_column, "bound") else "right", no_wrap=True,
-                     min_width=_MIN_WIDTH.get(c), max_width=_TEXT_WIDTH if c == text_column else None,
-                     overflow="ellipsis")
+                     min_width=_MIN_WIDTH.get(c), overflow="ellipsis")
 
 
 def _scaled(value: float | None, unit: float) -> str:
@@ -87,11 +88,11 @@ def _scaled(value: float | None, unit: float) -> str:
     return f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}"
 
 
-def _op_label(row: dict[str, Any]) -> Text:
+def _op_label(row: dict[str, Any]) -> str:
     """"mm [8944,1024][1024,2816]": the op without its namespace, then its tensor shapes."""
     name = str(row["name"]).split("::", 1)[-1]
     dims = (row["input_dims"] or "").replace("],[", "][").replace(",[]", "").replace("[[", "[").replace("]]", "]")
-    return Text(shorten(_plain(f"{name} {dims}"), _TEXT_WIDTH))
+    return f"{name} {dims}"
 
 
 def _bound(value: str | None) -> Text:
@@ -114,15 +115,17 @@ def render_ncu_roofline(r: NcuRooflineResult, top: int, per_launch: bool = False
             else ["kernel", "n", "time", "share", "SM", "mem", "roof", "bound"])
     _columns(t, cols, "kernel")
     if per_launch:
-        for row in r.launches.head(top).iter_rows(named=True):
+        rows = list(r.launches.head(top).iter_rows(named=True))
+        for row, name in zip(rows, _names([row["name"] for row in rows]), strict=True):
             occ = (f"{_pct(row['achieved_occupancy_pct'])}/{_pct(row['theoretical_occupancy_pct'])}"
                    if row["achieved_occupancy_pct"] is not None else "-")
-            t.add_row(_name(row["name"], _TEXT_WIDTH), str(row["launch_id"]), fmt_ns(row["dur_ns"]),
+            t.add_row(name, str(row["launch_id"]), fmt_ns(row["dur_ns"]),
                       _pct(row["sm_pct"]), _pct(row["memory_pct"]), _share(row["roof_fraction"]), occ,
                       _bound(row["bound"]))
     else:
-        for row in r.kernels.head(top).iter_rows(named=True):
-            t.add_row(_name(row["name"], _TEXT_WIDTH), str(row["launches"]), fmt_ns(row["total_ns"]),
+        rows = list(r.kernels.head(top).iter_rows(named=True))
+        for row, name in zip(rows, _names([row["name"] for row in rows]), strict=True):
+            t.add_row(name, str(row["launches"]), fmt_ns(row["total_ns"]),
                       _share(row["share"]), _pct(row["sm_pct"]), _pct(row["memory_pct"]),
                       _share(row["roof_fraction"]), _bound(row["bound"]))
     parts.append(t)
@@ -180,7 +183,7 @@ def _ncu_details(r: NcuRooflineResult, top: int, per_launch: bool) -> list[Rende
             speed = (f" (ncu estimates {rule['speedup_pct']:.0f}% {rule['speedup_type'] or ''} speedup)"
                      if rule["speedup_pct"] is not None else "")
             title = rule["title"] or rule["message"].split(". ")[0]
-            bullets.append(f"ncu {rule['rule_id']}: {shorten(title, 100)}{speed}")
+            bullets.append(f"ncu {rule['rule_id']}: {cut_middle(title, 100)}{speed}")
         text.append("\n".join(f"  - {_plain(b)}" for b in bullets))
         out.append(text)
     return out
@@ -194,8 +197,9 @@ def render_op_roofline(r: OpRooflineResult, top: int) -> RenderableType:
     t = _table("ops by GPU time")
     _columns(t, ("op and input shapes", "calls", "time", "TFLOP/s", "GB/s", "roof", "bound"),
              "op and input shapes")
-    for row in r.ops.head(top).iter_rows(named=True):
-        t.add_row(_op_label(row), str(row["calls"]), fmt_ns(row["gpu_ns"]), _scaled(row["flop_per_s"], 1e12),
+    rows = list(r.ops.head(top).iter_rows(named=True))
+    for row, label in zip(rows, _names([_op_label(row) for row in rows]), strict=True):
+        t.add_row(label, str(row["calls"]), fmt_ns(row["gpu_ns"]), _scaled(row["flop_per_s"], 1e12),
                   _scaled(row["bytes_per_s"], 1e9), _share(row["roof_fraction"]), _bound(row["bound"]))
     parts.append(t)
     worst = r.ops.filter(pl.col("lost_ns").is_not_null()).sort("lost_ns", descending=True).head(min(top, 8))
@@ -203,8 +207,9 @@ def render_op_roofline(r: OpRooflineResult, top: int) -> RenderableType:
         w = _table("furthest below their roof: time lost against the roof")
         _columns(w, ("op and input shapes", "time", "at roof", "lost", "reaches", "bound"),
                  "op and input shapes")
-        for row in worst.iter_rows(named=True):
-            w.add_row(_op_label(row), fmt_ns(row["gpu_ns"]), fmt_ns(row["roof_ns"]), fmt_ns(row["lost_ns"]),
+        rows = list(worst.iter_rows(named=True))
+        for row, label in zip(rows, _names([_op_label(row) for row in rows]), strict=True):
+            w.add_row(label, fmt_ns(row["gpu_ns"]), fmt_ns(row["roof_ns"]), fmt_ns(row["lost_ns"]),
                       _share(row["roof_fraction"]), _bound(row["bound"]))
         parts.append(w)
     parts.extend(Text(f"note: {_plain(n)}", style="yellow") for n in r.notes)
@@ -278,8 +283,9 @@ def render_ncu_join(joined: pl.DataFrame, top: int) -> RenderableType:
     matched = joined.filter(pl.col("ncu_bound").is_not_null())
     t = _table("ncu verdicts for the trace's kernels")
     _columns(t, ("kernel", "time", "bound", "SM", "mem", "roof", "match"), "kernel")
-    for row in matched.head(top).iter_rows(named=True):
-        t.add_row(_name(row["name"], _TEXT_WIDTH), fmt_ns(row["total_ns"]), _bound(row["ncu_bound"]),
+    rows = list(matched.head(top).iter_rows(named=True))
+    for row, name in zip(rows, _names([row["name"] for row in rows]), strict=True):
+        t.add_row(name, fmt_ns(row["total_ns"]), _bound(row["ncu_bound"]),
                   _pct(row["ncu_sm_pct"]), _pct(row["ncu_memory_pct"]), _share(row["ncu_roof_fraction"]),
                   row["ncu_match"] or "-")
     counts = joined.get_column("ncu_match").value_counts()

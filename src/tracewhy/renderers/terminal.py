@@ -9,7 +9,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from tracewhy.units import fmt_bytes, fmt_ns, fmt_pct, printable, shorten
+from tracewhy.units import fmt_bytes, fmt_ns, fmt_pct, name_cells, printable, shorten
 
 if TYPE_CHECKING:  # types only: importing the analyses here would load every one of them
     import polars as pl
@@ -37,9 +37,7 @@ def render_info(r: InfoResult) -> RenderableType:
         t.add_row(k, shorten(v))
     if r.devices:
         for d in r.devices:
-            cc = f"sm_{d['compute_major']}{d['compute_minor']}" if d["compute_major"] is not None else ""
-            memory = fmt_bytes(d["total_global_mem_bytes"])
-            t.add_row(f"device {d['device']}", f"{shorten(d['name'] or '?')} {cc} {memory}")
+            t.add_row(f"device {d['device']}", _device_line(d, r.format))
     else:
         t.add_row("devices", "none described")
     if r.rank is not None or r.world_size is not None:
@@ -59,6 +57,19 @@ def render_info(r: InfoResult) -> RenderableType:
     return Group(*parts)
 
 
+def _device_line(d: dict[str, Any], fmt: str) -> str:
+    """Name, compute capability and memory of a device, or why the file does not say them (an
+    nsys export without a TARGET_INFO_GPU table printed ``? -``)."""
+    cc = f"sm_{d['compute_major']}{d['compute_minor']}" if d["compute_major"] is not None else ""
+    mem = d["total_global_mem_bytes"]
+    described = [x for x in (shorten(d["name"]) if d["name"] else "", cc, fmt_bytes(mem) if mem else "") if x]
+    if described:
+        return " ".join(described)
+    where = ("this export has no TARGET_INFO_GPU table (its capture did not record GPU properties)"
+             if fmt.startswith("nsys") else "the trace has no deviceProperties entry for it")
+    return f"used, but not described: {where}"
+
+
 def kernels_payload(r: KernelsResult, joined: pl.DataFrame | None = None) -> dict[str, Any]:
     """The JSON of ``kernels``; ``joined``: the kernel table with Nsight Compute verdicts (--ncu)."""
     return {
@@ -75,9 +86,10 @@ def render_kernels(r: KernelsResult, top: int) -> RenderableType:
     t = Table(title=f"{r.total_count} kernels, {fmt_ns(r.total_time_ns)} total",
               caption="by: what decided the family (collective op, comm-only stream, library, name)")
     for col in ("kernel", "family", "by", "count", "total", "mean", "p50", "max", "share"):
-        t.add_column(col, justify="left" if col in ("kernel", "family", "by") else "right")
-    for row in r.by_name.head(top).iter_rows(named=True):
-        t.add_row(shorten(row[KernelCol.NAME]), row[KernelCol.FAMILY], row[KernelCol.RULE],
+        t.add_column(col, justify="left" if col in ("kernel", "family", "by") else "right", no_wrap=col != "kernel")
+    rows = list(r.by_name.head(top).iter_rows(named=True))
+    for row, name in zip(rows, name_cells([row[KernelCol.NAME] for row in rows]), strict=True):
+        t.add_row(name, row[KernelCol.FAMILY], row[KernelCol.RULE],
                   str(row[KernelCol.COUNT]), fmt_ns(row[KernelCol.TOTAL]), fmt_ns(row[KernelCol.MEAN]),
                   fmt_ns(row[KernelCol.P50]), fmt_ns(row[KernelCol.MAX]), fmt_pct(row[KernelCol.SHARE]))
     f = Table(title="by family")
@@ -104,11 +116,14 @@ def render_ops(r: OpsResult, top: int) -> RenderableType:
     if r.by_shapes:
         t.add_column("input shapes")
     for col in ("calls", "CPU total", "CPU self", "GPU total", "GPU self"):
-        t.add_column(col, justify="right")
-    for row in r.table.head(top).iter_rows(named=True):
-        cells = [shorten(row[OpCol.NAME], 60)]
+        t.add_column(col, justify="right", no_wrap=True)
+    rows = list(r.table.head(top).iter_rows(named=True))
+    names = name_cells([row[OpCol.NAME] for row in rows])
+    dims = name_cells([row[OpCol.INPUT_DIMS] for row in rows], min_width=16) if r.by_shapes else names
+    for row, name, shapes in zip(rows, names, dims, strict=True):
+        cells: list[RenderableType] = [name]
         if r.by_shapes:
-            cells.append(shorten(row[OpCol.INPUT_DIMS], 40))
+            cells.append(shapes)
         cells += [str(row[OpCol.CALLS]), fmt_ns(row[OpCol.CPU_TOTAL]), fmt_ns(row[OpCol.CPU_SELF]),
                   fmt_ns(row[OpCol.GPU_TOTAL]), fmt_ns(row[OpCol.GPU_SELF])]
         t.add_row(*cells)

@@ -12,7 +12,7 @@ from pathlib import Path
 from tracewhy.analyses.rank_compare import compare_ranks
 from tracewhy.analyses.ranks import RanksOptions, load_rank_summaries
 from tracewhy.cli.base import Command, add_output_options, emit, positive_int, warn
-from tracewhy.errors import TraceError, UsageError
+from tracewhy.errors import TraceError, UsageError, install_hint
 from tracewhy.findings.ranks import rank_findings
 from tracewhy.renderers.overlap import ranks_payload, render_ranks
 
@@ -86,7 +86,7 @@ def executor_for(spec: str | None, workers: int | None, files: int) -> Iterator[
             # Imported by name: Dask is an optional extra without type information.
             distributed = importlib.import_module("distributed")
         except ImportError:
-            raise UsageError("--executor dask://... needs Dask: pip install 'tracewhy[dask]'") from None
+            raise UsageError(f"--executor dask://... needs Dask: {install_hint('dask')}") from None
         address = "tcp://" + spec[len(DASK_SCHEME):]
         try:
             client = distributed.Client(address, timeout=30)
