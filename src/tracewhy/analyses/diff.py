@@ -18,6 +18,7 @@ import numpy as np
 import polars as pl
 
 from tracewhy.analyses import api_names
+from tracewhy.analyses.memory import MemoryResult, analyze_memory
 from tracewhy.analyses.shift import Shift, hodges_lehmann
 from tracewhy.analyses.steps import StepCol, StepsOptions, StepsResult, steps
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, DCol, Kind
@@ -59,6 +60,32 @@ class Difference:
 
 
 @dataclass(frozen=True)
+class MemoryChange:
+    """One device's allocation peak in each run (None: no memory events for it in that run) and
+    its ledger at the peak; ``ledger_change`` is B - A per category, over the categories either has."""
+
+    device: str
+    a_peak_allocated_bytes: int | None
+    b_peak_allocated_bytes: int | None
+    a_peak_reserved_bytes: int | None
+    b_peak_reserved_bytes: int | None
+    a_ledger: dict[str, int]
+    b_ledger: dict[str, int]
+    ledger_source: str
+
+    @property
+    def peak_change_bytes(self) -> int | None:
+        if self.a_peak_allocated_bytes is None or self.b_peak_allocated_bytes is None:
+            return None
+        return self.b_peak_allocated_bytes - self.a_peak_allocated_bytes
+
+    @property
+    def ledger_change(self) -> dict[str, int]:
+        keys = [*self.a_ledger, *(k for k in self.b_ledger if k not in self.a_ledger)]
+        return {k: self.b_ledger.get(k, 0) - self.a_ledger.get(k, 0) for k in keys}
+
+
+@dataclass(frozen=True)
 class DiffResult:
     """``steps`` is None when either run has no steady steps.
 
@@ -78,9 +105,14 @@ class DiffResult:
     annotations: pl.DataFrame
     kernels: pl.DataFrame
     differences: list[Difference] = field(default_factory=list)
+    #: Per device of either run, from ``profile_memory`` traces; empty when neither has memory events.
+    memory: list[MemoryChange] = field(default_factory=list)
 
 
-def diff(a: Trace, b: Trace, options: DiffOptions = DiffOptions()) -> DiffResult:
+def diff(a: Trace, b: Trace, options: DiffOptions = DiffOptions(), *,
+         memory: tuple[MemoryResult | None, MemoryResult | None] | None = None) -> DiffResult:
+    """``memory``: each run's memory analysis when the caller has it (a diagnosis does), so it is
+    not made twice; else it is made here for a run with memory events."""
     a.require_whole()
     b.require_whole()
     step_options = StepsOptions(marker=options.step_marker, warmup=options.warmup)
@@ -92,10 +124,36 @@ def diff(a: Trace, b: Trace, options: DiffOptions = DiffOptions()) -> DiffResult
     ops = _joined(_op_times(a, ra.window_ns), _op_times(b, rb.window_ns), na, nb, gpu=True)
     kernels = _joined(_kernel_times(a, ra.window_ns), _kernel_times(b, rb.window_ns), na, nb, gpu=False)
     blocks = _joined(_annotation_times(a, ra), _annotation_times(b, rb), na, nb, gpu=False)
+    ma, mb = memory if memory is not None else (_memory(a, sa), _memory(b, sb))
     return DiffResult(
         a=ra, b=rb, steps=shift, a_step_durations_ns=da, b_step_durations_ns=db,
         ops=ops, annotations=blocks, kernels=kernels, differences=_differences(ra, rb),
+        memory=memory_changes(ma, mb),
     )
+
+
+def _memory(t: Trace, s: StepsResult) -> MemoryResult | None:
+    return analyze_memory(t, step_result=s) if t.memory.height else None
+
+
+def memory_changes(a: MemoryResult | None, b: MemoryResult | None) -> list[MemoryChange]:
+    """The devices of either run, in label order, each with both runs' peaks and ledgers."""
+    da = {d.device: d for d in a.devices} if a is not None else {}
+    db = {d.device: d for d in b.devices} if b is not None else {}
+    sources = {r.ledger_source for r in (a, b) if r is not None}
+    out: list[MemoryChange] = []
+    for device in sorted(set(da) | set(db)):
+        x, y = da.get(device), db.get(device)
+        out.append(MemoryChange(
+            device=device,
+            a_peak_allocated_bytes=x.peak_allocated_bytes if x else None,
+            b_peak_allocated_bytes=y.peak_allocated_bytes if y else None,
+            a_peak_reserved_bytes=x.peak_reserved_bytes if x else None,
+            b_peak_reserved_bytes=y.peak_reserved_bytes if y else None,
+            a_ledger=dict(x.ledger) if x else {}, b_ledger=dict(y.ledger) if y else {},
+            ledger_source="/".join(sorted(sources)),
+        ))
+    return out
 
 
 def _steady(r: StepsResult) -> list[int]:

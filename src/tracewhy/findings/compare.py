@@ -48,12 +48,12 @@ class Comparison:
 def compare(a: Trace, b: Trace, options: DiffOptions | None = None, *, with_findings: bool = True) -> Comparison:
     """Compare run B against run A (the baseline); ``with_findings`` also diagnoses both."""
     options = options or DiffOptions(confidence=th.DIFF_CONFIDENCE)
-    findings_a = findings_b = None
-    if with_findings:
-        diagnose_options = DiagnoseOptions(step_marker=options.step_marker, warmup=options.warmup)
-        findings_a = diagnose(a, diagnose_options).findings
-        findings_b = diagnose(b, diagnose_options).findings
-    return judge(diff(a, b, options), findings_a, findings_b)
+    if not with_findings:
+        return judge(diff(a, b, options))
+    diagnose_options = DiagnoseOptions(step_marker=options.step_marker, warmup=options.warmup)
+    report_a, report_b = diagnose(a, diagnose_options), diagnose(b, diagnose_options)
+    return judge(diff(a, b, options, memory=(report_a.memory, report_b.memory)), report_a.findings,
+                 report_b.findings)
 
 
 def judge(d: DiffResult, findings_a: list[Finding] | None = None,

@@ -9,8 +9,9 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from tracewhy.analyses.diff import MemoryChange
 from tracewhy.findings.compare import FASTER, SLOWER, Comparison
-from tracewhy.units import fmt_ns, shorten
+from tracewhy.units import fmt_bytes, fmt_ns, shorten
 
 _STYLE = {SLOWER: "bold red", FASTER: "bold green"}
 
@@ -34,6 +35,7 @@ def comparison_payload(c: Comparison) -> dict[str, Any]:
         "ops": d.ops,
         "annotations": d.annotations,
         "kernels": d.kernels,
+        "memory": [_memory_payload(m) for m in d.memory],
         "findings": {
             "compared": c.findings_compared,
             "appeared": c.findings_appeared,
@@ -59,6 +61,8 @@ def render_comparison(c: Comparison, top: int) -> RenderableType:
             has_gpu = gpu and bool(table.select(pl.col("a_gpu_ns_per_step").abs().sum()
                                                 + pl.col("b_gpu_ns_per_step").abs().sum()).item())
             parts.append(_delta_table(title, table, top, has_gpu))
+    if d.memory:
+        parts.append(_memory_table(d.memory))
     if c.findings_compared:
         for label, found in (("appeared", c.findings_appeared), ("disappeared", c.findings_disappeared)):
             for f in found:
@@ -66,6 +70,37 @@ def render_comparison(c: Comparison, top: int) -> RenderableType:
         if not (c.findings_appeared or c.findings_disappeared):
             parts.append(Text("findings: the same codes in both runs"))
     return Group(*parts)
+
+
+def _memory_payload(m: MemoryChange) -> dict[str, Any]:
+    return {"device": m.device, "a_peak_allocated_bytes": m.a_peak_allocated_bytes,
+            "b_peak_allocated_bytes": m.b_peak_allocated_bytes, "peak_change_bytes": m.peak_change_bytes,
+            "a_peak_reserved_bytes": m.a_peak_reserved_bytes, "b_peak_reserved_bytes": m.b_peak_reserved_bytes,
+            "a_ledger": m.a_ledger, "b_ledger": m.b_ledger, "ledger_change": m.ledger_change,
+            "ledger_source": m.ledger_source}
+
+
+def _memory_table(changes: list[MemoryChange]) -> Table:
+    """Per device: the allocation peak, then each ledger category at it that either run holds."""
+    t = Table(title=f"memory at the allocation peak (ledger {changes[0].ledger_source})")
+    t.add_column("device")
+    t.add_column("what")
+    for col in ("A", "B", "B - A"):
+        t.add_column(col, justify="right")
+    for m in changes:
+        t.add_row(m.device, "peak allocated", fmt_bytes(m.a_peak_allocated_bytes),
+                  fmt_bytes(m.b_peak_allocated_bytes), _signed_bytes(m.peak_change_bytes))
+        for category, change in sorted(m.ledger_change.items(), key=lambda kv: -abs(kv[1])):
+            a, b = m.a_ledger.get(category, 0), m.b_ledger.get(category, 0)
+            if a or b:
+                t.add_row("", f"  {category}", fmt_bytes(a), fmt_bytes(b), _signed_bytes(change))
+    return t
+
+
+def _signed_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    return ("+" if n > 0 else "-" if n < 0 else "") + fmt_bytes(abs(n))
 
 
 def _delta_table(title: str, table: pl.DataFrame, top: int, gpu: bool) -> Table:
