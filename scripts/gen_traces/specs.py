@@ -14,6 +14,7 @@ import dataloader_traces
 import ddp_traces
 import dialect_traces
 import eager_traces
+import lines_traces
 import memory_traces
 import optimizer_traces
 
@@ -172,6 +173,13 @@ SPECS: tuple[TraceSpec, ...] = (
     *(TraceSpec(c.key, (c.trace_name(),), functools.partial(compile_traces.make, c), "compile_traces.make",
                 c.options(), _sched(c.sched), c.manifest_planted(), timeout_s=900.0)
       for c in compile_traces.CASES if compile_traces.available(c)),
+    *(TraceSpec(key, (name,), _one(name, make), f"lines_traces.{make.__name__}", lines_traces.OPTIONS,
+                _sched(lines_traces.SCHEDULE), planted)
+      for key, name, make, planted in (
+          ("lines_sleep", lines_traces.SLEEP_FILE, lines_traces.make_sleep, lines_traces.PLANTED_SLEEP),
+          ("lines_item", lines_traces.ITEM_FILE, lines_traces.make_item, lines_traces.PLANTED_ITEM),
+          ("lines_loop", lines_traces.LOOP_FILE, lines_traces.make_loop, lines_traces.PLANTED_LOOP),
+      )),
 )
 
 DEMO = TraceSpec(

@@ -13,7 +13,7 @@ from tracewhy.cli.base import Command
 
 COMMAND_MODULES: dict[str, str] = {
     name: f"tracewhy.cli.commands.{name}"
-    for name in ("diagnose", "gaps", "info", "ops", "kernels", "nvtx", "steps", "overlap", "blocks", "ranks",
+    for name in ("diagnose", "gaps", "info", "ops", "lines", "kernels", "nvtx", "steps", "overlap", "blocks", "ranks",
                  "roofline", "memory", "pipeline", "compile", "diff", "check", "export", "report", "which", "capture")
 }
 

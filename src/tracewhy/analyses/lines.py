@@ -1,0 +1,504 @@
+"""Which Python line is slow: host and GPU time per source frame, from ``with_stack`` traces.
+
+Two sources, whichever the trace has. ``python_function`` frames (PyTorch >= 1.10) nest over the
+ops they call; the line in a frame's name (``file.py(N): function``) is where the function
+starts (``co_firstlineno``), or the line being run when the profiler started for frames already
+open then. Older traces put a ``Call stack`` text on each op instead (innermost first, each
+entry the line being run): there the line is the calling line itself.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from typing import Final, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from tracewhy.analyses import api_names
+from tracewhy.analyses.steps import StepsResult, steady_span, steps
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, HOST_KINDS, Col, Kind, OCol
+from tracewhy.model.trace import Trace
+
+I64 = npt.NDArray[np.int64]
+B = npt.NDArray[np.bool_]
+
+
+class LineCol:
+    """Columns of ``LinesResult.table``: one row per source frame (file, line, function)."""
+
+    FRAME: Final = "frame"  # the row's index in ``LinesResult.frames``; stacks refer to it
+    FILE: Final = "file"
+    LINE: Final = "line"
+    FUNCTION: Final = "function"
+    USER: Final = "user"  # user code, not site-packages, torch, the standard library or a builtin
+    CALLS: Final = "calls"
+    HOST_SELF: Final = "host_self_ns"
+    HOST_TOTAL: Final = "host_total_ns"
+    GPU_SELF: Final = "gpu_self_ns"
+    GPU: Final = "gpu_ns"  # GPU time of the work launched under the frame, at any depth
+    SYNCS: Final = "syncs"  # sync points (scalar reads, synchronize calls) made from the frame itself
+    OPS: Final = "ops"  # outermost CPU ops called from the frame itself
+    HOST_STEADY: Final = "host_steady_ns"  # host total inside the steady steps' windows
+    STEP_SHARE: Final = "step_share"  # host_steady_ns over the steady windows' length; null without steps
+
+
+LINES_SCHEMA: Final = pl.Schema({
+    LineCol.FRAME: pl.Int64(), LineCol.FILE: pl.String(), LineCol.LINE: pl.Int64(), LineCol.FUNCTION: pl.String(),
+    LineCol.USER: pl.Boolean(), LineCol.CALLS: pl.Int64(), LineCol.HOST_SELF: pl.Int64(),
+    LineCol.HOST_TOTAL: pl.Int64(), LineCol.GPU_SELF: pl.Int64(), LineCol.GPU: pl.Int64(),
+    LineCol.SYNCS: pl.Int64(), LineCol.OPS: pl.Int64(), LineCol.HOST_STEADY: pl.Int64(),
+    LineCol.STEP_SHARE: pl.Float64(),
+})
+
+
+class StackCol:
+    """Columns of ``LinesResult.stacks``: each distinct stack of listed frames, root first, with
+    the self time of its innermost frame (the folded format's weights)."""
+
+    FRAMES: Final = "frames"  # LineCol.FRAME values, root first
+    HOST: Final = "host_ns"
+    GPU: Final = "gpu_ns"
+
+
+STACKS_SCHEMA: Final = pl.Schema({StackCol.FRAMES: pl.List(pl.Int64()), StackCol.HOST: pl.Int64(),
+                                  StackCol.GPU: pl.Int64()})
+
+SORT_KEYS: Final = (LineCol.HOST_SELF, LineCol.HOST_TOTAL, LineCol.GPU, LineCol.GPU_SELF, LineCol.SYNCS,
+                    LineCol.OPS, LineCol.CALLS)
+#: Where the frames came from.
+SOURCE_FRAMES: Final = "python_function"
+SOURCE_CALL_STACK: Final = "call_stack"
+SOURCE_NONE: Final = "none"
+
+
+@dataclass(frozen=True)
+class LinesOptions:
+    include_library: bool = False  # --all: list library and builtin frames as their own rows
+    sort_by: str | None = None  # one of SORT_KEYS; None: gpu_self_ns when there is GPU time, else host_self_ns
+
+
+@dataclass(frozen=True)
+class LinesResult:
+    """``table`` (LINES_SCHEMA) in ``sort_by`` order; ``stacks`` (STACKS_SCHEMA).
+
+    Self time is a frame's time less the listed frames below it: without ``include_library``
+    only user frames are listed, so the time of library code, builtins and ops a user line
+    calls is that line's self time (where the user can act). Totals count a recursive
+    function once. ``note`` says why the table is empty or what it cannot show.
+    """
+
+    table: pl.DataFrame
+    stacks: pl.DataFrame
+    source: str
+    include_library: bool
+    sort_by: str
+    gpu_time_ns: int
+    steady_window_ns: int | None
+    note: str | None
+
+
+class SourceLine(NamedTuple):
+    """A Python source line a finding can name."""
+
+    file: str
+    line: int
+    function: str
+
+
+# "path/to/file.py(123): func" (with_stack frames and legacy Call stack entries).
+_SOURCE = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<function>.+)$")
+# The first path part of a library that torch >= 2.x writes relative to sys.path.
+_LIBRARY_ROOTS: Final = frozenset({
+    "torch", "torchvision", "torchaudio", "torchtext", "functorch", "triton", "numpy", "scipy", "pandas",
+    "transformers", "accelerate", "datasets", "tokenizers", "huggingface_hub", "safetensors", "deepspeed",
+    "apex", "lightning", "pytorch_lightning", "lightning_fabric", "timm", "einops", "fairscale", "xformers",
+    "flash_attn", "vllm", "sglang", "PIL", "tqdm", "typing_extensions", "sympy", "jinja2", "filelock",
+    "fsspec", "networkx", "packaging", "_pytest", "pytest", "pluggy", "google", "absl", "jax", "optree",
+    "flashinfer", "torchao", "peft", "bitsandbytes", "liger_kernel", "aiter", "ray", "zmq", "cv2", "sklearn",
+    "tensorflow", "keras", "onnxruntime", "torch_tensorrt", "pydantic", "msgspec", "requests", "urllib3",
+})
+# "<built-in method mul_ of Tensor object at 0x7f7ba8820280>": the object's address differs per run.
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>$")
+# Installed packages, the standard library, and code without a file (<frozen ...>, <string>: exec).
+_LIBRARY_DIRS = re.compile(r"(^|/)(site-packages|dist-packages)/|(^|/)lib/python\d+(\.\d+)?/|^<")
+
+
+def parse_frame(name: str) -> tuple[str, int, str, bool]:
+    """(file, line, function, user) of a frame name. A builtin call (``<built-in method item of
+    Tensor object>``) or a module scope (``nn.Module: Linear_0``) has no file: line 0, not user."""
+    m = _SOURCE.match(name)
+    if m is None:
+        return "", 0, _ADDRESS.sub(">", name), False
+    path = m.group("file").replace("\\", "/")
+    return path, int(m.group("line")), m.group("function"), not _is_library(path)
+
+
+def _is_library(path: str) -> bool:
+    if _LIBRARY_DIRS.search(path):
+        return True
+    if path.startswith("/"):  # an absolute path outside any Python installation: the user's
+        return False
+    top = path.split("/", 1)[0].removesuffix(".py")
+    return top in _LIBRARY_ROOTS or top in sys.stdlib_module_names
+
+
+def lines(trace: Trace, options: LinesOptions = LinesOptions(), step_result: StepsResult | None = None) -> LinesResult:
+    """Per source frame: calls, host self/total, GPU self/total, syncs, ops and step share."""
+    trace.require_whole()
+    s = trace.slices
+    gpu_time = int(s.filter(pl.col(Col.KIND).is_in([k.value for k in GPU_ACTIVITY_KINDS])).get_column(Col.DUR).sum())
+    tree = _Tree.of(trace)
+    span = steady_span(step_result.table if step_result is not None else steps(trace).table, start=Col.TS)
+    parts: tuple[pl.DataFrame, pl.DataFrame] | None
+    if tree.is_python.any():
+        parts = _from_frames(trace, tree, options.include_library, span)
+        source = SOURCE_FRAMES
+    else:
+        parts = _from_call_stacks(trace, tree, options.include_library, span)
+        source = SOURCE_CALL_STACK if parts is not None else SOURCE_NONE
+    sort_by = options.sort_by or (LineCol.GPU_SELF if gpu_time else LineCol.HOST_SELF)
+    if sort_by not in SORT_KEYS:
+        raise ValueError(f"sort key must be one of {', '.join(SORT_KEYS)}")
+    note = None
+    if parts is None:
+        table, stacks = pl.DataFrame(schema=LINES_SCHEMA), pl.DataFrame(schema=STACKS_SCHEMA)
+        note = ("no Python frames in this trace: capture with torch.profiler.profile(with_stack=True) "
+                "to see which line is slow")
+    else:
+        table, stacks = parts
+        window = None if span is None else span[1] - span[0]
+        table = table.with_columns(
+            (pl.col(LineCol.HOST_STEADY) / window if window else pl.lit(None, pl.Float64)).alias(LineCol.STEP_SHARE)
+        ).select(LINES_SCHEMA.names()).sort(
+            [sort_by, LineCol.HOST_TOTAL, LineCol.FILE, LineCol.LINE, LineCol.FUNCTION],
+            descending=[True, True, False, False, False])
+        if table.height == 0:
+            note = "no user-code frames in this trace; --all lists library frames too"
+    return LinesResult(table=table, stacks=stacks, source=source, include_library=options.include_library,
+                       sort_by=sort_by, gpu_time_ns=gpu_time,
+                       steady_window_ns=None if span is None else span[1] - span[0], note=note)
+
+
+@dataclass(frozen=True)
+class _Tree:
+    """The host nesting as arrays indexed by slice id (-1: none), with what each slice is."""
+
+    parent: I64
+    depth: I64
+    ts: I64
+    dur: I64
+    is_python: B
+    is_op: B
+    is_sync: B  # outermost sync point: a scalar read or a blocking call not inside another one
+    gpu_self: I64  # GPU time of the work this slice launched itself
+
+    @staticmethod
+    def of(trace: Trace) -> _Tree:
+        s = trace.slices
+        n = s.height
+        kind = s.get_column(Col.KIND)
+        host = kind.is_in([k.value for k in HOST_KINDS]).to_numpy()
+        parent = np.where(host, s.get_column(Col.PARENT).fill_null(-1).to_numpy(), -1)
+        depth = np.where(host, s.get_column(Col.DEPTH).fill_null(0).to_numpy(), -1).astype(np.int64)
+        names = s.get_column(Col.NAME)
+        reads = [u for u in names.unique().drop_nulls().cast(pl.String).to_list()
+                 if api_names.is_scalar_read(u) or api_names.is_sync_call(u)]
+        sync = names.is_in(reads).to_numpy() & host if reads else np.zeros(n, dtype=bool)
+        gpu = s.filter(kind.is_in([k.value for k in GPU_ACTIVITY_KINDS]) & pl.col(Col.LAUNCH).is_not_null())
+        gpu_self = np.bincount(gpu.get_column(Col.LAUNCH).to_numpy(), weights=gpu.get_column(Col.DUR).to_numpy(),
+                               minlength=n).astype(np.int64)
+        tree = _Tree(parent=parent, depth=depth, ts=s.get_column(Col.TS).to_numpy(),
+                     dur=s.get_column(Col.DUR).to_numpy(), is_python=(kind == Kind.PYTHON.value).to_numpy(),
+                     is_op=(kind == Kind.CPU_OP.value).to_numpy(), is_sync=sync, gpu_self=gpu_self[:n])
+        return _Tree(**{**tree.__dict__, "is_sync": sync & (tree.nearest(sync, strict=True) < 0)})
+
+    @property
+    def outermost_op(self) -> B:
+        """CPU ops not inside another CPU op: what a Python line called itself."""
+        inside: B = self.nearest(self.is_op, strict=True) >= 0
+        return self.is_op & ~inside
+
+    def levels(self) -> list[I64]:
+        """Host slice ids by depth 1, 2, ...: a parent's level comes before its children's."""
+        rows = np.flatnonzero((self.depth > 0) & (self.parent >= 0))
+        order = rows[np.argsort(self.depth[rows], kind="stable")]
+        bounds = np.flatnonzero(np.diff(self.depth[order])) + 1
+        return np.split(order, bounds) if order.size else []
+
+    def nearest(self, mark: B, strict: bool = False) -> I64:
+        """Per slice, the nearest slice at or above it (``strict``: above it) with ``mark``; -1: none."""
+        ids = np.arange(mark.size, dtype=np.int64)
+        at_or_above = np.where(mark, ids, -1)
+        for rows in self.levels():
+            p = self.parent[rows]
+            at_or_above[rows] = np.where(at_or_above[rows] >= 0, at_or_above[rows], at_or_above[p])
+        if not strict:
+            return at_or_above
+        has_parent = self.parent >= 0
+        return np.where(has_parent, at_or_above[np.maximum(self.parent, 0)], -1)
+
+    def inclusive(self, weights: I64) -> I64:
+        """Each slice's weight plus its descendants' (children's sums pushed up, deepest first)."""
+        total: I64 = weights.astype(np.int64).copy()
+        for rows in reversed(self.levels()):
+            np.add.at(total, self.parent[rows], total[rows])
+        return total
+
+
+def _steady_ns(ts: I64, end: I64, span: tuple[int, int] | None) -> I64:
+    if span is None:
+        return np.zeros(ts.size, dtype=np.int64)
+    inside: I64 = np.maximum(np.minimum(end, span[1]) - np.maximum(ts, span[0]), 0)
+    return inside
+
+
+def _frame_names(trace: Trace, ids: I64) -> tuple[pl.DataFrame, I64]:
+    """The distinct frame names among these slices, parsed, and each slice's index among them."""
+    names = trace.slices.get_column(Col.NAME).gather(ids).cast(pl.String)
+    return _parse_names(names)
+
+
+def _parse_names(names: pl.Series) -> tuple[pl.DataFrame, I64]:
+    """Names that parse alike (a builtin bound to two objects) share one frame."""
+    distinct = names.unique(maintain_order=True)
+    index_of: dict[tuple[str, int, str, bool], int] = {}
+    frame_of_name = [index_of.setdefault(parse_frame(name), len(index_of)) for name in distinct.to_list()]
+    parsed = list(index_of)
+    frames = pl.DataFrame({
+        LineCol.FRAME: np.arange(len(parsed), dtype=np.int64),
+        LineCol.FILE: [p[0] for p in parsed], LineCol.LINE: [p[1] for p in parsed],
+        LineCol.FUNCTION: [p[2] for p in parsed], LineCol.USER: [p[3] for p in parsed],
+    }, schema={k: LINES_SCHEMA[k] for k in (LineCol.FRAME, LineCol.FILE, LineCol.LINE, LineCol.FUNCTION,
+                                            LineCol.USER)})
+    index = pl.DataFrame({"name": names}).join(
+        pl.DataFrame({"name": distinct, LineCol.FRAME: pl.Series(frame_of_name, dtype=pl.Int64)}), on="name",
+        how="left", maintain_order="left").get_column(LineCol.FRAME).to_numpy()
+    return frames, index
+
+
+def _from_frames(trace: Trace, tree: _Tree, include_library: bool,
+                 span: tuple[int, int] | None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Rows and stacks from python_function frames: each listed frame owns the slices below it
+    up to the next listed frame."""
+    py = np.flatnonzero(tree.is_python)
+    frames, frame_of_py = _frame_names(trace, py)
+    listed_py = frames.get_column(LineCol.USER).to_numpy()[frame_of_py]
+    if include_library:
+        listed_py = np.ones(py.size, dtype=bool)
+    n = tree.parent.size
+    listed = np.zeros(n, dtype=bool)
+    listed[py[listed_py]] = True
+    frame_of = np.full(n, -1, dtype=np.int64)
+    frame_of[py] = frame_of_py
+    owner = tree.nearest(listed)
+    up = np.where(tree.parent >= 0, owner[np.maximum(tree.parent, 0)], -1)  # nearest listed frame above
+    rows = np.flatnonzero(listed)
+    end = tree.ts + tree.dur
+
+    def owned(weights: npt.NDArray[np.int64] | B, mask: B | None = None) -> I64:
+        """Sum of ``weights`` over the slices each listed frame owns (mask: only those slices)."""
+        at = owner if mask is None else np.where(mask, owner, -1)
+        keep = at >= 0
+        return np.bincount(at[keep], weights=np.asarray(weights)[keep], minlength=n).astype(np.int64)
+
+    inner_frames = np.bincount(up[rows][up[rows] >= 0], weights=tree.dur[rows][up[rows] >= 0], minlength=n)
+    gpu_self = owned(tree.gpu_self)
+    per_slice = pl.DataFrame({
+        "id": rows, LineCol.FRAME: frame_of[rows], "pid_tid": _thread_keys(trace, rows),
+        Col.TS: tree.ts[rows], "end": end[rows],
+        LineCol.HOST_SELF: np.maximum(tree.dur[rows] - inner_frames[rows].astype(np.int64), 0),
+        LineCol.HOST_TOTAL: tree.dur[rows], LineCol.GPU_SELF: gpu_self[rows],
+        LineCol.GPU: tree.inclusive(tree.gpu_self)[rows], LineCol.SYNCS: owned(tree.is_sync)[rows],
+        LineCol.OPS: owned(tree.outermost_op)[rows], LineCol.HOST_STEADY: _steady_ns(tree.ts[rows], end[rows], span),
+    })
+    # A recursive call inside an open call of the same frame is already in that call's totals.
+    per_slice = per_slice.sort([LineCol.FRAME, "pid_tid", Col.TS]).with_columns(
+        (pl.col(Col.TS) < pl.col("end").cum_max().shift(1).over(LineCol.FRAME, "pid_tid")).fill_null(False)
+        .alias("nested"))
+    outer = ~pl.col("nested")
+    table = per_slice.group_by(LineCol.FRAME).agg(
+        pl.len().cast(pl.Int64).alias(LineCol.CALLS),
+        pl.col(LineCol.HOST_SELF, LineCol.GPU_SELF, LineCol.SYNCS, LineCol.OPS).sum(),
+        *(pl.col(c).filter(outer).sum() for c in (LineCol.HOST_TOTAL, LineCol.GPU, LineCol.HOST_STEADY)),
+    )
+    stacks = _frame_stacks(tree, rows, up, frame_of, per_slice)
+    return frames.join(table, on=LineCol.FRAME, how="inner"), stacks
+
+
+def _thread_keys(trace: Trace, rows: I64) -> I64:
+    s = trace.slices
+    pid = s.get_column(Col.PID).gather(rows).fill_null(-1).to_numpy()
+    tid = s.get_column(Col.TID).gather(rows).fill_null(-1).to_numpy()
+    keys: I64 = (pid.astype(np.int64) << 32) ^ tid.astype(np.int64)
+    return keys
+
+
+def _frame_stacks(tree: _Tree, rows: I64, up: I64, frame_of: I64, per_slice: pl.DataFrame) -> pl.DataFrame:
+    """Each listed frame's stack of listed frames (root first) and its self times, summed per
+    stack. Stacks are numbered level by level, a stack being (the stack above, this frame)."""
+    n_frames = int(frame_of.max()) + 1
+    stack_of = np.full(up.size, -1, dtype=np.int64)
+    known_keys = np.zeros(0, dtype=np.int64)  # sorted (stack above + 1) * n_frames + frame
+    known_ids = np.zeros(0, dtype=np.int64)
+    parent_stack: list[I64] = []
+    leaf_frame: list[I64] = []
+    by_depth = rows[np.argsort(tree.depth[rows], kind="stable")]
+    for level in np.split(by_depth, np.flatnonzero(np.diff(tree.depth[by_depth])) + 1) if rows.size else []:
+        above = np.where(up[level] >= 0, stack_of[np.maximum(up[level], 0)], -1)
+        keys = (above + 1) * n_frames + frame_of[level]
+        at = np.searchsorted(known_keys, keys)
+        found = at < known_keys.size
+        found[found] = known_keys[at[found]] == keys[found]
+        fresh = np.unique(keys[~found])
+        fresh_ids = known_ids.size + np.arange(fresh.size, dtype=np.int64)
+        parent_stack.append(fresh // n_frames - 1)
+        leaf_frame.append(fresh % n_frames)
+        order = np.argsort(np.concatenate([known_keys, fresh]), kind="stable")
+        known_keys = np.concatenate([known_keys, fresh])[order]
+        known_ids = np.concatenate([known_ids, fresh_ids])[order]
+        stack_of[level] = known_ids[np.searchsorted(known_keys, keys)]
+    parents = np.concatenate(parent_stack) if parent_stack else np.zeros(0, dtype=np.int64)
+    leaves = np.concatenate(leaf_frame) if leaf_frame else np.zeros(0, dtype=np.int64)
+    paths: list[list[int]] = []
+    for parent, leaf in zip(parents.tolist(), leaves.tolist(), strict=True):  # parents come first
+        paths.append([*(paths[parent] if parent >= 0 else []), leaf])
+    ids = stack_of[per_slice.get_column("id").to_numpy()]
+    host = np.bincount(ids, weights=per_slice.get_column(LineCol.HOST_SELF).to_numpy(), minlength=len(paths))
+    gpu = np.bincount(ids, weights=per_slice.get_column(LineCol.GPU_SELF).to_numpy(), minlength=len(paths))
+    return _stacks_frame(paths, pl.Series(host.astype(np.int64)), pl.Series(gpu.astype(np.int64)))
+
+
+def _stacks_frame(paths: list[list[int]], host: pl.Series, gpu: pl.Series) -> pl.DataFrame:
+    """Weights summed per distinct stack, in stack order."""
+    return (pl.DataFrame({StackCol.FRAMES: pl.Series(paths, dtype=pl.List(pl.Int64)), StackCol.HOST: host,
+                          StackCol.GPU: gpu}, schema=STACKS_SCHEMA)
+            .group_by(StackCol.FRAMES).agg(pl.col(StackCol.HOST, StackCol.GPU).sum())
+            .sort(StackCol.FRAMES).select(STACKS_SCHEMA.names()))
+
+
+def _from_call_stacks(trace: Trace, tree: _Tree, include_library: bool,
+                      span: tuple[int, int] | None) -> tuple[pl.DataFrame, pl.DataFrame] | None:
+    """Rows and stacks from legacy ``Call stack`` args. Each slice carrying one owns its time
+    less that of the slices with a stack inside it: that time is its innermost listed entry's
+    self time and every listed entry's total. A call of an entry is a slice whose stack holds
+    it while the stack of the slice it is in does not."""
+    stacked = _call_stacks(trace)
+    if stacked.height == 0:
+        return None
+    n = tree.parent.size
+    has = np.zeros(n, dtype=bool)
+    ids = stacked.get_column(OCol.ID).to_numpy()
+    has[ids] = True
+    owner = tree.nearest(has)
+    above = tree.nearest(has, strict=True)
+    inner = np.bincount(above[ids][above[ids] >= 0], weights=tree.dur[ids][above[ids] >= 0], minlength=n)
+    end = tree.ts + tree.dur
+    steady = _steady_ns(tree.ts, end, span)
+    inner_steady = np.bincount(above[ids][above[ids] >= 0], weights=steady[ids][above[ids] >= 0], minlength=n)
+    keep = owner >= 0
+    gpu = np.bincount(owner[keep], weights=tree.gpu_self[keep], minlength=n).astype(np.int64)
+    syncs = np.bincount(owner[keep & tree.is_sync], minlength=n)
+    per_slice = pl.DataFrame({
+        OCol.ID: ids, "above": above[ids], "own": np.maximum(tree.dur[ids] - inner[ids].astype(np.int64), 0),
+        "gpu": gpu[ids], "syncs": syncs[ids].astype(np.int64), "op": tree.outermost_op[ids].astype(np.int64),
+        "steady": np.maximum(steady[ids] - inner_steady[ids].astype(np.int64), 0),
+    })
+    entries = stacked.select(OCol.ID, pl.col(OCol.CALL_STACK).str.split(";").alias("entry")).explode("entry") \
+        .with_columns(pl.int_range(pl.len()).over(OCol.ID).alias("pos"))
+    frames, frame_of_entry = _parse_names(entries.get_column("entry"))
+    entries = entries.with_columns(pl.Series(LineCol.FRAME, frame_of_entry))
+    if not include_library:
+        entries = entries.filter(pl.col(LineCol.FRAME).is_in(
+            frames.filter(pl.col(LineCol.USER)).get_column(LineCol.FRAME).implode()))
+    leaf = entries.sort(OCol.ID, "pos").group_by(OCol.ID, maintain_order=True).agg(
+        pl.col(LineCol.FRAME).first(), pl.col(LineCol.FRAME).reverse().alias("path")).join(per_slice, on=OCol.ID)
+    members = entries.unique([OCol.ID, LineCol.FRAME]).select(OCol.ID, LineCol.FRAME).join(per_slice, on=OCol.ID)
+    entered = members.join(members.select(pl.col(OCol.ID).alias("above"), LineCol.FRAME),
+                           on=["above", LineCol.FRAME], how="anti")
+    selfs = leaf.group_by(LineCol.FRAME).agg(
+        pl.col("own").sum().alias(LineCol.HOST_SELF), pl.col("gpu").sum().alias(LineCol.GPU_SELF),
+        pl.col("syncs").sum().alias(LineCol.SYNCS), pl.col("op").sum().alias(LineCol.OPS))
+    totals = members.group_by(LineCol.FRAME).agg(
+        pl.col("own").sum().alias(LineCol.HOST_TOTAL), pl.col("gpu").sum().alias(LineCol.GPU),
+        pl.col("steady").sum().alias(LineCol.HOST_STEADY))
+    calls = entered.group_by(LineCol.FRAME).agg(pl.len().cast(pl.Int64).alias(LineCol.CALLS))
+    table = frames.join(totals, on=LineCol.FRAME).join(selfs, on=LineCol.FRAME, how="left") \
+        .join(calls, on=LineCol.FRAME, how="left").with_columns(
+            pl.col(LineCol.HOST_SELF, LineCol.GPU_SELF, LineCol.SYNCS, LineCol.OPS, LineCol.CALLS)
+            .fill_null(0).cast(pl.Int64))
+    stacks = _stacks_frame(leaf.get_column("path").to_list(), leaf.get_column("own"), leaf.get_column("gpu"))
+    return table, stacks
+
+
+def _call_stacks(trace: Trace) -> pl.DataFrame:
+    """Slices with a non-empty legacy ``Call stack``: id and the text."""
+    return trace.op_attrs.select(OCol.ID, OCol.CALL_STACK).filter(
+        pl.col(OCol.CALL_STACK).is_not_null() & (pl.col(OCol.CALL_STACK) != ""))
+
+
+def line_of(trace: Trace, slice_ids: list[int] | I64, *, within: bool = False) -> SourceLine | None:
+    """The user source line behind these host slices, for a finding to name; None when no user
+    frame is found (no ``with_stack``, or only library code).
+
+    ``within=False`` (a sync, a launch, a slow op): the innermost user frame above each slice,
+    the one above the most of their time. ``within=True`` (a DataLoader fetch, a block): the user
+    frame inside them with the most self time, else the one above. Legacy ``Call stack``
+    traces: the innermost user entry of the stacks at or above (inside) the slices.
+    """
+    ids = np.asarray(slice_ids, dtype=np.int64)
+    if ids.size == 0:
+        return None
+    tree = _Tree.of(trace)
+    chosen = np.zeros(tree.parent.size, dtype=bool)
+    chosen[ids] = True
+    inside = tree.nearest(chosen) >= 0
+    if tree.is_python.any():
+        py = np.flatnonzero(tree.is_python)
+        names = trace.slices.get_column(Col.NAME).gather(py).cast(pl.String)
+        user_names = [u for u in names.unique().to_list() if parse_frame(u)[3]]
+        user = np.zeros(tree.parent.size, dtype=bool)
+        user[py[names.is_in(user_names).to_numpy()]] = True
+        owner = tree.nearest(user)
+        votes_at, weight = owner[ids], np.maximum(tree.dur[ids], 1)
+        if within:
+            frames = np.flatnonzero(user & inside)
+            up = np.where(tree.parent[frames] >= 0, owner[np.maximum(tree.parent[frames], 0)], -1)
+            below = np.bincount(up[up >= 0], weights=tree.dur[frames][up >= 0], minlength=tree.parent.size)
+            if frames.size:
+                votes_at, weight = frames, np.maximum(tree.dur[frames] - below[frames].astype(np.int64), 0)
+        keep = votes_at >= 0
+        if not keep.any():
+            return None
+        best = _heaviest(trace, votes_at[keep], weight[keep])
+        return _source(parse_frame(best))
+    stacked = _call_stacks(trace)
+    has = np.zeros(tree.parent.size, dtype=bool)
+    has[stacked.get_column(OCol.ID).to_numpy()] = True
+    at = tree.nearest(has)[ids]
+    if within and (has & inside).any():
+        at = np.flatnonzero(has & inside & (tree.nearest(has & inside, strict=True) < 0))
+    at = at[at >= 0]
+    text = dict(zip(stacked.get_column(OCol.ID).to_list(), stacked.get_column(OCol.CALL_STACK).to_list(),
+                    strict=True))
+    votes: dict[tuple[str, int, str, bool], float] = {}
+    for op, w in zip(at.tolist(), np.maximum(tree.dur[at], 1).tolist(), strict=True):
+        entry = next((p for e in text[op].split(";") if (p := parse_frame(e))[3]), None)
+        if entry is not None:
+            votes[entry] = votes.get(entry, 0.0) + w
+    return _source(max(votes, key=lambda k: votes[k])) if votes else None
+
+
+def _heaviest(trace: Trace, frames: I64, weight: I64) -> str:
+    """The frame name (of these frame slices) with the most weight in all."""
+    names = trace.slices.get_column(Col.NAME).gather(frames).cast(pl.String)
+    by_name = pl.DataFrame({"name": names, "w": weight})
+    return str(by_name.group_by("name").agg(pl.col("w").sum()).sort(["w", "name"], descending=[True, False])
+               .get_column("name")[0])
+
+
+def _source(parsed: tuple[str, int, str, bool]) -> SourceLine:
+    return SourceLine(file=parsed[0], line=parsed[1], function=parsed[2])

@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import msgspec
+
+from tracewhy.analyses.lines import SORT_KEYS, LinesOptions, lines
+from tracewhy.analyses.steps import StepsOptions, steps
+from tracewhy.cli.base import Command, add_output_options, emit, load_trace, positive_int
+from tracewhy.cli.output import STDOUT, refuse_overwrite, refuse_special_output, write_output
+from tracewhy.renderers.lines import WEIGHTS, folded_stacks, lines_payload, render_lines, speedscope_profile
+
+
+class LinesCommand(Command):
+    """Which Python line is slow: per source frame, calls, host self and total time, the GPU time
+    of the work launched under it, sync points, ops and its share of the steady steps.
+
+    Needs a trace captured with with_stack=True (python_function frames; older traces' per-op
+    Call stack is read too). User code only unless --all: then library, torch, standard-library
+    and builtin frames are rows of their own, and self times are split among them.
+    --flame FILE writes the stacks in the folded format (flamegraph.pl, inferno, speedscope);
+    --speedscope FILE a speedscope profile; --weight says whether widths are host or GPU time.
+    """
+
+    name = "lines"
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        add_output_options(parser)
+        parser.add_argument("--all", action="store_true", dest="include_library",
+                            help="list library, torch, standard-library and builtin frames too")
+        parser.add_argument("--sort", choices=SORT_KEYS, default=None,
+                            help="sort key (default: gpu_self_ns, or host_self_ns on CPU-only traces)")
+        parser.add_argument("--flame", metavar="FILE", help="write collapsed stacks (folded format; - for stdout)")
+        parser.add_argument("--speedscope", metavar="FILE", help="write a speedscope profile (JSON)")
+        parser.add_argument("--weight", choices=WEIGHTS, default="host",
+                            help="what the flame graph and speedscope widths are (default host)")
+        parser.add_argument("--step", metavar="NAME", help="annotation that marks a step (default ProfilerStep)")
+        parser.add_argument("--warmup", type=positive_int, default=None, metavar="N",
+                            help="steps to exclude as warm-up (default: a first step #0 or outlier)")
+
+    def run(self, args: argparse.Namespace) -> int:
+        outputs = [Path(p) for p in (args.flame, args.speedscope) if p is not None]
+        for out in outputs:  # before the work, not after it
+            refuse_overwrite(out, Path(args.trace))
+            refuse_special_output(out)
+        trace = load_trace(args.trace)
+        st = steps(trace, StepsOptions(marker=args.step, warmup=args.warmup))
+        r = lines(trace, LinesOptions(include_library=args.include_library, sort_by=args.sort), step_result=st)
+        if args.flame is not None:
+            write_output(Path(args.flame), folded_stacks(r, args.weight).encode())
+            sys.stderr.write(f"wrote {args.flame}: {r.stacks.height} stacks weighted by {args.weight} time\n")
+        if args.speedscope is not None:
+            doc = speedscope_profile(r, args.weight, name=Path(args.trace).name)
+            write_output(Path(args.speedscope), msgspec.json.encode(doc))
+            sys.stderr.write(f"wrote {args.speedscope}: open it at https://www.speedscope.app\n")
+        if STDOUT not in (args.flame, args.speedscope):  # a profile on stdout is the whole output
+            emit(args, self.name, lines_payload(r), render_lines(r, args.top))
+        return 0

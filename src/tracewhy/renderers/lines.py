@@ -1,0 +1,120 @@
+"""``lines``: the JSON payload, the terminal tables, and the stacks as a folded flame graph or a
+speedscope profile. Takes a finished LinesResult, never a trace."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from tracewhy import __version__
+from tracewhy.units import fmt_ns, fmt_pct, printable, shorten
+
+if TYPE_CHECKING:  # types only: importing the analysis here would load it for every renderer
+    from tracewhy.analyses.lines import LinesResult
+
+#: ``--weight``: what a flame graph's widths are.
+WEIGHTS: Final = ("host", "gpu")
+SPEEDSCOPE_SCHEMA: Final = "https://www.speedscope.app/file-format-schema.json"
+
+
+def lines_payload(r: LinesResult) -> dict[str, Any]:
+    """The JSON of ``lines``: every row in ``sort_by`` order (``lines[]``)."""
+    from tracewhy.analyses.lines import LineCol  # loaded already: ``r`` comes from it
+
+    return {"source": r.source, "include_library": r.include_library, "sort_by": r.sort_by,
+            "gpu_time_ns": r.gpu_time_ns, "steady_window_ns": r.steady_window_ns, "note": r.note,
+            "lines": r.table.drop(LineCol.FRAME)}
+
+
+def render_lines(r: LinesResult, top: int) -> RenderableType:
+    """The top rows by ``sort_by``, and by host self time too when that is not the order."""
+    from tracewhy.analyses.lines import LineCol
+
+    scope = "all code" if r.include_library else "user code (--all adds libraries and builtins)"
+    parts: list[RenderableType] = [_table(r, r.table.head(top), f"Python lines by {r.sort_by}, {scope}")]
+    if r.sort_by != LineCol.HOST_SELF and r.table.height:
+        by_host = r.table.sort(LineCol.HOST_SELF, descending=True, maintain_order=True).head(top)
+        parts.append(_table(r, by_host, "by host self time"))
+    if r.note:
+        parts.append(Text(f"note: {printable(r.note)}", style="yellow"))
+    return Group(*parts)
+
+
+def _table(r: LinesResult, rows: Any, title: str) -> Table:
+    from tracewhy.analyses.lines import LineCol
+
+    gpu = r.gpu_time_ns > 0
+    t = Table(title=title, caption="self: time not in a listed frame below"
+              + ("; GPU: work launched under the line" if gpu else "") + "; share: host total over the steady steps")
+    t.add_column("line")
+    for col in ("calls", "host self", "host total", *(("GPU self", "GPU total") if gpu else ()), "syncs", "ops",
+                "step share"):
+        t.add_column(col, justify="right")
+    for row in rows.iter_rows(named=True):
+        gpu_cells = (fmt_ns(row[LineCol.GPU_SELF]), fmt_ns(row[LineCol.GPU])) if gpu else ()
+        t.add_row(shorten(location(row[LineCol.FILE], row[LineCol.LINE], row[LineCol.FUNCTION]), 80),
+                  str(row[LineCol.CALLS]), fmt_ns(row[LineCol.HOST_SELF]), fmt_ns(row[LineCol.HOST_TOTAL]),
+                  *gpu_cells, str(row[LineCol.SYNCS]), str(row[LineCol.OPS]), fmt_pct(row[LineCol.STEP_SHARE]))
+    return t
+
+
+def location(file: str, line: int, function: str) -> str:
+    """``file:line function`` (a builtin or module frame has no file: its name alone)."""
+    return f"{file}:{line} {function}" if file else function
+
+
+def _labels(r: LinesResult) -> dict[int, str]:
+    from tracewhy.analyses.lines import LineCol
+
+    cols = r.table.select(LineCol.FRAME, LineCol.FILE, LineCol.LINE, LineCol.FUNCTION)
+    return {frame: location(file, line, function) for frame, file, line, function in cols.iter_rows()}
+
+
+def _weighted(r: LinesResult, weight: str) -> list[tuple[list[int], int]]:
+    from tracewhy.analyses.lines import StackCol
+
+    column = StackCol.HOST if weight == "host" else StackCol.GPU
+    return [(frames, w) for frames, w in r.stacks.select(StackCol.FRAMES, column).iter_rows() if w > 0]
+
+
+def folded_stacks(r: LinesResult, weight: str = "host") -> str:
+    """Brendan Gregg's folded format, one ``root;...;leaf WEIGHT`` line per stack (weights in
+    ns), which flamegraph.pl, inferno and speedscope read. ``;`` in a name would split a frame,
+    so it becomes ``,``."""
+    labels = {k: v.replace(";", ",").replace("\n", " ") for k, v in _labels(r).items()}
+    return "".join(f"{';'.join(labels[f] for f in frames)} {w}\n" for frames, w in _weighted(r, weight))
+
+
+def speedscope_profile(r: LinesResult, weight: str = "host", name: str = "tracewhy lines") -> dict[str, Any]:
+    """A speedscope file (``SPEEDSCOPE_SCHEMA``): the stacks as one sampled profile in
+    nanoseconds, each stack a sample weighted by its self time."""
+    from tracewhy.analyses.lines import LineCol
+
+    weighted = _weighted(r, weight)
+    used = sorted({f for frames, _ in weighted for f in frames})
+    index = {f: i for i, f in enumerate(used)}
+    rows = {row[LineCol.FRAME]: row for row in r.table.iter_rows(named=True)}
+    frames = []
+    for f in used:
+        row = rows[f]
+        frame: dict[str, Any] = {"name": row[LineCol.FUNCTION]}
+        if row[LineCol.FILE]:
+            frame.update(file=row[LineCol.FILE], line=row[LineCol.LINE])
+        frames.append(frame)
+    total = sum(w for _, w in weighted)
+    return {
+        "$schema": SPEEDSCOPE_SCHEMA,
+        "shared": {"frames": frames},
+        "profiles": [{
+            "type": "sampled", "name": f"{name} ({weight} time)", "unit": "nanoseconds",
+            "startValue": 0, "endValue": total,
+            "samples": [[index[f] for f in stack] for stack, _ in weighted],
+            "weights": [w for _, w in weighted],
+        }],
+        "name": name,
+        "activeProfileIndex": 0,
+        "exporter": f"tracewhy {__version__}",
+    }
