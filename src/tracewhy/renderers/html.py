@@ -20,13 +20,15 @@ import polars as pl
 
 from tracewhy import __version__
 from tracewhy.analyses.gaps import GapCol
+from tracewhy.analyses.memory import TimelineResult
 from tracewhy.analyses.overlap import OverlapCol
 from tracewhy.analyses.rank_compare import RanksResult
 from tracewhy.analyses.steps import StepCol
 from tracewhy.findings.model import Finding
 from tracewhy.findings.overview import Overview
 from tracewhy.findings.roofline import NcuRooflineResult
-from tracewhy.model.schema import Col
+from tracewhy.model.schema import Col, MCol
+from tracewhy.readers.memory_timeline import TimelineCol
 from tracewhy.renderers.diagnose import TIME_ORIGIN, basis_statistic, gap_rows, recoverable_unit
 from tracewhy.renderers.jsonout import encode_json
 
@@ -37,6 +39,9 @@ TOP_GAPS: Final = 50  # the gaps table; diagnose --json lists as many
 #: Gaps drawn on the utilization chart (largest first): beyond this, bins already show the idle.
 TIMELINE_GAPS: Final = 20_000
 ROOFLINE_POINTS: Final = 500
+#: Points per memory series (per device, or of a timeline export): each kept point is the highest
+#: of its stretch of events, so the peak is always drawn; a 1 GB trace has millions of events.
+MEMORY_POINTS: Final = 4000
 _ESCAPES: Final = ((b"&", b"\\u0026"), (b"<", b"\\u003c"), (b">", b"\\u003e"),
                    ("\u2028".encode(), b"\\u2028"), ("\u2029".encode(), b"\\u2029"))
 
@@ -77,9 +82,69 @@ def overview_payload(ov: Overview) -> dict[str, Any]:
         "overlap": _overlap(ov),
         "blocks": ov.blocks.table if ov.blocks is not None else None,
         "roofline": _roofline(ov),
+        "memory": _memory(ov),
         "ranks": None,  # filled for multi-rank input
     }
     return payload
+
+
+def thinned(table: pl.DataFrame, by: str, points: int = MEMORY_POINTS) -> pl.DataFrame:
+    """At most about ``points`` rows of a time-ordered table: of each run of consecutive rows,
+    the one where ``by`` is highest (the first of equals), so maxima survive the thinning."""
+    if table.height <= points:
+        return table
+    size = -(-table.height // points)
+    return (table.with_row_index("_row").with_columns((pl.col("_row") // size).alias("_bin"))
+            .filter(pl.col(by) == pl.col(by).max().over("_bin")).unique("_bin", keep="first", maintain_order=True)
+            .drop("_row", "_bin"))
+
+
+def _memory(ov: Overview) -> dict[str, Any] | None:
+    """Allocated and reserved over time per device with the peak and the ledger at it, and the
+    steps to shade; None without ``[memory]`` events. GPUs only when the trace has any, as the
+    memory findings judge them (the host's allocations beside a GPU are the launch's scraps)."""
+    r = ov.report.memory
+    if r is None or not r.devices:
+        return None
+    st = ov.report.steps.table
+    devices = []
+    for d in [d for d in r.devices if d.device != "cpu"] or r.devices:
+        series = thinned(d.timeline.with_columns(pl.col(MCol.TOTAL_RESERVED).fill_null(strategy="forward")),
+                         MCol.TOTAL_ALLOCATED)
+        devices.append({
+            "device": d.device, "peak_allocated_bytes": d.peak_allocated_bytes,
+            "reserved_at_peak_bytes": d.reserved_at_peak_bytes, "peak_reserved_bytes": d.peak_reserved_bytes,
+            "peak_ts_ns": d.peak_ts_ns, "peak_step": d.peak_step, "peak_op": d.peak_op, "ledger": d.ledger,
+            "allocated_source": d.allocated_source,
+            "series": {"ts_ns": series.get_column(MCol.TS).to_list(),
+                       "allocated": series.get_column(MCol.TOTAL_ALLOCATED).to_list(),
+                       "reserved": series.get_column(MCol.TOTAL_RESERVED).to_list()},
+        })
+    return {
+        "source": "trace", "ledger_source": r.ledger_source, "t0_ns": ov.info.first_ts_ns, "devices": devices,
+        "steps": st.select(StepCol.NAME, pl.col(StepCol.TS).alias("start_ns"),
+                           (pl.col(StepCol.TS) + pl.col(StepCol.DUR)).alias("end_ns"), StepCol.STEADY),
+    }
+
+
+def memory_timeline_report_payload(r: TimelineResult, path: str, layout: str) -> dict[str, Any]:
+    """The report of a memory-timeline export: its categories stacked over time, the peak of
+    their sum and the ledger at it, in the profiler's own categories."""
+    t = thinned(r.table, TimelineCol.TOTAL)
+    categories = [c for c in TimelineCol.CATEGORIES if t.height and t.get_column(c).max()]
+    return {
+        "trace": {"path": path, "format": f"memory timeline ({layout})", "rank": None, "world_size": None,
+                  "devices": [], "warnings": []},
+        "findings": [],
+        "memory": {
+            "source": "memory_timeline", "ledger_source": r.ledger_source,
+            "t0_ns": int(t.get_column(TimelineCol.TS).min()) if t.height else 0,  # type: ignore[arg-type]
+            "peak_total_bytes": r.peak_total_bytes, "peak_ts_ns": r.peak_ts_ns, "ledger_at_peak": r.ledger_at_peak,
+            "categories": categories,
+            "series": {"ts_ns": t.get_column(TimelineCol.TS).to_list(),
+                       **{c: t.get_column(c).to_list() for c in categories}},
+        },
+    }
 
 
 def _overlap(ov: Overview) -> dict[str, Any] | None:

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tracewhy.analyses.memory import analyze_timeline
 from tracewhy.analyses.rank_compare import compare_ranks
 from tracewhy.analyses.ranks import RanksOptions, load_rank_summaries
 from tracewhy.cli.base import Command, emit, load_trace, positive_int, warn, warnings_so_far
@@ -15,8 +16,15 @@ from tracewhy.findings.context import DiagnoseOptions
 from tracewhy.findings.overview import overview
 from tracewhy.findings.ranks import rank_findings
 from tracewhy.findings.roofline import roofline
+from tracewhy.readers.memory_timeline import is_memory_timeline, read_memory_timeline
 from tracewhy.readers.ncu import is_ncu, read_ncu
-from tracewhy.renderers.html import ncu_report_payload, overview_payload, ranks_report_payload, render_html
+from tracewhy.renderers.html import (
+    memory_timeline_report_payload,
+    ncu_report_payload,
+    overview_payload,
+    ranks_report_payload,
+    render_html,
+)
 from tracewhy.renderers.jsonout import envelope
 
 
@@ -27,8 +35,10 @@ class ReportCommand(Command):
     (steady window, p50/p90/p99), GPU utilization over time with idle gaps coloured by class,
     the largest gaps with host activity, sortable operator and kernel tables, overlap and block
     attribution where present, and the shape-based roofline when shapes were recorded.
-    TRACE may also be a directory of rank traces (a rank-by-metric heatmap and the rank
-    findings) or an Nsight Compute report (roofline scatter and kernel verdicts).
+    With profile_memory, allocated and reserved memory over time per device with the peak and
+    the ledger at it. TRACE may also be a directory of rank traces (a rank-by-metric heatmap and
+    the rank findings), an Nsight Compute report (roofline scatter and kernel verdicts) or a
+    memory-timeline export (its categories stacked over time).
     --json prints the JSON report the page is made from.
     """
 
@@ -72,5 +82,8 @@ class ReportCommand(Command):
             report = read_ncu(path)
             warn(path, report.warnings)
             return ncu_report_payload(roofline(report))
+        if is_memory_timeline(path):
+            tl = read_memory_timeline(path)
+            return memory_timeline_report_payload(analyze_timeline(tl), args.trace, tl.layout.value)
         ov = overview(load_trace(args.trace), DiagnoseOptions(step_marker=args.step, warmup=args.warmup))
         return overview_payload(ov)

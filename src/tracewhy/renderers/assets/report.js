@@ -192,6 +192,113 @@
     }, columns, byId("utilization-chart"));
   }
 
+  var LEDGER_COLORS = {
+    parameters: "#1f77b4", optimizer_state: "#2ca02c", inputs: "#8c564b", temporaries: "#d62728",
+    activations: "#ff7f0e", gradients: "#9467bd", autograd_detail: "#e377c2", unknown: "#7f7f7f",
+    comm_buckets: "#17becf", kv_cache: "#bcbd22", preexisting: "#b8b8b8"
+  };
+  function fmtBytes(n) {
+    if (n === null || n === undefined) { return "-"; }
+    var a = Math.abs(n), units = [["GiB", 1073741824], ["MiB", 1048576], ["KiB", 1024]];
+    for (var i = 0; i < units.length; i++) {
+      if (a >= units[i][1]) { return (n / units[i][1]).toFixed(1) + " " + units[i][0]; }
+    }
+    return Math.round(n) + " B";
+  }
+  function memoryAxis(label) {
+    return { label: label, size: 80, values: function (u, v) { return v.map(function (x) { return fmtBytes(x); }); } };
+  }
+  /* Steps shaded (steady darker than warm-up) and the peak as a red line. */
+  function memoryHooks(m, peakMs) {
+    return function (plot) {
+      var ctx = plot.ctx, top = plot.bbox.top, h = plot.bbox.height;
+      ctx.save();
+      (m.steps || []).forEach(function (s, i) {
+        var a = plot.valToPos((s.start_ns - m.t0_ns) / 1e6, "x", true);
+        var b = plot.valToPos((s.end_ns - m.t0_ns) / 1e6, "x", true);
+        ctx.fillStyle = s.steady ? (i % 2 ? "#e3e8f0" : "#eef1f6") : "#f6f1e7";
+        ctx.fillRect(a, top, Math.max(1, b - a), h);
+      });
+      if (peakMs !== null && peakMs !== undefined) {
+        var x = plot.valToPos(peakMs, "x", true);
+        ctx.strokeStyle = "#d62728";
+        ctx.lineWidth = 2;
+        ctx.setLineDash([5, 3]);
+        ctx.beginPath(); ctx.moveTo(x, top); ctx.lineTo(x, top + h); ctx.stroke();
+      }
+      ctx.restore();
+    };
+  }
+  function ledgerRows(device, ledger, peak) {
+    return Object.keys(ledger).filter(function (k) { return ledger[k] > 0; }).map(function (k) {
+      return { device: device, category: k, bytes: ledger[k], share: peak ? ledger[k] / peak : null };
+    });
+  }
+  function memoryTimelineChart(m) {
+    var ms = m.series.ts_ns.map(function (t) { return (t - m.t0_ns) / 1e6; });
+    var cats = m.categories.slice(), cum = ms.map(function () { return 0; }), stacked = [];
+    cats.forEach(function (c) {
+      cum = cum.map(function (v, k) { return v + m.series[c][k]; });
+      stacked.push(cum);
+    });
+    /* Drawn from the top of the stack down: each band paints over the one below it. */
+    var columns = [ms], series = [{ label: "ms" }];
+    for (var i = cats.length - 1; i >= 0; i--) {
+      columns.push(stacked[i]);
+      series.push({ label: cats[i], stroke: LEDGER_COLORS[cats[i]] || "#7f7f7f", fill: LEDGER_COLORS[cats[i]] || "#7f7f7f",
+                    width: 1, value: (function (c) { return function (u, v, si, k) { return k === null ? "-" : fmtBytes(m.series[c][k]); }; }(cats[i])) });
+    }
+    var box = el("div", "chart");
+    byId("memory-charts").appendChild(box);
+    var peakMs = m.peak_ts_ns === null ? null : (m.peak_ts_ns - m.t0_ns) / 1e6;
+    new uPlot({
+      width: width("memory-charts"), height: 300, scales: { x: { time: false } },
+      axes: [{ label: "ms since the first instant" }, memoryAxis("live bytes")],
+      series: series, hooks: { drawClear: [memoryHooks(m, peakMs)] }
+    }, columns, box);
+    byId("memory-note").textContent = "Memory-timeline export, the profiler's own categories stacked; peak " +
+      fmtBytes(m.peak_total_bytes) + " (red line).";
+    return ledgerRows("", m.ledger_at_peak, m.peak_total_bytes);
+  }
+  function memoryDeviceChart(m, d, i) {
+    var ms = d.series.ts_ns.map(function (t) { return (t - m.t0_ns) / 1e6; });
+    var box = el("div", "chart"), title = el("div", "note", d.device + ": peak " + fmtBytes(d.peak_allocated_bytes) +
+      " allocated" + (d.reserved_at_peak_bytes ? " (" + fmtBytes(d.reserved_at_peak_bytes) + " reserved)" : "") +
+      (d.peak_step ? " in " + d.peak_step : "") + (d.peak_op ? " during " + d.peak_op : ""));
+    byId("memory-charts").appendChild(title);
+    byId("memory-charts").appendChild(box);
+    var color = DEVICE_COLORS[i % DEVICE_COLORS.length];
+    new uPlot({
+      width: width("memory-charts"), height: 260, scales: { x: { time: false } },
+      axes: [{ label: "ms since the trace start" }, memoryAxis("bytes")],
+      series: [{ label: "ms" },
+               { label: "allocated", stroke: color, width: 1.5, value: function (u, v) { return fmtBytes(v); } },
+               { label: "reserved", stroke: "#7f7f7f", width: 1, dash: [4, 3], value: function (u, v) { return fmtBytes(v); } }],
+      hooks: { drawClear: [memoryHooks(m, (d.peak_ts_ns - m.t0_ns) / 1e6)] }
+    }, [ms, d.series.allocated, d.series.reserved], box);
+    return ledgerRows(d.device, d.ledger, d.peak_allocated_bytes);
+  }
+  function memorySection() {
+    var m = data.memory;
+    if (!m) { return; }
+    show("memory");
+    var rows = [];
+    if (m.source === "memory_timeline") {
+      rows = memoryTimelineChart(m);
+    } else {
+      byId("memory-note").textContent = "Allocated (line) and reserved (dashed) per device, from the [memory] events; " +
+        "steps shaded (warm-up in beige), the allocation peak as a red line. Ledger " + m.ledger_source + ".";
+      m.devices.forEach(function (d, i) { rows = rows.concat(memoryDeviceChart(m, d, i)); });
+    }
+    rows.sort(function (a, b) { return b.bytes - a.bytes; });
+    var columns = m.source === "memory_timeline" ? [] : [{ key: "device", label: "device", text: true }];
+    byId("memory-ledger").appendChild(sortableTable(columns.concat([
+      { key: "category", label: "category", text: true },
+      { key: "bytes", label: "bytes", fmt: fmtBytes },
+      { key: "share", label: "share of the peak", fmt: fmtPct }
+    ]), rows));
+  }
+
   function gapsTable() {
     var g = data.gaps;
     if (!g || !g.top || !g.top.length) { return; }
@@ -345,7 +452,7 @@
   }
 
   header();
-  [findings, stepsChart, utilizationChart, gapsTable, overlapTable, blocksTable, ranksHeatmap, rooflineChart,
+  [findings, stepsChart, utilizationChart, memorySection, gapsTable, overlapTable, blocksTable, ranksHeatmap, rooflineChart,
    verdictsTable, opsTable, kernelsTable].forEach(function (render) {
     try { render(); } catch (e) { console.error("tracewhy report: " + render.name + ": " + e); }
   });
