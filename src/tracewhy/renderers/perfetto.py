@@ -8,7 +8,10 @@ Added tracks (every added event has ``"cat": "tracewhy"``):
   ranges projected onto the GPU, in as many lanes as overlaps need) and a "GPU utilization"
   counter (busy share per bin, percent);
 - a "tracewhy findings" process with one thread per finding, its slice spanning the steady
-  window (or the ranges in ``evidence["time_ranges_ns"]``), the statement in its args.
+  window (or the ranges in ``evidence["time_ranges_ns"]``), the statement in its args;
+- with ``profile_memory``, "memory allocated (DEVICE)" and "memory reserved (DEVICE)" counters
+  (bytes, the allocator's own totals, a point at each change) on each GPU's process, and the
+  host's on a "tracewhy: host memory" process.
 
 For Kineto input the original events are copied as the exact bytes the file holds (the model
 drops fields, so it is never re-serialized). For other input (Nsight Systems) the model is
@@ -26,9 +29,10 @@ import polars as pl
 
 from tracewhy import __version__
 from tracewhy.analyses.gaps import CLASS_COLUMNS, GapCol
+from tracewhy.analyses.memory import MemoryResult
 from tracewhy.findings.model import Finding
 from tracewhy.findings.overview import Overview
-from tracewhy.model.schema import GPU_ACTIVITY_KINDS, CCol, Col, KCol, Kind
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, CCol, Col, KCol, Kind, MCol
 from tracewhy.model.trace import Trace
 from tracewhy.readers.raw_events import RawEvents
 from tracewhy.renderers.jsonout import to_jsonable
@@ -39,6 +43,8 @@ FINDINGS_PID: Final = 1_000_000_000
 GAPS_TID: Final = 1_000_000_001
 ANNOTATION_TID_BASE: Final = 1_000_000_100
 UTILIZATION_COUNTER: Final = "GPU utilization"
+#: The process that holds the host's memory counters (a GPU's go on that GPU's process).
+HOST_MEMORY_PID: Final = 1_000_000_002
 
 #: Kineto's category for each kind, for traces written from the model.
 _KINETO_CAT: Final = {
@@ -89,6 +95,7 @@ def added_events(ov: Overview) -> list[dict[str, Any]]:
     out += _gap_events(ov.report.gaps.gaps, pids, default_pid)
     out += _annotation_events(ov.projection, pids, default_pid)
     out += _utilization_events(ov.utilization.series, pids, default_pid)
+    out += memory_counter_events(ov.report.memory, pids)
     out += _finding_events(ov.report.findings, _findings_window(ov))
     return out
 
@@ -155,6 +162,28 @@ def _utilization_events(series: pl.DataFrame, pids: dict[int, int], default_pid:
                         "args": {"busy %": round(100 * share, 2)}})
         out.append({"ph": "C", "cat": CAT, "name": UTILIZATION_COUNTER, "pid": pid,
                     "ts": us(int(rows.get_column("end_ns").max())), "args": {"busy %": 0}})  # type: ignore[arg-type]
+    return out
+
+
+def memory_counter_name(what: str, device: str) -> str:
+    """"memory allocated (cuda:0)", "memory reserved (cpu)"."""
+    return f"memory {what} ({device})"
+
+
+def memory_counter_events(r: MemoryResult | None, pids: dict[int, int]) -> list[dict[str, Any]]:
+    """Allocated and reserved bytes per device as counters, one point where the value changes."""
+    out: list[dict[str, Any]] = []
+    for d in r.devices if r is not None else ():
+        kind, _, index = d.device.partition(":")
+        pid = pids.get(int(index), int(index)) if kind != "cpu" and index.isdigit() else HOST_MEMORY_PID
+        if pid == HOST_MEMORY_PID and not any(e["pid"] == pid for e in out):
+            out.append(_meta(pid, None, "process_name", "tracewhy: host memory"))
+        for what, col in (("allocated", MCol.TOTAL_ALLOCATED), ("reserved", MCol.TOTAL_RESERVED)):
+            values = d.timeline.select(MCol.TS, pl.col(col).fill_null(strategy="forward")).drop_nulls()
+            changes = values.filter(pl.col(col) != pl.col(col).shift(1).fill_null(-1))
+            name = memory_counter_name(what, d.device)
+            out += [{"ph": "C", "cat": CAT, "name": name, "pid": pid, "ts": us(ts), "args": {"bytes": int(v)}}
+                    for ts, v in changes.iter_rows()]
     return out
 
 
