@@ -77,7 +77,7 @@ SOURCE_NONE: Final = "none"
 
 @dataclass(frozen=True)
 class LinesOptions:
-    include_library: bool = False  # --all: list library and builtin frames as their own rows
+    include_library: bool = False  # --all: list library frames (torch, site-packages, stdlib) as rows too
     sort_by: str | None = None  # one of SORT_KEYS; None: gpu_self_ns when there is GPU time, else host_self_ns
 
 
@@ -85,10 +85,11 @@ class LinesOptions:
 class LinesResult:
     """``table`` (LINES_SCHEMA) in ``sort_by`` order; ``stacks`` (STACKS_SCHEMA).
 
-    Self time is a frame's time less the listed frames below it: without ``include_library``
-    only user frames are listed, so the time of library code, builtins and ops a user line
-    calls is that line's self time (where the user can act). Totals count a recursive
-    function once. ``note`` says why the table is empty or what it cannot show.
+    Self time is a frame's time less the listed frames below it. Builtin calls (``.item()``,
+    ``time.sleep``) and module scopes are never listed: their time is their caller's. Without
+    ``include_library`` only user frames are listed, so the time of the library code a user line
+    calls is that line's self time too (where the user can act). Totals count a recursive
+    function once. ``note`` says why the table is empty.
     """
 
     table: pl.DataFrame
@@ -283,12 +284,12 @@ def _parse_names(names: pl.Series) -> tuple[pl.DataFrame, I64]:
 def _from_frames(trace: Trace, tree: _Tree, include_library: bool,
                  span: tuple[int, int] | None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Rows and stacks from python_function frames: each listed frame owns the slices below it
-    up to the next listed frame."""
+    up to the next listed frame (builtin calls and ops included)."""
     py = np.flatnonzero(tree.is_python)
     frames, frame_of_py = _frame_names(trace, py)
-    listed_py = frames.get_column(LineCol.USER).to_numpy()[frame_of_py]
-    if include_library:
-        listed_py = np.ones(py.size, dtype=bool)
+    # A builtin call or module scope is what the line calling it does: never a row of its own.
+    source = (frames.get_column(LineCol.LINE) > 0).to_numpy()
+    listed_py = (source if include_library else frames.get_column(LineCol.USER).to_numpy())[frame_of_py]
     n = tree.parent.size
     listed = np.zeros(n, dtype=bool)
     listed[py[listed_py]] = True

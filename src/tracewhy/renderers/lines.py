@@ -33,7 +33,7 @@ def render_lines(r: LinesResult, top: int) -> RenderableType:
     """The top rows by ``sort_by``, and by host self time too when that is not the order."""
     from tracewhy.analyses.lines import LineCol
 
-    scope = "all code" if r.include_library else "user code (--all adds libraries and builtins)"
+    scope = "all code" if r.include_library else "user code (--all adds library code)"
     parts: list[RenderableType] = [_table(r, r.table.head(top), f"Python lines by {r.sort_by}, {scope}")]
     if r.sort_by != LineCol.HOST_SELF and r.table.height:
         by_host = r.table.sort(LineCol.HOST_SELF, descending=True, maintain_order=True).head(top)
@@ -62,7 +62,7 @@ def _table(r: LinesResult, rows: Any, title: str) -> Table:
 
 
 def location(file: str, line: int, function: str) -> str:
-    """``file:line function`` (a builtin or module frame has no file: its name alone)."""
+    """``file:line function`` (a frame without a file: its name alone)."""
     return f"{file}:{line} {function}" if file else function
 
 

@@ -18,8 +18,9 @@ class LinesCommand(Command):
     of the work launched under it, sync points, ops and its share of the steady steps.
 
     Needs a trace captured with with_stack=True (python_function frames; older traces' per-op
-    Call stack is read too). User code only unless --all: then library, torch, standard-library
-    and builtin frames are rows of their own, and self times are split among them.
+    Call stack is read too). User code only unless --all: then library, torch and standard-library
+    frames are rows of their own, and self times are split among them. A builtin call (.item(),
+    time.sleep) is never a row: its time is the calling line's.
     --flame FILE writes the stacks in the folded format (flamegraph.pl, inferno, speedscope);
     --speedscope FILE a speedscope profile; --weight says whether widths are host or GPU time.
     """
@@ -29,7 +30,7 @@ class LinesCommand(Command):
     def configure(self, parser: argparse.ArgumentParser) -> None:
         add_output_options(parser)
         parser.add_argument("--all", action="store_true", dest="include_library",
-                            help="list library, torch, standard-library and builtin frames too")
+                            help="list library, torch and standard-library frames too")
         parser.add_argument("--sort", choices=SORT_KEYS, default=None,
                             help="sort key (default: gpu_self_ns, or host_self_ns on CPU-only traces)")
         parser.add_argument("--flame", metavar="FILE", help="write collapsed stacks (folded format; - for stdout)")
