@@ -16,6 +16,7 @@ COMMAND_MODULES: dict[str, str] = {
     for name in ("diagnose", "gaps", "info", "ops", "lines", "kernels", "nvtx", "steps", "overlap", "blocks", "ranks",
                  "roofline", "memory", "pipeline", "compile", "diff", "check", "export", "report", "which", "capture")
 }
+COMMAND_MODULES["critical-path"] = "tracewhy.cli.commands.critical_path"  # a hyphen cannot name a module
 
 
 def load_command(name: str) -> type[Command]:

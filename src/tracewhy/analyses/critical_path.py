@@ -1,0 +1,408 @@
+"""The critical path of each step: the chain of host work, launches, GPU activities and waits
+that set the step's length, what it is made of, and how much shorter the step would be without
+each of the things on it.
+
+The path runs backwards from the step's last instant (the next step's start; for the last step
+the end of its own work) through the edge that released each instant (see
+``critical_path_graph``) until it reaches the step's start. Edge lengths are elapsed times, so
+the path is the longest one and covers the whole window when every instant on it was released
+by something the trace recorded. The gains come from replaying the step with an item's time
+removed: each instant at the latest of its in-edges, waits shrinking to what was measured.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from tracewhy.analyses import api_names
+from tracewhy.analyses.critical_path_graph import Edge, Graph, build_graph
+from tracewhy.analyses.families import Family, classify_kernels
+from tracewhy.analyses.steps import StepsOptions, WindowCol, step_windows, steps
+from tracewhy.model.schema import KIND_CODE, Col, Kind
+from tracewhy.model.trace import Trace
+
+I64 = npt.NDArray[np.int64]
+
+
+class Category:
+    """What a stretch of the path was spent on; the composition's keys."""
+
+    HOST_OPS: Final = "host_ops"  # CPU ops and annotated host code
+    LAUNCH: Final = "launch_overhead"  # launch calls and launch-to-start latency
+    KERNELS: Final = "kernels"  # compute kernels (by family in ``families``)
+    COMMUNICATION: Final = "communication"
+    COPIES: Final = "copies"  # memcpy, memset and copy kernels
+    SYNC: Final = "sync"  # blocking calls and cross-stream waits returning after their GPU work
+    KERNEL_GAP: Final = "kernel_gap"  # the GPU between two queued activities on a stream
+    IDLE: Final = "idle"  # a host thread with nothing recorded open (Python, input, waits)
+
+
+CATEGORIES: Final = (Category.HOST_OPS, Category.LAUNCH, Category.KERNELS, Category.COMMUNICATION,
+                     Category.COPIES, Category.SYNC, Category.KERNEL_GAP, Category.IDLE)
+#: Categories whose items can be shortened (a wait or a gap is shortened by shortening its cause).
+WORK_CATEGORIES: Final = (Category.HOST_OPS, Category.LAUNCH, Category.KERNELS, Category.COMMUNICATION,
+                          Category.COPIES)
+
+
+@dataclass(frozen=True)
+class CriticalPathOptions:
+    marker: str | None = None  # step marker (None: what ``steps`` picks)
+    gain_items: int = 5  # per step, the items on the path (by time) whose removal is replayed
+    #: Analyse this one window (start_ns, end_ns) instead of the steps: e.g. one instance of an
+    #: annotation, as HTA's critical_path_analysis(annotation, instance_id) does.
+    window_ns: tuple[int, int] | None = None
+
+
+class PathCol:
+    """Column names of the result tables."""
+
+    STEP: Final = "step"  # index into ``steps``
+    WINDOW_START: Final = WindowCol.WINDOW_START
+    WINDOW_END: Final = WindowCol.WINDOW_END
+    WINDOW: Final = WindowCol.WINDOW
+    TOTAL: Final = "total_ns"  # the time the path covers
+    DETERMINED: Final = "determined"  # the path covers the whole window
+    CATEGORY: Final = "category"
+    FAMILY: Final = "family"  # kernel family (kernels only)
+    ON_PATH: Final = "on_path_ns"
+    COUNT: Final = "count"
+    GAIN: Final = "gain_ns"  # step time saved if the item took no time (null: not replayed)
+    EDGE: Final = "edge"  # an Edge name
+
+
+@dataclass(frozen=True)
+class CriticalPathResult:
+    """``steps``: per step its window (WindowCol names), ``total_ns``, ``determined`` and one
+    ``<category>_ns`` column per category. ``families``: step, family, ns (kernels only).
+    ``segments``: the path in time order: step, ts_ns, dur_ns, category, edge, id (the slice the
+    time was spent in, null for idle and gaps). ``on_path``: step, id, name, kind, category,
+    family, ts_ns, dur_ns, on_path_ns. ``gains``: step, category, name, count, on_path_ns,
+    gain_ns."""
+
+    marker: str
+    steps: pl.DataFrame
+    families: pl.DataFrame
+    segments: pl.DataFrame
+    on_path: pl.DataFrame
+    gains: pl.DataFrame
+    #: Edges left out because their end precedes their start (host and GPU clocks disagree).
+    dropped_edges: int
+    note: str | None
+
+
+def critical_path(trace: Trace, options: CriticalPathOptions = CriticalPathOptions()) -> CriticalPathResult:
+    trace.require_whole()
+    graph = build_graph(trace)
+    if options.window_ns is None:
+        st = steps(trace, StepsOptions(marker=options.marker))
+        windows, marker, note = step_windows(trace, st), st.marker, st.note
+    else:
+        windows, marker, note = _one_window(graph, *options.window_ns), "window", None
+    labels = _Labels(trace, graph)
+    replay = _Replay(graph)
+    by_pid = _nodes_by_pid(graph)
+    step_rows: list[dict[str, object]] = []
+    segments: list[pl.DataFrame] = []
+    gains: list[pl.DataFrame] = []
+    for i, (ws, we, pid, number, steady) in enumerate(windows.select(
+            WindowCol.WINDOW_START, WindowCol.WINDOW_END, WindowCol.PID, WindowCol.NUMBER,
+            WindowCol.STEADY).iter_rows()):
+        path, start, sink = _walk(graph, by_pid.get(pid), ws, we)
+        seg = labels.segments(path, ws).with_columns(pl.lit(i, pl.Int64).alias(PathCol.STEP))
+        segments.append(seg)
+        total = int(graph.node_ts[sink]) - max(start, ws) if sink >= 0 else 0
+        by_cat = dict(seg.group_by(PathCol.CATEGORY).agg(pl.col(Col.DUR).sum()).iter_rows())
+        step_rows.append({
+            PathCol.STEP: i, WindowCol.NUMBER: number, WindowCol.STEADY: steady, PathCol.WINDOW_START: ws,
+            PathCol.WINDOW_END: we, PathCol.WINDOW: we - ws, PathCol.TOTAL: total,
+            PathCol.DETERMINED: sink >= 0 and start <= ws and int(graph.node_ts[sink]) == we,
+            **{f"{c}_ns": int(by_cat.get(c, 0)) for c in CATEGORIES},
+        })
+        gains.append(_gains(trace, graph, replay, seg, i, ws, we, sink, options.gain_items))
+    seg_all = pl.concat(segments) if segments else labels.segments([], 0).with_columns(
+        pl.lit(0, pl.Int64).alias(PathCol.STEP))
+    on_path = _on_path(trace, seg_all)
+    if graph.dropped_edges:
+        extra = (f"{graph.dropped_edges} dependencies left out: their GPU end precedes their host start "
+                 "(host and GPU clocks disagree)")
+        note = extra if note is None else f"{note}; {extra}"
+    return CriticalPathResult(
+        marker=marker,
+        steps=pl.DataFrame(step_rows, schema=_STEPS_SCHEMA),
+        families=seg_all.filter(pl.col(PathCol.FAMILY).is_not_null()).group_by(PathCol.STEP, PathCol.FAMILY)
+        .agg(pl.col(Col.DUR).sum().alias("ns")).sort(PathCol.STEP, "ns", PathCol.FAMILY,
+                                                      descending=[False, True, False]),
+        segments=seg_all.select(PathCol.STEP, Col.TS, Col.DUR, PathCol.CATEGORY, PathCol.EDGE, Col.ID),
+        on_path=on_path,
+        gains=pl.concat(gains) if gains else pl.DataFrame(schema=_GAINS_SCHEMA),
+        dropped_edges=graph.dropped_edges,
+        note=note,
+    )
+
+
+_STEPS_SCHEMA: Final = pl.Schema({
+    PathCol.STEP: pl.Int64(), WindowCol.NUMBER: pl.Int64(), WindowCol.STEADY: pl.Boolean(),
+    PathCol.WINDOW_START: pl.Int64(), PathCol.WINDOW_END: pl.Int64(), PathCol.WINDOW: pl.Int64(),
+    PathCol.TOTAL: pl.Int64(), PathCol.DETERMINED: pl.Boolean(), **{f"{c}_ns": pl.Int64() for c in CATEGORIES},
+})
+_GAINS_SCHEMA: Final = pl.Schema({
+    PathCol.STEP: pl.Int64(), PathCol.CATEGORY: pl.String(), Col.NAME: pl.String(), PathCol.COUNT: pl.Int64(),
+    PathCol.ON_PATH: pl.Int64(), PathCol.GAIN: pl.Int64(),
+})
+
+
+def _one_window(graph: Graph, start_ns: int, end_ns: int) -> pl.DataFrame:
+    """A steps-like table of one window, owned by the process with the most instants in it."""
+    inside = (graph.node_ts >= start_ns) & (graph.node_ts <= end_ns)
+    pids, counts = np.unique(graph.node_pid[inside], return_counts=True)
+    pid = int(pids[np.argmax(counts)]) if pids.size else -1
+    return pl.DataFrame({WindowCol.WINDOW_START: [start_ns], WindowCol.WINDOW_END: [end_ns], WindowCol.PID: [pid],
+                         WindowCol.NUMBER: [None], WindowCol.STEADY: [True]},
+                        schema={WindowCol.WINDOW_START: pl.Int64, WindowCol.WINDOW_END: pl.Int64,
+                                WindowCol.PID: pl.Int64, WindowCol.NUMBER: pl.Int64, WindowCol.STEADY: pl.Boolean})
+
+
+def _nodes_by_pid(graph: Graph) -> dict[int, tuple[I64, I64]]:
+    """Per owning process: its nodes sorted by time, and their times."""
+    order = np.lexsort((np.arange(graph.node_ts.size), graph.node_ts, graph.node_pid))
+    pids = graph.node_pid[order]
+    cut = np.flatnonzero(np.r_[True, pids[1:] != pids[:-1], True])
+    return {int(pids[lo]): (order[lo:hi], graph.node_ts[order[lo:hi]]) for lo, hi in itertools.pairwise(cut)}
+
+
+def _walk(graph: Graph, nodes: tuple[I64, I64] | None, ws: int, we: int) -> tuple[list[int], int, int]:
+    """The path's edges (last first), the time it starts, and its last node (-1: no node in the
+    window): from the process's last instant at or before the window's end, back along each
+    instant's releasing edge until the window's start or an instant nothing released."""
+    if nodes is None:
+        return [], we, -1
+    order, times = nodes
+    i = int(np.searchsorted(times, we, side="right")) - 1
+    if i < 0 or times[i] <= ws:
+        return [], we, -1
+    sink = int(order[i])
+    bind, src, ts = graph.bind_edge, graph.src, graph.node_ts
+    path: list[int] = []
+    v = sink
+    while ts[v] > ws:
+        e = int(bind[v])
+        if e < 0:
+            break
+        path.append(e)
+        v = int(src[e])
+    return path, int(ts[v]), sink
+
+
+_EDGE_NAMES: Final = np.array([e.name.lower() for e in sorted(Edge)], dtype=object)
+
+
+class _Labels:
+    """Category, kernel family and attributed slice of every edge, computed once per trace."""
+
+    def __init__(self, trace: Trace, graph: Graph) -> None:
+        self.graph = graph
+        s = trace.slices
+        attr = graph.attr
+        kind = s.get_column(Col.KIND).to_physical().to_numpy()
+        code = KIND_CODE
+        a_kind = np.where(attr >= 0, kind[np.maximum(attr, 0)], -1)
+        names = s.get_column(Col.NAME)
+        is_runtime = np.isin(a_kind, [code[Kind.RUNTIME.value], code[Kind.DRIVER.value]])
+        unique = [n for n in names.gather(attr[is_runtime]).unique().to_list() if n is not None]
+        sync_names = [n for n in unique if api_names.is_sync_call(n)]
+        launch_names = [n for n in unique if api_names.is_launch_call(n)]
+        a_names = names.gather(np.maximum(attr, 0))
+        is_sync = is_runtime & a_names.is_in(sync_names).to_numpy()
+        is_launch = is_runtime & a_names.is_in(launch_names).to_numpy()
+        family = np.full(attr.size, None, dtype=object)
+        classes = classify_kernels(trace)
+        fam_of = dict(zip(classes.get_column(Col.ID).to_list(), classes.get_column("family").to_list(), strict=True))
+        k = graph.kind
+        gpu = k == Edge.GPU
+        is_kernel = gpu & (a_kind == code[Kind.KERNEL.value])
+        family[is_kernel] = [fam_of.get(int(a), Family.OTHER.value) for a in attr[is_kernel]]
+        cat = np.full(attr.size, Category.HOST_OPS, dtype=object)
+        cat[(k == Edge.HOST) & (attr < 0)] = Category.IDLE
+        cat[(k == Edge.HOST) & is_launch] = Category.LAUNCH
+        cat[(k == Edge.HOST) & is_sync] = Category.SYNC
+        cat[k == Edge.LAUNCH] = Category.LAUNCH
+        cat[gpu] = Category.COPIES
+        cat[is_kernel] = Category.KERNELS
+        cat[is_kernel & (family == Family.COMMUNICATION.value)] = Category.COMMUNICATION
+        cat[is_kernel & (family == Family.COPY.value)] = Category.COPIES
+        family[is_kernel & np.isin(cat, [Category.COMMUNICATION, Category.COPIES])] = None
+        cat[k == Edge.GAP] = Category.KERNEL_GAP
+        cat[(k == Edge.SYNC) | (k == Edge.EVENT_WAIT)] = Category.SYNC
+        self.category = cat
+        self.family = family
+
+    def segments(self, path: list[int], ws: int) -> pl.DataFrame:
+        """The path's edges in time order, the first clipped at the window's start."""
+        e = np.asarray(path[::-1], dtype=np.int64)
+        g = self.graph
+        start = np.maximum(g.node_ts[g.src[e]], ws)
+        return pl.DataFrame({
+            Col.TS: start, Col.DUR: g.node_ts[g.dst[e]] - start,
+            PathCol.CATEGORY: self.category[e].tolist(), PathCol.FAMILY: self.family[e].tolist(),
+            PathCol.EDGE: _EDGE_NAMES[g.kind[e]].tolist(),
+            Col.ID: pl.Series(g.attr[e]).replace(-1, None), "_edge": e,
+        }, schema={Col.TS: pl.Int64, Col.DUR: pl.Int64, PathCol.CATEGORY: pl.String, PathCol.FAMILY: pl.String,
+                   PathCol.EDGE: pl.String, Col.ID: pl.Int64, "_edge": pl.Int64})
+
+
+def _on_path(trace: Trace, seg: pl.DataFrame) -> pl.DataFrame:
+    """The slices the path spends time in, per step, in time order (zero-length calls of an
+    integer-microsecond trace lie on it too, spending nothing: left out)."""
+    s = trace.slices
+    per = seg.filter(pl.col(Col.ID).is_not_null()).group_by(PathCol.STEP, Col.ID, PathCol.CATEGORY).agg(
+        pl.col(PathCol.FAMILY).first(), pl.col(Col.DUR).sum().alias(PathCol.ON_PATH),
+    ).filter(pl.col(PathCol.ON_PATH) > 0)
+    ids = per.get_column(Col.ID).to_numpy()
+    return per.with_columns(
+        s.get_column(Col.NAME).gather(ids).cast(pl.String).alias(Col.NAME),
+        s.get_column(Col.KIND).gather(ids).cast(pl.String).alias(Col.KIND),
+        s.get_column(Col.TS).gather(ids).alias(Col.TS),
+        s.get_column(Col.DUR).gather(ids).alias(Col.DUR),
+    ).select(PathCol.STEP, Col.ID, Col.NAME, Col.KIND, PathCol.CATEGORY, PathCol.FAMILY, Col.TS, Col.DUR,
+             PathCol.ON_PATH).sort(PathCol.STEP, Col.TS, Col.ID, PathCol.CATEGORY)
+
+
+def _gains(trace: Trace, graph: Graph, replay: _Replay, seg: pl.DataFrame, step: int, ws: int, we: int,
+           sink: int, top: int) -> pl.DataFrame:
+    """Per (category, name) on the path: count, time on the path, and for the ``top`` by time
+    among shortenable ones, the step time saved if all of the step's instances took no time."""
+    names = trace.slices.get_column(Col.NAME)
+    per = seg.filter(pl.col(Col.ID).is_not_null()).with_columns(
+        names.gather(seg.filter(pl.col(Col.ID).is_not_null()).get_column(Col.ID)).cast(pl.String).alias(Col.NAME))
+    items = per.group_by(PathCol.CATEGORY, Col.NAME).agg(
+        pl.col(Col.ID).n_unique().cast(pl.Int64).alias(PathCol.COUNT), pl.col(Col.DUR).sum().alias(PathCol.ON_PATH),
+        pl.col(Col.ID).unique().alias("_ids"),
+    ).sort(PathCol.ON_PATH, PathCol.CATEGORY, Col.NAME, descending=[True, False, False])
+    gain: list[int | None] = [None] * items.height
+    if sink >= 0 and top > 0:
+        sub = replay.window(ws, we)
+        work = items.get_column(PathCol.CATEGORY).is_in(WORK_CATEGORIES).to_list()
+        picked = [i for i, ok in enumerate(work) if ok][:top]
+        ids_col = items.get_column("_ids").to_list()
+        cats = items.get_column(PathCol.CATEGORY).to_list()
+        for i in picked:
+            edge_kind = (Edge.GPU,) if cats[i] in (Category.KERNELS, Category.COMMUNICATION, Category.COPIES) \
+                and _is_gpu_item(trace, ids_col[i][0]) else (Edge.HOST,)
+            gain[i] = sub.saved(sink, np.asarray(ids_col[i], dtype=np.int64), edge_kind)
+    return items.drop("_ids").with_columns(pl.lit(step, pl.Int64).alias(PathCol.STEP),
+                                           pl.Series(PathCol.GAIN, gain, dtype=pl.Int64)).select(*_GAINS_SCHEMA)
+
+
+def _is_gpu_item(trace: Trace, slice_id: int) -> bool:
+    return str(trace.slices.get_column(Col.KIND)[slice_id]) in {Kind.KERNEL.value, Kind.MEMCPY.value,
+                                                                 Kind.MEMSET.value}
+
+
+class _Replay:
+    """Replay weights: the edge that released an instant keeps its measured length (so the
+    replay of the unchanged trace reproduces every time); any other in-edge is the least it can
+    be: program order into a sync's end none (the call returns when its GPU work ends), a queued
+    launch or a stream gap or a sync's return at most the trace's median of the ones that did
+    release their instant."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        elapsed = graph.elapsed
+        binding = np.zeros(graph.src.size, dtype=bool)
+        bound = graph.bind_edge[graph.bind_edge >= 0]
+        binding[bound] = True
+        weight = elapsed.copy()
+        for kind in (Edge.LAUNCH, Edge.GAP, Edge.SYNC):
+            this = graph.kind == kind
+            measured = elapsed[this & binding]
+            floor = int(np.median(measured)) if measured.size else 0
+            weight[this & ~binding] = np.minimum(elapsed[this & ~binding], floor)
+        weight[~binding & ((graph.kind == Edge.HOST) | (graph.kind == Edge.EVENT_WAIT))] = 0
+        self.weight = weight
+
+    def window(self, ws: int, we: int) -> _Window:
+        return _Window(self, ws, we)
+
+
+class _Window:
+    """The replay restricted to a step's window: its nodes in an order every edge respects
+    (``_order``), instants whose releasing edge starts outside the window fixed at their times."""
+
+    def __init__(self, replay: _Replay, ws: int, we: int) -> None:
+        g = replay.graph
+        ts = g.node_ts
+        nodes = np.flatnonzero((ts >= ws) & (ts <= we))
+        inside = np.zeros(ts.size, dtype=bool)
+        inside[nodes] = True
+        edges = np.flatnonzero(inside[g.src] & inside[g.dst])
+        bind = g.bind_edge[nodes]
+        fixed_nodes = nodes[(bind < 0) | ~inside[g.src[np.maximum(bind, 0)]]]
+        order = _order(nodes, g.src[edges], g.dst[edges], ts)
+        pos = np.full(ts.size, -1, dtype=np.int64)
+        pos[order] = np.arange(order.size)
+        ps, pd = pos[g.src[edges]], pos[g.dst[edges]]
+        by_dst = np.argsort(pd, kind="stable")
+        fixed = np.zeros(order.size, dtype=bool)
+        fixed[pos[fixed_nodes]] = True
+        indeg = np.bincount(pd, minlength=order.size)
+        live = np.flatnonzero(~fixed & (indeg > 0))
+        first = np.r_[0, np.cumsum(indeg)]
+        self.g, self.replay, self.edges, self.order = g, replay, edges, order
+        self.times = ts[order].tolist()
+        # Per live position: its one in-edge (source position, edge position), or for the few
+        # with several (-1, k): the k-th list of such pairs.
+        self.live = live.tolist()
+        one = indeg[live] == 1
+        src_of = np.where(one, ps[by_dst[first[live]]], -1)
+        edge_of = by_dst[first[live]].copy()
+        many = np.flatnonzero(~one)
+        edge_of[many] = np.arange(many.size)
+        self.src_of, self.edge_of = src_of.tolist(), edge_of.tolist()
+        self.many = [list(zip(ps[by_dst[first[i]:first[i + 1]]].tolist(), by_dst[first[i]:first[i + 1]].tolist(),
+                              strict=True)) for i in live[many].tolist()]
+        self.sink_pos = pos
+
+    def saved(self, sink: int, ids: I64, kinds: tuple[Edge, ...]) -> int:
+        """Step time saved when the edges of these kinds spent in these slices take no time."""
+        g = self.g
+        weight = self.replay.weight[self.edges].copy()
+        hit = np.isin(g.attr[self.edges], ids) & np.isin(g.kind[self.edges], [int(k) for k in kinds])
+        weight[hit] = 0
+        w = weight.tolist()
+        times = list(self.times)
+        many = self.many
+        for i, u, e in zip(self.live, self.src_of, self.edge_of, strict=True):
+            if u >= 0:
+                times[i] = times[u] + w[e]
+            else:
+                times[i] = max(times[a] + w[b] for a, b in many[e])
+        at = int(self.sink_pos[sink])
+        measured = int(g.node_ts[sink])
+        return measured - times[at] if at >= 0 else 0
+
+
+#: Rounds of ordering instants that share a time (equal-time edges: integer-microsecond traces);
+#: chains of equal-time edges are a few links long, a cycle of them never settles.
+_MAX_TIE_ROUNDS: Final = 64
+
+
+def _order(nodes: I64, src: I64, dst: I64, ts: I64) -> I64:
+    """These nodes in an order every edge respects: by time, and among equal times by the number
+    of equal-time edges leading to each (an edge between equal times that contradicts another
+    leaves its nodes in time order: their replayed times stay as measured)."""
+    tie = ts[src] == ts[dst]
+    ts_, td = src[tie], dst[tie]
+    level = np.zeros(ts.size, dtype=np.int64)
+    for _ in range(_MAX_TIE_ROUNDS):
+        before = level[td].copy()
+        np.maximum.at(level, td, level[ts_] + 1)
+        if np.array_equal(before, level[td]):
+            break
+    result: I64 = nodes[np.lexsort((nodes, level[nodes], ts[nodes]))]
+    return result

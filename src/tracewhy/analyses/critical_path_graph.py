@@ -1,0 +1,346 @@
+"""The dependency graph the critical path runs through: one node at the start and one at the end
+of every host slice (CPU ops, annotations, runtime and driver calls) and every GPU activity
+(kernels, copies, memsets), and an edge for each thing that makes one of those instants wait on
+another: program order on a host thread, launch to GPU start, stream order on the GPU, a
+synchronizing call waiting for the work it drains, and a stream waiting on another stream's event.
+
+Every edge's length is the time between its ends, so every path between two instants is as long
+as the time between them. What singles out the critical path is which in-edge *released* each
+instant: the one whose source happened last (``binding``). Built once per Trace, with numpy.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from tracewhy.analyses import api_names
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, Kind, SCol
+from tracewhy.model.trace import Trace
+
+I64 = npt.NDArray[np.int64]
+
+
+class Edge(IntEnum):
+    """Why one instant waits on another. The value is also the tie-break when two in-edges
+    release an instant at the same time: the higher one names the wait (a sync that returned
+    the instant its kernel ended waited on the kernel, not on itself)."""
+
+    HOST = 0  # program order on one host thread
+    LAUNCH = 1  # a launch call's start to the GPU activity it launched starting
+    GAP = 2  # stream order: one activity's end to the next one's start on the same stream
+    GPU = 3  # a GPU activity running
+    EVENT_WAIT = 4  # cudaStreamWaitEvent: the awaited activity's end to the waiting stream's next start
+    SYNC = 5  # a blocking call returning after the GPU work it drained ended
+
+
+#: The kinds whose slices become nodes on the host side (Python frames would triple the nodes
+#: of a with_stack trace and attribute nothing a CPU op does not).
+GRAPH_HOST_KINDS: Final = (Kind.CPU_OP, Kind.ANNOTATION, Kind.RUNTIME, Kind.DRIVER)
+
+#: gpu_sync record names (Kineto cuda_sync, nsys CUPTI_ACTIVITY_KIND_SYNCHRONIZATION alike).
+STREAM_SYNC: Final = "Stream Sync"
+CONTEXT_SYNC: Final = "Context Sync"
+EVENT_SYNC: Final = "Event Sync"
+STREAM_WAIT_EVENT: Final = "Stream Wait Event"
+
+
+@dataclass(frozen=True)
+class Graph:
+    """Nodes ``2i`` (start) and ``2i + 1`` (end) belong to slice ``node_slice[2i]``; edges are
+    parallel arrays. ``bind_edge[v]`` is the edge that released node v (-1: nothing in the trace
+    did: the first instant of a thread or stream)."""
+
+    node_slice: I64
+    node_ts: I64
+    node_pid: I64  # the host process an instant belongs to (a GPU activity: its launcher's)
+    src: I64
+    dst: I64
+    kind: npt.NDArray[np.int8]  # an Edge value
+    attr: I64  # the slice the edge's time is spent in (-1: none: an idle host thread or stream gap)
+    bind_edge: I64
+    dropped_edges: int  # edges whose end precedes their start (clocks of host and GPU disagree)
+
+    @property
+    def elapsed(self) -> I64:
+        ts = self.node_ts
+        out: I64 = ts[self.dst] - ts[self.src]
+        return out
+
+
+def build_graph(trace: Trace) -> Graph:
+    """The graph of a whole trace; see the module docstring for what its edges are."""
+    trace.require_whole()
+    s = trace.slices
+    gpu_kinds = [k.value for k in GPU_ACTIVITY_KINDS]
+    chosen = s.filter(pl.col(Col.KIND).is_in([k.value for k in GRAPH_HOST_KINDS] + gpu_kinds)).select(
+        Col.ID, Col.KIND, Col.TS, Col.DUR, Col.PID, Col.TID, Col.DEVICE, Col.STREAM, Col.DEPTH, Col.LAUNCH)
+    ids = chosen.get_column(Col.ID).to_numpy()
+    n = ids.size
+    node_of = np.full(s.height, -1, dtype=np.int64)
+    node_of[ids] = 2 * np.arange(n, dtype=np.int64)
+    ts = chosen.get_column(Col.TS).to_numpy()
+    end = ts + np.maximum(chosen.get_column(Col.DUR).to_numpy(), 0)
+    node_ts = np.empty(2 * n, dtype=np.int64)
+    node_ts[0::2], node_ts[1::2] = ts, end
+    is_gpu = chosen.get_column(Col.KIND).is_in(gpu_kinds).to_numpy()
+    pid = chosen.get_column(Col.PID).fill_null(-1).to_numpy()
+    launch = chosen.get_column(Col.LAUNCH).fill_null(-1).to_numpy()
+    all_pid = s.get_column(Col.PID).fill_null(-1).to_numpy()
+    launcher_pid = np.where(launch >= 0, all_pid[np.maximum(launch, 0)], pid)
+    owner = np.where(is_gpu, launcher_pid, pid)
+
+    parts = [
+        _host_chain(s, chosen, ~is_gpu, node_of),
+        _gpu_chain(chosen, is_gpu),
+        _launches(s, chosen, is_gpu, node_of),
+        _syncs(trace, chosen, is_gpu, node_of, node_ts),
+    ]
+    src = np.concatenate([p[0] for p in parts])
+    dst = np.concatenate([p[1] for p in parts])
+    kind = np.concatenate([p[2] for p in parts]).astype(np.int8)
+    attr = np.concatenate([p[3] for p in parts])
+    forward = node_ts[dst] >= node_ts[src]
+    dropped = int((~forward).sum())
+    src, dst, kind, attr = src[forward], dst[forward], kind[forward], attr[forward]
+    return Graph(node_slice=np.repeat(ids, 2), node_ts=node_ts, node_pid=np.repeat(owner, 2), src=src, dst=dst,
+                 kind=kind, attr=attr, bind_edge=_binding(node_ts, src, dst, kind), dropped_edges=dropped)
+
+
+Parts = tuple[I64, I64, I64, I64]
+
+
+def _none() -> Parts:
+    empty = np.zeros(0, dtype=np.int64)
+    return empty, empty, empty, empty
+
+
+def _edges(src: I64, dst: I64, kind: Edge, attr: I64) -> Parts:
+    return src, dst, np.full(src.size, int(kind), dtype=np.int64), attr
+
+
+def _host_chain(s: pl.DataFrame, chosen: pl.DataFrame, host: npt.NDArray[np.bool_], node_of: I64) -> Parts:
+    """Each host thread's instants in program order, each edge spent in the innermost slice
+    open between its ends. At one instant: ends before starts, inner ends before outer ones,
+    outer starts before inner ones, and a zero-length slice's end right after its start."""
+    rows = np.flatnonzero(host)
+    if rows.size == 0:
+        return _none()
+    ids = chosen.get_column(Col.ID).to_numpy()[rows]
+    pid = chosen.get_column(Col.PID).fill_null(-1).to_numpy()[rows]
+    tid = chosen.get_column(Col.TID).fill_null(-1).to_numpy()[rows]
+    ts = chosen.get_column(Col.TS).to_numpy()[rows]
+    dur = np.maximum(chosen.get_column(Col.DUR).to_numpy()[rows], 0)
+    depth = chosen.get_column(Col.DEPTH).fill_null(0).to_numpy()[rows].astype(np.int64)
+    zero = dur == 0
+    # Boundaries: starts then ends of the same rows.
+    b_pid, b_tid = np.r_[pid, pid], np.r_[tid, tid]
+    b_ts = np.r_[ts, ts + dur]
+    is_end = np.r_[np.zeros(rows.size, bool), np.ones(rows.size, bool)]
+    group = np.where(is_end & ~np.r_[zero, zero], 0, 1)
+    level = np.where(group == 0, -np.r_[depth, depth], np.r_[depth, depth])
+    b_row = np.r_[np.arange(rows.size), np.arange(rows.size)]
+    order = np.lexsort((is_end, b_row, level, group, b_ts, b_tid, b_pid))
+    node = node_of[ids[b_row]] + is_end
+    same = (b_pid[order][1:] == b_pid[order][:-1]) & (b_tid[order][1:] == b_tid[order][:-1])
+    src_b, dst_b = order[:-1][same], order[1:][same]
+    # Innermost open slice after a boundary: the slice itself after its start; after its end,
+    # its nearest enclosing graph slice (Python frames are not in the graph).
+    open_after = np.where(is_end, _graph_parent(s, ids, node_of)[b_row], ids[b_row])
+    return _edges(node[src_b], node[dst_b], Edge.HOST, open_after[src_b])
+
+
+def _graph_parent(s: pl.DataFrame, ids: I64, node_of: I64) -> I64:
+    """Per id: the nearest enclosing slice that is a graph node (-1: none)."""
+    parent = s.get_column(Col.PARENT).fill_null(-1).to_numpy()
+    cur = parent[ids]
+    todo = np.flatnonzero((cur >= 0) & (node_of[np.maximum(cur, 0)] < 0))
+    while todo.size:
+        cur[todo] = parent[cur[todo]]
+        todo = todo[(cur[todo] >= 0) & (node_of[np.maximum(cur[todo], 0)] < 0)]
+    return cur
+
+
+def _stream_keys(chosen: pl.DataFrame, rows: I64) -> I64:
+    """One integer per (pid, device, stream) of these GPU rows."""
+    keys = chosen.select(pl.col(Col.PID).fill_null(-1), pl.col(Col.DEVICE).fill_null(-1).cast(pl.Int64),
+                         pl.col(Col.STREAM).fill_null(-1)).to_numpy()[rows]
+    if rows.size == 0:
+        return np.zeros(0, np.int64)
+    _, inverse = np.unique(keys, axis=0, return_inverse=True)
+    out: I64 = inverse.reshape(-1).astype(np.int64)
+    return out
+
+
+def _gpu_chain(chosen: pl.DataFrame, is_gpu: npt.NDArray[np.bool_]) -> Parts:
+    """Each activity running (start to end) and stream order (one's end to the next's start)."""
+    rows = np.flatnonzero(is_gpu)
+    ids = chosen.get_column(Col.ID).to_numpy()[rows]
+    key = _stream_keys(chosen, rows)
+    ts = chosen.get_column(Col.TS).to_numpy()[rows]
+    end = ts + np.maximum(chosen.get_column(Col.DUR).to_numpy()[rows], 0)
+    start_node = 2 * rows
+    order = np.lexsort((ids, ts, key))
+    nxt = order[1:][(key[order][1:] == key[order][:-1]) & (ts[order][1:] >= end[order][:-1])]
+    prev = order[:-1][(key[order][1:] == key[order][:-1]) & (ts[order][1:] >= end[order][:-1])]
+    run = _edges(start_node, start_node + 1, Edge.GPU, ids)
+    gap = _edges(start_node[prev] + 1, start_node[nxt], Edge.GAP, np.full(nxt.size, -1, np.int64))
+    return tuple(np.r_[a, b] for a, b in zip(run, gap, strict=True))
+
+
+def _launches(s: pl.DataFrame, chosen: pl.DataFrame, is_gpu: npt.NDArray[np.bool_], node_of: I64) -> Parts:
+    """A launch call's start to its GPU activity's start (spent in the call: launch overhead),
+    and, where the call returned only after its activity ended (a synchronous copy), the
+    activity's end to the call's end."""
+    rows = np.flatnonzero(is_gpu)
+    launch = chosen.get_column(Col.LAUNCH).fill_null(-1).to_numpy()[rows]
+    has = (launch >= 0) & (node_of[np.maximum(launch, 0)] >= 0)
+    rows, launch = rows[has], launch[has]
+    call_start = node_of[launch]
+    start = _edges(call_start, 2 * rows, Edge.LAUNCH, launch)
+    ends = chosen.get_column(Col.TS).to_numpy()[rows] + np.maximum(chosen.get_column(Col.DUR).to_numpy()[rows], 0)
+    call_end = s.get_column(Col.TS).to_numpy()[launch] + np.maximum(s.get_column(Col.DUR).to_numpy()[launch], 0)
+    waited = ends <= call_end
+    sync = _edges(2 * rows[waited] + 1, call_start[waited] + 1, Edge.SYNC, launch[waited])
+    return tuple(np.r_[a, b] for a, b in zip(start, sync, strict=True))
+
+
+class _Streams:
+    """GPU activities per stream, for asking which one a wait drained: each stream's activities
+    in order with the time each was ready to run (its launch; its own start without one),
+    running maximum taken so that a search finds the last one launched before an instant."""
+
+    def __init__(self, s: pl.DataFrame, chosen: pl.DataFrame, is_gpu: npt.NDArray[np.bool_]) -> None:
+        rows = np.flatnonzero(is_gpu)
+        cols = chosen.select(pl.col(Col.PID).fill_null(-1), pl.col(Col.DEVICE).fill_null(-1).cast(pl.Int64),
+                             pl.col(Col.STREAM).fill_null(-1), pl.col(Col.TS),
+                             pl.col(Col.LAUNCH).fill_null(-1)).to_numpy()[rows]
+        launch = cols[:, 4]
+        has = launch >= 0
+        all_ts = s.get_column(Col.TS).to_numpy()
+        all_pid = s.get_column(Col.PID).fill_null(-1).to_numpy()
+        ready = np.where(has, all_ts[np.maximum(launch, 0)], cols[:, 3])
+        launcher = np.where(has, all_pid[np.maximum(launch, 0)], -1)
+        self.rows: dict[tuple[int, int, int], I64] = {}
+        self.ready: dict[tuple[int, int, int], I64] = {}
+        self.launchers: dict[tuple[int, int, int], set[int]] = {}
+        if rows.size == 0:
+            return
+        order = np.lexsort((cols[:, 3], cols[:, 2], cols[:, 1], cols[:, 0]))
+        k = cols[order, :3]
+        cut = np.flatnonzero(np.r_[True, (k[1:] != k[:-1]).any(axis=1), True])
+        for lo, hi in itertools.pairwise(cut):
+            key = (int(k[lo, 0]), int(k[lo, 1]), int(k[lo, 2]))
+            sel = order[lo:hi]
+            self.rows[key] = rows[sel]
+            self.ready[key] = np.maximum.accumulate(ready[sel])
+            self.launchers[key] = set(launcher[sel].tolist()) - {-1}
+
+    def drained(self, key: tuple[int, int, int], before: int) -> int:
+        """The chosen-row of the last activity on a stream launched before an instant (-1: none)."""
+        ready = self.ready.get(key)
+        if ready is None:
+            return -1
+        i = int(np.searchsorted(ready, before, side="left")) - 1
+        return int(self.rows[key][i]) if i >= 0 else -1
+
+    def next_after(self, key: tuple[int, int, int], at: int) -> int:
+        """The chosen-row of the first activity on a stream launched at or after an instant (-1: none)."""
+        ready = self.ready.get(key)
+        if ready is None:
+            return -1
+        i = int(np.searchsorted(ready, at, side="left"))
+        return int(self.rows[key][i]) if i < ready.size else -1
+
+    def of_device(self, pid: int, device: int) -> list[tuple[int, int, int]]:
+        return [k for k in self.rows if k[0] == pid and k[1] == device]
+
+    def launched_by(self, pid: int) -> list[tuple[int, int, int]]:
+        return [k for k, pids in self.launchers.items() if pid in pids]
+
+
+def _syncs(trace: Trace, chosen: pl.DataFrame, is_gpu: npt.NDArray[np.bool_], node_of: I64,
+           node_ts: I64) -> Parts:
+    """Blocking calls waiting for the GPU work they drain (the last activity launched on each
+    drained stream before the call, or before the awaited event was recorded), and streams
+    waiting on another stream's event. What is drained comes from the sync records (Kineto's
+    cuda_sync, nsys' synchronization records); a blocking call without one drains every stream
+    its process launched work on."""
+    s = trace.slices
+    streams = _Streams(s, chosen, is_gpu)
+    all_ts = s.get_column(Col.TS).to_numpy()
+    all_pid = s.get_column(Col.PID).fill_null(-1).to_numpy()
+    records = trace.sync_attrs.select(SCol.ID, SCol.WAIT_STREAM, SCol.WAIT_RECORD_CORRELATION)
+    gs = s.filter(pl.col(Col.KIND) == Kind.GPU_SYNC.value).select(
+        Col.ID, pl.col(Col.NAME).cast(pl.String), pl.col(Col.PID).fill_null(-1),
+        pl.col(Col.DEVICE).fill_null(-1).cast(pl.Int64), pl.col(Col.STREAM).fill_null(-1),
+        pl.col(Col.LAUNCH).fill_null(-1),
+    ).join(records, on=Col.ID, how="left").filter(pl.col(Col.LAUNCH) >= 0)
+    record_calls = s.filter(pl.col(Col.KIND).is_in([Kind.RUNTIME.value, Kind.DRIVER.value])
+                            & pl.col(Col.CORRELATION).is_in(gs.get_column(SCol.WAIT_RECORD_CORRELATION).drop_nulls()
+                                                            .to_list())).select(Col.PID, Col.CORRELATION, Col.TS)
+    record_ts = {(p, c): t for p, c, t in record_calls.iter_rows()}
+    src: list[int] = []
+    dst: list[int] = []
+    kind: list[int] = []
+    attr: list[int] = []
+
+    def wait(row: int, node: int, edge: Edge, call: int) -> None:
+        if row >= 0 and node_ts[2 * row + 1] <= node_ts[node]:
+            src.append(2 * row + 1)
+            dst.append(node)
+            kind.append(int(edge))
+            attr.append(call)
+
+    seen: set[int] = set()
+    for name, pid, device, stream, call, wait_stream, record_corr in gs.select(
+            Col.NAME, Col.PID, Col.DEVICE, Col.STREAM, Col.LAUNCH, SCol.WAIT_STREAM,
+            SCol.WAIT_RECORD_CORRELATION).iter_rows():
+        if node_of[call] < 0:
+            continue
+        seen.add(call)
+        call_end, call_ts = int(node_of[call]) + 1, int(all_ts[call])
+        if name in (STREAM_SYNC, CONTEXT_SYNC):
+            keys = [(pid, device, stream)] if name == STREAM_SYNC else streams.of_device(pid, device)
+            for key in keys:
+                wait(streams.drained(key, call_ts), call_end, Edge.SYNC, call)
+        elif name in (EVENT_SYNC, STREAM_WAIT_EVENT) and wait_stream is not None and record_corr is not None:
+            recorded = record_ts.get((int(all_pid[call]), record_corr))
+            if recorded is None:
+                continue
+            awaited = streams.drained((pid, device, wait_stream), recorded)
+            if name == EVENT_SYNC:
+                wait(awaited, call_end, Edge.SYNC, call)
+            else:
+                waiter = streams.next_after((pid, device, stream), call_ts)
+                if waiter >= 0:
+                    wait(awaited, 2 * waiter, Edge.EVENT_WAIT, call)
+    # Blocking calls no sync record describes: every stream of the process.
+    host_sync = s.filter(pl.col(Col.KIND).is_in([Kind.RUNTIME.value, Kind.DRIVER.value])).select(
+        Col.ID, pl.col(Col.NAME).cast(pl.String), Col.PID, Col.TS)
+    names = [n for n in host_sync.get_column(Col.NAME).unique().to_list() if n and api_names.is_sync_call(n)]
+    for call, _, pid, call_ts in host_sync.filter(pl.col(Col.NAME).is_in(names)).iter_rows():
+        if call in seen or node_of[call] < 0:
+            continue
+        for key in streams.launched_by(-1 if pid is None else pid):
+            wait(streams.drained(key, call_ts), int(node_of[call]) + 1, Edge.SYNC, call)
+    as_array = [np.asarray(v, dtype=np.int64) for v in (src, dst, kind, attr)]
+    return as_array[0], as_array[1], as_array[2], as_array[3]
+
+
+def _binding(node_ts: I64, src: I64, dst: I64, kind: npt.NDArray[np.int8]) -> I64:
+    """Per node, the in-edge whose source happened last (ties: the higher Edge value); -1 for none."""
+    bind = np.full(node_ts.size, -1, dtype=np.int64)
+    if dst.size == 0:
+        return bind
+    order = np.lexsort((kind, node_ts[src], dst))
+    d = dst[order]
+    last = np.r_[d[1:] != d[:-1], True]
+    bind[d[last]] = order[last]
+    return bind

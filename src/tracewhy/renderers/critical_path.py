@@ -1,0 +1,111 @@
+"""``critical-path`` output: the JSON payload (per step: total, composition, what lies on the
+path and what removing it would save) and the terminal tables."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from tracewhy.units import fmt_ns, fmt_pct, printable, shorten
+
+if TYPE_CHECKING:
+    from tracewhy.analyses.critical_path import CriticalPathResult
+
+#: The columns of ``on_path[]`` and ``gains[]`` in the payload (the step is the enclosing entry).
+_ON_PATH_FIELDS = ("id", "name", "kind", "category", "family", "ts_ns", "dur_ns", "on_path_ns")
+_GAIN_FIELDS = ("category", "name", "count", "on_path_ns", "gain_ns")
+
+
+def critical_path_payload(r: CriticalPathResult) -> dict[str, Any]:
+    """The JSON of ``critical-path``: ``steps[]``, each with its window, ``total_ns`` (the time the
+    path covers: the window's length when ``determined``), ``composition`` (ns per category, and
+    per kernel family under ``kernel_families``), ``on_path[]`` (slices, in time order) and
+    ``gains[]`` (per name on the path, ``gain_ns``: step time saved if all its instances in the
+    step took no time, null where not replayed)."""
+    from tracewhy.analyses.critical_path import CATEGORIES, PathCol
+
+    on_path = r.on_path.partition_by(PathCol.STEP, as_dict=True, maintain_order=True)
+    gains = r.gains.partition_by(PathCol.STEP, as_dict=True, maintain_order=True)
+    families = r.families.partition_by(PathCol.STEP, as_dict=True, maintain_order=True)
+    steps: list[dict[str, Any]] = []
+    for row in r.steps.iter_rows(named=True):
+        key = (row[PathCol.STEP],)
+        fam = families.get(key)
+        composition: dict[str, Any] = {c: row[f"{c}_ns"] for c in CATEGORIES}
+        composition["kernel_families"] = dict(fam.select("family", "ns").iter_rows()) if fam is not None else {}
+        steps.append({
+            **{k: v for k, v in row.items() if not k.endswith("_ns") or k in (
+                PathCol.WINDOW_START, PathCol.WINDOW_END, PathCol.WINDOW, PathCol.TOTAL)},
+            "composition": composition,
+            "on_path": _rows(on_path.get(key), _ON_PATH_FIELDS),
+            "gains": _rows(gains.get(key), _GAIN_FIELDS),
+        })
+    return {"marker": r.marker, "note": r.note, "dropped_edges": r.dropped_edges, "steps": steps}
+
+
+def _rows(frame: Any, fields: tuple[str, ...]) -> list[dict[str, Any]]:
+    if frame is None:
+        return []
+    rows: list[dict[str, Any]] = frame.select(fields).to_dicts()
+    return rows
+
+
+def render_critical_path(r: CriticalPathResult, top: int) -> RenderableType:
+    """Per step a line of totals, then the composition over all steps, then the items on the
+    path with the most time and what removing each would save."""
+    from tracewhy.analyses.critical_path import CATEGORIES, PathCol
+
+    parts: list[RenderableType] = []
+    if r.steps.height == 0:
+        parts.append(Text(f"no steps to analyse ({printable(r.marker)})"))
+    else:
+        t = Table(title=f"critical path per step ({shorten(r.marker, 60)})",
+                  caption="total: the time the path covers; it equals the window where every wait on it "
+                          "is explained by the trace")
+        for col in ("step", "window", "total", *CATEGORIES):
+            t.add_column(col.replace("_", " "), justify="right")
+        for row in r.steps.head(top).iter_rows(named=True):
+            number = row["number"]
+            label = f"#{number}" if number is not None else str(row[PathCol.STEP])
+            t.add_row(label + ("" if row["steady"] else " (warm-up)"), fmt_ns(row[PathCol.WINDOW]),
+                      fmt_ns(row[PathCol.TOTAL]) + ("" if row[PathCol.DETERMINED] else " *"),
+                      *(_share(row[f"{c}_ns"], row[PathCol.TOTAL]) for c in CATEGORIES))
+        parts.append(t)
+        parts.append(_items_table(r, top))
+    if r.note:
+        parts.append(Text(f"note: {printable(r.note)}", style="yellow"))
+    return Group(*parts)
+
+
+def _share(ns: int, total: int) -> str:
+    return f"{fmt_ns(ns)} ({fmt_pct(ns / total)})" if ns and total else "-"
+
+
+def _items_table(r: CriticalPathResult, top: int) -> RenderableType:
+    """What lies on the path, summed over the steps, by time on it; the saving summed where it
+    was replayed in every step."""
+    import polars as pl
+
+    from tracewhy.analyses.critical_path import PathCol
+
+    g = r.gains
+    if g.height == 0:
+        return Text("nothing recorded lies on the path")
+    steps = r.steps.height
+    by_item = g.group_by(PathCol.CATEGORY, "name").agg(
+        pl.col(PathCol.COUNT).sum(), pl.col(PathCol.ON_PATH).sum(),
+        pl.col(PathCol.GAIN).sum().alias("gain"), pl.col(PathCol.GAIN).is_not_null().sum().alias("replayed"),
+    ).sort(PathCol.ON_PATH, PathCol.CATEGORY, "name", descending=[True, False, False])
+    t = Table(title=f"on the path, over {steps} step(s)",
+              caption="saves: step time saved per step if the item took no time (replayed in the steps shown)")
+    for col in ("name", "category", "count", "on path", "saves/step"):
+        t.add_column(col, justify="left" if col in ("name", "category") else "right")
+    for row in by_item.head(top).iter_rows(named=True):
+        saves = "-" if not row["replayed"] else fmt_ns(row["gain"] / row["replayed"]) + (
+            "" if row["replayed"] == steps else f" ({row['replayed']} steps)")
+        t.add_row(shorten(printable(row["name"])), row[PathCol.CATEGORY], str(row[PathCol.COUNT]),
+                  fmt_ns(row[PathCol.ON_PATH]), saves)
+    return t
