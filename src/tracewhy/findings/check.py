@@ -18,6 +18,7 @@ import polars as pl
 from tracewhy.analyses.diff import DiffOptions
 from tracewhy.analyses.overlap import OverlapCol
 from tracewhy.analyses.steps import StepCol
+from tracewhy.analyses.throughput import UNITS, ThroughputOptions, from_step_stats
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.basis import basis
 from tracewhy.findings.compare import SLOWER, Comparison, compare
@@ -27,10 +28,11 @@ from tracewhy.findings.memory import memory_result
 from tracewhy.findings.model import Severity
 from tracewhy.findings.overlap import overlap_result
 from tracewhy.findings.sync_count import COUNTED, blocking_syncs
+from tracewhy.findings.throughput import describe, fmt_rate, gated_rate
 from tracewhy.model.trace import Trace
 from tracewhy.units import fmt_ns, fmt_pct
 
-SHARE, DURATION, COUNT, BYTES = "share", "duration", "count", "bytes"
+SHARE, DURATION, COUNT, BYTES, RATE = "share", "duration", "count", "bytes", "rate"
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,7 @@ class Measured:
 class Metric:
     name: str
     bounds: tuple[str, ...]  # which of "max" / "min" make sense
-    unit: str  # SHARE (0..1, written as a percentage), DURATION (ns), COUNT or BYTES
+    unit: str  # SHARE (0..1, written as a percentage), DURATION (ns), COUNT, BYTES or RATE (items/s)
     help: str
     measure: Callable[[Context], Measured]
 
@@ -191,6 +193,17 @@ def _peak_memory(ctx: Context) -> Measured:
                     f"{top.device}{where}: {top.peak_allocated_bytes:,} B allocated at its peak")
 
 
+def _throughput(ctx: Context) -> Measured:
+    """Items per second at the median steady step time (``--items-per-step N --unit U``)."""
+    rate = ctx.options.throughput
+    if rate is None:
+        return Measured(None, "give --items-per-step N (and --unit) to turn step times into throughput")
+    t = from_step_stats(ctx.steps().stats, rate)
+    if t is None:
+        return Measured(None, "no steady steps (name the step annotation with --step NAME)")
+    return Measured(gated_rate(t), describe(t))
+
+
 METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("step-p50", ("max",), DURATION, "median steady step time", _step_quantile("p50_ns")),
     Metric("step-p90", ("max",), DURATION, "90th percentile steady step time", _step_quantile("p90_ns")),
@@ -205,6 +218,8 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("high-findings", ("max",), COUNT, "diagnose findings of high severity", _high_findings),
     Metric("peak-memory", ("max",), BYTES, "allocated memory at the peak, highest GPU (profile_memory traces)",
            _peak_memory),
+    Metric("throughput", ("min",), RATE, "items per second at the median steady step (needs --items-per-step)",
+           _throughput),
 )}
 
 
@@ -243,6 +258,11 @@ def parse_limit(key: str, text: object) -> Limit:
         if not m:
             raise ValueError(f"{key}: expected a duration with its unit, like 120ms, 1.5s or 800us, got {raw!r}")
         value = float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+    elif metric.unit == RATE:
+        m = re.fullmatch(rf"({_NUMBER})\s*(/s|fps|(?:{'|'.join(UNITS)})/s)?", raw, re.IGNORECASE)
+        if not m:
+            raise ValueError(f"{key}: expected items per second, like 20/s, 20 FPS or 1200 tokens/s, got {raw!r}")
+        value = float(m.group(1))
     elif metric.unit == BYTES:
         m = re.fullmatch(rf"({_NUMBER})\s*([a-z]+)", raw, re.IGNORECASE)
         if not m or m.group(2).lower() not in _SIZE_UNITS:
@@ -265,6 +285,8 @@ def fmt_value(unit: str, value: float | None) -> str:
         return fmt_ns(value)
     if unit == BYTES:
         return _fmt_size(value)
+    if unit == RATE:
+        return f"{fmt_rate(value)}/s"
     return f"{value:g}" if value == int(value) else f"{value:.2f}"
 
 
@@ -287,10 +309,12 @@ class CheckOptions:
     warmup: int | None = None
     allow_unmeasured: bool = False  # a limit whose metric the trace cannot give passes instead of failing
     allow_partial: bool = False  # a trace that lacks events (cut, still open, tables skipped) may pass
+    throughput: ThroughputOptions | None = None  # items per step, for --min-throughput
 
 
 def check(trace: Trace, options: CheckOptions, baseline: Trace | None = None) -> CheckReport:
-    ctx = Context(trace, DiagnoseOptions(step_marker=options.step_marker, warmup=options.warmup))
+    ctx = Context(trace, DiagnoseOptions(step_marker=options.step_marker, warmup=options.warmup,
+                                         throughput=options.throughput))
     results = [_evaluate(ctx, limit, options.allow_unmeasured) for limit in options.limits]
     comparison = None
     baseline_passed, baseline_line = True, None

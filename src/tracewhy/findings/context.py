@@ -10,6 +10,7 @@ from tracewhy.analyses.gaps import GapsOptions, GapsResult, gaps
 from tracewhy.analyses.host_activity import HostIndex, build_host_index
 from tracewhy.analyses.steps import StepsOptions, StepsResult, steps
 from tracewhy.analyses.syncs import SyncsResult, syncs
+from tracewhy.analyses.throughput import ThroughputOptions
 from tracewhy.analyses.utilization import DeviceBusy
 from tracewhy.model.trace import Trace
 
@@ -21,6 +22,8 @@ class DiagnoseOptions:
     step_marker: str | None = None
     warmup: int | None = None
     min_gap_ns: int = GapsOptions().min_gap_ns
+    #: Items per step and their unit, for the throughput check (``--items-per-step``).
+    throughput: ThroughputOptions | None = None
 
 
 @dataclass

@@ -6,14 +6,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tracewhy.analyses.throughput import ThroughputOptions
 from tracewhy.cli.base import Command, emit, flush_warnings, load_trace, positive_int
+from tracewhy.cli.throughput import add_throughput_options, throughput_options
 from tracewhy.errors import UsageError
 from tracewhy.findings.check import METRICS, CheckOptions, Limit, check, parse_limit
 from tracewhy.renderers.check import check_lines, check_payload
 
 #: Exit code when a threshold is violated (tracewhy.cli documents the codes).
 EXIT_VIOLATION = 1
-_SETTINGS = ("baseline", "step", "warmup", "allow-unmeasured", "allow-partial")
+_SETTINGS = ("baseline", "step", "warmup", "allow-unmeasured", "allow-partial", "items-per-step", "unit")
 
 
 class CheckCommand(Command):
@@ -39,9 +41,11 @@ class CheckCommand(Command):
         parser.add_argument("--allow-partial", action="store_true", default=None,
                             help="check a trace that lacks events (cut file, events still open, tables skipped); "
                                  "by default it fails as partial-trace")
+        add_throughput_options(parser)
         for metric in METRICS.values():
             for bound in metric.bounds:
-                example = {"share": "PCT", "duration": "TIME", "count": "N", "bytes": "SIZE"}[metric.unit]
+                example = {"share": "PCT", "duration": "TIME", "count": "N", "bytes": "SIZE", "rate": "N/s"}[
+                    metric.unit]
                 parser.add_argument(f"--{bound}-{metric.name}", metavar=example, dest=f"limit:{bound}-{metric.name}",
                                     help=f"{bound} {metric.help}")
 
@@ -68,6 +72,7 @@ class CheckCommand(Command):
                                   else settings.get("allow-unmeasured", False)),
         allow_partial=bool(args.allow_partial if args.allow_partial is not None
                            else settings.get("allow-partial", False)),
+            throughput=_throughput(args, settings, limits),
         )
         report = check(load_trace(args.trace), options, load_trace(baseline_path) if baseline_path else None)
         if args.json:
@@ -76,6 +81,22 @@ class CheckCommand(Command):
             flush_warnings()
             sys.stdout.write("".join(line + "\n" for line in check_lines(report)))
         return 0 if report.passed else EXIT_VIOLATION
+
+
+def _throughput(args: argparse.Namespace, settings: dict[str, Any], limits: list[Limit]) -> ThroughputOptions | None:
+    """--items-per-step/--unit, else ``items-per-step``/``unit`` in the config; a throughput limit needs them."""
+    if args.items_per_step is None and "items-per-step" in settings:
+        try:
+            items = float(settings["items-per-step"])
+        except (TypeError, ValueError):
+            raise UsageError(f"items-per-step in the config must be a number, got {settings['items-per-step']!r}") \
+                from None
+        args = argparse.Namespace(items_per_step=items, unit=args.unit or settings.get("unit"))
+    rate = throughput_options(args)
+    if rate is None and any(limit.metric == "throughput" for limit in limits):
+        raise UsageError("--min-throughput needs --items-per-step N (and --unit frames|tokens|samples|images): "
+                         "the items one step handles")
+    return rate
 
 
 def _load_config(explicit: str | None) -> tuple[dict[str, Any], Path]:

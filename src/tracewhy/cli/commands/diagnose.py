@@ -2,10 +2,13 @@ from __future__ import annotations
 
 import argparse
 
+from tracewhy.analyses.throughput import from_step_stats
 from tracewhy.cli.base import Command, add_output_options, emit, load_trace, positive_int
+from tracewhy.cli.throughput import add_throughput_options, throughput_options
 from tracewhy.findings.context import DiagnoseOptions
 from tracewhy.findings.diagnose import diagnose
 from tracewhy.renderers.diagnose import diagnose_payload, render_diagnose
+from tracewhy.renderers.throughput import with_throughput
 
 
 class DiagnoseCommand(Command):
@@ -20,9 +23,12 @@ class DiagnoseCommand(Command):
                             help="steps to exclude as warm-up (default: a first step #0 or outlier)")
         parser.add_argument("--min-gap", type=positive_int, default=DiagnoseOptions().min_gap_ns, metavar="NS",
                             help="shortest GPU idle gap counted, in ns (default %(default)s)")
+        add_throughput_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
+        rate = throughput_options(args)
         report = diagnose(load_trace(args.trace),
                           DiagnoseOptions(step_marker=args.step, warmup=args.warmup, min_gap_ns=args.min_gap))
-        emit(args, self.name, diagnose_payload(report), render_diagnose(report))
+        t = from_step_stats(report.steps.stats, rate) if rate is not None else None
+        emit(args, self.name, *with_throughput(diagnose_payload(report), render_diagnose(report), rate, t))
         return 0

@@ -3,10 +3,13 @@ from __future__ import annotations
 import argparse
 
 from tracewhy.analyses.diff import DiffOptions
+from tracewhy.analyses.throughput import from_durations
 from tracewhy.cli.base import Command, add_output_options, emit, load_trace, positive_int
+from tracewhy.cli.throughput import add_throughput_options, throughput_options
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.compare import compare
 from tracewhy.renderers.compare import comparison_payload, render_comparison
+from tracewhy.renderers.throughput import with_throughput_change
 
 
 class DiffCommand(Command):
@@ -28,9 +31,15 @@ class DiffCommand(Command):
         parser.add_argument("--step", metavar="NAME", help="annotation that marks a step (default ProfilerStep)")
         parser.add_argument("--warmup", type=positive_int, default=None, metavar="N",
                             help="steps to exclude as warm-up in each run (default: a first step #0 or outlier)")
+        add_throughput_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
         options = DiffOptions(step_marker=args.step, warmup=args.warmup, confidence=th.DIFF_CONFIDENCE)
+        rate = throughput_options(args)
         c = compare(load_trace(args.a), load_trace(args.b), options)
-        emit(args, self.name, comparison_payload(c), render_comparison(c, args.top))
+        payload, view = comparison_payload(c), render_comparison(c, args.top)
+        if rate is not None:
+            a, b = (from_durations(d, rate) for d in (c.diff.a_step_durations_ns, c.diff.b_step_durations_ns))
+            payload, view = with_throughput_change(payload, view, rate, a, b, after=c.statement)
+        emit(args, self.name, payload, view)
         return 0

@@ -3,12 +3,23 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tracewhy.analyses.pipeline import DEFAULT_SPEC, DEFAULT_WARMUP, PipelineSpec, parse_stages, pipeline
+from tracewhy.analyses.pipeline import (
+    DEFAULT_SPEC,
+    DEFAULT_WARMUP,
+    ChunkCol,
+    PipelineResult,
+    PipelineSpec,
+    parse_stages,
+    pipeline,
+)
+from tracewhy.analyses.throughput import Throughput, ThroughputOptions, throughput
 from tracewhy.cli.base import Command, add_output_options, emit, positive_int, warn
+from tracewhy.cli.throughput import add_throughput_options, throughput_options
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.pipeline import FAIL, compare, judge
 from tracewhy.readers.instrument_log import read_instrument_logs
 from tracewhy.renderers.pipeline import pipeline_payload, render_pipeline
+from tracewhy.renderers.throughput import with_throughput, with_throughput_change
 
 
 class PipelineCommand(Command):
@@ -35,9 +46,11 @@ class PipelineCommand(Command):
         parser.add_argument("--period", metavar="MARK", default=None,
                             help=f"the mark whose spacing is the period (default {DEFAULT_SPEC.period_mark})")
         parser.add_argument("--vs", nargs="+", metavar="LOGS", help="a second configuration to compare (B vs A)")
+        add_throughput_options(parser, per="chunk")
 
     def run(self, args: argparse.Namespace) -> int:
         spec = _spec(args)
+        rate = throughput_options(args)
         log = read_instrument_logs([Path(p) for p in args.paths])
         warn(log.source, log.warnings)
         r = pipeline(log, spec, args.warmup)
@@ -49,8 +62,20 @@ class PipelineCommand(Command):
             rb = pipeline(log_b, spec, args.warmup)
             vb, _ = judge(rb, args.min_overlap)
             vs = (rb, vb, compare(r, rb))
-        emit(args, self.name, pipeline_payload(r, v, findings, vs), render_pipeline(r, v, findings, args.top, vs))
+        payload, view = pipeline_payload(r, v, findings, vs), render_pipeline(r, v, findings, args.top, vs)
+        if rate is not None and vs is not None:
+            payload, view = with_throughput_change(payload, view, rate, _per_chunk(r, rate), _per_chunk(vs[0], rate),
+                                                   after=f"B vs A: {vs[2].statement}")
+        elif rate is not None:
+            payload, view = with_throughput(payload, view, rate, _per_chunk(r, rate))
+        emit(args, self.name, payload, view)
         return 1 if v.gate == FAIL else 0
+
+
+def _per_chunk(r: PipelineResult, rate: ThroughputOptions) -> Throughput | None:
+    """Items per second at the steady chunks' period (one chunk leaves the pipeline per period)."""
+    p = r.summary[ChunkCol.PERIOD]
+    return throughput(p.p50, p.p90, p.mean, p.count, rate, per="chunk")
 
 
 def _share(text: str) -> float:

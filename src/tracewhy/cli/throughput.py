@@ -1,0 +1,25 @@
+"""``--items-per-step N --unit frames|tokens|samples|images``: the options every command that
+reports step times shares to say them as throughput."""
+
+from __future__ import annotations
+
+import argparse
+
+from tracewhy.analyses.throughput import DEFAULT_UNIT, UNITS, ThroughputOptions
+from tracewhy.errors import UsageError
+
+
+def add_throughput_options(parser: argparse.ArgumentParser, per: str = "step") -> None:
+    parser.add_argument("--items-per-step", type=float, default=None, metavar="N",
+                        help=f"items one {per} handles (batch size, frames, tokens): adds the throughput, "
+                             f"items per second at the median and p90 {per} time")
+    parser.add_argument("--unit", choices=UNITS, default=None,
+                        help=f"what an item is (default {DEFAULT_UNIT}); frames/s reads as FPS")
+
+
+def throughput_options(args: argparse.Namespace) -> ThroughputOptions | None:
+    if args.items_per_step is None:
+        if args.unit is not None:
+            raise UsageError("--unit needs --items-per-step N (how many of them one step handles)")
+        return None
+    return ThroughputOptions(items_per_step=args.items_per_step, unit=args.unit or DEFAULT_UNIT)

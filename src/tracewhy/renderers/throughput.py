@@ -1,0 +1,54 @@
+"""Throughput beside a command's own output: a ``throughput`` entry in its JSON payload and one
+line in its terminal view, added to what the command's renderer built (``steps``, ``diagnose``,
+``diff``, ``pipeline``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+from tracewhy.analyses.throughput import Throughput, ThroughputOptions
+from tracewhy.findings.throughput import change, rate_label, relative_change, statement
+
+
+def _json(t: Throughput | None) -> dict[str, Any] | None:
+    if t is None:
+        return None
+    return {"unit": t.unit, "rate_unit": rate_label(t.unit), "per": t.per, "items_per_step": t.items_per_step,
+            "count": t.count, "p50_per_s": t.p50_per_s, "p90_per_s": t.p90_per_s, "mean_per_s": t.mean_per_s,
+            "p50_step_ns": t.p50_step_ns, "p90_step_ns": t.p90_step_ns, "mean_step_ns": t.mean_step_ns}
+
+
+def with_throughput(payload: dict[str, Any], view: RenderableType, options: ThroughputOptions | None,
+                    t: Throughput | None) -> tuple[dict[str, Any], RenderableType]:
+    """``payload`` with ``throughput`` and ``view`` with its line; unchanged without ``options``."""
+    if options is None:
+        return payload, view
+    line = statement(t) if t is not None else "throughput: not measured (no steady step times)"
+    return {**payload, "throughput": _json(t)}, Group(view, Text(line, style="bold"))
+
+
+def with_throughput_change(payload: dict[str, Any], view: RenderableType, options: ThroughputOptions | None,
+                           a: Throughput | None, b: Throughput | None,
+                           after: str | None = None) -> tuple[dict[str, Any], RenderableType]:
+    """A and B's throughput and the change (``diff``, ``pipeline --vs``); the line goes right after
+    the view's line reading ``after`` (the verdict), else at the end."""
+    if options is None:
+        return payload, view
+    if a is None or b is None:
+        line, rel = "throughput: not measured (a run has no steady steps)", None
+    else:
+        line, rel = change(a, b), relative_change(a, b)
+    doc = {"a": _json(a), "b": _json(b), "relative_change": rel, "statement": line}
+    return {**payload, "throughput": doc}, _insert_after(view, after, Text(line, style="bold"))
+
+
+def _insert_after(view: RenderableType, after: str | None, line: Text) -> RenderableType:
+    if isinstance(view, Group) and after is not None:
+        parts = list(view.renderables)
+        for i, part in enumerate(parts):
+            if isinstance(part, Text) and part.plain == after:
+                return Group(*parts[:i + 1], line, *parts[i + 1:])
+    return Group(view, line)
