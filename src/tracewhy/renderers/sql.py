@@ -1,0 +1,95 @@
+"""Output of ``tracewhy sql`` (terminal table, ``--json`` payload, ``--csv``), the findings table
+the queries see, and the tables as Parquet for ``export --parquet``."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import msgspec
+import polars as pl
+from rich.console import RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from tracewhy.analyses.sql import SQL_SCHEMAS, FindingCol, SqlResult
+from tracewhy.analyses.sql import Table as SqlTable
+from tracewhy.findings.model import Finding
+from tracewhy.units import printable
+
+
+def findings_table(findings: list[Finding]) -> pl.DataFrame:
+    """The findings table: one row per finding, in ``diagnose``'s order (``rank`` 1 first)."""
+    return pl.DataFrame(
+        {
+            FindingCol.RANK: list(range(1, len(findings) + 1)),
+            FindingCol.CODE: [f.code.value for f in findings],
+            FindingCol.SEVERITY: [f.severity.value for f in findings],
+            FindingCol.STATEMENT: [f.statement for f in findings],
+            FindingCol.RECOVERABLE: [f.recoverable_ns_per_step for f in findings],
+            FindingCol.NEXT_STEP: [f.next_step for f in findings],
+        },
+        schema=SQL_SCHEMAS[SqlTable.FINDINGS],
+    )
+
+
+def sql_payload(r: SqlResult) -> dict[str, Any]:
+    """The JSON of ``sql``: the query, the tables it read, each column's name and DuckDB type,
+    and every row as an object keyed by column name."""
+    return {
+        "query": r.query,
+        "tables": list(r.tables_used),
+        "columns": [{"name": name, "type": t} for name, t in zip(r.table.columns, r.column_types, strict=True)],
+        "row_count": r.table.height,
+        "rows": r.table,
+    }
+
+
+def sql_csv(r: SqlResult) -> str:
+    """The rows as CSV with a header line; list and struct values as JSON text."""
+    return _flat(r.table).write_csv()
+
+
+def render_sql(r: SqlResult, top: int) -> RenderableType:
+    """The first ``top`` rows; numbers as DuckDB gave them (times stay in ns), nulls dim."""
+    shown = r.table.head(top)
+    title = f"{r.table.height} row{'s' if r.table.height != 1 else ''}"
+    caption = f"first {top}; --csv or --json for all" if r.table.height > top else None
+    t = Table(title=title, caption=caption)
+    for name, dtype in r.table.schema.items():
+        t.add_column(Text(printable(name)), justify="right" if dtype.is_numeric() else "left")
+    for row in shown.iter_rows():
+        t.add_row(*(_cell(v) for v in row))
+    return t
+
+
+def parquet_bytes(frame: pl.DataFrame) -> bytes:
+    """One table as a Parquet file's bytes (written by the caller, atomically)."""
+    buffer = io.BytesIO()
+    frame.write_parquet(buffer)
+    return buffer.getvalue()
+
+
+def _cell(value: Any) -> Text:
+    if value is None:
+        return Text("null", style="dim")
+    if isinstance(value, float):
+        return Text(f"{value:.6g}")
+    if isinstance(value, (list, dict)):
+        return Text(printable(_json_text(value) or ""))
+    return Text(printable(str(value)))
+
+
+def _flat(frame: pl.DataFrame) -> pl.DataFrame:
+    """Nested columns (lists, structs, arrays) as JSON text: CSV holds only flat values."""
+    nested = [name for name, dtype in frame.schema.items() if dtype.is_nested()]
+    if not nested:
+        return frame
+    return frame.with_columns(
+        pl.Series(name, [_json_text(v) for v in frame.get_column(name).to_list()], dtype=pl.String) for name in nested
+    )
+
+
+def _json_text(value: Any) -> str | None:
+    """A nested value (list, struct, map) as compact JSON text."""
+    return None if value is None else msgspec.json.encode(value).decode()
