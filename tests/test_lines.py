@@ -17,7 +17,8 @@ import pytest
 
 import tracewhy
 from conftest import GENERATED, ROOT, shared_trace
-from tracewhy.analyses.lines import LineCol, LinesOptions, LinesResult, StackCol, line_of, lines, parse_frame
+from tracewhy.analyses.lines import LineCol, LinesOptions, LinesResult, StackCol, lines
+from tracewhy.analyses.source_lines import line_of, parse_frame
 from tracewhy.cli import main
 from tracewhy.model.schema import Col
 from tracewhy.model.trace import Trace

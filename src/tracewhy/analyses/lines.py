@@ -1,30 +1,21 @@
-"""Which Python line is slow: host and GPU time per source frame, from ``with_stack`` traces.
-
-Two sources, whichever the trace has. ``python_function`` frames (PyTorch >= 1.10) nest over the
-ops they call; the line in a frame's name (``file.py(N): function``) is where the function
-starts (``co_firstlineno``), or the line being run when the profiler started for frames already
-open then. Older traces put a ``Call stack`` text on each op instead (innermost first, each
-entry the line being run): there the line is the calling line itself.
+"""Which Python line is slow: calls, host and GPU time per source frame, and the stacks a flame
+graph draws, from ``python_function`` frames (PyTorch >= 1.10, nested over the ops they call) or,
+in older traces, the ``Call stack`` text on each op. Names and nesting: ``source_lines``.
 """
 
 from __future__ import annotations
 
-import re
-import sys
 from dataclasses import dataclass
-from typing import Final, NamedTuple
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tracewhy.analyses import api_names
+from tracewhy.analyses.source_lines import I64, B, HostTree, call_stacks, parse_frame
 from tracewhy.analyses.steps import StepsResult, steady_span, steps
-from tracewhy.model.schema import GPU_ACTIVITY_KINDS, HOST_KINDS, Col, Kind, OCol
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, OCol
 from tracewhy.model.trace import Trace
-
-I64 = npt.NDArray[np.int64]
-B = npt.NDArray[np.bool_]
 
 
 class LineCol:
@@ -102,57 +93,12 @@ class LinesResult:
     note: str | None
 
 
-class SourceLine(NamedTuple):
-    """A Python source line a finding can name."""
-
-    file: str
-    line: int
-    function: str
-
-
-# "path/to/file.py(123): func" (with_stack frames and legacy Call stack entries).
-_SOURCE = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<function>.+)$")
-# The first path part of a library that torch >= 2.x writes relative to sys.path.
-_LIBRARY_ROOTS: Final = frozenset({
-    "torch", "torchvision", "torchaudio", "torchtext", "functorch", "triton", "numpy", "scipy", "pandas",
-    "transformers", "accelerate", "datasets", "tokenizers", "huggingface_hub", "safetensors", "deepspeed",
-    "apex", "lightning", "pytorch_lightning", "lightning_fabric", "timm", "einops", "fairscale", "xformers",
-    "flash_attn", "vllm", "sglang", "PIL", "tqdm", "typing_extensions", "sympy", "jinja2", "filelock",
-    "fsspec", "networkx", "packaging", "_pytest", "pytest", "pluggy", "google", "absl", "jax", "optree",
-    "flashinfer", "torchao", "peft", "bitsandbytes", "liger_kernel", "aiter", "ray", "zmq", "cv2", "sklearn",
-    "tensorflow", "keras", "onnxruntime", "torch_tensorrt", "pydantic", "msgspec", "requests", "urllib3",
-})
-# "<built-in method mul_ of Tensor object at 0x7f7ba8820280>": the object's address differs per run.
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>$")
-# Installed packages, the standard library, and code without a file (<frozen ...>, <string>: exec).
-_LIBRARY_DIRS = re.compile(r"(^|/)(site-packages|dist-packages)/|(^|/)lib/python\d+(\.\d+)?/|^<")
-
-
-def parse_frame(name: str) -> tuple[str, int, str, bool]:
-    """(file, line, function, user) of a frame name. A builtin call (``<built-in method item of
-    Tensor object>``) or a module scope (``nn.Module: Linear_0``) has no file: line 0, not user."""
-    m = _SOURCE.match(name)
-    if m is None:
-        return "", 0, _ADDRESS.sub(">", name), False
-    path = m.group("file").replace("\\", "/")
-    return path, int(m.group("line")), m.group("function"), not _is_library(path)
-
-
-def _is_library(path: str) -> bool:
-    if _LIBRARY_DIRS.search(path):
-        return True
-    if path.startswith("/"):  # an absolute path outside any Python installation: the user's
-        return False
-    top = path.split("/", 1)[0].removesuffix(".py")
-    return top in _LIBRARY_ROOTS or top in sys.stdlib_module_names
-
-
 def lines(trace: Trace, options: LinesOptions = LinesOptions(), step_result: StepsResult | None = None) -> LinesResult:
     """Per source frame: calls, host self/total, GPU self/total, syncs, ops and step share."""
     trace.require_whole()
     s = trace.slices
     gpu_time = int(s.filter(pl.col(Col.KIND).is_in([k.value for k in GPU_ACTIVITY_KINDS])).get_column(Col.DUR).sum())
-    tree = _Tree.of(trace)
+    tree = HostTree.of(trace)
     span = steady_span(step_result.table if step_result is not None else steps(trace).table, start=Col.TS)
     parts: tuple[pl.DataFrame, pl.DataFrame] | None
     if tree.is_python.any():
@@ -182,72 +128,6 @@ def lines(trace: Trace, options: LinesOptions = LinesOptions(), step_result: Ste
     return LinesResult(table=table, stacks=stacks, source=source, include_library=options.include_library,
                        sort_by=sort_by, gpu_time_ns=gpu_time,
                        steady_window_ns=None if span is None else span[1] - span[0], note=note)
-
-
-@dataclass(frozen=True)
-class _Tree:
-    """The host nesting as arrays indexed by slice id (-1: none), with what each slice is."""
-
-    parent: I64
-    depth: I64
-    ts: I64
-    dur: I64
-    is_python: B
-    is_op: B
-    is_sync: B  # outermost sync point: a scalar read or a blocking call not inside another one
-    gpu_self: I64  # GPU time of the work this slice launched itself
-
-    @staticmethod
-    def of(trace: Trace) -> _Tree:
-        s = trace.slices
-        n = s.height
-        kind = s.get_column(Col.KIND)
-        host = kind.is_in([k.value for k in HOST_KINDS]).to_numpy()
-        parent = np.where(host, s.get_column(Col.PARENT).fill_null(-1).to_numpy(), -1)
-        depth = np.where(host, s.get_column(Col.DEPTH).fill_null(0).to_numpy(), -1).astype(np.int64)
-        names = s.get_column(Col.NAME)
-        reads = [u for u in names.unique().drop_nulls().cast(pl.String).to_list()
-                 if api_names.is_scalar_read(u) or api_names.is_sync_call(u)]
-        sync = names.is_in(reads).to_numpy() & host if reads else np.zeros(n, dtype=bool)
-        gpu = s.filter(kind.is_in([k.value for k in GPU_ACTIVITY_KINDS]) & pl.col(Col.LAUNCH).is_not_null())
-        gpu_self = np.bincount(gpu.get_column(Col.LAUNCH).to_numpy(), weights=gpu.get_column(Col.DUR).to_numpy(),
-                               minlength=n).astype(np.int64)
-        tree = _Tree(parent=parent, depth=depth, ts=s.get_column(Col.TS).to_numpy(),
-                     dur=s.get_column(Col.DUR).to_numpy(), is_python=(kind == Kind.PYTHON.value).to_numpy(),
-                     is_op=(kind == Kind.CPU_OP.value).to_numpy(), is_sync=sync, gpu_self=gpu_self[:n])
-        return _Tree(**{**tree.__dict__, "is_sync": sync & (tree.nearest(sync, strict=True) < 0)})
-
-    @property
-    def outermost_op(self) -> B:
-        """CPU ops not inside another CPU op: what a Python line called itself."""
-        inside: B = self.nearest(self.is_op, strict=True) >= 0
-        return self.is_op & ~inside
-
-    def levels(self) -> list[I64]:
-        """Host slice ids by depth 1, 2, ...: a parent's level comes before its children's."""
-        rows = np.flatnonzero((self.depth > 0) & (self.parent >= 0))
-        order = rows[np.argsort(self.depth[rows], kind="stable")]
-        bounds = np.flatnonzero(np.diff(self.depth[order])) + 1
-        return np.split(order, bounds) if order.size else []
-
-    def nearest(self, mark: B, strict: bool = False) -> I64:
-        """Per slice, the nearest slice at or above it (``strict``: above it) with ``mark``; -1: none."""
-        ids = np.arange(mark.size, dtype=np.int64)
-        at_or_above = np.where(mark, ids, -1)
-        for rows in self.levels():
-            p = self.parent[rows]
-            at_or_above[rows] = np.where(at_or_above[rows] >= 0, at_or_above[rows], at_or_above[p])
-        if not strict:
-            return at_or_above
-        has_parent = self.parent >= 0
-        return np.where(has_parent, at_or_above[np.maximum(self.parent, 0)], -1)
-
-    def inclusive(self, weights: I64) -> I64:
-        """Each slice's weight plus its descendants' (children's sums pushed up, deepest first)."""
-        total: I64 = weights.astype(np.int64).copy()
-        for rows in reversed(self.levels()):
-            np.add.at(total, self.parent[rows], total[rows])
-        return total
 
 
 def _steady_ns(ts: I64, end: I64, span: tuple[int, int] | None) -> I64:
@@ -281,7 +161,7 @@ def _parse_names(names: pl.Series) -> tuple[pl.DataFrame, I64]:
     return frames, index
 
 
-def _from_frames(trace: Trace, tree: _Tree, include_library: bool,
+def _from_frames(trace: Trace, tree: HostTree, include_library: bool,
                  span: tuple[int, int] | None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Rows and stacks from python_function frames: each listed frame owns the slices below it
     up to the next listed frame (builtin calls and ops included)."""
@@ -338,7 +218,7 @@ def _thread_keys(trace: Trace, rows: I64) -> I64:
     return keys
 
 
-def _frame_stacks(tree: _Tree, rows: I64, up: I64, frame_of: I64, per_slice: pl.DataFrame) -> pl.DataFrame:
+def _frame_stacks(tree: HostTree, rows: I64, up: I64, frame_of: I64, per_slice: pl.DataFrame) -> pl.DataFrame:
     """Each listed frame's stack of listed frames (root first) and its self times, summed per
     stack. Stacks are numbered level by level, a stack being (the stack above, this frame)."""
     n_frames = int(frame_of.max()) + 1
@@ -381,13 +261,13 @@ def _stacks_frame(paths: list[list[int]], host: pl.Series, gpu: pl.Series) -> pl
             .sort(StackCol.FRAMES).select(STACKS_SCHEMA.names()))
 
 
-def _from_call_stacks(trace: Trace, tree: _Tree, include_library: bool,
+def _from_call_stacks(trace: Trace, tree: HostTree, include_library: bool,
                       span: tuple[int, int] | None) -> tuple[pl.DataFrame, pl.DataFrame] | None:
     """Rows and stacks from legacy ``Call stack`` args. Each slice carrying one owns its time
     less that of the slices with a stack inside it: that time is its innermost listed entry's
     self time and every listed entry's total. A call of an entry is a slice whose stack holds
     it while the stack of the slice it is in does not."""
-    stacked = _call_stacks(trace)
+    stacked = call_stacks(trace)
     if stacked.height == 0:
         return None
     n = tree.parent.size
@@ -435,71 +315,3 @@ def _from_call_stacks(trace: Trace, tree: _Tree, include_library: bool,
     return table, stacks
 
 
-def _call_stacks(trace: Trace) -> pl.DataFrame:
-    """Slices with a non-empty legacy ``Call stack``: id and the text."""
-    return trace.op_attrs.select(OCol.ID, OCol.CALL_STACK).filter(
-        pl.col(OCol.CALL_STACK).is_not_null() & (pl.col(OCol.CALL_STACK) != ""))
-
-
-def line_of(trace: Trace, slice_ids: list[int] | I64, *, within: bool = False) -> SourceLine | None:
-    """The user source line behind these host slices, for a finding to name; None when no user
-    frame is found (no ``with_stack``, or only library code).
-
-    ``within=False`` (a sync, a launch, a slow op): the innermost user frame above each slice,
-    the one above the most of their time. ``within=True`` (a DataLoader fetch, a block): the user
-    frame inside them with the most self time, else the one above. Legacy ``Call stack``
-    traces: the innermost user entry of the stacks at or above (inside) the slices.
-    """
-    ids = np.asarray(slice_ids, dtype=np.int64)
-    if ids.size == 0:
-        return None
-    tree = _Tree.of(trace)
-    chosen = np.zeros(tree.parent.size, dtype=bool)
-    chosen[ids] = True
-    inside = tree.nearest(chosen) >= 0
-    if tree.is_python.any():
-        py = np.flatnonzero(tree.is_python)
-        names = trace.slices.get_column(Col.NAME).gather(py).cast(pl.String)
-        user_names = [u for u in names.unique().to_list() if parse_frame(u)[3]]
-        user = np.zeros(tree.parent.size, dtype=bool)
-        user[py[names.is_in(user_names).to_numpy()]] = True
-        owner = tree.nearest(user)
-        votes_at, weight = owner[ids], np.maximum(tree.dur[ids], 1)
-        if within:
-            frames = np.flatnonzero(user & inside)
-            up = np.where(tree.parent[frames] >= 0, owner[np.maximum(tree.parent[frames], 0)], -1)
-            below = np.bincount(up[up >= 0], weights=tree.dur[frames][up >= 0], minlength=tree.parent.size)
-            if frames.size:
-                votes_at, weight = frames, np.maximum(tree.dur[frames] - below[frames].astype(np.int64), 0)
-        keep = votes_at >= 0
-        if not keep.any():
-            return None
-        best = _heaviest(trace, votes_at[keep], weight[keep])
-        return _source(parse_frame(best))
-    stacked = _call_stacks(trace)
-    has = np.zeros(tree.parent.size, dtype=bool)
-    has[stacked.get_column(OCol.ID).to_numpy()] = True
-    at = tree.nearest(has)[ids]
-    if within and (has & inside).any():
-        at = np.flatnonzero(has & inside & (tree.nearest(has & inside, strict=True) < 0))
-    at = at[at >= 0]
-    text = dict(zip(stacked.get_column(OCol.ID).to_list(), stacked.get_column(OCol.CALL_STACK).to_list(),
-                    strict=True))
-    votes: dict[tuple[str, int, str, bool], float] = {}
-    for op, w in zip(at.tolist(), np.maximum(tree.dur[at], 1).tolist(), strict=True):
-        entry = next((p for e in text[op].split(";") if (p := parse_frame(e))[3]), None)
-        if entry is not None:
-            votes[entry] = votes.get(entry, 0.0) + w
-    return _source(max(votes, key=lambda k: votes[k])) if votes else None
-
-
-def _heaviest(trace: Trace, frames: I64, weight: I64) -> str:
-    """The frame name (of these frame slices) with the most weight in all."""
-    names = trace.slices.get_column(Col.NAME).gather(frames).cast(pl.String)
-    by_name = pl.DataFrame({"name": names, "w": weight})
-    return str(by_name.group_by("name").agg(pl.col("w").sum()).sort(["w", "name"], descending=[True, False])
-               .get_column("name")[0])
-
-
-def _source(parsed: tuple[str, int, str, bool]) -> SourceLine:
-    return SourceLine(file=parsed[0], line=parsed[1], function=parsed[2])
