@@ -11,8 +11,9 @@ any ``concurrent.futures.Executor`` (a process pool, or ``dask.distributed.Clien
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,14 +140,21 @@ def summarize_trace(trace: Trace, source: str, options: RanksOptions = RanksOpti
 
 
 def load_rank_summaries(
-    paths: Sequence[str], executor: Executor | None = None, options: RanksOptions = RanksOptions()
+    paths: Sequence[str], executor: Executor | None = None, options: RanksOptions = RanksOptions(),
+    done: Callable[[str], None] | None = None,
 ) -> list[RankSummary]:
-    """Summaries of every rank in the files, by rank. ``executor`` None runs in this process."""
+    """Summaries of every rank in the files, by rank. ``executor`` None runs in this process.
+    ``done`` is told each file as its summary arrives (the CLI's per-rank progress)."""
+    results: list[list[RankSummary] | FileFailure] = []
     if executor is None:
-        results = [summarize_file(p, options) for p in paths]
+        pending: Iterable[Callable[[], list[RankSummary] | FileFailure]] = (
+            functools.partial(summarize_file, p, options) for p in paths)
     else:
-        futures = [executor.submit(summarize_file, p, options) for p in paths]
-        results = [f.result() for f in futures]
+        pending = [executor.submit(summarize_file, p, options).result for p in paths]
+    for path, result in zip(paths, pending, strict=True):
+        results.append(result())
+        if done is not None:
+            done(path)
     out: list[RankSummary] = []
     for r in results:
         if isinstance(r, FileFailure):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import inspect
 import os
 import signal
@@ -16,6 +17,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Iterator, Sequence
+from typing import Final
 
 from tracewhy import __version__
 from tracewhy.cli.base import add_common_options, run_command
@@ -29,12 +31,38 @@ EXIT_BAD_INPUT = 3
 EXIT_INTERNAL = 70
 
 
+#: What ``tracewhy`` alone prints: the questions it answers and the command for each.
+TOUR: Final = """\
+tracewhy says why a PyTorch job is slower than it should be, from its profiler traces.
+
+  Where does the time go?          tracewhy diagnose TRACE    (then steps, ops, kernels, blocks)
+  Where is the GPU idle, and why?  tracewhy gaps TRACE
+  Is the overlap real?             tracewhy overlap TRACE     (stages: tracewhy pipeline LOG)
+  Why is this kernel slow?         tracewhy roofline REPORT.ncu-rep
+  What changed between A and B?    tracewhy diff A B
+
+  Everything on one page:          tracewhy report TRACE -o report.html
+  Not sure where to start:         tracewhy which SYMPTOM
+
+TRACE: a torch.profiler trace (.json, .json.gz) or an Nsight Systems export (.sqlite, .nsys-rep).
+All commands: tracewhy --help; one command: tracewhy COMMAND --help.
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """The top-level parser, which knows its subcommands' parsers: an option a subcommand does
+    not have is reported with that subcommand's usage, not the top level's."""
+
+    commands: dict[str, argparse.ArgumentParser]
+
+
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser; given argv naming a command, only that command's module is imported."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="tracewhy",
         description="Says why a PyTorch job is slower than it should be, from its profiler traces.",
     )
+    parser.commands = {}
     parser.add_argument("--version", action="version", version=f"tracewhy {__version__}")
     sub = parser.add_subparsers(dest="command_name", metavar="COMMAND", required=True)
     chosen = next((a for a in (argv or ()) if not a.startswith("-")), None)
@@ -49,14 +77,55 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         command.configure(p)
         add_common_options(p)
         p.set_defaults(command=command)
+        parser.commands[cls.name] = p
     return parser
+
+
+def _command_word(argv: Sequence[str]) -> str | None:
+    """The subcommand the user typed: the first word that is not an option."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def _did_you_mean(word: str, choices: Sequence[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=3, cutoff=0.6)
+    if not close:
+        return ""
+    return "; did you mean " + " or ".join(repr(c) for c in close) + "?"
+
+
+def _unknown_command(parser: argparse.ArgumentParser, word: str) -> int:
+    """Usage, and the commands spelt closest; a file given without a command gets the one to run."""
+    parser.print_usage(sys.stderr)
+    hint = (f"; to diagnose it: tracewhy diagnose {printable(word)}" if os.path.exists(word)
+            else _did_you_mean(word, list(COMMAND_MODULES)))
+    print(f"tracewhy: error: unknown command {printable(word)!r}{hint} (tracewhy --help lists them)",
+          file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    """The arguments; an unknown option is reported by its subcommand's parser (its usage, and
+    the options it has that are spelt closest)."""
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        sub = getattr(parser, "commands", {}).get(getattr(args, "command_name", None), parser)
+        known = [s for action in sub._actions for s in action.option_strings]
+        hints = "".join(_did_you_mean(e.split("=", 1)[0], known) for e in extras if e.startswith("-"))
+        sub.error(f"unrecognized arguments: {' '.join(extras)}{hints}")
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv:
+        sys.stdout.write(TOUR)
+        return EXIT_OK
     parser = build_parser(argv)
+    word = _command_word(argv)
+    if word is not None and word not in COMMAND_MODULES and not {"-h", "--help", "--version"} & set(argv):
+        return _unknown_command(parser, word)
     try:
-        args = parser.parse_args(argv)
+        args = _parse(parser, argv)
     except SystemExit as e:  # argparse has already printed usage or help
         return e.code if isinstance(e.code, int) else EXIT_USAGE
     try:

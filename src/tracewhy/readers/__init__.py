@@ -49,7 +49,37 @@ def read_trace(
     the whole Trace. The Trace returned has passed ``Trace.check()``.
     """
     refuse_special(Path(path))
-    return cached_read(Path(path), lambda p: _checked(_read_uncached(p, progress, kinds)), cache)
+    try:
+        return cached_read(Path(path), lambda p: _checked(_read_uncached(p, progress, kinds)), cache)
+    except TraceError as e:
+        hint = other_tool_hint(Path(path))
+        if hint is None:
+            raise
+        raise TraceError(path, hint) from e
+
+
+def other_tool_hint(path: Path) -> str | None:
+    """What a file that is not a trace is, and the command that reads it: an Nsight Compute
+    report given to a trace command, a memory-timeline export or snapshot, an instrument log.
+    Run only after a read failed, so a trace pays nothing for it."""
+    from tracewhy.readers.instrument_log import looks_like_instrument_log
+    from tracewhy.readers.memory_snapshot import is_snapshot
+    from tracewhy.readers.memory_timeline import is_memory_timeline
+    from tracewhy.readers.ncu import is_ncu
+
+    if not path.is_file():
+        return None
+    if is_ncu(path):
+        return ("an Nsight Compute report (kernel metrics), not a timeline trace: "
+                f"run tracewhy roofline {path}")
+    if is_memory_timeline(path):
+        return f"a memory-timeline export, not a profiler trace: run tracewhy memory {path}"
+    if is_snapshot(path):
+        return f"a CUDA memory snapshot (pickle), not a profiler trace: run tracewhy memory {path}"
+    if looks_like_instrument_log(path):
+        return ("a tracewhy.instrument log (header/mark/block records), not a profiler trace: "
+                f"run tracewhy pipeline {path} or tracewhy blocks {path}")
+    return None
 
 
 def _checked(trace: Trace) -> Trace:

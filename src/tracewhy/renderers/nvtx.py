@@ -42,7 +42,7 @@ def render_nvtx(r: NvtxRangesResult, top: int) -> RenderableType:
                     "(nested ranges each count in full)")
     # Median and stddev are in --json; with them the table no longer fits 160 columns.
     for col in ("range", "style", "count", "total", "avg", "min", "max", "share", "GPU proj", "GPU ops", "GPU time"):
-        t.add_column(col, justify="left" if col in ("range", "style") else "right", no_wrap=True)
+        t.add_column(col, justify="left" if col in ("range", "style") else "right", no_wrap=col != "range")
     rows = list(r.table.head(top).iter_rows(named=True))
     for row, name in zip(rows, name_cells([row["name"] for row in rows]), strict=True):
         ops = row["total_gpu_ops"]

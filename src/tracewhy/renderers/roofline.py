@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+import re
 import unicodedata
-from typing import Any
+from typing import Any, Final
 
 import polars as pl
 from rich import box
@@ -77,7 +78,8 @@ _TEXT_WIDTH = 28
 
 def _columns(t: Table, names: tuple[str, ...] | list[str], text_column: str) -> None:
     for c in names:
-        t.add_column(c, justify="left" if c in (text_column, "bound") else "right", no_wrap=True,
+        # The name column alone gives way (its cells cut themselves in the middle to fit).
+        t.add_column(c, justify="left" if c in (text_column, "bound") else "right", no_wrap=c != text_column,
                      min_width=_MIN_WIDTH.get(c), overflow="ellipsis")
 
 
@@ -88,11 +90,15 @@ def _scaled(value: float | None, unit: float) -> str:
     return f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}"
 
 
+#: Trailing arguments that are not tensors (``[][][]``): they tell no two ops apart.
+_NO_TENSORS: Final = re.compile(r"(\[\])+$")
+
+
 def _op_label(row: dict[str, Any]) -> str:
     """"mm [8944,1024][1024,2816]": the op without its namespace, then its tensor shapes."""
     name = str(row["name"]).split("::", 1)[-1]
     dims = (row["input_dims"] or "").replace("],[", "][").replace(",[]", "").replace("[[", "[").replace("]]", "]")
-    return f"{name} {dims}"
+    return f"{name} {_NO_TENSORS.sub('', dims)}"
 
 
 def _bound(value: str | None) -> Text:

@@ -4,17 +4,21 @@ import argparse
 import importlib
 import multiprocessing
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
 from tracewhy.analyses.rank_compare import compare_ranks
 from tracewhy.analyses.ranks import RanksOptions, load_rank_summaries
-from tracewhy.cli.base import Command, add_output_options, emit, positive_int, warn
+from tracewhy.cli.base import Command, add_output_options, emit, positive_int, shows_progress, warn
 from tracewhy.errors import TraceError, UsageError, install_hint
 from tracewhy.findings.ranks import rank_findings
 from tracewhy.renderers.overlap import ranks_payload, render_ranks
+from tracewhy.units import printable
 
 #: File names a directory argument contributes (profiler JSON, nsys exports).
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite.gz", ".nsys-rep")
@@ -49,14 +53,29 @@ class RanksCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         files = trace_files(args.paths)
         options = RanksOptions(step_marker=args.step, warmup=args.warmup)
-        with executor_for(args.executor, args.workers, len(files)) as (executor, label):
-            summaries = load_rank_summaries(files, executor, options)
+        with executor_for(args.executor, args.workers, len(files)) as (executor, label), \
+                rank_progress(files) as done:
+            summaries = load_rank_summaries(files, executor, options, done)
         for s in summaries:
             warn(s.source, s.warnings)
         result = compare_ranks(summaries)
         found = rank_findings(result)
         emit(args, self.name, ranks_payload(result, found, label), render_ranks(result, found, args.top))
         return 0
+
+
+@contextmanager
+def rank_progress(files: list[str]) -> Iterator[Callable[[str], None] | None]:
+    """A line per rank trace on stderr that ticks when its summary arrives (on a terminal, not
+    with --json); None where nothing is drawn."""
+    if not shows_progress() or len(files) < 2:
+        yield None
+        return
+    progress = Progress(SpinnerColumn(finished_text="✓"), TextColumn("{task.description}"), TimeElapsedColumn(),
+                        console=Console(stderr=True), transient=True)
+    tasks = {f: progress.add_task(printable(Path(f).name), total=1) for f in files}
+    with progress:
+        yield lambda f: progress.update(tasks[f], completed=1)
 
 
 def trace_files(paths: list[str]) -> list[str]:
