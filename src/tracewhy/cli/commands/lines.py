@@ -51,11 +51,13 @@ class LinesCommand(Command):
         r = lines(trace, LinesOptions(include_library=args.include_library, sort_by=args.sort), step_result=st)
         if args.flame is not None:
             write_output(Path(args.flame), folded_stacks(r, args.weight).encode())
-            sys.stderr.write(f"wrote {args.flame}: {r.stacks.height} stacks weighted by {args.weight} time\n")
+            if args.flame != STDOUT:
+                sys.stderr.write(f"wrote {args.flame}: {r.stacks.height} stacks weighted by {args.weight} time\n")
         if args.speedscope is not None:
             doc = speedscope_profile(r, args.weight, name=Path(args.trace).name)
             write_output(Path(args.speedscope), msgspec.json.encode(doc))
-            sys.stderr.write(f"wrote {args.speedscope}: open it at https://www.speedscope.app\n")
+            if args.speedscope != STDOUT:
+                sys.stderr.write(f"wrote {args.speedscope}: open it at https://www.speedscope.app\n")
         if STDOUT not in (args.flame, args.speedscope):  # a profile on stdout is the whole output
             emit(args, self.name, lines_payload(r), render_lines(r, args.top))
         return 0
