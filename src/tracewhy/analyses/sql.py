@@ -250,7 +250,10 @@ def run_query(query: str, builders: Mapping[str, Builder]) -> SqlResult:
             raise UsageError(f"sql: a result column cannot be returned ({_one_line(e)}); CAST it to VARCHAR") from None
     finally:
         con.close()
-    return SqlResult(query, _plain_numbers(frame), types, used)
+    plain = _plain_numbers(frame)
+    types = tuple(t if plain.schema[name] == frame.schema[name] else _DECIMAL_AS[type(plain.schema[name])]
+                  for name, t in zip(frame.columns, types, strict=True))
+    return SqlResult(query, plain, types, used)
 
 
 class _ArrowStream:
@@ -298,6 +301,10 @@ def _numbered(names: list[str]) -> list[str]:
 
 def _quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
+
+
+#: The type a decimal column is reported as once ``_plain_numbers`` has converted it.
+_DECIMAL_AS: Final[dict[type[pl.DataType], str]] = {pl.Int64: "BIGINT", pl.Float64: "DOUBLE"}
 
 
 def _plain_numbers(frame: pl.DataFrame) -> pl.DataFrame:
