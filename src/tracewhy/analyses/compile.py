@@ -105,6 +105,14 @@ class CompileResult:
         return self.regions.height > 0 or self.compile_ns > 0
 
     @property
+    def graph_breaks_measured(self) -> float:
+        """``graph_breaks_per_step``, or without steady steps the breaks of every captured step:
+        what the graph-breaks finding, ``check --max-graph-breaks`` and ``diff`` state."""
+        if self.graph_breaks_per_step is not None:
+            return self.graph_breaks_per_step
+        return float(self.per_step.get_column(CompileStepCol.GRAPH_BREAKS).sum())
+
+    @property
     def cold_start_share(self) -> float | None:
         return self.cold_start_ns / self.captured_ns if self.captured_ns else None
 

@@ -1,9 +1,9 @@
 """Step-time spikes: steady steps well above the median, and what they contain that a median
-step does not (allocator calls, synchronizes, recompiles, collectives)."""
+step does not (allocator calls, synchronizes, collectives). Compile work inside a step is
+measured by the compile analysis (``analyses.compile``, its ``compile_ns`` per step)."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -11,20 +11,19 @@ import polars as pl
 
 from tracewhy.analyses.host_activity import Flag, HostIndex
 from tracewhy.analyses.steps import StepCol, StepsResult
-from tracewhy.model.schema import Col, Kind
+from tracewhy.model.schema import Kind
 from tracewhy.model.trace import Trace
 
 #: A steady step this much above the steady median is a spike (the sleep and scheduler noise
 #: of a healthy loop stays well under it).
 SPIKE_MARGIN = 0.25
-_RECOMPILE = re.compile(r"dynamo|compile_file|Compile|CompiledFunction|recompil", re.IGNORECASE)
-_FEATURES = ("allocator_calls", "syncs", "compiles", "collectives")
+_FEATURES = ("allocator_calls", "syncs", "collectives")
 
 
 @dataclass(frozen=True)
 class SpikesResult:
-    """``per_step``: step, steady, dur_ns and counts of allocator calls, syncs, compile events and
-    collectives in the step window. ``spikes``: the steady steps above median x (1 + margin),
+    """``per_step``: step, steady, dur_ns and counts of allocator calls, syncs and collectives in
+    the step window. ``spikes``: the steady steps above median x (1 + margin),
     with each count's excess over the steady median."""
 
     per_step: pl.DataFrame
@@ -34,14 +33,9 @@ class SpikesResult:
 
 def spikes(trace: Trace, steps: StepsResult, host: HostIndex, margin: float = SPIKE_MARGIN) -> SpikesResult:
     trace.require_whole()
-    host_names = trace.slices.get_column(Col.NAME).gather(host.ids)  # categorical: codes, not strings
-    uniq = [n for n in host_names.unique().to_list() if n is not None]
-    compile_hits = [n for n in uniq if _RECOMPILE.search(n)]
     features = {
         "allocator_calls": host.self_flag[Flag.ALLOC],
         "syncs": host.self_flag[Flag.SYNC],
-        "compiles": host_names.is_in(compile_hits).to_numpy() & (host.depth == 0) if compile_hits
-        else np.zeros(host.ids.size, dtype=bool),
         "collectives": host.self_flag[Flag.COMM] & host.is_kind(Kind.CPU_OP),
     }
     times = {k: np.sort(host.ts[v]) for k, v in features.items()}

@@ -11,6 +11,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses import api_names
+from tracewhy.analyses import compile_markers as cm
 from tracewhy.analyses.host_activity import Flag, HostIndex
 from tracewhy.analyses.steps import StepCol, StepsResult
 from tracewhy.model.schema import Col, Kind
@@ -73,6 +74,8 @@ def syncs(trace: Trace, steps: StepsResult, host: HostIndex) -> SyncsResult:
     host_names = name_col.gather(host.ids)
     read_names = [n for n in host_names.unique().to_list() if n is not None and api_names.is_scalar_read(n)]
     is_read = host_names.is_in(read_names).to_numpy() if read_names else np.zeros(host.ids.size, dtype=bool)
+    if is_read.any():
+        is_read &= ~compiler_rows(host_names, host)
     has_read_below = _ancestors_of(host.parent, np.flatnonzero(is_read), host.ids.size)
     read_rows = _split_pairs(s, host, np.flatnonzero(is_read & ~_under(host.parent, is_read)), has_read_below)
     # A read blocked only when a synchronize (or a synchronous copy) ran somewhere inside it.
@@ -88,6 +91,20 @@ def syncs(trace: Trace, steps: StepsResult, host: HostIndex) -> SyncsResult:
         pl.len().cast(pl.Int64).alias("calls"), pl.col("blocked").sum().cast(pl.Int64).alias("blocking_calls"))
     return SyncsResult(calls=calls, per_step=per_step, scalar_reads=scalar_reads.sort(
         "calls", Col.NAME, "annotation", "python", descending=[True, False, False, False], nulls_last=True))
+
+
+def compiler_rows(host_names: pl.Series, host: HostIndex) -> npt.NDArray[np.bool_]:
+    """Host rows inside torch.compile's compile work (``(dynamo_timed)`` phases): Dynamo and
+    AOT autograd run the model's ops while they trace it, so an ``.item()`` there is the
+    compiler's, once per compile, not a read the loop makes every step. ``host_names``: the
+    name of each host row."""
+    names = [n for n in host_names.unique().to_list() if n is not None]
+    owners = frozenset(m.group(1) for n in names if (m := cm.COMPILE_DATA.match(n)))
+    phases = [n for n in names if cm.is_compile_phase(n, owners)]
+    if not phases:
+        return np.zeros(host.ids.size, dtype=bool)
+    is_phase = host_names.is_in(phases).to_numpy()
+    return is_phase | _under(host.parent, is_phase)
 
 
 #: A Python frame of user code: "file.py(line): function", outside torch and installed packages

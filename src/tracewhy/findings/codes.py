@@ -58,6 +58,11 @@ class Code(str, Enum):
     ALLOCATOR_CHURN = "allocator-churn"
     COMM_EXPOSED = "comm-exposed"
     BLOCK_ATTRIBUTION = "block-attribution"
+    # torch.compile (tracewhy compile).
+    GRAPH_BREAKS = "graph-breaks"
+    RECOMPILE = "recompile"
+    COMPILE_COLD_START = "compile-cold-start"
+    MANY_SMALL_REGIONS = "many-small-regions"
     # Many ranks (tracewhy ranks).
     RANK_STRAGGLER = "rank-straggler"
     RANK_IMBALANCE = "rank-imbalance"
@@ -147,6 +152,14 @@ _MEANING: Final[dict[Code, str]] = {
                           "again and again.",
     Code.COMM_EXPOSED: "Communication with no compute under it is on the critical path.",
     Code.BLOCK_ATTRIBUTION: "GPU time per step by annotated block: which block gates the step.",
+    Code.GRAPH_BREAKS: "torch.compile graph breaks in every step: eager Python and ops between compiled graphs, "
+                       "and where each break is.",
+    Code.RECOMPILE: "torch.compile recompiled a frame in steady state: the guard that failed and what each "
+                    "recompile cost.",
+    Code.COMPILE_COLD_START: "Time torch.compile spent compiling before the first step ran (reported though it "
+                             "is warm-up).",
+    Code.MANY_SMALL_REGIONS: "Many short compiled regions per step: the model is cut into small graphs (breaks or "
+                             "recompiles).",
     Code.RANK_STRAGGLER: "The rank the others wait for at matched collectives, and what it did meanwhile.",
     Code.RANK_IMBALANCE: "GPU compute per step differs across ranks: every collective waits for the slowest.",
     Code.RANK_COLLECTIVE_MISMATCH: "The ranks did not issue the same collectives: a hang or corruption risk.",

@@ -11,25 +11,26 @@ import polars as pl
 from tracewhy.analyses.compile import CompileResult, CompileStepCol, RecompileCol, RegionCol, compile_analysis
 from tracewhy.analyses.torch_logs import LogBreakCol, LogRecompileCol, TorchLogs
 from tracewhy.findings import thresholds as th
+from tracewhy.findings.codes import Code
 from tracewhy.findings.consolidate import severity_for_share
 from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding, Severity
 from tracewhy.units import fmt_ns, fmt_pct
 
-# Plain strings until they join findings.codes.Code (issue 16: the lead moves them there).
-GRAPH_BREAKS: Final = "graph-breaks"
-RECOMPILE: Final = "recompile"
-COMPILE_COLD_START: Final = "compile-cold-start"
-MANY_SMALL_REGIONS: Final = "many-small-regions"
 #: Break locations and guards named in a statement; the evidence holds them all.
 NAMED: Final = 3
 
 
-def findings(ctx: Context, logs: TorchLogs | None = None) -> list[Finding]:
-    """The compile findings of a diagnosis (the analysis runs once per Context)."""
-    result = ctx.cached("compile", lambda: compile_analysis(ctx.trace, ctx.steps()))
+def compile_result(ctx: Context) -> CompileResult:
+    """The compile analysis of a diagnosis, made once per Context on its steps (the step-time
+    spikes, check and the report read it too)."""
+    return ctx.cached("compile", lambda: compile_analysis(ctx.trace, ctx.steps()))
+
+
+def findings(ctx: Context) -> list[Finding]:
+    """The compile findings of a diagnosis, with the TORCH_LOGS capture of ``diagnose --logs``."""
     stats = ctx.steps().stats
-    return compile_findings(result, stats.p50_ns if stats else None, logs)
+    return compile_findings(compile_result(ctx), stats.p50_ns if stats else None, ctx.options.torch_logs)
 
 
 def compile_findings(r: CompileResult, step_p50_ns: float | None, logs: TorchLogs | None = None) -> list[Finding]:
@@ -50,9 +51,7 @@ def _break_lines(r: CompileResult, logs: TorchLogs | None) -> list[str]:
 
 
 def _graph_breaks(r: CompileResult, step_p50_ns: float | None, logs: TorchLogs | None) -> list[Finding]:
-    per_step = r.graph_breaks_per_step
-    if per_step is None:  # no steady step: judge the whole capture
-        per_step = float(r.per_step.get_column(CompileStepCol.GRAPH_BREAKS).sum())
+    per_step = r.graph_breaks_measured
     if per_step < th.GRAPH_BREAKS_MIN_PER_STEP:
         return []
     eager_ns = r.eager_ns_per_step or 0.0
@@ -60,7 +59,7 @@ def _graph_breaks(r: CompileResult, step_p50_ns: float | None, logs: TorchLogs |
     where = f"; breaks at {', '.join(lines[:NAMED])}" if lines else ""
     share = eager_ns / step_p50_ns if step_p50_ns else 0.0
     return [Finding(
-        code=GRAPH_BREAKS,  # type: ignore[arg-type]
+        code=Code.GRAPH_BREAKS,
         severity=_at_least_medium(share),
         statement=f"{per_step:g} graph break{'' if per_step == 1 else 's'} per step "
                   f"({r.regions_per_step or 0:g} compiled regions per step, "
@@ -96,7 +95,7 @@ def _recompiles(r: CompileResult, step_p50_ns: float | None, logs: TorchLogs | N
     steps = max(r.per_step.filter(pl.col(CompileStepCol.STEADY)).height, 1)
     share = cost / (step_p50_ns * steps) if step_p50_ns else 1.0
     return [Finding(
-        code=RECOMPILE,  # type: ignore[arg-type]
+        code=Code.RECOMPILE,
         severity=_at_least_medium(share),
         statement=f"{steady.height} recompile(s) in steady state: {'; '.join(parts[:NAMED])}. A recompile stalls "
                   "its step for the whole compile, and each one fills the frame's cache (8 entries by default).",
@@ -112,7 +111,7 @@ def _cold_start(r: CompileResult) -> list[Finding]:
     if r.cold_start_ns <= 0:
         return []
     return [Finding(
-        code=COMPILE_COLD_START,  # type: ignore[arg-type]
+        code=Code.COMPILE_COLD_START,
         severity=Severity.INFO,
         statement=f"Cold start: {r.cold_start_step} spent {fmt_ns(r.cold_start_ns)} compiling "
                   f"({fmt_pct(r.cold_start_share)} of the captured time); it is warm-up, left out of every step "
@@ -135,7 +134,7 @@ def _many_small_regions(r: CompileResult, step_p50_ns: float | None) -> list[Fin
         return []
     share = (per_step * mean_ns) / step_p50_ns if step_p50_ns else 0.0
     return [Finding(
-        code=MANY_SMALL_REGIONS,  # type: ignore[arg-type]
+        code=Code.MANY_SMALL_REGIONS,
         severity=Severity.MEDIUM,
         statement=f"{per_step:g} compiled regions per step, {fmt_ns(mean_ns)} each on average "
                   f"({fmt_pct(share)} of the step inside them): the signature of a model cut into many small graphs "

@@ -21,6 +21,10 @@ SAME_CAUSE: Final = {
     Code.NSYS_SYNC_MEMCPY: Code.SYNCHRONOUS_MEMCPY,
     Code.NSYS_GPU_LOW_UTILIZATION: Code.GPU_LOW_UTILIZATION,
 }
+#: Findings whose recoverable time is a lower bound of what the fix gives back, so a small share
+#: does not make them minor: a graph break's eager ops between graphs leave out the fusion lost
+#: across the break and the guards of the next graph; a steady recompile recurs with each new shape.
+SEVERITY_FLOOR: Final = {Code.GRAPH_BREAKS: Severity.MEDIUM, Code.RECOMPILE: Severity.MEDIUM}
 #: Severities that rank by recoverable time; TRUST and INFO say something else.
 _BY_SHARE: Final = (Severity.HIGH, Severity.MEDIUM, Severity.LOW)
 
@@ -52,10 +56,15 @@ def _merge_same_cause(findings: list[Finding]) -> list[Finding]:
 
 def _severity_by_share(f: Finding, window_ns: float | None) -> Finding:
     """HIGH from HIGH_SEVERITY_SHARE of the step recoverable, MEDIUM from IDLE_CLASS_MIN_SHARE,
-    LOW under it: 98.8 ms of a 252 ms step is not low, whatever the rule's default."""
+    LOW under it: 98.8 ms of a 252 ms step is not low, whatever the rule's default. A code in
+    SEVERITY_FLOOR stays at least at its floor."""
     if f.severity not in _BY_SHARE or not window_ns or f.recoverable_ns_per_step <= 0:
         return f
-    return replace(f, severity=severity_for_share(f.recoverable_ns_per_step / window_ns))
+    severity = severity_for_share(f.recoverable_ns_per_step / window_ns)
+    floor = SEVERITY_FLOOR.get(f.code)
+    if floor is not None and _BY_SHARE.index(severity) > _BY_SHARE.index(floor):
+        severity = floor
+    return replace(f, severity=severity)
 
 
 def severity_for_share(share: float) -> Severity:

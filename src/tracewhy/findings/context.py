@@ -11,6 +11,7 @@ from tracewhy.analyses.host_activity import HostIndex, build_host_index
 from tracewhy.analyses.steps import StepsOptions, StepsResult, steps
 from tracewhy.analyses.syncs import SyncsResult, syncs
 from tracewhy.analyses.throughput import ThroughputOptions
+from tracewhy.analyses.torch_logs import TorchLogs
 from tracewhy.analyses.utilization import DeviceBusy
 from tracewhy.model.trace import Trace
 
@@ -24,6 +25,9 @@ class DiagnoseOptions:
     min_gap_ns: int = GapsOptions().min_gap_ns
     #: Items per step and their unit, for the throughput check (``--items-per-step``).
     throughput: ThroughputOptions | None = None
+    #: A parsed TORCH_LOGS="graph_breaks,recompiles" capture (``--logs``): names the compile
+    #: findings' break reasons and failed guards.
+    torch_logs: TorchLogs | None = None
 
 
 @dataclass

@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tracewhy.analyses.compile import CompileResult
 from tracewhy.analyses.gaps import GapsResult
 from tracewhy.analyses.memory import MemoryResult
 from tracewhy.analyses.steps import StepsResult
 from tracewhy.findings import blocks, host, idle, memory, nsys_rules, overlap, platform, trust
+from tracewhy.findings import compile as torch_compile
 from tracewhy.findings.basis import Basis, basis
 from tracewhy.findings.codes import Code
 from tracewhy.findings.consolidate import consolidate
@@ -21,7 +23,7 @@ Rule = Callable[[Context], list[Finding]]
 #: Every rule module; each returns the findings it can make for one trace.
 RULES: tuple[Rule, ...] = (
     trust.findings, idle.findings, host.findings, platform.findings, overlap.findings, blocks.findings,
-    nsys_rules.findings, memory.findings,
+    nsys_rules.findings, memory.findings, torch_compile.findings,
 )
 
 
@@ -36,6 +38,8 @@ class Report:
     basis: Basis
     #: The memory analysis the memory findings rest on; None without ``[memory]`` events.
     memory: MemoryResult | None = None
+    #: The torch.compile analysis the compile findings rest on; None without compile markers.
+    compile: CompileResult | None = None
 
     @property
     def healthy(self) -> bool:
@@ -64,4 +68,13 @@ def diagnose(trace: Trace, options: DiagnoseOptions | None = None) -> Report:
     # What recoverable times are shares of: the GPU's step window, else the host's median step.
     window = b.window_ns if b.device is not None and b.window_ns > 0 else (stats.p50_ns if stats else None)
     return Report(path=trace.meta.path, findings=consolidate(found, window), steps=ctx.steps(), gaps=ctx.gaps(),
-                  basis=b, memory=memory.memory_result(ctx) if trace.slices.height else None)
+                  basis=b, memory=memory.memory_result(ctx) if trace.slices.height else None,
+                  compile=_compile(ctx))
+
+
+def _compile(ctx: Context) -> CompileResult | None:
+    """The compile analysis the rules made, when the trace has compile markers."""
+    if ctx.trace.slices.height == 0:
+        return None
+    r = torch_compile.compile_result(ctx)
+    return r if r.has_compile else None

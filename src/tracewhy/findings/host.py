@@ -7,12 +7,15 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from tracewhy.analyses.compile import CompileStepCol, RecompileCol
 from tracewhy.analyses.copies import copies
 from tracewhy.analyses.host_activity import Flag
 from tracewhy.analyses.spikes import spikes
 from tracewhy.analyses.steps import StepCol
+from tracewhy.analyses.syncs import compiler_rows
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.codes import Code
+from tracewhy.findings.compile import compile_result
 from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding, Severity
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col
@@ -132,9 +135,13 @@ def _scalar_reads(ctx: Context) -> list[Finding]:
 
 
 def _own_time(ctx: Context, names: list[str]) -> float:
-    """Time inside the outermost of these ops (aten::item wraps _local_scalar_dense: count it once)."""
+    """Time inside the outermost of these ops (aten::item wraps _local_scalar_dense: count it once),
+    outside torch.compile's compile work (the reads ``syncs`` leaves out as the compiler's)."""
     s = ctx.trace.slices
     ids = np.flatnonzero(s.get_column(Col.NAME).is_in(names).to_numpy())  # categorical: no string copy
+    host = ctx.host()
+    compiling = host.ids[compiler_rows(s.get_column(Col.NAME).gather(host.ids), host)]
+    ids = ids[~np.isin(ids, compiling)]
     enclosing = s.get_column(Col.OP).fill_null(-1).to_numpy()[ids]
     outer = ~np.isin(enclosing, ids)
     return float(s.get_column(Col.DUR).to_numpy()[ids][outer].sum())
@@ -152,18 +159,43 @@ def _spikes(ctx: Context) -> list[Finding]:
             causes[c.removeprefix("extra_")] = v
     steady = sp.per_step.filter(pl.col(StepCol.STEADY))
     excess = int(sp.spikes.get_column("excess_ns").sum())
-    explained = bool(causes)
-    why = ", ".join(f"+{v:.1f} {k.replace('_', ' ')}" for k, v in causes.items())
+    in_steps, recompiled_ns = _compile_in_spikes(ctx, sp.spikes.get_column("step").to_list())
+    compiling = sum(in_steps.values())
+    parts = [f"+{v:.1f} {k.replace('_', ' ')}" for k, v in causes.items()]
+    if compiling:
+        parts.insert(0, "torch.compile work (Dynamo, AOT autograd, inductor: "
+                     + ", ".join(f"{ms(ns)} in {step}" for step, ns in in_steps.items()) + ")")
+    explained = bool(parts)
+    # Compile time the recompile finding already claims is not recoverable twice.
+    recoverable = max(excess - min(compiling, recompiled_ns), 0) if explained else 0
     return [Finding(
         code=Code.STEP_TIME_SPIKES, severity=Severity.MEDIUM if explained else Severity.LOW,
         statement=f"{sp.spikes.height} of {steady.height} steady steps run over {100 * (1 + sp.margin):.0f}% of the "
                   f"median ({ms(excess / sp.spikes.height)} extra each); "
-                  + (f"they contain {why} over a median step." if explained else
+                  + (f"they contain {', '.join(parts)} over a median step." if explained else
                      "they contain nothing a median step lacks (machine noise, GC or I/O outside the trace)."),
         next_step=("Remove the per-step source of those events (recompiles: mark dynamic shapes or pad; allocator: "
                    "stable shapes; syncs: tracewhy gaps TRACE --class sync)." if explained else
                    "Rerun to see whether the spikes repeat; if they do, capture with with_stack=True around them."),
         # Unexplained spikes are not recoverable by any change we can name.
-        recoverable_ns_per_step=round(excess / max(steady.height, 1)) if explained else 0,
-        evidence={"spike_steps": sp.spikes.get_column("step").to_list(), "excess_ns": excess, "causes": causes},
+        recoverable_ns_per_step=round(recoverable / max(steady.height, 1)),
+        evidence={"spike_steps": sp.spikes.get_column("step").to_list(), "excess_ns": excess, "causes": causes,
+                  "compile_ns": compiling},
+        see=(Code.RECOMPILE,) if compiling else (),
     )]
+
+
+def _compile_in_spikes(ctx: Context, spike_steps: list[int]) -> tuple[dict[str, int], int]:
+    """Per spike step that compiles more than the steady median step, that extra torch.compile
+    work (nested phases once, wherever they sit under the step); and the cost of the steady
+    recompiles. The compile analysis' steps are the step windows, in the steps table's order."""
+    r = compile_result(ctx)
+    if r.compile_ns == 0 or r.per_step.height != ctx.steps().table.height:
+        return {}, 0
+    compile_ns = r.per_step.get_column(CompileStepCol.COMPILE_NS).to_list()
+    names = r.per_step.get_column(CompileStepCol.STEP).to_list()
+    median = r.per_step.filter(pl.col(CompileStepCol.STEADY)).get_column(CompileStepCol.COMPILE_NS).median()
+    base = float(median) if isinstance(median, (int, float)) else 0.0
+    extra = {str(names[i]): round(compile_ns[i] - base) for i in spike_steps if compile_ns[i] > base}
+    recompiled = int(r.recompiles.filter(pl.col(RecompileCol.STEADY)).get_column(RecompileCol.COST_NS).sum())
+    return extra, recompiled

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from tracewhy.findings.codes import Code
+
 
 def nsys_command(cmd: Sequence[str], name: str = "run") -> list[str]:
     """``nsys profile`` for CUDA, NVTX and OS runtime calls, one report per rank."""
@@ -88,7 +90,8 @@ PLAYBOOK: Final[tuple[Answer, ...]] = (
     Answer("step time spikes", ("spike", "spikes", "jitter", "p99", "variance"),
            "torch.profiler over more steps", TORCH_PROFILE.replace("steps=5", "steps=20"),
            "tracewhy steps TRACE: p50/p90/p99; step-time-spikes names what the slow steps held"),
-    Answer("torch.compile is slow or recompiles", ("compile", "graph", "break", "breaks", "recompile", "dynamo"),
+    Answer("torch.compile is slow or recompiles",
+           ("compile", "graph", "break", "breaks", str(Code.RECOMPILE), "dynamo"),
            "TORCH_LOGS and torch.profiler", "TORCH_LOGS=graph_breaks,recompiles python train.py 2> torch_logs.txt",
            "tracewhy compile TRACE --logs torch_logs.txt: breaks per step with their lines, recompiles and guards"),
     Answer("do pipeline stages overlap", ("pipeline", "stage", "stages", "overlapscore", "period"),

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from tracewhy.analyses.throughput import from_step_stats
-from tracewhy.cli.base import Command, add_output_options, emit, load_trace, positive_int
+from tracewhy.analyses.torch_logs import TorchLogs, read_torch_logs
+from tracewhy.cli.base import Command, add_output_options, emit, load_trace, positive_int, warn
 from tracewhy.cli.throughput import add_throughput_options, throughput_options
 from tracewhy.findings.context import DiagnoseOptions
 from tracewhy.findings.diagnose import diagnose
@@ -23,12 +25,27 @@ class DiagnoseCommand(Command):
                             help="steps to exclude as warm-up (default: a first step #0 or outlier)")
         parser.add_argument("--min-gap", type=positive_int, default=DiagnoseOptions().min_gap_ns, metavar="NS",
                             help="shortest GPU idle gap counted, in ns (default %(default)s)")
+        parser.add_argument("--logs", type=Path, metavar="FILE",
+                            help='stderr of the run with TORCH_LOGS="graph_breaks,recompiles" (plain or .gz): '
+                                 "names each graph break's reason and each recompile's failed guard")
         add_throughput_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
         rate = throughput_options(args)
+        logs = _torch_logs(args.logs)
         report = diagnose(load_trace(args.trace),
-                          DiagnoseOptions(step_marker=args.step, warmup=args.warmup, min_gap_ns=args.min_gap))
+                          DiagnoseOptions(step_marker=args.step, warmup=args.warmup, min_gap_ns=args.min_gap,
+                                          torch_logs=logs))
         t = from_step_stats(report.steps.stats, rate) if rate is not None else None
         emit(args, self.name, *with_throughput(diagnose_payload(report), render_diagnose(report), rate, t))
         return 0
+
+
+def _torch_logs(path: Path | None) -> TorchLogs | None:
+    """The TORCH_LOGS capture of ``--logs``, its lines not understood said as warnings."""
+    if path is None:
+        return None
+    logs = read_torch_logs(path)
+    if logs.warnings:
+        warn(path, logs.warnings)
+    return logs
