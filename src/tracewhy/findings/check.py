@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
+from tracewhy.analyses.compile import RecompileCol
 from tracewhy.analyses.diff import DiffOptions
 from tracewhy.analyses.overlap import OverlapCol
 from tracewhy.analyses.steps import StepCol
@@ -22,6 +23,7 @@ from tracewhy.analyses.throughput import UNITS, ThroughputOptions, from_step_sta
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.basis import basis
 from tracewhy.findings.compare import SLOWER, Comparison, compare
+from tracewhy.findings.compile import compile_result
 from tracewhy.findings.context import Context, DiagnoseOptions
 from tracewhy.findings.diagnose import diagnose
 from tracewhy.findings.memory import memory_result
@@ -193,6 +195,28 @@ def _peak_memory(ctx: Context) -> Measured:
                     f"{top.device}{where}: {top.peak_allocated_bytes:,} B allocated at its peak")
 
 
+def _graph_breaks(ctx: Context) -> Measured:
+    """torch.compile graph breaks per steady step (median), as the graph-breaks finding states them;
+    without steady steps, those of every captured step."""
+    r = compile_result(ctx)
+    if not r.has_compile:
+        return Measured(0.0, "no torch.compile markers in the trace")
+    if r.graph_breaks_per_step is None:
+        return Measured(r.graph_breaks_measured, "no steady steps: breaks in every captured step")
+    return Measured(r.graph_breaks_per_step, f"median of steady steps; regions per step: {r.regions_per_step or 0:g}")
+
+
+def _recompiles(ctx: Context) -> Measured:
+    """Recompiles (compile ids F/C with C > 0) first compiled in the captured steps."""
+    r = compile_result(ctx)
+    if not r.has_compile:
+        return Measured(0.0, "no torch.compile markers in the trace")
+    where = ", ".join(f"{region} in {step}" for region, step in r.recompiles.select(
+        RecompileCol.REGION, RecompileCol.STEP).iter_rows())
+    return Measured(float(r.recompile_count),
+                    f"{r.steady_recompiles} in steady steps" + (f": {where}" if where else ""))
+
+
 def _throughput(ctx: Context) -> Measured:
     """Items per second at the median steady step time (``--items-per-step N --unit U``)."""
     rate = ctx.options.throughput
@@ -218,6 +242,8 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("high-findings", ("max",), COUNT, "diagnose findings of high severity", _high_findings),
     Metric("peak-memory", ("max",), BYTES, "allocated memory at the peak, highest GPU (profile_memory traces)",
            _peak_memory),
+    Metric("graph-breaks", ("max",), COUNT, "torch.compile graph breaks per steady step", _graph_breaks),
+    Metric("recompiles", ("max",), COUNT, "torch.compile recompiles in the captured steps", _recompiles),
     Metric("throughput", ("min",), RATE, "items per second at the median steady step (needs --items-per-step)",
            _throughput),
 )}
