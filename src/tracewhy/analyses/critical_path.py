@@ -38,7 +38,9 @@ class Category:
     KERNELS: Final = "kernels"  # compute kernels (by family in ``families``)
     COMMUNICATION: Final = "communication"
     COPIES: Final = "copies"  # memcpy, memset and copy kernels
-    SYNC: Final = "sync"  # blocking calls and cross-stream waits returning after their GPU work
+    #: Blocking calls and cross-stream waits returning after their GPU work, and a thread going
+    #: on after the backward thread it waited on went idle.
+    SYNC: Final = "sync"
     KERNEL_GAP: Final = "kernel_gap"  # the GPU between two queued activities on a stream
     IDLE: Final = "idle"  # a host thread with nothing recorded open (Python, input, waits)
 
@@ -238,7 +240,7 @@ class _Labels:
         cat[is_kernel & (family == Family.COPY.value)] = Category.COPIES
         family[is_kernel & np.isin(cat, [Category.COMMUNICATION, Category.COPIES])] = None
         cat[k == Edge.GAP] = Category.KERNEL_GAP
-        cat[(k == Edge.SYNC) | (k == Edge.EVENT_WAIT)] = Category.SYNC
+        cat[(k == Edge.SYNC) | (k == Edge.EVENT_WAIT) | (k == Edge.HANDOFF)] = Category.SYNC
         self.category = cat
         self.family = family
 
@@ -323,7 +325,7 @@ class _Replay:
             measured = elapsed[this & binding]
             floor = int(np.median(measured)) if measured.size else 0
             weight[this & ~binding] = np.minimum(elapsed[this & ~binding], floor)
-        weight[~binding & ((graph.kind == Edge.HOST) | (graph.kind == Edge.EVENT_WAIT))] = 0
+        weight[~binding & np.isin(graph.kind, [Edge.HOST, Edge.EVENT_WAIT, Edge.HANDOFF])] = 0
         self.weight = weight
 
     def window(self, ws: int, we: int) -> _Window:

@@ -12,6 +12,7 @@ instant: the one whose source happened last (``binding``). Built once per Trace,
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Final
@@ -21,7 +22,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses import api_names
-from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, Kind, SCol
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, KIND_CODE, Col, Kind, SCol
 from tracewhy.model.trace import Trace
 
 I64 = npt.NDArray[np.int64]
@@ -32,12 +33,13 @@ class Edge(IntEnum):
     release an instant at the same time: the higher one names the wait (a sync that returned
     the instant its kernel ended waited on the kernel, not on itself)."""
 
-    HOST = 0  # program order on one host thread
-    LAUNCH = 1  # a launch call's start to the GPU activity it launched starting
-    GAP = 2  # stream order: one activity's end to the next one's start on the same stream
-    GPU = 3  # a GPU activity running
-    EVENT_WAIT = 4  # cudaStreamWaitEvent: the awaited activity's end to the waiting stream's next start
-    SYNC = 5  # a blocking call returning after the GPU work it drained ended
+    HANDOFF = 0  # a backward (autograd) thread going idle to the thread that waited on it
+    HOST = 1  # program order on one host thread
+    LAUNCH = 2  # a launch call's start to the GPU activity it launched starting
+    GAP = 3  # stream order: one activity's end to the next one's start on the same stream
+    GPU = 4  # a GPU activity running
+    EVENT_WAIT = 5  # cudaStreamWaitEvent: the awaited activity's end to the waiting stream's next start
+    SYNC = 6  # a blocking call returning after the GPU work it drained ended
 
 
 #: The kinds whose slices become nodes on the host side (Python frames would triple the nodes
@@ -49,6 +51,9 @@ STREAM_SYNC: Final = "Stream Sync"
 CONTEXT_SYNC: Final = "Context Sync"
 EVENT_SYNC: Final = "Event Sync"
 STREAM_WAIT_EVENT: Final = "Stream Wait Event"
+#: The autograd engine's per-node op: a thread that runs it is a backward thread, which the
+#: thread that called backward() waits on (HTA finds the same thread by "autograd" in names).
+_AUTOGRAD_NODE = re.compile(r"^autograd::engine::evaluate_function")
 
 
 @dataclass(frozen=True)
@@ -80,7 +85,7 @@ def build_graph(trace: Trace) -> Graph:
     s = trace.slices
     gpu_kinds = [k.value for k in GPU_ACTIVITY_KINDS]
     chosen = s.filter(pl.col(Col.KIND).is_in([k.value for k in GRAPH_HOST_KINDS] + gpu_kinds)).select(
-        Col.ID, Col.KIND, Col.TS, Col.DUR, Col.PID, Col.TID, Col.DEVICE, Col.STREAM, Col.DEPTH, Col.LAUNCH)
+        Col.ID, Col.KIND, Col.NAME, Col.TS, Col.DUR, Col.PID, Col.TID, Col.DEVICE, Col.STREAM, Col.DEPTH, Col.LAUNCH)
     ids = chosen.get_column(Col.ID).to_numpy()
     n = ids.size
     node_of = np.full(s.height, -1, dtype=np.int64)
@@ -96,8 +101,10 @@ def build_graph(trace: Trace) -> Graph:
     launcher_pid = np.where(launch >= 0, all_pid[np.maximum(launch, 0)], pid)
     owner = np.where(is_gpu, launcher_pid, pid)
 
+    host = _host_chain(s, chosen, ~is_gpu, node_of)
     parts = [
-        _host_chain(s, chosen, ~is_gpu, node_of),
+        host,
+        _handoffs(s, chosen, ~is_gpu, node_ts, host),
         _gpu_chain(chosen, is_gpu),
         _launches(s, chosen, is_gpu, node_of),
         _syncs(trace, chosen, is_gpu, node_of, node_ts),
@@ -196,17 +203,20 @@ def _gpu_chain(chosen: pl.DataFrame, is_gpu: npt.NDArray[np.bool_]) -> Parts:
 
 def _launches(s: pl.DataFrame, chosen: pl.DataFrame, is_gpu: npt.NDArray[np.bool_], node_of: I64) -> Parts:
     """A launch call's start to its GPU activity's start (spent in the call: launch overhead),
-    and, where the call returned only after its activity ended (a synchronous copy), the
-    activity's end to the call's end."""
+    and, for a synchronous call (cudaMemcpy, cudaMemset) that returned after its activity
+    ended, the activity's end to the call's end. An asynchronous launch that returns after a
+    short kernel ended did not wait for it."""
     rows = np.flatnonzero(is_gpu)
     launch = chosen.get_column(Col.LAUNCH).fill_null(-1).to_numpy()[rows]
     has = (launch >= 0) & (node_of[np.maximum(launch, 0)] >= 0)
     rows, launch = rows[has], launch[has]
     call_start = node_of[launch]
     start = _edges(call_start, 2 * rows, Edge.LAUNCH, launch)
+    names = s.get_column(Col.NAME).gather(launch)
+    sync_names = [n for n in names.unique().to_list() if n is not None and api_names.is_sync_call(n)]
     ends = chosen.get_column(Col.TS).to_numpy()[rows] + np.maximum(chosen.get_column(Col.DUR).to_numpy()[rows], 0)
     call_end = s.get_column(Col.TS).to_numpy()[launch] + np.maximum(s.get_column(Col.DUR).to_numpy()[launch], 0)
-    waited = ends <= call_end
+    waited = (ends <= call_end) & names.is_in(sync_names).to_numpy()
     sync = _edges(2 * rows[waited] + 1, call_start[waited] + 1, Edge.SYNC, launch[waited])
     return tuple(np.r_[a, b] for a, b in zip(start, sync, strict=True))
 
@@ -344,3 +354,58 @@ def _binding(node_ts: I64, src: I64, dst: I64, kind: npt.NDArray[np.int8]) -> I6
     last = np.r_[d[1:] != d[:-1], True]
     bind[d[last]] = order[last]
     return bind
+
+
+def _handoffs(s: pl.DataFrame, chosen: pl.DataFrame, host: npt.NDArray[np.bool_], node_ts: I64,
+              chain: Parts) -> Parts:
+    """Threads waiting on each other around backward(): the calling thread waits (inside an
+    annotation, or with nothing open) while a backward thread of its process runs the autograd
+    graph, and goes on when that thread goes idle; the backward thread sits idle until the
+    calling thread hands it work. Edges: into the end of a waiting stretch on one side, from the
+    latest instant within it on the other side that can end the wait (the end of a top-level
+    slice on a backward thread; any start on another thread)."""
+    rows = np.flatnonzero(host)
+    names = chosen.get_column(Col.NAME)
+    hits = [n for n in names.gather(rows).unique().to_list() if n is not None and _AUTOGRAD_NODE.match(n)]
+    if not hits:
+        return _none()
+    pid = chosen.get_column(Col.PID).fill_null(-1).to_numpy()
+    tid = chosen.get_column(Col.TID).fill_null(-1).to_numpy()
+    autograd = rows[names.gather(rows).is_in(hits).to_numpy()]
+    backward_threads = {(int(p), int(t)) for p, t in zip(pid[autograd], tid[autograd], strict=True)}
+    on_backward = np.zeros(pid.size, dtype=bool)
+    on_backward[rows] = [(int(p), int(t)) in backward_threads for p, t in zip(pid[rows], tid[rows], strict=True)]
+    depth = chosen.get_column(Col.DEPTH).fill_null(0).to_numpy()
+    kind = s.get_column(Col.KIND).to_physical().to_numpy()
+    src, dst, _, attr = chain
+    idle = attr < 0
+    waiting = idle | (kind[np.maximum(attr, 0)] == KIND_CODE[Kind.ANNOTATION.value])
+    stretch_row = dst // 2
+    # Into the caller's waiting stretches: top-level ends on backward threads.
+    caller = np.flatnonzero(waiting & ~on_backward[stretch_row])
+    top_ends = rows[on_backward[rows] & (depth[rows] == 0)]
+    a = _latest_within(2 * top_ends + 1, pid[top_ends], node_ts, src[caller], dst[caller], pid[stretch_row[caller]])
+    # Into a backward thread's idle stretches: starts on the other threads.
+    worker = np.flatnonzero(idle & on_backward[stretch_row])
+    others = rows[~on_backward[rows]]
+    b = _latest_within(2 * others, pid[others], node_ts, src[worker], dst[worker], pid[stretch_row[worker]])
+    out_src, out_dst = np.r_[a[0], b[0]], np.r_[a[1], b[1]]
+    return _edges(out_src, out_dst, Edge.HANDOFF, np.full(out_src.size, -1, dtype=np.int64))
+
+
+def _latest_within(cand: I64, cand_pid: I64, node_ts: I64, lo: I64, hi: I64, pid: I64) -> tuple[I64, I64]:
+    """For each stretch (node ``lo`` to node ``hi``, in process ``pid``): the latest candidate
+    node of that process strictly after lo and at or before hi. Returns (candidates, his)."""
+    out_src: list[I64] = [np.zeros(0, np.int64)]
+    out_dst: list[I64] = [np.zeros(0, np.int64)]
+    for p in np.unique(pid).tolist():
+        mine = cand[cand_pid == p]
+        times = node_ts[mine]
+        order = np.argsort(times, kind="stable")
+        mine, times = mine[order], times[order]
+        these = np.flatnonzero(pid == p)
+        i = np.searchsorted(times, node_ts[hi[these]], side="right") - 1
+        ok = (i >= 0) & (times[np.maximum(i, 0)] > node_ts[lo[these]])
+        out_src.append(mine[i[ok]])
+        out_dst.append(hi[these[ok]])
+    return np.concatenate(out_src), np.concatenate(out_dst)
