@@ -18,6 +18,7 @@ import numpy as np
 import polars as pl
 
 from tracewhy.analyses import api_names
+from tracewhy.analyses.compile import CompileResult
 from tracewhy.analyses.memory import MemoryResult, analyze_memory
 from tracewhy.analyses.shift import Shift, hodges_lehmann
 from tracewhy.analyses.steps import StepCol, StepsOptions, StepsResult, steps
@@ -62,7 +63,8 @@ class Difference:
 @dataclass(frozen=True)
 class MemoryChange:
     """One device's allocation peak in each run (None: no memory events for it in that run) and
-    its ledger at the peak; ``ledger_change`` is B - A per category, over the categories either has."""
+    its ledger at the peak; ``ledger_change`` is B - A per category, over the categories either
+    has, and empty when one run lacks the device (there is nothing to subtract)."""
 
     device: str
     a_peak_allocated_bytes: int | None
@@ -81,8 +83,39 @@ class MemoryChange:
 
     @property
     def ledger_change(self) -> dict[str, int]:
+        if self.peak_change_bytes is None:
+            return {}
         keys = [*self.a_ledger, *(k for k in self.b_ledger if k not in self.a_ledger)]
         return {k: self.b_ledger.get(k, 0) - self.a_ledger.get(k, 0) for k in keys}
+
+
+@dataclass(frozen=True)
+class CompileChange:
+    """torch.compile in each run: graph breaks per step (the steady median; without steady steps,
+    those of every captured step), recompiles in the captured steps and regions per step. A run
+    without compile markers has none of them (0)."""
+
+    a_graph_breaks_per_step: float
+    b_graph_breaks_per_step: float
+    a_recompiles: int
+    b_recompiles: int
+    a_regions_per_step: float
+    b_regions_per_step: float
+
+
+def compile_change(a: CompileResult | None, b: CompileResult | None) -> CompileChange | None:
+    """Both runs' compile figures; None when neither run has compile markers."""
+    if not (a is not None and a.has_compile) and not (b is not None and b.has_compile):
+        return None
+
+    def figures(r: CompileResult | None) -> tuple[float, int, float]:
+        if r is None or not r.has_compile:
+            return 0.0, 0, 0.0
+        return r.graph_breaks_measured, r.recompile_count, r.regions_per_step or 0.0
+
+    (ab, ar, ag), (bb, br, bg) = figures(a), figures(b)
+    return CompileChange(a_graph_breaks_per_step=ab, b_graph_breaks_per_step=bb, a_recompiles=ar, b_recompiles=br,
+                         a_regions_per_step=ag, b_regions_per_step=bg)
 
 
 @dataclass(frozen=True)
@@ -107,12 +140,17 @@ class DiffResult:
     differences: list[Difference] = field(default_factory=list)
     #: Per device of either run, from ``profile_memory`` traces; empty when neither has memory events.
     memory: list[MemoryChange] = field(default_factory=list)
+    #: torch.compile in each run, from the diagnoses' compile analyses; None when not given or
+    #: when neither run has compile markers.
+    compiled: CompileChange | None = None
 
 
 def diff(a: Trace, b: Trace, options: DiffOptions = DiffOptions(), *,
-         memory: tuple[MemoryResult | None, MemoryResult | None] | None = None) -> DiffResult:
+         memory: tuple[MemoryResult | None, MemoryResult | None] | None = None,
+         compiled: tuple[CompileResult | None, CompileResult | None] | None = None) -> DiffResult:
     """``memory``: each run's memory analysis when the caller has it (a diagnosis does), so it is
-    not made twice; else it is made here for a run with memory events."""
+    not made twice; else it is made here for a run with memory events. ``compiled``: each run's
+    compile analysis (a diagnosis has it); without it the result has no compile figures."""
     a.require_whole()
     b.require_whole()
     step_options = StepsOptions(marker=options.step_marker, warmup=options.warmup)
@@ -129,6 +167,7 @@ def diff(a: Trace, b: Trace, options: DiffOptions = DiffOptions(), *,
         a=ra, b=rb, steps=shift, a_step_durations_ns=da, b_step_durations_ns=db,
         ops=ops, annotations=blocks, kernels=kernels, differences=_differences(ra, rb),
         memory=memory_changes(ma, mb),
+        compiled=compile_change(*compiled) if compiled is not None else None,
     )
 
 

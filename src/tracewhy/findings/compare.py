@@ -44,6 +44,17 @@ class Comparison:
     findings_appeared: list[Finding] = field(default_factory=list)
     findings_disappeared: list[Finding] = field(default_factory=list)
 
+    @property
+    def compile_statement(self) -> str | None:
+        """torch.compile beside the step verdict: "graph breaks per step 0 -> 2 · recompiles 0 -> 1";
+        None when neither run has compile markers."""
+        c = self.diff.compiled
+        if c is None:
+            return None
+        return (f"graph breaks per step {c.a_graph_breaks_per_step:g} -> {c.b_graph_breaks_per_step:g} · "
+                f"recompiles {c.a_recompiles} -> {c.b_recompiles} · "
+                f"compiled regions per step {c.a_regions_per_step:g} -> {c.b_regions_per_step:g}")
+
 
 def compare(a: Trace, b: Trace, options: DiffOptions | None = None, *, with_findings: bool = True) -> Comparison:
     """Compare run B against run A (the baseline); ``with_findings`` also diagnoses both."""
@@ -52,8 +63,8 @@ def compare(a: Trace, b: Trace, options: DiffOptions | None = None, *, with_find
         return judge(diff(a, b, options))
     diagnose_options = DiagnoseOptions(step_marker=options.step_marker, warmup=options.warmup)
     report_a, report_b = diagnose(a, diagnose_options), diagnose(b, diagnose_options)
-    return judge(diff(a, b, options, memory=(report_a.memory, report_b.memory)), report_a.findings,
-                 report_b.findings)
+    return judge(diff(a, b, options, memory=(report_a.memory, report_b.memory),
+                      compiled=(report_a.compile, report_b.compile)), report_a.findings, report_b.findings)
 
 
 def judge(d: DiffResult, findings_a: list[Finding] | None = None,

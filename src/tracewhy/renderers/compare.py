@@ -36,6 +36,7 @@ def comparison_payload(c: Comparison) -> dict[str, Any]:
         "annotations": d.annotations,
         "kernels": d.kernels,
         "memory": [_memory_payload(m) for m in d.memory],
+        "compile": None if d.compiled is None else {**vars(d.compiled), "statement": c.compile_statement},
         "findings": {
             "compared": c.findings_compared,
             "appeared": c.findings_appeared,
@@ -50,6 +51,8 @@ def render_comparison(c: Comparison, top: int) -> RenderableType:
         Text(f"A: {d.a.path}\nB: {d.b.path}"),
         Text(c.statement, style=_STYLE.get(c.verdict, "bold")),
     ]
+    if c.compile_statement is not None:
+        parts.append(Text(f"torch.compile: {c.compile_statement}", style="bold"))
     if not c.comparable:
         parts.append(Text("not comparable: " + "; ".join(c.not_comparable_because), style="yellow"))
     for caveat in c.caveats:
@@ -90,10 +93,11 @@ def _memory_table(changes: list[MemoryChange]) -> Table:
     for m in changes:
         t.add_row(m.device, "peak allocated", fmt_bytes(m.a_peak_allocated_bytes),
                   fmt_bytes(m.b_peak_allocated_bytes), _signed_bytes(m.peak_change_bytes))
-        for category, change in sorted(m.ledger_change.items(), key=lambda kv: -abs(kv[1])):
-            a, b = m.a_ledger.get(category, 0), m.b_ledger.get(category, 0)
+        change = m.ledger_change
+        rows = [(k, m.a_ledger.get(k), m.b_ledger.get(k)) for k in {*m.a_ledger, *m.b_ledger}]
+        for category, a, b in sorted(rows, key=lambda r: (-abs(change.get(r[0], 0)), -(r[1] or 0) - (r[2] or 0))):
             if a or b:
-                t.add_row("", f"  {category}", fmt_bytes(a), fmt_bytes(b), _signed_bytes(change))
+                t.add_row("", f"  {category}", fmt_bytes(a), fmt_bytes(b), _signed_bytes(change.get(category)))
     return t
 
 
