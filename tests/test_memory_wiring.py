@@ -179,7 +179,7 @@ def test_diff_reports_the_peak_and_ledger_change(capsys: pytest.CaptureFixture[s
     assert sum(cpu["b_ledger"].values()) == pb["cpu"][0]
     gpu = by_device["cuda:0"]  # only run A used a GPU
     assert gpu["a_peak_allocated_bytes"] == pa["cuda:0"][0] and gpu["b_peak_allocated_bytes"] is None
-    assert gpu["peak_change_bytes"] is None
+    assert gpu["peak_change_bytes"] is None and gpu["ledger_change"] == {}
     assert main(["diff", str(a), str(b), "--color", "never"]) == 0
     text = capsys.readouterr().out
     assert "memory at the allocation peak" in text and "peak allocated" in text
