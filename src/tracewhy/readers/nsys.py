@@ -18,11 +18,13 @@ import sqlite3
 import tempfile
 import zlib
 from collections import Counter
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
+import numpy as np
 import polars as pl
 
 from tracewhy.errors import TraceError
@@ -44,7 +46,8 @@ from tracewhy.model.schema import (
 )
 from tracewhy.model.trace import Capture, Trace, TraceMeta
 from tracewhy.readers import nsys_meta as meta
-from tracewhy.readers.nsys_db import NAME_COLUMNS, ColumnTypeError, Db, strings
+from tracewhy.readers.nsys_arrow import ArrowFetch, open_arrow
+from tracewhy.readers.nsys_db import ColumnTypeError, Db, Strings
 from tracewhy.readers.nsys_export import export_report
 from tracewhy.readers.nsys_open import open_export
 from tracewhy.readers.nsys_repair import plausible_duration_ns, repair_keys
@@ -192,9 +195,9 @@ def _inflate_to(src: Path, dst: Path, limit: int) -> None:
 
 def _read_export(file: Path, shown: Path, progress: Progress | None, selection: Selection | None) -> Trace:
     try:
-        with open_export(file, shown) as (conn, notes):
+        with open_export(file, shown) as (conn, notes), _arrow_beside(file, notes) as arrow:
             try:
-                return _build(Db(conn, problems=Counter(notes)), shown, progress, selection)
+                return _build(Db(conn, problems=Counter(notes), arrow=arrow), shown, progress, selection)
             except sqlite3.OperationalError as e:
                 if "decode" not in str(e):
                     raise
@@ -215,6 +218,18 @@ def _read_export(file: Path, shown: Path, progress: Progress | None, selection: 
         detail = _one_line(str(e).split("\n\n")[0])
         raise TraceError(shown, f"unreadable SQLite export: a column holds values of the wrong type "
                          f"({detail})") from None
+
+
+@contextmanager
+def _arrow_beside(file: Path, notes: list[str]) -> Iterator[ArrowFetch | None]:
+    """The optional Arrow fetch on the same file, when it was opened as it lies (``notes`` say
+    when a private copy with its log was opened instead; the copy is not this file)."""
+    arrow = None if notes else open_arrow(file)
+    try:
+        yield arrow
+    finally:
+        if arrow is not None:
+            arrow.close()
 
 
 def _one_line(text: str) -> str:
@@ -240,8 +255,7 @@ def _build(db: Db, shown: Path, progress: Progress | None, selection: Selection 
     def wants(group: str) -> bool:
         return groups is None or group in groups
 
-    # A partial read fetches only the strings its tables name (exports can hold 1e5+ strings).
-    strs = strings(db, None if groups is None else [c for g in sorted(groups) for c in NAME_COLUMNS.get(g, ())])
+    strs = Strings(db, whole=groups is None)
     tick()
     parts: list[pl.DataFrame] = []
     attrs: dict[str, list[pl.DataFrame]] = {"kernel": [], "copy": [], "nvtx": []}
@@ -278,11 +292,11 @@ def _build(db: Db, shown: Path, progress: Progress | None, selection: Selection 
         parts.append(overhead_part(db, strs, offset()))
     tick()
 
-    slices, key_to_id = _slices([repair_keys(pl.concat(parts), db)])
+    slices, id_of_key = _slices([repair_keys(pl.concat(parts), db)])
     tick()
-    kernel_attrs = _side(attrs["kernel"], key_to_id, KERNEL_ATTRS_SCHEMA)
-    copy_attrs = _side(attrs["copy"], key_to_id, COPY_ATTRS_SCHEMA)
-    nvtx_attrs = _side(attrs["nvtx"], key_to_id, NVTX_ATTRS_SCHEMA)
+    kernel_attrs = _side(attrs["kernel"], id_of_key, KERNEL_ATTRS_SCHEMA)
+    copy_attrs = _side(attrs["copy"], id_of_key, COPY_ATTRS_SCHEMA)
+    nvtx_attrs = _side(attrs["nvtx"], id_of_key, NVTX_ATTRS_SCHEMA)
     pids = sorted(int(p) for p in slices.get_column(Col.PID).drop_nulls().unique().to_list())
     gpu = slices.filter(pl.col(Col.KIND).is_in([x.value for x in GPU_ACTIVITY_KINDS]))
     devices = meta.devices(db, gpu.select(Col.PID, Col.DEVICE).unique())
@@ -297,13 +311,15 @@ def _build(db: Db, shown: Path, progress: Progress | None, selection: Selection 
     )
 
 
-def _slices(parts: list[pl.DataFrame]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """One slices table sorted by start (source order breaks ties), linked, ids = row numbers."""
+def _slices(parts: list[pl.DataFrame]) -> tuple[pl.DataFrame, np.ndarray[Any, np.dtype[np.int64]]]:
+    """One slices table sorted by start (source order breaks ties), linked, ids = row numbers;
+    and the id of each part key (-1 for keys of rows dropped), for the side tables."""
     frame = pl.concat(parts).sort("ts_ns", maintain_order=True)
-    frame = frame.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias(Col.ID))
-    key_to_id = frame.select(KEY, Col.ID)
+    keys = frame.get_column(KEY).to_numpy()
+    id_of_key = np.full(int(keys.max()) + 1 if keys.size else 0, -1, dtype=np.int64)
+    id_of_key[keys] = np.arange(keys.size, dtype=np.int64)
     slices = frame.select(
-        Col.ID,
+        pl.int_range(pl.len(), dtype=pl.Int64).alias(Col.ID),
         pl.col("kind").cast(KIND_DTYPE).alias(Col.KIND),
         pl.col("name").cast(pl.Categorical).alias(Col.NAME),
         Col.TS, Col.DUR, Col.PID, Col.TID, Col.DEVICE, Col.STREAM, Col.CORRELATION,
@@ -313,13 +329,13 @@ def _slices(parts: list[pl.DataFrame]) -> tuple[pl.DataFrame, pl.DataFrame]:
         pl.lit(None, dtype=pl.Int64).alias(Col.LAUNCH),
         pl.lit(None, dtype=pl.Int64).alias(Col.OP),
     )
+    del frame
     if slices.get_column(Col.KIND).is_in([k.value for k in HOST_KINDS]).any():
-        # Imported here: a kernels-only read has nothing to nest, and skips numpy's import.
         from tracewhy.model.linking import link_slices
 
         slices = link_slices(slices)
     linked = _link_within_process(slices)
-    return linked.cast(dict(SLICES_SCHEMA)), key_to_id  # type: ignore[arg-type]
+    return linked.cast(dict(SLICES_SCHEMA)), id_of_key  # type: ignore[arg-type]
 
 
 def _link_within_process(slices: pl.DataFrame) -> pl.DataFrame:
@@ -342,18 +358,36 @@ def _link_within_process(slices: pl.DataFrame) -> pl.DataFrame:
     links = (
         slices.filter(pl.col(Col.KIND).is_in(gpu_kinds)).select(Col.ID, Col.PID, Col.CORRELATION)
         .join(launches, on=[Col.PID, Col.CORRELATION], how="left")
-        .select(Col.ID, Col.LAUNCH, Col.OP)
     )
-    return slices.update(links, on=Col.ID, how="left", include_nulls=True)
+    # Ids are row numbers: the links are written in place by index, not joined back on the id.
+    rows = links.get_column(Col.ID).to_numpy()
+    return slices.with_columns(
+        _scatter(slices.get_column(c), rows, links.get_column(c)) for c in (Col.LAUNCH, Col.OP)
+    )
 
 
-def _side(frames: list[pl.DataFrame], key_to_id: pl.DataFrame, schema: pl.Schema) -> pl.DataFrame:
+def _scatter(column: pl.Series, rows: np.ndarray[Any, np.dtype[np.int64]], values: pl.Series) -> pl.Series:
+    """``column`` with ``values`` (nulls included) written at row numbers ``rows``."""
+    out = column.fill_null(-1).to_numpy().astype(np.int64, copy=True)
+    out[rows] = values.fill_null(-1).to_numpy()
+    series = pl.Series(column.name, out)
+    return pl.select(pl.when(series >= 0).then(series).cast(column.dtype)).to_series().alias(column.name)
+
+
+def _side(frames: list[pl.DataFrame], id_of_key: np.ndarray[Any, np.dtype[np.int64]],
+          schema: pl.Schema) -> pl.DataFrame:
+    """The side rows of the slices kept, by slice id."""
     frames = [f for f in frames if f.height]
     if not frames:
         return pl.DataFrame(schema=schema)
-    joined = pl.concat(frames).join(key_to_id, on=KEY, how="inner")
-    cols = [pl.col(c) if c in joined.columns else pl.lit(None).alias(c) for c in schema]
-    return joined.select(cols).cast(dict(schema)).sort(Col.ID)  # type: ignore[arg-type]
+    side = pl.concat(frames)
+    keys = side.get_column(KEY).to_numpy()
+    # Keys past the last one kept belong to dropped rows too.
+    known = keys < id_of_key.size
+    ids = np.where(known, id_of_key[np.where(known, keys, 0)] if id_of_key.size else -1, -1)
+    side = side.with_columns(pl.Series(Col.ID, ids, dtype=pl.Int64)).filter(pl.col(Col.ID) >= 0)
+    cols = [pl.col(c) if c in side.columns else pl.lit(None).alias(c) for c in schema]
+    return side.select(cols).cast(dict(schema)).sort(Col.ID)  # type: ignore[arg-type]
 
 
 def _meta(db: Db, shown: Path, export: dict[str, str], slices: pl.DataFrame,

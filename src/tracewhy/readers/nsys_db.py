@@ -10,11 +10,15 @@ from __future__ import annotations
 import math
 import re
 import sqlite3
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import numpy as np
 import polars as pl
+
+from tracewhy.readers.nsys_arrow import ArrowFetch
 
 # Serialized global ids (NSYS_NOTES §1.3): TID in bits 0-23, PID in bits 24-47, VM id above.
 PID_SQL: Final = "(({c} >> 24) & 16777215)"
@@ -43,6 +47,8 @@ class Db:
     skipped: set[str] = field(default_factory=set)
     #: Rows lasting longer than this are corrupt (see ``readers.nsys.plausible_duration_ns``).
     max_dur_ns: int | None = None
+    #: The optional Arrow-native fetch of integer columns (``nsys_arrow``); None: text aggregation.
+    arrow: ArrowFetch | None = None
     _columns: dict[str, frozenset[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -75,11 +81,13 @@ class Db:
         select expression, in order (integer or string dtypes).
 
         Python's sqlite3 makes a tuple per row and an object per value, which cost more than
-        everything else the reader does. Instead SQLite writes each column of a batch into one
-        text, integers comma-separated (``group_concat``), strings as a JSON array, and polars
-        parses those: about 1.5x faster on the NVTX and runtime tables (bench/bench_nsys.py).
-        Every aggregate sees the rows in the same order, so the columns stay aligned. Batches
-        of FETCH_BATCH rows follow the rowid, so no text grows past SQLite's length limit.
+        everything else the reader does. Integer-only selects go through the optional Arrow
+        fetch (``nsys_arrow``) when it is installed and can vouch for the values. Otherwise
+        SQLite writes each column of a batch into one text, integers comma-separated
+        (``group_concat``), strings as a JSON array: numpy parses integer columns without NULLs
+        (``_plain_integers``), polars the rest, strictly. Every aggregate sees the rows in the
+        same order, so the columns stay aligned. Batches of FETCH_BATCH rows follow the rowid,
+        so no text grows past SQLite's length limit.
         """
         names = list(schema)
         cols = [f"c{i}" for i in range(len(names))]
@@ -88,22 +96,26 @@ class Db:
             else f"group_concat(ifnull({c}, ''), ',')"
             for c, n in zip(cols, names, strict=True)
         ]
+        if not self._has_rowid(table):
+            return pl.DataFrame(schema=schema)
+        if self.arrow is not None:
+            fast = self.arrow.frame(f'SELECT {select} FROM "{table}"{f" WHERE ({where})" if where else ""} '
+                                    "ORDER BY rowid", schema)
+            if fast is not None:
+                return fast
         condition = f"AND ({where})" if where else ""
         sql = f"""WITH q(_rowid, {', '.join(cols)}) AS (
             SELECT rowid, {select} FROM "{table}" WHERE rowid > ? {condition} ORDER BY rowid LIMIT {FETCH_BATCH})
             SELECT count(*), max(_rowid), {', '.join(aggs)} FROM q"""
-        if not self._has_rowid(table):
-            return pl.DataFrame(schema=schema)
         parts = []
         after = -(2**63)
         while True:
             row = self.conn.execute(sql, (after,)).fetchone()
             if not row[0]:
                 break
-            texts = pl.DataFrame([pl.Series(n, [text], dtype=pl.String())
-                                  for n, text in zip(names, row[2:], strict=True)])
             try:
-                parts.append(texts.select(_column(n, schema[n]) for n in names))
+                parts.append(pl.DataFrame([_batch_column(n, schema[n], text, row[0])
+                                           for n, text in zip(names, row[2:], strict=True)]))
             except pl.exceptions.PolarsError as e:
                 raise ColumnTypeError(f"{table}: {' '.join(str(e).split(chr(10) * 2)[0].split())}") from None
             if row[0] < FETCH_BATCH:
@@ -135,6 +147,7 @@ class Db:
 
 _INTEGER_TEXT: Final = re.compile(r"[+-]?[0-9]+", re.ASCII)
 _INT64: Final = 2**63
+_INT64_MIN: Final = -(2**63)
 
 
 def as_int(value: Any) -> int | None:
@@ -155,18 +168,42 @@ def as_int(value: Any) -> int | None:
     return None
 
 
-#: Per table group (see ``readers.nsys.tables_for``), the columns holding StringIds ids.
-NAME_COLUMNS: Final[dict[str, tuple[tuple[str, str], ...]]] = {
-    "runtime": (("CUPTI_ACTIVITY_KIND_RUNTIME", "nameId"),),
-    "kernel": (("CUPTI_ACTIVITY_KIND_KERNEL", "demangledName"), ("CUPTI_ACTIVITY_KIND_KERNEL", "shortName")),
-    "nvtx": (("NVTX_EVENTS", "textId"),),
-    "osrt": (("OSRT_API", "nameId"),),
-    "overhead": (("PROFILER_OVERHEAD", "nameId"), ("CUPTI_ACTIVITY_KIND_OVERHEAD", "nameId")),
-}
+def _batch_column(name: str, dtype: Any, text: str, rows: int) -> pl.Series:
+    """One column of a ``Db.frame`` batch from the text SQLite aggregated it into."""
+    ints = None if dtype == pl.String() else _plain_integers(text, rows)
+    parsed: pl.Series = (
+        pl.Series(name, ints).cast(dtype, strict=True) if ints is not None
+        else pl.DataFrame({name: [text]}, schema={name: pl.String()}).select(_column(name, dtype)).to_series()
+    )
+    return parsed
+
+
+#: The only bytes a column of integers without NULLs aggregates into.
+_DIGITS: Final = b"0123456789,-"
+
+
+def _plain_integers(text: str, rows: int) -> np.ndarray[Any, np.dtype[np.int64]] | None:
+    """``rows`` comma-separated integers parsed by numpy (about 3x polars' split and cast), or
+    None where the text holds a NULL (an empty field) or anything but plain int64 decimals: such
+    a column takes the strict polars parse, which says what is wrong."""
+    if not text.isascii() or ",," in text or text.startswith(",") or text.endswith(","):
+        return None
+    if text.encode("ascii").translate(None, _DIGITS):
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        try:
+            ints = np.fromstring(text, dtype=np.int64, sep=",")
+        except (ValueError, DeprecationWarning):  # '1-2', '-': not integers
+            return None
+    # numpy clamps what overflows int64 to its ends, which no export holds.
+    if ints.shape[0] != rows or (rows and (ints.min() == _INT64_MIN or ints.max() == _INT64 - 1)):
+        return None
+    return ints
 
 
 def _column(name: str, dtype: Any) -> pl.Expr:
-    """One column of a ``Db.frame`` batch from the text SQLite aggregated it into."""
+    """A ``Db.frame`` batch column parsed strictly by polars."""
     text = pl.col(name)
     if dtype == pl.String():
         return text.str.json_decode(pl.List(pl.String())).explode()
@@ -174,18 +211,32 @@ def _column(name: str, dtype: Any) -> pl.Expr:
     return text.str.split(",").explode().replace("", None).cast(dtype, strict=True)
 
 
-def strings(db: Db, only: list[tuple[str, str]] | None = None) -> pl.DataFrame:
-    """StringIds as (id, value); with ``only``, just the ids those (table, column)s use."""
+def strings(db: Db, ids: list[int] | None = None) -> pl.DataFrame:
+    """StringIds as (id, value); with ``ids``, just those."""
     schema = {"id": pl.Int64(), "value": pl.String()}
-    if not db.has("StringIds", "id", "value"):
-        return pl.DataFrame(schema=schema)
-    used = [f'SELECT "{c}" FROM "{t}"' for t, c in only or () if db.has(t, c)]
-    if only is not None and not used:
+    if not db.has("StringIds", "id", "value") or ids == []:
         return pl.DataFrame(schema=schema)
     # id is the INTEGER PRIMARY KEY in every export; in a file where it is not, an id that is not
     # an integer names nothing, and a repeated one must not repeat rows in every join on it.
-    where = "typeof(id) = 'integer'" + ("" if only is None else f" AND id IN ({' UNION '.join(used)})")
+    where = "typeof(id) = 'integer'" + ("" if ids is None else f" AND id IN ({', '.join(map(str, ids))})")
     odd = db.scalar("SELECT count(*) FROM StringIds WHERE typeof(id) != 'integer'")
     if odd:
         db.problems[f"StringIds: {odd} strings with an id that is not an integer skipped"] = 1
     return db.frame("StringIds", "id, value", schema, where).unique(subset="id", keep="first", maintain_order=True)
+
+
+class Strings:
+    """The StringIds the reader's tables name: all of them, fetched once (a whole read), or, in
+    a partial read, those the rows read name, looked up by id (exports hold 1e5+ strings, and a
+    subquery over the tables' name columns would scan them all a second time)."""
+
+    def __init__(self, db: Db, *, whole: bool) -> None:
+        self._db = db
+        self._all = strings(db) if whole else None
+
+    def of(self, ids: pl.Series) -> pl.DataFrame:
+        """(id, value) for at least the ids in ``ids``, those StringIds holds."""
+        if self._all is not None:
+            return self._all
+        wanted = ids.drop_nulls().unique().sort().to_list()
+        return strings(self._db, [int(i) for i in wanted])

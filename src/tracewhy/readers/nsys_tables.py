@@ -18,7 +18,7 @@ from typing import Final
 import polars as pl
 
 from tracewhy.model.schema import CCol, KCol, Kind, NCol
-from tracewhy.readers.nsys_db import PID_SQL, TID_SQL, Db
+from tracewhy.readers.nsys_db import PID_SQL, TID_SQL, Db, Strings
 
 UINT32_NONE: Final = 0xFFFFFFFF  # CUPTI writes (uint32)-1 for "no stream" / "no event"
 
@@ -82,10 +82,14 @@ def api_name(raw: str) -> str:
     return _API_VERSION.sub("", raw)
 
 
-def _named(frame: pl.DataFrame, ids: str, strs: pl.DataFrame, out: str) -> pl.DataFrame:
+def _named(frame: pl.DataFrame, ids: str, strs: Strings, out: str) -> pl.DataFrame:
     """Add the text of the StringIds id column ``ids`` as column ``out`` (null where missing)."""
-    lookup = strs.rename({"id": ids, "value": out})
-    return frame.join(lookup, on=ids, how="left")
+    return _with_text(frame, ids, strs.of(frame.get_column(ids)), out)
+
+
+def _with_text(frame: pl.DataFrame, ids: str, texts: pl.DataFrame, out: str) -> pl.DataFrame:
+    """Join ``texts`` (id, value) on the id column ``ids`` as column ``out``."""
+    return frame.join(texts.rename({"id": ids, "value": out}), on=ids, how="left")
 
 
 def _fallback_name(frame: pl.DataFrame, db: Db, table: str, what: str, ids: tuple[str, ...],
@@ -165,7 +169,7 @@ _GPU_SCHEMA: Final = {"start": pl.Int64(), "end": pl.Int64(), "pid": pl.Int64(),
 _GPU_REQUIRED = ("start", "end", "globalPid", "deviceId", "streamId", "correlationId")
 
 
-def kernels_part(db: Db, strs: pl.DataFrame, offset: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+def kernels_part(db: Db, strs: Strings, offset: int) -> tuple[pl.DataFrame, pl.DataFrame]:
     t = "CUPTI_ACTIVITY_KIND_KERNEL"
     if not _require(db, t, *_GPU_REQUIRED):
         return empty_part(), pl.DataFrame()
@@ -237,7 +241,7 @@ def memset_part(db: Db, offset: int) -> tuple[pl.DataFrame, pl.DataFrame]:
     return part, attrs
 
 
-def runtime_part(db: Db, strs: pl.DataFrame, offset: int) -> pl.DataFrame:
+def runtime_part(db: Db, strs: Strings, offset: int) -> pl.DataFrame:
     """CUDA runtime and driver API calls, without --cudabacktrace duplicates."""
     t = "CUPTI_ACTIVITY_KIND_RUNTIME"
     if not _require(db, t, "start", "end", "globalTid", "correlationId", "nameId"):
@@ -251,15 +255,16 @@ def runtime_part(db: Db, strs: pl.DataFrame, offset: int) -> pl.DataFrame:
     # nsys 2022.2 with --cudabacktrace records every call twice: the call (class 0/1, versioned
     # name) and its backtrace (class 67, same correlation id, a little wider). Keep the call.
     backtrace = pl.col("eventClass") == EVENT_CLASS_BACKTRACE
-    calls = r.filter(~backtrace).select("pid", "correlation").unique()
-    dup = r.filter(backtrace).join(calls, on=["pid", "correlation"], how="semi").height
-    if dup:
-        r = r.filter(~backtrace).vstack(
-            r.filter(backtrace).join(calls, on=["pid", "correlation"], how="anti")
-        )
-    names = strs.filter(pl.col("id").is_in(r.get_column("nameId").unique().implode()))
+    if r.select(backtrace.any()).item():  # (a scan, not a join, in files without them)
+        calls = r.filter(~backtrace).select("pid", "correlation").unique()
+        if r.filter(backtrace).join(calls, on=["pid", "correlation"], how="semi").height:
+            r = r.filter(~backtrace).vstack(
+                r.filter(backtrace).join(calls, on=["pid", "correlation"], how="anti")
+            )
+    used = r.get_column("nameId").unique()
+    names = strs.of(used).filter(pl.col("id").is_in(used.implode()))
     names = names.with_columns(pl.col("value").map_elements(api_name, return_dtype=pl.String))
-    r = _fallback_name(_named(r, "nameId", names, "name"), db, t, "calls", ("nameId",), "<unnamed API>")
+    r = _fallback_name(_with_text(r, "nameId", names, "name"), db, t, "calls", ("nameId",), "<unnamed API>")
     driver = (pl.col("eventClass") == EVENT_CLASS_DRIVER) | (
         pl.col("name").str.starts_with("cu") & ~pl.col("name").str.starts_with("cuda")
     )
@@ -288,7 +293,7 @@ def sync_part(db: Db, runtime: pl.DataFrame, offset: int) -> pl.DataFrame:
     return _part(s, Kind.GPU_SYNC.value, offset)
 
 
-def nvtx_part(db: Db, strs: pl.DataFrame, offset: int) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+def nvtx_part(db: Db, strs: Strings, offset: int) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """NVTX ranges and marks as annotations, their attributes, and NVTX thread names."""
     t = "NVTX_EVENTS"
     no_threads = pl.DataFrame(schema={"pid": pl.Int64(), "tid": pl.Int64(), "name": pl.String()})
@@ -333,8 +338,12 @@ def nvtx_part(db: Db, strs: pl.DataFrame, offset: int) -> tuple[pl.DataFrame, pl
     # rule in nvtx_sum); a mark is an instant.
     # Integers only: SQLite ranks text above every number, so one text cell would be the max.
     ints = "CASE WHEN typeof({0}) = 'integer' THEN {0} END"
-    last = db.scalar(f"SELECT max(coalesce(max({ints.format('start')}), 0), "
-                     f"coalesce(max({ints.format(c('end'))}), 0)) FROM {t}")
+    if db.scalar(f"SELECT count(*) FROM {t}") == e.height:
+        # Every row was fetched (as integers, or the fetch failed): no second pass over the table.
+        last = max(_int_max(e.get_column("start")), _int_max(e.get_column("end")))
+    else:
+        last = db.scalar(f"SELECT max(coalesce(max({ints.format('start')}), 0), "
+                         f"coalesce(max({ints.format(c('end'))}), 0)) FROM {t}")
     open_ranges = ev.filter(pl.col("end").is_null() & (pl.col(NCol.STYLE) != "Mark")).height
     if open_ranges:
         db.problems[f"{open_ranges} NVTX ranges never ended; they run to the last NVTX timestamp"] += 1
@@ -352,7 +361,7 @@ def nvtx_part(db: Db, strs: pl.DataFrame, offset: int) -> tuple[pl.DataFrame, pl
     return part, attrs, thread_names
 
 
-def osrt_part(db: Db, strs: pl.DataFrame, offset: int) -> pl.DataFrame:
+def osrt_part(db: Db, strs: Strings, offset: int) -> pl.DataFrame:
     """OS runtime calls (``--trace=osrt``): what a thread was blocked in or busy with."""
     t = "OSRT_API"
     if not _require(db, t, "start", "end", "globalTid", "nameId"):
@@ -366,7 +375,7 @@ def osrt_part(db: Db, strs: pl.DataFrame, offset: int) -> pl.DataFrame:
     return _part(o, Kind.OTHER.value, offset)
 
 
-def overhead_part(db: Db, strs: pl.DataFrame, offset: int) -> pl.DataFrame:
+def overhead_part(db: Db, strs: Strings, offset: int) -> pl.DataFrame:
     """The profiler's own overhead: PROFILER_OVERHEAD and (2026+) CUPTI_ACTIVITY_KIND_OVERHEAD."""
     frames = []
     for t in ("PROFILER_OVERHEAD", "CUPTI_ACTIVITY_KIND_OVERHEAD"):
@@ -382,6 +391,12 @@ def overhead_part(db: Db, strs: pl.DataFrame, offset: int) -> pl.DataFrame:
         return empty_part()
     o = pl.concat(frames)
     return _part(o, Kind.OVERHEAD.value, offset)
+
+
+def _int_max(column: pl.Series) -> int:
+    """The largest value of an integer column, 0 when it has none."""
+    top = column.max()
+    return int(top) if isinstance(top, int) else 0
 
 
 def empty_part() -> pl.DataFrame:

@@ -1,0 +1,111 @@
+"""The nsys reader's fast fetch paths (issue 20) read exactly what the strict path reads: the
+optional Arrow fetch through ADBC's SQLite driver, and numpy's parse of integer columns. A value
+either cannot vouch for (a NULL, text, a real, an overflow) takes the strict path, which still
+names the table of a wrong-typed column."""
+
+from __future__ import annotations
+
+import gzip
+import sqlite3
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from nsys_support import FIXTURES, export_path
+from tracewhy.errors import TraceError
+from tracewhy.model.schema import KCol
+from tracewhy.model.trace import Trace
+from tracewhy.readers import nsys_db
+from tracewhy.readers.nsys import read_nsys
+
+KERNELS = "CUPTI_ACTIVITY_KIND_KERNEL"
+
+
+def _tables(trace: Trace) -> list[pl.DataFrame]:
+    return [trace.slices, trace.kernel_attrs, trace.copy_attrs, trace.nvtx_attrs, trace.threads, trace.devices]
+
+
+def _same(a: Trace, b: Trace) -> None:
+    for x, y in zip(_tables(a), _tables(b), strict=True):
+        assert x.equals(y)
+    assert a.meta == b.meta
+
+
+def _strict(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the strict path: no Arrow fetch, no numpy parse."""
+    monkeypatch.setenv("TRACEWHY_NSYS_ADBC", "0")
+    monkeypatch.setattr(nsys_db, "_plain_integers", lambda text, rows: None)
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_fast_and_strict_paths_read_the_same_trace(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    fast = read_nsys(export_path(name))
+    _strict(monkeypatch)
+    strict = read_nsys(export_path(name))
+    _same(fast, strict)
+
+
+def test_the_arrow_fetch_is_taken_when_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("adbc_driver_sqlite")
+    from tracewhy.readers import nsys_arrow
+
+    taken = []
+    original = nsys_arrow.ArrowFetch.frame
+
+    def spy(self: nsys_arrow.ArrowFetch, sql: str, schema: dict[str, pl.DataType]) -> pl.DataFrame | None:
+        got = original(self, sql, schema)
+        taken.append((sql, got is not None))
+        return got
+
+    monkeypatch.setattr(nsys_arrow.ArrowFetch, "frame", spy)
+    trace = read_nsys(export_path("nsysai_mfu_2gpu_before"))
+    assert trace.slices.height
+    assert any(KERNELS in sql and ok for sql, ok in taken)
+    # Text columns never go through it (the driver does not check UTF-8).
+    assert not any("NVTX_EVENTS" in sql and ok for sql, ok in taken)
+
+
+def _mock_copy(tmp_path: Path) -> Path:
+    path = tmp_path / "mock.sqlite"
+    path.write_bytes(gzip.decompress(export_path("nsysai_mock_rtx3080").read_bytes()))
+    return path
+
+
+# (SQLite stores '12 ' and '+7' in an INTEGER column as integers: those are not hostile.)
+@pytest.mark.parametrize("value", ["1.5", "'99999999999999999999'", "'abc'", "'1-2'"])
+@pytest.mark.parametrize("arrow", ["1", "0"])
+def test_a_kernel_end_that_is_not_an_integer_names_the_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str, arrow: str
+) -> None:
+    monkeypatch.setenv("TRACEWHY_NSYS_ADBC", arrow)
+    path = _mock_copy(tmp_path)
+    conn = sqlite3.connect(path)
+    conn.execute(f'UPDATE {KERNELS} SET "end" = {value} WHERE rowid = (SELECT max(rowid) FROM {KERNELS})')
+    conn.commit()
+    conn.close()
+    with pytest.raises(TraceError, match=f"wrong type \\({KERNELS}"):
+        read_nsys(path)
+
+
+@pytest.mark.parametrize("arrow", ["1", "0"])
+def test_nulls_after_many_rows_read_as_nulls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, arrow: str) -> None:
+    """The Arrow driver infers a column's type from its first rows; NULLs before and after them
+    stay NULL, and the trace equals the strict path's."""
+    monkeypatch.setenv("TRACEWHY_NSYS_ADBC", arrow)
+    path = _mock_copy(tmp_path)
+    conn = sqlite3.connect(path)
+    # Without the NOT NULL constraints (CREATE TABLE AS keeps none), as a hand-edited file has it.
+    conn.execute(f"CREATE TABLE _k AS SELECT * FROM {KERNELS}")
+    conn.execute(f"DROP TABLE {KERNELS}")
+    conn.execute(f"ALTER TABLE _k RENAME TO {KERNELS}")
+    for _ in range(11):  # 2 kernels -> 4096 (the driver's first batch is 1024 rows)
+        conn.execute(f"INSERT INTO {KERNELS} SELECT * FROM {KERNELS}")
+    conn.execute(f"UPDATE {KERNELS} SET gridY = NULL WHERE rowid IN (1, 3000)")
+    conn.commit()
+    conn.close()
+    fast = read_nsys(path)
+    assert fast.kernel_attrs.height == 4096
+    assert fast.kernel_attrs.get_column(KCol.GRID_Y).null_count() == 2
+    _strict(monkeypatch)
+    _same(fast, read_nsys(path))
