@@ -166,8 +166,9 @@ def _spikes(ctx: Context) -> list[Finding]:
         parts.insert(0, "torch.compile work (Dynamo, AOT autograd, inductor: "
                      + ", ".join(f"{ms(ns)} in {step}" for step, ns in in_steps.items()) + ")")
     explained = bool(parts)
-    # Compile time the recompile finding already claims is not recoverable twice.
-    recoverable = max(excess - min(compiling, recompiled_ns), 0) if explained else 0
+    # Compile time the recompile finding already claims is not recoverable twice; with compile work
+    # the only cause, the other spikes' excess is as unexplained as below.
+    recoverable = max((excess if causes else compiling) - min(compiling, recompiled_ns), 0) if explained else 0
     return [Finding(
         code=Code.STEP_TIME_SPIKES, severity=Severity.MEDIUM if explained else Severity.LOW,
         statement=f"{sp.spikes.height} of {steady.height} steady steps run over {100 * (1 + sp.margin):.0f}% of the "

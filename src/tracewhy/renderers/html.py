@@ -29,6 +29,7 @@ from tracewhy.findings.overview import Overview
 from tracewhy.findings.roofline import NcuRooflineResult
 from tracewhy.model.schema import Col, MCol
 from tracewhy.readers.memory_timeline import TimelineCol
+from tracewhy.renderers.compile import compile_payload
 from tracewhy.renderers.diagnose import TIME_ORIGIN, basis_statistic, gap_rows, recoverable_unit
 from tracewhy.renderers.jsonout import encode_json
 
@@ -83,6 +84,7 @@ def overview_payload(ov: Overview) -> dict[str, Any]:
         "blocks": ov.blocks.table if ov.blocks is not None else None,
         "roofline": _roofline(ov),
         "memory": _memory(ov),
+        "compile": _compile(ov),
         "ranks": None,  # filled for multi-rank input
     }
     return payload
@@ -125,6 +127,17 @@ def _memory(ov: Overview) -> dict[str, Any] | None:
         "steps": st.select(StepCol.NAME, pl.col(StepCol.TS).alias("start_ns"),
                            (pl.col(StepCol.TS) + pl.col(StepCol.DUR)).alias("end_ns"), StepCol.STEADY),
     }
+
+
+def _compile(ov: Overview) -> dict[str, Any] | None:
+    """torch.compile per step, where the breaks are and the recompiles (the ``compile --json``
+    payload; its findings are the report's); None without compile markers."""
+    r = ov.report.compile
+    if r is None:
+        return None
+    payload = compile_payload(r, None, [])
+    del payload["findings"]
+    return payload
 
 
 def memory_timeline_report_payload(r: TimelineResult, path: str, layout: str) -> dict[str, Any]:

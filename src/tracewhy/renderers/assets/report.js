@@ -346,6 +346,49 @@
     ], b));
   }
 
+  /* torch.compile: regions, breaks, recompiles and compile time per step; where the breaks are. */
+  function compileSection() {
+    var c = data.compile;
+    if (!c || !c.steps) { return; }
+    show("compile");
+    byId("compile-note").textContent = "graph breaks per step " + fmtNum(c.graph_breaks_per_step) +
+      " · compiled regions per step " + fmtNum(c.regions_per_step) + " · recompiles " + c.recompiles +
+      " (" + c.steady_recompiles + " in steady steps) · compile time " + fmtNs(c.compile_ns) +
+      (c.cold_start_ns ? " · cold start " + fmtNs(c.cold_start_ns) + " in " + c.cold_start_step + " (" +
+        fmtPct(c.cold_start_share) + " of the capture)" : "");
+    var target = byId("compile-tables");
+    target.appendChild(sortableTable([
+      { key: "step", label: "step", text: true },
+      { key: "steady", label: "steady", fmt: function (v) { return v ? "yes" : "no"; } },
+      { key: "regions", label: "regions" },
+      { key: "graph_breaks", label: "graph breaks" },
+      { key: "recompiles", label: "recompiles" },
+      { key: "compile_ns", label: "compile", fmt: fmtNs },
+      { key: "eager_ns_between_regions", label: "eager between regions", fmt: fmtNs },
+      { key: "graph_calls", label: "graph calls" },
+      { key: "kernels", label: "kernels" },
+      { key: "graph_launches", label: "CUDA graph launches" }
+    ], c.steps));
+    if (c.break_locations && c.break_locations.length) {
+      target.appendChild(el("h3", "", "Graph breaks (resume functions)"));
+      target.appendChild(sortableTable([
+        { key: "location", label: "break at", text: true },
+        { key: "function", label: "in", text: true },
+        { key: "calls", label: "calls" },
+        { key: "steps", label: "steps" }
+      ], c.break_locations));
+    }
+    if (c.recompile_list && c.recompile_list.length) {
+      target.appendChild(el("h3", "", "Recompiles"));
+      target.appendChild(sortableTable([
+        { key: "region", label: "compile id", text: true },
+        { key: "step", label: "step", text: true },
+        { key: "steady", label: "steady", fmt: function (v) { return v ? "yes" : "no"; } },
+        { key: "cost_ns", label: "cost", fmt: fmtNs }
+      ], c.recompile_list));
+    }
+  }
+
   function ranksHeatmap() {
     var r = data.ranks;
     if (!r || !r.rows || !r.rows.length) { return; }
@@ -452,8 +495,8 @@
   }
 
   header();
-  [findings, stepsChart, utilizationChart, memorySection, gapsTable, overlapTable, blocksTable, ranksHeatmap, rooflineChart,
-   verdictsTable, opsTable, kernelsTable].forEach(function (render) {
+  [findings, stepsChart, utilizationChart, memorySection, gapsTable, overlapTable, compileSection, blocksTable, ranksHeatmap,
+   rooflineChart, verdictsTable, opsTable, kernelsTable].forEach(function (render) {
     try { render(); } catch (e) { console.error("tracewhy report: " + render.name + ": " + e); }
   });
 }());
