@@ -76,6 +76,23 @@ def test_the_window_ends_at_the_last_steps_own_end(tmp_path: Path) -> None:
     assert last["window_ns"] == 100 * US and last["total_ns"] == 100 * US
 
 
+def test_a_kernel_held_back_by_another_stream_waits_on_it(tmp_path: Path) -> None:
+    # The gemm is launched at 30 µs on an idle stream but starts at 2030 µs, right after the
+    # NCCL kernel on stream 20 ends: a cross-stream wait this trace has no record of (no
+    # cuda_sync events). The path runs through the collective, not a 2 ms "gap".
+    b = KinetoBuilder()
+    b.annotation("ProfilerStep#1", 0, 3000).annotation("ProfilerStep#2", 3000, 100)
+    b.launch("ncclKernel_AllReduce_RING_LL_Sum_float", 10, 5, gpu_ts=20, gpu_dur=2000, stream=20)
+    b.launch("sm80_gemm_kernel", 30, 5, gpu_ts=2030, gpu_dur=500, stream=7)
+    b.op("cudaDeviceSynchronize", 40, 2500, cat="cuda_runtime")
+    step = _analyse(tmp_path, b).steps.row(0, named=True)
+    assert step["total_ns"] == 3000 * US and step["determined"]
+    assert {c: step[f"{c}_ns"] for c in CATEGORIES} == {
+        "host_ops": (10 + 460) * US, "launch_overhead": 10 * US, "kernels": 500 * US,
+        "communication": 2000 * US, "copies": 0, "sync": (10 + 10) * US, "kernel_gap": 0, "idle": 0,
+    }
+
+
 # --- real traces: what holds on every path -------------------------------------------------------
 
 REAL = ["hta/a100_ddp2_rank0_nccl2.17.json.gz", "hta/sampled_128rank_job_rank0.json.gz",

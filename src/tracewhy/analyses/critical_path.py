@@ -21,7 +21,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses import api_names
-from tracewhy.analyses.critical_path_graph import Edge, Graph, build_graph
+from tracewhy.analyses.critical_path_graph import KERNEL_GAP_MAX_NS, Edge, Graph, build_graph
 from tracewhy.analyses.families import Family, classify_kernels
 from tracewhy.analyses.steps import StepsOptions, WindowCol, step_windows, steps
 from tracewhy.model.schema import KIND_CODE, Col, Kind
@@ -42,7 +42,9 @@ class Category:
     #: on after the backward thread it waited on went idle.
     SYNC: Final = "sync"
     KERNEL_GAP: Final = "kernel_gap"  # the GPU between two queued activities on a stream
-    IDLE: Final = "idle"  # a host thread with nothing recorded open (Python, input, waits)
+    #: Nothing recorded going on: a host thread with nothing open (Python, input, waits), or a
+    #: stream idle longer than KERNEL_GAP_MAX_NS before its next activity (a wait not recorded).
+    IDLE: Final = "idle"
 
 
 CATEGORIES: Final = (Category.HOST_OPS, Category.LAUNCH, Category.KERNELS, Category.COMMUNICATION,
@@ -240,6 +242,7 @@ class _Labels:
         cat[is_kernel & (family == Family.COPY.value)] = Category.COPIES
         family[is_kernel & np.isin(cat, [Category.COMMUNICATION, Category.COPIES])] = None
         cat[k == Edge.GAP] = Category.KERNEL_GAP
+        cat[(k == Edge.GAP) & (graph.elapsed > KERNEL_GAP_MAX_NS)] = Category.IDLE
         cat[(k == Edge.SYNC) | (k == Edge.EVENT_WAIT) | (k == Edge.HANDOFF)] = Category.SYNC
         self.category = cat
         self.family = family

@@ -51,6 +51,17 @@ STREAM_SYNC: Final = "Stream Sync"
 CONTEXT_SYNC: Final = "Context Sync"
 EVENT_SYNC: Final = "Event Sync"
 STREAM_WAIT_EVENT: Final = "Stream Wait Event"
+#: A launch call longer than this that returned right after some GPU activity of its process
+#: ended waited for a free slot in the launch queue (it holds about a thousand launches): the
+#: host was waiting on the GPU. HTA flags launches over 50 µs as outliers for the same reason;
+#: a launch takes a few µs when the queue has room.
+QUEUE_WAIT_MIN_NS: Final = 50_000
+
+#: A stream idle longer than this before an activity that was already launched waited on a
+#: dependency (the GPU's own gap between queued kernels is a few µs); HTA's
+#: KERNEL_KERNEL_DELAY_THRESHOLD_US, for the same reason.
+KERNEL_GAP_MAX_NS: Final = 1_500_000
+
 #: The autograd engine's per-node op: a thread that runs it is a backward thread, which the
 #: thread that called backward() waits on (HTA finds the same thread by "autograd" in names).
 _AUTOGRAD_NODE = re.compile(r"^autograd::engine::evaluate_function")
@@ -104,6 +115,8 @@ def build_graph(trace: Trace) -> Graph:
     host = _host_chain(s, chosen, ~is_gpu, node_of)
     parts = [
         host,
+        _full_queue(s, chosen, is_gpu, launcher_pid, node_ts),
+        _unrecorded_waits(s, chosen, is_gpu, node_ts),
         _handoffs(s, chosen, ~is_gpu, node_ts, host),
         _gpu_chain(chosen, is_gpu),
         _launches(s, chosen, is_gpu, node_of),
@@ -203,9 +216,10 @@ def _gpu_chain(chosen: pl.DataFrame, is_gpu: npt.NDArray[np.bool_]) -> Parts:
 
 def _launches(s: pl.DataFrame, chosen: pl.DataFrame, is_gpu: npt.NDArray[np.bool_], node_of: I64) -> Parts:
     """A launch call's start to its GPU activity's start (spent in the call: launch overhead),
-    and, for a synchronous call (cudaMemcpy, cudaMemset) that returned after its activity
-    ended, the activity's end to the call's end. An asynchronous launch that returns after a
-    short kernel ended did not wait for it."""
+    and, where a call returned after its activity ended and so waited for it, the activity's
+    end to the call's end: synchronous calls (cudaMemcpy, cudaMemset), and copies, which
+    cudaMemcpyAsync makes synchronous from or to pageable memory. A kernel launch that returns
+    after a short kernel ended did not wait for it (launches are asynchronous)."""
     rows = np.flatnonzero(is_gpu)
     launch = chosen.get_column(Col.LAUNCH).fill_null(-1).to_numpy()[rows]
     has = (launch >= 0) & (node_of[np.maximum(launch, 0)] >= 0)
@@ -216,7 +230,8 @@ def _launches(s: pl.DataFrame, chosen: pl.DataFrame, is_gpu: npt.NDArray[np.bool
     sync_names = [n for n in names.unique().to_list() if n is not None and api_names.is_sync_call(n)]
     ends = chosen.get_column(Col.TS).to_numpy()[rows] + np.maximum(chosen.get_column(Col.DUR).to_numpy()[rows], 0)
     call_end = s.get_column(Col.TS).to_numpy()[launch] + np.maximum(s.get_column(Col.DUR).to_numpy()[launch], 0)
-    waited = (ends <= call_end) & names.is_in(sync_names).to_numpy()
+    is_copy = (chosen.get_column(Col.KIND).gather(rows) == Kind.MEMCPY.value).to_numpy()
+    waited = (ends <= call_end) & (names.is_in(sync_names).to_numpy() | is_copy)
     sync = _edges(2 * rows[waited] + 1, call_start[waited] + 1, Edge.SYNC, launch[waited])
     return tuple(np.r_[a, b] for a, b in zip(start, sync, strict=True))
 
@@ -409,3 +424,71 @@ def _latest_within(cand: I64, cand_pid: I64, node_ts: I64, lo: I64, hi: I64, pid
         out_src.append(mine[i[ok]])
         out_dst.append(hi[these[ok]])
     return np.concatenate(out_src), np.concatenate(out_dst)
+
+
+def _full_queue(s: pl.DataFrame, chosen: pl.DataFrame, is_gpu: npt.NDArray[np.bool_], launcher_pid: I64,
+                node_ts: I64) -> Parts:
+    """Long launch calls released by the GPU: the latest end of a GPU activity of the call's
+    process (or of one launched before the capture) within the call, to the call's end."""
+    rows = np.flatnonzero(~is_gpu)
+    names = chosen.get_column(Col.NAME).gather(rows)
+    launches = [n for n in names.unique().to_list() if n is not None and api_names.is_launch_call(n)]
+    dur = chosen.get_column(Col.DUR).to_numpy()
+    calls = rows[names.is_in(launches).to_numpy() & (dur[rows] > QUEUE_WAIT_MIN_NS)]
+    if calls.size == 0:
+        return _none()
+    pid = chosen.get_column(Col.PID).fill_null(-1).to_numpy()
+    gpu = np.flatnonzero(is_gpu)
+    has_launch = chosen.get_column(Col.LAUNCH).is_not_null().to_numpy()[gpu]
+    out_src: list[I64] = []
+    out_dst: list[I64] = []
+    for p in np.unique(pid[calls]).tolist():
+        mine = gpu[(launcher_pid[gpu] == p) | ~has_launch]
+        these = calls[pid[calls] == p]
+        a, b = _latest_within(2 * mine + 1, np.full(mine.size, p), node_ts, 2 * these, 2 * these + 1,
+                              np.full(these.size, p))
+        out_src.append(a)
+        out_dst.append(b)
+    src, dst = np.concatenate(out_src), np.concatenate(out_dst)
+    ids = chosen.get_column(Col.ID).to_numpy()
+    # A call's own activity frees no slot for it (a module load makes a first launch slow).
+    other = chosen.get_column(Col.LAUNCH).fill_null(-1).to_numpy()[src // 2] != ids[dst // 2]
+    return _edges(src[other], dst[other], Edge.SYNC, ids[dst[other] // 2])
+
+
+def _unrecorded_waits(s: pl.DataFrame, chosen: pl.DataFrame, is_gpu: npt.NDArray[np.bool_], node_ts: I64) -> Parts:
+    """An activity that started more than KERNEL_GAP_MAX_NS after both its launch and the end of
+    its stream's previous activity waited on another stream (a cudaStreamWaitEvent the trace did
+    not record: traces without cuda_sync events): the latest end of an activity on another
+    stream of its device within that wait, to its start."""
+    rows = np.flatnonzero(is_gpu)
+    if rows.size == 0:
+        return _none()
+    key = _stream_keys(chosen, rows)
+    dev = chosen.select(pl.col(Col.PID).fill_null(-1) * 65536 + pl.col(Col.DEVICE).fill_null(-1).cast(pl.Int64)
+                        ).to_series().to_numpy()[rows]
+    ts = node_ts[2 * rows]
+    end = node_ts[2 * rows + 1]
+    launch = chosen.get_column(Col.LAUNCH).fill_null(-1).to_numpy()[rows]
+    ready = np.where(launch >= 0, s.get_column(Col.TS).to_numpy()[np.maximum(launch, 0)], np.iinfo(np.int64).max)
+    order = np.lexsort((ts, key))
+    same = key[order][1:] == key[order][:-1]
+    prev_end = np.full(rows.size, np.iinfo(np.int64).min)  # a stream's first activity: none
+    prev_end[order[1:][same]] = end[order[:-1][same]]
+    could_start = np.maximum(prev_end, ready)  # an unknown launch: never
+    waiting = np.flatnonzero((ready < np.iinfo(np.int64).max) & (ts - could_start > KERNEL_GAP_MAX_NS))
+    out_src: list[I64] = [np.zeros(0, np.int64)]
+    out_dst: list[I64] = [np.zeros(0, np.int64)]
+    for d in np.unique(dev[waiting]).tolist():
+        on_dev = np.flatnonzero(dev == d)
+        by_end = on_dev[np.argsort(end[on_dev], kind="stable")]
+        ends = end[by_end]
+        for w in waiting[dev[waiting] == d].tolist():
+            i = int(np.searchsorted(ends, ts[w], side="right")) - 1
+            while i >= 0 and key[by_end[i]] == key[w]:
+                i -= 1
+            if i >= 0 and ends[i] > could_start[w]:
+                out_src.append(np.array([2 * rows[by_end[i]] + 1]))
+                out_dst.append(np.array([2 * rows[w]]))
+    src, dst = np.concatenate(out_src), np.concatenate(out_dst)
+    return _edges(src, dst, Edge.EVENT_WAIT, np.full(src.size, -1, dtype=np.int64))
