@@ -60,7 +60,9 @@ KERNELS_NEED: Final = (Kind.KERNEL,)
 def kernels(trace: Trace) -> KernelsResult:
     """Kernel time per name and family. On a Trace read with kernels only, the launch-based
     rule (collective op) has nothing to follow: families come from streams and names."""
-    k = trace.of_kind(Kind.KERNEL).select(Col.ID, pl.col(Col.NAME).cast(pl.String), Col.DUR)
+    # Names stay categorical until aggregated: a million long templated names as strings cost
+    # hundreds of MB and slow the group_by.
+    k = trace.of_kind(Kind.KERNEL).select(Col.ID, Col.NAME, Col.DUR)
     k = k.join(classify_kernels(trace), on=Col.ID, how="left")
     total_ns = int(k.get_column(Col.DUR).sum()) if k.height else 0
     by_name = (
@@ -73,7 +75,8 @@ def kernels(trace: Trace) -> KernelsResult:
             pl.col(Col.DUR).min().alias(KernelCol.MIN),
             pl.col(Col.DUR).max().alias(KernelCol.MAX),
         )
-        .with_columns((pl.col(KernelCol.TOTAL) / max(total_ns, 1)).alias(KernelCol.SHARE))
+        .with_columns(pl.col(KernelCol.NAME).cast(pl.String),
+                      (pl.col(KernelCol.TOTAL) / max(total_ns, 1)).alias(KernelCol.SHARE))
     )
     by_name = (
         by_name.sort([KernelCol.TOTAL, KernelCol.NAME, KernelCol.FAMILY, KernelCol.RULE],
