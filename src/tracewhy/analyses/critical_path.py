@@ -21,7 +21,8 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses import api_names
-from tracewhy.analyses.critical_path_graph import KERNEL_GAP_MAX_NS, Edge, Graph, build_graph
+from tracewhy.analyses.critical_path_edges import KERNEL_GAP_MAX_NS, Edge
+from tracewhy.analyses.critical_path_graph import Graph, build_graph
 from tracewhy.analyses.families import Family, classify_kernels
 from tracewhy.analyses.steps import StepsOptions, WindowCol, step_windows, steps
 from tracewhy.model.schema import KIND_CODE, Col, Kind
