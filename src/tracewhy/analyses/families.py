@@ -151,17 +151,20 @@ def classify_kernels(trace: Trace) -> pl.DataFrame:
 
 def _classify(trace: Trace) -> pl.DataFrame:
     k = trace.of_kind(Kind.KERNEL).select(
-        Col.ID, pl.col(Col.NAME).cast(pl.String), Col.PID, Col.DEVICE, Col.STREAM, Col.LAUNCH, Col.OP
+        Col.ID, Col.NAME, Col.PID, Col.DEVICE, Col.STREAM, Col.LAUNCH, Col.OP
     )
     if k.height == 0:
         return pl.DataFrame(schema=CLASSES_SCHEMA)
-    names = k.get_column(Col.NAME).unique().to_list()
-    by_name = {n: family_by_name(n) for n in names}
+    # Each name is classified once, and rows take its family by the name's category code: a
+    # million long templated names cast to strings would cost hundreds of MB.
+    names = k.select(pl.col(Col.NAME).unique()).select(
+        pl.col(Col.NAME).cast(pl.String), pl.col(Col.NAME).to_physical().alias("_code")
+    )
+    by_code = {code: family_by_name(name) for name, code in names.iter_rows()}
+    code = pl.col(Col.NAME).to_physical()
     k = k.with_columns(
-        pl.col(Col.NAME).replace_strict({n: f.value for n, (f, _) in by_name.items()}, return_dtype=pl.String)
-        .alias("family"),
-        pl.col(Col.NAME).replace_strict({n: r.value for n, (_, r) in by_name.items()}, return_dtype=pl.String)
-        .alias("rule"),
+        code.replace_strict({c: f.value for c, (f, _) in by_code.items()}, return_dtype=pl.String).alias("family"),
+        code.replace_strict({c: r.value for c, (_, r) in by_code.items()}, return_dtype=pl.String).alias("rule"),
         pl.Series("_under", _under_collective(trace, k), dtype=pl.Boolean),
     )
     comm = Family.COMMUNICATION.value
