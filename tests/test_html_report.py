@@ -211,3 +211,118 @@ def test_vendored_assets_are_the_pinned_release() -> None:
 def test_report_needs_an_output(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["report", str(GENERATED / "cpu_slow_step_base.pt.trace.json.gz")]) == 2
     assert "-o FILE" in capsys.readouterr().err
+
+
+# --- readable charts and tables (issue 19) ------------------------------------------------------
+
+#: Five steps on a V100, the first (35 ms among 96 ms) excluded as warm-up (MANIFEST.md).
+WARMUP_TRACE = "hta/v100_rank0_displayTimeUnit_ns_fractional_us.json.gz"
+#: The README's screenshot, made from the same trace by this test run (TRACEWHY_UPDATE_DOCS=1 rewrites it).
+DOCS_SCREENSHOT = ROOT / "docs" / "report.png"
+
+
+def _chart(page: Page, chart_id: str) -> dict[str, str]:
+    """What a chart's axes say: its aria-label (the axis titles) and the tick labels it drew."""
+    found: dict[str, str] = page.page.evaluate("""id => { const e = document.getElementById(id);
+        return { label: e.getAttribute('aria-label') || '', x: e.dataset.xTicks || '', y: e.dataset.yTicks || '',
+                 points: e.dataset.pointLabels || '' }; }""", chart_id)
+    return found
+
+
+def _legend_values(page: Page) -> list[str]:
+    values: list[str] = page.page.eval_on_selector_all(".u-legend .u-value", "cells => cells.map(c => c.textContent)")
+    return values
+
+
+def _pixels_near(page: Page, chart_id: str, rgba: tuple[int, int, int, int], tolerance: int = 12) -> int:
+    """Pixels of a chart's canvas within ``tolerance`` of a colour and opacity."""
+    count: int = page.page.evaluate("""([id, rgb, tol]) => {
+        const c = document.querySelector('#' + id + ' canvas');
+        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        let n = 0;
+        for (let i = 0; i < d.length; i += 4) {
+          const near = [0, 1, 2, 3].every(k => Math.abs(d[i + k] - rgb[k]) <= tol);
+          if (near) { n++; }
+        }
+        return n; }""", [chart_id, list(rgba), tolerance])
+    return count
+
+
+def test_step_chart_names_steps_starts_at_zero_and_sets_warmup_apart(browser: Any, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from tracewhy.analyses.steps import StepCol, steps
+    from tracewhy.readers import read_trace
+
+    trace = shared_trace(WARMUP_TRACE)
+    result = steps(read_trace(trace))
+    names = result.table.get_column(StepCol.NAME).to_list()
+    assert result.warmup == 1 and len(names) == 5
+    # Read by its bare name, so the page (and the README's screenshot) shows no path of this machine.
+    (tmp_path / trace.name).write_bytes(trace.read_bytes())
+    monkeypatch.chdir(tmp_path)
+    page = Page(browser, _report(Path(trace.name), tmp_path / "r.html"))
+    assert page.errors == []
+    chart = _chart(page, "steps-chart")
+    assert chart["label"] == "x: step (ProfilerStep#N); y: step time (ms)"
+    assert ["ProfilerStep#" + tick for tick in chart["x"].split("|")] == names  # by name, not 1..5
+    assert chart["y"].split("|")[0] == "0"  # from zero: a 2% spread is not zoomed to fill the axis
+    warm, steady = (255, 127, 14, 115), (31, 119, 180, 153)  # the bars' fills (RGBA on the canvas)
+    assert _pixels_near(page, "steps-chart", warm) > 500 and _pixels_near(page, "steps-chart", steady) > 2000
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = {"clip": {"x": 0, "y": 0, "width": 1280, "height": 1500}, "full_page": True}
+    page.page.screenshot(path=str(ARTIFACTS / "report-top.png"), **shot)
+    if os.environ.get("TRACEWHY_UPDATE_DOCS"):
+        DOCS_SCREENSHOT.parent.mkdir(exist_ok=True)
+        page.page.screenshot(path=str(DOCS_SCREENSHOT), **shot)
+
+
+def test_the_readme_screenshot_is_committed() -> None:
+    head = DOCS_SCREENSHOT.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n"
+    assert int.from_bytes(head[16:20], "big") == 1280  # the width the test above shoots
+
+
+def test_legends_show_values_only_on_hover(browser: Any, tmp_path: Path) -> None:
+    page = Page(browser, _report(shared_trace(WARMUP_TRACE), tmp_path / "r.html"))
+    values = _legend_values(page)
+    assert values and all(v == "" for v in values)  # no "--" for every series in a static view
+    over = page.page.locator("#steps-chart .u-over")
+    over.scroll_into_view_if_needed()
+    box = over.bounding_box()
+    assert box is not None
+    page.page.mouse.move(box["x"] + box["width"] * 0.9, box["y"] + box["height"] / 2)  # over the last step
+    hovered = [v for v in _legend_values(page) if v]
+    assert "105" in hovered[0] and any(v.endswith(" ms") for v in hovered)
+    page.page.mouse.move(0, 0)
+    assert all(v == "" for v in _legend_values(page))
+
+
+def test_times_run_from_the_stated_origin_and_numbers_keep_their_units(browser: Any, tmp_path: Path) -> None:
+    page = Page(browser, _report(shared_trace("hta/a100_ddp2_rank0_nccl2.17.json.gz"), tmp_path / "r.html"))
+    chart = _chart(page, "utilization-chart")
+    assert "x: ms since the trace start" in chart["label"]
+    assert not [t for t in chart["x"].split("|") if t.startswith("-")]  # no axis before the origin
+    header = page.page.text_content("#gaps-table th:nth-child(2)")
+    assert header is not None and "from trace start" in header
+    starts = page.page.eval_on_selector_all("#gaps-table tbody td:nth-child(2)", "tds => tds.map(t => t.textContent)")
+    assert starts and all(float(s) >= 0 for s in starts)
+    # Every number with a unit sits on one line ("15.719 / ms" wrapped in a narrow column).
+    page.page.set_viewport_size({"width": 700, "height": 900})
+    lines = page.page.evaluate("""() => Array.from(document.querySelectorAll('td:not(.text)'))
+        .filter(td => / (ms|µs|ns|s|%)$/.test(td.textContent)).map(td => {
+          const r = document.createRange(); r.selectNodeContents(td); return r.getClientRects().length; })""")
+    assert lines and set(lines) == {1}
+
+
+def test_roofline_axes_read_in_si_units_and_the_top_ops_are_labelled(browser: Any, tmp_path: Path) -> None:
+    page = Page(browser, _report(shared_trace("tracelens/h100_qwen1.5-0.5b_bs16_seq2048.json.gz"), tmp_path / "q.html"))
+    assert page.errors == []
+    chart = _chart(page, "roofline-chart")
+    y = [t for t in chart["y"].split("|") if t]
+    x = [t for t in chart["x"].split("|") if t]
+    assert y and all(re.fullmatch(r"[\d.]+ [kMGTP]?FLOP/s", t) for t in y), y  # 1 PFLOP/s, not 1.00e+15
+    assert "1 PFLOP/s" in y and "100 TFLOP/s" in y
+    assert x and all(re.fullmatch(r"[\d.]+ k?FLOP/B", t) for t in x), x
+    labels = chart["points"].split("|")
+    assert labels[0] == "mm [8944,1024][1024,2816]"  # the op with most GPU time, with its shapes
+    assert len(labels) >= 3

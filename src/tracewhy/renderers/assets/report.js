@@ -29,6 +29,62 @@
   function fmtNum(x) { return (x === null || x === undefined) ? "-" : (Number.isInteger(x) ? String(x) : x.toFixed(2)); }
   function fmtSci(x) { return (x === null || x === undefined) ? "-" : Number(x).toPrecision(3); }
   function width(id) { return Math.max(480, Math.min(1230, byId(id).clientWidth || 900)); }
+  function round3(x) { return String(Number(Number(x).toPrecision(3))); }
+  /* A rate with an SI prefix: 1.2e15 FLOP/s reads "1.2 PFLOP/s", not "1.20e+15". */
+  function fmtSI(x, unit) {
+    if (x === null || x === undefined || !isFinite(x)) { return "-"; }
+    var a = Math.abs(x), prefixes = [[1e15, "P"], [1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]];
+    for (var i = 0; i < prefixes.length; i++) {
+      if (a >= prefixes[i][0]) { return round3(x / prefixes[i][0]) + " " + prefixes[i][1] + unit; }
+    }
+    return round3(x) + " " + unit;
+  }
+  /* A log axis names its powers of ten only; uPlot asks for the ticks between them too. */
+  function decades(fmt) {
+    return function (v) {
+      if (v === null || v === undefined || v <= 0) { return ""; }
+      var e = Math.log10(v);
+      return Math.abs(e - Math.round(e)) < 1e-6 ? fmt(v) : "";
+    };
+  }
+  function commonPrefix(names) {
+    if (names.length < 2) { return ""; }
+    var p = names[0];
+    names.forEach(function (n) { while (n.indexOf(p) !== 0) { p = p.slice(0, -1); } });
+    return p.replace(/[0-9]+$/, "");
+  }
+  /* An axis' tick labels, also written on the chart (data-x-ticks, data-y-ticks): the canvas holds
+     only pixels, and a screen reader or a test reads what the axis says there. */
+  function ticks(target, axis, fmt) {
+    return function (u, splits) {
+      var shown = splits.map(function (v) { return fmt(v); });
+      target.setAttribute("data-" + axis + "-ticks", shown.join("|"));
+      return shown;
+    };
+  }
+  /* Legends show values only while the pointer is over the chart: uPlot otherwise writes "--"
+     for every series, which reads as data. */
+  function legendOnHover(u) {
+    var idle = u.legend.idx === null || u.legend.idx === undefined;
+    u.root.classList.toggle("legend-idle", idle);
+    if (idle) {  /* (the text node stays: uPlot writes the next value into it) */
+      Array.prototype.forEach.call(u.root.querySelectorAll(".u-legend .u-value"), function (c) {
+        if (c.firstChild) { c.firstChild.nodeValue = ""; }
+      });
+    }
+  }
+  function chart(opts, columns, target) {
+    var hooks = opts.hooks || {};
+    hooks.setLegend = (hooks.setLegend || []).concat([legendOnHover]);
+    hooks.ready = (hooks.ready || []).concat([legendOnHover]);
+    hooks.setCursor = (hooks.setCursor || []).concat([legendOnHover]);
+    opts.hooks = hooks;
+    /* The axis titles are drawn on the canvas too: said again where a screen reader finds them. */
+    var titles = (opts.axes || []).map(function (a) { return a.label || ""; });
+    target.setAttribute("role", "img");
+    target.setAttribute("aria-label", "x: " + (titles[0] || "") + "; y: " + (titles[1] || ""));
+    return new uPlot(opts, columns, target);
+  }
 
   /* A table whose columns sort on click. columns: [{key, label, fmt, text}] */
   function sortableTable(columns, rows) {
@@ -113,35 +169,58 @@
     show("findings");
   }
 
+  /* Step time as bars from zero, named by step, warm-up in its own colour; the steady window's
+     p50/p90/p99 as dashed lines across the whole chart (one step still shows its bar and lines). */
   function stepsChart() {
     var st = data.steps;
     if (!st || !st.rows || !st.rows.length) { return; }
     show("steps");
-    var xs = [], steady = [], warm = [], p50 = [], p90 = [], p99 = [], s = st.stats;
-    st.rows.forEach(function (r, i) {
-      xs.push(i + 1);
+    var rows = st.rows, s = st.stats, names = rows.map(function (r) { return r.name; });
+    var prefix = commonPrefix(names), xs = [], steady = [], warm = [];
+    var stats = s ? [["p50", s.p50_ns, "#2ca02c"], ["p90", s.p90_ns, "#ff7f0e"], ["p99", s.p99_ns, "#d62728"]] : [];
+    rows.forEach(function (r, i) {
+      xs.push(i);
       steady.push(r.steady ? r.dur_ns / 1e6 : null);
       warm.push(r.steady ? null : r.dur_ns / 1e6);
-      p50.push(s ? s.p50_ns / 1e6 : null);
-      p90.push(s ? s.p90_ns / 1e6 : null);
-      p99.push(s ? s.p99_ns / 1e6 : null);
     });
-    byId("steps-note").textContent = st.marker + " steps; the first " + st.warmup +
-      " excluded as warm-up; lines: steady-window p50, p90, p99." + (st.note ? " " + st.note : "");
-    var opts = {
+    function stepName(i) { return Number.isInteger(i) && rows[i] ? rows[i].name.slice(prefix.length) : ""; }
+    function ms(u, v) { return v === null || v === undefined ? "" : round3(v) + " ms"; }
+    byId("steps-note").textContent = st.marker + " steps; " + (st.warmup ? "the first " + st.warmup +
+      " (orange) excluded as warm-up" : "none excluded as warm-up") + (s ? "; dashed: steady-window p50, p90, p99." : ".") +
+      (st.note ? " " + st.note : "");
+    var target = byId("steps-chart"), bars = uPlot.paths.bars({ size: [0.6, 80] });
+    var series = [{ label: "step", value: function (u, v) { return prefix + stepName(v); } },
+      { label: "steady", fill: "rgba(31, 119, 180, 0.6)", stroke: "#1f77b4", paths: bars, points: { show: false }, value: ms },
+      { label: "warm-up (excluded)", fill: "rgba(255, 127, 14, 0.45)", stroke: "#ff7f0e", paths: bars,
+        points: { show: false }, value: ms }];
+    var columns = [xs, steady, warm];
+    stats.forEach(function (q) {
+      series.push({ label: q[0], stroke: q[2], dash: [6, 4], paths: function () { return null; }, points: { show: false },
+                    value: function () { return round3(q[1] / 1e6) + " ms"; } });
+      columns.push(xs.map(function () { return q[1] / 1e6; }));
+    });
+    function drawStats(u) {
+      var ctx = u.ctx, left = u.bbox.left, right = left + u.bbox.width;
+      ctx.save();
+      ctx.lineWidth = 1.5 * uPlot.pxRatio;
+      ctx.setLineDash([6 * uPlot.pxRatio, 4 * uPlot.pxRatio]);
+      stats.forEach(function (q) {
+        var y = u.valToPos(q[1] / 1e6, "y", true);
+        ctx.strokeStyle = q[2];
+        ctx.beginPath(); ctx.moveTo(left, y); ctx.lineTo(right, y); ctx.stroke();
+      });
+      ctx.restore();
+    }
+    chart({
       width: width("steps-chart"), height: 260,
-      scales: { x: { time: false } },
-      axes: [{ label: "step", incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000] }, { label: "ms" }],
-      series: [
-        { label: "step" },
-        { label: "steady (ms)", stroke: "#1f77b4", width: 1.5, points: { show: true, size: 6 } },
-        { label: "warm-up (ms)", stroke: "#b8b8b8", width: 1, points: { show: true, size: 6 } },
-        { label: "p50", stroke: "#2ca02c", dash: [6, 4] },
-        { label: "p90", stroke: "#ff7f0e", dash: [6, 4] },
-        { label: "p99", stroke: "#d62728", dash: [6, 4] }
-      ]
-    };
-    new uPlot(opts, [xs, steady, warm, p50, p90, p99], byId("steps-chart"));
+      scales: { x: { time: false, range: function () { return [-0.5, rows.length - 0.5]; } },
+                y: { range: function (u, lo, hi) { return [0, hi > 0 ? hi * 1.1 : 1]; } } },
+      axes: [{ label: prefix ? "step (" + prefix + "N)" : "step", incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000],
+               values: ticks(target, "x", stepName) },
+             { label: "step time (ms)", size: 60, values: ticks(target, "y", round3) }],
+      series: series,
+      hooks: { draw: [drawStats] }
+    }, columns, target);
   }
 
   function utilizationChart() {
@@ -183,13 +262,15 @@
       });
       ctx.restore();
     }
-    new uPlot({
+    var target = byId("utilization-chart");
+    chart({
       width: width("utilization-chart"), height: 280,
-      scales: { x: { time: false }, y: { range: [0, 100] } },
-      axes: [{ label: "ms since the first GPU activity" }, { label: "busy %" }],
+      scales: { x: { time: false, range: function (u, lo, hi) { return [0, hi]; } }, y: { range: [0, 100] } },
+      axes: [{ label: "ms since the trace start", values: ticks(target, "x", round3) },
+             { label: "busy %", values: ticks(target, "y", round3) }],
       series: series,
       hooks: { drawClear: [drawGaps] }
-    }, columns, byId("utilization-chart"));
+    }, columns, target);
   }
 
   var LEDGER_COLORS = {
@@ -251,7 +332,7 @@
     var box = el("div", "chart");
     byId("memory-charts").appendChild(box);
     var peakMs = m.peak_ts_ns === null ? null : (m.peak_ts_ns - m.t0_ns) / 1e6;
-    new uPlot({
+    chart({
       width: width("memory-charts"), height: 300, scales: { x: { time: false } },
       axes: [{ label: "ms since the first instant" }, memoryAxis("live bytes")],
       series: series, hooks: { drawClear: [memoryHooks(m, peakMs)] }
@@ -268,7 +349,7 @@
     byId("memory-charts").appendChild(title);
     byId("memory-charts").appendChild(box);
     var color = DEVICE_COLORS[i % DEVICE_COLORS.length];
-    new uPlot({
+    chart({
       width: width("memory-charts"), height: 260, scales: { x: { time: false } },
       axes: [{ label: "ms since the trace start" }, memoryAxis("bytes")],
       series: [{ label: "ms" },
@@ -305,7 +386,7 @@
     show("gaps");
     byId("gaps-table").appendChild(sortableTable([
       { key: "device", label: "GPU" },
-      { key: "start_ms", label: "start (ms)", fmt: fmtNum },
+      { key: "start_ms", label: "start (ms from trace start)", fmt: fmtNum },
       { key: "dur_ns", label: "idle", fmt: fmtNs },
       { key: "gap_class", label: "class", text: true },
       { key: "host_innermost", label: "host was in", text: true },
@@ -417,6 +498,14 @@
     byId("ranks-heatmap").appendChild(table);
   }
 
+  /* A point's label: the op or kernel without namespaces and template arguments, then its shapes. */
+  function pointLabel(p) {
+    var name = String(p.name).replace(/<.*>/, "<…>").replace(/^void /, "").replace(/\(.*$/, "");
+    name = name.split("::").pop();
+    var dims = String(p.input_dims || "").replace(/,\[\]/g, "").replace(/\],\[/g, "][").replace(/^\[\[/, "[")
+      .replace(/\]\]$/, "]").replace(/(\[\])+$/, "");
+    return dims ? name + " " + dims : name;
+  }
   function rooflineChart() {
     var r = data.roofline;
     if (!r || !r.points || !r.points.length) { return; }
@@ -424,7 +513,7 @@
     var pts = r.points.filter(function (p) { return p.ai > 0 && p.flop_per_s > 0; })
       .sort(function (a, b) { return a.ai - b.ai; });
     if (!pts.length) { return; }
-    byId("roofline-note").textContent = r.note || "";
+    byId("roofline-note").textContent = (r.note || "") + " Hover a point for its name; the five with most GPU time are labelled.";
     /* Points and a dense log-spaced roof share one x axis: the roof's knee must be drawn too. */
     var pf = r.peak_flop_per_s, pb = r.peak_bytes_per_s, lo = pts[0].ai / 2, hi = pts[pts.length - 1].ai * 2;
     if (pf && pb) { lo = Math.min(lo, pf / pb / 4); hi = Math.max(hi, pf / pb * 4); }
@@ -440,16 +529,71 @@
     var xs = rows.map(function (q) { return q[0]; });
     var ys = rows.map(function (q) { return q[1]; });
     var roof = rows.map(function (q) { return q[2]; });
-    new uPlot({
-      width: width("roofline-chart"), height: 320, mode: 1,
+    var top = pts.slice().sort(function (a, b) { return b.gpu_ns - a.gpu_ns; }).slice(0, 5);
+    var target = byId("roofline-chart"), hover = el("div", "note hover");
+    hover.id = "roofline-hover";
+    target.parentNode.insertBefore(hover, target.nextSibling);
+    function drawLabels(u) {
+      var ctx = u.ctx, px = uPlot.pxRatio;
+      ctx.save();
+      ctx.font = (11 * px) + "px system-ui, sans-serif";
+      ctx.textAlign = "left";
+      ctx.textBaseline = "alphabetic";
+      ctx.fillStyle = "#1d2430";
+      var taken = [];
+      function put(text, x, y) {
+        taken.push([x, y - 12 * px, x + ctx.measureText(text).width, y]);
+        ctx.fillText(text, x, y);
+      }
+      if (pf && pb) {
+        ctx.fillStyle = "#d62728";
+        put("compute roof " + fmtSI(pf, "FLOP/s"), u.valToPos(pf / pb, "x", true) + 6 * px, u.valToPos(pf, "y", true) - 6 * px);
+        var xm = Math.sqrt(lo * (pf / pb));
+        put("memory roof " + fmtSI(pb, "B/s"), u.valToPos(xm, "x", true) + 6 * px, u.valToPos(xm * pb, "y", true) - 6 * px);
+        ctx.fillStyle = "#1d2430";
+      }
+      /* A label that would cover one already drawn goes below its point, or is left to the hover line. */
+      var drawn = [];
+      top.forEach(function (p) {
+        var text = pointLabel(p), w = ctx.measureText(text).width, h = 12 * px;
+        var x = u.valToPos(p.ai, "x", true) + 6 * px, y0 = u.valToPos(p.flop_per_s, "y", true);
+        if (x + w > u.bbox.left + u.bbox.width) { x -= w + 12 * px; }  /* near the right edge: left of the point */
+        [y0 - 6 * px, y0 + 16 * px].some(function (y) {
+          var box = [x, y - h, x + w, y];
+          var free = taken.every(function (b) { return box[2] < b[0] || box[0] > b[2] || box[3] < b[1] || box[1] > b[3]; });
+          if (free) { taken.push(box); drawn.push(text); ctx.fillText(text, x, y); }
+          return free;
+        });
+      });
+      target.setAttribute("data-point-labels", drawn.join("|"));
+      ctx.restore();
+    }
+    /* The point nearest the pointer, within 20 px, named under the chart. */
+    function showPoint(u) {
+      var left = u.cursor.left, topPx = u.cursor.top, p = null, best = 400;
+      if (left !== null && left !== undefined && left >= 0) {
+        pts.forEach(function (q) {
+          var dx = u.valToPos(q.ai, "x") - left, dy = u.valToPos(q.flop_per_s, "y") - topPx;
+          if (dx * dx + dy * dy < best) { best = dx * dx + dy * dy; p = q; }
+        });
+      }
+      hover.textContent = p ? pointLabel(p) + ": " + fmtSI(p.flop_per_s, "FLOP/s") + " at " + round3(p.ai) +
+        " FLOP/B, " + fmtNs(p.gpu_ns) + " GPU time" + (p.bound ? ", " + p.bound : "") : "";
+    }
+    chart({
+      width: width("roofline-chart"), height: 360, mode: 1, padding: [18, 48, 0, 0],
       scales: { x: { time: false, distr: 3 }, y: { distr: 3 } },
-      axes: [{ label: "arithmetic intensity (FLOP/byte)" }, { label: "FLOP/s", size: 70, values: function (u, v) { return v.map(fmtSci); } }],
+      axes: [{ label: "arithmetic intensity (FLOP per byte)", values: ticks(target, "x", decades(function (v) { return fmtSI(v, "FLOP/B"); })) },
+             { label: "achieved FLOP/s", size: 90, values: ticks(target, "y", decades(function (v) { return fmtSI(v, "FLOP/s"); })) }],
       series: [
-        { label: "FLOP/byte" },
-        { label: "ops (achieved)", stroke: "#1f77b4", paths: function () { return null; }, points: { show: true, size: 7, fill: "#1f77b4" } },
-        { label: "roof", stroke: "#d62728", width: 1.5, spanGaps: true, points: { show: false } }
-      ]
-    }, [xs, ys, roof], byId("roofline-chart"));
+        { label: "intensity", value: function (u, v) { return v === null || v === undefined ? "" : round3(v) + " FLOP/B"; } },
+        { label: "ops (achieved)", stroke: "#1f77b4", paths: function () { return null; }, points: { show: true, size: 7, fill: "#1f77b4" },
+          value: function (u, v) { return v === null || v === undefined ? "" : fmtSI(v, "FLOP/s"); } },
+        { label: "roof", stroke: "#d62728", width: 1.5, spanGaps: true, points: { show: false },
+          value: function (u, v) { return v === null || v === undefined ? "" : fmtSI(v, "FLOP/s"); } }
+      ],
+      hooks: { draw: [drawLabels], setCursor: [showPoint] }
+    }, [xs, ys, roof], target);
   }
 
   function verdictsTable() {
@@ -496,7 +640,8 @@
 
   header();
   [findings, stepsChart, utilizationChart, memorySection, gapsTable, overlapTable, compileSection, blocksTable, ranksHeatmap,
-   rooflineChart, verdictsTable, opsTable, kernelsTable].forEach(function (render) {
+   rooflineChart,
+   verdictsTable, opsTable, kernelsTable].forEach(function (render) {
     try { render(); } catch (e) { console.error("tracewhy report: " + render.name + ": " + e); }
   });
 }());
