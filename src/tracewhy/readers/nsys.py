@@ -333,7 +333,11 @@ def _slices(parts: list[pl.DataFrame]) -> tuple[pl.DataFrame, np.ndarray[Any, np
     if slices.get_column(Col.KIND).is_in([k.value for k in HOST_KINDS]).any():
         from tracewhy.model.linking import link_slices
 
-        slices = link_slices(slices)
+        # Nesting only: its launch join keys on the correlation id alone, which
+        # _link_within_process does per process anyway, so it is given no ids to join.
+        correlation = slices.get_column(Col.CORRELATION)
+        slices = link_slices(slices.with_columns(pl.lit(None, dtype=correlation.dtype).alias(Col.CORRELATION)))
+        slices = slices.with_columns(correlation)
     linked = _link_within_process(slices)
     return linked.cast(dict(SLICES_SCHEMA)), id_of_key  # type: ignore[arg-type]
 
