@@ -160,7 +160,7 @@ def _differs_at(names: Sequence[str]) -> list[int]:
 def indented(text: Text, indent: int) -> Padding:
     """``text`` with its wrapped lines kept under its first, ``indent`` columns in: a finding's
     statement stays one block under its heading, however narrow the terminal."""
-    return Padding(text, (0, 0, 0, indent))
+    return Padding(text, (0, 0, 0, indent), expand=False)
 
 
 class NameCell:
