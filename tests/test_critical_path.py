@@ -93,6 +93,22 @@ def test_a_kernel_held_back_by_another_stream_waits_on_it(tmp_path: Path) -> Non
     }
 
 
+def test_a_launch_blocked_on_a_full_queue_waits_on_the_gpu(tmp_path: Path) -> None:
+    # The second launch takes 1000 µs and returns 10 µs after the first kernel ends: the launch
+    # queue was full, the host was waiting on the GPU. The path runs through that kernel.
+    b = KinetoBuilder()
+    b.annotation("ProfilerStep#1", 0, 2000).annotation("ProfilerStep#2", 2000, 100)
+    b.launch("sm80_gemm_a", 10, 5, gpu_ts=20, gpu_dur=1000)
+    b.launch("sm80_gemm_b", 30, 1000, gpu_ts=1040, gpu_dur=60)
+    b.op("aten::add", 1035, 955)
+    step = _analyse(tmp_path, b).steps.row(0, named=True)
+    assert step["total_ns"] == 2000 * US and step["determined"]
+    assert {c: step[f"{c}_ns"] for c in CATEGORIES} == {
+        "host_ops": (10 + 5 + 955 + 10) * US, "launch_overhead": 10 * US, "kernels": 1000 * US,
+        "communication": 0, "copies": 0, "sync": 10 * US, "kernel_gap": 0, "idle": 0,
+    }
+
+
 # --- real traces: what holds on every path -------------------------------------------------------
 
 REAL = ["hta/a100_ddp2_rank0_nccl2.17.json.gz", "hta/sampled_128rank_job_rank0.json.gz",
