@@ -44,6 +44,11 @@ LAUNCH_DISPATCH_RATIO: Final = 0.5
 #: Share of kernels shorter than one launch call above which CUDA graphs pay off clearly.
 SHORT_KERNEL_SHARE: Final = 0.5
 
+# --- step-time spikes ----------------------------------------------------------------------
+#: A user line explains the spikes when its self time in them grows by at least this share of
+#: their excess over the median step: most of the extra time is then under that one line.
+SPIKE_LINE_MIN_SHARE: Final = 0.5
+
 # --- copies --------------------------------------------------------------------------------
 #: Pageable copies worth mentioning: fewer than this per step are not worth pinning memory for.
 PAGEABLE_MIN_BYTES: Final = 1 << 20
