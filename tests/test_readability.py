@@ -253,3 +253,21 @@ def test_ranks_reports_each_rank_as_it_arrives() -> None:
     summaries = load_rank_summaries(files, None, done=done.append)
     assert done == files
     assert [s.rank for s in summaries] == [0, 1]
+
+
+def test_ranks_draws_a_line_per_rank_only_where_progress_shows() -> None:
+    from tracewhy.cli.commands.ranks import rank_progress
+
+    files = [str(GENERATED / f"ddp_gloo_rank{r}.pt.trace.json.gz") for r in (0, 1)]
+    with rank_progress(files) as done:
+        assert done is None  # not a terminal, or --json: nothing drawn
+    token = cli_base._SHOW_PROGRESS.set(True)
+    try:
+        with rank_progress(files) as done:
+            assert done is not None
+            for f in files:
+                done(f)
+        with rank_progress(files[:1]) as done:
+            assert done is None  # one file: nothing to compare progress across
+    finally:
+        cli_base._SHOW_PROGRESS.reset(token)
