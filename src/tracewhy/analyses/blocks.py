@@ -251,11 +251,12 @@ def _synced(trace: Trace, a: pl.DataFrame) -> list[bool | None]:
         r_end = r_ts + rows.get_column(Col.DUR).to_numpy()
         lo = np.searchsorted(ts, r_ts, side="left")
         hi = np.searchsorted(ts, r_end, side="left")
-        for row, first, h, end in zip(rows.get_column("_row").to_list(), lo.tolist(), hi.tolist(), r_end.tolist(),
-                                      strict=True):
-            last = int(last_launch[h - 1]) if h > first else -1
-            if last < first:
-                continue
-            nxt = last + 1
-            out[row] = bool(nxt < ts.size and is_sync[nxt] and ts[nxt] <= end + SYNC_AFTER_BLOCK_NS)
+        # All ranges of the thread at once (millions of NVTX ranges in a large nsys export).
+        last = np.where(hi > lo, last_launch[np.maximum(hi - 1, 0)], -1)
+        launched_in = last >= lo
+        nxt = np.minimum(last + 1, ts.size - 1)
+        synced = (last + 1 < ts.size) & is_sync[nxt] & (ts[nxt] <= r_end + SYNC_AFTER_BLOCK_NS)
+        for row, flag in zip(rows.get_column("_row").to_numpy()[launched_in].tolist(),
+                             synced[launched_in].tolist(), strict=True):
+            out[row] = flag
     return out

@@ -163,19 +163,13 @@ def line_of(trace: Trace, slice_ids: list[int] | I64, *, within: bool = False) -
     chosen[ids] = True
     inside = tree.nearest(chosen) >= 0
     if tree.is_python.any():
-        py = np.flatnonzero(tree.is_python)
-        names = trace.slices.get_column(Col.NAME).gather(py).cast(pl.String)
-        user_names = [u for u in names.unique().to_list() if parse_frame(u)[3]]
-        user = np.zeros(tree.parent.size, dtype=bool)
-        user[py[names.is_in(user_names).to_numpy()]] = True
+        user = _user_frames(trace, tree)
         owner = tree.nearest(user)
         votes_at, weight = owner[ids], np.maximum(tree.dur[ids], 1)
         if within:
             frames = np.flatnonzero(user & inside)
-            up = np.where(tree.parent[frames] >= 0, owner[np.maximum(tree.parent[frames], 0)], -1)
-            below = np.bincount(up[up >= 0], weights=tree.dur[frames][up >= 0], minlength=tree.parent.size)
             if frames.size:
-                votes_at, weight = frames, np.maximum(tree.dur[frames] - below[frames].astype(np.int64), 0)
+                votes_at, weight = frames, _user_self_ns(tree, user, owner, frames)
         keep = votes_at >= 0
         if not keep.any():
             return None
@@ -196,6 +190,71 @@ def line_of(trace: Trace, slice_ids: list[int] | I64, *, within: bool = False) -
         if entry is not None:
             votes[entry] = votes.get(entry, 0.0) + w
     return _source(max(votes, key=lambda k: votes[k])) if votes else None
+
+
+class WindowSelfCol:
+    """Columns of ``user_self_by_window``: per window and user frame, the frames' self time."""
+
+    WINDOW: Final = "window"  # the window's index in the starts/ends given
+    FILE: Final = "file"
+    LINE: Final = "line"
+    FUNCTION: Final = "function"
+    SELF: Final = "self_ns"
+
+
+WINDOW_SELF_SCHEMA: Final = pl.Schema({
+    WindowSelfCol.WINDOW: pl.Int64(), WindowSelfCol.FILE: pl.String(), WindowSelfCol.LINE: pl.Int64(),
+    WindowSelfCol.FUNCTION: pl.String(), WindowSelfCol.SELF: pl.Int64(),
+})
+
+
+def user_self_by_window(trace: Trace, starts: I64, ends: I64) -> pl.DataFrame:
+    """Per window [starts[i], ends[i]) (sorted by start) and user frame (WINDOW_SELF_SCHEMA): the
+    self time (time less the user frames directly below, as ``line_of(within=True)`` weighs
+    them) of the frames that start in the window. Empty without ``python_function`` frames: a
+    legacy ``Call stack`` has no frame durations."""
+    tree = HostTree.of(trace)
+    empty = pl.DataFrame(schema=WINDOW_SELF_SCHEMA)
+    if not tree.is_python.any() or starts.size == 0:
+        return empty
+    user = _user_frames(trace, tree)
+    frames = np.flatnonzero(user)
+    window = np.searchsorted(starts, tree.ts[frames], side="right") - 1
+    inside = (window >= 0) & (tree.ts[frames] < ends[np.maximum(window, 0)])
+    frames, window = frames[inside], window[inside]
+    if frames.size == 0:
+        return empty
+    names = trace.slices.get_column(Col.NAME).gather(frames).cast(pl.String)
+    per_name = (pl.DataFrame({"window": window, "name": names,
+                              "self_ns": _user_self_ns(tree, user, tree.nearest(user), frames)})
+                .group_by("window", "name").agg(pl.col("self_ns").sum()))
+    parsed = [parse_frame(n) for n in per_name.get_column("name").to_list()]
+    return pl.DataFrame({
+        WindowSelfCol.WINDOW: per_name.get_column("window"), WindowSelfCol.FILE: [p[0] for p in parsed],
+        WindowSelfCol.LINE: [p[1] for p in parsed], WindowSelfCol.FUNCTION: [p[2] for p in parsed],
+        WindowSelfCol.SELF: per_name.get_column("self_ns"),
+    }, schema=WINDOW_SELF_SCHEMA).sort(WindowSelfCol.WINDOW, WindowSelfCol.FILE, WindowSelfCol.LINE,
+                                       WindowSelfCol.FUNCTION)
+
+
+def _user_frames(trace: Trace, tree: HostTree) -> B:
+    """Which slices are Python frames of user code."""
+    py = np.flatnonzero(tree.is_python)
+    names = trace.slices.get_column(Col.NAME).gather(py).cast(pl.String)
+    user_names = [u for u in names.unique().to_list() if parse_frame(u)[3]]
+    user = np.zeros(tree.parent.size, dtype=bool)
+    user[py[names.is_in(user_names).to_numpy()]] = True
+    return user
+
+
+def _user_self_ns(tree: HostTree, user: B, owner: I64, frames: I64) -> I64:
+    """Each of these user frames' time less that of the user frames whose nearest user frame
+    above is it (``owner``: tree.nearest(user)); every user frame below counts, not just ``frames``."""
+    every = np.flatnonzero(user)
+    up = np.where(tree.parent[every] >= 0, owner[np.maximum(tree.parent[every], 0)], -1)
+    below = np.bincount(up[up >= 0], weights=tree.dur[every][up >= 0], minlength=tree.parent.size)
+    self_ns: I64 = np.maximum(tree.dur[frames] - below[frames].astype(np.int64), 0)
+    return self_ns
 
 
 def _heaviest(trace: Trace, frames: I64, weight: I64) -> str:

@@ -10,9 +10,11 @@ import polars as pl
 from tracewhy.analyses.compile import CompileStepCol, RecompileCol
 from tracewhy.analyses.copies import copies
 from tracewhy.analyses.host_activity import Flag
+from tracewhy.analyses.source_lines import SourceLine
 from tracewhy.analyses.spikes import spikes
 from tracewhy.analyses.steps import StepCol
 from tracewhy.analyses.syncs import compiler_rows
+from tracewhy.findings import source_line as sl
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.codes import Code
 from tracewhy.findings.compile import compile_result
@@ -97,10 +99,10 @@ def _scalar_reads(ctx: Context) -> list[Finding]:
     user = reads.filter(~pl.col("optimizer")).sort("calls", descending=True)
     where = [w for w in (user.row(0, named=True)["python"], user.row(0, named=True)["annotation"])
              if w] if user.height else []
+    line = sl.scalar_read_line(ctx) if calls - from_optimizer else None
     parts = []
     if calls - from_optimizer:
-        parts.append(f"{(calls - from_optimizer) / steps:.1f} in the training loop"
-                     + (f" (most at {where[0]})" if where else ""))
+        parts.append(f"{(calls - from_optimizer) / steps:.1f} in the training loop" + _read_site(where, line))
     if from_optimizer:
         block = reads.filter(pl.col("optimizer")).row(0, named=True)["annotation"] or "the optimizer's step"
         parts.append(f"{from_optimizer / steps:.1f} inside {block}")
@@ -111,8 +113,10 @@ def _scalar_reads(ctx: Context) -> list[Finding]:
     recoverable = 0 if has_gpu else round(_own_time(ctx, reads.get_column(Col.NAME).unique().to_list()) / steps)
     advice = []
     if calls - from_optimizer:
-        advice.append("Stop reading values back every step: accumulate losses/metrics on the device and call "
-                      ".item() every N steps (or log asynchronously).")
+        advice.append("Stop reading values back every step"
+                      + sl.named(line, " (", ")")
+                      + ": accumulate losses/metrics on the device and call .item() every N steps (or log "
+                        "asynchronously).")
     if from_optimizer:
         advice.append("The optimizer's reads come from its single-tensor path (each parameter's step counter): "
                       "construct it with foreach=True or fused=True (the default for CUDA parameters), or "
@@ -130,8 +134,18 @@ def _scalar_reads(ctx: Context) -> list[Finding]:
         next_step=" ".join(advice),
         recoverable_ns_per_step=recoverable,
         evidence={"calls": calls, "per_step": calls / steps, "from_optimizer": from_optimizer,
-                  "reads": reads.to_dicts()},
+                  "reads": reads.to_dicts(), **sl.evidence(line)},
     )]
+
+
+def _read_site(where: list[str], line: SourceLine | None) -> str:
+    """Where the loop's reads are: the innermost frame or annotation above the most of them, and
+    the user line above them when the trace has one and it is not that same frame."""
+    if line is None:
+        return f" (most at {where[0]})" if where else ""
+    if not where or where[0] == sl.frame_name(line):
+        return sl.named(line, " (most at ", ")")
+    return sl.named(line, f" (most at {where[0]}, ", ")")
 
 
 def _own_time(ctx: Context, names: list[str]) -> float:
@@ -169,21 +183,39 @@ def _spikes(ctx: Context) -> list[Finding]:
     # Compile time the recompile finding already claims is not recoverable twice; with compile work
     # the only cause, the other spikes' excess is as unexplained as below.
     recoverable = max((excess if causes else compiling) - min(compiling, recompiled_ns), 0) if explained else 0
+    spike_steps = sp.spikes.get_column("step").to_list()
+    grown = sl.spike_line(ctx, spike_steps, excess)
+    contents, next_step = _spike_contents(parts, grown)
     return [Finding(
         code=Code.STEP_TIME_SPIKES, severity=Severity.MEDIUM if explained else Severity.LOW,
         statement=f"{sp.spikes.height} of {steady.height} steady steps run over {100 * (1 + sp.margin):.0f}% of the "
-                  f"median ({ms(excess / sp.spikes.height)} extra each); "
-                  + (f"they contain {', '.join(parts)} over a median step." if explained else
-                     "they contain nothing a median step lacks (machine noise, GC or I/O outside the trace)."),
-        next_step=("Remove the per-step source of those events (recompiles: mark dynamic shapes or pad; allocator: "
-                   "stable shapes; syncs: tracewhy gaps TRACE --class sync)." if explained else
-                   "Rerun to see whether the spikes repeat; if they do, capture with with_stack=True around them."),
-        # Unexplained spikes are not recoverable by any change we can name.
+                  f"median ({ms(excess / sp.spikes.height)} extra each); {contents}",
+        next_step=next_step,
+        # Unexplained spikes are not recoverable by any change we can name; a line that takes the
+        # extra time names where to look, not a change that recovers it.
         recoverable_ns_per_step=round(recoverable / max(steady.height, 1)),
-        evidence={"spike_steps": sp.spikes.get_column("step").to_list(), "excess_ns": excess, "causes": causes,
-                  "compile_ns": compiling},
+        evidence={"spike_steps": spike_steps, "excess_ns": excess, "causes": causes, "compile_ns": compiling,
+                  **({} if grown is None else {**sl.evidence(grown[0]), "line_extra_ns": grown[1]})},
         see=(Code.RECOMPILE,) if compiling else (),
     )]
+
+
+def _spike_contents(parts: list[str], grown: tuple[SourceLine, int] | None) -> tuple[str, str]:
+    """What the spikes contain that a median step lacks (events, compile work, the user line
+    their extra time went to), and what to do about it."""
+    events = f"they contain {', '.join(parts)} over a median step" if parts else ""
+    next_step = ("Remove the per-step source of those events (recompiles: mark dynamic shapes or pad; allocator: "
+                 "stable shapes; syncs: tracewhy gaps TRACE --class sync)." if parts else
+                 "Rerun to see whether the spikes repeat; if they do, capture with with_stack=True around them.")
+    if grown is None:
+        return (events or "they contain nothing a median step lacks (machine noise, GC or I/O outside the trace)"
+                ) + ".", next_step
+    line, extra_ns = grown
+    took = sl.named(line, after=f" takes {ms(extra_ns)} more in each than in the other steady steps.")
+    if parts:
+        return f"{events}; {took}", next_step
+    return took, (f"See what {sl.where(line)} does differently in those steps (tracewhy lines TRACE lists its "
+                  "time); rerun to see whether the spikes repeat.")
 
 
 def _compile_in_spikes(ctx: Context, spike_steps: list[int]) -> tuple[dict[str, int], int]:

@@ -14,8 +14,10 @@ from tracewhy.analyses.input import input_pipeline
 from tracewhy.analyses.intervals import union
 from tracewhy.analyses.launch import launch
 from tracewhy.analyses.overlap import OverlapCol
+from tracewhy.analyses.source_lines import SourceLine
 from tracewhy.analyses.stats import mean_of
 from tracewhy.analyses.steps import StepCol, WindowCol
+from tracewhy.findings import source_line as sl
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.basis import Basis, basis
 from tracewhy.findings.codes import Code
@@ -148,18 +150,24 @@ def _input(ctx: Context, b: Basis, ns: float) -> Finding:
     ip = input_pipeline(ctx.steps(), ctx.host(), ctx.busy())
     steady = ip.per_step.filter(pl.col(StepCol.STEADY))
     loader = mean_of(steady.get_column("dataloader_ns"))
+    line = sl.input_line(ctx)
     return Finding(
         code=Code.GPU_IDLE_INPUT, severity=_severity(b, ns),
         statement=f"The GPU waits on the input pipeline for {ms(ns)} {b.unit} ({b.of_window(ns)}): "
                   f"the host is inside DataLoader __next__ while the GPU has nothing to run"
-                  + (f" (DataLoader takes {ms(float(loader))} per step)." if loader else "."),
+                  + (f" (DataLoader takes {ms(float(loader))} per step)." if loader else ".") + _fetched_under(line),
         next_step="Load batches in worker processes: DataLoader(..., num_workers=N (start at the CPU cores per GPU), "
                   "pin_memory=True, persistent_workers=True, prefetch_factor=2+); then move any per-sample "
                   "preprocessing that is still slow to the GPU.",
         recoverable_ns_per_step=round(ns),
         evidence={"idle_in_dataloader_ns": round(ns), "fetches": ip.fetches,
-                  "dataloader_ns_per_step": None if loader is None else round(loader)},
+                  "dataloader_ns_per_step": None if loader is None else round(loader), **sl.evidence(line)},
     )
+
+
+def _fetched_under(line: SourceLine | None) -> str:
+    """The sentence naming the user line under which the DataLoader's fetches spend their time."""
+    return sl.named(line, " Most of the fetch time is under ", ".")
 
 
 def _sync(ctx: Context, b: Basis, ns: float) -> Finding:
@@ -171,16 +179,20 @@ def _sync(ctx: Context, b: Basis, ns: float) -> Finding:
              .group_by("site").agg(pl.len().alias("n"), pl.col("blocked_ns").sum())
              .sort("blocked_ns", descending=True).head(3))
     sites = [f"{r['site'] or 'outside any op'} ({r['n']}x)" for r in where.iter_rows(named=True)]
+    line = sl.sync_line(ctx)
     return Finding(
         code=Code.GPU_IDLE_SYNC, severity=_severity(b, ns),
         statement=f"Host synchronization drains the GPU: {ms(ns)} {b.unit} ({b.of_window(ns)}) of idle time follows "
-                  f"or sits inside a blocking call ({n_per_step:.0f} {b.unit}; most from {', '.join(sites) or '-'}).",
+                  f"or sits inside a blocking call ({n_per_step:.0f} {b.unit}; most from {', '.join(sites) or '-'}"
+                  f"{sl.named(line, '; ')}).",
         next_step="Remove per-step host reads of device values (.item(), .cpu(), print(tensor), torch.nonzero, "
-                  "bool(tensor)) at those sites: keep metrics on the GPU and read them every N steps, or use "
-                  "non_blocking copies into pinned memory.",
+                  "bool(tensor)) at those sites"
+                  + sl.named(line, " (", ")")
+                  + ": keep metrics on the GPU and read them every N steps, or use non_blocking copies into pinned "
+                    "memory.",
         recoverable_ns_per_step=round(ns),
         evidence={"idle_after_sync_ns": round(ns), "syncs_per_step": n_per_step, "sites": sites,
-                  "scalar_reads": sy.scalar_reads.to_dicts()},
+                  "scalar_reads": sy.scalar_reads.to_dicts(), **sl.evidence(line)},
     )
 
 
@@ -213,16 +225,17 @@ def _host(ctx: Context, b: Basis, ns: float) -> Finding:
     py = _top_gaps(ctx, GapClass.HOST, "host_python")
     ann = _top_gaps(ctx, GapClass.HOST, "host_annotation")
     where = py or ops or ann
+    line = sl.host_line(ctx)
     return Finding(
         code=Code.GPU_IDLE_HOST, severity=_severity(b, ns),
         statement=f"The GPU waits while the host computes: {ms(ns)} {b.unit} ({b.of_window(ns)}) of idle time with "
                   "the host in Python or CPU ops and no launch in flight "
-                  f"(mostly {', '.join(where) or 'unnamed code'}).",
-        next_step="Move that work off the critical path (precompute, do it on the GPU, or overlap it with the next "
-                  "step); profile the Python with py-spy record -o host.svg -- python train.py, and list the gaps "
-                  "with tracewhy gaps TRACE --class host.",
+                  f"(mostly {', '.join(where) or 'unnamed code'}{sl.named(line, '; ')}).",
+        next_step=f"Move that work{sl.named(line, ' (', ')')} off the critical path (precompute, do it on the GPU, "
+                  "or overlap it with the next step); profile the Python with py-spy record -o host.svg -- python "
+                  "train.py, and list the gaps with tracewhy gaps TRACE --class host.",
         recoverable_ns_per_step=round(ns),
-        evidence={"idle_host_ns": round(ns), "ops": ops, "python": py, "annotations": ann},
+        evidence={"idle_host_ns": round(ns), "ops": ops, "python": py, "annotations": ann, **sl.evidence(line)},
     )
 
 
@@ -300,15 +313,16 @@ def _input_over_the_trace(ctx: Context) -> list[Finding]:
         return []
     loader, span, thread = best
     share = loader / span
+    line = sl.input_line(ctx)
     return [Finding(
         code=Code.INPUT_BOUND, severity=Severity.HIGH if share >= th.HIGH_SEVERITY_SHARE else Severity.MEDIUM,
         statement=f"Over the trace (no step markers), the training thread spends {ms(loader)} of {ms(span)} "
-                  f"({pct(share)}) fetching batches in DataLoader __next__.",
+                  f"({pct(share)}) fetching batches in DataLoader __next__." + _fetched_under(line),
         next_step="Load batches in worker processes: DataLoader(..., num_workers=N, pin_memory=True, "
                   "persistent_workers=True, prefetch_factor=2+); mark iterations with prof.step() for per-step "
                   "figures.",
         recoverable_ns_per_step=round(loader),
-        evidence={"dataloader_ns": round(loader), "span_ns": round(span), "thread": list(thread)},
+        evidence={"dataloader_ns": round(loader), "span_ns": round(span), "thread": list(thread), **sl.evidence(line)},
     )]
 
 
@@ -327,14 +341,15 @@ def _input_without_gpu(ctx: Context) -> list[Finding]:
     share = loader / window if window else 0.0
     if share < th.INPUT_MIN_SHARE:
         return []
+    line = sl.input_line(ctx)
     return [Finding(
         code=Code.INPUT_BOUND, severity=Severity.HIGH if share >= th.HIGH_SEVERITY_SHARE else Severity.MEDIUM,
         statement=f"The step spends {ms(loader)} of its {ms(window)} window ({pct(share)}; means over "
                   f"{steady.height} steady steps) fetching the next batch in DataLoader __next__ on the training "
-                  "thread.",
+                  "thread." + _fetched_under(line),
         next_step="Load batches in worker processes: DataLoader(..., num_workers=N, pin_memory=True, "
                   "persistent_workers=True, prefetch_factor=2+).",
         recoverable_ns_per_step=round(loader),
         evidence={"mean_dataloader_ns_per_step": round(loader), "mean_window_ns": round(window),
-                  "steady_steps": steady.height, "fetches": ip.fetches},
+                  "steady_steps": steady.height, "fetches": ip.fetches, **sl.evidence(line)},
     )]
