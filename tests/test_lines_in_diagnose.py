@@ -170,3 +170,12 @@ def test_each_line_is_looked_up_once_per_diagnosis(monkeypatch: pytest.MonkeyPat
     assert source_line.input_line(ctx) is None  # no DataLoader in this loop
     source_line.input_line(ctx)
     assert calls == [False, True]
+
+
+def test_a_spike_step_where_no_user_frame_starts_names_no_line() -> None:
+    """Frames are counted in the step they start in; a step none starts in (here one past the
+    last) has no line to name, and the other steps' frames are no reason to name one."""
+    ctx = Context(tracewhy.load(GENERATED / "cpu_lines_sleep.pt.trace.json.gz"))
+    past_the_end = ctx.steps().table.height
+    assert source_line.spike_line(ctx, [past_the_end], excess_ns=1.0) is None
+    assert source_line.spike_line(ctx, [1], excess_ns=1.0) is not None  # the trace's real spike step

@@ -111,8 +111,8 @@ def spike_line(ctx: Context, spike_steps: list[int], excess_ns: float) -> tuple[
         grown = (mean_self(frames, spike_steps, "spike").join(mean_self(frames, base, "base"), on=frame, how="left")
                  .with_columns((pl.col("spike") - pl.col("base").fill_null(0)).alias("extra"))
                  .sort(["extra", *frame], descending=[True, False, False, False]))
-        top = grown.row(0, named=True)
-        if top["extra"] < th.SPIKE_LINE_MIN_SHARE * excess_ns / len(spike_steps):
+        top = grown.row(0, named=True) if grown.height else None
+        if top is None or top["extra"] < th.SPIKE_LINE_MIN_SHARE * excess_ns / len(spike_steps):
             return None
         return SourceLine(file=top[w.FILE], line=top[w.LINE], function=top[w.FUNCTION]), round(top["extra"])
     return ctx.cached(f"source_line:spikes:{spike_steps}", compute)
