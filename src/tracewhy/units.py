@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Final
 
-from rich.console import Console, ConsoleOptions, RenderResult
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.markup import escape
 from rich.measure import Measurement
 from rich.padding import Padding
@@ -179,7 +179,27 @@ class NameCell:
         return Measurement(min(self.min_width, options.max_width), len(self.text))
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        yield Text(cut_middle(self.text, options.max_width, self.differs_at), no_wrap=True, overflow="crop", end="")
+        # Squeezed below its minimum (a narrow terminal), a name takes a second line rather
+        # than losing what tells it apart.
+        width = max(options.max_width, 1)
+        lines = 1 if width >= self.min_width else 2
+        shown = cut_middle(self.text, width * lines, self.differs_at)
+        yield Text("\n".join(shown[i:i + width] for i in range(0, len(shown), width)), no_wrap=True,
+                   overflow="crop", end="")
+
+
+class Fit:
+    """A table built for the width it is given (``build(width)``), so that in a narrow terminal
+    the columns that matter least leave first instead of the name column shrinking to nothing."""
+
+    def __init__(self, build: Callable[[int], RenderableType]) -> None:
+        self.build = build
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement.get(console, options, self.build(options.max_width))
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.build(options.max_width)
 
 
 def name_cells(names: Sequence[str | None], min_width: int = NAME_MIN_WIDTH) -> list[NameCell]:

@@ -19,7 +19,7 @@ from tracewhy.model.trace import Trace
 from tracewhy.readers import CacheOptions, read_trace
 from tracewhy.readers.source import refuse_special
 from tracewhy.renderers.jsonout import render_json
-from tracewhy.units import fmt_bytes, names_whole, printable, whole_names
+from tracewhy.units import Fit, fmt_bytes, names_whole, printable, whole_names
 
 
 class Command:
@@ -241,7 +241,7 @@ def print_tables(console: Console, renderable: RenderableType) -> None:
         for part in renderable.renderables:
             print_tables(console, part)
         return
-    if isinstance(renderable, Table) and names_whole():
+    if isinstance(renderable, (Table, Fit)) and names_whole():
         needed = console.measure(renderable, options=console.options.update_width(10**6)).maximum
         if needed > console.width:
             with _wider(console, needed):

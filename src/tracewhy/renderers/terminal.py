@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from tracewhy.units import fmt_bytes, fmt_ns, fmt_pct, name_cells, printable, shorten
+from tracewhy.units import Fit, fmt_bytes, fmt_ns, fmt_pct, name_cells, printable, shorten
 
 if TYPE_CHECKING:  # types only: importing the analyses here would load every one of them
     import polars as pl
@@ -80,25 +80,42 @@ def kernels_payload(r: KernelsResult, joined: pl.DataFrame | None = None) -> dic
     }
 
 
+#: Columns of the kernel table left out below these widths, the least needed first: a 9-column
+#: table of numbers does not fit 80 columns beside any name (``--wide`` and ``--json`` have them all).
+_KERNEL_COLUMNS_FROM: Final = {"by": 120, "mean": 100, "p50": 90}
+
+
 def render_kernels(r: KernelsResult, top: int) -> RenderableType:
     from tracewhy.analyses.kernels import KernelCol  # loaded already: ``r`` comes from it
 
-    t = Table(title=f"{r.total_count} kernels, {fmt_ns(r.total_time_ns)} total",
-              caption="by: what decided the family (collective op, comm-only stream, library, name)")
-    for col in ("kernel", "family", "by", "count", "total", "mean", "p50", "max", "share"):
-        t.add_column(col, justify="left" if col in ("kernel", "family", "by") else "right", no_wrap=col != "kernel")
     rows = list(r.by_name.head(top).iter_rows(named=True))
-    for row, name in zip(rows, name_cells([row[KernelCol.NAME] for row in rows]), strict=True):
-        t.add_row(name, row[KernelCol.FAMILY], row[KernelCol.RULE],
-                  str(row[KernelCol.COUNT]), fmt_ns(row[KernelCol.TOTAL]), fmt_ns(row[KernelCol.MEAN]),
-                  fmt_ns(row[KernelCol.P50]), fmt_ns(row[KernelCol.MAX]), fmt_pct(row[KernelCol.SHARE]))
+    names = name_cells([row[KernelCol.NAME] for row in rows])
+
+    def table(width: int) -> Table:
+        cols = [c for c in ("kernel", "family", "by", "count", "total", "mean", "p50", "max", "share")
+                if width >= _KERNEL_COLUMNS_FROM.get(c, 0)]
+        left_out = [c for c in _KERNEL_COLUMNS_FROM if c not in cols]
+        t = Table(title=f"{r.total_count} kernels, {fmt_ns(r.total_time_ns)} total",
+                  caption="by: what decided the family (collective op, comm-only stream, library, name)" if "by" in cols
+                  else f"{', '.join(left_out)}: in a wider terminal, --wide or --json")
+        for col in cols:
+            t.add_column(col, justify="left" if col in ("kernel", "family", "by") else "right", no_wrap=col != "kernel")
+        for row, name in zip(rows, names, strict=True):
+            cells: dict[str, RenderableType] = {
+                "kernel": name, "family": row[KernelCol.FAMILY], "by": row[KernelCol.RULE],
+                "count": str(row[KernelCol.COUNT]), "total": fmt_ns(row[KernelCol.TOTAL]),
+                "mean": fmt_ns(row[KernelCol.MEAN]), "p50": fmt_ns(row[KernelCol.P50]),
+                "max": fmt_ns(row[KernelCol.MAX]), "share": fmt_pct(row[KernelCol.SHARE])}
+            t.add_row(*(cells[c] for c in cols))
+        return t
+
     f = Table(title="by family")
     for col in ("family", "count", "total", "share"):
         f.add_column(col, justify="left" if col == "family" else "right")
     for row in r.by_family.iter_rows(named=True):
         f.add_row(row[KernelCol.FAMILY], str(row[KernelCol.COUNT]), fmt_ns(row[KernelCol.TOTAL]),
                   fmt_pct(row[KernelCol.SHARE]))
-    return Group(t, f)
+    return Group(Fit(table), f)
 
 
 def ops_payload(r: OpsResult) -> dict[str, Any]:
