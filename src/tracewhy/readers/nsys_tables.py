@@ -27,7 +27,9 @@ PART_SCHEMA: Final = pl.Schema(
     {
         KEY: pl.Int64(),
         "kind": pl.String(),
-        "name": pl.String(),
+        # Categorical from the start: concatenating and sorting millions of names (templated
+        # kernel names run to hundreds of bytes) copies codes, not strings.
+        "name": pl.Categorical(),
         "ts_ns": pl.Int64(),
         "dur_ns": pl.Int64(),
         "pid": pl.Int64(),
@@ -280,7 +282,7 @@ def sync_part(db: Db, runtime: pl.DataFrame, offset: int) -> pl.DataFrame:
     cols = f"""{_GPU_COLS.format(pid=PID_SQL.format(c="globalPid"))},
         {db.col(t, 'syncType')} AS syncType"""
     s = _duration(db.frame(t, cols, {**_GPU_SCHEMA, "syncType": pl.Int64()}), t, db)
-    api = runtime.select("pid", "correlation", pl.col("name").alias("_api")).unique(
+    api = runtime.select("pid", "correlation", pl.col("name").cast(pl.String).alias("_api")).unique(
         subset=["pid", "correlation"], keep="first"
     )
     s = s.join(api, on=["pid", "correlation"], how="left").with_columns(
