@@ -286,7 +286,7 @@ def _from_call_stacks(trace: Trace, tree: HostTree, include_library: bool,
     per_slice = pl.DataFrame({
         OCol.ID: ids, "above": above[ids], "own": np.maximum(tree.dur[ids] - inner[ids].astype(np.int64), 0),
         "gpu": gpu[ids], "syncs": syncs[ids].astype(np.int64), "op": tree.outermost_op[ids].astype(np.int64),
-        "steady": np.maximum(steady[ids] - inner_steady[ids].astype(np.int64), 0),
+        "in_steady": np.maximum(steady[ids] - inner_steady[ids].astype(np.int64), 0),
     })
     entries = stacked.select(OCol.ID, pl.col(OCol.CALL_STACK).str.split(";").alias("entry")).explode("entry") \
         .with_columns(pl.int_range(pl.len()).over(OCol.ID).alias("pos"))
@@ -305,7 +305,7 @@ def _from_call_stacks(trace: Trace, tree: HostTree, include_library: bool,
         pl.col("syncs").sum().alias(LineCol.SYNCS), pl.col("op").sum().alias(LineCol.OPS))
     totals = members.group_by(LineCol.FRAME).agg(
         pl.col("own").sum().alias(LineCol.HOST_TOTAL), pl.col("gpu").sum().alias(LineCol.GPU),
-        pl.col("steady").sum().alias(LineCol.HOST_STEADY))
+        pl.col("in_steady").sum().alias(LineCol.HOST_STEADY))
     calls = entered.group_by(LineCol.FRAME).agg(pl.len().cast(pl.Int64).alias(LineCol.CALLS))
     table = frames.join(totals, on=LineCol.FRAME).join(selfs, on=LineCol.FRAME, how="left") \
         .join(calls, on=LineCol.FRAME, how="left").with_columns(
