@@ -25,6 +25,7 @@ from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding, Severity
 from tracewhy.findings.overlap import overlap_result
 from tracewhy.findings.platform import gpu_vendor
+from tracewhy.findings.playbook import ncu_command, nsys_command, shell
 from tracewhy.units import fmt_ns as ms
 from tracewhy.units import fmt_pct as pct
 
@@ -106,8 +107,9 @@ def _saturated(ctx: Context, b: Basis) -> Finding:
         profile = ("profile the top ones with ROCm Compute Profiler (rocprof-compute profile -n top -k NAME -- "
                    "python train.py; tracewhy reads Nsight Compute reports only)")
     else:
-        profile = ("profile the top ones with Nsight Compute (ncu --set full -k regex:NAME -c 5 -o top python "
-                   "train.py) and read the report with tracewhy roofline top.ncu-rep")
+        profile = ("profile the top ones with Nsight Compute (tracewhy capture ncu --kernel NAME -- python train.py "
+                   f"runs `{shell(ncu_command(['python', 'train.py'], 'NAME', name='top'))}` and reads top.ncu-rep "
+                   "with tracewhy roofline)")
     return Finding(
         code=Code.GPU_SATURATED,
         severity=Severity.INFO,
@@ -277,7 +279,8 @@ def _dependency(ctx: Context, b: Basis, ns: float) -> Finding:
         statement=f"Work was already queued but the GPU stayed idle {ms(ns)} {b.unit} ({b.of_window(ns)}): it waited "
                   "on a dependency (another stream, an event, or a copy engine), not on the host.",
         next_step="Look at cross-stream waits around these gaps in Perfetto (tracewhy export TRACE -o a.json.gz) "
-                  "or with nsys: nsys profile --trace=cuda,nvtx python train.py.",
+                  f"or with Nsight Systems (tracewhy capture nsys -- python train.py runs "
+                  f"`{shell(nsys_command(['python', 'train.py']))}`).",
         recoverable_ns_per_step=round(ns),
         evidence={"idle_dependency_ns": round(ns),
                   "next_activities": _top_gaps(ctx, GapClass.DEPENDENCY, "next_activity")},
