@@ -282,12 +282,16 @@ def sync_part(db: Db, runtime: pl.DataFrame, offset: int) -> pl.DataFrame:
     cols = f"""{_GPU_COLS.format(pid=PID_SQL.format(c="globalPid"))},
         {db.col(t, 'syncType')} AS syncType"""
     s = _duration(db.frame(t, cols, {**_GPU_SCHEMA, "syncType": pl.Int64()}), t, db)
-    api = runtime.select("pid", "correlation", pl.col("name").cast(pl.String).alias("_api")).unique(
-        subset=["pid", "correlation"], keep="first"
+    # Only the calls that made these records (the runtime table holds millions of calls).
+    keys = ["pid", "correlation"]
+    api = (
+        runtime.select(*keys, pl.col("name").alias("_api"))
+        .join(s.select(keys).unique(), on=keys, how="semi", maintain_order="left")
+        .unique(subset=keys, keep="first")
     )
     s = s.join(api, on=["pid", "correlation"], how="left").with_columns(
         pl.coalesce(
-            pl.col("_api").replace_strict(SYNC_BY_API, default=None, return_dtype=pl.String),
+            pl.col("_api").cast(pl.String).replace_strict(SYNC_BY_API, default=None, return_dtype=pl.String),
             _label("syncType", SYNC_TYPE, "Unknown Sync"),
         ).alias("name"),
         _none_if_uint32_max("stream"),
