@@ -20,6 +20,9 @@ starts, opens the file, answers the same question and exits. The
 in-process times leave out Python's start and imports, which nsys's embedded interpreter
 does not pay in the same way; they are shown as what the reader itself costs.
 
+The same comparison on a large export (0.6 GB, 1 M kernels, built by bench/inflate_nsys.py), with
+peak RSS and ``nsys analyze`` against ``diagnose``, is bench/bench_nsys_scale.py (issue 20).
+
 Usage: python bench/bench_nsys.py [--export FILE.sqlite[.gz]] [--repeat N] [--nsys PATH]
            [--json OUT] [--md OUT (default bench/results_nsys.md; '-' for none)]
 """

@@ -14,7 +14,7 @@ tracewhy runs without its parsed-trace cache (it parses the file as nsys does). 
 --nsys, $TRACEWHY_NSYS or PATH (NSYS_NOTES.md §6 installs 2023.4.4 without a GPU).
 
 Usage: python bench/bench_nsys_scale.py [--copies 250] [--export OUT.sqlite (reuse)] [--repeat 3]
-           [--skip-diagnose] [--md OUT (default bench/results_nsys_scale.md; '-' for none)]
+           [--skip-diagnose] [--before OLD_SRC_DIR] [--md OUT (default bench/results_nsys_scale.md; '-': none)]
 """
 
 from __future__ import annotations
@@ -71,6 +71,8 @@ def main() -> int:
     ap.add_argument("--nsys", default=None)
     ap.add_argument("--skip-diagnose", action="store_true", help="kernels and nsys stats only")
     ap.add_argument("--md", default=str(REPO / "bench" / "results_nsys_scale.md"))
+    ap.add_argument("--before", type=Path, default=None,
+                    help="an older src/ folder (git archive REV src | tar -x -C DIR): its tracewhy runs too")
     args = ap.parse_args()
     nsys = find_nsys(args.nsys)
     if nsys is None:
@@ -93,6 +95,9 @@ def main() -> int:
             Run("tracewhy kernels --json", [*tw, "kernels", "--json", str(export)], env),
             Run("tracewhy kernels --json (no ADBC)", [*tw, "kernels", "--json", str(export)], plain),
         ]
+        before = {**env, "PYTHONPATH": str(args.before.resolve())} if args.before else None
+        if before is not None:
+            runs.append(Run("tracewhy kernels --json (before)", [*tw, "kernels", "--json", str(export)], before))
         if not args.skip_diagnose:
             runs += [
                 Run("nsys analyze (6 rules)", [nsys, "analyze", "--rule", RULES, "--format", "csv", *common,
@@ -100,6 +105,8 @@ def main() -> int:
                 Run("tracewhy diagnose --json", [*tw, "diagnose", "--json", str(export)], env),
                 Run("tracewhy diagnose --json (no ADBC)", [*tw, "diagnose", "--json", str(export)], plain),
             ]
+            if before is not None:
+                runs.append(Run("tracewhy diagnose --json (before)", [*tw, "diagnose", "--json", str(export)], before))
         load = [os.getloadavg()[0]]
         for _ in range(args.repeat):
             for i, r in enumerate(runs):
