@@ -104,6 +104,15 @@ def test_recompile_with_logs_names_the_guard(capsys: pytest.CaptureFixture[str])
     assert "ProfilerStep#4" in first["statement"]
 
 
+def test_diagnose_logs_that_are_not_text_are_a_one_line_error(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    binary = tmp_path / "stderr.log"
+    binary.write_bytes(b"\xff\xfe\x00\x81" * 64)
+    assert main(["diagnose", "--no-cache", str(_trace("recompile")), "--logs", str(binary)]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(binary) in err[0] and "Traceback" not in err[0]
+
+
 def test_recompile_cost_is_its_compile_work() -> None:
     _, recompiles = _planted("recompile")
     f = _one(_diagnosis("recompile"), Code.RECOMPILE)
