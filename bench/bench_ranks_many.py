@@ -134,13 +134,13 @@ def summary_bytes(path: Path) -> tuple[int, int]:
 def row(label: str, runs: list[Run], floor: list[int] | None = None) -> str:
     ok = [r for r in runs if r.rc == 0]
     if not ok:
-        return f"| {label} | failed: {runs[0].err.strip().splitlines()[-1:]} | | | | | |"
+        return f"| {label} | failed: {runs[0].err.strip().splitlines()[-1:]} | | | | | | |"
     med = sorted(ok, key=lambda r: r.wall_s)[len(ok) // 2]
     walls = ", ".join(f"{r.wall_s:.1f}" for r in runs)
     peaks = ", ".join(f"{p / 2**20:,.0f}" for p in med.worker_peaks[:2])
     floor_text = f" (idle before: {', '.join(f'{p / 2**20:,.0f}' for p in floor)})" if floor else ""
     load = statistics.fmean(r.load for r in runs)
-    return (f"| {label} | {med.wall_s:.1f} s | {walls} | {med.cpu_s / med.wall_s:.2f} "
+    return (f"| {label} | {med.wall_s:.1f} s | {walls} | {med.cpu_s:.1f} s | {med.cpu_s / med.wall_s:.2f} "
             f"| {med.parent_peak / 2**20:,.0f} MiB | {peaks} MiB{floor_text} | {med.out_bytes / 1000:,.0f} kB "
             f"| {load:.1f} |")
 
@@ -182,9 +182,9 @@ def main() -> int:
         f"{' / '.join(f'{v:.2f}' for v in load_end)} (shared machine: timings are noisy)",
         f"- input: {len(files)} files of {files[0].stat().st_size / MB:.1f} MB (uncompressed Kineto JSON, one real "
         f"V100 DDP rank with its rank rewritten), {total / 1e9:.2f} GB in all", "",
-        "| executor | median wall | runs (s) | CPU s / wall s | peak RSS of the command | peak RSS per worker "
-        "| JSON out | load 1 min |",
-        "| --- | ---: | --- | ---: | ---: | --- | ---: | ---: |",
+        "| executor | median wall | runs (s) | CPU s (all processes) | CPU s / wall s | peak RSS of the command "
+        "| peak RSS per worker | JSON out | load 1 min |",
+        "| --- | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: |",
         row("2 worker processes (--workers 2)", local),
         row("Dask LocalCluster, 2 workers x 1 thread", dask, floor),
         "",
