@@ -24,7 +24,7 @@ from tracewhy.cli import main
 from tracewhy.model.cache import CacheOptions
 from tracewhy.model.schema import Col, Kind
 from tracewhy.readers import read_trace
-from tracewhy.renderers.perfetto import FINDINGS_PID, GAPS_TID, UTILIZATION_COUNTER
+from tracewhy.renderers.perfetto import CRITICAL_PATH_PID, FINDINGS_PID, GAPS_TID, UTILIZATION_COUNTER
 
 FRESH = CacheOptions(enabled=False)
 GAP_CLASSES = {"input", "sync", "launch", "host", "allocator", "comm", "graph", "dependency", "other"}
@@ -120,7 +120,7 @@ def test_nsys_export_is_a_chrome_trace_of_the_same_content(tmp_path: Path) -> No
 def test_cpu_only_trace_gets_findings_but_no_gpu_tracks(tmp_path: Path) -> None:
     doc = _export(GENERATED / "cpu_slow_step_base.pt.trace.json.gz", tmp_path / "cpu.json")
     added = [e for e in doc["traceEvents"] if e.get("cat") == "tracewhy"]
-    assert added and all(e["pid"] == FINDINGS_PID for e in added)
+    assert added and all(e["pid"] in (FINDINGS_PID, CRITICAL_PATH_PID) for e in added)  # the host's path only
     assert any(e["name"].startswith("[trust] cpu-only-trace") for e in added if e["ph"] == "X")
 
 

@@ -27,6 +27,9 @@ _GRAPH = re.compile(r"^(cuda|hip)GraphLaunch$|^cuGraphLaunch$")
 _DATALOADER = re.compile(r"^enumerate\(DataLoader\)#.*__next__$|DataLoader.*__next__")
 _COMM = re.compile(r"^(nccl|gloo|mpi|ucc|rccl):|^c10d::|^record_param_comms$|ProcessGroup|^nccl[A-Z]")
 _OPTIMIZER = re.compile(r"^Optimizer\.(step|zero_grad)")
+#: The autograd engine's per-node op (PyTorch's autograd/engine.cpp names it
+#: "autograd::engine::evaluate_function: <Node>"): a thread that runs it is a backward thread.
+_AUTOGRAD_NODE = re.compile(r"^autograd::engine::evaluate_function")
 # aten ops that copy a device value to the host and therefore wait for the device.
 _SCALAR_READ = re.compile(r"^aten::(item|_local_scalar_dense|nonzero|is_nonzero|equal|allclose|tolist)$")
 
@@ -69,6 +72,11 @@ def is_optimizer(name: str) -> bool:
 @lru_cache(maxsize=8192)
 def is_scalar_read(name: str) -> bool:
     return _SCALAR_READ.match(name) is not None
+
+
+@lru_cache(maxsize=8192)
+def is_autograd_node(name: str) -> bool:
+    return _AUTOGRAD_NODE.match(name) is not None
 
 
 #: torch.autograd.profiler.emit_nvtx names each op's NVTX range "<op>, seq = N, op_id = M" (seq

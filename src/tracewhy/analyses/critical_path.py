@@ -24,7 +24,7 @@ from tracewhy.analyses import api_names
 from tracewhy.analyses.critical_path_edges import KERNEL_GAP_MAX_NS, Edge
 from tracewhy.analyses.critical_path_graph import Graph, build_graph
 from tracewhy.analyses.families import Family, classify_kernels
-from tracewhy.analyses.steps import StepsOptions, WindowCol, step_windows, steps
+from tracewhy.analyses.steps import StepsOptions, StepsResult, WindowCol, step_windows, steps
 from tracewhy.model.schema import KIND_CODE, Col, Kind
 from tracewhy.model.trace import Trace
 
@@ -62,6 +62,9 @@ class CriticalPathOptions:
     #: Analyse this one window (start_ns, end_ns) instead of the steps: e.g. one instance of an
     #: annotation, as HTA's critical_path_analysis(annotation, instance_id) does.
     window_ns: tuple[int, int] | None = None
+    #: Analyse at most this many steps, steady ones first (then warm-up), in time order (None:
+    #: every step). The report bounds it: each step costs a walk and its replays.
+    max_steps: int | None = None
 
 
 class PathCol:
@@ -79,14 +82,23 @@ class PathCol:
     COUNT: Final = "count"
     GAIN: Final = "gain_ns"  # step time saved if the item took no time (null: not replayed)
     EDGE: Final = "edge"  # an Edge name
+    NUMBER: Final = WindowCol.NUMBER
+    STEADY: Final = WindowCol.STEADY
+    NS: Final = "ns"  # a family's time on the path (``families``)
+
+
+#: The ``steps`` column of each category's time on the path.
+CATEGORY_NS: Final = {c: f"{c}_ns" for c in CATEGORIES}
 
 
 @dataclass(frozen=True)
 class CriticalPathResult:
     """``steps``: per step its window (WindowCol names), ``total_ns``, ``determined`` and one
-    ``<category>_ns`` column per category. ``families``: step, family, ns (kernels only).
+    ``<category>_ns`` column per category (``CATEGORY_NS``); ``step`` is the window's index among
+    all ``steps_total`` of the trace, of which ``steps`` holds at most ``max_steps``.
+    ``families``: step, family, ns (kernels only).
     ``segments``: the path in time order: step, ts_ns, dur_ns, category, edge, id (the slice the
-    time was spent in, null for idle and gaps). ``on_path``: step, id, name, kind, category,
+    time was spent in, null for idle and gaps), name (that slice's). ``on_path``: step, id, name, kind, category,
     family, ts_ns, dur_ns, on_path_ns. ``gains``: step, category, name, count, on_path_ns,
     gain_ns."""
 
@@ -99,25 +111,30 @@ class CriticalPathResult:
     #: Edges left out because their end precedes their start (host and GPU clocks disagree).
     dropped_edges: int
     note: str | None
+    steps_total: int
 
 
-def critical_path(trace: Trace, options: CriticalPathOptions = CriticalPathOptions()) -> CriticalPathResult:
+def critical_path(trace: Trace, options: CriticalPathOptions = CriticalPathOptions(),
+                  steps_result: StepsResult | None = None) -> CriticalPathResult:
+    """``steps_result``: the steps to take (their warm-up included) when the caller has them."""
     trace.require_whole()
     graph = build_graph(trace)
     if options.window_ns is None:
-        st = steps(trace, StepsOptions(marker=options.marker))
+        st = steps_result or steps(trace, StepsOptions(marker=options.marker))
         windows, marker, note = step_windows(trace, st), st.marker, st.note
     else:
         windows, marker, note = _one_window(graph, *options.window_ns), "window", None
+    steps_total = windows.height
+    chosen = _bounded(windows, options.max_steps)
     labels = _Labels(trace, graph)
     replay = _Replay(graph)
     by_pid = _nodes_by_pid(graph)
     step_rows: list[dict[str, object]] = []
     segments: list[pl.DataFrame] = []
     gains: list[pl.DataFrame] = []
-    for i, (ws, we, pid, number, steady) in enumerate(windows.select(
-            WindowCol.WINDOW_START, WindowCol.WINDOW_END, WindowCol.PID, WindowCol.NUMBER,
-            WindowCol.STEADY).iter_rows()):
+    for i, ws, we, pid, number, steady in chosen.select(
+            _INDEX, WindowCol.WINDOW_START, WindowCol.WINDOW_END, WindowCol.PID, WindowCol.NUMBER,
+            WindowCol.STEADY).iter_rows():
         path, start, sink = _walk(graph, by_pid.get(pid), ws, we)
         seg = labels.segments(path, ws).with_columns(pl.lit(i, pl.Int64).alias(PathCol.STEP))
         segments.append(seg)
@@ -127,7 +144,7 @@ def critical_path(trace: Trace, options: CriticalPathOptions = CriticalPathOptio
             PathCol.STEP: i, WindowCol.NUMBER: number, WindowCol.STEADY: steady, PathCol.WINDOW_START: ws,
             PathCol.WINDOW_END: we, PathCol.WINDOW: we - ws, PathCol.TOTAL: total,
             PathCol.DETERMINED: sink >= 0 and start <= ws and int(graph.node_ts[sink]) == we,
-            **{f"{c}_ns": int(by_cat.get(c, 0)) for c in CATEGORIES},
+            **{CATEGORY_NS[c]: int(by_cat.get(c, 0)) for c in CATEGORIES},
         })
         gains.append(_gains(trace, graph, replay, seg, i, ws, we, sink, options.gain_items))
     seg_all = pl.concat(segments) if segments else labels.segments([], 0).with_columns(
@@ -141,25 +158,45 @@ def critical_path(trace: Trace, options: CriticalPathOptions = CriticalPathOptio
         marker=marker,
         steps=pl.DataFrame(step_rows, schema=_STEPS_SCHEMA),
         families=seg_all.filter(pl.col(PathCol.FAMILY).is_not_null()).group_by(PathCol.STEP, PathCol.FAMILY)
-        .agg(pl.col(Col.DUR).sum().alias("ns")).sort(PathCol.STEP, "ns", PathCol.FAMILY,
+        .agg(pl.col(Col.DUR).sum().alias(PathCol.NS)).sort(PathCol.STEP, PathCol.NS, PathCol.FAMILY,
                                                       descending=[False, True, False]),
-        segments=seg_all.select(PathCol.STEP, Col.TS, Col.DUR, PathCol.CATEGORY, PathCol.EDGE, Col.ID),
+        segments=_named(trace, seg_all.select(PathCol.STEP, Col.TS, Col.DUR, PathCol.CATEGORY, PathCol.EDGE, Col.ID)),
         on_path=on_path,
         gains=pl.concat(gains) if gains else pl.DataFrame(schema=_GAINS_SCHEMA),
         dropped_edges=graph.dropped_edges,
         note=note,
+        steps_total=steps_total,
     )
+
+
+_INDEX: Final = "_index"
+
+
+def _bounded(windows: pl.DataFrame, max_steps: int | None) -> pl.DataFrame:
+    """The windows to analyse, with their index among all (``_INDEX``): at most ``max_steps``,
+    steady ones first, in time order."""
+    w = windows.with_row_index(_INDEX).with_columns(pl.col(_INDEX).cast(pl.Int64))
+    if max_steps is None or w.height <= max_steps:
+        return w
+    return w.sort(pl.col(WindowCol.STEADY).not_(), _INDEX).head(max_steps).sort(_INDEX)
 
 
 _STEPS_SCHEMA: Final = pl.Schema({
     PathCol.STEP: pl.Int64(), WindowCol.NUMBER: pl.Int64(), WindowCol.STEADY: pl.Boolean(),
     PathCol.WINDOW_START: pl.Int64(), PathCol.WINDOW_END: pl.Int64(), PathCol.WINDOW: pl.Int64(),
-    PathCol.TOTAL: pl.Int64(), PathCol.DETERMINED: pl.Boolean(), **{f"{c}_ns": pl.Int64() for c in CATEGORIES},
+    PathCol.TOTAL: pl.Int64(), PathCol.DETERMINED: pl.Boolean(), **{CATEGORY_NS[c]: pl.Int64() for c in CATEGORIES},
 })
 _GAINS_SCHEMA: Final = pl.Schema({
     PathCol.STEP: pl.Int64(), PathCol.CATEGORY: pl.String(), Col.NAME: pl.String(), PathCol.COUNT: pl.Int64(),
     PathCol.ON_PATH: pl.Int64(), PathCol.GAIN: pl.Int64(),
 })
+
+
+def _named(trace: Trace, seg: pl.DataFrame) -> pl.DataFrame:
+    """The segments with the name of the slice each was spent in (null without one)."""
+    ids = seg.get_column(Col.ID)
+    names = trace.slices.get_column(Col.NAME).gather(ids.fill_null(0)).cast(pl.String)
+    return seg.with_columns(pl.when(ids.is_not_null()).then(names).alias(Col.NAME))
 
 
 def _one_window(graph: Graph, start_ns: int, end_ns: int) -> pl.DataFrame:

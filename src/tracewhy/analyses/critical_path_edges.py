@@ -8,7 +8,6 @@ vocabulary (``Edge``) both graph modules share.
 from __future__ import annotations
 
 import itertools
-import re
 from enum import IntEnum
 from typing import Final
 
@@ -78,11 +77,6 @@ QUEUE_WAIT_MIN_NS: Final = 50_000
 #: dependency (the GPU's own gap between queued kernels is a few µs); HTA's
 #: KERNEL_KERNEL_DELAY_THRESHOLD_US, for the same reason.
 KERNEL_GAP_MAX_NS: Final = 1_500_000
-
-#: The autograd engine's per-node op: a thread that runs it is a backward thread, which the
-#: thread that called backward() waits on (HTA finds the same thread by "autograd" in names).
-_AUTOGRAD_NODE = re.compile(r"^autograd::engine::evaluate_function")
-
 
 class _Streams:
     """GPU activities per stream, for asking which one a wait drained: each stream's activities
@@ -210,14 +204,16 @@ def sync_edges(trace: Trace, chosen: pl.DataFrame, is_gpu: npt.NDArray[np.bool_]
 def handoff_edges(s: pl.DataFrame, chosen: pl.DataFrame, host: npt.NDArray[np.bool_], node_ts: I64,
               chain: EdgeParts) -> EdgeParts:
     """Threads waiting on each other around backward(): the calling thread waits (inside an
-    annotation, or with nothing open) while a backward thread of its process runs the autograd
-    graph, and goes on when that thread goes idle; the backward thread sits idle until the
-    calling thread hands it work. Edges: into the end of a waiting stretch on one side, from the
-    latest instant within it on the other side that can end the wait (the end of a top-level
-    slice on a backward thread; any start on another thread)."""
+    annotation, or with nothing open) while a backward thread of its process (one that runs
+    autograd engine nodes, ``api_names.is_autograd_node``; HTA finds the same thread by
+    "autograd" in names) runs the autograd graph, and goes on when that thread goes idle; the
+    backward thread sits idle until the calling thread hands it work. Edges: into the end of a
+    waiting stretch on one side, from the latest instant within it on the other side that can
+    end the wait (the end of a top-level slice on a backward thread; any start on another
+    thread)."""
     rows = np.flatnonzero(host)
     names = chosen.get_column(Col.NAME)
-    hits = [n for n in names.gather(rows).unique().to_list() if n is not None and _AUTOGRAD_NODE.match(n)]
+    hits = [n for n in names.gather(rows).unique().to_list() if n is not None and api_names.is_autograd_node(n)]
     if not hits:
         return no_edges()
     pid = chosen.get_column(Col.PID).fill_null(-1).to_numpy()
@@ -251,6 +247,8 @@ def _latest_within(cand: I64, cand_pid: I64, node_ts: I64, lo: I64, hi: I64, pid
     out_dst: list[I64] = [np.zeros(0, np.int64)]
     for p in np.unique(pid).tolist():
         mine = cand[cand_pid == p]
+        if mine.size == 0:  # e.g. a process whose only thread is its backward thread
+            continue
         times = node_ts[mine]
         order = np.argsort(times, kind="stable")
         mine, times = mine[order], times[order]

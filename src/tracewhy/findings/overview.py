@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from tracewhy.analyses.blocks import BlocksOptions, BlocksResult, blocks
+from tracewhy.analyses.critical_path import CriticalPathOptions, CriticalPathResult, critical_path
 from tracewhy.analyses.info import InfoResult, info
 from tracewhy.analyses.kernels import KernelsResult, kernels
 from tracewhy.analyses.nvtx import gpu_projection
@@ -25,6 +26,10 @@ from tracewhy.model.trace import Trace
 
 #: Bins of the GPU-utilization series over the whole trace (a point per ~0.5% of its span).
 UTILIZATION_BINS = 200
+#: Steps whose critical path the report and the export show (steady ones first): each step costs
+#: a walk and the replays of its top items, about a quarter of a second on a 100 k-slice trace;
+#: ``tracewhy critical-path`` analyses every step.
+CRITICAL_PATH_STEPS = 3
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,7 @@ class Overview:
     blocks: BlocksResult | None
     op_roofline: OpRooflineResult | None
     device_pids: dict[int, int]
+    critical_path: CriticalPathResult | None = None  # None without steps
 
     @property
     def steady_window_ns(self) -> tuple[int, int] | None:
@@ -60,6 +66,8 @@ def overview(trace: Trace, options: DiagnoseOptions | None = None) -> Overview:
     ctx.cached("steps", lambda: report.steps)
     bl = blocks(trace, BlocksOptions(step_marker=options.step_marker, warmup=options.warmup), report.steps)
     roof = op_roofline(trace) if has_gpu and trace.op_attrs.height else None
+    path = critical_path(trace, CriticalPathOptions(marker=options.step_marker, max_steps=CRITICAL_PATH_STEPS),
+                         report.steps) if report.steps.table.height else None
     return Overview(
         info=info(trace, options.step_marker),
         report=report,
@@ -72,6 +80,7 @@ def overview(trace: Trace, options: DiagnoseOptions | None = None) -> Overview:
         op_roofline=roof if roof is not None and roof.ops.height else None,
         device_pids={int(d): int(p) for d, p in gpu.group_by(Col.DEVICE).agg(pl.col(Col.PID).mode().first())
                      .select(Col.DEVICE, Col.PID).iter_rows() if p is not None},
+        critical_path=path,
     )
 
 

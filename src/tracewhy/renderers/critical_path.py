@@ -1,9 +1,9 @@
 """``critical-path`` output: the JSON payload (per step: total, composition, what lies on the
-path and what removing it would save) and the terminal tables."""
+path and what removing it would save), the report's section and the terminal tables."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -12,20 +12,25 @@ from rich.text import Text
 from tracewhy.units import fmt_ns, fmt_pct, printable, shorten
 
 if TYPE_CHECKING:
+    import polars as pl
+
     from tracewhy.analyses.critical_path import CriticalPathResult
 
 #: The columns of ``on_path[]`` and ``gains[]`` in the payload (the step is the enclosing entry).
 _ON_PATH_FIELDS = ("id", "name", "kind", "category", "family", "ts_ns", "dur_ns", "on_path_ns")
 _GAIN_FIELDS = ("category", "name", "count", "on_path_ns", "gain_ns")
+#: Columns of ``critical_path_items`` beside category, name, count and on_path_ns.
+GAIN_PER_STEP: Final = "gain_ns_per_step"  # mean saving over the steps where it was replayed
+REPLAYED: Final = "replayed_steps"
 
 
-def critical_path_payload(r: CriticalPathResult) -> dict[str, Any]:
+def critical_path_payload(r: CriticalPathResult, per_step_lists: bool = True) -> dict[str, Any]:
     """The JSON of ``critical-path``: ``steps[]``, each with its window, ``total_ns`` (the time the
     path covers: the window's length when ``determined``), ``composition`` (ns per category, and
     per kernel family under ``kernel_families``), ``on_path[]`` (slices, in time order) and
     ``gains[]`` (per name on the path, ``gain_ns``: step time saved if all its instances in the
-    step took no time, null where not replayed)."""
-    from tracewhy.analyses.critical_path import CATEGORIES, PathCol
+    step took no time, null where not replayed); without ``per_step_lists``, neither list."""
+    from tracewhy.analyses.critical_path import CATEGORIES, CATEGORY_NS, PathCol
 
     on_path = r.on_path.partition_by(PathCol.STEP, as_dict=True, maintain_order=True)
     gains = r.gains.partition_by(PathCol.STEP, as_dict=True, maintain_order=True)
@@ -34,16 +39,51 @@ def critical_path_payload(r: CriticalPathResult) -> dict[str, Any]:
     for row in r.steps.iter_rows(named=True):
         key = (row[PathCol.STEP],)
         fam = families.get(key)
-        composition: dict[str, Any] = {c: row[f"{c}_ns"] for c in CATEGORIES}
-        composition["kernel_families"] = dict(fam.select("family", "ns").iter_rows()) if fam is not None else {}
-        steps.append({
+        composition: dict[str, Any] = {c: row[CATEGORY_NS[c]] for c in CATEGORIES}
+        composition["kernel_families"] = dict(fam.select(PathCol.FAMILY, PathCol.NS).iter_rows()) \
+            if fam is not None else {}
+        step = {
             **{k: v for k, v in row.items() if not k.endswith("_ns") or k in (
                 PathCol.WINDOW_START, PathCol.WINDOW_END, PathCol.WINDOW, PathCol.TOTAL)},
             "composition": composition,
-            "on_path": _rows(on_path.get(key), _ON_PATH_FIELDS),
-            "gains": _rows(gains.get(key), _GAIN_FIELDS),
-        })
+        }
+        if per_step_lists:
+            step.update(on_path=_rows(on_path.get(key), _ON_PATH_FIELDS), gains=_rows(gains.get(key), _GAIN_FIELDS))
+        steps.append(step)
     return {"marker": r.marker, "note": r.note, "dropped_edges": r.dropped_edges, "steps": steps}
+
+
+def critical_path_report_payload(r: CriticalPathResult, rows: int) -> dict[str, Any]:
+    """The report's section: the ``critical-path --json`` document without its per-step lists,
+    with ``items`` instead (what lies on the path summed over the steps, the ``rows`` with most
+    time on it), the categories in stacking order, and ``scope``: which steps were analysed
+    when not all were."""
+    from tracewhy.analyses.critical_path import CATEGORIES
+
+    payload = critical_path_payload(r, per_step_lists=False)
+    shown, total = r.steps.height, r.steps_total
+    payload.update(
+        categories=list(CATEGORIES), steps_total=total, items=critical_path_items(r).head(rows),
+        scope=f"The path of {shown} of the {total} steps (steady ones first); tracewhy critical-path "
+              "analyses every step." if shown < total else None,
+    )
+    return payload
+
+
+def critical_path_items(r: CriticalPathResult) -> pl.DataFrame:
+    """What lies on the path, summed over the analysed steps, by time on it: category, name,
+    count, on_path_ns, and the step time saved per step if the item took no time
+    (``GAIN_PER_STEP``, the mean over the ``REPLAYED`` steps where it was replayed)."""
+    import polars as pl
+
+    from tracewhy.analyses.critical_path import PathCol
+    from tracewhy.model.schema import Col
+
+    return r.gains.group_by(PathCol.CATEGORY, Col.NAME).agg(
+        pl.col(PathCol.COUNT).sum(), pl.col(PathCol.ON_PATH).sum(),
+        pl.col(PathCol.GAIN).mean().round(0).cast(pl.Int64).alias(GAIN_PER_STEP),
+        pl.col(PathCol.GAIN).is_not_null().sum().cast(pl.Int64).alias(REPLAYED),
+    ).sort(PathCol.ON_PATH, PathCol.CATEGORY, Col.NAME, descending=[True, False, False])
 
 
 def _rows(frame: Any, fields: tuple[str, ...]) -> list[dict[str, Any]]:
@@ -56,7 +96,7 @@ def _rows(frame: Any, fields: tuple[str, ...]) -> list[dict[str, Any]]:
 def render_critical_path(r: CriticalPathResult, top: int) -> RenderableType:
     """Per step a line of totals, then the composition over all steps, then the items on the
     path with the most time and what removing each would save."""
-    from tracewhy.analyses.critical_path import CATEGORIES, PathCol
+    from tracewhy.analyses.critical_path import CATEGORIES, CATEGORY_NS, PathCol
 
     parts: list[RenderableType] = []
     if r.steps.height == 0:
@@ -68,11 +108,11 @@ def render_critical_path(r: CriticalPathResult, top: int) -> RenderableType:
         for col in ("step", "window", "total", *CATEGORIES):
             t.add_column(col.replace("_", " "), justify="right")
         for row in r.steps.head(top).iter_rows(named=True):
-            number = row["number"]
+            number = row[PathCol.NUMBER]
             label = f"#{number}" if number is not None else str(row[PathCol.STEP])
-            t.add_row(label + ("" if row["steady"] else " (warm-up)"), fmt_ns(row[PathCol.WINDOW]),
+            t.add_row(label + ("" if row[PathCol.STEADY] else " (warm-up)"), fmt_ns(row[PathCol.WINDOW]),
                       fmt_ns(row[PathCol.TOTAL]) + ("" if row[PathCol.DETERMINED] else " *"),
-                      *(_share(row[f"{c}_ns"], row[PathCol.TOTAL]) for c in CATEGORIES))
+                      *(_share(row[CATEGORY_NS[c]], row[PathCol.TOTAL]) for c in CATEGORIES))
         parts.append(t)
         parts.append(_items_table(r, top))
     if r.note:
@@ -87,25 +127,21 @@ def _share(ns: int, total: int) -> str:
 def _items_table(r: CriticalPathResult, top: int) -> RenderableType:
     """What lies on the path, summed over the steps, by time on it; the saving summed where it
     was replayed in every step."""
-    import polars as pl
-
     from tracewhy.analyses.critical_path import PathCol
+    from tracewhy.model.schema import Col
 
-    g = r.gains
-    if g.height == 0:
+    if r.gains.height == 0:
         return Text("nothing recorded lies on the path")
     steps = r.steps.height
-    by_item = g.group_by(PathCol.CATEGORY, "name").agg(
-        pl.col(PathCol.COUNT).sum(), pl.col(PathCol.ON_PATH).sum(),
-        pl.col(PathCol.GAIN).sum().alias("gain"), pl.col(PathCol.GAIN).is_not_null().sum().alias("replayed"),
-    ).sort(PathCol.ON_PATH, PathCol.CATEGORY, "name", descending=[True, False, False])
+    by_item = critical_path_items(r)
     t = Table(title=f"on the path, over {steps} step(s)",
               caption="saves: step time saved per step if the item took no time (replayed in the steps shown)")
     for col in ("name", "category", "count", "on path", "saves/step"):
         t.add_column(col, justify="left" if col in ("name", "category") else "right")
     for row in by_item.head(top).iter_rows(named=True):
-        saves = "-" if not row["replayed"] else fmt_ns(row["gain"] / row["replayed"]) + (
-            "" if row["replayed"] == steps else f" ({row['replayed']} steps)")
-        t.add_row(shorten(printable(row["name"])), row[PathCol.CATEGORY], str(row[PathCol.COUNT]),
+        replayed = row[REPLAYED]
+        saves = "-" if not replayed else fmt_ns(row[GAIN_PER_STEP]) + (
+            "" if replayed == steps else f" ({replayed} steps)")
+        t.add_row(shorten(printable(row[Col.NAME])), row[PathCol.CATEGORY], str(row[PathCol.COUNT]),
                   fmt_ns(row[PathCol.ON_PATH]), saves)
     return t

@@ -30,6 +30,7 @@ from tracewhy.findings.roofline import NcuRooflineResult
 from tracewhy.model.schema import Col, MCol
 from tracewhy.readers.memory_timeline import TimelineCol
 from tracewhy.renderers.compile import compile_payload
+from tracewhy.renderers.critical_path import critical_path_report_payload
 from tracewhy.renderers.diagnose import TIME_ORIGIN, basis_statistic, gap_rows, recoverable_unit
 from tracewhy.renderers.jsonout import encode_json
 
@@ -85,6 +86,8 @@ def overview_payload(ov: Overview) -> dict[str, Any]:
         "roofline": _roofline(ov),
         "memory": _memory(ov),
         "compile": _compile(ov),
+        "critical_path": critical_path_report_payload(ov.critical_path, TABLE_ROWS)
+        if ov.critical_path is not None else None,
         "ranks": None,  # filled for multi-rank input
     }
     return payload

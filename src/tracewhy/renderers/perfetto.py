@@ -11,7 +11,10 @@ Added tracks (every added event has ``"cat": "tracewhy"``):
   window (or the ranges in ``evidence["time_ranges_ns"]``), the statement in its args;
 - with ``profile_memory``, "memory allocated (DEVICE)" and "memory reserved (DEVICE)" counters
   (bytes, the allocator's own totals, a point at each change) on each GPU's process, and the
-  host's on a "tracewhy: host memory" process.
+  host's on a "tracewhy: host memory" process;
+- a "tracewhy critical path" process with one "critical path" thread: per analysed step, one
+  slice per stretch of its critical path, named by the slice the time was spent in (by its
+  category for idle time and stream gaps), with category, edge, step and slice id in its args.
 
 For Kineto input the original events are copied as the exact bytes the file holds (the model
 drops fields, so it is never re-serialized). For other input (Nsight Systems) the model is
@@ -28,6 +31,7 @@ import msgspec
 import polars as pl
 
 from tracewhy import __version__
+from tracewhy.analyses.critical_path import CriticalPathResult, PathCol
 from tracewhy.analyses.gaps import CLASS_COLUMNS, GapCol
 from tracewhy.analyses.memory import MemoryResult
 from tracewhy.findings.model import Finding
@@ -45,6 +49,8 @@ ANNOTATION_TID_BASE: Final = 1_000_000_100
 UTILIZATION_COUNTER: Final = "GPU utilization"
 #: The process that holds the host's memory counters (a GPU's go on that GPU's process).
 HOST_MEMORY_PID: Final = 1_000_000_002
+CRITICAL_PATH_PID: Final = 1_000_000_003
+CRITICAL_PATH_TID: Final = 1
 
 #: Kineto's category for each kind, for traces written from the model.
 _KINETO_CAT: Final = {
@@ -97,6 +103,7 @@ def added_events(ov: Overview) -> list[dict[str, Any]]:
     out += _utilization_events(ov.utilization.series, pids, default_pid)
     out += memory_counter_events(ov.report.memory, pids)
     out += _finding_events(ov.report.findings, _findings_window(ov))
+    out += critical_path_events(ov.critical_path)
     return out
 
 
@@ -184,6 +191,21 @@ def memory_counter_events(r: MemoryResult | None, pids: dict[int, int]) -> list[
             name = memory_counter_name(what, d.device)
             out += [{"ph": "C", "cat": CAT, "name": name, "pid": pid, "ts": us(ts), "args": {"bytes": int(v)}}
                     for ts, v in changes.iter_rows()]
+    return out
+
+
+def critical_path_events(r: CriticalPathResult | None) -> list[dict[str, Any]]:
+    """The critical path as one track: a slice per segment, in time order; the segments of a
+    step are contiguous, so the slices of a step sum to its path's total."""
+    if r is None or r.segments.height == 0:
+        return []
+    out = [_meta(CRITICAL_PATH_PID, None, "process_name", "tracewhy critical path"),
+           _meta(CRITICAL_PATH_PID, CRITICAL_PATH_TID, "thread_name", "critical path")]
+    for step, ts, dur, category, edge, sid, name in r.segments.select(
+            PathCol.STEP, Col.TS, Col.DUR, PathCol.CATEGORY, PathCol.EDGE, Col.ID, Col.NAME).iter_rows():
+        out.append({"ph": "X", "cat": CAT, "name": name if name is not None else category, "pid": CRITICAL_PATH_PID,
+                    "tid": CRITICAL_PATH_TID, "ts": us(ts), "dur": us(dur),
+                    "args": {"category": category, "edge": edge, "step": step, "id": sid}})
     return out
 
 

@@ -19,7 +19,8 @@ class ExportCommand(Command):
     """Annotated trace for Perfetto / chrome://tracing: the original events plus tracewhy's tracks.
 
     Adds GPU idle gaps named by class, findings as slices with their statement, a GPU
-    utilization counter and annotation/NVTX ranges projected onto the GPU rows. Kineto input
+    utilization counter, annotation/NVTX ranges projected onto the GPU rows and the critical
+    path of up to three steps as one track (a slice per stretch of it). Kineto input
     keeps every original event exactly as written; Nsight Systems input is written as a Chrome
     trace of the same content. Output is gzipped when its name ends in .gz.
     --parquet DIR writes the tables tracewhy sql queries, one Parquet file each, for other tools.

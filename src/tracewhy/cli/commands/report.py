@@ -34,7 +34,9 @@ class ReportCommand(Command):
     One file with everything inlined (no network, no CDN): findings first, the step-time chart
     (steady window, p50/p90/p99), GPU utilization over time with idle gaps coloured by class,
     the largest gaps with host activity, sortable operator and kernel tables, overlap and block
-    attribution where present, and the shape-based roofline when shapes were recorded.
+    attribution where present, the critical path of up to three steps (its composition per step,
+    the kernel families on it and what shortening each item would save), and the shape-based
+    roofline when shapes were recorded.
     With profile_memory, allocated and reserved memory over time per device with the peak and
     the ledger at it. TRACE may also be a directory of rank traces (a rank-by-metric heatmap and
     the rank findings), an Nsight Compute report (roofline scatter and kernel verdicts) or a

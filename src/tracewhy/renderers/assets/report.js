@@ -470,6 +470,99 @@
     }
   }
 
+  /* Critical path: per step one bar of what its path spent time on (to the scale of the longest
+     window, so a step's bar is as long as its path covers), then per step in numbers, the kernel
+     families on it and what shortening each item on it would save. */
+  var PATH_COLORS = {
+    host_ops: "#8c564b", launch_overhead: "#9467bd", kernels: "#1f77b4", communication: "#17becf",
+    copies: "#2ca02c", sync: "#d62728", kernel_gap: "#bcbd22", idle: "#b8b8b8"
+  };
+  function pathLabel(s) {
+    return (s.number === null || s.number === undefined ? "step " + s.step : "#" + s.number) + (s.steady ? "" : " (warm-up)");
+  }
+  function criticalPathSection() {
+    var c = data.critical_path;
+    if (!c || !c.steps || !c.steps.length) { return; }
+    show("critical-path");
+    var cats = c.categories, words = function (k) { return k.replace(/_/g, " "); };
+    byId("critical-path-note").textContent = "What set each step's length: the chain of host work, launches, GPU work " +
+      "and waits that runs back from the step's end to its start. A total marked * is shorter than its window: " +
+      "somewhere the trace does not say what the path waited on." + (c.scope ? " " + c.scope : "") +
+      (c.note ? " Note: " + c.note : "");
+    var legend = byId("critical-path-legend");
+    cats.forEach(function (k) {
+      var span = el("span"), swatch = el("i");
+      swatch.style.background = PATH_COLORS[k];
+      span.appendChild(swatch);
+      span.appendChild(document.createTextNode(words(k)));
+      legend.appendChild(span);
+    });
+    var longest = Math.max.apply(null, c.steps.map(function (s) { return s.window_ns; }).concat([1]));
+    var bars = byId("critical-path-bars");
+    c.steps.forEach(function (s) {
+      var row = el("div", "cp-row"), track = el("div", "cp-track"), bar = el("div", "cp-bar");
+      row.setAttribute("data-step", String(s.step));
+      row.appendChild(el("span", "cp-label", pathLabel(s)));
+      bar.style.width = (100 * s.total_ns / longest) + "%";
+      cats.forEach(function (k) {
+        var ns = s.composition[k];
+        if (!ns) { return; }
+        var seg = el("div");
+        seg.style.width = (100 * ns / (s.total_ns || 1)) + "%";
+        seg.style.background = PATH_COLORS[k];
+        seg.title = words(k) + ": " + fmtNs(ns) + " (" + fmtPct(ns / (s.total_ns || 1)) + ")";
+        seg.setAttribute("data-category", k);
+        seg.setAttribute("data-ns", String(ns));
+        bar.appendChild(seg);
+      });
+      track.appendChild(bar);
+      row.appendChild(track);
+      row.appendChild(el("span", "cp-total", fmtNs(s.total_ns) + (s.determined ? "" : " *") + " of " +
+                                                 fmtNs(s.window_ns) + " window"));
+      bars.appendChild(row);
+    });
+    var target = byId("critical-path-tables");
+    var rows = c.steps.map(function (s) {
+      var r = { step: pathLabel(s), window_ns: s.window_ns, total_ns: s.total_ns, determined: s.determined };
+      cats.forEach(function (k) { r[k] = s.composition[k]; });
+      return r;
+    });
+    target.appendChild(sortableTable([
+      { key: "step", label: "step", text: true },
+      { key: "window_ns", label: "window", fmt: fmtNs },
+      { key: "total_ns", label: "path", fmt: fmtNs },
+      { key: "determined", label: "covers the window", fmt: function (v) { return v ? "yes" : "no"; } }
+    ].concat(cats.map(function (k) { return { key: k, label: words(k), fmt: fmtNs }; })), rows));
+    var families = {};
+    c.steps.forEach(function (s) {
+      var f = s.composition.kernel_families || {};
+      Object.keys(f).forEach(function (k) { families[k] = (families[k] || 0) + f[k]; });
+    });
+    var famRows = Object.keys(families).map(function (k) { return { family: k, ns: families[k] }; })
+      .sort(function (a, b) { return b.ns - a.ns; });
+    if (famRows.length) {
+      target.appendChild(el("h3", "", "Kernels on the path, by family"));
+      target.appendChild(sortableTable([
+        { key: "family", label: "family", text: true },
+        { key: "ns", label: "on the path", fmt: fmtNs }
+      ], famRows));
+    }
+    if (c.items && c.items.length) {
+      target.appendChild(el("h3", "", "What shortening would save"));
+      target.appendChild(el("p", "note", "Summed over the " + c.steps.length + " step(s) above, by time on the path; " +
+        "saves: step time saved per step if all of the item's instances took no time (replayed for the items with " +
+        "most time on the path, in the steps counted)."));
+      target.appendChild(sortableTable([
+        { key: "name", label: "name", text: true },
+        { key: "category", label: "category", text: true, fmt: words },
+        { key: "count", label: "count" },
+        { key: "on_path_ns", label: "on the path", fmt: fmtNs },
+        { key: "gain_ns_per_step", label: "saves / step", fmt: fmtNs },
+        { key: "replayed_steps", label: "replayed in steps" }
+      ], c.items));
+    }
+  }
+
   function ranksHeatmap() {
     var r = data.ranks;
     if (!r || !r.rows || !r.rows.length) { return; }
@@ -639,7 +732,7 @@
   }
 
   header();
-  [findings, stepsChart, utilizationChart, memorySection, gapsTable, overlapTable, compileSection, blocksTable, ranksHeatmap,
+  [findings, stepsChart, utilizationChart, memorySection, gapsTable, overlapTable, criticalPathSection, compileSection, blocksTable, ranksHeatmap,
    rooflineChart,
    verdictsTable, opsTable, kernelsTable].forEach(function (render) {
     try { render(); } catch (e) { console.error("tracewhy report: " + render.name + ": " + e); }
