@@ -22,6 +22,7 @@ from tracewhy.analyses.steps import StepCol
 from tracewhy.analyses.throughput import UNITS, ThroughputOptions, from_step_stats
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.basis import basis
+from tracewhy.findings.codes import Code
 from tracewhy.findings.compare import SLOWER, Comparison, compare
 from tracewhy.findings.compile import compile_result
 from tracewhy.findings.context import Context, DiagnoseOptions
@@ -242,7 +243,8 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("high-findings", ("max",), COUNT, "diagnose findings of high severity", _high_findings),
     Metric("peak-memory", ("max",), BYTES, "allocated memory at the peak, highest GPU (profile_memory traces)",
            _peak_memory),
-    Metric("graph-breaks", ("max",), COUNT, "torch.compile graph breaks per steady step", _graph_breaks),
+    # Named as the finding whose number it gates: --max-graph-breaks.
+    Metric(str(Code.GRAPH_BREAKS), ("max",), COUNT, "torch.compile graph breaks per steady step", _graph_breaks),
     Metric("recompiles", ("max",), COUNT, "torch.compile recompiles in the captured steps", _recompiles),
     Metric("throughput", ("min",), RATE, "items per second at the median steady step (needs --items-per-step)",
            _throughput),
