@@ -316,3 +316,38 @@ def test_snapshot_that_is_not_a_snapshot(tmp_path: Path) -> None:
     cut.write_bytes(cut.read_bytes()[:200])
     with pytest.raises(TraceError, match="not a readable pickle"):
         read_memory_snapshot(cut)
+
+
+def _torch_shared_trace(sites: int) -> list[dict[str, Any]]:
+    """A trace whose stacks share objects as torch writes them: one dict per distinct frame,
+    a fresh list per captured traceback (py_symbolize). Every call site's stack differs from
+    the others only in its innermost frame, so all of them look alike at the frames the reader
+    samples before comparing; each site allocates twice, with two lists."""
+    common = [{"filename": f"/venv/torch/f{i}.py", "line": i, "name": "g"} for i in range(1, 8)]
+    inner = [{"filename": f"site{s}.py", "line": s, "name": "step"} for s in range(sites)]
+    trace = [{"action": "alloc", "addr": 512 * i, "size": 512, "stream": 0, "frames": [inner[i % sites], *common]}
+             for i in range(2 * sites)]
+    return trace
+
+
+def test_shared_frame_objects_read_as_their_content(tmp_path: Path) -> None:
+    sites = 40  # beyond HINT_CANDIDATES: the later sites are interned by content
+    trace = _torch_shared_trace(sites)
+    shared = read_memory_snapshot(_write(tmp_path, {"segments": [], "device_traces": [trace]}, "shared.pickle"))
+    # The same data with every frame its own object: interned by content alone.
+    unshared = read_memory_snapshot(_write(tmp_path, {"segments": [], "device_traces": [json.loads(json.dumps(trace))]},
+                                           "unshared.pickle"))
+    assert shared.events.equals(unshared.events) and shared.stacks == unshared.stacks
+    stacks = shared.events.get_column("stack").to_list()
+    assert stacks == [i % sites for i in range(2 * sites)]
+    assert [s[0] for s in shared.stacks] == [(f"site{s}.py", s, "step") for s in range(sites)]
+
+
+def test_frames_that_contain_themselves_are_refused(tmp_path: Path) -> None:
+    trace = _torch_shared_trace(2)
+    for e in trace:  # innermost frames now lists that hold themselves: comparing two never ends
+        loop: list[Any] = []
+        loop.append(loop)
+        e["frames"][0] = loop
+    with pytest.raises(TraceError, match="nest too deeply"):
+        read_memory_snapshot(_write(tmp_path, {"segments": [], "device_traces": [trace]}))
