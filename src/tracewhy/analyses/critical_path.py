@@ -12,6 +12,7 @@ removed: each instant at the latest of its in-edges, waits shrinking to what was
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from dataclasses import dataclass
 from typing import Final
@@ -410,17 +411,22 @@ class _Window:
         self.many = [list(zip(ps[by_dst[first[i]:first[i + 1]]].tolist(), by_dst[first[i]:first[i + 1]].tolist(),
                               strict=True)) for i in live[many].tolist()]
         self.sink_pos = pos
+        self.dst_pos = pd
 
     def saved(self, sink: int, ids: I64, kinds: tuple[Edge, ...]) -> int:
         """Step time saved when the edges of these kinds spent in these slices take no time."""
         g = self.g
         weight = self.replay.weight[self.edges].copy()
         hit = np.isin(g.attr[self.edges], ids) & np.isin(g.kind[self.edges], [int(k) for k in kinds])
+        if not hit.any():
+            return 0
         weight[hit] = 0
         w = weight.tolist()
         times = list(self.times)
         many = self.many
-        for i, u, e in zip(self.live, self.src_of, self.edge_of, strict=True):
+        # Instants ordered before the first one a removed edge leads to replay as measured.
+        k = bisect.bisect_left(self.live, int(self.dst_pos[hit].min()))
+        for i, u, e in zip(self.live[k:], self.src_of[k:], self.edge_of[k:], strict=True):
             if u >= 0:
                 times[i] = times[u] + w[e]
             else:
