@@ -36,3 +36,22 @@ def test_ranges_on_a_capture_spanning_a_century(tmp_path: Path, capsys: pytest.C
     assert projection is not None
     for command in ("nvtx", "diagnose"):
         assert main([command, str(path), "--no-cache"]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("damage_at", [12, 30, 200])
+def test_a_corrupt_gzip_stream_is_bad_input_when_the_hints_look_too(
+        damage_at: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A gzip trace whose deflate stream breaks early: the reader says "corrupt gzip data", then
+    the look for another tool's format (memory timeline, snapshot) read the same stream and
+    raised zlib.error, an internal error (exit 70). Fuzz: 'flipped 4 bytes' on
+    hta/legacy_2022_inference_rank1_tiny.json.gz."""
+    data = bytearray(shared_trace("hta/legacy_2022_inference_rank1_tiny.json.gz").read_bytes())
+    for i in range(damage_at, damage_at + 4):
+        data[i] ^= 0xA5
+    path = tmp_path / "input.json.gz"
+    path.write_bytes(bytes(data))
+    for command in ("gaps", "info"):
+        code = main([command, str(path), "--no-cache"])
+        err = capsys.readouterr().err
+        assert code in (0, 1, 3), err
+        assert "internal error" not in err and "Traceback" not in err

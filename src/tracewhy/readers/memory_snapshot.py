@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import gc
 import gzip
-import zlib
 import io
 import pickle
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -134,7 +134,7 @@ def is_snapshot(path: Path) -> bool:
         if head == GZIP_MAGIC:
             with gzip.open(path, "rb") as g:
                 head = g.read(2)
-    except (OSError, EOFError, zlib.error)  # zlib.error: a corrupt gzip stream:
+    except (OSError, EOFError, zlib.error):  # zlib.error: a corrupt gzip stream
         return False
     return head[:1] == PICKLE_PROTO and len(head) == 2 and 2 <= head[1] <= 5
 

@@ -17,6 +17,7 @@ order of the ``Category`` enum.
 from __future__ import annotations
 
 import gzip
+import zlib
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -104,7 +105,7 @@ def is_memory_timeline(path: Path) -> bool:
         else:
             with open(path, "rb") as f:
                 start = f.read(4096)
-    except (OSError, EOFError):
+    except (OSError, EOFError, zlib.error):  # zlib.error: a corrupt gzip stream
         return False
     stripped = start.lstrip(_BLANK)
     return stripped[:1] == b"[" and stripped[1:].lstrip(_BLANK)[:1] == b"["
