@@ -78,7 +78,9 @@ def recoverable_unit(report: Report) -> str:
     return "per step" if report.basis.per_steps or report.steps.stats is not None else "over the trace"
 
 
-def render_diagnose(report: Report) -> RenderableType:
+def render_diagnose(report: Report, top: int | None = None) -> RenderableType:
+    """The ranked findings; ``top``: show the first ``top`` (trust findings count too) and say
+    how many are left out (``--json`` always has them all)."""
     parts: list[RenderableType] = []
     b = report.basis
     st = report.steps.stats
@@ -92,7 +94,8 @@ def render_diagnose(report: Report) -> RenderableType:
     if not report.findings or report.healthy:
         parts.append(Text("Nothing here costs a meaningful share of the step: no high or medium findings.",
                           style="green"))
-    for i, f in enumerate(report.findings, 1):
+    shown = report.findings if top is None else report.findings[:top]
+    for i, f in enumerate(shown, 1):
         label = Text(f"{i}. [{f.severity.value}] {f.code}", style=_STYLE[f.severity])
         if f.recoverable_ns_per_step:
             label.append(f"  ~{fmt_ns(f.recoverable_ns_per_step)} {recoverable_unit(report)} recoverable",
@@ -100,6 +103,11 @@ def render_diagnose(report: Report) -> RenderableType:
         parts.append(label)
         parts.append(indented(Text(printable(f.statement)), 3))
         parts.append(indented(Text(f"next: {printable(f.next_step)}", style="dim"), 3))
+    if len(shown) < len(report.findings):
+        left = report.findings[len(shown):]
+        codes = ", ".join(str(f.code) for f in left)
+        parts.append(Text(f"... {len(left)} more ({codes}): --top {len(report.findings)} or --json shows them",
+                          style="dim"))
     return Group(*parts)
 
 

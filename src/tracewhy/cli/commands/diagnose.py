@@ -20,6 +20,8 @@ class DiagnoseCommand(Command):
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         add_output_options(parser, top=None)
+        parser.add_argument("--top", type=positive_int, default=None, metavar="N",
+                            help="findings to show (default all); --json has them all")
         parser.add_argument("--step", metavar="NAME", help="annotation that marks a step (default ProfilerStep)")
         parser.add_argument("--warmup", type=positive_int, default=None, metavar="N",
                             help="steps to exclude as warm-up (default: a first step #0 or outlier)")
@@ -37,7 +39,7 @@ class DiagnoseCommand(Command):
                           DiagnoseOptions(step_marker=args.step, warmup=args.warmup, min_gap_ns=args.min_gap,
                                           torch_logs=logs))
         t = from_step_stats(report.steps.stats, rate) if rate is not None else None
-        emit(args, self.name, *with_throughput(diagnose_payload(report), render_diagnose(report), rate, t))
+        emit(args, self.name, *with_throughput(diagnose_payload(report), render_diagnose(report, args.top), rate, t))
         return 0
 
 
