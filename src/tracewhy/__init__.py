@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tracewhy.model import Trace
     from tracewhy.api import (
         Diagnosis,
         blocks,
@@ -30,6 +29,7 @@ if TYPE_CHECKING:
         steps,
         to_pandas,
     )
+    from tracewhy.model import Trace
 
 __version__ = "0.1.0"
 
