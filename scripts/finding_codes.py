@@ -18,6 +18,7 @@ import ast
 from pathlib import Path
 
 from tracewhy.findings.codes import Code
+from tracewhy.findings.consolidate import SEVERITY_FLOOR
 from tracewhy.findings.diagnose import RULES
 from tracewhy.findings.model import Severity
 
@@ -70,8 +71,18 @@ def severities_by_code() -> dict[Code, set[Severity]]:
             if module in diagnosed and found & BY_SHARE and _recovers_time(kw):
                 found |= BY_SHARE
             for name in _members(code, "Code"):  # code=Code.A if ... else Code.B names both
-                out.setdefault(Code[name], set()).update(found)
+                out.setdefault(Code[name], set()).update(_above_floor(Code[name], found))
     return out
+
+
+def _above_floor(code: Code, found: set[Severity]) -> set[Severity]:
+    """Without the grades under the code's floor in ``consolidate.SEVERITY_FLOOR`` (the re-grading
+    by share never takes such a finding below it)."""
+    floor = SEVERITY_FLOOR.get(code)
+    if floor is None:
+        return found
+    order = [Severity.HIGH, Severity.MEDIUM, Severity.LOW]
+    return {s for s in found if s not in order or order.index(s) <= order.index(floor)}
 
 
 def table() -> str:
