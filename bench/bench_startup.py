@@ -23,6 +23,7 @@ import gzip
 import os
 import platform
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -64,16 +65,21 @@ def has_json(argv: list[str]) -> bool:
     return argv[0] not in ("export",)
 
 
-def wall(argv: list[str], repeats: int) -> tuple[float, int]:
-    """Median wall seconds of ``argv`` in fresh processes, and its exit status."""
+def wall(argv: list[str], repeats: int) -> tuple[float, float, int]:
+    """Median wall seconds and median CPU seconds (user + system, the process and anything it
+    waited for) of ``argv`` in fresh processes, and its exit status. On a loaded machine the
+    CPU seconds are the steadier figure: wall time there is mostly waiting for a core."""
     env = {**os.environ, "TRACEWHY_NO_CACHE": "1"}
-    times, rc = [], 0
+    times, cpus, rc = [], [], 0
     for _ in range(repeats):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         proc = subprocess.run(argv, capture_output=True, env=env, cwd=REPO)
         times.append(time.perf_counter() - start)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
         rc = proc.returncode
-    return statistics.median(times), rc
+    return statistics.median(times), statistics.median(cpus), rc
 
 
 def import_profile(argv: list[str]) -> dict[str, float]:
@@ -105,34 +111,37 @@ def main() -> int:
         chosen = {k: v for k, v in chosen.items() if k in args.commands.split(",")}
     py = [sys.executable]
     load_start = os.getloadavg()
-    floor_py, _ = wall([*py, "-c", "pass"], args.repeats)
-    floor_libs, _ = wall([*py, "-c", "import polars, numpy"], args.repeats)
+    floor_py, floor_py_cpu, _ = wall([*py, "-c", "pass"], args.repeats)
+    floor_libs, floor_libs_cpu, _ = wall([*py, "-c", "import polars, numpy"], args.repeats)
     rows = []
     for name, argv in chosen.items():
         full = [*py, "-m", "tracewhy", *argv]
-        text_s, rc = wall(full, args.repeats)
-        json_s, json_rc = wall([*full, "--json"], args.repeats) if has_json(argv) else (None, 0)
+        text_s, text_cpu, rc = wall(full, args.repeats)
+        json_s, json_cpu, json_rc = wall([*full, "--json"], args.repeats) if has_json(argv) else (None, None, 0)
         imports = import_profile([*full, "--json"] if has_json(argv) else full)
-        rows.append((name, text_s, rc, json_s, json_rc, imports, os.getloadavg()[0]))
-        print(f"{name}: {text_s:.2f} s rc {rc}", file=sys.stderr)
+        rows.append((name, text_s, text_cpu, rc, json_s, json_cpu, json_rc, imports, os.getloadavg()[0]))
+        print(f"{name}: {text_s:.2f} s, {text_cpu:.2f} CPU s, rc {rc}", file=sys.stderr)
     load_end = os.getloadavg()
+    trace_mb = trace.stat().st_size / 1e6
     shutil.rmtree(scratch, ignore_errors=True)
     head = " | ".join(f"{k} import s" for k in (*PACKAGES[:4], "other"))
     lines = [
         "# Every command on a 1 MB trace, whole process", "",
         f"Made by `python bench/bench_startup.py`. Trace: {SOURCE.name} decompressed "
-        f"({trace.stat().st_size / 1e6:.2f} MB). "
+        f"({trace_mb:.2f} MB). "
         f"Parse cache off; medians of {args.repeats} fresh processes; target <= {TARGET_S} s whole-process.", "",
         f"- machine: {os.cpu_count()} logical cores, Python {platform.python_version()}",
         f"- load average (1/5/15 min) at start: {' / '.join(f'{v:.2f}' for v in load_start)}; at end: "
         f"{' / '.join(f'{v:.2f}' for v in load_end)} (shared machine: timings are noisy)",
-        f"- floors: `python -c pass` {floor_py:.3f} s; `python -c 'import polars, numpy'` {floor_libs:.3f} s", "",
-        f"| command | text s | --json s | {head} | load 1 min |",
-        "| --- | ---: | ---: | " + " | ".join("---:" for _ in range(5)) + " | ---: |",
+        f"- floors (wall / CPU s): `python -c pass` {floor_py:.3f} / {floor_py_cpu:.3f}; "
+        f"`python -c 'import polars, numpy'` {floor_libs:.3f} / {floor_libs_cpu:.3f}", "",
+        f"| command | text wall s | text CPU s | --json wall s | --json CPU s | {head} | load 1 min |",
+        "| --- | ---: | ---: | ---: | ---: | " + " | ".join("---:" for _ in range(5)) + " | ---: |",
     ]
-    for name, text_s, rc, json_s, json_rc, imports, load in rows:
-        cells = [f"{text_s:.2f}" + ("" if rc == 0 else f" (rc {rc})"),
-                 "" if json_s is None else f"{json_s:.2f}" + ("" if json_rc == 0 else f" (rc {json_rc})")]
+    for name, text_s, text_cpu, rc, json_s, json_cpu, json_rc, imports, load in rows:
+        cells = [f"{text_s:.2f}" + ("" if rc == 0 else f" (rc {rc})"), f"{text_cpu:.2f}",
+                 "" if json_s is None else f"{json_s:.2f}" + ("" if json_rc == 0 else f" (rc {json_rc})"),
+                 "" if json_cpu is None else f"{json_cpu:.2f}"]
         cells += [f"{imports.get(k, 0.0):.3f}" for k in (*PACKAGES[:4], "other")]
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {load:.1f} |")
     extra = sorted({k for *_, imports, _l in rows for k in imports if k in PACKAGES[4:] and imports[k] > 0.001})
