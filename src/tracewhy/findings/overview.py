@@ -27,8 +27,8 @@ from tracewhy.model.trace import Trace
 #: Bins of the GPU-utilization series over the whole trace (a point per ~0.5% of its span).
 UTILIZATION_BINS = 200
 #: Steps whose critical path the report and the export show (steady ones first): each step costs
-#: a walk and the replays of its top items, about a quarter of a second on a 100 k-slice trace;
-#: ``tracewhy critical-path`` analyses every step.
+#: a walk and the replays of its top items, about 0.1 s of CPU on a 120 k-slice trace
+#: (bench/bench_overview_critical_path.py); ``tracewhy critical-path`` analyses every step.
 CRITICAL_PATH_STEPS = 3
 
 

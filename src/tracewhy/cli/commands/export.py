@@ -53,8 +53,10 @@ class ExportCommand(Command):
         if args.parquet is not None:
             _export_parquet(args, trace, ov.report)
         added = len(ov.report.findings)
+        path = ov.critical_path
         sys.stderr.write(f"wrote {out} ({len(data):,} bytes): {ov.report.gaps.gaps.height} gaps, {added} findings, "
-                         f"{ov.projection.height} projected ranges, utilization of {len(ov.device_pids)} GPU(s)\n")
+                         f"{ov.projection.height} projected ranges, utilization of {len(ov.device_pids)} GPU(s), "
+                         f"critical path of {path.steps.height if path is not None else 0} step(s)\n")
         return 0
 
 
