@@ -59,6 +59,8 @@ SAMPLE_S = 0.05
 SIZES: dict[str, float | None] = {"10M": None, "56M": None, "100M": 1e8, "1G": 1e9, "5G": 5e9}
 #: Sizes from which slopes are fitted (below, start-up dominates).
 FIT_FROM_BYTES = 90 * MB
+#: results_scale.md keeps what follows this line (figures measured by hand) when rewritten.
+HAND_MARKER = "\n---\n\n*Below: added by hand"
 
 _STAGED_CHILD = r"""
 import json, resource, sys, time
@@ -364,7 +366,8 @@ def main() -> int:
     if not args.no_write:
         if plot(rows):
             text += f"\n![scaling curve]({PLOT.name})\n"
-        RESULTS.write_text(text)
+        old = RESULTS.read_text() if RESULTS.exists() else ""
+        RESULTS.write_text(text + (old[old.index(HAND_MARKER):] if HAND_MARKER in old else ""))
     return 0
 
 
