@@ -19,12 +19,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import IO, Any, Final
 
 import polars as pl
 
 from tracewhy.errors import TraceError
-from tracewhy.readers.source import GZIP_MAGIC, os_error, read_bytes
+from tracewhy.readers.source import GZIP_MAGIC, is_gzip, os_error, read_bytes
 
 #: A stack frame: (filename, line, function name), innermost first as the allocator records them.
 Frame = tuple[str, int, str]
@@ -142,17 +142,27 @@ def is_snapshot(path: Path) -> bool:
 def load_plain_pickle(path: Path) -> Any:
     """The pickle's data, or a TraceError when it names any global, is cut off or is not a pickle."""
     try:
-        buf = read_bytes(path)
-    except OSError as e:
-        raise os_error(path, e) from None
-    try:
-        with _gc_paused():
-            return _DataOnly(io.BytesIO(buf)).load()
+        with _pickle_stream(path) as stream, _gc_paused():
+            return _DataOnly(stream).load()
     except _Refused as e:
         raise TraceError(path, f"refused as a memory snapshot: {e}") from None
+    except OSError as e:
+        raise os_error(path, e) from None
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError, IndexError, AttributeError, MemoryError,
             RecursionError, OverflowError) as e:
         raise TraceError(path, f"not a readable pickle ({type(e).__name__}: {e})") from None
+
+
+@contextmanager
+def _pickle_stream(path: Path) -> Iterator[IO[bytes]]:
+    """The file itself when plain: the unpickler reads it frame by frame, so no copy of a
+    100 MB file is held beside what it builds. Inflated bytes when gzip: ``read_bytes`` bounds
+    what a small compressed file may inflate to."""
+    if is_gzip(path):
+        yield io.BytesIO(read_bytes(path))
+        return
+    with open(path, "rb") as f:
+        yield f
 
 
 @contextmanager
