@@ -239,8 +239,8 @@ def gpu_projection(trace: Trace) -> ProjectionResult:
         NCol.RANGE_ID, "parent_range_id", "range_stack",
     ).sort(["proj_start_ns", "proj_dur_ns", NCol.RANGE_ID], descending=[False, True, False])
 
-    in_range = set(pairs.get_column("_call").to_list()) if pairs.height else set()
-    loose = ops.filter(~pl.col("_call").is_in(list(in_range)))
+    # An anti join, not a Python set: a large nsys export has millions of (range, call) pairs.
+    loose = ops.join(pairs.select("_call").unique(), on="_call", how="anti")
     unattributed = None
     if loose.height:
         first = int(loose.get_column(Col.TS).min())  # type: ignore[arg-type]
