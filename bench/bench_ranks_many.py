@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import importlib
 import os
 import pickle
 import platform
@@ -156,13 +157,14 @@ def main() -> int:
     total = sum(f.stat().st_size for f in files)
     one, per_file = summary_bytes(files[0])
 
-    from distributed import LocalCluster
+    # Imported by name: Dask is an optional extra without type information.
+    local_cluster = importlib.import_module("distributed").LocalCluster
 
     base = [sys.executable, "-m", "tracewhy", "ranks", str(args.dir), "--json"]
     local: list[Run] = []
     dask: list[Run] = []
     load_start = os.getloadavg()
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+    with local_cluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         me = psutil.Process()
         floor = sorted((c.memory_info().rss for c in me.children(recursive=True)), reverse=True)[:2]
         spec = "dask://" + cluster.scheduler_address.removeprefix("tcp://")

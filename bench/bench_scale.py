@@ -314,17 +314,14 @@ def plot(rows: list[dict[str, object]]) -> bool:
     ok = [r for r in rows if isinstance(r.get("stages"), dict)]
     x = [int(str(r["bytes"])) / MB for r in ok]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
-    series = {
-        "read": [stage_seconds(r["stages"], "read") for r in ok],  # type: ignore[arg-type]
-        "diagnose (after read)": [stage_seconds(r["stages"], "diagnose") for r in ok],  # type: ignore[arg-type]
-        "CLI diagnose, whole process": [r["cli"].wall_s for r in ok],  # type: ignore[union-attr]
-    }
+    series = {label: [_value(r, what) or 0.0 for r in ok] for what, label in
+              (("read", "read"), ("diagnose", "diagnose (after read)"), ("cli", "CLI diagnose, whole process"))}
     for name, ys in series.items():
         ax1.plot(x, ys, marker="o", label=name)
-    ax1.plot(x, [x[-1] and series["CLI diagnose, whole process"][-1] * xi / x[-1] for xi in x], ":",
+    ax1.plot(x, [series["CLI diagnose, whole process"][-1] * xi / x[-1] for xi in x], ":",
              color="grey", label="linear")
     ax1.set(xscale="log", yscale="log", xlabel="trace size (MB)", ylabel="seconds", title="time")
-    ax2.plot(x, [r["cli"].tree_peak / MB for r in ok], marker="o", label="CLI diagnose peak RSS (tree)")  # type: ignore[union-attr]
+    ax2.plot(x, [(_value(r, "rss") or 0.0) / MB for r in ok], marker="o", label="CLI diagnose peak RSS (tree)")
     ax2.plot(x, [1.5 * xi for xi in x], "--", color="red", label="1.5 x file size")
     ax2.set(xscale="log", yscale="log", xlabel="trace size (MB)", ylabel="MB", title="peak RSS")
     for ax in (ax1, ax2):

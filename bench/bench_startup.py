@@ -86,7 +86,7 @@ def import_profile(argv: list[str]) -> dict[str, float]:
     """Seconds of import self time per package, from ``-X importtime``."""
     env = {**os.environ, "TRACEWHY_NO_CACHE": "1"}
     proc = subprocess.run([sys.executable, "-X", "importtime", *argv[1:]], capture_output=True, env=env, cwd=REPO)
-    totals: collections.Counter[str] = collections.Counter()
+    totals: dict[str, float] = collections.defaultdict(float)
     for line in proc.stderr.decode(errors="replace").splitlines():
         m = _IMPORT_LINE.match(line)
         if m:
