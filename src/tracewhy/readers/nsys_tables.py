@@ -84,9 +84,13 @@ def api_name(raw: str) -> str:
     return _API_VERSION.sub("", raw)
 
 
-def _named(frame: pl.DataFrame, ids: str, strs: Strings, out: str) -> pl.DataFrame:
-    """Add the text of the StringIds id column ``ids`` as column ``out`` (null where missing)."""
-    return _with_text(frame, ids, strs.of(frame.get_column(ids)), out)
+def _named(frame: pl.DataFrame, ids: str, strs: Strings, out: str, *, categorical: bool = False) -> pl.DataFrame:
+    """Add the text of the StringIds id column ``ids`` as column ``out`` (null where missing);
+    ``categorical``: as codes, for a million rows naming a few long strings (kernel names)."""
+    texts = strs.of(frame.get_column(ids))
+    if categorical:
+        texts = texts.with_columns(pl.col("value").cast(pl.Categorical))
+    return _with_text(frame, ids, texts, out)
 
 
 def _with_text(frame: pl.DataFrame, ids: str, texts: pl.DataFrame, out: str) -> pl.DataFrame:
@@ -189,7 +193,8 @@ def kernels_part(db: Db, strs: Strings, offset: int) -> tuple[pl.DataFrame, pl.D
               KCol.REGISTERS: pl.Int64(), KCol.SHARED_MEM: pl.Int64()}
     k = _duration(db.frame(t, cols, schema), t, db)
     # nsys reports name kernels by their demangled name unless asked for the short one.
-    k = _named(_named(k, "demangled", strs, "_demangled"), "short", strs, "_short")
+    k = _named(_named(k, "demangled", strs, "_demangled", categorical=True), "short", strs, "_short",
+               categorical=True)
     k = k.with_columns(pl.coalesce("_demangled", "_short").alias("name"), _none_if_uint32_max("stream"))
     k = _fallback_name(k, db, t, "kernels", ("demangled", "short"), "<unnamed kernel>")
     part = _part(k, Kind.KERNEL.value, offset)
