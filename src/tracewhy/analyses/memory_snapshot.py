@@ -99,8 +99,12 @@ def _device(snap: MemorySnapshot, device: int) -> SnapshotDevice:
     ev = snap.events.filter(pl.col(EventCol.DEVICE) == device).sort(EventCol.SEQ)
     segs = snap.segments.filter(pl.col(SegCol.DEVICE) == device)
     blocks = snap.blocks.filter(pl.col(BlockCol.DEVICE) == device)
+    # Trace entries record the size the caller asked for (the allocator passes ``orig_size``; a
+    # free records the block's ``requested_size``), so the replay starts from the final blocks'
+    # requested bytes: starting from their rounded ``size`` would lift the whole curve, peak
+    # included, by the final blocks' rounding waste (torch's own viewer counts requested bytes).
     final_alloc = int(blocks.filter(pl.col(BlockCol.STATE).is_in(ALLOCATED_STATES))
-                      .get_column(BlockCol.SIZE).sum())
+                      .get_column(BlockCol.REQUESTED).sum())
     final_reserved = int(segs.get_column(SegCol.TOTAL_SIZE).sum())
     actions = ev.get_column(EventCol.ACTION)
     size = ev.get_column(EventCol.SIZE).to_numpy()
@@ -157,7 +161,8 @@ def _live_at(snap: MemorySnapshot, ev: pl.DataFrame, blocks: pl.DataFrame, peak_
     live = pl.concat([
         in_window.select(pl.col(EventCol.SIZE).alias(LiveCol.BYTES), EventCol.STACK),
         before.select(pl.col(EventCol.SIZE).alias(LiveCol.BYTES), EventCol.STACK),
-        untouched.select(pl.col(BlockCol.SIZE).alias(LiveCol.BYTES), pl.col(BlockCol.STACK).alias(EventCol.STACK)),
+        # requested bytes, as the trace entries and the replayed curve count them
+        untouched.select(pl.col(BlockCol.REQUESTED).alias(LiveCol.BYTES), pl.col(BlockCol.STACK).alias(EventCol.STACK)),
     ])
     frames = [user_frame(s) for s in snap.stacks]
     return (
@@ -180,12 +185,31 @@ def _ooms(snap: MemorySnapshot, ev: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+#: C++ frames that say nothing about who allocated: the unwinder and capture machinery, the
+#: interpreter's own calling frames and dispatcher plumbing. The same lists as the ``_frame_filter``
+#: of torch's ``torch/cuda/_memory_viz.py`` (torch 2.13), which hides them from its viewer.
+_OMIT_FUNCTIONS: Final = ("unwind::unwind", "CapturedTraceback::gather", "gather_with_cpp", "_start",
+                          "__libc_start_main", "PyEval_", "PyObject_", "PyFunction_")
+_OMIT_FILENAMES: Final = ("core/boxing", "/Register", "/Redispatch", "pythonrun.c", "Modules/main.c",
+                          "Objects/call.c", "Objects/methodobject.c", "pycore_ceval.h", "ceval.c",
+                          "cpython/abstract.h")
+
+
+def _telling(filename: str, name: str) -> bool:
+    return not any(f in name for f in _OMIT_FUNCTIONS) and not any(f in filename for f in _OMIT_FILENAMES)
+
+
 def user_frame(frames: tuple[Frame, ...]) -> str:
     """The innermost frame in the user's own Python code: the first ``.py`` frame outside
-    torch's package; the innermost frame when there is none; NO_FRAME for an empty stack."""
+    torch's package; without one (an allocation on the autograd engine's thread has no Python
+    frames), the innermost frame that says something (not the unwinder's, the interpreter's or
+    the dispatcher's); NO_FRAME for an empty stack."""
     for filename, line, name in frames:
         path = filename.replace("\\", "/")
         if path.endswith(".py") and "/torch/" not in path and not path.startswith("torch/"):
+            return f"{filename}:{line} {name}"
+    for filename, line, name in frames:
+        if _telling(filename, name):
             return f"{filename}:{line} {name}"
     if frames:
         filename, line, name = frames[0]
