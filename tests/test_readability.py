@@ -282,3 +282,20 @@ def test_ranks_draws_a_line_per_rank_only_where_progress_shows() -> None:
             assert done is None  # one file: nothing to compare progress across
     finally:
         cli_base._SHOW_PROGRESS.reset(token)
+
+
+def test_a_spinner_follows_the_bar_until_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a read that drew a bar, a spinner says the command is analysing, and it stops before
+    anything is printed (issue 19: on a 5 GB trace 37 s of analyses followed the bar)."""
+    path = str(GENERATED / "ddp_gloo_rank0.pt.trace.json.gz")
+    monkeypatch.setattr(cli_base, "PROGRESS_MIN_BYTES", 0)
+    token = cli_base._SHOW_PROGRESS.set(True)
+    try:
+        cli_base.load_trace(path)
+        status = cli_base._ANALYSING.get()
+        assert status is not None and "analysing ddp_gloo_rank0" in str(status.status)
+        cli_base.flush_warnings()  # what emit does first
+        assert cli_base._ANALYSING.get() is None
+    finally:
+        cli_base.stop_analysing()
+        cli_base._SHOW_PROGRESS.reset(token)
