@@ -173,3 +173,10 @@ def test_a_process_whose_only_host_thread_runs_backward_has_a_path(capsys: pytes
     doc = _json(["critical-path", "--no-cache", str(GENERATED / "cpu_slow_step_base.pt.trace.json.gz"), "--json"],
                 capsys)
     assert doc["steps"] and all(s["determined"] and s["total_ns"] == s["window_ns"] for s in doc["steps"])
+
+
+def test_a_trace_without_slices_has_no_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Found by fuzzing: no instants at all once no slice survives the read (an IndexError before).
+    b = KinetoBuilder()
+    b.events.append({"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "main"}})
+    assert _json(["critical-path", "--no-cache", str(b.write(tmp_path / "t.json")), "--json"], capsys)["steps"] == []

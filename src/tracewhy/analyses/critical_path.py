@@ -213,6 +213,8 @@ def _one_window(graph: Graph, start_ns: int, end_ns: int) -> pl.DataFrame:
 
 def _nodes_by_pid(graph: Graph) -> dict[int, tuple[I64, I64]]:
     """Per owning process: its nodes sorted by time, and their times."""
+    if graph.node_ts.size == 0:
+        return {}
     order = np.lexsort((np.arange(graph.node_ts.size), graph.node_ts, graph.node_pid))
     pids = graph.node_pid[order]
     cut = np.flatnonzero(np.r_[True, pids[1:] != pids[:-1], True])
