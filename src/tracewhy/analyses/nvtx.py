@@ -189,8 +189,9 @@ class ProjectionResult:
 
 
 def gpu_projection(trace: Trace) -> ProjectionResult:
-    rng = ranges(trace).filter(pl.col(NCol.END_TID).is_null()).with_columns(
-        (pl.col(Col.TS) + pl.col(Col.DUR)).alias("_end")
+    rng = ranges(trace).filter(pl.col(NCol.END_TID).is_null()).select(
+        Col.ID, Col.NAME, NCol.STYLE, Col.TS, Col.DUR, Col.PID, Col.TID, NCol.RANGE_ID,
+        (pl.col(Col.TS) + pl.col(Col.DUR)).alias("_end"),
     )
     calls = trace.of_kind(*LAUNCH_KINDS).select(
         Col.ID, Col.PID, Col.TID, Col.TS, (pl.col(Col.TS) + pl.col(Col.DUR)).alias("_end")
@@ -200,54 +201,54 @@ def gpu_projection(trace: Trace) -> ProjectionResult:
         pl.col(Col.LAUNCH).alias("_call"), Col.TS, (pl.col(Col.TS) + pl.col(Col.DUR)).alias("_end"), Col.DUR
     )
     ops_without_launch = gpu.height - ops.height
+    del gpu
 
     rng, calls = _on_threads(rng, calls)
-    pairs = _containing(rng, calls)  # (_range row, _call id)
-    rng = rng.with_row_index("_range").with_columns(pl.col("_range").cast(pl.Int64))
     parent, level = range_tree(
         rng.get_column("_thread").to_numpy(), rng.get_column(Col.TS).to_numpy(),
         rng.get_column("_end").to_numpy(), rng.get_column(NCol.RANGE_ID).to_numpy(),
     )
-    range_ops = pairs.join(ops, on="_call", how="inner")
-    proj = (
-        range_ops.group_by("_range")
-        .agg(
-            pl.col(Col.TS).min().alias("proj_start_ns"),
-            (pl.col("_end").max() - pl.col(Col.TS).min()).alias("proj_dur_ns"),
-            pl.col("_call").n_unique().cast(pl.Int64).alias("num_gpu_ops"),
-            pl.col(Col.DUR).sum().alias("gpu_time_ns"),
-        )
-        .join(_busy(range_ops), on="_range", how="left")
-    )
-    rows = rng.join(proj, on="_range", how="inner")
-    parent_of = pl.DataFrame({"_range": np.arange(rng.height, dtype=np.int64), "_parent": parent,
-                              "level": level})
-    rows = rows.join(parent_of, on="_range", how="left")
-    child_counts = rows.filter(pl.col("_parent") >= 0).group_by("_parent").len("num_child")
-    rows = rows.join(child_counts.rename({"_parent": "_range"}), on="_range", how="left")
+    proj, covered = _project(rng, calls, ops)
+    del calls
+    unattributed = _unattributed(ops.join(pl.DataFrame({"_call": covered}), on="_call", how="anti"))
+    del ops
+    table = _projection_table(rng, proj, parent, level)
+    return ProjectionResult(table=table, summary=_projection_summary(table),
+                            unattributed=unattributed, ops_without_launch=ops_without_launch)
+
+
+def _projection_table(rng: pl.DataFrame, proj: pl.DataFrame, parent: I64, level: I64) -> pl.DataFrame:
+    """The projected ranges (``proj``'s rows of ``rng``) with their tree columns, gathered by
+    row index from arrays: joins would copy the wide range columns once per join."""
+    r = proj.get_column("_range").to_numpy()
+    par = parent[r]
+    num_child = np.bincount(par[par >= 0], minlength=rng.height).astype(np.int64)  # projected children
     range_ids = rng.get_column(NCol.RANGE_ID).to_numpy()
-    stacks = _stacks(rows.get_column("_range").to_numpy(), parent, level, range_ids)
-    table = rows.with_columns(
+    stacks = _stacks(r, parent, level, range_ids)
+    return rng.select(
+        Col.ID, Col.NAME, NCol.STYLE, Col.TS, Col.DUR, Col.PID, Col.TID, NCol.RANGE_ID
+    ).gather(r).with_columns(
+        *proj.drop("_range").get_columns(),
+        pl.Series("level", level[r]),
+        pl.Series("num_child", num_child[r]),
+        pl.Series("parent_range_id", range_ids[np.maximum(par, 0)]).zip_with(
+            pl.Series(par >= 0), pl.Series([None], dtype=pl.Int64).gather(np.zeros(r.size, dtype=np.int64))
+        ),
         pl.Series("range_stack", stacks, dtype=pl.String),
-        pl.when(pl.col("_parent") >= 0)
-        .then(pl.lit(pl.Series(range_ids)).gather(pl.col("_parent").clip(lower_bound=0)))
-        .otherwise(None).alias("parent_range_id"),
-        pl.col("num_child").fill_null(0).cast(pl.Int64),
     ).select(
         Col.ID, Col.NAME, NCol.STYLE, "proj_start_ns", "proj_dur_ns", Col.TS, Col.DUR, Col.PID,
         Col.TID, "num_gpu_ops", "gpu_time_ns", "gpu_busy_ns", "level", "num_child",
         NCol.RANGE_ID, "parent_range_id", "range_stack",
     ).sort(["proj_start_ns", "proj_dur_ns", NCol.RANGE_ID], descending=[False, True, False])
 
-    # An anti join, not a Python set: a large nsys export has millions of (range, call) pairs.
-    loose = ops.join(pairs.select("_call").unique(), on="_call", how="anti")
-    unattributed = None
-    if loose.height:
-        first = int(loose.get_column(Col.TS).min())  # type: ignore[arg-type]
-        last = int(loose.get_column("_end").max())  # type: ignore[arg-type]
-        unattributed = Unattributed(first, last - first, int(loose.get_column("_call").n_unique()))
-    return ProjectionResult(table=table, summary=_projection_summary(table),
-                            unattributed=unattributed, ops_without_launch=ops_without_launch)
+
+def _unattributed(loose: pl.DataFrame) -> Unattributed | None:
+    """nsys's row with no name: the operations whose launching call is inside no range."""
+    if loose.height == 0:
+        return None
+    first = int(loose.get_column(Col.TS).min())  # type: ignore[arg-type]
+    last = int(loose.get_column("_end").max())  # type: ignore[arg-type]
+    return Unattributed(first, last - first, int(loose.get_column("_call").n_unique()))
 
 
 def _on_threads(rng: pl.DataFrame, calls: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -256,6 +257,71 @@ def _on_threads(rng: pl.DataFrame, calls: pl.DataFrame) -> tuple[pl.DataFrame, p
     threads = threads.with_row_index("_thread").with_columns(pl.col("_thread").cast(pl.Int64))
     return (rng.join(threads, on=[Col.PID, Col.TID], how="left", nulls_equal=True),
             calls.join(threads, on=[Col.PID, Col.TID], how="left", nulls_equal=True))
+
+
+#: (range, operation) rows aggregated at a time by ``_project``: bounds its memory, since a
+#: large nsys export nests each call in several ranges (tens of millions of rows in all).
+_PROJECT_CHUNK: Final = 1 << 21
+
+
+def _project(rng: pl.DataFrame, calls: pl.DataFrame, ops: pl.DataFrame) -> tuple[pl.DataFrame, I64]:
+    """Per range (``_range``) its projection columns, and the ids of the calls in some range.
+
+    A range's calls are a slice of its thread's calls sorted by start (those that also end in
+    it), and a call's operations a slice of the operations sorted by call: so (range, operation)
+    rows are gathered from arrays, chunk by chunk of ranges, never as one (range, call) join.
+    """
+    c = calls.sort(["_thread", Col.TS]).with_row_index("_pos")
+    ct, cs, ce = (c.get_column(k).to_numpy() for k in ("_thread", Col.TS, "_end"))
+    cid = c.get_column(Col.ID).to_numpy()
+    o = ops.join(c.select(pl.col(Col.ID).alias("_call"), "_pos"), on="_call", how="inner").sort("_pos")
+    o_pos = o.get_column("_pos").to_numpy()
+    o_cols = {k: o.get_column(k).to_numpy() for k in ("_call", Col.TS, "_end", Col.DUR)}
+    del o
+    first_op = np.searchsorted(o_pos, np.arange(c.height + 1), side="left").astype(np.int64)
+    rt, rs, re_ = (rng.get_column(k).to_numpy() for k in ("_thread", Col.TS, "_end"))
+    lo = _search_by_thread(ct, cs, rt, rs, "left")
+    count = np.maximum(_search_by_thread(ct, cs, rt, re_, "right") - lo, 0)
+    covered = np.zeros(c.height, dtype=bool)
+    parts = [_project_chunk(r, lo[r], count[r], re_, ce, first_op, o_cols, covered)
+             for r in _chunks(first_op[lo + count] - first_op[lo], count)]
+    proj = pl.concat(parts) if parts else _project_chunk(
+        np.zeros(0, dtype=np.int64), lo[:0], count[:0], re_, ce, first_op, o_cols, covered)
+    return proj, cid[covered]
+
+
+def _chunks(weight: I64, count: I64) -> list[I64]:
+    """Consecutive range rows cut where their operations (``weight``) pass ``_PROJECT_CHUNK``;
+    the calls each range spans (``count``) weigh in too, as they are gathered before filtering."""
+    total = np.cumsum(weight + count)
+    cut = np.searchsorted(total, np.arange(_PROJECT_CHUNK, int(total[-1]) if total.size else 0,
+                                           _PROJECT_CHUNK), side="right")
+    edges = np.unique(np.concatenate(([0], cut, [weight.size])))
+    return [np.arange(a, b, dtype=np.int64) for a, b in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True)
+            if b > a]
+
+
+def _project_chunk(
+    r: I64, lo: I64, count: I64, re_: I64, ce: I64, first_op: I64,
+    o_cols: dict[str, I64], covered: npt.NDArray[np.bool_],
+) -> pl.DataFrame:
+    """Projection columns of ranges ``r`` (calls at sorted positions lo..lo+count); marks the
+    calls they contain in ``covered``."""
+    r_idx = np.repeat(r, count)
+    c_pos = _ranges_concat(lo.astype(np.int64), count.astype(np.int64))
+    inside = ce[c_pos] <= re_[r_idx]
+    r_idx, c_pos = r_idx[inside], c_pos[inside]
+    covered[c_pos] = True
+    n_ops = first_op[c_pos + 1] - first_op[c_pos]
+    o_idx = _ranges_concat(first_op[c_pos], n_ops)
+    range_ops = pl.DataFrame({"_range": np.repeat(r_idx, n_ops),
+                              **{k: v[o_idx] for k, v in o_cols.items()}})
+    return range_ops.group_by("_range").agg(
+        pl.col(Col.TS).min().alias("proj_start_ns"),
+        (pl.col("_end").max() - pl.col(Col.TS).min()).alias("proj_dur_ns"),
+        pl.col("_call").n_unique().cast(pl.Int64).alias("num_gpu_ops"),
+        pl.col(Col.DUR).sum().alias("gpu_time_ns"),
+    ).join(_busy(range_ops), on="_range", how="left")
 
 
 def _containing(rng: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
