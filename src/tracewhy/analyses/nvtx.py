@@ -219,11 +219,15 @@ def gpu_projection(trace: Trace) -> ProjectionResult:
 
 def _projection_table(rng: pl.DataFrame, proj: pl.DataFrame, parent: I64, level: I64) -> pl.DataFrame:
     """The projected ranges (``proj``'s rows of ``rng``) with their tree columns, gathered by
-    row index from arrays: joins would copy the wide range columns once per join."""
+    row index from arrays, in their final order: joins and a sort would copy the wide range
+    columns once each."""
+    range_ids = rng.get_column(NCol.RANGE_ID).to_numpy()
+    proj = proj.with_columns(pl.Series("_rid", range_ids[proj.get_column("_range").to_numpy()])).sort(
+        ["proj_start_ns", "proj_dur_ns", "_rid"], descending=[False, True, False]
+    ).drop("_rid")
     r = proj.get_column("_range").to_numpy()
     par = parent[r]
     num_child = np.bincount(par[par >= 0], minlength=rng.height).astype(np.int64)  # projected children
-    range_ids = rng.get_column(NCol.RANGE_ID).to_numpy()
     stacks = _stacks(r, parent, level, range_ids)
     return rng.select(
         Col.ID, Col.NAME, NCol.STYLE, Col.TS, Col.DUR, Col.PID, Col.TID, NCol.RANGE_ID
@@ -239,7 +243,7 @@ def _projection_table(rng: pl.DataFrame, proj: pl.DataFrame, parent: I64, level:
         Col.ID, Col.NAME, NCol.STYLE, "proj_start_ns", "proj_dur_ns", Col.TS, Col.DUR, Col.PID,
         Col.TID, "num_gpu_ops", "gpu_time_ns", "gpu_busy_ns", "level", "num_child",
         NCol.RANGE_ID, "parent_range_id", "range_stack",
-    ).sort(["proj_start_ns", "proj_dur_ns", NCol.RANGE_ID], descending=[False, True, False])
+    )
 
 
 def _unattributed(loose: pl.DataFrame) -> Unattributed | None:
