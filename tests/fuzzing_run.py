@@ -31,6 +31,8 @@ TRACE_COMMANDS: tuple[tuple[tuple[str, ...], int], ...] = (
     (("roofline",), 1), (("export", "-o", "{out}.json.gz"), 1), (("report", "-o", "{out}.html"), 1),
     (("diff", "{original}", "{input}"), 1), (("check", "--baseline", "{original}", "--allow-unmeasured"), 1),
     (("ranks", "--workers", "1", "{input}"), 1),
+    (("critical-path",), 2), (("compile",), 1), (("memory",), 1), (("lines",), 1),
+    (("sql", "{input}", "SELECT count(*), sum(dur_ns) FROM kernels"), 1),
 )
 NCU_COMMANDS: tuple[tuple[tuple[str, ...], int], ...] = (
     (("roofline",), 4), (("roofline", "--launches"), 1), (("roofline", "--device", "H100 SXM"), 1),
