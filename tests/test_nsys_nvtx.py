@@ -12,9 +12,11 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 
 from conftest import shared_trace
 from nsys_support import FIXTURES, ExportBuilder, close, golden, load, raw_db
+from tracewhy.analyses import nvtx
 from tracewhy.analyses.nvtx import gpu_projection, nvtx_step_marker, range_tree
 from tracewhy.analyses.steps import steps
 from tracewhy.model.schema import Col, NCol
@@ -84,6 +86,19 @@ def test_projection_summary_matches_nvtx_gpu_proj_sum(name: str) -> None:
 
 
 JAX = "nsys/jax_toolbox_pax_fsdp4_4proc_proc0"
+
+
+@pytest.mark.parametrize("name", WITH_NVTX)
+def test_projection_is_the_same_in_small_chunks(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The projection aggregates (range, operation) rows chunk by chunk of ranges; chunks of a
+    row (every range in a chunk of its own) give the same table as one chunk."""
+    trace = load(name)
+    whole = gpu_projection(trace)
+    monkeypatch.setattr(nvtx, "_PROJECT_CHUNK", 1)
+    chunked = gpu_projection(trace)
+    assert whole.table.height > 1
+    assert_frame_equal(chunked.table, whole.table)
+    assert chunked.unattributed == whole.unattributed
 
 
 def test_range_tree_reproduces_jax_toolbox_projection() -> None:
