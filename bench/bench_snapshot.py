@@ -31,13 +31,14 @@ import pickle
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "results_snapshot.md"
-DEFAULT_SNAPSHOT = Path("/tmp/tracewhy-bench/snapshot.pickle")
+DEFAULT_SNAPSHOT = Path(tempfile.gettempdir()) / "tracewhy-bench" / "snapshot.pickle"
 TARGET_RATIO = 2.0
 ALLOCATED_STATES = ("active_allocated", "active_awaiting_free")
 

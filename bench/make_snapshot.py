@@ -25,6 +25,7 @@ import bisect
 import pickle
 import random
 import sys
+import tempfile
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +38,7 @@ LARGE_SEGMENT = 20 * MiB  # kLargeBuffer, for requests under kMinLargeAlloc
 MIN_LARGE_ALLOC = 10 * MiB
 ROUND_LARGE = 2 * MiB
 SIDE_STREAM = 0x55D3_1F2A_9C40  # a cudaStream_t the input pipeline copies on
-DEFAULT_OUT = Path("/tmp/tracewhy-bench/snapshot.pickle")
+DEFAULT_OUT = Path(tempfile.gettempdir()) / "tracewhy-bench" / "snapshot.pickle"
 # Where a pip-installed torch and a user's project sit; C++ frames name the build tree.
 TORCH = "/opt/conda/lib/python3.11/site-packages/torch"
 USER = "/home/alice/llm"
