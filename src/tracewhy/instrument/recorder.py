@@ -119,9 +119,12 @@ class Recorder:
         self._add(("mark", chunk, name, t, torch_hooks.mark_event() if cuda else None))
 
     def _add(self, record: _Record) -> None:
-        records = self._records
-        records.append(record)  # list.append is atomic under the GIL: no lock on the hot path
-        if len(records) >= _FLUSH_EVERY:
+        # Under the lock: ``flush`` swaps the list, and a record appended by another thread to
+        # the list it just took would be lost (the lock costs ~0.1 us of a block's ~3.6 us).
+        with self._lock:
+            self._records.append(record)
+            full = len(self._records) >= _FLUSH_EVERY
+        if full:
             self.flush(wait=False)
 
     def _as_dict(self, r: _Record, gpu: int | None) -> dict[str, Any]:
