@@ -11,10 +11,8 @@ refused before anything is called.
 from __future__ import annotations
 
 import gc
-import gzip
 import io
 import pickle
-import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,7 +22,7 @@ from typing import IO, Any, Final
 import polars as pl
 
 from tracewhy.errors import TraceError
-from tracewhy.readers.source import GZIP_MAGIC, is_gzip, os_error, read_bytes
+from tracewhy.readers.source import content_head, is_gzip, os_error, read_bytes
 
 #: A stack frame: (filename, line, function name), innermost first as the allocator records them.
 Frame = tuple[str, int, str]
@@ -128,13 +126,8 @@ class _DataOnly(pickle.Unpickler):
 def is_snapshot(path: Path) -> bool:
     """Whether the file (plain or gzip) starts as a pickle of protocol 2 or later does
     (``_dump_snapshot`` writes protocol 4 or 5)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(2)
-        if head == GZIP_MAGIC:
-            with gzip.open(path, "rb") as g:
-                head = g.read(2)
-    except (OSError, EOFError, zlib.error):  # zlib.error: a corrupt gzip stream
+    head = content_head(path, 2)
+    if head is None:
         return False
     return head[:1] == PICKLE_PROTO and len(head) == 2 and 2 <= head[1] <= 5
 

@@ -16,8 +16,6 @@ order of the ``Category`` enum.
 
 from __future__ import annotations
 
-import gzip
-import zlib
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -29,7 +27,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.errors import TraceError
-from tracewhy.readers.source import GZIP_MAGIC, os_error, read_bytes
+from tracewhy.readers.source import JSON_BLANK, content_head, os_error, read_bytes
 
 
 class LedgerCategory(str, Enum):
@@ -88,7 +86,6 @@ class MemoryTimeline:
 _SIZES = msgspec.json.Decoder(tuple[list[int], list[list[int]]])
 _RAW = msgspec.json.Decoder(list[tuple[int, int, int, int]])
 _ANY = msgspec.json.Decoder(list[Any])
-_BLANK = b"\xef\xbb\xbf \t\r\n"
 #: Columns of a ``sizes`` row: the unused leading 0, then one per category.
 _SIZES_WIDTH = len(EXPORT_CATEGORIES) + 1
 
@@ -96,19 +93,11 @@ _SIZES_WIDTH = len(EXPORT_CATEGORIES) + 1
 def is_memory_timeline(path: Path) -> bool:
     """Whether the file (plain or gzip) is JSON opening with two brackets, ``[[``: both layouts
     do, and no profiler trace does (an event array opens ``[{``)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(2)
-        if head == GZIP_MAGIC:
-            with gzip.open(path, "rb") as g:
-                start = g.read(4096)
-        else:
-            with open(path, "rb") as f:
-                start = f.read(4096)
-    except (OSError, EOFError, zlib.error):  # zlib.error: a corrupt gzip stream
+    start = content_head(path, 4096)
+    if start is None:
         return False
-    stripped = start.lstrip(_BLANK)
-    return stripped[:1] == b"[" and stripped[1:].lstrip(_BLANK)[:1] == b"["
+    stripped = start.lstrip(JSON_BLANK)
+    return stripped[:1] == b"[" and stripped[1:].lstrip(JSON_BLANK)[:1] == b"["
 
 
 def read_memory_timeline(path: str | Path) -> MemoryTimeline:

@@ -221,6 +221,21 @@ def _append(out: bytearray, used: int, piece: bytes, path: Path, limit: int) -> 
     return end
 
 
+def content_head(path: Path, size: int) -> bytes | None:
+    """The first ``size`` bytes of the file's content, inflated when it is gzip; None when it
+    cannot be read or its gzip stream is corrupt or cut (a sniff then says "not this format" and
+    the reader of the format tried names the problem)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(size)
+        if not head.startswith(GZIP_MAGIC):
+            return head
+        with gzip.open(path, "rb") as g:
+            return g.read(size)
+    except (OSError, EOFError, zlib.error):  # zlib.error: a corrupt deflate stream
+        return None
+
+
 def sniff(path: Path) -> str:
     """Name the format of a file by its first bytes: 'kineto', 'sqlite' or 'unknown'."""
     try:
@@ -242,14 +257,15 @@ def sniff(path: Path) -> str:
 #: Leading white space (and a BOM) is read past up to this much when sniffing; beyond it, and
 #: for a file of nothing else, the JSON reader decides (it says "empty", or refuses a bomb).
 _SNIFF_BLANK_MAX = 64 * 1024 * 1024
-_BLANK = b"\xef\xbb\xbf \t\r\n"
+#: What may precede JSON's first byte: a UTF-8 BOM and white space.
+JSON_BLANK = b"\xef\xbb\xbf \t\r\n"
 
 
 def _sniff_json(head: bytes, f: BinaryIO | gzip.GzipFile) -> str:
     """'kineto' when the first byte past white space and a UTF-8 BOM opens JSON, else
     'unknown'. White space of any length may come first: it is read past, a block at a time."""
     seen = len(head)
-    stripped = head.lstrip(_BLANK)
+    stripped = head.lstrip(JSON_BLANK)
     while not stripped:
         if seen > _SNIFF_BLANK_MAX:
             return "kineto"
@@ -257,7 +273,7 @@ def _sniff_json(head: bytes, f: BinaryIO | gzip.GzipFile) -> str:
         if not block:
             return "kineto"  # white space only: the JSON reader says the file is empty
         seen += len(block)
-        stripped = block.lstrip(_BLANK)
+        stripped = block.lstrip(JSON_BLANK)
     return "kineto" if stripped[:1] in (b"{", b"[") else "unknown"
 
 
