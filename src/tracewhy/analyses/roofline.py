@@ -301,7 +301,8 @@ def _memory_access(launch: _Launch) -> dict[str, Any]:
     return out
 
 
-_MEASURES_SCHEMA: Final = {
+#: Dtypes of ``NcuRooflineMeasures.launches``; findings' launch table takes its measured columns' from here.
+MEASURES_SCHEMA: Final = {
     NCol.LAUNCH: pl.Int64, NCol.NAME: pl.String, NCol.DEMANGLED: pl.String, NCol.DUR: pl.Int64,
     LCol.SM_PCT: pl.Float64, LCol.MEMORY_PCT: pl.Float64, LCol.DRAM_PCT: pl.Float64,
     LCol.L1_PCT: pl.Float64, LCol.L2_PCT: pl.Float64, LCol.DRAM_BYTES_PER_S: pl.Float64,
@@ -352,7 +353,7 @@ def measure_roofline(report: NcuReport, options: RooflineOptions = RooflineOptio
     return NcuRooflineMeasures(
         path=report.path, format=report.format, tool_version=report.tool_version, device_name=device,
         ceilings=ceilings, peaks=table, warnings=tuple(report.warnings),
-        launches=pl.DataFrame(rows, schema=_MEASURES_SCHEMA, strict=False),
+        launches=pl.DataFrame(rows, schema=MEASURES_SCHEMA, strict=False),
         rules=report.rules.join(kernel_names, on=NCol.LAUNCH, how="left"),
         stalls=_stalls(report).join(kernel_names, on=NCol.LAUNCH, how="left"),
     )

@@ -15,6 +15,7 @@ import polars as pl
 
 from tracewhy.analyses.peaks import DevicePeaks
 from tracewhy.analyses.roofline import (
+    MEASURES_SCHEMA,
     Ceilings,
     KCol,
     LCol,
@@ -275,24 +276,24 @@ def _judge_launch(m: dict[str, Any], stalls: list[dict[str, Any]], rules: list[d
 
 
 #: The launch table as ``tracewhy roofline --json`` writes it: measurements and verdicts interleaved.
-_LAUNCH_SCHEMA: Final = {
-    NCol.LAUNCH: pl.Int64, NCol.NAME: pl.String, NCol.DEMANGLED: pl.String, NCol.DUR: pl.Int64,
-    VCol.BOUND: pl.String, VCol.REASON: pl.String, VCol.DETAILS: pl.String,
-    LCol.SM_PCT: pl.Float64, LCol.MEMORY_PCT: pl.Float64, LCol.DRAM_PCT: pl.Float64,
-    LCol.L1_PCT: pl.Float64, LCol.L2_PCT: pl.Float64, LCol.DRAM_BYTES_PER_S: pl.Float64,
-    LCol.PEAK_DRAM_BYTES_PER_S: pl.Float64, LCol.FP64_FLOP_PER_S: pl.Float64,
-    LCol.FP32_FLOP_PER_S: pl.Float64, LCol.FP16_FLOP_PER_S: pl.Float64, LCol.PRECISION: pl.String,
-    LCol.FLOP_PER_S: pl.Float64, LCol.PEAK_FLOP_PER_S: pl.Float64, LCol.ARITHMETIC_INTENSITY: pl.Float64,
-    LCol.RIDGE_POINT: pl.Float64, LCol.ROOF_FLOP_PER_S: pl.Float64, LCol.ROOF_FRACTION: pl.Float64,
-    LCol.TENSOR_PIPE_PCT: pl.Float64, LCol.ACHIEVED_OCCUPANCY_PCT: pl.Float64,
-    LCol.THEORETICAL_OCCUPANCY_PCT: pl.Float64, LCol.OCCUPANCY_LIMITER: pl.String,
-    LCol.WAVES_PER_SM: pl.Float64, VCol.GRID_NOTE: pl.String, LCol.LOCAL_MEMORY_INST: pl.Float64,
-    LCol.EXCESS_SECTOR_SHARE: pl.Float64, LCol.SECTORS_PER_LOAD: pl.Float64,
-    LCol.SECTORS_PER_STORE: pl.Float64, VCol.UNCOALESCED: pl.Boolean, VCol.TOP_STALLS: pl.String,
-    LCol.SM_CLOCK_HZ: pl.Float64, LCol.CLOCK_RATIO: pl.Float64, VCol.CLOCKS_LOCKED: pl.Boolean,
-    LCol.RULE_COUNT: pl.Int64, VCol.TOP_RULE: pl.String, VCol.TOP_RULE_SPEEDUP_PCT: pl.Float64,
-    VCol.TOP_RULE_SPEEDUP_TYPE: pl.String,
+_VERDICT_DTYPES: Final = {
+    VCol.BOUND: pl.String, VCol.REASON: pl.String, VCol.DETAILS: pl.String, VCol.GRID_NOTE: pl.String,
+    VCol.UNCOALESCED: pl.Boolean, VCol.TOP_STALLS: pl.String, VCol.CLOCKS_LOCKED: pl.Boolean,
+    VCol.TOP_RULE: pl.String, VCol.TOP_RULE_SPEEDUP_PCT: pl.Float64, VCol.TOP_RULE_SPEEDUP_TYPE: pl.String,
 }
+#: The columns' order; a measured column's dtype is the measurement's (``MEASURES_SCHEMA``).
+_LAUNCH_COLUMNS: Final = (
+    NCol.LAUNCH, NCol.NAME, NCol.DEMANGLED, NCol.DUR, VCol.BOUND, VCol.REASON, VCol.DETAILS,
+    LCol.SM_PCT, LCol.MEMORY_PCT, LCol.DRAM_PCT, LCol.L1_PCT, LCol.L2_PCT, LCol.DRAM_BYTES_PER_S,
+    LCol.PEAK_DRAM_BYTES_PER_S, LCol.FP64_FLOP_PER_S, LCol.FP32_FLOP_PER_S, LCol.FP16_FLOP_PER_S, LCol.PRECISION,
+    LCol.FLOP_PER_S, LCol.PEAK_FLOP_PER_S, LCol.ARITHMETIC_INTENSITY, LCol.RIDGE_POINT, LCol.ROOF_FLOP_PER_S,
+    LCol.ROOF_FRACTION, LCol.TENSOR_PIPE_PCT, LCol.ACHIEVED_OCCUPANCY_PCT, LCol.THEORETICAL_OCCUPANCY_PCT,
+    LCol.OCCUPANCY_LIMITER, LCol.WAVES_PER_SM, VCol.GRID_NOTE, LCol.LOCAL_MEMORY_INST, LCol.EXCESS_SECTOR_SHARE,
+    LCol.SECTORS_PER_LOAD, LCol.SECTORS_PER_STORE, VCol.UNCOALESCED, VCol.TOP_STALLS, LCol.SM_CLOCK_HZ,
+    LCol.CLOCK_RATIO, VCol.CLOCKS_LOCKED, LCol.RULE_COUNT, VCol.TOP_RULE, VCol.TOP_RULE_SPEEDUP_PCT,
+    VCol.TOP_RULE_SPEEDUP_TYPE,
+)
+_LAUNCH_SCHEMA: Final = {c: _VERDICT_DTYPES[c] if c in _VERDICT_DTYPES else MEASURES_SCHEMA[c] for c in _LAUNCH_COLUMNS}
 
 
 def _by_launch(frame: pl.DataFrame, key: str) -> dict[int, list[dict[str, Any]]]:
