@@ -51,14 +51,14 @@ def test_the_arrow_fetch_is_taken_when_installed(monkeypatch: pytest.MonkeyPatch
     from tracewhy.readers import nsys_arrow
 
     taken = []
-    original = nsys_arrow.ArrowFetch.frame
+    original = nsys_arrow.ArrowFetch.query
 
     def spy(self: nsys_arrow.ArrowFetch, sql: str, schema: dict[str, pl.DataType]) -> pl.DataFrame | None:
         got = original(self, sql, schema)
         taken.append((sql, got is not None))
         return got
 
-    monkeypatch.setattr(nsys_arrow.ArrowFetch, "frame", spy)
+    monkeypatch.setattr(nsys_arrow.ArrowFetch, "query", spy)
     trace = read_nsys(export_path("nsysai_mfu_2gpu_before"))
     assert trace.slices.height
     assert any(KERNELS in sql and ok for sql, ok in taken)
@@ -109,3 +109,52 @@ def test_nulls_after_many_rows_read_as_nulls(tmp_path: Path, monkeypatch: pytest
     assert fast.kernel_attrs.get_column(KCol.GRID_Y).null_count() == 2
     _strict(monkeypatch)
     _same(fast, read_nsys(path))
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_a_table_fetched_in_rowid_ranges_on_threads_reads_as_one_query(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Parts small enough that every table of a real export splits (up to four threads, ranges
+    that need not hold equal rows) give the same trace as a single query per table."""
+    pytest.importorskip("adbc_driver_sqlite")
+    from tracewhy.readers import nsys_arrow
+
+    ranged: list[str] = []
+    original = nsys_arrow.ArrowFetch.query
+
+    def spy(self: nsys_arrow.ArrowFetch, sql: str, schema: dict[str, pl.DataType]) -> pl.DataFrame | None:
+        if "rowid BETWEEN" in sql:
+            ranged.append(sql)
+        return original(self, sql, schema)
+
+    monkeypatch.setattr(nsys_arrow.ArrowFetch, "query", spy)
+    monkeypatch.setattr(nsys_arrow, "MAX_PARTS", 1)
+    single = read_nsys(export_path(name))
+    assert not ranged
+    monkeypatch.setattr(nsys_arrow, "MAX_PARTS", 4)
+    monkeypatch.setattr(nsys_arrow, "MIN_PART_ROWS", 7)
+    monkeypatch.setattr(nsys_arrow.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    split = read_nsys(export_path(name))
+    if single.kernel_attrs.height >= 14:
+        assert any(KERNELS in sql for sql in ranged)
+    _same(single, split)
+
+
+@pytest.mark.parametrize("row", ["min", "max"])
+def test_a_wrong_value_in_any_range_falls_back_to_the_strict_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, row: str
+) -> None:
+    """A text end in the first or the last range makes the whole table take the strict path,
+    which names the table."""
+    pytest.importorskip("adbc_driver_sqlite")
+    from tracewhy.readers import nsys_arrow
+
+    monkeypatch.setattr(nsys_arrow, "MIN_PART_ROWS", 1)
+    path = _mock_copy(tmp_path)
+    conn = sqlite3.connect(path)
+    conn.execute(f"UPDATE {KERNELS} SET \"end\" = 'abc' WHERE rowid = (SELECT {row}(rowid) FROM {KERNELS})")
+    conn.commit()
+    conn.close()
+    with pytest.raises(TraceError, match=f"wrong type \\({KERNELS}"):
+        read_nsys(path)

@@ -99,8 +99,7 @@ class Db:
         if not self._has_rowid(table):
             return pl.DataFrame(schema=schema)
         if self.arrow is not None:
-            fast = self.arrow.frame(f'SELECT {select} FROM "{table}"{f" WHERE ({where})" if where else ""} '
-                                    "ORDER BY rowid", schema)
+            fast = self.arrow.frame(table, select, where, schema)
             if fast is not None:
                 return fast
         condition = f"AND ({where})" if where else ""
