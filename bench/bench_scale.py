@@ -1,4 +1,5 @@
-"""Scaling curve of a Kineto trace: read and ``diagnose`` time and peak RSS from 10 MB to 5 GB.
+"""Scaling curve: read and ``diagnose`` time and peak RSS, Kineto from 10 MB to 5 GB, Nsight
+Systems from 10 k to 5 M kernels.
 
 Each size is measured in fresh processes, parse cache off (``TRACEWHY_NO_CACHE=1``):
 
@@ -20,7 +21,14 @@ A100 DDP rank 0: no 10 MB trace shares the larger ones' source), the largest rea
 Slopes are least-squares fits of log(seconds) and log(MB) on the sizes from 100 MB up, where
 fixed costs (interpreter, imports) no longer dominate: 1.0 is linear.
 
-Usage: python bench/bench_scale.py [--dir DIR] [--sizes 10M,56M,100M,1G,5G] [--repeats 3]
+``--format nsys`` measures Nsight Systems exports instead: the real nsys-ai
+``nsysai_mfu_2gpu_before`` export (4,010 kernels) with every activity table replicated by
+``bench/inflate_nsys.py`` 3, 25, 250 and 1,250 times (12 k, 100 k, 1 M and 5 M kernels; 8 k
+events in the model per 1 k kernels), written to ``bench/results_scale_nsys.md`` and
+``bench/scale_nsys.png``; slopes from 100 k kernels up.
+
+Usage: python bench/bench_scale.py [--format kineto|nsys] [--dir DIR] [--sizes 10M,56M,100M,1G,5G]
+       [--repeats 3]
 """
 
 from __future__ import annotations
@@ -47,18 +55,25 @@ import psutil
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 import inflate  # noqa: E402 - bench/ holds scripts, not a package
+import inflate_nsys  # noqa: E402
 
 REPO = BENCH.parent
 SHARED = REPO.parent / "shared/traces"
 SMALL_SOURCE = SHARED / "hta/a100_ddp2_rank0_nccl2.17.json.gz"
 RESULTS = BENCH / "results_scale.md"
 PLOT = BENCH / "scale.png"
+RESULTS_NSYS = BENCH / "results_scale_nsys.md"
+PLOT_NSYS = BENCH / "scale_nsys.png"
 MB = 1_000_000
 SAMPLE_S = 0.05
 #: Sizes measured, by label: bytes targeted (None: the real file as it is).
 SIZES: dict[str, float | None] = {"10M": None, "56M": None, "100M": 1e8, "1G": 1e9, "5G": 5e9}
+#: Nsight Systems sizes, by label: copies of the source export (4,010 kernels each).
+NSYS_SIZES: dict[str, int] = {"10k": 3, "100k": 25, "1M": 250, "5M": 1250}
 #: Sizes from which slopes are fitted (below, start-up dominates).
 FIT_FROM_BYTES = 90 * MB
+#: The same for exports: from the 100 k-kernel size (25 copies, about 60 MB) up.
+NSYS_FIT_FROM_BYTES = 50 * MB
 #: results_scale.md keeps what follows this line (figures measured by hand) when rewritten.
 HAND_MARKER = "\n---\n\n*Below: added by hand"
 
@@ -106,6 +121,7 @@ s, p = time.perf_counter(), peak()
 text = json.dumps(diagnose_payload(report), default=str)
 mark("json", s, p)
 print(json.dumps({"stages": stages, "analyses": analyses, "slices": trace.slices.height,
+                  "kernels": trace.of_kind("kernel").height,
                   "findings": len(report.findings), "total_s": time.perf_counter() - t0}))
 """
 
@@ -187,6 +203,25 @@ def make_files(folder: Path, labels: list[str]) -> dict[str, Path]:
     return files
 
 
+def make_exports(folder: Path, labels: list[str]) -> dict[str, Path]:
+    """The export of each kernel-count label, made once in ``folder`` by ``inflate_nsys``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    base = folder / "base.sqlite"
+    if not base.exists():
+        with gzip.open(inflate_nsys.DEFAULT_EXPORT, "rb") as src, open(base, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    files: dict[str, Path] = {}
+    for label in labels:
+        path = folder / f"mfu_before.x{NSYS_SIZES[label]}.sqlite"
+        if not path.exists():
+            print(f"making {path.name} ...", file=sys.stderr)
+            partial = path.with_suffix(".partial")
+            inflate_nsys.inflate(base, partial, NSYS_SIZES[label])
+            partial.rename(path)
+        files[label] = path
+    return files
+
+
 def median_run(runs: list[Run]) -> Run:
     """The run of median wall time (its peaks come with it)."""
     return sorted(runs, key=lambda r: r.wall_s)[len(runs) // 2]
@@ -234,7 +269,7 @@ def measure(files: dict[str, Path], repeats: int, max_rss: int, timeout_s: float
 
 def table(rows: list[dict[str, object]]) -> list[str]:
     out = [
-        "| size | file MB | slices | read s | read peak growth MB | diagnose s | diagnose peak growth MB "
+        "| size | file MB | slices (kernels) | read s | read peak growth MB | diagnose s | diagnose peak growth MB "
         "| staged peak RSS MB (tree) | CLI wall s | CLI peak RSS MB (tree) | CLI peak / file | load 1 min |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
@@ -245,7 +280,8 @@ def table(rows: list[dict[str, object]]) -> list[str]:
         assert isinstance(staged, Run)
         if isinstance(st, dict):
             by = {s["stage"]: s for s in st["stages"]}
-            cells = [f"{st['slices']:,}", f"{by['read']['s']:.2f}", f"{by['read']['peak_growth'] / MB:,.0f}",
+            cells = [f"{st['slices']:,} ({st.get('kernels', 0):,})", f"{by['read']['s']:.2f}",
+                     f"{by['read']['peak_growth'] / MB:,.0f}",
                      f"{by['diagnose']['s']:.2f}", f"{by['diagnose']['peak_growth'] / MB:,.0f}",
                      f"{staged.tree_peak / MB:,.0f}"]
         else:
@@ -291,18 +327,18 @@ def _value(row: dict[str, object], what: str) -> float | None:
     return stage_seconds(st, what) if isinstance(st, dict) else None
 
 
-def slopes(rows: list[dict[str, object]]) -> list[str]:
-    out = ["Slope of log(y) on log(size), sizes from 100 MB up (1.0 = linear, above 1 = worse than linear):", ""]
+def slopes(rows: list[dict[str, object]], fit_from: int, since: str) -> list[str]:
+    out = [f"Slope of log(y) on log(size), sizes from {since} up (1.0 = linear, above 1 = worse than linear):", ""]
     for what, label in (("read", "read seconds"), ("diagnose", "diagnose seconds (analyses + rules)"),
                         ("cli", "CLI diagnose wall seconds"), ("rss", "CLI peak RSS")):
         pts = [(float(str(r["bytes"])), v) for r in rows
-               if int(str(r["bytes"])) >= FIT_FROM_BYTES and (v := _value(r, what)) is not None]
+               if int(str(r["bytes"])) >= fit_from and (v := _value(r, what)) is not None]
         s = slope(pts)
         out.append(f"- {label}: {s:.2f}" if s is not None else f"- {label}: too few points")
     return out
 
 
-def plot(rows: list[dict[str, object]]) -> bool:
+def plot(rows: list[dict[str, object]], path: Path, title: str, rss_limit: float) -> bool:
     """A log-log PNG of seconds and peak RSS against size; False where matplotlib is missing."""
     try:
         import matplotlib
@@ -322,49 +358,61 @@ def plot(rows: list[dict[str, object]]) -> bool:
              color="grey", label="linear")
     ax1.set(xscale="log", yscale="log", xlabel="trace size (MB)", ylabel="seconds", title="time")
     ax2.plot(x, [(_value(r, "rss") or 0.0) / MB for r in ok], marker="o", label="CLI diagnose peak RSS (tree)")
-    ax2.plot(x, [1.5 * xi for xi in x], "--", color="red", label="1.5 x file size")
+    ax2.plot(x, [rss_limit * xi for xi in x], "--", color="red", label=f"{rss_limit:g} x file size")
     ax2.set(xscale="log", yscale="log", xlabel="trace size (MB)", ylabel="MB", title="peak RSS")
     for ax in (ax1, ax2):
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle("tracewhy on Kineto traces (2 cores, 24 GB)")
+    fig.suptitle(f"tracewhy on {title} (2 cores, 24 GB)")
     fig.tight_layout()
-    fig.savefig(PLOT, dpi=110)
+    fig.savefig(path, dpi=110)
     return True
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "tracewhy-scale")
-    p.add_argument("--sizes", default=",".join(SIZES), help="comma-separated labels of " + ", ".join(SIZES))
+    p.add_argument("--format", choices=("kineto", "nsys"), default="kineto")
+    p.add_argument("--dir", type=Path, default=None, help="where the inputs are made (default: under the temp dir)")
+    p.add_argument("--sizes", default=None, help="comma-separated labels of " + ", ".join(SIZES)
+                   + " (kineto) or " + ", ".join(NSYS_SIZES) + " (nsys); default all")
     p.add_argument("--repeats", type=int, default=3, help="runs per size below 500 MB (median kept)")
     p.add_argument("--max-rss-gb", type=float, default=16.0, help="kill a run whose process tree passes this")
     p.add_argument("--timeout-s", type=float, default=1800)
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args()
-    labels = [s for s in args.sizes.split(",") if s]
-    files = make_files(args.dir, labels)
+    nsys = args.format == "nsys"
+    sizes = NSYS_SIZES if nsys else SIZES
+    labels = [s for s in (args.sizes or ",".join(sizes)).split(",") if s]
+    if unknown := [s for s in labels if s not in sizes]:
+        p.error(f"unknown sizes {unknown}: choose from {', '.join(sizes)}")
+    folder = args.dir or Path(tempfile.gettempdir()) / ("tracewhy-scale-nsys" if nsys else "tracewhy-scale")
+    files = make_exports(folder, labels) if nsys else make_files(folder, labels)
+    results, png = (RESULTS_NSYS, PLOT_NSYS) if nsys else (RESULTS, PLOT)
     load_start = os.getloadavg()
     rows = measure(files, args.repeats, int(args.max_rss_gb * 1e9), args.timeout_s)
     load_end = os.getloadavg()
     lines = [
+        "# Scaling: Nsight Systems read and diagnose from 10 k to 5 M kernels" if nsys else
         "# Scaling: Kineto read and diagnose from 10 MB to 5 GB", "",
-        "Made by `python bench/bench_scale.py`. Parse cache off. Below 500 MB each cell is the median of "
+        f"Made by `python bench/bench_scale.py{' --format nsys' if nsys else ''}`. Parse cache off. "
+        "Below 500 MB each cell is the median of "
         f"{args.repeats} fresh processes; from 1 GB up one run. Peak growth = how far the stage pushed "
         "the main process's ru_maxrss; tree RSS = helpers included, sampled every 50 ms.", "",
         f"- machine: {os.cpu_count()} logical cores, {psutil.virtual_memory().total / 2**30:.1f} GiB RAM, "
         f"Python {platform.python_version()}",
         f"- load average (1/5/15 min) at start: {' / '.join(f'{v:.2f}' for v in load_start)}; at end: "
         f"{' / '.join(f'{v:.2f}' for v in load_end)} (shared machine: timings are noisy)", "",
-        *table(rows), "", *slopes(rows), "", *breakdown(rows), "",
+        *table(rows), "",
+        *(slopes(rows, NSYS_FIT_FROM_BYTES, "100 k kernels") if nsys else slopes(rows, FIT_FROM_BYTES, "100 MB")),
+        "", *breakdown(rows), "",
     ]
     text = "\n".join(lines)
     print(text)
     if not args.no_write:
-        if plot(rows):
-            text += f"\n![scaling curve]({PLOT.name})\n"
-        old = RESULTS.read_text() if RESULTS.exists() else ""
-        RESULTS.write_text(text + (old[old.index(HAND_MARKER):] if HAND_MARKER in old else ""))
+        if plot(rows, png, "Nsight Systems exports" if nsys else "Kineto traces", 2.0 if nsys else 1.5):
+            text += f"\n![scaling curve]({png.name})\n"
+        old = results.read_text() if results.exists() else ""
+        results.write_text(text + (old[old.index(HAND_MARKER):] if HAND_MARKER in old else ""))
     return 0
 
 
