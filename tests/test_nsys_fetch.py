@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -62,8 +63,60 @@ def test_the_arrow_fetch_is_taken_when_installed(monkeypatch: pytest.MonkeyPatch
     trace = read_nsys(export_path("nsysai_mfu_2gpu_before"))
     assert trace.slices.height
     assert any(KERNELS in sql and ok for sql, ok in taken)
-    # Text columns never go through it (the driver does not check UTF-8).
-    assert not any("NVTX_EVENTS" in sql and ok for sql, ok in taken)
+    # Text columns too, as bytes that polars decodes.
+    assert any("NVTX_EVENTS" in sql and "CAST(" in sql and ok for sql, ok in taken)
+
+
+def _nvtx_copy(tmp_path: Path) -> Path:
+    """nsysai_mfu_2gpu_before with its NVTX table 8x longer (153k rows, more than two of the
+    driver's 65k-row batches)."""
+    path = tmp_path / "nvtx.sqlite"
+    path.write_bytes(gzip.decompress(export_path("nsysai_mfu_2gpu_before").read_bytes()))
+    conn = sqlite3.connect(path)
+    for _ in range(3):
+        conn.execute("INSERT INTO NVTX_EVENTS SELECT * FROM NVTX_EVENTS")
+    conn.commit()
+    conn.close()
+    return path
+
+
+@pytest.mark.parametrize(
+    ("edit", "fast_path"),
+    [
+        # Text NULL in the whole first batch, which a driver inferring types from it would take
+        # for integers.
+        ("UPDATE NVTX_EVENTS SET text = NULL WHERE rowid <= 70000", True),
+        # A number where text belongs: read as its text, as SQLite's CAST gives it.
+        ("UPDATE NVTX_EVENTS SET text = 12.5 WHERE rowid = 9001", True),
+        # Text that is not UTF-8: the strict path reads it, leniently.
+        ("UPDATE NVTX_EVENTS SET text = CAST(X'666fff6f' AS TEXT) WHERE rowid = 9000", False),
+    ],
+)
+def test_text_read_through_arrow_equals_the_strict_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, edit: str, fast_path: bool
+) -> None:
+    pytest.importorskip("adbc_driver_sqlite")
+    from tracewhy.readers import nsys_arrow
+
+    fetched: list[bool] = []
+    original = nsys_arrow.ArrowFetch.frame
+
+    def spy(self: nsys_arrow.ArrowFetch, table: str, *args: Any) -> pl.DataFrame | None:
+        got = original(self, table, *args)
+        if table == "NVTX_EVENTS":
+            fetched.append(got is not None)
+        return got
+
+    monkeypatch.setattr(nsys_arrow.ArrowFetch, "frame", spy)
+    path = _nvtx_copy(tmp_path)
+    conn = sqlite3.connect(path)
+    conn.execute(edit)
+    conn.commit()
+    conn.close()
+    fast = read_nsys(path)
+    assert fetched[0] is fast_path
+    _strict(monkeypatch)
+    _same(fast, read_nsys(path))
 
 
 def _mock_copy(tmp_path: Path) -> Path:

@@ -89,7 +89,15 @@ def _previous_reaching(end: I64, reach: I64) -> I64:
     """
     n = end.shape[0]
     cand = np.arange(-1, n - 1, dtype=np.int64)
-    active = np.arange(1, n, dtype=np.int64)
+    # A row that no earlier row reaches (a top-level slice) would walk back over all its earlier
+    # siblings, log2 of their number in rounds: a million top-level CUDA calls on one thread
+    # took 20 rounds. The running maximum of the ends settles those rows at once.
+    reached = np.empty(n, dtype=bool)
+    reached[0] = False
+    if n > 1:
+        reached[1:] = np.maximum.accumulate(end[:-1]) >= reach[1:]
+    cand[~reached] = -1
+    active = np.flatnonzero(reached)
     while active.size:
         c = cand[active]
         settled = end[c] >= reach[active]  # c >= 0: rows whose candidate is -1 are gone
@@ -122,7 +130,7 @@ def first_flagged(start: I64, parent: I64, flag: npt.NDArray[np.bool_]) -> I64:
     """
     n = parent.shape[0]
     result = np.full(start.shape[0], -1, dtype=np.int64)
-    if n == 0 or not start.size:
+    if n == 0 or not start.size or not flag.any():  # (no CPU ops: an nsys trace)
         return result
     nearest = np.where(flag, np.arange(n, dtype=np.int64), -1)
     settled = flag | (parent < 0)
@@ -145,11 +153,18 @@ def first_flagged(start: I64, parent: I64, flag: npt.NDArray[np.bool_]) -> I64:
     return result
 
 
-def link_slices(slices: pl.DataFrame) -> pl.DataFrame:
-    """Fill depth, parent_id, launch_id and op_id on a slices table whose ids are row numbers."""
+def link_slices(slices: pl.DataFrame, *, per_process: bool = False) -> pl.DataFrame:
+    """Fill depth, parent_id, launch_id and op_id on a slices table whose ids are row numbers.
+
+    ``per_process``: a GPU row's launch is found in its own process, runtime calls before driver
+    calls, for a capture of several processes, whose correlation ids repeat across processes
+    (311 collisions in nsysai_mfu_2gpu_after). Otherwise on the correlation id alone, the first
+    call in the table's order, as in one Kineto process.
+    """
     kind = slices.get_column(Col.KIND)
     host_mask = kind.is_in([k.value for k in HOST_KINDS]).to_numpy()
     host_idx = np.flatnonzero(host_mask)
+    del host_mask
     n = slices.height
     depth = np.full(n, -1, dtype=np.int64)
     parent = np.full(n, -1, dtype=np.int64)
@@ -164,32 +179,21 @@ def link_slices(slices: pl.DataFrame) -> pl.DataFrame:
             (kind == Kind.CPU_OP.value).to_numpy()[host_idx],
         )
         depth[host_idx] = d
+        del d
         parent[host_idx] = np.where(p >= 0, host_idx[np.maximum(p, 0)], -1)
+        del p
         op[host_idx] = np.where(o >= 0, host_idx[np.maximum(o, 0)], -1)
+        del o
 
-    # GPU activity -> the launch call with the same correlation id. A CUDA-graph launch has one
-    # correlation id for all of its kernels, so this is many-to-one.
-    launches = slices.filter(
-        pl.col(Col.KIND).is_in([k.value for k in LAUNCH_KINDS]) & pl.col(Col.CORRELATION).is_not_null()
-    ).select(Col.CORRELATION, pl.col(Col.ID).alias("_launch"))
-    # Runtime before driver: when both record a launch (cudaLaunchKernel -> cuLaunchKernel)
-    # with one correlation id, the runtime call is what the user's code made.
-    launches = launches.unique(subset=Col.CORRELATION, keep="first", maintain_order=True)
-    gpu = slices.filter(
-        pl.col(Col.KIND).is_in([k.value for k in (*GPU_ACTIVITY_KINDS, Kind.GPU_SYNC)])
-        & pl.col(Col.CORRELATION).is_not_null()
-    ).select(Col.ID, Col.CORRELATION)
     launch = np.full(n, -1, dtype=np.int64)
-    if gpu.height and launches.height:
-        joined = gpu.join(launches, on=Col.CORRELATION, how="inner")
-        gids = joined.get_column(Col.ID).to_numpy()
-        lids = joined.get_column("_launch").to_numpy()
-        launch[gids] = lids
-        op[gids] = op[lids]
+    gids, lids = _launch_links(slices, per_process)
+    launch[gids] = lids
+    op[gids] = op[lids]
+    del gids, lids
 
-    def col(values: I64, name: str, dtype: pl.DataType) -> pl.Expr:
-        raw = pl.lit(pl.Series(name, values))
-        return pl.when(raw >= 0).then(raw).otherwise(None).cast(dtype).alias(name)
+    def col(values: I64, name: str, dtype: pl.DataType) -> pl.Series:
+        raw = pl.Series(name, values)
+        return pl.select(pl.when(raw >= 0).then(raw).cast(dtype)).to_series().alias(name)
 
     return slices.with_columns(
         col(depth, Col.DEPTH, pl.Int32()),
@@ -197,3 +201,30 @@ def link_slices(slices: pl.DataFrame) -> pl.DataFrame:
         col(launch, Col.LAUNCH, pl.Int64()),
         col(op, Col.OP, pl.Int64()),
     )
+
+
+def _launch_links(slices: pl.DataFrame, per_process: bool) -> tuple[I64, I64]:
+    """(GPU row, its launch call) id pairs: the call with the GPU row's correlation id (and
+    process, ``per_process``). A CUDA-graph launch has one correlation id for all of its
+    kernels, so this is many-to-one. Only the key columns are read (lazily: filtering the
+    whole table first would copy every column of the rows kept)."""
+    keys = [Col.PID, Col.CORRELATION] if per_process else [Col.CORRELATION]
+    rows = slices.lazy().select(Col.ID, Col.KIND, *keys)
+    launches = rows.filter(
+        pl.col(Col.KIND).is_in([k.value for k in LAUNCH_KINDS]) & pl.col(Col.CORRELATION).is_not_null()
+    )
+    if per_process:
+        # Runtime before driver: when both record a launch (cudaLaunchKernel -> cuLaunchKernel)
+        # with one correlation id, the runtime call is what the user's code made.
+        launches = launches.sort(pl.col(Col.KIND) == Kind.DRIVER.value, Col.ID).unique(
+            subset=keys, keep="first", maintain_order=True
+        )
+    else:
+        # The runtime call comes first in time, so first in the table.
+        launches = launches.unique(subset=keys, keep="first", maintain_order=True)
+    gpu = rows.filter(
+        pl.col(Col.KIND).is_in([k.value for k in (*GPU_ACTIVITY_KINDS, Kind.GPU_SYNC)])
+        & pl.col(Col.CORRELATION).is_not_null()
+    ).select(Col.ID, *keys)
+    joined = gpu.join(launches.select(pl.col(Col.ID).alias("_launch"), *keys), on=keys, how="inner").collect()
+    return joined.get_column(Col.ID).to_numpy(), joined.get_column("_launch").to_numpy()

@@ -28,14 +28,13 @@ import numpy as np
 import polars as pl
 
 from tracewhy.errors import TraceError
+from tracewhy.model.linking import link_slices
 from tracewhy.model.schema import (
     COPY_ATTRS_SCHEMA,
     FLOWS_SCHEMA,
     GPU_ACTIVITY_KINDS,
-    HOST_KINDS,
     KERNEL_ATTRS_SCHEMA,
     KIND_DTYPE,
-    LAUNCH_KINDS,
     MEMORY_SCHEMA,
     NVTX_ATTRS_SCHEMA,
     OP_ATTRS_SCHEMA,
@@ -292,7 +291,7 @@ def _build(db: Db, shown: Path, progress: Progress | None, selection: Selection 
         parts.append(overhead_part(db, strs, offset()))
     tick()
 
-    slices, id_of_key = _slices([repair_keys(pl.concat(parts), db)])
+    slices, id_of_key = _slices(parts, db)
     tick()
     kernel_attrs = _side(attrs["kernel"], id_of_key, KERNEL_ATTRS_SCHEMA)
     copy_attrs = _side(attrs["copy"], id_of_key, COPY_ATTRS_SCHEMA)
@@ -311,17 +310,29 @@ def _build(db: Db, shown: Path, progress: Progress | None, selection: Selection 
     )
 
 
-def _slices(parts: list[pl.DataFrame]) -> tuple[pl.DataFrame, np.ndarray[Any, np.dtype[np.int64]]]:
-    """One slices table sorted by start (source order breaks ties), linked, ids = row numbers;
-    and the id of each part key (-1 for keys of rows dropped), for the side tables."""
-    frame = pl.concat(parts).sort("ts_ns", maintain_order=True)
-    keys = frame.get_column(KEY).to_numpy()
+def _slices(parts: list[pl.DataFrame], db: Db) -> tuple[pl.DataFrame, np.ndarray[Any, np.dtype[np.int64]]]:
+    """One slices table of the repaired parts sorted by start (source order breaks ties),
+    linked, ids = row numbers; and the id of each part key (-1 for keys of rows dropped), for
+    the side tables.
+
+    Takes the parts out of ``parts``: on a 600 MB export they are 600 MB, and each column is
+    let go as soon as its sorted copy is made.
+    """
+    frame = repair_keys(pl.concat(parts), db)
+    parts.clear()
+    order = frame.select(pl.arg_sort_by(Col.TS, maintain_order=True)).to_series()
+    keys = frame.get_column(KEY).gather(order).to_numpy()
     id_of_key = np.full(int(keys.max()) + 1 if keys.size else 0, -1, dtype=np.int64)
     id_of_key[keys] = np.arange(keys.size, dtype=np.int64)
-    slices = frame.select(
+    del keys
+    columns = {c: frame.get_column(c) for c in _SORTED_COLUMNS}
+    del frame
+    sorted_columns = []
+    for name in _SORTED_COLUMNS:
+        sorted_columns.append(columns.pop(name).gather(order))
+    slices = pl.DataFrame(sorted_columns).select(
         pl.int_range(pl.len(), dtype=pl.Int64).alias(Col.ID),
-        pl.col("kind").cast(KIND_DTYPE).alias(Col.KIND),
-        pl.col("name").cast(pl.Categorical).alias(Col.NAME),
+        pl.col(Col.KIND).cast(KIND_DTYPE), pl.col(Col.NAME).cast(pl.Categorical),
         Col.TS, Col.DUR, Col.PID, Col.TID, Col.DEVICE, Col.STREAM, Col.CORRELATION,
         pl.lit(None, dtype=pl.Int64).alias(Col.EXTERNAL_ID),
         pl.lit(None, dtype=pl.Int32).alias(Col.DEPTH),
@@ -329,53 +340,14 @@ def _slices(parts: list[pl.DataFrame]) -> tuple[pl.DataFrame, np.ndarray[Any, np
         pl.lit(None, dtype=pl.Int64).alias(Col.LAUNCH),
         pl.lit(None, dtype=pl.Int64).alias(Col.OP),
     )
-    del frame
-    if slices.get_column(Col.KIND).is_in([k.value for k in HOST_KINDS]).any():
-        from tracewhy.model.linking import link_slices
-
-        # Nesting only: its launch join keys on the correlation id alone, which
-        # _link_within_process does per process anyway, so it is given no ids to join.
-        correlation = slices.get_column(Col.CORRELATION)
-        slices = link_slices(slices.with_columns(pl.lit(None, dtype=correlation.dtype).alias(Col.CORRELATION)))
-        slices = slices.with_columns(correlation)
-    linked = _link_within_process(slices)
-    return linked.cast(dict(SLICES_SCHEMA)), id_of_key  # type: ignore[arg-type]
+    del sorted_columns
+    # Correlation ids repeat across the processes of one capture: launches are found per process.
+    return link_slices(slices, per_process=True).cast(dict(SLICES_SCHEMA)), id_of_key  # type: ignore[arg-type]
 
 
-def _link_within_process(slices: pl.DataFrame) -> pl.DataFrame:
-    """Redo GPU -> launch links on (pid, correlation id).
-
-    ``link_slices`` joins on the correlation id alone, which is right for one Kineto process;
-    in a multi-process nsys capture the same id names different calls in each process (311
-    collisions in nsysai_mfu_2gpu_after).
-    """
-    launch_kinds = [k.value for k in LAUNCH_KINDS]
-    launches = (
-        slices.filter(pl.col(Col.KIND).is_in(launch_kinds) & pl.col(Col.CORRELATION).is_not_null())
-        .select(Col.ID, Col.PID, Col.CORRELATION, Col.OP, (pl.col(Col.KIND) == Kind.DRIVER.value).alias("_drv"))
-        .sort(["_drv", Col.ID])
-        .unique(subset=[Col.PID, Col.CORRELATION], keep="first")
-        .select(pl.col(Col.ID).alias(Col.LAUNCH), Col.PID, Col.CORRELATION, Col.OP)
-    )
-    gpu_kinds = [k.value for k in (*GPU_ACTIVITY_KINDS, Kind.GPU_SYNC)]
-    # Every GPU row gets its launch in its own process (or none) and that call's op.
-    links = (
-        slices.filter(pl.col(Col.KIND).is_in(gpu_kinds)).select(Col.ID, Col.PID, Col.CORRELATION)
-        .join(launches, on=[Col.PID, Col.CORRELATION], how="left")
-    )
-    # Ids are row numbers: the links are written in place by index, not joined back on the id.
-    rows = links.get_column(Col.ID).to_numpy()
-    return slices.with_columns(
-        _scatter(slices.get_column(c), rows, links.get_column(c)) for c in (Col.LAUNCH, Col.OP)
-    )
-
-
-def _scatter(column: pl.Series, rows: np.ndarray[Any, np.dtype[np.int64]], values: pl.Series) -> pl.Series:
-    """``column`` with ``values`` (nulls included) written at row numbers ``rows``."""
-    out = column.fill_null(-1).to_numpy().astype(np.int64, copy=True)
-    out[rows] = values.fill_null(-1).to_numpy()
-    series = pl.Series(column.name, out)
-    return pl.select(pl.when(series >= 0).then(series).cast(column.dtype)).to_series().alias(column.name)
+#: The part columns the slices table keeps, in its order.
+_SORTED_COLUMNS: Final = (Col.KIND, Col.NAME, Col.TS, Col.DUR, Col.PID, Col.TID, Col.DEVICE, Col.STREAM,
+                          Col.CORRELATION)
 
 
 def _side(frames: list[pl.DataFrame], id_of_key: np.ndarray[Any, np.dtype[np.int64]],

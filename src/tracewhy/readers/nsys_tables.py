@@ -17,7 +17,7 @@ from typing import Final
 
 import polars as pl
 
-from tracewhy.model.schema import CCol, KCol, Kind, NCol
+from tracewhy.model.schema import KIND_DTYPE, CCol, KCol, Kind, NCol
 from tracewhy.readers.nsys_db import PID_SQL, TID_SQL, Db, Strings
 
 UINT32_NONE: Final = 0xFFFFFFFF  # CUPTI writes (uint32)-1 for "no stream" / "no event"
@@ -26,7 +26,7 @@ KEY: Final = "_key"
 PART_SCHEMA: Final = pl.Schema(
     {
         KEY: pl.Int64(),
-        "kind": pl.String(),
+        "kind": KIND_DTYPE,
         # Categorical from the start: concatenating and sorting millions of names (templated
         # kernel names run to hundreds of bytes) copies codes, not strings.
         "name": pl.Categorical(),
