@@ -10,11 +10,15 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 
 import tracewhy
 from builders import KinetoBuilder
 from conftest import GENERATED, shared_trace
+from tracewhy.analyses import blocks as blocks_module
 from tracewhy.analyses.blocks import BlocksOptions, blocks
+from tracewhy.analyses.nvtx import gpu_projection
+from tracewhy.analyses.nvtx_work import gpu_work
 from tracewhy.cli import main
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.blocks import attribution, synchronized_blocks
@@ -165,3 +169,33 @@ def test_nsys_emit_nvtx_names_are_blocks_not_instances() -> None:
     names = r.table.get_column("name").to_list()
     assert "FlashAttnFunc" in names and not any("op_id =" in n for n in names)
     assert r.table.filter(pl.col("name") == "FlashAttnFunc").row(0, named=True)["instances"] > 1
+
+
+def test_blocks_without_instances_and_in_small_sync_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """diagnose asks for the table alone; ``_synced`` walks the ranges a chunk at a time. With
+    every chunk 7 ranges (ranges of one thread split across chunks), and without the per-range
+    instances, the table is the same, and the synced flags of a real export are too."""
+    trace = tracewhy.load(shared_trace("nsys/nsysai_mfu_2gpu_before.sqlite.gz"))
+    whole = blocks(trace)
+    assert whole.instances.get_column("synced").sum() > 0
+    monkeypatch.setattr(blocks_module, "_SYNC_CHUNK", 7)
+    lean = blocks(trace, BlocksOptions(instances=False))
+    assert lean.instances.height == 0 and lean.instances.schema == whole.instances.schema
+    assert_frame_equal(lean.table, whole.table)
+    assert_frame_equal(blocks(trace).instances, whole.instances)
+
+
+def test_gpu_work_shared_by_blocks_and_projection() -> None:
+    """Given the GPU work already measured, blocks and the full projection come out the same as
+    when each measures it itself (diagnose and the report share one)."""
+    trace = tracewhy.load(shared_trace("nsys/nsysai_h100_2gpu_1s.sqlite.gz"))
+    work = gpu_work(trace)
+    assert_frame_equal(blocks(trace, work=work).instances, blocks(trace).instances)
+    shared, alone = gpu_projection(trace, work), gpu_projection(trace)
+    assert_frame_equal(shared.table, alone.table)
+    assert shared.unattributed == alone.unattributed
+    # Every projected range's GPU time is its block instance's.
+    inst = blocks(trace, work=work).instances.filter(pl.col("gpu_ops") > 0)
+    by_id = dict(zip(alone.table.get_column("id").to_list(), alone.table.get_column("gpu_time_ns").to_list(),
+                     strict=True))
+    assert inst.height and all(by_id[i] == t for i, t in inst.select("id", "gpu_time_ns").iter_rows())

@@ -16,7 +16,7 @@ from polars.testing import assert_frame_equal
 
 from conftest import shared_trace
 from nsys_support import FIXTURES, ExportBuilder, close, golden, load, raw_db
-from tracewhy.analyses import nvtx
+from tracewhy.analyses import nvtx_work
 from tracewhy.analyses.nvtx import gpu_projection, nvtx_step_marker, range_tree
 from tracewhy.analyses.steps import steps
 from tracewhy.model.schema import Col, NCol
@@ -94,7 +94,7 @@ def test_projection_is_the_same_in_small_chunks(name: str, monkeypatch: pytest.M
     row (every range in a chunk of its own) give the same table as one chunk."""
     trace = load(name)
     whole = gpu_projection(trace)
-    monkeypatch.setattr(nvtx, "_PROJECT_CHUNK", 1)
+    monkeypatch.setattr(nvtx_work, "_PROJECT_CHUNK", 1)
     chunked = gpu_projection(trace)
     assert whole.table.height > 1
     assert_frame_equal(chunked.table, whole.table)

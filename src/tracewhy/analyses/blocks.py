@@ -20,7 +20,7 @@ import polars as pl
 
 from tracewhy.analyses import api_names
 from tracewhy.analyses.api_names import is_sync_call
-from tracewhy.analyses.nvtx import gpu_projection
+from tracewhy.analyses.nvtx_work import GpuWork, WorkCol, gpu_work, kind_columns, on_threads, search_by_thread
 from tracewhy.analyses.steps import (
     PROFILER_STEP,
     StepsOptions,
@@ -41,6 +41,8 @@ I64 = npt.NDArray[np.int64]
 SYNC_AFTER_BLOCK_NS: Final = 1_000_000
 #: Per-instance suffixes torch.autograd.profiler.emit_nvtx adds to range names: one block per op.
 _INSTANCE_SUFFIX: Final = api_names.OP_RANGE_SUFFIX
+#: Ranges ``_synced`` looks at a time.
+_SYNC_CHUNK: Final = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,9 @@ class BlocksOptions:
     names: tuple[str, ...] = ()  # fnmatch patterns; empty: every annotation but the step marker
     step_marker: str | None = None
     warmup: int | None = None
+    #: False: ``instances`` comes back empty. diagnose reads only the table, and one row per
+    #: range is millions of rows (0.6 GB) on a large nsys export.
+    instances: bool = True
 
 
 class BlockCol:
@@ -119,14 +124,14 @@ class BlocksResult:
 
 
 def blocks(
-    trace: Trace, options: BlocksOptions = BlocksOptions(), steps_result: StepsResult | None = None
+    trace: Trace, options: BlocksOptions = BlocksOptions(), steps_result: StepsResult | None = None,
+    work: GpuWork | None = None,
 ) -> BlocksResult:
+    """``work``: ``gpu_work(trace)``, when the caller has it (diagnose shares it with the report)."""
     trace.require_whole()
     st = steps_result or steps(trace, StepsOptions(marker=options.step_marker, warmup=options.warmup))
-    inst = _instances(trace, st)
-    if options.names:
-        inst = inst.filter(pl.col(Col.NAME).map_elements(
-            lambda n: any(fnmatch.fnmatchcase(n, p) for p in options.names), return_dtype=pl.Boolean))
+    gpu = _gpu_rows(trace)
+    inst, names = _instances(trace, st, options, work or gpu_work(trace), gpu)
     windows = step_windows(trace, st)
     n_steps = int(windows.get_column(WindowCol.STEADY).sum())
     span = steady_span(windows)
@@ -137,46 +142,78 @@ def blocks(
     else:
         chosen, lo, hi, n_steps = inst, None, None, 1
         note = f"{note}; values are per capture, not per step" if note else "values are per capture, not per step"
-    total_gpu = _gpu_time_launched(trace, lo, hi)
-    table = (
-        chosen.group_by(BlockCol.NAME)
-        .agg(
-            pl.col(BlockCol.DEPTH).min().cast(pl.Int64).alias(BlockCol.LEVEL),
-            pl.len().cast(pl.Int64).alias(BlockCol.INSTANCES),
-            (pl.col(BlockCol.DUR).sum() / n_steps).alias(BlockCol.CPU_PER_STEP),
-            (pl.col(BlockCol.GPU_TIME).sum() / n_steps).alias(BlockCol.GPU_TIME_PER_STEP),
-            (pl.col(BlockCol.GPU_SPAN).sum() / n_steps).alias(BlockCol.GPU_SPAN_PER_STEP),
-            (pl.col(BlockCol.OTHER_THREADS_GPU).sum() / n_steps).alias(BlockCol.OTHER_THREADS_GPU_PER_STEP),
-            (pl.col(BlockCol.GPU_OPS) > 0).sum().cast(pl.Int64).alias(BlockCol.GPU_INSTANCES),
-            pl.col(BlockCol.SYNCED).sum().cast(pl.Int64).alias(BlockCol.SYNCED_INSTANCES),
-        )
+    total_gpu = _gpu_time_launched(gpu, lo, hi)
+    table = _table(chosen, names, n_steps, total_gpu)
+    del chosen
+    instances = inst.with_columns(pl.col(Col.NAME).cast(pl.String).str.replace(_INSTANCE_SUFFIX, "")).select(
+        *BLOCK_INSTANCES_SCHEMA) if options.instances else pl.DataFrame(schema=BLOCK_INSTANCES_SCHEMA)
+    return BlocksResult(table=table, instances=instances, steps=n_steps, gpu_time_ns_per_step=total_gpu / n_steps,
+                        step_marker=st.marker, note=note)
+
+
+def _table(chosen: pl.DataFrame, names: pl.DataFrame, n_steps: int, total_gpu: int) -> pl.DataFrame:
+    """BLOCKS_SCHEMA: sums per annotation name (a categorical code, no string per range), then
+    per block name (emit_nvtx's per-call suffix dropped) over those few rows."""
+    sums = (
+        pl.col(Col.DUR).sum().alias(BlockCol.CPU_PER_STEP), pl.col(BlockCol.GPU_TIME).sum(),
+        pl.col(BlockCol.GPU_SPAN).sum(), pl.col(BlockCol.OTHER_THREADS_GPU).sum(),
+    )
+    per_name = chosen.group_by(Col.NAME).agg(
+        pl.col(BlockCol.DEPTH).min().alias(BlockCol.LEVEL), pl.len().alias(BlockCol.INSTANCES), *sums,
+        (pl.col(BlockCol.GPU_OPS) > 0).sum().alias(BlockCol.GPU_INSTANCES),
+        pl.col(BlockCol.SYNCED).sum().alias(BlockCol.SYNCED_INSTANCES),
+    ).join(names, left_on=Col.NAME, right_on="_raw").drop(Col.NAME).rename({"_block": BlockCol.NAME})
+    counts = (BlockCol.INSTANCES, BlockCol.GPU_INSTANCES, BlockCol.SYNCED_INSTANCES)
+    return (
+        per_name.group_by(BlockCol.NAME)
+        .agg(pl.col(BlockCol.LEVEL).min().cast(pl.Int64), *(pl.col(c).sum().cast(pl.Int64) for c in counts),
+             *(pl.col(c).sum() / n_steps for c in (BlockCol.CPU_PER_STEP, BlockCol.GPU_TIME, BlockCol.GPU_SPAN,
+                                                    BlockCol.OTHER_THREADS_GPU)))
+        .rename({BlockCol.GPU_TIME: BlockCol.GPU_TIME_PER_STEP, BlockCol.GPU_SPAN: BlockCol.GPU_SPAN_PER_STEP,
+                 BlockCol.OTHER_THREADS_GPU: BlockCol.OTHER_THREADS_GPU_PER_STEP})
         .with_columns((pl.col(BlockCol.GPU_TIME_PER_STEP) * n_steps / total_gpu if total_gpu
                        else pl.lit(None, pl.Float64)).alias(BlockCol.GPU_SHARE))
         .sort([BlockCol.GPU_TIME_PER_STEP, BlockCol.CPU_PER_STEP, BlockCol.NAME], descending=[True, True, False])
         .select(*BLOCKS_SCHEMA)
     )
-    return BlocksResult(table=table, instances=inst, steps=n_steps, gpu_time_ns_per_step=total_gpu / n_steps,
-                        step_marker=st.marker, note=note)
 
 
-def _instances(trace: Trace, st: StepsResult) -> pl.DataFrame:
-    a = trace.of_kind(Kind.ANNOTATION).select(
-        Col.ID, pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, Col.PID, Col.TID, Col.DEPTH
-    ).filter(
-        ~pl.col(Col.NAME).str.starts_with(st.marker) & ~pl.col(Col.NAME).str.starts_with(PROFILER_STEP)
-    ).with_columns(pl.col(Col.NAME).str.replace(_INSTANCE_SUFFIX, ""))
-    proj = gpu_projection(trace).table.select(
-        Col.ID, pl.col("num_gpu_ops").alias(BlockCol.GPU_OPS), pl.col("gpu_time_ns").alias(BlockCol.GPU_TIME),
-        pl.col("gpu_busy_ns").alias(BlockCol.GPU_BUSY), pl.col("proj_dur_ns").alias(BlockCol.GPU_SPAN),
+def _block_names(raw: pl.Series, marker: str, patterns: tuple[str, ...]) -> pl.DataFrame:
+    """The annotation names that are blocks (``_raw``, as the trace's categorical) with their
+    block name (``_block``): not the step marker, emit_nvtx's suffix dropped, matching
+    ``patterns`` when given. One row per distinct name, so strings are made only for these."""
+    text = raw.cast(pl.String)
+    names = pl.DataFrame({"_raw": raw, "_block": text.str.replace(_INSTANCE_SUFFIX, "")}).filter(
+        ~text.str.starts_with(marker) & ~text.str.starts_with(PROFILER_STEP)
     )
-    a = a.join(proj, on=Col.ID, how="left").with_columns(
-        pl.col(BlockCol.GPU_OPS, BlockCol.GPU_TIME, BlockCol.GPU_BUSY, BlockCol.GPU_SPAN).fill_null(0)
-    ).sort(Col.TS, Col.ID)
-    window_gpu = _launched_in(trace, a)
+    if patterns:
+        names = names.filter(pl.col("_block").map_elements(
+            lambda n: any(fnmatch.fnmatchcase(n, p) for p in patterns), return_dtype=pl.Boolean))
+    return names
+
+
+def _instances(
+    trace: Trace, st: StepsResult, options: BlocksOptions, work: GpuWork, gpu: pl.DataFrame
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """BLOCK_INSTANCES_SCHEMA's columns, the name still the trace's categorical, and the block
+    names (``_block_names``). Narrow columns only: a large nsys export has millions of ranges."""
+    a = kind_columns(trace, (Kind.ANNOTATION,), Col.ID, Col.NAME, Col.TS, Col.DUR, Col.PID, Col.TID, Col.DEPTH)
+    names = _block_names(a.get_column(Col.NAME).unique(), st.marker, options.names)
+    a = a.filter(pl.col(Col.NAME).is_in(names.get_column("_raw").implode())).sort(Col.TS, Col.ID)
+    measures = (BlockCol.GPU_OPS, BlockCol.GPU_TIME, BlockCol.GPU_BUSY, BlockCol.GPU_SPAN)
+    a = a.join(work.table.select(
+        WorkCol.ID, pl.col(WorkCol.GPU_OPS).alias(BlockCol.GPU_OPS), pl.col(WorkCol.GPU_TIME).alias(BlockCol.GPU_TIME),
+        pl.col(WorkCol.GPU_BUSY).alias(BlockCol.GPU_BUSY), pl.col(WorkCol.PROJ_DUR).alias(BlockCol.GPU_SPAN),
+    ), on=Col.ID, how="left", maintain_order="left").with_columns(pl.col(*measures).fill_null(0))
+    pids = a.get_column(Col.PID).fill_null(-1).to_numpy()
+    starts = a.get_column(Col.TS).to_numpy()
+    ends = starts + a.get_column(Col.DUR).to_numpy()
     a = a.with_columns(
-        (pl.Series(window_gpu) - pl.col(BlockCol.GPU_TIME)).clip(lower_bound=0).alias(BlockCol.OTHER_THREADS_GPU),
-        pl.Series(BlockCol.SYNCED, _synced(trace, a), dtype=pl.Boolean),
+        (pl.Series(_launched_in(gpu, pids, starts, ends)) - pl.col(BlockCol.GPU_TIME)).clip(lower_bound=0).alias(
+            BlockCol.OTHER_THREADS_GPU),
+        _synced(trace, a),
     )
+    del pids, starts, ends
     w = step_windows(trace, st).sort(WindowCol.WINDOW_START)
     inside = pl.col(Col.TS) < pl.col(WindowCol.WINDOW_END)
     return a.join_asof(
@@ -186,14 +223,14 @@ def _instances(trace: Trace, st: StepsResult) -> pl.DataFrame:
     ).with_columns(
         pl.when(inside).then(pl.col(WindowCol.NUMBER)).alias(BlockCol.STEP),
         (pl.col(WindowCol.STEADY).fill_null(False) & inside).fill_null(False).alias(BlockCol.STEADY),
-    ).select(*BLOCK_INSTANCES_SCHEMA)
+    ).select(*BLOCK_INSTANCES_SCHEMA), names
 
 
 def _gpu_rows(trace: Trace) -> pl.DataFrame:
     """GPU activities with the host time and process of their launch (their own start and
     process when the launch was not recorded). Columns: _t, _pid, dur_ns."""
     s = trace.slices
-    g = trace.of_kind(*GPU_ACTIVITY_KINDS).select(Col.LAUNCH, Col.TS, Col.PID, Col.DUR)
+    g = kind_columns(trace, GPU_ACTIVITY_KINDS, Col.LAUNCH, Col.TS, Col.PID, Col.DUR)
     launch = g.get_column(Col.LAUNCH).fill_null(-1).to_numpy()
     has = launch >= 0
     ts_all, pid_all = s.get_column(Col.TS).to_numpy(), s.get_column(Col.PID).fill_null(-1).to_numpy()
@@ -202,21 +239,17 @@ def _gpu_rows(trace: Trace) -> pl.DataFrame:
     return pl.DataFrame({"_t": t, "_pid": pid, Col.DUR: g.get_column(Col.DUR).to_numpy()})
 
 
-def _gpu_time_launched(trace: Trace, lo: int | None, hi: int | None) -> int:
-    g = _gpu_rows(trace)
+def _gpu_time_launched(g: pl.DataFrame, lo: int | None, hi: int | None) -> int:
     if lo is not None and hi is not None:
         g = g.filter((pl.col("_t") >= lo) & (pl.col("_t") < hi))
     return int(g.get_column(Col.DUR).sum()) if g.height else 0
 
 
-def _launched_in(trace: Trace, a: pl.DataFrame) -> I64:
+def _launched_in(gpu: pl.DataFrame, pids: I64, starts: I64, ends: I64) -> I64:
     """GPU time launched by any thread of each range's process while the range was open."""
-    g = _gpu_rows(trace).sort("_pid", "_t")
-    out = np.zeros(a.height, dtype=np.int64)
-    pids = a.get_column(Col.PID).fill_null(-1).to_numpy()
-    starts = a.get_column(Col.TS).to_numpy()
-    ends = starts + a.get_column(Col.DUR).to_numpy()
-    for pid in np.unique(pids):
+    g = gpu.sort("_pid", "_t")
+    out = np.zeros(pids.size, dtype=np.int64)
+    for pid in pl.Series(pids).unique().to_list():
         gp = g.filter(pl.col("_pid") == pid)
         t = gp.get_column("_t").to_numpy()
         cum = np.concatenate(([0], np.cumsum(gp.get_column(Col.DUR).to_numpy())))
@@ -225,38 +258,44 @@ def _launched_in(trace: Trace, a: pl.DataFrame) -> I64:
     return out
 
 
-def _synced(trace: Trace, a: pl.DataFrame) -> list[bool | None]:
+def _synced(trace: Trace, a: pl.DataFrame) -> pl.Series:
     """Per range: did a synchronize follow its last launch (before any other launch, at the
-    latest SYNC_AFTER_BLOCK_NS after its end)? None for ranges that launched nothing."""
-    s = trace.slices
-    gpu = s.filter(pl.col(Col.KIND).is_in([k.value for k in GPU_ACTIVITY_KINDS]))
-    launched = gpu.get_column(Col.LAUNCH).drop_nulls()
-    calls = trace.of_kind(*LAUNCH_KINDS).select(Col.ID, pl.col(Col.NAME).cast(pl.String), Col.TS, Col.PID, Col.TID)
-    sync_names = [n for n in calls.get_column(Col.NAME).unique().to_list() if is_sync_call(n)]
-    calls = calls.with_columns(
-        pl.col(Col.ID).is_in(launched.implode()).alias("_launch"), pl.col(Col.NAME).is_in(sync_names).alias("_sync")
-    ).filter(pl.col("_launch") | pl.col("_sync")).sort(Col.PID, Col.TID, Col.TS)
-    out: list[bool | None] = [None] * a.height
-    by_thread = dict(calls.group_by(Col.PID, Col.TID))
-    for (pid, tid), rows in a.with_row_index("_row").group_by(Col.PID, Col.TID):
-        c = by_thread.get((pid, tid))
-        if c is None:
-            continue
-        ts = c.get_column(Col.TS).to_numpy()
-        is_launch = c.get_column("_launch").to_numpy()
-        is_sync = c.get_column("_sync").to_numpy()
-        pos = np.arange(ts.size)
-        last_launch = np.maximum.accumulate(np.where(is_launch, pos, -1))
-        r_ts = rows.get_column(Col.TS).to_numpy()
-        r_end = r_ts + rows.get_column(Col.DUR).to_numpy()
-        lo = np.searchsorted(ts, r_ts, side="left")
-        hi = np.searchsorted(ts, r_end, side="left")
-        # All ranges of the thread at once (millions of NVTX ranges in a large nsys export).
+    latest SYNC_AFTER_BLOCK_NS after its end)? Null for ranges that launched nothing.
+
+    All ranges at once over the launch and sync calls sorted by (thread, start): a range's calls
+    are a slice of its thread's (millions of NVTX ranges in a large nsys export)."""
+    launched = kind_columns(trace, GPU_ACTIVITY_KINDS, Col.LAUNCH).get_column(Col.LAUNCH).drop_nulls()
+    calls = kind_columns(trace, LAUNCH_KINDS, Col.ID, Col.NAME, Col.TS, Col.PID, Col.TID)
+    kinds = calls.get_column(Col.NAME).unique()
+    sync_names = kinds.filter(kinds.cast(pl.String).map_elements(is_sync_call, return_dtype=pl.Boolean))
+    calls = calls.select(
+        Col.PID, Col.TID, Col.TS, pl.col(Col.ID).is_in(launched.implode()).alias("_launch"),
+        pl.col(Col.NAME).is_in(sync_names.implode()).alias("_sync"),
+    ).filter(pl.col("_launch") | pl.col("_sync"))
+    if calls.height == 0:
+        return pl.Series(BlockCol.SYNCED, [None] * a.height, dtype=pl.Boolean)
+    ranges_on, calls = on_threads(a.select(Col.PID, Col.TID), calls)
+    r_threads = ranges_on.get_column("_thread").to_numpy()
+    del ranges_on
+    calls = calls.sort("_thread", Col.TS, maintain_order=True)
+    thread, ts = calls.get_column("_thread").to_numpy(), calls.get_column(Col.TS).to_numpy()
+    # The latest launch at or before each call (an earlier thread's when this one has none yet).
+    last_launch = np.maximum.accumulate(np.where(calls.get_column("_launch").to_numpy(), np.arange(ts.size), -1))
+    is_sync = calls.get_column("_sync").to_numpy()
+    r_ts, r_dur = a.get_column(Col.TS).to_numpy(), a.get_column(Col.DUR).to_numpy()
+    synced = np.zeros(a.height, dtype=bool)
+    launched_in = np.zeros(a.height, dtype=bool)
+    for lo_row in range(0, a.height, _SYNC_CHUNK):  # bounds the temporaries on millions of ranges
+        rows = slice(lo_row, lo_row + _SYNC_CHUNK)
+        r_thread, start = r_threads[rows], r_ts[rows]
+        end = start + r_dur[rows]
+        lo = search_by_thread(thread, ts, r_thread, start, "left")
+        hi = search_by_thread(thread, ts, r_thread, end, "left")
         last = np.where(hi > lo, last_launch[np.maximum(hi - 1, 0)], -1)
-        launched_in = last >= lo
+        launched_in[rows] = last >= lo  # a launch before ``lo`` is outside the range
         nxt = np.minimum(last + 1, ts.size - 1)
-        synced = (last + 1 < ts.size) & is_sync[nxt] & (ts[nxt] <= r_end + SYNC_AFTER_BLOCK_NS)
-        for row, flag in zip(rows.get_column("_row").to_numpy()[launched_in].tolist(),
-                             synced[launched_in].tolist(), strict=True):
-            out[row] = flag
+        synced[rows] = ((last + 1 < np.searchsorted(thread, r_thread, side="right")) & is_sync[nxt]
+                        & (ts[nxt] <= end + SYNC_AFTER_BLOCK_NS))
+    nulls: pl.Series = pl.repeat(None, a.height, dtype=pl.Boolean, eager=True)
+    out: pl.Series = pl.Series(BlockCol.SYNCED, synced).zip_with(pl.Series(launched_in), nulls)
     return out

@@ -16,13 +16,24 @@ as push/pop ranges.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses import api_names
+from tracewhy.analyses.nvtx_work import (
+    GPU_WORK_SCHEMA,
+    GpuWork,
+    Unattributed,
+    WorkCol,
+    containing,
+    gpu_work,
+    on_threads,
+    ranges_concat,
+    search_by_thread,
+)
 from tracewhy.analyses.summaries import Summary, summarize
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, Col, Kind, NCol
 from tracewhy.model.trace import Trace
@@ -93,11 +104,11 @@ def range_tree(thread: I64, start: I64, end: I64, order: I64) -> tuple[I64, I64]
     srt = np.lexsort((order, -end, start, thread))
     t, s, e = thread[srt], start[srt], end[srt]
     # Child candidates of position p: later positions on the same thread starting before p ends.
-    hi = _search_by_thread(t, s, t, e, "right")
+    hi = search_by_thread(t, s, t, e, "right")
     lo = np.arange(n) + 1
     count = np.maximum(hi - lo, 0)
     p_idx = np.repeat(np.arange(n), count)
-    c_idx = _ranges_concat(lo, count)
+    c_idx = ranges_concat(lo, count)
     inside = e[c_idx] <= e[p_idx]
     p_idx, c_idx = p_idx[inside], c_idx[inside]
     slack = (s[c_idx] - s[p_idx]) + (e[p_idx] - e[c_idx])
@@ -108,67 +119,25 @@ def range_tree(thread: I64, start: I64, end: I64, order: I64) -> tuple[I64, I64]
     first[1:] = c_sorted[1:] != c_sorted[:-1]
     best_parent = np.full(n, -1, dtype=np.int64)
     best_parent[c_sorted[first]] = p_idx[pick][first]
-    lv = np.zeros(n, dtype=np.int64)
-    bp = best_parent.tolist()
-    lvl = lv.tolist()
-    for i in range(n):  # parents precede children in this order
-        if bp[i] >= 0:
-            lvl[i] = lvl[bp[i]] + 1
     parent[srt] = np.where(best_parent >= 0, srt[np.maximum(best_parent, 0)], -1)
-    level[srt] = lvl
+    level[srt] = _levels(best_parent)
     return parent, level
 
 
-#: Banded keys must stay below this; int64 holds up to 2**63 - 1.
-_KEY_LIMIT: Final = 2**62
-
-
-def _search_by_thread(thread: I64, t: I64, q_thread: I64, q_t: I64, side: Literal["left", "right"]) -> I64:
-    """``searchsorted`` over (thread, t) pairs sorted by thread then t, for each query pair.
-
-    One global search over banded keys ``(thread - lo) * span + (t - base)``, which order the
-    pairs in one int64, is a per-thread search without a Python loop. Keys that would not fit
-    (a capture spanning a century, as a trace with some times written 1000x too large does)
-    are searched thread by thread instead.
-    """
-    if t.size == 0 or q_t.size == 0:
-        return np.zeros(q_t.size, dtype=np.int64)
-    base = min(int(t.min()), int(q_t.min()))
-    span = max(int(t.max()), int(q_t.max())) - base + 1
-    lo = min(int(thread.min()), int(q_thread.min()))
-    threads = max(int(thread.max()), int(q_thread.max())) - lo + 1
-    if threads * span < _KEY_LIMIT:
-        key = (thread - lo) * span + (t - base)
-        return np.searchsorted(key, (q_thread - lo) * span + (q_t - base), side=side).astype(np.int64)
-    out = np.empty(q_t.size, dtype=np.int64)
-    first = np.searchsorted(thread, q_thread, side="left")
-    last = np.searchsorted(thread, q_thread, side="right")
-    for one in np.unique(q_thread):
-        mask = q_thread == one
-        a, b = int(first[mask][0]), int(last[mask][0])
-        out[mask] = a + np.searchsorted(t[a:b], q_t[mask], side=side)
-    return out
-
-
-def _ranges_concat(lo: I64, count: I64) -> I64:
-    """Concatenation of arange(lo[i], lo[i] + count[i]) for all i."""
-    total = int(count.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    starts = np.repeat(lo - np.concatenate(([0], np.cumsum(count)[:-1])), count)
-    return (starts + np.arange(total)).astype(np.int64)
+def _levels(parent: I64) -> I64:
+    """Each node's number of ancestors, a level at a time: the nodes whose parent's level is
+    known take it plus one (as many numpy passes as the forest is deep, no Python step per range)."""
+    level = np.where(parent >= 0, -1, 0)
+    pending = np.flatnonzero(parent >= 0)
+    while pending.size:
+        above = level[parent[pending]]
+        known = above >= 0
+        level[pending[known]] = above[known] + 1
+        pending = pending[~known]
+    return level.astype(np.int64)
 
 
 # --- GPU projection ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Unattributed:
-    """GPU operations whose launching call is inside no range (nsys's row with no name)."""
-
-    start_ns: int
-    dur_ns: int
-    num_ops: int
 
 
 @dataclass(frozen=True)
@@ -188,33 +157,30 @@ class ProjectionResult:
     ops_without_launch: int
 
 
-def gpu_projection(trace: Trace) -> ProjectionResult:
+def gpu_projection(trace: Trace, work: GpuWork | None = None) -> ProjectionResult:
+    """The projection table and summary; ``work`` is ``gpu_work(trace)`` when the caller has it."""
+    work = work or gpu_work(trace)
     rng = ranges(trace).filter(pl.col(NCol.END_TID).is_null()).select(
         Col.ID, Col.NAME, NCol.STYLE, Col.TS, Col.DUR, Col.PID, Col.TID, NCol.RANGE_ID,
         (pl.col(Col.TS) + pl.col(Col.DUR)).alias("_end"),
     )
-    calls = trace.of_kind(*LAUNCH_KINDS).select(
-        Col.ID, Col.PID, Col.TID, Col.TS, (pl.col(Col.TS) + pl.col(Col.DUR)).alias("_end")
-    )
-    gpu = trace.of_kind(*GPU_ACTIVITY_KINDS)
-    ops = gpu.filter(pl.col(Col.LAUNCH).is_not_null()).select(
-        pl.col(Col.LAUNCH).alias("_call"), Col.TS, (pl.col(Col.TS) + pl.col(Col.DUR)).alias("_end"), Col.DUR
-    )
-    ops_without_launch = gpu.height - ops.height
-    del gpu
-
-    rng, calls = _on_threads(rng, calls)
+    threads = rng.select(Col.PID, Col.TID).unique().with_row_index("_thread").with_columns(
+        pl.col("_thread").cast(pl.Int64))
+    thread = rng.select(Col.PID, Col.TID).join(threads, on=[Col.PID, Col.TID], how="left", nulls_equal=True,
+                                               maintain_order="left").get_column("_thread").to_numpy()
     parent, level = range_tree(
-        rng.get_column("_thread").to_numpy(), rng.get_column(Col.TS).to_numpy(),
-        rng.get_column("_end").to_numpy(), rng.get_column(NCol.RANGE_ID).to_numpy(),
+        thread, rng.get_column(Col.TS).to_numpy(), rng.get_column("_end").to_numpy(),
+        rng.get_column(NCol.RANGE_ID).to_numpy(),
     )
-    proj, covered = _project(rng, calls, ops)
-    del calls
-    unattributed = _unattributed(ops.join(pl.DataFrame({"_call": covered}), on="_call", how="anti"))
-    del ops
+    ids = rng.get_column(Col.ID).to_numpy()
+    by_id = np.argsort(ids, kind="stable")
+    proj = work.table.select(
+        pl.Series("_range", by_id[np.searchsorted(ids[by_id], work.table.get_column(WorkCol.ID).to_numpy())]),
+        *(c for c in GPU_WORK_SCHEMA if c != WorkCol.ID),
+    )
     table = _projection_table(rng, proj, parent, level)
     return ProjectionResult(table=table, summary=_projection_summary(table),
-                            unattributed=unattributed, ops_without_launch=ops_without_launch)
+                            unattributed=work.unattributed, ops_without_launch=work.ops_without_launch)
 
 
 def _projection_table(rng: pl.DataFrame, proj: pl.DataFrame, parent: I64, level: I64) -> pl.DataFrame:
@@ -243,122 +209,6 @@ def _projection_table(rng: pl.DataFrame, proj: pl.DataFrame, parent: I64, level:
         Col.ID, Col.NAME, NCol.STYLE, "proj_start_ns", "proj_dur_ns", Col.TS, Col.DUR, Col.PID,
         Col.TID, "num_gpu_ops", "gpu_time_ns", "gpu_busy_ns", "level", "num_child",
         NCol.RANGE_ID, "parent_range_id", "range_stack",
-    )
-
-
-def _unattributed(loose: pl.DataFrame) -> Unattributed | None:
-    """nsys's row with no name: the operations whose launching call is inside no range."""
-    if loose.height == 0:
-        return None
-    first = int(loose.get_column(Col.TS).min())  # type: ignore[arg-type]
-    last = int(loose.get_column("_end").max())  # type: ignore[arg-type]
-    return Unattributed(first, last - first, int(loose.get_column("_call").n_unique()))
-
-
-def _on_threads(rng: pl.DataFrame, calls: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Both frames with ``_thread``, one int per (pid, tid) they share, for ``_containing``."""
-    threads = pl.concat([rng.select(Col.PID, Col.TID), calls.select(Col.PID, Col.TID)]).unique()
-    threads = threads.with_row_index("_thread").with_columns(pl.col("_thread").cast(pl.Int64))
-    return (rng.join(threads, on=[Col.PID, Col.TID], how="left", nulls_equal=True),
-            calls.join(threads, on=[Col.PID, Col.TID], how="left", nulls_equal=True))
-
-
-#: (range, operation) rows aggregated at a time by ``_project``: bounds its memory, since a
-#: large nsys export nests each call in several ranges (tens of millions of rows in all).
-_PROJECT_CHUNK: Final = 1 << 21
-
-
-def _project(rng: pl.DataFrame, calls: pl.DataFrame, ops: pl.DataFrame) -> tuple[pl.DataFrame, I64]:
-    """Per range (``_range``) its projection columns, and the ids of the calls in some range.
-
-    A range's calls are a slice of its thread's calls sorted by start (those that also end in
-    it), and a call's operations a slice of the operations sorted by call: so (range, operation)
-    rows are gathered from arrays, chunk by chunk of ranges, never as one (range, call) join.
-    """
-    c = calls.sort(["_thread", Col.TS]).with_row_index("_pos")
-    ct, cs, ce = (c.get_column(k).to_numpy() for k in ("_thread", Col.TS, "_end"))
-    cid = c.get_column(Col.ID).to_numpy()
-    o = ops.join(c.select(pl.col(Col.ID).alias("_call"), "_pos"), on="_call", how="inner").sort("_pos")
-    o_pos = o.get_column("_pos").to_numpy()
-    o_cols = {k: o.get_column(k).to_numpy() for k in ("_call", Col.TS, "_end", Col.DUR)}
-    del o
-    first_op = np.searchsorted(o_pos, np.arange(c.height + 1), side="left").astype(np.int64)
-    rt, rs, re_ = (rng.get_column(k).to_numpy() for k in ("_thread", Col.TS, "_end"))
-    lo = _search_by_thread(ct, cs, rt, rs, "left")
-    count = np.maximum(_search_by_thread(ct, cs, rt, re_, "right") - lo, 0)
-    covered = np.zeros(c.height, dtype=bool)
-    parts = [_project_chunk(r, lo[r], count[r], re_, ce, first_op, o_cols, covered)
-             for r in _chunks(first_op[lo + count] - first_op[lo], count)]
-    proj = pl.concat(parts) if parts else _project_chunk(
-        np.zeros(0, dtype=np.int64), lo[:0], count[:0], re_, ce, first_op, o_cols, covered)
-    return proj, cid[covered]
-
-
-def _chunks(weight: I64, count: I64) -> list[I64]:
-    """Consecutive range rows cut where their operations (``weight``) pass ``_PROJECT_CHUNK``;
-    the calls each range spans (``count``) weigh in too, as they are gathered before filtering."""
-    total = np.cumsum(weight + count)
-    cut = np.searchsorted(total, np.arange(_PROJECT_CHUNK, int(total[-1]) if total.size else 0,
-                                           _PROJECT_CHUNK), side="right")
-    edges = np.unique(np.concatenate(([0], cut, [weight.size])))
-    return [np.arange(a, b, dtype=np.int64) for a, b in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True)
-            if b > a]
-
-
-def _project_chunk(
-    r: I64, lo: I64, count: I64, re_: I64, ce: I64, first_op: I64,
-    o_cols: dict[str, I64], covered: npt.NDArray[np.bool_],
-) -> pl.DataFrame:
-    """Projection columns of ranges ``r`` (calls at sorted positions lo..lo+count); marks the
-    calls they contain in ``covered``."""
-    r_idx = np.repeat(r, count)
-    c_pos = _ranges_concat(lo.astype(np.int64), count.astype(np.int64))
-    inside = ce[c_pos] <= re_[r_idx]
-    r_idx, c_pos = r_idx[inside], c_pos[inside]
-    covered[c_pos] = True
-    n_ops = first_op[c_pos + 1] - first_op[c_pos]
-    o_idx = _ranges_concat(first_op[c_pos], n_ops)
-    range_ops = pl.DataFrame({"_range": np.repeat(r_idx, n_ops),
-                              **{k: v[o_idx] for k, v in o_cols.items()}})
-    return range_ops.group_by("_range").agg(
-        pl.col(Col.TS).min().alias("proj_start_ns"),
-        (pl.col("_end").max() - pl.col(Col.TS).min()).alias("proj_dur_ns"),
-        pl.col("_call").n_unique().cast(pl.Int64).alias("num_gpu_ops"),
-        pl.col(Col.DUR).sum().alias("gpu_time_ns"),
-    ).join(_busy(range_ops), on="_range", how="left")
-
-
-def _containing(rng: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
-    """(range row, call id) for every call that a range on its thread contains."""
-    empty = pl.DataFrame(schema={"_range": pl.Int64(), "_call": pl.Int64()})
-    if rng.height == 0 or calls.height == 0:
-        return empty
-    c = calls.sort(["_thread", Col.TS])
-    ct = c.get_column("_thread").to_numpy()
-    cs = c.get_column(Col.TS).to_numpy()
-    ce = c.get_column("_end").to_numpy()
-    cid = c.get_column(Col.ID).to_numpy()
-    rt = rng.get_column("_thread").to_numpy()
-    rs = rng.get_column(Col.TS).to_numpy()
-    re_ = rng.get_column("_end").to_numpy()
-    lo = _search_by_thread(ct, cs, rt, rs, "left")
-    hi = _search_by_thread(ct, cs, rt, re_, "right")
-    count = np.maximum(hi - lo, 0)
-    r_idx = np.repeat(np.arange(rng.height, dtype=np.int64), count)
-    c_pos = _ranges_concat(lo.astype(np.int64), count.astype(np.int64))
-    inside = ce[c_pos] <= re_[r_idx]
-    return pl.DataFrame({"_range": r_idx[inside], "_call": cid[c_pos[inside]]})
-
-
-def _busy(range_ops: pl.DataFrame) -> pl.DataFrame:
-    """Union length of each range's operations."""
-    ordered = range_ops.select("_range", Col.TS, "_end").sort(["_range", Col.TS])
-    prev_end = pl.col("_end").cum_max().shift(1).over("_range")
-    covered = (pl.col("_end") - pl.max_horizontal(Col.TS, prev_end.fill_null(pl.col(Col.TS)))).clip(
-        lower_bound=0
-    )
-    return ordered.with_columns(covered.alias("_c")).group_by("_range").agg(
-        pl.col("_c").sum().cast(pl.Int64).alias("gpu_busy_ns")
     )
 
 
@@ -488,8 +338,8 @@ def _has_gpu_work(trace: Trace, rng: pl.DataFrame) -> npt.NDArray[np.bool_]:
     )
     if inside.height == 0 or calls.height == 0:
         return has
-    inside, calls = _on_threads(inside, calls)
-    pairs = _containing(inside, calls)
+    inside, calls = on_threads(inside, calls)
+    pairs = containing(inside, calls)
     rows = inside.get_column("_row").to_numpy()
     has[rows[pairs.get_column("_range").unique().to_numpy()]] = True
     return has

@@ -13,7 +13,8 @@ from typing import Final
 
 import polars as pl
 
-from tracewhy.analyses.nvtx import Unattributed, gpu_projection, nvtx_summary
+from tracewhy.analyses.nvtx import gpu_projection, nvtx_summary
+from tracewhy.analyses.nvtx_work import Unattributed
 from tracewhy.model.schema import Col, NCol
 from tracewhy.model.trace import Trace
 

@@ -8,6 +8,7 @@ import polars as pl
 
 from tracewhy.analyses.blocks import BlockCol, BlocksOptions, BlocksResult, blocks
 from tracewhy.analyses.log_blocks import GPU, LogBlocksCol, LogBlocksResult
+from tracewhy.analyses.nvtx_work import GpuWork, gpu_work
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
@@ -17,10 +18,17 @@ from tracewhy.findings.model import Finding, Severity
 _NAMED: int = 5
 
 
+def gpu_work_result(ctx: Context) -> GpuWork:
+    """The GPU work of each NVTX range, once per diagnosis: blocks and the report's projection
+    table both start from it (the costliest part of either on a large nsys export)."""
+    return ctx.cached("nvtx_gpu_work", lambda: gpu_work(ctx.trace))
+
+
 def blocks_result(ctx: Context) -> BlocksResult:
+    """The block table, without the per-range instances (no rule reads them)."""
     return ctx.cached("blocks", lambda: blocks(
-        ctx.trace, BlocksOptions(step_marker=ctx.options.step_marker, warmup=ctx.options.warmup),
-        steps_result=ctx.steps(),
+        ctx.trace, BlocksOptions(step_marker=ctx.options.step_marker, warmup=ctx.options.warmup, instances=False),
+        steps_result=ctx.steps(), work=gpu_work_result(ctx),
     ))
 
 
