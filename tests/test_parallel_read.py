@@ -61,10 +61,39 @@ def test_helpers_give_the_serial_trace(relative: str, workers: int, split: str,
         return part
 
     monkeypatch.setattr(kineto_parallel.Helper, "receive", counting)
+    # Batches a helper has not started are taken back at the end of the read: on a file this
+    # small, all of them (a helper takes longer to start than the read). Not taken back here.
+    monkeypatch.setattr(kineto_parallel, "_take_back", lambda *args: None)
     parallel = read_kineto(path, workers=workers, batch_size=4000)
     # Helpers really built parts (a broken helper would silently leave them all to us).
     assert len(built_by_helpers) >= workers - 1 and all(built_by_helpers)
     _assert_same(serial, parallel)
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_batches_a_helper_has_not_started_are_taken_back(workers: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch is claimed by renaming its file: the helper's claim or ours wins, never both.
+    Helpers that start slowly have their batches taken back at the end; each batch is built
+    once, the Trace is the serial one, and each helper answered that it skipped them."""
+    path = shared_trace("tracelens/h100_timesformer_video_bs1.json.gz")
+    serial = _read_whole(path)
+    _pieces_for_any_size(monkeypatch, 300_000)
+    real_popen = kineto_parallel.subprocess.Popen
+
+    def slow(argv: list[str], **kwargs: object) -> object:
+        return real_popen([*argv[:-1], "import time; time.sleep(1); " + argv[-1]], **kwargs)  # type: ignore[call-overload]
+
+    skipped: list[int] = []
+    skip = kineto_parallel.Helper.skip
+
+    def counting(self: kineto_parallel.Helper) -> None:
+        skip(self)
+        skipped.append(0 if self.broken else 1)
+
+    monkeypatch.setattr(kineto_parallel.subprocess, "Popen", slow)
+    monkeypatch.setattr(kineto_parallel.Helper, "skip", counting)
+    _assert_same(serial, read_kineto(path, workers=workers))
+    assert len(skipped) == 2 * (workers - 1) and all(skipped)
 
 
 def test_a_helper_that_dies_costs_only_speed(monkeypatch: pytest.MonkeyPatch) -> None:

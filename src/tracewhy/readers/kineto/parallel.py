@@ -3,9 +3,10 @@
 Decoding events and building their columns is CPU work done batch by batch (``Builder.add``),
 and msgspec holds the GIL while it decodes, so threads cannot share it. For a large file the
 reader starts helper processes as soon as the file's bytes are in memory, so that their imports
-overlap the split into raw events. Then every n-th batch stays here and the others go to the
-helpers as the batch's JSON bytes; each comes back as the builder of its part. Parts are merged
-in file order, so the Trace is the one the serial read gives, row for row.
+overlap the split into raw events. Then each batch goes to a helper that has room for it, as the
+batch's JSON bytes, or is built here when none has: the quicker side takes more batches, and at
+the end the batches no helper has started are built here. Each comes back as the builder of its
+part. Parts are merged in file order, so the Trace is the one the serial read gives, row for row.
 
 A helper is a fresh interpreter that runs ``serve``, not a ``multiprocessing`` worker:
 those re-run the caller's ``__main__`` module on start, which would run a user's own script a
@@ -19,12 +20,15 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import mmap
 import multiprocessing
 import os
 import pickle
+import select
 import subprocess
 import sys
 import tempfile
+from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Final
@@ -45,6 +49,11 @@ ENV_IN_HELPER: Final = "TRACEWHY_READ_HELPER"
 DEFAULT_MAX_WORKERS: Final = 2
 #: Batches queued for one helper beyond the one it is working on.
 _QUEUED_PER_HELPER: Final = 1
+#: A batch file's suffix once the helper has claimed it, and once this process has.
+_TAKEN: Final = ".taken"
+_HERE: Final = ".here"
+#: A helper's answer for a batch this process claimed first.
+_SKIPPED: Final = "-"
 #: What a helper runs. Not ``-m`` this module: the package imports it before ``-m`` would run
 #: it, and it would then be loaded twice.
 _SERVE: Final = f"from {__name__} import serve; serve()"
@@ -77,22 +86,32 @@ class Helper:
     """One helper process. Batches and parts travel as files in a private scratch directory (in
     ``/dev/shm`` where there is one), their names on the helper's stdin and stdout: one write and
     one read per batch, where a pipe would wake a feeding thread hundreds of times per batch,
-    each time taking the GIL from the decoding here."""
+    each time taking the GIL from the decoding here.
+
+    A batch is ours until one side claims it by renaming its file (``claim``): the helper before
+    it starts on it, this process when it would rather build it itself (at the end of the read)
+    or must (the helper failed). Once sent, the batch's bytes live only in its file, so the
+    buffer they came from can be filled again at once."""
 
     def __init__(self, workdir: Path, number: int) -> None:
         self.workdir = workdir
         self.prefix = f"h{number}-"
         self.sent = 0
         self.broken = False
+        #: Batches sent and not yet answered, oldest first: (number in the file, file, weight).
+        self.in_flight: deque[tuple[int, Path, int]] = deque()
+        self._answers = bytearray()  # what has come from stdout and not yet been taken
+        self._ended = False
         self.proc = subprocess.Popen(
             [sys.executable, "-c", _SERVE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL, env=dict(os.environ, **{ENV_IN_HELPER: "1"}),
         )
 
-    def send(self, body: Body) -> None:
-        """Hand the helper a batch (a JSON array of events); it works through them in order."""
+    def send(self, k: int, body: Body, weight: int) -> bool:
+        """Hand the helper batch ``k`` (a JSON array of events); it works through them in order.
+        False if it could not be handed over (then the caller builds it)."""
         if self.broken:
-            return
+            return False
         name = self.workdir / f"{self.prefix}{self.sent}.json"
         self.sent += 1
         try:
@@ -102,15 +121,31 @@ class Helper:
             self.proc.stdin.flush()
         except OSError:  # the helper is gone, or the scratch space is full
             self.broken = True
+            name.unlink(missing_ok=True)
+            return False
+        self.in_flight.append((k, name, weight))
+        return True
+
+    def ready(self) -> bool:
+        """Whether the answer for the oldest batch in flight has come (never waits)."""
+        while b"\n" not in self._answers and not self._ended:
+            assert self.proc.stdout is not None
+            fd = self.proc.stdout.fileno()
+            try:
+                if not select.select([fd], [], [], 0)[0]:
+                    return False
+            except (OSError, ValueError):  # no select on pipes here: it is known once waited for
+                return False
+            self._read(fd)
+        return True
 
     def receive(self) -> object | None:
-        """The part built from the oldest batch not yet received; None if the helper failed or
-        the batch did not decode (``build_parts`` then builds it here, and sees why)."""
-        if self.broken:
-            return None
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline().decode(errors="replace").strip()
-        if not line:
+        """The part built from the oldest batch in flight (taken off ``in_flight``); None if the
+        helper failed or the batch did not decode (``build_parts`` then builds it here, and sees
+        why)."""
+        self.in_flight.popleft()
+        line = self._answer()
+        if line is None or line == _SKIPPED:
             self.broken = True
             return None
         out = Path(line)
@@ -123,6 +158,34 @@ class Helper:
         part: object = pickle.loads(payload)  # our own child's pickle of our own objects
         return part
 
+    def skip(self) -> None:
+        """Take the oldest batch in flight back, after ``claim`` won it: the helper answers
+        that it skipped it."""
+        self.in_flight.popleft()
+        if self._answer() != _SKIPPED:
+            self.broken = True
+
+    def _answer(self) -> str | None:
+        """The next line the helper wrote, once it has come; None if it ended first."""
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._answers:
+            if self._ended or self.broken:
+                return None
+            self._read(fd)
+        line, _, rest = bytes(self._answers).partition(b"\n")
+        self._answers[:] = rest
+        return line.decode(errors="replace").strip()
+
+    def _read(self, fd: int) -> None:
+        try:
+            got = os.read(fd, 65536)
+        except OSError:
+            got = b""
+        if not got:
+            self._ended = True
+        self._answers += got
+
     def close(self) -> None:
         if self.proc.stdin is not None:
             with contextlib.suppress(OSError):
@@ -132,6 +195,17 @@ class Helper:
         self.proc.wait()
         if self.proc.stdout is not None:
             self.proc.stdout.close()
+
+
+def claim(name: Path, mark: str) -> Path | None:
+    """Take batch file ``name`` for one side (its new name), or None if the other side has it:
+    a rename is atomic, so a batch is never built twice, nor lost."""
+    mine = name.with_suffix(mark)
+    try:
+        name.rename(mine)
+    except FileNotFoundError:
+        return None
+    return mine
 
 
 def scratch_dir() -> Path:
@@ -154,36 +228,59 @@ def start_helpers(workers: int, workdir: Path) -> list[Helper]:
 
 def build_parts(helpers: list[Helper], bodies: Iterable[tuple[Body, int]],
                 progress: Callable[[int], None]) -> list[object]:
-    """Every batch's builder, in file order: batch k (its bytes, and its weight for ``progress``)
-    is built here when k is a multiple of the number of processes, else by helper ``k % n - 1``.
-    The batches are taken from ``bodies`` as they are needed. Raises BadCut as ``decode_body``."""
-    stride = len(helpers) + 1
+    """Every batch's builder, in file order. Each batch (its bytes, and its weight for
+    ``progress``) goes to the helper with the fewest batches in flight if it has room for one
+    more, else it is built here: whichever side is quicker takes more of them. At the end the
+    batches that helpers have not started yet are taken back and built here, so that this
+    process does not sit waiting for a helper's backlog. The batches are taken from ``bodies``
+    as they are needed. Raises BadCut as ``decode_body``."""
     parts: list[object] = []
-    sent: list[list[tuple[int, Body, int]]] = [[] for _ in helpers]  # per helper, oldest first
 
-    def collect(h: int) -> None:
-        k, body, weight = sent[h].pop(0)
-        part = helpers[h].receive()
-        # None: the helper failed, or the batch did not decode: see for ourselves.
-        parts[k] = part if part is not None else build_part(body)
+    def collect(helper: Helper) -> None:
+        k, name, weight = helper.in_flight[0]
+        part = helper.receive()
+        if part is None:  # the helper failed, or the batch did not decode: see for ourselves
+            part = _build_claimed(claim(name, _HERE) or name.with_suffix(_TAKEN))
+        else:
+            name.with_suffix(_TAKEN).unlink(missing_ok=True)
+        parts[k] = part
         progress(weight)
 
     for k, (body, weight) in enumerate(bodies):
         parts.append(None)
-        h = k % stride - 1
-        if h < 0 or helpers[h].broken:
+        for helper in helpers:
+            while helper.in_flight and helper.ready():
+                collect(helper)
+        free = [h for h in helpers if not h.broken and len(h.in_flight) <= _QUEUED_PER_HELPER]
+        if not free or not min(free, key=lambda h: len(h.in_flight)).send(k, body, weight):
             parts[k] = build_part(body)
             progress(weight)
-            continue
-        # Keep the helper's backlog short: take its oldest finished part before sending more.
-        while len(sent[h]) > _QUEUED_PER_HELPER:
-            collect(h)
-        helpers[h].send(body)
-        sent[h].append((k, body, weight))
-    for h in range(len(helpers)):
-        while sent[h]:
-            collect(h)
+    for helper in helpers:
+        _take_back(helper, parts, progress)
+    for helper in helpers:
+        while helper.in_flight:
+            if parts[helper.in_flight[0][0]] is None:
+                collect(helper)
+            else:  # taken back
+                helper.skip()
     return parts
+
+
+def _take_back(helper: Helper, parts: list[object], progress: Callable[[int], None]) -> None:
+    """Build here, newest first, the batches in flight that the helper has not started."""
+    for k, name, weight in reversed(helper.in_flight):
+        mine = claim(name, _HERE)
+        if mine is None:
+            return  # the helper has this one, and so every older one
+        parts[k] = _build_claimed(mine)
+        progress(weight)
+
+
+def _build_claimed(mine: Path) -> Builder:
+    """Build here a batch sent to a helper, from its file (which goes)."""
+    body = mine.read_bytes()
+    mine.unlink()
+    return build_part(body)
 
 
 def build_part(body: Body) -> Builder:
@@ -194,18 +291,27 @@ def build_part(body: Body) -> Builder:
 
 
 def serve() -> None:
-    """A helper's loop: a batch's file name in, the name of its part's file out, until stdin ends."""
+    """A helper's loop: a batch's file name in, the name of its part's file out (``-`` for a
+    batch taken back before it was started), until stdin ends."""
     gc.disable()  # as in read_kineto: decoded events form no cycles
     for line in sys.stdin.buffer:
         name = Path(line.decode().strip())
-        body = name.read_bytes()
-        name.unlink()
-        out = name.with_suffix(".part")
-        try:
-            part = build_part(body)
-        except (BadCut, RecursionError):
-            part = None  # the reader sees the same for itself and reads the file another way (or says why not)
-        out.write_bytes(pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL))
-        del body
-        sys.stdout.buffer.write(f"{out}\n".encode())
+        mine = claim(name, _TAKEN)
+        if mine is None:
+            answer = _SKIPPED
+        else:
+            out = name.with_suffix(".part")
+            try:
+                part = build_part(_mapped(mine))
+            except (BadCut, RecursionError):
+                part = None  # the reader sees the same for itself and reads the file another way (or says why not)
+            out.write_bytes(pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL))
+            answer = str(out)
+        sys.stdout.buffer.write(f"{answer}\n".encode())
         sys.stdout.buffer.flush()
+
+
+def _mapped(path: Path) -> memoryview:
+    """A file's bytes mapped, not copied: the scratch file already lies in memory."""
+    with open(path, "rb") as f:
+        return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))

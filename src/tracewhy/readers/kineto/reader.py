@@ -64,8 +64,8 @@ def _read(path: Path, progress: Progress | None, batch_size: int, max_inflated_b
     builder: Builder | None = None
     try:
         if size > whole_max:
-            # Helpers keep the pieces they are sent until they answer: those must not be lent.
-            stream = pieces.open_pieces(path, piece, max_inflated_bytes, lent=not helpers)
+            # A piece sent to a helper is copied out at once: every piece may be lent.
+            stream = pieces.open_pieces(path, piece, max_inflated_bytes, lent=True)
             try:
                 builder = _build(path, ((p, len(p)) for p in stream.pieces()), helpers, size, progress)
             except BadCut:
