@@ -12,7 +12,16 @@ self time of every module summed by top-level package (tracewhy, polars, numpy, 
 matplotlib, everything else), so a command that pays for an import it does not use shows it.
 Import times under ``-X importtime`` are a little inflated by the measuring itself.
 
-Usage: python bench/bench_startup.py [--repeats 5] [--commands diagnose,kernels,...]
+Python's bytecode cache is on, in a scratch folder, filled by one untimed run of each command:
+an installed tracewhy has its .pyc files (pip compiles them). Where PYTHONDONTWRITEBYTECODE is
+set (this machine's shell sets it), every run would otherwise compile each tracewhy module it
+imports, about 0.1 s of a command's time; ``--no-bytecode-cache`` measures that way.
+
+``--baseline REV`` also times the source tree of git revision REV (extracted with ``git archive``
+and put first on PYTHONPATH) in the same run, each command's runs interleaved with the current
+tree's, so that a before/after table shares the machine's load.
+
+Usage: python bench/bench_startup.py [--repeats 5] [--commands diagnose,kernels,...] [--baseline REV]
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
@@ -65,11 +75,31 @@ def has_json(argv: list[str]) -> bool:
     return argv[0] not in ("export",)
 
 
-def wall(argv: list[str], repeats: int) -> tuple[float, float, int]:
+def child_env(scratch: Path, bytecode: bool, src: Path | None = None) -> dict[str, str]:
+    """The runs' environment: parse cache off; the bytecode cache in ``scratch`` (or none);
+    ``src`` first on the path (a baseline tree)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
+    env["TRACEWHY_NO_CACHE"] = "1"
+    if bytecode:
+        env["PYTHONPYCACHEPREFIX"] = str(scratch / "pycache")
+    else:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if src is not None:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(src), env.get("PYTHONPATH")) if p)
+    return env
+
+
+def baseline_tree(rev: str, scratch: Path) -> Path:
+    """The ``src`` folder of git revision ``rev``, extracted into ``scratch``."""
+    archive = subprocess.run(["git", "archive", rev, "src"], capture_output=True, cwd=REPO, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(scratch)], input=archive, check=True)
+    return scratch / "src"
+
+
+def wall(argv: list[str], repeats: int, env: dict[str, str]) -> tuple[float, float, int]:
     """Median wall seconds and median CPU seconds (user + system, the process and anything it
     waited for) of ``argv`` in fresh processes, and its exit status. On a loaded machine the
     CPU seconds are the steadier figure: wall time there is mostly waiting for a core."""
-    env = {**os.environ, "TRACEWHY_NO_CACHE": "1"}
     times, cpus, rc = [], [], 0
     for _ in range(repeats):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -82,9 +112,8 @@ def wall(argv: list[str], repeats: int) -> tuple[float, float, int]:
     return statistics.median(times), statistics.median(cpus), rc
 
 
-def import_profile(argv: list[str]) -> dict[str, float]:
+def import_profile(argv: list[str], env: dict[str, str]) -> dict[str, float]:
     """Seconds of import self time per package, from ``-X importtime``."""
-    env = {**os.environ, "TRACEWHY_NO_CACHE": "1"}
     proc = subprocess.run([sys.executable, "-X", "importtime", *argv[1:]], capture_output=True, env=env, cwd=REPO)
     totals: dict[str, float] = collections.defaultdict(float)
     for line in proc.stderr.decode(errors="replace").splitlines():
@@ -101,8 +130,13 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--commands", default=None, help="comma-separated subset")
     p.add_argument("--no-write", action="store_true")
+    p.add_argument("--no-bytecode-cache", action="store_true", help="compile every module in every run")
+    p.add_argument("--baseline", metavar="REV", help="also time the source tree of this git revision")
     args = p.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="tracewhy-startup-"))
+    bytecode = not args.no_bytecode_cache
+    env = child_env(scratch, bytecode)
+    base_env = child_env(scratch, bytecode, baseline_tree(args.baseline, scratch)) if args.baseline else None
     trace = scratch / "bert_rank0.json"
     with gzip.open(SOURCE, "rb") as f:
         trace.write_bytes(f.read())
@@ -111,16 +145,27 @@ def main() -> int:
         chosen = {k: v for k, v in chosen.items() if k in args.commands.split(",")}
     py = [sys.executable]
     load_start = os.getloadavg()
-    floor_py, floor_py_cpu, _ = wall([*py, "-c", "pass"], args.repeats)
-    floor_libs, floor_libs_cpu, _ = wall([*py, "-c", "import polars, numpy"], args.repeats)
-    rows = []
+    wall([*py, "-c", "import polars, numpy"], 1, env)  # untimed: fills the bytecode cache
+    floor_py, floor_py_cpu, _ = wall([*py, "-c", "pass"], args.repeats, env)
+    floor_libs, floor_libs_cpu, _ = wall([*py, "-c", "import polars, numpy"], args.repeats, env)
+    rows, before = [], {}
     for name, argv in chosen.items():
         full = [*py, "-m", "tracewhy", *argv]
-        text_s, text_cpu, rc = wall(full, args.repeats)
-        json_s, json_cpu, json_rc = wall([*full, "--json"], args.repeats) if has_json(argv) else (None, None, 0)
-        imports = import_profile([*full, "--json"] if has_json(argv) else full)
+        variants = [[*full, "--json"], full] if has_json(argv) else [full]
+        for v in variants:  # untimed: fills the bytecode cache (and the OS's file cache)
+            for e in (env, base_env):
+                if e is not None and bytecode:
+                    wall(v, 1, e)
+        text_s, text_cpu, rc = wall(full, args.repeats, env)
+        json_s, json_cpu, json_rc = wall([*full, "--json"], args.repeats, env) if has_json(argv) else (None, None, 0)
+        if base_env is not None:
+            before[name] = (wall(full, args.repeats, base_env)[:2],
+                            wall([*full, "--json"], args.repeats, base_env)[:2] if has_json(argv) else None)
+        imports = import_profile([*full, "--json"] if has_json(argv) else full, env)
         rows.append((name, text_s, text_cpu, rc, json_s, json_cpu, json_rc, imports, os.getloadavg()[0]))
-        print(f"{name}: {text_s:.2f} s, {text_cpu:.2f} CPU s, rc {rc}", file=sys.stderr)
+        print(f"{name}: {text_s:.2f} s, {text_cpu:.2f} CPU s, rc {rc}"
+              + (f"; baseline {before[name][0][0]:.2f} s, {before[name][0][1]:.2f} CPU s" if name in before else ""),
+              file=sys.stderr)
     load_end = os.getloadavg()
     trace_mb = trace.stat().st_size / 1e6
     shutil.rmtree(scratch, ignore_errors=True)
@@ -129,12 +174,18 @@ def main() -> int:
         "# Every command on a 1 MB trace, whole process", "",
         f"Made by `python bench/bench_startup.py`. Trace: {SOURCE.name} decompressed "
         f"({trace_mb:.2f} MB). "
-        f"Parse cache off; medians of {args.repeats} fresh processes; target <= {TARGET_S} s whole-process.", "",
+        f"Parse cache off; medians of {args.repeats} fresh processes; target <= {TARGET_S} s whole-process. "
+        + ("Python's bytecode cache on (as installed)." if bytecode else
+           "No bytecode cache: every run compiles the modules it imports."), "",
         f"- machine: {os.cpu_count()} logical cores, Python {platform.python_version()}",
         f"- load average (1/5/15 min) at start: {' / '.join(f'{v:.2f}' for v in load_start)}; at end: "
         f"{' / '.join(f'{v:.2f}' for v in load_end)} (shared machine: timings are noisy)",
         f"- floors (wall / CPU s): `python -c pass` {floor_py:.3f} / {floor_py_cpu:.3f}; "
         f"`python -c 'import polars, numpy'` {floor_libs:.3f} / {floor_libs_cpu:.3f}", "",
+    ]
+    if before:
+        lines += _before_after(rows, before, args.baseline)
+    lines += [
         f"| command | text wall s | text CPU s | --json wall s | --json CPU s | {head} | load 1 min |",
         "| --- | ---: | ---: | ---: | ---: | " + " | ".join("---:" for _ in range(5)) + " | ---: |",
     ]
@@ -154,6 +205,20 @@ def main() -> int:
     if not args.no_write:
         RESULTS.write_text(text)
     return 0
+
+
+def _before_after(rows: list[tuple[Any, ...]], before: dict[str, Any], rev: str) -> list[str]:
+    """The table of wall / CPU seconds at ``rev`` and now, text and --json, same runs' load."""
+    out = [f"Before (`{rev}`) and after, wall / CPU s, the two trees' runs one after the other:", "",
+           "| command | text before | text after | --json before | --json after |",
+           "| --- | ---: | ---: | ---: | ---: |"]
+    for name, text_s, text_cpu, _rc, json_s, json_cpu, *_ in rows:
+        (b_text, b_json) = before[name]
+        cells = [f"{b_text[0]:.2f} / {b_text[1]:.2f}", f"{text_s:.2f} / {text_cpu:.2f}",
+                 "" if b_json is None else f"{b_json[0]:.2f} / {b_json[1]:.2f}",
+                 "" if json_s is None else f"{json_s:.2f} / {json_cpu:.2f}"]
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
+    return [*out, ""]
 
 
 if __name__ == "__main__":

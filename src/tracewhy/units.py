@@ -1,4 +1,7 @@
-"""Human formatting of durations, sizes and shares: for statements (findings) and tables (renderers)."""
+"""Human formatting of durations, sizes and shares: for statements (findings) and tables (renderers).
+
+rich is imported only where a cell or table is drawn: findings format their statements here in
+``--json`` runs too, which print no table."""
 
 from __future__ import annotations
 
@@ -7,13 +10,13 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
-from rich.markup import escape
-from rich.measure import Measurement
-from rich.padding import Padding
-from rich.text import Text
+if TYPE_CHECKING:
+    from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+    from rich.measure import Measurement
+    from rich.padding import Padding
+    from rich.text import Text
 
 
 def fmt_ns(ns: float | int | None) -> str:
@@ -78,6 +81,8 @@ def shorten(name: str, width: int = 80) -> str:
     """A trace string for a rich table cell or a line: printable, markup-escaped, and cut in the
     middle to ``width`` (the end of a kernel name, its arguments, often tells it apart); whole
     under ``whole_names``."""
+    from rich.markup import escape
+
     name = printable(name)
     return escape(name if names_whole() else cut_middle(name, width))
 
@@ -160,6 +165,8 @@ def _differs_at(names: Sequence[str]) -> list[int]:
 def indented(text: Text, indent: int) -> Padding:
     """``text`` with its wrapped lines kept under its first, ``indent`` columns in: a finding's
     statement stays one block under its heading, however narrow the terminal."""
+    from rich.padding import Padding
+
     return Padding(text, (0, 0, 0, indent), expand=False)
 
 
@@ -176,9 +183,13 @@ class NameCell:
         return self.text
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        from rich.measure import Measurement
+
         return Measurement(min(self.min_width, options.max_width), len(self.text))
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        from rich.text import Text
+
         # Squeezed below its minimum (a narrow terminal), a name takes a second line rather
         # than losing what tells it apart.
         width = max(options.max_width, 1)
@@ -196,6 +207,8 @@ class Fit:
         self.build = build
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        from rich.measure import Measurement
+
         return Measurement.get(console, options, self.build(options.max_width))
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:

@@ -8,18 +8,20 @@ import sys
 from collections.abc import Collection, Iterable, Iterator
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
-from rich.console import Console, Group, RenderableType
-from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
-
-from tracewhy.model.schema import Kind
-from tracewhy.model.trace import Trace
-from tracewhy.readers import CacheOptions, read_trace
-from tracewhy.readers.source import refuse_special
+from tracewhy.renderers import View
 from tracewhy.renderers.jsonout import render_json
-from tracewhy.units import Fit, fmt_bytes, names_whole, printable, whole_names
+from tracewhy.units import fmt_bytes, names_whole, printable, whole_names
+
+# rich, polars and the readers are imported where they are used: ``which`` reads no trace, and
+# a ``--json`` run prints no table, so neither pays for what it does not use (issue 20).
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+    from rich.progress import Progress, TaskID
+
+    from tracewhy.model.schema import Kind
+    from tracewhy.model.trace import Trace
 
 
 class Command:
@@ -75,6 +77,9 @@ class ReadProgress:
 
     def __call__(self, done: int, total: int) -> None:
         if self.progress is None:
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+
             self.progress = Progress(
                 TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
                 console=Console(stderr=True), transient=True,
@@ -109,6 +114,8 @@ _ANALYSING: ContextVar[Any] = ContextVar("tracewhy_analysing", default=None)
 
 
 def _start_analysing(path: str) -> None:
+    from rich.console import Console
+
     status = Console(stderr=True).status(f"analysing {printable(Path(path).name)}", spinner="dots")
     status.start()
     _ANALYSING.set(status)
@@ -127,8 +134,9 @@ def shows_progress() -> bool:
     return _SHOW_PROGRESS.get()
 
 
-#: The cache setting of the command being run (``--no-cache``), set by ``run_command``.
-_CACHE: ContextVar[CacheOptions | None] = ContextVar("tracewhy_cache", default=None)
+#: Whether the command being run may use the parsed-trace cache (not ``--no-cache``), set by
+#: ``run_command``; None outside a command (the readers' default then applies).
+_CACHE: ContextVar[bool | None] = ContextVar("tracewhy_cache", default=None)
 
 
 class Warnings:
@@ -176,12 +184,14 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
 def run_command(args: argparse.Namespace) -> int:
     """Run the chosen subcommand with the common options in force."""
     # The inputs (a FIFO among them would block the first read), by the names commands give them.
-    for name in ("trace", "a", "b", "report", "paths", "ncu", "baseline", "config"):
-        value = getattr(args, name, None)
-        for item in value if isinstance(value, list) else [value]:
-            if isinstance(item, str):
-                refuse_special(Path(item))
-    token = _CACHE.set(CacheOptions(enabled=not getattr(args, "no_cache", False)))
+    inputs = [item for name in ("trace", "a", "b", "report", "paths", "ncu", "baseline", "config")
+              for item in _as_list(getattr(args, name, None)) if isinstance(item, str)]
+    if inputs:  # (the readers, and polars with them, only for a command that reads a file)
+        from tracewhy.readers.source import refuse_special
+
+        for item in inputs:
+            refuse_special(Path(item))
+    token = _CACHE.set(not getattr(args, "no_cache", False))
     collected = Warnings()
     warnings_token = _WARNINGS.set(collected)
     progress_token = _SHOW_PROGRESS.set(sys.stderr.isatty() and not getattr(args, "json", False))
@@ -196,11 +206,19 @@ def run_command(args: argparse.Namespace) -> int:
         _CACHE.reset(token)
 
 
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
 def load_trace(path: str, kinds: Collection[Kind] | None = None) -> Trace:
     """The trace, whole, or (``kinds``) with at least the slice kinds a command's analyses use."""
+    from tracewhy.readers import CacheOptions, read_trace
+
+    enabled = _CACHE.get()
     bar = progress_for(path)
     try:
-        trace = read_trace(path, progress=bar, cache=_CACHE.get(), kinds=kinds)
+        trace = read_trace(path, progress=bar, cache=None if enabled is None else CacheOptions(enabled=enabled),
+                           kinds=kinds)
     finally:
         if bar is not None:
             bar.close()
@@ -224,14 +242,14 @@ def warnings_so_far() -> list[str]:
     return list(collected.lines) if collected is not None else []
 
 
-def emit(args: argparse.Namespace, command: str, payload: dict[str, Any], table: RenderableType) -> None:
+def emit(args: argparse.Namespace, command: str, payload: dict[str, Any], view: View) -> None:
     """The command's output: the payload a renderer built, in the JSON envelope (``--json``),
-    or the terminal table. Commands build no dicts of their own."""
+    or the terminal table ``view`` builds. Commands build no dicts of their own."""
     flush_warnings()  # before the table: a user reads the caveat first
     if getattr(args, "json", False):
         sys.stdout.write(render_json(command, payload, warnings_so_far()) + "\n")
     else:
-        print_tables(output_console(getattr(args, "color", "auto")), table)
+        print_tables(output_console(getattr(args, "color", "auto")), view())
 
 
 #: ``--color``: auto follows the terminal and NO_COLOR (https://no-color.org); the others force.
@@ -243,6 +261,8 @@ PIPED_WIDTH: Final = 160
 def output_console(color: str = "auto") -> Console:
     """The console for a command's tables on stdout. ``always`` colours even a pipe (``| less -R``)
     and wins over NO_COLOR, as an explicit flag should; ``never`` prints no escape codes at all."""
+    from rich.console import Console
+
     if color == "always":
         console = Console(soft_wrap=False, force_terminal=True, no_color=False)
     elif color == "never":
@@ -258,6 +278,11 @@ def print_tables(console: Console, renderable: RenderableType) -> None:
     """Print ``renderable`` (groups of tables and paragraphs): paragraphs wrap at the console's
     width; under ``whole_names`` (``--wide``, piped output) each table is as wide as its names
     need, so that no cell is cut."""
+    from rich.console import Group
+    from rich.table import Table
+
+    from tracewhy.units import Fit
+
     if isinstance(renderable, Group):
         for part in renderable.renderables:
             print_tables(console, part)

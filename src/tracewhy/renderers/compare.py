@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
-from rich.console import Group, RenderableType
-from rich.table import Table
-from rich.text import Text
 
 from tracewhy.analyses.diff import MemoryChange
 from tracewhy.findings.compare import FASTER, SLOWER, Comparison
 from tracewhy.units import fmt_bytes, fmt_ns, shorten
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+    from rich.table import Table
+
 
 _STYLE = {SLOWER: "bold red", FASTER: "bold green"}
 
@@ -46,6 +48,9 @@ def comparison_payload(c: Comparison) -> dict[str, Any]:
 
 
 def render_comparison(c: Comparison, top: int) -> RenderableType:
+    from rich.console import Group
+    from rich.text import Text
+
     d = c.diff
     parts: list[RenderableType] = [
         Text(f"A: {d.a.path}\nB: {d.b.path}"),
@@ -85,6 +90,8 @@ def _memory_payload(m: MemoryChange) -> dict[str, Any]:
 
 def _memory_table(changes: list[MemoryChange]) -> Table:
     """Per device: the allocation peak, then each ledger category at it that either run holds."""
+    from rich.table import Table
+
     t = Table(title=f"memory at the allocation peak (ledger {changes[0].ledger_source})")
     t.add_column("device")
     t.add_column("what")
@@ -108,6 +115,8 @@ def _signed_bytes(n: int | None) -> str:
 
 
 def _delta_table(title: str, table: pl.DataFrame, top: int, gpu: bool) -> Table:
+    from rich.table import Table
+
     t = Table(title=f"{title}: per steady step, largest change first")
     t.add_column("name")
     for col in ("calls A", "calls B", "A", "B", "B - A", *(("GPU A", "GPU B", "GPU B - A") if gpu else ())):

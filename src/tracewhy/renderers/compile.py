@@ -4,16 +4,16 @@ the ``--json`` payload."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from rich.console import Group, RenderableType
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, Any
 
 from tracewhy.analyses.compile import BreakCol, CompileResult, CompileStepCol, RecompileCol, RegionCol
 from tracewhy.analyses.torch_logs import JoinCol, TorchLogs, join_regions
 from tracewhy.findings.model import Finding
 from tracewhy.units import fmt_ns, fmt_pct, printable, shorten
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+    from rich.table import Table
 
 
 def compile_payload(r: CompileResult, logs: TorchLogs | None, findings: list[Finding]) -> dict[str, Any]:
@@ -45,6 +45,10 @@ def compile_payload(r: CompileResult, logs: TorchLogs | None, findings: list[Fin
 
 
 def render_compile(r: CompileResult, logs: TorchLogs | None, findings: list[Finding], top: int) -> RenderableType:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
     if not r.has_compile:
         return Text("no torch.compile markers in this trace (no Torch-Compiled Region, no compile work)")
     head = Text(
@@ -78,6 +82,8 @@ def _num(value: float | None) -> str:
 
 
 def _steps_table(r: CompileResult, top: int) -> Table:
+    from rich.table import Table
+
     t = Table(title="torch.compile per step")
     cols = [("step", CompileStepCol.STEP), ("steady", CompileStepCol.STEADY), ("regions", CompileStepCol.REGIONS),
             ("breaks", CompileStepCol.GRAPH_BREAKS), ("recompiles", CompileStepCol.RECOMPILES),
@@ -100,6 +106,8 @@ def _cell(column: str, value: Any) -> str:
 
 
 def _regions_table(r: CompileResult, logs: TorchLogs | None) -> Table:
+    from rich.table import Table
+
     regions = join_regions(r.regions, logs) if logs is not None else r.regions
     t = Table(title="regions by compile id (Torch-Compiled Region: F/C)")
     for col in ("region", "calls", "after a break", "total", "kernels", "graph launches"):

@@ -5,14 +5,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from rich.console import Group, RenderableType
-from rich.table import Table
-from rich.text import Text
-
 from tracewhy.units import fmt_ns, fmt_pct, printable, shorten
 
 if TYPE_CHECKING:
     import polars as pl
+    from rich.console import RenderableType
 
     from tracewhy.analyses.critical_path import CriticalPathResult
 
@@ -96,6 +93,10 @@ def _rows(frame: Any, fields: tuple[str, ...]) -> list[dict[str, Any]]:
 def render_critical_path(r: CriticalPathResult, top: int) -> RenderableType:
     """Per step a line of totals, then the composition over all steps, then the items on the
     path with the most time and what removing each would save."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
     from tracewhy.analyses.critical_path import CATEGORIES, CATEGORY_NS, PathCol
 
     parts: list[RenderableType] = []
@@ -127,6 +128,9 @@ def _share(ns: int, total: int) -> str:
 def _items_table(r: CriticalPathResult, top: int) -> RenderableType:
     """What lies on the path, summed over the steps, by time on it; the saving summed where it
     was replayed in every step."""
+    from rich.table import Table
+    from rich.text import Text
+
     from tracewhy.analyses.critical_path import PathCol
     from tracewhy.model.schema import Col
 

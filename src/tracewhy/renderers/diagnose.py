@@ -5,18 +5,20 @@ start): the gap list, its JSON and the HTML report agree on where a gap lies."""
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import polars as pl
-from rich.console import Group, RenderableType
-from rich.table import Table
-from rich.text import Text
 
 from tracewhy.analyses.gaps import CLASS_COLUMNS, CLASSES, GapCol, GapsResult
-from tracewhy.findings.diagnose import Report
 from tracewhy.findings.model import Severity
 from tracewhy.renderers.jsonout import to_jsonable
 from tracewhy.units import fmt_ns, fmt_pct, indented, name_cells, printable, shorten
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from tracewhy.findings.diagnose import Report
+
 
 _STYLE = {Severity.TRUST: "bold yellow", Severity.HIGH: "bold red", Severity.MEDIUM: "red",
           Severity.LOW: "cyan", Severity.INFO: "dim"}
@@ -81,6 +83,9 @@ def recoverable_unit(report: Report) -> str:
 def render_diagnose(report: Report, top: int | None = None) -> RenderableType:
     """The ranked findings; ``top``: show the first ``top`` (trust findings count too) and say
     how many are left out (``--json`` always has them all)."""
+    from rich.console import Group
+    from rich.text import Text
+
     parts: list[RenderableType] = []
     b = report.basis
     st = report.steps.stats
@@ -113,6 +118,9 @@ def render_diagnose(report: Report, top: int | None = None) -> RenderableType:
 
 def render_gaps(table: pl.DataFrame, per_step: pl.DataFrame, top: int) -> RenderableType:
     """``table``: ``gap_rows``; starts are shown from the trace start, as in JSON and HTML."""
+    from rich.console import Group
+    from rich.table import Table
+
     t = Table(title=f"{table.height} GPU idle gaps, largest first; start from the {TIME_ORIGIN}")
     for col in ("device", "start", "idle", "class", "host was in", "next on GPU"):
         t.add_column(col, justify="right" if col in ("device", "start", "idle") else "left",

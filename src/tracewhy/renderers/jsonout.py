@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from enum import Enum
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
-import polars as pl
 
 from tracewhy import __version__
+
+if TYPE_CHECKING:
+    import polars as pl
 
 #: Bumped when a field is removed or changes meaning; adding fields does not bump it.
 JSON_SCHEMA_VERSION = 1
@@ -18,8 +21,8 @@ JSON_SCHEMA_VERSION = 1
 
 def to_jsonable(value: Any) -> Any:
     """Plain JSON values from results: dataclasses, DataFrames, enums, numpy scalars."""
-    if isinstance(value, pl.DataFrame):
-        if all(dtype in _FLAT for dtype in value.dtypes):
+    if _is_frame(value):
+        if _all_flat(value):
             return _flat_rows(value)
         return [to_jsonable(row) for row in value.to_dicts()]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -37,14 +40,28 @@ def to_jsonable(value: Any) -> Any:
     return value
 
 
-#: Column dtypes whose values ``to_dicts`` already gives as plain JSON values (floats aside).
-_FLAT: Final = (pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32, pl.UInt64,
-                pl.Float32, pl.Float64, pl.String, pl.Boolean, pl.Null, pl.Categorical)
+def _is_frame(value: Any) -> bool:
+    """Whether ``value`` is a polars DataFrame. A run that never imported polars holds none
+    (``which --json``), so polars is not imported to ask: it would be a third of that run."""
+    polars = sys.modules.get("polars")
+    return polars is not None and isinstance(value, polars.DataFrame)
+
+
+def _all_flat(frame: pl.DataFrame) -> bool:
+    """Whether every column has a dtype whose values ``to_dicts`` already gives as plain JSON
+    values (floats aside)."""
+    import polars as pl
+
+    flat = (pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32, pl.UInt64,
+            pl.Float32, pl.Float64, pl.String, pl.Boolean, pl.Null, pl.Categorical)
+    return all(dtype in flat for dtype in frame.dtypes)
 
 
 def _flat_rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
     """Rows of a frame of plain columns, NaN and infinity as null, without a Python call per
     value (an 18k-row table took over a second the generic way)."""
+    import polars as pl
+
     floats = [name for name, dtype in frame.schema.items() if dtype.is_float()]
     if floats:
         frame = frame.with_columns(pl.when(pl.col(c).is_finite()).then(pl.col(c)).alias(c) for c in floats)

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from rich.console import Group, RenderableType
-from rich.table import Table
-from rich.text import Text
-
 from tracewhy import __version__
 from tracewhy.units import fmt_ns, fmt_pct, printable, shorten
 
 if TYPE_CHECKING:  # types only: importing the analysis here would load it for every renderer
+    from rich.console import RenderableType
+    from rich.table import Table
+
     from tracewhy.analyses.lines import LinesResult
 
 #: ``--weight``: what a flame graph's widths are.
@@ -31,6 +30,9 @@ def lines_payload(r: LinesResult) -> dict[str, Any]:
 
 def render_lines(r: LinesResult, top: int) -> RenderableType:
     """The top rows by ``sort_by``, and by host self time too when that is not the order."""
+    from rich.console import Group
+    from rich.text import Text
+
     from tracewhy.analyses.lines import LineCol
 
     scope = "all code" if r.include_library else "user code (--all adds library code)"
@@ -44,6 +46,8 @@ def render_lines(r: LinesResult, top: int) -> RenderableType:
 
 
 def _table(r: LinesResult, rows: Any, title: str) -> Table:
+    from rich.table import Table
+
     from tracewhy.analyses.lines import LineCol
 
     gpu = r.gpu_time_ns > 0

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from rich.console import Group, RenderableType
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, Any
 
 from tracewhy.analyses.log_blocks import CAPTURE, GPU, LogBlocksCol, LogBlocksResult
 from tracewhy.findings.model import Finding
 from tracewhy.renderers.overlap import render_findings
 from tracewhy.units import fmt_ns, fmt_pct, shorten
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
 
 
 def log_blocks_payload(r: LogBlocksResult, findings: list[Finding]) -> dict[str, Any]:
@@ -28,6 +27,10 @@ def log_blocks_payload(r: LogBlocksResult, findings: list[Finding]) -> dict[str,
 
 
 def render_log_blocks(r: LogBlocksResult, findings: list[Finding], top: int) -> RenderableType:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
     basis = "GPU time" if r.basis == GPU else "host time"
     window = "the whole log" if r.unit == CAPTURE else \
         f"steady {r.unit}s after {r.warmup} warm-up per rank: " + \

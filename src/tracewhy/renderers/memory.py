@@ -4,16 +4,16 @@ as rich tables and as the ``--json`` payload."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from rich.console import Group, RenderableType
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, Any
 
 from tracewhy.analyses.memory import DeviceMemory, MemoryResult, OpMemCol, TimelineResult
 from tracewhy.analyses.memory_snapshot import LiveCol, OomCol, SnapshotDevice, SnapshotResult
 from tracewhy.findings.model import Finding
 from tracewhy.units import fmt_bytes, fmt_ns, fmt_pct, printable, shorten
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+    from rich.table import Table
 
 
 def memory_payload(r: MemoryResult, findings: list[Finding]) -> dict[str, Any]:
@@ -62,6 +62,10 @@ def _snapshot_device_payload(d: SnapshotDevice) -> dict[str, Any]:
 
 
 def render_memory(r: MemoryResult, findings: list[Finding], top: int) -> RenderableType:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
     if not r.devices:
         return Text(r.note or "no memory events")
     t = Table(title="memory per device (peak of Total Allocated)",
@@ -87,12 +91,19 @@ def render_memory(r: MemoryResult, findings: list[Finding], top: int) -> Rendera
 
 
 def render_timeline(r: TimelineResult, layout: str) -> RenderableType:
+    from rich.console import Group
+    from rich.text import Text
+
     when = "-" if r.peak_ts_ns is None else fmt_ns(r.peak_ts_ns)
     head = Text(f"memory-timeline export ({layout}): peak {fmt_bytes(r.peak_total_bytes)} at ts {when}")
     return Group(head, _ledger_table("ledger at the peak", r.ledger_at_peak))
 
 
 def render_snapshot(r: SnapshotResult, findings: list[Finding], top: int) -> RenderableType:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
     parts: list[RenderableType] = []
     for d in r.devices:
         t = Table(title=f"cuda:{d.device}: {d.events} trace entries, {d.segments} segments "
@@ -126,6 +137,8 @@ def render_snapshot(r: SnapshotResult, findings: list[Finding], top: int) -> Ren
 
 
 def _ledger_table(title: str, ledger: dict[str, int]) -> Table:
+    from rich.table import Table
+
     total = sum(ledger.values())
     t = Table(title=title)
     for col in ("category", "bytes", "share"):
@@ -137,4 +150,6 @@ def _ledger_table(title: str, ledger: dict[str, int]) -> Table:
 
 
 def _findings(findings: list[Finding]) -> list[RenderableType]:
+    from rich.text import Text
+
     return [Text(f"[{f.code}] {printable(f.statement)} {printable(f.next_step)}") for f in findings]

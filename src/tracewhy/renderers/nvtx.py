@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Group, RenderableType
-from rich.table import Table
-from rich.text import Text
-
 from tracewhy.units import fmt_ns, fmt_pct, name_cells
 
 if TYPE_CHECKING:  # types only: importing the analyses here would load them
+    from rich.console import RenderableType
+
     from tracewhy.analyses.nvtx_ranges import NvtxRangesResult
 
 
@@ -37,6 +35,10 @@ def nvtx_payload(r: NvtxRangesResult, path: str) -> dict[str, Any]:
 
 
 def render_nvtx(r: NvtxRangesResult, top: int) -> RenderableType:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
     what = "NVTX ranges" if r.source == "nvtx" else "user annotations"
     t = Table(title=f"{r.range_count} {what} under {r.table.height} names, {fmt_ns(r.total_ns)} in all "
                     "(nested ranges each count in full)")

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
-from rich.console import Group, RenderableType
-from rich.table import Table
-from rich.text import Text
 
 from tracewhy.analyses.blocks import BlockCol, BlocksResult
 from tracewhy.analyses.overlap import OverlapCol, OverlapResult
@@ -15,8 +12,14 @@ from tracewhy.analyses.rank_compare import RanksResult
 from tracewhy.findings.model import Finding, Severity
 from tracewhy.units import fmt_ns, fmt_pct, indented, name_cells, printable, shorten
 
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
 
 def render_findings(findings: list[Finding]) -> RenderableType:
+    from rich.console import Group
+    from rich.text import Text
+
     parts: list[RenderableType] = []
     for f in findings:
         style = "bold red" if f.severity is Severity.HIGH else "yellow" if f.severity is Severity.TRUST else "bold"
@@ -40,6 +43,10 @@ def overlap_payload(r: OverlapResult, findings: list[Finding]) -> dict[str, Any]
 
 
 def render_overlap(r: OverlapResult, findings: list[Finding], top: int) -> RenderableType:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
     parts: list[RenderableType] = []
     per_step = r.steady.height > 0
     t = Table(title=("steady steps: mean per step" if per_step else "whole trace (no steps)")
@@ -108,6 +115,10 @@ def blocks_payload(r: BlocksResult, findings: list[Finding]) -> dict[str, Any]:
 
 
 def render_blocks(r: BlocksResult, findings: list[Finding], top: int) -> RenderableType:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
     unit = "per step" if r.note is None or "per capture" not in r.note else "per capture"
     t = Table(title=f"annotated blocks, GPU time {unit} ({r.steps} steady steps, "
                     f"{fmt_ns(r.gpu_time_ns_per_step)} GPU time {unit})")
@@ -143,6 +154,10 @@ def ranks_payload(r: RanksResult, findings: list[Finding], executor: str) -> dic
 
 
 def render_ranks(r: RanksResult, findings: list[Finding], top: int) -> RenderableType:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
     per = (f"per steady step ({r.steps_compared} steps matched)" if r.steps_compared
            else "per capture (no common steps)")
     t = Table(title=f"{r.ranks.height} ranks; {per}")

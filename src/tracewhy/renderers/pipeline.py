@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from rich.console import Group, RenderableType
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, Any
 
 from tracewhy.analyses.pipeline import ChunkCol, Percentiles, PipelineResult
 from tracewhy.findings.model import Finding
 from tracewhy.findings.pipeline import PipelineComparison, PipelineVerdict
 from tracewhy.renderers.overlap import render_findings
 from tracewhy.units import fmt_ns
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+    from rich.table import Table
+
 
 #: Said in every output: the reason the metrics are differences of one rank's marks.
 CLOCKS_NOTE = ("each quantity is a difference of two marks on one rank's own clock; "
@@ -50,6 +51,10 @@ def pipeline_payload(r: PipelineResult, v: PipelineVerdict, findings: list[Findi
 
 def render_pipeline(r: PipelineResult, v: PipelineVerdict, findings: list[Finding], top: int,
                     vs: tuple[PipelineResult, PipelineVerdict, PipelineComparison] | None = None) -> RenderableType:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
     parts: list[RenderableType] = [Text(f"{v.verdict}: {v.statement}", style="bold"), _summary(r, "A" if vs else "")]
     if vs is not None:
         rb, vb, c = vs
@@ -74,6 +79,8 @@ def render_pipeline(r: PipelineResult, v: PipelineVerdict, findings: list[Findin
 
 
 def _summary(r: PipelineResult, label: str) -> Table:
+    from rich.table import Table
+
     t = Table(title=f"{label + ': ' if label else ''}steady chunks (after {r.warmup} warm-up): p50 / p90 / p99")
     for col in ("metric", "p50", "p90", "p99", "chunks", "rank's clock"):
         t.add_column(col, justify="left" if col == "metric" else "right")

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from rich.console import Group, RenderableType
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, Any
 
 from tracewhy.findings.playbook import Answer
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
 
 
 def which_payload(words: list[str], found: list[Answer]) -> dict[str, Any]:
@@ -20,6 +19,10 @@ def which_payload(words: list[str], found: list[Answer]) -> dict[str, Any]:
 
 
 def render_which(words: list[str], found: list[Answer]) -> RenderableType:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
     if not found:
         return Text(f"no entry matches {' '.join(words)!r}; `tracewhy which` lists them all")
     t = Table(title="symptom -> first tool, the capture command, what to look for", show_lines=True)

@@ -5,13 +5,9 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import polars as pl
-from rich import box
-from rich.console import Group, RenderableType
-from rich.table import Table
-from rich.text import Text
 
 from tracewhy.findings.roofline import (
     COMPUTE_BOUND,
@@ -24,6 +20,12 @@ from tracewhy.findings.roofline import (
 )
 from tracewhy.model.ncu import NcuRun
 from tracewhy.units import NameCell, cut_middle, fmt_ns, fmt_pct, name_cells
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+    from rich.table import Table
+    from rich.text import Text
+
 
 _BOUND_STYLE = {MEMORY_BOUND: "cyan", COMPUTE_BOUND: "magenta", LATENCY_BOUND: "yellow", UNKNOWN: "dim"}
 
@@ -64,6 +66,9 @@ def _names(values: list[Any]) -> list[NameCell]:
 
 
 def _table(title: str) -> Table:
+    from rich import box
+    from rich.table import Table
+
     return Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1), pad_edge=False)
 
 
@@ -103,6 +108,8 @@ def _op_label(row: dict[str, Any]) -> str:
 
 def _bound(value: str | None) -> Text:
     """The bound without its "-bound" suffix, coloured: tables stay inside 80 columns."""
+    from rich.text import Text
+
     return Text((value or "-").removesuffix("-bound"), style=_BOUND_STYLE.get(value or "", ""))
 
 
@@ -110,6 +117,9 @@ def render_ncu_roofline(r: NcuRooflineResult, top: int, per_launch: bool = False
                         shown_elsewhere: tuple[str, ...] = ()) -> RenderableType:
     """Tables and paragraphs for one run; notes in ``shown_elsewhere`` (the reader's warnings,
     printed on stderr) are not repeated."""
+    from rich.console import Group
+    from rich.text import Text
+
     launches = r.launches.height
     kernels = r.kernels.height
     head = (f"{r.path}: {launches} launch{'es' if launches != 1 else ''} of {kernels} kernel"
@@ -147,6 +157,9 @@ def _run_heading(run: NcuRun, count: int) -> str:
 def render_ncu_runs(runs: list[tuple[NcuRun, NcuRooflineResult]], top: int, per_launch: bool,
                     shown_elsewhere: tuple[str, ...] = ()) -> RenderableType:
     """A file holding several ncu runs: each run on its own, kernels of different runs never merged."""
+    from rich.console import Group
+    from rich.text import Text
+
     parts: list[RenderableType] = []
     for run, result in runs:
         parts.append(Text(_run_heading(run, len(runs)), style="bold reverse"))
@@ -157,6 +170,8 @@ def render_ncu_runs(runs: list[tuple[NcuRun, NcuRooflineResult]], top: int, per_
 
 def _ncu_details(r: NcuRooflineResult, top: int, per_launch: bool) -> list[RenderableType]:
     """A paragraph per kernel (or launch): the verdict, its reasons, and ncu's top rules."""
+    from rich.text import Text
+
     out: list[RenderableType] = []
     rows = r.launches if per_launch else r.kernels
     for row in rows.head(min(top, 8)).iter_rows(named=True):
@@ -196,6 +211,9 @@ def _ncu_details(r: NcuRooflineResult, top: int, per_launch: bool) -> list[Rende
 
 
 def render_op_roofline(r: OpRooflineResult, top: int) -> RenderableType:
+    from rich.console import Group
+    from rich.text import Text
+
     parts: list[RenderableType] = []
     head = (f"shape-based roofline on {r.device_name or 'an unknown GPU'}: {r.ops.height} op shapes, "
             f"{fmt_ns(r.covered_ns)} of {fmt_ns(r.gpu_time_ns)} GPU time estimated")
@@ -286,6 +304,9 @@ def op_roofline_payload(r: OpRooflineResult) -> dict[str, Any]:
 
 def render_ncu_join(joined: pl.DataFrame, top: int) -> RenderableType:
     """The trace's kernels with the verdict ncu's report gives the same kernel."""
+    from rich.console import Group
+    from rich.text import Text
+
     matched = joined.filter(pl.col("ncu_bound").is_not_null())
     t = _table("ncu verdicts for the trace's kernels")
     _columns(t, ("kernel", "time", "bound", "SM", "mem", "roof", "match"), "kernel")

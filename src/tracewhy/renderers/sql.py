@@ -4,18 +4,19 @@ the queries see, and the tables as Parquet for ``export --parquet``."""
 from __future__ import annotations
 
 import io
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import polars as pl
-from rich.console import RenderableType
-from rich.table import Table
-from rich.text import Text
 
 from tracewhy.analyses.sql import SQL_SCHEMAS, FindingCol, SqlResult
 from tracewhy.analyses.sql import Table as SqlTable
 from tracewhy.findings.model import Finding
 from tracewhy.units import printable
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+    from rich.text import Text
 
 
 def findings_table(findings: list[Finding]) -> pl.DataFrame:
@@ -52,6 +53,9 @@ def sql_csv(r: SqlResult) -> str:
 
 def render_sql(r: SqlResult, top: int) -> RenderableType:
     """The first ``top`` rows; numbers as DuckDB gave them (times stay in ns), nulls dim."""
+    from rich.table import Table
+    from rich.text import Text
+
     shown = r.table.head(top)
     title = f"{r.table.height} row{'s' if r.table.height != 1 else ''}"
     caption = f"first {top}; --csv or --json for all" if r.table.height > top else None
@@ -71,6 +75,8 @@ def parquet_bytes(frame: pl.DataFrame) -> bytes:
 
 
 def _cell(value: Any) -> Text:
+    from rich.text import Text
+
     if value is None:
         return Text("null", style="dim")
     if isinstance(value, float):

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from rich.console import Group, RenderableType
-from rich.table import Table
-from rich.text import Text
-
 from tracewhy.units import Fit, fmt_bytes, fmt_ns, fmt_pct, name_cells, printable, shorten
 
 if TYPE_CHECKING:  # types only: importing the analyses here would load every one of them
     import polars as pl
+    from rich.console import RenderableType
+    from rich.table import Table
 
     from tracewhy.analyses.info import InfoResult
     from tracewhy.analyses.kernels import KernelsResult
@@ -26,6 +24,10 @@ def info_payload(r: InfoResult) -> dict[str, Any]:
 
 
 def render_info(r: InfoResult) -> RenderableType:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
     t = Table(show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold")
     t.add_column()
@@ -86,6 +88,9 @@ _KERNEL_COLUMNS_FROM: Final = {"by": 120, "mean": 100, "p50": 90}
 
 
 def render_kernels(r: KernelsResult, top: int) -> RenderableType:
+    from rich.console import Group
+    from rich.table import Table
+
     from tracewhy.analyses.kernels import KernelCol  # loaded already: ``r`` comes from it
 
     rows = list(r.by_name.head(top).iter_rows(named=True))
@@ -125,6 +130,8 @@ def ops_payload(r: OpsResult) -> dict[str, Any]:
 
 
 def render_ops(r: OpsResult, top: int) -> RenderableType:
+    from rich.table import Table
+
     from tracewhy.analyses.ops import OpCol  # loaded already: ``r`` comes from it
 
     t = Table(title=f"operators by {r.sort_by}; GPU time {fmt_ns(r.gpu_time_ns)}, "
@@ -154,6 +161,10 @@ def steps_payload(r: StepsResult) -> dict[str, Any]:
 
 
 def render_steps(r: StepsResult, top: int) -> RenderableType:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
     from tracewhy.analyses.steps import StepCol  # loaded already: ``r`` comes from it
 
     parts: list[RenderableType] = []

@@ -1,16 +1,19 @@
 """Throughput beside a command's own output: a ``throughput`` entry in its JSON payload and one
 line in its terminal view, added to what the command's renderer built (``steps``, ``diagnose``,
-``diff``, ``pipeline``)."""
+``diff``, ``pipeline``). Views are functions that build the table when it is printed (a
+``--json`` run never calls them, and never imports rich)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from rich.console import Group, RenderableType
-from rich.text import Text
+from typing import TYPE_CHECKING, Any
 
 from tracewhy.analyses.throughput import Throughput, ThroughputOptions
 from tracewhy.findings.throughput import change, rate_label, relative_change, statement
+from tracewhy.renderers import View
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+    from rich.text import Text
 
 
 def _json(t: Throughput | None) -> dict[str, Any] | None:
@@ -21,18 +24,25 @@ def _json(t: Throughput | None) -> dict[str, Any] | None:
             "p50_step_ns": t.p50_step_ns, "p90_step_ns": t.p90_step_ns, "mean_step_ns": t.mean_step_ns}
 
 
-def with_throughput(payload: dict[str, Any], view: RenderableType, options: ThroughputOptions | None,
-                    t: Throughput | None) -> tuple[dict[str, Any], RenderableType]:
+def with_throughput(payload: dict[str, Any], view: View, options: ThroughputOptions | None,
+                    t: Throughput | None) -> tuple[dict[str, Any], View]:
     """``payload`` with ``throughput`` and ``view`` with its line; unchanged without ``options``."""
     if options is None:
         return payload, view
     line = statement(t) if t is not None else "throughput: not measured (no steady step times)"
-    return {**payload, "throughput": _json(t)}, Group(view, Text(line, style="bold"))
+
+    def with_line() -> RenderableType:
+        from rich.console import Group
+        from rich.text import Text
+
+        return Group(view(), Text(line, style="bold"))
+
+    return {**payload, "throughput": _json(t)}, with_line
 
 
-def with_throughput_change(payload: dict[str, Any], view: RenderableType, options: ThroughputOptions | None,
+def with_throughput_change(payload: dict[str, Any], view: View, options: ThroughputOptions | None,
                            a: Throughput | None, b: Throughput | None,
-                           after: str | None = None) -> tuple[dict[str, Any], RenderableType]:
+                           after: str | None = None) -> tuple[dict[str, Any], View]:
     """A and B's throughput and the change (``diff``, ``pipeline --vs``); the line goes right after
     the view's line reading ``after`` (the verdict), else at the end."""
     if options is None:
@@ -42,10 +52,19 @@ def with_throughput_change(payload: dict[str, Any], view: RenderableType, option
     else:
         line, rel = change(a, b), relative_change(a, b)
     doc = {"a": _json(a), "b": _json(b), "relative_change": rel, "statement": line}
-    return {**payload, "throughput": doc}, _insert_after(view, after, Text(line, style="bold"))
+
+    def with_line() -> RenderableType:
+        from rich.text import Text
+
+        return _insert_after(view(), after, Text(line, style="bold"))
+
+    return {**payload, "throughput": doc}, with_line
 
 
 def _insert_after(view: RenderableType, after: str | None, line: Text) -> RenderableType:
+    from rich.console import Group
+    from rich.text import Text
+
     if isinstance(view, Group) and after is not None:
         parts = list(view.renderables)
         for i, part in enumerate(parts):

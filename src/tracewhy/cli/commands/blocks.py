@@ -42,7 +42,7 @@ class BlocksCommand(Command):
             return self._run_log(args, names)
         r = blocks(load_trace(args.trace), BlocksOptions(names=names, step_marker=args.step, warmup=args.warmup))
         found = [f for f in (synchronized_blocks(r), attribution(r)) if f is not None]
-        emit(args, self.name, blocks_payload(r, found), render_blocks(r, found, args.top))
+        emit(args, self.name, blocks_payload(r, found), lambda: render_blocks(r, found, args.top))
         return 0
 
     def _run_log(self, args: argparse.Namespace, names: tuple[str, ...]) -> int:
@@ -53,5 +53,5 @@ class BlocksCommand(Command):
         warmup = DEFAULT_LOG_WARMUP if args.warmup is None else args.warmup
         r = log_blocks(log, LogBlocksOptions(names=names, warmup=warmup))
         found = [f for f in (log_synchronized(r), log_attribution(r)) if f is not None]
-        emit(args, self.name, log_blocks_payload(r, found), render_log_blocks(r, found, args.top))
+        emit(args, self.name, log_blocks_payload(r, found), lambda: render_log_blocks(r, found, args.top))
         return 0

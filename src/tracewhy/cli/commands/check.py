@@ -76,7 +76,7 @@ class CheckCommand(Command):
         )
         report = check(load_trace(args.trace), options, load_trace(baseline_path) if baseline_path else None)
         if args.json:
-            emit(args, self.name, check_payload(report), "")
+            emit(args, self.name, check_payload(report), lambda: "")
         else:  # plain lines, never wrapped: CI logs are grepped line by line
             flush_warnings()
             sys.stdout.write("".join(line + "\n" for line in check_lines(report)))

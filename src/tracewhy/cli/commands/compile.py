@@ -34,5 +34,6 @@ class CompileCommand(Command):
         st = steps(trace, StepsOptions(marker=args.step, warmup=args.warmup))
         result = compile_analysis(trace, st)
         found = compile_findings(result, st.stats.p50_ns if st.stats else None, logs)
-        emit(args, self.name, compile_payload(result, logs, found), render_compile(result, logs, found, args.top))
+        emit(args, self.name, compile_payload(result, logs, found),
+             lambda: render_compile(result, logs, found, args.top))
         return 0

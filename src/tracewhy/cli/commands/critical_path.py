@@ -27,7 +27,7 @@ class CriticalPathCommand(Command):
         window = _window(args.window) if args.window else None
         r = critical_path(load_trace(args.trace),
                           CriticalPathOptions(marker=args.step, gain_items=args.gains, window_ns=window))
-        emit(args, self.name, critical_path_payload(r), render_critical_path(r, args.top))
+        emit(args, self.name, critical_path_payload(r), lambda: render_critical_path(r, args.top))
         return 0
 
 

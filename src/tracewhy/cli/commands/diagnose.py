@@ -39,7 +39,8 @@ class DiagnoseCommand(Command):
                           DiagnoseOptions(step_marker=args.step, warmup=args.warmup, min_gap_ns=args.min_gap,
                                           torch_logs=logs))
         t = from_step_stats(report.steps.stats, rate) if rate is not None else None
-        emit(args, self.name, *with_throughput(diagnose_payload(report), render_diagnose(report, args.top), rate, t))
+        payload, view = with_throughput(diagnose_payload(report), lambda: render_diagnose(report, args.top), rate, t)
+        emit(args, self.name, payload, view)
         return 0
 
 

@@ -37,7 +37,7 @@ class DiffCommand(Command):
         options = DiffOptions(step_marker=args.step, warmup=args.warmup, confidence=th.DIFF_CONFIDENCE)
         rate = throughput_options(args)
         c = compare(load_trace(args.a), load_trace(args.b), options)
-        payload, view = comparison_payload(c), render_comparison(c, args.top)
+        payload, view = comparison_payload(c), lambda: render_comparison(c, args.top)
         if rate is not None:
             a, b = (from_durations(d, rate) for d in (c.diff.a_step_durations_ns, c.diff.b_step_durations_ns))
             payload, view = with_throughput_change(payload, view, rate, a, b, after=c.statement)

@@ -27,5 +27,5 @@ class GapsCommand(Command):
         origin = trace.slices.get_column(Col.TS).min() if trace.slices.height else None  # the trace start
         origin_ns = int(origin) if origin is not None else None  # type: ignore[arg-type]
         emit(args, self.name, gaps_payload(result, origin_ns, args.gap_class),
-             render_gaps(gap_rows(result, origin_ns, args.gap_class), result.per_step, args.top))
+             lambda: render_gaps(gap_rows(result, origin_ns, args.gap_class), result.per_step, args.top))
         return 0

@@ -18,5 +18,5 @@ class InfoCommand(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         result = info(load_trace(args.trace), step_marker=args.step)
-        emit(args, self.name, info_payload(result), render_info(result))
+        emit(args, self.name, info_payload(result), lambda: render_info(result))
         return 0

@@ -2,8 +2,6 @@ from __future__ import annotations
 
 import argparse
 
-from rich.console import Group
-
 from tracewhy.analyses.kernels import KERNELS_NEED, kernels
 from tracewhy.cli.base import Command, add_output_options, emit, load_trace, warn
 from tracewhy.renderers.terminal import kernels_payload, render_kernels
@@ -23,8 +21,9 @@ class KernelsCommand(Command):
         # Kernels only: on nsys input just the kernel table is read, as `nsys stats -r
         # cuda_gpu_kern_sum` does; the analysis refuses a Trace without kernels (Trace.require).
         r = kernels(load_trace(args.trace, kinds=KERNELS_NEED))
-        table = render_kernels(r, args.top)
         if args.ncu:  # the roofline command's verdicts, matched to this trace's kernel names
+            from rich.console import Group
+
             from tracewhy.findings.roofline import join_ncu, roofline
             from tracewhy.readers.ncu import read_ncu
             from tracewhy.renderers.roofline import render_ncu_join
@@ -32,7 +31,8 @@ class KernelsCommand(Command):
             ncu = read_ncu(args.ncu)
             warn(args.ncu, ncu.warnings)
             joined = join_ncu(r.by_name, roofline(ncu))
-            emit(args, self.name, kernels_payload(r, joined), Group(table, render_ncu_join(joined, args.top)))
+            emit(args, self.name, kernels_payload(r, joined),
+                 lambda: Group(render_kernels(r, args.top), render_ncu_join(joined, args.top)))
             return 0
-        emit(args, self.name, kernels_payload(r), table)
+        emit(args, self.name, kernels_payload(r), lambda: render_kernels(r, args.top))
         return 0

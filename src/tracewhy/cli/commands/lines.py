@@ -59,5 +59,5 @@ class LinesCommand(Command):
             if args.speedscope != STDOUT:
                 sys.stderr.write(f"wrote {args.speedscope}: open it at https://www.speedscope.app\n")
         if STDOUT not in (args.flame, args.speedscope):  # a profile on stdout is the whole output
-            emit(args, self.name, lines_payload(r), render_lines(r, args.top))
+            emit(args, self.name, lines_payload(r), lambda: render_lines(r, args.top))
         return 0

@@ -37,13 +37,14 @@ class MemoryCommand(Command):
         if is_snapshot(path):
             snap = analyze_snapshot(read_memory_snapshot(path))
             found = snapshot_findings(snap)
-            emit(args, self.name, snapshot_payload(snap, found), render_snapshot(snap, found, args.top))
+            emit(args, self.name, snapshot_payload(snap, found), lambda: render_snapshot(snap, found, args.top))
         elif is_memory_timeline(path):
             tl = read_memory_timeline(path)
             r = analyze_timeline(tl)
-            emit(args, self.name, timeline_payload(r, tl.layout.value, tl.events), render_timeline(r, tl.layout.value))
+            emit(args, self.name, timeline_payload(r, tl.layout.value, tl.events),
+                 lambda: render_timeline(r, tl.layout.value))
         else:
             result = analyze_memory(load_trace(args.trace), MemoryOptions(marker=args.step, warmup=args.warmup))
             found = memory_findings(result)
-            emit(args, self.name, memory_payload(result, found), render_memory(result, found, args.top))
+            emit(args, self.name, memory_payload(result, found), lambda: render_memory(result, found, args.top))
         return 0

@@ -25,5 +25,5 @@ class NvtxCommand(Command):
         if note and not getattr(args, "json", False):
             sys.stdout.write(note + "\n")
             return 0
-        emit(args, self.name, nvtx_payload(r, args.trace), render_nvtx(r, args.top))
+        emit(args, self.name, nvtx_payload(r, args.trace), lambda: render_nvtx(r, args.top))
         return 0

@@ -21,5 +21,5 @@ class OpsCommand(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         r = ops(load_trace(args.trace), OpsOptions(by_shapes=args.shapes, sort_by=args.sort))
-        emit(args, self.name, ops_payload(r), render_ops(r, args.top))
+        emit(args, self.name, ops_payload(r), lambda: render_ops(r, args.top))
         return 0

@@ -26,5 +26,5 @@ class OverlapCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         r = overlap(load_trace(args.trace), OverlapOptions(step_marker=args.step, warmup=args.warmup))
         found = exposed_comm_findings(r)
-        emit(args, self.name, overlap_payload(r, found), render_overlap(r, found, args.top))
+        emit(args, self.name, overlap_payload(r, found), lambda: render_overlap(r, found, args.top))
         return 0

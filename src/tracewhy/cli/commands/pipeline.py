@@ -62,7 +62,7 @@ class PipelineCommand(Command):
             rb = pipeline(log_b, spec, args.warmup)
             vb, _ = judge(rb, args.min_overlap)
             vs = (rb, vb, compare(r, rb))
-        payload, view = pipeline_payload(r, v, findings, vs), render_pipeline(r, v, findings, args.top, vs)
+        payload, view = pipeline_payload(r, v, findings, vs), lambda: render_pipeline(r, v, findings, args.top, vs)
         if rate is not None and vs is not None:
             payload, view = with_throughput_change(payload, view, rate, _per_chunk(r, rate), _per_chunk(vs[0], rate),
                                                    after=f"B vs A: {vs[2].statement}")

@@ -8,15 +8,14 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-
-from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from typing import Final
 
 from tracewhy.analyses.rank_compare import compare_ranks
 from tracewhy.analyses.ranks import RanksOptions, load_rank_summaries
 from tracewhy.cli.base import Command, add_output_options, emit, positive_int, shows_progress, warn
 from tracewhy.errors import TraceError, UsageError, install_hint
 from tracewhy.findings.ranks import rank_findings
+from tracewhy.readers.source import content_size
 from tracewhy.renderers.overlap import ranks_payload, render_ranks
 from tracewhy.units import printable
 
@@ -24,6 +23,14 @@ from tracewhy.units import printable
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite.gz", ".nsys-rep")
 DASK_SCHEME = "dask://"
 POLARS_THREADS = "POLARS_MAX_THREADS"
+#: Rank files smaller than this in all (gzip counted inflated) are read in this process, one
+#: after another, unless --workers is given: a spawned worker imports polars and tracewhy before
+#: it reads a byte, and a pool of two cost 0.6-0.7 s more wall and CPU time than reading here.
+#: bench/bench_ranks_crossover.py (results_ranks_crossover.md; 2 cores, shared, load 2.4-5.6)
+#: timed pool / here, wall: 1.9-2.5x at 0.2-20 MB in 2-8 files, 1.1-1.2x at 41-81 MB, 0.4-1.05x
+#: at 102 MB (2 x 50 and 4 x 25 MB), 0.9-1.0x at 204-409 MB. With cores free the pool gains more
+#: on large inputs (bench_ranks.py: 2 workers 1.76x one on 8 x 107 MB), not on small ones.
+IN_PROCESS_MAX_BYTES: Final = 100 * 10**6
 
 
 class RanksCommand(Command):
@@ -32,6 +39,8 @@ class RanksCommand(Command):
     Give a directory or the trace files, one per rank (rank from distributedInfo, else from a
     'rankN' in the file name). Each rank is read in its own worker process (--workers) or on a
     Dask cluster (--executor dask://HOST:PORT); only a compact summary per rank comes back.
+    Small rank files are read in this process instead, where a pool would cost more than it saves
+    (see --workers).
     Collectives are matched across ranks by step, process group, op and order; ranks are
     compared by durations only, never by their (separate) clocks.
     """
@@ -43,7 +52,8 @@ class RanksCommand(Command):
         parser.add_argument("paths", nargs="+", metavar="DIR_OR_FILES", help="a directory of rank traces, or the files")
         add_output_options(parser)
         parser.add_argument("--workers", type=positive_int, default=None, metavar="N",
-                            help="worker processes (default: one per file, at most the CPU count; 0: read here)")
+                            help="worker processes (default: one per file, at most the CPU count, and none "
+                                 f"when the files hold under {IN_PROCESS_MAX_BYTES // 10**6} MB in all; 0: read here)")
         parser.add_argument("--executor", metavar="dask://HOST:PORT", default=None,
                             help="run the per-rank work on this Dask distributed scheduler instead")
         parser.add_argument("--step", metavar="NAME", help="annotation that marks a step (default ProfilerStep)")
@@ -53,14 +63,14 @@ class RanksCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         files = trace_files(args.paths)
         options = RanksOptions(step_marker=args.step, warmup=args.warmup)
-        with executor_for(args.executor, args.workers, len(files)) as (executor, label), \
+        with executor_for(args.executor, args.workers, files) as (executor, label), \
                 rank_progress(files) as done:
             summaries = load_rank_summaries(files, executor, options, done)
         for s in summaries:
             warn(s.source, s.warnings)
         result = compare_ranks(summaries)
         found = rank_findings(result)
-        emit(args, self.name, ranks_payload(result, found, label), render_ranks(result, found, args.top))
+        emit(args, self.name, ranks_payload(result, found, label), lambda: render_ranks(result, found, args.top))
         return 0
 
 
@@ -71,6 +81,9 @@ def rank_progress(files: list[str]) -> Iterator[Callable[[str], None] | None]:
     if not shows_progress() or len(files) < 2:
         yield None
         return
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
     progress = Progress(SpinnerColumn(finished_text="✓"), TextColumn("{task.description}"), TimeElapsedColumn(),
                         console=Console(stderr=True), transient=True)
     tasks = {f: progress.add_task(printable(Path(f).name), total=1) for f in files}
@@ -95,9 +108,20 @@ def trace_files(paths: list[str]) -> list[str]:
     return out
 
 
+def pool_size(workers: int | None, files: list[str]) -> int:
+    """Worker processes for ``files`` (0: read them in this process): ``--workers`` when given,
+    else none for files under ``IN_PROCESS_MAX_BYTES`` in all (gzip counted inflated, as it is
+    parsed), else one per file up to the CPU count."""
+    if workers is not None:
+        return min(workers, len(files))
+    if sum(content_size(Path(f)) for f in files) < IN_PROCESS_MAX_BYTES:
+        return 0
+    return min(len(files), os.cpu_count() or 1)
+
+
 @contextmanager
-def executor_for(spec: str | None, workers: int | None, files: int) -> Iterator[tuple[Executor | None, str]]:
-    """The executor the per-rank work runs on, and a label for the output."""
+def executor_for(spec: str | None, workers: int | None, files: list[str]) -> Iterator[tuple[Executor | None, str]]:
+    """The executor the per-rank work runs on (None: this process), and a label for the output."""
     if spec is not None:
         if not spec.startswith(DASK_SCHEME):
             raise UsageError(f"--executor must look like dask://HOST:PORT, got {spec!r}")
@@ -114,8 +138,8 @@ def executor_for(spec: str | None, workers: int | None, files: int) -> Iterator[
         with client:
             yield client.get_executor(), f"dask {address}"
         return
-    n = min(files, os.cpu_count() or 1) if workers is None else min(workers, files)
-    if n == 0 or files <= 1:
+    n = pool_size(workers, files)
+    if n == 0 or len(files) <= 1:
         yield None, "in-process"
         return
     # Each worker's polars thread pool gets its share of the cores (N pools of all cores

@@ -61,7 +61,7 @@ class ReportCommand(Command):
             refuse_special_output(Path(args.output))
         payload = self._payload(args)
         if args.json:
-            emit(args, self.name, payload, "")
+            emit(args, self.name, payload, lambda: "")
             return 0
         out = Path(args.output)
         html = render_html(envelope(self.name, payload, warnings_so_far())).encode()
@@ -74,7 +74,7 @@ class ReportCommand(Command):
         if path.is_dir():  # one trace per rank
             files = trace_files([args.trace])
             options = RanksOptions(step_marker=args.step, warmup=args.warmup)
-            with executor_for(None, None, len(files)) as (executor, _):
+            with executor_for(None, None, files) as (executor, _):
                 summaries = load_rank_summaries(files, executor, options)
             for s in summaries:
                 warn(s.source, s.warnings)

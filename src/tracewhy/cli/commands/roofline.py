@@ -49,7 +49,7 @@ class RooflineCommand(Command):
             raise TraceError(path, "no such file")
         if sniff(path) == "kineto":
             ops = op_roofline(load_trace(args.report), OpRooflineOptions(device=args.device))
-            emit(args, self.name, op_roofline_payload(ops), render_op_roofline(ops, args.top))
+            emit(args, self.name, op_roofline_payload(ops), lambda: render_op_roofline(ops, args.top))
             return 0
         if not is_ncu(path) and path.suffix not in (".ncu-rep", ".csv", ".log", ".txt"):
             raise TraceError(path, "not a PyTorch profiler trace, an .ncu-rep report or an ncu CSV export")
@@ -61,9 +61,9 @@ class RooflineCommand(Command):
         if len(report.runs) > 1:
             runs = [(run, roofline(report.run_report(run.index), options)) for run in report.runs]
             emit(args, self.name, ncu_runs_payload(report.path, runs),
-                 render_ncu_runs(runs, args.top, args.launches, report.warnings))
+                 lambda: render_ncu_runs(runs, args.top, args.launches, report.warnings))
             return 0
         result = roofline(report, options)
         emit(args, self.name, ncu_payload(result),
-             render_ncu_roofline(result, args.top, args.launches, report.warnings))
+             lambda: render_ncu_roofline(result, args.top, args.launches, report.warnings))
         return 0

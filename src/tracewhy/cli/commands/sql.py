@@ -5,15 +5,18 @@ import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tracewhy.analyses.sql import SQL_TABLES, Builder, Table, referenced_tables, run_query, sql_tables
 from tracewhy.cli.base import Command, add_output_options, emit, flush_warnings, load_trace, positive_int
 from tracewhy.cli.output import refuse_overwrite, write_output
 from tracewhy.errors import UsageError
 from tracewhy.findings.context import Context, DiagnoseOptions
-from tracewhy.findings.diagnose import Report, diagnose
-from tracewhy.model.trace import Trace
 from tracewhy.renderers.sql import findings_table, parquet_bytes, render_sql, sql_csv, sql_payload
+
+if TYPE_CHECKING:
+    from tracewhy.findings.diagnose import Report
+    from tracewhy.model.trace import Trace
 
 
 class SqlCommand(Command):
@@ -46,18 +49,24 @@ class SqlCommand(Command):
             flush_warnings()
             sys.stdout.write(sql_csv(result))
             return 0
-        emit(args, self.name, sql_payload(result), render_sql(result, args.top))
+        emit(args, self.name, sql_payload(result), lambda: render_sql(result, args.top))
         return 0
 
 
 def table_builders(trace: Trace, options: DiagnoseOptions, findings_wanted: bool) -> dict[str, Builder]:
     """Each table's builder. With the findings wanted, steps and gaps are the diagnosis' own, so
-    the tables agree and none is measured twice; without, no diagnosis runs."""
+    the tables agree and none is measured twice; without, no diagnosis runs, and its rules are
+    not even imported."""
+
+    def diagnosis() -> Report:
+        from tracewhy.findings.diagnose import diagnose
+
+        return diagnose(trace, options)
+
     if findings_wanted:
-        return report_tables(trace, functools.cache(lambda: diagnose(trace, options)))
+        return report_tables(trace, functools.cache(diagnosis))
     ctx = Context(trace, options)
-    return sql_tables(trace, steps=ctx.steps, gaps=ctx.gaps,
-                      findings=lambda: findings_table(diagnose(trace, options).findings))
+    return sql_tables(trace, steps=ctx.steps, gaps=ctx.gaps, findings=lambda: findings_table(diagnosis().findings))
 
 
 def report_tables(trace: Trace, report: Callable[[], Report]) -> dict[str, Builder]:

@@ -26,5 +26,5 @@ class StepsCommand(Command):
         rate = throughput_options(args)
         r = steps(load_trace(args.trace), StepsOptions(marker=args.step, warmup=args.warmup))
         t = from_step_stats(r.stats, rate) if rate is not None else None
-        emit(args, self.name, *with_throughput(steps_payload(r), render_steps(r, args.top), rate, t))
+        emit(args, self.name, *with_throughput(steps_payload(r), lambda: render_steps(r, args.top), rate, t))
         return 0

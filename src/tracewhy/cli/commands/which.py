@@ -23,5 +23,5 @@ class WhichCommand(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         found = answers(args.symptom)
-        emit(args, self.name, which_payload(args.symptom, found), render_which(args.symptom, found))
+        emit(args, self.name, which_payload(args.symptom, found), lambda: render_which(args.symptom, found))
         return 0 if found else 1

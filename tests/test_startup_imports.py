@@ -1,0 +1,62 @@
+"""A command imports only what it uses (issue 20): ``which`` reads no trace, so it never imports
+polars or numpy; a ``--json`` run, or ``check``'s plain lines, print no table, so they never
+import rich; a command that runs no rule never imports the rules. Each case runs the command
+in a fresh interpreter and reads the modules it ended with."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import shared_trace
+
+#: Runs ``tracewhy.cli.main`` on its arguments, output swallowed, and prints the exit code and
+#: every module the interpreter holds at the end.
+PROBE = """
+import contextlib, io, json, sys
+from tracewhy.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    code = main(sys.argv[1:])
+print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
+"""
+TRACE = "hta/tracecompare_tiny_base_rank1.json.gz"
+
+
+def loaded(*argv: str) -> set[str]:
+    """The modules a fresh interpreter holds after ``tracewhy ARGV`` (which must succeed)."""
+    env = {**os.environ, "TRACEWHY_NO_CACHE": "1"}  # a cache hit would take another path
+    proc = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, env=env, check=True)
+    doc = json.loads(proc.stdout.splitlines()[-1])
+    assert doc["code"] == 0, proc.stderr
+    return set(doc["modules"])
+
+
+def test_which_reads_no_trace_and_imports_no_polars() -> None:
+    text = loaded("which", "idle")
+    assert not {"polars", "numpy", "tracewhy.readers", "tracewhy.model"} & text
+    assert "rich" in text  # its table is drawn: the probe sees what a command imports
+    assert not {"polars", "numpy", "rich"} & loaded("which", "--json")
+
+
+@pytest.mark.parametrize("argv", [
+    ("diagnose", "{trace}", "--json"),
+    ("gaps", "{trace}", "--json"),
+    ("steps", "{trace}", "--json"),
+    ("kernels", "{trace}", "--json"),
+    ("check", "{trace}", "--max-gpu-idle", "100%"),  # plain lines, no table
+])
+def test_output_without_a_table_imports_no_rich(argv: tuple[str, ...]) -> None:
+    trace = str(shared_trace(TRACE))
+    modules = loaded(*(a.format(trace=trace) for a in argv))
+    assert "polars" in modules  # it read the trace
+    assert not {"rich", "duckdb", "matplotlib"} & modules
+
+
+def test_gaps_imports_no_rules() -> None:
+    modules = loaded("gaps", str(shared_trace(TRACE)), "--json")
+    assert "tracewhy.analyses.gaps" in modules
+    assert not {"tracewhy.findings.diagnose", "tracewhy.findings.idle", "tracewhy.findings.host"} & modules
