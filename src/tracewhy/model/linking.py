@@ -6,11 +6,13 @@ Readers call ``link_slices`` once on their finished slices table; analyses rely 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tracewhy.model.schema import GPU_ACTIVITY_KINDS, HOST_KINDS, LAUNCH_KINDS, Col, Kind
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, HOST_KINDS, KIND_CODE, KIND_DTYPE, LAUNCH_KINDS, Col, Kind
 
 I64 = npt.NDArray[np.int64]
 
@@ -204,27 +206,52 @@ def link_slices(slices: pl.DataFrame, *, per_process: bool = False) -> pl.DataFr
 
 
 def _launch_links(slices: pl.DataFrame, per_process: bool) -> tuple[I64, I64]:
-    """(GPU row, its launch call) id pairs: the call with the GPU row's correlation id (and
-    process, ``per_process``). A CUDA-graph launch has one correlation id for all of its
-    kernels, so this is many-to-one. Only the key columns are read (lazily: filtering the
-    whole table first would copy every column of the rows kept)."""
-    keys = [Col.PID, Col.CORRELATION] if per_process else [Col.CORRELATION]
-    rows = slices.lazy().select(Col.ID, Col.KIND, *keys)
-    launches = rows.filter(
-        pl.col(Col.KIND).is_in([k.value for k in LAUNCH_KINDS]) & pl.col(Col.CORRELATION).is_not_null()
-    )
-    if per_process:
-        # Runtime before driver: when both record a launch (cudaLaunchKernel -> cuLaunchKernel)
-        # with one correlation id, the runtime call is what the user's code made.
-        launches = launches.sort(pl.col(Col.KIND) == Kind.DRIVER.value, Col.ID).unique(
-            subset=keys, keep="first", maintain_order=True
-        )
-    else:
-        # The runtime call comes first in time, so first in the table.
-        launches = launches.unique(subset=keys, keep="first", maintain_order=True)
-    gpu = rows.filter(
-        pl.col(Col.KIND).is_in([k.value for k in (*GPU_ACTIVITY_KINDS, Kind.GPU_SYNC)])
-        & pl.col(Col.CORRELATION).is_not_null()
-    ).select(Col.ID, *keys)
-    joined = gpu.join(launches.select(pl.col(Col.ID).alias("_launch"), *keys), on=keys, how="inner").collect()
-    return joined.get_column(Col.ID).to_numpy(), joined.get_column("_launch").to_numpy()
+    """(GPU row, its launch call) row pairs: the first call (runtime calls first, ``per_process``)
+    with the GPU row's correlation id (and process, ``per_process``). A CUDA-graph launch has
+    one correlation id for all of its kernels, so this is many-to-one.
+
+    By a stable sort and a binary search in numpy over one integer key per row: polars' unique
+    and join on two keys took 1.1 s for the 1.4 M GPU rows of a 600 MB export, this 0.5 s.
+    """
+    code = slices.get_column(Col.KIND).cast(KIND_DTYPE).to_physical().to_numpy()
+    has = slices.get_column(Col.CORRELATION).is_not_null().to_numpy()
+    key = _launch_key(slices, per_process)
+    # Calls in the order of preference (rows in table order within each), then stably by key:
+    # the first call of each key is its launch.
+    preference = [(Kind.RUNTIME,), (Kind.DRIVER,)] if per_process else [LAUNCH_KINDS]
+    calls = np.concatenate([np.flatnonzero(_of_kinds(code, kinds) & has) for kinds in preference])
+    calls = calls[np.argsort(key[calls], kind="stable")]
+    call_keys = key[calls]
+    first = np.ones(call_keys.size, dtype=bool)
+    first[1:] = call_keys[1:] != call_keys[:-1]
+    call_keys, calls = call_keys[first], calls[first]
+    gpu = np.flatnonzero(_of_kinds(code, (*GPU_ACTIVITY_KINDS, Kind.GPU_SYNC)) & has)
+    if not calls.size:
+        return gpu[:0], gpu[:0]
+    at = np.minimum(np.searchsorted(call_keys, key[gpu]), call_keys.size - 1)
+    found = call_keys[at] == key[gpu]
+    return gpu[found], calls[at[found]]
+
+
+def _of_kinds(code: npt.NDArray[np.integer], kinds: Sequence[Kind]) -> npt.NDArray[np.bool_]:
+    """Rows whose kind code is one of ``kinds``."""
+    return np.isin(code, [KIND_CODE[k.value] for k in kinds])
+
+
+def _launch_key(slices: pl.DataFrame, per_process: bool) -> I64:
+    """One integer per row that is equal where the correlation id (and pid, ``per_process``) is:
+    the pid above the id's 32 bits where both fit (nsys: 24-bit pids, 32-bit CUPTI ids), else
+    the rank of the pair. Rows without an id get any key (they are never matched)."""
+    correlation = slices.get_column(Col.CORRELATION).fill_null(0).cast(pl.Int64)
+    if not per_process:
+        return np.asarray(correlation.to_numpy(), dtype=np.int64)
+    pid = slices.get_column(Col.PID).fill_null(0).cast(pl.Int64)
+    if _within(pid, 2**31) and _within(correlation, 2**32):
+        return np.asarray((pid.to_numpy() << 32) | correlation.to_numpy(), dtype=np.int64)
+    pair = pl.struct(pid.alias(Col.PID), correlation.alias(Col.CORRELATION))
+    return np.asarray(pl.select(pair.rank("dense")).to_series().to_numpy(), dtype=np.int64)
+
+
+def _within(values: pl.Series, bound: int) -> bool:
+    """Whether every value lies in [0, bound)."""
+    return not values.len() or (int(values.min()) >= 0 and int(values.max()) < bound)  # type: ignore[arg-type]
