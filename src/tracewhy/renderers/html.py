@@ -14,25 +14,27 @@ import base64
 import hashlib
 import re
 from importlib import resources
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import polars as pl
 
 from tracewhy import __version__
 from tracewhy.analyses.gaps import GapCol
-from tracewhy.analyses.memory import TimelineResult
 from tracewhy.analyses.overlap import OverlapCol
-from tracewhy.analyses.rank_compare import RanksResult
 from tracewhy.analyses.steps import StepCol
-from tracewhy.findings.model import Finding
-from tracewhy.findings.overview import Overview
-from tracewhy.findings.roofline import NcuRooflineResult
 from tracewhy.model.schema import Col, MCol
 from tracewhy.readers.memory_timeline import TimelineCol
 from tracewhy.renderers.compile import compile_payload
 from tracewhy.renderers.critical_path import critical_path_report_payload
 from tracewhy.renderers.diagnose import TIME_ORIGIN, basis_statistic, gap_rows, recoverable_unit
 from tracewhy.renderers.jsonout import encode_json
+
+if TYPE_CHECKING:  # types only: a report of one trace needs neither the ranks nor the ncu modules
+    from tracewhy.analyses.memory import TimelineResult
+    from tracewhy.analyses.rank_compare import RanksResult
+    from tracewhy.findings.model import Finding
+    from tracewhy.findings.overview import Overview
+    from tracewhy.findings.roofline import NcuRooflineResult
 
 UPLOT_VERSION: Final = "1.6.32"
 #: Rows of the operator and kernel tables (largest first); the JSON of `report --json` is the same.

@@ -6,15 +6,11 @@ from pathlib import Path
 from typing import Any
 
 from tracewhy.analyses.memory import analyze_timeline
-from tracewhy.analyses.rank_compare import compare_ranks
-from tracewhy.analyses.ranks import RanksOptions, load_rank_summaries
 from tracewhy.cli.base import Command, emit, load_trace, positive_int, warn, warnings_so_far
-from tracewhy.cli.commands.ranks import executor_for, trace_files
 from tracewhy.cli.output import refuse_overwrite, refuse_special_output, write_output
 from tracewhy.errors import UsageError
 from tracewhy.findings.context import DiagnoseOptions
 from tracewhy.findings.overview import overview
-from tracewhy.findings.ranks import rank_findings
 from tracewhy.findings.roofline import roofline
 from tracewhy.readers.memory_timeline import is_memory_timeline, read_memory_timeline
 from tracewhy.readers.ncu import is_ncu, read_ncu
@@ -71,7 +67,12 @@ class ReportCommand(Command):
 
     def _payload(self, args: argparse.Namespace) -> dict[str, Any]:
         path = Path(args.trace)
-        if path.is_dir():  # one trace per rank
+        if path.is_dir():  # one trace per rank (the ranks modules are imported for this case only)
+            from tracewhy.analyses.rank_compare import compare_ranks
+            from tracewhy.analyses.ranks import RanksOptions, load_rank_summaries
+            from tracewhy.cli.commands.ranks import executor_for, trace_files
+            from tracewhy.findings.ranks import rank_findings
+
             files = trace_files([args.trace])
             options = RanksOptions(step_marker=args.step, warmup=args.warmup)
             with executor_for(None, None, files) as (executor, _):
