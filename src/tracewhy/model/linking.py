@@ -174,7 +174,8 @@ def link_slices(slices: pl.DataFrame, *, per_process: bool = False) -> pl.DataFr
     if host_idx.size:
         # Column by column: gathering whole host rows would copy every column of the table.
         def host(name: str) -> npt.NDArray[np.int64]:
-            return slices.get_column(name).fill_null(-1).to_numpy()[host_idx]
+            values = slices.get_column(name).gather(host_idx)
+            return np.asarray((values.fill_null(-1) if values.null_count() else values).to_numpy(), dtype=np.int64)
 
         d, p, o = nest_host_slices(
             host(Col.PID), host(Col.TID), host(Col.TS), host(Col.DUR),

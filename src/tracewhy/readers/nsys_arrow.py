@@ -70,7 +70,7 @@ class ArrowFetch:
                 parts = list(pool.map(self._typed, sqls, [schema] * len(sqls)))
         if any(part is None for part in parts):
             return None
-        return parts[0] if len(parts) == 1 else pl.concat([p for p in parts if p is not None], rechunk=True)
+        return _concatenated([p for p in parts if p is not None])
 
     def _typed(self, sql: str, schema: dict[str, Any]) -> pl.DataFrame | None:
         """The rows of a ``_fetch_sql`` query as a frame of ``schema``: each string column comes
@@ -116,14 +116,17 @@ class ArrowFetch:
             if dtype != pl.Null() and dtype != (pl.Binary() if want == pl.Binary() else pl.Int64()):
                 return None
         try:
-            return got.rechunk().rename(dict(zip(got.columns, schema, strict=True))).cast(schema, strict=True)  # type: ignore[arg-type]
+            return got.rename(dict(zip(got.columns, schema, strict=True))).cast(schema, strict=True)  # type: ignore[arg-type]
         except pl.exceptions.PolarsError:  # out of range for a narrower type
             return None
 
     def _ranges(self, table: str) -> list[tuple[int, int]]:
         """Contiguous inclusive rowid ranges covering ``table``, one per thread (one range for a
         small table, or when the bounds cannot be read)."""
-        bounds = self.query(f'SELECT min(rowid), max(rowid) FROM "{table}"', {"lo": pl.Int64(), "hi": pl.Int64()})
+        # Two subqueries: SQLite reads min(rowid) and max(rowid) off the B-tree only when each
+        # is a query's sole aggregate; together they scanned the table (0.5 s on 600 MB).
+        bounds = self.query(f'SELECT (SELECT min(rowid) FROM "{table}"), (SELECT max(rowid) FROM "{table}")',
+                            {"lo": pl.Int64(), "hi": pl.Int64()})
         if bounds is None or bounds.height != 1 or None in bounds.row(0):
             return []
         lo, hi = bounds.row(0)
@@ -135,6 +138,18 @@ class ArrowFetch:
 
     def close(self) -> None:
         self._database.close()
+
+
+def _concatenated(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """The parts one under another, each column in one chunk (the driver's batches make a chunk
+    each). Column by column, each part's column let go once copied: rechunking whole frames held
+    every column twice, 1 GB more at the peak of a 4.8 M-row NVTX table."""
+    pending = [part.get_columns() for part in parts]
+    parts.clear()
+    columns = []
+    while pending[0]:
+        columns.append(pl.concat([part.pop(0) for part in pending], rechunk=True))
+    return pl.DataFrame(columns)
 
 
 def _flag(name: str) -> str:
