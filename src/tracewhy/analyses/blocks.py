@@ -20,7 +20,7 @@ import polars as pl
 
 from tracewhy.analyses import api_names
 from tracewhy.analyses.api_names import is_sync_call
-from tracewhy.analyses.nvtx_work import GpuWork, WorkCol, gpu_work, kind_columns, on_threads, search_by_thread
+from tracewhy.analyses.nvtx_work import GpuWork, WorkCol, gpu_work, kind_columns, search_by_thread, thread_codes
 from tracewhy.analyses.steps import (
     PROFILER_STEP,
     StepsOptions,
@@ -199,12 +199,11 @@ def _instances(
     names (``_block_names``). Narrow columns only: a large nsys export has millions of ranges."""
     a = kind_columns(trace, (Kind.ANNOTATION,), Col.ID, Col.NAME, Col.TS, Col.DUR, Col.PID, Col.TID, Col.DEPTH)
     names = _block_names(a.get_column(Col.NAME).unique(), st.marker, options.names)
-    a = a.filter(pl.col(Col.NAME).is_in(names.get_column("_raw").implode())).sort(Col.TS, Col.ID)
-    measures = (BlockCol.GPU_OPS, BlockCol.GPU_TIME, BlockCol.GPU_BUSY, BlockCol.GPU_SPAN)
-    a = a.join(work.table.select(
-        WorkCol.ID, pl.col(WorkCol.GPU_OPS).alias(BlockCol.GPU_OPS), pl.col(WorkCol.GPU_TIME).alias(BlockCol.GPU_TIME),
-        pl.col(WorkCol.GPU_BUSY).alias(BlockCol.GPU_BUSY), pl.col(WorkCol.PROJ_DUR).alias(BlockCol.GPU_SPAN),
-    ), on=Col.ID, how="left", maintain_order="left").with_columns(pl.col(*measures).fill_null(0))
+    a = a.filter(pl.col(Col.NAME).is_in(names.get_column("_raw").implode()))
+    # Slice ids ascend in slice order: times that ascend too mean the (time, id) order already.
+    if not a.get_column(Col.TS).is_sorted():
+        a = a.sort(Col.TS, Col.ID)
+    a = a.with_columns(_measures(a.get_column(Col.ID).to_numpy(), work))
     pids = a.get_column(Col.PID).fill_null(-1).to_numpy()
     starts = a.get_column(Col.TS).to_numpy()
     ends = starts + a.get_column(Col.DUR).to_numpy()
@@ -224,6 +223,18 @@ def _instances(
         pl.when(inside).then(pl.col(WindowCol.NUMBER)).alias(BlockCol.STEP),
         (pl.col(WindowCol.STEADY).fill_null(False) & inside).fill_null(False).alias(BlockCol.STEADY),
     ).select(*BLOCK_INSTANCES_SCHEMA), names
+
+
+def _measures(ids: I64, work: GpuWork) -> list[pl.Series]:
+    """The GPU work of the ranges ``ids`` (0 for none), looked up in ``work.table`` (sorted by
+    id) by binary search: a join would copy every column of millions of ranges once more."""
+    work_ids = work.table.get_column(WorkCol.ID).to_numpy()
+    at = np.minimum(np.searchsorted(work_ids, ids), max(work_ids.size - 1, 0))
+    found = work_ids[at] == ids if work_ids.size else np.zeros(ids.size, dtype=bool)
+    pairs = ((BlockCol.GPU_OPS, WorkCol.GPU_OPS), (BlockCol.GPU_TIME, WorkCol.GPU_TIME),
+             (BlockCol.GPU_BUSY, WorkCol.GPU_BUSY), (BlockCol.GPU_SPAN, WorkCol.PROJ_DUR))
+    return [pl.Series(ours, np.where(found, work.table.get_column(theirs).to_numpy()[at], 0) if work_ids.size
+                      else np.zeros(ids.size, dtype=np.int64)) for ours, theirs in pairs]
 
 
 def _gpu_rows(trace: Trace) -> pl.DataFrame:
@@ -274,10 +285,8 @@ def _synced(trace: Trace, a: pl.DataFrame) -> pl.Series:
     ).filter(pl.col("_launch") | pl.col("_sync"))
     if calls.height == 0:
         return pl.Series(BlockCol.SYNCED, [None] * a.height, dtype=pl.Boolean)
-    ranges_on, calls = on_threads(a.select(Col.PID, Col.TID), calls)
-    r_threads = ranges_on.get_column("_thread").to_numpy()
-    del ranges_on
-    calls = calls.sort("_thread", Col.TS, maintain_order=True)
+    r_threads, c_thread = thread_codes(a, calls)
+    calls = calls.with_columns(pl.Series("_thread", c_thread)).sort("_thread", Col.TS, maintain_order=True)
     thread, ts = calls.get_column("_thread").to_numpy(), calls.get_column(Col.TS).to_numpy()
     # The latest launch at or before each call (an earlier thread's when this one has none yet).
     last_launch = np.maximum.accumulate(np.where(calls.get_column("_launch").to_numpy(), np.arange(ts.size), -1))

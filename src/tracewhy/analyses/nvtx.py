@@ -33,6 +33,7 @@ from tracewhy.analyses.nvtx_work import (
     on_threads,
     ranges_concat,
     search_by_thread,
+    thread_codes,
 )
 from tracewhy.analyses.summaries import Summary, summarize
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, Col, Kind, NCol
@@ -164,10 +165,7 @@ def gpu_projection(trace: Trace, work: GpuWork | None = None) -> ProjectionResul
         Col.ID, Col.NAME, NCol.STYLE, Col.TS, Col.DUR, Col.PID, Col.TID, NCol.RANGE_ID,
         (pl.col(Col.TS) + pl.col(Col.DUR)).alias("_end"),
     )
-    threads = rng.select(Col.PID, Col.TID).unique().with_row_index("_thread").with_columns(
-        pl.col("_thread").cast(pl.Int64))
-    thread = rng.select(Col.PID, Col.TID).join(threads, on=[Col.PID, Col.TID], how="left", nulls_equal=True,
-                                               maintain_order="left").get_column("_thread").to_numpy()
+    thread, _ = thread_codes(rng, rng.clear())
     parent, level = range_tree(
         thread, rng.get_column(Col.TS).to_numpy(), rng.get_column("_end").to_numpy(),
         rng.get_column(NCol.RANGE_ID).to_numpy(),

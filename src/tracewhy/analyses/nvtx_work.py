@@ -52,7 +52,7 @@ class Unattributed:
 @dataclass(frozen=True)
 class GpuWork:
     """``table`` (GPU_WORK_SCHEMA): one row per projected range (a range that launched GPU
-    work), in the ranges' slice order. ``ops_without_launch``: GPU operations whose launching
+    work), by id (the ranges' slice order). ``ops_without_launch``: GPU operations whose launching
     call is not in the trace."""
 
     table: pl.DataFrame
@@ -85,8 +85,11 @@ def gpu_work(trace: Trace) -> GpuWork:
     gpu = kind_columns(trace, GPU_ACTIVITY_KINDS, pl.col(Col.LAUNCH).alias("_call"), Col.TS,
                        (pl.col(Col.TS) + pl.col(Col.DUR)).alias("_end"), Col.DUR)
     ops = gpu.drop_nulls("_call")
-    rng, calls = on_threads(rng, calls)
-    proj, covered = _project(rng, calls, ops)
+    r_thread, c_thread = thread_codes(rng, calls)
+    proj, covered = _project(
+        (r_thread, rng.get_column(Col.TS).to_numpy(), rng.get_column("_end").to_numpy()),
+        calls.with_columns(pl.Series("_thread", c_thread)), ops,
+    )
     ids = rng.get_column(Col.ID).to_numpy()
     table = proj.sort("_range").with_columns(pl.Series(WorkCol.ID, ids[proj.get_column("_range").to_numpy()]))
     loose = ops.filter(~pl.col("_call").is_in(pl.Series(covered).implode()))
@@ -123,7 +126,7 @@ def search_by_thread(thread: I64, t: I64, q_thread: I64, q_t: I64, side: Literal
     threads = max(int(thread.max()), int(q_thread.max())) - lo + 1
     if threads * span < _KEY_LIMIT:
         key = (thread - lo) * span + (t - base)
-        return np.searchsorted(key, (q_thread - lo) * span + (q_t - base), side=side).astype(np.int64)
+        return np.searchsorted(key, (q_thread - lo) * span + (q_t - base), side=side).astype(np.int64, copy=False)
     out = np.empty(q_t.size, dtype=np.int64)
     first = np.searchsorted(thread, q_thread, side="left")
     last = np.searchsorted(thread, q_thread, side="right")
@@ -143,14 +146,32 @@ def ranges_concat(lo: I64, count: I64) -> I64:
     return (starts + np.arange(total)).astype(np.int64)
 
 
-def on_threads(rng: pl.DataFrame, calls: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Both frames with ``_thread``, one int per (pid, tid) they share, for ``search_by_thread``."""
-    threads = pl.concat([f.select(Col.PID, Col.TID).unique() for f in (rng, calls)]).unique()
-    threads = threads.with_row_index("_thread").with_columns(pl.col("_thread").cast(pl.Int64))
-    def joined(frame: pl.DataFrame) -> pl.DataFrame:
-        return frame.join(threads, on=[Col.PID, Col.TID], how="left", nulls_equal=True, maintain_order="left")
+def thread_codes(rng: pl.DataFrame, calls: pl.DataFrame) -> tuple[I64, I64]:
+    """One int per (pid, tid) the two frames share, per row of each, for ``search_by_thread``
+    (null equals null). Made from each value's rank among the few distinct ones, not by a join:
+    the ranges are millions of rows, and a join of them costs 0.3 GB."""
+    (pid_r, pid_c), _ = _ranks(rng, calls, Col.PID)
+    (tid_r, tid_c), tids = _ranks(rng, calls, Col.TID)
+    return pid_r * (tids + 1) + tid_r, pid_c * (tids + 1) + tid_c
 
-    return joined(rng), joined(calls)
+
+def _ranks(rng: pl.DataFrame, calls: pl.DataFrame, col: str) -> tuple[tuple[I64, I64], int]:
+    """Rank of each row's ``col`` among the distinct values of both frames (null ranks last, after
+    all of them), and how many there are."""
+    values = np.sort(pl.concat([f.get_column(col).drop_nulls().unique() for f in (rng, calls)]).unique().to_numpy())
+
+    def rank(frame: pl.DataFrame) -> I64:
+        c = frame.get_column(col)
+        at = np.searchsorted(values, c.fill_null(values[0] if values.size else 0).to_numpy()).astype(np.int64)
+        return np.where(c.is_null().to_numpy(), values.size, at) if c.null_count() else at
+
+    return (rank(rng), rank(calls)), int(values.size)
+
+
+def on_threads(rng: pl.DataFrame, calls: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Both frames with ``_thread`` (``thread_codes``)."""
+    r_thread, c_thread = thread_codes(rng, calls)
+    return rng.with_columns(pl.Series("_thread", r_thread)), calls.with_columns(pl.Series("_thread", c_thread))
 
 
 #: (range, operation) rows aggregated at a time by ``_project``: bounds its memory, since a
@@ -174,8 +195,9 @@ class _Ops:
     end_rank: I64
 
 
-def _project(rng: pl.DataFrame, calls: pl.DataFrame, ops: pl.DataFrame) -> tuple[pl.DataFrame, I64]:
-    """Per range (``_range``, its row) its projection columns, and the ids of the calls in some range.
+def _project(rng: tuple[I64, I64, I64], calls: pl.DataFrame, ops: pl.DataFrame) -> tuple[pl.DataFrame, I64]:
+    """Per range (``_range``, its row in ``rng``: thread, start, end) its projection columns, and
+    the ids of the calls in some range.
 
     A range's calls are a slice of its thread's calls sorted by start (those that also end in
     it), and a call's operations a slice of the operations sorted by call: so (range, operation)
@@ -193,26 +215,27 @@ def _project(rng: pl.DataFrame, calls: pl.DataFrame, ops: pl.DataFrame) -> tuple
                                     ).astype(np.int64),
               times=times, ts_rank=np.searchsorted(times, o_ts), end_rank=np.searchsorted(times, o_end))
     del o, c
-    rt, rs, re_ = (rng.get_column(k).to_numpy() for k in ("_thread", Col.TS, "_end"))
+    rt, rs, re_ = rng
     lo = search_by_thread(ct, cs, rt, rs, "left")
-    count = np.maximum(search_by_thread(ct, cs, rt, re_, "right") - lo, 0)
+    count = search_by_thread(ct, cs, rt, re_, "right")
+    count -= lo
+    np.maximum(count, 0, out=count)
     covered = np.zeros(cid.size, dtype=bool)
-    parts = [_project_chunk(r, lo[r], count[r], re_, ce, op, covered)
-             for r in _chunks(op.first[lo + count] - op.first[lo], count)]
+    parts = [_project_chunk(np.arange(a, b, dtype=np.int64), lo[a:b], count[a:b], re_, ce, op, covered)
+             for a, b in _chunks(op.first[lo + count] - op.first[lo], count)]
     proj = pl.concat(parts) if parts else _project_chunk(
         np.zeros(0, dtype=np.int64), lo[:0], count[:0], re_, ce, op, covered)
     return proj, cid[covered]
 
 
-def _chunks(weight: I64, count: I64) -> list[I64]:
+def _chunks(weight: I64, count: I64) -> list[tuple[int, int]]:
     """Consecutive range rows cut where their operations (``weight``) pass ``_PROJECT_CHUNK``;
     the calls each range spans (``count``) weigh in too, as they are gathered before filtering."""
     total = np.cumsum(weight + count)
     cut = np.searchsorted(total, np.arange(_PROJECT_CHUNK, int(total[-1]) if total.size else 0,
                                            _PROJECT_CHUNK), side="right")
     edges = np.unique(np.concatenate(([0], cut, [weight.size])))
-    return [np.arange(a, b, dtype=np.int64) for a, b in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True)
-            if b > a]
+    return [(a, b) for a, b in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True) if b > a]
 
 
 def _project_chunk(r: I64, lo: I64, count: I64, re_: I64, ce: I64, op: _Ops,

@@ -8,15 +8,17 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from tracewhy.analyses.blocks import BlocksOptions, BlocksResult, blocks
+from tracewhy.analyses.blocks import BlocksResult
 from tracewhy.analyses.critical_path import CriticalPathOptions, CriticalPathResult, critical_path
 from tracewhy.analyses.info import InfoResult, info
 from tracewhy.analyses.kernels import KernelsResult, kernels
 from tracewhy.analyses.nvtx import gpu_projection
+from tracewhy.analyses.nvtx_work import GpuWork
 from tracewhy.analyses.ops import OpsResult, ops
 from tracewhy.analyses.overlap import OverlapResult
 from tracewhy.analyses.steps import StepCol, steady_span
 from tracewhy.analyses.utilization import UtilizationResult, utilization
+from tracewhy.findings.blocks import blocks_result, gpu_work_result
 from tracewhy.findings.context import Context, DiagnoseOptions
 from tracewhy.findings.diagnose import Report, diagnose
 from tracewhy.findings.overlap import overlap_result
@@ -36,8 +38,9 @@ CRITICAL_PATH_STEPS = 3
 class Overview:
     """``projection``: annotations projected onto the GPU (nvtx.gpu_projection's table), with
     ``device``, the device most of each range's work ran on. ``device_pids``: the pid each
-    device's rows carry in the trace (Kineto writes the device index). Optional parts are None
-    when the trace has no data for them (no GPU, no shapes)."""
+    device's rows carry in the trace (Kineto writes the device index). ``blocks``: the block table
+    alone (its ``instances`` are empty, as in diagnose). Optional parts are None when the trace
+    has no data for them (no GPU, no shapes)."""
 
     info: InfoResult
     report: Report
@@ -62,9 +65,9 @@ def overview(trace: Trace, options: DiagnoseOptions | None = None) -> Overview:
     report = diagnose(trace, options)
     gpu = trace.of_kind(*GPU_ACTIVITY_KINDS)
     has_gpu = gpu.height > 0
-    ctx = Context(trace, options)  # overlap reuses the diagnosis' steps
+    ctx = Context(trace, options)  # overlap and blocks reuse the diagnosis' steps
     ctx.cached("steps", lambda: report.steps)
-    bl = blocks(trace, BlocksOptions(step_marker=options.step_marker, warmup=options.warmup), report.steps)
+    bl = blocks_result(ctx)  # its GPU work per range is the projection table's too
     roof = op_roofline(trace) if has_gpu and trace.op_attrs.height else None
     path = critical_path(trace, CriticalPathOptions(marker=options.step_marker, max_steps=CRITICAL_PATH_STEPS),
                          report.steps) if report.steps.table.height else None
@@ -72,7 +75,7 @@ def overview(trace: Trace, options: DiagnoseOptions | None = None) -> Overview:
         info=info(trace, options.step_marker),
         report=report,
         utilization=utilization(trace, UTILIZATION_BINS),
-        projection=_projection_with_device(trace) if has_gpu else pl.DataFrame(),
+        projection=_projection_with_device(trace, gpu_work_result(ctx)) if has_gpu else pl.DataFrame(),
         ops=ops(trace),
         kernels=kernels(trace),
         overlap=overlap_result(ctx) if has_gpu else None,
@@ -84,8 +87,8 @@ def overview(trace: Trace, options: DiagnoseOptions | None = None) -> Overview:
     )
 
 
-def _projection_with_device(trace: Trace) -> pl.DataFrame:
-    table = gpu_projection(trace).table
+def _projection_with_device(trace: Trace, work: GpuWork) -> pl.DataFrame:
+    table = gpu_projection(trace, work).table
     if table.height == 0:
         return table.with_columns(pl.lit(None, pl.Int32).alias(Col.DEVICE))
     # The device a range's launches went to: the one its first projected activity ran on is
