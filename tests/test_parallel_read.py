@@ -356,3 +356,49 @@ def test_no_gap_between_events_within_the_cap_is_refused(tmp_path: Path, monkeyp
     with pytest.raises(TraceError, match="no gap between two events within 4 MB") as e:
         read_kineto(path)
     assert str(path) in str(e.value)
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_helpers_read_the_pieces_of_a_plain_file_from_it(workers: int, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A piece of a plain file goes to a helper as where it lies in the file (a span), not as
+    its bytes; the helper reads it there. Every span reads back the piece byte for byte, and
+    the Trace is the serial one, with helpers building parts."""
+    path = tmp_path / "plain.json"
+    path.write_bytes(gzip.decompress(shared_trace("tracelens/h100_timesformer_video_bs1.json.gz").read_bytes()))
+    lent = kineto_pieces.LentPieces(path, 300_000, taper=True)
+    spans = []
+    for view in lent.pieces():
+        assert lent.span is not None and bytes(lent.span.read()) == bytes(view)
+        spans.append(lent.span)
+    assert len(spans) > 10 and all(kineto_pieces.Span.from_record(s.record()) == s for s in spans)
+    serial = _read_whole(path)
+    _pieces_for_any_size(monkeypatch, 300_000)
+    sent: list[bool] = []
+    send = kineto_parallel.Helper.send
+
+    def recording(self: kineto_parallel.Helper, k: int, body: bytes, weight: int,
+                  span: kineto_pieces.Span | None = None) -> bool:
+        sent.append(span is not None)
+        return send(self, k, body, weight, span)
+
+    monkeypatch.setattr(kineto_parallel.Helper, "send", recording)
+    monkeypatch.setattr(kineto_parallel, "_take_back", lambda *args: None)
+    _assert_same(serial, read_kineto(path, workers=workers))
+    assert sent and all(sent)
+
+
+def test_a_span_of_a_file_that_changed_is_refused(tmp_path: Path) -> None:
+    from tracewhy.errors import TraceError
+
+    path = tmp_path / "plain.json"
+    path.write_bytes(gzip.decompress(shared_trace("perfdigest/rtx4060laptop_torch_sample.json.gz").read_bytes()))
+    lent = kineto_pieces.LentPieces(path, 2_000)
+    next(iter(lent.pieces()))
+    span = lent.span
+    assert span is not None
+    lent.close()
+    with path.open("ab") as f:
+        f.write(b" ")
+    with pytest.raises(TraceError, match="changed while it was being read"):
+        span.read()

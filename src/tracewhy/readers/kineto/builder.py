@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from operator import attrgetter
 from pathlib import Path
 from typing import cast
 
@@ -91,10 +90,6 @@ _FINISHED = b'"finished"'  # PyTorch >= 2.4 marks slices left open with "finishe
 _FLOW_PHASES = frozenset(("s", "f", "t"))
 _INSTANT_PHASES = frozenset(("i", "I"))
 _SYNC_CODE = KIND_CODE[Kind.GPU_SYNC.value]
-# An event field of every event of a batch is taken with map(_FIELD, events): a C loop, where a
-# list comprehension runs bytecode per event (a read makes a dozen such passes over each event).
-_PH, _CAT, _NAME, _ID = attrgetter("ph"), attrgetter("cat"), attrgetter("name"), attrgetter("id")
-_TS, _DUR, _PID, _TID = attrgetter("ts"), attrgetter("dur"), attrgetter("pid"), attrgetter("tid")
 
 
 @dataclass
@@ -132,7 +127,7 @@ class Builder:
         window), and whether the legacy category "Operator" (PyTorch < 1.10) is among them:
         only then are record_function scopes written as operators."""
         cache = self.kind_cache
-        cats = list(map(_CAT, evs))
+        cats = [e.cat for e in evs]
         seen = set(cats)
         for cat in seen - cache.keys():
             low = (cat or "").lower()
@@ -184,25 +179,25 @@ class Builder:
             self._slices(xs)
 
     def _flows(self, evs: list[Event]) -> None:
-        ts = np.fromiter(map(_TS, evs), dtype=np.float64, count=len(evs))
+        ts = np.array([e.ts for e in evs], dtype=np.float64)
         usable = np.abs(ts) < _US_MAX
         if not usable.all():
             self._problem("flow event without usable ts skipped", len(evs) - int(usable.sum()))
             evs, ts = [evs[i] for i in np.flatnonzero(usable).tolist()], ts[usable]
         if not evs:
             return
-        cats = list(map(_CAT, evs))
+        cats = [e.cat for e in evs]
         by_cat = Counter(cats)
         for cat, n in by_cat.items():
             self._count(f"flow {cat}", n)
         kinds = {cat: _FLOW_KIND.get(cat or "", "other") for cat in by_cat}
         self.flows.append(pl.DataFrame({
-            "flow_id": int_array(list(map(_ID, evs))),
+            "flow_id": int_array([e.id for e in evs]),
             "kind": list(map(kinds.__getitem__, cats)),
-            "phase": list(map(_PH, evs)),
+            "phase": [e.ph for e in evs],
             "ts_ns": us_to_ns(ts),
-            "pid": int_array(list(map(_PID, evs))),
-            "tid": int_array(list(map(_TID, evs))),
+            "pid": int_array([e.pid for e in evs]),
+            "tid": int_array([e.tid for e in evs]),
         }).cast(dict(FLOWS_SCHEMA)))  # type: ignore[arg-type]
 
     def _instants(self, evs: list[Event]) -> None:
@@ -259,7 +254,7 @@ class Builder:
             evs, codes = [evs[i] for i in np.flatnonzero(keep).tolist()], codes[keep]
         if legacy:
             self._legacy_annotations(evs, codes)
-        ts = np.fromiter(map(_TS, evs), dtype=np.float64, count=len(evs))
+        ts = np.array([e.ts for e in evs], dtype=np.float64)
         bad_ts = ~(np.abs(ts) < _US_MAX)  # (NaN: none was written)
         if bad_ts.any():
             self._problem("slice without ts skipped", int(np.isnan(ts).sum()))
@@ -273,7 +268,7 @@ class Builder:
             fractional = far[far != np.floor(far)]
             if fractional.size:
                 self.quantised_us = max(self.quantised_us, float(np.abs(fractional).max()))
-        dur = np.fromiter(map(_DUR, evs), dtype=np.float64, count=len(evs))
+        dur = np.array([e.dur for e in evs], dtype=np.float64)
         no_dur = np.isnan(dur)
         if no_dur.any():
             self._problem("slice without dur taken as 0", int(no_dur.sum()))
@@ -289,8 +284,8 @@ class Builder:
         for code, count in enumerate(np.bincount(codes, minlength=len(_KINDS)).tolist()):
             self._count(_KINDS[code], count)
         n = len(evs)
-        pid = int_array(list(map(_PID, evs)))
-        tid = int_array(list(map(_TID, evs)))
+        pid = int_array([e.pid for e in evs])
+        tid = int_array([e.tid for e in evs])
         ids = Ids(n)
         kernel_attrs, copy_attrs, op_attrs = EMPTY_KERNEL_ATTRS, EMPTY_COPY_ATTRS, EMPTY_OP_ATTRS
         sync_attrs = EMPTY_SYNC_ATTRS
@@ -337,7 +332,7 @@ class Builder:
         self.saw_python = self.saw_python or bool(python.any())
         frame = pl.DataFrame({
             Col.KIND: codes,  # the Enum once all batches are joined
-            Col.NAME: pl.Series(list(map(_NAME, evs)), dtype=pl.Categorical()),
+            Col.NAME: pl.Series([e.name for e in evs], dtype=pl.Categorical()),
             Col.TS: us_to_ns(ts),
             Col.DUR: np.rint(dur * 1000.0).astype(np.int64),
             Col.PID: pid,

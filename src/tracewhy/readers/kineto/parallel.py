@@ -33,8 +33,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Final
 
+from tracewhy.errors import TraceError
 from tracewhy.readers.kineto.builder import Builder
 from tracewhy.readers.kineto.document import BadCut, Body
+from tracewhy.readers.kineto.pieces import Span
 
 #: Below this many (uncompressed) bytes a helper's start-up (an interpreter and its imports,
 #: about 0.4 s of CPU) costs more than it saves.
@@ -107,15 +109,16 @@ class Helper:
             stderr=subprocess.DEVNULL, env=dict(os.environ, **{ENV_IN_HELPER: "1"}),
         )
 
-    def send(self, k: int, body: Body, weight: int) -> bool:
-        """Hand the helper batch ``k`` (a JSON array of events); it works through them in order.
-        False if it could not be handed over (then the caller builds it)."""
+    def send(self, k: int, body: Body, weight: int, span: Span | None = None) -> bool:
+        """Hand the helper batch ``k`` (a JSON array of events), or where it lies in a plain file
+        (``span``: the helper reads it there itself, and nothing is copied here); it works through
+        them in order. False if it could not be handed over (then the caller builds it)."""
         if self.broken:
             return False
         name = self.workdir / f"{self.prefix}{self.sent}.json"
         self.sent += 1
         try:
-            name.write_bytes(body)
+            name.write_bytes(body if span is None else span.record())
             assert self.proc.stdin is not None
             self.proc.stdin.write(f"{name}\n".encode())
             self.proc.stdin.flush()
@@ -226,14 +229,15 @@ def start_helpers(workers: int, workdir: Path) -> list[Helper]:
     return helpers
 
 
-def build_parts(helpers: list[Helper], bodies: Iterable[tuple[Body, int]],
+def build_parts(helpers: list[Helper], bodies: Iterable[tuple[Body, int, Span | None]],
                 progress: Callable[[int], None]) -> list[object]:
-    """Every batch's builder, in file order. Each batch (its bytes, and its weight for
-    ``progress``) goes to the helper with the fewest batches in flight if it has room for one
-    more, else it is built here: whichever side is quicker takes more of them. At the end the
-    batches that helpers have not started yet are taken back and built here, so that this
-    process does not sit waiting for a helper's backlog. The batches are taken from ``bodies``
-    as they are needed. Raises BadCut as ``decode_body``."""
+    """Every batch's builder, in file order. Each batch (its bytes, its weight for ``progress``,
+    and where it lies in the file, if it is a piece of a plain file) goes to the helper with the
+    fewest batches in flight if it has room for one more, else it is built here: whichever side
+    is quicker takes more of them. At the end the batches that helpers have not started yet are
+    taken back and built here, so that this process does not sit waiting for a helper's
+    backlog. The batches are taken from ``bodies`` as they are needed. Raises BadCut as
+    ``decode_body``."""
     parts: list[object] = []
 
     def collect(helper: Helper) -> None:
@@ -246,13 +250,13 @@ def build_parts(helpers: list[Helper], bodies: Iterable[tuple[Body, int]],
         parts[k] = part
         progress(weight)
 
-    for k, (body, weight) in enumerate(bodies):
+    for k, (body, weight, span) in enumerate(bodies):
         parts.append(None)
         for helper in helpers:
             while helper.in_flight and helper.ready():
                 collect(helper)
         free = [h for h in helpers if not h.broken and len(h.in_flight) <= _QUEUED_PER_HELPER]
-        if not free or not min(free, key=lambda h: len(h.in_flight)).send(k, body, weight):
+        if not free or not min(free, key=lambda h: len(h.in_flight)).send(k, body, weight, span):
             parts[k] = build_part(body)
             progress(weight)
     for helper in helpers:
@@ -278,9 +282,16 @@ def _take_back(helper: Helper, parts: list[object], progress: Callable[[int], No
 
 def _build_claimed(mine: Path) -> Builder:
     """Build here a batch sent to a helper, from its file (which goes)."""
-    body = mine.read_bytes()
+    sent = mine.read_bytes()
     mine.unlink()
-    return build_part(body)
+    return build_part(_batch(sent))
+
+
+def _batch(sent: Body, into: bytearray | None = None) -> Body:
+    """The bytes of a batch as sent: themselves, or read from the file where they lie."""
+    if sent[:1] != b"@":
+        return sent
+    return Span.from_record(bytes(sent)).read(into)
 
 
 def build_part(body: Body) -> Builder:
@@ -294,6 +305,7 @@ def serve() -> None:
     """A helper's loop: a batch's file name in, the name of its part's file out (``-`` for a
     batch taken back before it was started), until stdin ends."""
     gc.disable()  # as in read_kineto: decoded events form no cycles
+    room = bytearray()  # the last piece read from its file: filled again when no view of it is left
     for line in sys.stdin.buffer:
         name = Path(line.decode().strip())
         mine = claim(name, _TAKEN)
@@ -302,8 +314,12 @@ def serve() -> None:
         else:
             out = name.with_suffix(".part")
             try:
-                part = build_part(_mapped(mine))
-            except (BadCut, RecursionError):
+                body = _batch(_mapped(mine), room)
+                if isinstance(body, memoryview) and isinstance(body.obj, bytearray):
+                    room = body.obj
+                part = build_part(body)
+                del body
+            except (BadCut, RecursionError, TraceError):
                 part = None  # the reader sees the same for itself and reads the file another way (or says why not)
             out.write_bytes(pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL))
             answer = str(out)

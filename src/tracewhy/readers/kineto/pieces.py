@@ -17,10 +17,12 @@ reader reads the file whole, the careful way, which also explains what is wrong 
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import BinaryIO, Final
 
 import msgspec
 
@@ -37,6 +39,12 @@ from tracewhy.readers.source import is_gzip, iter_content
 #: the 1 GB one, 2 MB pieces take 7-10 s, 16 MB pieces 5.2-5.7 s (two processes).
 PIECE_MIN_BYTES: Final = 2 * 1024 * 1024
 PIECE_BYTES: Final = 16 * 1024 * 1024
+
+
+#: With ``taper``, the pieces within this many piece lengths of a plain file's end are cut this
+#: many times smaller: processes that share a file's pieces finish their last ones closer together.
+TAPER_PIECES: Final = 2
+TAPER_DIVISOR: Final = 4
 
 
 #: The file is read (or inflated) this much at a time: what runs past a piece's cut is copied
@@ -61,18 +69,65 @@ _TAIL_MAX: Final = 1024 * 1024
 
 
 def open_pieces(path: Path, piece_bytes: int, max_inflated_bytes: int, *,
-                lent: bool) -> PieceStream | LentPieces:
+                lent: bool, taper: bool = False) -> PieceStream | LentPieces:
     """The pieces of a file's events. ``lent``: the consumer is done with each piece before it
     asks for the next (no piece is kept), so a plain file can be read into two buffers that take
-    turns; otherwise, and for gzip, each piece is a buffer of its own."""
+    turns; otherwise, and for gzip, each piece is a buffer of its own. ``taper``: a plain file's
+    last pieces are smaller (``TAPER_PIECES``), for pieces shared among processes."""
     if lent and not is_gzip(path):
         with contextlib.suppress(OSError):  # PieceStream says what is wrong with the file
-            return LentPieces(path, piece_bytes)
+            return LentPieces(path, piece_bytes, taper=taper)
     return PieceStream(iter_content(path, READ_BYTES, max_inflated_bytes), piece_bytes, path)
+
+
+@dataclass(frozen=True)
+class Span:
+    """Where the events of a piece of a plain file lie in it: ``length`` bytes from ``offset``
+    (the piece is those bytes in brackets), with the file's size and change time as it was
+    read. Another process can read the piece from the file itself (``read``), and a span is
+    sent where the piece's bytes would otherwise be copied."""
+
+    path: Path
+    offset: int
+    length: int
+    stamp: tuple[int, int]
+
+    def record(self) -> bytes:
+        """The span as a few bytes (``from_record`` reads them back); never the start of a piece."""
+        return b"@%d %d %d %d " % (self.offset, self.length, *self.stamp) + os.fsencode(self.path)
+
+    @staticmethod
+    def from_record(record: bytes) -> Span:
+        offset, length, size, changed, path = record[1:].split(b" ", 4)
+        return Span(Path(os.fsdecode(path)), int(offset), int(length), (int(size), int(changed)))
+
+    def read(self, into: bytearray | None = None) -> memoryview:
+        """The piece, read from the file (into ``into`` when it is large enough and no view of
+        it is alive). Raises TraceError if the file is not as it was when the span was made."""
+        with open(self.path, "rb") as f:
+            if _stamp(f) != self.stamp:
+                raise TraceError(self.path, "the file changed while it was being read")
+            buf = into if into is not None and len(into) >= self.length + 2 and _free(into) \
+                else bytearray(self.length + 2)
+            f.seek(self.offset)
+            with memoryview(buf) as room:
+                got = f.readinto(room[1 : self.length + 1])
+        if got != self.length:
+            raise TraceError(self.path, "the file changed while it was being read")
+        buf[0], buf[self.length + 1] = ord("["), ord("]")
+        return memoryview(buf)[: self.length + 2]
+
+
+def _stamp(f: BinaryIO) -> tuple[int, int]:
+    st = os.fstat(f.fileno())
+    return st.st_size, st.st_mtime_ns
 
 
 class PieceStream:
     """Pieces of a file's events, from its content in chunks; ``header`` is set after the last."""
+
+    #: (Pieces of inflated content lie in no file: they have no span.)
+    span: Span | None = None
 
     def __init__(self, chunks: Iterator[bytes], piece_bytes: int, path: Path) -> None:
         self._chunks = chunks
@@ -155,11 +210,15 @@ class LentPieces:
     last event. Raises ``OSError`` when the file cannot be opened, BadCut as ``PieceStream``.
     """
 
-    def __init__(self, path: Path, piece_bytes: int = PIECE_BYTES) -> None:
+    def __init__(self, path: Path, piece_bytes: int = PIECE_BYTES, *, taper: bool = False) -> None:
         self._file = open(path, "rb")  # noqa: SIM115  (closed by close())
         self._path = path
         self._piece_bytes = piece_bytes
+        self._taper = taper
+        self._stamp = _stamp(self._file)
         self.header: dict[str, msgspec.Raw] | None = None
+        #: Where the piece last given out lies in the file.
+        self.span: Span | None = None
 
     def pieces(self) -> Iterator[memoryview]:
         with self._file:
@@ -173,6 +232,7 @@ class LentPieces:
         earlier: list[bytearray] = []
         buf = bytearray(size + 2 * READ_BYTES)
         filled = _put(buf, 1, data)
+        offset = f.tell() - len(data)  # of buf[1] in the file
         searched = 1 + size  # where the search for the next cut resumes
         while True:
             gap = _BETWEEN_EVENTS.search(buf, searched, filled) if filled - 1 >= size else None
@@ -194,13 +254,24 @@ class LentPieces:
             earlier = [*[b for b in earlier if b is not nxt][-1:], buf]
             rest = _put(nxt, 1, memoryview(buf)[gap.end() - 1 : filled])
             buf[0], buf[gap.start() + 1] = ord("["), ord("]")
+            self.span = Span(self._path, offset, gap.start(), self._stamp)
             yield memoryview(buf)[: gap.start() + 2]
+            size = self._next_size(size, rest - 1)
+            offset += gap.end() - 2
             buf, filled, searched = nxt, rest, 1 + size
         del buf[filled:]
         close, header = _close(head, buf, 1)
         buf[0] = ord("[")
+        self.span = Span(self._path, offset, close - 1, self._stamp)
         yield memoryview(buf)[: close + 1]
         self.header = header
+
+    def _next_size(self, size: int, held: int) -> int:
+        """The next piece's length, ``held`` bytes of the file being already read past the cut."""
+        if not self._taper or size < self._piece_bytes:
+            return size
+        left = os.fstat(self._file.fileno()).st_size - self._file.tell() + held
+        return max(1, size // TAPER_DIVISOR) if left < TAPER_PIECES * size else size
 
     def close(self) -> None:
         self._file.close()

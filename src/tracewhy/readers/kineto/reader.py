@@ -18,6 +18,7 @@ from tracewhy.model.trace import Trace
 from tracewhy.readers.kineto import document, parallel, pieces
 from tracewhy.readers.kineto.builder import Builder
 from tracewhy.readers.kineto.document import BadCut, Body, first_byte, split_document
+from tracewhy.readers.kineto.pieces import Span
 from tracewhy.readers.kineto.repair import merge_counts, too_deep
 from tracewhy.readers.source import DEFAULT_MAX_INFLATED_BYTES, content_size, gzip_complete, is_gzip, read_bytes
 
@@ -65,9 +66,9 @@ def _read(path: Path, progress: Progress | None, batch_size: int, max_inflated_b
     try:
         if size > whole_max:
             # A piece sent to a helper is copied out at once: every piece may be lent.
-            stream = pieces.open_pieces(path, piece, max_inflated_bytes, lent=True)
+            stream = pieces.open_pieces(path, piece, max_inflated_bytes, lent=True, taper=bool(helpers))
             try:
-                builder = _build(path, ((p, len(p)) for p in stream.pieces()), helpers, size, progress)
+                builder = _build(path, ((p, len(p), stream.span) for p in stream.pieces()), helpers, size, progress)
             except BadCut:
                 # Not a shape piece reading handles, or a cut inside an event: read it whole.
                 # Helpers may hold batches of the abandoned read: new ones take over.
@@ -95,7 +96,8 @@ def _read(path: Path, progress: Progress | None, batch_size: int, max_inflated_b
                 if progress is not None:
                     progress(len(doc.events), len(doc.events))
             else:
-                builder = _build(path, doc.bodies(batch_size), helpers, doc.event_count, progress)
+                builder = _build(path, ((b, n, None) for b, n in doc.bodies(batch_size)), helpers, doc.event_count,
+                                 progress)
             merge_counts(builder.problems, doc.repairs)
             had_events = doc.event_count > 0
             header, truncation = doc.header, doc.truncation
@@ -124,10 +126,10 @@ def _stop(helpers: list[parallel.Helper], scratch: Path | None) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _build(path: Path, bodies: Iterable[tuple[Body, int]], helpers: list[parallel.Helper],
+def _build(path: Path, bodies: Iterable[tuple[Body, int, Span | None]], helpers: list[parallel.Helper],
            total: int, progress: Progress | None) -> Builder:
-    """Build the columns of every batch (bytes of a JSON array of events, and its weight in
-    units of ``total``), here or, every other batch, in a helper."""
+    """Build the columns of every batch (bytes of a JSON array of events, its weight in units
+    of ``total``, and where it lies in a plain file, if it does), here or in a helper."""
     builder = Builder(path)
     done = 0
 
@@ -142,7 +144,7 @@ def _build(path: Path, bodies: Iterable[tuple[Body, int]], helpers: list[paralle
             assert isinstance(part, Builder)
             builder.merge(part)
     else:
-        for body, weight in bodies:
+        for body, weight, _ in bodies:
             builder.add_json(body)
             advance(weight)
     return builder
