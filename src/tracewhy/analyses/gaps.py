@@ -242,16 +242,17 @@ def _explain(device: int, gs: I64, ge: I64, dev: pl.DataFrame, s: pl.DataFrame, 
     nxt = np.searchsorted(d_ts, ge, side="left")
     has_next = nxt < d_ts.size
     nxt_c = np.minimum(nxt, max(d_ts.size - 1, 0))
-    launch_id = dev.get_column(Col.LAUNCH).fill_null(-1).to_numpy()[nxt_c] if d_ts.size else np.full(n, -1)
+    # (Every column is gathered at the gaps' rows before anything else: a whole column of the
+    # slices is millions of rows.)
+    launch_id = _gather(dev, Col.LAUNCH, nxt_c) if d_ts.size else np.full(n, -1)
     launch_id = np.where(has_next, launch_id, -1)
-    next_name = dev.get_column(Col.NAME).cast(pl.String).to_numpy()[nxt_c] if d_ts.size else np.full(n, "")
-    next_op = dev.get_column(Col.OP).fill_null(-1).to_numpy()[nxt_c] if d_ts.size else np.full(n, -1)
+    next_op = _gather(dev, Col.OP, nxt_c) if d_ts.size else np.full(n, -1)
     linked = launch_id >= 0
     l_safe = np.maximum(launch_id, 0)
-    launch_ts = np.where(linked, s.get_column(Col.TS).to_numpy()[l_safe], -1)
-    launch_end = np.where(linked, launch_ts + s.get_column(Col.DUR).to_numpy()[l_safe], -1)
-    pid = np.where(linked, s.get_column(Col.PID).fill_null(-1).to_numpy()[l_safe], fallback[0] if fallback else -1)
-    tid = np.where(linked, s.get_column(Col.TID).fill_null(-1).to_numpy()[l_safe], fallback[1] if fallback else -1)
+    launch_ts = np.where(linked, _gather(s, Col.TS, l_safe), -1)
+    launch_end = np.where(linked, launch_ts + _gather(s, Col.DUR, l_safe), -1)
+    pid = np.where(linked, _gather(s, Col.PID, l_safe), fallback[0] if fallback else -1)
+    tid = np.where(linked, _gather(s, Col.TID, l_safe), fallback[1] if fallback else -1)
     queued = linked & (launch_ts <= gs)
     host_end = np.where(linked & ~queued, np.minimum(np.maximum(launch_ts, gs), ge), ge)
 
@@ -262,7 +263,7 @@ def _explain(device: int, gs: I64, ge: I64, dev: pl.DataFrame, s: pl.DataFrame, 
     times = (gs[:, None] + (span[:, None] * frac[None, :]).astype(np.int64)).ravel()
     pos = np.full(times.size, -1, dtype=np.int64)
     thread_keys = np.repeat(np.stack([pid, tid], axis=1), k, axis=0)
-    for p, t in {(int(a), int(b)) for a, b in zip(pid, tid, strict=True)}:
+    for p, t in np.unique(np.stack([pid, tid], axis=1), axis=0).tolist():
         sel = np.flatnonzero((thread_keys[:, 0] == p) & (thread_keys[:, 1] == t))
         pos[sel] = host.innermost(p, t, times[sel])
     next_op_rep = np.repeat(next_op, k)
@@ -309,8 +310,7 @@ def _explain(device: int, gs: I64, ge: I64, dev: pl.DataFrame, s: pl.DataFrame, 
         GapCol.HOST_OP: _names(s, _at(host.op_ctx, mid)),
         GapCol.HOST_ANNOTATION: _names(s, _at(host.annotation_ctx, mid)),
         GapCol.HOST_PYTHON: _names(s, _at(host.python_ctx, mid)),
-        GapCol.NEXT_ACTIVITY: pl.Series([str(v) if h else None for v, h in zip(next_name, has_next, strict=True)],
-                                        dtype=pl.String),
+        GapCol.NEXT_ACTIVITY: _names(dev, np.where(has_next, nxt_c, -1)),
         GapCol.NEXT_LAUNCHED_BEFORE_GAP: queued,
         GapCol.WAIT_STREAM: pl.Series(wait_stream, dtype=pl.Int64).replace(-1, None),
         **{class_col(c): per_class[c].astype(np.int64) for c in CLASSES},
@@ -371,8 +371,15 @@ def _sync_returns_in(gs: I64, ge: I64, host: HostIndex) -> npt.NDArray[np.bool_]
     return out
 
 
+def _gather(frame: pl.DataFrame, column: str, rows: I64) -> I64:
+    """``column`` at ``rows`` as int64, nulls as -1."""
+    return np.asarray(frame.get_column(column).gather(rows).fill_null(-1).to_numpy(), dtype=np.int64)
+
+
 def _names(s: pl.DataFrame, ids: I64) -> pl.Series:
     # Gathered, then made strings: casting the whole column would copy every name of the trace.
+    if not s.height:
+        return pl.repeat(None, ids.size, dtype=pl.String, eager=True)
     safe = np.maximum(ids, 0)
     values = s.get_column(Col.NAME).gather(safe).cast(pl.String) if ids.size else pl.Series([], dtype=pl.String)
     return values.set(pl.Series(ids < 0), None) if ids.size else values

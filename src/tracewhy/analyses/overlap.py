@@ -207,11 +207,15 @@ def _activities(trace: Trace, coll: CollectivesResult) -> pl.DataFrame:
         .when(pl.col(Col.ID).is_in(comm_ids.implode())).then(pl.lit(COMMUNICATION))
         .otherwise(pl.lit(COMPUTE))
     )
+    # Each distinct name shortened once (per row, 1.2 s for the 1.3 M activities of a 600 MB nsys
+    # export).
+    names = g.get_column(Col.NAME).unique().drop_nulls()
+    short = pl.Series([short_kernel_name(n) for n in names.to_list()], dtype=pl.String)
     return (
         g.with_columns(category.alias("category"), pl.col(Col.STREAM).fill_null(-1))
         .join(labels, on=Col.ID, how="left")
         .with_columns(pl.col("label").fill_null(
-            pl.col(Col.NAME).map_elements(short_kernel_name, return_dtype=pl.String)).alias("collective"))
+            pl.col(Col.NAME).replace_strict(names, short, default=None, return_dtype=pl.String)).alias("collective"))
         .select(Col.ID, Col.DEVICE, Col.STREAM, "category", Col.TS, "_end", "collective")
     )
 
