@@ -82,19 +82,21 @@ def gpu_work(trace: Trace) -> GpuWork:
     rng = projectable(trace)
     calls = kind_columns(trace, LAUNCH_KINDS, Col.ID, Col.PID, Col.TID, Col.TS,
                          (pl.col(Col.TS) + pl.col(Col.DUR)).alias("_end"))
-    gpu = kind_columns(trace, GPU_ACTIVITY_KINDS, pl.col(Col.LAUNCH).alias("_call"), Col.TS,
+    ops = kind_columns(trace, GPU_ACTIVITY_KINDS, pl.col(Col.LAUNCH).alias("_call"), Col.TS,
                        (pl.col(Col.TS) + pl.col(Col.DUR)).alias("_end"), Col.DUR)
-    ops = gpu.drop_nulls("_call")
+    without_launch = ops.get_column("_call").null_count()
+    ops = ops.drop_nulls("_call")
     r_thread, c_thread = thread_codes(rng, calls)
-    proj, covered = _project(
-        (r_thread, rng.get_column(Col.TS).to_numpy(), rng.get_column("_end").to_numpy()),
-        calls.with_columns(pl.Series("_thread", c_thread)), ops,
-    )
+    # Only what the projection reads from here on (millions of ranges).
+    rng = rng.select(Col.ID, Col.TS, "_end")
+    calls = calls.select(Col.ID, Col.TS, "_end", pl.Series("_thread", c_thread))
+    proj, covered = _project((r_thread, rng.get_column(Col.TS).to_numpy(), rng.get_column("_end").to_numpy()),
+                             calls, ops)
     ids = rng.get_column(Col.ID).to_numpy()
     table = proj.sort("_range").with_columns(pl.Series(WorkCol.ID, ids[proj.get_column("_range").to_numpy()]))
     loose = ops.filter(~pl.col("_call").is_in(pl.Series(covered).implode()))
     return GpuWork(table=table.select(*GPU_WORK_SCHEMA), unattributed=_unattributed(loose),
-                   ops_without_launch=gpu.height - ops.height)
+                   ops_without_launch=without_launch)
 
 
 def _unattributed(loose: pl.DataFrame) -> Unattributed | None:
