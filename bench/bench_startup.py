@@ -18,8 +18,8 @@ set (this machine's shell sets it), every run would otherwise compile each trace
 imports, about 0.1 s of a command's time; ``--no-bytecode-cache`` measures that way.
 
 ``--baseline REV`` also times the source tree of git revision REV (extracted with ``git archive``
-and put first on PYTHONPATH) in the same run, each command's runs interleaved with the current
-tree's, so that a before/after table shares the machine's load.
+and put first on PYTHONPATH) in the same run, its runs taking turns with the current tree's, so
+that a before/after table shares the machine's load.
 
 Usage: python bench/bench_startup.py [--repeats 5] [--commands diagnose,kernels,...] [--baseline REV]
 """
@@ -96,20 +96,27 @@ def baseline_tree(rev: str, scratch: Path) -> Path:
     return scratch / "src"
 
 
-def wall(argv: list[str], repeats: int, env: dict[str, str]) -> tuple[float, float, int]:
-    """Median wall seconds and median CPU seconds (user + system, the process and anything it
-    waited for) of ``argv`` in fresh processes, and its exit status. On a loaded machine the
-    CPU seconds are the steadier figure: wall time there is mostly waiting for a core."""
-    times, cpus, rc = [], [], 0
+def _once(argv: list[str], env: dict[str, str]) -> tuple[float, float, int]:
+    """Wall and CPU seconds (user + system, the process and anything it waited for) of one
+    fresh process, and its exit status."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, env=env, cwd=REPO)
+    took = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return took, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime, proc.returncode
+
+
+def wall(argv: list[str], repeats: int, *envs: dict[str, str]) -> list[tuple[float, float, int]]:
+    """Per environment, the median wall seconds and median CPU seconds of ``argv`` over
+    ``repeats`` fresh processes, and its last exit status. The environments take turns, run by
+    run, so that a baseline and the current tree share the machine's load. On a loaded machine
+    the CPU seconds are the steadier figure: wall time there is mostly waiting for a core."""
+    runs: list[list[tuple[float, float, int]]] = [[] for _ in envs]
     for _ in range(repeats):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        start = time.perf_counter()
-        proc = subprocess.run(argv, capture_output=True, env=env, cwd=REPO)
-        times.append(time.perf_counter() - start)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
-        rc = proc.returncode
-    return statistics.median(times), statistics.median(cpus), rc
+        for i, env in enumerate(envs):
+            runs[i].append(_once(argv, env))
+    return [(statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs), rs[-1][2]) for rs in runs]
 
 
 def import_profile(argv: list[str], env: dict[str, str]) -> dict[str, float]:
@@ -146,8 +153,8 @@ def main() -> int:
     py = [sys.executable]
     load_start = os.getloadavg()
     wall([*py, "-c", "import polars, numpy"], 1, env)  # untimed: fills the bytecode cache
-    floor_py, floor_py_cpu, _ = wall([*py, "-c", "pass"], args.repeats, env)
-    floor_libs, floor_libs_cpu, _ = wall([*py, "-c", "import polars, numpy"], args.repeats, env)
+    ((floor_py, floor_py_cpu, _),) = wall([*py, "-c", "pass"], args.repeats, env)
+    ((floor_libs, floor_libs_cpu, _),) = wall([*py, "-c", "import polars, numpy"], args.repeats, env)
     rows, before = [], {}
     for name, argv in chosen.items():
         full = [*py, "-m", "tracewhy", *argv]
@@ -155,12 +162,14 @@ def main() -> int:
         for v in variants:  # untimed: fills the bytecode cache (and the OS's file cache)
             for e in (env, base_env):
                 if e is not None and bytecode:
-                    wall(v, 1, e)
-        text_s, text_cpu, rc = wall(full, args.repeats, env)
-        json_s, json_cpu, json_rc = wall([*full, "--json"], args.repeats, env) if has_json(argv) else (None, None, 0)
+                    _once(v, e)
+        envs = [env] if base_env is None else [env, base_env]
+        text_runs = wall(full, args.repeats, *envs)
+        json_runs = wall([*full, "--json"], args.repeats, *envs) if has_json(argv) else None
+        text_s, text_cpu, rc = text_runs[0]
+        json_s, json_cpu, json_rc = json_runs[0] if json_runs is not None else (None, None, 0)
         if base_env is not None:
-            before[name] = (wall(full, args.repeats, base_env)[:2],
-                            wall([*full, "--json"], args.repeats, base_env)[:2] if has_json(argv) else None)
+            before[name] = (text_runs[1][:2], json_runs[1][:2] if json_runs is not None else None)
         imports = import_profile([*full, "--json"] if has_json(argv) else full, env)
         rows.append((name, text_s, text_cpu, rc, json_s, json_cpu, json_rc, imports, os.getloadavg()[0]))
         print(f"{name}: {text_s:.2f} s, {text_cpu:.2f} CPU s, rc {rc}"
@@ -209,7 +218,7 @@ def main() -> int:
 
 def _before_after(rows: list[tuple[Any, ...]], before: dict[str, Any], rev: str) -> list[str]:
     """The table of wall / CPU seconds at ``rev`` and now, text and --json, same runs' load."""
-    out = [f"Before (`{rev}`) and after, wall / CPU s, the two trees' runs one after the other:", "",
+    out = [f"Before (`{rev}`) and after, wall / CPU s, the two trees' runs taking turns:", "",
            "| command | text before | text after | --json before | --json after |",
            "| --- | ---: | ---: | ---: | ---: |"]
     for name, text_s, text_cpu, _rc, json_s, json_cpu, *_ in rows:

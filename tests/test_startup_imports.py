@@ -60,3 +60,10 @@ def test_gaps_imports_no_rules() -> None:
     modules = loaded("gaps", str(shared_trace(TRACE)), "--json")
     assert "tracewhy.analyses.gaps" in modules
     assert not {"tracewhy.findings.diagnose", "tracewhy.findings.idle", "tracewhy.findings.host"} & modules
+
+
+def test_ranks_on_small_files_starts_no_pool() -> None:
+    pair = [str(shared_trace(f"hta/sampled_128rank_job_rank{r}.json.gz")) for r in (0, 1)]
+    modules = loaded("ranks", *pair, "--json")
+    assert "tracewhy.analyses.rank_compare" in modules
+    assert not {"concurrent.futures.process", "rich"} & modules

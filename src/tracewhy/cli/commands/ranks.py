@@ -2,13 +2,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import multiprocessing
 import os
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor, ProcessPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from tracewhy.analyses.rank_compare import compare_ranks
 from tracewhy.analyses.ranks import RanksOptions, load_rank_summaries
@@ -18,6 +16,9 @@ from tracewhy.findings.ranks import rank_findings
 from tracewhy.readers.source import content_size
 from tracewhy.renderers.overlap import ranks_payload, render_ranks
 from tracewhy.units import printable
+
+if TYPE_CHECKING:
+    from concurrent.futures import Executor
 
 #: File names a directory argument contributes (profiler JSON, nsys exports).
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite.gz", ".nsys-rep")
@@ -142,6 +143,9 @@ def executor_for(spec: str | None, workers: int | None, files: list[str]) -> Ite
     if n == 0 or len(files) <= 1:
         yield None, "in-process"
         return
+    import multiprocessing  # (a run read in-process imports neither)
+    from concurrent.futures import ProcessPoolExecutor
+
     # Each worker's polars thread pool gets its share of the cores (N pools of all cores
     # oversubscribe them), unless the user chose a size. Workers inherit it when they start.
     chosen = os.environ.get(POLARS_THREADS)
