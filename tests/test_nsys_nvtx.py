@@ -260,3 +260,16 @@ def test_default_step_marker_is_the_range_that_drives_the_gpu() -> None:
     assert (r.table.get_column("gpu_busy_ns") > 0).all()
     assert r.note is not None and "the only one with GPU work projected onto it" in r.note
     assert "but launches no GPU work" in r.note
+
+
+def test_thread_codes_match_pid_and_tid_pairs() -> None:
+    """Two rows share a thread code exactly when they share (pid, tid), a null equal to a null,
+    within a frame and across the two (the codes come from ranks, not a join)."""
+    rng = pl.DataFrame({Col.PID: [1, 1, 2, None, 2, None], Col.TID: [7, 8, 7, 7, None, None]},
+                       schema={Col.PID: pl.Int64, Col.TID: pl.Int64})
+    calls = pl.DataFrame({Col.PID: [2, None, 1, 3], Col.TID: [None, 7, 8, 7]},
+                         schema={Col.PID: pl.Int64, Col.TID: pl.Int64})
+    r, c = nvtx_work.thread_codes(rng, calls)
+    rows = rng.rows() + calls.rows()
+    codes = r.tolist() + c.tolist()
+    assert all((codes[i] == codes[j]) == (rows[i] == rows[j]) for i in range(len(rows)) for j in range(len(rows)))
