@@ -7,6 +7,7 @@ Readers call ``link_slices`` once on their finished slices table; analyses rely 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -126,14 +127,43 @@ def first_flagged(start: I64, parent: I64, flag: npt.NDArray[np.bool_]) -> I64:
     """For each start row (-1: none), the nearest row at or above it, following ``parent``, whose
     flag is set, or -1. With ``start = parent`` that is the nearest proper flagged ancestor.
 
-    Pointer jumping over all rows: an unflagged row's pointer skips only unflagged rows, so a
-    row is settled as soon as its pointer lands on a settled row; rounds grow with the log of
-    the longest unflagged chain, not with the depth.
+    A few starts (the launches of a trace's communication kernels) climb from themselves, for up
+    to ``_CLIMB_ROUNDS`` levels; what is left, or many starts, take the pointer jumping over all
+    rows (``_nearest_flagged``), whose cost is the table's size (0.4 s on 8 M rows).
     """
     n = parent.shape[0]
     result = np.full(start.shape[0], -1, dtype=np.int64)
     if n == 0 or not start.size or not flag.any():  # (no CPU ops: an nsys trace)
         return result
+    todo = np.flatnonzero(start >= 0)
+    if todo.size * _CLIMB_SHARE < n:
+        cur = start[todo]
+        for _ in range(_CLIMB_ROUNDS):
+            hit = flag[cur]
+            result[todo[hit]] = cur[hit]
+            todo, cur = todo[~hit], parent[cur[~hit]]
+            above = cur >= 0
+            todo, cur = todo[above], cur[above]
+            if not todo.size:
+                return result
+    result[todo] = _nearest_flagged(parent, flag)[start[todo]]
+    return result
+
+
+#: Starts fewer than one per this many rows climb from themselves first.
+_CLIMB_SHARE: Final = 16
+#: Levels a start climbs before the rest take the pointer jumping.
+_CLIMB_ROUNDS: Final = 64
+
+
+def _nearest_flagged(parent: I64, flag: npt.NDArray[np.bool_]) -> I64:
+    """For every row, the nearest row at or above it whose flag is set, or -1.
+
+    Pointer jumping over all rows: an unflagged row's pointer skips only unflagged rows, so a
+    row is settled as soon as its pointer lands on a settled row; rounds grow with the log of
+    the longest unflagged chain, not with the depth.
+    """
+    n = parent.shape[0]
     nearest = np.where(flag, np.arange(n, dtype=np.int64), -1)
     settled = flag | (parent < 0)
     ptr = parent.copy()
@@ -150,9 +180,7 @@ def first_flagged(start: I64, parent: I64, flag: npt.NDArray[np.bool_]) -> I64:
         top = ptr[active] < 0
         settled[active[top]] = True
         active = active[~top]
-    has = start >= 0
-    result[has] = nearest[start[has]]
-    return result
+    return nearest
 
 
 def link_slices(slices: pl.DataFrame, *, per_process: bool = False) -> pl.DataFrame:
