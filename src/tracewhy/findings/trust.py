@@ -13,6 +13,7 @@ from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding, Severity
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, HOST_KINDS, LAUNCH_KINDS, Col, Kind
+from tracewhy.model.trace import Trace
 
 #: The torch.profiler activity that records each backend's device work.
 _PROFILER_ACTIVITY = {"CUDA": "ProfilerActivity.CUDA", "ROCm": "ProfilerActivity.CUDA", "XPU": "ProfilerActivity.XPU",
@@ -36,7 +37,7 @@ def findings(ctx: Context) -> list[Finding]:
             evidence={"options": heavy, "source": c.source},
         ))
     n_gpu = t.of_kind(*GPU_ACTIVITY_KINDS).height
-    n_host = t.of_kind(*HOST_KINDS).height
+    n_host = _rows(t, *HOST_KINDS)
     if n_gpu == 0:
         # The backend's own activity: an XPU trace of xpu_runtime calls alone lacked ProfilerActivity.XPU.
         backend = m.accelerator if m.accelerator in _PROFILER_ACTIVITY else "CUDA"
@@ -48,7 +49,7 @@ def findings(ctx: Context) -> list[Finding]:
                       "to see the device.",
             evidence={"host_slices": n_host, "accelerator": m.accelerator},
         ))
-    elif t.of_kind(Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON).height == 0:
+    elif _rows(t, Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON) == 0:
         out.append(Finding(
             code=Code.GPU_ONLY_TRACE, severity=Severity.TRUST,
             statement="The trace has GPU activity but no CPU ops: idle gaps cannot be explained by host activity.",
@@ -135,6 +136,13 @@ def findings(ctx: Context) -> list[Finding]:
     if sync_finding is not None:
         out.append(sync_finding)
     return out
+
+
+def _rows(trace: Trace, *kinds: Kind) -> int:
+    """How many slices are of these kinds: ``of_kind(...).height`` without copying the rows
+    (6.6 M host slices in a 600 MB nsys export)."""
+    trace.require(*kinds)
+    return int(trace.slices.select(pl.col(Col.KIND).is_in([k.value for k in kinds]).sum()).item())
 
 
 def _sync_after_every_block(ctx: Context) -> Finding | None:
