@@ -47,6 +47,14 @@ STAGES = (
     "tracewhy.readers.kineto.reader:split_document",
     "tracewhy.readers.kineto.pieces:LentPieces._pieces",
     "tracewhy.readers.kineto.pieces:PieceStream.pieces",
+    # The parallel read (two processes for a large file): the time spent building batches here,
+    # handing batches over, waiting for and unpickling the helpers' parts, and building the
+    # batches taken back at the end; a helper's own time is not seen from here.
+    "tracewhy.readers.kineto.parallel:build_parts",
+    "tracewhy.readers.kineto.parallel:build_part",
+    "tracewhy.readers.kineto.parallel:Helper.send",
+    "tracewhy.readers.kineto.parallel:Helper.receive",
+    "tracewhy.readers.kineto.parallel:_take_back",
     "tracewhy.readers.kineto.builder:decode_body",
     "tracewhy.readers.kineto.builder:Builder.add",
     "tracewhy.readers.kineto.builder:Builder._flows",
