@@ -28,6 +28,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pyc_cache
+
 BENCH = Path(__file__).resolve().parent
 OUT = BENCH / "out"
 FILES = ("h100_owlv2-large_zero-shot.json", "h100_owlv2-large_zero-shot.inflated.json")
@@ -192,6 +194,7 @@ def main() -> int:
     p.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "tracewhy-bench",
                    help="where bench_cache.py made the 1 GB trace (never inside the repo)")
     args = p.parse_args()
+    pyc_cache.as_installed()
     if args.compile:
         return compile_cost(args.work_dir.resolve(), args.repeats)
     load = os.getloadavg()

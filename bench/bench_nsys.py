@@ -45,6 +45,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyc_cache
+
 REPO = Path(__file__).resolve().parent.parent
 SHARED_NSYS = REPO.parent / "shared" / "traces" / "nsys"
 #: The tables the reader selects from (a bare fetch of these is the floor).
@@ -121,6 +123,7 @@ def main() -> int:
     ap.add_argument("--md", default=str(REPO / "bench" / "results_nsys.md"),
                     help="write a markdown table here ('-': don't)")
     args = ap.parse_args()
+    pyc_cache.as_installed()
     export = args.export or largest_export()
     nsys = find_nsys(args.nsys)
     load_start = os.getloadavg()

@@ -30,6 +30,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyc_cache
+
 REPO = Path(__file__).resolve().parent.parent
 RULES = "cuda_memcpy_async,cuda_memcpy_sync,cuda_memset_sync,cuda_api_sync,gpu_gaps,gpu_time_util"
 
@@ -74,6 +76,7 @@ def main() -> int:
     ap.add_argument("--before", type=Path, default=None,
                     help="an older src/ folder (git archive REV src | tar -x -C DIR): its tracewhy runs too")
     args = ap.parse_args()
+    pyc_cache.as_installed()
     nsys = find_nsys(args.nsys)
     if nsys is None:
         sys.exit("nsys not found: pass --nsys (NSYS_NOTES.md §6 says how to get it without a GPU)")

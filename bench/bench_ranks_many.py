@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+import pyc_cache
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
@@ -153,6 +154,7 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args()
+    pyc_cache.as_installed()
     files = make_rank_files(args.dir, args.ranks)
     total = sum(f.stat().st_size for f in files)
     one, per_file = summary_bytes(files[0])

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import IO
 
 import psutil
+import pyc_cache
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import inflate  # bench/ holds scripts, not a package
@@ -485,6 +486,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tracewhy-commit", metavar="REV", default=None,
                    help="measure src/ as committed at REV instead of the installed tracewhy")
     args = p.parse_args(argv)
+    pyc_cache.as_installed()
     with tempfile.TemporaryDirectory(prefix="bench-tracewhy-") as tmp:
         return _main(args, Path(tmp))
 

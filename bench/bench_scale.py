@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+import pyc_cache
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
@@ -380,6 +381,7 @@ def main() -> int:
     p.add_argument("--timeout-s", type=float, default=1800)
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args()
+    pyc_cache.as_installed()
     nsys = args.format == "nsys"
     sizes = NSYS_SIZES if nsys else SIZES
     labels = [s for s in (args.sizes or ",".join(sizes)).split(",") if s]
