@@ -263,27 +263,31 @@ def _build(db: Db, shown: Path, progress: Progress | None, selection: Selection 
     def offset() -> int:
         return sum(p.height for p in parts)
 
-    runtime = runtime_part(db, strs, 0) if wants("runtime") else empty_part()
-    parts.append(runtime)
+    # (Parts live only in ``parts``, which _slices empties as it sorts them: a part also held
+    # here would be a second copy of its rows at the peak.)
+    parts.append(runtime_part(db, strs, 0) if wants("runtime") else empty_part())
     tick()
     if wants("kernel"):
         k, ka = kernels_part(db, strs, offset())
         parts.append(k)
         attrs["kernel"].append(ka)
+        del k
     tick()
     for group, reader in (("memcpy", memcpy_part), ("memset", memset_part)):
         if wants(group):
             p, pa = reader(db, offset())
             parts.append(p)
             attrs["copy"].append(pa)
+            del p
         tick()
     if wants("sync"):
-        parts.append(sync_part(db, runtime, offset()))
+        parts.append(sync_part(db, parts[0], offset()))
     tick()
     if wants("nvtx"):
         nv, nva, nvtx_thread_names = nvtx_part(db, strs, offset())
         parts.append(nv)
         attrs["nvtx"].append(nva)
+        del nv
     tick()
     if wants("osrt"):
         parts.append(osrt_part(db, strs, offset()))
@@ -297,7 +301,8 @@ def _build(db: Db, shown: Path, progress: Progress | None, selection: Selection 
     copy_attrs = _side(attrs["copy"], id_of_key, COPY_ATTRS_SCHEMA)
     nvtx_attrs = _side(attrs["nvtx"], id_of_key, NVTX_ATTRS_SCHEMA)
     pids = sorted(int(p) for p in slices.get_column(Col.PID).drop_nulls().unique().to_list())
-    gpu = slices.filter(pl.col(Col.KIND).is_in([x.value for x in GPU_ACTIVITY_KINDS]))
+    gpu = slices.select(Col.KIND, Col.PID, Col.DEVICE).filter(
+        pl.col(Col.KIND).is_in([x.value for x in GPU_ACTIVITY_KINDS]))
     devices = meta.devices(db, gpu.select(Col.PID, Col.DEVICE).unique())
     threads = meta.threads(db, pids, nvtx_thread_names)
     tick()
@@ -361,7 +366,9 @@ def _side(frames: list[pl.DataFrame], id_of_key: np.ndarray[Any, np.dtype[np.int
     # Keys past the last one kept belong to dropped rows too.
     known = keys < id_of_key.size
     ids = np.where(known, id_of_key[np.where(known, keys, 0)] if id_of_key.size else -1, -1)
-    side = side.with_columns(pl.Series(Col.ID, ids, dtype=pl.Int64)).filter(pl.col(Col.ID) >= 0)
+    side = side.with_columns(pl.Series(Col.ID, ids, dtype=pl.Int64))
+    if (ids < 0).any():  # (a filter copies every column, and rows are dropped only in odd files)
+        side = side.filter(pl.col(Col.ID) >= 0)
     cols = [pl.col(c) if c in side.columns else pl.lit(None).alias(c) for c in schema]
     return side.select(cols).cast(dict(schema)).sort(Col.ID)  # type: ignore[arg-type]
 
@@ -383,7 +390,7 @@ def _meta(db: Db, shown: Path, export: dict[str, str], slices: pl.DataFrame,
     if "DERIVED_WINDOW_NS" in export:
         warnings.append(f"a derived file: rows were cut to the window {export['DERIVED_WINDOW_NS']} ns "
                         f"of a longer capture ({export.get('DERIVED_FROM', 'source unknown')})")
-    gpu = slices.filter(pl.col(Col.KIND).is_in([k.value for k in GPU_ACTIVITY_KINDS]))
+    gpu = slices.select(Col.KIND, Col.LAUNCH).filter(pl.col(Col.KIND).is_in([k.value for k in GPU_ACTIVITY_KINDS]))
     unlinked = gpu.filter(pl.col(Col.LAUNCH).is_null()).height
     # Calls that were not read are not missing ones.
     if unlinked and (selection is None or "runtime" in selection.groups):
