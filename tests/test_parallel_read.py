@@ -402,3 +402,28 @@ def test_a_span_of_a_file_that_changed_is_refused(tmp_path: Path) -> None:
         f.write(b" ")
     with pytest.raises(TraceError, match="changed while it was being read"):
         span.read()
+
+
+def test_helpers_that_cannot_be_polled_take_turns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where select does not work on pipes (Windows), whether a helper is done cannot be asked
+    without waiting: batches then take turns between this process and the helpers, as a fixed
+    stride, and the Trace is the serial one."""
+    path = shared_trace("tracelens/h100_timesformer_video_bs1.json.gz")
+    serial = _read_whole(path)
+    _pieces_for_any_size(monkeypatch, 300_000)
+
+    def no_select(*args: object) -> object:
+        raise OSError("select on a pipe")
+
+    sent: list[int] = []
+    send = kineto_parallel.Helper.send
+
+    def recording(self: kineto_parallel.Helper, k: int, body: bytes, weight: int,
+                  span: kineto_pieces.Span | None = None) -> bool:
+        sent.append(k)
+        return send(self, k, body, weight, span)
+
+    monkeypatch.setattr(kineto_parallel.select, "select", no_select)
+    monkeypatch.setattr(kineto_parallel.Helper, "send", recording)
+    _assert_same(serial, read_kineto(path, workers=2))
+    assert len(sent) > 10 and sent == list(range(1, 2 * len(sent), 2))  # every other batch, in turn

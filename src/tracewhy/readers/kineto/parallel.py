@@ -108,6 +108,9 @@ class Helper:
             [sys.executable, "-c", _SERVE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL, env=dict(os.environ, **{ENV_IN_HELPER: "1"}),
         )
+        #: Whether its answers can be looked for without waiting (no select on pipes on Windows).
+        self.pollable = True
+        self._poll()
 
     def send(self, k: int, body: Body, weight: int, span: Span | None = None) -> bool:
         """Hand the helper batch ``k`` (a JSON array of events), or where it lies in a plain file
@@ -132,15 +135,22 @@ class Helper:
     def ready(self) -> bool:
         """Whether the answer for the oldest batch in flight has come (never waits)."""
         while b"\n" not in self._answers and not self._ended:
-            assert self.proc.stdout is not None
-            fd = self.proc.stdout.fileno()
-            try:
-                if not select.select([fd], [], [], 0)[0]:
-                    return False
-            except (OSError, ValueError):  # no select on pipes here: it is known once waited for
+            if not self._poll():
                 return False
-            self._read(fd)
+            assert self.proc.stdout is not None
+            self._read(self.proc.stdout.fileno())
         return True
+
+    def _poll(self) -> bool:
+        """Whether the helper has written something not yet read (never waits)."""
+        if not self.pollable:
+            return False
+        assert self.proc.stdout is not None
+        try:
+            return bool(select.select([self.proc.stdout.fileno()], [], [], 0)[0])
+        except (OSError, ValueError):  # no select on pipes here: it is known once waited for
+            self.pollable = False
+            return False
 
     def receive(self) -> object | None:
         """The part built from the oldest batch in flight (taken off ``in_flight``); None if the
@@ -255,8 +265,11 @@ def build_parts(helpers: list[Helper], bodies: Iterable[tuple[Body, int, Span | 
         for helper in helpers:
             while helper.in_flight and helper.ready():
                 collect(helper)
-        free = [h for h in helpers if not h.broken and len(h.in_flight) <= _QUEUED_PER_HELPER]
-        if not free or not min(free, key=lambda h: len(h.in_flight)).send(k, body, weight, span):
+        target = _target(helpers, k)
+        if target is not None:
+            while len(target.in_flight) > _QUEUED_PER_HELPER:  # (only when helpers cannot be polled)
+                collect(target)
+        if target is None or not target.send(k, body, weight, span):
             parts[k] = build_part(body)
             progress(weight)
     for helper in helpers:
@@ -268,6 +281,18 @@ def build_parts(helpers: list[Helper], bodies: Iterable[tuple[Body, int, Span | 
             else:  # taken back
                 helper.skip()
     return parts
+
+
+def _target(helpers: list[Helper], k: int) -> Helper | None:
+    """The helper to send batch ``k`` to (the one with the fewest batches in flight, if it has
+    room for one more), or None to build it here. Where helpers cannot be polled, batches take
+    turns instead: batch k is built here when k is a multiple of the number of processes, else
+    by helper ``k % n - 1``, which is waited for when it has no room."""
+    if all(h.pollable for h in helpers):
+        free = [h for h in helpers if not h.broken and len(h.in_flight) <= _QUEUED_PER_HELPER]
+        return min(free, key=lambda h: len(h.in_flight)) if free else None
+    turn = k % (len(helpers) + 1) - 1
+    return helpers[turn] if turn >= 0 and not helpers[turn].broken else None
 
 
 def _take_back(helper: Helper, parts: list[object], progress: Callable[[int], None]) -> None:
