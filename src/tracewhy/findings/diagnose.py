@@ -49,7 +49,14 @@ class Report:
 
 
 def diagnose(trace: Trace, options: DiagnoseOptions | None = None) -> Report:
-    ctx = Context(trace, options or DiagnoseOptions())
+    return diagnose_in(Context(trace, options or DiagnoseOptions()))
+
+
+def diagnose_in(ctx: Context) -> Report:
+    """``diagnose`` on a context the caller keeps: the report and the export ask the same
+    context for blocks, overlap and the GPU work per range afterwards, which the rules have
+    already computed there."""
+    trace = ctx.trace
     found: list[Finding] = []
     if trace.slices.height == 0:
         # Nothing to measure: every other rule would only say what cannot be seen.

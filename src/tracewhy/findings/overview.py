@@ -20,7 +20,7 @@ from tracewhy.analyses.steps import StepCol, steady_span
 from tracewhy.analyses.utilization import UtilizationResult, utilization
 from tracewhy.findings.blocks import blocks_result, gpu_work_result
 from tracewhy.findings.context import Context, DiagnoseOptions
-from tracewhy.findings.diagnose import Report, diagnose
+from tracewhy.findings.diagnose import Report, diagnose_in
 from tracewhy.findings.overlap import overlap_result
 from tracewhy.findings.roofline import OpRooflineResult, op_roofline
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col
@@ -62,11 +62,10 @@ class Overview:
 
 def overview(trace: Trace, options: DiagnoseOptions | None = None) -> Overview:
     options = options or DiagnoseOptions()
-    report = diagnose(trace, options)
+    ctx = Context(trace, options)  # blocks, overlap and the GPU work per range: the diagnosis' own
+    report = diagnose_in(ctx)
     gpu = trace.of_kind(*GPU_ACTIVITY_KINDS)
     has_gpu = gpu.height > 0
-    ctx = Context(trace, options)  # overlap and blocks reuse the diagnosis' steps
-    ctx.cached("steps", lambda: report.steps)
     bl = blocks_result(ctx)  # its GPU work per range is the projection table's too
     roof = op_roofline(trace) if has_gpu and trace.op_attrs.height else None
     path = critical_path(trace, CriticalPathOptions(marker=options.step_marker, max_steps=CRITICAL_PATH_STEPS),
