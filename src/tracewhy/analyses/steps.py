@@ -329,8 +329,21 @@ def step_windows(trace: Trace, st: StepsResult) -> pl.DataFrame:
 
     Windows run from a step's start to the next step's start in the same process (each
     process has its own loop when one nsys file holds several ranks); a process's last step's
-    window ends where its own time ends (``StepCol.OWN_END``)."""
+    window ends where its own time ends (``StepCol.OWN_END``).
+
+    Computed once per Trace and steps result: a diagnosis asks for it five times (overlap,
+    memory, blocks twice, compile), the report once more; a Trace never changes, and the
+    windows are kept beside the steps result they came from (of_kind keeps its tables the
+    same way)."""
     trace.require_whole()
+    kept: dict[int, tuple[StepsResult, pl.DataFrame]] = trace.__dict__.setdefault("_step_windows", {})
+    hit = kept.get(id(st))
+    if hit is None or hit[0] is not st:
+        hit = kept[id(st)] = (st, _step_windows(trace, st))
+    return hit[1]
+
+
+def _step_windows(trace: Trace, st: StepsResult) -> pl.DataFrame:
     t = st.table
     if t.height == 0:
         return pl.DataFrame(schema=WINDOWS_SCHEMA)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import difflib
 import inspect
 import os
 import signal
@@ -87,6 +86,8 @@ def _command_word(argv: Sequence[str]) -> str | None:
 
 
 def _did_you_mean(word: str, choices: Sequence[str]) -> str:
+    import difflib  # (only for a misspelt command or option)
+
     close = difflib.get_close_matches(word, choices, n=3, cutoff=0.6)
     if not close:
         return ""

@@ -4,18 +4,20 @@ when the trace has stacks or a TORCH_LOGS capture is given."""
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import polars as pl
 
 from tracewhy.analyses.compile import CompileResult, CompileStepCol, RecompileCol, RegionCol, compile_analysis
-from tracewhy.analyses.torch_logs import LogBreakCol, LogRecompileCol, TorchLogs
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.codes import Code
 from tracewhy.findings.consolidate import severity_for_share
 from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding, Severity
 from tracewhy.units import fmt_ns, fmt_pct
+
+if TYPE_CHECKING:  # (the TORCH_LOGS parser is imported only where --logs is given)
+    from tracewhy.analyses.torch_logs import TorchLogs
 
 #: Break locations and guards named in a statement; the evidence holds them all.
 NAMED: Final = 3
@@ -44,6 +46,8 @@ def compile_findings(r: CompileResult, step_p50_ns: float | None, logs: TorchLog
 def _break_lines(r: CompileResult, logs: TorchLogs | None) -> list[str]:
     """Where the breaks are: from TORCH_LOGS (with the reason) when given, else resume frames."""
     if logs is not None and logs.breaks.height:
+        from tracewhy.analyses.torch_logs import LogBreakCol  # (already loaded: it made ``logs``)
+
         rows = logs.breaks.unique([LogBreakCol.LOCATION, LogBreakCol.REASON], maintain_order=True)
         return [f"{row[LogBreakCol.LOCATION] or '?'} ({row[LogBreakCol.REASON] or 'reason not logged'})"
                 for row in rows.iter_rows(named=True)]
@@ -86,6 +90,8 @@ def _recompiles(r: CompileResult, step_p50_ns: float | None, logs: TorchLogs | N
         return []
     guards: dict[str, str] = {}
     if logs is not None:
+        from tracewhy.analyses.torch_logs import LogRecompileCol  # (already loaded: it made ``logs``)
+
         guards = {region: guard for region, guard in logs.recompiles.select(
             LogRecompileCol.REGION, LogRecompileCol.GUARD).iter_rows() if region and guard}
     parts = [f"{row[RecompileCol.REGION]} in {row[RecompileCol.STEP]} cost {fmt_ns(row[RecompileCol.COST_NS])}"

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tracewhy.analyses.gaps import GapsOptions, GapsResult, gaps
 from tracewhy.analyses.host_activity import HostIndex, build_host_index
 from tracewhy.analyses.steps import StepsOptions, StepsResult, steps
 from tracewhy.analyses.syncs import SyncsResult, syncs
 from tracewhy.analyses.throughput import ThroughputOptions
-from tracewhy.analyses.torch_logs import TorchLogs
 from tracewhy.analyses.utilization import DeviceBusy
 from tracewhy.model.trace import Trace
+
+if TYPE_CHECKING:  # (the TORCH_LOGS parser is imported only where --logs is given)
+    from tracewhy.analyses.torch_logs import TorchLogs
 
 T = TypeVar("T")
 

@@ -2,15 +2,18 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tracewhy.analyses.throughput import from_step_stats
-from tracewhy.analyses.torch_logs import TorchLogs, read_torch_logs
 from tracewhy.cli.base import Command, add_output_options, emit, load_trace, positive_int, warn
 from tracewhy.cli.throughput import add_throughput_options, throughput_options
 from tracewhy.findings.context import DiagnoseOptions
 from tracewhy.findings.diagnose import diagnose
 from tracewhy.renderers.diagnose import diagnose_payload, render_diagnose
 from tracewhy.renderers.throughput import with_throughput
+
+if TYPE_CHECKING:
+    from tracewhy.analyses.torch_logs import TorchLogs
 
 
 class DiagnoseCommand(Command):
@@ -48,6 +51,8 @@ def _torch_logs(path: Path | None) -> TorchLogs | None:
     """The TORCH_LOGS capture of ``--logs``, its lines not understood said as warnings."""
     if path is None:
         return None
+    from tracewhy.analyses.torch_logs import read_torch_logs  # (only with --logs)
+
     logs = read_torch_logs(path)
     if logs.warnings:
         warn(path, logs.warnings)
