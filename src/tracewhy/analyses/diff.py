@@ -147,14 +147,19 @@ class DiffResult:
 
 def diff(a: Trace, b: Trace, options: DiffOptions = DiffOptions(), *,
          memory: tuple[MemoryResult | None, MemoryResult | None] | None = None,
-         compiled: tuple[CompileResult | None, CompileResult | None] | None = None) -> DiffResult:
+         compiled: tuple[CompileResult | None, CompileResult | None] | None = None,
+         step_results: tuple[StepsResult, StepsResult] | None = None) -> DiffResult:
     """``memory``: each run's memory analysis when the caller has it (a diagnosis does), so it is
     not made twice; else it is made here for a run with memory events. ``compiled``: each run's
-    compile analysis (a diagnosis has it); without it the result has no compile figures."""
+    compile analysis (a diagnosis has it); without it the result has no compile figures.
+    ``step_results``: each run's steps when the caller has them with ``options``' marker and
+    warm-up (a diagnosis does); else they are found here."""
     a.require_whole()
     b.require_whole()
-    step_options = StepsOptions(marker=options.step_marker, warmup=options.warmup)
-    sa, sb = steps(a, step_options), steps(b, step_options)
+    if step_results is None:
+        step_options = StepsOptions(marker=options.step_marker, warmup=options.warmup)
+        step_results = steps(a, step_options), steps(b, step_options)
+    sa, sb = step_results
     da, db = _steady(sa), _steady(sb)
     shift = hodges_lehmann(da, db, options.confidence) if da and db else None
     ra, rb = _summary(a, sa), _summary(b, sb)

@@ -64,7 +64,8 @@ def compare(a: Trace, b: Trace, options: DiffOptions | None = None, *, with_find
     diagnose_options = DiagnoseOptions(step_marker=options.step_marker, warmup=options.warmup)
     report_a, report_b = diagnose(a, diagnose_options), diagnose(b, diagnose_options)
     return judge(diff(a, b, options, memory=(report_a.memory, report_b.memory),
-                      compiled=(report_a.compile, report_b.compile)), report_a.findings, report_b.findings)
+                      compiled=(report_a.compile, report_b.compile), step_results=(report_a.steps, report_b.steps)),
+                 report_a.findings, report_b.findings)
 
 
 def judge(d: DiffResult, findings_a: list[Finding] | None = None,
