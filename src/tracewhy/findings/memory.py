@@ -4,17 +4,19 @@ allocated growing over the steady steps, and the allocator going back to the dri
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import polars as pl
 
 from tracewhy.analyses.memory import ChurnCol, DeviceMemory, MemoryResult, analyze_memory
-from tracewhy.analyses.memory_snapshot import SnapshotDevice, SnapshotResult
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding, Severity
 from tracewhy.units import fmt_bytes, fmt_pct
+
+if TYPE_CHECKING:  # (a snapshot's analysis is imported by the command that reads one)
+    from tracewhy.analyses.memory_snapshot import SnapshotDevice, SnapshotResult
 
 #: What lowers each ledger category at the peak, for the memory-peak finding.
 REMEDIES: Final = {
