@@ -15,7 +15,7 @@ Wall time is the child's whole life seen from here; peak RSS is the larger of th
 process tree's summed RSS sampled every 100 ms (HTA parses in a forked pool worker; tracewhy
 reads a file of 256 MB or more with a helper process on the second core).
 Each measurement is repeated (default 3) and the median reported. Results go to stdout and
-to ``bench/results.md``.
+to ``bench/results.md`` (``--results`` names another file).
 
 Usage: python bench/bench_read.py [--repeats 3] [--hta-timeout-s 900] [--skip-hta]
 """
@@ -483,6 +483,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="do not also time tracewhy re-reading through its parsed-trace cache")
     p.add_argument("--only", choices=("real", "inflated"), default=None, help="measure one size only")
     p.add_argument("--no-write", action="store_true", help="print the table, leave results.md alone")
+    p.add_argument("--results", type=Path, default=RESULTS,
+                   help="where the table goes (default bench/results.md; the 271 MB comparison: results_271.md)")
     p.add_argument("--tracewhy-commit", metavar="REV", default=None,
                    help="measure src/ as committed at REV instead of the installed tracewhy")
     args = p.parse_args(argv)
@@ -541,8 +543,8 @@ def _main(args: argparse.Namespace, tmp: Path) -> int:
     table = render(files, results, args.repeats, loads, tracewhy_source)
     print(table)
     if not args.no_write:
-        RESULTS.write_text(table)
-        log(f"written to {RESULTS.relative_to(REPO)}")
+        args.results.write_text(table)
+        log(f"written to {args.results}")
     return 0
 
 
