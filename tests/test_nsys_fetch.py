@@ -211,3 +211,37 @@ def test_a_wrong_value_in_any_range_falls_back_to_the_strict_path(
     conn.close()
     with pytest.raises(TraceError, match=f"wrong type \\({KERNELS}"):
         read_nsys(path)
+
+
+@pytest.mark.parametrize("arrow", ["1", "0"])
+def test_nvtx_fetched_a_rowid_range_at_a_time_reads_as_one_query(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, arrow: str
+) -> None:
+    """NVTX_EVENTS is fetched and its text resolved one rowid range at a time (a million rowids,
+    so a 4.8 M-row table's fetch is not held whole); range edges must not show, on either
+    fetch path, nor where the Arrow fetch splits a range on threads."""
+    if arrow == "1":
+        pytest.importorskip("adbc_driver_sqlite")
+    from tracewhy.readers import nsys_arrow, nsys_tables
+
+    monkeypatch.setenv("TRACEWHY_NSYS_ADBC", arrow)
+    path = _nvtx_copy(tmp_path)
+    fetched: list[tuple[int, int] | None] = []
+    original = nsys_db.Db.frame
+
+    def spy(self: nsys_db.Db, table: str, select: str, schema: dict[str, Any], where: str = "",
+            rowids: tuple[int, int] | None = None) -> pl.DataFrame:
+        if table == "NVTX_EVENTS":
+            fetched.append(rowids)
+        return original(self, table, select, schema, where, rowids)
+
+    monkeypatch.setattr(nsys_db.Db, "frame", spy)
+    whole = read_nsys(path)
+    assert len(fetched) == 1
+    fetched.clear()
+    monkeypatch.setattr(nsys_tables, "NVTX_CHUNK_ROWIDS", 10_007)
+    monkeypatch.setattr(nsys_arrow, "MIN_PART_ROWS", 1_000)
+    monkeypatch.setattr(nsys_arrow.os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    chunked = read_nsys(path)
+    assert len(fetched) > 10 and whole.nvtx_attrs.height > 100_000
+    _same(whole, chunked)

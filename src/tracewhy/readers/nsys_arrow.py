@@ -54,13 +54,15 @@ class ArrowFetch:
         #: Threads a large table is fetched on.
         self.threads = max(1, min(cpus, MAX_PARTS))
 
-    def frame(self, table: str, select: str, where: str, schema: dict[str, Any]) -> pl.DataFrame | None:
+    def frame(self, table: str, select: str, where: str, schema: dict[str, Any],
+              rowids: tuple[int, int] | None = None) -> pl.DataFrame | None:
         """``SELECT select FROM table WHERE where`` in rowid order as a frame of ``schema``
         (integer and string columns, one per select expression, in order), or None where the
-        fast path cannot vouch for them. A large table is fetched in rowid ranges on threads."""
+        fast path cannot vouch for them; ``rowids``: only the rows in these bounds (both
+        included). A large table or range is fetched in rowid ranges on threads."""
         if any(dtype not in _INTEGER_DTYPES and dtype != pl.String() for dtype in schema.values()):
             return None
-        ranges = self._ranges(table)
+        ranges = self._ranges(table) if rowids is None else self._split(*rowids)
         split: list[tuple[int, int] | None] = list(ranges) if len(ranges) > 1 else [None]
         sqls = [_fetch_sql(table, select, where, schema, bounds) for bounds in split]
         if len(sqls) == 1:
@@ -130,6 +132,10 @@ class ArrowFetch:
         if bounds is None or bounds.height != 1 or None in bounds.row(0):
             return []
         lo, hi = bounds.row(0)
+        return self._split(lo, hi)
+
+    def _split(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """Rowids ``lo`` to ``hi`` (both included) in contiguous ranges, one per thread."""
         parts = min(self.threads, (hi - lo + 1) // MIN_PART_ROWS)
         if parts < 2:
             return [(lo, hi)]

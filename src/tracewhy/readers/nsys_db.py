@@ -76,9 +76,11 @@ class Db:
         """The quoted column if the table has it, else a SQL default expression."""
         return f'"{column}"' if column in self.columns(table) else default
 
-    def frame(self, table: str, select: str, schema: dict[str, Any], where: str = "") -> pl.DataFrame:
+    def frame(self, table: str, select: str, schema: dict[str, Any], where: str = "",
+              rowids: tuple[int, int] | None = None) -> pl.DataFrame:
         """``SELECT select FROM table WHERE where`` as a frame: one column of ``schema`` per
-        select expression, in order (integer or string dtypes).
+        select expression, in order (integer or string dtypes); ``rowids``: only the rows in
+        these bounds (both included), one of ``rowid_ranges``.
 
         Python's sqlite3 makes a tuple per row and an object per value, which cost more than
         everything else the reader does. Integer-only selects go through the optional Arrow
@@ -99,10 +101,12 @@ class Db:
         if not self._has_rowid(table):
             return pl.DataFrame(schema=schema)
         if self.arrow is not None:
-            fast = self.arrow.frame(table, select, where, schema)
+            fast = self.arrow.frame(table, select, where, schema, rowids)
             if fast is not None:
                 return fast
         condition = f"AND ({where})" if where else ""
+        if rowids is not None:
+            condition += f" AND rowid BETWEEN {int(rowids[0])} AND {int(rowids[1])}"
         sql = f"""WITH q(_rowid, {', '.join(cols)}) AS (
             SELECT rowid, {select} FROM "{table}" WHERE rowid > ? {condition} ORDER BY rowid LIMIT {FETCH_BATCH})
             SELECT count(*), max(_rowid), {', '.join(aggs)} FROM q"""
@@ -123,6 +127,20 @@ class Db:
         if not parts:
             return pl.DataFrame(schema=schema)
         return parts[0] if len(parts) == 1 else pl.concat(parts, rechunk=True)
+
+    def rowid_ranges(self, table: str, rows: int) -> list[tuple[int, int]]:
+        """Contiguous inclusive rowid ranges of at most ``rows`` rowids covering ``table`` in
+        order, for fetching a large table a range at a time; none for an empty table or one
+        without rowids."""
+        if not self._has_rowid(table):
+            return []
+        # Two queries: SQLite reads min(rowid) and max(rowid) off the B-tree only when each is a
+        # query's sole aggregate.
+        lo = as_int(self.scalar(f'SELECT min(rowid) FROM "{table}"'))
+        hi = as_int(self.scalar(f'SELECT max(rowid) FROM "{table}"'))
+        if lo is None or hi is None:
+            return []
+        return [(start, min(start + rows - 1, hi)) for start in range(lo, hi + 1, rows)]
 
     def _has_rowid(self, table: str) -> bool:
         """Whether the batches of ``frame`` can follow the table's rowid; a WITHOUT ROWID table
