@@ -7,7 +7,7 @@ Readers call ``link_slices`` once on their finished slices table; analyses rely 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -16,6 +16,8 @@ import polars as pl
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, HOST_KINDS, KIND_CODE, KIND_DTYPE, LAUNCH_KINDS, Col, Kind
 
 I64 = npt.NDArray[np.int64]
+#: Row numbers: int64, or int32 in the nesting (``_index_dtype``).
+Index = npt.NDArray[np.signedinteger[Any]]
 
 
 def nest_host_slices(
@@ -43,38 +45,53 @@ def nest_host_slices(
     if n == 0:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty.copy(), empty.copy()
+    # (Temporaries are dropped as soon as they are used: on a 1 GB trace each is 15 MB, on a
+    # 600 MB nsys export 53 MB.)
+    thread_key = _thread_key(pid, tid)
+    threads: list[I64] = [thread_key] if thread_key is not None else [pid, tid]
+    del pid, tid, thread_key
     # By thread, start, longest first, then input order (polars' multi-key sort: about twice
-    # as fast as np.lexsort here, on both cores).
+    # as fast as np.lexsort here, on both cores). One thread key instead of pid and tid: the
+    # sort encodes every key of every row, 9 bytes each.
+    keys = {f"thread{i}": values for i, values in enumerate(threads)}
     order = (
-        pl.DataFrame({"pid": pid, "tid": tid, "ts": ts, "neg_dur": -dur})
-        .select(pl.arg_sort_by(["pid", "tid", "ts", "neg_dur"], maintain_order=True))
+        pl.DataFrame({**keys, "ts": ts, "neg_dur": -dur})
+        .select(pl.arg_sort_by([*keys, "ts", "neg_dur"], maintain_order=True))
         .to_series()
         .to_numpy()
-        .astype(np.int64)
+        .astype(_index_dtype(n))
     )
-    # (Temporaries are dropped as soon as they are used: on a 1 GB trace each is 15 MB.)
-    o_pid, o_tid = pid[order], tid[order]
-    new_thread = np.ones(n, dtype=bool)
-    new_thread[1:] = (o_pid[1:] != o_pid[:-1]) | (o_tid[1:] != o_tid[:-1])
-    del o_pid, o_tid
+    del keys
+    new_thread = np.zeros(n, dtype=bool)
+    new_thread[0] = True
+    for values in threads:
+        ordered = values[order]
+        new_thread[1:] |= ordered[1:] != ordered[:-1]
+        del ordered
+    del threads
     # Times shifted per thread so that no row of an earlier thread can reach a later thread's rows.
     thread = np.cumsum(new_thread) - 1
     del new_thread
-    o_ts = ts[order]
-    end_key = o_ts + dur[order]
-    base = int(o_ts.min())
-    del o_ts
+    o_is_op = is_op[order]
+    o_dur = dur[order]
+    del is_op, dur
+    end_key = ts[order]
+    del ts
+    base = int(end_key.min())
+    end_key += o_dur
     span = max(int(end_key.max()) - base, 0) + 2
     end_key += thread * span - base
     del thread
     # What a container's end must reach: my end, or one past it for a zero-length slice (a
     # slice that ends at my start is no longer open then).
-    reach = end_key + (dur[order] == 0)
+    reach = end_key + (o_dur == 0)
+    del o_dur
     parent = _previous_reaching(end_key, reach)
     del end_key, reach
     out_depth = np.empty(n, dtype=np.int64)
     out_depth[order] = _chain_length(parent)
-    op = first_flagged(parent, parent, is_op[order])
+    op = first_flagged(parent, parent, o_is_op)
+    del o_is_op
     out_op = np.empty(n, dtype=np.int64)
     out_op[order] = np.where(op >= 0, order[np.maximum(op, 0)], -1)
     del op
@@ -83,7 +100,24 @@ def nest_host_slices(
     return out_depth, out_parent, out_op
 
 
-def _previous_reaching(end: I64, reach: I64) -> I64:
+def _index_dtype(n: int) -> type[np.signedinteger[Any]]:
+    """The dtype of row numbers among ``n`` rows (and -1): int32 where it holds them, which
+    halves the index arrays of the nesting (tens of MB each for millions of host slices)."""
+    return np.int32 if n < 2**31 - 1 else np.int64
+
+
+def _thread_key(pid: I64, tid: I64) -> I64 | None:
+    """One integer per (pid, tid) pair, equal for equal pairs, or None where the two do not fit
+    one int64 (nsys ids are 24 bits; -1 stands for none)."""
+    if not (pid.min() >= -1 and pid.max() < 2**31 - 1 and tid.min() >= -1 and tid.max() < 2**32 - 1):
+        return None
+    key = pid + 1
+    key <<= 32
+    key |= tid + 1
+    return key
+
+
+def _previous_reaching(end: I64, reach: I64) -> Index:
     """For each row i, the nearest row j < i with ``end[j] >= reach[i]``, or -1.
 
     Pointer jumping: every candidate c of row i keeps the invariant that the rows strictly
@@ -91,7 +125,7 @@ def _previous_reaching(end: I64, reach: I64) -> I64:
     it too (those rows end before ``reach[c] <= end[c] + 1 <= reach[i]``), so i jumps there.
     """
     n = end.shape[0]
-    cand = np.arange(-1, n - 1, dtype=np.int64)
+    cand = np.arange(-1, n - 1, dtype=_index_dtype(n))
     # A row that no earlier row reaches (a top-level slice) would walk back over all its earlier
     # siblings, log2 of their number in rounds: a million top-level CUDA calls on one thread
     # took 20 rounds. The running maximum of the ends settles those rows at once.
@@ -100,7 +134,7 @@ def _previous_reaching(end: I64, reach: I64) -> I64:
     if n > 1:
         reached[1:] = np.maximum.accumulate(end[:-1]) >= reach[1:]
     cand[~reached] = -1
-    active = np.flatnonzero(reached)
+    active = np.flatnonzero(reached).astype(cand.dtype)
     while active.size:
         c = cand[active]
         settled = end[c] >= reach[active]  # c >= 0: rows whose candidate is -1 are gone
@@ -110,11 +144,11 @@ def _previous_reaching(end: I64, reach: I64) -> I64:
     return cand
 
 
-def _chain_length(parent: I64) -> I64:
+def _chain_length(parent: Index) -> Index:
     """Number of ancestors of each row along ``parent`` (-1: a root), by Wyllie's list ranking."""
-    depth = (parent >= 0).astype(np.int64)
+    depth = (parent >= 0).astype(parent.dtype)
     nxt = parent.copy()
-    active = np.flatnonzero(nxt >= 0)
+    active = np.flatnonzero(nxt >= 0).astype(parent.dtype)
     while active.size:
         up = nxt[active]
         depth[active] = depth[active] + depth[up]
@@ -123,7 +157,7 @@ def _chain_length(parent: I64) -> I64:
     return depth
 
 
-def first_flagged(start: I64, parent: I64, flag: npt.NDArray[np.bool_]) -> I64:
+def first_flagged(start: Index, parent: Index, flag: npt.NDArray[np.bool_]) -> I64:
     """For each start row (-1: none), the nearest row at or above it, following ``parent``, whose
     flag is set, or -1. With ``start = parent`` that is the nearest proper flagged ancestor.
 
@@ -156,7 +190,7 @@ _CLIMB_SHARE: Final = 16
 _CLIMB_ROUNDS: Final = 64
 
 
-def _nearest_flagged(parent: I64, flag: npt.NDArray[np.bool_]) -> I64:
+def _nearest_flagged(parent: Index, flag: npt.NDArray[np.bool_]) -> I64:
     """For every row, the nearest row at or above it whose flag is set, or -1.
 
     Pointer jumping over all rows: an unflagged row's pointer skips only unflagged rows, so a
@@ -196,25 +230,26 @@ def link_slices(slices: pl.DataFrame, *, per_process: bool = False) -> pl.DataFr
     host_idx = np.flatnonzero(host_mask)
     del host_mask
     n = slices.height
-    depth = np.full(n, -1, dtype=np.int64)
-    parent = np.full(n, -1, dtype=np.int64)
-    op = np.full(n, -1, dtype=np.int64)
-    if host_idx.size:
-        # Column by column: gathering whole host rows would copy every column of the table.
-        def host(name: str) -> npt.NDArray[np.int64]:
-            values = slices.get_column(name).gather(host_idx)
-            return np.asarray((values.fill_null(-1) if values.null_count() else values).to_numpy(), dtype=np.int64)
 
-        d, p, o = nest_host_slices(
-            host(Col.PID), host(Col.TID), host(Col.TS), host(Col.DUR),
-            (kind == Kind.CPU_OP.value).to_numpy()[host_idx],
-        )
-        depth[host_idx] = d
-        del d
-        parent[host_idx] = np.where(p >= 0, host_idx[np.maximum(p, 0)], -1)
-        del p
-        op[host_idx] = np.where(o >= 0, host_idx[np.maximum(o, 0)], -1)
-        del o
+    # Column by column: gathering whole host rows would copy every column of the table.
+    def host(name: str) -> npt.NDArray[np.int64]:
+        values = slices.get_column(name).gather(host_idx)
+        return np.asarray((values.fill_null(-1) if values.null_count() else values).to_numpy(), dtype=np.int64)
+
+    d, p, o = nest_host_slices(
+        host(Col.PID), host(Col.TID), host(Col.TS), host(Col.DUR),
+        (kind.gather(host_idx) == Kind.CPU_OP.value).to_numpy(),
+    )
+    # (The whole-table columns are made after the nesting, whose peak they would add to.)
+    depth = np.full(n, -1, dtype=np.int64)
+    depth[host_idx] = d
+    del d
+    parent = np.full(n, -1, dtype=np.int64)
+    parent[host_idx] = np.where(p >= 0, host_idx[np.maximum(p, 0)], -1)
+    del p
+    op = np.full(n, -1, dtype=np.int64)
+    op[host_idx] = np.where(o >= 0, host_idx[np.maximum(o, 0)], -1)
+    del o
 
     launch = np.full(n, -1, dtype=np.int64)
     gids, lids = _launch_links(slices, per_process)
