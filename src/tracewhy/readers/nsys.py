@@ -263,22 +263,23 @@ def _build(db: Db, shown: Path, progress: Progress | None, selection: Selection 
     def offset() -> int:
         return sum(p.height for p in parts)
 
-    # (Parts live only in ``parts``, which _slices empties as it sorts them: a part also held
-    # here would be a second copy of its rows at the peak.)
+    # (Parts live only in ``parts`` and side frames only in ``attrs``, which _slices and _side
+    # empty as they sort them: a frame also held here would be a second copy of its rows at the
+    # peak.)
     parts.append(runtime_part(db, strs, 0) if wants("runtime") else empty_part())
     tick()
     if wants("kernel"):
         k, ka = kernels_part(db, strs, offset())
         parts.append(k)
         attrs["kernel"].append(ka)
-        del k
+        del k, ka
     tick()
     for group, reader in (("memcpy", memcpy_part), ("memset", memset_part)):
         if wants(group):
             p, pa = reader(db, offset())
             parts.append(p)
             attrs["copy"].append(pa)
-            del p
+            del p, pa
         tick()
     if wants("sync"):
         parts.append(sync_part(db, parts[0], offset()))
@@ -287,7 +288,7 @@ def _build(db: Db, shown: Path, progress: Progress | None, selection: Selection 
         nv, nva, nvtx_thread_names = nvtx_part(db, strs, offset())
         parts.append(nv)
         attrs["nvtx"].append(nva)
-        del nv
+        del nv, nva
     tick()
     if wants("osrt"):
         parts.append(osrt_part(db, strs, offset()))
@@ -357,20 +358,32 @@ _SORTED_COLUMNS: Final = (Col.KIND, Col.NAME, Col.TS, Col.DUR, Col.PID, Col.TID,
 
 def _side(frames: list[pl.DataFrame], id_of_key: np.ndarray[Any, np.dtype[np.int64]],
           schema: pl.Schema) -> pl.DataFrame:
-    """The side rows of the slices kept, by slice id."""
-    frames = [f for f in frames if f.height]
-    if not frames:
+    """The side rows of the slices kept, by slice id.
+
+    Takes the frames out of ``frames`` and puts the rows in id order a column at a time, each
+    unsorted column let go once its sorted copy is made: the 4.8 M NVTX rows of a 600 MB export
+    are 0.3 GB, which sorting the frame whole held twice.
+    """
+    kept = [f for f in frames if f.height]
+    frames.clear()
+    if not kept:
         return pl.DataFrame(schema=schema)
-    side = pl.concat(frames)
+    side = pl.concat(kept)
+    del kept
     keys = side.get_column(KEY).to_numpy()
     # Keys past the last one kept belong to dropped rows too.
     known = keys < id_of_key.size
     ids = np.where(known, id_of_key[np.where(known, keys, 0)] if id_of_key.size else -1, -1)
+    del keys, known
     side = side.with_columns(pl.Series(Col.ID, ids, dtype=pl.Int64))
     if (ids < 0).any():  # (a filter copies every column, and rows are dropped only in odd files)
         side = side.filter(pl.col(Col.ID) >= 0)
-    cols = [pl.col(c) if c in side.columns else pl.lit(None).alias(c) for c in schema]
-    return side.select(cols).cast(dict(schema)).sort(Col.ID)  # type: ignore[arg-type]
+    del ids
+    side = side.select(pl.col(c) if c in side.columns else pl.lit(None).alias(c) for c in schema)
+    order = side.select(pl.arg_sort_by(Col.ID, maintain_order=True)).to_series()
+    columns = {c: side.get_column(c) for c in schema}
+    del side
+    return pl.DataFrame([columns.pop(c).gather(order).cast(schema[c]) for c in schema])
 
 
 def _meta(db: Db, shown: Path, export: dict[str, str], slices: pl.DataFrame,
