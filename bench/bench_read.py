@@ -248,7 +248,7 @@ class BenchFile:
 
 
 def prepare_files(source: Path, target_bytes: int, log: Callable[[str], None]) -> list[BenchFile]:
-    """The largest real trace (.json.gz and decompressed) and its ~1 GB inflation."""
+    """The real trace (.json.gz and decompressed) and its inflation to ``target_bytes``."""
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     stem = source.name.removesuffix(".gz").removesuffix(".json")
     plain = OUT_DIR / f"{stem}.json"
@@ -256,7 +256,10 @@ def prepare_files(source: Path, target_bytes: int, log: Callable[[str], None]) -
         with gzip.open(source, "rb") as src, open(plain.with_suffix(".partial"), "wb") as dst:
             shutil.copyfileobj(src, dst, 16 * MB)
         plain.with_suffix(".partial").replace(plain)
-    big = OUT_DIR / f"{stem}.inflated.json"
+    # Another size than the default (which bench_diagnose and bench_memory read too) is in the
+    # name, so a trace inflated to another size is never taken for this one.
+    sized = "" if target_bytes == inflate.DEFAULT_TARGET_BYTES else f"-{target_bytes / MB:.0f}MB"
+    big = OUT_DIR / f"{stem}.inflated{sized}.json"
     if not big.exists():
         log(f"making {big.name} (once; kept in bench/out/)")
         plan = inflate.inflate(source, big, target_bytes, log=log)
