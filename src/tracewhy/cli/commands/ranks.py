@@ -26,12 +26,13 @@ DASK_SCHEME = "dask://"
 POLARS_THREADS = "POLARS_MAX_THREADS"
 #: Rank files smaller than this in all (gzip counted inflated) are read in this process, one
 #: after another, unless --workers is given: a spawned worker imports polars and tracewhy before
-#: it reads a byte, and a pool of two cost 0.6-0.7 s more wall and CPU time than reading here.
-#: bench/bench_ranks_crossover.py (results_ranks_crossover.md; 2 cores, shared, load 2.4-5.6)
-#: timed pool / here, wall: 1.9-2.5x at 0.2-20 MB in 2-8 files, 1.1-1.2x at 41-81 MB, 0.4-1.05x
-#: at 102 MB (2 x 50 and 4 x 25 MB), 0.9-1.0x at 204-409 MB. With cores free the pool gains more
-#: on large inputs (bench_ranks.py: 2 workers 1.76x one on 8 x 107 MB), not on small ones.
-IN_PROCESS_MAX_BYTES: Final = 100 * 10**6
+#: it reads a byte, which only pays off once there is enough parsing to spread over the cores.
+#: bench/bench_ranks_crossover.py (results_ranks_crossover.md), pool of two / here, wall, on 2
+#: cores: on a quiet machine (load 0.4-2) 1.66x at 2 MB, 1.28x at 4, 1.03x at 8, 1.12x at 10,
+#: 0.94-0.98x at 20, 0.71-0.73x at 41, 0.69x at 51 and 0.56-0.60x at 102 MB; with the cores
+#: shared (load 2.4-5.6) the pool lost up to ~100 MB. The quiet machine decides: a user's
+#: machine has its cores, and more of them than two.
+IN_PROCESS_MAX_BYTES: Final = 16 * 10**6
 
 
 class RanksCommand(Command):
