@@ -330,3 +330,16 @@ def test_short_markers_are_said_to_be_no_step_time() -> None:
     # ProfilerStep markers span their whole period: no such note on a Kineto training trace.
     k = steps(tracewhy.load(shared_trace("hta/v100_rank0_displayTimeUnit_ns_fractional_us.json.gz")))
     assert k.note is None or "markers cover" not in k.note
+
+
+def test_graph_replay_counts_every_graph_launch_in_the_raw_trace() -> None:
+    """The graph-launch count is the raw trace's own: runtime and driver events named
+    ``*GraphLaunch``, counted from the JSON here (hipGraphLaunch on the vLLM decode trace)."""
+    path = shared_trace("tracelens/mi300x_vllm_decode_fullgraph_replay.json.gz")
+    with gzip.open(path) as f:
+        events = json.load(f)["traceEvents"]
+    raw = sum(1 for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")
+              and re.fullmatch(r"(cuda|hip|cu)GraphLaunch", str(e.get("name"))))
+    assert raw > 0
+    found = [f for f in diagnose(tracewhy.load(path)).findings if f.code == "cuda-graph-replay"]
+    assert len(found) == 1 and found[0].statement.startswith(f"{raw} CUDA/HIP graph launches")

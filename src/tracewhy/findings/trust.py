@@ -93,9 +93,10 @@ def findings(ctx: Context) -> list[Finding]:
             next_step="Capture more active steps: torch.profiler.schedule(wait=1, warmup=1, active=5) or more.",
             evidence={"steps": st.table.height, "warmup": st.warmup},
         ))
-    graph_calls = t.of_kind(*LAUNCH_KINDS).filter(
-        pl.col(Col.NAME).cast(pl.String).map_elements(api_names.is_graph_launch, return_dtype=pl.Boolean)
-    ).height
+    # Each distinct name is tested once (a Python call per launch row took 0.3 s on 1.9 M calls).
+    launches = t.of_kind(*LAUNCH_KINDS).get_column(Col.NAME).value_counts()
+    graph_calls = sum(n for name, n in launches.iter_rows()
+                      if name is not None and api_names.is_graph_launch(str(name)))
     if graph_calls:
         out.append(Finding(
             code=Code.CUDA_GRAPH_REPLAY, severity=Severity.TRUST,
