@@ -20,7 +20,7 @@ import polars as pl
 
 from tracewhy.analyses import api_names
 from tracewhy.analyses.api_names import is_sync_call
-from tracewhy.analyses.nvtx_work import GpuWork, WorkCol, gpu_work, kind_columns, search_by_thread, thread_codes
+from tracewhy.analyses.nvtx_work import GpuWork, WorkCol, gpu_work, search_by_thread, thread_codes
 from tracewhy.analyses.steps import (
     PROFILER_STEP,
     StepsOptions,
@@ -197,7 +197,7 @@ def _instances(
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """BLOCK_INSTANCES_SCHEMA's columns, the name still the trace's categorical, and the block
     names (``_block_names``). Narrow columns only: a large nsys export has millions of ranges."""
-    a = kind_columns(trace, (Kind.ANNOTATION,), Col.ID, Col.NAME, Col.TS, Col.DUR, Col.PID, Col.TID, Col.DEPTH)
+    a = trace.kind_columns((Kind.ANNOTATION,), Col.ID, Col.NAME, Col.TS, Col.DUR, Col.PID, Col.TID, Col.DEPTH)
     names = _block_names(a.get_column(Col.NAME).unique(), st.marker, options.names)
     a = a.filter(pl.col(Col.NAME).is_in(names.get_column("_raw").implode()))
     # Slice ids ascend in slice order: times that ascend too mean the (time, id) order already.
@@ -241,7 +241,7 @@ def _gpu_rows(trace: Trace) -> pl.DataFrame:
     """GPU activities with the host time and process of their launch (their own start and
     process when the launch was not recorded). Columns: _t, _pid, dur_ns."""
     s = trace.slices
-    g = kind_columns(trace, GPU_ACTIVITY_KINDS, Col.LAUNCH, Col.TS, Col.PID, Col.DUR)
+    g = trace.kind_columns(GPU_ACTIVITY_KINDS, Col.LAUNCH, Col.TS, Col.PID, Col.DUR)
     launch = g.get_column(Col.LAUNCH).fill_null(-1).to_numpy()
     has = launch >= 0
     ts_all, pid_all = s.get_column(Col.TS).to_numpy(), s.get_column(Col.PID).fill_null(-1).to_numpy()
@@ -275,8 +275,8 @@ def _synced(trace: Trace, a: pl.DataFrame) -> pl.Series:
 
     All ranges at once over the launch and sync calls sorted by (thread, start): a range's calls
     are a slice of its thread's (millions of NVTX ranges in a large nsys export)."""
-    launched = kind_columns(trace, GPU_ACTIVITY_KINDS, Col.LAUNCH).get_column(Col.LAUNCH).drop_nulls()
-    calls = kind_columns(trace, LAUNCH_KINDS, Col.ID, Col.NAME, Col.TS, Col.PID, Col.TID)
+    launched = trace.kind_columns(GPU_ACTIVITY_KINDS, Col.LAUNCH).get_column(Col.LAUNCH).drop_nulls()
+    calls = trace.kind_columns(LAUNCH_KINDS, Col.ID, Col.NAME, Col.TS, Col.PID, Col.TID)
     kinds = calls.get_column(Col.NAME).unique()
     sync_names = kinds.filter(kinds.cast(pl.String).map_elements(is_sync_call, return_dtype=pl.Boolean))
     calls = calls.select(

@@ -30,7 +30,6 @@ from tracewhy.analyses.nvtx_work import (
     WorkCol,
     containing,
     gpu_work,
-    kind_columns,
     on_threads,
     ranges_concat,
     search_by_thread,
@@ -62,9 +61,8 @@ def ranges(trace: Trace, *, include_marks: bool = False) -> pl.DataFrame:
     Columns: id, name, ts_ns, dur_ns, pid, tid, depth, range_id, style, domain_id, domain,
     end_tid.
     """
-    a = kind_columns(
-        trace, (Kind.ANNOTATION,), Col.ID, pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, Col.PID, Col.TID,
-        Col.DEPTH,
+    a = trace.kind_columns(
+        (Kind.ANNOTATION,), Col.ID, pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, Col.PID, Col.TID, Col.DEPTH,
     )
     attrs = trace.nvtx_attrs.select(
         Col.ID, NCol.RANGE_ID, pl.col(NCol.STYLE).cast(pl.String), NCol.DOMAIN_ID, NCol.DOMAIN,
@@ -328,9 +326,9 @@ def nvtx_step_marker(trace: Trace) -> StepMarker | None:
 def _has_gpu_work(trace: Trace, rng: pl.DataFrame) -> npt.NDArray[np.bool_]:
     """Per range: whether a CUDA call inside it, on its thread, launched GPU work."""
     has = np.zeros(rng.height, dtype=np.bool_)
-    launching = kind_columns(trace, GPU_ACTIVITY_KINDS, Col.LAUNCH).get_column(Col.LAUNCH).drop_nulls().unique()
-    calls = kind_columns(
-        trace, LAUNCH_KINDS, Col.ID, Col.PID, Col.TID, Col.TS, (pl.col(Col.TS) + pl.col(Col.DUR)).alias("_end")
+    launching = trace.kind_columns(GPU_ACTIVITY_KINDS, Col.LAUNCH).get_column(Col.LAUNCH).drop_nulls().unique()
+    calls = trace.kind_columns(
+        LAUNCH_KINDS, Col.ID, Col.PID, Col.TID, Col.TS, (pl.col(Col.TS) + pl.col(Col.DUR)).alias("_end")
     ).filter(pl.col(Col.ID).is_in(launching.implode()))
     # Ranges that end on another thread are not projected (as in gpu_projection).
     inside = rng.with_row_index("_row").filter(pl.col(NCol.END_TID).is_null()).select(

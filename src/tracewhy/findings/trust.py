@@ -94,7 +94,7 @@ def findings(ctx: Context) -> list[Finding]:
             evidence={"steps": st.table.height, "warmup": st.warmup},
         ))
     # Each distinct name is tested once (a Python call per launch row took 0.3 s on 1.9 M calls).
-    launches = t.of_kind(*LAUNCH_KINDS).get_column(Col.NAME).value_counts()
+    launches = t.kind_columns(LAUNCH_KINDS, Col.NAME).get_column(Col.NAME).value_counts()
     graph_calls = sum(n for name, n in launches.iter_rows()
                       if name is not None and api_names.is_graph_launch(str(name)))
     if graph_calls:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
@@ -208,6 +209,13 @@ class Trace:
             if found.height * _KEEP_OF_KIND_SHARE <= self.slices.height:
                 kept[key] = found
         return found
+
+    def kind_columns(self, kinds: Sequence[Kind | str], *columns: str | pl.Expr) -> pl.DataFrame:
+        """``of_kind(*kinds).select(*columns)`` without first copying every column of the
+        matching rows (4.8 M annotations of 15 columns are 0.6 GB on a large nsys export)."""
+        wanted = tuple(as_kind(k) for k in kinds)
+        self.require(*wanted)
+        return self.slices.lazy().filter(pl.col(Col.KIND).is_in([k.value for k in wanted])).select(*columns).collect()
 
     def __repr__(self) -> str:
         """A few lines about the trace (file, format, slices by kind, devices, span, whether it is
