@@ -125,6 +125,17 @@ def _mock_copy(tmp_path: Path) -> Path:
     return path
 
 
+def _with_kernel_end(tmp_path: Path, value: str, row: str) -> Path:
+    """The mock export with the kernel end of its first (``row`` "min") or last ("max") row set
+    to the SQL literal ``value``."""
+    path = _mock_copy(tmp_path)
+    conn = sqlite3.connect(path)
+    conn.execute(f'UPDATE {KERNELS} SET "end" = {value} WHERE rowid = (SELECT {row}(rowid) FROM {KERNELS})')
+    conn.commit()
+    conn.close()
+    return path
+
+
 # (SQLite stores '12 ' and '+7' in an INTEGER column as integers: those are not hostile.)
 @pytest.mark.parametrize("value", ["1.5", "'99999999999999999999'", "'abc'", "'1-2'"])
 @pytest.mark.parametrize("arrow", ["1", "0"])
@@ -132,13 +143,8 @@ def test_a_kernel_end_that_is_not_an_integer_names_the_table(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str, arrow: str
 ) -> None:
     monkeypatch.setenv("TRACEWHY_NSYS_ADBC", arrow)
-    path = _mock_copy(tmp_path)
-    conn = sqlite3.connect(path)
-    conn.execute(f'UPDATE {KERNELS} SET "end" = {value} WHERE rowid = (SELECT max(rowid) FROM {KERNELS})')
-    conn.commit()
-    conn.close()
     with pytest.raises(TraceError, match=f"wrong type \\({KERNELS}"):
-        read_nsys(path)
+        read_nsys(_with_kernel_end(tmp_path, value, "max"))
 
 
 @pytest.mark.parametrize("arrow", ["1", "0"])
@@ -204,13 +210,8 @@ def test_a_wrong_value_in_any_range_falls_back_to_the_strict_path(
     from tracewhy.readers import nsys_arrow
 
     monkeypatch.setattr(nsys_arrow, "MIN_PART_ROWS", 1)
-    path = _mock_copy(tmp_path)
-    conn = sqlite3.connect(path)
-    conn.execute(f"UPDATE {KERNELS} SET \"end\" = 'abc' WHERE rowid = (SELECT {row}(rowid) FROM {KERNELS})")
-    conn.commit()
-    conn.close()
     with pytest.raises(TraceError, match=f"wrong type \\({KERNELS}"):
-        read_nsys(path)
+        read_nsys(_with_kernel_end(tmp_path, "'abc'", row))
 
 
 @pytest.mark.parametrize("arrow", ["1", "0"])
