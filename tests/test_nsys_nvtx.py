@@ -212,6 +212,20 @@ def test_default_step_marker_on_nsys_input(tmp_path: Path) -> None:
     assert steps(t, StepsOptions(marker="setup")).table.height == 1
 
 
+def test_profiler_step_test_skips_marks_and_reaches_nested_ranges(tmp_path: Path) -> None:
+    # The ProfilerStep test reads the names of all ranges, not only top-level ones, and never a
+    # mark's (the marker is matched on distinct names before any row becomes a string).
+    b = ExportBuilder()
+    for i in range(3):
+        b.nvtx("iteration", 1000 * i, 1000 * i + 900)
+        b.kernel("k()", 1000 * i + 600, 1000 * i + 700, b.api("cudaLaunchKernel_v7000", 1000 * i + 20, 1000 * i + 30))
+    b.nvtx("ProfilerStep#3", 4000, None, event_type=34)  # a mark (NvtxMark): not a range
+    marked = nvtx_step_marker(read_nsys(b.write(tmp_path / "mark.sqlite")))
+    assert marked is not None and (marked.name, marked.repeats) == ("iteration", 3)
+    b.nvtx("ProfilerStep#1", 1100, 1200)  # nested in an iteration
+    assert nvtx_step_marker(read_nsys(b.write(tmp_path / "nested.sqlite"))) is None
+
+
 def test_default_step_marker_on_real_exports() -> None:
     # nvFuser's benchmark runs its fusion twice on the main thread.
     xent = steps(load("nvfuser_xent_h200_2025.1"))

@@ -278,13 +278,18 @@ def nvtx_step_marker(trace: Trace) -> StepMarker | None:
     """
     if trace.meta.format != "nsys":
         return None
-    r = ranges(trace)
-    if r.filter(pl.col(Col.NAME).str.starts_with(PROFILER_STEP_PREFIX)).height:
+    marks = trace.nvtx_attrs.filter(pl.col(NCol.STYLE) == "Mark").get_column(NCol.ID).implode()
+    annotation = pl.col(Col.KIND) == Kind.ANNOTATION.value
+    # Names are tested as categories, before any row becomes a string: a large export holds
+    # millions of ranges under a few thousand names (their strings took 1 GB at the peak).
+    stepped = trace.slices.lazy().filter(annotation & pl.col(Col.NAME).cat.starts_with(PROFILER_STEP_PREFIX))
+    if stepped.filter(~pl.col(Col.ID).is_in(marks)).select(pl.len()).collect().item():
         return None
     # A library's own ranges are never the training step (CUB's ranges, nested in the loop but
     # top-level in a few calls after it, were picked once), nor are torch's emit_nvtx op ranges.
-    top = r.filter((pl.col(Col.DEPTH) == 0) & ~pl.col(NCol.DOMAIN).fill_null("").is_in(list(LIBRARY_DOMAINS))
-                   & ~pl.col(Col.NAME).str.contains(OP_RANGE))
+    top = _top_level_ranges(trace, annotation & (pl.col(Col.DEPTH) == 0) & ~pl.col(Col.ID).is_in(marks))
+    top = top.filter(~pl.col(NCol.DOMAIN).fill_null("").is_in(list(LIBRARY_DOMAINS))
+                     & ~pl.col(Col.NAME).str.contains(OP_RANGE))
     if top.height == 0:
         return None
     top = top.with_columns(pl.Series("_gpu", _has_gpu_work(trace, top)))
@@ -321,6 +326,16 @@ def nvtx_step_marker(trace: Trace) -> StepMarker | None:
             f"repeated one ({most['n']} times on one thread); no repeated top-level range has GPU work "
             f"projected onto it, so the steps hold no GPU time{hint}")
     return StepMarker(name=str(most["name"]), repeats=int(most["n"]), note=note)
+
+
+def _top_level_ranges(trace: Trace, rows: pl.Expr) -> pl.DataFrame:
+    """The slices ``rows`` selects (top-level ranges, not marks) with their names as strings and
+    the NVTX attributes the step marker reads; only these rows are copied, in slice order."""
+    r = trace.slices.lazy().filter(rows).select(
+        Col.ID, pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, Col.PID, Col.TID,
+    ).collect()
+    attrs = trace.nvtx_attrs.select(Col.ID, NCol.DOMAIN, NCol.END_TID)
+    return r.join(attrs, on=Col.ID, how="left", maintain_order="left")
 
 
 def _has_gpu_work(trace: Trace, rng: pl.DataFrame) -> npt.NDArray[np.bool_]:
