@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -34,15 +35,25 @@ class DiagnoseOptions:
 
 @dataclass
 class Context:
-    """Rules ask the context for analyses; each analysis runs at most once per diagnosis."""
+    """Rules ask the context for analyses; each analysis runs at most once per diagnosis, also
+    when rules run on several threads at once (``diagnose`` does so on small traces): a thread
+    that asks for an analysis another thread is computing waits for it. Analyses ask for others
+    only down a chain that never comes back (steps before gaps before basis), so no two threads
+    wait for each other."""
 
     trace: Trace
     options: DiagnoseOptions = field(default_factory=DiagnoseOptions)
     _cache: dict[str, Any] = field(default_factory=dict)
+    _computing: dict[str, threading.Lock] = field(default_factory=dict)
+    _guard: threading.Lock = field(default_factory=threading.Lock)
 
     def cached(self, key: str, compute: Callable[[], T]) -> T:
         if key not in self._cache:
-            self._cache[key] = compute()
+            with self._guard:
+                lock = self._computing.setdefault(key, threading.Lock())
+            with lock:
+                if key not in self._cache:
+                    self._cache[key] = compute()
         value: T = self._cache[key]
         return value
 

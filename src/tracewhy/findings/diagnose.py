@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from tracewhy.analyses.compile import CompileResult
@@ -25,6 +27,9 @@ RULES: tuple[Rule, ...] = (
     trust.findings, idle.findings, host.findings, platform.findings, overlap.findings, blocks.findings,
     nsys_rules.findings, memory.findings, torch_compile.findings,
 )
+
+#: Up to this many slices, the rules run on two threads (``_run_rules``).
+_THREADED_MAX_SLICES = 500_000
 
 
 @dataclass(frozen=True)
@@ -68,8 +73,8 @@ def diagnose_in(ctx: Context) -> Report:
                       "times, and export from on_trace_ready.",
             evidence={"events": trace.meta.event_counts},
         ))
-    for rule in RULES if trace.slices.height else ():
-        found += rule(ctx)
+    for rule_found in _run_rules(ctx) if trace.slices.height else ():
+        found += rule_found
     b = basis(ctx)
     stats = ctx.steps().stats
     # What recoverable times are shares of: the GPU's step window, else the host's median step.
@@ -77,6 +82,20 @@ def diagnose_in(ctx: Context) -> Report:
     return Report(path=trace.meta.path, findings=consolidate(found, window), steps=ctx.steps(), gaps=ctx.gaps(),
                   basis=b, memory=memory.memory_result(ctx) if trace.slices.height else None,
                   compile=_compile(ctx))
+
+
+def _run_rules(ctx: Context) -> list[list[Finding]]:
+    """Every rule's findings, in the order of ``RULES``. On small traces the rules run on two
+    threads: polars runs each query without the GIL, and on a small trace a rule is mostly many
+    short queries, so one rule's Python work proceeds while another's queries run (a 1 MB trace's
+    rules: 0.09 -> 0.07 s). Large traces run them one after the other: there polars already keeps
+    both cores busy, and two rules at once would add their peaks in memory. Each rule runs in a
+    copy of this thread's context variables, so output settings reach it."""
+    if ctx.trace.slices.height > _THREADED_MAX_SLICES:
+        return [rule(ctx) for rule in RULES]
+    copies = [contextvars.copy_context() for _ in RULES]  # one each: a context runs on one thread at a time
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="tracewhy-rule") as pool:
+        return list(pool.map(lambda copy, rule: copy.run(rule, ctx), copies, RULES))
 
 
 def _compile(ctx: Context) -> CompileResult | None:
