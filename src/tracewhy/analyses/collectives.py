@@ -128,12 +128,14 @@ def comm_kernels(trace: Trace) -> pl.DataFrame:
 
 def _collective_ranges(trace: Trace) -> pl.DataFrame:
     """Host ranges named ``<backend>:<op>``. Columns: id, name, ts_ns, dur_ns, pid, tid, backend, op."""
-    a = trace.of_kind(Kind.ANNOTATION).select(
-        Col.ID, pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, Col.PID, Col.TID
-    )
-    parsed = {n: collective_range(n) for n in a.get_column(Col.NAME).unique().to_list()}
-    hits = {n: p for n, p in parsed.items() if p is not None}
-    return a.filter(pl.col(Col.NAME).is_in(list(hits))).with_columns(
+    # Each distinct name is parsed once and only the hits are copied (a large nsys export has
+    # 4.8 M annotations, 0.4 GB in full width, under a few thousand names).
+    names = trace.kind_columns((Kind.ANNOTATION,), Col.NAME).get_column(Col.NAME).unique().to_list()
+    hits = {n: p for n in names if (p := collective_range(n)) is not None}
+    a = trace.slices.lazy().filter(
+        (pl.col(Col.KIND) == Kind.ANNOTATION.value) & pl.col(Col.NAME).is_in(list(hits))
+    ).select(Col.ID, pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, Col.PID, Col.TID).collect()
+    return a.with_columns(
         pl.col(Col.NAME).replace_strict({n: p[0] for n, p in hits.items()}, return_dtype=pl.String).alias("backend"),
         pl.col(Col.NAME).replace_strict({n: p[1] for n, p in hits.items()}, return_dtype=pl.String).alias("op"),
     )

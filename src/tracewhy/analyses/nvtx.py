@@ -278,6 +278,7 @@ def nvtx_step_marker(trace: Trace) -> StepMarker | None:
     """
     if trace.meta.format != "nsys":
         return None
+    trace.require(Kind.ANNOTATION)
     marks = trace.nvtx_attrs.filter(pl.col(NCol.STYLE) == "Mark").get_column(NCol.ID).implode()
     annotation = pl.col(Col.KIND) == Kind.ANNOTATION.value
     # Names are tested as categories, before any row becomes a string: a large export holds

@@ -64,10 +64,12 @@ def projectable(trace: Trace, *columns: str | pl.Expr) -> pl.DataFrame:
 
     Columns: id, pid, tid, ts_ns, _end (and ``columns`` of the annotation slices), slice order.
     """
-    a = trace.kind_columns((Kind.ANNOTATION,), Col.ID, Col.PID, Col.TID, Col.TS,
-                     (pl.col(Col.TS) + pl.col(Col.DUR)).alias("_end"), *columns)
+    trace.require(Kind.ANNOTATION)
     attrs = trace.nvtx_attrs.filter((pl.col(NCol.STYLE) == "Mark") | pl.col(NCol.END_TID).is_not_null())
-    return a.filter(~pl.col(Col.ID).is_in(attrs.get_column(NCol.ID).implode()))
+    # One query: the rows are filtered before their columns are copied, once.
+    return trace.slices.lazy().filter(
+        (pl.col(Col.KIND) == Kind.ANNOTATION.value) & ~pl.col(Col.ID).is_in(attrs.get_column(NCol.ID).implode())
+    ).select(Col.ID, Col.PID, Col.TID, Col.TS, (pl.col(Col.TS) + pl.col(Col.DUR)).alias("_end"), *columns).collect()
 
 
 def gpu_work(trace: Trace) -> GpuWork:

@@ -194,10 +194,9 @@ def overlap(
 def _activities(trace: Trace, coll: CollectivesResult) -> pl.DataFrame:
     """GPU activities with their category and, for communication, the collective's label.
 
-    Columns: id, device, stream, category, ts_ns, _end, collective."""
+    Columns: id, device, stream, category, ts_ns, _end, collective (null but for communication)."""
     g = trace.of_kind(*GPU_ACTIVITY_KINDS).select(
-        Col.ID, Col.DEVICE, Col.STREAM, Col.KIND, pl.col(Col.NAME).cast(pl.String), Col.TS,
-        (pl.col(Col.TS) + pl.col(Col.DUR)).alias("_end"),
+        Col.ID, Col.DEVICE, Col.STREAM, Col.KIND, Col.NAME, Col.TS, (pl.col(Col.TS) + pl.col(Col.DUR)).alias("_end"),
     )
     comm_ids = coll.kernels.get_column(Col.ID)  # every communication kernel, in some call
     labels = coll.kernels.join(coll.table.select("call", "label"), on="call").select(Col.ID, "label")
@@ -208,14 +207,15 @@ def _activities(trace: Trace, coll: CollectivesResult) -> pl.DataFrame:
         .otherwise(pl.lit(COMPUTE))
     )
     # Each distinct name shortened once (per row, 1.2 s for the 1.3 M activities of a 600 MB nsys
-    # export).
+    # export). Only communication rows are read by collective, so only they keep a label: the
+    # names stay categorical, and the other rows' label is null.
     names = g.get_column(Col.NAME).unique().drop_nulls()
-    short = pl.Series([short_kernel_name(n) for n in names.to_list()], dtype=pl.String)
+    short = pl.Series([short_kernel_name(n) for n in names.cast(pl.String).to_list()], dtype=pl.String)
     return (
         g.with_columns(category.alias("category"), pl.col(Col.STREAM).fill_null(-1))
         .join(labels, on=Col.ID, how="left")
-        .with_columns(pl.col("label").fill_null(
-            pl.col(Col.NAME).replace_strict(names, short, default=None, return_dtype=pl.String)).alias("collective"))
+        .with_columns(pl.when(pl.col("category") == COMMUNICATION).then(pl.col("label").fill_null(
+            pl.col(Col.NAME).replace_strict(names, short, default=None, return_dtype=pl.String))).alias("collective"))
         .select(Col.ID, Col.DEVICE, Col.STREAM, "category", Col.TS, "_end", "collective")
     )
 
