@@ -12,15 +12,17 @@ import msgspec
 import pytest
 
 from conftest import shared_trace
-from tracewhy.findings import compare as compare_module
+from tracewhy.findings import at_once
 from tracewhy.findings import diagnose as diagnose_module
 from tracewhy.findings.compare import compare
 from tracewhy.findings.context import Context
 from tracewhy.findings.diagnose import diagnose
 from tracewhy.findings.model import Finding
+from tracewhy.findings.overview import overview
 from tracewhy.readers import read_trace
 from tracewhy.renderers.compare import comparison_payload
 from tracewhy.renderers.diagnose import diagnose_payload
+from tracewhy.renderers.html import overview_payload
 from tracewhy.renderers.jsonout import to_jsonable
 
 #: Small real traces of different kinds: inference with memory events, torch.compile training,
@@ -40,9 +42,9 @@ def _encoded(value: object) -> bytes:
 @pytest.mark.parametrize("relative", _TRACES)
 def test_threaded_rules_find_what_sequential_rules_find(relative: str, monkeypatch: pytest.MonkeyPatch) -> None:
     trace = read_trace(shared_trace(relative))
-    assert trace.slices.height <= diagnose_module._THREADED_MAX_SLICES  # the threaded path runs
+    assert at_once.small(trace)  # the threaded path runs
     threaded = diagnose(trace)
-    monkeypatch.setattr(diagnose_module, "_THREADED_MAX_SLICES", -1)
+    monkeypatch.setattr(at_once, "MAX_SLICES", -1)
     sequential = diagnose(read_trace(shared_trace(relative)))
     assert threaded.findings, relative
     assert _encoded(diagnose_payload(threaded)) == _encoded(diagnose_payload(sequential))
@@ -52,7 +54,7 @@ def test_diff_at_once_equals_diff_in_turn(monkeypatch: pytest.MonkeyPatch) -> No
     a = read_trace(shared_trace("hta/tracediff_test_v100_rank1of2.json.gz"))
     b = read_trace(shared_trace("hta/v100_ddp2_rank1_memprofile.json.gz"))
     together = compare(a, b)
-    monkeypatch.setattr(compare_module, "_CONCURRENT_MAX_SLICES", -1)
+    monkeypatch.setattr(at_once, "MAX_SLICES", -1)
     in_turn = compare(read_trace(a.meta.path), read_trace(b.meta.path))
     assert together.findings_compared
     assert _encoded(comparison_payload(together)) == _encoded(comparison_payload(in_turn))
@@ -97,3 +99,12 @@ def test_context_variables_reach_every_rule(monkeypatch: pytest.MonkeyPatch) -> 
         _SEEN.reset(token)
     assert [value for value, _ in seen] == ["caller's value"] * 6
     assert all(name.startswith("tracewhy-rule") for _, name in seen)  # they did run on the pool
+
+
+@pytest.mark.parametrize("relative", [_TRACES[0], _TRACES[3]])
+def test_report_views_at_once_equal_views_in_turn(relative: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    together = overview_payload(overview(read_trace(shared_trace(relative))))
+    monkeypatch.setattr(at_once, "MAX_SLICES", -1)
+    in_turn = overview_payload(overview(read_trace(shared_trace(relative))))
+    assert together["findings"]
+    assert _encoded(together) == _encoded(in_turn)

@@ -4,12 +4,11 @@ fails on it."""
 
 from __future__ import annotations
 
-import contextvars
 import re
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from tracewhy.analyses.diff import Difference, DiffOptions, DiffResult, diff
+from tracewhy.findings import at_once
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.context import DiagnoseOptions
 from tracewhy.findings.diagnose import Report, diagnose
@@ -27,9 +26,6 @@ NOT_MEASURED = "not measured"  # a side has no steady steps
 _BREAKING = re.compile(r"^(devices|world_size|step_marker|format|capture\.(with_stack|profile_memory))$")
 #: nsys settings that differ between any two sessions and say nothing about the capture.
 _PER_SESSION = re.compile(r"SESSION|UUID|UTC|EPOCH|_NS$|^nsys:DERIVED_|RUN_DURATION|PID$")
-#: Up to this many slices in the two runs together, their diagnoses run at once (a diagnosis of
-#: a 1 MB trace, about 10 k slices, takes about 0.1 s; of 1 M slices, several seconds).
-_CONCURRENT_MAX_SLICES = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -74,18 +70,11 @@ def compare(a: Trace, b: Trace, options: DiffOptions | None = None, *, with_find
 
 
 def _diagnose_both(a: Trace, b: Trace, options: DiagnoseOptions) -> tuple[Report, Report]:
-    """Both runs' diagnoses; on small runs at once, B's on a second thread. Polars runs its queries
-    without the GIL, so one run's Python work proceeds while the other's queries run: on two 1 MB
-    traces the pair takes about three quarters of the time of one after the other. Each diagnosis
-    reads only its own trace and keeps its results in its own context; B's thread runs in a copy
-    of this context, so settings held in context variables reach it. Large runs go one after
-    the other: there polars already keeps both cores busy, two diagnoses at once would add their
-    peaks in memory, and an interrupt would wait for B's diagnosis to end."""
-    if a.slices.height + b.slices.height > _CONCURRENT_MAX_SLICES:
-        return diagnose(a, options), diagnose(b, options)
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tracewhy-diagnose-b") as pool:
-        later = pool.submit(contextvars.copy_context().run, diagnose, b, options)
-        return diagnose(a, options), later.result()
+    """Both runs' diagnoses, at once when the runs are small (``findings/at_once.py``): each
+    reads only its own trace and keeps its results in its own context."""
+    report_a, report_b = at_once.run([lambda: diagnose(a, options), lambda: diagnose(b, options)],
+                                     together=at_once.small(a, b), name="tracewhy-diagnose")
+    return report_a, report_b
 
 
 def judge(d: DiffResult, findings_a: list[Finding] | None = None,

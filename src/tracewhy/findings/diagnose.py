@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import contextvars
+import functools
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from tracewhy.analyses.compile import CompileResult
 from tracewhy.analyses.gaps import GapsResult
 from tracewhy.analyses.memory import MemoryResult
 from tracewhy.analyses.steps import StepsResult
-from tracewhy.findings import blocks, host, idle, memory, nsys_rules, overlap, platform, trust
+from tracewhy.findings import at_once, blocks, host, idle, memory, nsys_rules, overlap, platform, trust
 from tracewhy.findings import compile as torch_compile
 from tracewhy.findings.basis import Basis, basis
 from tracewhy.findings.codes import Code
@@ -27,9 +26,6 @@ RULES: tuple[Rule, ...] = (
     trust.findings, idle.findings, host.findings, platform.findings, overlap.findings, blocks.findings,
     nsys_rules.findings, memory.findings, torch_compile.findings,
 )
-
-#: Up to this many slices, the rules run on two threads (``_run_rules``).
-_THREADED_MAX_SLICES = 500_000
 
 
 @dataclass(frozen=True)
@@ -85,17 +81,10 @@ def diagnose_in(ctx: Context) -> Report:
 
 
 def _run_rules(ctx: Context) -> list[list[Finding]]:
-    """Every rule's findings, in the order of ``RULES``. On small traces the rules run on two
-    threads: polars runs each query without the GIL, and on a small trace a rule is mostly many
-    short queries, so one rule's Python work proceeds while another's queries run (a 1 MB trace's
-    rules: 0.09 -> 0.07 s). Large traces run them one after the other: there polars already keeps
-    both cores busy, and two rules at once would add their peaks in memory. Each rule runs in a
-    copy of this thread's context variables, so output settings reach it."""
-    if ctx.trace.slices.height > _THREADED_MAX_SLICES:
-        return [rule(ctx) for rule in RULES]
-    copies = [contextvars.copy_context() for _ in RULES]  # one each: a context runs on one thread at a time
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="tracewhy-rule") as pool:
-        return list(pool.map(lambda copy, rule: copy.run(rule, ctx), copies, RULES))
+    """Every rule's findings, in the order of ``RULES``; at once on small traces
+    (``findings/at_once.py``), where the context computes each analysis they share once."""
+    return at_once.run([functools.partial(rule, ctx) for rule in RULES], together=at_once.small(ctx.trace),
+                       name="tracewhy-rule")
 
 
 def _compile(ctx: Context) -> CompileResult | None:

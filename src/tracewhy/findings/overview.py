@@ -18,6 +18,7 @@ from tracewhy.analyses.ops import OpsResult, ops
 from tracewhy.analyses.overlap import OverlapResult
 from tracewhy.analyses.steps import StepCol, steady_span
 from tracewhy.analyses.utilization import UtilizationResult, utilization
+from tracewhy.findings import at_once
 from tracewhy.findings.blocks import blocks_result, gpu_work_result
 from tracewhy.findings.context import Context, DiagnoseOptions
 from tracewhy.findings.diagnose import Report, diagnose_in
@@ -61,28 +62,48 @@ class Overview:
 
 
 def overview(trace: Trace, options: DiagnoseOptions | None = None) -> Overview:
+    """The diagnosis and every view the report and the export draw. The views do not depend on
+    each other, so on small traces they run at once with the diagnosis (``findings/at_once.py``);
+    blocks, overlap and the GPU work per range come from the diagnosis' own context, computed once."""
     options = options or DiagnoseOptions()
-    ctx = Context(trace, options)  # blocks, overlap and the GPU work per range: the diagnosis' own
-    report = diagnose_in(ctx)
+    ctx = Context(trace, options)
     gpu = trace.of_kind(*GPU_ACTIVITY_KINDS)
     has_gpu = gpu.height > 0
-    bl = blocks_result(ctx)  # its GPU work per range is the projection table's too
-    roof = op_roofline(trace) if has_gpu and trace.op_attrs.height else None
-    path = critical_path(trace, CriticalPathOptions(marker=options.step_marker, max_steps=CRITICAL_PATH_STEPS),
-                         report.steps) if report.steps.table.height else None
+
+    def path() -> CriticalPathResult | None:
+        st = ctx.steps()
+        return critical_path(trace, CriticalPathOptions(marker=options.step_marker, max_steps=CRITICAL_PATH_STEPS),
+                             st) if st.table.height else None
+
+    def roofline() -> OpRooflineResult | None:
+        roof = op_roofline(trace) if has_gpu and trace.op_attrs.height else None
+        return roof if roof is not None and roof.ops.height else None
+
+    (report, info_, utilization_, projection, ops_, kernels_, overlap_, blocks_, roof, path_) = at_once.run([
+        lambda: diagnose_in(ctx),
+        lambda: info(trace, options.step_marker),
+        lambda: utilization(trace, UTILIZATION_BINS),
+        lambda: _projection_with_device(trace, gpu_work_result(ctx)) if has_gpu else pl.DataFrame(),
+        lambda: ops(trace),
+        lambda: kernels(trace),
+        lambda: overlap_result(ctx) if has_gpu else None,
+        lambda: blocks_result(ctx),
+        roofline,
+        path,
+    ], together=at_once.small(trace), name="tracewhy-view")
     return Overview(
-        info=info(trace, options.step_marker),
+        info=info_,
         report=report,
-        utilization=utilization(trace, UTILIZATION_BINS),
-        projection=_projection_with_device(trace, gpu_work_result(ctx)) if has_gpu else pl.DataFrame(),
-        ops=ops(trace),
-        kernels=kernels(trace),
-        overlap=overlap_result(ctx) if has_gpu else None,
-        blocks=bl if bl.table.height else None,
-        op_roofline=roof if roof is not None and roof.ops.height else None,
+        utilization=utilization_,
+        projection=projection,
+        ops=ops_,
+        kernels=kernels_,
+        overlap=overlap_,
+        blocks=blocks_ if blocks_.table.height else None,
+        op_roofline=roof,
         device_pids={int(d): int(p) for d, p in gpu.group_by(Col.DEVICE).agg(pl.col(Col.PID).mode().first())
                      .select(Col.DEVICE, Col.PID).iter_rows() if p is not None},
-        critical_path=path,
+        critical_path=path_,
     )
 
 
