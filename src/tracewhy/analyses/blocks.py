@@ -137,10 +137,10 @@ def blocks(
     span = steady_span(windows)
     note = st.note
     if span is not None:
-        chosen = inst.filter(pl.col(BlockCol.STEADY))
+        chosen = inst.lazy().filter(pl.col(BlockCol.STEADY))  # lazy: summed without a copy of the rows
         lo, hi = span
     else:
-        chosen, lo, hi, n_steps = inst, None, None, 1
+        chosen, lo, hi, n_steps = inst.lazy(), None, None, 1
         note = f"{note}; values are per capture, not per step" if note else "values are per capture, not per step"
     total_gpu = _gpu_time_launched(gpu, lo, hi)
     table = _table(chosen, names, n_steps, total_gpu)
@@ -151,7 +151,7 @@ def blocks(
                         step_marker=st.marker, note=note)
 
 
-def _table(chosen: pl.DataFrame, names: pl.DataFrame, n_steps: int, total_gpu: int) -> pl.DataFrame:
+def _table(chosen: pl.LazyFrame, names: pl.DataFrame, n_steps: int, total_gpu: int) -> pl.DataFrame:
     """BLOCKS_SCHEMA: sums per annotation name (a categorical code, no string per range), then
     per block name (emit_nvtx's per-call suffix dropped) over those few rows."""
     sums = (
@@ -162,7 +162,7 @@ def _table(chosen: pl.DataFrame, names: pl.DataFrame, n_steps: int, total_gpu: i
         pl.col(BlockCol.DEPTH).min().alias(BlockCol.LEVEL), pl.len().alias(BlockCol.INSTANCES), *sums,
         (pl.col(BlockCol.GPU_OPS) > 0).sum().alias(BlockCol.GPU_INSTANCES),
         pl.col(BlockCol.SYNCED).sum().alias(BlockCol.SYNCED_INSTANCES),
-    ).join(names, left_on=Col.NAME, right_on="_raw").drop(Col.NAME).rename({"_block": BlockCol.NAME})
+    ).collect().join(names, left_on=Col.NAME, right_on="_raw").drop(Col.NAME).rename({"_block": BlockCol.NAME})
     counts = (BlockCol.INSTANCES, BlockCol.GPU_INSTANCES, BlockCol.SYNCED_INSTANCES)
     return (
         per_name.group_by(BlockCol.NAME)
@@ -197,9 +197,12 @@ def _instances(
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """BLOCK_INSTANCES_SCHEMA's columns, the name still the trace's categorical, and the block
     names (``_block_names``). Narrow columns only: a large nsys export has millions of ranges."""
-    a = trace.kind_columns((Kind.ANNOTATION,), Col.ID, Col.NAME, Col.TS, Col.DUR, Col.PID, Col.TID, Col.DEPTH)
-    names = _block_names(a.get_column(Col.NAME).unique(), st.marker, options.names)
-    a = a.filter(pl.col(Col.NAME).is_in(names.get_column("_raw").implode()))
+    names = _block_names(trace.kind_columns((Kind.ANNOTATION,), Col.NAME).get_column(Col.NAME).unique(), st.marker,
+                         options.names)
+    # Rows filtered before their columns are copied: the ranges are copied once.
+    a = trace.slices.lazy().filter(
+        (pl.col(Col.KIND) == Kind.ANNOTATION.value) & pl.col(Col.NAME).is_in(names.get_column("_raw").implode())
+    ).select(Col.ID, Col.NAME, Col.TS, Col.DUR, Col.PID, Col.TID, Col.DEPTH).collect()
     # Slice ids ascend in slice order: times that ascend too mean the (time, id) order already.
     if not a.get_column(Col.TS).is_sorted():
         a = a.sort(Col.TS, Col.ID)
@@ -215,14 +218,17 @@ def _instances(
     del pids, starts, ends
     w = step_windows(trace, st).sort(WindowCol.WINDOW_START)
     inside = pl.col(Col.TS) < pl.col(WindowCol.WINDOW_END)
-    return a.join_asof(
+    # The join takes the two key columns only (it copies every column it is given, millions of
+    # rows); its rows are the ranges' in order, so its result is added to them as columns.
+    step_of = a.select(Col.TS, Col.PID).join_asof(
         w.select(WindowCol.PID, WindowCol.WINDOW_START, WindowCol.WINDOW_END, WindowCol.NUMBER, WindowCol.STEADY),
         left_on=Col.TS, right_on=WindowCol.WINDOW_START, by=Col.PID, strategy="backward",
         check_sortedness=False,  # both sides are sorted by time above
-    ).with_columns(
+    ).select(
         pl.when(inside).then(pl.col(WindowCol.NUMBER)).alias(BlockCol.STEP),
         (pl.col(WindowCol.STEADY).fill_null(False) & inside).fill_null(False).alias(BlockCol.STEADY),
-    ).select(*BLOCK_INSTANCES_SCHEMA), names
+    )
+    return a.with_columns(step_of.get_columns()).select(*BLOCK_INSTANCES_SCHEMA), names
 
 
 def _measures(ids: I64, work: GpuWork) -> list[pl.Series]:
