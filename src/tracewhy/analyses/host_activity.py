@@ -42,7 +42,7 @@ class HostIndex:
     ts: I64
     end: I64
     parent: I64  # sorted-row position of the parent, -1 at top level
-    depth: I64
+    depth: npt.NDArray[np.int32]
     kind_code: npt.NDArray[np.uint8]  # the row's Kind as its code (KIND_CODE; see is_kind)
     threads: dict[tuple[int, int], tuple[int, int]]  # (pid, tid) -> [lo, hi) rows
     on_stack: dict[Flag, B]  # the row or one of its ancestors carries the flag
@@ -96,7 +96,7 @@ def build_host_index(trace: Trace) -> HostIndex:
     parent_ids = host.get_column(Col.PARENT).fill_null(-1).to_numpy()
     parent = np.where(parent_ids >= 0, pos_of_id[np.maximum(parent_ids, 0)], -1)
     del pos_of_id, parent_ids
-    depth = host.get_column(Col.DEPTH).fill_null(0).to_numpy().astype(np.int64)
+    depth = host.get_column(Col.DEPTH).fill_null(0).to_numpy()
     kind_code = host.get_column(Col.KIND).to_physical().to_numpy()
     threads: dict[tuple[int, int], tuple[int, int]] = {}
     if n:
@@ -128,8 +128,7 @@ def build_host_index(trace: Trace) -> HostIndex:
     del bits
     # The innermost op, annotation and Python frame on each stack.
     op_ctx, annotation_ctx, python_ctx = (
-        _propagate_ctx(np.where(kind_code == KIND_CODE[k.value], ids, -1), levels)
-        for k in (Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON)
+        _context(kind_code == KIND_CODE[k.value], ids, levels) for k in (Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON)
     )
     return HostIndex(
         ids=ids,
@@ -177,7 +176,7 @@ def _name_flags(names: pl.Series) -> dict[Flag, B]:
     return out
 
 
-def _levels(depth: I64, parent: I64) -> list[tuple[I64, I64]]:
+def _levels(depth: npt.NDArray[np.int32], parent: I64) -> list[tuple[I64, I64]]:
     """Depth 1, 2, ...: the rows at that depth that have a parent, and their parents. Walked in
     order, a parent is final before its children."""
     if depth.size == 0:
@@ -203,11 +202,19 @@ def _propagate_any(values: npt.NDArray[np.uint8], levels: list[tuple[I64, I64]])
     return out
 
 
+def _context(mine: B, ids: I64, levels: list[tuple[I64, I64]]) -> I64:
+    """The innermost slice of a kind (``mine``: the rows of that kind) at or above each row, -1
+    where none is. Without any slice of the kind (no CPU ops or Python frames in an nsys export)
+    one read-only -1 stands for every row: two such arrays were 0.1 GB on a large export."""
+    if not mine.any():
+        none: I64 = np.broadcast_to(np.int64(-1), mine.shape)
+        return none
+    return _propagate_ctx(np.where(mine, ids, -1), levels)
+
+
 def _propagate_ctx(values: I64, levels: list[tuple[I64, I64]]) -> I64:
     """The nearest value at or above each slice in ``values`` (-1 where a slice is not of the
-    context's kind); without any such slice (no CPU ops in an nsys trace), ``values`` itself."""
-    if not (values >= 0).any():
-        return values
+    context's kind)."""
     out: I64 = values.copy()
     for rows, parents in levels:
         own = out[rows]
