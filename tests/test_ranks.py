@@ -162,8 +162,11 @@ def test_cli_process_pool_equals_in_process(tmp_path: Path, capsys: pytest.Captu
     here = json.loads(capsys.readouterr().out)
     assert main(["ranks", str(tmp_path), "--json", "--workers", "2"]) == 0
     pool = json.loads(capsys.readouterr().out)
-    assert (here.pop("executor"), pool.pop("executor")) == ("in-process", "2 worker processes")
-    assert here == pool and here["straggler"] == 2
+    assert main(["ranks", str(tmp_path), "--json"]) == 0  # small files: two threads here
+    threads = json.loads(capsys.readouterr().out)
+    assert (here.pop("executor"), pool.pop("executor"), threads.pop("executor")) == (
+        "in-process", "2 worker processes", "in-process")
+    assert here == pool == threads and here["straggler"] == 2
     assert main(["ranks", str(tmp_path)]) == 0
     assert "rank 2 is the straggler" in capsys.readouterr().out
     assert main(["ranks", str(tmp_path / "nope")]) == 3

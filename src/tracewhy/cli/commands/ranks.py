@@ -24,14 +24,15 @@ if TYPE_CHECKING:
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite.gz", ".nsys-rep")
 DASK_SCHEME = "dask://"
 POLARS_THREADS = "POLARS_MAX_THREADS"
-#: Rank files smaller than this in all (gzip counted inflated) are read in this process, one
-#: after another, unless --workers is given: a spawned worker imports polars and tracewhy before
+#: Rank files smaller than this in all (gzip counted inflated) are read in this process, on two
+#: threads, unless --workers is given: a spawned worker imports polars and tracewhy before
 #: it reads a byte, which only pays off once there is enough parsing to spread over the cores.
 #: bench/bench_ranks_crossover.py (results_ranks_crossover.md), pool of two / here, wall, on 2
 #: cores: on a quiet machine (load 0.4-2) 1.66x at 2 MB, 1.28x at 4, 1.03x at 8, 1.12x at 10,
 #: 0.94-0.98x at 20, 0.71-0.73x at 41, 0.69x at 51 and 0.56-0.60x at 102 MB; with the cores
 #: shared (load 2.4-5.6) the pool lost up to ~100 MB. The quiet machine decides: a user's
-#: machine has its cores, and more of them than two.
+#: machine has its cores, and more of them than two. Those runs read in this process one file
+#: after another; on two threads it is quicker still, so the crossover lies at 16 MB or above.
 IN_PROCESS_MAX_BYTES: Final = 16 * 10**6
 
 
@@ -141,8 +142,16 @@ def executor_for(spec: str | None, workers: int | None, files: list[str]) -> Ite
             yield client.get_executor(), f"dask {address}"
         return
     n = pool_size(workers, files)
-    if n == 0 or len(files) <= 1:
+    if len(files) <= 1 or (n == 0 and workers is not None):
         yield None, "in-process"
+        return
+    if n == 0:
+        # Small files: two threads here, no processes. Polars runs its queries without the GIL,
+        # so one file's Python work proceeds while another's queries run (findings/at_once.py).
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="tracewhy-rank") as threads:
+            yield threads, "in-process"
         return
     import multiprocessing  # (a run read in-process imports neither)
     from concurrent.futures import ProcessPoolExecutor
