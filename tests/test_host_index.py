@@ -9,7 +9,7 @@ import pytest
 import tracewhy
 from conftest import shared_trace
 from nsys_support import load
-from tracewhy.analyses.host_activity import build_host_index
+from tracewhy.analyses.host_activity import Flag, build_host_index
 from tracewhy.model.schema import Col, Kind
 
 
@@ -24,6 +24,10 @@ def test_contexts_of_kinds_an_nsys_export_lacks_are_one_shared_value() -> None:
     ann = host.is_kind(Kind.ANNOTATION)
     assert host.annotation_ctx.strides == (8,) and (host.annotation_ctx[ann] == host.ids[ann]).all()
     assert host.depth.dtype == np.int32
+    # So is a flag no slice carries (no DataLoader in this capture), in both of its tables.
+    for table in (host.self_flag, host.on_stack):
+        assert not table[Flag.DATALOADER].flags.writeable and not table[Flag.DATALOADER].any()
+    assert host.self_flag[Flag.SYNC].any() and host.on_stack[Flag.SYNC].flags.writeable
 
 
 @pytest.mark.parametrize("rel", ["hta/v100_ddp2_rank1_memprofile.json.gz"])

@@ -124,7 +124,12 @@ def build_host_index(trace: Trace) -> HostIndex:
     for bit, values in enumerate(self_flag.values()):
         bits |= values.astype(np.uint8) << bit
     bits = _propagate_any(bits, levels)
-    on_stack = {flag: (bits & (1 << bit)) != 0 for bit, flag in enumerate(self_flag)}
+    # A flag no slice carries is on no stack: one read-only False stands for every row (most
+    # flags are absent from an nsys export, 6.6 MB a flag per table on a large one).
+    none: B = np.broadcast_to(np.False_, (n,))
+    on_stack = {flag: (bits & (1 << bit)) != 0 if self_flag[flag].any() else none
+                for bit, flag in enumerate(self_flag)}
+    self_flag = {flag: values if values.any() else none for flag, values in self_flag.items()}
     del bits
     # The innermost op, annotation and Python frame on each stack.
     op_ctx, annotation_ctx, python_ctx = (
