@@ -171,8 +171,10 @@ def on_threads(rng: pl.DataFrame, calls: pl.DataFrame) -> tuple[pl.DataFrame, pl
 
 
 #: (range, operation) rows aggregated at a time by ``_project``: bounds its memory, since a
-#: large nsys export nests each call in several ranges (tens of millions of rows in all).
-_PROJECT_CHUNK: Final = 1 << 21
+#: large nsys export nests each call in several ranges (tens of millions of rows in all). On the
+#: 606 MB export, 2**19 rather than 2**21 leaves 250 MB less resident after the projection and
+#: peaks 65 MB lower, in no more CPU time (2.65 s against 2.9 s); smaller gains nothing more.
+_PROJECT_CHUNK: Final = 1 << 19
 
 
 @dataclass(frozen=True)
