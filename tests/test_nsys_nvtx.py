@@ -287,3 +287,13 @@ def test_thread_codes_match_pid_and_tid_pairs() -> None:
     rows = rng.rows() + calls.rows()
     codes = r.tolist() + c.tolist()
     assert all((codes[i] == codes[j]) == (rows[i] == rows[j]) for i in range(len(rows)) for j in range(len(rows)))
+
+
+def test_thread_codes_match_equal_threads_null_with_null() -> None:
+    from tracewhy.analyses.nvtx_work import thread_codes
+
+    rng = pl.DataFrame({Col.PID: [1, 1, None, 2], Col.TID: [5, None, None, 5]})
+    calls = pl.DataFrame({Col.PID: [2, 1, None, 1], Col.TID: [5, 5, None, 7]})
+    r, c = thread_codes(rng, calls)
+    assert r[0] == c[1] and r[2] == c[2] and r[3] == c[0]  # (1, 5), (null, null), (2, 5)
+    assert len({*r.tolist(), c[3]}) == 5  # (1, null), (1, 7) and the others all differ
