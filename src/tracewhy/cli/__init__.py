@@ -8,6 +8,7 @@ Exit codes: 0 success; 1 a ``check`` threshold was violated; 2 bad usage; 3 bad 
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import inspect
 import os
@@ -192,4 +193,17 @@ def _signals_raise() -> Iterator[None]:
 
 
 def console_main() -> None:
-    sys.exit(main())
+    """The ``tracewhy`` command. Once the command has returned, its output is flushed and the
+    exit handlers have run (temporary directories, worker processes), the process ends without
+    the interpreter's teardown: unloading the ~600 modules a diagnosis imports, and collecting
+    what they hold, took 35-45 ms of a 0.5 s command on a 1 MB trace, only to free memory that
+    the operating system frees at once. Under a tracer or a profiler (coverage, cProfile) it
+    exits the ordinary way, so that they write their results."""
+    code = main()
+    if sys.gettrace() is not None or sys.getprofile() is not None:
+        sys.exit(code)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more can be shown
+            stream.flush()
+    atexit._run_exitfuncs()
+    os._exit(code)
