@@ -172,13 +172,19 @@ def test_nsys_emit_nvtx_names_are_blocks_not_instances() -> None:
 
 
 def test_blocks_without_instances_and_in_small_sync_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """diagnose asks for the table alone; ``_synced`` walks the ranges a chunk at a time. With
-    every chunk 7 ranges (ranges of one thread split across chunks), and without the per-range
-    instances, the table is the same, and the synced flags of a real export are too."""
+    """diagnose asks for the table alone; ``_synced`` and the step join walk the ranges a chunk
+    at a time. With every chunk 7 ranges (ranges of one thread split across chunks), and
+    without the per-range instances, the table is the same, and the synced flags and steps of
+    a real export are too."""
     trace = tracewhy.load(shared_trace("nsys/nsysai_mfu_2gpu_before.sqlite.gz"))
     whole = blocks(trace)
     assert whole.instances.get_column("synced").sum() > 0
+    stepped = tracewhy.load(shared_trace("hta/v100_ddp2_rank1_memprofile.json.gz"))
+    with_steps = blocks(stepped).instances
+    assert with_steps.get_column("step").n_unique() > 2 and with_steps.get_column("steady").any()
     monkeypatch.setattr(blocks_module, "_SYNC_CHUNK", 7)
+    monkeypatch.setattr(blocks_module, "_STEP_JOIN_CHUNK", 7)
+    assert_frame_equal(blocks(stepped).instances, with_steps)
     lean = blocks(trace, BlocksOptions(instances=False))
     assert lean.instances.height == 0 and lean.instances.schema == whole.instances.schema
     assert_frame_equal(lean.table, whole.table)

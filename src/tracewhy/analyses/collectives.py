@@ -132,9 +132,8 @@ def _collective_ranges(trace: Trace) -> pl.DataFrame:
     # 4.8 M annotations, 0.4 GB in full width, under a few thousand names).
     names = trace.kind_columns((Kind.ANNOTATION,), Col.NAME).get_column(Col.NAME).unique().to_list()
     hits = {n: p for n in names if (p := collective_range(n)) is not None}
-    a = trace.slices.lazy().filter(
-        (pl.col(Col.KIND) == Kind.ANNOTATION.value) & pl.col(Col.NAME).is_in(list(hits))
-    ).select(Col.ID, pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, Col.PID, Col.TID).collect()
+    a = trace.slices_where((pl.col(Col.KIND) == Kind.ANNOTATION.value) & pl.col(Col.NAME).is_in(list(hits)),
+                           Col.ID, pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, Col.PID, Col.TID)
     return a.with_columns(
         pl.col(Col.NAME).replace_strict({n: p[0] for n, p in hits.items()}, return_dtype=pl.String).alias("backend"),
         pl.col(Col.NAME).replace_strict({n: p[1] for n, p in hits.items()}, return_dtype=pl.String).alias("op"),

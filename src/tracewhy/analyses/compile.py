@@ -162,10 +162,9 @@ def _marked(trace: Trace) -> pl.DataFrame:
     role_table = pl.DataFrame({Col.NAME: list(roles), _ROLE: list(roles.values())},
                               schema={Col.NAME: pl.String, _ROLE: pl.String})
     return (
-        trace.slices.lazy()
-        .filter(pl.col(Col.KIND).is_in([k.value for k in HOST_KINDS]) & pl.col(Col.NAME).is_in(list(roles)))
-        .select(Col.ID, Col.KIND, pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, Col.PID, Col.TID, Col.PARENT)
-        .collect()
+        trace.slices_where(
+            pl.col(Col.KIND).is_in([k.value for k in HOST_KINDS]) & pl.col(Col.NAME).is_in(list(roles)),
+            Col.ID, Col.KIND, pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, Col.PID, Col.TID, Col.PARENT)
         .with_columns((pl.col(Col.TS) + pl.col(Col.DUR)).alias(END))
         .join(role_table, on=Col.NAME, how="left")
     )
@@ -243,12 +242,11 @@ def _eager_between(trace: Trace, regions: pl.DataFrame, marked: pl.DataFrame, wi
     if lo is None or hi is None:
         return pl.DataFrame(schema=_NO_EAGER)
     s = trace.slices
-    aten = s.lazy().filter(
+    aten = trace.slices_where(
         (pl.col(Col.KIND) == Kind.CPU_OP.value) & pl.col(Col.TS).is_between(lo, hi)
-        & pl.col(Col.NAME).cat.starts_with(ATEN_PREFIX)
-    ).select(
-        Col.ID, Col.TS, Col.PID, Col.TID, Col.PARENT, (pl.col(Col.TS) + pl.col(Col.DUR)).alias(END), Col.DUR
-    ).collect()
+        & pl.col(Col.NAME).cat.starts_with(ATEN_PREFIX),
+        Col.ID, Col.TS, Col.PID, Col.TID, Col.PARENT, (pl.col(Col.TS) + pl.col(Col.DUR)).alias(END), Col.DUR,
+    )
     parent_names = s.get_column(Col.NAME).gather(aten.get_column(Col.PARENT).fill_null(0)).cast(pl.String)
     under_aten = aten.get_column(Col.PARENT).is_not_null() & parent_names.str.starts_with(ATEN_PREFIX).fill_null(False)
     outermost = ~under_aten

@@ -332,9 +332,7 @@ def nvtx_step_marker(trace: Trace) -> StepMarker | None:
 def _top_level_ranges(trace: Trace, rows: pl.Expr) -> pl.DataFrame:
     """The slices ``rows`` selects (top-level ranges, not marks) with their names as strings and
     the NVTX attributes the step marker reads; only these rows are copied, in slice order."""
-    r = trace.slices.lazy().filter(rows).select(
-        Col.ID, pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, Col.PID, Col.TID,
-    ).collect()
+    r = trace.slices_where(rows, Col.ID, pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, Col.PID, Col.TID)
     attrs = trace.nvtx_attrs.select(Col.ID, NCol.DOMAIN, NCol.END_TID)
     return r.join(attrs, on=Col.ID, how="left", maintain_order="left")
 

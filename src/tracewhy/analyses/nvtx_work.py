@@ -67,9 +67,9 @@ def projectable(trace: Trace, *columns: str | pl.Expr) -> pl.DataFrame:
     trace.require(Kind.ANNOTATION)
     attrs = trace.nvtx_attrs.filter((pl.col(NCol.STYLE) == "Mark") | pl.col(NCol.END_TID).is_not_null())
     # One query: the rows are filtered before their columns are copied, once.
-    return trace.slices.lazy().filter(
-        (pl.col(Col.KIND) == Kind.ANNOTATION.value) & ~pl.col(Col.ID).is_in(attrs.get_column(NCol.ID).implode())
-    ).select(Col.ID, Col.PID, Col.TID, Col.TS, (pl.col(Col.TS) + pl.col(Col.DUR)).alias("_end"), *columns).collect()
+    return trace.slices_where(
+        (pl.col(Col.KIND) == Kind.ANNOTATION.value) & ~pl.col(Col.ID).is_in(attrs.get_column(NCol.ID).implode()),
+        Col.ID, Col.PID, Col.TID, Col.TS, (pl.col(Col.TS) + pl.col(Col.DUR)).alias("_end"), *columns)
 
 
 def gpu_work(trace: Trace) -> GpuWork:

@@ -150,9 +150,9 @@ def steps(trace: Trace, options: StepsOptions = StepsOptions()) -> StepsResult:
     names = trace.kind_columns(_STEP_KINDS, Col.NAME).get_column(Col.NAME).unique().cast(pl.String).to_list()
     matching = [n for n in names if pattern.match(n)]
     marks = _drop_nested_duplicates(
-        s.lazy().filter(pl.col(Col.KIND).is_in(_STEP_KINDS) & pl.col(Col.NAME).is_in(matching))
-        .select(Col.ID, pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, Col.PID, Col.TID)
-        .collect().sort([Col.TS, Col.DUR], descending=[False, True])
+        trace.slices_where(pl.col(Col.KIND).is_in(_STEP_KINDS) & pl.col(Col.NAME).is_in(matching),
+                           Col.ID, pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, Col.PID, Col.TID)
+        .sort([Col.TS, Col.DUR], descending=[False, True])
     )
     if marks.height == 0:
         hint = "" if options.marker else "; name a repeated annotation with --step NAME"
