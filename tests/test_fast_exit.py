@@ -73,3 +73,15 @@ def test_exit_code_of_each_kind(command: list[str], tmp_path: Path) -> None:
     args = command if command[0] == "which" else [*command, str(shared_trace("hta/a100_triton_single_kernel.json.gz"))]
     assert _tracewhy(args, tmp_path / "tmp").returncode == 0
     assert _tracewhy(["info", str(tmp_path / "missing.json")], tmp_path / "tmp").returncode == 3
+
+
+def test_the_command_collects_garbage_less_often(tmp_path: Path) -> None:
+    """While a command runs, the youngest generation is collected every 50,000 allocations (a
+    library user's process keeps Python's default: only the command sets it)."""
+    script = ("import gc, sys\nfrom tracewhy import cli\nprint(gc.get_threshold()[0])\n"
+              "cli.main = lambda: print(gc.get_threshold()[0]) or 0\ncli.console_main()\n")
+    done = _tracewhy([], tmp_path / "tmp", prefix=("-c", script))
+    assert done.returncode == 0, done.stderr
+    default = subprocess.run([sys.executable, "-c", "import gc; print(gc.get_threshold()[0])"], capture_output=True,
+                             text=True, check=True).stdout.strip()  # 700 on Python 3.11 and 3.12
+    assert done.stdout.split() == [default, "50000"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
+import gc
 import inspect
 import os
 import signal
@@ -192,13 +193,24 @@ def _signals_raise() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+#: Allocations between two collections of the garbage collector's youngest generation while the
+#: command runs (Python's default is 700; see console_main).
+_GC_YOUNGEST_THRESHOLD: Final = 50_000
+
+
 def console_main() -> None:
     """The ``tracewhy`` command. Once the command has returned, its output is flushed and the
     exit handlers have run (temporary directories, worker processes), the process ends without
     the interpreter's teardown: unloading the ~600 modules a diagnosis imports, and collecting
     what they hold, took 35-45 ms of a 0.5 s command on a 1 MB trace, only to free memory that
     the operating system frees at once. Under a tracer or a profiler (coverage, cProfile) it
-    exits the ordinary way, so that they write their results."""
+    exits the ordinary way, so that they write their results.
+
+    While it runs, the cyclic garbage collector starts its youngest generation every 50,000
+    container allocations instead of every 700: a command on a 1 MB trace made ~110 collections
+    (37-46 ms of 0.45 s) walking the objects its imports made, where the memory a command holds
+    is columns, which the collector does not look into, and cycles among the rest are few."""
+    gc.set_threshold(_GC_YOUNGEST_THRESHOLD, *gc.get_threshold()[1:])
     code = main()
     if sys.gettrace() is not None or sys.getprofile() is not None:
         sys.exit(code)
