@@ -2,7 +2,8 @@
 
 Each measurement runs in a fresh interpreter (cold: imports and all), on the same files:
 
-- tracewhy: ``python -m tracewhy kernels FILE --json`` (read + model + analysis), with its
+- tracewhy: ``python -m tracewhy kernels FILE --json`` (read + model + analysis), in a process
+  set up and ended as the command's (``tracewhy.cli.as_command`` / ``end_command``), with its
   parsed-trace cache off (``TRACEWHY_NO_CACHE=1``); also, as an extra row, the same command
   finding the trace in a cache primed once beforehand (in ``bench/out/tracewhy-cache``);
 - HTA (PyPI ``traceinsight``, import ``hta``): ``TraceAnalysis(trace_dir=DIR)``, DIR holding
@@ -192,10 +193,13 @@ CACHE_DIR = OUT_DIR / "tracewhy-cache"
 
 # `tracewhy kernels FILE --json` run in-process after the imports, so that its read + model +
 # analysis time ("work") compares like for like with HTA's construct time and json.loads.
+# The process is set up and ended as the ``tracewhy`` command's is (``as_command``: the garbage
+# collector's thresholds; ``end_command``: no interpreter teardown after the output is flushed).
 _TRACEWHY_CHILD = """
 import contextlib, io, json, resource, sys, time
 t0 = time.perf_counter()
-from tracewhy.cli import main
+from tracewhy.cli import as_command, end_command, main
+as_command()
 # The CLI imports the command's module and the reader lazily (a cached trace needs no reader):
 # both are part of what any cold read imports, as pandas is part of HTA's imports.
 import tracewhy.cli.commands.kernels, tracewhy.readers.kineto
@@ -208,6 +212,7 @@ t2 = time.perf_counter()
 doc = json.loads(out.getvalue())
 print(json.dumps({"import_s": t1 - t0, "work_s": t2 - t1, "rss_after_imports_bytes": base, "code": code,
                   "total_count": doc["total_count"], "total_time_ns": doc["total_time_ns"]}))
+end_command(code)
 """
 
 

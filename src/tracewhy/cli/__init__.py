@@ -18,7 +18,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Iterator, Sequence
-from typing import Final
+from typing import Final, NoReturn
 
 from tracewhy import __version__
 from tracewhy.cli.base import add_common_options, run_command
@@ -194,24 +194,34 @@ def _signals_raise() -> Iterator[None]:
 
 
 #: Allocations between two collections of the garbage collector's youngest generation while the
-#: command runs (Python's default is 700; see console_main).
+#: command runs (Python's default is 700; see ``as_command``).
 _GC_YOUNGEST_THRESHOLD: Final = 50_000
 
 
 def console_main() -> None:
-    """The ``tracewhy`` command. Once the command has returned, its output is flushed and the
-    exit handlers have run (temporary directories, worker processes), the process ends without
-    the interpreter's teardown: unloading the ~600 modules a diagnosis imports, and collecting
-    what they hold, took 35-45 ms of a 0.5 s command on a 1 MB trace, only to free memory that
-    the operating system frees at once. Under a tracer or a profiler (coverage, cProfile) it
-    exits the ordinary way, so that they write their results.
+    """The ``tracewhy`` command: ``main`` in a process set up and ended as ``as_command`` and
+    ``end_command`` say."""
+    as_command()
+    end_command(main())
 
-    While it runs, the cyclic garbage collector starts its youngest generation every 50,000
-    container allocations instead of every 700: a command on a 1 MB trace made ~110 collections
-    (37-46 ms of 0.45 s) walking the objects its imports made, where the memory a command holds
-    is columns, which the collector does not look into, and cycles among the rest are few."""
+
+def as_command() -> None:
+    """Settings of a process that runs one command. The cyclic garbage collector starts its
+    youngest generation every 50,000 container allocations instead of every 700: a command on a
+    1 MB trace made ~110 collections (37-46 ms of 0.45 s) walking the objects its imports made,
+    where the memory a command holds is columns, which the collector does not look into, and
+    cycles among the rest are few. Only the command sets it: a program that imports tracewhy
+    keeps its own settings."""
     gc.set_threshold(_GC_YOUNGEST_THRESHOLD, *gc.get_threshold()[1:])
-    code = main()
+
+
+def end_command(code: int) -> NoReturn:
+    """End a process that ran one command. Its output is flushed and the exit handlers run
+    (temporary directories, worker processes); then the process ends without the interpreter's
+    teardown: unloading the ~600 modules a diagnosis imports, and collecting what they hold,
+    took 35-45 ms of a 0.5 s command on a 1 MB trace, only to free memory that the operating
+    system frees at once. Under a tracer or a profiler (coverage, cProfile) it exits the
+    ordinary way, so that they write their results."""
     if sys.gettrace() is not None or sys.getprofile() is not None:
         sys.exit(code)
     for stream in (sys.stdout, sys.stderr):
