@@ -23,7 +23,7 @@ from tracewhy.model.trace import Trace
 MAX_SLICES: Final = 500_000
 #: Two threads: the machines this is tuned on have two cores, and each piece's queries use the
 #: polars pool of every core anyway.
-_THREADS: Final = 2
+THREADS: Final = 2
 
 
 def small(*traces: Trace) -> bool:
@@ -32,12 +32,12 @@ def small(*traces: Trace) -> bool:
 
 
 def run(pieces: Sequence[Callable[[], Any]], *, together: bool, name: str) -> list[Any]:
-    """Every piece's result, in the order given; at once on ``_THREADS`` threads named ``name``
+    """Every piece's result, in the order given; at once on ``THREADS`` threads named ``name``
     when ``together``, else one after the other on this thread. Each piece runs in its own copy
     of this thread's context variables (output settings such as whole names reach it; a context
     can run on one thread at a time). The first exception a piece raised is raised here."""
     if not together or len(pieces) < 2:
         return [piece() for piece in pieces]
     copies = [contextvars.copy_context() for _ in pieces]
-    with ThreadPoolExecutor(max_workers=_THREADS, thread_name_prefix=name) as pool:
+    with ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix=name) as pool:
         return list(pool.map(lambda copy, piece: copy.run(piece), copies, pieces))

@@ -12,6 +12,7 @@ from tracewhy.analyses.rank_compare import compare_ranks
 from tracewhy.analyses.ranks import RanksOptions, load_rank_summaries
 from tracewhy.cli.base import Command, add_output_options, emit, positive_int, shows_progress, warn
 from tracewhy.errors import TraceError, UsageError, install_hint
+from tracewhy.findings import at_once
 from tracewhy.findings.ranks import rank_findings
 from tracewhy.readers.source import content_size
 from tracewhy.renderers.overlap import ranks_payload, render_ranks
@@ -150,7 +151,7 @@ def executor_for(spec: str | None, workers: int | None, files: list[str]) -> Ite
         # so one file's Python work proceeds while another's queries run (findings/at_once.py).
         from concurrent.futures import ThreadPoolExecutor
 
-        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="tracewhy-rank") as threads:
+        with ThreadPoolExecutor(max_workers=at_once.THREADS, thread_name_prefix="tracewhy-rank") as threads:
             yield threads, "in-process"
         return
     import multiprocessing  # (a run read in-process imports neither)
