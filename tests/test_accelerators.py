@@ -1,4 +1,4 @@
-"""Non-CUDA accelerators (issue 14 item 3): MTIA, Intel XPU, Gaudi HPU and PrivateUse1 traces.
+"""Non-CUDA accelerators: MTIA, Intel XPU, Gaudi HPU and PrivateUse1 traces.
 
 No real MTIA/XPU/HPU trace exists here, so real CUDA traces are re-categorised with the category
 strings Kineto writes for those backends, and the numbers must come out as they do for the

@@ -1,6 +1,6 @@
 """The parsed-trace cache never serves numbers the file no longer holds, and never stops a read.
 
-Freshness (issue 13): the key covers every byte of the trace, because a same-size edit with the
+Freshness: the key covers every byte of the trace, because a same-size edit with the
 mtime put back (``touch -r``, ``cp -p``, an archive extraction) leaves size and mtime alone.
 Robustness: a cache directory that cannot be determined or created means no cache, not an error.
 """

@@ -1,4 +1,4 @@
-"""Capture helpers (issue 18): ``tracewhy.capture.profile`` writes a trace tracewhy reads with the
+"""Capture helpers: ``tracewhy.capture.profile`` writes a trace tracewhy reads with the
 steps it was asked for; ``tracewhy capture`` builds the nsys/ncu commands the playbook documents,
 prints them without the tool and runs them (then reads the result) with it; ``tracewhy which``
 maps a symptom to its first tool."""

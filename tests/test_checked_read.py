@@ -1,4 +1,4 @@
-"""Every Trace that ``read_trace`` returns has passed ``Trace.check()`` (issue 15, item 3).
+"""Every Trace that ``read_trace`` returns has passed ``Trace.check()``.
 
 Each invariant is broken on a real trace read with the cache off, and ``check()`` must name
 it; a reader that returns a broken Trace is a bug (``ModelError``, exit 70), never a Trace

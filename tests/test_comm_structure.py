@@ -1,7 +1,7 @@
 """Communication is recognised by how a kernel was launched and where it ran before its name:
 kernels under a collective op, kernels on a stream that carries only communication, kernels of
 a communication library (DeepEP, NVSHMEM...), then name keywords. ``kernels`` says which rule
-classified each, and overlap counts them as communication (issue 14, item 2)."""
+classified each, and overlap counts them as communication."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""diagnose is one consistent text (issue 14, item 13): no reference to a finding that is not
+"""diagnose is one consistent text: no reference to a finding that is not
 printed, one finding per cause, a summary before the findings it sums up, and severity by the
 share of the step a fix would recover. Checked on real traces of every kind here."""
 

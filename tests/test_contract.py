@@ -1,4 +1,4 @@
-"""The contract every command keeps (issue 13): exit 0, 1, 2 or 3 and never 70; what a reader
+"""The contract every command keeps: exit 0, 1, 2 or 3 and never 70; what a reader
 skipped is a warning every command shows; a partial trace fails ``check``; ``-o`` never
 replaces what is not a regular file; stop signals remove what tracewhy made."""
 
@@ -35,7 +35,7 @@ def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str,
 
 
 def _saturated(tmp_path: Path) -> list[Path]:
-    """The two minimal cases from the issue: one step inside one long kernel, and three steps of
+    """The two smallest saturated traces: one step inside one long kernel, and three steps of
     back-to-back 10 µs kernels."""
     one = KinetoBuilder().annotation("ProfilerStep#1", 100, 100).launch("k", 110, 5, 50, 300)
     three = KinetoBuilder()

@@ -1,4 +1,4 @@
-"""The critical path in the annotated Perfetto trace and in the HTML report (issue 21, part 2).
+"""The critical path in the annotated Perfetto trace and in the HTML report.
 
 ``export`` adds one "critical path" track: a slice per stretch of the path, named by the slice
 the time was spent in, whose durations add up to the path's total in each step. ``report``

@@ -167,8 +167,8 @@ def test_planted_item_per_step_is_the_top_finding() -> None:
 
 
 def test_no_schedule_is_a_trust_warning() -> None:
-    # Without prof.step() the steps are inferred from the repeated 'train_step' block (issue 14,
-    # item 6): diagnose says so, as a trust finding, instead of giving up on per-step figures.
+    # Without prof.step() the steps are inferred from the repeated 'train_step' block: diagnose
+    # says so, as a trust finding, instead of giving up on per-step figures.
     report = diagnose(tracewhy.load(GENERATED / "cpu_eager_noschedule.pt.trace.json.gz"))
     trust = {f.code: f for f in report.findings if f.severity is Severity.TRUST}
     assert "step-marker-inferred" in trust and "'train_step'" in trust["step-marker-inferred"].statement

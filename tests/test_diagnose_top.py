@@ -1,4 +1,4 @@
-"""``diagnose --top N`` (issue 19: every command that prints rows takes --top): the terminal shows
+"""``diagnose --top N`` (every command that prints rows takes --top): the terminal shows
 the first N findings and names the rest; --json keeps them all."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Dialects and fields (issue 14 item 11): torch's Python exporter, and epoch-based float times."""
+"""Dialects and fields: torch's Python exporter, and epoch-based float times."""
 
 from __future__ import annotations
 

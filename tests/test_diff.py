@@ -131,7 +131,7 @@ def test_same_code_twice_is_within_noise() -> None:
 
 
 def test_hta_trace_diff_pair_is_slower_and_not_comparable() -> None:
-    """Issue 7 expected "within noise" here; the data say otherwise, for two reasons.
+    """One might expect "within noise" here; the data say otherwise, for two reasons.
 
     1. Every one of B's 6 steady steps (82-166 ms) is longer than every one of A's (75-81 ms),
        read straight from the JSON below. With no overlap at all the Mann-Whitney U is 36 of 36
@@ -203,7 +203,7 @@ def test_kernel_and_op_deltas_per_step(tmp_path: Path) -> None:
 
 def test_no_steps_compares_totals(tmp_path: Path) -> None:
     """No steps on either side: no per-step verdict (steps is None); the captures' totals decide
-    (issue 14, item 12; the real pair is in tests/test_diff_totals.py)."""
+    (the real pair is in tests/test_diff_totals.py)."""
     b = KinetoBuilder().op("aten::mm", 0, 10)
     t = read_trace(b.write(tmp_path / "nosteps.json"))
     c = compare(t, t)

@@ -1,4 +1,4 @@
-"""diff without step markers on either side (issue 14, item 12): a verdict from the captures'
+"""diff without step markers on either side: a verdict from the captures'
 totals, with the caveat that totals hold only if both captured the same work. The nsys-ai MFU
 pair has no step ranges; its kernel time is summed here straight from the SQLite exports."""
 

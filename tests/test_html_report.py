@@ -213,7 +213,7 @@ def test_report_needs_an_output(capsys: pytest.CaptureFixture[str]) -> None:
     assert "-o FILE" in capsys.readouterr().err
 
 
-# --- readable charts and tables (issue 19) ------------------------------------------------------
+# --- readable charts and tables -----------------------------------------------------------------
 
 #: Five steps on a V100, the first (35 ms among 96 ms) excluded as warm-up (MANIFEST.md).
 WARMUP_TRACE = "hta/v100_rank0_displayTimeUnit_ns_fractional_us.json.gz"

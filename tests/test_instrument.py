@@ -1,6 +1,6 @@
 """``tracewhy.instrument``: block timers and stage clocks write the documented JSON Lines, the
 reader takes them back (and hand-written logs in the same format), and a block is visible to
-the profiler as a ``record_function`` of the same name (issue 18)."""
+the profiler as a ``record_function`` of the same name."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Hostile Kineto JSON (issue 13): bytes a strict JSON decode refuses but real writers produce
+"""Hostile Kineto JSON: bytes a strict JSON decode refuses but real writers produce
 are read, with one warning line per kind of repair; what cannot be read is one TraceError line.
 
 Each case is a real trace with one thing changed, read four ways that must agree: plain and
@@ -73,7 +73,7 @@ def _names(trace: Trace) -> set[str]:
 
 def test_invalid_utf8_in_strings_becomes_u_fffd_with_a_count(tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    # Was an internal error (UnicodeDecodeError out of msgspec): 3 of the issue's broken files.
+    # Was an internal error (UnicodeDecodeError out of msgspec). Invalid bytes in two names and a Call stack.
     edits = [(b'"aten::ones"', b'"aten::on\xff\xfees"'), (b'"aten::empty"', b'"aten::em\xc3pty"'),
              (b'"External id": 513', b'"External id": 513, "Call stack": "x\xe9y"')]
     trace = _read_all_ways(tmp_path, "utf8", edits, monkeypatch)
@@ -104,7 +104,7 @@ def test_a_lone_surrogate_escape_becomes_u_fffd(tmp_path: Path, monkeypatch: pyt
 
 
 def test_bare_nan_and_infinity_are_read_as_non_finite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # PyTorch 1.8's Kineto wrote "memory bandwidth (GB/s)": inf (kineto issue #105), Python's
+    # PyTorch 1.8's Kineto wrote "memory bandwidth (GB/s)": inf (pytorch/kineto#105), Python's
     # json writes NaN/Infinity; the file was refused as not valid JSON. A kernel keeps its other
     # args; a string that reads like one ("a: nan]") is left alone; a NaN dur is taken as 0.
     edits = [(KERNEL_ARGS, b'"blocks per SM": inf, "warps per SM": -Infinity, "memory bandwidth (GB/s)": inf,'

@@ -1,4 +1,4 @@
-"""The Kineto reader's package stays a set of small modules that each stand alone (issue 15).
+"""The Kineto reader's package stays a set of small modules that each stand alone.
 
 The import-linter contract in pyproject.toml keeps its imports pointing one way; these tests keep
 what that contract cannot see: a module that imports only because another was imported first, a

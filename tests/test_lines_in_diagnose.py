@@ -1,5 +1,5 @@
-"""``diagnose`` names the Python line behind its input, sync, scalar-read and host findings
-(issue 21): the planted lines of the generated traces, known from the generating script, and on
+"""``diagnose`` names the Python line behind its input, sync, scalar-read and host findings:
+the planted lines of the generated traces, known from the generating script, and on
 real traces the frame the raw events put above the blocking calls; traces without stacks read
 exactly as before."""
 

@@ -1,4 +1,4 @@
-"""``tracewhy blocks LOG``: block timers from instrument logs (issue 18, item 2).
+"""``tracewhy blocks LOG``: block timers from instrument logs.
 
 The oracle is plain Python over the raw JSON records (statistics.quantiles, sums by hand), never
 tracewhy's tables. The committed logs come from a real two-process gloo pipeline

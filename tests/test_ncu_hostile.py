@@ -1,4 +1,4 @@
-"""Hostile Nsight Compute input (issue 13): each case is a real export from ../shared/traces/ncu
+"""Hostile Nsight Compute input: each case is a real export from ../shared/traces/ncu
 with cells edited here, run through the CLI. The contract: exit 0 with every skipped or
 reinterpreted value named in a warning (stderr and --json), or exit 3 with one line naming the
 file and the problem; never an internal error (70)."""
@@ -195,7 +195,7 @@ def test_appended_exports_are_separate_runs(tmp_path: Path, capsys: pytest.Captu
     code, out, _ = _roofline(path, capsys)
     assert code == 0 and all(f"run {k} of 3" in out for k in (1, 2, 3))
     # One table row per saxpy run, each of one launch: never merged into a row of 2 launches.
-    # (Piped output has names whole: issue 19.)
+    # (Piped output has names whole.)
     assert len(re.findall(r"saxpy_kernel\(float, const float \*, float \*, int\)\s+1\s", out)) == 2
 
 

@@ -1,4 +1,4 @@
-"""Traces without ProfilerStep markers still get conclusions (issue 14, item 6): a repeated
+"""Traces without ProfilerStep markers still get conclusions: a repeated
 top-level block that tiles the run is taken as the step, and without one the input share is
 reported over the trace. Expected figures come from the raw JSON of generated traces."""
 

@@ -1,4 +1,4 @@
-"""The nsys reader's fast fetch paths (issue 20) read exactly what the strict path reads: the
+"""The nsys reader's fast fetch paths read exactly what the strict path reads: the
 optional Arrow fetch through ADBC's SQLite driver, and numpy's parse of integer columns. A value
 either cannot vouch for (a NULL, text, a real, an overflow) takes the strict path, which still
 names the table of a wrong-typed column."""

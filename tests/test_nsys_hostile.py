@@ -1,4 +1,4 @@
-"""Hostile Nsight Systems exports (issue 13): real exports mutated with sqlite3. Every command
+"""Hostile Nsight Systems exports: real exports mutated with sqlite3. Every command
 exits 0 or with a one-line error, never 70; what the reader skipped, repaired or could not read
 is one warning line each, with counts; the user's files are only read."""
 

@@ -1,5 +1,5 @@
 """emit_nvtx op ranges ("aten::to, seq = N, op_id = M": one name per call) are grouped by the
-op's name the same way by every command (issue 14, item 5): blocks, diff, collectives, and
+op's name the same way by every command: blocks, diff, collectives, and
 `steps --step NAME` finds them. Checked on the nsys-ai MFU capture, which was taken with
 torch.autograd.profiler.emit_nvtx."""
 

@@ -1,4 +1,4 @@
-"""``tracewhy pipeline``: period, stage work, hidden time and OverlapScore from stage marks (issue 18).
+"""``tracewhy pipeline``: period, stage work, hidden time and OverlapScore from stage marks.
 
 The oracle is the formula applied in plain Python to the raw JSON records of the logs, never
 tracewhy's own tables; the committed logs come from a real two-process gloo pipeline

@@ -93,7 +93,7 @@ def test_clock_offsets_change_nothing(tmp_path: Path) -> None:
 def test_straggler_finding_says_what_it_did_instead(tmp_path: Path) -> None:
     found = {f.code: f for f in rank_findings(_job(tmp_path))}
     f = found["rank-straggler"]
-    # Issue 14: the statement leads with the waiting the straggler caused (what picks it), the
+    # The statement leads with the waiting the straggler caused (what picks it), the
     # count of calls it was last at is context. Device-timed calls: nothing is said about its
     # host thread in the wait window (the wait was on its GPU stream), so no "While they waited".
     assert f.statement == (

@@ -1,5 +1,5 @@
 """``ranks`` reads small rank files in its own process and starts a worker pool only when the
-files are large in all (issue 20): a spawned worker costs an interpreter that imports polars
+files are large in all: a spawned worker costs an interpreter that imports polars
 and tracewhy before it reads a byte. ``--workers`` given always wins."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Readable everywhere (issue 19): names that can be told apart at any terminal width, whole names
+"""Readable everywhere: names that can be told apart at any terminal width, whole names
 where a script reads them, wrapped lines that keep their indent, colours that follow the user,
 errors that say what to type instead, and progress only where someone is watching.
 
@@ -286,7 +286,7 @@ def test_ranks_draws_a_line_per_rank_only_where_progress_shows() -> None:
 
 def test_a_spinner_follows_the_bar_until_output(monkeypatch: pytest.MonkeyPatch) -> None:
     """After a read that drew a bar, a spinner says the command is analysing, and it stops before
-    anything is printed (issue 19: on a 5 GB trace 37 s of analyses followed the bar)."""
+    anything is printed (on a 5 GB trace 37 s of analyses followed the bar)."""
     path = str(GENERATED / "ddp_gloo_rank0.pt.trace.json.gz")
     monkeypatch.setattr(cli_base, "PROGRESS_MIN_BYTES", 0)
     token = cli_base._SHOW_PROGRESS.set(True)

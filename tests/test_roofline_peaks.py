@@ -41,7 +41,7 @@ def test_device_names_as_profilers_write_them(name: str, sms: int, expected: str
 
 
 def test_unknown_device_has_no_peaks() -> None:
-    # (This was the L40S until issue 14 item 9 added it to the table.)
+    # (This was the L40S until the L40S was added to the table.)
     assert lookup_peaks("NVIDIA RTX A2000", 26) is None and lookup_peaks(None) is None
 
 

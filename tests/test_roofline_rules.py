@@ -124,7 +124,7 @@ def _rule_row(kernel: str, rule: str, kind: str, speedup: str) -> str:
 
 
 def test_inline_local_98_9_loses_to_global_74(tmp_path: Path) -> None:
-    # The issue's case, as a details-page CSV: a memory-bound copy with a local 98.9%
+    # As a details-page CSV: a memory-bound copy with a local 98.9%
     # HighPipeUtilization and a global 74% UncoalescedGlobalAccess. The terminal lists the
     # rules in the same order.
     kernel = "copy_kernel"
@@ -210,7 +210,7 @@ ADDED_PARTS = [
     ("NVIDIA GH200 480GB", "GH200 (HBM3)", 67, 989.5, 4.0),
     ("NVIDIA GH200 144G HBM3e", "GH200 (HBM3e)", 67, 989.5, 4.9),
 ]
-#: The parts issue 14 item 9 lists that the table already held.
+#: Widely used parts the table already held before ADDED_PARTS joined it.
 LISTED_PARTS = [
     ("NVIDIA L4", "L4", 30.3, 121, 0.3),
     ("NVIDIA A10", "A10", 31.2, 125, 0.6),
@@ -244,7 +244,7 @@ def test_peak_table_holds_the_added_part(device: str, entry: str, fp32: float, f
     _assert_part(device, entry, fp32, fp16_tensor, dram_tb_s)
 
 
-def test_peak_table_holds_every_part_the_issue_lists() -> None:
+def test_peak_table_holds_every_widely_used_part() -> None:
     # T4, L4, L40S, A10/A10G, V100, A100 40/80, H100 PCIe/SXM, H200, B200, MI250X, MI300X.
     for part in LISTED_PARTS + ADDED_PARTS[:2]:
         _assert_part(*part)

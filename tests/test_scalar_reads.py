@@ -1,4 +1,4 @@
-"""Scalar reads (issue 14, item 4): one read per outermost call, attributed to the optimizer or
+"""Scalar reads: one read per outermost call, attributed to the optimizer or
 to the training loop (with its annotation and Python line), a sync on a GPU trace only when a
 synchronize or synchronous copy ran inside, and advice that fits where the reads come from.
 Expected counts come from the raw JSON: every read goes through one aten::item."""

@@ -1,4 +1,4 @@
-"""Idle in gaps shorter than --min-gap (issue 14, item 10): counted as its own part, so the
+"""Idle in gaps shorter than --min-gap: counted as its own part, so the
 classes add up to the idle time, and a finding when it is a material share of the step."""
 
 from __future__ import annotations

@@ -82,7 +82,7 @@ def loaded() -> Callable[[str], Trace]:
 
 @pytest.mark.parametrize("rel", _shared_traces())
 def test_kernel_count_and_time_equal_kernels_json(rel: str) -> None:
-    """Done-when of issue 21: the same count and total as ``kernels --json``, and per name, family
+    """The same count and total as ``kernels --json``, and per name, family
     and rule the same counts and times as its table."""
     trace = tracewhy.load(shared_trace(rel))
     expected = kernels_payload(kernels(trace))

@@ -1,4 +1,4 @@
-"""A command imports only what it uses (issue 20): ``which`` reads no trace, so it never imports
+"""A command imports only what it uses: ``which`` reads no trace, so it never imports
 polars or numpy; a ``--json`` run, or ``check``'s plain lines, print no table, so they never
 import rich; a command that runs no rule never imports the rules. Each case runs the command
 in a fresh interpreter and reads the modules it ended with."""

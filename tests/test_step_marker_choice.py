@@ -1,4 +1,4 @@
-"""The step marker of an nsys capture without ProfilerStep ranges (issue 14, item 5): never a
+"""The step marker of an nsys capture without ProfilerStep ranges: never a
 library's own ranges (CUB's "CCCL" domain, NCCL's "NCCL" domain, torch's emit_nvtx op ranges),
 and ranges that tile the run first; the note names the choice and the runner-up. Built with the
 export builder: the domain names are the ones CCCL's cub/detail/nvtx.cuh (NVTXCCCLDomain) and

@@ -1,5 +1,5 @@
-"""The straggler is the rank the others wait for longest, not the rank that is last most often
-(issue 14): an inline two-rank gloo job with exact answers, and the generated gloo pair where
+"""The straggler is the rank the others wait for longest, not the rank that is last most often:
+an inline two-rank gloo job with exact answers, and the generated gloo pair where
 rank 0 is a little last at many tiny broadcasts and rank 1 makes rank 0 wait about 20 ms at the
 gradient buckets, checked against sums computed here from the raw JSON."""
 
@@ -159,7 +159,7 @@ def test_gloo_pair_straggler_by_waiting_not_by_count() -> None:
     keys = sorted(k for k in raw[0]["calls"] if k[0] in steady)
     assert sorted(raw[1]["calls"]) == sorted(raw[0]["calls"]) and r.matched.height == len(keys)
     last = {k: 0 if raw[0]["calls"][k][1] < raw[1]["calls"][k][1] else 1 for k in keys}
-    # The trace shows the issue's shape: rank 0 is last at more calls (the count rule named it)...
+    # The trace has the planted shape: rank 0 is last at more calls (the count rule named it)...
     assert sum(1 for v in last.values() if v == 0) > sum(1 for v in last.values() if v == 1)
     # ...rank 1 at the gradient all-reduces, each a wait of more than 15 ms for rank 0.
     assert all(last[k] == 1 for k in keys if k[1] == "all_reduce")

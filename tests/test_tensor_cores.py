@@ -1,5 +1,5 @@
 """Tensor-core advice decides by precision, by the device's architecture and by the kernel's
-shape, and speaks to the framework that launched the kernel (issue 14, item 8)."""
+shape, and speaks to the framework that launched the kernel."""
 
 from __future__ import annotations
 

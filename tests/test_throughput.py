@@ -1,4 +1,4 @@
-"""Throughput in the user's unit (issue 18, item 6): ``--items-per-step N --unit U`` on ``steps``,
+"""Throughput in the user's unit: ``--items-per-step N --unit U`` on ``steps``,
 ``diagnose``, ``diff``, ``check`` and ``pipeline`` turns steady step (chunk) times into items per
 second. The oracle reads the step durations (or the stage marks) straight from the raw files and
 takes the same quantiles with ``statistics``; never tracewhy's own tables.

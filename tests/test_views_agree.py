@@ -1,6 +1,6 @@
 """One quantity, one number in every view: the terminal, ``--json``, the HTML report's data,
 ``check`` and ``diagnose`` state the same step statistics, gap starts, synchronize counts and
-collective exposure for the same trace, each labelled with what it is (issue 15, item 8)."""
+collective exposure for the same trace, each labelled with what it is."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Warm-up by what the steps are, not by position (issue 14, item 7): the first recorded step is
+"""Warm-up by what the steps are, not by position: the first recorded step is
 left out when it is the run's first iteration (ProfilerStep#0) or an outlier (more than 3 MADs
 from the others' median), and `steps` says why. Step numbers and durations come from the JSON."""
 

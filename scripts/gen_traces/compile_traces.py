@@ -1,4 +1,4 @@
-"""``torch.compile`` traces with known graph breaks and recompiles (issue 16), each with the
+"""``torch.compile`` traces with known graph breaks and recompiles, each with the
 ``TORCH_LOGS="graph_breaks,recompiles"`` stderr of the same run captured beside it.
 
     python scripts/gen_traces/compile_traces.py --out tests/data/generated [--only KEY ...]

@@ -5,7 +5,7 @@ straggler that sleeps before every backward.
 is ``record_function("straggler_delay")``, the gradients travel in several buckets, and every
 step begins with a few tiny broadcasts from rank 0, which rank 0 reaches a little after rank 1
 (it prepares the values first): rank 0 arrives last at more collectives, rank 1 causes nearly
-all the waiting (issue 14)."""
+all the waiting."""
 
 from __future__ import annotations
 

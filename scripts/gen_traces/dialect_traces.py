@@ -23,7 +23,7 @@ PYTHON_EXPORT_MEMORY = "cpu_python_export_memory.pt.trace.json.gz"
 SCHEDULE = {"wait": 1, "warmup": 1, "active": 2}
 #: For the TraceSpec in specs.py (the manifest's "profiler options" and "planted" lines).
 OPTIONS = "profile_memory=True; written by export_chrome_trace(path, use_python_export=True)"
-PLANTED = ("the dialect (issue 14 item 11a): every activity is a \"ph\": \"X\" slice, the [memory] instants "
+PLANTED = ("the Python exporter's dialect: every activity is a \"ph\": \"X\" slice, the [memory] instants "
            "(cat cpu_instant_event) included, each with a meaningless dur and \"finished\": false. They are "
            "instants: a reader must give one memory event each and no open slice.")
 

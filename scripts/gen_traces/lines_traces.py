@@ -1,4 +1,4 @@
-"""Traces for ``tracewhy lines`` (issue 21): ``with_stack=True`` training loops, each with one
+"""Traces for ``tracewhy lines``: ``with_stack=True`` training loops, each with one
 slow Python function planted on a known line. With ``with_stack`` the profiler names a frame
 ``file.py(N): function``, N being the line the function starts on (``co_firstlineno``) for a
 function called while the profiler runs, so the planted line is each planted function's ``def``.

@@ -1,4 +1,4 @@
-"""Memory inputs (issue 17): a ``profile_memory=True`` trace of an Adam loop and the same run's
+"""Memory inputs: a ``profile_memory=True`` trace of an Adam loop and the same run's
 ``export_memory_timeline`` in both formats, on CPU; and, on a CUDA machine, real allocator
 snapshots (``torch.cuda.memory._dump_snapshot``).
 

@@ -1,5 +1,5 @@
 """A real two-process pipeline, instrumented with ``tracewhy.instrument``, run at in-flight depth
-D=1 and D=2 (issue 18).
+D=1 and D=2.
 
 Rank 0 builds each chunk (``tA0``..``tA1``), sends it (``tSend``), and once D chunks are in
 flight receives the oldest result (``tRecv``), decodes it (``tDecode``..``tEmit``). Rank 1, the

@@ -139,7 +139,7 @@ SPECS: tuple[TraceSpec, ...] = (
         "with_stack=True (no record_shapes, to keep the files small); as ddp_gloo, with DistributedDataParallel("
         f"bucket_cap_mb={ddp_traces.BUCKET_CAP_MB})",
         _sched(ddp_traces.BROADCAST_SCHEDULE),
-        f"straggler by waiting, not by count (issue 14): rank {ddp_traces.STRAGGLER_RANK} sleeps "
+        f"straggler by waiting, not by count: rank {ddp_traces.STRAGGLER_RANK} sleeps "
         f"{ddp_traces.STRAGGLER_SLEEP_S} s inside record_function('{ddp_traces.STRAGGLER_ANNOTATION}') "
         "between forward and backward every step, so rank 0 waits about 20 ms in the gradient "
         "bucket all-reduces; every step also begins with "
@@ -165,7 +165,7 @@ SPECS: tuple[TraceSpec, ...] = (
         _one("cpu_adam_item.pt.trace.json.gz", optimizer_traces.make_adam_item),
         "optimizer_traces.make_adam_item", "record_shapes=True, with_stack=True",
         _sched(optimizer_traces.SCHEDULE),
-        "scalar reads from two sources (issue 14): torch.optim.Adam(foreach=False) reads each of the six "
+        "scalar reads from two sources: torch.optim.Adam(foreach=False) reads each of the six "
         "parameters' step counters with .item() inside Optimizer.step#Adam.step every step (the "
         "single-tensor path), and the loop reads the loss once per step in log_loss() under "
         "record_function('log_loss'): 7 aten::item per step, 6 of them the optimizer's.",

@@ -15,7 +15,7 @@ from tracewhy.renderers.jsonout import render_json
 from tracewhy.units import fmt_bytes, names_whole, printable, whole_names
 
 # rich, polars and the readers are imported where they are used: ``which`` reads no trace, and
-# a ``--json`` run prints no table, so neither pays for what it does not use (issue 20).
+# a ``--json`` run prints no table, so neither pays at start-up for what it does not use.
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
     from rich.progress import Progress, TaskID

@@ -1,4 +1,4 @@
-"""The user source line behind a host, sync or input finding (issue 21): which host slices
+"""The user source line behind a host, sync or input finding: which host slices
 each finding is about, the line ``line_of`` names for them (once per diagnosis), and how a
 finding words it. Traces without Python frames (``with_stack``) or legacy ``Call stack`` args
 get no line, so their findings read exactly as before."""

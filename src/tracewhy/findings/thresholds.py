@@ -162,7 +162,7 @@ SHAPE_LATENCY_MAX_NS: Final = 10_000
 #: ...below this share of the roof, latency rather than the roof explains the time.
 SHAPE_LATENCY_EFFICIENCY: Final = 0.3
 
-# --- torch.compile (issue 16; findings/compile.py) --------------------------------------------
+# --- torch.compile (findings/compile.py) ------------------------------------------------------
 #: Graph breaks per steady step at or above this are a finding: one break already splits the
 #: graph in two and runs Python between the halves.
 GRAPH_BREAKS_MIN_PER_STEP: Final = 1.0

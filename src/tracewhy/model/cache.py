@@ -169,7 +169,7 @@ def _entry_name(key: dict[str, Any]) -> str:
 def _content_hash(path: Path) -> str:
     """xxh3-128 of every byte of the file, on every read: size and mtime alone cannot prove an
     entry fresh, since a same-size edit keeps the size and ``touch -r``, ``cp -p`` or an archive
-    extraction put the old mtime back (issue 13). xxh3 runs at memory speed, a small part of a
+    extraction put the old mtime back. xxh3 runs at memory speed, a small part of a
     cache hit (bench/results.md). Not mmap, though it hashed 1 GB twice as fast here (0.037 s):
     a file truncated while mapped kills the process with SIGBUS, where ``readinto`` just
     returns fewer bytes."""

@@ -31,7 +31,7 @@ from tracewhy.readers.source import JSON_BLANK, content_head, os_error, read_byt
 
 
 class LedgerCategory(str, Enum):
-    """What live memory is for. The first eight are the ledger the issue asks for; the
+    """What live memory is for. The first eight are the ledger ``tracewhy memory`` shows; the
     profiler's own categories map onto them (``EXPORT_CATEGORIES``)."""
 
     PARAMETERS = "parameters"

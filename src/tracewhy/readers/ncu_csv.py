@@ -16,7 +16,7 @@ What real exports look like (all handled here, by header name, never by column p
 - Several exports in one file (``ncu --csv ... >> all.csv``): each header block is its own
   run, numbered from ID 0 again; they are kept apart as runs (``NcuRun``), never merged.
 
-Hostile cells (issue 13) become warnings, never crashes: "nan", "-nan" (C's printf for a NaN
+Hostile cells become warnings, never crashes: "nan", "-nan" (C's printf for a NaN
 with its sign bit set), "inf" or 20-digit integers in ID / Process ID / Stream, negative
 durations, units the reader does not know.
 """

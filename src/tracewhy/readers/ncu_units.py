@@ -61,7 +61,7 @@ def normalize(value: float, unit: str) -> tuple[float, str]:
     """``value`` in ``unit`` as (value in base units, dimension).
 
     Unknown units keep their value with dimension UNKNOWN: a count with an odd unit name is
-    still a count, but a duration in "fortnight" read as ns would be a silent lie (issue 13).
+    still a count, but a duration in "fortnight" read as ns would be a silent lie.
     """
     u = unit.strip()
     if not u:

@@ -84,7 +84,7 @@ def export_report(
         raise TraceError(report, f"cannot run {binary}: {e.strerror or e}") from None
     by_hand = " ".join(export_command(report, report.with_suffix(".sqlite")))
     if done.returncode == 0 and not _is_sqlite(partial):
-        # An exit status of 0 does not promise a usable file (issue 13); kept, an empty or foreign
+        # An exit status of 0 does not promise a usable file; kept, an empty or foreign
         # file would be taken for the export on every later read.
         partial.unlink(missing_ok=True)
         raise TraceError(report, "`nsys export` exited 0 but wrote no SQLite database; "

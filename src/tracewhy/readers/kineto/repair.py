@@ -34,7 +34,7 @@ _REPLACEMENT: Final = "\ufffd".encode()
 _SURROGATE: Final = re.compile(
     rb"\\\\|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|(\\u[dD][89a-fA-F][0-9a-fA-F]{2})")
 #: Bare non-finite numbers as writers spelled them: Kineto's C++ streams wrote ``inf``/``nan``
-#: (kineto issue #105: "memory bandwidth (GB/s)": inf for a zero-length Memcpy, PyTorch 1.8,
+#: (pytorch/kineto#105: "memory bandwidth (GB/s)": inf for a zero-length Memcpy, PyTorch 1.8,
 #: March 2021); Python's json module writes ``NaN``/``Infinity``. Found by their first three
 #: letters (a plain search, 30 ms for 50 MB; a regular expression took seconds), then checked.
 _NON_FINITE_STARTS: Final = (b"NaN", b"nan", b"Inf", b"inf")
