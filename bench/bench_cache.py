@@ -1,4 +1,4 @@
-"""Time a cache hit against a cold read, and the whole-file hash that keys the entry (issue 13).
+"""Time a cache hit against a cold read, and the whole-file hash that keys the entry.
 
 Each measurement is a fresh interpreter; ``read_trace`` (or the hash) is timed inside it after
 its imports, and the process's wall time and peak RSS come from ``bench_read.run_child``:
@@ -14,7 +14,7 @@ its imports, and the process's wall time and peak RSS come from ``bench_read.run
 Files: ``bench_read.prepare_files``'s three (the largest real trace, gzipped and decompressed,
 56 MB of JSON, and its ~1 GB inflation by ``inflate.py``), made once in ``--work-dir``
 (default: ``tracewhy-bench`` in the system's temporary directory, never inside the repo).
-The issue's target: a hit on the 1 GB trace at least 20x faster than a cold read. Medians of
+The target: a hit on the 1 GB trace at least 20x faster than a cold read. Medians of
 ``--repeats`` rounds, the modes interleaved within each; the table goes to stdout and to
 ``bench/results_cache.md``.
 
@@ -153,7 +153,7 @@ def render(files: list[bench_read.BenchFile], results: dict[str, dict[str, list[
         speedup = _work(runs["no cache"]) / _work(runs["cache hit"])
         verdict = "meets" if speedup >= TARGET_SPEEDUP else "MISSES"
         lines += ["", f"On the ~1 GB trace a cache hit is {speedup:.1f}x faster than a cold read without the cache: "
-                      f"this {verdict} the issue's target of {TARGET_SPEEDUP:.0f}x."]
+                      f"this {verdict} the target of {TARGET_SPEEDUP:.0f}x."]
     return "\n".join(lines) + "\n"
 
 

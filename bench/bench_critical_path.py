@@ -1,5 +1,5 @@
 """Time tracewhy's critical path against HTA's critical_path_analysis on the same traces and the
-same windows, side by side in one process (issue 21, item 2).
+same windows, side by side in one process.
 
 For each trace, one window: an annotation's instance as HTA takes it (``annotation``,
 ``instance_id``: the instance's own span), given to tracewhy as ``CriticalPathOptions.window_ns``

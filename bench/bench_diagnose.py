@@ -1,10 +1,10 @@
-"""Issue 3: ``tracewhy diagnose`` must stay within 1.5x the time of ``tracewhy kernels`` on the
+"""Target: ``tracewhy diagnose`` must stay within 1.5x the time of ``tracewhy kernels`` on the
 same trace (the largest real one and the ~1 GB inflation), cold, cache off.
 
 Each run is a fresh process timed inside itself after its imports (read + model + analysis +
 rendering), medians of ``--repeats``; the two commands alternate so machine load hits both.
 
-Issue 16 (``--compile``): the torch.compile rule may add at most 15% to ``diagnose`` on the 1 GB
+``--compile``: the torch.compile rule may add at most 15% to ``diagnose`` on the 1 GB
 trace. ``diagnose`` runs in fresh processes with the rule and without it (the child drops the
 rule, the report's compile analysis and the spike finding's use of it: a toggle only this bench
 sets), interleaved, medians of ``--repeats``; ``compile_analysis`` alone is timed on the read
@@ -34,8 +34,8 @@ BENCH = Path(__file__).resolve().parent
 OUT = BENCH / "out"
 FILES = ("h100_owlv2-large_zero-shot.json", "h100_owlv2-large_zero-shot.inflated.json")
 RESULTS = BENCH / "results_diagnose.md"
-ISSUE_3 = "# diagnose vs kernels (issue 3: diagnose <= 1.5x kernels)"
-ISSUE_16 = "# torch.compile in diagnose (issue 16: at most +15% on 1 GB; a 20k-event cold compile under 2 s)"
+DIAGNOSE_VS_KERNELS_HEADING = "# diagnose vs kernels (target: diagnose <= 1.5x kernels)"
+COMPILE_COST_HEADING = "# torch.compile in diagnose (target: at most +15% on 1 GB; a 20k-event cold compile under 2 s)"
 INFLATED = "h100_owlv2-large_zero-shot.inflated.json"
 
 _CHILD = """
@@ -78,7 +78,7 @@ print(json.dumps({"seconds": sorted(seconds)[len(seconds) // 2], "slices": trace
 """
 
 #: A cold torch.compile captured with the Python tracer on: every Dynamo, AOT autograd and
-#: inductor frame of the compile is a slice (the issue's "20 k compile-time events").
+#: inductor frame of the compile is a slice (the target's "20 k compile-time events").
 _COLD_STACK = """
 import sys, torch
 from torch import nn
@@ -162,7 +162,7 @@ def compile_cost(work_dir: Path, repeats: int) -> int:
         off.append(run("diagnose", path, _WITHOUT_COMPILE))
     with_s, without_s = statistics.median(on), statistics.median(off)
     big = _child(_ANALYSIS, str(path), str(repeats))
-    lines = [ISSUE_16, "",
+    lines = [COMPILE_COST_HEADING, "",
              f"Fresh processes, timed after imports, cache off, medians of {repeats} (with and without the rule "
              f"interleaved); load average at start {load[0]:.2f}, on a 2-core machine shared with other work.", "",
              "| trace | MB | slices | diagnose s | without the compile rule s | added (target <= +15%) | "
@@ -182,7 +182,7 @@ def compile_cost(work_dir: Path, repeats: int) -> int:
                   f"| {cold.name} | {cold.stat().st_size / 1e6:,.1f} | {int(c['slices']):,} | "
                   f"{int(c['compile_events']):,} | {c['compile_ns'] / 1e9:.1f} s | {c['seconds']:.3f} |"]
     text = "\n".join(lines) + "\n"
-    write_section(ISSUE_16, text)
+    write_section(COMPILE_COST_HEADING, text)
     print(text)
     return 0
 
@@ -190,7 +190,7 @@ def compile_cost(work_dir: Path, repeats: int) -> int:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--compile", action="store_true", help="issue 16: the compile rule's cost (see the docstring)")
+    p.add_argument("--compile", action="store_true", help="the compile rule's cost (see the docstring)")
     p.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "tracewhy-bench",
                    help="where bench_cache.py made the 1 GB trace (never inside the repo)")
     args = p.parse_args()
@@ -198,7 +198,7 @@ def main() -> int:
     if args.compile:
         return compile_cost(args.work_dir.resolve(), args.repeats)
     load = os.getloadavg()
-    lines = [ISSUE_3, "",
+    lines = [DIAGNOSE_VS_KERNELS_HEADING, "",
              f"Medians of {args.repeats} fresh processes, timed after imports, cache off; "
              f"load average at start {load[0]:.2f}.", "",
              "| file | MB | kernels s | diagnose s | diagnose / kernels (target <= 1.5) |",
@@ -215,7 +215,7 @@ def main() -> int:
         km, dm = statistics.median(k), statistics.median(d)
         lines.append(f"| {name} | {path.stat().st_size / 1e6:,.0f} | {km:.2f} | {dm:.2f} | {dm / km:.2f} |")
     text = "\n".join(lines) + "\n"
-    write_section(ISSUE_3, text)
+    write_section(DIAGNOSE_VS_KERNELS_HEADING, text)
     print(text)
     return 0
 

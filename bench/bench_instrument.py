@@ -1,4 +1,4 @@
-"""Host overhead of ``tracewhy.instrument`` per block and per mark (issue 18: under 5 us a block).
+"""Host overhead of ``tracewhy.instrument`` per block and per mark (target: under 5 us a block).
 
 Each measurement times N empty ``with`` bodies and subtracts a bare context manager that reads
 the same clock twice (the least any timer does), in the same process, interleaved over rounds;
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"Made by `python bench/bench_instrument.py --n {args.n} --rounds {args.rounds}`: median of {args.rounds} "
         f"rounds of {args.n:,} empty bodies each, cases interleaved in every round. *overhead* is the case minus "
-        "the bare timer (two `perf_counter_ns` reads in a `with`). Target (issue 18): under 5 us of host time per "
+        "the bare timer (two `perf_counter_ns` reads in a `with`). Target: under 5 us of host time per "
         "block.",
         "",
         f"- machine: {os.cpu_count()} logical cores, {platform.processor() or platform.machine()}, "

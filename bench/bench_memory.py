@@ -1,4 +1,4 @@
-"""Issue 17: ``tracewhy diagnose`` on a ``profile_memory`` trace with the memory analysis must
+"""Target: ``tracewhy diagnose`` on a ``profile_memory`` trace with the memory analysis must
 stay within 2x the time of the same diagnosis without it (the real V100 DDP memory trace, and
 its ~1 GB inflation made by bench/inflate.py).
 
@@ -57,7 +57,7 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=3)
     args = p.parse_args()
     load = os.getloadavg()
-    lines = ["# diagnose with and without the memory analysis (issue 17: with <= 2x without)", "",
+    lines = ["# diagnose with and without the memory analysis (target: with <= 2x without)", "",
              f"Medians of {args.repeats} fresh processes, timed after imports, cache off; "
              f"load average at start {load[0]:.2f}.", "",
              "| file | MB | without s | with s | with / without (target <= 2) | memory findings |",

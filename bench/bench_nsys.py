@@ -21,7 +21,7 @@ in-process times leave out Python's start and imports, which nsys's embedded int
 does not pay in the same way; they are shown as what the reader itself costs.
 
 The same comparison on a large export (0.6 GB, 1 M kernels, built by bench/inflate_nsys.py), with
-peak RSS and ``nsys analyze`` against ``diagnose``, is bench/bench_nsys_scale.py (issue 20).
+peak RSS and ``nsys analyze`` against ``diagnose``, is bench/bench_nsys_scale.py.
 
 Usage: python bench/bench_nsys.py [--export FILE.sqlite[.gz]] [--repeat N] [--nsys PATH]
            [--json OUT] [--md OUT (default bench/results_nsys.md; '-' for none)]
@@ -249,7 +249,7 @@ def main() -> int:
 def _markdown(head: str, machine: str, measures: list[Measure],
               ratios: list[tuple[str, float, str]], have_nsys: bool) -> str:
     lines = [
-        "# Reading an nsys export: tracewhy vs `nsys stats` (issue 4)",
+        "# Reading an nsys export: tracewhy vs `nsys stats`",
         "",
         "Written by `python bench/bench_nsys.py --nsys PATH` (NSYS_NOTES.md §6 says how to get nsys).",
         "",
@@ -272,7 +272,7 @@ def _markdown(head: str, machine: str, measures: list[Measure],
     whole = by["in-process whole read / nsys cuda_gpu_kern_sum process"]
     lines += [
         "",
-        "Issue 4's target, reading the largest export faster than `nsys stats -r cuda_gpu_kern_sum`:",
+        "The target, reading the largest export faster than `nsys stats -r cuda_gpu_kern_sum`:",
         f"{'met' if inside < 1 else 'not met'} in-process by the kernels-only read that `tracewhy kernels` "
         f"does ({inside:.2f}x nsys's whole run); {'met' if process < 1 else 'not met'} as a whole process "
         f"({process:.2f}x), where starting Python and importing polars alone take {floor:.2f}x; the whole "

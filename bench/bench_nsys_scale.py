@@ -1,4 +1,4 @@
-"""tracewhy against NVIDIA's own tools on a large, realistic Nsight Systems export (issue 20).
+"""tracewhy against NVIDIA's own tools on a large, realistic Nsight Systems export.
 
 The export is built by bench/inflate_nsys.py (every activity table of the nsys-ai
 ``nsysai_mfu_2gpu_before`` export replicated, 250x by default: ~0.6 GB, 1 M kernels, 4.8 M NVTX
@@ -159,7 +159,7 @@ def _markdown(runs: list[Run], size_mb: float, counts: dict[str, int], load: lis
               args: argparse.Namespace) -> list[str]:
     by = {r.label: r for r in runs}
     lines = [
-        "# tracewhy vs nsys on a large export (issue 20)",
+        "# tracewhy vs nsys on a large export",
         "",
         "Written by `python bench/bench_nsys_scale.py` (NSYS_NOTES.md §6 installs nsys 2023.4.4 without a GPU).",
         "",

@@ -1,4 +1,4 @@
-"""What the critical path adds to ``report`` and ``export`` (issue 21, part 2): both build the
+"""What the critical path adds to ``report`` and ``export``: both build the
 ``Overview``, which now computes the path of at most ``CRITICAL_PATH_STEPS`` steps.
 
 Per trace, in one process, each the median of ``--repeats`` rounds: the whole ``overview`` (the

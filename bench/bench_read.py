@@ -408,7 +408,7 @@ def render(
             )
     lines += [
         "",
-        "Ratios against the issue's targets (tracewhy wall vs json.loads alone, i.e. without "
+        "Ratios against the targets (tracewhy wall vs json.loads alone, i.e. without "
         "its read and interpreter start; HTA wall vs tracewhy wall; tracewhy peak RSS vs the "
         "uncompressed size):",
         "",

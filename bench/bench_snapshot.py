@@ -1,4 +1,4 @@
-"""Issue 17: a ~100 MB CUDA allocator snapshot read and analysed by tracewhy within 2x the
+"""Target: a ~100 MB CUDA allocator snapshot read and analysed by tracewhy within 2x the
 time of a plain ``pickle.load`` of it (what torch's own ``torch/cuda/_memory_viz.py`` does,
 running whatever the file names), side by side with that viewer's own CPU-side work.
 
@@ -164,7 +164,7 @@ def render(path: Path, runs: dict[str, list[dict[str, Any]]], load_start: float,
     base = median("pickle", "seconds") if "pickle" in runs else None
     base_process = median("pickle", "process_seconds") if "pickle" in runs else None
     lines = [
-        "# CUDA allocator snapshot: tracewhy against `pickle.load` (issue 17: read + analysis <= 2x)", "",
+        "# CUDA allocator snapshot: tracewhy against `pickle.load` (target: read + analysis <= 2x)", "",
         f"`{path.name}`: {path.stat().st_size / 1e6:,.1f} MB, written by `bench/make_snapshot.py`. "
         f"Medians of {repeats} fresh processes per variant, interleaved; load average {load_start:.2f} at start, "
         f"{load_end:.2f} at the end ({os.cpu_count()} cores). \"after imports\" is timed inside the process; "

@@ -1,6 +1,6 @@
 """Write a CUDA caching-allocator snapshot as a long training run recorded with
 ``torch.cuda.memory._record_memory_history(max_entries=...)`` and dumped with
-``_dump_snapshot()`` would leave it (issue 17's ~100 MB snapshot), for bench_snapshot.py.
+``_dump_snapshot()`` would leave it (about 100 MB), for bench_snapshot.py.
 
 No GPU is needed: a small model of the caching allocator (torch 2.13's
 ``c10/cuda/CUDACachingAllocator.cpp`` rules: 512-byte rounding, a small pool of 2 MiB segments

@@ -37,7 +37,7 @@ from typing import Any
 import psutil
 
 MB = 1_000_000
-# The reader's pipeline (issue 2 and its rework); names a reader lacks are skipped and listed.
+# The reader's pipeline, old stages and reworked ones; names a reader lacks are skipped and listed.
 STAGES = (
     "tracewhy.cli.commands.kernels:load_trace",
     "tracewhy.cli.base:read_trace",
