@@ -18,6 +18,7 @@ path and the ``tracewhy diagnose`` command. torch is imported when ``profile`` i
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,12 +40,18 @@ class Stepper:
         self._prof.step()
         self.steps_done += 1
         if self._cuda_start is not None:
-            import torch
-
+            torch = _torch()
             if self.steps_done == self._cuda_start:
-                torch.cuda.profiler.start()  # type: ignore[no-untyped-call]
+                torch.cuda.profiler.start()
             elif self.steps_done == self._cuda_stop:
-                torch.cuda.profiler.stop()  # type: ignore[no-untyped-call]
+                torch.cuda.profiler.stop()
+
+
+def _torch() -> Any:
+    """The torch module, imported when a capture runs. Typed as Any: tracewhy installs without
+    torch (it reads traces; only the capture runs inside a job that has it), so the type check
+    must pass with torch absent and with it present."""
+    return importlib.import_module("torch")
 
 
 @contextmanager
@@ -53,8 +60,9 @@ def profile(out_dir: str | Path = "traces", steps: int = 5, *, wait: int = 1, wa
             worker_name: str | None = None, quiet: bool = False) -> Iterator[Stepper]:
     """Profile ``steps`` steps after ``wait`` skipped and ``warmup`` warm-up steps, writing
     ``<out_dir>/<worker>.<time>.pt.trace.json.gz``."""
-    import torch
-    from torch.profiler import ProfilerActivity, schedule, tensorboard_trace_handler
+    torch = _torch()
+    ProfilerActivity, schedule = torch.profiler.ProfilerActivity, torch.profiler.schedule
+    tensorboard_trace_handler = torch.profiler.tensorboard_trace_handler
 
     if steps < 1 or wait < 0 or warmup < 0:
         raise ValueError("steps must be >= 1, wait and warmup >= 0")
