@@ -1,10 +1,12 @@
 """Finding codes are declared once, in findings/codes.py: every code is emitted by some rule, no
-code is written as a bare string anywhere else, and README.md holds exactly the table that
-scripts/finding_codes.py prints from them."""
+code is written as a bare string anywhere else, and the documentation's finding-codes page holds
+exactly the table that scripts/finding_codes.py prints from them (TRACEWHY_UPDATE_DOCS=1 rewrites
+it there)."""
 
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +16,7 @@ from tracewhy.findings.codes import Code
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "src" / "tracewhy"
 SCRIPT = ROOT / "scripts" / "finding_codes.py"
+PAGE = ROOT / "docs" / "finding-codes.md"
 START, END = "<!-- finding-codes:start -->", "<!-- finding-codes:end -->"
 
 
@@ -68,9 +71,15 @@ def test_table_reads_severities_from_the_rules() -> None:
     assert set(rows) == {c.value for c in Code}
 
 
-def test_readme_holds_the_table() -> None:
-    """Fails until the output of ``python scripts/finding_codes.py`` is pasted between the markers."""
-    readme = (ROOT / "README.md").read_text()
-    assert START in readme and END in readme, f"README.md lacks {START} ... {END}"
-    between = readme.split(START, 1)[1].split(END, 1)[0]
-    assert between.strip() == _table().strip()
+def test_the_docs_page_holds_the_table() -> None:
+    """Fails until the output of ``python scripts/finding_codes.py`` is between the page's markers;
+    ``TRACEWHY_UPDATE_DOCS=1`` puts it there."""
+    page = PAGE.read_text(encoding="utf-8")
+    assert START in page and END in page, f"{PAGE.name} lacks {START} ... {END}"
+    before, rest = page.split(START, 1)
+    between, after = rest.split(END, 1)
+    if os.environ.get("TRACEWHY_UPDATE_DOCS"):
+        PAGE.write_text(f"{before}{START}\n{_table().strip()}\n{END}{after}", encoding="utf-8")
+        return
+    assert between.strip() == _table().strip(), (
+        f"{PAGE.relative_to(ROOT)} is stale: TRACEWHY_UPDATE_DOCS=1 python -m pytest tests/test_finding_codes.py")

@@ -1,7 +1,8 @@
-"""The README's "Python API" section runs: every ```python block in it, in order, in one namespace,
-from the repository root (where its example paths start; ../shared/traces is the shared traces).
+"""The documentation's Python API page runs: every ```python block of docs/python-api.md, in order,
+in one namespace, from the repository root (where its example paths start; ../shared/traces is the
+shared traces).
 
-TRACEWHY_README=FILE reads the section from FILE instead of README.md (to try a draft)."""
+TRACEWHY_PYTHON_API_PAGE=FILE reads the blocks from FILE instead (to try a draft)."""
 
 from __future__ import annotations
 
@@ -13,34 +14,35 @@ import pytest
 
 from conftest import ROOT, shared_trace
 
-SECTION = "## Python API"
+PAGE = ROOT / "docs" / "python-api.md"
 #: A path of the shared test traces in an example: the run needs them (skipped where they are absent).
 _SHARED = re.compile(r"\.\./shared/traces/([\w./-]+)")
-_BLOCK = re.compile(r"^```python\n(.*?)^```$", re.DOTALL | re.MULTILINE)
+#: A ```python block, at the margin or indented (inside a list item).
+_BLOCK = re.compile(r"^( *)```python\n(.*?)^\1```$", re.DOTALL | re.MULTILINE)
 
 
 def python_blocks(markdown: str) -> list[str]:
-    """The ```python blocks of the section, from its heading to the next heading of its level."""
-    heading = re.search(rf"^{re.escape(SECTION)}$", markdown, re.MULTILINE)
-    assert heading is not None, f"no {SECTION!r} section"
-    body = markdown[heading.end():]
-    end = re.search(r"^## ", body, re.MULTILINE)
-    return _BLOCK.findall(body[: end.start()] if end else body)
+    """The page's ```python blocks, in order, with their indentation removed."""
+    blocks = []
+    for indent, body in _BLOCK.findall(markdown):
+        lines = body.splitlines(keepends=True)
+        blocks.append("".join(line[len(indent):] if line.startswith(indent) else line for line in lines))
+    return blocks
 
 
 def test_python_blocks_are_found() -> None:
-    text = "\n".join(["# x", SECTION, "```python", "a = 1", "```", "```", "not python", "```", "### Sub",
-                      "```python", "b = a", "```", "## Next", "```python", "raise SystemExit", "```", ""])
+    text = "\n".join(["# x", "```python", "a = 1", "```", "```", "not python", "```", "- item", "",
+                      "    ```python", "    b = a", "    ```", ""])
     assert python_blocks(text) == ["a = 1\n", "b = a\n"]
 
 
-def test_readme_python_api_runs(monkeypatch: pytest.MonkeyPatch) -> None:
-    readme = Path(os.environ.get("TRACEWHY_README", ROOT / "README.md"))
-    blocks = python_blocks(readme.read_text(encoding="utf-8"))
-    assert len(blocks) >= 5, "the section shows each function in a ```python block"
+def test_python_api_page_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    page = Path(os.environ.get("TRACEWHY_PYTHON_API_PAGE", PAGE))
+    blocks = python_blocks(page.read_text(encoding="utf-8"))
+    assert len(blocks) >= 5, "the page shows each function in a ```python block"
     for relative in _SHARED.findall("".join(blocks)):
         shared_trace(relative)
     monkeypatch.chdir(ROOT)
-    namespace: dict[str, object] = {"__name__": "readme"}
+    namespace: dict[str, object] = {"__name__": "python_api_page"}
     for i, block in enumerate(blocks, 1):
-        exec(compile(block, f"{readme.name}: {SECTION} block {i}", "exec"), namespace)
+        exec(compile(block, f"{page.name}: block {i}", "exec"), namespace)

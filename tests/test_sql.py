@@ -43,7 +43,7 @@ if importlib.util.find_spec("duckdb") is None:  # the 'sql' extra (in 'test' too
 NCCL = "hta/a100_ddp2_rank0_nccl2.17.json.gz"  # 8 A100s, NCCL, ProfilerStep markers, memcpys
 MEMORY = "hta/v100_ddp2_rank1_memprofile.json.gz"  # profile_memory: allocator events
 NSYS = "nsys/pipit_saxpy_mpi_cuda_a100_2022.2.sqlite.gz"  # nsys export with memcpys and memsets
-README = ROOT / "README.md"
+SQL_PAGE = ROOT / "docs" / "commands" / "sql.md"
 SCHEMAS_SCRIPT = ROOT / "scripts" / "sql_schemas.py"
 START, END = "<!-- sql-tables:start -->", "<!-- sql-tables:end -->"
 
@@ -305,9 +305,15 @@ def test_schema_reference_names_every_column() -> None:
         assert [c.split("`")[1] for c in columns.split(", ")] == list(schema)
 
 
-def test_readme_holds_the_schema_reference() -> None:
-    """Fails until the output of ``python scripts/sql_schemas.py`` is pasted between the markers."""
-    readme = README.read_text()
-    assert START in readme and END in readme, f"README.md lacks {START} ... {END}"
-    between = readme.split(START, 1)[1].split(END, 1)[0]
-    assert between.strip() == _schema_reference().strip()
+def test_the_docs_page_holds_the_schema_reference() -> None:
+    """Fails until the output of ``python scripts/sql_schemas.py`` is between the sql page's
+    markers; ``TRACEWHY_UPDATE_DOCS=1`` puts it there."""
+    page = SQL_PAGE.read_text(encoding="utf-8")
+    assert START in page and END in page, f"{SQL_PAGE.name} lacks {START} ... {END}"
+    before, rest = page.split(START, 1)
+    between, after = rest.split(END, 1)
+    if os.environ.get("TRACEWHY_UPDATE_DOCS"):
+        SQL_PAGE.write_text(f"{before}{START}\n{_schema_reference().strip()}\n{END}{after}", encoding="utf-8")
+        return
+    assert between.strip() == _schema_reference().strip(), (
+        f"{SQL_PAGE.relative_to(ROOT)} is stale: TRACEWHY_UPDATE_DOCS=1 python -m pytest tests/test_sql.py")
