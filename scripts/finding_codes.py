@@ -1,4 +1,4 @@
-"""Print the README's table of finding codes as Markdown: each code, the severities its rule
+"""Print the table of finding codes (docs/finding-codes.md) as Markdown: each code, the severities its rule
 gives it, and what it means.
 
     python scripts/finding_codes.py

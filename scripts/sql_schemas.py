@@ -1,4 +1,4 @@
-"""Print the README's reference of the tables ``tracewhy sql`` queries, as Markdown: each
+"""Print the reference of the tables ``tracewhy sql`` queries, as Markdown: each
 table, what one row is, and its columns with their SQL types.
 
     python scripts/sql_schemas.py

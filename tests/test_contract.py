@@ -281,7 +281,7 @@ def test_stop_signal_removes_what_was_made(signame: str, module: str, function: 
 
 @pytest.mark.parametrize(("trace", "vendor", "rule", "tool", "comm"), [
     # HTA's V100 trace (2021, no version keys in its header): the GPU runs behind the CPU,
-    # kernels back to back (README, steps); its launches are cudaLaunchKernel.
+    # kernels back to back (docs/decisions.md, steps); its launches are cudaLaunchKernel.
     ("hta/v100_rank0_displayTimeUnit_ns_fractional_us.json.gz", "nvidia", "cu* runtime calls", "ncu --set full",
      False),
     # TraceLens' MI300X DDP rank: busy 99.5%, two thirds of it all-reduce that no compute hides.

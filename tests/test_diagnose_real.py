@@ -243,7 +243,7 @@ def test_diagnose_without_steps_says_over_the_trace() -> None:
 
 
 def test_cpu_only_trace_with_steps_says_per_step() -> None:
-    # The README's bundled demo: CPU-only (no GPU basis) but with 15 steady steps; its input
+    # The bundled demo (the README's set-up runs it): CPU-only (no GPU basis) but with 15 steady steps; its input
     # finding is per step, and the headline must say so (GPU idle basis or not).
     trace = tracewhy.load(ROOT / "examples" / "demo_cpu_training.pt.trace.json.gz")
     report = diagnose(trace)

@@ -104,6 +104,8 @@ EXAMPLES = (
             exit_code=1),
     Example("compile", ("compile", f"{GEN}/cpu_compile_break_loop.pt.trace.json.gz",
                         "--logs", f"{GEN}/cpu_compile_break_loop.torch_logs.txt")),
+    Example("compile-check", ("check", f"{GEN}/cpu_compile_break_loop.pt.trace.json.gz", "--max-graph-breaks", "0",
+                              "--max-recompiles", "0"), exit_code=1),
     Example("critical-path", ("critical-path", A100_DDP, "--top", "8")),
     Example("diff", ("diff", f"{GEN}/cpu_slow_step_base.pt.trace.json.gz",
                      f"{GEN}/cpu_slow_step_planted.pt.trace.json.gz", "--top", "5")),

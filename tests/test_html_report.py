@@ -217,7 +217,7 @@ def test_report_needs_an_output(capsys: pytest.CaptureFixture[str]) -> None:
 
 #: Five steps on a V100, the first (35 ms among 96 ms) excluded as warm-up (MANIFEST.md).
 WARMUP_TRACE = "hta/v100_rank0_displayTimeUnit_ns_fractional_us.json.gz"
-#: The README's screenshot, made from the same trace by this test run (TRACEWHY_UPDATE_DOCS=1 rewrites it).
+#: The README's and docs' screenshot, made from the same trace by this test run (TRACEWHY_UPDATE_DOCS=1 rewrites it).
 DOCS_SCREENSHOT = ROOT / "docs" / "report.png"
 
 
@@ -257,7 +257,7 @@ def test_step_chart_names_steps_starts_at_zero_and_sets_warmup_apart(browser: An
     result = steps(read_trace(trace))
     names = result.table.get_column(StepCol.NAME).to_list()
     assert result.warmup == 1 and len(names) == 5
-    # Read by its bare name, so the page (and the README's screenshot) shows no path of this machine.
+    # Read by its bare name, so the page (and the docs' screenshot) shows no path of this machine.
     (tmp_path / trace.name).write_bytes(trace.read_bytes())
     monkeypatch.chdir(tmp_path)
     page = Page(browser, _report(Path(trace.name), tmp_path / "r.html"))

@@ -115,7 +115,7 @@ SQL_SCHEMAS: Final[dict[str, pl.Schema]] = {
 
 SQL_TABLES: Final = tuple(SQL_SCHEMAS)
 
-#: What a row of each table is, and where its columns come from (the README's reference says it).
+#: What a row of each table is, and where its columns come from (docs/commands/sql.md's reference says it).
 TABLE_ROWS: Final[dict[str, str]] = {
     Table.SLICES: "one per timed event of every kind (the model's slices table): op_id is the innermost CPU op "
                   "around a slice or its launch, launch_id a GPU activity's runtime call, parent_id the enclosing "

@@ -1,8 +1,9 @@
-"""Every code a finding can carry, declared once, each with the one line the README's table shows.
+"""Every code a finding can carry, declared once, each with the one line the docs' table shows.
 
 Codes are stable: scripts match on them in ``--json`` output. To add one, add a member here and
-its line in ``_MEANING``, emit it as ``Finding(code=Code.NEW, ...)``, and paste the table that
-``python scripts/finding_codes.py`` prints into README.md (tests/test_finding_codes.py checks all three).
+its line in ``_MEANING``, emit it as ``Finding(code=Code.NEW, ...)``, and put the table that
+``python scripts/finding_codes.py`` prints into docs/finding-codes.md (``TRACEWHY_UPDATE_DOCS=1
+python -m pytest tests/test_finding_codes.py`` does it; that test checks all three).
 """
 
 from __future__ import annotations

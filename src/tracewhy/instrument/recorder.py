@@ -8,7 +8,7 @@ elapsed time is resolved when the end event is known complete (``query()`` at a 
 end) or at ``flush()``, so the overlap being measured is left alone. ``sync=True`` is
 attribution mode: the block synchronizes at its end and every record says so.
 
-The record format (``LOG_FORMAT``) is documented in the README ("Instrument logs"): a
+The record format (``LOG_FORMAT``) is documented in docs/inputs/instrument-logs.md: a
 ``header`` line first, then ``mark`` and ``block`` lines. Records are kept in memory and written
 at ``flush()`` (also at interpreter exit), so a block costs no I/O.
 """

@@ -1,6 +1,6 @@
 """Instrument logs: JSON Lines of ``header``, ``mark`` and ``block`` records, one file per rank.
 
-The format is ``tracewhy.instrument``'s (README, "Instrument logs"), and any other code may write
+The format is ``tracewhy.instrument``'s (docs/inputs/instrument-logs.md), and any other code may write
 it: fields beyond the documented ones are ignored, a missing header only costs what it would
 have said (the clock, the sync mode), and the rank comes from the records, the header or the
 file name (``...rank<R>.jsonl``), in that order. Lines that are not records (cut, not JSON,
