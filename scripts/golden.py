@@ -163,14 +163,16 @@ def _normalize(text: str, scratch: Path) -> str:
 def _captured() -> Iterator[tuple[io.BytesIO, io.BytesIO]]:
     out, err = io.BytesIO(), io.BytesIO()
     saved = sys.stdout, sys.stderr
-    sys.stdout = io.TextIOWrapper(out, encoding="utf-8", write_through=True)
-    sys.stderr = io.TextIOWrapper(err, encoding="utf-8", write_through=True)
+    wrappers = (io.TextIOWrapper(out, encoding="utf-8", write_through=True),
+                io.TextIOWrapper(err, encoding="utf-8", write_through=True))
+    sys.stdout, sys.stderr = wrappers
     try:
         yield out, err
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
         sys.stdout, sys.stderr = saved
+        for wrapper in wrappers:  # detached: a wrapper that is dropped closes the buffer it wraps
+            wrapper.flush()
+            wrapper.detach()
 
 
 def run_one(name: str, argv: list[str], dest: Path) -> None:
