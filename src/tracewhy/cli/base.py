@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 import sys
 from collections.abc import Collection, Iterable, Iterator
 from contextvars import ContextVar
@@ -175,8 +176,8 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-cache", action="store_true",
                         help="read the trace afresh; do not use or write the parsed-trace cache")
     parser.add_argument("--wide", action="store_true",
-                        help="print names whole (kernel names are otherwise cut in the middle to fit the terminal; "
-                             "output that is not a terminal always has them whole)")
+                        help="print tables whole, however wide: every column and whole names (on a terminal, "
+                             "tables otherwise fit its width; output that is not a terminal is always whole)")
     parser.add_argument("--color", choices=COLOR_CHOICES, default="auto",
                         help="colour the output: auto (on a terminal, unless NO_COLOR is set), always, never")
 
@@ -196,7 +197,7 @@ def run_command(args: argparse.Namespace) -> int:
     warnings_token = _WARNINGS.set(collected)
     progress_token = _SHOW_PROGRESS.set(sys.stderr.isatty() and not getattr(args, "json", False))
     try:
-        with whole_names(getattr(args, "wide", False) or not sys.stdout.isatty()):
+        with whole_names(getattr(args, "wide", False) or not stdout_is_terminal()):
             return int(args.command.run(args))
     finally:
         stop_analysing()
@@ -249,13 +250,23 @@ def emit(args: argparse.Namespace, command: str, payload: dict[str, Any], view: 
     if getattr(args, "json", False):
         sys.stdout.write(render_json(command, payload, warnings_so_far()) + "\n")
     else:
-        print_tables(output_console(getattr(args, "color", "auto")), view())
+        show(view, getattr(args, "color", "auto"))
+
+
+def show(view: View, color: str = "auto") -> None:
+    """Print a command's terminal view on stdout (the one place views are printed)."""
+    print_tables(output_console(color), view())
 
 
 #: ``--color``: auto follows the terminal and NO_COLOR (https://no-color.org); the others force.
 COLOR_CHOICES: Final = ("auto", "always", "never")
 #: Piped output has no terminal width: paragraphs wrap at this many columns (tables never cut).
 PIPED_WIDTH: Final = 160
+
+
+def stdout_is_terminal() -> bool:
+    """Whether stdout is a terminal: tables then fit its width; otherwise they are printed whole."""
+    return sys.stdout.isatty()
 
 
 def output_console(color: str = "auto") -> Console:
@@ -269,25 +280,55 @@ def output_console(color: str = "auto") -> Console:
         console = Console(soft_wrap=False, no_color=True, color_system=None)
     else:
         console = Console(soft_wrap=False)
-    if not sys.stdout.isatty():
+    if not stdout_is_terminal():
         console.width = PIPED_WIDTH
     return console
 
 
 def print_tables(console: Console, renderable: RenderableType) -> None:
     """Print ``renderable`` (groups of tables and paragraphs): paragraphs wrap at the console's
-    width; under ``whole_names`` (``--wide``, piped output) each table is as wide as its names
-    need, so that no cell is cut."""
-    from rich.console import Group
-    from rich.table import Table
+    width and tables fit it (``FitTable``); under ``whole_names`` (``--wide``, piped output) each
+    table is as wide as its content needs. No line ends in spaces (rich pads cells, titles and
+    indented paragraphs to their width): a pipe gets the text, not the padding."""
+    with console.capture() as captured:
+        _print_parts(console, renderable)
+    console.file.write("".join(_without_trailing_space(line) for line in captured.get().splitlines(keepends=True)))
+    console.file.flush()
 
-    from tracewhy.units import Fit
+
+#: Spaces at the end of a line, before any escape codes that close its styles.
+_TRAILING_SPACE: Final = re.compile(r"[ \t]+((?:\x1b\[[0-9;]*m)*)(\n?)$")
+
+
+def _without_trailing_space(line: str) -> str:
+    while True:
+        stripped = _TRAILING_SPACE.sub(r"\1\2", line)
+        if stripped == line:
+            return line
+        line = stripped
+
+
+def _print_parts(console: Console, renderable: RenderableType) -> None:
+    from rich.console import Group
+    from rich.padding import Padding
+    from rich.table import Table
+    from rich.text import Text
+
+    from tracewhy.renderers.layout import FitTable
+    from tracewhy.renderers.wrap import Paragraph
 
     if isinstance(renderable, Group):
         for part in renderable.renderables:
-            print_tables(console, part)
+            _print_parts(console, part)
         return
-    if isinstance(renderable, (Table, Fit)) and names_whole():
+    # Paragraphs wrap as table text does: never between a number and its unit.
+    if isinstance(renderable, Text):
+        renderable = Paragraph(renderable)
+    elif isinstance(renderable, Padding) and isinstance(renderable.renderable, Text):
+        renderable = Padding(Paragraph(renderable.renderable),
+                             (renderable.top, renderable.right, renderable.bottom, renderable.left),
+                             style=renderable.style, expand=renderable.expand)
+    if isinstance(renderable, (Table, FitTable)) and names_whole():
         needed = console.measure(renderable, options=console.options.update_width(10**6)).maximum
         if needed > console.width:
             with _wider(console, needed):

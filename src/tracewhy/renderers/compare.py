@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import polars as pl
 
 from tracewhy.analyses.diff import MemoryChange
 from tracewhy.findings.compare import FASTER, SLOWER, Comparison
-from tracewhy.units import fmt_bytes, fmt_ns, shorten
+from tracewhy.renderers.layout import FitTable, Layout, label, name, number
+from tracewhy.units import fmt_bytes, fmt_ns
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
-    from rich.table import Table
 
 
 _STYLE = {SLOWER: "bold red", FASTER: "bold green"}
@@ -88,15 +88,13 @@ def _memory_payload(m: MemoryChange) -> dict[str, Any]:
             "ledger_source": m.ledger_source}
 
 
-def _memory_table(changes: list[MemoryChange]) -> Table:
-    """Per device: the allocation peak, then each ledger category at it that either run holds."""
-    from rich.table import Table
+#: ``diff``: memory at the peak, per device and ledger category, in A and B.
+MEMORY_CHANGE_TABLE: Final = Layout((label("device"), label("what"), number("A"), number("B"), number("B - A")))
 
-    t = Table(title=f"memory at the allocation peak (ledger {changes[0].ledger_source})")
-    t.add_column("device")
-    t.add_column("what")
-    for col in ("A", "B", "B - A"):
-        t.add_column(col, justify="right")
+
+def _memory_table(changes: list[MemoryChange]) -> FitTable:
+    """Per device: the allocation peak, then each ledger category at it that either run holds."""
+    t = MEMORY_CHANGE_TABLE.table(f"memory at the allocation peak (ledger {changes[0].ledger_source})")
     for m in changes:
         t.add_row(m.device, "peak allocated", fmt_bytes(m.a_peak_allocated_bytes),
                   fmt_bytes(m.b_peak_allocated_bytes), _signed_bytes(m.peak_change_bytes))
@@ -114,15 +112,19 @@ def _signed_bytes(n: int | None) -> str:
     return ("+" if n > 0 else "-" if n < 0 else "") + fmt_bytes(abs(n))
 
 
-def _delta_table(title: str, table: pl.DataFrame, top: int, gpu: bool) -> Table:
-    from rich.table import Table
+#: ``diff``: ops, blocks or kernels per steady step in A and B; the changes stay, the call counts
+#: and then the times they are the difference of leave a narrow terminal first.
+DELTA_TABLE: Final = Layout(
+    (name("name"), number("calls A"), number("calls B"), number("A"), number("B"), number("B - A"),
+     number("GPU A"), number("GPU B"), number("GPU B - A")),
+    drop=("calls A", "calls B", "GPU A", "GPU B", "A", "B"))
 
-    t = Table(title=f"{title}: per steady step, largest change first")
-    t.add_column("name")
-    for col in ("calls A", "calls B", "A", "B", "B - A", *(("GPU A", "GPU B", "GPU B - A") if gpu else ())):
-        t.add_column(col, justify="right")
+
+def _delta_table(title: str, table: pl.DataFrame, top: int, gpu: bool) -> FitTable:
+    t = DELTA_TABLE.table(f"{title}: per steady step, largest change first",
+                          omit=() if gpu else ("GPU A", "GPU B", "GPU B - A"))
     for row in table.head(top).iter_rows(named=True):
-        cells = [shorten(row["name"], 60), f"{row['a_calls_per_step']:g}", f"{row['b_calls_per_step']:g}",
+        cells = [row["name"], f"{row['a_calls_per_step']:g}", f"{row['b_calls_per_step']:g}",
                  fmt_ns(row["a_ns_per_step"]), fmt_ns(row["b_ns_per_step"]), _signed(row["delta_ns_per_step"])]
         if gpu:
             cells += [fmt_ns(row["a_gpu_ns_per_step"]), fmt_ns(row["b_gpu_ns_per_step"]),

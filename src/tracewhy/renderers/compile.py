@@ -4,16 +4,16 @@ the ``--json`` payload."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from tracewhy.analyses.compile import BreakCol, CompileResult, CompileStepCol, RecompileCol, RegionCol
 from tracewhy.analyses.torch_logs import JoinCol, TorchLogs, join_regions
 from tracewhy.findings.model import Finding
-from tracewhy.units import fmt_ns, fmt_pct, printable, shorten
+from tracewhy.renderers.layout import FitTable, Layout, label, name, number, step, text
+from tracewhy.units import fmt_ns, fmt_pct, printable
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
-    from rich.table import Table
 
 
 def compile_payload(r: CompileResult, logs: TorchLogs | None, findings: list[Finding]) -> dict[str, Any]:
@@ -46,7 +46,6 @@ def compile_payload(r: CompileResult, logs: TorchLogs | None, findings: list[Fin
 
 def render_compile(r: CompileResult, logs: TorchLogs | None, findings: list[Finding], top: int) -> RenderableType:
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
 
     if not r.has_compile:
@@ -58,19 +57,15 @@ def render_compile(r: CompileResult, logs: TorchLogs | None, findings: list[Find
     )
     parts: list[RenderableType] = [head, _steps_table(r, top), _regions_table(r, logs)]
     if r.recompiles.height:
-        t = Table(title="recompiles (compile ids F/C with C > 0)")
-        for col in ("region", "step", "steady", "cost"):
-            t.add_column(col, justify="right" if col == "cost" else "left")
+        t = RECOMPILES_TABLE.table("recompiles (compile ids F/C with C > 0)")
         for row in r.recompiles.iter_rows(named=True):
-            t.add_row(row[RecompileCol.REGION], printable(row[RecompileCol.STEP] or "-"),
+            t.add_row(row[RecompileCol.REGION], row[RecompileCol.STEP] or "-",
                       "yes" if row[RecompileCol.STEADY] else "no", fmt_ns(row[RecompileCol.COST_NS]))
         parts.append(t)
     if r.breaks.height:
-        t = Table(title="graph breaks seen as resume functions (Python stacks)")
-        for col in ("location", "function", "calls", "steps"):
-            t.add_column(col, justify="right" if col in ("calls", "steps") else "left")
+        t = BREAKS_TABLE.table("graph breaks seen as resume functions (Python stacks)")
         for row in r.breaks.head(top).iter_rows(named=True):
-            t.add_row(printable(row[BreakCol.LOCATION]), printable(row[BreakCol.FUNCTION]),
+            t.add_row(row[BreakCol.LOCATION], row[BreakCol.FUNCTION],
                       str(row[BreakCol.CALLS]), str(row[BreakCol.STEPS]))
         parts.append(t)
     parts += [Text(f"[{f.code}] {printable(f.statement)} {printable(f.next_step)}") for f in findings]
@@ -81,17 +76,28 @@ def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
 
 
-def _steps_table(r: CompileResult, top: int) -> Table:
-    from rich.table import Table
+#: ``compile`` per step: breaks, recompiles and compile time stay; the graph and kernel counts
+#: leave a narrow terminal first.
+COMPILE_STEPS_TABLE: Final = Layout(
+    (step(), label("steady"), number("regions"), number("breaks"), number("recompiles"), number("compile"),
+     number("eager between"), number("graph calls"), number("kernels"), number("graph launches")),
+    drop=("graph launches", "graph calls", "kernels", "eager between", "regions"))
+#: ``compile`` regions: calls and time stay; the kernel counts leave first; the logged break wraps.
+REGIONS_TABLE: Final = Layout(
+    (label("region"), number("calls"), number("after a break"), number("total"), number("kernels"),
+     number("graph launches"), text("logged break / failed guard")),
+    drop=("graph launches", "kernels", "after a break"))
+RECOMPILES_TABLE: Final = Layout((label("region"), step(), label("steady"), number("cost")))
+BREAKS_TABLE: Final = Layout((name("location"), name("function"), number("calls"), number("steps")))
 
-    t = Table(title="torch.compile per step")
+
+def _steps_table(r: CompileResult, top: int) -> FitTable:
+    t = COMPILE_STEPS_TABLE.table("torch.compile per step")
     cols = [("step", CompileStepCol.STEP), ("steady", CompileStepCol.STEADY), ("regions", CompileStepCol.REGIONS),
             ("breaks", CompileStepCol.GRAPH_BREAKS), ("recompiles", CompileStepCol.RECOMPILES),
             ("compile", CompileStepCol.COMPILE_NS), ("eager between", CompileStepCol.EAGER_NS),
             ("graph calls", CompileStepCol.GRAPH_CALLS), ("kernels", CompileStepCol.KERNELS),
             ("graph launches", CompileStepCol.GRAPH_LAUNCHES)]
-    for label, _ in cols:
-        t.add_column(label, justify="left" if label in ("step", "steady") else "right")
     for row in r.per_step.head(top).iter_rows(named=True):
         t.add_row(*[_cell(c, row[c]) for _, c in cols])
     return t
@@ -102,23 +108,18 @@ def _cell(column: str, value: Any) -> str:
         return fmt_ns(value)
     if column == CompileStepCol.STEADY:
         return "yes" if value else "no"
-    return printable(str(value))
+    return str(value) if column == CompileStepCol.STEP else printable(str(value))
 
 
-def _regions_table(r: CompileResult, logs: TorchLogs | None) -> Table:
-    from rich.table import Table
-
+def _regions_table(r: CompileResult, logs: TorchLogs | None) -> FitTable:
     regions = join_regions(r.regions, logs) if logs is not None else r.regions
-    t = Table(title="regions by compile id (Torch-Compiled Region: F/C)")
-    for col in ("region", "calls", "after a break", "total", "kernels", "graph launches"):
-        t.add_column(col, justify="left" if col == "region" else "right")
-    if logs is not None:
-        t.add_column("logged break / failed guard")
+    t = REGIONS_TABLE.table("regions by compile id (Torch-Compiled Region: F/C)",
+                            omit=() if logs is not None else ("logged break / failed guard",))
     for row in regions.iter_rows(named=True):
         cells = [row[RegionCol.REGION], str(row[RegionCol.CALLS]), str(row[RegionCol.NESTED_CALLS]),
                  fmt_ns(row[RegionCol.TOTAL_NS]), str(row[RegionCol.KERNELS]), str(row[RegionCol.GRAPH_LAUNCHES])]
         if logs is not None:
-            cells.append(shorten(printable(_logged(row)), 70))
+            cells.append(_logged(row))
         t.add_row(*cells)
     return t
 

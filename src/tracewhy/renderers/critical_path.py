@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from tracewhy.units import fmt_ns, fmt_pct, printable, shorten
+from tracewhy.renderers.layout import Layout, label, name, number
+from tracewhy.units import fmt_ns, fmt_pct, printable
 
 if TYPE_CHECKING:
     import polars as pl
@@ -90,11 +91,30 @@ def _rows(frame: Any, fields: tuple[str, ...]) -> list[dict[str, Any]]:
     return rows
 
 
+def _steps_layout() -> Layout:
+    """``critical-path`` per step: the step, its total and the categories that hold most of a step
+    stay; the window (the total covers it) and the waits leave a narrow terminal first."""
+    from tracewhy.analyses.critical_path import CATEGORIES, Category
+
+    least_first = (Category.KERNEL_GAP, Category.SYNC, Category.IDLE, Category.COPIES, Category.LAUNCH,
+                   Category.COMMUNICATION, Category.HOST_OPS, Category.KERNELS)
+    columns = (label("step", "right"), number("window"), number("total"), *(number(_header(c)) for c in CATEGORIES))
+    return Layout(columns, drop=("window", *(_header(c) for c in least_first if c in CATEGORIES)))
+
+
+def _header(category: str) -> str:
+    return category.replace("_", " ")
+
+
+#: ``critical-path``: what lies on the path; the count leaves first.
+ITEMS_TABLE: Final = Layout(
+    (name("name"), label("category"), number("count"), number("on path"), number("saves/step")), drop=("count",))
+
+
 def render_critical_path(r: CriticalPathResult, top: int) -> RenderableType:
     """Per step a line of totals, then the composition over all steps, then the items on the
     path with the most time and what removing each would save."""
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
 
     from tracewhy.analyses.critical_path import CATEGORIES, CATEGORY_NS, PathCol
@@ -103,15 +123,13 @@ def render_critical_path(r: CriticalPathResult, top: int) -> RenderableType:
     if r.steps.height == 0:
         parts.append(Text(f"no steps to analyse ({printable(r.marker)})"))
     else:
-        t = Table(title=f"critical path per step ({shorten(r.marker, 60)})",
-                  caption="total: the time the path covers; it equals the window where every wait on it "
-                          "is explained by the trace")
-        for col in ("step", "window", "total", *CATEGORIES):
-            t.add_column(col.replace("_", " "), justify="right")
+        t = _steps_layout().table(f"critical path per step ({r.marker})",
+                                  "total: the time the path covers; it equals the window where every wait on it "
+                                  "is explained by the trace")
         for row in r.steps.head(top).iter_rows(named=True):
-            number = row[PathCol.NUMBER]
-            label = f"#{number}" if number is not None else str(row[PathCol.STEP])
-            t.add_row(label + ("" if row[PathCol.STEADY] else " (warm-up)"), fmt_ns(row[PathCol.WINDOW]),
+            step_number = row[PathCol.NUMBER]
+            step_label = f"#{step_number}" if step_number is not None else str(row[PathCol.STEP])
+            t.add_row(step_label + ("" if row[PathCol.STEADY] else " (warm-up)"), fmt_ns(row[PathCol.WINDOW]),
                       fmt_ns(row[PathCol.TOTAL]) + ("" if row[PathCol.DETERMINED] else " *"),
                       *(_share(row[CATEGORY_NS[c]], row[PathCol.TOTAL]) for c in CATEGORIES))
         parts.append(t)
@@ -128,7 +146,6 @@ def _share(ns: int, total: int) -> str:
 def _items_table(r: CriticalPathResult, top: int) -> RenderableType:
     """What lies on the path, summed over the steps, by time on it; the saving summed where it
     was replayed in every step."""
-    from rich.table import Table
     from rich.text import Text
 
     from tracewhy.analyses.critical_path import PathCol
@@ -138,14 +155,13 @@ def _items_table(r: CriticalPathResult, top: int) -> RenderableType:
         return Text("nothing recorded lies on the path")
     steps = r.steps.height
     by_item = critical_path_items(r)
-    t = Table(title=f"on the path, over {steps} step(s)",
-              caption="saves: step time saved per step if the item took no time (replayed in the steps shown)")
-    for col in ("name", "category", "count", "on path", "saves/step"):
-        t.add_column(col, justify="left" if col in ("name", "category") else "right")
+    t = ITEMS_TABLE.table(f"on the path, over {steps} step(s)",
+                          notes={"saves/step": "saves: step time saved per step if the item took no time "
+                                               "(replayed in the steps shown)"})
     for row in by_item.head(top).iter_rows(named=True):
         replayed = row[REPLAYED]
         saves = "-" if not replayed else fmt_ns(row[GAIN_PER_STEP]) + (
             "" if replayed == steps else f" ({replayed} steps)")
-        t.add_row(shorten(printable(row[Col.NAME])), row[PathCol.CATEGORY], str(row[PathCol.COUNT]),
+        t.add_row(row[Col.NAME], row[PathCol.CATEGORY], str(row[PathCol.COUNT]),
                   fmt_ns(row[PathCol.ON_PATH]), saves)
     return t

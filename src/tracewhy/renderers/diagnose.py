@@ -12,7 +12,8 @@ import polars as pl
 from tracewhy.analyses.gaps import CLASS_COLUMNS, CLASSES, GapCol, GapsResult
 from tracewhy.findings.model import Severity
 from tracewhy.renderers.jsonout import to_jsonable
-from tracewhy.units import fmt_ns, fmt_pct, indented, name_cells, printable, shorten
+from tracewhy.renderers.layout import Layout, label, name, number, step
+from tracewhy.units import fmt_ns, fmt_pct, indented, printable
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -116,30 +117,33 @@ def render_diagnose(report: Report, top: int | None = None) -> RenderableType:
     return Group(*parts)
 
 
+#: ``gaps``: when and how long the GPU was idle and why stay; the device (one on most traces) and
+#: the kernel that ended the gap leave a narrow terminal first.
+GAPS_TABLE: Final = Layout(
+    (number("device"), number("start"), number("idle"), label("class"), name("host was in"), name("next on GPU")),
+    drop=("device", "next on GPU"))
+#: ``gaps``: idle per step by class; classes with no idle in the rows shown leave first, then the
+#: device, the window and the smaller classes.
+IDLE_PER_STEP_TABLE: Final = Layout(
+    (step(), number("device"), number("window"), number("idle"), *(number(c) for c in CLASSES), number("short")),
+    drop=("device", "window", "short", *reversed(CLASSES)))
+
+
 def render_gaps(table: pl.DataFrame, per_step: pl.DataFrame, top: int) -> RenderableType:
     """``table``: ``gap_rows``; starts are shown from the trace start, as in JSON and HTML."""
     from rich.console import Group
-    from rich.table import Table
 
-    t = Table(title=f"{table.height} GPU idle gaps, largest first; start from the {TIME_ORIGIN}")
-    for col in ("device", "start", "idle", "class", "host was in", "next on GPU"):
-        t.add_column(col, justify="right" if col in ("device", "start", "idle") else "left",
-                     no_wrap=col not in ("host was in", "next on GPU"))
-    rows = list(table.head(top).iter_rows(named=True))
-    hosts = name_cells([" > ".join(x for x in (r[GapCol.HOST_ANNOTATION], r[GapCol.HOST_OP], r[GapCol.HOST_INNERMOST])
-                                   if x) or "-" for r in rows])
-    nexts = name_cells([r[GapCol.NEXT_ACTIVITY] or "-" for r in rows], min_width=16)
-    for r, host, after in zip(rows, hosts, nexts, strict=True):
+    t = GAPS_TABLE.table(f"{table.height} GPU idle gaps, largest first; start from the {TIME_ORIGIN}")
+    for r in table.head(top).iter_rows(named=True):
+        host = " > ".join(x for x in (r[GapCol.HOST_ANNOTATION], r[GapCol.HOST_OP], r[GapCol.HOST_INNERMOST]) if x)
         t.add_row(str(r[GapCol.DEVICE]), fmt_ns(r["start_from_origin_ns"]), fmt_ns(r[GapCol.DUR]),
-                  r[GapCol.GAP_CLASS], host, after)
+                  r[GapCol.GAP_CLASS], host or "-", r[GapCol.NEXT_ACTIVITY] or "-")
     parts: list[RenderableType] = [t]
     if per_step.height:
-        s = Table(title="idle per step, by class (short: gaps under --min-gap, not classified one by one; "
-                        "the classes and short add up to idle)")
-        for col in ("step", "device", "window", "idle", *CLASSES, "short"):
-            s.add_column(col, justify="left" if col == "step" else "right")
+        s = IDLE_PER_STEP_TABLE.table("idle per step, by class (short: gaps under --min-gap, not classified one "
+                                      "by one; the classes and short add up to idle)")
         for r in per_step.iter_rows(named=True):
-            s.add_row(shorten(r[GapCol.NAME]), str(r[GapCol.DEVICE]), fmt_ns(r[GapCol.WINDOW]),
-                      fmt_ns(r[GapCol.IDLE]), *[fmt_ns(r[c]) if r[c] else "" for c in (*CLASS_COLUMNS, GapCol.SHORT)])
+            s.add_row(r[GapCol.NAME], str(r[GapCol.DEVICE]), fmt_ns(r[GapCol.WINDOW]), fmt_ns(r[GapCol.IDLE]),
+                      *[fmt_ns(r[c]) if r[c] else "" for c in (*CLASS_COLUMNS, GapCol.SHORT)])
         parts.append(s)
     return Group(*parts)

@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final
 
 from tracewhy import __version__
-from tracewhy.units import fmt_ns, fmt_pct, printable, shorten
+from tracewhy.renderers.layout import FitTable, Layout, name, number
+from tracewhy.units import fmt_ns, fmt_pct, printable
 
 if TYPE_CHECKING:  # types only: importing the analysis here would load it for every renderer
     from rich.console import RenderableType
-    from rich.table import Table
 
     from tracewhy.analyses.lines import LinesResult
 
@@ -45,21 +45,25 @@ def render_lines(r: LinesResult, top: int) -> RenderableType:
     return Group(*parts)
 
 
-def _table(r: LinesResult, rows: Any, title: str) -> Table:
-    from rich.table import Table
+#: ``lines``: the self times (where a line's own time goes) and its share stay; the counts and
+#: the totals leave a narrow terminal first.
+LINES_TABLE: Final = Layout(
+    (name("line"), number("calls"), number("host self"), number("host total"), number("GPU self"),
+     number("GPU total"), number("syncs"), number("ops"), number("step share")),
+    drop=("ops", "syncs", "calls", "host total", "GPU total"))
 
+
+def _table(r: LinesResult, rows: Any, title: str) -> FitTable:
     from tracewhy.analyses.lines import LineCol
 
     gpu = r.gpu_time_ns > 0
-    t = Table(title=title, caption="self: time not in a listed frame below"
-              + ("; GPU: work launched under the line" if gpu else "") + "; share: host total over the steady steps")
-    t.add_column("line")
-    for col in ("calls", "host self", "host total", *(("GPU self", "GPU total") if gpu else ()), "syncs", "ops",
-                "step share"):
-        t.add_column(col, justify="right")
+    t = LINES_TABLE.table(title, "self: time not in a listed frame below"
+                          + ("; GPU: work launched under the line" if gpu else "")
+                          + "; share: host total over the steady steps",
+                          omit=() if gpu else ("GPU self", "GPU total"))
     for row in rows.iter_rows(named=True):
         gpu_cells = (fmt_ns(row[LineCol.GPU_SELF]), fmt_ns(row[LineCol.GPU])) if gpu else ()
-        t.add_row(shorten(location(row[LineCol.FILE], row[LineCol.LINE], row[LineCol.FUNCTION]), 80),
+        t.add_row(location(row[LineCol.FILE], row[LineCol.LINE], row[LineCol.FUNCTION]),
                   str(row[LineCol.CALLS]), fmt_ns(row[LineCol.HOST_SELF]), fmt_ns(row[LineCol.HOST_TOTAL]),
                   *gpu_cells, str(row[LineCol.SYNCS]), str(row[LineCol.OPS]), fmt_pct(row[LineCol.STEP_SHARE]))
     return t

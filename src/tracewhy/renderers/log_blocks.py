@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from tracewhy.analyses.log_blocks import CAPTURE, GPU, LogBlocksCol, LogBlocksResult
 from tracewhy.findings.model import Finding
+from tracewhy.renderers.layout import Layout, label, name, number
 from tracewhy.renderers.overlap import render_findings
-from tracewhy.units import fmt_ns, fmt_pct, shorten
+from tracewhy.units import fmt_ns, fmt_pct
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -26,21 +27,27 @@ def log_blocks_payload(r: LogBlocksResult, findings: list[Finding]) -> dict[str,
     }
 
 
+#: ``blocks`` on an instrument log: a block's time per unit and its share stay; the tail
+#: percentiles and the GPU total leave first. The per-unit column is named by the unit.
+PER_UNIT: Final = "per unit"
+LOG_BLOCKS_TABLE: Final = Layout(
+    (number("rank"), name("block"), number("level"), number("calls"), number(PER_UNIT), number("share"),
+     number("p50"), number("p90"), number("p99"), number("GPU total"), label("sync", "right")),
+    drop=("p99", "p90", "GPU total", "level", "calls", "sync", "rank"))
+
+
 def render_log_blocks(r: LogBlocksResult, findings: list[Finding], top: int) -> RenderableType:
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
 
     basis = "GPU time" if r.basis == GPU else "host time"
     window = "the whole log" if r.unit == CAPTURE else \
         f"steady {r.unit}s after {r.warmup} warm-up per rank: " + \
         ", ".join(f"rank {k} {n}" for k, n in sorted(r.steady_units.items()))
-    t = Table(title=f"block timers, {basis} per {r.unit} ({window})")
-    for col in ("rank", "block", "level", "calls", f"per {r.unit}", "share", "p50", "p90", "p99", "GPU total",
-                "sync"):
-        t.add_column(col, justify="left" if col == "block" else "right")
+    t = LOG_BLOCKS_TABLE.table(f"block timers, {basis} per {r.unit} ({window})",
+                               rename={PER_UNIT: f"per {r.unit}"})
     for row in r.table.head(top).iter_rows(named=True):
-        t.add_row(str(row[LogBlocksCol.RANK]), shorten(row[LogBlocksCol.NAME], 60), str(row[LogBlocksCol.LEVEL]),
+        t.add_row(str(row[LogBlocksCol.RANK]), row[LogBlocksCol.NAME], str(row[LogBlocksCol.LEVEL]),
                   str(row[LogBlocksCol.INSTANCES]), fmt_ns(row[LogBlocksCol.PER_UNIT]),
                   fmt_pct(row[LogBlocksCol.SHARE]), fmt_ns(row[LogBlocksCol.P50]), fmt_ns(row[LogBlocksCol.P90]),
                   fmt_ns(row[LogBlocksCol.P99]), fmt_ns(row[LogBlocksCol.GPU_TOTAL]), row[LogBlocksCol.SYNC_MODE])

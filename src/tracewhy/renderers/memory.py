@@ -4,16 +4,16 @@ as rich tables and as the ``--json`` payload."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from tracewhy.analyses.memory import DeviceMemory, MemoryResult, OpMemCol, TimelineResult
 from tracewhy.analyses.memory_snapshot import LiveCol, OomCol, SnapshotDevice, SnapshotResult
 from tracewhy.findings.model import Finding
-from tracewhy.units import fmt_bytes, fmt_ns, fmt_pct, printable, shorten
+from tracewhy.renderers.layout import FitTable, Layout, label, name, number, step
+from tracewhy.units import fmt_bytes, fmt_ns, fmt_pct, printable
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
-    from rich.table import Table
 
 
 def memory_payload(r: MemoryResult, findings: list[Finding]) -> dict[str, Any]:
@@ -61,29 +61,39 @@ def _snapshot_device_payload(d: SnapshotDevice) -> dict[str, Any]:
     }
 
 
+#: ``memory``: the peak, where it was reached and the growth per step stay; the reserved memory
+#: and the slack leave a narrow terminal first.
+MEMORY_TABLE: Final = Layout(
+    (label("device"), number("peak allocated"), number("reserved at peak"), number("slack"), step(), name("op"),
+     number("growth/step")),
+    drop=("slack", "reserved at peak"))
+LEDGER_TABLE: Final = Layout((label("category"), number("bytes"), number("share")))
+ALLOCATING_OPS_TABLE: Final = Layout(
+    (label("device"), name("op"), number("allocations"), number("frees"), number("allocated"), number("net")),
+    drop=("frees", "allocations"))
+SNAPSHOT_TABLE: Final = Layout((label("measure"), number("bytes")))
+LIVE_TABLE: Final = Layout((name("frame"), number("blocks"), number("bytes"), number("largest")),
+                           drop=("largest", "blocks"))
+
+
 def render_memory(r: MemoryResult, findings: list[Finding], top: int) -> RenderableType:
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
 
     if not r.devices:
         return Text(r.note or "no memory events")
-    t = Table(title="memory per device (peak of Total Allocated)",
-              caption=f"ledger: bytes live at the peak, {r.ledger_source} (tracewhy memory --json for every step)")
-    for col in ("device", "peak allocated", "reserved at peak", "slack", "step", "op", "growth/step"):
-        t.add_column(col, justify="left" if col in ("device", "step", "op") else "right")
+    t = MEMORY_TABLE.table("memory per device (peak of Total Allocated)",
+                           f"ledger: bytes live at the peak, {r.ledger_source} (tracewhy memory --json for every step)")
     for d in r.devices:
         t.add_row(d.device, fmt_bytes(d.peak_allocated_bytes), fmt_bytes(d.reserved_at_peak_bytes),
-                  fmt_bytes(d.slack_at_peak_bytes), printable(d.peak_step or "-"), shorten(d.peak_op or "-", 50),
+                  fmt_bytes(d.slack_at_peak_bytes), d.peak_step or "-", d.peak_op or "-",
                   "-" if d.growth_bytes_per_step is None else fmt_bytes(int(d.growth_bytes_per_step)))
     parts: list[RenderableType] = [t]
     for d in r.devices:
         parts.append(_ledger_table(f"{d.device} at the peak", d.ledger))
-    ops = Table(title="ops that allocate most (outermost CPU op on the allocating thread)")
-    for col in ("device", "op", "allocations", "frees", "allocated", "net"):
-        ops.add_column(col, justify="left" if col in ("device", "op") else "right")
+    ops = ALLOCATING_OPS_TABLE.table("ops that allocate most (outermost CPU op on the allocating thread)")
     for row in r.top_ops.head(top).iter_rows(named=True):
-        ops.add_row(row[OpMemCol.DEVICE], shorten(row[OpMemCol.OP], 60), str(row[OpMemCol.ALLOCATIONS]),
+        ops.add_row(row[OpMemCol.DEVICE], row[OpMemCol.OP], str(row[OpMemCol.ALLOCATIONS]),
                     str(row[OpMemCol.FREES]), fmt_bytes(row[OpMemCol.BYTES_ALLOCATED]),
                     fmt_bytes(row[OpMemCol.NET_BYTES]))
     parts.append(ops)
@@ -101,16 +111,13 @@ def render_timeline(r: TimelineResult, layout: str) -> RenderableType:
 
 def render_snapshot(r: SnapshotResult, findings: list[Finding], top: int) -> RenderableType:
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
 
     parts: list[RenderableType] = []
     for d in r.devices:
-        t = Table(title=f"cuda:{d.device}: {d.events} trace entries, {d.segments} segments "
-                        f"({d.expandable_segments} expandable)")
-        t.add_column("measure")
-        t.add_column("bytes", justify="right")
-        for label, value in (("peak allocated (window)", d.peak_allocated_bytes),
+        t = SNAPSHOT_TABLE.table(f"cuda:{d.device}: {d.events} trace entries, {d.segments} segments "
+                                 f"({d.expandable_segments} expandable)")
+        for measure, value in (("peak allocated (window)", d.peak_allocated_bytes),
                              ("reserved at the peak", d.reserved_at_peak_bytes),
                              ("peak reserved (window)", d.peak_reserved_bytes),
                              ("allocated at the end", d.final_allocated_bytes),
@@ -118,13 +125,11 @@ def render_snapshot(r: SnapshotResult, findings: list[Finding], top: int) -> Ren
                              ("free inside segments", d.free_in_segments_bytes),
                              ("largest free block", d.largest_free_block_bytes),
                              ("rounding waste", d.rounding_waste_bytes)):
-            t.add_row(label, fmt_bytes(value))
+            t.add_row(measure, fmt_bytes(value))
         parts.append(t)
-        live = Table(title="live at the peak, by top user frame")
-        for col in ("frame", "blocks", "bytes", "largest"):
-            live.add_column(col, justify="left" if col == "frame" else "right")
+        live = LIVE_TABLE.table("live at the peak, by top user frame")
         for row in d.live_at_peak.head(top).iter_rows(named=True):
-            live.add_row(shorten(row[LiveCol.FRAME], 80), str(row[LiveCol.BLOCKS]), fmt_bytes(row[LiveCol.BYTES]),
+            live.add_row(row[LiveCol.FRAME], str(row[LiveCol.BLOCKS]), fmt_bytes(row[LiveCol.BYTES]),
                          fmt_bytes(row[LiveCol.LARGEST]))
         parts.append(live)
         for row in d.ooms.iter_rows(named=True):
@@ -136,16 +141,12 @@ def render_snapshot(r: SnapshotResult, findings: list[Finding], top: int) -> Ren
     return Group(*parts, *_findings(findings))
 
 
-def _ledger_table(title: str, ledger: dict[str, int]) -> Table:
-    from rich.table import Table
-
+def _ledger_table(title: str, ledger: dict[str, int]) -> FitTable:
     total = sum(ledger.values())
-    t = Table(title=title)
-    for col in ("category", "bytes", "share"):
-        t.add_column(col, justify="left" if col == "category" else "right")
-    for name, nbytes in sorted(ledger.items(), key=lambda kv: (-kv[1], kv[0])):
+    t = LEDGER_TABLE.table(title)
+    for category, nbytes in sorted(ledger.items(), key=lambda kv: (-kv[1], kv[0])):
         if nbytes:
-            t.add_row(name, fmt_bytes(nbytes), fmt_pct(nbytes / total if total else None))
+            t.add_row(category, fmt_bytes(nbytes), fmt_pct(nbytes / total if total else None))
     return t
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
-from tracewhy.units import fmt_ns, fmt_pct, name_cells
+from tracewhy.renderers.layout import Layout, label, name, number
+from tracewhy.units import fmt_ns, fmt_pct
 
 if TYPE_CHECKING:  # types only: importing the analyses here would load them
     from rich.console import RenderableType
@@ -34,21 +35,25 @@ def nvtx_payload(r: NvtxRangesResult, path: str) -> dict[str, Any]:
     }
 
 
+#: ``nvtx``: a range's total, share and GPU projection stay; the spread and the style leave a
+#: narrow terminal first. (Median and stddev are in --json: with them the table no longer fit
+#: 160 columns.)
+NVTX_TABLE: Final = Layout(
+    (name("range"), label("style"), number("count"), number("total"), number("avg"), number("min"), number("max"),
+     number("share"), number("GPU proj"), number("GPU ops"), number("GPU time")),
+    drop=("min", "max", "style", "GPU ops", "avg", "count", "GPU time"))
+
+
 def render_nvtx(r: NvtxRangesResult, top: int) -> RenderableType:
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
 
     what = "NVTX ranges" if r.source == "nvtx" else "user annotations"
-    t = Table(title=f"{r.range_count} {what} under {r.table.height} names, {fmt_ns(r.total_ns)} in all "
-                    "(nested ranges each count in full)")
-    # Median and stddev are in --json; with them the table no longer fits 160 columns.
-    for col in ("range", "style", "count", "total", "avg", "min", "max", "share", "GPU proj", "GPU ops", "GPU time"):
-        t.add_column(col, justify="left" if col in ("range", "style") else "right", no_wrap=col != "range")
-    rows = list(r.table.head(top).iter_rows(named=True))
-    for row, name in zip(rows, name_cells([row["name"] for row in rows]), strict=True):
+    t = NVTX_TABLE.table(f"{r.range_count} {what} under {r.table.height} names, {fmt_ns(r.total_ns)} in all "
+                         "(nested ranges each count in full)")
+    for row in r.table.head(top).iter_rows(named=True):
         ops = row["total_gpu_ops"]
-        t.add_row(name, row["style"], str(row["count"]), fmt_ns(row["total_ns"]),
+        t.add_row(row["name"], row["style"], str(row["count"]), fmt_ns(row["total_ns"]),
                   fmt_ns(row["mean_ns"]), fmt_ns(row["min_ns"]), fmt_ns(row["max_ns"]), fmt_pct(row["share"]),
                   fmt_ns(row["total_proj_ns"]), "-" if ops is None else str(ops), fmt_ns(row["total_gpu_time_ns"]))
     parts: list[RenderableType] = [t]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import polars as pl
 
@@ -10,7 +10,8 @@ from tracewhy.analyses.blocks import BlockCol, BlocksResult
 from tracewhy.analyses.overlap import OverlapCol, OverlapResult
 from tracewhy.analyses.rank_compare import RanksResult
 from tracewhy.findings.model import Finding, Severity
-from tracewhy.units import fmt_ns, fmt_pct, indented, name_cells, printable, shorten
+from tracewhy.renderers.layout import Layout, label, name, number, step, text
+from tracewhy.units import fmt_ns, fmt_pct, indented, printable
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -42,18 +43,30 @@ def overlap_payload(r: OverlapResult, findings: list[Finding]) -> dict[str, Any]
     }
 
 
+#: ``overlap``: compute, exposed communication and idle (the parts that add up to the step)
+#: stay; the stream count, the hidden share and the raw comm time leave first.
+OVERLAP_TABLE: Final = Layout(
+    (number("GPU"), number("window"), number("compute"), number("comm"), number("hidden"), number("exposed comm"),
+     number("exposed copies"), number("idle"), number("streams (max at once)")),
+    drop=("streams (max at once)", "hidden", "comm", "window", "exposed copies"))
+COLLECTIVES_TABLE: Final = Layout(
+    (number("GPU"), name("collective"), number("total calls"), number("total time"), number("total hidden"),
+     number("total exposed"), number("exposed per step")),
+    drop=("total hidden", "total calls", "total time"))
+OVERLAP_STEPS_TABLE: Final = Layout(
+    (number("GPU"), step(), number("window"), number("compute"), number("comm"), number("exposed comm"),
+     number("idle"), label("steady", "right")),
+    drop=("comm", "window"))
+
+
 def render_overlap(r: OverlapResult, findings: list[Finding], top: int) -> RenderableType:
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
 
     parts: list[RenderableType] = []
     per_step = r.steady.height > 0
-    t = Table(title=("steady steps: mean per step" if per_step else "whole trace (no steps)")
-                    + " — compute + exposed comm + exposed copies + idle = window")
-    for col in ("GPU", "window", "compute", "comm", "hidden", "exposed comm", "exposed copies", "idle",
-                "streams (max at once)"):
-        t.add_column(col, justify="right")
+    t = OVERLAP_TABLE.table(("steady steps: mean per step" if per_step else "whole trace (no steps)")
+                            + " — compute + exposed comm + exposed copies + idle = window")
     for d in r.devices.iter_rows(named=True):
         src = d
         if per_step:
@@ -73,20 +86,14 @@ def render_overlap(r: OverlapResult, findings: list[Finding], top: int) -> Rende
     parts.append(t)
     if r.collectives.height:
         over = f"the {r.steady_steps} steady steps" if per_step else "the trace (no steps)"
-        c = Table(title=f"collectives over {over}, most exposed first")
-        for col in ("GPU", "collective", "total calls", "total time", "total hidden", "total exposed",
-                    "exposed per step"):
-            c.add_column(col, justify="left" if col == "collective" else "right")
-        shown = list(r.collectives.head(top).iter_rows(named=True))
-        for row, name in zip(shown, name_cells([row[OverlapCol.COLLECTIVE] for row in shown]), strict=True):
-            c.add_row(str(row[OverlapCol.DEVICE]), name,
+        c = COLLECTIVES_TABLE.table(f"collectives over {over}, most exposed first")
+        for row in r.collectives.head(top).iter_rows(named=True):
+            c.add_row(str(row[OverlapCol.DEVICE]), row[OverlapCol.COLLECTIVE],
                       str(row[OverlapCol.COUNT]), fmt_ns(row[OverlapCol.TIME]), fmt_ns(row[OverlapCol.HIDDEN]),
                       fmt_ns(row[OverlapCol.EXPOSED]), fmt_ns(row[OverlapCol.EXPOSED_PER_STEP]))
         parts.append(c)
     if r.steps.height:
-        s = Table(title=f"per step ({r.step_marker})")
-        for col in ("GPU", "step", "window", "compute", "comm", "exposed comm", "idle", "steady"):
-            s.add_column(col, justify="left" if col == "step" else "right")
+        s = OVERLAP_STEPS_TABLE.table(f"per step ({r.step_marker})")
         for row in r.steps.head(top).iter_rows(named=True):
             s.add_row(str(row[OverlapCol.DEVICE]), row[OverlapCol.STEP], fmt_ns(row[OverlapCol.WINDOW]),
                       fmt_ns(row[OverlapCol.COMPUTE]), fmt_ns(row[OverlapCol.COMM]),
@@ -114,21 +121,24 @@ def blocks_payload(r: BlocksResult, findings: list[Finding]) -> dict[str, Any]:
     }
 
 
+#: ``blocks``: a block's GPU time and share stay; the spread over threads and the span leave first.
+BLOCKS_TABLE: Final = Layout(
+    (name("block"), number("level"), number("calls"), number("CPU"), number("GPU time"), number("share"),
+     number("GPU span"), number("other threads"), label("synced", "right")),
+    drop=("other threads", "GPU span", "level", "calls", "synced", "CPU"))
+
+
 def render_blocks(r: BlocksResult, findings: list[Finding], top: int) -> RenderableType:
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
 
     unit = "per step" if r.note is None or "per capture" not in r.note else "per capture"
-    t = Table(title=f"annotated blocks, GPU time {unit} ({r.steps} steady steps, "
-                    f"{fmt_ns(r.gpu_time_ns_per_step)} GPU time {unit})")
-    for col in ("block", "level", "calls", "CPU", "GPU time", "share", "GPU span", "other threads", "synced"):
-        t.add_column(col, justify="left" if col == "block" else "right")
-    rows = list(r.table.head(top).iter_rows(named=True))
-    for row, name in zip(rows, name_cells([row[BlockCol.NAME] for row in rows]), strict=True):
+    t = BLOCKS_TABLE.table(f"annotated blocks, GPU time {unit} ({r.steps} steady steps, "
+                           f"{fmt_ns(r.gpu_time_ns_per_step)} GPU time {unit})")
+    for row in r.table.head(top).iter_rows(named=True):
         gpu = row[BlockCol.GPU_INSTANCES]
         synced = f"{row[BlockCol.SYNCED_INSTANCES]}/{gpu}" if gpu else "-"
-        t.add_row(name, str(row[BlockCol.LEVEL]), str(row[BlockCol.INSTANCES]),
+        t.add_row(row[BlockCol.NAME], str(row[BlockCol.LEVEL]), str(row[BlockCol.INSTANCES]),
                   fmt_ns(row[BlockCol.CPU_PER_STEP]), fmt_ns(row[BlockCol.GPU_TIME_PER_STEP]),
                   fmt_pct(row[BlockCol.GPU_SHARE]), fmt_ns(row[BlockCol.GPU_SPAN_PER_STEP]),
                   fmt_ns(row[BlockCol.OTHER_THREADS_GPU_PER_STEP]), synced)
@@ -153,17 +163,24 @@ def ranks_payload(r: RanksResult, findings: list[Finding], executor: str) -> dic
     }
 
 
+#: ``ranks``: the step time, the exposed communication and who waited for whom stay; the call
+#: count and the spread leave first.
+RANKS_TABLE: Final = Layout(
+    (label("rank", "right"), number("step p50"), number("step p90"), number("compute"), number("exposed comm"),
+     number("idle"), number("input"), number("calls"), number("waited"), number("last at"),
+     number("others waited for it")),
+    drop=("calls", "last at", "input", "step p90", "idle", "compute"))
+DOING_TABLE: Final = Layout((label("kind"), name("innermost open"), number("time"), number("share")))
+MISMATCHES_TABLE: Final = Layout((label("step"), label("group"), name("op"), label("kind"), text("detail")))
+
+
 def render_ranks(r: RanksResult, findings: list[Finding], top: int) -> RenderableType:
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
 
     per = (f"per steady step ({r.steps_compared} steps matched)" if r.steps_compared
            else "per capture (no common steps)")
-    t = Table(title=f"{r.ranks.height} ranks; {per}")
-    for col in ("rank", "step p50", "step p90", "compute", "exposed comm", "idle", "input", "calls", "waited",
-                "last at", "others waited for it"):
-        t.add_column(col, justify="right")
+    t = RANKS_TABLE.table(f"{r.ranks.height} ranks; {per}")
     for row in r.ranks.iter_rows(named=True):
         rank = f"{row['rank']} (incomplete)" if row["incomplete"] else str(row["rank"])
         t.add_row(
@@ -179,22 +196,16 @@ def render_ranks(r: RanksResult, findings: list[Finding], top: int) -> Renderabl
                           f"{fmt_pct(r.straggler_wait_share)} of all waiting; last at "
                           f"{fmt_pct(r.straggler_last_share)} of matched collectives"))
     if r.doing.height:
-        d = Table(title=f"what rank {r.straggler}'s step thread was doing while the others waited "
-                        f"({fmt_ns(r.doing_window_ns_per_step)} per step)")
-        for col in ("kind", "innermost open", "time", "share"):
-            d.add_column(col, justify="left" if col in ("kind", "innermost open") else "right")
+        d = DOING_TABLE.table(f"what rank {r.straggler}'s step thread was doing while the others waited "
+                              f"({fmt_ns(r.doing_window_ns_per_step)} per step)")
         for (kind,), g in r.doing.group_by("kind", maintain_order=True):
-            rows = list(g.head(3).iter_rows(named=True))
-            for row, name in zip(rows, name_cells([row["name"] for row in rows]), strict=True):
-                d.add_row(str(kind), name, fmt_ns(row["ns_per_step"]), fmt_pct(row["share"]))
+            for row in g.head(3).iter_rows(named=True):
+                d.add_row(str(kind), row["name"], fmt_ns(row["ns_per_step"]), fmt_pct(row["share"]))
         parts.append(d)
     if r.mismatches.height:
-        m = Table(title="collectives the ranks did not issue alike")
-        for col in ("step", "group", "op", "kind", "detail"):
-            m.add_column(col)
+        m = MISMATCHES_TABLE.table("collectives the ranks did not issue alike")
         for row in r.mismatches.head(top).iter_rows(named=True):
-            m.add_row(str(row["step"]), row["process_group"] or "-", row["op"] or "-", row["kind"],
-                      shorten(row["detail"], 100))
+            m.add_row(str(row["step"]), row["process_group"] or "-", row["op"] or "-", row["kind"], row["detail"])
         parts.append(m)
     for note in r.notes:
         parts.append(Text(f"note: {note}", style="yellow"))

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from tracewhy.analyses.pipeline import ChunkCol, Percentiles, PipelineResult
 from tracewhy.findings.model import Finding
 from tracewhy.findings.pipeline import PipelineComparison, PipelineVerdict
+from tracewhy.renderers.layout import FitTable, Layout, label, number
 from tracewhy.renderers.overlap import render_findings
 from tracewhy.units import fmt_ns
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
-    from rich.table import Table
 
 
 #: Said in every output: the reason the metrics are differences of one rank's marks.
@@ -52,7 +52,6 @@ def pipeline_payload(r: PipelineResult, v: PipelineVerdict, findings: list[Findi
 def render_pipeline(r: PipelineResult, v: PipelineVerdict, findings: list[Finding], top: int,
                     vs: tuple[PipelineResult, PipelineVerdict, PipelineComparison] | None = None) -> RenderableType:
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
 
     parts: list[RenderableType] = [Text(f"{v.verdict}: {v.statement}", style="bold"), _summary(r, "A" if vs else "")]
@@ -60,10 +59,8 @@ def render_pipeline(r: PipelineResult, v: PipelineVerdict, findings: list[Findin
         rb, vb, c = vs
         parts += [Text(f"B {vb.verdict}: {vb.statement}", style="bold"), _summary(rb, "B"),
                   Text(f"B vs A: {c.statement}", style="bold")]
-    chunks = Table(title=f"chunks (first {top}; warm-up chunks marked)")
+    chunks = _chunks_layout(r).table(f"chunks (first {top}; warm-up chunks marked)")
     stage_cols = [ChunkCol.stage(s.name) for s in r.spec.stages]
-    for col in ("chunk", "period", *[s.name for s in r.spec.stages], "hidden", "OverlapScore"):
-        chunks.add_column(col, justify="right")
     for row in r.chunks.head(top).iter_rows(named=True):
         score = row[ChunkCol.SCORE]
         chunks.add_row(
@@ -78,12 +75,23 @@ def render_pipeline(r: PipelineResult, v: PipelineVerdict, findings: list[Findin
     return Group(*parts)
 
 
-def _summary(r: PipelineResult, label: str) -> Table:
-    from rich.table import Table
+def _chunks_layout(r: PipelineResult) -> Layout:
+    """``pipeline`` chunks: the period, what is hidden and the score stay; the stages (in the
+    summary above) leave a narrow terminal first, the last stage first."""
+    stages = [s.name for s in r.spec.stages]
+    return Layout((label("chunk", "right"), number("period"), *(number(s) for s in stages), number("hidden"),
+                   number("OverlapScore")),
+                  drop=tuple(reversed(stages)))
 
-    t = Table(title=f"{label + ': ' if label else ''}steady chunks (after {r.warmup} warm-up): p50 / p90 / p99")
-    for col in ("metric", "p50", "p90", "p99", "chunks", "rank's clock"):
-        t.add_column(col, justify="left" if col == "metric" else "right")
+
+#: ``pipeline`` summary: the percentiles stay; the chunk count and which rank's clock leave first.
+SUMMARY_TABLE: Final = Layout(
+    (label("metric"), number("p50"), number("p90"), number("p99"), number("chunks"), number("rank's clock")),
+    drop=("rank's clock", "chunks", "p99"))
+
+
+def _summary(r: PipelineResult, side: str) -> FitTable:
+    t = SUMMARY_TABLE.table(f"{side + ': ' if side else ''}steady chunks (after {r.warmup} warm-up): p50 / p90 / p99")
     for key, p in r.summary.items():
         score = key == ChunkCol.SCORE
         name = key.removesuffix("_ns")

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from tracewhy.findings.playbook import Answer
+from tracewhy.renderers.layout import Layout, text
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -18,16 +19,17 @@ def which_payload(words: list[str], found: list[Answer]) -> dict[str, Any]:
     }
 
 
+#: ``which``: four columns of free text, each wrapped to fit; nothing is left out.
+WHICH_TABLE: Final = Layout((text("symptom"), text("tool"), text("capture"), text("look for")), show_lines=True)
+
+
 def render_which(words: list[str], found: list[Answer]) -> RenderableType:
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
 
     if not found:
         return Text(f"no entry matches {' '.join(words)!r}; `tracewhy which` lists them all")
-    t = Table(title="symptom -> first tool, the capture command, what to look for", show_lines=True)
-    for col in ("symptom", "tool", "capture", "look for"):
-        t.add_column(col, overflow="fold")
+    t = WHICH_TABLE.table("symptom -> first tool, the capture command, what to look for")
     for a in found:
         t.add_row(a.symptom, a.tool, a.capture, a.look_for)
     return Group(t)

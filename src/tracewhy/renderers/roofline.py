@@ -19,11 +19,12 @@ from tracewhy.findings.roofline import (
     rule_rank,
 )
 from tracewhy.model.ncu import NcuRun
-from tracewhy.units import NameCell, cut_middle, fmt_ns, fmt_pct, name_cells
+from tracewhy.renderers.layout import Layout, label, name, number
+from tracewhy.renderers.names import cut_middle
+from tracewhy.units import fmt_ns, fmt_pct
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
-    from rich.table import Table
     from rich.text import Text
 
 
@@ -59,33 +60,28 @@ def _plain(value: object) -> str:
                    if ch in "\n\r\t" or unicodedata.category(ch) not in ("Cc", "Cf"))
 
 
-def _names(values: list[Any]) -> list[NameCell]:
-    """The name column of the rows shown: plain text (never rich markup), control characters
-    removed, cut in the middle to the column's width, keeping what tells the rows apart."""
-    return name_cells([_plain(v) for v in values], min_width=_TEXT_WIDTH)
-
-
-def _table(title: str) -> Table:
-    from rich import box
-    from rich.table import Table
-
-    return Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1), pad_edge=False)
-
-
-#: Widths the number columns never shrink below, so that only the name column is cut at 80 columns.
-#: The name column takes what is left, at least ``_TEXT_WIDTH``.
-_MIN_WIDTH = {"n": 2, "id": 2, "calls": 5, "time": 8, "share": 5, "SM": 4, "mem": 4, "roof": 6,
-              "occ": 8, "bound": 7, "TFLOP/s": 7, "GB/s": 5, "at roof": 8, "lost": 8, "reaches": 7}
-
-
-_TEXT_WIDTH = 28
-
-
-def _columns(t: Table, names: tuple[str, ...] | list[str], text_column: str) -> None:
-    for c in names:
-        # The name column alone gives way (its cells cut themselves in the middle to fit).
-        t.add_column(c, justify="left" if c in (text_column, "bound") else "right", no_wrap=c != text_column,
-                     min_width=_MIN_WIDTH.get(c), overflow="ellipsis")
+#: ``roofline`` on an ncu report: the verdict (bound, roof) and the time stay; the launch count,
+#: the share and the units' percentages leave a narrow terminal first.
+NCU_KERNELS_TABLE: Final = Layout(
+    (name("kernel"), number("n"), number("time"), number("share"), number("SM"), number("mem"), number("roof"),
+     label("bound")),
+    drop=("n", "share", "mem", "SM"), look="simple")
+NCU_LAUNCHES_TABLE: Final = Layout(
+    (name("kernel"), number("id"), number("time"), number("SM"), number("mem"), number("roof"), number("occ"),
+     label("bound")),
+    drop=("occ", "mem", "SM"), look="simple")
+#: ``roofline`` on a trace (shapes): the estimate's rates leave before the time and the verdict.
+OPS_ROOFLINE_TABLE: Final = Layout(
+    (name("op and input shapes"), number("calls"), number("time"), number("TFLOP/s"), number("GB/s"),
+     number("roof"), label("bound")),
+    drop=("calls", "GB/s", "TFLOP/s"), look="simple")
+BELOW_ROOF_TABLE: Final = Layout(
+    (name("op and input shapes"), number("time"), number("at roof"), number("lost"), number("reaches"),
+     label("bound")),
+    drop=("reaches", "at roof"), look="simple")
+NCU_JOIN_TABLE: Final = Layout(
+    (name("kernel"), number("time"), label("bound"), number("SM"), number("mem"), number("roof"), label("match")),
+    drop=("match", "SM", "mem"), look="simple")
 
 
 def _scaled(value: float | None, unit: float) -> str:
@@ -126,22 +122,18 @@ def render_ncu_roofline(r: NcuRooflineResult, top: int, per_launch: bool = False
             f"{'s' if kernels != 1 else ''}" + (f" on {r.device_name}" if r.device_name else "")
             + (f", ncu {r.tool_version.split(' ')[0]}" if r.tool_version else ""))
     parts: list[RenderableType] = [Text(_plain(head), style="bold")]
-    t = _table("launches by GPU time" if per_launch else "kernels by GPU time")
-    cols = (["kernel", "id", "time", "SM", "mem", "roof", "occ", "bound"] if per_launch
-            else ["kernel", "n", "time", "share", "SM", "mem", "roof", "bound"])
-    _columns(t, cols, "kernel")
+    t = (NCU_LAUNCHES_TABLE if per_launch else NCU_KERNELS_TABLE).table(
+        "launches by GPU time" if per_launch else "kernels by GPU time")
     if per_launch:
-        rows = list(r.launches.head(top).iter_rows(named=True))
-        for row, name in zip(rows, _names([row["name"] for row in rows]), strict=True):
+        for row in r.launches.head(top).iter_rows(named=True):
             occ = (f"{_pct(row['achieved_occupancy_pct'])}/{_pct(row['theoretical_occupancy_pct'])}"
                    if row["achieved_occupancy_pct"] is not None else "-")
-            t.add_row(name, str(row["launch_id"]), fmt_ns(row["dur_ns"]),
+            t.add_row(_plain(row["name"]), str(row["launch_id"]), fmt_ns(row["dur_ns"]),
                       _pct(row["sm_pct"]), _pct(row["memory_pct"]), _share(row["roof_fraction"]), occ,
                       _bound(row["bound"]))
     else:
-        rows = list(r.kernels.head(top).iter_rows(named=True))
-        for row, name in zip(rows, _names([row["name"] for row in rows]), strict=True):
-            t.add_row(name, str(row["launches"]), fmt_ns(row["total_ns"]),
+        for row in r.kernels.head(top).iter_rows(named=True):
+            t.add_row(_plain(row["name"]), str(row["launches"]), fmt_ns(row["total_ns"]),
                       _share(row["share"]), _pct(row["sm_pct"]), _pct(row["memory_pct"]),
                       _share(row["roof_fraction"]), _bound(row["bound"]))
     parts.append(t)
@@ -218,22 +210,16 @@ def render_op_roofline(r: OpRooflineResult, top: int) -> RenderableType:
     head = (f"shape-based roofline on {r.device_name or 'an unknown GPU'}: {r.ops.height} op shapes, "
             f"{fmt_ns(r.covered_ns)} of {fmt_ns(r.gpu_time_ns)} GPU time estimated")
     parts.append(Text(_plain(head), style="bold"))
-    t = _table("ops by GPU time")
-    _columns(t, ("op and input shapes", "calls", "time", "TFLOP/s", "GB/s", "roof", "bound"),
-             "op and input shapes")
-    rows = list(r.ops.head(top).iter_rows(named=True))
-    for row, label in zip(rows, _names([_op_label(row) for row in rows]), strict=True):
-        t.add_row(label, str(row["calls"]), fmt_ns(row["gpu_ns"]), _scaled(row["flop_per_s"], 1e12),
+    t = OPS_ROOFLINE_TABLE.table("ops by GPU time")
+    for row in r.ops.head(top).iter_rows(named=True):
+        t.add_row(_plain(_op_label(row)), str(row["calls"]), fmt_ns(row["gpu_ns"]), _scaled(row["flop_per_s"], 1e12),
                   _scaled(row["bytes_per_s"], 1e9), _share(row["roof_fraction"]), _bound(row["bound"]))
     parts.append(t)
     worst = r.ops.filter(pl.col("lost_ns").is_not_null()).sort("lost_ns", descending=True).head(min(top, 8))
     if worst.height:
-        w = _table("furthest below their roof: time lost against the roof")
-        _columns(w, ("op and input shapes", "time", "at roof", "lost", "reaches", "bound"),
-                 "op and input shapes")
-        rows = list(worst.iter_rows(named=True))
-        for row, label in zip(rows, _names([_op_label(row) for row in rows]), strict=True):
-            w.add_row(label, fmt_ns(row["gpu_ns"]), fmt_ns(row["roof_ns"]), fmt_ns(row["lost_ns"]),
+        w = BELOW_ROOF_TABLE.table("furthest below their roof: time lost against the roof")
+        for row in worst.iter_rows(named=True):
+            w.add_row(_plain(_op_label(row)), fmt_ns(row["gpu_ns"]), fmt_ns(row["roof_ns"]), fmt_ns(row["lost_ns"]),
                       _share(row["roof_fraction"]), _bound(row["bound"]))
         parts.append(w)
     parts.extend(Text(f"note: {_plain(n)}", style="yellow") for n in r.notes)
@@ -308,11 +294,9 @@ def render_ncu_join(joined: pl.DataFrame, top: int) -> RenderableType:
     from rich.text import Text
 
     matched = joined.filter(pl.col("ncu_bound").is_not_null())
-    t = _table("ncu verdicts for the trace's kernels")
-    _columns(t, ("kernel", "time", "bound", "SM", "mem", "roof", "match"), "kernel")
-    rows = list(matched.head(top).iter_rows(named=True))
-    for row, name in zip(rows, _names([row["name"] for row in rows]), strict=True):
-        t.add_row(name, fmt_ns(row["total_ns"]), _bound(row["ncu_bound"]),
+    t = NCU_JOIN_TABLE.table("ncu verdicts for the trace's kernels")
+    for row in matched.head(top).iter_rows(named=True):
+        t.add_row(_plain(row["name"]), fmt_ns(row["total_ns"]), _bound(row["ncu_bound"]),
                   _pct(row["ncu_sm_pct"]), _pct(row["ncu_memory_pct"]), _share(row["ncu_roof_fraction"]),
                   row["ncu_match"] or "-")
     counts = joined.get_column("ncu_match").value_counts()

@@ -12,6 +12,7 @@ import polars as pl
 from tracewhy.analyses.sql import SQL_SCHEMAS, FindingCol, SqlResult
 from tracewhy.analyses.sql import Table as SqlTable
 from tracewhy.findings.model import Finding
+from tracewhy.renderers.layout import Column, Layout, label, name, number, text
 from tracewhy.units import printable
 
 if TYPE_CHECKING:
@@ -51,19 +52,31 @@ def sql_csv(r: SqlResult) -> str:
     return _flat(r.table).write_csv()
 
 
+def sql_layout(schema: pl.Schema) -> Layout:
+    """A query's table: numbers never cut, strings shown as names (cut in the middle last), lists
+    and structs as wrapped text; the columns leave a narrow terminal from the last one back, the
+    first (the query's key, most often) never."""
+    def column(header: str, dtype: pl.DataType) -> Column:
+        if dtype.is_numeric():
+            return number(header)
+        if dtype.is_nested():
+            return text(header)
+        return name(header) if dtype == pl.String else label(header)
+
+    columns = tuple(column(printable(h), dtype) for h, dtype in schema.items())
+    return Layout(columns, drop=tuple(c.header for c in reversed(columns[1:])))
+
+
 def render_sql(r: SqlResult, top: int) -> RenderableType:
     """The first ``top`` rows; numbers as DuckDB gave them (times stay in ns), nulls dim."""
-    from rich.table import Table
-    from rich.text import Text
-
     shown = r.table.head(top)
     title = f"{r.table.height} row{'s' if r.table.height != 1 else ''}"
     caption = f"first {top}; --csv or --json for all" if r.table.height > top else None
-    t = Table(title=title, caption=caption)
-    for name, dtype in r.table.schema.items():
-        t.add_column(Text(printable(name)), justify="right" if dtype.is_numeric() else "left")
+    t = sql_layout(r.table.schema).table(title, caption)
+    strings = [dtype == pl.String for dtype in r.table.schema.values()]
     for row in shown.iter_rows():
-        t.add_row(*(_cell(v) for v in row))
+        t.add_row(*(("null" if v is None else str(v)) if is_string else _cell(v)
+                    for v, is_string in zip(row, strings, strict=True)))
     return t
 
 
