@@ -117,16 +117,16 @@ def render_diagnose(report: Report, top: int | None = None) -> RenderableType:
     return Group(*parts)
 
 
-#: ``gaps``: when and how long the GPU was idle and why stay; the device (one on most traces) and
-#: the kernel that ended the gap leave a narrow terminal first.
+#: ``gaps``: where, when and how long the GPU was idle and why stay; the kernel that ended the gap
+#: leaves a narrow terminal first.
 GAPS_TABLE: Final = Layout(
     (number("device"), number("start"), number("idle"), label("class"), name("host was in"), name("next on GPU")),
-    drop=("device", "next on GPU"))
+    drop=("next on GPU",))
 #: ``gaps``: idle per step by class; classes with no idle in the rows shown leave first, then the
-#: device, the window and the smaller classes.
+#: window, the gaps too short to classify and the classes from the last; the device last.
 IDLE_PER_STEP_TABLE: Final = Layout(
     (step(), number("device"), number("window"), number("idle"), *(number(c) for c in CLASSES), number("short")),
-    drop=("device", "window", "short", *reversed(CLASSES)))
+    drop=("window", "short", *reversed(CLASSES), "device"))
 
 
 def render_gaps(table: pl.DataFrame, per_step: pl.DataFrame, top: int) -> RenderableType:

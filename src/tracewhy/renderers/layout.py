@@ -154,9 +154,12 @@ class FitTable:
             values = [line for v in self._raw(index) for line in v.split("\n")]
         return max((cell_len(v) for v in values), default=1)
 
-    def _empty(self, header: str) -> bool:
+    def _tells_nothing(self, header: str) -> bool:
         index = next((i for i, c in enumerate(self.columns) if c.header == header), None)
-        return index is not None and all(v.strip() in ("", "-") for v in self._raw(index))
+        if index is None:
+            return False
+        values = {v.strip() for v in self._raw(index)}
+        return values <= {"", "-"} or (len(values) == 1 and len(self.rows) > 1)
 
     def _step_marker(self, index: int) -> str | None:
         """The marker every step name of the column has (``ProfilerStep``), or None when they do
@@ -199,9 +202,10 @@ class FitTable:
         for i in cols:
             if self.columns[i].kind == "text" and total() > width:
                 plan.widths[i] = max(min(natural[i], TEXT_FLOOR), header_word[i])
-        # Droppable columns with nothing in them leave first: they tell nothing at any width.
-        empty = [h for h in self.layout.drop if self._empty(h)]
-        for header in (*empty, *(h for h in self.layout.drop if h not in empty)):
+        # Droppable columns that tell the rows nothing (empty, or one value in every row: the
+        # device of a one-GPU trace) leave first.
+        idle = [h for h in self.layout.drop if self._tells_nothing(h)]
+        for header in (*idle, *(h for h in self.layout.drop if h not in idle)):
             if total() <= width:
                 break
             index = next((i for i in plan.columns if self.columns[i].header == header), None)

@@ -33,7 +33,7 @@ PER_UNIT: Final = "per unit"
 LOG_BLOCKS_TABLE: Final = Layout(
     (number("rank"), name("block"), number("level"), number("calls"), number(PER_UNIT), number("share"),
      number("p50"), number("p90"), number("p99"), number("GPU total"), label("sync", "right")),
-    drop=("p99", "p90", "GPU total", "level", "calls", "sync", "rank"))
+    drop=("p99", "p90", "GPU total", "level", "calls", "sync"))
 
 
 def render_log_blocks(r: LogBlocksResult, findings: list[Finding], top: int) -> RenderableType:
