@@ -59,9 +59,8 @@ _WHOLE_NAMES: ContextVar[bool] = ContextVar("tracewhy_whole_names", default=Fals
 
 @contextmanager
 def whole_names(enabled: bool = True) -> Iterator[None]:
-    """While inside, tables are printed whole (every column, names uncut) and ``shorten`` keeps
-    every name whole: ``--wide``, and piped output, where a script reading the table needs the
-    full kernel name."""
+    """While inside, tables are printed whole (every column, names uncut): ``--wide``, and piped
+    output, where a script reading the table needs the full kernel name."""
     token = _WHOLE_NAMES.set(enabled)
     try:
         yield

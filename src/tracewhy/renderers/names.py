@@ -98,15 +98,6 @@ def _token_start(text: str, at: int, floor: int) -> int:
     return i
 
 
-def shorten(name: str, width: int = 80) -> str:
-    """A trace string for a line of text (not a table cell): printable, markup-escaped, and cut in
-    the middle to ``width``; whole under ``whole_names``."""
-    from rich.markup import escape
-
-    name = printable(name)
-    return escape(name if names_whole() else cut_middle(name, width))
-
-
 # --- structure ----------------------------------------------------------------------------------
 
 
