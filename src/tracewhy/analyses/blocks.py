@@ -35,9 +35,12 @@ from tracewhy.model.trace import Trace
 
 I64 = npt.NDArray[np.int64]
 
-#: A synchronize that starts this soon after a block's end still ends that block: Python
-#: returns from the ``with record_function(...)`` and calls ``torch.cuda.synchronize()`` in a
-#: few microseconds; 1 ms leaves room for a slow host without reaching into the next block.
+#: A synchronize ends a block when it is the next launch or sync call on the block's thread after
+#: the block's last launch (so no other GPU work comes between) and starts at most this long after
+#: the block's end. The order of calls is what ties the sync to the block; the window only stops a
+#: sync long after (the next step's ``loss.item()`` past seconds of host work) from counting. Python
+#: leaves ``with record_function(...)`` and reaches ``torch.cuda.synchronize()`` in a few µs, a
+#: timing harness that reads a clock and logs in between in 0.1-0.5 ms; 1 ms holds both.
 SYNC_AFTER_BLOCK_NS: Final = 1_000_000
 #: Per-instance suffixes torch.autograd.profiler.emit_nvtx adds to range names: one block per op.
 _INSTANCE_SUFFIX: Final = api_names.OP_RANGE_SUFFIX
@@ -86,7 +89,8 @@ class BlockCol:
     GPU_BUSY: Final = "gpu_busy_ns"
     GPU_SPAN: Final = "gpu_span_ns"
     OTHER_THREADS_GPU: Final = "other_threads_gpu_ns"
-    SYNCED: Final = "synced"
+    SYNCED: Final = "synced"  # null when it launched nothing
+    SYNC_ID: Final = "sync_id"  # the synchronize call (its slice id) that ended it; null when none
 
 
 BLOCKS_SCHEMA: Final = pl.Schema({
@@ -100,7 +104,7 @@ BLOCK_INSTANCES_SCHEMA: Final = pl.Schema({
     BlockCol.PID: pl.Int64(), BlockCol.TID: pl.Int64(), BlockCol.DEPTH: pl.Int32(), BlockCol.STEP: pl.Int64(),
     BlockCol.STEADY: pl.Boolean(), BlockCol.GPU_OPS: pl.Int64(), BlockCol.GPU_TIME: pl.Int64(),
     BlockCol.GPU_BUSY: pl.Int64(), BlockCol.GPU_SPAN: pl.Int64(), BlockCol.OTHER_THREADS_GPU: pl.Int64(),
-    BlockCol.SYNCED: pl.Boolean(),
+    BlockCol.SYNCED: pl.Boolean(), BlockCol.SYNC_ID: pl.Int64(),
 })
 
 
@@ -117,6 +121,11 @@ class BlocksResult:
     gpu_time_ns_per_step: float
     step_marker: str
     note: str | None
+    #: Distinct synchronize calls that ended a block with GPU work, over the same window as
+    #: ``table`` (nested blocks that one synchronize ends count it once).
+    ending_syncs: int
+    #: No steady steps: ``table`` and ``ending_syncs`` cover the whole capture (``steps`` is 1).
+    per_capture: bool
 
     @property
     def synced_share(self) -> float | None:
@@ -146,11 +155,13 @@ def blocks(
         note = f"{note}; values are per capture, not per step" if note else "values are per capture, not per step"
     total_gpu = _gpu_time_launched(gpu, lo, hi)
     table = _table(chosen, names, n_steps, total_gpu)
+    ending_syncs = int(chosen.select(pl.col(BlockCol.SYNC_ID).drop_nulls().n_unique()).collect().item())
     del chosen
     instances = inst.with_columns(pl.col(Col.NAME).cast(pl.String).str.replace(_INSTANCE_SUFFIX, "")).select(
         *BLOCK_INSTANCES_SCHEMA) if options.instances else pl.DataFrame(schema=BLOCK_INSTANCES_SCHEMA)
     return BlocksResult(table=table, instances=instances, steps=n_steps, gpu_time_ns_per_step=total_gpu / n_steps,
-                        step_marker=st.marker, note=note)
+                        step_marker=st.marker, note=note, ending_syncs=ending_syncs,
+                        per_capture=span is None)
 
 
 def _table(chosen: pl.LazyFrame, names: pl.DataFrame, n_steps: int, total_gpu: int) -> pl.DataFrame:
@@ -281,9 +292,10 @@ def _launched_in(gpu: pl.DataFrame, pids: I64, starts: I64, ends: I64) -> I64:
     return out
 
 
-def _synced(trace: Trace, a: pl.DataFrame) -> pl.Series:
+def _synced(trace: Trace, a: pl.DataFrame) -> list[pl.Series]:
     """Per range: did a synchronize follow its last launch (before any other launch, at the
-    latest SYNC_AFTER_BLOCK_NS after its end)? Null for ranges that launched nothing.
+    latest SYNC_AFTER_BLOCK_NS after its end)? Null for ranges that launched nothing. With it,
+    the id of that synchronize call (nested ranges that end together share it).
 
     All ranges at once over the launch and sync calls sorted by (thread, start): a range's calls
     are a slice of its thread's (millions of NVTX ranges in a large nsys export)."""
@@ -292,11 +304,12 @@ def _synced(trace: Trace, a: pl.DataFrame) -> pl.Series:
     kinds = calls.get_column(Col.NAME).unique()
     sync_names = kinds.filter(kinds.cast(pl.String).map_elements(is_sync_call, return_dtype=pl.Boolean))
     calls = calls.select(
-        Col.PID, Col.TID, Col.TS, pl.col(Col.ID).is_in(launched.implode()).alias("_launch"),
+        Col.ID, Col.PID, Col.TID, Col.TS, pl.col(Col.ID).is_in(launched.implode()).alias("_launch"),
         pl.col(Col.NAME).is_in(sync_names.implode()).alias("_sync"),
     ).filter(pl.col("_launch") | pl.col("_sync"))
     if calls.height == 0:
-        return pl.Series(BlockCol.SYNCED, [None] * a.height, dtype=pl.Boolean)
+        return [pl.Series(BlockCol.SYNCED, [None] * a.height, dtype=pl.Boolean),
+                pl.Series(BlockCol.SYNC_ID, [None] * a.height, dtype=pl.Int64)]
     r_threads, c_thread = thread_codes(a, calls)
     calls = calls.with_columns(pl.Series("_thread", c_thread)).sort("_thread", Col.TS, maintain_order=True)
     thread, ts = calls.get_column("_thread").to_numpy(), calls.get_column(Col.TS).to_numpy()
@@ -304,7 +317,7 @@ def _synced(trace: Trace, a: pl.DataFrame) -> pl.Series:
     last_launch = np.maximum.accumulate(np.where(calls.get_column("_launch").to_numpy(), np.arange(ts.size), -1))
     is_sync = calls.get_column("_sync").to_numpy()
     r_ts, r_dur = a.get_column(Col.TS).to_numpy(), a.get_column(Col.DUR).to_numpy()
-    synced = np.zeros(a.height, dtype=bool)
+    ending = np.full(a.height, -1, dtype=np.int64)  # the row in ``calls`` of the sync that ended it
     launched_in = np.zeros(a.height, dtype=bool)
     for lo_row in range(0, a.height, _SYNC_CHUNK):  # bounds the temporaries on millions of ranges
         rows = slice(lo_row, lo_row + _SYNC_CHUNK)
@@ -315,8 +328,12 @@ def _synced(trace: Trace, a: pl.DataFrame) -> pl.Series:
         last = np.where(hi > lo, last_launch[np.maximum(hi - 1, 0)], -1)
         launched_in[rows] = last >= lo  # a launch before ``lo`` is outside the range
         nxt = np.minimum(last + 1, ts.size - 1)
-        synced[rows] = ((last + 1 < np.searchsorted(thread, r_thread, side="right")) & is_sync[nxt]
-                        & (ts[nxt] <= end + SYNC_AFTER_BLOCK_NS))
+        synced = ((last + 1 < np.searchsorted(thread, r_thread, side="right")) & is_sync[nxt]
+                  & (ts[nxt] <= end + SYNC_AFTER_BLOCK_NS))
+        ending[rows] = np.where(synced & launched_in[rows], nxt, -1)
+    call_ids = calls.get_column(Col.ID).to_numpy()
+    sync_id = pl.Series(BlockCol.SYNC_ID, call_ids[np.maximum(ending, 0)]).zip_with(
+        pl.Series(ending >= 0), pl.repeat(None, a.height, dtype=pl.Int64, eager=True))
     nulls: pl.Series = pl.repeat(None, a.height, dtype=pl.Boolean, eager=True)
-    out: pl.Series = pl.Series(BlockCol.SYNCED, synced).zip_with(pl.Series(launched_in), nulls)
-    return out
+    synced_out: pl.Series = pl.Series(BlockCol.SYNCED, ending >= 0).zip_with(pl.Series(launched_in), nulls)
+    return [synced_out, sync_id]

@@ -33,11 +33,10 @@ def blocks_result(ctx: Context) -> BlocksResult:
 
 
 def findings(ctx: Context) -> list[Finding]:
-    """Block attribution for diagnose. The synchronize-per-block trust check lives in
-    findings/trust.py (``sync-after-every-block``); ``synchronized_blocks`` is the ``blocks``
-    command's own version of it, measured on launches."""
-    f = attribution(blocks_result(ctx))
-    return [f] if f is not None else []
+    """Block attribution for diagnose, and the trust check that the blocks were timed one by one:
+    the same two findings, from the same function, as the ``blocks`` command."""
+    r = blocks_result(ctx)
+    return [f for f in (synchronized_blocks(r), attribution(r)) if f is not None]
 
 
 def attribution(r: BlocksResult) -> Finding | None:
@@ -48,7 +47,7 @@ def attribution(r: BlocksResult) -> Finding | None:
     top = gpu.filter(pl.col(BlockCol.LEVEL) == gpu.get_column(BlockCol.LEVEL).min())
     if top.height < th.BLOCKS_MIN_FOR_ATTRIBUTION:
         top = gpu
-    unit = "per step" if r.note is None or "per capture" not in r.note else "over the trace (no step markers)"
+    unit = "over the trace (no step markers)" if r.per_capture else "per step"
     line = ", ".join(
         f"{b[BlockCol.NAME]} {b[BlockCol.GPU_TIME_PER_STEP] / 1e6:.3g} ms ({100 * b[BlockCol.GPU_SHARE]:.1f}%)"
         for b in top.head(_NAMED).iter_rows(named=True)
@@ -72,20 +71,39 @@ def attribution(r: BlocksResult) -> Finding | None:
 
 
 def synchronized_blocks(r: BlocksResult) -> Finding | None:
-    """Most blocks that launched GPU work end with a synchronize before anything else is launched."""
+    """The run was timed block by block: a synchronize ends most blocks that launched GPU work
+    (the next call after a block's last launch, at most analyses/blocks.SYNC_AFTER_BLOCK_NS after
+    its end), and more than one per step, so the syncs separate blocks, not only steps. ``blocks``,
+    ``diagnose`` and ``check`` all say it through this function."""
     share = r.synced_share
     n = int(r.table.get_column(BlockCol.GPU_INSTANCES).sum()) if r.table.height else 0
     if share is None or n < th.BLOCKS_MIN_FOR_ATTRIBUTION or share < th.BLOCKS_SYNCED_MIN_SHARE:
+        return None
+    per_step, unit = ending_syncs_per_step(r)
+    if per_step < th.BLOCKS_SYNCS_MIN_PER_STEP:
         return None
     synced = int(r.table.get_column(BlockCol.SYNCED_INSTANCES).sum())
     return Finding(
         code=Code.BLOCKS_SYNCHRONIZED, severity=Severity.TRUST,
         statement=f"A synchronize ends {synced} of {n} annotated blocks that launched GPU work "
-                  f"({100 * share:.0f}%): the GPU drains after every block, so blocks cannot overlap. "
-                  "Read the block times as attribution, not throughput.",
+                  f"({100 * share:.0f}%; {per_step:.3g} synchronizes {unit}): the GPU drains after every block, so "
+                  "blocks cannot overlap and the step is slower than without them. Read the block and step times "
+                  "as attribution, not throughput.",
         next_step="Measure throughput without the per-block torch.cuda.synchronize() (at most one per step).",
-        evidence={"blocks_with_gpu_work": n, "ended_by_sync": synced, "share": round(share, 3)},
+        evidence={"blocks_with_gpu_work": n, "ended_by_sync": synced, "share": round(share, 3),
+                  "ending_syncs": r.ending_syncs, "ending_syncs_per_step": round(per_step, 2), "unit": unit},
     )
+
+
+def ending_syncs_per_step(r: BlocksResult) -> tuple[float, str]:
+    """Distinct synchronizes that ended a block, per steady step, and the unit said. Without
+    steps, per repeat of the block with the most instances that launched GPU work: a loop runs
+    each of its blocks once an iteration, so a loop's one sync per iteration (``loss.item()``
+    after its only GPU block) comes to one, as it does per step."""
+    if not r.per_capture:
+        return r.ending_syncs / r.steps, "per step"
+    repeats = int(r.table.select(pl.col(BlockCol.GPU_INSTANCES).max().fill_null(0)).item()) if r.table.height else 0
+    return r.ending_syncs / max(repeats, 1), "per iteration (no step markers)"
 
 
 def log_attribution(r: LogBlocksResult) -> Finding | None:

@@ -27,7 +27,6 @@ class Code(str, Enum):
     QUANTISED_TIMES = "quantised-times"
     INCOMPLETE_TRACE = "incomplete-trace"
     READER_WARNINGS = "reader-warnings"
-    SYNC_AFTER_EVERY_BLOCK = "sync-after-every-block"
     BLOCKS_SYNCHRONIZED = "blocks-synchronized"
     # GPU utilization and idle time, one code per idle class.
     GPU_LOW_UTILIZATION = "gpu-low-utilization"
@@ -112,8 +111,6 @@ _MEANING: Final[dict[Code, str]] = {
                           "resolved.",
     Code.INCOMPLETE_TRACE: "The file is cut or lacks events: figures cover only the events it holds.",
     Code.READER_WARNINGS: "The reader skipped or reinterpreted part of a complete file.",
-    Code.SYNC_AFTER_EVERY_BLOCK: "Annotated blocks end at a synchronize: the run was timed block by block "
-                                 "(attribution, not throughput).",
     Code.BLOCKS_SYNCHRONIZED: "A synchronize ends most annotated blocks that launched GPU work, so blocks cannot "
                               "overlap.",
     Code.GPU_LOW_UTILIZATION: "The GPU is idle for much of the step; sums up the gpu-idle-* findings below it.",

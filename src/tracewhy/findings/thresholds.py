@@ -11,12 +11,6 @@ from typing import Final
 #: Fewer steady steps than this and percentiles are anecdotes: p90 of two values is an
 #: interpolation, not a distribution.
 MIN_STEADY_STEPS: Final = 3
-#: A per-block synchronize pattern: at least this many synchronizes per step...
-SYNC_PER_BLOCK_MIN_SYNCS: Final = 3
-#: ...and at least this share of annotated blocks ending within SYNC_AFTER_BLOCK_NS after one.
-#: Below half, syncs are incidental (one per optimizer step, say), not a measurement harness.
-SYNC_PER_BLOCK_SHARE: Final = 0.5
-SYNC_AFTER_BLOCK_NS: Final = 50_000
 
 # --- GPU idle ------------------------------------------------------------------------------
 #: GPU active share of the steady window under which utilization is called low. 80% is where
@@ -88,9 +82,14 @@ EXPOSED_COMM_MIN_NS: Final = 100_000
 EXPOSED_COMM_HIGH_SHARE: Final = 0.20
 #: Block attribution needs at least this many blocks with GPU work: one block is the step.
 BLOCKS_MIN_FOR_ATTRIBUTION: Final = 2
-#: ``blocks``: a synchronize ending at least this share of the blocks that launched GPU work is
-#: a timing harness, not incidental syncs (one per optimizer step ends a few blocks at most).
+#: Timed block by block (``blocks-synchronized``): a synchronize ends at least this share of the
+#: blocks that launched GPU work (below half, syncs are incidental: one per optimizer step ends a
+#: few blocks at most; the window that ties a sync to a block is analyses/blocks.SYNC_AFTER_BLOCK_NS)...
 BLOCKS_SYNCED_MIN_SHARE: Final = 0.5
+#: ...and at least this many distinct synchronizes end blocks per step: one per step is the
+#: loop's own (``loss.item()``, a step timer) and leaves the blocks inside the step free to
+#: overlap, even when the step has one or two blocks and so half of them end at that sync.
+BLOCKS_SYNCS_MIN_PER_STEP: Final = 2
 #: A rank is the straggler when it arrives last at this share of matched collectives or more:
 #: with two ranks chance alone gives one half, so ask for a clear majority...
 STRAGGLER_MIN_LAST_SHARE: Final = 0.6

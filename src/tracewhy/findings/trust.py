@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
 import polars as pl
 
 from tracewhy.analyses import api_names
-from tracewhy.analyses.host_activity import Flag
 from tracewhy.analyses.steps import PROFILER_STEP
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.codes import Code
@@ -133,9 +131,8 @@ def findings(ctx: Context) -> list[Finding]:
             next_step="Read the figures with these in mind; tracewhy info TRACE lists every warning.",
             evidence={"warnings": list(m.warnings)},
         ))
-    sync_finding = _sync_after_every_block(ctx)
-    if sync_finding is not None:
-        out.append(sync_finding)
+    # A run timed block by block (blocks-synchronized) is said by findings/blocks.py, from the
+    # blocks measurement that the block attribution reads too.
     return out
 
 
@@ -144,36 +141,3 @@ def _rows(trace: Trace, *kinds: Kind) -> int:
     (6.6 M host slices in a 600 MB nsys export)."""
     trace.require(*kinds)
     return int(trace.slices.select(pl.col(Col.KIND).is_in([k.value for k in kinds]).sum()).item())
-
-
-def _sync_after_every_block(ctx: Context) -> Finding | None:
-    """Many blocks each followed by a synchronize: the timing harness of an attribution run."""
-    st = ctx.steps()
-    host = ctx.host()
-    sync_rows = np.flatnonzero(host.self_flag[Flag.SYNC])
-    if sync_rows.size == 0 or st.table.height == 0:
-        return None
-    syncs_per_step = sync_rows.size / st.table.height
-    ann = np.flatnonzero(host.is_kind(Kind.ANNOTATION) & (host.depth >= 0))
-    # On the categorical codes: an nsys trace holds millions of annotations.
-    marked = ctx.trace.slices.get_column(Col.NAME).gather(host.ids[ann]).cat.starts_with(st.marker)
-    ann = ann[~marked.fill_null(st.marker == "").to_numpy()]
-    if syncs_per_step < th.SYNC_PER_BLOCK_MIN_SYNCS or ann.size == 0:
-        return None
-    s_ts = np.sort(host.ts[sync_rows])
-    ends = host.end[ann]
-    # A block "ends in a sync" when a synchronize is in progress at, or starts just after, its end.
-    nxt = np.searchsorted(s_ts, ends - th.SYNC_AFTER_BLOCK_NS)
-    near = (nxt < s_ts.size) & (s_ts[np.minimum(nxt, s_ts.size - 1)] <= ends + th.SYNC_AFTER_BLOCK_NS)
-    share = float(near.mean())
-    if share < th.SYNC_PER_BLOCK_SHARE:
-        return None
-    return Finding(
-        code=Code.SYNC_AFTER_EVERY_BLOCK, severity=Severity.TRUST,
-        statement=f"{100 * share:.0f}% of annotated blocks end at a synchronize ({syncs_per_step:.1f} per step): "
-                  "the run was timed block by block, so blocks cannot overlap and step time is higher than in "
-                  "production. Read it as attribution, not throughput.",
-        next_step="Measure step time without the per-block synchronize (keep one per step at most).",
-        evidence={"blocks": int(ann.size), "share_ending_in_sync": round(share, 3),
-                  "syncs_per_step": round(syncs_per_step, 2)},
-    )

@@ -117,7 +117,8 @@ def _with_share(ns: float, window: float) -> str:
 def blocks_payload(r: BlocksResult, findings: list[Finding]) -> dict[str, Any]:
     return {
         "step_marker": r.step_marker, "steps": r.steps, "gpu_time_ns_per_step": r.gpu_time_ns_per_step,
-        "synced_share": r.synced_share, "note": r.note, "blocks": r.table, "findings": findings,
+        "synced_share": r.synced_share, "ending_syncs": r.ending_syncs, "note": r.note, "blocks": r.table,
+        "findings": findings,
     }
 
 
@@ -132,7 +133,7 @@ def render_blocks(r: BlocksResult, findings: list[Finding], top: int) -> Rendera
     from rich.console import Group
     from rich.text import Text
 
-    unit = "per step" if r.note is None or "per capture" not in r.note else "per capture"
+    unit = "per capture" if r.per_capture else "per step"
     t = BLOCKS_TABLE.table(f"annotated blocks, GPU time {unit} ({r.steps} steady steps, "
                            f"{fmt_ns(r.gpu_time_ns_per_step)} GPU time {unit})")
     for row in r.table.head(top).iter_rows(named=True):
