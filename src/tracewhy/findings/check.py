@@ -4,6 +4,13 @@ A metric measures one number from a diagnosis context (or says why it cannot); a
 bound on it (``max-gpu-idle = 20%``). ``check`` evaluates every limit and, with a baseline,
 also fails when the step time regressed significantly (``findings.compare``). To add a metric,
 write a function ``Context -> Measured`` and register it in ``METRICS``.
+
+A trace timed block by block (``blocks-synchronized``, the finding ``blocks`` and ``diagnose``
+make) is attribution, not throughput. Where the gate holds a speed figure (step time, GPU idle,
+overlap, throughput, or a baseline's step times), ``check`` says so in a note line, marks those
+figures ``attribution_only`` and keeps their verdicts: the per-block synchronizes only add time
+(the GPU drains, blocks cannot overlap), so a pass holds without them, while a failure may be
+the harness's, which the note says.
 """
 
 from __future__ import annotations
@@ -22,13 +29,14 @@ from tracewhy.analyses.steps import StepCol
 from tracewhy.analyses.throughput import UNITS, ThroughputOptions, from_step_stats
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.basis import basis
+from tracewhy.findings.blocks import blocks_result, synchronized_blocks
 from tracewhy.findings.codes import Code
 from tracewhy.findings.compare import SLOWER, Comparison, compare
 from tracewhy.findings.compile import compile_result
 from tracewhy.findings.context import Context, DiagnoseOptions
-from tracewhy.findings.diagnose import diagnose
+from tracewhy.findings.diagnose import diagnose_in
 from tracewhy.findings.memory import memory_result
-from tracewhy.findings.model import Severity
+from tracewhy.findings.model import Finding, Severity
 from tracewhy.findings.overlap import overlap_result
 from tracewhy.findings.sync_count import COUNTED, blocking_syncs
 from tracewhy.findings.throughput import describe, fmt_rate, gated_rate
@@ -53,6 +61,9 @@ class Metric:
     unit: str  # SHARE (0..1, written as a percentage), DURATION (ns), COUNT, BYTES or RATE (items/s)
     help: str
     measure: Callable[[Context], Measured]
+    #: A speed figure (step time, GPU idle, overlap, throughput): one that a capture timed block
+    #: by block measures slower than the job runs.
+    speed: bool = False
 
 
 @dataclass(frozen=True)
@@ -77,6 +88,23 @@ class CheckResult:
     passed: bool
     note: str | None
     line: str  # the one line printed for it
+    #: A speed figure measured on a trace timed block by block (``blocks-synchronized``).
+    attribution_only: bool = False
+
+
+@dataclass(frozen=True)
+class CheckNote:
+    """A finding that qualifies a trace's figures without failing the gate (``blocks-synchronized``:
+    the trace was timed block by block)."""
+
+    about: str  # "trace" or "baseline"
+    path: str
+    finding: Finding
+
+    @property
+    def line(self) -> str:
+        about = " (baseline)" if self.about == "baseline" else ""
+        return f"note {self.finding.code}{about}: {self.finding.statement}"
 
 
 @dataclass(frozen=True)
@@ -89,6 +117,12 @@ class CheckReport:
     #: a run unless told to (``--allow-partial``).
     partial: list[str] = field(default_factory=list)
     partial_passed: bool = True
+    notes: list[CheckNote] = field(default_factory=list)
+
+    @property
+    def attribution_only(self) -> bool:
+        """The trace checked was timed block by block: its speed figures are not throughput."""
+        return any(n.about == "trace" and n.finding.code == Code.BLOCKS_SYNCHRONIZED for n in self.notes)
 
     @property
     def passed(self) -> bool:
@@ -178,7 +212,7 @@ def _kernels_per_step(ctx: Context) -> Measured:
 
 
 def _high_findings(ctx: Context) -> Measured:
-    report = diagnose(ctx.trace, ctx.options)
+    report = diagnose_in(ctx)  # on check's context: the analyses check measured are not redone
     high = [f.code for f in report.findings if f.severity is Severity.HIGH]
     return Measured(float(len(high)), ", ".join(high) or None)
 
@@ -230,13 +264,16 @@ def _throughput(ctx: Context) -> Measured:
 
 
 METRICS: dict[str, Metric] = {m.name: m for m in (
-    Metric("step-p50", ("max",), DURATION, "median steady step time", _step_quantile("p50_ns")),
-    Metric("step-p90", ("max",), DURATION, "90th percentile steady step time", _step_quantile("p90_ns")),
-    Metric("step-p99", ("max",), DURATION, "99th percentile steady step time", _step_quantile("p99_ns")),
-    Metric("gpu-idle", ("max",), SHARE, "GPU idle share of the steady step (busiest device)", _gpu_idle),
+    Metric("step-p50", ("max",), DURATION, "median steady step time", _step_quantile("p50_ns"), speed=True),
+    Metric("step-p90", ("max",), DURATION, "90th percentile steady step time", _step_quantile("p90_ns"),
+           speed=True),
+    Metric("step-p99", ("max",), DURATION, "99th percentile steady step time", _step_quantile("p99_ns"),
+           speed=True),
+    Metric("gpu-idle", ("max",), SHARE, "GPU idle share of the steady step (busiest device)", _gpu_idle,
+           speed=True),
     Metric("exposed-comm", ("max",), SHARE, "communication with no compute under it, share of the step",
-           _exposed_comm),
-    Metric("overlap", ("min",), SHARE, "share of communication time hidden under compute", _overlap),
+           _exposed_comm, speed=True),
+    Metric("overlap", ("min",), SHARE, "share of communication time hidden under compute", _overlap, speed=True),
     Metric("syncs-per-step", ("max",), COUNT, f"blocking calls per steady step ({COUNTED})", _syncs_per_step),
     Metric("kernels-per-step", ("max",), COUNT, "kernels launched per steady step (fusion regressions)",
            _kernels_per_step),
@@ -247,7 +284,7 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric(str(Code.GRAPH_BREAKS), ("max",), COUNT, "torch.compile graph breaks per steady step", _graph_breaks),
     Metric("recompiles", ("max",), COUNT, "torch.compile recompiles in the captured steps", _recompiles),
     Metric("throughput", ("min",), RATE, "items per second at the median steady step (needs --items-per-step)",
-           _throughput),
+           _throughput, speed=True),
 )}
 
 
@@ -343,13 +380,19 @@ class CheckOptions:
 def check(trace: Trace, options: CheckOptions, baseline: Trace | None = None) -> CheckReport:
     ctx = Context(trace, DiagnoseOptions(step_marker=options.step_marker, warmup=options.warmup,
                                          throughput=options.throughput))
-    results = [_evaluate(ctx, limit, options.allow_unmeasured) for limit in options.limits]
+    # Asked only where a speed figure is gated (blocks over millions of NVTX ranges is seconds):
+    # a count, a size or a compile figure means the same on a capture timed block by block.
+    speed = baseline is not None or any(METRICS[limit.metric].speed for limit in options.limits)
+    notes = [CheckNote("trace", trace.meta.path, f) for f in (_synchronized(ctx) if speed else None,) if f is not None]
+    results = [_evaluate(ctx, limit, options.allow_unmeasured, attribution=bool(notes)) for limit in options.limits]
     comparison = None
     baseline_passed, baseline_line = True, None
     if baseline is not None:
         diff_options = DiffOptions(step_marker=options.step_marker, warmup=options.warmup,
                                    confidence=th.DIFF_CONFIDENCE)
         comparison = compare(baseline, trace, diff_options, with_findings=False)
+        notes += [CheckNote("baseline", baseline.meta.path, f)
+                  for f in (_synchronized(Context(baseline, ctx.options)),) if f is not None]
         if comparison.verdict == SLOWER:
             baseline_passed = False
             baseline_line = f"FAIL baseline: step time regressed; {comparison.statement}"
@@ -362,10 +405,16 @@ def check(trace: Trace, options: CheckOptions, baseline: Trace | None = None) ->
     partial = [f"{t.meta.path}: {why}" for t in (trace, baseline) if t is not None for why in t.meta.missing_events]
     return CheckReport(results=results, baseline=comparison, baseline_passed=baseline_passed,
                        baseline_line=baseline_line, partial=partial,
-                       partial_passed=options.allow_partial or not partial)
+                       partial_passed=options.allow_partial or not partial, notes=notes)
 
 
-def _evaluate(ctx: Context, limit: Limit, allow_unmeasured: bool) -> CheckResult:
+def _synchronized(ctx: Context) -> Finding | None:
+    """``blocks-synchronized``, as ``blocks`` and ``diagnose`` say it (none on a trace with no
+    slices, which has no blocks)."""
+    return synchronized_blocks(blocks_result(ctx)) if ctx.trace.slices.height else None
+
+
+def _evaluate(ctx: Context, limit: Limit, allow_unmeasured: bool, attribution: bool = False) -> CheckResult:
     metric = METRICS[limit.metric]
     m = metric.measure(ctx)
     shown = fmt_value(metric.unit, m.value)
@@ -376,6 +425,10 @@ def _evaluate(ctx: Context, limit: Limit, allow_unmeasured: bool) -> CheckResult
     else:
         passed = m.value <= limit.value if limit.bound == "max" else m.value >= limit.value
         op = (">" if limit.bound == "max" else "<") if not passed else ("<=" if limit.bound == "max" else ">=")
-        note = f" ({m.note})" if m.note else ""
+        flagged = attribution and metric.speed
+        notes = [n for n in (m.note, f"attribution, not throughput: {Code.BLOCKS_SYNCHRONIZED}" if flagged else None)
+                 if n]
+        note = f" ({'; '.join(notes)})" if notes else ""
         line = f"{'ok  ' if passed else 'FAIL'} {limit.metric}: {shown} {op} {bound_text}{note}"
-    return CheckResult(limit=limit, measured=m.value, measured_text=shown, passed=passed, note=m.note, line=line)
+    return CheckResult(limit=limit, measured=m.value, measured_text=shown, passed=passed, note=m.note, line=line,
+                       attribution_only=m.value is not None and attribution and metric.speed)
