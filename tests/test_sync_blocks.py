@@ -125,6 +125,7 @@ def test_check_says_it_of_a_synchronized_baseline(tmp_path: Path, capsys: pytest
     assert doc["attribution_only"] is False and [n["about"] for n in doc["notes"]] == ["baseline"]
 
 
+@pytest.mark.slow  # a diagnosis of each of 51 traces: 15 s of CPU, 20 s on a shared 2-core machine
 def test_the_three_agree_on_every_real_annotated_trace(traces_dir: Path) -> None:
     """Same verdict from the one function on each real trace with annotations, through the
     Python API of each command. None of them was timed block by block: the PARAM benchmark
