@@ -28,14 +28,16 @@ BLOCK_START_US = {"forward": 10.0, "backward": 3_000.0, "optimizer": 6_000.0}
 BLOCK_US = 400.0
 
 
-def _loop(tmp_path: Path, names: tuple[str, ...], synced: tuple[str, ...], gap_us: float) -> Path:
+def _loop(tmp_path: Path, names: tuple[str, ...], synced: tuple[str, ...], gap_us: float,
+          step_markers: bool = True) -> Path:
     """Six 10 ms steps, each running ``names`` 3 ms apart; a cudaDeviceSynchronize (50 µs) starts
     ``gap_us`` after the end of each block in ``synced``, with no launch in between (a harness
     that reads a clock or logs before it synchronizes)."""
     b = KinetoBuilder()
     for i in range(6):
         o = STEP_US * i
-        b.annotation(f"ProfilerStep#{i}", o, STEP_US)
+        if step_markers:
+            b.annotation(f"ProfilerStep#{i}", o, STEP_US)
         for name in names:
             start = o + BLOCK_START_US[name]
             b.annotation(name, start, BLOCK_US)
@@ -91,6 +93,16 @@ def test_one_sync_per_step_is_incidental(tmp_path: Path, capsys: pytest.CaptureF
     r = blocks(tracewhy.load(path))
     assert r.synced_share == th.BLOCKS_SYNCED_MIN_SHARE and r.ending_syncs / r.steps == 1
     assert _said(path, capsys) == NONE
+
+
+def test_without_step_markers_per_iteration(tmp_path: Path) -> None:
+    """No steps: the syncs are counted per repeat of the most repeated block, so the harness is
+    still three per iteration and the per-step timer one."""
+    names = ("forward", "backward", "optimizer")
+    f = synchronized_blocks(blocks(tracewhy.load(_loop(tmp_path, names, names, 100, step_markers=False))))
+    assert f is not None and "(100%; 3 synchronizes per iteration (no step markers))" in f.statement
+    r = blocks(tracewhy.load(_loop(tmp_path, names[:2], ("backward",), 100, step_markers=False)))
+    assert (r.per_capture, r.ending_syncs, r.synced_share, synchronized_blocks(r)) == (True, 6, 0.5, None)
 
 
 def test_check_keeps_the_verdict_and_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
