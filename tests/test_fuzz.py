@@ -11,9 +11,10 @@ The fuzz tests are marked ``slow``: the plain ``python -m pytest -q`` (CI) runs 
 on a 2-core machine, and the example counts below are set to it from the CPU time one example
 costs (the reader and the commands in this process, plus the reader's helper processes): about
 0.4 s for an nsys table mutation, 0.25-0.3 s for a Kineto structure, cut or byte mutation,
-0.03-0.05 s for the rest. Measured on a 2-core machine shared with other jobs (load 5-6.5): the
-seven together took 60-80 s (45-50 s of CPU); with the former counts (150/120/100/100/60/200/30)
-238 s (143 s of CPU).
+0.03-0.05 s for the rest. Measured on a 2-core machine shared with other jobs: the seven
+together took 45-50 s of CPU each run, so about that on a quiet machine; 60-80 s wall at load
+5-6.5, 108 s at load 9-13. With the former counts (150/120/100/100/60/200/30): 143 s of CPU,
+238 s wall at load 5-9.
 """
 
 from __future__ import annotations
