@@ -159,9 +159,17 @@ def _normalize(text: str, scratch: Path) -> str:
     return text
 
 
+class _KeptBytes(io.BytesIO):
+    """A byte buffer that outlives its text wrapper: a ``TextIOWrapper`` closes its buffer when it
+    is dropped (as soon as ``sys.stdout`` is restored), and the record is read after that."""
+
+    def close(self) -> None:
+        pass
+
+
 @contextlib.contextmanager
 def _captured() -> Iterator[tuple[io.BytesIO, io.BytesIO]]:
-    out, err = io.BytesIO(), io.BytesIO()
+    out, err = _KeptBytes(), _KeptBytes()
     saved = sys.stdout, sys.stderr
     wrappers = (io.TextIOWrapper(out, encoding="utf-8", write_through=True),
                 io.TextIOWrapper(err, encoding="utf-8", write_through=True))
