@@ -141,9 +141,11 @@ def measure_op_roofline(trace: Trace, options: OpRooflineOptions = OpRooflineOpt
         .group_by(Col.OP)
         .agg(pl.col(Col.DUR).sum().alias("gpu_ns"))
     )
+    # Stable: of kernels equally long, the first launched names the op on every run (an unstable
+    # sort picked either, and the precision read from the name, and the op's bound, with it).
     longest_kernel = (
         kernels.filter(pl.col(Col.OP).is_not_null())
-        .sort(Col.DUR, descending=True)
+        .sort(Col.DUR, descending=True, maintain_order=True)
         .group_by(Col.OP, maintain_order=True)
         .agg(pl.col(Col.NAME).first().cast(pl.String).alias("kernel"))
     )
@@ -214,5 +216,7 @@ def _by_op(instances: pl.DataFrame) -> pl.DataFrame:
             (pl.col("min_bytes") / seconds).alias("bytes_per_s"),
             (pl.col("roof_ns") / pl.col("gpu_ns")).alias("roof_fraction"),
         )
-        .sort(["gpu_ns", Col.NAME, "input_dims"], descending=[True, False, False], nulls_last=True)
+        # Every key of the group, so that groups apart only in dtype come in one order on every run.
+        .sort(["gpu_ns", Col.NAME, "input_dims", PCol.DTYPE], descending=[True, False, False, False],
+              nulls_last=True)
     )

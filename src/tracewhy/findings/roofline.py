@@ -466,7 +466,8 @@ def judge_op_roofline(measures: OpRooflineMeasures) -> OpRooflineResult:
     keys = list(OP_KEYS)
     main_bound = (
         instances.group_by(*keys, VCol.BOUND).agg(pl.col(PCol.GPU_NS).sum().alias("bound_ns"))
-        .sort([*keys, "bound_ns"], descending=[False, False, False, True], nulls_last=True)
+        # Two bounds of equal time: the first by name, the same on every run.
+        .sort([*keys, "bound_ns", VCol.BOUND], descending=[False, False, False, True, False], nulls_last=True)
         .group_by(keys, maintain_order=True).first().select(*keys, VCol.BOUND)
     )
     ops = measures.ops.join(main_bound, on=keys, how="left")
