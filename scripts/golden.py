@@ -11,7 +11,9 @@ its output piped: the terminal tables at the piped width) and its record is the 
 stdout and stderr. Files written with ``-o`` are recorded by their content (a gzip file by its
 inflated bytes). Every command runs on every input, refusals included: what a command says about
 a file it does not read is output too. Paths are written as ``<ROOT>``, ``<SHARED>`` and
-``<OUT>``, so that the same tree checked out in two places gives the same records.
+``<OUT>``, so that the same tree checked out in two places gives the same records, provided the
+two places' paths have the same length: a table is as wide as the paths it shows, and its width
+stays in the record after the path is replaced.
 """
 
 from __future__ import annotations
