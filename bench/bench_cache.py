@@ -47,7 +47,7 @@ from pathlib import Path
 from tracewhy.model.cache import CacheOptions, _content_hash, _entry_name, _load, _place
 from tracewhy.model.schema import Kind
 from tracewhy.readers import read_trace
-import tracewhy.readers.kineto  # imported by any cold read; imports are not the read
+import tracewhy.readers.kineto.reader  # imported by any cold read; imports are not the read
 t1 = time.perf_counter()
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 path, mode = Path(sys.argv[1]), sys.argv[2]

@@ -112,8 +112,8 @@ def main() -> int:
         memory_time_summary,
     )
     from tracewhy.model.schema import Kind
-    from tracewhy.readers.nsys import read_nsys
-    from tracewhy.readers.nsys_export import find_nsys
+    from tracewhy.readers.nsys.export import find_nsys
+    from tracewhy.readers.nsys.reader import read_nsys
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--export", type=Path, default=None)

@@ -64,7 +64,7 @@ class Run:
 
 def main() -> int:
     sys.path.insert(0, str(REPO / "src"))
-    from tracewhy.readers.nsys_export import find_nsys
+    from tracewhy.readers.nsys.export import find_nsys
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--copies", type=int, default=250)

@@ -6,7 +6,7 @@ summary back; it pays off once the parsing it spreads over the cores outweighs t
 measures both ways on the same files: ``--workers 0`` (read here) against ``--workers N``
 (N = min(files, CPUs), what the default used to be), for 2, 4 and 8 rank files of 0.1, 1, 10
 and 50 MB each, in fresh processes with the parse cache off, wall and CPU seconds (the
-process and its workers). The crossover in ``tracewhy.cli.commands.ranks`` is the total size
+process and its workers). The crossover in ``tracewhy.reports.ranks`` is the total size
 where the pool starts to win on wall time.
 
 The rank files are HTA's tracecompare_tiny_base_rank1 trace (a real two-step trace) inflated

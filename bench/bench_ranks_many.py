@@ -126,7 +126,7 @@ def sampled_run(cmd: list[str], watch: psutil.Process | None) -> Run:
 
 def summary_bytes(path: Path) -> tuple[int, int]:
     """Pickled bytes of one file's summaries (what a worker sends back), and how many ranks."""
-    from tracewhy.analyses.ranks import summarize_file
+    from tracewhy.reports.ranks import summarize_file
 
     got = summarize_file(str(path))
     assert isinstance(got, list), got

@@ -202,7 +202,7 @@ from tracewhy.cli import as_command, end_command, main
 as_command()
 # The CLI imports the command's module and the reader lazily (a cached trace needs no reader):
 # both are part of what any cold read imports, as pandas is part of HTA's imports.
-import tracewhy.cli.commands.kernels, tracewhy.readers.kineto
+import tracewhy.cli.commands.kernels, tracewhy.readers.kineto.reader
 t1 = time.perf_counter()
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 out = io.StringIO()

@@ -50,7 +50,7 @@ if variant.startswith("tracewhy"):
     import contextlib, io
     from tracewhy.cli import main
     import tracewhy.cli.commands.memory
-    from tracewhy.readers.memory_snapshot import load_plain_pickle, read_memory_snapshot
+    from tracewhy.readers.memory.snapshot import load_plain_pickle, read_memory_snapshot
     from pathlib import Path
 if variant == "torch":
     from torch.cuda import _memory_viz

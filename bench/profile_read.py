@@ -42,7 +42,7 @@ STAGES = (
     "tracewhy.cli.commands.kernels:load_trace",
     "tracewhy.cli.base:read_trace",
     "tracewhy.readers:cached_read",
-    "tracewhy.readers:read_kineto",
+    "tracewhy.readers.kineto.reader:read_kineto",
     "tracewhy.readers.kineto.reader:read_bytes",
     "tracewhy.readers.kineto.reader:split_document",
     "tracewhy.readers.kineto.pieces:LentPieces._pieces",

@@ -140,7 +140,7 @@ def check_read(path: Path, fmt: str, outcome: Outcome, rng: random.Random | None
     from tracewhy import load
     from tracewhy.model import Kind
     from tracewhy.readers import CacheOptions, read_trace
-    from tracewhy.readers.ncu import read_ncu
+    from tracewhy.readers.ncu.reader import read_ncu
 
     with _debug_env(), warnings.catch_warnings(record=True) as caught, _native_stderr() as native:
         warnings.simplefilter("always")
@@ -198,7 +198,7 @@ def seed_warnings(original: Path, fmt: str) -> frozenset[str]:
     """The warnings the unmutated input itself gets from its reader (none if it cannot be read:
     then the mutant's read will say why)."""
     from tracewhy import load
-    from tracewhy.readers.ncu import read_ncu
+    from tracewhy.readers.ncu.reader import read_ncu
 
     key = (original, fmt)
     if key not in _SEED_WARNINGS:

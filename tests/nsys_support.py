@@ -15,7 +15,7 @@ from typing import Any
 
 from conftest import shared_trace
 from tracewhy.model.trace import Trace
-from tracewhy.readers.nsys import read_nsys
+from tracewhy.readers.nsys.reader import read_nsys
 
 #: The seven real exports in shared/traces/nsys, oldest schema last.
 FIXTURES = (

@@ -90,7 +90,7 @@ def test_corrupt_gzip(inflater: str, tmp_path: Path, capsys: pytest.CaptureFixtu
 
 def test_gzip_bomb_is_refused(tmp_path: Path) -> None:
     from tracewhy.errors import TraceError
-    from tracewhy.readers.kineto import read_kineto
+    from tracewhy.readers.kineto.reader import read_kineto
 
     path = tmp_path / "bomb.json.gz"
     path.write_bytes(gzip.compress(b'{"traceEvents": [' + b" " * 5_000_000 + b"]}"))

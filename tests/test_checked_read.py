@@ -13,7 +13,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-import tracewhy.readers.kineto as kineto
+import tracewhy.readers.kineto.reader as kineto_reader
 from conftest import shared_trace
 from tracewhy.cli import main
 from tracewhy.model.cache import CacheOptions
@@ -102,7 +102,7 @@ def test_a_reader_that_breaks_the_model_is_a_bug(
     trace: Trace, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     broken = _set(trace, 0, Col.DUR, -1)
-    monkeypatch.setattr(kineto, "read_kineto", lambda path, progress=None: broken)
+    monkeypatch.setattr(kineto_reader, "read_kineto", lambda path, progress=None, kinds=None: broken)
     with pytest.raises(ModelError, match="negative dur_ns"):
         read_trace(shared_trace(REAL), cache=FRESH)
     # Cached or not: a large file goes through the cache's store path, which must not swallow it.

@@ -25,19 +25,14 @@ from tracewhy.analyses.compile import (
     RegionCol,
     compile_analysis,
 )
-from tracewhy.analyses.torch_logs import (
-    JoinCol,
-    LogBreakCol,
-    LogRecompileCol,
-    join_regions,
-    parse_torch_logs,
-    read_torch_logs,
-)
+from tracewhy.analyses.torch_logs import JoinCol, join_regions
 from tracewhy.cli import main
 from tracewhy.errors import TraceError
 from tracewhy.findings.compile import compile_findings
 from tracewhy.model.schema import Col
+from tracewhy.model.torch_logs import LogBreakCol, LogRecompileCol
 from tracewhy.readers import read_trace
+from tracewhy.readers.torch_logs.reader import parse_torch_logs, read_torch_logs
 
 CASES = ("nobreak", "break_top", "break_item", "break_loop", "recompile")
 _PLANTED = re.compile(r"graph breaks per step \[([\d, ]*)\], recompiles per step \[([\d, ]*)\]")

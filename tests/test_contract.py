@@ -256,8 +256,8 @@ _STOP_INSIDE_READ = textwrap.dedent("""
 
 
 @pytest.mark.parametrize(("signame", "module", "function", "trace", "env"), [
-    ("SIGTERM", "nsys", "_read_export", "nsys/nsysai_mock_rtx3080.sqlite.gz", {}),
-    ("SIGHUP", "nsys", "_read_export", "nsys/nsysai_mock_rtx3080.sqlite.gz", {}),
+    ("SIGTERM", "nsys.reader", "_read_export", "nsys/nsysai_mock_rtx3080.sqlite.gz", {}),
+    ("SIGHUP", "nsys.reader", "_read_export", "nsys/nsysai_mock_rtx3080.sqlite.gz", {}),
     # Two read helpers on a small file: the parallel reader's scratch directory and processes.
     ("SIGTERM", "kineto.reader", "_build", "hta/a100_alexnet_critical_path.json.gz", {"TRACEWHY_READ_WORKERS": "2"}),
 ])

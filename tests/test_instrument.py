@@ -16,7 +16,8 @@ from tracewhy import instrument
 from tracewhy.model.instrument import LogBlockCol, MarkCol
 from tracewhy.model.schema import Col, Kind
 from tracewhy.readers import read_trace
-from tracewhy.readers.instrument_log import looks_like_instrument_log, read_instrument_logs
+from tracewhy.readers.instrument.reader import read_instrument_logs
+from tracewhy.readers.instrument.sniff import looks_like_instrument_log
 
 
 def test_blocks_and_marks_round_trip(tmp_path: Path) -> None:

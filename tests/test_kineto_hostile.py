@@ -22,7 +22,8 @@ from tracewhy.errors import TraceError
 from tracewhy.model.trace import Trace
 from tracewhy.readers.kineto import document as kineto_document
 from tracewhy.readers.kineto import pieces as kineto_pieces
-from tracewhy.readers.kineto import read_kineto, reader
+from tracewhy.readers.kineto import reader
+from tracewhy.readers.kineto.reader import read_kineto
 
 SMALL = "hta/a100_cuda_event_sync_small.json.gz"
 KERNEL_ARGS = b'"blocks per SM": 1.185185,\n      "warps per SM": 4.740741,'

@@ -21,7 +21,7 @@ from tracewhy.analyses.log_blocks import ASYNC, CAPTURE, CHUNK, HOST, MIXED, SYN
 from tracewhy.cli import main
 from tracewhy.findings.blocks import log_attribution, log_synchronized
 from tracewhy.findings.codes import Code
-from tracewhy.readers.instrument_log import read_instrument_logs
+from tracewhy.readers.instrument.reader import read_instrument_logs
 
 LOGS = GENERATED / "pipeline"
 

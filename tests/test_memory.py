@@ -22,8 +22,8 @@ from tracewhy.cli import main
 from tracewhy.errors import TraceError
 from tracewhy.findings.memory import memory_findings, snapshot_findings
 from tracewhy.readers import read_trace
-from tracewhy.readers.memory_snapshot import read_memory_snapshot
-from tracewhy.readers.memory_timeline import read_memory_timeline
+from tracewhy.readers.memory.snapshot import read_memory_snapshot
+from tracewhy.readers.memory.timeline import read_memory_timeline
 
 MiB = 1 << 20
 #: torch/profiler/_memory_profiler.py ``_CATEGORY_TO_COLORS`` order, as tracewhy names them.

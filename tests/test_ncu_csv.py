@@ -11,9 +11,9 @@ import pytest
 from conftest import shared_trace
 from tracewhy.errors import TraceError
 from tracewhy.model.ncu import NCol, RCol
-from tracewhy.readers.ncu import read_ncu
-from tracewhy.readers.ncu_csv import read_ncu_csv
-from tracewhy.readers.ncu_units import COUNT, FREQ, PCT, RATE, TIME, normalize, parse_number
+from tracewhy.readers.ncu.csv_export import read_ncu_csv
+from tracewhy.readers.ncu.reader import read_ncu
+from tracewhy.readers.ncu.units import COUNT, FREQ, PCT, RATE, TIME, normalize, parse_number
 
 DETAILS_HEADER = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream",'
                   '"Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit",'

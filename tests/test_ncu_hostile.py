@@ -18,7 +18,7 @@ import pytest
 from conftest import shared_trace
 from tracewhy.cli import main
 from tracewhy.model.ncu import NCol
-from tracewhy.readers.ncu import read_ncu
+from tracewhy.readers.ncu.reader import read_ncu
 
 SAXPY = "ncu/csv_rtx5070_olajide/saxpy.csv"
 GEMM = "ncu/csv_rtx5070_olajide/gemm_naive.csv"

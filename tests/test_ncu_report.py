@@ -14,8 +14,8 @@ import pytest
 from conftest import shared_trace
 from tracewhy.errors import TraceError
 from tracewhy.model.ncu import NCol
-from tracewhy.readers import ncu_rep
-from tracewhy.readers.ncu import read_ncu
+from tracewhy.readers.ncu import rep as ncu_rep
+from tracewhy.readers.ncu.reader import read_ncu
 
 REPORTS = [
     "v100_ncar_miniweather_baseline", "v100_ncar_miniweather_divtomult", "a100pcie_mistic_nodecalc_full",

@@ -17,8 +17,8 @@ from nsys_support import FIXTURES, export_path
 from tracewhy.errors import TraceError
 from tracewhy.model.schema import KCol
 from tracewhy.model.trace import Trace
-from tracewhy.readers import nsys_db
-from tracewhy.readers.nsys import read_nsys
+from tracewhy.readers.nsys import db as nsys_db
+from tracewhy.readers.nsys.reader import read_nsys
 
 KERNELS = "CUPTI_ACTIVITY_KIND_KERNEL"
 
@@ -49,7 +49,7 @@ def test_fast_and_strict_paths_read_the_same_trace(name: str, monkeypatch: pytes
 
 def test_the_arrow_fetch_is_taken_when_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("adbc_driver_sqlite")
-    from tracewhy.readers import nsys_arrow
+    from tracewhy.readers.nsys import arrow as nsys_arrow
 
     taken = []
     original = nsys_arrow.ArrowFetch.query
@@ -96,7 +96,7 @@ def test_text_read_through_arrow_equals_the_strict_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, edit: str, fast_path: bool
 ) -> None:
     pytest.importorskip("adbc_driver_sqlite")
-    from tracewhy.readers import nsys_arrow
+    from tracewhy.readers.nsys import arrow as nsys_arrow
 
     fetched: list[bool] = []
     original = nsys_arrow.ArrowFetch.frame
@@ -177,7 +177,7 @@ def test_a_table_fetched_in_rowid_ranges_on_threads_reads_as_one_query(
     """Parts small enough that every table of a real export splits (up to four threads, ranges
     that need not hold equal rows) give the same trace as a single query per table."""
     pytest.importorskip("adbc_driver_sqlite")
-    from tracewhy.readers import nsys_arrow
+    from tracewhy.readers.nsys import arrow as nsys_arrow
 
     ranged: list[str] = []
     original = nsys_arrow.ArrowFetch.query
@@ -207,7 +207,7 @@ def test_a_wrong_value_in_any_range_falls_back_to_the_strict_path(
     """A text end in the first or the last range makes the whole table take the strict path,
     which names the table."""
     pytest.importorskip("adbc_driver_sqlite")
-    from tracewhy.readers import nsys_arrow
+    from tracewhy.readers.nsys import arrow as nsys_arrow
 
     monkeypatch.setattr(nsys_arrow, "MIN_PART_ROWS", 1)
     with pytest.raises(TraceError, match=f"wrong type \\({KERNELS}"):
@@ -223,7 +223,8 @@ def test_nvtx_fetched_a_rowid_range_at_a_time_reads_as_one_query(
     fetch path, nor where the Arrow fetch splits a range on threads."""
     if arrow == "1":
         pytest.importorskip("adbc_driver_sqlite")
-    from tracewhy.readers import nsys_arrow, nsys_tables
+    from tracewhy.readers.nsys import arrow as nsys_arrow
+    from tracewhy.readers.nsys import nvtx_tables
 
     monkeypatch.setenv("TRACEWHY_NSYS_ADBC", arrow)
     path = _nvtx_copy(tmp_path)
@@ -240,7 +241,7 @@ def test_nvtx_fetched_a_rowid_range_at_a_time_reads_as_one_query(
     whole = read_nsys(path)
     assert len(fetched) == 1
     fetched.clear()
-    monkeypatch.setattr(nsys_tables, "NVTX_CHUNK_ROWIDS", 10_007)
+    monkeypatch.setattr(nvtx_tables, "NVTX_CHUNK_ROWIDS", 10_007)
     monkeypatch.setattr(nsys_arrow, "MIN_PART_ROWS", 1_000)
     monkeypatch.setattr(nsys_arrow.os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
     chunked = read_nsys(path)

@@ -22,7 +22,7 @@ from tracewhy.errors import TraceError
 from tracewhy.model.schema import Col, DCol, Kind
 from tracewhy.model.trace import Trace
 from tracewhy.readers import read_trace
-from tracewhy.readers.nsys import read_nsys
+from tracewhy.readers.nsys.reader import read_nsys
 
 #: The smallest real export (2 kernels, 1 memcpy, 1 sync, runtime calls; nsys 2026.1).
 MOCK = "nsysai_mock_rtx3080"

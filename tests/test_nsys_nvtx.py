@@ -20,7 +20,7 @@ from tracewhy.analyses import nvtx_work
 from tracewhy.analyses.nvtx import gpu_projection, nvtx_step_marker, range_tree
 from tracewhy.analyses.steps import steps
 from tracewhy.model.schema import Col, NCol
-from tracewhy.readers.nsys import read_nsys
+from tracewhy.readers.nsys.reader import read_nsys
 
 WITH_NVTX = [n for n in FIXTURES if n != "nsysai_mock_rtx3080"]
 

@@ -14,7 +14,7 @@ from tracewhy.model.cache import CacheOptions
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, Kind
 from tracewhy.model.trace import PartialTraceError, Trace
 from tracewhy.readers import read_trace
-from tracewhy.readers.nsys import read_nsys
+from tracewhy.readers.nsys.reader import read_nsys
 
 _GPU_COLS = [Col.NAME, Col.TS, Col.DUR, Col.PID, Col.DEVICE, Col.STREAM, Col.CORRELATION]
 

@@ -19,9 +19,10 @@ import pytest
 from nsys_support import FIXTURES, PID, UTC_START, ExportBuilder, export_path, gtid, load, raw_db
 from tracewhy.errors import TraceError
 from tracewhy.model.schema import CCol, Col, Kind, NCol
-from tracewhy.readers import CacheOptions, nsys_db, read_trace
-from tracewhy.readers.nsys import read_nsys
-from tracewhy.readers.nsys_tables import COPY_KIND, MEMORY_KIND, api_name
+from tracewhy.readers import CacheOptions, read_trace
+from tracewhy.readers.nsys import db as nsys_db
+from tracewhy.readers.nsys.reader import read_nsys
+from tracewhy.readers.nsys.tables import COPY_KIND, MEMORY_KIND, api_name
 
 
 def _count(name: str, sql: str) -> int:

@@ -13,8 +13,8 @@ from nsys_support import FIXTURES, ExportBuilder, close, golden, load, raw_db
 from tracewhy.analyses import nsys_rules as rules
 from tracewhy.model.schema import CCol, Col
 from tracewhy.model.trace import Trace
-from tracewhy.readers.nsys import read_nsys
-from tracewhy.readers.nsys_tables import MEMORY_KIND, api_name
+from tracewhy.readers.nsys.reader import read_nsys
+from tracewhy.readers.nsys.tables import MEMORY_KIND, api_name
 
 #: nsys prints at most this many rows per rule by default.
 NSYS_ROWS = 50

@@ -16,7 +16,7 @@ from tracewhy.analyses.kernels import kernels
 from tracewhy.analyses.nvtx import nvtx_summary
 from tracewhy.analyses.summaries import api_summary, kernel_summary, memory_size_summary, memory_time_summary
 from tracewhy.model.schema import Col, Kind
-from tracewhy.readers.nsys_tables import COPY_KIND, api_name
+from tracewhy.readers.nsys.tables import COPY_KIND, api_name
 
 _STATS = (("count", None), ("total_ns", "Total Time (ns)"), ("mean_ns", "Avg (ns)"),
           ("median_ns", "Med (ns)"), ("min_ns", "Min (ns)"), ("max_ns", "Max (ns)"),

@@ -23,7 +23,7 @@ from tracewhy.readers import source
 from tracewhy.readers.kineto import document as kineto_document
 from tracewhy.readers.kineto import parallel as kineto_parallel
 from tracewhy.readers.kineto import pieces as kineto_pieces
-from tracewhy.readers.kineto import read_kineto
+from tracewhy.readers.kineto.reader import read_kineto
 from tracewhy.readers.source import iter_content
 
 TABLES = ("slices", "memory", "flows", "threads", "kernel_attrs", "copy_attrs", "op_attrs", "devices")

@@ -17,7 +17,7 @@ from tracewhy.analyses.pipeline import ChunkCol, parse_stages, pipeline
 from tracewhy.cli import main
 from tracewhy.errors import TraceError, UsageError
 from tracewhy.findings.pipeline import FAIL, OVERLAPPED, PASS, SERIALIZED, judge
-from tracewhy.readers.instrument_log import read_instrument_logs
+from tracewhy.readers.instrument.reader import read_instrument_logs
 
 LOGS = GENERATED / "pipeline"
 

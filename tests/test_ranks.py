@@ -16,11 +16,12 @@ import tracewhy
 from builders import KinetoBuilder
 from conftest import GENERATED, shared_trace
 from tracewhy.analyses.rank_compare import RanksResult, compare_ranks
-from tracewhy.analyses.ranks import load_rank_summaries, rank_from_name
+from tracewhy.analyses.ranks import rank_from_name
 from tracewhy.cli import main
 from tracewhy.errors import TraceError
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.ranks import rank_findings
+from tracewhy.reports.ranks import load_rank_summaries
 
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 COMPUTE_US = {0: 400, 1: 400, 2: 600}  # rank 2 computes 200 µs longer: the straggler

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import shared_trace
 from tracewhy.cli import main
-from tracewhy.cli.commands import ranks
+from tracewhy.reports import ranks
 
 PAIR = ("hta/sampled_128rank_job_rank0.json.gz", "hta/sampled_128rank_job_rank1.json.gz")
 

@@ -18,7 +18,6 @@ from rich.console import Console, RenderableType
 
 from conftest import GENERATED, ROOT, shared_trace
 from tracewhy.analyses.kernels import KernelCol, kernels
-from tracewhy.analyses.ranks import load_rank_summaries
 from tracewhy.cli import TOUR, main
 from tracewhy.cli import base as cli_base
 from tracewhy.errors import TraceError, install_hint
@@ -27,6 +26,7 @@ from tracewhy.readers import CacheOptions, read_trace
 from tracewhy.renderers.diagnose import render_diagnose
 from tracewhy.renderers.names import cut_middle, name_cells, short_forms, shown_names
 from tracewhy.renderers.terminal import render_kernels
+from tracewhy.reports.ranks import load_rank_summaries
 from tracewhy.units import whole_names
 
 DEMO = ROOT / "examples" / "demo_cpu_training.pt.trace.json.gz"

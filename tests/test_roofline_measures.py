@@ -16,7 +16,7 @@ from conftest import shared_trace
 from tracewhy.analyses.roofline import measure_roofline
 from tracewhy.findings.roofline import VCol, judge_roofline
 from tracewhy.model.ncu import NCol
-from tracewhy.readers.ncu import read_ncu
+from tracewhy.readers.ncu.reader import read_ncu
 
 ANALYSES = Path(tracewhy.analyses.__file__).parent
 ROOFLINE_ANALYSES = sorted(ANALYSES.glob("roofline*.py"))

@@ -24,7 +24,7 @@ from tracewhy.findings.roofline import (
     NcuRooflineResult,
     roofline,
 )
-from tracewhy.readers.ncu import read_ncu
+from tracewhy.readers.ncu.reader import read_ncu
 
 
 def _have_ncu_report() -> bool:

@@ -25,8 +25,8 @@ from tracewhy.analyses.roofline import RooflineOptions
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.roofline import NcuRooflineResult, roofline
 from tracewhy.model.ncu import NCol, NcuReport
-from tracewhy.readers.ncu import read_ncu
-from tracewhy.readers.ncu_csv import read_ncu_csv
+from tracewhy.readers.ncu.csv_export import read_ncu_csv
+from tracewhy.readers.ncu.reader import read_ncu
 
 
 @functools.cache

@@ -11,7 +11,7 @@ from pathlib import Path
 from nsys_support import ExportBuilder
 from tracewhy.analyses.nvtx import nvtx_step_marker
 from tracewhy.analyses.steps import steps
-from tracewhy.readers.nsys import read_nsys
+from tracewhy.readers.nsys.reader import read_nsys
 
 CCCL, NCCL = 1, 2
 

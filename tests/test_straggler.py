@@ -18,10 +18,10 @@ import tracewhy
 from builders import KinetoBuilder
 from conftest import GENERATED
 from tracewhy.analyses.rank_compare import RanksResult, compare_ranks
-from tracewhy.analyses.ranks import load_rank_summaries
 from tracewhy.cli import main
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.ranks import rank_findings
+from tracewhy.reports.ranks import load_rank_summaries
 
 WORKER = 7  # gloo runs collectives on its own threads
 CLOCK_US = {0: 5_000_000.0, 1: 123.5}  # separate clocks

@@ -19,9 +19,9 @@ import polars as pl
 
 from tracewhy.analyses.host_activity import Flag, HostIndex, build_host_index
 from tracewhy.analyses.steps import StepsOptions, StepsResult, WindowCol, step_windows, steps
+from tracewhy.model.memory_timeline import EXPORT_CATEGORIES, LedgerCategory, MemoryTimeline, TimelineCol
 from tracewhy.model.schema import KIND_CODE, Col, Kind, MCol
 from tracewhy.model.trace import Trace
-from tracewhy.readers.memory_timeline import EXPORT_CATEGORIES, LedgerCategory, MemoryTimeline, TimelineCol
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tracewhy.readers.memory_snapshot import BlockCol, EventCol, Frame, MemorySnapshot, SegCol
+from tracewhy.model.memory_snapshot import BlockCol, EventCol, Frame, MemorySnapshot, SegCol
 
 I64 = npt.NDArray[np.int64]
 

@@ -37,7 +37,7 @@ from tracewhy.analyses.nvtx_work import (
 )
 from tracewhy.analyses.summaries import Summary, summarize
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, Col, Kind, NCol
-from tracewhy.model.trace import Trace
+from tracewhy.model.trace import NSYS_FORMAT, Trace
 
 I64 = npt.NDArray[np.int64]
 PROFILER_STEP_PREFIX: Final = "ProfilerStep"
@@ -276,7 +276,7 @@ def nvtx_step_marker(trace: Trace) -> StepMarker | None:
     Ties: more repeats, then longer total time, then name. None for other formats, when
     ProfilerStep ranges exist, or when nothing qualifies.
     """
-    if trace.meta.format != "nsys":
+    if trace.meta.format != NSYS_FORMAT:
         return None
     trace.require(Kind.ANNOTATION)
     marks = trace.nvtx_attrs.filter(pl.col(NCol.STYLE) == "Mark").get_column(NCol.ID).implode()

@@ -16,7 +16,7 @@ import polars as pl
 from tracewhy.analyses.nvtx import gpu_projection, nvtx_summary
 from tracewhy.analyses.nvtx_work import Unattributed
 from tracewhy.model.schema import Col, NCol
-from tracewhy.model.trace import Trace
+from tracewhy.model.trace import NSYS_FORMAT, Trace
 
 #: Projection columns of ``nvtx_gpu_proj_sum`` kept per (name, style), renamed where the
 #: plain name would clash with the CPU-side statistics.
@@ -68,7 +68,7 @@ def nvtx_ranges(trace: Trace) -> NvtxRangesResult:
         .sort(["total_ns", Col.NAME, NCol.STYLE], descending=[True, False, False])
     )
     return NvtxRangesResult(
-        source="nvtx" if trace.meta.format == "nsys" else "user annotations",
+        source="nvtx" if trace.meta.format == NSYS_FORMAT else "user annotations",
         range_count=int(table.get_column("count").sum()) if table.height else 0,
         total_ns=cpu.total,
         table=table,

@@ -1,20 +1,14 @@
-"""One compact summary per rank, made where the trace is read (a worker process or a Dask
-worker), so that only summaries, never whole traces, travel back: step time, compute, exposed
-communication, idle and input per step, the rank's collective calls, and what its step thread
-spent the step on (its blocks, its largest unrecorded gaps, and a compact timeline of the
+"""One compact summary per rank, small enough to travel back from where the rank's trace was
+read (a worker process or a Dask worker; ``reports/ranks`` reads them): step time, compute,
+exposed communication, idle and input per step, the rank's collective calls, and what its step
+thread spent the step on (its blocks, its largest unrecorded gaps, and a compact timeline of the
 innermost annotation, op and Python frame open on it, from which ``rank_compare`` says what a
 straggler was doing while the others waited for it).
-
-``summarize_file`` is what an executor runs; ``load_rank_summaries`` runs it over many files on
-any ``concurrent.futures.Executor`` (a process pool, or ``dask.distributed.Client.get_executor()``).
 """
 
 from __future__ import annotations
 
-import functools
 import re
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -31,7 +25,6 @@ from tracewhy.analyses.steps import StepsOptions, WindowCol, steady_span, step_w
 from tracewhy.errors import TraceError
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, HOST_KINDS, Col, Kind
 from tracewhy.model.trace import Trace
-from tracewhy.readers import read_trace
 
 #: Rank in a file name: "rank3", "rank_3", "rank-3" ("sampled_rank-0.json.gz", "trace_rank12.json").
 _RANK_IN_NAME: Final = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
@@ -99,27 +92,9 @@ class RankSummary:
     missing_events: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class FileFailure:
-    """A file a worker could not read; the caller raises it as a TraceError (exceptions with
-    custom constructors do not survive pickling between processes)."""
-
-    path: str
-    problem: str
-
-
 def rank_from_name(path: str) -> int | None:
     found = _RANK_IN_NAME.findall(Path(path).name)
     return int(found[-1]) if found else None
-
-
-def summarize_file(path: str, options: RanksOptions = RanksOptions()) -> list[RankSummary] | FileFailure:
-    """Read one trace and summarize each rank in it (an nsys file may hold several processes)."""
-    try:
-        trace = read_trace(path)
-        return summarize_trace(trace, path, options)
-    except TraceError as e:
-        return FileFailure(path, e.problem)
 
 
 def summarize_trace(trace: Trace, source: str, options: RanksOptions = RanksOptions()) -> list[RankSummary]:
@@ -137,35 +112,6 @@ def summarize_trace(trace: Trace, source: str, options: RanksOptions = RanksOpti
     # One nsys capture of several processes (torchrun under nsys): a rank per process, numbered
     # by the GPU it drives, which is its local rank under the usual one-GPU-per-process launch.
     return [_summarize(trace, source, options, i, "nsys process (by GPU)", pid) for i, pid in enumerate(pids)]
-
-
-def load_rank_summaries(
-    paths: Sequence[str], executor: Executor | None = None, options: RanksOptions = RanksOptions(),
-    done: Callable[[str], None] | None = None,
-) -> list[RankSummary]:
-    """Summaries of every rank in the files, by rank. ``executor`` None runs in this process.
-    ``done`` is told each file as its summary arrives (the CLI's per-rank progress)."""
-    results: list[list[RankSummary] | FileFailure] = []
-    if executor is None:
-        pending: Iterable[Callable[[], list[RankSummary] | FileFailure]] = (
-            functools.partial(summarize_file, p, options) for p in paths)
-    else:
-        pending = [executor.submit(summarize_file, p, options).result for p in paths]
-    for path, result in zip(paths, pending, strict=True):
-        results.append(result())
-        if done is not None:
-            done(path)
-    out: list[RankSummary] = []
-    for r in results:
-        if isinstance(r, FileFailure):
-            raise TraceError(r.path, r.problem)
-        out.extend(r)
-    seen: dict[int, str] = {}
-    for s in out:
-        if s.rank in seen:
-            raise TraceError(s.source, f"rank {s.rank} again (also in {seen[s.rank]}): give one trace per rank")
-        seen[s.rank] = s.source
-    return sorted(out, key=lambda s: s.rank)
 
 
 def _gpu_pids(trace: Trace) -> list[int]:

@@ -13,7 +13,7 @@ from tracewhy.analyses import api_names
 from tracewhy.analyses.host_activity import build_host_index
 from tracewhy.analyses.nvtx import PROFILER_STEP_PREFIX, TILING_SHARE, StepMarker
 from tracewhy.model.schema import Col, Kind
-from tracewhy.model.trace import Trace
+from tracewhy.model.trace import KINETO_FORMAT, Trace
 
 #: A loop runs at least this many iterations in a capture worth calling steps.
 MIN_ITERATIONS: Final = 3
@@ -24,7 +24,7 @@ def annotation_step_marker(trace: Trace) -> StepMarker | None:
     least MIN_ITERATIONS times on one thread whose spans tile the run; most repeats, then most
     time. torch's own blocks are never the step: the DataLoader fetch and the optimizer's step
     are record_functions PyTorch opens inside the loop (api_names holds their names)."""
-    if trace.meta.format != "kineto":
+    if trace.meta.format != KINETO_FORMAT:
         return None
     names = trace.slices.get_column(Col.NAME).cast(pl.String)
     if names.str.starts_with(PROFILER_STEP_PREFIX).any():

@@ -17,7 +17,7 @@ import polars as pl
 
 from tracewhy.analyses.families import Family, classify_kernels
 from tracewhy.model.schema import Col, DCol, Kind, OCol
-from tracewhy.model.trace import Trace
+from tracewhy.model.trace import KINETO_FORMAT, Trace
 
 # --- architecture facts (CUDA C++ Programming Guide, "Compute Capabilities" and the warp
 # matrix functions' type table; NVIDIA V100, T4, A100, H100 and Blackwell whitepapers) -------
@@ -224,7 +224,7 @@ def _verdict(name: str, precision: str | None, matrix_vector: str | None,
 
 def launching_framework(trace: Trace) -> tuple[str | None, str]:
     """torch, jax, cupy or None, and the rule that decided."""
-    if trace.meta.format.startswith("kineto"):
+    if trace.meta.format.startswith(KINETO_FORMAT):
         return "torch", "a Kineto trace (torch.profiler)"
     read = trace.meta.kinds_read
     host = [k for k in (Kind.CPU_OP, Kind.ANNOTATION) if read is None or k.value in read]

@@ -17,7 +17,7 @@ from tracewhy.findings.model import Finding, Severity
 from tracewhy.units import fmt_ns, fmt_pct
 
 if TYPE_CHECKING:  # (the TORCH_LOGS parser is imported only where --logs is given)
-    from tracewhy.analyses.torch_logs import TorchLogs
+    from tracewhy.model.torch_logs import TorchLogs
 
 #: Break locations and guards named in a statement; the evidence holds them all.
 NAMED: Final = 3
@@ -46,7 +46,7 @@ def compile_findings(r: CompileResult, step_p50_ns: float | None, logs: TorchLog
 def _break_lines(r: CompileResult, logs: TorchLogs | None) -> list[str]:
     """Where the breaks are: from TORCH_LOGS (with the reason) when given, else resume frames."""
     if logs is not None and logs.breaks.height:
-        from tracewhy.analyses.torch_logs import LogBreakCol  # (already loaded: it made ``logs``)
+        from tracewhy.model.torch_logs import LogBreakCol  # (already loaded: it made ``logs``)
 
         rows = logs.breaks.unique([LogBreakCol.LOCATION, LogBreakCol.REASON], maintain_order=True)
         return [f"{row[LogBreakCol.LOCATION] or '?'} ({row[LogBreakCol.REASON] or 'reason not logged'})"
@@ -90,7 +90,7 @@ def _recompiles(r: CompileResult, step_p50_ns: float | None, logs: TorchLogs | N
         return []
     guards: dict[str, str] = {}
     if logs is not None:
-        from tracewhy.analyses.torch_logs import LogRecompileCol  # (already loaded: it made ``logs``)
+        from tracewhy.model.torch_logs import LogRecompileCol  # (already loaded: it made ``logs``)
 
         guards = {region: guard for region, guard in logs.recompiles.select(
             LogRecompileCol.REGION, LogRecompileCol.GUARD).iter_rows() if region and guard}

@@ -16,7 +16,7 @@ from tracewhy.analyses.utilization import DeviceBusy
 from tracewhy.model.trace import Trace
 
 if TYPE_CHECKING:  # (the TORCH_LOGS parser is imported only where --logs is given)
-    from tracewhy.analyses.torch_logs import TorchLogs
+    from tracewhy.model.torch_logs import TorchLogs
 
 T = TypeVar("T")
 

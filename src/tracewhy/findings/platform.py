@@ -17,7 +17,7 @@ from tracewhy.findings.context import Context
 from tracewhy.findings.memory import ledger_parts, memory_result
 from tracewhy.findings.model import Finding, Severity
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, Col, DCol, MCol
-from tracewhy.model.trace import Trace
+from tracewhy.model.trace import NSYS_FORMAT, Trace
 from tracewhy.units import fmt_bytes
 from tracewhy.units import fmt_pct as pct
 
@@ -33,7 +33,7 @@ def gpu_vendor(trace: Trace) -> tuple[str | None, str]:
     """"nvidia", "amd" or None, and the rule that decided, in order of trust: the format
     (Nsight Systems records only NVIDIA GPUs), the tracing library's version keys, the runtime
     API the launches went through (cuda* vs hip*), then the device name."""
-    if trace.meta.format.startswith("nsys"):
+    if trace.meta.format.startswith(NSYS_FORMAT):
         return "nvidia", "an Nsight Systems capture"
     for vendor, prefixes in _VENDOR_VERSION_PREFIXES.items():
         keys = [k for k in trace.meta.versions if k.lower().startswith(prefixes)]

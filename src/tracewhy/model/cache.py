@@ -78,20 +78,13 @@ def default_cache_dir() -> Path:
     return (Path(xdg) if xdg else home / ".cache") / "tracewhy"
 
 
-def _has_journal(path: Path) -> bool:
-    """A SQLite database with a ``-wal`` or ``-journal`` beside it: its content is the two files
-    together (the reader recovers it from a private copy), which a key of the database alone
-    would not see change, so it is never cached."""
-    return any(Path(f"{path}{suffix}").exists() for suffix in ("-wal", "-journal"))
-
-
 def cached_read(path: Path, read: Callable[[Path], Trace], options: CacheOptions | None = None) -> Trace:
     """``read(path)``, or the Trace it returned last time for the same file and code.
 
     Only whole Traces are stored; a cached whole Trace also answers a reader that would have
     returned a partial one (it holds everything the partial one would)."""
     options = options or CacheOptions()
-    if not options.enabled or os.environ.get(ENV_DISABLE) or _has_journal(path):
+    if not options.enabled or os.environ.get(ENV_DISABLE):
         return read(path)
     place = _place(path, options)
     if place is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePath
-from typing import Any
+from typing import Any, Final
 
 import polars as pl
 
@@ -20,6 +20,13 @@ from tracewhy.model.schema import (
     Kind,
     empty,
 )
+
+#: ``TraceMeta.format`` of a torch.profiler (Kineto) trace and of an Nsight Systems export, the
+#: timeline formats whose captures differ in what an analysis may rely on (Kineto: torch's own
+#: record_function annotations; Nsight Systems: NVTX ranges, NVIDIA GPUs only). Their readers
+#: set these, and the reader registry names the two formats by them.
+KINETO_FORMAT: Final = "kineto"
+NSYS_FORMAT: Final = "nsys"
 
 
 @dataclass(frozen=True)

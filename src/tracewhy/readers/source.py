@@ -1,4 +1,5 @@
-"""Getting a file's bytes safely: size-bounded gzip, and sniffing the format by content."""
+"""Getting a file's bytes safely (size-bounded gzip, refusing pipes and devices), and the small helpers
+every format's sniff uses to tell a file by its content."""
 
 from __future__ import annotations
 
@@ -23,7 +24,6 @@ except ImportError:  # pragma: no cover - a platform without its wheels: the sta
 _INFLATE_ERRORS: tuple[type[Exception], ...] = (zlib.error, getattr(_inflater, "error", zlib.error))
 
 GZIP_MAGIC = b"\x1f\x8b"
-SQLITE_MAGIC = b"SQLite format 3\x00"
 #: Refuse to inflate beyond this many bytes: a gzip bomb must not exhaust memory. A 1 GB
 #: compressed Kineto trace inflates to ~20 GB at most (JSON compresses ~15-30x).
 DEFAULT_MAX_INFLATED_BYTES = 64 * 1024**3
@@ -236,45 +236,11 @@ def content_head(path: Path, size: int) -> bytes | None:
         return None
 
 
-def sniff(path: Path) -> str:
-    """Name the format of a file by its first bytes: 'kineto', 'sqlite' or 'unknown'."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(64)
-            if head.startswith(SQLITE_MAGIC):
-                return "sqlite"
-            if not head.startswith(GZIP_MAGIC):
-                return _sniff_json(head, f)
-    except OSError as e:
-        raise os_error(path, e) from None
-    try:
-        with gzip.open(path, "rb") as g:
-            return _sniff_json(g.read(64), g)
-    except (OSError, EOFError, zlib.error):
-        return "kineto"  # let the JSON reader produce the precise error
-
-
 #: Leading white space (and a BOM) is read past up to this much when sniffing; beyond it, and
 #: for a file of nothing else, the JSON reader decides (it says "empty", or refuses a bomb).
-_SNIFF_BLANK_MAX = 64 * 1024 * 1024
+SNIFF_BLANK_MAX = 64 * 1024 * 1024
 #: What may precede JSON's first byte: a UTF-8 BOM and white space.
 JSON_BLANK = b"\xef\xbb\xbf \t\r\n"
-
-
-def _sniff_json(head: bytes, f: BinaryIO | gzip.GzipFile) -> str:
-    """'kineto' when the first byte past white space and a UTF-8 BOM opens JSON, else
-    'unknown'. White space of any length may come first: it is read past, a block at a time."""
-    seen = len(head)
-    stripped = head.lstrip(JSON_BLANK)
-    while not stripped:
-        if seen > _SNIFF_BLANK_MAX:
-            return "kineto"
-        block = f.read(1 << 16)
-        if not block:
-            return "kineto"  # white space only: the JSON reader says the file is empty
-        seen += len(block)
-        stripped = block.lstrip(JSON_BLANK)
-    return "kineto" if stripped[:1] in (b"{", b"[") else "unknown"
 
 
 def sniff_empty(path: Path) -> bool:
@@ -284,7 +250,7 @@ def sniff_empty(path: Path) -> bool:
             while block := f.read(1 << 16):
                 if block.strip():
                     return False
-                if f.tell() > _SNIFF_BLANK_MAX:
+                if f.tell() > SNIFF_BLANK_MAX:
                     return False  # the reader decides
             return True
     except OSError:

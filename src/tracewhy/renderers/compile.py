@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final
 
 from tracewhy.analyses.compile import BreakCol, CompileResult, CompileStepCol, RecompileCol, RegionCol
-from tracewhy.analyses.torch_logs import JoinCol, TorchLogs, join_regions
+from tracewhy.analyses.torch_logs import JoinCol, join_regions
 from tracewhy.findings.model import Finding
+from tracewhy.model.torch_logs import TorchLogs
 from tracewhy.renderers.layout import FitTable, Layout, label, name, number, step, text
 from tracewhy.units import fmt_ns, fmt_pct, printable
 

@@ -22,8 +22,8 @@ from tracewhy import __version__
 from tracewhy.analyses.gaps import GapCol
 from tracewhy.analyses.overlap import OverlapCol
 from tracewhy.analyses.steps import StepCol
+from tracewhy.model.memory_timeline import TimelineCol
 from tracewhy.model.schema import Col, MCol
-from tracewhy.readers.memory_timeline import TimelineCol
 from tracewhy.renderers.compile import compile_payload
 from tracewhy.renderers.critical_path import critical_path_report_payload
 from tracewhy.renderers.diagnose import TIME_ORIGIN, basis_statistic, gap_rows, recoverable_unit

@@ -36,9 +36,9 @@ from tracewhy.analyses.gaps import CLASS_COLUMNS, GapCol
 from tracewhy.analyses.memory import MemoryResult
 from tracewhy.findings.model import Finding
 from tracewhy.findings.overview import Overview
+from tracewhy.model.raw_events import RawEvents
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, CCol, Col, KCol, Kind, MCol
 from tracewhy.model.trace import Trace
-from tracewhy.readers.raw_events import RawEvents
 from tracewhy.renderers.jsonout import to_jsonable
 
 CAT: Final = "tracewhy"

@@ -253,7 +253,7 @@ def ncu_runs_payload(path: str, runs: list[tuple[NcuRun, NcuRooflineResult]]) ->
     """JSON body for a file of several ncu runs: one ncu_payload per run, under ``runs``.
 
     A run's tables carry ncu's own launch IDs; ``launch_id_offset`` maps them to the file-wide
-    launch_id the reader gives (``tracewhy.readers.read_ncu``).
+    launch_id of ``NcuReport`` (``model/ncu.py``).
     """
     return {
         "source": "ncu",

@@ -68,8 +68,10 @@ def _device_line(d: dict[str, Any], fmt: str) -> str:
     described = [x for x in (d["name"] or "", cc, fmt_bytes(mem) if mem else "") if x]
     if described:
         return " ".join(described)
+    from tracewhy.model.trace import NSYS_FORMAT  # (already loaded: a trace was read)
+
     where = ("this export has no TARGET_INFO_GPU table (its capture did not record GPU properties)"
-             if fmt.startswith("nsys") else "the trace has no deviceProperties entry for it")
+             if fmt.startswith(NSYS_FORMAT) else "the trace has no deviceProperties entry for it")
     return f"used, but not described: {where}"
 
 

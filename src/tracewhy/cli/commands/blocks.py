@@ -8,7 +8,7 @@ from tracewhy.analyses.log_blocks import DEFAULT_LOG_WARMUP, LogBlocksOptions, l
 from tracewhy.cli.base import Command, add_output_options, emit, load_trace, positive_int, warn
 from tracewhy.errors import UsageError
 from tracewhy.findings.blocks import attribution, log_attribution, log_synchronized, synchronized_blocks
-from tracewhy.readers.instrument_log import looks_like_instrument_log, read_instrument_logs
+from tracewhy.readers.registry import InputKind, detect, read_stage_logs
 from tracewhy.renderers.log_blocks import log_blocks_payload, render_log_blocks
 from tracewhy.renderers.overlap import blocks_payload, render_blocks
 
@@ -38,7 +38,7 @@ class BlocksCommand(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         names = tuple(n.strip() for n in args.names.split(",") if n.strip())
-        if looks_like_instrument_log(Path(args.trace)):
+        if detect(Path(args.trace), (InputKind.STAGE_LOGS,)) is not None:
             return self._run_log(args, names)
         r = blocks(load_trace(args.trace), BlocksOptions(names=names, step_marker=args.step, warmup=args.warmup))
         found = [f for f in (synchronized_blocks(r), attribution(r)) if f is not None]
@@ -48,7 +48,7 @@ class BlocksCommand(Command):
     def _run_log(self, args: argparse.Namespace, names: tuple[str, ...]) -> int:
         if args.step:
             raise UsageError("--step names a trace's step annotation; an instrument log's blocks carry their step")
-        log = read_instrument_logs([Path(args.trace)])
+        log = read_stage_logs([Path(args.trace)])
         warn(log.source, log.warnings)
         warmup = DEFAULT_LOG_WARMUP if args.warmup is None else args.warmup
         r = log_blocks(log, LogBlocksOptions(names=names, warmup=warmup))

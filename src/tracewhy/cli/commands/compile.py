@@ -5,9 +5,9 @@ from pathlib import Path
 
 from tracewhy.analyses.compile import compile_analysis
 from tracewhy.analyses.steps import StepsOptions, steps
-from tracewhy.analyses.torch_logs import read_torch_logs
 from tracewhy.cli.base import Command, add_output_options, emit, load_trace, positive_int, warn
 from tracewhy.findings.compile import compile_findings
+from tracewhy.readers.registry import read_compile_logs
 from tracewhy.renderers.compile import compile_payload, render_compile
 
 
@@ -27,7 +27,7 @@ class CompileCommand(Command):
                             help="steps to exclude as warm-up (default: a first step #0 or outlier)")
 
     def run(self, args: argparse.Namespace) -> int:
-        logs = read_torch_logs(args.logs) if args.logs is not None else None
+        logs = read_compile_logs(args.logs) if args.logs is not None else None
         if logs is not None and logs.warnings:
             warn(args.logs, logs.warnings)
         trace = load_trace(args.trace)

@@ -13,7 +13,7 @@ from tracewhy.renderers.diagnose import diagnose_payload, render_diagnose
 from tracewhy.renderers.throughput import with_throughput
 
 if TYPE_CHECKING:
-    from tracewhy.analyses.torch_logs import TorchLogs
+    from tracewhy.model.torch_logs import TorchLogs
 
 
 class DiagnoseCommand(Command):
@@ -51,9 +51,9 @@ def _torch_logs(path: Path | None) -> TorchLogs | None:
     """The TORCH_LOGS capture of ``--logs``, its lines not understood said as warnings."""
     if path is None:
         return None
-    from tracewhy.analyses.torch_logs import read_torch_logs  # (only with --logs)
+    from tracewhy.readers.registry import read_compile_logs  # (only with --logs)
 
-    logs = read_torch_logs(path)
+    logs = read_compile_logs(path)
     if logs.warnings:
         warn(path, logs.warnings)
     return logs

@@ -11,7 +11,7 @@ from tracewhy.findings.context import DiagnoseOptions
 from tracewhy.findings.diagnose import Report, diagnose
 from tracewhy.findings.overview import overview
 from tracewhy.model.trace import Trace
-from tracewhy.readers.raw_events import read_raw_events
+from tracewhy.readers.registry import read_raw_events
 from tracewhy.renderers.perfetto import render_perfetto
 
 
@@ -47,7 +47,7 @@ class ExportCommand(Command):
         refuse_special_output(out)  # before the work, not after it
         trace = load_trace(args.trace)
         ov = overview(trace, DiagnoseOptions(step_marker=args.step, warmup=args.warmup))
-        source = read_raw_events(args.trace) if trace.meta.format == "kineto" else None
+        source = read_raw_events(trace.meta.format, Path(args.trace))
         data = render_perfetto(ov, source, trace, gz=out.name.endswith(".gz"))
         write_output(out, data)
         if args.parquet is not None:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from tracewhy.analyses.kernels import KERNELS_NEED, kernels
 from tracewhy.cli.base import Command, add_output_options, emit, load_trace, warn
@@ -25,10 +26,10 @@ class KernelsCommand(Command):
             from rich.console import Group
 
             from tracewhy.findings.roofline import join_ncu, roofline
-            from tracewhy.readers.ncu import read_ncu
+            from tracewhy.readers.registry import read_kernel_metrics
             from tracewhy.renderers.roofline import render_ncu_join
 
-            ncu = read_ncu(args.ncu)
+            ncu = read_kernel_metrics(Path(args.ncu))
             warn(args.ncu, ncu.warnings)
             joined = join_ncu(r.by_name, roofline(ncu))
             emit(args, self.name, kernels_payload(r, joined),

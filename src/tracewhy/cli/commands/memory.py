@@ -7,8 +7,7 @@ from tracewhy.analyses.memory import MemoryOptions, analyze_memory, analyze_time
 from tracewhy.analyses.memory_snapshot import analyze_snapshot
 from tracewhy.cli.base import Command, add_output_options, emit, load_trace, positive_int
 from tracewhy.findings.memory import memory_findings, snapshot_findings
-from tracewhy.readers.memory_snapshot import is_snapshot, read_memory_snapshot
-from tracewhy.readers.memory_timeline import is_memory_timeline, read_memory_timeline
+from tracewhy.readers.registry import InputKind, detect, read_memory_snapshot, read_memory_timeline
 from tracewhy.renderers.memory import (
     memory_payload,
     render_memory,
@@ -34,12 +33,13 @@ class MemoryCommand(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         path = Path(args.trace)
-        if is_snapshot(path):
-            snap = analyze_snapshot(read_memory_snapshot(path))
+        fmt = detect(path, (InputKind.MEMORY_SNAPSHOT, InputKind.MEMORY_TIMELINE))
+        if fmt is not None and fmt.kind is InputKind.MEMORY_SNAPSHOT:
+            snap = analyze_snapshot(read_memory_snapshot(path, fmt))
             found = snapshot_findings(snap)
             emit(args, self.name, snapshot_payload(snap, found), lambda: render_snapshot(snap, found, args.top))
-        elif is_memory_timeline(path):
-            tl = read_memory_timeline(path)
+        elif fmt is not None:
+            tl = read_memory_timeline(path, fmt)
             r = analyze_timeline(tl)
             emit(args, self.name, timeline_payload(r, tl.layout.value, tl.events),
                  lambda: render_timeline(r, tl.layout.value))

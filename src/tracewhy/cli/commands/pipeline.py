@@ -17,7 +17,7 @@ from tracewhy.cli.base import Command, add_output_options, emit, positive_int, w
 from tracewhy.cli.throughput import add_throughput_options, throughput_options
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.pipeline import FAIL, compare, judge
-from tracewhy.readers.instrument_log import read_instrument_logs
+from tracewhy.readers.registry import read_stage_logs
 from tracewhy.renderers.pipeline import pipeline_payload, render_pipeline
 from tracewhy.renderers.throughput import with_throughput, with_throughput_change
 
@@ -51,13 +51,13 @@ class PipelineCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         spec = _spec(args)
         rate = throughput_options(args)
-        log = read_instrument_logs([Path(p) for p in args.paths])
+        log = read_stage_logs([Path(p) for p in args.paths])
         warn(log.source, log.warnings)
         r = pipeline(log, spec, args.warmup)
         v, findings = judge(r, args.min_overlap)
         vs = None
         if args.vs:
-            log_b = read_instrument_logs([Path(p) for p in args.vs])
+            log_b = read_stage_logs([Path(p) for p in args.vs])
             warn(log_b.source, log_b.warnings)
             rb = pipeline(log_b, spec, args.warmup)
             vb, _ = judge(rb, args.min_overlap)

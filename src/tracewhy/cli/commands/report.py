@@ -12,8 +12,7 @@ from tracewhy.errors import UsageError
 from tracewhy.findings.context import DiagnoseOptions
 from tracewhy.findings.overview import overview
 from tracewhy.findings.roofline import roofline
-from tracewhy.readers.memory_timeline import is_memory_timeline, read_memory_timeline
-from tracewhy.readers.ncu import is_ncu, read_ncu
+from tracewhy.readers.registry import InputKind, detect, read_kernel_metrics, read_memory_timeline
 from tracewhy.renderers.html import (
     memory_timeline_report_payload,
     ncu_report_payload,
@@ -68,25 +67,21 @@ class ReportCommand(Command):
     def _payload(self, args: argparse.Namespace) -> dict[str, Any]:
         path = Path(args.trace)
         if path.is_dir():  # one trace per rank (the ranks modules are imported for this case only)
-            from tracewhy.analyses.rank_compare import compare_ranks
-            from tracewhy.analyses.ranks import RanksOptions, load_rank_summaries
-            from tracewhy.cli.commands.ranks import executor_for, trace_files
-            from tracewhy.findings.ranks import rank_findings
+            from tracewhy.analyses.ranks import RanksOptions
+            from tracewhy.reports.ranks import ranks_report, trace_files
 
             files = trace_files([args.trace])
-            options = RanksOptions(step_marker=args.step, warmup=args.warmup)
-            with executor_for(None, None, files) as (executor, _):
-                summaries = load_rank_summaries(files, executor, options)
-            for s in summaries:
+            ranks = ranks_report(files, RanksOptions(step_marker=args.step, warmup=args.warmup))
+            for s in ranks.summaries:
                 warn(s.source, s.warnings)
-            result = compare_ranks(summaries)
-            return ranks_report_payload(result, rank_findings(result), args.trace)
-        if is_ncu(path):
-            report = read_ncu(path)
+            return ranks_report_payload(ranks.result, ranks.findings, args.trace)
+        fmt = detect(path, (InputKind.KERNEL_METRICS, InputKind.MEMORY_TIMELINE))
+        if fmt is not None and fmt.kind is InputKind.KERNEL_METRICS:
+            report = read_kernel_metrics(path, fmt)
             warn(path, report.warnings)
             return ncu_report_payload(roofline(report))
-        if is_memory_timeline(path):
-            tl = read_memory_timeline(path)
+        if fmt is not None:
+            tl = read_memory_timeline(path, fmt)
             return memory_timeline_report_payload(analyze_timeline(tl), args.trace, tl.layout.value)
         ov = overview(load_trace(args.trace), DiagnoseOptions(step_marker=args.step, warmup=args.warmup))
         return overview_payload(ov)

@@ -8,8 +8,7 @@ from tracewhy.analyses.roofline_ops import OpRooflineOptions
 from tracewhy.cli.base import Command, add_output_options, emit, load_trace, warn
 from tracewhy.errors import TraceError
 from tracewhy.findings.roofline import op_roofline, roofline
-from tracewhy.readers.ncu import is_ncu, read_ncu
-from tracewhy.readers.source import sniff
+from tracewhy.readers.registry import InputKind, detect, read_kernel_metrics, suffixes
 from tracewhy.renderers.roofline import (
     ncu_payload,
     ncu_runs_payload,
@@ -47,13 +46,15 @@ class RooflineCommand(Command):
         path = Path(args.report)
         if not path.exists():
             raise TraceError(path, "no such file")
-        if sniff(path) == "kineto":
+        timeline = detect(path, (InputKind.TIMELINE,))
+        if timeline is not None and timeline.operator_shapes:
             ops = op_roofline(load_trace(args.report), OpRooflineOptions(device=args.device))
             emit(args, self.name, op_roofline_payload(ops), lambda: render_op_roofline(ops, args.top))
             return 0
-        if not is_ncu(path) and path.suffix not in (".ncu-rep", ".csv", ".log", ".txt"):
+        metrics = detect(path, (InputKind.KERNEL_METRICS,))
+        if metrics is None and path.suffix not in suffixes(InputKind.KERNEL_METRICS):
             raise TraceError(path, "not a PyTorch profiler trace, an .ncu-rep report or an ncu CSV export")
-        report = read_ncu(path)
+        report = read_kernel_metrics(path, metrics)
         # What the reader skipped or reinterpreted: on stderr (emit prints it before the table,
         # also with --json), and the same lines under "warnings" in the JSON, as for traces.
         warn(path, report.warnings)

@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 
 from tracewhy.model.schema import Col, Kind, OCol
-from tracewhy.model.trace import Capture, TraceMeta, Truncation
+from tracewhy.model.trace import KINETO_FORMAT, Capture, TraceMeta, Truncation
 from tracewhy.readers.kineto.categories import accelerator
 from tracewhy.readers.kineto.header import decode_value
 from tracewhy.readers.kineto.repair import REPAIR_PREFIX, repair_warnings
@@ -64,7 +64,7 @@ def trace_meta(path: Path, header: dict[str, msgspec.Raw], truncation: Truncatio
     unit = values.get("displayTimeUnit")
     return TraceMeta(
         path=str(path),
-        format="kineto",
+        format=KINETO_FORMAT,
         schema_version=schema_version if isinstance(schema_version, int) else None,
         # displayTimeUnit is a viewer hint only: Chrome-trace ts/dur are always microseconds
         # (a 2024 V100 trace says "ns" over microsecond values; see the hta MANIFEST).

@@ -10,10 +10,11 @@ from __future__ import annotations
 import dataclasses
 import gc
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 
 from tracewhy.errors import TraceError
+from tracewhy.model.schema import Kind
 from tracewhy.model.trace import Trace
 from tracewhy.readers.kineto import document, parallel, pieces
 from tracewhy.readers.kineto.builder import Builder
@@ -33,6 +34,7 @@ def read_kineto(
     batch_size: int = DEFAULT_BATCH,
     max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
     workers: int | None = None,
+    kinds: Collection[Kind] | None = None,
 ) -> Trace:
     """Read a Kineto JSON trace (``.json`` or ``.json.gz``) into a Trace.
 
@@ -40,7 +42,8 @@ def read_kineto(
     (``pieces``) and never held whole; a small one, and one that piece reading cannot
     handle, is read whole (``document``). ``workers``: processes that decode (default:
     two for a file of 256 MB or more, see ``parallel``). The Trace is the same either
-    way and for any number of workers.
+    way and for any number of workers. ``kinds`` (what every timeline reader takes) changes
+    nothing: JSON is parsed whole, so the Trace is whole.
     """
     path = Path(path)
     try:

@@ -1,31 +1,21 @@
-"""A Kineto file's events as the exact bytes it holds, for writers that must keep them (the
-annotated trace of ``tracewhy export``). Nothing is decoded beyond the top level."""
+"""A Kineto file's events as the exact bytes it holds (``model/raw_events``), for writers that
+must keep them (the annotated trace of ``tracewhy export``). Nothing is decoded beyond the top
+level."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
 
 from tracewhy.errors import TraceError
+from tracewhy.model.raw_events import RawEvents
 from tracewhy.readers.kineto.document import first_byte, split_document
 from tracewhy.readers.kineto.repair import too_deep
 from tracewhy.readers.source import DEFAULT_MAX_INFLATED_BYTES, read_bytes
 
 _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _LIST = msgspec.json.Decoder(list[msgspec.Raw])
-
-
-@dataclass(frozen=True)
-class RawEvents:
-    """``header``: every top-level field but ``traceEvents``, in file order, as written;
-    ``events``: each event's bytes exactly as in the file. ``truncated``: the file was cut off
-    and ``events`` are the complete ones before the cut."""
-
-    header: dict[str, msgspec.Raw]
-    events: list[msgspec.Raw]
-    truncated: bool = False
 
 
 def read_raw_events(path: str | Path, max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES) -> RawEvents:

@@ -24,9 +24,9 @@ from typing import IO, Any, Final
 
 from tracewhy.errors import TraceError, install_hint
 from tracewhy.model.ncu import NCol, NcuReport, RCol
-from tracewhy.readers import ncu_units as u
 from tracewhy.readers.native_stderr import captured_fd2
-from tracewhy.readers.ncu_common import (
+from tracewhy.readers.ncu import units as u
+from tracewhy.readers.ncu.common import (
     BREAKDOWN_PATTERNS,
     FIELDS,
     LaunchRecord,
@@ -34,8 +34,8 @@ from tracewhy.readers.ncu_common import (
     build_report,
     plain_rule_text,
 )
+from tracewhy.readers.ncu.sniff import MAGIC
 
-MAGIC: Final = b"NVR\x00"
 INSTALL_HINT: Final = (
     f"reading .ncu-rep needs NVIDIA's ncu_report module: {install_hint('ncu')} "
     "(or pip install ncu-report); or export CSV instead with: "

@@ -19,13 +19,11 @@ import polars as pl
 
 from tracewhy.errors import TraceError
 from tracewhy.model.instrument import LOG_BLOCKS_SCHEMA, MARKS_SCHEMA, InstrumentLog, LogBlockCol, MarkCol, RankHeader
+from tracewhy.readers.instrument.sniff import LOG_SUFFIX
 
-#: A directory is read as every ``*.jsonl`` in it (rank logs), sorted by name.
-LOG_SUFFIX: Final = ".jsonl"
 _RANK_IN_NAME: Final = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 #: Larger files are refused: a log is ~150 bytes a record, so this is ~7M records.
 MAX_LOG_BYTES: Final = 1 << 30
-_SNIFF_TYPES: Final = (b'"header"', b'"mark"', b'"block"')
 
 
 class _Header(msgspec.Struct, tag="header", tag_field="type"):
@@ -59,18 +57,6 @@ class _Block(msgspec.Struct, tag="block", tag_field="type"):
 
 
 _DECODER: Final = msgspec.json.Decoder(_Header | _Mark | _Block)
-
-
-def looks_like_instrument_log(path: Path) -> bool:
-    """A ``.jsonl`` file or a directory holding some, or a file whose first line is a record."""
-    if path.is_dir():
-        return any(path.glob(f"*{LOG_SUFFIX}"))
-    try:
-        with open(path, "rb") as f:
-            first = f.readline(4096)
-    except OSError:
-        return False
-    return first.lstrip().startswith(b"{") and b'"type"' in first and any(t in first for t in _SNIFF_TYPES)
 
 
 def read_instrument_logs(paths: list[Path]) -> InstrumentLog:

@@ -18,7 +18,7 @@ from typing import Any, Final
 import numpy as np
 import polars as pl
 
-from tracewhy.readers.nsys_arrow import ArrowFetch
+from tracewhy.readers.nsys.arrow import ArrowFetch
 
 # Serialized global ids (NSYS_NOTES §1.3): TID in bits 0-23, PID in bits 24-47, VM id above.
 PID_SQL: Final = "(({c} >> 24) & 16777215)"

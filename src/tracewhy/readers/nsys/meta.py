@@ -9,7 +9,7 @@ from typing import Any, Final
 import polars as pl
 
 from tracewhy.model.schema import DEVICES_SCHEMA, THREADS_SCHEMA, DCol, TCol
-from tracewhy.readers.nsys_db import PID_SQL, TID_SQL, Db, as_int
+from tracewhy.readers.nsys.db import PID_SQL, TID_SQL, Db, as_int
 
 #: The newest export schema this reader was checked against (nsys 2026.2).
 NEWEST_SCHEMA_CHECKED: Final = (3, 25)

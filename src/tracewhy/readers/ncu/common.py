@@ -29,7 +29,7 @@ from tracewhy.model.ncu import (
     NcuRun,
     RCol,
 )
-from tracewhy.readers import ncu_units as u
+from tracewhy.readers.ncu import units as u
 
 Value = float | str
 

@@ -16,10 +16,8 @@ order of the ``Category`` enum.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -27,77 +25,20 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.errors import TraceError
-from tracewhy.readers.source import JSON_BLANK, content_head, os_error, read_bytes
-
-
-class LedgerCategory(str, Enum):
-    """What live memory is for. The first eight are the ledger ``tracewhy memory`` shows; the
-    profiler's own categories map onto them (``EXPORT_CATEGORIES``)."""
-
-    PARAMETERS = "parameters"
-    GRADIENTS = "gradients"
-    OPTIMIZER_STATE = "optimizer_state"
-    ACTIVATIONS = "activations"
-    TEMPORARIES = "temporaries"
-    INPUTS = "inputs"
-    COMM_BUCKETS = "comm_buckets"
-    KV_CACHE = "kv_cache"
-    AUTOGRAD_DETAIL = "autograd_detail"  # the profiler's AUTOGRAD_DETAIL (autograd's own buffers)
-    PREEXISTING = "preexisting"  # allocated before the trace began: what it is cannot be told
-    UNKNOWN = "unknown"
-
-
-#: The export's category columns in file order (``_CATEGORY_TO_COLORS`` of torch 2.0-2.13).
-EXPORT_CATEGORIES: Final = (
-    LedgerCategory.PARAMETERS, LedgerCategory.OPTIMIZER_STATE, LedgerCategory.INPUTS, LedgerCategory.TEMPORARIES,
-    LedgerCategory.ACTIVATIONS, LedgerCategory.GRADIENTS, LedgerCategory.AUTOGRAD_DETAIL, LedgerCategory.UNKNOWN,
+from tracewhy.model.memory_timeline import (
+    EXPORT_CATEGORIES,
+    TIMELINE_SCHEMA,
+    MemoryTimeline,
+    TimelineCol,
+    TimelineLayout,
 )
-
-
-class TimelineCol:
-    """Columns of ``MemoryTimeline.table``: one row per instant, bytes live per category after it."""
-
-    TS: Final = "ts_ns"
-    #: One column per category, named by its ``LedgerCategory`` value, in ``EXPORT_CATEGORIES`` order.
-    CATEGORIES: Final = tuple(c.value for c in EXPORT_CATEGORIES)
-    TOTAL: Final = "total_bytes"
-
-
-TIMELINE_SCHEMA: Final = pl.Schema(
-    {TimelineCol.TS: pl.Int64(), **{c: pl.Int64() for c in TimelineCol.CATEGORIES}, TimelineCol.TOTAL: pl.Int64()}
-)
-
-
-class TimelineLayout(str, Enum):
-    SIZES = "sizes"  # [times, sizes]
-    RAW = "raw"  # (ts, action, bytes, category) rows
-
-
-@dataclass(frozen=True)
-class MemoryTimeline:
-    """A memory-timeline export: ``table`` has TIMELINE_SCHEMA, in time order."""
-
-    path: str
-    layout: TimelineLayout
-    table: pl.DataFrame
-    events: int  # rows in the file (raw) or instants (sizes)
-
+from tracewhy.readers.source import os_error, read_bytes
 
 _SIZES = msgspec.json.Decoder(tuple[list[int], list[list[int]]])
 _RAW = msgspec.json.Decoder(list[tuple[int, int, int, int]])
 _ANY = msgspec.json.Decoder(list[Any])
 #: Columns of a ``sizes`` row: the unused leading 0, then one per category.
 _SIZES_WIDTH = len(EXPORT_CATEGORIES) + 1
-
-
-def is_memory_timeline(path: Path) -> bool:
-    """Whether the file (plain or gzip) is JSON opening with two brackets, ``[[``: both layouts
-    do, and no profiler trace does (an event array opens ``[{``)."""
-    start = content_head(path, 4096)
-    if start is None:
-        return False
-    stripped = start.lstrip(JSON_BLANK)
-    return stripped[:1] == b"[" and stripped[1:].lstrip(JSON_BLANK)[:1] == b"["
 
 
 def read_memory_timeline(path: str | Path) -> MemoryTimeline:

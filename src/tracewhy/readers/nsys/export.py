@@ -17,7 +17,7 @@ from typing import Final
 
 from tracewhy.errors import TraceError
 from tracewhy.model.cache import default_cache_dir
-from tracewhy.readers.source import SQLITE_MAGIC
+from tracewhy.readers.nsys.sniff import SQLITE_MAGIC
 
 NSYS_ENV: Final = "TRACEWHY_NSYS"
 #: A multi-GB report takes minutes to export; an hour means nsys is stuck.

@@ -12,8 +12,8 @@ from __future__ import annotations
 import polars as pl
 
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Kind
-from tracewhy.readers.nsys_db import Db
-from tracewhy.readers.nsys_tables import KEY
+from tracewhy.readers.nsys.db import Db
+from tracewhy.readers.nsys.tables import KEY
 
 _GPU = pl.col("kind").is_in([k.value for k in GPU_ACTIVITY_KINDS])
 

@@ -31,14 +31,15 @@ from typing import Final
 
 from tracewhy.errors import TraceError
 from tracewhy.model.ncu import NCol, NcuReport, NcuRun, RCol
-from tracewhy.readers import ncu_units as u
-from tracewhy.readers.ncu_common import (
+from tracewhy.readers.ncu import units as u
+from tracewhy.readers.ncu.common import (
     LaunchRecord,
     Problems,
     build_report,
     parse_dim3,
     plain_rule_text,
 )
+from tracewhy.readers.ncu.sniff import is_header_line
 from tracewhy.readers.source import read_bytes
 
 #: Columns that describe the launch rather than a metric (matched case-insensitively).
@@ -61,20 +62,7 @@ _SEVERITY: Final = {
 _NOISE_PREFIXES: Final = ("==PROF==", "==WARNING==", "==ERROR==", "==INFO==")
 
 
-#: Identity columns of which one must sit beside "ID" for a line to be a table header.
-_HEADER_MARKS: Final = frozenset({"kernel name", "process id"})
-
 Rows = list[tuple[int, list[str]]]  # (1-based line in the file, fields)
-
-
-def is_header_line(line: str) -> bool:
-    """Whether ``line`` is an ncu table header: an "ID" field (anywhere: column order is not
-    fixed once a CSV has been through a spreadsheet) beside "Kernel Name" or "Process ID"."""
-    s = line.strip().lstrip("\ufeff")
-    if "ID" not in s or not ("Kernel Name" in s or "Process ID" in s):
-        return False
-    fields = {f.strip().lower() for f in next(csv.reader([s]), [])}
-    return "id" in fields and bool(fields & _HEADER_MARKS)
 
 
 @contextlib.contextmanager

@@ -5,8 +5,9 @@ Every query probes its table and columns first: exports create a table only when
 columns (``shared/traces/nsys/NSYS_NOTES.md`` §1.5). Enum values are our own constants, so a
 file without ``ENUM_*`` tables (nsys <= 2022.x) reads the same as a newer one.
 
-Each ``*_part`` function returns a slices part (columns of ``PART_SCHEMA``) and, where the
-table has attributes, a side frame keyed by the part's ``_key`` column.
+Each ``*_part`` function (NVTX's is in ``nvtx_tables``) returns a slices part (columns of
+``PART_SCHEMA``) and, where the table has attributes, a side frame keyed by the part's ``_key``
+column.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from typing import Final
 
 import polars as pl
 
-from tracewhy.model.schema import KIND_DTYPE, NVTX_ATTRS_SCHEMA, CCol, KCol, Kind, NCol
-from tracewhy.readers.nsys_db import PID_SQL, TID_SQL, Db, Strings
+from tracewhy.model.schema import KIND_DTYPE, CCol, KCol, Kind
+from tracewhy.readers.nsys.db import PID_SQL, TID_SQL, Db, Strings
 
 UINT32_NONE: Final = 0xFFFFFFFF  # CUPTI writes (uint32)-1 for "no stream" / "no event"
 
@@ -67,12 +68,6 @@ SYNC_BY_API: Final = {
 # ENUM_NSYS_EVENT_CLASS values of CUPTI_ACTIVITY_KIND_RUNTIME rows.
 EVENT_CLASS_DRIVER: Final = 1
 EVENT_CLASS_BACKTRACE: Final = 67  # --cudabacktrace duplicate of a class 0/1 row (nsys 2022.2)
-# ENUM_NSYS_EVENT_TYPE values of NVTX_EVENTS rows.
-NVTX_MARK: Final = 34
-NVTX_THREAD_NAME: Final = 39
-NVTX_DOMAIN_CREATE: Final = 75
-NVTX_RANGE_STYLE: Final = {59: "PushPop", 60: "StartEnd", 70: "PushPop", 71: "StartEnd"}
-
 # CUDA API names carry the CUDA version that introduced them ("cudaLaunchKernel_v7000",
 # "cudaLaunchKernelExC_v11060"). Four or more digits: "_v2" is part of real names such as
 # cuGetProcAddress_v2 and cudaGetDeviceProperties_v2 (whose record is "..._v2_v12000").
@@ -84,7 +79,7 @@ def api_name(raw: str) -> str:
     return _API_VERSION.sub("", raw)
 
 
-def _named(frame: pl.DataFrame, ids: str, strs: Strings, out: str, *, categorical: bool = False) -> pl.DataFrame:
+def named(frame: pl.DataFrame, ids: str, strs: Strings, out: str, *, categorical: bool = False) -> pl.DataFrame:
     """Add the text of the StringIds id column ``ids`` as column ``out`` (null where missing);
     ``categorical``: as codes, for a million rows naming a few long strings (kernel names)."""
     texts = strs.of(frame.get_column(ids))
@@ -121,7 +116,7 @@ def _fallback_name(frame: pl.DataFrame, db: Db, table: str, what: str, ids: tupl
     return frame.with_columns(pl.col("name").fill_null(placeholder))
 
 
-def _require(db: Db, table: str, *columns: str) -> bool:
+def require(db: Db, table: str, *columns: str) -> bool:
     """True when the table has rows to read; a table missing a needed column is a problem."""
     if not db.rows_or_empty(table):
         return False
@@ -133,7 +128,7 @@ def _require(db: Db, table: str, *columns: str) -> bool:
     return True
 
 
-def _duration(frame: pl.DataFrame, table: str, db: Db) -> pl.DataFrame:
+def with_duration(frame: pl.DataFrame, table: str, db: Db) -> pl.DataFrame:
     """ts/dur from start/end; drop rows without start, and rows lasting longer than
     ``db.max_dur_ns``; zero-length rows without end."""
     no_start = frame.get_column("start").null_count()
@@ -162,7 +157,7 @@ def _duration(frame: pl.DataFrame, table: str, db: Db) -> pl.DataFrame:
     return frame
 
 
-def _part(frame: pl.DataFrame, kind: str | pl.Expr, offset: int) -> pl.DataFrame:
+def as_part(frame: pl.DataFrame, kind: str | pl.Expr, offset: int) -> pl.DataFrame:
     """Select the part columns, numbering rows from ``offset``."""
     kind_expr = pl.lit(kind) if isinstance(kind, str) else kind
     cols: list[pl.Expr] = [
@@ -183,7 +178,7 @@ _GPU_REQUIRED = ("start", "end", "globalPid", "deviceId", "streamId", "correlati
 
 def kernels_part(db: Db, strs: Strings, offset: int) -> tuple[pl.DataFrame, pl.DataFrame]:
     t = "CUPTI_ACTIVITY_KIND_KERNEL"
-    if not _require(db, t, *_GPU_REQUIRED):
+    if not require(db, t, *_GPU_REQUIRED):
         return empty_part(), pl.DataFrame()
     c = partial(db.col, t)
     shared = f"coalesce({c('staticSharedMemory')}, 0) + coalesce({c('dynamicSharedMemory')}, 0)"
@@ -197,13 +192,13 @@ def kernels_part(db: Db, strs: Strings, offset: int) -> tuple[pl.DataFrame, pl.D
               KCol.GRID_X: pl.Int64(), KCol.GRID_Y: pl.Int64(), KCol.GRID_Z: pl.Int64(),
               KCol.BLOCK_X: pl.Int64(), KCol.BLOCK_Y: pl.Int64(), KCol.BLOCK_Z: pl.Int64(),
               KCol.REGISTERS: pl.Int64(), KCol.SHARED_MEM: pl.Int64()}
-    k = _duration(db.frame(t, cols, schema), t, db)
+    k = with_duration(db.frame(t, cols, schema), t, db)
     # nsys reports name kernels by their demangled name unless asked for the short one.
-    k = _named(_named(k, "demangled", strs, "_demangled", categorical=True), "short", strs, "_short",
+    k = named(named(k, "demangled", strs, "_demangled", categorical=True), "short", strs, "_short",
                categorical=True)
     k = k.with_columns(pl.coalesce("_demangled", "_short").alias("name"), _none_if_uint32_max("stream"))
     k = _fallback_name(k, db, t, "kernels", ("demangled", "short"), "<unnamed kernel>")
-    part = _part(k, Kind.KERNEL.value, offset)
+    part = as_part(k, Kind.KERNEL.value, offset)
     attrs = k.select(
         part.get_column(KEY), KCol.GRID_X, KCol.GRID_Y, KCol.GRID_Z, KCol.BLOCK_X, KCol.BLOCK_Y,
         KCol.BLOCK_Z, KCol.REGISTERS, KCol.SHARED_MEM,
@@ -213,13 +208,13 @@ def kernels_part(db: Db, strs: Strings, offset: int) -> tuple[pl.DataFrame, pl.D
 
 def memcpy_part(db: Db, offset: int) -> tuple[pl.DataFrame, pl.DataFrame]:
     t = "CUPTI_ACTIVITY_KIND_MEMCPY"
-    if not _require(db, t, *_GPU_REQUIRED, "bytes", "copyKind"):
+    if not require(db, t, *_GPU_REQUIRED, "bytes", "copyKind"):
         return empty_part(), pl.DataFrame()
     cols = f"""{_GPU_COLS.format(pid=PID_SQL.format(c="globalPid"))}, bytes, copyKind,
         {db.col(t, 'srcKind')}, {db.col(t, 'dstKind')}"""
     schema = {**_GPU_SCHEMA, "bytes": pl.Int64(), "copyKind": pl.Int64(), "srcKind": pl.Int64(),
               "dstKind": pl.Int64()}
-    m = _duration(db.frame(t, cols, schema), t, db).with_columns(
+    m = with_duration(db.frame(t, cols, schema), t, db).with_columns(
         _label("copyKind", COPY_KIND).alias(CCol.COPY_KIND),
         _label("srcKind", MEMORY_KIND).alias(CCol.SRC_MEM),
         _label("dstKind", MEMORY_KIND).alias(CCol.DST_MEM),
@@ -229,7 +224,7 @@ def memcpy_part(db: Db, offset: int) -> tuple[pl.DataFrame, pl.DataFrame]:
     m = m.with_columns(
         pl.format("Memcpy {} ({} -> {})", CCol.COPY_KIND, CCol.SRC_MEM, CCol.DST_MEM).alias("name")
     )
-    part = _part(m, Kind.MEMCPY.value, offset)
+    part = as_part(m, Kind.MEMCPY.value, offset)
     attrs = m.select(part.get_column(KEY), pl.col("bytes").alias(CCol.BYTES), CCol.COPY_KIND,
                      CCol.SRC_MEM, CCol.DST_MEM)
     return part, attrs
@@ -237,16 +232,16 @@ def memcpy_part(db: Db, offset: int) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 def memset_part(db: Db, offset: int) -> tuple[pl.DataFrame, pl.DataFrame]:
     t = "CUPTI_ACTIVITY_KIND_MEMSET"
-    if not _require(db, t, *_GPU_REQUIRED):
+    if not require(db, t, *_GPU_REQUIRED):
         return empty_part(), pl.DataFrame()
     cols = f"""{_GPU_COLS.format(pid=PID_SQL.format(c="globalPid"))}, {db.col(t, 'bytes')},
         {db.col(t, 'memKind')}"""
     schema = {**_GPU_SCHEMA, "bytes": pl.Int64(), "memKind": pl.Int64()}
-    m = _duration(db.frame(t, cols, schema), t, db).with_columns(
+    m = with_duration(db.frame(t, cols, schema), t, db).with_columns(
         _label("memKind", MEMORY_KIND).alias(CCol.DST_MEM), _none_if_uint32_max("stream")
     )
     m = m.with_columns(pl.format("Memset ({})", CCol.DST_MEM).alias("name"))
-    part = _part(m, Kind.MEMSET.value, offset)
+    part = as_part(m, Kind.MEMSET.value, offset)
     # A memset has no direction; the memory it writes is recorded as the destination.
     attrs = m.select(part.get_column(KEY), pl.col("bytes").alias(CCol.BYTES),
                      pl.lit(None, dtype=pl.String).alias(CCol.COPY_KIND),
@@ -257,14 +252,14 @@ def memset_part(db: Db, offset: int) -> tuple[pl.DataFrame, pl.DataFrame]:
 def runtime_part(db: Db, strs: Strings, offset: int) -> pl.DataFrame:
     """CUDA runtime and driver API calls, without --cudabacktrace duplicates."""
     t = "CUPTI_ACTIVITY_KIND_RUNTIME"
-    if not _require(db, t, "start", "end", "globalTid", "correlationId", "nameId"):
+    if not require(db, t, "start", "end", "globalTid", "correlationId", "nameId"):
         return empty_part()
     cols = f"""start, "end", {PID_SQL.format(c="globalTid")} AS pid,
         {TID_SQL.format(c="globalTid")} AS tid, correlationId AS correlation,
         {db.col(t, 'eventClass', '0')} AS eventClass, nameId"""
     schema = {"start": pl.Int64(), "end": pl.Int64(), "pid": pl.Int64(), "tid": pl.Int64(),
               "correlation": pl.Int64(), "eventClass": pl.Int64(), "nameId": pl.Int64()}
-    r = _duration(db.frame(t, cols, schema), t, db)
+    r = with_duration(db.frame(t, cols, schema), t, db)
     # nsys 2022.2 with --cudabacktrace records every call twice: the call (class 0/1, versioned
     # name) and its backtrace (class 67, same correlation id, a little wider). Keep the call.
     backtrace = pl.col("eventClass") == EVENT_CLASS_BACKTRACE
@@ -282,17 +277,17 @@ def runtime_part(db: Db, strs: Strings, offset: int) -> pl.DataFrame:
         pl.col("name").str.starts_with("cu") & ~pl.col("name").str.starts_with("cuda")
     )
     kind = pl.when(driver).then(pl.lit(Kind.DRIVER.value)).otherwise(pl.lit(Kind.RUNTIME.value))
-    return _part(r, kind, offset)
+    return as_part(r, kind, offset)
 
 
 def sync_part(db: Db, runtime: pl.DataFrame, offset: int) -> pl.DataFrame:
     """GPU-side records of synchronization calls, named by the call that made them."""
     t = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
-    if not _require(db, t, *_GPU_REQUIRED):
+    if not require(db, t, *_GPU_REQUIRED):
         return empty_part()
     cols = f"""{_GPU_COLS.format(pid=PID_SQL.format(c="globalPid"))},
         {db.col(t, 'syncType')} AS syncType"""
-    s = _duration(db.frame(t, cols, {**_GPU_SCHEMA, "syncType": pl.Int64()}), t, db)
+    s = with_duration(db.frame(t, cols, {**_GPU_SCHEMA, "syncType": pl.Int64()}), t, db)
     # Only the calls that made these records (the runtime table holds millions of calls).
     keys = ["pid", "correlation"]
     api = (
@@ -307,138 +302,42 @@ def sync_part(db: Db, runtime: pl.DataFrame, offset: int) -> pl.DataFrame:
         ).alias("name"),
         _none_if_uint32_max("stream"),
     )
-    return _part(s, Kind.GPU_SYNC.value, offset)
-
-
-def nvtx_part(db: Db, strs: Strings, offset: int) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """NVTX ranges and marks as annotations, their attributes, and NVTX thread names."""
-    t = "NVTX_EVENTS"
-    no_threads = pl.DataFrame(schema={"pid": pl.Int64(), "tid": pl.Int64(), "name": pl.String()})
-    if not _require(db, t, "start", "eventType", "globalTid"):
-        return empty_part(), pl.DataFrame(), no_threads
-    c = partial(db.col, t)
-    types = ", ".join(str(v) for v in (NVTX_MARK, NVTX_THREAD_NAME, NVTX_DOMAIN_CREATE, *NVTX_RANGE_STYLE))
-    cols = f"""rowid, start, {c('end')}, eventType, {PID_SQL.format(c="globalTid")},
-        {TID_SQL.format(c="globalTid")}, {TID_SQL.format(c=c('endGlobalTid'))},
-        {c('domainId')}, {c('category')}, {c('text')}, {c('textId')}"""
-    schema = {"rowid": pl.Int64(), "start": pl.Int64(), "end": pl.Int64(), "eventType": pl.Int64(),
-              "pid": pl.Int64(), "tid": pl.Int64(), NCol.END_TID: pl.Int64(),
-              NCol.DOMAIN_ID: pl.Int64(), NCol.CATEGORY: pl.Int64(), "text": pl.String(),
-              "textId": pl.Int64()}
-    # (Frames of this table are millions of rows: it is fetched and its text resolved a rowid
-    # range at a time, so only one range's fetched columns and text lookups exist at once, and
-    # columns no longer needed are let go at once.)
-    chunks = []
-    lost = 0
-    ranges: list[tuple[int, int] | None] = [*db.rowid_ranges(t, NVTX_CHUNK_ROWIDS)] or [None]
-    for rowids in ranges:
-        chunk, chunk_lost = _nvtx_texts(db.frame(t, cols, schema, f"eventType IN ({types})", rowids), strs)
-        chunks.append(chunk)
-        lost += chunk_lost
-    e = pl.concat(chunks) if len(chunks) > 1 else chunks[0]
-    del chunks
-    # A range without text is an NVTX call without a message; one naming a string the file does
-    # not hold has lost its name.
-    if lost:
-        db.problems[f"{t}: {lost} events name registered strings missing from StringIds: "
-                    "shown by their domain or as <unnamed NVTX range>"] = 1
-    # Domain ids are per process; the name is the text of its creation record (eventType 75).
-    domains = (
-        e.filter(pl.col("eventType") == NVTX_DOMAIN_CREATE)
-        .sort("start")
-        .unique(subset=["pid", NCol.DOMAIN_ID], keep="first")
-        .select("pid", NCol.DOMAIN_ID, pl.col("_text").alias(NCol.DOMAIN))
-    )
-    thread_names = e.filter(
-        (pl.col("eventType") == NVTX_THREAD_NAME) & pl.col("_text").is_not_null()
-    ).select("pid", "tid", pl.col("_text").alias("name"))
-    # A range still open when the capture stopped runs to the last NVTX timestamp (nsys's own
-    # rule in nvtx_sum); a mark is an instant.
-    # Integers only: SQLite ranks text above every number, so one text cell would be the max.
-    ints = "CASE WHEN typeof({0}) = 'integer' THEN {0} END"
-    if db.scalar(f"SELECT count(*) FROM {t}") == e.height:
-        # Every row was fetched (as integers, or the fetch failed): no second pass over the table.
-        last = max(_int_max(e.get_column("start")), _int_max(e.get_column("end")))
-    else:
-        last = db.scalar(f"SELECT max(coalesce(max({ints.format('start')}), 0), "
-                         f"coalesce(max({ints.format(c('end'))}), 0)) FROM {t}")
-    style = pl.col("eventType").replace_strict(
-        {**NVTX_RANGE_STYLE, NVTX_MARK: "Mark"}, default=None, return_dtype=NVTX_ATTRS_SCHEMA[NCol.STYLE]
-    )
-    ev = e.with_columns(style.alias(NCol.STYLE)).drop("eventType")
-    del e
-    if ev.get_column(NCol.STYLE).null_count():
-        ev = ev.filter(pl.col(NCol.STYLE).is_not_null())
-    keys = ["pid", NCol.DOMAIN_ID]
-    ev = ev.with_columns(
-        ev.select(keys).join(domains, on=keys, how="left", maintain_order="left").get_column(NCol.DOMAIN)
-    )
-    open_ranges = ev.filter(pl.col("end").is_null() & (pl.col(NCol.STYLE) != "Mark")).height
-    if open_ranges:
-        db.problems[f"{open_ranges} NVTX ranges never ended; they run to the last NVTX timestamp"] += 1
-    ev = ev.with_columns(
-        pl.when(pl.col(NCol.STYLE) == "Mark").then(pl.col("start"))
-        .otherwise(pl.col("end").fill_null(int(last or 0))).alias("end"),
-        pl.when(pl.col(NCol.DOMAIN).is_not_null())
-        .then(pl.format("{}:{}", NCol.DOMAIN, pl.col("_text").fill_null("")))
-        .otherwise(pl.col("_text").fill_null("<unnamed NVTX range>")).alias("name"),
-    )
-    ev = _duration(ev, t, db)
-    part = _part(ev, Kind.ANNOTATION.value, offset)
-    attrs = ev.select(part.get_column(KEY), pl.col("rowid").alias(NCol.RANGE_ID), NCol.STYLE,
-                      NCol.DOMAIN_ID, NCol.DOMAIN, NCol.CATEGORY, NCol.END_TID)
-    return part, attrs, thread_names
-
-
-#: Rowids of NVTX_EVENTS fetched at once (``nvtx_part``): a million rows are about 0.1 GB of
-#: columns while fetched, against 0.9 GB for the 4.8 M rows of a 600 MB export fetched whole.
-NVTX_CHUNK_ROWIDS: Final = 1_000_000
-
-
-def _nvtx_texts(events: pl.DataFrame, strs: Strings) -> tuple[pl.DataFrame, int]:
-    """NVTX rows with their text in ``_text`` instead of the inline ``text`` and the registered
-    ``textId``; and how many name a registered string StringIds lacks."""
-    # A string registered with nvtxDomainRegisterString is in textId, else the text is inline.
-    e = _named(events, "textId", strs, "_registered")
-    del events
-    lost = e.select((pl.col("textId").is_not_null() & pl.col("_registered").is_null()).sum()).item()
-    e = e.with_columns(pl.coalesce("_registered", "text").alias("_text")).drop("_registered", "text", "textId")
-    return e, int(lost)
+    return as_part(s, Kind.GPU_SYNC.value, offset)
 
 
 def osrt_part(db: Db, strs: Strings, offset: int) -> pl.DataFrame:
     """OS runtime calls (``--trace=osrt``): what a thread was blocked in or busy with."""
     t = "OSRT_API"
-    if not _require(db, t, "start", "end", "globalTid", "nameId"):
+    if not require(db, t, "start", "end", "globalTid", "nameId"):
         return empty_part()
     cols = f"""start, "end", {PID_SQL.format(c="globalTid")} AS pid,
         {TID_SQL.format(c="globalTid")} AS tid, nameId"""
     schema = {"start": pl.Int64(), "end": pl.Int64(), "pid": pl.Int64(), "tid": pl.Int64(),
               "nameId": pl.Int64()}
-    o = _named(_duration(db.frame(t, cols, schema), t, db), "nameId", strs, "name")
+    o = named(with_duration(db.frame(t, cols, schema), t, db), "nameId", strs, "name")
     o = _fallback_name(o, db, t, "calls", ("nameId",), "<unnamed OS call>")
-    return _part(o, Kind.OTHER.value, offset)
+    return as_part(o, Kind.OTHER.value, offset)
 
 
 def overhead_part(db: Db, strs: Strings, offset: int) -> pl.DataFrame:
     """The profiler's own overhead: PROFILER_OVERHEAD and (2026+) CUPTI_ACTIVITY_KIND_OVERHEAD."""
     frames = []
     for t in ("PROFILER_OVERHEAD", "CUPTI_ACTIVITY_KIND_OVERHEAD"):
-        if not _require(db, t, "start", "end", "globalTid", "nameId"):
+        if not require(db, t, "start", "end", "globalTid", "nameId"):
             continue
         cols = f"""start, "end", {PID_SQL.format(c="globalTid")} AS pid,
             {TID_SQL.format(c="globalTid")} AS tid, nameId"""
         schema = {"start": pl.Int64(), "end": pl.Int64(), "pid": pl.Int64(), "tid": pl.Int64(),
                   "nameId": pl.Int64()}
-        o = _named(_duration(db.frame(t, cols, schema), t, db), "nameId", strs, "name")
+        o = named(with_duration(db.frame(t, cols, schema), t, db), "nameId", strs, "name")
         frames.append(_fallback_name(o, db, t, "records", ("nameId",), "<profiler overhead>"))
     if not frames:
         return empty_part()
     o = pl.concat(frames)
-    return _part(o, Kind.OVERHEAD.value, offset)
+    return as_part(o, Kind.OVERHEAD.value, offset)
 
 
-def _int_max(column: pl.Series) -> int:
+def int_max(column: pl.Series) -> int:
     """The largest value of an integer column, 0 when it has none."""
     top = column.max()
     return int(top) if isinstance(top, int) else 0

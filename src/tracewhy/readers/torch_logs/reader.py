@@ -1,0 +1,161 @@
+"""What ``TORCH_LOGS="graph_breaks,recompiles"`` writes to stderr, read into tables: each graph
+break with its reason and user-code location, each recompile with the guard that failed, both
+with their compile id ``F/C`` (``analyses/torch_logs`` joins them to the trace's regions).
+
+The records are read by shape, not by exact wording. Every record line carries the artifact
+tag (``[__graph_breaks]``, ``[__recompiles]``) and, since torch 2.2, the compile id in
+brackets; a break starts at ``Graph break`` and a recompile at ``Recompiling function``, and
+later lines of the same record carry the same tag. Lines of other loggers and of warnings are
+skipped; lines tagged as a record but not understood become warnings.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from tracewhy.errors import TraceError
+from tracewhy.model.torch_logs import BREAK_SCHEMA, RECOMPILE_SCHEMA, LogBreakCol, LogRecompileCol, TorchLogs
+from tracewhy.readers.source import read_bytes
+
+#: A log bigger than this is not a TORCH_LOGS capture of a profiled job.
+MAX_LOG_BYTES = 512 * 1024**2
+#: Share of undecodable bytes past which the input is binary, not a log.
+MAX_BAD_BYTES_SHARE = 0.01
+#: Warnings kept about lines not understood; the rest are counted.
+MAX_LINE_WARNINGS = 5
+
+# torch 2.2+ (glog-style prefix from torch/_logging/_internal.py): "V1126 00:14:53.487000 32649
+# site-packages/torch/_dynamo/guards.py:5396] [1/1] [__recompiles] message". The compile id may
+# be absent ("[__graph_breaks]" alone) outside a compile, or carry compiled autograd ("!0/1/0").
+_GLOG = re.compile(r"^[VIWEDC]\d{4} [\d:.]+\s+\d+ \S+\] (?:\[([!\d/_]+)\] )?\[__(graph_breaks|recompiles)\] ?(.*)$")
+# torch 2.0/2.1 (Python logging): "[2023-05-01 10:00:00,000] torch._dynamo.symbolic_convert.
+# __graph_breaks: [DEBUG] Graph break: ...".
+_PYLOG = re.compile(r"^(?:\[[^\]]*\] )?torch\.\S*\.__(graph_breaks|recompiles): \[\w+\] ?(.*)$")
+_ID = re.compile(r"(?:!\d+/)?(\d+)/(\d+)")
+# "(user stack suppressed due to duplicate graph break)" precedes the location on repeats.
+_BREAK_START = re.compile(r"^Graph break(?: \([^)]*\))?(?: in user code at (\S+):(\d+)|:? ?(.*))")
+_RECOMPILE_START = re.compile(r"^Recompiling function (\S+) in (\S+):(\d+)")
+_REASON = re.compile(r"^(?:Graph Break )?Reason: ?(.*)")
+_FILE_LINE = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
+_GUARD = re.compile(r"^\s*- (?:(\d+/\d+): )?(.*?)(?:\s{2,}#.*)?$")
+_TRIGGERED = "triggered by the following guard failure"
+
+
+@dataclass
+class _Record:
+    artifact: str
+    compile_id: str | None
+    lines: list[str] = field(default_factory=list)
+
+
+def read_torch_logs(path: Path) -> TorchLogs:
+    """Read a TORCH_LOGS capture (plain or gzip). Binary input is a one-line TraceError."""
+    data = read_bytes(path, MAX_LOG_BYTES)
+    if b"\x00" in data[:65536]:
+        raise TraceError(path, "not a TORCH_LOGS text file (binary data)")
+    text = bytes(data).decode("utf-8", errors="replace")
+    if text.count("\ufffd") > MAX_BAD_BYTES_SHARE * max(len(text), 1):
+        raise TraceError(path, "not a TORCH_LOGS text file (not UTF-8 text)")
+    return parse_torch_logs(text)
+
+
+def _tagged(line: str) -> tuple[str, str | None, str] | None:
+    """(artifact, compile id, message) of a record line, None for any other line."""
+    if m := _GLOG.match(line):
+        return m.group(2), m.group(1), m.group(3)
+    if m := _PYLOG.match(line):
+        return m.group(1), None, m.group(2)
+    return None
+
+
+def _records(lines: list[str]) -> tuple[list[_Record], list[str]]:
+    """Group tagged lines into records; tagged lines before any record start are not understood."""
+    records: list[_Record] = []
+    stray: list[str] = []
+    current: _Record | None = None
+    for number, line in enumerate(lines, 1):
+        tag = _tagged(line.rstrip("\r"))
+        if tag is None:
+            continue
+        artifact, cid, message = tag
+        starts = _BREAK_START.match(message) if artifact == "graph_breaks" else _RECOMPILE_START.match(message)
+        if starts:
+            current = _Record(artifact, cid)
+            records.append(current)
+        elif current is None or current.artifact != artifact or (cid is not None and current.compile_id != cid):
+            if message.strip():
+                stray.append(f"line {number}: {message.strip()[:120]}")
+            continue
+        current.lines.append(message)
+    return records, stray
+
+
+def _region(cid: str | None) -> str | None:
+    m = _ID.fullmatch(cid) if cid else None
+    return f"{m.group(1)}/{m.group(2)}" if m else None
+
+
+def _break_row(r: _Record) -> dict[str, str | None]:
+    head = _BREAK_START.match(r.lines[0])
+    location = f"{head.group(1)}:{head.group(2)}" if head and head.group(1) else None
+    reason = head.group(3) if head and head.group(3) else None
+    function = None
+    for i, line in enumerate(r.lines[1:], 1):
+        if (m := _REASON.match(line.strip())) and reason is None:
+            # torch 2.6+ puts the graph-break type on the first non-empty line after the header.
+            following = next((x.strip() for x in r.lines[i + 1:] if x.strip()), "")
+            reason = following if following and not following.startswith(("Explanation", "User code")) else m.group(1)
+        elif m := _FILE_LINE.match(line):
+            function = m.group(3)
+            location = location or f"{m.group(1)}:{m.group(2)}"
+    if location is None:  # torch 2.0-2.5 name the user frame last in "from user code at:"
+        frames = [m for x in r.lines if (m := _FILE_LINE.match(x))]
+        if frames:
+            location = f"{frames[-1].group(1)}:{frames[-1].group(2)}"
+    return {LogBreakCol.COMPILE_ID: r.compile_id, LogBreakCol.REGION: _region(r.compile_id),
+            LogBreakCol.FUNCTION: function, LogBreakCol.LOCATION: location, LogBreakCol.REASON: reason}
+
+
+def _recompile_row(r: _Record) -> dict[str, str | int | None]:
+    head = _RECOMPILE_START.match(r.lines[0])
+    assert head is not None  # a recompile record starts with its header
+    guards: list[str] = []
+    in_guards = False
+    for line in r.lines[1:]:
+        if _TRIGGERED in line:
+            in_guards = True
+        elif in_guards and (m := _GUARD.match(line)):
+            text = m.group(2).strip()
+            if text.startswith(("User stack trace", "File ")) or not text:
+                in_guards = not text.startswith("User stack trace")
+                continue
+            guards.append(text)
+    return {LogRecompileCol.COMPILE_ID: r.compile_id, LogRecompileCol.REGION: _region(r.compile_id),
+            LogRecompileCol.FUNCTION: head.group(1), LogRecompileCol.LOCATION: f"{head.group(2)}:{head.group(3)}",
+            LogRecompileCol.GUARD: guards[0] if guards else None, LogRecompileCol.GUARDS: len(guards)}
+
+
+def parse_torch_logs(text: str) -> TorchLogs:
+    """Breaks and recompiles from the text of a TORCH_LOGS capture; never raises on content."""
+    lines = text.splitlines()
+    records, stray = _records(lines)
+    breaks = [_break_row(r) for r in records if r.artifact == "graph_breaks"]
+    recompiles = [_recompile_row(r) for r in records if r.artifact == "recompiles"]
+    warnings = [f"TORCH_LOGS line not understood, {s}" for s in stray[:MAX_LINE_WARNINGS]]
+    if len(stray) > MAX_LINE_WARNINGS:
+        warnings.append(f"{len(stray) - MAX_LINE_WARNINGS} more TORCH_LOGS lines not understood")
+    if not records and lines:
+        warnings.append("no graph break or recompile records: a run with neither, or a log written "
+                        "without TORCH_LOGS=\"graph_breaks,recompiles\"")
+    if lines and not text.endswith("\n") and _tagged(lines[-1]) is not None:
+        warnings.append("the log ends mid-line: its last record may be cut")
+    return TorchLogs(
+        breaks=pl.DataFrame(breaks or None, schema=BREAK_SCHEMA, orient="row"),
+        recompiles=pl.DataFrame(recompiles or None, schema=RECOMPILE_SCHEMA, orient="row"),
+        warnings=tuple(warnings),
+        lines=len(lines),
+    )

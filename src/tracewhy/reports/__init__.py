@@ -1,0 +1,1 @@
+"""One module per command: what that command computes, for the CLI and the Python API alike."""
