@@ -1,7 +1,8 @@
 """A command imports only what it uses: ``which`` reads no trace, so it never imports
 polars or numpy; a ``--json`` run, or ``check``'s plain lines, print no table, so they never
-import rich; a command that runs no rule never imports the rules. Each case runs the command
-in a fresh interpreter and reads the modules it ended with."""
+import rich; a command that runs no rule never imports the rules; a trace served from the cache
+imports no reader. Each case runs the command in a fresh interpreter and reads the modules it
+ended with."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -67,3 +69,27 @@ def test_ranks_on_small_files_starts_no_pool() -> None:
     modules = loaded("ranks", *pair, "--json")
     assert "tracewhy.analyses.rank_compare" in modules
     assert not {"concurrent.futures.process", "rich"} & modules
+
+
+#: Reads a trace through the cache in ``argv[2]`` (any size is cached) and prints every module
+#: the interpreter then holds.
+CACHED_READ = """
+import json, sys
+from pathlib import Path
+from tracewhy.model.cache import CacheOptions
+from tracewhy.readers import read_trace
+read_trace(sys.argv[1], cache=CacheOptions(directory=Path(sys.argv[2]), min_bytes=0))
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_a_cached_read_imports_no_reader(tmp_path: Path) -> None:
+    def read() -> set[str]:
+        argv = [sys.executable, "-c", CACHED_READ, str(shared_trace(TRACE)), str(tmp_path)]
+        env = {k: v for k, v in os.environ.items() if k != "TRACEWHY_NO_CACHE"}
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, check=True)
+        return set(json.loads(done.stdout.splitlines()[-1]))
+
+    assert "tracewhy.readers.kineto.reader" in read()  # parsed, and stored
+    formats = [m for m in read() if m.startswith("tracewhy.readers.") and m.count(".") >= 3]
+    assert formats == []  # served from the cache: no format's module, not even a sniff
