@@ -30,6 +30,8 @@ FIXTURES = (
 GOLDEN = "nsys/golden_nsys-2023.4.4"
 #: The tolerance of a value nsys prints rounded to one decimal.
 ROUND1 = 0.05 + 1e-6
+#: The tolerance of a statistic tracewhy rounds to the nearest nanosecond against nsys's tenth.
+WHOLE_NS = 0.5 + ROUND1
 
 
 def export_path(name: str) -> Path:

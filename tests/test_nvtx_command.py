@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from conftest import shared_trace
-from nsys_support import FIXTURES, close, export_path, golden
+from nsys_support import FIXTURES, WHOLE_NS, close, export_path, golden
 from tracewhy.cli import main
 
 KINETO = "kineto/resnet50_nw0_span1_worker0.1623143089861.pt.trace.json.gz"
@@ -44,7 +44,7 @@ def test_nvtx_matches_nvtx_sum_and_nvtx_gpu_proj_sum(name: str, capsys: pytest.C
         assert (m["count"], m["total_ns"], m["min_ns"], m["max_ns"]) == (
             int(r["Instances"]), int(r["Total Time (ns)"]), int(r["Min (ns)"]), int(r["Max (ns)"])), r["Range"]
         for col, g in (("mean_ns", "Avg (ns)"), ("median_ns", "Med (ns)"), ("stddev_ns", "StdDev (ns)")):
-            assert close(m[col], r[g]), (r["Range"], col)
+            assert isinstance(m[col], int) and close(m[col], r[g], WHOLE_NS), (r["Range"], col)
         assert close(100 * m["share"], r["Time (%)"]), r["Range"]
     projected = golden(name, "stats_nvtx_gpu_proj_sum") or []
     for r in projected:
@@ -54,7 +54,7 @@ def test_nvtx_matches_nvtx_sum_and_nvtx_gpu_proj_sum(name: str, capsys: pytest.C
         assert (m["proj_min_ns"], m["proj_max_ns"]) == (int(r["Proj Min (ns)"]), int(r["Proj Max (ns)"]))
         for col, g in (("proj_mean_ns", "Proj Avg (ns)"), ("proj_median_ns", "Proj Med (ns)"),
                        ("proj_stddev_ns", "Proj StdDev (ns)")):
-            assert close(m[col], r[g]), (r["Range"], col)
+            assert isinstance(m[col], int) and close(m[col], r[g], WHOLE_NS), (r["Range"], col)
         assert m["total_gpu_time_ns"] is not None and m["total_gpu_busy_ns"] <= m["total_gpu_time_ns"]
     # Names nsys projects nothing onto have no projection at all (null, not 0).
     without = set(ours) - {(r["Range"], r["Style"]) for r in projected}

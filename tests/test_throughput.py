@@ -34,9 +34,11 @@ def _raw_steps(path: Path) -> list[int]:
 
 
 def _rates(durations: list[int], items: float) -> dict[str, float]:
+    """Items per second at each statistic of the durations, the statistic taken to the nearest
+    nanosecond as every time tracewhy reports is."""
     q = statistics.quantiles(durations, n=10, method="inclusive")
-    return {"p50_per_s": items * 1e9 / statistics.median(durations), "p90_per_s": items * 1e9 / q[8],
-            "mean_per_s": items * 1e9 / statistics.fmean(durations)}
+    return {"p50_per_s": items * 1e9 / round(statistics.median(durations)), "p90_per_s": items * 1e9 / round(q[8]),
+            "mean_per_s": items * 1e9 / round(statistics.fmean(durations))}
 
 
 def _json(capsys: pytest.CaptureFixture[str], argv: list[str], code: int = 0) -> dict[str, object]:

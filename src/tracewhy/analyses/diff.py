@@ -20,7 +20,7 @@ import polars as pl
 from tracewhy.analyses import api_names
 from tracewhy.analyses.compile import CompileResult
 from tracewhy.analyses.memory import MemoryResult, analyze_memory
-from tracewhy.analyses.shift import Shift, hodges_lehmann
+from tracewhy.analyses.shift import Shift, hodges_lehmann, in_whole_ns
 from tracewhy.analyses.steps import StepCol, StepsOptions, StepsResult, steps
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, DCol, Kind
 from tracewhy.model.trace import Trace
@@ -120,7 +120,7 @@ def compile_change(a: CompileResult | None, b: CompileResult | None) -> CompileC
 
 @dataclass(frozen=True)
 class DiffResult:
-    """``steps`` is None when either run has no steady steps.
+    """``steps`` is None when either run has no steady steps; its times are whole nanoseconds.
 
     ``ops``, ``annotations`` and ``kernels`` columns: name, a_calls_per_step, b_calls_per_step,
     a_ns_per_step, b_ns_per_step, delta_ns_per_step (B - A); largest absolute delta first. Ops
@@ -161,7 +161,7 @@ def diff(a: Trace, b: Trace, options: DiffOptions = DiffOptions(), *,
         step_results = steps(a, step_options), steps(b, step_options)
     sa, sb = step_results
     da, db = _steady(sa), _steady(sb)
-    shift = hodges_lehmann(da, db, options.confidence) if da and db else None
+    shift = in_whole_ns(hodges_lehmann(da, db, options.confidence)) if da and db else None
     ra, rb = _summary(a, sa), _summary(b, sb)
     na, nb = max(ra.steady_steps, 1), max(rb.steady_steps, 1)
     ops = _joined(_op_times(a, ra.window_ns), _op_times(b, rb.window_ns), na, nb, gpu=True)

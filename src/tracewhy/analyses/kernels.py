@@ -8,6 +8,7 @@ from typing import Final
 import polars as pl
 
 from tracewhy.analyses.families import classify_kernels
+from tracewhy.analyses.stats import whole_ns
 from tracewhy.model.schema import Col, Kind
 from tracewhy.model.trace import Trace
 
@@ -21,7 +22,7 @@ class KernelCol:
     RULE: Final = "rule"
     COUNT: Final = "count"
     TOTAL: Final = "total_ns"
-    MEAN: Final = "mean_ns"
+    MEAN: Final = "mean_ns"  # rounded to the nearest nanosecond, as is the median of an even count
     P50: Final = "p50_ns"
     MIN: Final = "min_ns"
     MAX: Final = "max_ns"
@@ -30,8 +31,8 @@ class KernelCol:
 
 KERNELS_BY_NAME_SCHEMA: Final = pl.Schema({
     KernelCol.NAME: pl.String(), KernelCol.FAMILY: pl.String(), KernelCol.RULE: pl.String(),
-    KernelCol.COUNT: pl.Int64(), KernelCol.TOTAL: pl.Int64(), KernelCol.MEAN: pl.Float64(),
-    KernelCol.P50: pl.Float64(), KernelCol.MIN: pl.Int64(), KernelCol.MAX: pl.Int64(), KernelCol.SHARE: pl.Float64(),
+    KernelCol.COUNT: pl.Int64(), KernelCol.TOTAL: pl.Int64(), KernelCol.MEAN: pl.Int64(),
+    KernelCol.P50: pl.Int64(), KernelCol.MIN: pl.Int64(), KernelCol.MAX: pl.Int64(), KernelCol.SHARE: pl.Float64(),
 })
 KERNELS_BY_FAMILY_SCHEMA: Final = pl.Schema({
     KernelCol.FAMILY: pl.String(), KernelCol.COUNT: pl.Int64(), KernelCol.TOTAL: pl.Int64(),
@@ -70,8 +71,8 @@ def kernels(trace: Trace) -> KernelsResult:
         .agg(
             pl.len().cast(pl.Int64).alias(KernelCol.COUNT),
             pl.col(Col.DUR).sum().alias(KernelCol.TOTAL),
-            pl.col(Col.DUR).mean().alias(KernelCol.MEAN),
-            pl.col(Col.DUR).median().alias(KernelCol.P50),
+            whole_ns(pl.col(Col.DUR).mean()).alias(KernelCol.MEAN),
+            whole_ns(pl.col(Col.DUR).median()).alias(KernelCol.P50),
             pl.col(Col.DUR).min().alias(KernelCol.MIN),
             pl.col(Col.DUR).max().alias(KernelCol.MAX),
         )

@@ -9,6 +9,7 @@ import numpy as np
 import polars as pl
 
 from tracewhy.analyses import api_names
+from tracewhy.analyses.stats import nearest_ns
 from tracewhy.analyses.steps import StepCol, StepsResult
 from tracewhy.analyses.utilization import DeviceBusy
 from tracewhy.model.schema import LAUNCH_KINDS, Col, Kind
@@ -19,13 +20,14 @@ from tracewhy.model.trace import Trace
 class LaunchResult:
     """``per_step``: step, dispatch_ns (time inside launch calls), launches, gpu_busy_ns.
     Delays are kernel start minus launch-call start. ``short_kernels``: kernels shorter than
-    the median launch call, i.e. the GPU finishes them faster than the host can issue them."""
+    the median launch call, i.e. the GPU finishes them faster than the host can issue them.
+    The median and the percentiles are rounded to the nearest nanosecond."""
 
     launches: int
-    launch_call_p50_ns: float | None
-    delay_p50_ns: float | None
-    delay_p90_ns: float | None
-    delay_p99_ns: float | None
+    launch_call_p50_ns: int | None
+    delay_p50_ns: int | None
+    delay_p90_ns: int | None
+    delay_p99_ns: int | None
     kernels: int
     short_kernels: int
     short_kernel_share: float
@@ -43,7 +45,8 @@ def launch(trace: Trace, steps: StepsResult, busy: dict[int, DeviceBusy]) -> Lau
     call_p50 = float(np.median(calls.get_column(Col.DUR).to_numpy())) if calls.height else None
     all_kernels = trace.of_kind(Kind.KERNEL).get_column(Col.DUR).to_numpy()
     short = int((all_kernels < call_p50).sum()) if call_p50 is not None else 0
-    p50, p90, p99 = (float(x) for x in np.percentile(delays, [50, 90, 99])) if delays.size else (None, None, None)
+    p50, p90, p99 = (nearest_ns(float(x)) for x in np.percentile(delays, [50, 90, 99])) if delays.size \
+        else (None, None, None)
     rows = []
     c_ts = calls.get_column(Col.TS).to_numpy()
     c_dur = calls.get_column(Col.DUR).to_numpy()
@@ -58,7 +61,8 @@ def launch(trace: Trace, steps: StepsResult, busy: dict[int, DeviceBusy]) -> Lau
         "step": pl.Int64, StepCol.STEADY: pl.Boolean, "dispatch_ns": pl.Int64,
         "launches": pl.Int64, "gpu_busy_ns": pl.Int64})
     return LaunchResult(
-        launches=calls.height, launch_call_p50_ns=call_p50, delay_p50_ns=p50, delay_p90_ns=p90, delay_p99_ns=p99,
+        launches=calls.height, launch_call_p50_ns=None if call_p50 is None else nearest_ns(call_p50),
+        delay_p50_ns=p50, delay_p90_ns=p90, delay_p99_ns=p99,
         kernels=int(all_kernels.size), short_kernels=short,
         short_kernel_share=short / all_kernels.size if all_kernels.size else 0.0, per_step=per_step,
     )

@@ -19,6 +19,7 @@ from typing import Final
 import numpy as np
 import polars as pl
 
+from tracewhy.analyses.stats import nearest_ns
 from tracewhy.errors import UsageError
 from tracewhy.model.instrument import InstrumentLog, LogBlockCol
 
@@ -43,7 +44,8 @@ class LogBlocksCol:
     TOTAL: Final = "total_ns"  # on the basis, over the steady window
     PER_UNIT: Final = "ns_per_unit"  # total over the rank's steady units (a unit it skipped counts 0)
     SHARE: Final = "share"  # of the rank's top-level blocks' total
-    P50: Final = "p50_ns"  # of its time per unit, over the units it ran in
+    #: Of its time per unit, over the units it ran in; each to the nearest nanosecond.
+    P50: Final = "p50_ns"
     P90: Final = "p90_ns"
     P99: Final = "p99_ns"
     HOST_TOTAL: Final = "host_total_ns"
@@ -54,8 +56,8 @@ class LogBlocksCol:
 LOG_BLOCKS_TABLE_SCHEMA: Final = pl.Schema({
     LogBlocksCol.RANK: pl.Int64, LogBlocksCol.NAME: pl.String, LogBlocksCol.LEVEL: pl.Int64,
     LogBlocksCol.INSTANCES: pl.Int64, LogBlocksCol.UNITS: pl.Int64, LogBlocksCol.TOTAL: pl.Int64,
-    LogBlocksCol.PER_UNIT: pl.Float64, LogBlocksCol.SHARE: pl.Float64, LogBlocksCol.P50: pl.Float64,
-    LogBlocksCol.P90: pl.Float64, LogBlocksCol.P99: pl.Float64, LogBlocksCol.HOST_TOTAL: pl.Int64,
+    LogBlocksCol.PER_UNIT: pl.Float64, LogBlocksCol.SHARE: pl.Float64, LogBlocksCol.P50: pl.Int64,
+    LogBlocksCol.P90: pl.Int64, LogBlocksCol.P99: pl.Int64, LogBlocksCol.HOST_TOTAL: pl.Int64,
     LogBlocksCol.GPU_TOTAL: pl.Int64, LogBlocksCol.SYNC_MODE: pl.String,
 })
 
@@ -156,8 +158,8 @@ def _table(steady: pl.DataFrame, units: pl.DataFrame, value: str, steady_units: 
     spread = pl.DataFrame(
         [_percentiles(rank, name, g.get_column(UnitCol.NS)) for (rank, name), g in
          units.group_by(UnitCol.RANK, UnitCol.NAME)],
-        schema={LogBlocksCol.RANK: pl.Int64, LogBlocksCol.NAME: pl.String, LogBlocksCol.P50: pl.Float64,
-                LogBlocksCol.P90: pl.Float64, LogBlocksCol.P99: pl.Float64}, orient="row",
+        schema={LogBlocksCol.RANK: pl.Int64, LogBlocksCol.NAME: pl.String, LogBlocksCol.P50: pl.Int64,
+                LogBlocksCol.P90: pl.Int64, LogBlocksCol.P99: pl.Int64}, orient="row",
     )
     top_level = pl.col(LogBlocksCol.LEVEL) == pl.col(LogBlocksCol.LEVEL).min().over(LogBlocksCol.RANK)
     top_total = pl.col(LogBlocksCol.TOTAL).filter(top_level).sum().over(LogBlocksCol.RANK)
@@ -173,6 +175,6 @@ def _table(steady: pl.DataFrame, units: pl.DataFrame, value: str, steady_units: 
     )
 
 
-def _percentiles(rank: object, name: object, ns: pl.Series) -> tuple[object, object, float, float, float]:
-    p50, p90, p99 = (float(x) for x in np.percentile(ns.to_numpy().astype(np.float64), [50, 90, 99]))
+def _percentiles(rank: object, name: object, ns: pl.Series) -> tuple[object, object, int, int, int]:
+    p50, p90, p99 = (nearest_ns(float(x)) for x in np.percentile(ns.to_numpy().astype(np.float64), [50, 90, 99]))
     return rank, name, p50, p90, p99

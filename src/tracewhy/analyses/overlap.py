@@ -30,6 +30,7 @@ import polars as pl
 
 from tracewhy.analyses.collectives import CollectivesResult, collectives, short_kernel_name
 from tracewhy.analyses.intervals import union
+from tracewhy.analyses.stats import nearest_ns
 from tracewhy.analyses.steps import StepCol, StepsOptions, StepsResult, WindowCol, steady_span, step_windows, steps
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, Kind
 from tracewhy.model.trace import Trace
@@ -109,9 +110,10 @@ class OverlapResult:
     max_streams_active, multi_stream_ns (time with two or more streams busy).
     ``steps``: device, step (name), number, steady, window_start_ns, window_ns, then PARTS in
     the step's window. ``steady``: device, steps, then the mean of window_ns and PARTS over
-    the device's steady steps (per step). ``collectives``: device, collective (label from
-    collectives.py), count, time_ns, hidden_ns, exposed_ns, exposed_ns_per_step, in the
-    analysis window (the steady steps, or the whole span without steps), most exposed first.
+    the device's steady steps (per step), each to the nearest nanosecond. ``collectives``:
+    device, collective (label from collectives.py), count, time_ns, hidden_ns, exposed_ns,
+    exposed_ns_per_step, in the analysis window (the steady steps, or the whole span without
+    steps), most exposed first.
     ``streams``: device, stream, kernels, busy_ns and union time per category.
     ``concurrency``: device, streams_active, time_ns within the span.
     ``copy`` in PARTS counts memcpy and memset together; ``streams`` keeps them apart.
@@ -160,7 +162,7 @@ def overlap(
             lo, hi = span
             steady = w.get_column(WindowCol.STEADY).to_numpy()
             steady_rows.append({OverlapCol.DEVICE: device, OverlapCol.STEPS: n_steady,
-                                **{k: float(np.mean(v[steady]))
+                                **{k: nearest_ns(float(np.mean(v[steady])))
                                    for k, v in {OverlapCol.WINDOW: w.get_column(WindowCol.WINDOW).to_numpy(),
                                                 **parts}.items()}})
         else:
@@ -395,8 +397,10 @@ OVERLAP_STEPS_SCHEMA: Final = pl.Schema({
     OverlapCol.STEADY: pl.Boolean(), OverlapCol.WINDOW_START: pl.Int64(), OverlapCol.WINDOW: pl.Int64(),
     **_PARTS_SCHEMA,
 })
+#: Means per steady step, each rounded to the nearest nanosecond (so the parts may miss the window
+#: by a nanosecond or two).
 OVERLAP_STEADY_SCHEMA: Final = pl.Schema({OverlapCol.DEVICE: pl.Int32(), OverlapCol.STEPS: pl.Int64(),
-                                          OverlapCol.WINDOW: pl.Float64(), **{k: pl.Float64() for k in PARTS}})
+                                          OverlapCol.WINDOW: pl.Int64(), **_PARTS_SCHEMA})
 OVERLAP_COLLECTIVES_SCHEMA: Final = pl.Schema({
     OverlapCol.DEVICE: pl.Int32(), OverlapCol.COLLECTIVE: pl.String(), OverlapCol.COUNT: pl.Int64(),
     OverlapCol.TIME: pl.Int64(), OverlapCol.HIDDEN: pl.Int64(), OverlapCol.EXPOSED: pl.Int64(),

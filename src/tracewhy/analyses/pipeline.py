@@ -24,6 +24,7 @@ from typing import Final
 import numpy as np
 import polars as pl
 
+from tracewhy.analyses.stats import nearest_ns
 from tracewhy.errors import UsageError
 from tracewhy.model.instrument import InstrumentLog, MarkCol
 
@@ -72,6 +73,9 @@ class ChunkCol:
 
 @dataclass(frozen=True)
 class Percentiles:
+    """A metric over the steady chunks. For a time (a ``*_ns`` column) every value but ``count`` is
+    whole nanoseconds, the nearest to the statistic."""
+
     p50: float | None
     p90: float | None
     p99: float | None
@@ -154,8 +158,8 @@ def pipeline(log: InstrumentLog, spec: PipelineSpec = DEFAULT_SPEC, warmup: int 
         .select(ChunkCol.CHUNK, ChunkCol.PERIOD, *stage_cols, ChunkCol.HIDDEN, ChunkCol.SCORE, ChunkCol.STEADY)
     )
     steady = chunks.filter(pl.col(ChunkCol.STEADY))
-    summary = {c: _percentiles(steady.get_column(c)) for c in (ChunkCol.PERIOD, *stage_cols, ChunkCol.HIDDEN,
-                                                                ChunkCol.SCORE)}
+    summary = {c: _percentiles(steady.get_column(c), whole=c.endswith("_ns"))
+               for c in (ChunkCol.PERIOD, *stage_cols, ChunkCol.HIDDEN, ChunkCol.SCORE)}
     return PipelineResult(spec=spec, stage_ranks=stage_ranks, chunks=chunks, summary=summary, warmup=warmup,
                           incomplete_chunks=[int(c) for c in incomplete], duplicate_marks=duplicates)
 
@@ -179,9 +183,12 @@ def _stage_rank(stage: str, names: tuple[str, ...], owner: dict[str, list[int]])
     return ranks.pop()
 
 
-def _percentiles(values: pl.Series) -> Percentiles:
+def _percentiles(values: pl.Series, whole: bool) -> Percentiles:
+    """p50/p90/p99 and mean of ``values``; ``whole``: as whole nanoseconds (a time)."""
     v = values.drop_nulls().to_numpy().astype(np.float64)
     if v.size == 0:
         return Percentiles(None, None, None, None, 0)
-    p50, p90, p99 = (float(x) for x in np.percentile(v, [50, 90, 99]))
-    return Percentiles(p50, p90, p99, float(v.mean()), int(v.size))
+    p50, p90, p99, mean = (*(float(x) for x in np.percentile(v, [50, 90, 99])), float(v.mean()))
+    if whole:
+        return Percentiles(nearest_ns(p50), nearest_ns(p90), nearest_ns(p99), nearest_ns(mean), int(v.size))
+    return Percentiles(p50, p90, p99, mean, int(v.size))

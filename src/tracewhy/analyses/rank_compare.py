@@ -30,6 +30,7 @@ import polars as pl
 
 from tracewhy.analyses.intervals import covered_ns, union
 from tracewhy.analyses.ranks import RankSummary
+from tracewhy.analyses.stats import nearest_ns
 
 #: Ops whose message size differs between ranks by design (uneven all-to-all splits,
 #: point-to-point): their sizes are not compared.
@@ -37,6 +38,32 @@ _SIZE_VARIES: Final = frozenset({"all_to_all", "send_recv", "send", "recv", "gat
 _TIMED: Final = ("device", "host")
 #: The ``doing`` row for time in the window when nothing was open on the step thread.
 UNRECORDED: Final = ("unrecorded", "(no annotation, op or Python frame open)")
+
+
+#: ``RanksResult.ranks``: one row per rank (see RanksResult).
+RANKS_SCHEMA: Final = pl.Schema({
+    "rank": pl.Int64(), "source": pl.String(), "rank_from": pl.String(), "steps": pl.Int64(),
+    "step_p50_ns": pl.Int64(), "step_p90_ns": pl.Int64(), "step_mean_ns": pl.Int64(),
+    "compute_ns_per_step": pl.Float64(), "comm_ns_per_step": pl.Float64(), "comm_exposed_ns_per_step": pl.Float64(),
+    "idle_ns_per_step": pl.Float64(), "input_ns_per_step": pl.Float64(), "calls": pl.Int64(),
+    "wait_ns_per_step": pl.Float64(), "last_count": pl.Int64(), "late_ns_per_step": pl.Float64(),
+    "incomplete": pl.String(),
+})
+#: ``RanksResult.matched``: one row per call matched on two or more ranks. ``late_ns``, the median
+#: of the other ranks' waits, is rounded to the nearest nanosecond.
+MATCHED_SCHEMA: Final = pl.Schema({
+    "step": pl.Int64(), "process_group": pl.String(), "ordinal": pl.Int64(), "op": pl.String(), "ranks": pl.Int64(),
+    "transfer_ns": pl.Int64(), "max_wait_ns": pl.Int64(), "last_rank": pl.Int64(), "late_ns": pl.Int64(),
+})
+#: ``RanksResult.lateness``: per rank and step (``late_ns`` rounded as in MATCHED_SCHEMA).
+LATENESS_SCHEMA: Final = pl.Schema({"rank": pl.Int64(), "step": pl.Int64(), "late_ns": pl.Int64(),
+                                    "wait_ns": pl.Int64()})
+#: ``RanksResult.mismatches``: collectives the ranks of a group did not issue alike.
+MISMATCHES_SCHEMA: Final = pl.Schema({"step": pl.Int64(), "process_group": pl.String(), "op": pl.String(),
+                                      "kind": pl.String(), "detail": pl.String(), "cut_explains": pl.Boolean()})
+#: ``RanksResult.doing``: what the straggler's step thread was doing while the others waited.
+DOING_SCHEMA: Final = pl.Schema({"kind": pl.String(), "name": pl.String(), "ns_per_step": pl.Float64(),
+                                 "share": pl.Float64()})
 
 
 @dataclass(frozen=True)
@@ -137,8 +164,7 @@ def _calls(summaries: Sequence[RankSummary], by_steps: bool, common: set[int]) -
 
 
 def _match(calls: pl.DataFrame) -> pl.DataFrame:
-    schema = {"step": pl.Int64, "process_group": pl.String, "ordinal": pl.Int64, "op": pl.String, "ranks": pl.Int64,
-              "transfer_ns": pl.Int64, "max_wait_ns": pl.Int64, "last_rank": pl.Int64, "late_ns": pl.Float64}
+    schema = MATCHED_SCHEMA
     timed = calls.filter(pl.col("timing").is_in(_TIMED) & pl.col("dur_ns").is_not_null())
     rows = []
     for key, g in timed.group_by("step", "process_group", "op", "ordinal", maintain_order=True):
@@ -154,7 +180,7 @@ def _match(calls: pl.DataFrame) -> pl.DataFrame:
         rows.append({
             "step": key[0], "process_group": key[1], "ordinal": key[3], "op": key[2],
             "ranks": g.height, "transfer_ns": transfer, "max_wait_ns": int(wait.max()), "last_rank": last,
-            "late_ns": float(np.median(others)) if last is not None else 0.0,
+            "late_ns": nearest_ns(float(np.median(others))) if last is not None else 0,
         })
     return pl.DataFrame(rows, schema=schema) if rows else pl.DataFrame(schema=schema)
 
@@ -162,8 +188,7 @@ def _match(calls: pl.DataFrame) -> pl.DataFrame:
 def _mismatches(calls: pl.DataFrame, incomplete: set[int]) -> pl.DataFrame:
     """Ranks of one process group that issued different calls in the same step. ``cut_explains``:
     every rank short of calls has an incomplete file, which explains the difference."""
-    schema = {"step": pl.Int64, "process_group": pl.String, "op": pl.String, "kind": pl.String, "detail": pl.String,
-              "cut_explains": pl.Boolean}
+    schema = MISMATCHES_SCHEMA
     rows: list[dict[str, object]] = []
     members = calls.group_by("process_group").agg(pl.col("rank").unique().sort())
     member_of = {pg: r for pg, r in members.iter_rows()}
@@ -202,11 +227,11 @@ def _mismatches(calls: pl.DataFrame, incomplete: set[int]) -> pl.DataFrame:
 def _lateness(matched: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     """Per rank and step: wait_ns, the union of its wait intervals; late_ns, the median over the
     other ranks of the union of their wait intervals at the calls this rank arrived last at."""
-    schema = {"rank": pl.Int64, "step": pl.Int64, "late_ns": pl.Float64, "wait_ns": pl.Int64}
+    schema = LATENESS_SCHEMA
     waits = _waits(matched, calls)
     rows: list[dict[str, object]] = []
     for (rank, step), g in waits.group_by("rank", "step", maintain_order=True):
-        rows.append({"rank": rank, "step": step, "late_ns": 0.0, "wait_ns": _union_ns(g)})
+        rows.append({"rank": rank, "step": step, "late_ns": 0, "wait_ns": _union_ns(g)})
     late: dict[tuple[int, int], list[int]] = {}
     others = waits.filter(pl.col("last_rank").is_not_null() & (pl.col("rank") != pl.col("last_rank")))
     for (last, step, _), g in others.group_by("last_rank", "step", "rank", maintain_order=True):
@@ -215,9 +240,9 @@ def _lateness(matched: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     for key, values in late.items():
         row = index.get(key)
         if row is None:
-            row = {"rank": key[0], "step": key[1], "late_ns": 0.0, "wait_ns": 0}
+            row = {"rank": key[0], "step": key[1], "late_ns": 0, "wait_ns": 0}
             rows.append(row)
-        row["late_ns"] = float(np.median(values))
+        row["late_ns"] = nearest_ns(float(np.median(values)))
     out = pl.DataFrame(rows, schema=schema) if rows else pl.DataFrame(schema=schema)
     return out.sort("rank", "step")
 
@@ -258,13 +283,7 @@ def _rank_table(summaries: Sequence[RankSummary], calls: pl.DataFrame, matched: 
             "late_ns_per_step": float(mine.get_column("late_ns").sum()) / n_steps,
             "incomplete": "; ".join(s.missing_events) or None,
         })
-    schema = {"rank": pl.Int64, "source": pl.String, "rank_from": pl.String, "steps": pl.Int64,
-              "step_p50_ns": pl.Float64, "step_p90_ns": pl.Float64, "step_mean_ns": pl.Float64,
-              "compute_ns_per_step": pl.Float64,
-              "comm_ns_per_step": pl.Float64, "comm_exposed_ns_per_step": pl.Float64, "idle_ns_per_step": pl.Float64,
-              "input_ns_per_step": pl.Float64, "calls": pl.Int64, "wait_ns_per_step": pl.Float64,
-              "last_count": pl.Int64, "late_ns_per_step": pl.Float64, "incomplete": pl.String}
-    return pl.DataFrame(rows, schema=schema) if rows else pl.DataFrame(schema=schema)
+    return pl.DataFrame(rows, schema=RANKS_SCHEMA) if rows else pl.DataFrame(schema=RANKS_SCHEMA)
 
 
 def _straggler(matched: pl.DataFrame, lateness: pl.DataFrame) -> tuple[int | None, float | None, float | None]:
@@ -280,7 +299,7 @@ def _straggler(matched: pl.DataFrame, lateness: pl.DataFrame) -> tuple[int | Non
 
 
 def _doing_empty() -> pl.DataFrame:
-    return pl.DataFrame(schema={"kind": pl.String, "name": pl.String, "ns_per_step": pl.Float64, "share": pl.Float64})
+    return pl.DataFrame(schema=DOING_SCHEMA)
 
 
 def _doing(me: RankSummary, calls: pl.DataFrame, matched: pl.DataFrame, n_steps: int) -> tuple[pl.DataFrame, float]:

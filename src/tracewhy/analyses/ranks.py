@@ -21,6 +21,7 @@ from tracewhy.analyses.api_names import is_dataloader
 from tracewhy.analyses.collectives import collectives
 from tracewhy.analyses.intervals import covered_ns
 from tracewhy.analyses.overlap import OverlapCol, OverlapOptions, overlap
+from tracewhy.analyses.stats import nearest_ns
 from tracewhy.analyses.steps import StepsOptions, WindowCol, steady_span, step_windows, steps
 from tracewhy.errors import TraceError
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, HOST_KINDS, Col, Kind
@@ -71,10 +72,11 @@ class RankSummary:
     backend: str | None
     steps: int
     steady_step_numbers: tuple[int, ...]
-    step_p50_ns: float | None
-    step_p90_ns: float | None
+    #: Steady step durations' median and p90 (rounded to the nearest nanosecond, as is the mean).
+    step_p50_ns: int | None
+    step_p90_ns: int | None
     #: Mean steady step: what per-step means (waits, lateness) are a share of.
-    step_mean_ns: float | None
+    step_mean_ns: int | None
     compute_ns_per_step: float | None
     comm_ns_per_step: float | None
     comm_exposed_ns_per_step: float | None
@@ -134,7 +136,7 @@ def _summarize(trace: Trace, source: str, options: RanksOptions, rank: int, rank
     steady = windows.filter(pl.col(WindowCol.STEADY))
     n = max(steady.height, 1)
     durs = steady.get_column(WindowCol.DUR).to_numpy()
-    p50, p90 = (float(v) for v in np.percentile(durs, [50, 90])) if durs.size else (None, None)
+    p50, p90 = (nearest_ns(float(v)) for v in np.percentile(durs, [50, 90])) if durs.size else (None, None)
     coll = collectives(trace)
     ov = overlap(trace, OverlapOptions(options.step_marker, options.warmup), steps_result=st, collectives_result=coll)
     devices = _devices_of(trace, pid)
@@ -157,7 +159,7 @@ def _summarize(trace: Trace, source: str, options: RanksOptions, rank: int, rank
         rank=rank, source=source, rank_from=rank_from,
         world_size=trace.meta.world_size, backend=backend if isinstance(backend, str) else None, steps=steady.height,
         steady_step_numbers=tuple(int(x) for x in steady.get_column(WindowCol.NUMBER).drop_nulls().to_list()),
-        step_p50_ns=p50, step_p90_ns=p90, step_mean_ns=float(durs.mean()) if durs.size else None,
+        step_p50_ns=p50, step_p90_ns=p90, step_mean_ns=nearest_ns(float(durs.mean())) if durs.size else None,
         compute_ns_per_step=gpu["compute"], comm_ns_per_step=gpu["comm"],
         comm_exposed_ns_per_step=gpu["exposed"], idle_ns_per_step=gpu["idle"],
         input_ns_per_step=_input_ns(trace, steady, pid) / n,

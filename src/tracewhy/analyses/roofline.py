@@ -16,6 +16,7 @@ from typing import Any, Final
 import polars as pl
 
 from tracewhy.analyses.peaks import DevicePeaks, lookup_peaks
+from tracewhy.analyses.stats import whole_ns
 from tracewhy.model.ncu import BCol, NCol, NcuReport
 
 #: Stall reasons that are not waits: "selected" is issuing, "not_selected" is ready but another
@@ -364,7 +365,7 @@ class KCol:
 
     LAUNCHES: Final = "launches"
     TOTAL_NS: Final = "total_ns"
-    MEAN_NS: Final = "mean_ns"
+    MEAN_NS: Final = "mean_ns"  # to the nearest nanosecond
     WEIGHTED: Final = (LCol.SM_PCT, LCol.MEMORY_PCT, LCol.DRAM_PCT, LCol.ACHIEVED_OCCUPANCY_PCT,
                        LCol.THEORETICAL_OCCUPANCY_PCT, LCol.ROOF_FRACTION, LCol.ARITHMETIC_INTENSITY,
                        LCol.DRAM_BYTES_PER_S, LCol.FLOP_PER_S)
@@ -384,6 +385,6 @@ def weighted_by_kernel(launches: pl.DataFrame) -> pl.DataFrame:
     return launches.group_by(NCol.NAME).agg(
         pl.len().cast(pl.Int64).alias(KCol.LAUNCHES),
         pl.col(NCol.DUR).sum().alias(KCol.TOTAL_NS),
-        pl.col(NCol.DUR).mean().alias(KCol.MEAN_NS),
+        whole_ns(pl.col(NCol.DUR).mean()).alias(KCol.MEAN_NS),
         *(wmean(c) for c in KCol.WEIGHTED),
     )

@@ -18,6 +18,7 @@ import polars as pl
 
 from tracewhy.analyses.peaks import DevicePeaks, lookup_peaks
 from tracewhy.analyses.shapes import GEMM, OpInputs, estimate
+from tracewhy.analyses.stats import whole_ns
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, DCol, Kind, OCol
 from tracewhy.model.trace import Trace
 
@@ -216,6 +217,8 @@ def _by_op(instances: pl.DataFrame) -> pl.DataFrame:
             (pl.col("min_bytes") / seconds).alias("bytes_per_s"),
             (pl.col("roof_ns") / pl.col("gpu_ns")).alias("roof_fraction"),
         )
+        # Times at the roof are estimates in fractions of a nanosecond: whole ones once summed.
+        .with_columns(whole_ns(pl.col("roof_ns")), whole_ns(pl.col("lost_ns")))
         # Every key of the group, so that groups apart only in dtype come in one order on every run.
         .sort(["gpu_ns", Col.NAME, "input_dims", PCol.DTYPE], descending=[True, False, False, False],
               nulls_last=True)

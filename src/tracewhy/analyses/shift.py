@@ -13,12 +13,15 @@ takes only 5 values) and a t interval assumes a normality that spiky step times 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from statistics import NormalDist
 
 import numpy as np
 import numpy.typing as npt
+
+from tracewhy.analyses.stats import nearest_ns
 
 #: Up to this many pairs the null distribution of U is computed exactly (a fraction of a second);
 #: beyond it the normal approximation with continuity correction is accurate to well under 0.5%.
@@ -88,6 +91,18 @@ def hodges_lehmann(a: npt.ArrayLike, b: npt.ArrayLike, confidence: float = 0.95)
         p_value=min(1.0, p),
         method=method,
     )
+
+
+def in_whole_ns(s: Shift) -> Shift:
+    """``s`` between two samples of durations with its medians, shift and bounds in whole
+    nanoseconds, the nearest (a median of an even count, and the shift, can fall between two)."""
+
+    def whole(v: float | None) -> int | None:
+        return None if v is None else nearest_ns(v)
+
+    return dataclasses.replace(s, a_median_ns=nearest_ns(s.a_median_ns), b_median_ns=nearest_ns(s.b_median_ns),
+                               median_change_ns=nearest_ns(s.median_change_ns), hl_shift_ns=nearest_ns(s.hl_shift_ns),
+                               ci_low_ns=whole(s.ci_low_ns), ci_high_ns=whole(s.ci_high_ns))
 
 
 def _u_cdf(n: int, m: int) -> npt.NDArray[np.float64]:

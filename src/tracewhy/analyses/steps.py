@@ -14,6 +14,7 @@ import polars as pl
 from tracewhy.analyses import api_names
 from tracewhy.analyses.intervals import covered_ns
 from tracewhy.analyses.nvtx import nvtx_step_marker
+from tracewhy.analyses.stats import nearest_ns
 from tracewhy.analyses.step_marker import annotation_step_marker
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, Kind
 from tracewhy.model.trace import Trace
@@ -35,13 +36,16 @@ class StepsOptions:
 
 @dataclass(frozen=True)
 class StepStats:
+    """Statistics of the steady steps' durations. The mean and the percentiles (the median of an
+    even count, interpolated p90 and p99) are rounded to the nearest nanosecond."""
+
     count: int
-    mean_ns: float
+    mean_ns: int
     min_ns: int
     max_ns: int
-    p50_ns: float
-    p90_ns: float
-    p99_ns: float
+    p50_ns: int
+    p90_ns: int
+    p99_ns: int
 
 
 class StepCol:
@@ -310,12 +314,12 @@ def _stats(values: npt.NDArray[np.int64]) -> StepStats | None:
     p50, p90, p99 = np.percentile(values, [50, 90, 99])
     return StepStats(
         count=int(values.size),
-        mean_ns=float(values.mean()),
+        mean_ns=nearest_ns(float(values.mean())),
         min_ns=int(values.min()),
         max_ns=int(values.max()),
-        p50_ns=float(p50),
-        p90_ns=float(p90),
-        p99_ns=float(p99),
+        p50_ns=nearest_ns(float(p50)),
+        p90_ns=nearest_ns(float(p90)),
+        p99_ns=nearest_ns(float(p99)),
     )
 
 

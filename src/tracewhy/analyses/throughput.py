@@ -15,6 +15,7 @@ from typing import Final
 
 import numpy as np
 
+from tracewhy.analyses.stats import nearest_ns
 from tracewhy.analyses.steps import StepStats
 from tracewhy.errors import UsageError
 
@@ -37,15 +38,16 @@ class ThroughputOptions:
 
 @dataclass(frozen=True)
 class Throughput:
-    """Items per second at the steady step times; ``per`` is "step" or "chunk"."""
+    """Items per second at the steady step times; ``per`` is "step" or "chunk". The step times are
+    whole nanoseconds (the nearest to the statistic), and each rate is items over its step time."""
 
     items_per_step: float
     unit: str
     per: str
     count: int  # steady steps (chunks) the step times come from
-    p50_step_ns: float
-    p90_step_ns: float
-    mean_step_ns: float
+    p50_step_ns: int
+    p90_step_ns: int
+    mean_step_ns: int
     p50_per_s: float
     p90_per_s: float
     mean_per_s: float
@@ -57,9 +59,10 @@ def throughput(p50_ns: float | None, p90_ns: float | None, mean_ns: float | None
     if not count or p50_ns is None or p90_ns is None or mean_ns is None or min(p50_ns, p90_ns, mean_ns) <= 0:
         return None
     n = options.items_per_step
-    return Throughput(items_per_step=n, unit=options.unit, per=per, count=count, p50_step_ns=p50_ns,
-                      p90_step_ns=p90_ns, mean_step_ns=mean_ns, p50_per_s=n * 1e9 / p50_ns,
-                      p90_per_s=n * 1e9 / p90_ns, mean_per_s=n * 1e9 / mean_ns)
+    p50, p90, mean = (max(nearest_ns(v), 1) for v in (p50_ns, p90_ns, mean_ns))  # (under 0.5 ns is still > 0)
+    return Throughput(items_per_step=n, unit=options.unit, per=per, count=count, p50_step_ns=p50,
+                      p90_step_ns=p90, mean_step_ns=mean, p50_per_s=n * 1e9 / p50,
+                      p90_per_s=n * 1e9 / p90, mean_per_s=n * 1e9 / mean)
 
 
 def from_step_stats(stats: StepStats | None, options: ThroughputOptions) -> Throughput | None:

@@ -8,25 +8,27 @@ from dataclasses import dataclass
 import polars as pl
 
 from tracewhy.analyses.gaps import CLASSES, GapCol, class_col
-from tracewhy.analyses.stats import sum_of
+from tracewhy.analyses.stats import nearest_ns, sum_of
 from tracewhy.findings.context import Context
 from tracewhy.units import fmt_pct
 
 
 @dataclass(frozen=True)
 class Basis:
-    """Idle time per class per step on the primary device (the one with most busy time)."""
+    """Idle time per class per step on the primary device (the one with most busy time). The
+    times are means over the steady steps (or the whole trace's totals), each rounded to the
+    nearest nanosecond."""
 
     device: int | None
     steps: int  # steps averaged over (1 for a trace without markers)
     per_steps: bool  # False: the whole trace is one window
-    window_ns: float  # mean window per step
-    busy_ns: float
-    idle_ns: float
-    class_ns: dict[str, float]
-    #: Idle in gaps shorter than the minimum gap (not classified one by one), and their number;
-    #: with class_ns it adds up to idle_ns.
-    short_ns: float = 0.0
+    window_ns: int  # mean window per step
+    busy_ns: int
+    idle_ns: int
+    class_ns: dict[str, int]
+    #: Idle in gaps shorter than the minimum gap (not classified one by one), and their number
+    #: (a mean per step); with class_ns it adds up to idle_ns (give or take the rounding).
+    short_ns: int = 0
     short_gaps: float = 0.0
 
     @property
@@ -54,28 +56,28 @@ def _basis(ctx: Context) -> Basis:
     g = ctx.gaps()
     busy = g.busy
     if not busy:
-        return Basis(None, 0, False, 0.0, 0.0, 0.0, {c: 0.0 for c in CLASSES})
+        return Basis(None, 0, False, 0, 0, 0, {c: 0 for c in CLASSES})
     device = max(busy, key=lambda d: int((busy[d].ends - busy[d].starts).sum()))
     steady = g.per_step.filter(pl.col(GapCol.STEADY) & (pl.col(GapCol.DEVICE) == device))
     if steady.height:
         n = steady.height
         return Basis(
             device=device, steps=n, per_steps=True,
-            window_ns=sum_of(steady.get_column(GapCol.WINDOW)) / n,
-            busy_ns=sum_of(steady.get_column(GapCol.BUSY)) / n,
-            idle_ns=sum_of(steady.get_column(GapCol.IDLE)) / n,
-            class_ns={c: sum_of(steady.get_column(class_col(c))) / n for c in CLASSES},
-            short_ns=sum_of(steady.get_column(GapCol.SHORT)) / n,
+            window_ns=nearest_ns(sum_of(steady.get_column(GapCol.WINDOW)) / n),
+            busy_ns=nearest_ns(sum_of(steady.get_column(GapCol.BUSY)) / n),
+            idle_ns=nearest_ns(sum_of(steady.get_column(GapCol.IDLE)) / n),
+            class_ns={c: nearest_ns(sum_of(steady.get_column(class_col(c))) / n) for c in CLASSES},
+            short_ns=nearest_ns(sum_of(steady.get_column(GapCol.SHORT)) / n),
             short_gaps=sum_of(steady.get_column(GapCol.SHORT_GAPS)) / n,
         )
     b = busy[device]
-    window = float(b.ends[-1] - b.starts[0]) if b.starts.size else 0.0
+    window = int(b.ends[-1] - b.starts[0]) if b.starts.size else 0
     rows = g.gaps.filter(pl.col(GapCol.DEVICE) == device)
-    busy_ns = float((b.ends - b.starts).sum())
+    busy_ns = int((b.ends - b.starts).sum())
     short = g.short.filter(pl.col(GapCol.DEVICE) == device) if g.short.height else g.short
     return Basis(
         device=device, steps=1, per_steps=False, window_ns=window, busy_ns=busy_ns, idle_ns=window - busy_ns,
-        class_ns={c: sum_of(rows.get_column(class_col(c))) for c in CLASSES},
-        short_ns=sum_of(short.get_column(GapCol.SHORT)) if short.height else 0.0,
+        class_ns={c: int(sum_of(rows.get_column(class_col(c)))) for c in CLASSES},
+        short_ns=int(sum_of(short.get_column(GapCol.SHORT))) if short.height else 0,
         short_gaps=sum_of(short.get_column(GapCol.SHORT_GAPS)) if short.height else 0.0,
     )

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from tracewhy.analyses.stats import nearest_ns
 from tracewhy.findings.codes import Code
 
 
@@ -28,9 +30,10 @@ class Finding:
 
     ``code`` is stable kebab-case (scripts match on it), one of ``findings.codes.Code``.
     ``statement`` is one line with the numbers in it. ``evidence`` holds the measured values,
-    time ranges and names it rests on. ``recoverable_ns_per_step`` estimates the step time a fix
-    would give back (0 when not a time finding). ``next_step`` names the next tool and exact
-    command, or the change to try.
+    time ranges and names it rests on; a time in it (a key ending in ``_ns``) is whole
+    nanoseconds, a fractional one (a mean, a median) rounded to the nearest.
+    ``recoverable_ns_per_step`` estimates the step time a fix would give back (0 when not a time
+    finding). ``next_step`` names the next tool and exact command, or the change to try.
     """
 
     code: Code
@@ -46,6 +49,9 @@ class Finding:
     #: placed right before the first of them that is printed.
     parts: tuple[Code, ...] = ()
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "evidence", _whole_times(self.evidence))
+
 
 def rank(findings: list[Finding]) -> list[Finding]:
     """Trust findings first, then by recoverable time per step (largest first), then severity, code."""
@@ -58,3 +64,22 @@ def rank(findings: list[Finding]) -> list[Finding]:
             f.code,
         ),
     )
+
+
+def _whole_times(evidence: dict[str, Any]) -> dict[str, Any]:
+    """``evidence`` with every finite float under a key ending in ``_ns`` (in nested dicts and
+    lists too) rounded to the nearest nanosecond: time is whole nanoseconds in every output."""
+
+    def walk(value: Any, timed: bool) -> Any:
+        if isinstance(value, dict):  # (the values of a dict under a time's key are times)
+            return {k: walk(v, timed or (isinstance(k, str) and k.endswith("_ns"))) for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v, timed) for v in value]
+        if isinstance(value, tuple):
+            return tuple(walk(v, timed) for v in value)
+        if timed and isinstance(value, float) and math.isfinite(value):
+            return nearest_ns(value)
+        return value
+
+    out: dict[str, Any] = walk(evidence, False)
+    return out
