@@ -32,3 +32,14 @@ def traces_dir() -> Path:
             pytest.fail(f"CI must have the shared traces beside the clone ({TRACES} is missing)")
         pytest.skip("../shared is absent: the real-trace tests need the shared traces beside the clone")
     return TRACES
+
+
+@pytest.fixture(autouse=True)
+def _json_documents_follow_their_schemas(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every ``--json`` document a test makes (``renderers.jsonout.envelope`` makes them all, the
+    error documents and the HTML report's data too) is checked against its command's shipped
+    JSON Schema; a document that breaks it fails the test (json_contract.DocumentInvalid)."""
+    from json_contract import check_document
+    from tracewhy.renderers import jsonout
+
+    monkeypatch.setattr(jsonout, "document_hook", check_document)

@@ -79,9 +79,30 @@ class BreakCol:
     STEPS: Final = "steps"  # steps it ran in
 
 
+COMPILE_STEPS_SCHEMA: Final = pl.Schema({
+    CompileStepCol.STEP: pl.String(), CompileStepCol.NUMBER: pl.Int64(), CompileStepCol.STEADY: pl.Boolean(),
+    **{c: pl.Int64() for c in (CompileStepCol.REGIONS, CompileStepCol.GRAPH_BREAKS, CompileStepCol.RECOMPILES,
+                               CompileStepCol.COMPILE_NS, CompileStepCol.EAGER_NS, CompileStepCol.EAGER_OPS,
+                               CompileStepCol.GRAPH_CALLS, CompileStepCol.KERNELS, CompileStepCol.GRAPH_LAUNCHES)},
+})
+REGIONS_SCHEMA: Final = pl.Schema({
+    RegionCol.REGION: pl.String(),
+    **{c: pl.Int64() for c in (RegionCol.FRAME, RegionCol.COMPILE, RegionCol.CALLS, RegionCol.NESTED_CALLS,
+                               RegionCol.TOTAL_NS, RegionCol.GRAPH_LAUNCHES, RegionCol.KERNELS)},
+})
+RECOMPILES_SCHEMA: Final = pl.Schema({
+    RecompileCol.REGION: pl.String(), RecompileCol.FRAME: pl.Int64(), RecompileCol.COMPILE: pl.Int64(),
+    RecompileCol.STEP: pl.String(), RecompileCol.STEADY: pl.Boolean(), RecompileCol.COST_NS: pl.Int64(),
+})
+BREAKS_SCHEMA: Final = pl.Schema({BreakCol.FUNCTION: pl.String(), BreakCol.LOCATION: pl.String(),
+                                  BreakCol.CALLS: pl.Int64(), BreakCol.STEPS: pl.Int64()})
+
+
 @dataclass(frozen=True)
 class CompileResult:
-    """What torch.compile did in the captured steps. ``graph_breaks_per_step`` is the median
+    """What torch.compile did in the captured steps: ``per_step`` (COMPILE_STEPS_SCHEMA),
+    ``regions`` (REGIONS_SCHEMA), ``recompiles`` (RECOMPILES_SCHEMA), ``breaks`` (BREAKS_SCHEMA).
+    ``graph_breaks_per_step`` is the median
     over steady steps (None without one); ``recompiles`` counts every captured step;
     ``cold_start_ns`` is the compile work of the first step when that step compiles a frame
     for the first time (it is warm-up, and reported all the same)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import polars as pl
@@ -118,12 +118,26 @@ def compile_change(a: CompileResult | None, b: CompileResult | None) -> CompileC
                          a_regions_per_step=ag, b_regions_per_step=bg)
 
 
+#: ``DiffResult.annotations`` and ``kernels``: per name, calls and time per steady step in A and B.
+DELTAS_SCHEMA: Final = pl.Schema({
+    Col.NAME: pl.String(), "a_calls_per_step": pl.Float64(), "b_calls_per_step": pl.Float64(),
+    "a_ns_per_step": pl.Float64(), "b_ns_per_step": pl.Float64(), "delta_ns_per_step": pl.Float64(),
+})
+#: ``DiffResult.ops``: the same, with the GPU time the ops launched.
+OP_DELTAS_SCHEMA: Final = pl.Schema({
+    **{k: v for k, v in DELTAS_SCHEMA.items() if k != "delta_ns_per_step"},
+    "a_gpu_ns_per_step": pl.Float64(), "b_gpu_ns_per_step": pl.Float64(), "delta_ns_per_step": pl.Float64(),
+    "delta_gpu_ns_per_step": pl.Float64(),
+})
+
+
 @dataclass(frozen=True)
 class DiffResult:
     """``steps`` is None when either run has no steady steps; its times are whole nanoseconds.
 
-    ``ops``, ``annotations`` and ``kernels`` columns: name, a_calls_per_step, b_calls_per_step,
-    a_ns_per_step, b_ns_per_step, delta_ns_per_step (B - A); largest absolute delta first. Ops
+    ``ops`` (OP_DELTAS_SCHEMA), ``annotations`` and ``kernels`` (DELTAS_SCHEMA) columns: name,
+    a_calls_per_step, b_calls_per_step, a_ns_per_step, b_ns_per_step, delta_ns_per_step (B - A);
+    largest absolute delta first. Ops
     carry CPU self time (``*_ns_per_step``) and the GPU time they launched (``*_gpu_ns_per_step``);
     annotations (``record_function`` / NVTX blocks other than the step marker) their inclusive
     time on the CPU.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict, cast
 
 import polars as pl
 
@@ -12,13 +12,24 @@ from tracewhy.model.schema import Col, DCol
 from tracewhy.model.trace import Capture, Trace
 
 
+class InfoDevice(TypedDict):
+    """A device the trace describes (DCol's columns of that name); null where the file does not say."""
+
+    device: int
+    name: str | None
+    total_global_mem_bytes: int | None
+    compute_major: int | None
+    compute_minor: int | None
+    num_sms: int | None
+
+
 @dataclass(frozen=True)
 class InfoResult:
     path: str
     format: str
     schema_version: int | None
     versions: dict[str, str]
-    devices: list[dict[str, Any]]
+    devices: list[InfoDevice]
     rank: int | None
     world_size: int | None
     backend: str | None
@@ -59,8 +70,8 @@ def info(trace: Trace, step_marker: str | None = None) -> InfoResult:
         format=m.format,
         schema_version=m.schema_version,
         versions=dict(m.versions),
-        devices=trace.devices.select(DCol.DEVICE, DCol.NAME, DCol.TOTAL_MEM, DCol.CC_MAJOR,
-                                     DCol.CC_MINOR, DCol.NUM_SMS).to_dicts(),
+        devices=cast(list[InfoDevice], trace.devices.select(DCol.DEVICE, DCol.NAME, DCol.TOTAL_MEM, DCol.CC_MAJOR,
+                                                            DCol.CC_MINOR, DCol.NUM_SMS).to_dicts()),
         rank=m.rank,
         world_size=m.world_size,
         backend=backend if isinstance(backend, str) else None,

@@ -44,6 +44,8 @@ LINES_SCHEMA: Final = pl.Schema({
     LineCol.SYNCS: pl.Int64(), LineCol.OPS: pl.Int64(), LineCol.HOST_STEADY: pl.Int64(),
     LineCol.STEP_SHARE: pl.Float64(),
 })
+#: The table as ``lines --json`` lists it: without the frame index (which only stacks refer to).
+LINE_ROWS_SCHEMA: Final = pl.Schema({k: v for k, v in LINES_SCHEMA.items() if k != LineCol.FRAME})
 
 
 class StackCol:

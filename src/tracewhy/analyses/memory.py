@@ -60,6 +60,11 @@ class OpMemCol:
     NET_BYTES: Final = "net_bytes"  # allocated less freed within the op: what it left live
 
 
+TOP_OPS_SCHEMA: Final = pl.Schema({OpMemCol.DEVICE: pl.String(), OpMemCol.OP: pl.String(),
+                                   OpMemCol.ALLOCATIONS: pl.Int64(), OpMemCol.FREES: pl.Int64(),
+                                   OpMemCol.BYTES_ALLOCATED: pl.Int64(), OpMemCol.NET_BYTES: pl.Int64()})
+
+
 class ChurnCol:
     """Columns of ``DeviceMemory.steps``: one row per step window, time order."""
 
@@ -71,6 +76,12 @@ class ChurnCol:
     ALLOCATED_AT_END: Final = "allocated_at_end_bytes"  # Total Allocated after the window's last event
     #: Events that changed Total Reserved: the caching allocator called cudaMalloc or cudaFree.
     RESERVE_CHANGES: Final = "reserve_changes"
+
+
+CHURN_SCHEMA: Final = pl.Schema({ChurnCol.STEP: pl.String(), ChurnCol.STEADY: pl.Boolean(),
+                                 ChurnCol.ALLOCATIONS: pl.Int64(), ChurnCol.FREES: pl.Int64(),
+                                 ChurnCol.BYTES_ALLOCATED: pl.Int64(), ChurnCol.ALLOCATED_AT_END: pl.Int64(),
+                                 ChurnCol.RESERVE_CHANGES: pl.Int64()})
 
 
 @dataclass(frozen=True)
@@ -91,7 +102,7 @@ class DeviceMemory:
     peak_python_stack: tuple[str, ...]  # innermost first; empty without with_stack
     ledger: dict[str, int]  # LedgerCategory value -> bytes live at the peak
     timeline: pl.DataFrame  # ts_ns, total_allocated, total_reserved: the events' own totals
-    steps: pl.DataFrame  # ChurnCol
+    steps: pl.DataFrame  # CHURN_SCHEMA
     growth_bytes_per_step: float | None  # least-squares slope of allocated-at-end over steady steps
     #: Where allocated comes from: the events' own "Total Allocated", or (traces of PyTorch < 1.10,
     #: which carry only "Bytes") the running sum of event sizes from the trace's start, as
@@ -109,7 +120,7 @@ class DeviceMemory:
 @dataclass(frozen=True)
 class MemoryResult:
     devices: tuple[DeviceMemory, ...]
-    top_ops: pl.DataFrame  # OpMemCol
+    top_ops: pl.DataFrame  # TOP_OPS_SCHEMA
     ledger_source: str  # "inferred": from where blocks were allocated (LEDGER_RULES)
     note: str | None = None
 
@@ -171,9 +182,7 @@ def analyze_memory(trace: Trace, options: MemoryOptions = MemoryOptions(), *, ho
     trace.require_whole()
     ev = trace.memory.sort(MCol.TS, maintain_order=True).with_row_index("_seq")
     if ev.height == 0:
-        empty = pl.DataFrame(schema={OpMemCol.DEVICE: pl.String, OpMemCol.OP: pl.String,
-                                     OpMemCol.ALLOCATIONS: pl.Int64, OpMemCol.FREES: pl.Int64,
-                                     OpMemCol.BYTES_ALLOCATED: pl.Int64, OpMemCol.NET_BYTES: pl.Int64})
+        empty = pl.DataFrame(schema=TOP_OPS_SCHEMA)
         return MemoryResult((), empty, "inferred", "no [memory] events: profile with profile_memory=True")
     labels = ev.select(MCol.DEVICE_TYPE, MCol.DEVICE_ID).unique()
     ev = ev.join(labels.with_columns(pl.Series("_device", [device_label(t, i) for t, i in labels.iter_rows()],
@@ -350,9 +359,7 @@ def _ledger(ev: pl.DataFrame, at: int, step_starts: I64, peak: int) -> dict[str,
 
 def _churn(ev: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     """Allocations, frees and bytes cycled per step window, and allocated at its end."""
-    schema = {ChurnCol.STEP: pl.String, ChurnCol.STEADY: pl.Boolean, ChurnCol.ALLOCATIONS: pl.Int64,
-              ChurnCol.FREES: pl.Int64, ChurnCol.BYTES_ALLOCATED: pl.Int64, ChurnCol.ALLOCATED_AT_END: pl.Int64,
-              ChurnCol.RESERVE_CHANGES: pl.Int64}
+    schema = CHURN_SCHEMA
     if windows.height == 0:
         return pl.DataFrame(schema=schema)
     starts = windows.get_column(WindowCol.WINDOW_START).to_numpy()
@@ -380,7 +387,7 @@ def _churn(ev: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
                 pl.col(ChurnCol.ALLOCATIONS).fill_null(0), pl.col(ChurnCol.FREES).fill_null(0),
                 pl.col(ChurnCol.BYTES_ALLOCATED).fill_null(0), ChurnCol.ALLOCATED_AT_END,
                 pl.col(ChurnCol.RESERVE_CHANGES).fill_null(0))
-        .cast(schema)  # type: ignore[arg-type]
+        .cast(schema)
     )
 
 

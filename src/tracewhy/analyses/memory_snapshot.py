@@ -48,6 +48,10 @@ class LiveCol:
     LARGEST: Final = "largest_bytes"
 
 
+LIVE_SCHEMA: Final = pl.Schema({LiveCol.FRAME: pl.String(), LiveCol.BLOCKS: pl.Int64(), LiveCol.BYTES: pl.Int64(),
+                                LiveCol.LARGEST: pl.Int64()})
+
+
 class OomCol:
     """Columns of ``SnapshotDevice.ooms``: one row per recorded out-of-memory error."""
 
@@ -56,6 +60,10 @@ class OomCol:
     REQUESTED: Final = "requested_bytes"
     DEVICE_FREE: Final = "device_free_bytes"
     FRAME: Final = LiveCol.FRAME
+
+
+OOMS_SCHEMA: Final = pl.Schema({OomCol.SEQ: pl.Int64(), OomCol.TIME_US: pl.Int64(), OomCol.REQUESTED: pl.Int64(),
+                                OomCol.DEVICE_FREE: pl.Int64(), OomCol.FRAME: pl.String()})
 
 
 @dataclass(frozen=True)
@@ -72,7 +80,7 @@ class SnapshotDevice:
     peak_seq: int | None  # the trace entry after which allocated peaked; None: before the window
     peak_time_us: int | None
     peak_frames: tuple[Frame, ...]
-    live_at_peak: pl.DataFrame  # LiveCol
+    live_at_peak: pl.DataFrame  # LIVE_SCHEMA
     final_allocated_bytes: int
     final_reserved_bytes: int
     segments: int
@@ -80,7 +88,7 @@ class SnapshotDevice:
     free_in_segments_bytes: int  # inactive blocks inside reserved segments
     rounding_waste_bytes: int  # allocated blocks' size beyond what was requested
     largest_free_block_bytes: int
-    ooms: pl.DataFrame  # OomCol
+    ooms: pl.DataFrame  # OOMS_SCHEMA
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,11 @@ class ChunkCol:
         return f"{name}_ns"
 
 
+#: ``PipelineResult.chunks``' columns whatever the stages; each stage adds ``<stage>_ns`` (Int64).
+CHUNKS_SCHEMA: Final = pl.Schema({ChunkCol.CHUNK: pl.Int64(), ChunkCol.PERIOD: pl.Int64(), ChunkCol.HIDDEN: pl.Int64(),
+                                  ChunkCol.SCORE: pl.Float64(), ChunkCol.STEADY: pl.Boolean()})
+
+
 @dataclass(frozen=True)
 class Percentiles:
     """A metric over the steady chunks. For a time (a ``*_ns`` column) every value but ``count`` is

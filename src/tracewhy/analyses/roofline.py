@@ -17,7 +17,7 @@ import polars as pl
 
 from tracewhy.analyses.peaks import DevicePeaks, lookup_peaks
 from tracewhy.analyses.stats import whole_ns
-from tracewhy.model.ncu import BCol, NCol, NcuReport
+from tracewhy.model.ncu import NCU_RULES_SCHEMA, BCol, NCol, NcuReport
 
 #: Stall reasons that are not waits: "selected" is issuing, "not_selected" is ready but another
 #: warp was picked. A measurement parameter, not a verdict line: it defines what a stall is, so
@@ -78,6 +78,13 @@ class SCol:
     REASON: Final = "reason"
     SHARE: Final = "share"  # of the launch's stall cycles (or samples)
     SOURCE: Final = "source"  # "stall_cycles" (cycles per issued instruction) or "stall_samples"
+
+
+#: ``NcuRooflineMeasures.stalls``: per launch, each stall reason's value and share, with the kernel's name.
+STALLS_SCHEMA: Final = pl.Schema({BCol.LAUNCH: pl.Int64(), SCol.REASON: pl.String(), BCol.VALUE: pl.Float64(),
+                                  SCol.SHARE: pl.Float64(), SCol.SOURCE: pl.String(), NCol.NAME: pl.String()})
+#: ``NcuRooflineMeasures.rules``: ncu's rule messages (NCU_RULES_SCHEMA) with the kernel's name.
+RULES_SCHEMA: Final = pl.Schema({**NCU_RULES_SCHEMA, NCol.NAME: pl.String()})
 
 
 @dataclass(frozen=True)
@@ -141,8 +148,7 @@ def _stalls(report: NcuReport) -> pl.DataFrame:
     b = report.breakdowns
     groups = [g for g in ("stall_cycles", "stall_samples") if b.filter(pl.col(BCol.GROUP) == g).height]
     if not groups:
-        return pl.DataFrame(schema={BCol.LAUNCH: pl.Int64, SCol.REASON: pl.String, BCol.VALUE: pl.Float64,
-                                    SCol.SHARE: pl.Float64, SCol.SOURCE: pl.String})
+        return pl.DataFrame(schema={c: STALLS_SCHEMA[c] for c in STALLS_SCHEMA if c != NCol.NAME})
     frames = []
     for group in groups:
         s = b.filter((pl.col(BCol.GROUP) == group) & ~pl.col(BCol.KEY).is_in(list(NON_STALL_REASONS)))

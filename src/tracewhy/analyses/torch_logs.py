@@ -20,6 +20,10 @@ class JoinCol:
     GUARD: Final = "recompile_guard"
 
 
+JOIN_SCHEMA: Final = pl.Schema({JoinCol.BREAK_LOCATION: pl.String(), JoinCol.BREAK_REASON: pl.String(),
+                                JoinCol.GUARD: pl.String()})
+
+
 def join_regions(regions: pl.DataFrame, logs: TorchLogs) -> pl.DataFrame:
     """The trace's regions (``CompileResult.regions``) with, where the compile id matches, the
     logged break of that frame (reason, location) and the guard whose failure compiled it."""

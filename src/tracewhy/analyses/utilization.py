@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -33,10 +34,19 @@ class DeviceBusy:
         return int((e - s).sum())
 
 
+#: ``UtilizationResult.devices``: one row per device; span_ns from its first start to its last end.
+UTILIZATION_DEVICES_SCHEMA: Final = pl.Schema({Col.DEVICE: pl.Int32(), "busy_ns": pl.Int64(), "span_ns": pl.Int64(),
+                                               "active_share": pl.Float64()})
+#: ``UtilizationResult.series``: the busy share of each bin of time, per device (for plots).
+UTILIZATION_SERIES_SCHEMA: Final = pl.Schema({Col.DEVICE: pl.Int32(), "start_ns": pl.Int64(), "end_ns": pl.Int64(),
+                                              "busy_share": pl.Float64()})
+
+
 @dataclass(frozen=True)
 class UtilizationResult:
-    """``devices``: one row per device with busy_ns, span_ns (first start to last end) and
-    active_share; ``series``: binned busy share over time per device (for plots)."""
+    """``devices`` (UTILIZATION_DEVICES_SCHEMA): one row per device with busy_ns, span_ns (first
+    start to last end) and active_share; ``series`` (UTILIZATION_SERIES_SCHEMA): binned busy
+    share over time per device (for plots)."""
 
     busy: dict[int, DeviceBusy]
     devices: pl.DataFrame
@@ -69,8 +79,6 @@ def utilization(trace: Trace, bins: int = DEFAULT_BINS) -> UtilizationResult:
         for k in range(bins):
             a, z = int(edges[k]), int(edges[k + 1])
             series.append((device, a, z, b.busy_in(a, z) / max(z - a, 1)))
-    devices = pl.DataFrame(rows, schema={"device": pl.Int32, "busy_ns": pl.Int64, "span_ns": pl.Int64,
-                                         "active_share": pl.Float64}, orient="row")
-    table = pl.DataFrame(series, schema={"device": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64,
-                                         "busy_share": pl.Float64}, orient="row")
+    devices = pl.DataFrame(rows, schema=UTILIZATION_DEVICES_SCHEMA, orient="row")
+    table = pl.DataFrame(series, schema=UTILIZATION_SERIES_SCHEMA, orient="row")
     return UtilizationResult(busy=busy, devices=devices, series=table)

@@ -18,10 +18,11 @@ import sys
 import threading
 import traceback
 from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
 from typing import Final, NoReturn
 
 from tracewhy import __version__
-from tracewhy.cli.base import add_common_options, run_command
+from tracewhy.cli.base import Warnings, add_common_options, run_command
 from tracewhy.cli.commands import COMMAND_MODULES, load_command
 from tracewhy.errors import TraceError, UsageError
 from tracewhy.units import printable
@@ -50,11 +51,19 @@ All commands: tracewhy --help; one command: tracewhy COMMAND --help.
 """
 
 
+#: The message of the usage error argparse is about to exit with (for ``--json``'s error document).
+_USAGE_ERROR: ContextVar[str | None] = ContextVar("tracewhy_usage_error", default=None)
+
+
 class _Parser(argparse.ArgumentParser):
     """The top-level parser, which knows its subcommands' parsers: an option a subcommand does
     not have is reported with that subcommand's usage, not the top level's."""
 
     commands: dict[str, argparse.ArgumentParser]
+
+    def error(self, message: str) -> NoReturn:
+        _USAGE_ERROR.set(message)
+        super().error(message)
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
@@ -96,14 +105,36 @@ def _did_you_mean(word: str, choices: Sequence[str]) -> str:
     return "; did you mean " + " or ".join(repr(c) for c in close) + "?"
 
 
-def _unknown_command(parser: argparse.ArgumentParser, word: str) -> int:
-    """Usage, and the commands spelt closest; a file given without a command gets the one to run."""
+def _unknown_command(parser: argparse.ArgumentParser, word: str) -> tuple[int, str]:
+    """Usage, and the commands spelt closest; a file given without a command gets the one to run.
+    Returns the exit code and the message."""
     parser.print_usage(sys.stderr)
     hint = (f"; to diagnose it: tracewhy diagnose {printable(word)}" if os.path.exists(word)
             else _did_you_mean(word, list(COMMAND_MODULES)))
-    print(f"tracewhy: error: unknown command {printable(word)!r}{hint} (tracewhy --help lists them)",
-          file=sys.stderr)
-    return EXIT_USAGE
+    message = f"unknown command {printable(word)!r}{hint} (tracewhy --help lists them)"
+    print(f"tracewhy: error: {message}", file=sys.stderr)
+    return EXIT_USAGE, message
+
+
+def _json_wanted(argv: Sequence[str]) -> bool:
+    """Whether ``--json`` is among tracewhy's own arguments (not among a profiled job's, after ``--``)."""
+    own = argv[:list(argv).index("--")] if "--" in argv else argv
+    return "--json" in own
+
+
+def _json_error(command: str | None, message: str, code: int, warnings: Warnings | None = None) -> int:
+    """With ``--json``, stdout still gets one document: the envelope with ``error``. The one
+    line on stderr has been printed already; the exit code is unchanged."""
+    if command is None:  # (no command named: no document of any command's to print)
+        return code
+    from tracewhy.renderers.jsonout import render_error_json
+
+    try:
+        sys.stdout.write(render_error_json(command, message, code, warnings.lines if warnings else []) + "\n")
+        sys.stdout.flush()
+    except (BrokenPipeError, ValueError):  # (stdout closed: nothing more can be said)
+        pass
+    return code
 
 
 def _parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
@@ -125,39 +156,53 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     parser = build_parser(argv)
     word = _command_word(argv)
+    as_json = _json_wanted(argv)
     if word is not None and word not in COMMAND_MODULES and not {"-h", "--help", "--version"} & set(argv):
-        return _unknown_command(parser, word)
+        code, message = _unknown_command(parser, word)
+        return _json_error(word, message, code) if as_json else code
+    token = _USAGE_ERROR.set(None)
     try:
         args = _parse(parser, argv)
     except SystemExit as e:  # argparse has already printed usage or help
-        return e.code if isinstance(e.code, int) else EXIT_USAGE
+        code = e.code if isinstance(e.code, int) else EXIT_USAGE
+        usage = _USAGE_ERROR.get()
+        return _json_error(word, usage, code) if as_json and usage is not None else code
+    finally:
+        _USAGE_ERROR.reset(token)
+    command = args.command.name
+    as_json = bool(getattr(args, "json", False)) or as_json
+    collected = Warnings()
     try:
         with _signals_raise():
-            return run_command(args)
+            return run_command(args, collected)
     except Stopped as e:  # the context managers on the way out removed our temporary files
         print(f"tracewhy: stopped by {signal.Signals(e.signum).name}", file=sys.stderr)
         return 128 + e.signum
     except TraceError as e:  # (printable: a file name may hold an escape sequence)
-        print(f"tracewhy: error: {printable(str(e))}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return _failed(command, as_json, f"error: {printable(str(e))}", EXIT_BAD_INPUT, collected)
     except UsageError as e:
-        print(f"tracewhy: error: {printable(str(e))}", file=sys.stderr)
-        return EXIT_USAGE
+        return _failed(command, as_json, f"error: {printable(str(e))}", EXIT_USAGE, collected)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         return EXIT_OK
     except MemoryError:
-        print("tracewhy: error: out of memory while reading the trace", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return _failed(command, as_json, "error: out of memory while reading the trace", EXIT_BAD_INPUT, collected)
     except Exception as e:
         if os.environ.get("TRACEWHY_DEBUG"):
             traceback.print_exc()
             return EXIT_INTERNAL  # still a bug: scripts must not read it as a failed check
         msg = " ".join(str(e).split())[:300]
-        print(f"tracewhy: internal error: {type(e).__name__}: {msg} "
-              "(a bug; TRACEWHY_DEBUG=1 shows the traceback)", file=sys.stderr)
-        return EXIT_INTERNAL
+        return _failed(command, as_json, f"internal error: {type(e).__name__}: {msg} "
+                       "(a bug; TRACEWHY_DEBUG=1 shows the traceback)", EXIT_INTERNAL, collected)
+
+
+def _failed(command: str, as_json: bool, line: str, code: int, warnings: Warnings) -> int:
+    """The one line on stderr (``tracewhy: error: ...``) and, with ``--json``, the error document."""
+    print(f"tracewhy: {line}", file=sys.stderr)
+    if not as_json:
+        return code
+    return _json_error(command, line.removeprefix("error: "), code, warnings)
 
 
 class Stopped(BaseException):

@@ -6,7 +6,7 @@ import argparse
 import contextlib
 import re
 import sys
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final
@@ -26,10 +26,15 @@ if TYPE_CHECKING:
 
 
 class Command:
-    """A subcommand. The class docstring is its help text; ``name`` is what users type."""
+    """A subcommand. The class docstring is its help text; ``name`` is what users type;
+    ``json_payloads`` are the payload declarations (TypedDicts) its ``--json`` document is one
+    of, from which its JSON Schema is generated (``tracewhy schema``)."""
 
     name: ClassVar[str]
     takes_trace: ClassVar[bool] = True
+    json_payloads: ClassVar[tuple[type, ...]] = ()
+    #: Schemas of documents the command prints without the envelope (``schema COMMAND``).
+    json_documents: ClassVar[tuple[dict[str, Any], ...]] = ()
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         """Add this command's own options."""
@@ -182,8 +187,9 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
                         help="colour the output: auto (on a terminal, unless NO_COLOR is set), always, never")
 
 
-def run_command(args: argparse.Namespace) -> int:
-    """Run the chosen subcommand with the common options in force."""
+def run_command(args: argparse.Namespace, collected: Warnings | None = None) -> int:
+    """Run the chosen subcommand with the common options in force; the reader warnings go to
+    ``collected`` (a failed command's ``--json`` error document carries them)."""
     # The inputs (a FIFO among them would block the first read), by the names commands give them.
     inputs = [item for name in ("trace", "a", "b", "report", "paths", "ncu", "baseline", "config")
               for item in _as_list(getattr(args, name, None)) if isinstance(item, str)]
@@ -193,7 +199,7 @@ def run_command(args: argparse.Namespace) -> int:
         for item in inputs:
             refuse_special(Path(item))
     token = _CACHE.set(not getattr(args, "no_cache", False))
-    collected = Warnings()
+    collected = collected if collected is not None else Warnings()
     warnings_token = _WARNINGS.set(collected)
     progress_token = _SHOW_PROGRESS.set(sys.stderr.isatty() and not getattr(args, "json", False))
     try:
@@ -243,7 +249,7 @@ def warnings_so_far() -> list[str]:
     return list(collected.lines) if collected is not None else []
 
 
-def emit(args: argparse.Namespace, command: str, payload: dict[str, Any], view: View) -> None:
+def emit(args: argparse.Namespace, command: str, payload: Mapping[str, Any], view: View) -> None:
     """The command's output: the payload a renderer built, in the JSON envelope (``--json``),
     or the terminal table ``view`` builds. Commands build no dicts of their own."""
     flush_warnings()  # before the table: a user reads the caveat first

@@ -293,7 +293,9 @@ _LAUNCH_COLUMNS: Final = (
     LCol.CLOCK_RATIO, VCol.CLOCKS_LOCKED, LCol.RULE_COUNT, VCol.TOP_RULE, VCol.TOP_RULE_SPEEDUP_PCT,
     VCol.TOP_RULE_SPEEDUP_TYPE,
 )
-_LAUNCH_SCHEMA: Final = {c: _VERDICT_DTYPES[c] if c in _VERDICT_DTYPES else MEASURES_SCHEMA[c] for c in _LAUNCH_COLUMNS}
+#: ``NcuRooflineResult.launches``: one row per launch, longest first.
+LAUNCH_VERDICTS_SCHEMA: Final = pl.Schema(
+    {c: _VERDICT_DTYPES[c] if c in _VERDICT_DTYPES else MEASURES_SCHEMA[c] for c in _LAUNCH_COLUMNS})
 
 
 def _by_launch(frame: pl.DataFrame, key: str) -> dict[int, list[dict[str, Any]]]:
@@ -312,7 +314,7 @@ def judge_roofline(measures: NcuRooflineMeasures) -> NcuRooflineResult:
     rules = _by_launch(measures.rules, RCol.LAUNCH)
     rows = [{**m, **_judge_launch(m, stalls.get(m[NCol.LAUNCH], []), rules.get(m[NCol.LAUNCH], []))}
             for m in measures.launches.iter_rows(named=True)]
-    launches = pl.DataFrame(rows, schema=_LAUNCH_SCHEMA, strict=False)
+    launches = pl.DataFrame(rows, schema=LAUNCH_VERDICTS_SCHEMA, strict=False)
     locked_values = launches.get_column(VCol.CLOCKS_LOCKED).drop_nulls()
     clocks_locked = bool(locked_values.any()) if locked_values.len() else None
     return NcuRooflineResult(
@@ -384,6 +386,12 @@ _KERNEL_COLUMNS: Final = (
     VCol.TOP_RULE_SPEEDUP_TYPE, LCol.PRECISION, VCol.BOUNDS, VCol.SHARE,
 )
 
+#: ``NcuRooflineResult.kernels``: one row per kernel name, most time first.
+_KERNEL_DTYPES: Final = {KCol.LAUNCHES: pl.Int64(), KCol.TOTAL_NS: pl.Int64(), KCol.MEAN_NS: pl.Int64(),
+                         VCol.BOUNDS: pl.List(pl.String()), VCol.SHARE: pl.Float64()}
+KERNEL_VERDICTS_SCHEMA: Final = pl.Schema(
+    {c: _KERNEL_DTYPES[c] if c in _KERNEL_DTYPES else LAUNCH_VERDICTS_SCHEMA[c] for c in _KERNEL_COLUMNS})
+
 
 def _by_kernel(launches: pl.DataFrame) -> pl.DataFrame:
     """One row per kernel name: time-weighted metrics, the bound that takes most of its time."""
@@ -422,6 +430,11 @@ CARRIED: Final = (VCol.BOUND, VCol.REASON, KCol.LAUNCHES, KCol.TOTAL_NS, LCol.SM
                   VCol.TOP_RULE)
 
 
+#: The columns ``join_ncu`` adds: how the name matched, and the ncu verdict columns carried.
+NCU_JOIN_SCHEMA: Final = pl.Schema({"ncu_match": pl.String(),
+                                    **{f"ncu_{c}": KERNEL_VERDICTS_SCHEMA[c] for c in CARRIED}})
+
+
 def join_ncu(kernels: pl.DataFrame, ncu: NcuRooflineResult, name_column: str = "name") -> pl.DataFrame:
     """``kernels`` (one row per trace kernel name) with ncu_* verdict columns and ``ncu_match``
     (how the name matched, ``analyses.roofline_join``)."""
@@ -457,6 +470,18 @@ def _with_column_after(frame: pl.DataFrame, column: pl.Expr, name: str, anchor: 
     order = [c for c in frame.columns if c != name]
     order.insert(order.index(anchor) + 1, name)
     return frame.with_columns(column.alias(name)).select(order)
+
+
+#: ``OpRooflineResult.ops``: one row per op name, input shapes and dtype, most GPU time first.
+OP_ROOFLINE_SCHEMA: Final = pl.Schema({
+    NCol.NAME: pl.String(), PCol.INPUT_DIMS: pl.String(), PCol.DTYPE: pl.String(), "calls": pl.Int64(),
+    "category": pl.String(), "precision": pl.String(), "kernel": pl.String(), "params": pl.String(),
+    PCol.NOTE: pl.String(),
+    PCol.GPU_NS: pl.Int64(), "flops": pl.Float64(), "min_bytes": pl.Float64(), PCol.ROOF_NS: pl.Int64(),
+    PCol.LOST_NS: pl.Int64(), "peak_flop_per_s": pl.Float64(), "peak_bytes_per_s": pl.Float64(),
+    "ridge_point": pl.Float64(), PCol.ARITHMETIC_INTENSITY: pl.Float64(), VCol.BOUND: pl.String(),
+    "flop_per_s": pl.Float64(), "bytes_per_s": pl.Float64(), PCol.ROOF_FRACTION: pl.Float64(),
+})
 
 
 def judge_op_roofline(measures: OpRooflineMeasures) -> OpRooflineResult:

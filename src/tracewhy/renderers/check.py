@@ -3,13 +3,74 @@ its JSON. Takes a finished CheckReport."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from tracewhy.findings.check import METRICS, CheckReport, fmt_value
-from tracewhy.renderers.compare import comparison_payload
+from tracewhy.findings.model import Finding
+from tracewhy.renderers.compare import DiffPayload, comparison_payload
 
 
-def check_payload(r: CheckReport) -> dict[str, Any]:
+class CheckLimitResult(TypedDict):
+    """One limit and what the trace measured for it."""
+
+    #: BOUND-METRIC, as the option is spelt (max-gpu-idle).
+    check: str
+    metric: str
+    #: "max" or "min".
+    bound: str
+    #: The limit in the metric's unit (a share, ns, a count, bytes, items/s).
+    limit: float
+    #: As the user wrote it.
+    limit_text: str
+    limit_shown: str
+    #: Null where the trace cannot measure it.
+    measured: float | None
+    measured_text: str
+    passed: bool
+    note: str | None
+    #: The line ``check`` prints for it.
+    line: str
+    #: A speed figure of a trace timed block by block: attribution, not throughput.
+    attribution_only: bool
+
+
+class CheckNoteJson(TypedDict):
+    """A finding that qualifies a trace's figures without failing the gate."""
+
+    #: "trace" or "baseline".
+    about: str
+    path: str
+    #: The line ``check`` prints for it.
+    line: str
+    finding: Finding
+
+
+class CheckBaseline(DiffPayload):
+    """``--baseline``: the comparison with the baseline trace (as ``diff --json``), and its verdict."""
+
+    passed: bool
+    line: str | None
+
+
+class CheckPayload(TypedDict):
+    """``check``: every limit with its measured value, the baseline comparison, and the verdict
+    (the exit code is 1 when ``passed`` is false)."""
+
+    passed: bool
+    results: list[CheckLimitResult]
+    #: The lines of the limits (and baseline, partial-trace verdicts) that failed.
+    violations: list[str]
+    #: Why the trace (or the baseline) lacks events.
+    partial: list[str]
+    partial_passed: bool
+    #: The trace was timed block by block (blocks-synchronized): its speed figures are attribution.
+    attribution_only: bool
+    #: Findings that qualify the figures without failing the gate.
+    notes: list[CheckNoteJson]
+    baseline: CheckBaseline | None
+
+
+def check_payload(r: CheckReport) -> CheckPayload:
     """The JSON of ``check``: every limit with its measured value, and the baseline comparison."""
     return {
         "passed": r.passed,
@@ -29,7 +90,7 @@ def check_payload(r: CheckReport) -> dict[str, Any]:
         "attribution_only": r.attribution_only,
         "notes": [{"about": n.about, "path": n.path, "line": n.line, "finding": n.finding} for n in r.notes],
         "baseline": None if r.baseline is None else {
-            "passed": r.baseline_passed, "line": r.baseline_line, **comparison_payload(r.baseline),
+            **comparison_payload(r.baseline), "passed": r.baseline_passed, "line": r.baseline_line,
         },
     }
 

@@ -2,23 +2,98 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Annotated, Final, TypedDict
 
 import polars as pl
 
-from tracewhy.analyses.diff import MemoryChange
+from tracewhy.analyses.diff import DELTAS_SCHEMA, OP_DELTAS_SCHEMA, Difference, MemoryChange, RunSummary
+from tracewhy.analyses.shift import Shift
 from tracewhy.findings.compare import FASTER, SLOWER, Comparison
+from tracewhy.findings.model import Finding
 from tracewhy.renderers.layout import FitTable, Layout, label, name, number
 from tracewhy.units import fmt_bytes, fmt_ns
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
+    from tracewhy.renderers.json_schema import rows
+    from tracewhy.renderers.throughput import ThroughputChangeJson
+
+
+class MemoryChangeJson(TypedDict):
+    """One device's allocation peak in each run (null: no memory events for it in that run), and
+    its ledger at the peak; ``ledger_change`` is B - A per category (empty when a run lacks the device)."""
+
+    device: str
+    a_peak_allocated_bytes: int | None
+    b_peak_allocated_bytes: int | None
+    peak_change_bytes: int | None
+    a_peak_reserved_bytes: int | None
+    b_peak_reserved_bytes: int | None
+    a_ledger: dict[str, int]
+    b_ledger: dict[str, int]
+    ledger_change: dict[str, int]
+    ledger_source: str
+
+
+class CompileChangeJson(TypedDict):
+    """torch.compile in each run (0 for a run without compile markers), and the sentence."""
+
+    a_graph_breaks_per_step: float
+    b_graph_breaks_per_step: float
+    a_recompiles: int
+    b_recompiles: int
+    a_regions_per_step: float
+    b_regions_per_step: float
+    statement: str | None
+
+
+class FindingsChange(TypedDict):
+    """Finding codes in B and not A (appeared) and in A and not B (disappeared)."""
+
+    #: Whether both runs were diagnosed.
+    compared: bool
+    appeared: list[Finding]
+    disappeared: list[Finding]
+
+
+class DiffPayload(TypedDict):
+    """``diff``: run B against baseline A: faster, slower or within noise, and what changed."""
+
+    #: "faster", "slower", "within noise" or "not measured".
+    verdict: str
+    statement: str
+    #: The Hodges-Lehmann shift over A's median step.
+    relative_change: float | None
+    comparable: bool
+    not_comparable_because: list[str]
+    caveats: list[str]
+    a: RunSummary
+    b: RunSummary
+    #: B's steady step times against A's; null when either run has no steady steps.
+    steps: Shift | None
+    a_step_durations_ns: list[int]
+    b_step_durations_ns: list[int]
+    differences: list[Difference]
+    ops: Annotated[pl.DataFrame, rows(OP_DELTAS_SCHEMA, "per operator: CPU self and GPU time per steady step, "
+                                                        "largest change first")]
+    annotations: Annotated[pl.DataFrame, rows(DELTAS_SCHEMA, "per annotated block, largest change first")]
+    kernels: Annotated[pl.DataFrame, rows(DELTAS_SCHEMA, "per kernel name, largest change first")]
+    memory: list[MemoryChangeJson]
+    compile: CompileChangeJson | None
+    findings: FindingsChange
+
+
+class DiffThroughputPayload(DiffPayload):
+    """``diff --items-per-step N``: with A's and B's throughput and the change."""
+
+    throughput: ThroughputChangeJson
+
 
 _STYLE = {SLOWER: "bold red", FASTER: "bold green"}
 
 
-def comparison_payload(c: Comparison) -> dict[str, Any]:
+def comparison_payload(c: Comparison) -> DiffPayload:
     """The ``--json`` document of ``diff`` (all rows; the terminal shows the top ones)."""
     d = c.diff
     return {
@@ -38,7 +113,7 @@ def comparison_payload(c: Comparison) -> dict[str, Any]:
         "annotations": d.annotations,
         "kernels": d.kernels,
         "memory": [_memory_payload(m) for m in d.memory],
-        "compile": None if d.compiled is None else {**vars(d.compiled), "statement": c.compile_statement},
+        "compile": None if d.compiled is None else _compile_change(c),
         "findings": {
             "compared": c.findings_compared,
             "appeared": c.findings_appeared,
@@ -80,7 +155,15 @@ def render_comparison(c: Comparison, top: int) -> RenderableType:
     return Group(*parts)
 
 
-def _memory_payload(m: MemoryChange) -> dict[str, Any]:
+def _compile_change(c: Comparison) -> CompileChangeJson:
+    k = c.diff.compiled
+    assert k is not None
+    return {"a_graph_breaks_per_step": k.a_graph_breaks_per_step, "b_graph_breaks_per_step": k.b_graph_breaks_per_step,
+            "a_recompiles": k.a_recompiles, "b_recompiles": k.b_recompiles, "a_regions_per_step": k.a_regions_per_step,
+            "b_regions_per_step": k.b_regions_per_step, "statement": c.compile_statement}
+
+
+def _memory_payload(m: MemoryChange) -> MemoryChangeJson:
     return {"device": m.device, "a_peak_allocated_bytes": m.a_peak_allocated_bytes,
             "b_peak_allocated_bytes": m.b_peak_allocated_bytes, "peak_change_bytes": m.peak_change_bytes,
             "a_peak_reserved_bytes": m.a_peak_reserved_bytes, "b_peak_reserved_bytes": m.b_peak_reserved_bytes,

@@ -4,25 +4,77 @@ the ``--json`` payload."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final, TypedDict
 
-from tracewhy.analyses.compile import BreakCol, CompileResult, CompileStepCol, RecompileCol, RegionCol
-from tracewhy.analyses.torch_logs import JoinCol, join_regions
+from tracewhy.analyses.compile import (
+    BREAKS_SCHEMA,
+    COMPILE_STEPS_SCHEMA,
+    RECOMPILES_SCHEMA,
+    REGIONS_SCHEMA,
+    BreakCol,
+    CompileResult,
+    CompileStepCol,
+    RecompileCol,
+    RegionCol,
+)
+from tracewhy.analyses.torch_logs import JOIN_SCHEMA, JoinCol, join_regions
 from tracewhy.findings.model import Finding
-from tracewhy.model.torch_logs import TorchLogs
+from tracewhy.model.torch_logs import BREAK_SCHEMA, RECOMPILE_SCHEMA, TorchLogs
 from tracewhy.renderers.layout import FitTable, Layout, label, name, number, step, text
 from tracewhy.units import fmt_ns, fmt_pct, printable
 
 if TYPE_CHECKING:
+    import polars as pl
     from rich.console import RenderableType
 
+    from tracewhy.renderers.json_schema import rows
 
-def compile_payload(r: CompileResult, logs: TorchLogs | None, findings: list[Finding]) -> dict[str, Any]:
-    """JSON: ``steps[]`` (per step: regions, graph_breaks, recompiles, compile_ns,
-    eager_ns_between_regions, ...), the totals, ``regions[]`` by compile id, ``recompiles[]``,
-    ``break_locations[]`` and, with ``--logs``, ``logged_breaks[]`` and ``logged_recompiles[]``."""
-    regions = join_regions(r.regions, logs) if logs is not None else r.regions
-    payload: dict[str, Any] = {
+
+class _CompileTotals(TypedDict):
+    #: The median over the steady steps; null without one.
+    graph_breaks_per_step: float | None
+    regions_per_step: float | None
+    eager_ns_between_regions_per_step: float | None
+    #: Every captured step's.
+    recompiles: int
+    steady_recompiles: int
+    compile_ns: int
+    #: The compile work of the first step, when it compiles a frame for the first time.
+    cold_start_ns: int
+    cold_start_step: str | None
+    cold_start_share: float | None
+    captured_ns: int
+    steps: Annotated[pl.DataFrame, rows(COMPILE_STEPS_SCHEMA, "one row per step, in time order")]
+    recompile_list: Annotated[pl.DataFrame, rows(RECOMPILES_SCHEMA, "one row per recompile")]
+    break_locations: Annotated[pl.DataFrame, rows(BREAKS_SCHEMA, "where the graph breaks are")]
+
+
+class CompileSummary(_CompileTotals):
+    """What torch.compile did in the captured steps (the report's ``compile`` section)."""
+
+    regions: Annotated[pl.DataFrame, rows(REGIONS_SCHEMA, "one row per compiled region (frame/compile id)")]
+
+
+class CompilePayload(CompileSummary):
+    """``compile``: compiled regions, graph breaks, recompiles and compile time per step, and the cold start."""
+
+    findings: list[Finding]
+
+
+class CompileLogsPayload(_CompileTotals):
+    """``compile --logs FILE``: the same, the regions joined to the TORCH_LOGS capture, and its
+    breaks and recompiles."""
+
+    regions: Annotated[pl.DataFrame, rows({**REGIONS_SCHEMA, **JOIN_SCHEMA},
+                                          "one row per compiled region, with its logged break and guard")]
+    findings: list[Finding]
+    logged_breaks: Annotated[pl.DataFrame, rows(BREAK_SCHEMA, "one row per logged graph break")]
+    logged_recompiles: Annotated[pl.DataFrame, rows(RECOMPILE_SCHEMA, "one row per logged recompile")]
+
+
+def compile_summary(r: CompileResult) -> CompileSummary:
+    """What the report shows of torch.compile: ``compile --json`` without the findings."""
+    return {
         "graph_breaks_per_step": r.graph_breaks_per_step,
         "regions_per_step": r.regions_per_step,
         "eager_ns_between_regions_per_step": r.eager_ns_per_step,
@@ -34,15 +86,21 @@ def compile_payload(r: CompileResult, logs: TorchLogs | None, findings: list[Fin
         "cold_start_share": r.cold_start_share,
         "captured_ns": r.captured_ns,
         "steps": r.per_step,
-        "regions": regions,
+        "regions": r.regions,
         "recompile_list": r.recompiles,
         "break_locations": r.breaks,
-        "findings": findings,
     }
-    if logs is not None:
-        payload["logged_breaks"] = logs.breaks
-        payload["logged_recompiles"] = logs.recompiles
-    return payload
+
+
+def compile_payload(r: CompileResult, logs: TorchLogs | None,
+                    findings: list[Finding]) -> CompilePayload | CompileLogsPayload:
+    """JSON: ``steps[]`` (per step: regions, graph_breaks, recompiles, compile_ns,
+    eager_ns_between_regions, ...), the totals, ``regions[]`` by compile id, ``recompiles[]``,
+    ``break_locations[]`` and, with ``--logs``, ``logged_breaks[]`` and ``logged_recompiles[]``."""
+    if logs is None:
+        return {**compile_summary(r), "findings": findings}
+    return {**compile_summary(r), "regions": join_regions(r.regions, logs), "findings": findings,
+            "logged_breaks": logs.breaks, "logged_recompiles": logs.recompiles}
 
 
 def render_compile(r: CompileResult, logs: TorchLogs | None, findings: list[Finding], top: int) -> RenderableType:

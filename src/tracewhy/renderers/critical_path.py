@@ -3,7 +3,7 @@ path and what removing it would save), the report's section and the terminal tab
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final, TypedDict, cast
 
 from tracewhy.renderers.layout import Layout, label, name, number
 from tracewhy.units import fmt_ns, fmt_pct, printable
@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from tracewhy.analyses.critical_path import CriticalPathResult
+    from tracewhy.renderers.json_schema import rows
 
 #: The columns of ``on_path[]`` and ``gains[]`` in the payload (the step is the enclosing entry).
 _ON_PATH_FIELDS = ("id", "name", "kind", "category", "family", "ts_ns", "dur_ns", "on_path_ns")
@@ -22,50 +23,149 @@ GAIN_PER_STEP: Final = "gain_ns_per_step"  # mean saving over the steps where it
 REPLAYED: Final = "replayed_steps"
 
 
-def critical_path_payload(r: CriticalPathResult, per_step_lists: bool = True) -> dict[str, Any]:
+class Composition(TypedDict):
+    """A step's path time by category (analyses.critical_path.Category), ns each."""
+
+    host_ops: int
+    launch_overhead: int
+    kernels: int
+    communication: int
+    copies: int
+    sync: int
+    kernel_gap: int
+    idle: int
+    #: The kernels' time by family.
+    kernel_families: dict[str, int]
+
+
+class OnPathItem(TypedDict):
+    """A slice on the path."""
+
+    id: int | None
+    name: str | None
+    kind: str | None
+    category: str
+    family: str | None
+    ts_ns: int | None
+    dur_ns: int | None
+    #: Its time on the path.
+    on_path_ns: int
+
+
+class PathGain(TypedDict):
+    """A name on the path: its instances' time on it, and the step time saved if they took none."""
+
+    category: str
+    name: str | None
+    count: int
+    on_path_ns: int
+    #: Null where not replayed.
+    gain_ns: int | None
+
+
+class _PathStep(TypedDict):
+    #: The step's index among the trace's steps.
+    step: int
+    number: int | None
+    steady: bool
+    window_start_ns: int
+    window_end_ns: int
+    window_ns: int
+    #: The time the path covers: the window's length when ``determined``.
+    total_ns: int
+    determined: bool
+    composition: Composition
+
+
+class PathStep(_PathStep):
+    """One step's critical path."""
+
+    #: The slices on the path, in time order.
+    on_path: list[OnPathItem]
+    gains: list[PathGain]
+
+
+class CriticalPathPayload(TypedDict):
+    """``critical-path``: the critical path of each step, what it is made of, what lies on it and
+    what removing each item would save."""
+
+    marker: str
+    note: str | None
+    #: Edges left out because their end precedes their start (host and GPU clocks disagree).
+    dropped_edges: int
+    steps: list[PathStep]
+
+
+class CriticalPathReport(TypedDict):
+    """The report's critical-path section: the steps without their lists, and the items summed
+    over the steps."""
+
+    marker: str
+    note: str | None
+    dropped_edges: int
+    steps: list[_PathStep]
+    #: The categories in stacking order.
+    categories: list[str]
+    steps_total: int
+    items: Annotated[pl.DataFrame, rows({"category": pl.String(), "name": pl.String(), "count": pl.Int64(),
+                                         "on_path_ns": pl.Int64(), GAIN_PER_STEP: pl.Int64(), REPLAYED: pl.Int64()},
+                                        "what lies on the path summed over the steps, most time on it first")]
+    #: Which steps were analysed, when not all were.
+    scope: str | None
+
+
+def critical_path_payload(r: CriticalPathResult) -> CriticalPathPayload:
     """The JSON of ``critical-path``: ``steps[]``, each with its window, ``total_ns`` (the time the
     path covers: the window's length when ``determined``), ``composition`` (ns per category, and
     per kernel family under ``kernel_families``), ``on_path[]`` (slices, in time order) and
     ``gains[]`` (per name on the path, ``gain_ns``: step time saved if all its instances in the
-    step took no time, null where not replayed); without ``per_step_lists``, neither list."""
-    from tracewhy.analyses.critical_path import CATEGORIES, CATEGORY_NS, PathCol
+    step took no time, null where not replayed)."""
+    from tracewhy.analyses.critical_path import PathCol
 
     on_path = r.on_path.partition_by(PathCol.STEP, as_dict=True, maintain_order=True)
     gains = r.gains.partition_by(PathCol.STEP, as_dict=True, maintain_order=True)
-    families = r.families.partition_by(PathCol.STEP, as_dict=True, maintain_order=True)
-    steps: list[dict[str, Any]] = []
-    for row in r.steps.iter_rows(named=True):
-        key = (row[PathCol.STEP],)
-        fam = families.get(key)
-        composition: dict[str, Any] = {c: row[CATEGORY_NS[c]] for c in CATEGORIES}
-        composition["kernel_families"] = dict(fam.select(PathCol.FAMILY, PathCol.NS).iter_rows()) \
-            if fam is not None else {}
-        step = {
-            **{k: v for k, v in row.items() if not k.endswith("_ns") or k in (
-                PathCol.WINDOW_START, PathCol.WINDOW_END, PathCol.WINDOW, PathCol.TOTAL)},
-            "composition": composition,
-        }
-        if per_step_lists:
-            step.update(on_path=_rows(on_path.get(key), _ON_PATH_FIELDS), gains=_rows(gains.get(key), _GAIN_FIELDS))
-        steps.append(step)
+    steps: list[PathStep] = [
+        {**step, "on_path": _rows(on_path.get((step["step"],)), _ON_PATH_FIELDS),
+         "gains": _rows(gains.get((step["step"],)), _GAIN_FIELDS)}
+        for step in _path_steps(r)
+    ]
     return {"marker": r.marker, "note": r.note, "dropped_edges": r.dropped_edges, "steps": steps}
 
 
-def critical_path_report_payload(r: CriticalPathResult, rows: int) -> dict[str, Any]:
+def _path_steps(r: CriticalPathResult) -> list[_PathStep]:
+    """Each step's window, the time the path covers and its composition."""
+    from tracewhy.analyses.critical_path import CATEGORIES, CATEGORY_NS, PathCol
+
+    families = r.families.partition_by(PathCol.STEP, as_dict=True, maintain_order=True)
+    out: list[_PathStep] = []
+    for row in r.steps.iter_rows(named=True):
+        fam = families.get((row[PathCol.STEP],))
+        composition: dict[str, Any] = {c: row[CATEGORY_NS[c]] for c in CATEGORIES}
+        composition["kernel_families"] = dict(fam.select(PathCol.FAMILY, PathCol.NS).iter_rows()) \
+            if fam is not None else {}
+        out.append({
+            "step": row[PathCol.STEP], "number": row[PathCol.NUMBER], "steady": row[PathCol.STEADY],
+            "window_start_ns": row[PathCol.WINDOW_START], "window_end_ns": row[PathCol.WINDOW_END],
+            "window_ns": row[PathCol.WINDOW], "total_ns": row[PathCol.TOTAL], "determined": row[PathCol.DETERMINED],
+            "composition": cast("Composition", composition),
+        })
+    return out
+
+
+def critical_path_report_payload(r: CriticalPathResult, top: int) -> CriticalPathReport:
     """The report's section: the ``critical-path --json`` document without its per-step lists,
-    with ``items`` instead (what lies on the path summed over the steps, the ``rows`` with most
+    with ``items`` instead (what lies on the path summed over the steps, the ``top`` with most
     time on it), the categories in stacking order, and ``scope``: which steps were analysed
     when not all were."""
     from tracewhy.analyses.critical_path import CATEGORIES
 
-    payload = critical_path_payload(r, per_step_lists=False)
     shown, total = r.steps.height, r.steps_total
-    payload.update(
-        categories=list(CATEGORIES), steps_total=total, items=critical_path_items(r).head(rows),
-        scope=f"The path of {shown} of the {total} steps (steady ones first); tracewhy critical-path "
-              "analyses every step." if shown < total else None,
-    )
-    return payload
+    return {
+        "marker": r.marker, "note": r.note, "dropped_edges": r.dropped_edges, "steps": _path_steps(r),
+        "categories": list(CATEGORIES), "steps_total": total, "items": critical_path_items(r).head(top),
+        "scope": f"The path of {shown} of the {total} steps (steady ones first); tracewhy critical-path "
+                 "analyses every step." if shown < total else None,
+    }
 
 
 def critical_path_items(r: CriticalPathResult) -> pl.DataFrame:
@@ -84,11 +184,11 @@ def critical_path_items(r: CriticalPathResult) -> pl.DataFrame:
     ).sort(PathCol.ON_PATH, PathCol.CATEGORY, Col.NAME, descending=[True, False, False])
 
 
-def _rows(frame: Any, fields: tuple[str, ...]) -> list[dict[str, Any]]:
+def _rows(frame: Any, fields: tuple[str, ...]) -> list[Any]:
     if frame is None:
         return []
-    rows: list[dict[str, Any]] = frame.select(fields).to_dicts()
-    return rows
+    listed: list[Any] = frame.select(fields).to_dicts()
+    return listed
 
 
 def _steps_layout() -> Layout:

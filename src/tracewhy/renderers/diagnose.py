@@ -5,20 +5,23 @@ start): the gap list, its JSON and the HTML report agree on where a gap lies."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Annotated, Final, TypedDict
 
 import polars as pl
 
-from tracewhy.analyses.gaps import CLASS_COLUMNS, CLASSES, GapCol, GapsResult
+from tracewhy.analyses.gaps import CLASS_COLUMNS, CLASSES, GAP_STEPS_SCHEMA, GAPS_SCHEMA, GapCol, GapsResult
 from tracewhy.findings.model import Severity
-from tracewhy.renderers.jsonout import to_jsonable
 from tracewhy.renderers.layout import Layout, label, name, number, step
 from tracewhy.units import fmt_ns, fmt_pct, indented, printable
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
+    from tracewhy.analyses.steps import STEPS_SCHEMA, StepStats
     from tracewhy.findings.diagnose import Report
+    from tracewhy.findings.model import Finding
+    from tracewhy.renderers.json_schema import rows
+    from tracewhy.renderers.throughput import ThroughputJson
 
 
 _STYLE = {Severity.TRUST: "bold yellow", Severity.HIGH: "bold red", Severity.MEDIUM: "red",
@@ -31,14 +34,67 @@ TIME_ORIGIN: Final = "trace start (the first event's start)"
 TOP_GAPS: Final = 50
 
 
-def diagnose_payload(report: Report) -> dict[str, Any]:
+#: The gap list every view shows: the gaps, each with its start from the trace start.
+GAP_ROWS_SCHEMA: Final = pl.Schema({**GAPS_SCHEMA, "start_from_origin_ns": pl.Int64()})
+
+
+class BasisJson(TypedDict):
+    """What the findings' time figures are normalized by: idle per class per step on the primary
+    device (the one with most busy time), means over the steady steps or the whole trace's totals."""
+
+    #: The primary device; null without GPU activity.
+    device: int | None
+    #: Steady steps averaged over (1 for a trace without step markers).
+    steps: int
+    #: False: the whole trace is one window.
+    per_steps: bool
+    window_ns: int
+    busy_ns: int
+    idle_ns: int
+    #: Idle per gap class.
+    class_ns: dict[str, int]
+    #: Idle in gaps shorter than the minimum gap, and their number (a mean per step).
+    short_ns: int
+    short_gaps: float
+    #: Which statistic the figures are ("mean of N steady steps", "whole trace").
+    statistic: str
+
+
+class DiagnosePayload(TypedDict):
+    """``diagnose``: the ranked findings, each with evidence and the next step, and the
+    measurements they rest on."""
+
+    trace: str
+    #: No high or medium finding.
+    healthy: bool
+    #: Ranked: trust findings first, then by recoverable time.
+    findings: list[Finding]
+    basis: BasisJson
+    #: What a finding's recoverable time is measured over: "per step" or "over the trace".
+    recoverable_unit: str
+    steps: Annotated[pl.DataFrame, rows(STEPS_SCHEMA, "one row per step, in time order")]
+    step_stats: StepStats | None
+    per_step_idle: Annotated[pl.DataFrame, rows(GAP_STEPS_SCHEMA, "idle per step and device, by class")]
+    top_gaps: Annotated[pl.DataFrame, rows(GAPS_SCHEMA, f"the {TOP_GAPS} largest GPU idle gaps")]
+
+
+class DiagnoseThroughputPayload(DiagnosePayload, total=False):
+    """``diagnose --items-per-step N``: the same, with the throughput at the steady step times."""
+
+    throughput: ThroughputJson | None
+
+
+def diagnose_payload(report: Report) -> DiagnosePayload:
     """The JSON of a diagnosis. ``basis`` figures are means over the steady steps
     (``basis.statistic`` says so) or cover the whole trace; step figures are named by statistic."""
+    b = report.basis
     return {
         "trace": report.path,
         "healthy": report.healthy,
         "findings": report.findings,
-        "basis": {**to_jsonable(report.basis), "statistic": basis_statistic(report)},
+        "basis": {"device": b.device, "steps": b.steps, "per_steps": b.per_steps, "window_ns": b.window_ns,
+                  "busy_ns": b.busy_ns, "idle_ns": b.idle_ns, "class_ns": b.class_ns, "short_ns": b.short_ns,
+                  "short_gaps": b.short_gaps, "statistic": basis_statistic(report)},
         "recoverable_unit": recoverable_unit(report),
         "steps": report.steps.table,
         "step_stats": report.steps.stats,
@@ -47,7 +103,19 @@ def diagnose_payload(report: Report) -> dict[str, Any]:
     }
 
 
-def gaps_payload(r: GapsResult, origin_ns: int | None, gap_class: str | None = None) -> dict[str, Any]:
+class GapsPayload(TypedDict):
+    """``gaps``: every GPU idle gap, largest first, with its class and what the host was doing."""
+
+    #: Gaps shorter than this are counted per step as short, not listed.
+    min_gap_ns: int
+    #: What ``start_from_origin_ns`` is measured from.
+    time_origin: str
+    time_origin_ns: int | None
+    gaps: Annotated[pl.DataFrame, rows(GAP_ROWS_SCHEMA, "the gaps, largest first")]
+    per_step: Annotated[pl.DataFrame, rows(GAP_STEPS_SCHEMA, "idle per step and device, by class")]
+
+
+def gaps_payload(r: GapsResult, origin_ns: int | None, gap_class: str | None = None) -> GapsPayload:
     """The JSON of ``gaps``: every gap (of ``gap_class``), largest first, its start both on the
     trace's clock (``start_ns``) and from ``origin_ns``, the trace start (``start_from_origin_ns``)."""
     return {
@@ -64,7 +132,8 @@ def gap_rows(r: GapsResult, origin_ns: int | None, gap_class: str | None = None)
     table = r.gaps.sort(GapCol.DUR, descending=True)
     if gap_class:
         table = table.filter(pl.col(GapCol.GAP_CLASS) == gap_class)
-    return table.with_columns((pl.col(GapCol.START) - (origin_ns or 0)).alias("start_from_origin_ns"))
+    return table.with_columns((pl.col(GapCol.START) - (origin_ns or 0)).alias("start_from_origin_ns")) \
+        .select(*GAP_ROWS_SCHEMA)
 
 
 def basis_statistic(report: Report) -> str:

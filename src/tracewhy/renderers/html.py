@@ -14,27 +14,38 @@ import base64
 import hashlib
 import re
 from importlib import resources
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypedDict
 
 import polars as pl
 
 from tracewhy import __version__
+from tracewhy.analyses.blocks import BLOCKS_SCHEMA
 from tracewhy.analyses.gaps import GapCol
-from tracewhy.analyses.overlap import OverlapCol
-from tracewhy.analyses.steps import StepCol
+from tracewhy.analyses.kernels import KERNELS_BY_FAMILY_SCHEMA, KERNELS_BY_NAME_SCHEMA
+from tracewhy.analyses.ops import OPS_SCHEMA
+from tracewhy.analyses.overlap import (
+    OVERLAP_COLLECTIVES_SCHEMA,
+    OVERLAP_DEVICES_SCHEMA,
+    OVERLAP_STEADY_SCHEMA,
+    OverlapCol,
+)
+from tracewhy.analyses.steps import STEPS_SCHEMA, StepCol, StepStats
+from tracewhy.analyses.utilization import UTILIZATION_DEVICES_SCHEMA, UTILIZATION_SERIES_SCHEMA
+from tracewhy.findings.model import Finding
 from tracewhy.model.memory_timeline import TimelineCol
 from tracewhy.model.schema import Col, MCol
-from tracewhy.renderers.compile import compile_payload
-from tracewhy.renderers.critical_path import critical_path_report_payload
-from tracewhy.renderers.diagnose import TIME_ORIGIN, basis_statistic, gap_rows, recoverable_unit
+from tracewhy.model.trace import Capture
+from tracewhy.renderers.compile import CompileSummary, compile_summary
+from tracewhy.renderers.critical_path import CriticalPathReport, critical_path_report_payload
+from tracewhy.renderers.diagnose import GAP_ROWS_SCHEMA, TIME_ORIGIN, basis_statistic, gap_rows, recoverable_unit
 from tracewhy.renderers.jsonout import encode_json
 
 if TYPE_CHECKING:  # types only: a report of one trace needs neither the ranks nor the ncu modules
     from tracewhy.analyses.memory import TimelineResult
     from tracewhy.analyses.rank_compare import RanksResult
-    from tracewhy.findings.model import Finding
     from tracewhy.findings.overview import Overview
-    from tracewhy.findings.roofline import NcuRooflineResult
+    from tracewhy.findings.roofline import KERNEL_VERDICTS_SCHEMA, NcuRooflineResult
+    from tracewhy.renderers.json_schema import rows, rows_of_either
 
 UPLOT_VERSION: Final = "1.6.32"
 #: Rows of the operator and kernel tables (largest first); the JSON of `report --json` is the same.
@@ -50,14 +61,216 @@ _ESCAPES: Final = ((b"&", b"\\u0026"), (b"<", b"\\u003c"), (b">", b"\\u003e"),
                    ("\u2028".encode(), b"\\u2028"), ("\u2029".encode(), b"\\u2029"))
 
 
-def overview_payload(ov: Overview) -> dict[str, Any]:
+def _of(schema: pl.Schema, *columns: str, **more: pl.DataType) -> pl.Schema:
+    """The part of a declared table's schema a report section selects (and the columns it adds)."""
+    return pl.Schema({**{c: schema[c] for c in columns}, **more})
+
+
+class ReportSource(TypedDict):
+    """What the report is of."""
+
+    path: str
+    format: str
+    rank: int | None
+    world_size: int | None
+    #: Device names.
+    devices: list[str]
+    warnings: list[str]
+
+
+class ReportTrace(ReportSource):
+    """A trace: with its capture options, versions and time span."""
+
+    capture: Capture
+    versions: dict[str, str]
+    span_ns: int
+
+
+class ReportSteps(TypedDict):
+    marker: str
+    warmup: int
+    stats: StepStats | None
+    note: str | None
+    rows: Annotated[pl.DataFrame, rows(_of(STEPS_SCHEMA, StepCol.NAME, StepCol.DUR, StepCol.STEADY, StepCol.GPU_BUSY,
+                                           StepCol.KERNEL_COUNT), "one row per step")]
+
+
+class ReportUtilization(TypedDict):
+    t0_ns: int | None
+    series: Annotated[pl.DataFrame, rows(UTILIZATION_SERIES_SCHEMA, "busy share per bin of time, per device")]
+    devices: Annotated[pl.DataFrame, rows(UTILIZATION_DEVICES_SCHEMA, "one row per device")]
+
+
+class ReportGaps(TypedDict):
+    timeline: Annotated[pl.DataFrame, rows(_of(GAP_ROWS_SCHEMA, GapCol.DEVICE, GapCol.START, GapCol.DUR,
+                                               GapCol.GAP_CLASS), f"the {TIMELINE_GAPS} largest gaps, to draw")]
+    top: Annotated[pl.DataFrame, rows({**GAP_ROWS_SCHEMA, "start_ms": pl.Float64()}, f"the {TOP_GAPS} largest gaps")]
+
+
+class ReportOverlap(TypedDict):
+    """Compute, communication, copies and idle per device."""
+
+    #: True: ``rows`` are means per steady step; false: totals per device over the trace (it has
+    #: no steps), with the span as ``window_ns``.
+    per_step: bool
+    rows: Annotated[pl.DataFrame, rows_of_either(
+        (OVERLAP_STEADY_SCHEMA,
+         {OverlapCol.WINDOW if c == OverlapCol.SPAN else c: d for c, d in OVERLAP_DEVICES_SCHEMA.items()}),
+        "per device")]
+    collectives: Annotated[pl.DataFrame, rows(OVERLAP_COLLECTIVES_SCHEMA, "per device and collective")]
+
+
+class ReportRoofline(TypedDict):
+    """Points of a roofline plot, and the roofs."""
+
+    points: Annotated[pl.DataFrame, rows({Col.NAME: pl.String(), "input_dims": pl.String(), "ai": pl.Float64(),
+                                          "flop_per_s": pl.Float64(), "gpu_ns": pl.Int64(), "bound": pl.String()},
+                                         "one point per op (and shapes) or kernel")]
+    peak_flop_per_s: float | None
+    peak_bytes_per_s: float | None
+    note: str
+
+
+class ReportKernelRoofline(TypedDict):
+    """An ncu report's roofline points (per kernel), and the roofs."""
+
+    points: Annotated[pl.DataFrame, rows({Col.NAME: pl.String(), "ai": pl.Float64(), "flop_per_s": pl.Float64(),
+                                          "gpu_ns": pl.Int64(), "bound": pl.String()}, "one point per kernel")]
+    peak_flop_per_s: float | None
+    peak_bytes_per_s: float | None
+    note: str
+
+
+class MemorySeries(TypedDict):
+    """Allocated and reserved after each kept event (at most MEMORY_POINTS, maxima kept)."""
+
+    ts_ns: list[int]
+    allocated: list[int]
+    reserved: list[int | None]
+
+
+class ReportMemoryDevice(TypedDict):
+    device: str
+    peak_allocated_bytes: int
+    reserved_at_peak_bytes: int | None
+    peak_reserved_bytes: int | None
+    peak_ts_ns: int
+    peak_step: str | None
+    peak_op: str | None
+    ledger: dict[str, int]
+    allocated_source: str
+    series: MemorySeries
+
+
+class ReportMemory(TypedDict):
+    """Allocated and reserved over time per device, the peak and its ledger, and the steps to shade."""
+
+    source: Literal["trace"]
+    ledger_source: str
+    t0_ns: int | None
+    devices: list[ReportMemoryDevice]
+    steps: Annotated[pl.DataFrame, rows({StepCol.NAME: pl.String(), "start_ns": pl.Int64(), "end_ns": pl.Int64(),
+                                         StepCol.STEADY: pl.Boolean()}, "one row per step")]
+
+
+class ReportPayload(TypedDict):
+    """``report`` of a trace: everything the HTML report shows, as data."""
+
+    trace: ReportTrace
+    findings: list[Finding]
+    #: What a finding's recoverable time is measured over.
+    recoverable_unit: str
+    basis_statistic: str
+    time_origin: str
+    time_origin_ns: int | None
+    steps: ReportSteps
+    utilization: ReportUtilization
+    gaps: ReportGaps
+    ops: Annotated[pl.DataFrame, rows(OPS_SCHEMA, f"the {TABLE_ROWS} operators with most GPU time")]
+    kernels: Annotated[pl.DataFrame, rows(KERNELS_BY_NAME_SCHEMA, f"the {TABLE_ROWS} kernels with most time")]
+    kernel_families: Annotated[pl.DataFrame, rows(KERNELS_BY_FAMILY_SCHEMA, "kernel time per family")]
+    overlap: ReportOverlap | None
+    blocks: Annotated[pl.DataFrame, rows(BLOCKS_SCHEMA, "annotated blocks")] | None
+    roofline: ReportRoofline | None
+    memory: ReportMemory | None
+    compile: CompileSummary | None
+    critical_path: CriticalPathReport | None
+    #: Set for multi-rank input only.
+    ranks: None
+
+
+class TimelineMemory(TypedDict):
+    """A memory-timeline export's categories over time, the peak of their sum and the ledger at it."""
+
+    source: Literal["memory_timeline"]
+    ledger_source: str
+    t0_ns: int
+    peak_total_bytes: int
+    peak_ts_ns: int | None
+    ledger_at_peak: dict[str, int]
+    #: The categories that hold any bytes.
+    categories: list[str]
+    #: ``ts_ns`` and one list per category, in bytes.
+    series: dict[str, list[int]]
+
+
+class TimelineReportPayload(TypedDict):
+    """``report`` of a memory-timeline export."""
+
+    trace: ReportSource
+    findings: list[Finding]
+    memory: TimelineMemory
+
+
+class RankMetric(TypedDict):
+    key: str
+    label: str
+
+
+class RankRow(TypedDict):
+    rank: int
+    #: One per metric, in ``metrics`` order.
+    values: list[float | None]
+
+
+class RanksHeatmap(TypedDict):
+    metrics: list[RankMetric]
+    rows: list[RankRow]
+    straggler: int | None
+
+
+class RanksReportPayload(TypedDict):
+    """``report`` of a directory of rank traces: their findings and a rank-by-metric heatmap."""
+
+    trace: ReportSource
+    findings: list[Finding]
+    recoverable_unit: str
+    ranks: RanksHeatmap
+
+
+class NcuReportPayload(TypedDict):
+    """``report`` of an Nsight Compute report: the roofline of its kernels and their verdicts."""
+
+    trace: ReportSource
+    findings: list[Finding]
+    roofline: ReportKernelRoofline | None
+    verdicts: Annotated[pl.DataFrame, rows({c: KERNEL_VERDICTS_SCHEMA[c] for c in NCU_VERDICT_COLUMNS},
+                                           "per kernel name, most time first")]
+
+
+#: The columns of an ncu report's verdicts table.
+NCU_VERDICT_COLUMNS: Final = (Col.NAME, "launches", "total_ns", "bound", "reason", "roof_fraction",
+                              "achieved_occupancy_pct", "occupancy_limiter", "top_stalls")
+
+
+def overview_payload(ov: Overview) -> ReportPayload:
     """Everything the page shows, as plain data (the JSON report). Times on the page run from the
     trace start (``time_origin_ns``), as in ``gaps``; ``basis_statistic`` says which statistic the
     findings' per-step figures are."""
     info, report = ov.info, ov.report
     t0 = info.first_ts_ns
     gaps = gap_rows(report.gaps, t0)
-    payload: dict[str, Any] = {
+    payload: ReportPayload = {
         "trace": {
             "path": info.path, "format": info.format, "rank": info.rank, "world_size": info.world_size,
             "devices": [str(d["name"]) for d in info.devices], "capture": info.capture,
@@ -106,7 +319,7 @@ def thinned(table: pl.DataFrame, by: str, points: int = MEMORY_POINTS) -> pl.Dat
             .drop("_row", "_bin"))
 
 
-def _memory(ov: Overview) -> dict[str, Any] | None:
+def _memory(ov: Overview) -> ReportMemory | None:
     """Allocated and reserved over time per device with the peak and the ledger at it, and the
     steps to shade; None without ``[memory]`` events. GPUs only when the trace has any, as the
     memory findings judge them (the host's allocations beside a GPU are the launch's scraps)."""
@@ -114,7 +327,7 @@ def _memory(ov: Overview) -> dict[str, Any] | None:
     if r is None or not r.devices:
         return None
     st = ov.report.steps.table
-    devices = []
+    devices: list[ReportMemoryDevice] = []
     for d in [d for d in r.devices if d.device != "cpu"] or r.devices:
         series = thinned(d.timeline.with_columns(pl.col(MCol.TOTAL_RESERVED).fill_null(strategy="forward")),
                          MCol.TOTAL_ALLOCATED)
@@ -134,18 +347,14 @@ def _memory(ov: Overview) -> dict[str, Any] | None:
     }
 
 
-def _compile(ov: Overview) -> dict[str, Any] | None:
+def _compile(ov: Overview) -> CompileSummary | None:
     """torch.compile per step, where the breaks are and the recompiles (the ``compile --json``
     payload; its findings are the report's); None without compile markers."""
     r = ov.report.compile
-    if r is None:
-        return None
-    payload = compile_payload(r, None, [])
-    del payload["findings"]
-    return payload
+    return None if r is None else compile_summary(r)
 
 
-def memory_timeline_report_payload(r: TimelineResult, path: str, layout: str) -> dict[str, Any]:
+def memory_timeline_report_payload(r: TimelineResult, path: str, layout: str) -> TimelineReportPayload:
     """The report of a memory-timeline export: its categories stacked over time, the peak of
     their sum and the ledger at it, in the profiler's own categories."""
     t = thinned(r.table, TimelineCol.TOTAL)
@@ -165,7 +374,7 @@ def memory_timeline_report_payload(r: TimelineResult, path: str, layout: str) ->
     }
 
 
-def _overlap(ov: Overview) -> dict[str, Any] | None:
+def _overlap(ov: Overview) -> ReportOverlap | None:
     o = ov.overlap
     if o is None or o.devices.height == 0:
         return None
@@ -175,7 +384,7 @@ def _overlap(ov: Overview) -> dict[str, Any] | None:
             "collectives": o.collectives}
 
 
-def _roofline(ov: Overview) -> dict[str, Any] | None:
+def _roofline(ov: Overview) -> ReportRoofline | None:
     r = ov.op_roofline
     if r is None:
         return None
@@ -202,22 +411,22 @@ RANK_METRICS: Final = (
 )
 
 
-def ranks_report_payload(r: RanksResult, findings: list[Finding], source: str) -> dict[str, Any]:
+def ranks_report_payload(r: RanksResult, findings: list[Finding], source: str) -> RanksReportPayload:
     """The report of several rank traces: their findings and a rank-by-metric heatmap."""
     cols = [c for c, _ in RANK_METRICS if c in r.ranks.columns]
-    rows = [{"rank": row["rank"], "values": [row[c] for c in cols]}
-            for row in r.ranks.sort("rank").iter_rows(named=True)]
+    heat: list[RankRow] = [{"rank": row["rank"], "values": [row[c] for c in cols]}
+                           for row in r.ranks.sort("rank").iter_rows(named=True)]
     return {
         "trace": {"path": source, "format": "ranks", "rank": None, "world_size": None, "devices": [],
                   "warnings": list(r.notes)},
         "findings": findings,
         "recoverable_unit": "per step",
-        "ranks": {"metrics": [{"key": c, "label": label} for c, label in RANK_METRICS if c in cols], "rows": rows,
+        "ranks": {"metrics": [{"key": c, "label": label} for c, label in RANK_METRICS if c in cols], "rows": heat,
                   "straggler": r.straggler},
     }
 
 
-def ncu_report_payload(r: NcuRooflineResult) -> dict[str, Any]:
+def ncu_report_payload(r: NcuRooflineResult) -> NcuReportPayload:
     """The report of an Nsight Compute report: the roofline of its kernels and their verdicts."""
     k = r.kernels
     pts = k.filter((pl.col("arithmetic_intensity") > 0) & (pl.col("flop_per_s") > 0)).head(ROOFLINE_POINTS)
@@ -235,8 +444,7 @@ def ncu_report_payload(r: NcuRooflineResult) -> dict[str, Any]:
             "note": f"Per kernel from Nsight Compute ({r.ceilings.source} roofs"
                     + (f", {top_precision}" if top_precision else "") + ").",
         } if pts.height else None,
-        "verdicts": k.select(Col.NAME, "launches", "total_ns", "bound", "reason", "roof_fraction",
-                             "achieved_occupancy_pct", "occupancy_limiter", "top_stalls"),
+        "verdicts": k.select(NCU_VERDICT_COLUMNS),
     }
 
 

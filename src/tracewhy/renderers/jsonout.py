@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
+from collections.abc import Callable, Mapping
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal, TypedDict
 
 import msgspec
 
@@ -68,18 +69,49 @@ def _flat_rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
     return frame.to_dicts()
 
 
+class Envelope(TypedDict):
+    """The fields around every payload: which tool, version and schema wrote the document, for
+    which command, and what the readers skipped or reinterpreted."""
+
+    tool: Literal["tracewhy"]
+    tool_version: str
+    #: The version of this JSON contract: bumped when a field is removed or changes meaning.
+    json_schema: int
+    command: str
+    #: Reader warnings of the run, one line each (FILE: what was skipped or reinterpreted).
+    warnings: list[str]
+
+
+class ErrorInfo(TypedDict):
+    """Why the command failed: its one-line message (also on stderr) and its exit code."""
+
+    message: str
+    #: 2: bad usage; 3: bad input file; 70: an internal error (a bug).
+    exit_code: int
+
+
+class ErrorDocument(Envelope):
+    """What ``--json`` prints when the command fails: the envelope and the error."""
+
+    error: ErrorInfo
+
+
 #: The fields the envelope sets around every payload; a payload never sets them itself.
-ENVELOPE_FIELDS: Final = ("tool", "tool_version", "json_schema", "command", "warnings")
+ENVELOPE_FIELDS: Final = tuple(Envelope.__annotations__)
+
+#: Called with every document ``envelope`` makes, before it is encoded. None in a normal run; the
+#: test suite sets it to validate each document against its command's JSON Schema.
+document_hook: Callable[[dict[str, Any]], None] | None = None
 
 
-def envelope(command: str, payload: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
+def envelope(command: str, payload: Mapping[str, Any], warnings: list[str]) -> dict[str, Any]:
     """The one JSON document every output is: which tool, version and schema wrote it, for which
     command, the reader warnings of the run, and the result's payload beside them. ``--json`` of
     every command and the HTML report's embedded data are this document."""
     clash = sorted(set(payload) & set(ENVELOPE_FIELDS))
     if clash:
         raise ValueError(f"a payload may not set the envelope's fields: {', '.join(clash)}")
-    return {
+    doc = {
         "tool": "tracewhy",
         "tool_version": __version__,
         "json_schema": JSON_SCHEMA_VERSION,
@@ -87,6 +119,9 @@ def envelope(command: str, payload: dict[str, Any], warnings: list[str]) -> dict
         "warnings": list(warnings),
         **{k: to_jsonable(v) for k, v in payload.items()},
     }
+    if document_hook is not None:
+        document_hook(doc)
+    return doc
 
 
 def encode_json(doc: dict[str, Any], indent: bool = True) -> bytes:
@@ -95,6 +130,12 @@ def encode_json(doc: dict[str, Any], indent: bool = True) -> bytes:
     return msgspec.json.format(raw, indent=2) if indent else raw
 
 
-def render_json(command: str, payload: dict[str, Any], warnings: list[str]) -> str:
+def render_json(command: str, payload: Mapping[str, Any], warnings: list[str]) -> str:
     """The ``--json`` text of a command: its envelope, indented."""
     return encode_json(envelope(command, payload, warnings)).decode()
+
+
+def render_error_json(command: str, message: str, exit_code: int, warnings: list[str]) -> str:
+    """The ``--json`` text of a failed command: the envelope with ``error`` (ErrorDocument)."""
+    info: ErrorInfo = {"message": message, "exit_code": exit_code}
+    return render_json(command, {"error": info}, warnings)

@@ -3,23 +3,40 @@ speedscope profile. Takes a finished LinesResult, never a trace."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final, TypedDict
 
 from tracewhy import __version__
 from tracewhy.renderers.layout import FitTable, Layout, name, number
 from tracewhy.units import fmt_ns, fmt_pct, printable
 
 if TYPE_CHECKING:  # types only: importing the analysis here would load it for every renderer
+    import polars as pl
     from rich.console import RenderableType
 
-    from tracewhy.analyses.lines import LinesResult
+    from tracewhy.analyses.lines import LINE_ROWS_SCHEMA, LinesResult
+    from tracewhy.renderers.json_schema import rows
 
 #: ``--weight``: what a flame graph's widths are.
 WEIGHTS: Final = ("host", "gpu")
 SPEEDSCOPE_SCHEMA: Final = "https://www.speedscope.app/file-format-schema.json"
 
 
-def lines_payload(r: LinesResult) -> dict[str, Any]:
+class LinesPayload(TypedDict):
+    """``lines``: per Python source line, calls, host self and total time, the GPU time of the work
+    launched under it, sync points, ops and its share of the steady steps."""
+
+    #: Where the frames came from: "python_function", "call_stack" or "none".
+    source: str
+    include_library: bool
+    sort_by: str
+    gpu_time_ns: int
+    #: The steady steps' windows' length; null without steps.
+    steady_window_ns: int | None
+    note: str | None
+    lines: Annotated[pl.DataFrame, rows(LINE_ROWS_SCHEMA, "one row per source line, in sort_by order")]
+
+
+def lines_payload(r: LinesResult) -> LinesPayload:
     """The JSON of ``lines``: every row in ``sort_by`` order (``lines[]``)."""
     from tracewhy.analyses.lines import LineCol  # loaded already: ``r`` comes from it
 

@@ -2,19 +2,44 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Annotated, Final, Literal, TypedDict
 
-from tracewhy.analyses.log_blocks import CAPTURE, GPU, LogBlocksCol, LogBlocksResult
+from tracewhy.analyses.log_blocks import CAPTURE, GPU, LOG_BLOCKS_TABLE_SCHEMA, LogBlocksCol, LogBlocksResult
 from tracewhy.findings.model import Finding
 from tracewhy.renderers.layout import Layout, label, name, number
 from tracewhy.renderers.overlap import render_findings
 from tracewhy.units import fmt_ns, fmt_pct
 
 if TYPE_CHECKING:
+    import polars as pl
     from rich.console import RenderableType
 
+    from tracewhy.renderers.json_schema import rows
 
-def log_blocks_payload(r: LogBlocksResult, findings: list[Finding]) -> dict[str, Any]:
+
+class LogBlocksPayload(TypedDict):
+    """``blocks`` on instrument logs: per rank and block, its time per step (or chunk) over the
+    steady window, p50/p90/p99 and its share of the rank's top-level blocks."""
+
+    source: Literal["instrument-log"]
+    #: What a value is per: "chunk", "step" or "capture".
+    unit: str
+    #: What a value is of: "gpu" or "host" time.
+    basis: str
+    #: Units left out per rank as warm-up.
+    warmup: int
+    #: Steady units per rank (the rank as a string key).
+    steady_units: dict[str, int]
+    share_of: str
+    #: Written in attribution mode (a synchronize after each block).
+    sync: bool
+    synced_instances: int
+    instances: int
+    blocks: Annotated[pl.DataFrame, rows(LOG_BLOCKS_TABLE_SCHEMA, "per rank and block name, most time first")]
+    findings: list[Finding]
+
+
+def log_blocks_payload(r: LogBlocksResult, findings: list[Finding]) -> LogBlocksPayload:
     """``blocks[]``: per rank and name ``total_ns``, ``share``, ``p50_ns`` (p90, p99), ``sync_mode``
     and the rest of LogBlocksCol; ``unit`` (chunk, step or capture) and ``basis`` (gpu or host)
     say what a value is per and of."""

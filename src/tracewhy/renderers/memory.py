@@ -4,26 +4,130 @@ as rich tables and as the ``--json`` payload."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Annotated, Final, Literal, TypedDict
 
-from tracewhy.analyses.memory import DeviceMemory, MemoryResult, OpMemCol, TimelineResult
-from tracewhy.analyses.memory_snapshot import LiveCol, OomCol, SnapshotDevice, SnapshotResult
+from tracewhy.analyses.memory import CHURN_SCHEMA, TOP_OPS_SCHEMA, DeviceMemory, MemoryResult, OpMemCol, TimelineResult
+from tracewhy.analyses.memory_snapshot import (
+    LIVE_SCHEMA,
+    OOMS_SCHEMA,
+    LiveCol,
+    OomCol,
+    SnapshotDevice,
+    SnapshotResult,
+)
 from tracewhy.findings.model import Finding
 from tracewhy.renderers.layout import FitTable, Layout, label, name, number, step
 from tracewhy.units import fmt_bytes, fmt_ns, fmt_pct, printable
 
 if TYPE_CHECKING:
+    import polars as pl
     from rich.console import RenderableType
 
+    from tracewhy.renderers.json_schema import rows
 
-def memory_payload(r: MemoryResult, findings: list[Finding]) -> dict[str, Any]:
+
+class DeviceMemoryJson(TypedDict):
+    """One device's memory from a profile_memory trace: the peak of the allocator's own totals,
+    what was open then, the ledger at it and the churn per step."""
+
+    device: str
+    events: int
+    peak_allocated_bytes: int
+    #: Null where the events carry no Total Reserved (PyTorch < 1.10).
+    peak_reserved_bytes: int | None
+    reserved_at_peak_bytes: int | None
+    #: Reserved but not allocated at the peak.
+    slack_at_peak_bytes: int | None
+    peak_ts_ns: int
+    peak_step: str | None
+    #: The outermost CPU op open at the peak.
+    peak_op: str | None
+    peak_innermost_op: str | None
+    peak_annotation: str | None
+    #: Innermost first; empty without with_stack.
+    peak_python_stack: list[str]
+    #: Bytes live at the peak per category.
+    ledger: dict[str, int]
+    #: Least-squares slope of allocated-at-end over the steady steps.
+    growth_bytes_per_step: float | None
+    allocated_source: str
+    steps: Annotated[pl.DataFrame, rows(CHURN_SCHEMA, "one row per step window, in time order")]
+
+
+class MemoryPayload(TypedDict):
+    """``memory`` on a profile_memory trace: per device the peak, its context and ledger, and the
+    ops that allocate most."""
+
+    input: Literal["trace"]
+    #: "inferred": the ledger's categories come from where blocks were allocated.
+    ledger_source: str
+    note: str | None
+    devices: list[DeviceMemoryJson]
+    top_ops: Annotated[pl.DataFrame, rows(TOP_OPS_SCHEMA, "per device and outermost op, most bytes first")]
+    findings: list[Finding]
+
+
+class TimelinePayload(TypedDict):
+    """``memory`` on a memory-timeline export: the profiler's own categories at the summed peak."""
+
+    input: Literal["memory_timeline"]
+    #: The export's layout (its JSON shape).
+    layout: str
+    events: int
+    ledger_source: str
+    peak_total_bytes: int
+    peak_ts_ns: int | None
+    ledger_at_peak: dict[str, int]
+
+
+class SnapshotFrame(TypedDict):
+    filename: str
+    line: int
+    name: str
+
+
+class SnapshotDeviceJson(TypedDict):
+    """One device of an allocator snapshot: the replayed peak over the recorded window, the live
+    blocks at it, and the final state's fragmentation."""
+
+    #: "cuda:N".
+    device: str
+    events: int
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    reserved_at_peak_bytes: int
+    #: The trace entry after which allocated peaked; null: before the window.
+    peak_seq: int | None
+    peak_ts_ns: int | None
+    peak_frames: list[SnapshotFrame]
+    live_at_peak: Annotated[pl.DataFrame, rows(LIVE_SCHEMA, "live blocks at the peak by top user frame")]
+    final_allocated_bytes: int
+    final_reserved_bytes: int
+    segments: int
+    expandable_segments: int
+    free_in_segments_bytes: int
+    rounding_waste_bytes: int
+    largest_free_block_bytes: int
+    ooms: Annotated[pl.DataFrame, rows(OOMS_SCHEMA, "one row per recorded out-of-memory error")]
+
+
+class SnapshotPayload(TypedDict):
+    """``memory`` on a CUDA memory snapshot (read without running it)."""
+
+    input: Literal["snapshot"]
+    allocator_settings: dict[str, str | int | float | bool | None]
+    devices: list[SnapshotDeviceJson]
+    findings: list[Finding]
+
+
+def memory_payload(r: MemoryResult, findings: list[Finding]) -> MemoryPayload:
     """JSON of a profiler trace's memory: ``devices[]`` (peak, its context, ledger, per-step
     churn) and ``top_ops``; ``ledger_source`` says the ledger is inferred."""
     return {"input": "trace", "ledger_source": r.ledger_source, "note": r.note,
             "devices": [_device_payload(d) for d in r.devices], "top_ops": r.top_ops, "findings": findings}
 
 
-def _device_payload(d: DeviceMemory) -> dict[str, Any]:
+def _device_payload(d: DeviceMemory) -> DeviceMemoryJson:
     return {
         "device": d.device, "events": d.events, "peak_allocated_bytes": d.peak_allocated_bytes,
         "peak_reserved_bytes": d.peak_reserved_bytes, "reserved_at_peak_bytes": d.reserved_at_peak_bytes,
@@ -34,20 +138,20 @@ def _device_payload(d: DeviceMemory) -> dict[str, Any]:
     }
 
 
-def timeline_payload(r: TimelineResult, layout: str, events: int) -> dict[str, Any]:
+def timeline_payload(r: TimelineResult, layout: str, events: int) -> TimelinePayload:
     """JSON of a memory-timeline export: the profiler's own categories at the summed peak."""
     return {"input": "memory_timeline", "layout": layout, "events": events, "ledger_source": r.ledger_source,
             "peak_total_bytes": r.peak_total_bytes, "peak_ts_ns": r.peak_ts_ns, "ledger_at_peak": r.ledger_at_peak}
 
 
-def snapshot_payload(r: SnapshotResult, findings: list[Finding]) -> dict[str, Any]:
+def snapshot_payload(r: SnapshotResult, findings: list[Finding]) -> SnapshotPayload:
     """JSON of an allocator snapshot: per device the replayed peak, its frames, the live blocks
     at it by top user frame, the final fragmentation and OOMs; the allocator settings."""
     return {"input": "snapshot", "allocator_settings": r.allocator_settings,
             "devices": [_snapshot_device_payload(d) for d in r.devices], "findings": findings}
 
 
-def _snapshot_device_payload(d: SnapshotDevice) -> dict[str, Any]:
+def _snapshot_device_payload(d: SnapshotDevice) -> SnapshotDeviceJson:
     return {
         "device": f"cuda:{d.device}", "events": d.events, "peak_allocated_bytes": d.peak_allocated_bytes,
         "peak_reserved_bytes": d.peak_reserved_bytes, "reserved_at_peak_bytes": d.reserved_at_peak_bytes,

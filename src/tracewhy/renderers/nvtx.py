@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Annotated, Final, TypedDict
 
 from tracewhy.renderers.layout import Layout, label, name, number
 from tracewhy.units import fmt_ns, fmt_pct
 
 if TYPE_CHECKING:  # types only: importing the analyses here would load them
+    import polars as pl
     from rich.console import RenderableType
 
-    from tracewhy.analyses.nvtx_ranges import NvtxRangesResult
+    from tracewhy.analyses.nvtx_ranges import NVTX_RANGES_SCHEMA, NvtxRangesResult
+    from tracewhy.analyses.nvtx_work import Unattributed
+    from tracewhy.renderers.json_schema import rows
 
 
 def empty_note(r: NvtxRangesResult, path: str) -> str | None:
@@ -22,7 +25,23 @@ def empty_note(r: NvtxRangesResult, path: str) -> str | None:
     return f"no user annotations (record_function ranges) in {path}"
 
 
-def nvtx_payload(r: NvtxRangesResult, path: str) -> dict[str, Any]:
+class NvtxPayload(TypedDict):
+    """``nvtx``: per range name, its time as nsys nvtx_sum and its GPU projection as nvtx_gpu_proj_sum."""
+
+    #: "nvtx" (nsys input) or "user annotations" (Kineto: record_function ranges).
+    source: str
+    range_count: int
+    total_ns: int
+    ranges: Annotated[pl.DataFrame, rows(NVTX_RANGES_SCHEMA, "per (name, style), most time first")]
+    #: GPU work launched outside every range; null when there is none.
+    unattributed: Unattributed | None
+    #: GPU operations with no launching call in the trace.
+    ops_without_launch: int
+    #: Why there are no ranges; null when there are.
+    note: str | None
+
+
+def nvtx_payload(r: NvtxRangesResult, path: str) -> NvtxPayload:
     """The JSON of ``nvtx``; ``path``: the trace, named in the note of an empty result."""
     return {
         "source": r.source,

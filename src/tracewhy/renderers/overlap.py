@@ -2,19 +2,37 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Annotated, Final, TypedDict
 
 import polars as pl
 
-from tracewhy.analyses.blocks import BlockCol, BlocksResult
-from tracewhy.analyses.overlap import OverlapCol, OverlapResult
-from tracewhy.analyses.rank_compare import RanksResult
+from tracewhy.analyses.blocks import BLOCKS_SCHEMA, BlockCol, BlocksResult
+from tracewhy.analyses.overlap import (
+    OVERLAP_COLLECTIVES_SCHEMA,
+    OVERLAP_CONCURRENCY_SCHEMA,
+    OVERLAP_DEVICES_SCHEMA,
+    OVERLAP_STEADY_SCHEMA,
+    OVERLAP_STEPS_SCHEMA,
+    OVERLAP_STREAMS_SCHEMA,
+    OverlapCol,
+    OverlapResult,
+)
+from tracewhy.analyses.rank_compare import (
+    DOING_SCHEMA,
+    LATENESS_SCHEMA,
+    MATCHED_SCHEMA,
+    MISMATCHES_SCHEMA,
+    RANKS_SCHEMA,
+    RanksResult,
+)
 from tracewhy.findings.model import Finding, Severity
 from tracewhy.renderers.layout import Layout, label, name, number, step, text
 from tracewhy.units import fmt_ns, fmt_pct, indented, printable
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
+
+    from tracewhy.renderers.json_schema import rows
 
 
 def render_findings(findings: list[Finding]) -> RenderableType:
@@ -32,7 +50,25 @@ def render_findings(findings: list[Finding]) -> RenderableType:
 # --- overlap ----------------------------------------------------------------------------------
 
 
-def overlap_payload(r: OverlapResult, findings: list[Finding]) -> dict[str, Any]:
+class OverlapPayload(TypedDict):
+    """``overlap``: compute, communication (hidden and exposed), copies and idle per GPU and step."""
+
+    step_marker: str
+    steady_steps: int
+    note: str | None
+    devices: Annotated[pl.DataFrame, rows(OVERLAP_DEVICES_SCHEMA, "per device, over its whole span")]
+    steady: Annotated[pl.DataFrame, rows(OVERLAP_STEADY_SCHEMA, "per device, the mean per steady step")]
+    steps: Annotated[pl.DataFrame, rows(OVERLAP_STEPS_SCHEMA, "per device and step")]
+    collectives: Annotated[pl.DataFrame, rows(OVERLAP_COLLECTIVES_SCHEMA, "per device and collective, most exposed "
+                                                                          "first, totals over collectives_over")]
+    streams: Annotated[pl.DataFrame, rows(OVERLAP_STREAMS_SCHEMA, "per device and stream")]
+    #: What the collectives' totals cover: "N steady steps" or "the whole trace".
+    collectives_over: str
+    concurrency: Annotated[pl.DataFrame, rows(OVERLAP_CONCURRENCY_SCHEMA, "time with N streams active, per device")]
+    findings: list[Finding]
+
+
+def overlap_payload(r: OverlapResult, findings: list[Finding]) -> OverlapPayload:
     """The JSON of ``overlap``. ``steady`` rows are means per steady step; ``collectives`` rows are
     totals over ``collectives_over`` but for ``exposed_ns_per_step``."""
     return {
@@ -114,7 +150,23 @@ def _with_share(ns: float, window: float) -> str:
 # --- blocks -----------------------------------------------------------------------------------
 
 
-def blocks_payload(r: BlocksResult, findings: list[Finding]) -> dict[str, Any]:
+class BlocksPayload(TypedDict):
+    """``blocks`` on a trace: GPU time per steady step of each annotated block."""
+
+    step_marker: str
+    #: Steady steps the per-step figures are over.
+    steps: int
+    gpu_time_ns_per_step: float
+    #: Share of blocks with GPU work that a synchronize ended; null without such blocks.
+    synced_share: float | None
+    #: The synchronize calls that ended a block (each once), over the steady steps (or the whole capture).
+    ending_syncs: int
+    note: str | None
+    blocks: Annotated[pl.DataFrame, rows(BLOCKS_SCHEMA, "one row per block name, most GPU time first")]
+    findings: list[Finding]
+
+
+def blocks_payload(r: BlocksResult, findings: list[Finding]) -> BlocksPayload:
     return {
         "step_marker": r.step_marker, "steps": r.steps, "gpu_time_ns_per_step": r.gpu_time_ns_per_step,
         "synced_share": r.synced_share, "ending_syncs": r.ending_syncs, "note": r.note, "blocks": r.table,
@@ -154,7 +206,31 @@ def render_blocks(r: BlocksResult, findings: list[Finding], top: int) -> Rendera
 # --- ranks ------------------------------------------------------------------------------------
 
 
-def ranks_payload(r: RanksResult, findings: list[Finding], executor: str) -> dict[str, Any]:
+class RanksPayload(TypedDict):
+    """``ranks``: per rank step time, compute, exposed communication, idle and input; the straggler
+    and what it was doing while the others waited; collectives the ranks did not issue alike."""
+
+    #: Where the per-rank work ran (this process, a pool of N workers, a Dask scheduler).
+    executor: str
+    #: The rank the others waited for longest; null when none did.
+    straggler: int | None
+    straggler_last_share: float | None
+    straggler_wait_share: float | None
+    straggler_doing: Annotated[pl.DataFrame, rows(DOING_SCHEMA, "what the straggler's step thread was doing while "
+                                                                "the others waited")]
+    straggler_doing_window_ns_per_step: float
+    #: Steps matched across ranks (0: compared per capture).
+    steps_compared: int
+    notes: list[str]
+    ranks: Annotated[pl.DataFrame, rows(RANKS_SCHEMA, "one row per rank")]
+    matched: Annotated[pl.DataFrame, rows(MATCHED_SCHEMA, "one row per collective call matched across ranks")]
+    lateness: Annotated[pl.DataFrame, rows(LATENESS_SCHEMA, "per rank and step: what it waited, and what the "
+                                                            "others waited for it")]
+    mismatches: Annotated[pl.DataFrame, rows(MISMATCHES_SCHEMA, "collectives the ranks did not issue alike")]
+    findings: list[Finding]
+
+
+def ranks_payload(r: RanksResult, findings: list[Finding], executor: str) -> RanksPayload:
     return {
         "executor": executor, "straggler": r.straggler, "straggler_last_share": r.straggler_last_share,
         "straggler_wait_share": r.straggler_wait_share, "straggler_doing": r.doing,

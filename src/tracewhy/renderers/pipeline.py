@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Annotated, Final, TypedDict
 
 from tracewhy.analyses.pipeline import ChunkCol, Percentiles, PipelineResult
 from tracewhy.findings.model import Finding
@@ -12,7 +12,12 @@ from tracewhy.renderers.overlap import render_findings
 from tracewhy.units import fmt_ns
 
 if TYPE_CHECKING:
+    import polars as pl
     from rich.console import RenderableType
+
+    from tracewhy.analyses.pipeline import CHUNKS_SCHEMA
+    from tracewhy.renderers.json_schema import rows, times_under_ns_keys
+    from tracewhy.renderers.throughput import ThroughputChangeJson, ThroughputJson
 
 
 #: Said in every output: the reason the metrics are differences of one rank's marks.
@@ -20,16 +25,90 @@ CLOCKS_NOTE = ("each quantity is a difference of two marks on one rank's own clo
                "timestamps of different ranks are never compared (their clocks are not aligned)")
 
 
-def _pct(p: Percentiles) -> dict[str, Any]:
+class PercentilesJson(TypedDict):
+    """A metric over the steady chunks (whole nanoseconds for a ``*_ns`` metric)."""
+
+    p50: float | None
+    p90: float | None
+    p99: float | None
+    mean: float | None
+    count: int
+
+
+class PipelineStageJson(TypedDict):
+    name: str
+    #: (start mark, end mark) pairs whose durations add up to the stage's work.
+    intervals: list[list[str]]
+    #: The rank whose clock the stage is read on.
+    rank: int
+
+
+class _PipelineRun(TypedDict):
+    chunks: Annotated[pl.DataFrame, rows(CHUNKS_SCHEMA, "one row per chunk with every mark",
+                                         patterns={"_ns$": pl.Int64()})]
+    #: p50/p90/p99 of each metric (period_ns, <stage>_ns, hidden_ns, overlap_score) over the steady chunks.
+    summary: Annotated[dict[str, PercentilesJson], times_under_ns_keys(PercentilesJson)]
+    #: "overlapped", "serialized", ... (findings.pipeline).
+    verdict: str
+    critical_stage: str | None
+    #: The median OverlapScore against min_overlap: "pass" or "fail".
+    gate: str
+    overlap_score_p50: float | None
+
+
+class PipelineVs(_PipelineRun):
+    """``--vs``: configuration B, and B against A."""
+
+    comparison: str
+
+
+class PipelinePayload(_PipelineRun):
+    """``pipeline``: per chunk the period, each stage's work, the hidden time and the OverlapScore,
+    their percentiles over the steady chunks, and the verdict."""
+
+    stages: list[PipelineStageJson]
+    period_mark: str
+    period_rank: int
+    warmup_chunks: int
+    #: Chunks missing a mark, left out.
+    incomplete_chunks: list[int]
+    #: (rank, chunk, name) recorded more than once: the first was used.
+    duplicate_marks: int
+    clocks: str
+    min_overlap: float
+    statement: str
+    findings: list[Finding]
+
+
+class PipelineVsPayload(PipelinePayload):
+    """``pipeline --vs LOGS``: the same, with configuration B and the comparison."""
+
+    vs: PipelineVs
+
+
+class PipelineThroughputPayload(PipelinePayload):
+    """``pipeline --items-per-step N``: with the throughput per chunk."""
+
+    throughput: ThroughputJson | None
+
+
+class PipelineVsThroughputPayload(PipelineVsPayload):
+    """``pipeline --vs LOGS --items-per-step N``: A's and B's throughput and the change."""
+
+    throughput: ThroughputChangeJson
+
+
+def _pct(p: Percentiles) -> PercentilesJson:
     return {"p50": p.p50, "p90": p.p90, "p99": p.p99, "mean": p.mean, "count": p.count}
 
 
 def pipeline_payload(r: PipelineResult, v: PipelineVerdict, findings: list[Finding],
-                     vs: tuple[PipelineResult, PipelineVerdict, PipelineComparison] | None = None) -> dict[str, Any]:
+                     vs: tuple[PipelineResult, PipelineVerdict, PipelineComparison] | None = None
+                     ) -> PipelinePayload | PipelineVsPayload:
     """The JSON of ``pipeline``: ``chunks[]``, ``summary`` (p50/p90/p99 of each metric over the
     steady chunks), ``verdict``, ``critical_stage``, ``gate``; with ``--vs``, the same for B and the
     comparison."""
-    out: dict[str, Any] = {
+    out: PipelinePayload = {
         "stages": [{"name": s.name, "intervals": [list(i) for i in s.intervals], "rank": r.stage_ranks[s.name]}
                    for s in r.spec.stages],
         "period_mark": r.spec.period_mark, "period_rank": r.stage_ranks["period"],
@@ -39,14 +118,14 @@ def pipeline_payload(r: PipelineResult, v: PipelineVerdict, findings: list[Findi
         "verdict": v.verdict, "critical_stage": v.critical_stage, "gate": v.gate, "min_overlap": v.min_overlap,
         "overlap_score_p50": v.median_overlap_score, "statement": v.statement, "findings": findings,
     }
-    if vs is not None:
-        rb, vb, c = vs
-        out["vs"] = {
-            "chunks": rb.chunks, "summary": {k: _pct(p) for k, p in rb.summary.items()}, "verdict": vb.verdict,
-            "critical_stage": vb.critical_stage, "gate": vb.gate, "overlap_score_p50": vb.median_overlap_score,
-            "comparison": c.statement,
-        }
-    return out
+    if vs is None:
+        return out
+    rb, vb, c = vs
+    return {**out, "vs": {
+        "chunks": rb.chunks, "summary": {k: _pct(p) for k, p in rb.summary.items()}, "verdict": vb.verdict,
+        "critical_stage": vb.critical_stage, "gate": vb.gate, "overlap_score_p50": vb.median_overlap_score,
+        "comparison": c.statement,
+    }}
 
 
 def render_pipeline(r: PipelineResult, v: PipelineVerdict, findings: list[Finding], top: int,

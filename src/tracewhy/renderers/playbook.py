@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final, TypedDict
 
 from tracewhy.findings.playbook import Answer
 from tracewhy.renderers.layout import Layout, text
@@ -11,7 +11,24 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
 
-def which_payload(words: list[str], found: list[Answer]) -> dict[str, Any]:
+class WhichAnswer(TypedDict):
+    symptom: str
+    #: The tool to run first.
+    tool: str
+    #: The exact capture command (or code) to run.
+    capture: str
+    look_for: str
+
+
+class WhichPayload(TypedDict):
+    """``which``: the first tool to run for a symptom, with the capture command and what to look for."""
+
+    #: The symptom's words, as given ("" for the whole table).
+    asked: str
+    answers: list[WhichAnswer]
+
+
+def which_payload(words: list[str], found: list[Answer]) -> WhichPayload:
     return {
         "asked": " ".join(words),
         "answers": [{"symptom": a.symptom, "tool": a.tool, "capture": a.capture, "look_for": a.look_for}

@@ -5,14 +5,18 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypedDict
 
 import polars as pl
 
+from tracewhy.analyses.roofline import RULES_SCHEMA, STALLS_SCHEMA
 from tracewhy.findings.roofline import (
     COMPUTE_BOUND,
+    KERNEL_VERDICTS_SCHEMA,
     LATENCY_BOUND,
+    LAUNCH_VERDICTS_SCHEMA,
     MEMORY_BOUND,
+    OP_ROOFLINE_SCHEMA,
     UNKNOWN,
     NcuRooflineResult,
     OpRooflineResult,
@@ -26,6 +30,116 @@ from tracewhy.units import fmt_ns, fmt_pct
 if TYPE_CHECKING:
     from rich.console import RenderableType
     from rich.text import Text
+
+    from tracewhy.renderers.json_schema import rows
+
+#: The columns of the ncu roofline's points, of the launch table.
+NCU_POINT_COLUMNS: Final = ("launch_id", "name", "dur_ns", "bound", "precision", "arithmetic_intensity", "flop_per_s",
+                            "dram_bytes_per_s")
+#: The columns of the shape roofline's points and of its ops furthest below their roof, of the op table.
+OP_POINT_COLUMNS: Final = ("name", "input_dims", "dtype", "precision", "gpu_ns", "bound", "arithmetic_intensity",
+                           "flop_per_s", "bytes_per_s")
+FURTHEST_COLUMNS: Final = ("name", "input_dims", "dtype", "gpu_ns", "roof_ns", "lost_ns", "roof_fraction", "bound")
+
+
+def _of(schema: pl.Schema, columns: tuple[str, ...]) -> pl.Schema:
+    """The part of a declared table's schema that a payload selects."""
+    return pl.Schema({c: schema[c] for c in columns})
+
+
+class NcuReportInfo(TypedDict):
+    path: str
+    #: How the report was read: ncu-rep, csv-details, csv-raw, ...
+    format: str
+    tool_version: str | None
+    device: str | None
+    #: Whether ncu locked the clocks (its default); null where it does not say.
+    clocks_locked: bool | None
+
+
+class NcuCeilings(TypedDict):
+    """The roofs: peak FLOP/s per precision and DRAM bytes/s, and where they came from."""
+
+    flop_per_s: dict[str, float]
+    dram_bytes_per_s: float | None
+    source: str
+
+
+class NcuRoofline(TypedDict):
+    """The points and ceilings of a roofline plot."""
+
+    x: str
+    y: str
+    ceilings: NcuCeilings
+    points: Annotated[pl.DataFrame, rows(_of(LAUNCH_VERDICTS_SCHEMA, NCU_POINT_COLUMNS),
+                                         "one point per launch with an arithmetic intensity")]
+
+
+class NcuPayload(TypedDict):
+    """``roofline`` on an Nsight Compute report: per kernel and launch, the bound and why."""
+
+    source: Literal["ncu"]
+    report: NcuReportInfo
+    kernels: Annotated[pl.DataFrame, rows(KERNEL_VERDICTS_SCHEMA, "per kernel name, most time first")]
+    launches: Annotated[pl.DataFrame, rows(LAUNCH_VERDICTS_SCHEMA, "per launch, longest first")]
+    rules: Annotated[pl.DataFrame, rows(RULES_SCHEMA, "ncu's rule messages per launch")]
+    stalls: Annotated[pl.DataFrame, rows(STALLS_SCHEMA, "warp stall reasons per launch")]
+    roofline: NcuRoofline
+    notes: list[str]
+
+
+class NcuRunsInfo(TypedDict):
+    path: str
+    runs: int
+
+
+class NcuRunPayload(NcuPayload):
+    """One ncu run of a file that holds several."""
+
+    run: int
+    #: The 1-based line of the run's header in the file.
+    header_line: int | None
+    #: Added to the run's own launch IDs to give the file-wide launch_id.
+    launch_id_offset: int
+
+
+class NcuRunsPayload(TypedDict):
+    """``roofline`` on a CSV that holds several ncu runs: each run's roofline."""
+
+    source: Literal["ncu"]
+    report: NcuRunsInfo
+    runs: list[NcuRunPayload]
+
+
+class OpCeilings(TypedDict):
+    device: str
+    source: str
+    flop_per_s: dict[str, float]
+    dram_bytes_per_s: float
+
+
+class OpRoofline(TypedDict):
+    x: str
+    y: str
+    #: Null without peaks for the device.
+    ceilings: OpCeilings | None
+    points: Annotated[pl.DataFrame, rows(_of(OP_ROOFLINE_SCHEMA, OP_POINT_COLUMNS),
+                                         "one point per op and shapes with an arithmetic intensity")]
+
+
+class OpRooflinePayload(TypedDict):
+    """``roofline`` on a trace with input shapes: a first roofline of each operator."""
+
+    source: Literal["shapes"]
+    device: str | None
+    gpu_time_ns: int
+    #: GPU time of the ops with an estimate.
+    covered_ns: int
+    ops: Annotated[pl.DataFrame, rows(OP_ROOFLINE_SCHEMA, "per op name, shapes and dtype, most GPU time first")]
+    furthest_below_roof: Annotated[pl.DataFrame, rows(_of(OP_ROOFLINE_SCHEMA, FURTHEST_COLUMNS),
+                                                      "the 20 ops that lose most time against their roof")]
+    roofline: OpRoofline
+    notes: list[str]
 
 
 _BOUND_STYLE = {MEMORY_BOUND: "cyan", COMPUTE_BOUND: "magenta", LATENCY_BOUND: "yellow", UNKNOWN: "dim"}
@@ -226,11 +340,9 @@ def render_op_roofline(r: OpRooflineResult, top: int) -> RenderableType:
     return Group(*parts)
 
 
-def ncu_payload(r: NcuRooflineResult) -> dict[str, Any]:
+def ncu_payload(r: NcuRooflineResult) -> NcuPayload:
     """JSON body for an ncu roofline: tables, and points and ceilings ready to plot."""
-    points = r.launches.filter(pl.col("arithmetic_intensity").is_not_null()).select(
-        "launch_id", "name", "dur_ns", "bound", "precision", "arithmetic_intensity", "flop_per_s",
-        "dram_bytes_per_s")
+    points = r.launches.filter(pl.col("arithmetic_intensity").is_not_null()).select(NCU_POINT_COLUMNS)
     return {
         "source": "ncu",
         "report": {"path": r.path, "format": r.format, "tool_version": r.tool_version,
@@ -249,7 +361,7 @@ def ncu_payload(r: NcuRooflineResult) -> dict[str, Any]:
     }
 
 
-def ncu_runs_payload(path: str, runs: list[tuple[NcuRun, NcuRooflineResult]]) -> dict[str, Any]:
+def ncu_runs_payload(path: str, runs: list[tuple[NcuRun, NcuRooflineResult]]) -> NcuRunsPayload:
     """JSON body for a file of several ncu runs: one ncu_payload per run, under ``runs``.
 
     A run's tables carry ncu's own launch IDs; ``launch_id_offset`` maps them to the file-wide
@@ -263,11 +375,9 @@ def ncu_runs_payload(path: str, runs: list[tuple[NcuRun, NcuRooflineResult]]) ->
     }
 
 
-def op_roofline_payload(r: OpRooflineResult) -> dict[str, Any]:
+def op_roofline_payload(r: OpRooflineResult) -> OpRooflinePayload:
     """JSON body for the shape-based roofline."""
-    points = r.ops.filter(pl.col("arithmetic_intensity").is_not_null()).select(
-        "name", "input_dims", "dtype", "precision", "gpu_ns", "bound", "arithmetic_intensity",
-        "flop_per_s", "bytes_per_s")
+    points = r.ops.filter(pl.col("arithmetic_intensity").is_not_null()).select(OP_POINT_COLUMNS)
     peaks = r.peaks
     return {
         "source": "shapes",
@@ -276,7 +386,7 @@ def op_roofline_payload(r: OpRooflineResult) -> dict[str, Any]:
         "covered_ns": r.covered_ns,
         "ops": r.ops,
         "furthest_below_roof": r.ops.filter(pl.col("lost_ns").is_not_null()).sort("lost_ns", descending=True)
-        .head(20).select("name", "input_dims", "dtype", "gpu_ns", "roof_ns", "lost_ns", "roof_fraction", "bound"),
+        .head(20).select(FURTHEST_COLUMNS),
         "roofline": {
             "x": "arithmetic_intensity (FLOP per minimum byte)", "y": "flop_per_s",
             "ceilings": None if peaks is None else {

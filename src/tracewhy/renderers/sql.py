@@ -4,7 +4,7 @@ the queries see, and the tables as Parquet for ``export --parquet``."""
 from __future__ import annotations
 
 import io
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
 import msgspec
 import polars as pl
@@ -18,6 +18,8 @@ from tracewhy.units import printable
 if TYPE_CHECKING:
     from rich.console import RenderableType
     from rich.text import Text
+
+    from tracewhy.renderers.json_schema import free_rows
 
 
 def findings_table(findings: list[Finding]) -> pl.DataFrame:
@@ -35,7 +37,25 @@ def findings_table(findings: list[Finding]) -> pl.DataFrame:
     )
 
 
-def sql_payload(r: SqlResult) -> dict[str, Any]:
+class SqlColumn(TypedDict):
+    name: str
+    #: DuckDB's type of the column (BIGINT, VARCHAR, DOUBLE, ...).
+    type: str
+
+
+class SqlPayload(TypedDict):
+    """``sql``: the query, the tables it read, its columns and every row."""
+
+    query: str
+    tables: list[str]
+    columns: list[SqlColumn]
+    row_count: int
+    #: The rows are the query's: a column's name and type are the query's, so an average the
+    #: query names ``mean_ns`` is not rounded by tracewhy.
+    rows: Annotated[pl.DataFrame, free_rows("every row, an object keyed by column name")]
+
+
+def sql_payload(r: SqlResult) -> SqlPayload:
     """The JSON of ``sql``: the query, the tables it read, each column's name and DuckDB type,
     and every row as an object keyed by column name."""
     return {

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Annotated, Final, TypedDict
 
 from tracewhy.renderers.layout import Layout, label, name, number, step, text
 from tracewhy.units import fmt_bytes, fmt_ns, fmt_pct, printable
@@ -12,13 +12,22 @@ if TYPE_CHECKING:  # types only: importing the analyses here would load every on
     import polars as pl
     from rich.console import RenderableType
 
-    from tracewhy.analyses.info import InfoResult
-    from tracewhy.analyses.kernels import KernelsResult
-    from tracewhy.analyses.ops import OpsResult
-    from tracewhy.analyses.steps import StepsResult
+    from tracewhy.analyses.info import InfoDevice, InfoResult
+    from tracewhy.analyses.kernels import KERNELS_BY_FAMILY_SCHEMA, KERNELS_BY_NAME_SCHEMA, KernelsResult
+    from tracewhy.analyses.ops import OPS_BY_SHAPES_SCHEMA, OPS_SCHEMA, OpsResult
+    from tracewhy.analyses.steps import STEPS_SCHEMA, StepsResult, StepStats
+    from tracewhy.findings.roofline import NCU_JOIN_SCHEMA
+    from tracewhy.renderers.json_schema import rows
+    from tracewhy.renderers.throughput import ThroughputJson
 
 
-def info_payload(r: InfoResult) -> dict[str, Any]:
+class InfoPayload(TypedDict):
+    """``info``: what the trace is."""
+
+    info: InfoResult
+
+
+def info_payload(r: InfoResult) -> InfoPayload:
     """The JSON of ``info``."""
     return {"info": r}
 
@@ -60,7 +69,7 @@ def render_info(r: InfoResult) -> RenderableType:
     return Group(*parts)
 
 
-def _device_line(d: dict[str, Any], fmt: str) -> str:
+def _device_line(d: InfoDevice, fmt: str) -> str:
     """Name, compute capability and memory of a device, or why the file does not say them (an
     nsys export without a TARGET_INFO_GPU table printed ``? -``)."""
     cc = f"sm_{d['compute_major']}{d['compute_minor']}" if d["compute_major"] is not None else ""
@@ -75,7 +84,26 @@ def _device_line(d: dict[str, Any], fmt: str) -> str:
     return f"used, but not described: {where}"
 
 
-def kernels_payload(r: KernelsResult, joined: pl.DataFrame | None = None) -> dict[str, Any]:
+class _KernelsTotals(TypedDict):
+    total_count: int
+    total_time_ns: int
+    families: Annotated[pl.DataFrame, rows(KERNELS_BY_FAMILY_SCHEMA, "kernel time per family, largest first")]
+
+
+class KernelsPayload(_KernelsTotals):
+    """``kernels``: kernel time per name and family, largest first."""
+
+    kernels: Annotated[pl.DataFrame, rows(KERNELS_BY_NAME_SCHEMA, "kernel time per name, largest first")]
+
+
+class KernelsNcuPayload(_KernelsTotals):
+    """``kernels --ncu REPORT``: the same, each name with the Nsight Compute verdict of that kernel."""
+
+    kernels: Annotated[pl.DataFrame, rows({**KERNELS_BY_NAME_SCHEMA, **NCU_JOIN_SCHEMA},
+                                          "kernel time per name, with ncu's verdict where the name matched")]
+
+
+def kernels_payload(r: KernelsResult, joined: pl.DataFrame | None = None) -> KernelsPayload | KernelsNcuPayload:
     """The JSON of ``kernels``; ``joined``: the kernel table with Nsight Compute verdicts (--ncu)."""
     return {
         "total_count": r.total_count,
@@ -112,7 +140,27 @@ def render_kernels(r: KernelsResult, top: int) -> RenderableType:
     return Group(t, f)
 
 
-def ops_payload(r: OpsResult) -> dict[str, Any]:
+class _OpsTotals(TypedDict):
+    #: The column the rows are in order of (largest first).
+    sort_by: str
+    gpu_time_ns: int
+    #: GPU time launched outside any op.
+    gpu_unattributed_ns: int
+
+
+class OpsPayload(_OpsTotals):
+    """``ops``: per operator, calls, CPU total and self time, and the GPU time it launched."""
+
+    ops: Annotated[pl.DataFrame, rows(OPS_SCHEMA, "one row per operator")]
+
+
+class OpsByShapesPayload(_OpsTotals):
+    """``ops --shapes``: the same per operator and input shapes."""
+
+    ops: Annotated[pl.DataFrame, rows(OPS_BY_SHAPES_SCHEMA, "one row per operator and input shapes")]
+
+
+def ops_payload(r: OpsResult) -> OpsPayload | OpsByShapesPayload:
     """The JSON of ``ops``."""
     return {"sort_by": r.sort_by, "gpu_time_ns": r.gpu_time_ns, "gpu_unattributed_ns": r.gpu_unattributed_ns,
             "ops": r.table}
@@ -139,7 +187,27 @@ def render_ops(r: OpsResult, top: int) -> RenderableType:
     return t
 
 
-def steps_payload(r: StepsResult) -> dict[str, Any]:
+class StepsPayload(TypedDict):
+    """``steps``: every step in time order, and the statistics of the steady steps' durations."""
+
+    #: The annotation that marks a step (ProfilerStep, or --step NAME).
+    marker: str
+    #: Leading steps excluded as warm-up, and why.
+    warmup: int
+    warmup_reason: str
+    #: Over the steady steps' durations, named by statistic; null without steady steps.
+    stats: StepStats | None
+    note: str | None
+    steps: Annotated[pl.DataFrame, rows(STEPS_SCHEMA, "one row per step, in time order")]
+
+
+class StepsThroughputPayload(StepsPayload, total=False):
+    """``steps --items-per-step N``: the same, with the throughput at the steady step times."""
+
+    throughput: ThroughputJson | None
+
+
+def steps_payload(r: StepsResult) -> StepsPayload:
     """The JSON of ``steps``: ``stats`` are over the steady steps' durations, named by statistic."""
     return {"marker": r.marker, "warmup": r.warmup, "warmup_reason": r.warmup_reason, "stats": r.stats,
             "note": r.note, "steps": r.table}

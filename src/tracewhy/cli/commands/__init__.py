@@ -15,7 +15,7 @@ COMMAND_MODULES: dict[str, str] = {
     name: f"tracewhy.cli.commands.{name}"
     for name in ("diagnose", "gaps", "info", "ops", "lines", "kernels", "nvtx", "steps", "overlap", "blocks", "ranks",
                  "roofline", "memory", "pipeline", "compile", "diff", "check", "sql", "export", "report", "which",
-                 "capture")
+                 "capture", "schema")
 }
 COMMAND_MODULES["critical-path"] = "tracewhy.cli.commands.critical_path"  # a hyphen cannot name a module
 

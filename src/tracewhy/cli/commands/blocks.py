@@ -9,8 +9,8 @@ from tracewhy.cli.base import Command, add_output_options, emit, load_trace, pos
 from tracewhy.errors import UsageError
 from tracewhy.findings.blocks import attribution, log_attribution, log_synchronized, synchronized_blocks
 from tracewhy.readers.registry import InputKind, detect, read_stage_logs
-from tracewhy.renderers.log_blocks import log_blocks_payload, render_log_blocks
-from tracewhy.renderers.overlap import blocks_payload, render_blocks
+from tracewhy.renderers.log_blocks import LogBlocksPayload, log_blocks_payload, render_log_blocks
+from tracewhy.renderers.overlap import BlocksPayload, blocks_payload, render_blocks
 
 
 class BlocksCommand(Command):
@@ -26,6 +26,7 @@ class BlocksCommand(Command):
     """
 
     name = "blocks"
+    json_payloads = (BlocksPayload, LogBlocksPayload)
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         add_output_options(parser, top=30)

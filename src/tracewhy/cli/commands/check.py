@@ -11,7 +11,7 @@ from tracewhy.cli.base import Command, emit, flush_warnings, load_trace, positiv
 from tracewhy.cli.throughput import add_throughput_options, throughput_options
 from tracewhy.errors import UsageError
 from tracewhy.findings.check import METRICS, CheckOptions, Limit, check, parse_limit
-from tracewhy.renderers.check import check_lines, check_payload
+from tracewhy.renderers.check import CheckPayload, check_lines, check_payload
 
 #: Exit code when a threshold is violated (tracewhy.cli documents the codes).
 EXIT_VIOLATION = 1
@@ -28,6 +28,7 @@ class CheckCommand(Command):
     """
 
     name = "check"
+    json_payloads = (CheckPayload,)
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--json", action="store_true", help="print versioned JSON instead of lines")

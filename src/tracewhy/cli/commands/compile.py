@@ -8,7 +8,7 @@ from tracewhy.analyses.steps import StepsOptions, steps
 from tracewhy.cli.base import Command, add_output_options, emit, load_trace, positive_int, warn
 from tracewhy.findings.compile import compile_findings
 from tracewhy.readers.registry import read_compile_logs
-from tracewhy.renderers.compile import compile_payload, render_compile
+from tracewhy.renderers.compile import CompileLogsPayload, CompilePayload, compile_payload, render_compile
 
 
 class CompileCommand(Command):
@@ -17,6 +17,7 @@ class CompileCommand(Command):
     TORCH_LOGS="graph_breaks,recompiles" capture."""
 
     name = "compile"
+    json_payloads = (CompilePayload, CompileLogsPayload)
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         add_output_options(parser, top=50)

@@ -5,7 +5,7 @@ import argparse
 from tracewhy.analyses.critical_path import CriticalPathOptions, critical_path
 from tracewhy.cli.base import Command, add_output_options, emit, load_trace, positive_int
 from tracewhy.errors import UsageError
-from tracewhy.renderers.critical_path import critical_path_payload, render_critical_path
+from tracewhy.renderers.critical_path import CriticalPathPayload, critical_path_payload, render_critical_path
 
 
 class CriticalPathCommand(Command):
@@ -13,6 +13,7 @@ class CriticalPathCommand(Command):
     communication, copies, syncs, idle), what lies on it, and what removing each item would save."""
 
     name = "critical-path"
+    json_payloads = (CriticalPathPayload,)
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         add_output_options(parser)

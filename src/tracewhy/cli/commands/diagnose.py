@@ -9,7 +9,7 @@ from tracewhy.cli.base import Command, add_output_options, emit, load_trace, pos
 from tracewhy.cli.throughput import add_throughput_options, throughput_options
 from tracewhy.findings.context import DiagnoseOptions
 from tracewhy.findings.diagnose import diagnose
-from tracewhy.renderers.diagnose import diagnose_payload, render_diagnose
+from tracewhy.renderers.diagnose import DiagnoseThroughputPayload, diagnose_payload, render_diagnose
 from tracewhy.renderers.throughput import with_throughput
 
 if TYPE_CHECKING:
@@ -20,6 +20,7 @@ class DiagnoseCommand(Command):
     """Ranked findings: why this job is slower than it should be, each with evidence and the next step."""
 
     name = "diagnose"
+    json_payloads = (DiagnoseThroughputPayload,)
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         add_output_options(parser, top=None)

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
+from typing import Any
 
 from tracewhy.analyses.diff import DiffOptions
 from tracewhy.analyses.throughput import from_durations
@@ -8,7 +10,7 @@ from tracewhy.cli.base import Command, add_output_options, emit, load_trace, pos
 from tracewhy.cli.throughput import add_throughput_options, throughput_options
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.compare import compare
-from tracewhy.renderers.compare import comparison_payload, render_comparison
+from tracewhy.renderers.compare import DiffPayload, DiffThroughputPayload, comparison_payload, render_comparison
 from tracewhy.renderers.throughput import with_throughput_change
 
 
@@ -22,6 +24,7 @@ class DiffCommand(Command):
     """
 
     name = "diff"
+    json_payloads = (DiffPayload, DiffThroughputPayload)
     takes_trace = False
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
@@ -37,6 +40,7 @@ class DiffCommand(Command):
         options = DiffOptions(step_marker=args.step, warmup=args.warmup, confidence=th.DIFF_CONFIDENCE)
         rate = throughput_options(args)
         c = compare(load_trace(args.a), load_trace(args.b), options)
+        payload: Mapping[str, Any]
         payload, view = comparison_payload(c), lambda: render_comparison(c, args.top)
         if rate is not None:
             a, b = (from_durations(d, rate) for d in (c.diff.a_step_durations_ns, c.diff.b_step_durations_ns))

@@ -6,13 +6,14 @@ from tracewhy.analyses.gaps import CLASSES, GapsOptions, gaps
 from tracewhy.analyses.steps import StepsOptions, steps
 from tracewhy.cli.base import Command, add_output_options, emit, load_trace, positive_int
 from tracewhy.model.schema import Col
-from tracewhy.renderers.diagnose import gap_rows, gaps_payload, render_gaps
+from tracewhy.renderers.diagnose import GapsPayload, gap_rows, gaps_payload, render_gaps
 
 
 class GapsCommand(Command):
     """The largest GPU idle gaps, each with its class and what the host was doing at that moment."""
 
     name = "gaps"
+    json_payloads = (GapsPayload,)
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         add_output_options(parser)

@@ -4,13 +4,14 @@ import argparse
 
 from tracewhy.analyses.info import info
 from tracewhy.cli.base import Command, add_output_options, emit, load_trace
-from tracewhy.renderers.terminal import info_payload, render_info
+from tracewhy.renderers.terminal import InfoPayload, info_payload, render_info
 
 
 class InfoCommand(Command):
     """What a trace is: format, versions, devices, rank, capture options, event counts, steps, span."""
 
     name = "info"
+    json_payloads = (InfoPayload,)
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         add_output_options(parser, top=None)

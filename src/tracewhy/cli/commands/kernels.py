@@ -5,13 +5,14 @@ from pathlib import Path
 
 from tracewhy.analyses.kernels import KERNELS_NEED, kernels
 from tracewhy.cli.base import Command, add_output_options, emit, load_trace, warn
-from tracewhy.renderers.terminal import kernels_payload, render_kernels
+from tracewhy.renderers.terminal import KernelsNcuPayload, KernelsPayload, kernels_payload, render_kernels
 
 
 class KernelsCommand(Command):
     """GPU kernel time per kernel name and per family (GEMM, attention, communication, ...)."""
 
     name = "kernels"
+    json_payloads = (KernelsPayload, KernelsNcuPayload)
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         add_output_options(parser)

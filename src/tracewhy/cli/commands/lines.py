@@ -10,7 +10,15 @@ from tracewhy.analyses.lines import SORT_KEYS, LinesOptions, lines
 from tracewhy.analyses.steps import StepsOptions, steps
 from tracewhy.cli.base import Command, add_output_options, emit, load_trace, positive_int
 from tracewhy.cli.output import STDOUT, refuse_overwrite, refuse_special_output, write_output
-from tracewhy.renderers.lines import WEIGHTS, folded_stacks, lines_payload, render_lines, speedscope_profile
+from tracewhy.errors import UsageError
+from tracewhy.renderers.lines import (
+    WEIGHTS,
+    LinesPayload,
+    folded_stacks,
+    lines_payload,
+    render_lines,
+    speedscope_profile,
+)
 
 
 class LinesCommand(Command):
@@ -26,6 +34,7 @@ class LinesCommand(Command):
     """
 
     name = "lines"
+    json_payloads = (LinesPayload,)
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         add_output_options(parser)
@@ -42,6 +51,8 @@ class LinesCommand(Command):
                             help="steps to exclude as warm-up (default: a first step #0 or outlier)")
 
     def run(self, args: argparse.Namespace) -> int:
+        if args.json and STDOUT in (args.flame, args.speedscope):
+            raise UsageError("a profile on standard output (-) and --json: choose one")
         outputs = [Path(p) for p in (args.flame, args.speedscope) if p is not None]
         for out in outputs:  # before the work, not after it
             refuse_overwrite(out, Path(args.trace))

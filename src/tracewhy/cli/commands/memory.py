@@ -9,6 +9,9 @@ from tracewhy.cli.base import Command, add_output_options, emit, load_trace, pos
 from tracewhy.findings.memory import memory_findings, snapshot_findings
 from tracewhy.readers.registry import InputKind, detect, read_memory_snapshot, read_memory_timeline
 from tracewhy.renderers.memory import (
+    MemoryPayload,
+    SnapshotPayload,
+    TimelinePayload,
     memory_payload,
     render_memory,
     render_snapshot,
@@ -24,6 +27,7 @@ class MemoryCommand(Command):
     CUDA memory snapshot (pickle, read without running it)."""
 
     name = "memory"
+    json_payloads = (MemoryPayload, TimelinePayload, SnapshotPayload)
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         add_output_options(parser, top=15)

@@ -5,7 +5,7 @@ import sys
 
 from tracewhy.analyses.nvtx_ranges import nvtx_ranges
 from tracewhy.cli.base import Command, add_output_options, emit, load_trace
-from tracewhy.renderers.nvtx import empty_note, nvtx_payload, render_nvtx
+from tracewhy.renderers.nvtx import NvtxPayload, empty_note, nvtx_payload, render_nvtx
 
 
 class NvtxCommand(Command):
@@ -15,6 +15,7 @@ class NvtxCommand(Command):
     """
 
     name = "nvtx"
+    json_payloads = (NvtxPayload,)
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         add_output_options(parser)

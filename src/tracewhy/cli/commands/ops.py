@@ -4,13 +4,14 @@ import argparse
 
 from tracewhy.analyses.ops import SORT_KEYS, OpsOptions, ops
 from tracewhy.cli.base import Command, add_output_options, emit, load_trace
-from tracewhy.renderers.terminal import ops_payload, render_ops
+from tracewhy.renderers.terminal import OpsByShapesPayload, OpsPayload, ops_payload, render_ops
 
 
 class OpsCommand(Command):
     """Per operator: calls, CPU total and self time, GPU time of the work it launched."""
 
     name = "ops"
+    json_payloads = (OpsPayload, OpsByShapesPayload)
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         add_output_options(parser)

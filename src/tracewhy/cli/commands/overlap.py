@@ -5,7 +5,7 @@ import argparse
 from tracewhy.analyses.overlap import OverlapOptions, overlap
 from tracewhy.cli.base import Command, add_output_options, emit, load_trace, positive_int
 from tracewhy.findings.overlap import exposed_comm_findings
-from tracewhy.renderers.overlap import overlap_payload, render_overlap
+from tracewhy.renderers.overlap import OverlapPayload, overlap_payload, render_overlap
 
 
 class OverlapCommand(Command):
@@ -16,6 +16,7 @@ class OverlapCommand(Command):
     """
 
     name = "overlap"
+    json_payloads = (OverlapPayload,)
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         add_output_options(parser)

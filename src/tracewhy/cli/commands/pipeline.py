@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from tracewhy.analyses.pipeline import (
     DEFAULT_SPEC,
@@ -18,7 +20,14 @@ from tracewhy.cli.throughput import add_throughput_options, throughput_options
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.pipeline import FAIL, compare, judge
 from tracewhy.readers.registry import read_stage_logs
-from tracewhy.renderers.pipeline import pipeline_payload, render_pipeline
+from tracewhy.renderers.pipeline import (
+    PipelinePayload,
+    PipelineThroughputPayload,
+    PipelineVsPayload,
+    PipelineVsThroughputPayload,
+    pipeline_payload,
+    render_pipeline,
+)
 from tracewhy.renderers.throughput import with_throughput, with_throughput_change
 
 
@@ -31,6 +40,7 @@ class PipelineCommand(Command):
     """
 
     name = "pipeline"
+    json_payloads = (PipelinePayload, PipelineVsPayload, PipelineThroughputPayload, PipelineVsThroughputPayload)
     takes_trace = False
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
@@ -62,6 +72,7 @@ class PipelineCommand(Command):
             rb = pipeline(log_b, spec, args.warmup)
             vb, _ = judge(rb, args.min_overlap)
             vs = (rb, vb, compare(r, rb))
+        payload: Mapping[str, Any]
         payload, view = pipeline_payload(r, v, findings, vs), lambda: render_pipeline(r, v, findings, args.top, vs)
         if rate is not None and vs is not None:
             payload, view = with_throughput_change(payload, view, rate, _per_chunk(r, rate), _per_chunk(vs[0], rate),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tracewhy.analyses.ranks import RanksOptions
 from tracewhy.cli.base import Command, add_output_options, emit, positive_int, shows_progress, warn
-from tracewhy.renderers.overlap import ranks_payload, render_ranks
+from tracewhy.renderers.overlap import RanksPayload, ranks_payload, render_ranks
 from tracewhy.reports.ranks import IN_PROCESS_MAX_BYTES, ranks_report, trace_files
 from tracewhy.units import printable
 
@@ -25,6 +25,7 @@ class RanksCommand(Command):
     """
 
     name = "ranks"
+    json_payloads = (RanksPayload,)
     takes_trace = False
 
     def configure(self, parser: argparse.ArgumentParser) -> None:

@@ -3,7 +3,6 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 from tracewhy.analyses.memory import analyze_timeline
 from tracewhy.cli.base import Command, emit, load_trace, positive_int, warn, warnings_so_far
@@ -14,6 +13,10 @@ from tracewhy.findings.overview import overview
 from tracewhy.findings.roofline import roofline
 from tracewhy.readers.registry import InputKind, detect, read_kernel_metrics, read_memory_timeline
 from tracewhy.renderers.html import (
+    NcuReportPayload,
+    RanksReportPayload,
+    ReportPayload,
+    TimelineReportPayload,
     memory_timeline_report_payload,
     ncu_report_payload,
     overview_payload,
@@ -40,6 +43,7 @@ class ReportCommand(Command):
     """
 
     name = "report"
+    json_payloads = (ReportPayload, RanksReportPayload, NcuReportPayload, TimelineReportPayload)
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("-o", "--output", metavar="FILE", help="the HTML file to write (- for standard output)")
@@ -64,7 +68,8 @@ class ReportCommand(Command):
         sys.stderr.write(f"wrote {out} ({len(html):,} bytes, {len(payload['findings'])} findings)\n")
         return 0
 
-    def _payload(self, args: argparse.Namespace) -> dict[str, Any]:
+    def _payload(self, args: argparse.Namespace
+                 ) -> ReportPayload | RanksReportPayload | NcuReportPayload | TimelineReportPayload:
         path = Path(args.trace)
         if path.is_dir():  # one trace per rank (the ranks modules are imported for this case only)
             from tracewhy.analyses.ranks import RanksOptions

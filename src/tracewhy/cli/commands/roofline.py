@@ -10,6 +10,9 @@ from tracewhy.errors import TraceError
 from tracewhy.findings.roofline import op_roofline, roofline
 from tracewhy.readers.registry import InputKind, detect, read_kernel_metrics, suffixes
 from tracewhy.renderers.roofline import (
+    NcuPayload,
+    NcuRunsPayload,
+    OpRooflinePayload,
     ncu_payload,
     ncu_runs_payload,
     op_roofline_payload,
@@ -31,6 +34,7 @@ class RooflineCommand(Command):
     """
 
     name = "roofline"
+    json_payloads = (NcuPayload, NcuRunsPayload, OpRooflinePayload)
     takes_trace = False
 
     def configure(self, parser: argparse.ArgumentParser) -> None:

@@ -12,7 +12,7 @@ from tracewhy.cli.base import Command, add_output_options, emit, flush_warnings,
 from tracewhy.cli.output import refuse_overwrite, write_output
 from tracewhy.errors import UsageError
 from tracewhy.findings.context import Context, DiagnoseOptions
-from tracewhy.renderers.sql import findings_table, parquet_bytes, render_sql, sql_csv, sql_payload
+from tracewhy.renderers.sql import SqlPayload, findings_table, parquet_bytes, render_sql, sql_csv, sql_payload
 
 if TYPE_CHECKING:
     from tracewhy.findings.diagnose import Report
@@ -29,6 +29,7 @@ class SqlCommand(Command):
     """
 
     name = "sql"
+    json_payloads = (SqlPayload,)
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("query", metavar="QUERY", help=f"SQL over the tables {', '.join(SQL_TABLES)}")

@@ -6,7 +6,7 @@ from tracewhy.analyses.steps import StepsOptions, steps
 from tracewhy.analyses.throughput import from_step_stats
 from tracewhy.cli.base import Command, add_output_options, emit, load_trace, positive_int
 from tracewhy.cli.throughput import add_throughput_options, throughput_options
-from tracewhy.renderers.terminal import render_steps, steps_payload
+from tracewhy.renderers.terminal import StepsThroughputPayload, render_steps, steps_payload
 from tracewhy.renderers.throughput import with_throughput
 
 
@@ -14,6 +14,7 @@ class StepsCommand(Command):
     """Steps (ProfilerStep#N or --step NAME): span, GPU work, steady-window p50/p90/p99."""
 
     name = "steps"
+    json_payloads = (StepsThroughputPayload,)
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         add_output_options(parser, top=50)

@@ -4,7 +4,7 @@ import argparse
 
 from tracewhy.cli.base import Command, emit
 from tracewhy.findings.playbook import answers
-from tracewhy.renderers.playbook import render_which, which_payload
+from tracewhy.renderers.playbook import WhichPayload, render_which, which_payload
 
 
 class WhichCommand(Command):
@@ -15,6 +15,7 @@ class WhichCommand(Command):
     """
 
     name = "which"
+    json_payloads = (WhichPayload,)
     takes_trace = False
 
     def configure(self, parser: argparse.ArgumentParser) -> None:

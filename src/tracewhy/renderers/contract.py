@@ -1,0 +1,54 @@
+"""What ``schema`` prints: the commands with a JSON Schema, or one command's schema (a JSON Schema
+document, printed as it is shipped, without the envelope)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final, TypedDict
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+#: The shape of a command's schema as ``schema COMMAND`` prints it (``renderers.json_schema``
+#: makes them): the parts every one has, their content a JSON Schema's.
+SCHEMA_DOCUMENT: Final[dict[str, Any]] = {
+    "title": "JSON Schema",
+    "description": "tracewhy schema COMMAND: the command's JSON Schema (draft 2020-12), one self-contained document.",
+    "type": "object",
+    "properties": {
+        "$schema": {"const": "https://json-schema.org/draft/2020-12/schema"},
+        "$id": {"type": "string"},
+        "title": {"type": "string"},
+        "description": {"type": "string"},
+        "type": {"const": "object"},
+        "anyOf": {"type": "array", "items": {"type": "object", "additionalProperties": True}},
+        "$defs": {"type": "object", "additionalProperties": {"type": "object", "additionalProperties": True}},
+    },
+    "required": ["$schema", "$id", "title", "description", "type", "anyOf", "$defs"],
+    "additionalProperties": False,
+}
+
+
+class SchemaEntry(TypedDict):
+    #: The command, as typed.
+    name: str
+    #: The first line of its help.
+    summary: str
+    #: The schema's ``$id``; ``tracewhy schema NAME`` prints the schema.
+    schema_id: str
+
+
+class SchemaListPayload(TypedDict):
+    """``schema`` without a command: every command that has a JSON Schema."""
+
+    commands: list[SchemaEntry]
+
+
+def render_schema_list(p: SchemaListPayload) -> RenderableType:
+    from rich.table import Table
+
+    t = Table(title="commands and their --json schemas (tracewhy schema COMMAND prints one)")
+    for col in ("command", "what it says"):
+        t.add_column(col)
+    for entry in p["commands"]:
+        t.add_row(entry["name"], entry["summary"])
+    return t
