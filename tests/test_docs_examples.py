@@ -124,6 +124,7 @@ EXAMPLES = (
     Example("which", ("which", "gaps")),
     Example("capture-nsys", ("capture", "nsys", "--dry-run", "--", "python", "train.py")),
     Example("capture-ncu", ("capture", "ncu", "--kernel", "gemm", "--dry-run", "--", "python", "train.py")),
+    Example("schema", ("schema",)),
 )
 
 _SHARED = re.compile(r"^\.\./shared/traces/(.+)$")

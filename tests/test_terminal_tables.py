@@ -87,11 +87,12 @@ CASES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("critical-path-ddp", ("critical-path", f"S:{DDP}")),
     ("which", ("which",)),
     ("which-gpu-idle", ("which", "gpu", "idle")),
+    ("schema", ("schema",)),
 )
 IDS = [case for case, _ in CASES]
 #: The commands the cases cover: every command that prints a table.
 COMMANDS = ("diagnose", "gaps", "info", "ops", "lines", "kernels", "nvtx", "steps", "overlap", "blocks", "ranks",
-            "roofline", "memory", "pipeline", "compile", "diff", "check", "sql", "critical-path", "which")
+            "roofline", "memory", "pipeline", "compile", "diff", "check", "sql", "critical-path", "which", "schema")
 
 _print_tables = cli_base.print_tables  # the real one: the cases replace it to keep what would be printed
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final, TypedDict
 
+from tracewhy.renderers.layout import Layout, label, text
+
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
@@ -31,7 +33,7 @@ SCHEMA_DOCUMENT: Final[dict[str, Any]] = {
 class SchemaEntry(TypedDict):
     #: The command, as typed.
     name: str
-    #: The first line of its help.
+    #: What its document says: the first sentence of its help.
     summary: str
     #: The schema's ``$id``; ``tracewhy schema NAME`` prints the schema.
     schema_id: str
@@ -43,12 +45,12 @@ class SchemaListPayload(TypedDict):
     commands: list[SchemaEntry]
 
 
-def render_schema_list(p: SchemaListPayload) -> RenderableType:
-    from rich.table import Table
+#: ``schema``: the command, and what its document says (wrapped to fit).
+SCHEMA_TABLE: Final = Layout((label("command"), text("what its --json document says")))
 
-    t = Table(title="commands and their --json schemas (tracewhy schema COMMAND prints one)")
-    for col in ("command", "what it says"):
-        t.add_column(col)
+
+def render_schema_list(p: SchemaListPayload) -> RenderableType:
+    t = SCHEMA_TABLE.table("commands and their JSON Schemas (tracewhy schema COMMAND prints one)")
     for entry in p["commands"]:
         t.add_row(entry["name"], entry["summary"])
     return t
