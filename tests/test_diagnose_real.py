@@ -23,7 +23,7 @@ from tracewhy.findings.model import Severity
 from tracewhy.findings.overview import overview
 from tracewhy.model import Col, Kind
 from tracewhy.renderers.diagnose import render_diagnose
-from tracewhy.renderers.html import overview_payload
+from tracewhy.renderers.report import overview_payload
 from tracewhy.renderers.terminal import render_steps
 from tracewhy.units import fmt_ns
 

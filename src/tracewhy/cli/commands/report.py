@@ -12,7 +12,9 @@ from tracewhy.findings.context import DiagnoseOptions
 from tracewhy.findings.overview import overview
 from tracewhy.findings.roofline import roofline
 from tracewhy.readers.registry import InputKind, detect, read_kernel_metrics, read_memory_timeline
-from tracewhy.renderers.html import (
+from tracewhy.renderers.html import render_html
+from tracewhy.renderers.jsonout import envelope
+from tracewhy.renderers.report import (
     NcuReportPayload,
     RanksReportPayload,
     ReportPayload,
@@ -21,9 +23,7 @@ from tracewhy.renderers.html import (
     ncu_report_payload,
     overview_payload,
     ranks_report_payload,
-    render_html,
 )
-from tracewhy.renderers.jsonout import envelope
 
 
 class ReportCommand(Command):

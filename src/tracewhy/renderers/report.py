@@ -1,0 +1,434 @@
+"""The JSON report: everything the HTML report shows, as data (``report --json`` prints it in the
+envelope, and ``renderers.html`` inlines that document into the page). Times on the page run
+from the trace start; a report of rank traces, of an Nsight Compute report or of a
+memory-timeline export has a payload of its own."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Final, Literal, TypedDict
+
+import polars as pl
+
+from tracewhy.analyses.blocks import BLOCKS_SCHEMA
+from tracewhy.analyses.gaps import GapCol
+from tracewhy.analyses.kernels import KERNELS_BY_FAMILY_SCHEMA, KERNELS_BY_NAME_SCHEMA
+from tracewhy.analyses.ops import OPS_SCHEMA
+from tracewhy.analyses.overlap import (
+    OVERLAP_COLLECTIVES_SCHEMA,
+    OVERLAP_DEVICES_SCHEMA,
+    OVERLAP_STEADY_SCHEMA,
+    OverlapCol,
+)
+from tracewhy.analyses.steps import STEPS_SCHEMA, StepCol, StepStats
+from tracewhy.analyses.utilization import UTILIZATION_DEVICES_SCHEMA, UTILIZATION_SERIES_SCHEMA
+from tracewhy.findings.model import Finding
+from tracewhy.model.memory_timeline import TimelineCol
+from tracewhy.model.schema import Col, MCol
+from tracewhy.model.trace import Capture
+from tracewhy.renderers.compile import CompileSummary, compile_summary
+from tracewhy.renderers.critical_path import CriticalPathReport, critical_path_report_payload
+from tracewhy.renderers.diagnose import GAP_ROWS_SCHEMA, TIME_ORIGIN, basis_statistic, gap_rows, recoverable_unit
+
+if TYPE_CHECKING:  # types only: a report of one trace needs neither the ranks nor the ncu modules
+    from tracewhy.analyses.memory import TimelineResult
+    from tracewhy.analyses.rank_compare import RanksResult
+    from tracewhy.findings.overview import Overview
+    from tracewhy.findings.roofline import KERNEL_VERDICTS_SCHEMA, NcuRooflineResult
+    from tracewhy.renderers.json_schema import rows, rows_of_either
+
+#: Rows of the operator and kernel tables (largest first); the JSON of `report --json` is the same.
+TABLE_ROWS: Final = 300
+TOP_GAPS: Final = 50  # the gaps table; diagnose --json lists as many
+#: Gaps drawn on the utilization chart (largest first): beyond this, bins already show the idle.
+TIMELINE_GAPS: Final = 20_000
+ROOFLINE_POINTS: Final = 500
+#: Points per memory series (per device, or of a timeline export): each kept point is the highest
+#: of its stretch of events, so the peak is always drawn; a 1 GB trace has millions of events.
+MEMORY_POINTS: Final = 4000
+
+
+def _of(schema: pl.Schema, *columns: str, **more: pl.DataType) -> pl.Schema:
+    """The part of a declared table's schema a report section selects (and the columns it adds)."""
+    return pl.Schema({**{c: schema[c] for c in columns}, **more})
+
+
+class ReportSource(TypedDict):
+    """What the report is of."""
+
+    path: str
+    format: str
+    rank: int | None
+    world_size: int | None
+    #: Device names.
+    devices: list[str]
+    warnings: list[str]
+
+
+class ReportTrace(ReportSource):
+    """A trace: with its capture options, versions and time span."""
+
+    capture: Capture
+    versions: dict[str, str]
+    span_ns: int
+
+
+class ReportSteps(TypedDict):
+    marker: str
+    warmup: int
+    stats: StepStats | None
+    note: str | None
+    rows: Annotated[pl.DataFrame, rows(_of(STEPS_SCHEMA, StepCol.NAME, StepCol.DUR, StepCol.STEADY, StepCol.GPU_BUSY,
+                                           StepCol.KERNEL_COUNT), "one row per step")]
+
+
+class ReportUtilization(TypedDict):
+    t0_ns: int | None
+    series: Annotated[pl.DataFrame, rows(UTILIZATION_SERIES_SCHEMA, "busy share per bin of time, per device")]
+    devices: Annotated[pl.DataFrame, rows(UTILIZATION_DEVICES_SCHEMA, "one row per device")]
+
+
+class ReportGaps(TypedDict):
+    timeline: Annotated[pl.DataFrame, rows(_of(GAP_ROWS_SCHEMA, GapCol.DEVICE, GapCol.START, GapCol.DUR,
+                                               GapCol.GAP_CLASS), f"the {TIMELINE_GAPS} largest gaps, to draw")]
+    top: Annotated[pl.DataFrame, rows({**GAP_ROWS_SCHEMA, "start_ms": pl.Float64()}, f"the {TOP_GAPS} largest gaps")]
+
+
+class ReportOverlap(TypedDict):
+    """Compute, communication, copies and idle per device."""
+
+    #: True: ``rows`` are means per steady step; false: totals per device over the trace (it has
+    #: no steps), with the span as ``window_ns``.
+    per_step: bool
+    rows: Annotated[pl.DataFrame, rows_of_either(
+        (OVERLAP_STEADY_SCHEMA,
+         {OverlapCol.WINDOW if c == OverlapCol.SPAN else c: d for c, d in OVERLAP_DEVICES_SCHEMA.items()}),
+        "per device")]
+    collectives: Annotated[pl.DataFrame, rows(OVERLAP_COLLECTIVES_SCHEMA, "per device and collective")]
+
+
+class ReportRoofline(TypedDict):
+    """Points of a roofline plot, and the roofs."""
+
+    points: Annotated[pl.DataFrame, rows({Col.NAME: pl.String(), "input_dims": pl.String(), "ai": pl.Float64(),
+                                          "flop_per_s": pl.Float64(), "gpu_ns": pl.Int64(), "bound": pl.String()},
+                                         "one point per op (and shapes) or kernel")]
+    peak_flop_per_s: float | None
+    peak_bytes_per_s: float | None
+    note: str
+
+
+class ReportKernelRoofline(TypedDict):
+    """An ncu report's roofline points (per kernel), and the roofs."""
+
+    points: Annotated[pl.DataFrame, rows({Col.NAME: pl.String(), "ai": pl.Float64(), "flop_per_s": pl.Float64(),
+                                          "gpu_ns": pl.Int64(), "bound": pl.String()}, "one point per kernel")]
+    peak_flop_per_s: float | None
+    peak_bytes_per_s: float | None
+    note: str
+
+
+class MemorySeries(TypedDict):
+    """Allocated and reserved after each kept event (at most MEMORY_POINTS, maxima kept)."""
+
+    ts_ns: list[int]
+    allocated: list[int]
+    reserved: list[int | None]
+
+
+class ReportMemoryDevice(TypedDict):
+    device: str
+    peak_allocated_bytes: int
+    reserved_at_peak_bytes: int | None
+    peak_reserved_bytes: int | None
+    peak_ts_ns: int
+    peak_step: str | None
+    peak_op: str | None
+    ledger: dict[str, int]
+    allocated_source: str
+    series: MemorySeries
+
+
+class ReportMemory(TypedDict):
+    """Allocated and reserved over time per device, the peak and its ledger, and the steps to shade."""
+
+    source: Literal["trace"]
+    ledger_source: str
+    t0_ns: int | None
+    devices: list[ReportMemoryDevice]
+    steps: Annotated[pl.DataFrame, rows({StepCol.NAME: pl.String(), "start_ns": pl.Int64(), "end_ns": pl.Int64(),
+                                         StepCol.STEADY: pl.Boolean()}, "one row per step")]
+
+
+class ReportPayload(TypedDict):
+    """``report`` of a trace: everything the HTML report shows, as data."""
+
+    trace: ReportTrace
+    findings: list[Finding]
+    #: What a finding's recoverable time is measured over.
+    recoverable_unit: str
+    basis_statistic: str
+    time_origin: str
+    time_origin_ns: int | None
+    steps: ReportSteps
+    utilization: ReportUtilization
+    gaps: ReportGaps
+    ops: Annotated[pl.DataFrame, rows(OPS_SCHEMA, f"the {TABLE_ROWS} operators with most GPU time")]
+    kernels: Annotated[pl.DataFrame, rows(KERNELS_BY_NAME_SCHEMA, f"the {TABLE_ROWS} kernels with most time")]
+    kernel_families: Annotated[pl.DataFrame, rows(KERNELS_BY_FAMILY_SCHEMA, "kernel time per family")]
+    overlap: ReportOverlap | None
+    blocks: Annotated[pl.DataFrame, rows(BLOCKS_SCHEMA, "annotated blocks")] | None
+    roofline: ReportRoofline | None
+    memory: ReportMemory | None
+    compile: CompileSummary | None
+    critical_path: CriticalPathReport | None
+    #: Set for multi-rank input only.
+    ranks: None
+
+
+class TimelineMemory(TypedDict):
+    """A memory-timeline export's categories over time, the peak of their sum and the ledger at it."""
+
+    source: Literal["memory_timeline"]
+    ledger_source: str
+    t0_ns: int
+    peak_total_bytes: int
+    peak_ts_ns: int | None
+    ledger_at_peak: dict[str, int]
+    #: The categories that hold any bytes.
+    categories: list[str]
+    #: ``ts_ns`` and one list per category, in bytes.
+    series: dict[str, list[int]]
+
+
+class TimelineReportPayload(TypedDict):
+    """``report`` of a memory-timeline export."""
+
+    trace: ReportSource
+    findings: list[Finding]
+    memory: TimelineMemory
+
+
+class RankMetric(TypedDict):
+    key: str
+    label: str
+
+
+class RankRow(TypedDict):
+    rank: int
+    #: One per metric, in ``metrics`` order.
+    values: list[float | None]
+
+
+class RanksHeatmap(TypedDict):
+    metrics: list[RankMetric]
+    rows: list[RankRow]
+    straggler: int | None
+
+
+class RanksReportPayload(TypedDict):
+    """``report`` of a directory of rank traces: their findings and a rank-by-metric heatmap."""
+
+    trace: ReportSource
+    findings: list[Finding]
+    recoverable_unit: str
+    ranks: RanksHeatmap
+
+
+class NcuReportPayload(TypedDict):
+    """``report`` of an Nsight Compute report: the roofline of its kernels and their verdicts."""
+
+    trace: ReportSource
+    findings: list[Finding]
+    roofline: ReportKernelRoofline | None
+    verdicts: Annotated[pl.DataFrame, rows({c: KERNEL_VERDICTS_SCHEMA[c] for c in NCU_VERDICT_COLUMNS},
+                                           "per kernel name, most time first")]
+
+
+#: The columns of an ncu report's verdicts table.
+NCU_VERDICT_COLUMNS: Final = (Col.NAME, "launches", "total_ns", "bound", "reason", "roof_fraction",
+                              "achieved_occupancy_pct", "occupancy_limiter", "top_stalls")
+
+
+def overview_payload(ov: Overview) -> ReportPayload:
+    """Everything the page shows, as plain data (the JSON report). Times on the page run from the
+    trace start (``time_origin_ns``), as in ``gaps``; ``basis_statistic`` says which statistic the
+    findings' per-step figures are."""
+    info, report = ov.info, ov.report
+    t0 = info.first_ts_ns
+    gaps = gap_rows(report.gaps, t0)
+    payload: ReportPayload = {
+        "trace": {
+            "path": info.path, "format": info.format, "rank": info.rank, "world_size": info.world_size,
+            "devices": [str(d["name"]) for d in info.devices], "capture": info.capture,
+            "versions": info.versions, "span_ns": info.span_ns, "warnings": list(info.warnings),
+        },
+        "findings": report.findings,
+        # What a finding's recoverable time is measured over (a trace without steps: all of it).
+        "recoverable_unit": recoverable_unit(report),
+        "basis_statistic": basis_statistic(report),
+        "time_origin": TIME_ORIGIN,
+        "time_origin_ns": t0,
+        "steps": {
+            "marker": report.steps.marker, "warmup": report.steps.warmup, "stats": report.steps.stats,
+            "note": report.steps.note,
+            "rows": report.steps.table.select(StepCol.NAME, StepCol.DUR, StepCol.STEADY, StepCol.GPU_BUSY,
+                                              StepCol.KERNEL_COUNT),
+        },
+        "utilization": {"t0_ns": t0, "series": ov.utilization.series, "devices": ov.utilization.devices},
+        "gaps": {
+            "timeline": gaps.head(TIMELINE_GAPS).select(GapCol.DEVICE, GapCol.START, GapCol.DUR, GapCol.GAP_CLASS),
+            "top": gaps.head(TOP_GAPS).with_columns((pl.col("start_from_origin_ns") / 1e6).alias("start_ms")),
+        },
+        "ops": ov.ops.table.head(TABLE_ROWS),
+        "kernels": ov.kernels.by_name.head(TABLE_ROWS),
+        "kernel_families": ov.kernels.by_family,
+        "overlap": _overlap(ov),
+        "blocks": ov.blocks.table if ov.blocks is not None else None,
+        "roofline": _roofline(ov),
+        "memory": _memory(ov),
+        "compile": _compile(ov),
+        "critical_path": critical_path_report_payload(ov.critical_path, TABLE_ROWS)
+        if ov.critical_path is not None else None,
+        "ranks": None,  # filled for multi-rank input
+    }
+    return payload
+
+
+def thinned(table: pl.DataFrame, by: str, points: int = MEMORY_POINTS) -> pl.DataFrame:
+    """At most about ``points`` rows of a time-ordered table: of each run of consecutive rows,
+    the one where ``by`` is highest (the first of equals), so maxima survive the thinning."""
+    if table.height <= points:
+        return table
+    size = -(-table.height // points)
+    return (table.with_row_index("_row").with_columns((pl.col("_row") // size).alias("_bin"))
+            .filter(pl.col(by) == pl.col(by).max().over("_bin")).unique("_bin", keep="first", maintain_order=True)
+            .drop("_row", "_bin"))
+
+
+def _memory(ov: Overview) -> ReportMemory | None:
+    """Allocated and reserved over time per device with the peak and the ledger at it, and the
+    steps to shade; None without ``[memory]`` events. GPUs only when the trace has any, as the
+    memory findings judge them (the host's allocations beside a GPU are the launch's scraps)."""
+    r = ov.report.memory
+    if r is None or not r.devices:
+        return None
+    st = ov.report.steps.table
+    devices: list[ReportMemoryDevice] = []
+    for d in [d for d in r.devices if d.device != "cpu"] or r.devices:
+        series = thinned(d.timeline.with_columns(pl.col(MCol.TOTAL_RESERVED).fill_null(strategy="forward")),
+                         MCol.TOTAL_ALLOCATED)
+        devices.append({
+            "device": d.device, "peak_allocated_bytes": d.peak_allocated_bytes,
+            "reserved_at_peak_bytes": d.reserved_at_peak_bytes, "peak_reserved_bytes": d.peak_reserved_bytes,
+            "peak_ts_ns": d.peak_ts_ns, "peak_step": d.peak_step, "peak_op": d.peak_op, "ledger": d.ledger,
+            "allocated_source": d.allocated_source,
+            "series": {"ts_ns": series.get_column(MCol.TS).to_list(),
+                       "allocated": series.get_column(MCol.TOTAL_ALLOCATED).to_list(),
+                       "reserved": series.get_column(MCol.TOTAL_RESERVED).to_list()},
+        })
+    return {
+        "source": "trace", "ledger_source": r.ledger_source, "t0_ns": ov.info.first_ts_ns, "devices": devices,
+        "steps": st.select(StepCol.NAME, pl.col(StepCol.TS).alias("start_ns"),
+                           (pl.col(StepCol.TS) + pl.col(StepCol.DUR)).alias("end_ns"), StepCol.STEADY),
+    }
+
+
+def _compile(ov: Overview) -> CompileSummary | None:
+    """torch.compile per step, where the breaks are and the recompiles (the ``compile --json``
+    payload; its findings are the report's); None without compile markers."""
+    r = ov.report.compile
+    return None if r is None else compile_summary(r)
+
+
+def memory_timeline_report_payload(r: TimelineResult, path: str, layout: str) -> TimelineReportPayload:
+    """The report of a memory-timeline export: its categories stacked over time, the peak of
+    their sum and the ledger at it, in the profiler's own categories."""
+    t = thinned(r.table, TimelineCol.TOTAL)
+    categories = [c for c in TimelineCol.CATEGORIES if t.height and t.get_column(c).max()]
+    return {
+        "trace": {"path": path, "format": f"memory timeline ({layout})", "rank": None, "world_size": None,
+                  "devices": [], "warnings": []},
+        "findings": [],
+        "memory": {
+            "source": "memory_timeline", "ledger_source": r.ledger_source,
+            "t0_ns": int(t.get_column(TimelineCol.TS).min()) if t.height else 0,  # type: ignore[arg-type]
+            "peak_total_bytes": r.peak_total_bytes, "peak_ts_ns": r.peak_ts_ns, "ledger_at_peak": r.ledger_at_peak,
+            "categories": categories,
+            "series": {"ts_ns": t.get_column(TimelineCol.TS).to_list(),
+                       **{c: t.get_column(c).to_list() for c in categories}},
+        },
+    }
+
+
+def _overlap(ov: Overview) -> ReportOverlap | None:
+    o = ov.overlap
+    if o is None or o.devices.height == 0:
+        return None
+    if o.steady.height:
+        return {"per_step": True, "rows": o.steady, "collectives": o.collectives}
+    return {"per_step": False, "rows": o.devices.rename({OverlapCol.SPAN: OverlapCol.WINDOW}),
+            "collectives": o.collectives}
+
+
+def _roofline(ov: Overview) -> ReportRoofline | None:
+    r = ov.op_roofline
+    if r is None:
+        return None
+    pts = r.ops.filter((pl.col("arithmetic_intensity") > 0) & (pl.col("flop_per_s") > 0)).sort(
+        "gpu_ns", descending=True).head(ROOFLINE_POINTS)
+    if pts.height == 0:
+        return None
+    top = pts.row(0, named=True)
+    return {
+        "points": pts.select(Col.NAME, "input_dims", pl.col("arithmetic_intensity").alias("ai"), "flop_per_s",
+                             "gpu_ns", "bound"),
+        "peak_flop_per_s": top["peak_flop_per_s"], "peak_bytes_per_s": top["peak_bytes_per_s"],
+        "note": f"Per operator and input shapes, from recorded shapes; roof of {r.device_name or 'the device'} "
+                f"at the precision of the op with most GPU time. " + " ".join(r.notes[:1]),
+    }
+
+
+#: The heatmap's columns for ``ranks`` input: (column of RanksResult.ranks, label).
+RANK_METRICS: Final = (
+    ("step_p50_ns", "step p50"), ("compute_ns_per_step", "compute / step"), ("comm_ns_per_step", "comm / step"),
+    ("comm_exposed_ns_per_step", "exposed comm / step"), ("idle_ns_per_step", "GPU idle / step"),
+    ("input_ns_per_step", "input / step"), ("wait_ns_per_step", "waits in collectives / step"),
+    ("late_ns_per_step", "others waited for it / step"),
+)
+
+
+def ranks_report_payload(r: RanksResult, findings: list[Finding], source: str) -> RanksReportPayload:
+    """The report of several rank traces: their findings and a rank-by-metric heatmap."""
+    cols = [c for c, _ in RANK_METRICS if c in r.ranks.columns]
+    heat: list[RankRow] = [{"rank": row["rank"], "values": [row[c] for c in cols]}
+                           for row in r.ranks.sort("rank").iter_rows(named=True)]
+    return {
+        "trace": {"path": source, "format": "ranks", "rank": None, "world_size": None, "devices": [],
+                  "warnings": list(r.notes)},
+        "findings": findings,
+        "recoverable_unit": "per step",
+        "ranks": {"metrics": [{"key": c, "label": label} for c, label in RANK_METRICS if c in cols], "rows": heat,
+                  "straggler": r.straggler},
+    }
+
+
+def ncu_report_payload(r: NcuRooflineResult) -> NcuReportPayload:
+    """The report of an Nsight Compute report: the roofline of its kernels and their verdicts."""
+    k = r.kernels
+    pts = k.filter((pl.col("arithmetic_intensity") > 0) & (pl.col("flop_per_s") > 0)).head(ROOFLINE_POINTS)
+    top_precision = pts.row(0, named=True)["precision"] if pts.height else None
+    peaks = r.ceilings.flop_per_s
+    peak = peaks.get(top_precision) if top_precision in peaks else max(peaks.values(), default=None)
+    return {
+        "trace": {"path": r.path, "format": f"ncu ({r.format})", "rank": None, "world_size": None,
+                  "devices": [r.device_name] if r.device_name else [], "warnings": list(r.notes)},
+        "findings": [],
+        "roofline": {
+            "points": pts.select(Col.NAME, pl.col("arithmetic_intensity").alias("ai"), "flop_per_s",
+                                 pl.col("total_ns").alias("gpu_ns"), "bound"),
+            "peak_flop_per_s": peak, "peak_bytes_per_s": r.ceilings.dram_bytes_per_s,
+            "note": f"Per kernel from Nsight Compute ({r.ceilings.source} roofs"
+                    + (f", {top_precision}" if top_precision else "") + ").",
+        } if pts.height else None,
+        "verdicts": k.select(NCU_VERDICT_COLUMNS),
+    }
