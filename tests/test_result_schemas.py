@@ -170,13 +170,19 @@ def _column_literals(tree: ast.AST) -> Iterator[tuple[int, str]]:
             if name in COLUMN_CALLS:
                 for a in [*node.args, *(k.value for k in node.keywords)]:
                     found += strings(a)
-        elif isinstance(node, ast.Subscript):
+        elif isinstance(node, ast.Subscript) and not _is_literal_type(node):
             found += strings(node.slice)
         elif (isinstance(node, ast.Compare) and any(isinstance(o, (ast.In, ast.NotIn)) for o in node.ops)
               and any(isinstance(c, ast.Attribute) and c.attr == "columns" for c in node.comparators)):
             found += strings(node.left)
         for c in found:
             yield c.lineno, str(c.value)
+
+
+def _is_literal_type(node: ast.Subscript) -> bool:
+    """``Literal["number", "label"]``: a type's values, not a column looked up."""
+    f = node.value
+    return (f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else "") == "Literal"
 
 
 def _module_name(path: Path) -> str:
