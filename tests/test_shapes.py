@@ -10,13 +10,13 @@ import json
 import pytest
 
 from conftest import shared_trace
+from tracewhy.analyses.op_families import causal_from_kernel
 from tracewhy.analyses.shapes import (
     ATTENTION,
     CONVOLUTION,
     GEMM,
     OpInputs,
     attention_cost,
-    causal_from_kernel,
     conv_cost,
     estimate,
 )

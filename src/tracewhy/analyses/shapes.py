@@ -13,26 +13,37 @@ place an op on the roofline without any hardware counter. Conventions, stated on
 - Elementwise ops count one FLOP per output element (copies none); reductions one per
   input element; softmax 5 and normalizations 8 per element. These ops are memory-bound by
   orders of magnitude, so the FLOP count only has to be the right size.
+
+Which operators are modelled, and where each keeps the arguments read here, is ``op_families``;
+dtype sizes and shape arithmetic are ``tensor_sizes``.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-#: Bytes per element for the dtype names PyTorch's profiler writes in "Input type".
-DTYPE_BYTES: Final = {
-    "double": 8, "float": 4, "c10::Half": 2, "c10::BFloat16": 2, "half": 2, "bfloat16": 2,
-    "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1, "c10::Float8_e4m3fnuz": 1,
-    "c10::Float8_e5m2fnuz": 1, "long int": 8, "long": 8, "int": 4, "short int": 2,
-    "signed char": 1, "unsigned char": 1, "bool": 1, "c10::complex<float>": 8,
-    "c10::complex<double>": 16,
-}
-_FP8: Final = frozenset(k for k in DTYPE_BYTES if "Float8" in k)
-_HALF: Final = frozenset({"c10::Half", "c10::BFloat16", "half", "bfloat16"})
+from tracewhy.analyses.op_families import (
+    CAUSAL_ARG,
+    CONV_ARGS,
+    CONV_OPS,
+    COPY_FLOPS,
+    COPY_OPS,
+    ELEMENTWISE_OPS,
+    FLASH_BNHD,
+    FLASH_BNHD_BWD,
+    GEMM_OPS,
+    NORM_OPS,
+    REDUCE_OPS,
+    SDPA_BHND,
+    SDPA_BHND_BWD,
+    SOFTMAX_OPS,
+    base_name,
+    causal_from_kernel,
+)
+from tracewhy.analyses.tensor_sizes import DTYPE_BYTES, broadcast, matmul_precision, nbytes, numel, vector_precision
 
 SOFTMAX_FLOPS_PER_ELEMENT: Final = 5  # max, subtract, exp, sum, divide
 NORM_FLOPS_PER_ELEMENT: Final = 8  # mean, variance, normalize, scale, shift (order of size)
@@ -114,30 +125,6 @@ class OpInputs:
         return raw
 
 
-def numel(shape: list[int]) -> int:
-    return math.prod(shape) if shape else 1
-
-
-def nbytes(shape: list[int], dtype: str) -> int:
-    return numel(shape) * DTYPE_BYTES.get(dtype, 4)
-
-
-def matmul_precision(dtype: str) -> str:
-    """The peak that bounds a matrix multiply in ``dtype`` (tensor cores for 16/8-bit)."""
-    if dtype in _FP8:
-        return "fp8_tensor"
-    if dtype in _HALF:
-        return "fp16_tensor"
-    if dtype == "double":
-        return "fp64"
-    return "fp32"
-
-
-def vector_precision(dtype: str) -> str:
-    """The peak that bounds elementwise math: CUDA cores; fp64 for doubles, fp32 otherwise."""
-    return "fp64" if dtype == "double" else "fp32"
-
-
 def gemm_cost(m: int, n: int, k: int, dtype: str, *, batch: int = 1, bias_elems: int = 0,
               out_dtype: str | None = None) -> OpCost:
     """``batch`` GEMMs of ``[m,k] @ [k,n]``, plus a bias of ``bias_elems`` added to the output."""
@@ -211,109 +198,27 @@ def _expand(value: Any, n: int) -> list[int]:
     return values * n if len(values) == 1 else values
 
 
-def broadcast(*shapes: list[int]) -> list[int]:
-    rank = max((len(s) for s in shapes), default=0)
-    out = [1] * rank
-    for s in shapes:
-        for i, x in enumerate(s, start=rank - len(s)):
-            out[i] = max(out[i], x)
-    return out
-
-
-# Operator families by name (aten:: stripped, trailing "_" for in-place stripped).
-_GEMM_OPS: Final = frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "_scaled_mm",
-                              "addmv", "mv", "addbmm"})
-_FLASH_BNHD: Final = frozenset({"_flash_attention_forward", "_efficient_attention_forward"})
-_FLASH_BNHD_BWD: Final = frozenset({"_flash_attention_backward", "_efficient_attention_backward"})
-_SDPA_BHND: Final = frozenset({
-    "scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
-    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
-    "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_fused_attention_overrideable",
-})
-_SDPA_BHND_BWD: Final = frozenset({
-    "_scaled_dot_product_flash_attention_backward", "_scaled_dot_product_efficient_attention_backward",
-    "_scaled_dot_product_cudnn_attention_backward",
-})
-#: Position of is_causal among each attention op's arguments (aten native_functions.yaml).
-_CAUSAL_ARG: Final = {
-    "scaled_dot_product_attention": 5, "_scaled_dot_product_flash_attention": 4,
-    "_scaled_dot_product_efficient_attention": 6, "_scaled_dot_product_cudnn_attention": 6,
-    "_flash_attention_forward": 8, "_scaled_dot_product_flash_attention_backward": 10,
-    "_flash_attention_backward": 10,
-}
-_CONV_OPS: Final = frozenset({"convolution", "_convolution", "conv1d", "conv2d", "conv3d",
-                              "cudnn_convolution", "miopen_convolution", "conv_transpose1d",
-                              "conv_transpose2d", "conv_transpose3d", "convolution_overrideable"})
-_NORM_OPS: Final = frozenset({"native_layer_norm", "layer_norm", "native_group_norm", "group_norm",
-                              "native_batch_norm", "_native_batch_norm_legit", "batch_norm",
-                              "cudnn_batch_norm", "miopen_batch_norm", "_batch_norm_impl_index",
-                              "rms_norm", "_fused_rms_norm", "instance_norm",
-                              "native_layer_norm_backward", "native_group_norm_backward",
-                              "native_batch_norm_backward", "cudnn_batch_norm_backward"})
-_SOFTMAX_OPS: Final = frozenset({"softmax", "_softmax", "log_softmax", "_log_softmax",
-                                 "_softmax_backward_data", "_log_softmax_backward_data"})
-_REDUCE_OPS: Final = frozenset({"sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin",
-                                "norm", "linalg_vector_norm", "var", "std", "var_mean", "std_mean",
-                                "all", "any", "prod", "logsumexp", "cumsum", "topk", "sort"})
-_COPY_OPS: Final = frozenset({"copy", "_to_copy", "to", "clone", "contiguous", "fill", "zero",
-                              "index_select", "embedding", "cat", "stack", "index", "gather",
-                              "scatter", "index_put", "masked_fill", "_unsafe_view"})
-_ELEMENTWISE_OPS: Final = frozenset({
-    "add", "sub", "mul", "div", "neg", "abs", "silu", "gelu", "relu", "sigmoid", "tanh", "exp",
-    "log", "pow", "rsqrt", "sqrt", "sin", "cos", "where", "clamp", "clamp_min", "clamp_max",
-    "maximum", "minimum", "reciprocal", "erf", "addcmul", "addcdiv", "lerp", "eq", "ne", "lt",
-    "le", "gt", "ge", "logical_not", "bitwise_not", "threshold_backward", "silu_backward",
-    "gelu_backward", "sigmoid_backward", "tanh_backward", "hardtanh", "leaky_relu", "mish",
-    "softplus", "dropout", "native_dropout", "_fused_dropout", "floor", "ceil", "round",
-})
-_COPY_FLOPS: Final = frozenset({"copy", "_to_copy", "to", "clone", "contiguous", "fill", "zero",
-                                "cat", "stack", "index_select", "embedding", "index", "gather",
-                                "_unsafe_view", "masked_fill", "scatter", "index_put"})
-
-_FLASH_KERNEL_FLAGS: Final = re.compile(r"flash_fwd_kernel<.*?>\s*,\s*(true|false)\s*,\s*(true|false)")
-
-
-def causal_from_kernel(kernel_name: str) -> bool | None:
-    """Is_causal of a FlashAttention-2 forward kernel, read from its template arguments.
-
-    FA2 (and PyTorch's vendored copy) declares ``flash_fwd_kernel<Kernel_traits, Is_dropout,
-    Is_causal, ...>``; the kernel name carries the instantiation, so the second boolean after
-    the traits is the causal flag.
-    """
-    m = _FLASH_KERNEL_FLAGS.search(kernel_name)
-    if not m:
-        return None
-    return m.group(2) == "true"
-
-
-def _base(name: str) -> str:
-    base = name.split("::", 1)[-1]
-    if base.endswith("_") and not base.endswith("__"):
-        base = base[:-1]
-    return base
-
-
 def estimate(op_name: str, inputs: OpInputs, *, kernel_name: str | None = None) -> OpCost | None:
     """FLOPs and minimum bytes of one op call, or None when the op or its shapes are not modelled."""
-    base = _base(op_name)
+    base = base_name(op_name)
     try:
-        if base in _GEMM_OPS:
+        if base in GEMM_OPS:
             return _gemm(base, inputs)
-        if base in _FLASH_BNHD or base in _SDPA_BHND or base in _FLASH_BNHD_BWD or base in _SDPA_BHND_BWD:
+        if base in FLASH_BNHD or base in SDPA_BHND or base in FLASH_BNHD_BWD or base in SDPA_BHND_BWD:
             return _attention(base, inputs, kernel_name)
-        if base in _CONV_OPS:
+        if base in CONV_OPS:
             return _conv(base, inputs)
-        if base in _NORM_OPS:
+        if base in NORM_OPS:
             return _pointwise(inputs, NORMALIZATION, NORM_FLOPS_PER_ELEMENT, same_shape_out=True)
-        if base in _SOFTMAX_OPS:
+        if base in SOFTMAX_OPS:
             return _pointwise(inputs, REDUCTION, SOFTMAX_FLOPS_PER_ELEMENT, same_shape_out=True)
-        if base in _REDUCE_OPS:
+        if base in REDUCE_OPS:
             return _reduction(inputs)
         if base == "cat" or base == "stack":
             return _cat(inputs)
         if base in ("index_select", "embedding"):
             return _gather(base, inputs)
-        if base in _COPY_OPS or base in _ELEMENTWISE_OPS:
+        if base in COPY_OPS or base in ELEMENTWISE_OPS:
             return _elementwise(base, op_name, inputs)
     except (ValueError, IndexError, TypeError, ZeroDivisionError):
         return None
@@ -374,12 +279,12 @@ def _gemm(base: str, x: OpInputs) -> OpCost | None:
 
 def _attention(base: str, x: OpInputs, kernel_name: str | None) -> OpCost | None:
     q, k, v = x.tensor(0), x.tensor(1), x.tensor(2)
-    backward = base in _FLASH_BNHD_BWD or base in _SDPA_BHND_BWD
+    backward = base in FLASH_BNHD_BWD or base in SDPA_BHND_BWD
     if backward:  # (grad_out, query, key, value, out, ...)
         q, k, v = x.tensor(1), x.tensor(2), x.tensor(3)
     if not (q and k and v) or len(q[0]) != 4 or len(k[0]) != 4 or len(v[0]) != 4:
         return None
-    if base in _FLASH_BNHD or base in _FLASH_BNHD_BWD:  # (batch, seqlen, heads, head_dim)
+    if base in FLASH_BNHD or base in FLASH_BNHD_BWD:  # (batch, seqlen, heads, head_dim)
         b, nq, hq, dqk = q[0]
         _, nk, hk, _ = k[0]
         dv = v[0][3]
@@ -388,7 +293,7 @@ def _attention(base: str, x: OpInputs, kernel_name: str | None) -> OpCost | None
         _, hk, nk, _ = k[0]
         dv = v[0][3]
     causal: bool | None = None
-    pos = _CAUSAL_ARG.get(base)
+    pos = CAUSAL_ARG.get(base)
     if pos is not None:
         flag = x.value(pos)
         if isinstance(flag, bool):
@@ -402,18 +307,9 @@ def _attention(base: str, x: OpInputs, kernel_name: str | None) -> OpCost | None
     return attention_cost(b, hq, nq, nk, dqk, dv, q[1], heads_kv=hk, causal=causal, backward=backward)
 
 
-#: Positions of (bias, stride, padding, dilation, transposed, groups) per convolution op.
-_CONV_ARGS: Final = {
-    "convolution": (2, 3, 4, 5, 6, 8), "_convolution": (2, 3, 4, 5, 6, 8),
-    "convolution_overrideable": (2, 3, 4, 5, 6, 8),
-    "conv1d": (2, 3, 4, 5, None, 6), "conv2d": (2, 3, 4, 5, None, 6), "conv3d": (2, 3, 4, 5, None, 6),
-    "cudnn_convolution": (None, 3, 2, 4, None, 5), "miopen_convolution": (2, 4, 3, 5, None, 6),
-}
-
-
 def _conv(base: str, x: OpInputs) -> OpCost | None:
     inp, weight = x.tensor(0), x.tensor(1)
-    spec = _CONV_ARGS.get(base)
+    spec = CONV_ARGS.get(base)
     if not (inp and weight) or spec is None or len(inp[0]) < 3:
         return None
     bias_i, stride_i, pad_i, dil_i, trans_i, groups_i = spec
@@ -493,6 +389,6 @@ def _elementwise(base: str, name: str, x: OpInputs) -> OpCost | None:
         moved = reads + nbytes(*tensors[0])
     else:
         moved = sum(nbytes(s, d) for s, d in tensors) + nbytes(out_shape, dtype)
-    flops = 0.0 if base in _COPY_FLOPS else float(numel(out_shape))
-    category = COPY if base in _COPY_FLOPS else ELEMENTWISE
+    flops = 0.0 if base in COPY_FLOPS else float(numel(out_shape))
+    category = COPY if base in COPY_FLOPS else ELEMENTWISE
     return OpCost(category, flops, float(moved), vector_precision(dtype), dtype, {"shape": out_shape})
