@@ -257,10 +257,10 @@ def test_only_communication_activities_carry_a_collective_label() -> None:
     # The activities table holds no string per compute kernel, copy or memset (1.3 M of them in
     # a large nsys export): only the communication rows, which the collectives table reads.
     from tracewhy.analyses.collectives import collectives
-    from tracewhy.analyses.overlap import COMMUNICATION, _activities
+    from tracewhy.analyses.overlap_activities import COMMUNICATION, activities
 
     t = tracewhy.load(shared_trace("hta/a100_ddp2_rank0_nccl2.17.json.gz"))
-    acts = _activities(t, collectives(t))
+    acts = activities(t, collectives(t))
     comm = acts.get_column("category") == COMMUNICATION
     assert 0 < int(comm.sum()) < acts.height
     assert acts.filter(~comm).get_column("collective").null_count() == acts.height - int(comm.sum())

@@ -2,11 +2,9 @@
 communication runs under compute (hidden) and how much alone (exposed); the same per step;
 and how many streams run at once.
 
-Every GPU activity falls in one category: a kernel of the communication family
-(families.classify_kernels: launched under a collective op, on a communication-only stream,
-from NCCL, RCCL, NVSHMEM, DeepEP, symmetric-memory or custom all-reduce, or by name) is
-communication, any other kernel is compute, memcpy and memset rows are copies and memsets. Within a window the device
-timeline splits into four disjoint parts that add up to the window:
+Every GPU activity falls in one category (``overlap_activities``): compute, communication,
+copy or memset. Within a window the device timeline splits into four disjoint parts that add up
+to the window:
 
     compute (union of compute kernels)
     + exposed communication (communication with no compute running)
@@ -28,20 +26,15 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tracewhy.analyses.collectives import CollectivesResult, collectives, short_kernel_name
+from tracewhy.analyses.collectives import CollectivesResult, collectives
 from tracewhy.analyses.intervals import union
+from tracewhy.analyses.overlap_activities import CATEGORIES, COMMUNICATION, COMPUTE, COPY, MEMSET, activities
 from tracewhy.analyses.stats import nearest_ns
 from tracewhy.analyses.steps import StepCol, StepsOptions, StepsResult, WindowCol, steady_span, step_windows, steps
-from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, Kind
+from tracewhy.model.schema import Col
 from tracewhy.model.trace import Trace
 
 I64 = npt.NDArray[np.int64]
-
-COMPUTE: Final = "compute"
-COMMUNICATION: Final = "communication"
-COPY: Final = "copy"
-MEMSET: Final = "memset"
-CATEGORIES: Final = (COMPUTE, COMMUNICATION, COPY, MEMSET)
 
 
 class OverlapCol:
@@ -141,7 +134,7 @@ def overlap(
     trace.require_whole()
     st = steps_result or steps(trace, StepsOptions(marker=options.step_marker, warmup=options.warmup))
     coll = collectives_result or collectives(trace)
-    acts = _activities(trace, coll)
+    acts = activities(trace, coll)
     windows = step_windows(trace, st)
     device_rows, step_rows, steady_rows, coll_rows, stream_rows, conc_rows = [], [], [], [], [], []
     for device in sorted(acts.get_column(Col.DEVICE).unique().to_list()):
@@ -190,36 +183,7 @@ def overlap(
     )
 
 
-# --- activities and their unions --------------------------------------------------------------
-
-
-def _activities(trace: Trace, coll: CollectivesResult) -> pl.DataFrame:
-    """GPU activities with their category and, for communication, the collective's label.
-
-    Columns: id, device, stream, category, ts_ns, _end, collective (null but for communication)."""
-    g = trace.of_kind(*GPU_ACTIVITY_KINDS).select(
-        Col.ID, Col.DEVICE, Col.STREAM, Col.KIND, Col.NAME, Col.TS, (pl.col(Col.TS) + pl.col(Col.DUR)).alias("_end"),
-    )
-    comm_ids = coll.kernels.get_column(Col.ID)  # every communication kernel, in some call
-    labels = coll.kernels.join(coll.table.select("call", "label"), on="call").select(Col.ID, "label")
-    category = (
-        pl.when(pl.col(Col.KIND) == Kind.MEMCPY.value).then(pl.lit(COPY))
-        .when(pl.col(Col.KIND) == Kind.MEMSET.value).then(pl.lit(MEMSET))
-        .when(pl.col(Col.ID).is_in(comm_ids.implode())).then(pl.lit(COMMUNICATION))
-        .otherwise(pl.lit(COMPUTE))
-    )
-    # Each distinct name shortened once (per row, 1.2 s for the 1.3 M activities of a 600 MB nsys
-    # export). Only communication rows are read by collective, so only they keep a label: the
-    # names stay categorical, and the other rows' label is null.
-    names = g.get_column(Col.NAME).unique().drop_nulls()
-    short = pl.Series([short_kernel_name(n) for n in names.cast(pl.String).to_list()], dtype=pl.String)
-    return (
-        g.with_columns(category.alias("category"), pl.col(Col.STREAM).fill_null(-1))
-        .join(labels, on=Col.ID, how="left")
-        .with_columns(pl.when(pl.col("category") == COMMUNICATION).then(pl.col("label").fill_null(
-            pl.col(Col.NAME).replace_strict(names, short, default=None, return_dtype=pl.String))).alias("collective"))
-        .select(Col.ID, Col.DEVICE, Col.STREAM, "category", Col.TS, "_end", "collective")
-    )
+# --- unions of activity -----------------------------------------------------------------------
 
 
 class _Timeline:
