@@ -13,6 +13,8 @@ found, then explained from the thread that launched the work ending the gap:
 - a queued activity whose stream was told to wait on another stream's event first (a cuda_sync
   "Stream Wait Event" between it and the stream's previous work: a dependency edge the trace
   records) waited on that stream: all its queueing is dependency, and ``wait_stream`` names it.
+
+The last two, dependencies the trace records, are read in ``gap_dependencies``.
 """
 
 from __future__ import annotations
@@ -25,11 +27,12 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from tracewhy.analyses.gap_dependencies import stream_waits, sync_returns_in, waited_streams
 from tracewhy.analyses.host_activity import Flag, HostIndex, build_host_index
 from tracewhy.analyses.intervals import gaps as interval_gaps
 from tracewhy.analyses.steps import StepCol, StepsResult, WindowCol
 from tracewhy.analyses.utilization import DeviceBusy, device_busy
-from tracewhy.model.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, Col, Kind, SCol
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, Col, Kind
 from tracewhy.model.trace import Trace
 
 I64 = npt.NDArray[np.int64]
@@ -38,8 +41,6 @@ I64 = npt.NDArray[np.int64]
 DEFAULT_MIN_GAP_NS = 2_000
 #: Instants sampled per gap to split its time between classes.
 SAMPLES_PER_GAP = 8
-#: A synchronize that returns within this long after the device went idle caused the gap.
-SYNC_RETURN_SLACK_NS = 50_000
 #: A gap whose work was already queued is launch latency up to this length; longer is a dependency.
 QUEUED_LATENCY_NS = 20_000
 #: Host time inside the op that launches the next kernel counts as dispatch overhead (launch)
@@ -148,7 +149,7 @@ def gaps(trace: Trace, steps: StepsResult, options: GapsOptions = GapsOptions(),
     s = trace.slices
     gpu = trace.of_kind(*GPU_ACTIVITY_KINDS).select(Col.ID, Col.DEVICE, Col.STREAM, Col.TS, Col.LAUNCH, Col.OP,
                                                     Col.NAME)
-    waits = _stream_waits(trace)
+    waits = stream_waits(trace)
     launch_tid = _main_launch_thread(trace)
     frames = []
     short_frames = []
@@ -197,45 +198,6 @@ def _main_launch_thread(trace: Trace) -> tuple[int, int] | None:
     return None
 
 
-def _stream_waits(trace: Trace) -> pl.DataFrame:
-    """The recorded stream-on-stream waits (device, stream, ts_ns, wait_stream), by time."""
-    syncs = trace.of_kind(Kind.GPU_SYNC).select(Col.ID, Col.DEVICE, Col.STREAM, Col.TS)
-    return syncs.join(trace.sync_attrs.select(SCol.ID, SCol.WAIT_STREAM), on=Col.ID).filter(
-        pl.col(Col.STREAM) >= 0).sort(Col.TS, maintain_order=True)
-
-
-def _waited_streams(dev: pl.DataFrame, s: pl.DataFrame, nxt: I64, has_next: npt.NDArray[np.bool_],
-                    waits: pl.DataFrame) -> I64:
-    """Per gap, the stream its next activity's stream was told to wait on (-1 for none): a wait
-    enqueued on that stream after the stream's previous activity was launched and no later
-    than the next one was (times of launch: the runtime call's start, else the activity's)."""
-    out = np.full(nxt.size, -1, dtype=np.int64)
-    if waits.height == 0 or dev.height == 0:
-        return out
-    launch = dev.get_column(Col.LAUNCH).fill_null(-1).to_numpy()
-    key = np.where(launch >= 0, s.get_column(Col.TS).to_numpy()[np.maximum(launch, 0)],
-                   dev.get_column(Col.TS).to_numpy())
-    stream = dev.get_column(Col.STREAM).fill_null(-1).to_numpy()
-    prev_key = np.full(dev.height, np.iinfo(np.int64).min, dtype=np.int64)
-    last: dict[int, int] = {}
-    for r, st in enumerate(stream.tolist()):  # (dev is in time order)
-        if st in last:
-            prev_key[r] = key[last[st]]
-        last[st] = r
-    by_stream = {int(st): (part.get_column(Col.TS).to_numpy(), part.get_column(SCol.WAIT_STREAM).to_numpy())
-                 for (st,), part in waits.group_by(Col.STREAM)}
-    for i in np.flatnonzero(has_next).tolist():
-        r = int(nxt[i])
-        found = by_stream.get(int(stream[r]))
-        if found is None:
-            continue
-        w_ts, w_stream = found
-        j = int(np.searchsorted(w_ts, key[r], side="right")) - 1
-        if j >= 0 and w_ts[j] > prev_key[r]:
-            out[i] = w_stream[j]
-    return out
-
-
 def _explain(device: int, gs: I64, ge: I64, dev: pl.DataFrame, s: pl.DataFrame, host: HostIndex,
              fallback: tuple[int, int] | None, waits: pl.DataFrame) -> pl.DataFrame:
     n = gs.size
@@ -280,7 +242,7 @@ def _explain(device: int, gs: I64, ge: I64, dev: pl.DataFrame, s: pl.DataFrame, 
     in_call = np.where(linked & ~queued, np.clip(launch_end, host_end, ge) - host_end, 0)
     waiting = (ge - gs) - span - in_call
     # A recorded wait on another stream is a dependency however short: no latency allowance.
-    wait_stream = _waited_streams(dev, s, nxt_c, has_next, waits)
+    wait_stream = waited_streams(dev, s, nxt_c, has_next, waits)
     latency = np.where((waiting > QUEUED_LATENCY_NS) | (wait_stream >= 0), 0, waiting)
     per_class[GapClass.LAUNCH.value] = per_class[GapClass.LAUNCH.value] + in_call + latency
     per_class[GapClass.DEPENDENCY.value] = per_class[GapClass.DEPENDENCY.value] + (waiting - latency)
@@ -293,7 +255,7 @@ def _explain(device: int, gs: I64, ge: I64, dev: pl.DataFrame, s: pl.DataFrame, 
     per_class[GapClass.DEPENDENCY.value] = np.where(edge, ge - gs, per_class[GapClass.DEPENDENCY.value])
 
     # A synchronize that was blocking while the device drained and returned in this gap.
-    drained = _sync_returns_in(gs, ge, host)
+    drained = sync_returns_in(gs, ge, host)
     for c in CLASSES:
         per_class[c] = np.where(drained, 0, per_class[c])
     per_class[GapClass.SYNC.value] = np.where(drained, ge - gs, per_class[GapClass.SYNC.value])
@@ -353,23 +315,6 @@ def _classify_samples(pos: I64, host: HostIndex, next_op: I64, short: npt.NDArra
     in_next_op = on & (next_op >= 0) & (host.op_ctx[p] == next_op)
     rule(in_next_op & short, GapClass.LAUNCH)
     rule(on, GapClass.HOST)
-    return out
-
-
-def _sync_returns_in(gs: I64, ge: I64, host: HostIndex) -> npt.NDArray[np.bool_]:
-    sync = host.self_flag[Flag.SYNC]
-    if not sync.any() or gs.size == 0:
-        return np.zeros(gs.size, dtype=bool)
-    s_ts = host.ts[sync]
-    s_end = host.end[sync]
-    order = np.argsort(s_end)
-    s_ts, s_end = s_ts[order], s_end[order]
-    # Any synchronize that started before the gap and returned within the slack after its start.
-    lo = np.searchsorted(s_end, gs, side="left")
-    hi = np.searchsorted(s_end, np.minimum(ge, gs + SYNC_RETURN_SLACK_NS), side="right")
-    out = np.zeros(gs.size, dtype=bool)
-    for i in np.flatnonzero(hi > lo):
-        out[i] = bool((s_ts[lo[i] : hi[i]] < gs[i]).any())
     return out
 
 
