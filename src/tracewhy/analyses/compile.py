@@ -9,6 +9,9 @@ Several regions of one frame side by side are not breaks (a per-block compile ru
 compiled block several times per step). A recompile is compile work for an id ``F/C`` with
 C > 0 (``*_data: compile_id=`` annotations name it); where a trace has no such annotations,
 the first region ``F/C`` (C > 0) in a step that holds compile work.
+
+``compile_slices`` finds the marked slices and their roles; ``compile_kernels`` says which
+region run issued which kernel.
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ import numpy as np
 import polars as pl
 
 from tracewhy.analyses import compile_markers as M
+from tracewhy.analyses.compile_kernels import kernel_items, region_work
+from tracewhy.analyses.compile_slices import ROLE, STEP_INDEX, Role, marked_slices, step_of
 from tracewhy.analyses.steps import StepsResult, WindowCol, step_windows, steps
 from tracewhy.analyses.thread_intervals import END, inside, union_per_thread
-from tracewhy.model.schema import HOST_KINDS, Col, Kind
+from tracewhy.model.schema import Col, Kind
 from tracewhy.model.trace import Trace
 
 WHOLE_TRACE = "(whole trace)"
@@ -138,59 +143,6 @@ class CompileResult:
         return self.cold_start_ns / self.captured_ns if self.captured_ns else None
 
 
-_STEP_INDEX = "_step"
-_ROLE = "_role"
-
-
-class _Role:
-    REGION: Final = "region"
-    WRAPPER: Final = "wrapper"
-    GRAPH_CALL: Final = "graph_call"
-    COMPILE: Final = "compile"
-    RESUME: Final = "resume"
-    LAUNCH: Final = "graph_launch"
-    CPU_KERNEL: Final = "cpu_kernel"
-
-
-def _roles(names: list[str]) -> dict[str, str]:
-    """Each marker name's role; names that are none are left out."""
-    data_owners = frozenset(m.group(1) for n in names if (m := M.COMPILE_DATA.match(n)))
-    roles: dict[str, str] = {}
-    for n in names:
-        if M.REGION.match(n):
-            roles[n] = _Role.REGION
-        elif n in M.RUNTIME_WRAPPERS:
-            roles[n] = _Role.WRAPPER
-        elif M.GRAPH_CALL.match(n):
-            roles[n] = _Role.GRAPH_CALL
-        elif M.is_compile_phase(n, data_owners):
-            roles[n] = _Role.COMPILE
-        elif M.RESUME.match(n):
-            roles[n] = _Role.RESUME
-        elif n in M.GRAPH_LAUNCH:
-            roles[n] = _Role.LAUNCH
-        elif n == M.CPU_KERNEL_FRAME:
-            roles[n] = _Role.CPU_KERNEL
-    return roles
-
-
-def _marked(trace: Trace) -> pl.DataFrame:
-    """Host slices with a compile role: the names are matched once over the distinct names,
-    then only matching rows are copied and their names become strings (a 1 GB trace has 1.5 M
-    host slices; a large nsys export 6.6 M, whose full-width copy was 0.6 GB)."""
-    host_names = trace.kind_columns(HOST_KINDS, Col.NAME).get_column(Col.NAME).unique()
-    roles = _roles([n for n in host_names.to_list() if n is not None])
-    role_table = pl.DataFrame({Col.NAME: list(roles), _ROLE: list(roles.values())},
-                              schema={Col.NAME: pl.String, _ROLE: pl.String})
-    return (
-        trace.slices_where(
-            pl.col(Col.KIND).is_in([k.value for k in HOST_KINDS]) & pl.col(Col.NAME).is_in(list(roles)),
-            Col.ID, Col.KIND, pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, Col.PID, Col.TID, Col.PARENT)
-        .with_columns((pl.col(Col.TS) + pl.col(Col.DUR)).alias(END))
-        .join(role_table, on=Col.NAME, how="left")
-    )
-
-
 def _windows(trace: Trace, st: StepsResult) -> pl.DataFrame:
     """Step windows in time order; the whole trace as one non-steady window without steps."""
     w = step_windows(trace, st)
@@ -203,27 +155,16 @@ def _windows(trace: Trace, st: StepsResult) -> pl.DataFrame:
     return w.sort(WindowCol.WINDOW_START)
 
 
-def _step_of(ts: pl.Series, windows: pl.DataFrame) -> pl.Series:
-    """Index of the window each timestamp falls in, null outside every window."""
-    starts = windows.get_column(WindowCol.WINDOW_START).to_numpy()
-    ends = windows.get_column(WindowCol.WINDOW_END).to_numpy()
-    t = ts.to_numpy()
-    i = np.searchsorted(starts, t, side="right") - 1
-    inside = (i >= 0) & (t < ends[np.clip(i, 0, None)])
-    index = pl.Series(_STEP_INDEX, np.where(inside, i, -1), dtype=pl.Int64)
-    return index.set(index == -1, None)
-
-
 def _regions(marked: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     """One row per region run: frame, compile id, step, and whether it runs nested in another."""
-    r = marked.filter(pl.col(_ROLE) == _Role.REGION)
+    r = marked.filter(pl.col(ROLE) == Role.REGION)
     ids = r.get_column(Col.NAME).str.extract_groups(M.REGION.pattern)
     prev_end = pl.col(END).cum_max().shift(1).over([Col.PID, Col.TID])
     return (
         r.with_columns(
             ids.struct.field("1").cast(pl.Int64).alias(RegionCol.FRAME),
             ids.struct.field("2").cast(pl.Int64).alias(RegionCol.COMPILE),
-            _step_of(r.get_column(Col.TS), windows),
+            step_of(r.get_column(Col.TS), windows),
         )
         .sort([Col.PID, Col.TID, Col.TS])
         .with_columns((pl.col(Col.TS) < prev_end).fill_null(False).alias("_nested"))
@@ -244,7 +185,7 @@ def _anchors(trace: Trace, ids: np.ndarray) -> np.ndarray:
         cur = np.where(up, parent[np.clip(cur, 0, None)], cur)
 
 
-_NO_EAGER: Final = pl.Schema({_STEP_INDEX: pl.Int64(), CompileStepCol.EAGER_NS: pl.Int64(),
+_NO_EAGER: Final = pl.Schema({STEP_INDEX: pl.Int64(), CompileStepCol.EAGER_NS: pl.Int64(),
                                CompileStepCol.EAGER_OPS: pl.UInt32()})
 
 
@@ -257,7 +198,7 @@ def _eager_between(trace: Trace, regions: pl.DataFrame, marked: pl.DataFrame, wi
     if outer.height == 0:
         return pl.DataFrame(schema=_NO_EAGER)
     outer = outer.with_columns(pl.Series("_anchor", _anchors(trace, outer.get_column(Col.ID).to_numpy())))
-    spans = outer.group_by([_STEP_INDEX, Col.PID, Col.TID, "_anchor"]).agg(pl.col(Col.TS).min(), pl.col(END).max())
+    spans = outer.group_by([STEP_INDEX, Col.PID, Col.TID, "_anchor"]).agg(pl.col(Col.TS).min(), pl.col(END).max())
     lo = spans.get_column(Col.TS).min()
     hi = spans.get_column(END).max()
     if lo is None or hi is None:
@@ -272,69 +213,11 @@ def _eager_between(trace: Trace, regions: pl.DataFrame, marked: pl.DataFrame, wi
     under_aten = aten.get_column(Col.PARENT).is_not_null() & parent_names.str.starts_with(ATEN_PREFIX).fill_null(False)
     outermost = ~under_aten
     aten = aten.filter(outermost)
-    hidden = union_per_thread(marked.filter(pl.col(_ROLE).is_in([_Role.WRAPPER, _Role.GRAPH_CALL, _Role.COMPILE])))
+    hidden = union_per_thread(marked.filter(pl.col(ROLE).is_in([Role.WRAPPER, Role.GRAPH_CALL, Role.COMPILE])))
     in_span = inside(aten, spans.select(Col.PID, Col.TID, Col.TS, END), "_in_span").filter(pl.col("_in_span"))
     eager = inside(in_span, hidden, "_hidden").filter(~pl.col("_hidden"))
-    return eager.with_columns(_step_of(eager.get_column(Col.TS), windows)).group_by(_STEP_INDEX).agg(
+    return eager.with_columns(step_of(eager.get_column(Col.TS), windows)).group_by(STEP_INDEX).agg(
         pl.col(Col.DUR).sum().alias(CompileStepCol.EAGER_NS), pl.len().alias(CompileStepCol.EAGER_OPS)
-    )
-
-
-def _kernel_items(trace: Trace, marked: pl.DataFrame) -> pl.DataFrame:
-    """CUDA graph launches and kernels as host-side points (thread, ts, _end): GPU kernels by
-    their launch call (a kernel replayed from a CUDA graph carries the graph launch's
-    correlation, so it lands where the graph was replayed), inductor CPU kernels by frame."""
-    items = [
-        marked.filter(pl.col(_ROLE) == _Role.LAUNCH).select(
-            Col.PID, Col.TID, Col.TS, END, pl.lit(1).alias("_launch"), pl.lit(0).alias("_kernel"),
-            pl.lit(False).alias("_triton")),
-        marked.filter(pl.col(_ROLE) == _Role.CPU_KERNEL).select(
-            Col.PID, Col.TID, Col.TS, END, pl.lit(0).alias("_launch"), pl.lit(1).alias("_kernel"),
-            pl.lit(False).alias("_triton")),
-    ]
-    kernels = trace.of_kind(Kind.KERNEL).filter(pl.col(Col.LAUNCH).is_not_null())
-    if kernels.height:
-        names = [n for n in kernels.get_column(Col.NAME).unique().to_list() if n and M.TRITON_KERNEL.match(n)]
-        launch = kernels.get_column(Col.LAUNCH)
-        s = trace.slices
-        ts = s.get_column(Col.TS).gather(launch)
-        items.append(pl.DataFrame({
-            Col.PID: s.get_column(Col.PID).gather(launch), Col.TID: s.get_column(Col.TID).gather(launch),
-            Col.TS: ts, END: ts + s.get_column(Col.DUR).gather(launch),
-            "_triton": kernels.get_column(Col.NAME).is_in(names),
-        }).with_columns(pl.lit(0).alias("_launch"), pl.lit(1).alias("_kernel")))
-    return pl.concat(items, how="diagonal_relaxed").with_columns(pl.col("_launch", "_kernel").cast(pl.Int64))
-
-
-def _innermost_region(items: pl.DataFrame, regions: pl.DataFrame) -> pl.DataFrame:
-    """``items`` (ts, _end per thread) with ``_region_id``: the latest-started region that
-    holds it, else the outermost one that does (a launch after a nested region ended)."""
-    all_runs = regions.select(Col.PID, Col.TID, pl.col(Col.TS).alias("_r_ts"), pl.col(END).alias("_r_end"),
-                              pl.col(Col.ID).alias("_r_id")).sort("_r_ts")
-    outer = regions.filter(~pl.col("_nested")).select(
-        Col.PID, Col.TID, pl.col(Col.TS).alias("_o_ts"), pl.col(END).alias("_o_end"), pl.col(Col.ID).alias("_o_id")
-    ).sort("_o_ts")
-    j = (
-        items.sort(Col.TS)
-        .join_asof(all_runs, left_on=Col.TS, right_on="_r_ts", by=[Col.PID, Col.TID], strategy="backward",
-                   check_sortedness=False)
-        .join_asof(outer, left_on=Col.TS, right_on="_o_ts", by=[Col.PID, Col.TID], strategy="backward",
-                   check_sortedness=False)
-    )
-    return j.with_columns(
-        pl.when(pl.col(END) <= pl.col("_r_end")).then("_r_id")
-        .when(pl.col(END) <= pl.col("_o_end")).then("_o_id").alias("_region_id")
-    ).select(pl.exclude("_r_ts", "_r_end", "_r_id", "_o_ts", "_o_end", "_o_id"))
-
-
-def _region_work(items: pl.DataFrame, regions: pl.DataFrame) -> pl.DataFrame:
-    """Per region run (its slice id): the CUDA graph launches and kernels it issued."""
-    if items.height == 0 or regions.height == 0:
-        return pl.DataFrame(schema={"_region_id": pl.Int64, "_launches": pl.Int64, "_kernels": pl.Int64})
-    return (
-        _innermost_region(items, regions).drop_nulls("_region_id")
-        .group_by("_region_id")
-        .agg(pl.col("_launch").sum().alias("_launches"), pl.col("_kernel").sum().alias("_kernels"))
     )
 
 
@@ -342,19 +225,19 @@ def _step_kernels(items: pl.DataFrame, marked: pl.DataFrame, windows: pl.DataFra
     """Per step: kernels and graph launches issued inside compiled code (regions, and graph
     calls, which is where the backward graphs run), and Triton kernels wherever they were
     launched (vLLM runs inductor's graphs without Dynamo, replayed from CUDA graphs)."""
-    compiled = union_per_thread(marked.filter(pl.col(_ROLE).is_in([_Role.REGION, _Role.GRAPH_CALL])))
+    compiled = union_per_thread(marked.filter(pl.col(ROLE).is_in([Role.REGION, Role.GRAPH_CALL])))
     issued = inside(items, compiled, "_compiled").filter(pl.col("_compiled") | pl.col("_triton"))
-    return issued.with_columns(_step_of(issued.get_column(Col.TS), windows)).group_by(_STEP_INDEX).agg(
+    return issued.with_columns(step_of(issued.get_column(Col.TS), windows)).group_by(STEP_INDEX).agg(
         pl.col("_kernel").sum().alias(CompileStepCol.KERNELS),
         pl.col("_launch").sum().alias(CompileStepCol.GRAPH_LAUNCHES))
 
 
 def _compile_work(marked: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     """Compile work merged per thread, each piece with its step and clipped to the window."""
-    merged = union_per_thread(marked.filter(pl.col(_ROLE) == _Role.COMPILE))
-    merged = merged.with_columns(_step_of(merged.get_column(Col.TS), windows))
+    merged = union_per_thread(marked.filter(pl.col(ROLE) == Role.COMPILE))
+    merged = merged.with_columns(step_of(merged.get_column(Col.TS), windows))
     wend = windows.get_column(WindowCol.WINDOW_END).to_numpy()
-    idx = merged.get_column(_STEP_INDEX).fill_null(0).to_numpy()
+    idx = merged.get_column(STEP_INDEX).fill_null(0).to_numpy()
     return merged.with_columns(
         pl.min_horizontal(END, pl.Series(wend[idx] if wend.size else idx)).alias("_clipped_end")
     ).with_columns((pl.col("_clipped_end") - pl.col(Col.TS)).alias("_ns"))
@@ -364,47 +247,47 @@ def _recompiles(marked: pl.DataFrame, regions: pl.DataFrame, work: pl.DataFrame,
                 windows: pl.DataFrame) -> tuple[pl.DataFrame, bool]:
     """Recompiled ids (C > 0) with their step and cost; also whether the first step compiles a
     frame for the first time (C == 0), which makes it the cold start."""
-    data = marked.filter(pl.col(_ROLE) == _Role.COMPILE).filter(pl.col(Col.NAME).str.contains(M.COMPILE_DATA.pattern))
-    schema = {_STEP_INDEX: pl.Int64, RecompileCol.FRAME: pl.Int64, RecompileCol.COMPILE: pl.Int64,
+    data = marked.filter(pl.col(ROLE) == Role.COMPILE).filter(pl.col(Col.NAME).str.contains(M.COMPILE_DATA.pattern))
+    schema = {STEP_INDEX: pl.Int64, RecompileCol.FRAME: pl.Int64, RecompileCol.COMPILE: pl.Int64,
               RecompileCol.COST_NS: pl.Int64}
     if data.height:
         ids = data.get_column(Col.NAME).str.extract_groups(M.COMPILE_DATA.pattern)
         data = data.with_columns(
             ids.struct.field("2").cast(pl.Int64).alias(RecompileCol.FRAME),
             ids.struct.field("3").cast(pl.Int64).alias(RecompileCol.COMPILE),
-            _step_of(data.get_column(Col.TS), windows),
+            step_of(data.get_column(Col.TS), windows),
         )
-        cold = data.filter((pl.col(RecompileCol.COMPILE) == 0) & (pl.col(_STEP_INDEX) == 0)).height > 0
+        cold = data.filter((pl.col(RecompileCol.COMPILE) == 0) & (pl.col(STEP_INDEX) == 0)).height > 0
         pieces = work.select(Col.PID, Col.TID, pl.col(Col.TS).alias("_w_ts"), "_ns").sort("_w_ts")
         costed = data.filter(pl.col(RecompileCol.COMPILE) > 0).sort(Col.TS).join_asof(
             pieces, left_on=Col.TS, right_on="_w_ts", by=[Col.PID, Col.TID], strategy="backward",
                    check_sortedness=False)
         table = costed.group_by(RecompileCol.FRAME, RecompileCol.COMPILE).agg(
-            pl.col(_STEP_INDEX).sort_by(Col.TS).first(),
+            pl.col(STEP_INDEX).sort_by(Col.TS).first(),
             pl.struct("_w_ts", "_ns").unique().struct.field("_ns").sum().alias(RecompileCol.COST_NS),
         )
         return table.select(list(schema)).cast(schema), cold  # type: ignore[arg-type]
     # Without *_data annotations (torch before 2.6): a new F/C in a step that compiles.
-    compiling = work.group_by(_STEP_INDEX).agg(pl.col("_ns").sum().alias(RecompileCol.COST_NS))
-    first = regions.group_by(RecompileCol.FRAME, RecompileCol.COMPILE).agg(pl.col(_STEP_INDEX).sort_by(Col.TS).first())
-    table = first.filter(pl.col(RecompileCol.COMPILE) > 0).join(compiling, on=_STEP_INDEX, how="inner")
-    cold = work.filter(pl.col(_STEP_INDEX) == 0).height > 0
+    compiling = work.group_by(STEP_INDEX).agg(pl.col("_ns").sum().alias(RecompileCol.COST_NS))
+    first = regions.group_by(RecompileCol.FRAME, RecompileCol.COMPILE).agg(pl.col(STEP_INDEX).sort_by(Col.TS).first())
+    table = first.filter(pl.col(RecompileCol.COMPILE) > 0).join(compiling, on=STEP_INDEX, how="inner")
+    cold = work.filter(pl.col(STEP_INDEX) == 0).height > 0
     return table.select(list(schema)).cast(schema), cold  # type: ignore[arg-type]
 
 
 def _breaks(marked: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     """Resume functions seen as Python frames: where each break is, how often it ran."""
-    r = marked.filter(pl.col(_ROLE) == _Role.RESUME)
+    r = marked.filter(pl.col(ROLE) == Role.RESUME)
     parts = r.get_column(Col.NAME).str.extract_groups(M.RESUME.pattern)
     r = r.with_columns(
         parts.struct.field("2").alias(BreakCol.FUNCTION),
         pl.concat_str([parts.struct.field("1").fill_null("?"), pl.lit(":"), parts.struct.field("3")])
         .alias(BreakCol.LOCATION),
-        _step_of(r.get_column(Col.TS), windows),
+        step_of(r.get_column(Col.TS), windows),
     )
     return r.group_by(BreakCol.FUNCTION, BreakCol.LOCATION).agg(
         pl.len().cast(pl.Int64).alias(BreakCol.CALLS),
-        pl.col(_STEP_INDEX).n_unique().cast(pl.Int64).alias(BreakCol.STEPS)
+        pl.col(STEP_INDEX).n_unique().cast(pl.Int64).alias(BreakCol.STEPS)
     ).sort(BreakCol.CALLS, BreakCol.LOCATION, descending=[True, False])
 
 
@@ -418,39 +301,39 @@ def compile_analysis(trace: Trace, st: StepsResult | None = None) -> CompileResu
     trace.require_whole()
     st = steps(trace) if st is None else st
     windows = _windows(trace, st)
-    marked = _marked(trace)
+    marked = marked_slices(trace)
     regions = _regions(marked, windows)
     work = _compile_work(marked, windows)
     recompiles, cold = _recompiles(marked, regions, work, windows)
-    items = _kernel_items(trace, marked)
-    per_region = _region_work(items, regions)
+    items = kernel_items(trace, marked)
+    per_region = region_work(items, regions)
     regions = regions.join(per_region, left_on=Col.ID, right_on="_region_id", how="left").with_columns(
         pl.col("_launches").fill_null(0), pl.col("_kernels").fill_null(0))
     counts = [
-        regions.group_by(_STEP_INDEX).agg(
+        regions.group_by(STEP_INDEX).agg(
             pl.len().alias(CompileStepCol.REGIONS), pl.col("_nested").sum().alias(CompileStepCol.GRAPH_BREAKS)),
         _step_kernels(items, marked, windows),
-        recompiles.group_by(_STEP_INDEX).agg(pl.len().alias(CompileStepCol.RECOMPILES)),
-        work.group_by(_STEP_INDEX).agg(pl.col("_ns").sum().alias(CompileStepCol.COMPILE_NS)),
+        recompiles.group_by(STEP_INDEX).agg(pl.len().alias(CompileStepCol.RECOMPILES)),
+        work.group_by(STEP_INDEX).agg(pl.col("_ns").sum().alias(CompileStepCol.COMPILE_NS)),
         _eager_between(trace, regions, marked, windows),
-        marked.filter(pl.col(_ROLE) == _Role.GRAPH_CALL).with_columns(_step_of(
-            marked.filter(pl.col(_ROLE) == _Role.GRAPH_CALL).get_column(Col.TS), windows)
-        ).group_by(_STEP_INDEX).agg(pl.len().alias(CompileStepCol.GRAPH_CALLS)),
+        marked.filter(pl.col(ROLE) == Role.GRAPH_CALL).with_columns(step_of(
+            marked.filter(pl.col(ROLE) == Role.GRAPH_CALL).get_column(Col.TS), windows)
+        ).group_by(STEP_INDEX).agg(pl.len().alias(CompileStepCol.GRAPH_CALLS)),
     ]
-    per_step = windows.with_row_index(_STEP_INDEX).with_columns(pl.col(_STEP_INDEX).cast(pl.Int64)).select(
-        _STEP_INDEX, pl.col(WindowCol.STEP).alias(CompileStepCol.STEP), pl.col(WindowCol.NUMBER),
+    per_step = windows.with_row_index(STEP_INDEX).with_columns(pl.col(STEP_INDEX).cast(pl.Int64)).select(
+        STEP_INDEX, pl.col(WindowCol.STEP).alias(CompileStepCol.STEP), pl.col(WindowCol.NUMBER),
         pl.col(WindowCol.STEADY))
     for c in counts:
-        per_step = per_step.join(c.drop_nulls(_STEP_INDEX), on=_STEP_INDEX, how="left")
+        per_step = per_step.join(c.drop_nulls(STEP_INDEX), on=STEP_INDEX, how="left")
     value_cols = [CompileStepCol.REGIONS, CompileStepCol.GRAPH_BREAKS, CompileStepCol.RECOMPILES,
                   CompileStepCol.COMPILE_NS, CompileStepCol.EAGER_NS, CompileStepCol.EAGER_OPS,
                   CompileStepCol.GRAPH_CALLS, CompileStepCol.KERNELS, CompileStepCol.GRAPH_LAUNCHES]
     per_step = per_step.select(
         CompileStepCol.STEP, CompileStepCol.NUMBER, CompileStepCol.STEADY,
-        *[pl.col(c).fill_null(0).cast(pl.Int64) for c in value_cols], _STEP_INDEX,
-    ).sort(_STEP_INDEX)
-    step_names = per_step.select(_STEP_INDEX, CompileStepCol.STEP, CompileStepCol.STEADY)
-    recompile_table = recompiles.join(step_names, on=_STEP_INDEX, how="left").select(
+        *[pl.col(c).fill_null(0).cast(pl.Int64) for c in value_cols], STEP_INDEX,
+    ).sort(STEP_INDEX)
+    step_names = per_step.select(STEP_INDEX, CompileStepCol.STEP, CompileStepCol.STEADY)
+    recompile_table = recompiles.join(step_names, on=STEP_INDEX, how="left").select(
         pl.format("{}/{}", RecompileCol.FRAME, RecompileCol.COMPILE).alias(RecompileCol.REGION),
         RecompileCol.FRAME, RecompileCol.COMPILE, RecompileCol.STEP,
         pl.col(RecompileCol.STEADY).fill_null(False), RecompileCol.COST_NS,
@@ -465,7 +348,7 @@ def compile_analysis(trace: Trace, st: StepsResult | None = None) -> CompileResu
         pl.format("{}/{}", RegionCol.FRAME, RegionCol.COMPILE).alias(RegionCol.REGION), pl.all())
     first_compile = int(per_step.get_column(CompileStepCol.COMPILE_NS)[0]) if per_step.height else 0
     return CompileResult(
-        per_step=per_step.drop(_STEP_INDEX),
+        per_step=per_step.drop(STEP_INDEX),
         regions=region_table,
         recompiles=recompile_table,
         breaks=_breaks(marked, windows),
