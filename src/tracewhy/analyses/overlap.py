@@ -28,7 +28,15 @@ import polars as pl
 
 from tracewhy.analyses.collectives import CollectivesResult, collectives
 from tracewhy.analyses.intervals import union
-from tracewhy.analyses.overlap_activities import CATEGORIES, COMMUNICATION, COMPUTE, COPY, MEMSET, activities
+from tracewhy.analyses.overlap_activities import (
+    CATEGORIES,
+    COMMUNICATION,
+    COMPUTE,
+    COPY,
+    MEMSET,
+    ActivityCol,
+    activities,
+)
 from tracewhy.analyses.stats import nearest_ns
 from tracewhy.analyses.steps import StepCol, StepsOptions, StepsResult, WindowCol, steady_span, step_windows, steps
 from tracewhy.model.schema import Col
@@ -191,8 +199,8 @@ class _Timeline:
 
     def __init__(self, a: pl.DataFrame) -> None:
         ts = a.get_column(Col.TS).to_numpy()
-        end = a.get_column("_end").to_numpy()
-        cat = a.get_column("category").to_numpy()
+        end = a.get_column(ActivityCol.END).to_numpy()
+        cat = a.get_column(ActivityCol.CATEGORY).to_numpy()
         self.lo = int(ts.min()) if ts.size else 0
         self.hi = int(end.max()) if end.size else 0
 
@@ -271,11 +279,11 @@ def _windows_for(windows: pl.DataFrame, a: pl.DataFrame) -> pl.DataFrame:
 
 
 def _collective_exposure(a: pl.DataFrame, tl: _Timeline, lo: int, hi: int, n_steps: int, device: int) -> pl.DataFrame:
-    c = a.filter(pl.col("category") == COMMUNICATION)
+    c = a.filter(pl.col(ActivityCol.CATEGORY) == COMMUNICATION)
     s = np.clip(c.get_column(Col.TS).to_numpy(), lo, hi)
-    e = np.clip(c.get_column("_end").to_numpy(), lo, hi)
+    e = np.clip(c.get_column(ActivityCol.END).to_numpy(), lo, hi)
     hidden = _length_in(tl.compute, s, e)
-    per = pl.DataFrame({OverlapCol.COLLECTIVE: c.get_column("collective"), OverlapCol.TIME: e - s,
+    per = pl.DataFrame({OverlapCol.COLLECTIVE: c.get_column(ActivityCol.COLLECTIVE), OverlapCol.TIME: e - s,
                         OverlapCol.HIDDEN: hidden, "_inside": e > s})
     return (
         per.filter(pl.col("_inside"))
@@ -296,7 +304,8 @@ def _streams(a: pl.DataFrame, device: int) -> pl.DataFrame:
     rows = []
     for stream in sorted(a.get_column(Col.STREAM).unique().to_list()):
         sa = a.filter(pl.col(Col.STREAM) == stream)
-        ts, end, cat = sa.get_column(Col.TS).to_numpy(), sa.get_column("_end").to_numpy(), sa.get_column("category")
+        ts, end = sa.get_column(Col.TS).to_numpy(), sa.get_column(ActivityCol.END).to_numpy()
+        cat = sa.get_column(ActivityCol.CATEGORY)
         row: dict[str, object] = {OverlapCol.DEVICE: device, OverlapCol.STREAM: stream,
                                   OverlapCol.ACTIVITIES: sa.height, OverlapCol.BUSY: _union_len(ts, end)}
         for name in CATEGORIES:
@@ -316,7 +325,7 @@ def _stream_levels(a: pl.DataFrame) -> tuple[I64, I64]:
     starts, ends = [], []
     for stream in a.get_column(Col.STREAM).unique().to_list():
         sa = a.filter(pl.col(Col.STREAM) == stream)
-        s, e = union(sa.get_column(Col.TS).to_numpy(), sa.get_column("_end").to_numpy())
+        s, e = union(sa.get_column(Col.TS).to_numpy(), sa.get_column(ActivityCol.END).to_numpy())
         busy = e > s  # zero-length activities (dur 0 in 2021 traces) busy no stream
         starts.append(s[busy])
         ends.append(e[busy])

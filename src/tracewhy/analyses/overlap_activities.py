@@ -22,12 +22,21 @@ MEMSET: Final = "memset"
 CATEGORIES: Final = (COMPUTE, COMMUNICATION, COPY, MEMSET)
 
 
+class ActivityCol:
+    """Columns of the ``activities`` table besides the model's id, device, stream and ts_ns."""
+
+    CATEGORY: Final = "category"  # one of CATEGORIES
+    END: Final = "_end"  # ts_ns + dur_ns
+    COLLECTIVE: Final = "collective"  # the collective's label (null but for communication)
+
+
 def activities(trace: Trace, coll: CollectivesResult) -> pl.DataFrame:
     """GPU activities with their category and, for communication, the collective's label.
 
     Columns: id, device, stream, category, ts_ns, _end, collective (null but for communication)."""
     g = trace.of_kind(*GPU_ACTIVITY_KINDS).select(
-        Col.ID, Col.DEVICE, Col.STREAM, Col.KIND, Col.NAME, Col.TS, (pl.col(Col.TS) + pl.col(Col.DUR)).alias("_end"),
+        Col.ID, Col.DEVICE, Col.STREAM, Col.KIND, Col.NAME, Col.TS,
+        (pl.col(Col.TS) + pl.col(Col.DUR)).alias(ActivityCol.END),
     )
     comm_ids = coll.kernels.get_column(Col.ID)  # every communication kernel, in some call
     labels = coll.kernels.join(coll.table.select("call", "label"), on="call").select(Col.ID, "label")
@@ -43,9 +52,10 @@ def activities(trace: Trace, coll: CollectivesResult) -> pl.DataFrame:
     names = g.get_column(Col.NAME).unique().drop_nulls()
     short = pl.Series([short_kernel_name(n) for n in names.cast(pl.String).to_list()], dtype=pl.String)
     return (
-        g.with_columns(category.alias("category"), pl.col(Col.STREAM).fill_null(-1))
+        g.with_columns(category.alias(ActivityCol.CATEGORY), pl.col(Col.STREAM).fill_null(-1))
         .join(labels, on=Col.ID, how="left")
-        .with_columns(pl.when(pl.col("category") == COMMUNICATION).then(pl.col("label").fill_null(
-            pl.col(Col.NAME).replace_strict(names, short, default=None, return_dtype=pl.String))).alias("collective"))
-        .select(Col.ID, Col.DEVICE, Col.STREAM, "category", Col.TS, "_end", "collective")
+        .with_columns(pl.when(pl.col(ActivityCol.CATEGORY) == COMMUNICATION).then(pl.col("label").fill_null(
+            pl.col(Col.NAME).replace_strict(names, short, default=None, return_dtype=pl.String)))
+            .alias(ActivityCol.COLLECTIVE))
+        .select(Col.ID, Col.DEVICE, Col.STREAM, ActivityCol.CATEGORY, Col.TS, ActivityCol.END, ActivityCol.COLLECTIVE)
     )
