@@ -60,6 +60,8 @@ def waited_streams(dev: pl.DataFrame, s: pl.DataFrame, nxt: I64, has_next: npt.N
 
 
 def sync_returns_in(gs: I64, ge: I64, host: HostIndex) -> npt.NDArray[np.bool_]:
+    """Per gap [gs, ge): whether a synchronize that started before it returned within
+    ``SYNC_RETURN_SLACK_NS`` of its start (the host blocked while the device drained)."""
     sync = host.self_flag[Flag.SYNC]
     if not sync.any() or gs.size == 0:
         return np.zeros(gs.size, dtype=bool)
