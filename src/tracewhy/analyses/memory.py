@@ -9,7 +9,6 @@ allocated (``LEDGER_RULES`` below) and says so (``ledger_source``).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -17,33 +16,16 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tracewhy.analyses.host_activity import Flag, HostIndex, build_host_index
+from tracewhy.analyses.host_activity import HostIndex, build_host_index
+from tracewhy.analyses.memory_ledger import allocation_contexts, ledger_at_peak
 from tracewhy.analyses.steps import StepsOptions, StepsResult, WindowCol, step_windows, steps
-from tracewhy.model.memory_timeline import EXPORT_CATEGORIES, LedgerCategory, MemoryTimeline, TimelineCol
+from tracewhy.model.memory_timeline import EXPORT_CATEGORIES, MemoryTimeline, TimelineCol
 from tracewhy.model.schema import KIND_CODE, Col, Kind, MCol
 from tracewhy.model.trace import Trace
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
 
-#: What ``DeviceMemory.ledger`` inference rests on, in the order the rules are tried (first match
-#: wins); a block is "short-lived" when it is freed before the outermost op that allocated it ends.
-LEDGER_RULES: Final = (
-    ("comm_buckets", "allocated under a collective, DDP's Reducer or FSDP's flat parameters"),
-    ("kv_cache", "allocated under a frame or op naming a KV cache / past_key_values"),
-    ("inputs", "allocated under a DataLoader fetch"),
-    ("gradients", "allocated in backward (or under AccumulateGrad) and not freed in backward"),
-    ("optimizer_state", "allocated inside Optimizer.step and still live after that step ends"),
-    ("temporaries", "allocated inside Optimizer.step and freed within it, in backward and freed in backward, "
-                    "or short-lived"),
-    ("parameters", "allocated before the first step and never freed"),
-    ("activations", "allocated in forward and live beyond its op (freed in backward, or never)"),
-    ("preexisting", "allocated before the trace began (the peak's bytes that no event in the trace explains)"),
-)
-_BACKWARD = re.compile(r"^autograd::engine::evaluate_function|Backward\d*$|^backward$", re.IGNORECASE)
-_ACCUMULATE_GRAD = re.compile(r"AccumulateGrad")
-_COMM_BUCKET = re.compile(r"Reducer|flat_?param|FlatParam")
-_KV_CACHE = re.compile(r"kv_?cache|past_key_values|KVCache", re.IGNORECASE)
 #: Stands for events outside any CPU op in ``top_ops``.
 NO_OP: Final = "(outside any op)"
 
@@ -164,17 +146,6 @@ def device_label(device_type: int, device_id: int) -> str:
     return f"{DEVICE_TYPES.get(device_type, f'device{device_type}')}:{device_id}"
 
 
-@dataclass(frozen=True)
-class _Context:
-    """Per memory event (rows of the sorted events table): what the allocating stack held."""
-
-    innermost: I64  # HostIndex row, -1 when no slice is open
-    outermost_op: I64  # slice id of the outermost CPU op, -1 if none
-    scope_end: I64  # end of that op (ns); -1 without one
-    optimizer_end: I64  # end of the outermost optimizer slice on the stack; -1 without one
-    bits: dict[str, B]
-
-
 def analyze_memory(trace: Trace, options: MemoryOptions = MemoryOptions(), *, host: HostIndex | None = None,
                    step_result: StepsResult | None = None) -> MemoryResult:
     """``host`` and ``step_result``: the host index and steps already built for the trace (a
@@ -189,7 +160,7 @@ def analyze_memory(trace: Trace, options: MemoryOptions = MemoryOptions(), *, ho
                                                dtype=pl.String)),
                  on=[MCol.DEVICE_TYPE, MCol.DEVICE_ID], how="left").sort("_seq")
     index = host if host is not None else build_host_index(trace)
-    ctx = _contexts(trace, index, ev)
+    ctx = allocation_contexts(trace, index, ev)
     op_names = trace.slices.get_column(Col.NAME).gather(np.maximum(ctx.outermost_op, 0)).cast(pl.String)
     op_names = pl.select(pl.when(pl.Series(ctx.outermost_op >= 0)).then(op_names).otherwise(pl.lit(NO_OP))).to_series()
     ev = ev.with_columns(op_names.alias("_op"),
@@ -203,52 +174,6 @@ def analyze_memory(trace: Trace, options: MemoryOptions = MemoryOptions(), *, ho
     devices = tuple(_device(trace, index, part, windows)
                     for _, part in sorted(ev.group_by("_device"), key=lambda kv: str(kv[0][0])))
     return MemoryResult(devices, _top_ops(ev), "inferred")
-
-
-def _contexts(trace: Trace, index: HostIndex, ev: pl.DataFrame) -> _Context:
-    """Walk each event's stack once, up from its innermost slice: the outermost CPU op and the
-    end of it, the outermost optimizer slice's end, and which ledger patterns the stack holds."""
-    n = ev.height
-    inner = np.full(n, -1, dtype=np.int64)
-    pid, tid, ts = (ev.get_column(c).to_numpy() for c in (MCol.PID, MCol.TID, MCol.TS))
-    threads, which = np.unique(np.stack([pid, tid], axis=1), axis=0, return_inverse=True)
-    for i, (p, t) in enumerate(threads):
-        rows = np.flatnonzero(which.ravel() == i)
-        inner[rows] = index.innermost(int(p), int(t), ts[rows])
-    names = trace.slices.get_column(Col.NAME).gather(index.ids)
-    unique = [u for u in names.unique().to_list() if u is not None]
-
-    def matching(pattern: re.Pattern[str]) -> B:
-        hits = [u for u in unique if pattern.search(u)]
-        return names.is_in(hits).to_numpy() if hits else np.zeros(index.ids.size, dtype=bool)
-
-    own = {
-        "backward": matching(_BACKWARD),
-        "accumulate_grad": matching(_ACCUMULATE_GRAD),
-        "comm": matching(_COMM_BUCKET) | index.self_flag[Flag.COMM],
-        "kv_cache": matching(_KV_CACHE),
-        "dataloader": index.self_flag[Flag.DATALOADER],
-        "optimizer": index.self_flag[Flag.OPTIMIZER],
-    }
-    is_op = index.kind_code == KIND_CODE[Kind.CPU_OP.value]
-    bits = {k: np.zeros(n, dtype=bool) for k in own}
-    outer_op = np.full(n, -1, dtype=np.int64)
-    scope_end = np.full(n, -1, dtype=np.int64)
-    opt_end = np.full(n, -1, dtype=np.int64)
-    todo = np.flatnonzero(inner >= 0)
-    cur = inner[todo]
-    while todo.size:
-        for k, flags in own.items():
-            bits[k][todo] |= flags[cur]
-        op_here = is_op[cur]
-        outer_op[todo[op_here]] = index.ids[cur[op_here]]
-        scope_end[todo[op_here]] = index.end[cur[op_here]]
-        opt_here = own["optimizer"][cur]
-        opt_end[todo[opt_here]] = index.end[cur[opt_here]]
-        cur = index.parent[cur]
-        keep = cur >= 0
-        todo, cur = todo[keep], cur[keep]
-    return _Context(inner, outer_op, scope_end, opt_end, bits)
 
 
 def _top_ops(ev: pl.DataFrame) -> pl.DataFrame:
@@ -294,7 +219,7 @@ def _device(trace: Trace, index: HostIndex, ev: pl.DataFrame, windows: pl.DataFr
         peak_op=None if peak["_op"] == NO_OP else str(peak["_op"]),
         peak_innermost_op=ctx_name(index.op_ctx), peak_annotation=ctx_name(index.annotation_ctx),
         peak_python_stack=_python_stack(index, names, inner),
-        ledger=_ledger(ev, at, starts, int(alloc[at])),
+        ledger=ledger_at_peak(ev, at, starts, int(alloc[at])),
         timeline=ev.select(MCol.TS, MCol.TOTAL_ALLOCATED, MCol.TOTAL_RESERVED),
         steps=(table := _churn(ev, windows)),
         growth_bytes_per_step=_growth(table),
@@ -311,50 +236,6 @@ def _python_stack(index: HostIndex, names: pl.Series, inner: int) -> tuple[str, 
             out.append(str(names[int(index.ids[cur])]))
         cur = int(index.parent[cur])
     return tuple(out)
-
-
-def _ledger(ev: pl.DataFrame, at: int, step_starts: I64, peak: int) -> dict[str, int]:
-    """Bytes live at the peak by LEDGER_RULES. Allocations pair with the next event at the same
-    address; one with no free before the peak (``at``, the row in ``ev``) is live there. Events
-    without addresses (PyTorch < 1.10) cannot be paired: all of the peak is then unknown."""
-    if ev.get_column(MCol.ADDR).null_count():
-        return {LedgerCategory.UNKNOWN.value: peak}
-    paired = (
-        ev.with_columns(pl.int_range(pl.len()).alias("_row"))
-        .sort(MCol.ADDR, "_row")
-        .with_columns(pl.col("_row").shift(-1).over(MCol.ADDR).alias("_next_row"),
-                      pl.col(MCol.BYTES).shift(-1).over(MCol.ADDR).alias("_next_bytes"),
-                      pl.col(MCol.TS).shift(-1).over(MCol.ADDR).alias("_free_ts"),
-                      pl.col("_backward").shift(-1).over(MCol.ADDR).alias("_freed_in_backward"))
-        .filter(pl.col(MCol.BYTES) > 0)
-        .with_columns(pl.when(pl.col("_next_bytes") < 0).then(pl.col("_next_row")).alias("_free_row"))
-        .with_columns(pl.when(pl.col("_next_bytes") < 0).then(pl.col("_free_ts")).alias("_free_ts"))
-    )
-    live = paired.filter((pl.col("_row") <= at) & (pl.col("_free_row").is_null() | (pl.col("_free_row") > at)))
-    first_step = int(step_starts[0]) if step_starts.size else None
-    freed = pl.col("_free_ts").is_not_null()
-    short = freed & (pl.col("_free_ts") <= pl.col("_scope_end"))
-    before_steps = pl.lit(False) if first_step is None else pl.col(MCol.TS) < first_step
-    category = (
-        pl.when(pl.col("_comm")).then(pl.lit(LedgerCategory.COMM_BUCKETS.value))
-        .when(pl.col("_kv_cache")).then(pl.lit(LedgerCategory.KV_CACHE.value))
-        .when(pl.col("_dataloader")).then(pl.lit(LedgerCategory.INPUTS.value))
-        .when((pl.col("_accumulate_grad") | pl.col("_backward")) & ~short & ~(freed & pl.col("_freed_in_backward")))
-        .then(pl.lit(LedgerCategory.GRADIENTS.value))
-        .when(pl.col("_optimizer") & (~freed | (pl.col("_free_ts") > pl.col("_opt_end"))))
-        .then(pl.lit(LedgerCategory.OPTIMIZER_STATE.value))
-        .when(pl.col("_optimizer") | pl.col("_backward") | short).then(pl.lit(LedgerCategory.TEMPORARIES.value))
-        .when(before_steps & ~freed).then(pl.lit(LedgerCategory.PARAMETERS.value))
-        .otherwise(pl.lit(LedgerCategory.ACTIVATIONS.value))
-    )
-    sums = live.group_by(category.alias("_cat")).agg(pl.col(MCol.BYTES).sum())
-    ledger = {c.value: 0 for c in LedgerCategory if c is not LedgerCategory.AUTOGRAD_DETAIL
-              and c is not LedgerCategory.UNKNOWN}
-    for cat, nbytes in sums.iter_rows():
-        ledger[str(cat)] = int(nbytes)
-    explained = sum(ledger.values())
-    ledger[LedgerCategory.PREEXISTING.value] = max(peak - explained, 0)
-    return ledger
 
 
 def _churn(ev: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
