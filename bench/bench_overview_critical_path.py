@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from tracewhy.analyses.critical_path import CriticalPathOptions, critical_path
-from tracewhy.findings.overview import CRITICAL_PATH_STEPS, overview
 from tracewhy.readers import read_trace
+from tracewhy.reports.overview import CRITICAL_PATH_STEPS, overview
 
 BENCH = Path(__file__).resolve().parent
 TRACES = BENCH.parent.parent / "shared" / "traces"

@@ -18,12 +18,12 @@ from tracewhy.findings.compare import compare
 from tracewhy.findings.context import Context
 from tracewhy.findings.diagnose import diagnose
 from tracewhy.findings.model import Finding
-from tracewhy.findings.overview import overview
 from tracewhy.readers import read_trace
 from tracewhy.renderers.compare import comparison_payload
 from tracewhy.renderers.diagnose import diagnose_payload
 from tracewhy.renderers.jsonout import to_jsonable
 from tracewhy.renderers.report import overview_payload
+from tracewhy.reports.overview import overview
 
 #: Small real traces of different kinds: inference with memory events, torch.compile training,
 #: DDP with NCCL, and an Nsight Systems export.

@@ -25,8 +25,8 @@ from builders import KinetoBuilder
 from conftest import GENERATED, shared_trace
 from test_html_report import PAYLOADS, Page, browser  # noqa: F401  (the Chromium fixture)
 from tracewhy.cli import main
-from tracewhy.findings.overview import CRITICAL_PATH_STEPS
 from tracewhy.renderers.perfetto import CRITICAL_PATH_PID
+from tracewhy.reports.overview import CRITICAL_PATH_STEPS
 
 #: Five ProfilerSteps, two of them warm-up in the report: more steps than the report analyses.
 TRACE = "hta/v100_ddp2_rank1_memprofile.json.gz"

@@ -20,11 +20,11 @@ from tracewhy.analyses.gaps import gaps
 from tracewhy.analyses.steps import steps
 from tracewhy.findings.diagnose import diagnose
 from tracewhy.findings.model import Severity
-from tracewhy.findings.overview import overview
 from tracewhy.model import Col, Kind
 from tracewhy.renderers.diagnose import render_diagnose
 from tracewhy.renderers.report import overview_payload
 from tracewhy.renderers.terminal import render_steps
+from tracewhy.reports.overview import overview
 from tracewhy.units import fmt_ns
 
 

@@ -35,11 +35,11 @@ from tracewhy.analyses.critical_path import CriticalPathResult, PathCol
 from tracewhy.analyses.gaps import CLASS_COLUMNS, GapCol
 from tracewhy.analyses.memory import MemoryResult
 from tracewhy.findings.model import Finding
-from tracewhy.findings.overview import Overview
 from tracewhy.model.raw_events import RawEvents
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, CCol, Col, KCol, Kind, MCol
 from tracewhy.model.trace import Trace
 from tracewhy.renderers.jsonout import to_jsonable
+from tracewhy.reports.overview import Overview
 
 CAT: Final = "tracewhy"
 #: Synthetic ids: above any Linux pid/tid (at most 2**22) and any CUDA stream id Kineto writes.

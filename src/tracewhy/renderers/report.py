@@ -32,9 +32,9 @@ from tracewhy.renderers.diagnose import GAP_ROWS_SCHEMA, TIME_ORIGIN, basis_stat
 if TYPE_CHECKING:  # types only: a report of one trace needs neither the ranks nor the ncu modules
     from tracewhy.analyses.memory import TimelineResult
     from tracewhy.analyses.rank_compare import RanksResult
-    from tracewhy.findings.overview import Overview
     from tracewhy.findings.roofline import KERNEL_VERDICTS_SCHEMA, NcuRooflineResult
     from tracewhy.renderers.json_schema import rows, rows_of_either
+    from tracewhy.reports.overview import Overview
 
 #: Rows of the operator and kernel tables (largest first); the JSON of `report --json` is the same.
 TABLE_ROWS: Final = 300

@@ -9,11 +9,11 @@ from tracewhy.cli.output import STDOUT, refuse_overwrite, refuse_special_output,
 from tracewhy.errors import UsageError
 from tracewhy.findings.context import DiagnoseOptions
 from tracewhy.findings.diagnose import Report, diagnose
-from tracewhy.findings.overview import overview
 from tracewhy.model.trace import Trace
 from tracewhy.readers.registry import read_raw_events
 from tracewhy.renderers.export import ExportedTables, ExportedTrace, ExportPayload
 from tracewhy.renderers.perfetto import render_perfetto
+from tracewhy.reports.overview import overview
 
 
 class ExportCommand(Command):

@@ -9,7 +9,6 @@ from tracewhy.cli.base import Command, emit, load_trace, positive_int, warn, war
 from tracewhy.cli.output import refuse_overwrite, refuse_special_output, write_output
 from tracewhy.errors import UsageError
 from tracewhy.findings.context import DiagnoseOptions
-from tracewhy.findings.overview import overview
 from tracewhy.findings.roofline import roofline
 from tracewhy.readers.registry import InputKind, detect, read_kernel_metrics, read_memory_timeline
 from tracewhy.renderers.html import render_html
@@ -24,6 +23,7 @@ from tracewhy.renderers.report import (
     overview_payload,
     ranks_report_payload,
 )
+from tracewhy.reports.overview import overview
 
 
 class ReportCommand(Command):
