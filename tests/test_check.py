@@ -16,8 +16,9 @@ import pytest
 from builders import KinetoBuilder
 from conftest import GENERATED
 from tracewhy.cli import main
-from tracewhy.findings.check import CheckOptions, check, parse_limit
 from tracewhy.readers import read_trace
+from tracewhy.reports.check import CheckOptions, check
+from tracewhy.reports.check_metrics import parse_limit
 
 BASE = GENERATED / "cpu_slow_step_base.pt.trace.json.gz"
 PLANTED = GENERATED / "cpu_slow_step_planted.pt.trace.json.gz"

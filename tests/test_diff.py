@@ -22,9 +22,10 @@ from conftest import GENERATED, shared_trace
 from tracewhy.analyses.diff import DiffOptions, diff
 from tracewhy.analyses.shift import hodges_lehmann
 from tracewhy.cli import main
-from tracewhy.findings.compare import FASTER, NOT_MEASURED, SLOWER, WITHIN_NOISE, compare, judge
+from tracewhy.findings.compare import FASTER, NOT_MEASURED, SLOWER, WITHIN_NOISE, judge
 from tracewhy.findings.model import Finding, Severity
 from tracewhy.readers import read_trace
+from tracewhy.reports.diff import compare
 
 BASE = GENERATED / "cpu_slow_step_base.pt.trace.json.gz"
 PLANTED = GENERATED / "cpu_slow_step_planted.pt.trace.json.gz"

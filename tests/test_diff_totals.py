@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from conftest import shared_trace
-from tracewhy.findings.compare import FASTER, SLOWER, WITHIN_NOISE, compare
+from tracewhy.findings.compare import FASTER, SLOWER, WITHIN_NOISE
 from tracewhy.readers import read_trace
+from tracewhy.reports.diff import compare
 
 BEFORE = "nsys/nsysai_mfu_2gpu_before.sqlite.gz"
 AFTER = "nsys/nsysai_mfu_2gpu_after.sqlite.gz"

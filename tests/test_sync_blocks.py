@@ -17,10 +17,11 @@ from tracewhy.cli import main
 from tracewhy.errors import TraceError
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.blocks import synchronized_blocks
-from tracewhy.findings.check import CheckOptions, check, parse_limit
 from tracewhy.findings.codes import Code
 from tracewhy.findings.diagnose import diagnose
 from tracewhy.model import Kind
+from tracewhy.reports.check import CheckOptions, check
+from tracewhy.reports.check_metrics import parse_limit
 
 STEP_US = 10_000.0
 #: Block starts in a step (µs); each block is 400 µs and launches two kernels.

@@ -41,9 +41,7 @@ from tracewhy.analyses.summaries import (
 )
 from tracewhy.errors import install_hint
 from tracewhy.findings import thresholds as th
-from tracewhy.findings.check import CheckOptions, CheckReport, parse_limit
-from tracewhy.findings.check import check as _check
-from tracewhy.findings.compare import Comparison, compare
+from tracewhy.findings.compare import Comparison
 from tracewhy.findings.context import DiagnoseOptions
 from tracewhy.findings.diagnose import Report
 from tracewhy.findings.diagnose import diagnose as _diagnose
@@ -51,6 +49,10 @@ from tracewhy.model.schema import Kind
 from tracewhy.model.trace import Trace
 from tracewhy.readers import read_trace
 from tracewhy.renderers.diagnose import recoverable_unit
+from tracewhy.reports.check import CheckOptions, CheckReport
+from tracewhy.reports.check import check as _check
+from tracewhy.reports.check_metrics import parse_limit
+from tracewhy.reports.diff import compare
 from tracewhy.units import printable
 
 #: A Trace, or the path of a trace file to read first (as ``tracewhy.load`` does).

@@ -36,6 +36,15 @@ class ThroughputOptions:
             raise UsageError(f"--unit must be one of {', '.join(UNITS)}, got {self.unit!r}")
 
 
+def requested(items_per_step: float | None, unit: str | None) -> ThroughputOptions | None:
+    """The throughput a user asked for (``--items-per-step N --unit U``); None when not asked."""
+    if items_per_step is None:
+        if unit is not None:
+            raise UsageError("--unit needs --items-per-step N (how many of them one step handles)")
+        return None
+    return ThroughputOptions(items_per_step=items_per_step, unit=unit or DEFAULT_UNIT)
+
+
 @dataclass(frozen=True)
 class Throughput:
     """Items per second at the steady step times; ``per`` is "step" or "chunk". The step times are

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
     from tracewhy.model.schema import Kind
     from tracewhy.model.trace import Trace
+    from tracewhy.reports.inputs import Loader
 
 
 class Command:
@@ -233,6 +234,14 @@ def load_trace(path: str, kinds: Collection[Kind] | None = None) -> Trace:
         _start_analysing(path)
     warn(path, trace.meta.warnings)
     return trace
+
+
+def loader() -> Loader:
+    """How reports read for the command being run: ``load_trace`` (progress, the cache as the
+    options say) and ``warn`` (the warnings printed and carried in ``--json``)."""
+    from tracewhy.reports.inputs import Loader
+
+    return Loader(read=load_trace, warn=warn)
 
 
 def flush_warnings() -> None:

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from tracewhy.analyses.throughput import DEFAULT_UNIT, UNITS, ThroughputOptions
-from tracewhy.errors import UsageError
+from tracewhy.analyses.throughput import DEFAULT_UNIT, UNITS, ThroughputOptions, requested
 
 
 def add_throughput_options(parser: argparse.ArgumentParser, per: str = "step") -> None:
@@ -18,8 +17,4 @@ def add_throughput_options(parser: argparse.ArgumentParser, per: str = "step") -
 
 
 def throughput_options(args: argparse.Namespace) -> ThroughputOptions | None:
-    if args.items_per_step is None:
-        if args.unit is not None:
-            raise UsageError("--unit needs --items-per-step N (how many of them one step handles)")
-        return None
-    return ThroughputOptions(items_per_step=args.items_per_step, unit=args.unit or DEFAULT_UNIT)
+    return requested(args.items_per_step, args.unit)

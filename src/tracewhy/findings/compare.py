@@ -1,19 +1,15 @@
 """Judging two runs of one job: faster, slower or within noise, whether they can be compared at
-all, and which findings appeared or disappeared. ``diff`` prints this; ``check --baseline``
-fails on it."""
+all, and which findings appeared or disappeared. ``diff`` prints this (``reports/diff.py``
+measures both runs); ``check --baseline`` fails on it."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
 
-from tracewhy.analyses.diff import Difference, DiffOptions, DiffResult, diff
-from tracewhy.findings import at_once
+from tracewhy.analyses.diff import Difference, DiffResult
 from tracewhy.findings import thresholds as th
-from tracewhy.findings.context import DiagnoseOptions
-from tracewhy.findings.diagnose import Report, diagnose
 from tracewhy.findings.model import Finding
-from tracewhy.model.trace import Trace
 from tracewhy.units import fmt_ns
 
 FASTER = "faster"
@@ -55,26 +51,6 @@ class Comparison:
         return (f"graph breaks per step {c.a_graph_breaks_per_step:g} -> {c.b_graph_breaks_per_step:g} · "
                 f"recompiles {c.a_recompiles} -> {c.b_recompiles} · "
                 f"compiled regions per step {c.a_regions_per_step:g} -> {c.b_regions_per_step:g}")
-
-
-def compare(a: Trace, b: Trace, options: DiffOptions | None = None, *, with_findings: bool = True) -> Comparison:
-    """Compare run B against run A (the baseline); ``with_findings`` also diagnoses both."""
-    options = options or DiffOptions(confidence=th.DIFF_CONFIDENCE)
-    if not with_findings:
-        return judge(diff(a, b, options))
-    report_a, report_b = _diagnose_both(a, b, DiagnoseOptions(step_marker=options.step_marker,
-                                                              warmup=options.warmup))
-    return judge(diff(a, b, options, memory=(report_a.memory, report_b.memory),
-                      compiled=(report_a.compile, report_b.compile), step_results=(report_a.steps, report_b.steps)),
-                 report_a.findings, report_b.findings)
-
-
-def _diagnose_both(a: Trace, b: Trace, options: DiagnoseOptions) -> tuple[Report, Report]:
-    """Both runs' diagnoses, at once when the runs are small (``findings/at_once.py``): each
-    reads only its own trace and keeps its results in its own context."""
-    report_a, report_b = at_once.run([lambda: diagnose(a, options), lambda: diagnose(b, options)],
-                                     together=at_once.small(a, b), name="tracewhy-diagnose")
-    return report_a, report_b
 
 
 def judge(d: DiffResult, findings_a: list[Finding] | None = None,

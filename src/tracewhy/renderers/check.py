@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-from tracewhy.findings.check import METRICS, CheckReport, fmt_value
 from tracewhy.findings.model import Finding
-from tracewhy.renderers.compare import DiffPayload, comparison_payload
+from tracewhy.renderers.diff import DiffPayload, comparison_payload
+from tracewhy.reports.check import CheckReport
+from tracewhy.reports.check_metrics import METRICS, fmt_value
 
 
 class CheckLimitResult(TypedDict):

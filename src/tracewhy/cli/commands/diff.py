@@ -1,17 +1,11 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
-from typing import Any
 
-from tracewhy.analyses.diff import DiffOptions
-from tracewhy.analyses.throughput import from_durations
-from tracewhy.cli.base import Command, add_output_options, emit, load_trace, positive_int
+from tracewhy.cli.base import Command, add_output_options, emit, loader, positive_int
 from tracewhy.cli.throughput import add_throughput_options, throughput_options
-from tracewhy.findings import thresholds as th
-from tracewhy.findings.compare import compare
-from tracewhy.renderers.compare import DiffPayload, DiffThroughputPayload, comparison_payload, render_comparison
-from tracewhy.renderers.throughput import with_throughput_change
+from tracewhy.renderers.diff import DiffPayload, DiffThroughputPayload, diff_output
+from tracewhy.reports.diff import DiffReportOptions, diff_report
 
 
 class DiffCommand(Command):
@@ -37,13 +31,6 @@ class DiffCommand(Command):
         add_throughput_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
-        options = DiffOptions(step_marker=args.step, warmup=args.warmup, confidence=th.DIFF_CONFIDENCE)
-        rate = throughput_options(args)
-        c = compare(load_trace(args.a), load_trace(args.b), options)
-        payload: Mapping[str, Any]
-        payload, view = comparison_payload(c), lambda: render_comparison(c, args.top)
-        if rate is not None:
-            a, b = (from_durations(d, rate) for d in (c.diff.a_step_durations_ns, c.diff.b_step_durations_ns))
-            payload, view = with_throughput_change(payload, view, rate, a, b, after=c.statement)
-        emit(args, self.name, payload, view)
+        options = DiffReportOptions(step_marker=args.step, warmup=args.warmup, throughput=throughput_options(args))
+        emit(args, self.name, *diff_output(diff_report(args.a, args.b, options, loader()), args.top))
         return 0

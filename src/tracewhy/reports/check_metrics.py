@@ -1,46 +1,35 @@
-"""The CI gate: named metrics of a trace, each one small function, held against limits.
+"""The CI gate's metrics: named numbers of a trace, each one small function over a diagnosis
+context (or saying why it cannot be measured), and the limits a user sets on them
+(``max-gpu-idle = 20%``). To add a metric, write a function ``Context -> Measured`` and register
+it in ``METRICS``; ``check`` gains the option ``--max-NAME`` (or ``--min-NAME``) with it.
 
-A metric measures one number from a diagnosis context (or says why it cannot); a limit is a
-bound on it (``max-gpu-idle = 20%``). ``check`` evaluates every limit and, with a baseline,
-also fails when the step time regressed significantly (``findings.compare``). To add a metric,
-write a function ``Context -> Measured`` and register it in ``METRICS``.
-
-A trace timed block by block (``blocks-synchronized``, the finding ``blocks`` and ``diagnose``
-make) is attribution, not throughput. Where the gate holds a speed figure (step time, GPU idle,
-overlap, throughput, or a baseline's step times), ``check`` says so in a note line, marks those
-figures ``attribution_only`` and keeps their verdicts: the per-block synchronizes only add time
-(the GPU drains, blocks cannot overlap), so a pass holds without them, while a failure may be
-the harness's, which the note says.
+A metric reads the diagnosis' own context, so that the analyses the rules also use run once;
+``high-findings`` runs the diagnosis itself, which is why the metrics are a report's, not a rule's.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
 from tracewhy.analyses.compile import RecompileCol
-from tracewhy.analyses.diff import DiffOptions
 from tracewhy.analyses.overlap import OverlapCol
 from tracewhy.analyses.steps import StepCol
-from tracewhy.analyses.throughput import UNITS, ThroughputOptions, from_step_stats
-from tracewhy.findings import thresholds as th
+from tracewhy.analyses.throughput import UNITS, from_step_stats
 from tracewhy.findings.basis import basis
-from tracewhy.findings.blocks import blocks_result, synchronized_blocks
 from tracewhy.findings.codes import Code
-from tracewhy.findings.compare import SLOWER, Comparison, compare
 from tracewhy.findings.compile import compile_result
-from tracewhy.findings.context import Context, DiagnoseOptions
+from tracewhy.findings.context import Context
 from tracewhy.findings.diagnose import diagnose_in
 from tracewhy.findings.memory import memory_result
-from tracewhy.findings.model import Finding, Severity
+from tracewhy.findings.model import Severity
 from tracewhy.findings.overlap import overlap_result
 from tracewhy.findings.sync_count import COUNTED, blocking_syncs
 from tracewhy.findings.throughput import describe, fmt_rate, gated_rate
-from tracewhy.model.trace import Trace
 from tracewhy.units import fmt_ns, fmt_pct
 
 SHARE, DURATION, COUNT, BYTES, RATE = "share", "duration", "count", "bytes", "rate"
@@ -79,72 +68,6 @@ class Limit:
     def key(self) -> str:
         return f"{self.bound}-{self.metric}"
 
-
-@dataclass(frozen=True)
-class CheckResult:
-    limit: Limit
-    measured: float | None
-    measured_text: str
-    passed: bool
-    note: str | None
-    line: str  # the one line printed for it
-    #: A speed figure measured on a trace timed block by block (``blocks-synchronized``).
-    attribution_only: bool = False
-
-
-@dataclass(frozen=True)
-class CheckNote:
-    """A finding that qualifies a trace's figures without failing the gate (``blocks-synchronized``:
-    the trace was timed block by block)."""
-
-    about: str  # "trace" or "baseline"
-    path: str
-    finding: Finding
-
-    @property
-    def line(self) -> str:
-        about = " (baseline)" if self.about == "baseline" else ""
-        return f"note {self.finding.code}{about}: {self.finding.statement}"
-
-
-@dataclass(frozen=True)
-class CheckReport:
-    results: list[CheckResult]
-    baseline: Comparison | None
-    baseline_passed: bool
-    baseline_line: str | None
-    #: Why a trace (this one or the baseline) lacks events; a gate must not pass on a part of
-    #: a run unless told to (``--allow-partial``).
-    partial: list[str] = field(default_factory=list)
-    partial_passed: bool = True
-    notes: list[CheckNote] = field(default_factory=list)
-
-    @property
-    def attribution_only(self) -> bool:
-        """The trace checked was timed block by block: its speed figures are not throughput."""
-        return any(n.about == "trace" and n.finding.code == Code.BLOCKS_SYNCHRONIZED for n in self.notes)
-
-    @property
-    def passed(self) -> bool:
-        return all(r.passed for r in self.results) and self.baseline_passed and self.partial_passed
-
-    @property
-    def partial_line(self) -> str | None:
-        if not self.partial:
-            return None
-        if self.partial_passed:
-            return f"ok   partial-trace: allowed (--allow-partial): {'; '.join(self.partial)}"
-        return (f"FAIL partial-trace: {'; '.join(self.partial)}; the figures cover only part of the run "
-                "(--allow-partial checks it anyway)")
-
-    @property
-    def violations(self) -> list[str]:
-        lines = [r.line for r in self.results if not r.passed]
-        if not self.baseline_passed and self.baseline_line:
-            lines.append(self.baseline_line)
-        if not self.partial_passed and self.partial_line:
-            lines.append(self.partial_line)
-        return lines
 
 
 # --- the metrics ---------------------------------------------------------------------------------
@@ -364,71 +287,3 @@ def _fmt_size(n: float) -> str:
     return f"{n:.0f} B"
 
 
-# --- the gate -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CheckOptions:
-    limits: tuple[Limit, ...] = ()
-    step_marker: str | None = None
-    warmup: int | None = None
-    allow_unmeasured: bool = False  # a limit whose metric the trace cannot give passes instead of failing
-    allow_partial: bool = False  # a trace that lacks events (cut, still open, tables skipped) may pass
-    throughput: ThroughputOptions | None = None  # items per step, for --min-throughput
-
-
-def check(trace: Trace, options: CheckOptions, baseline: Trace | None = None) -> CheckReport:
-    ctx = Context(trace, DiagnoseOptions(step_marker=options.step_marker, warmup=options.warmup,
-                                         throughput=options.throughput))
-    # Asked only where a speed figure is gated (blocks over millions of NVTX ranges is seconds):
-    # a count, a size or a compile figure means the same on a capture timed block by block.
-    speed = baseline is not None or any(METRICS[limit.metric].speed for limit in options.limits)
-    notes = [CheckNote("trace", trace.meta.path, f) for f in (_synchronized(ctx) if speed else None,) if f is not None]
-    results = [_evaluate(ctx, limit, options.allow_unmeasured, attribution=bool(notes)) for limit in options.limits]
-    comparison = None
-    baseline_passed, baseline_line = True, None
-    if baseline is not None:
-        diff_options = DiffOptions(step_marker=options.step_marker, warmup=options.warmup,
-                                   confidence=th.DIFF_CONFIDENCE)
-        comparison = compare(baseline, trace, diff_options, with_findings=False)
-        notes += [CheckNote("baseline", baseline.meta.path, f)
-                  for f in (_synchronized(Context(baseline, ctx.options)),) if f is not None]
-        if comparison.verdict == SLOWER:
-            baseline_passed = False
-            baseline_line = f"FAIL baseline: step time regressed; {comparison.statement}"
-        elif not comparison.comparable:
-            baseline_passed = False
-            baseline_line = ("FAIL baseline: not comparable with this trace ("
-                             + "; ".join(comparison.not_comparable_because) + ")")
-        else:
-            baseline_line = f"ok   baseline: {comparison.statement}"
-    partial = [f"{t.meta.path}: {why}" for t in (trace, baseline) if t is not None for why in t.meta.missing_events]
-    return CheckReport(results=results, baseline=comparison, baseline_passed=baseline_passed,
-                       baseline_line=baseline_line, partial=partial,
-                       partial_passed=options.allow_partial or not partial, notes=notes)
-
-
-def _synchronized(ctx: Context) -> Finding | None:
-    """``blocks-synchronized``, as ``blocks`` and ``diagnose`` say it (none on a trace with no
-    slices, which has no blocks)."""
-    return synchronized_blocks(blocks_result(ctx)) if ctx.trace.slices.height else None
-
-
-def _evaluate(ctx: Context, limit: Limit, allow_unmeasured: bool, attribution: bool = False) -> CheckResult:
-    metric = METRICS[limit.metric]
-    m = metric.measure(ctx)
-    shown = fmt_value(metric.unit, m.value)
-    bound_text = f"{limit.bound} {fmt_value(metric.unit, limit.value)}"
-    if m.value is None:
-        passed = allow_unmeasured
-        line = f"{'ok  ' if passed else 'FAIL'} {limit.metric}: not measured ({m.note}); limit {bound_text}"
-    else:
-        passed = m.value <= limit.value if limit.bound == "max" else m.value >= limit.value
-        op = (">" if limit.bound == "max" else "<") if not passed else ("<=" if limit.bound == "max" else ">=")
-        flagged = attribution and metric.speed
-        notes = [n for n in (m.note, f"attribution, not throughput: {Code.BLOCKS_SYNCHRONIZED}" if flagged else None)
-                 if n]
-        note = f" ({'; '.join(notes)})" if notes else ""
-        line = f"{'ok  ' if passed else 'FAIL'} {limit.metric}: {shown} {op} {bound_text}{note}"
-    return CheckResult(limit=limit, measured=m.value, measured_text=shown, passed=passed, note=m.note, line=line,
-                       attribution_only=m.value is not None and attribution and metric.speed)

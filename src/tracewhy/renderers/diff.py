@@ -1,8 +1,8 @@
-"""Terminal and JSON forms of a run comparison (``tracewhy diff``). Takes a finished Comparison."""
+"""``diff``: the terminal and JSON forms of a run comparison, from a finished DiffReport."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Final, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any, Final, TypedDict
 
 import polars as pl
 
@@ -10,14 +10,18 @@ from tracewhy.analyses.diff import DELTAS_SCHEMA, OP_DELTAS_SCHEMA, Difference, 
 from tracewhy.analyses.shift import Shift
 from tracewhy.findings.compare import FASTER, SLOWER, Comparison
 from tracewhy.findings.model import Finding
+from tracewhy.renderers import View
 from tracewhy.renderers.layout import FitTable, Layout, label, name, number
 from tracewhy.units import fmt_bytes, fmt_ns
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from rich.console import RenderableType
 
     from tracewhy.renderers.json_schema import rows
     from tracewhy.renderers.throughput import ThroughputChangeJson
+    from tracewhy.reports.diff import DiffReport
 
 
 class MemoryChangeJson(TypedDict):
@@ -91,6 +95,20 @@ class DiffThroughputPayload(DiffPayload):
 
 
 _STYLE = {SLOWER: "bold red", FASTER: "bold green"}
+
+
+def diff_output(r: DiffReport, top: int) -> tuple[Mapping[str, Any], View]:
+    """The payload and the view of ``diff``: the comparison, and the throughput change after the
+    verdict when it was asked for."""
+    from tracewhy.renderers.throughput import with_throughput_change
+
+    c = r.comparison
+    payload: Mapping[str, Any]
+    payload, view = comparison_payload(c), lambda: render_comparison(c, top)
+    if r.throughput is not None:
+        payload, view = with_throughput_change(payload, view, r.throughput, r.throughput_a, r.throughput_b,
+                                               after=c.statement)
+    return payload, view
 
 
 def comparison_payload(c: Comparison) -> DiffPayload:

@@ -1,0 +1,71 @@
+"""``diff``: run B against baseline A. Both runs diagnosed (at once when small), their steady
+step times, ops, blocks and kernels compared, and the difference judged
+(``findings/compare.py``); with ``--items-per-step``, both runs' throughput."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tracewhy.analyses.diff import DiffOptions, diff
+from tracewhy.analyses.throughput import Throughput, ThroughputOptions, from_durations
+from tracewhy.findings import at_once
+from tracewhy.findings import thresholds as th
+from tracewhy.findings.compare import Comparison, judge
+from tracewhy.findings.context import DiagnoseOptions
+from tracewhy.findings.diagnose import Report, diagnose
+from tracewhy.model.trace import Trace
+from tracewhy.reports.inputs import PLAIN, Loader, TraceSource
+
+
+@dataclass(frozen=True)
+class DiffReportOptions:
+    step_marker: str | None = None
+    warmup: int | None = None
+    #: Items per step, to say both runs' step times as throughput.
+    throughput: ThroughputOptions | None = None
+
+
+@dataclass(frozen=True)
+class DiffReport:
+    """The comparison, and (with ``throughput`` asked for) each run's throughput, None for a run
+    without steady steps."""
+
+    comparison: Comparison
+    throughput: ThroughputOptions | None = None
+    throughput_a: Throughput | None = None
+    throughput_b: Throughput | None = None
+
+
+def diff_report(a: TraceSource, b: TraceSource, options: DiffReportOptions | None = None,
+                loader: Loader = PLAIN) -> DiffReport:
+    """B against baseline A, A read first."""
+    options = options or DiffReportOptions()
+    trace_a = loader.trace(a)
+    trace_b = loader.trace(b)
+    c = compare(trace_a, trace_b, DiffOptions(step_marker=options.step_marker, warmup=options.warmup,
+                                              confidence=th.DIFF_CONFIDENCE))
+    rate = options.throughput
+    if rate is None:
+        return DiffReport(c)
+    return DiffReport(c, rate, from_durations(c.diff.a_step_durations_ns, rate),
+                      from_durations(c.diff.b_step_durations_ns, rate))
+
+
+def compare(a: Trace, b: Trace, options: DiffOptions | None = None, *, with_findings: bool = True) -> Comparison:
+    """Compare run B against run A (the baseline); ``with_findings`` also diagnoses both."""
+    options = options or DiffOptions(confidence=th.DIFF_CONFIDENCE)
+    if not with_findings:
+        return judge(diff(a, b, options))
+    report_a, report_b = _diagnose_both(a, b, DiagnoseOptions(step_marker=options.step_marker,
+                                                              warmup=options.warmup))
+    return judge(diff(a, b, options, memory=(report_a.memory, report_b.memory),
+                      compiled=(report_a.compile, report_b.compile), step_results=(report_a.steps, report_b.steps)),
+                 report_a.findings, report_b.findings)
+
+
+def _diagnose_both(a: Trace, b: Trace, options: DiagnoseOptions) -> tuple[Report, Report]:
+    """Both runs' diagnoses, at once when the runs are small (``reports/at_once.py``): each
+    reads only its own trace and keeps its results in its own context."""
+    report_a, report_b = at_once.run([lambda: diagnose(a, options), lambda: diagnose(b, options)],
+                                     together=at_once.small(a, b), name="tracewhy-diagnose")
+    return report_a, report_b
