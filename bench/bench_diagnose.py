@@ -50,7 +50,7 @@ print(json.dumps({{"seconds": time.perf_counter() - t0, "code": code}}))
 
 #: diagnose without the compile rule: the bench's toggle, set in its child process only.
 _WITHOUT_COMPILE = """
-import tracewhy.findings.diagnose as d, tracewhy.findings.host as host, tracewhy.findings.compile as c
+import tracewhy.reports.diagnose as d, tracewhy.findings.host as host, tracewhy.findings.compile as c
 d.RULES = tuple(r for r in d.RULES if r is not c.findings)
 d._compile = lambda ctx: None
 host._compile_in_spikes = lambda ctx, spike_steps: ({}, 0)

@@ -90,7 +90,7 @@ def mark(name, start, before):
 s, p = time.perf_counter(), peak()
 from tracewhy.readers import read_trace
 from tracewhy.findings import context as context_mod
-from tracewhy.findings.diagnose import diagnose
+from tracewhy.reports.diagnose import diagnose
 from tracewhy.renderers.diagnose import diagnose_payload
 mark("import", t0, 0)
 s, p = time.perf_counter(), peak()

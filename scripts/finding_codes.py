@@ -19,8 +19,8 @@ from pathlib import Path
 
 from tracewhy.findings.codes import Code
 from tracewhy.findings.consolidate import SEVERITY_FLOOR
-from tracewhy.findings.diagnose import RULES
 from tracewhy.findings.model import Severity
+from tracewhy.reports.diagnose import RULES
 
 FINDINGS = Path(__file__).resolve().parent.parent / "src" / "tracewhy" / "findings"
 #: What consolidate re-grades by share: a finding of one of these severities with recoverable time.

@@ -27,9 +27,9 @@ from conftest import GENERATED, shared_trace
 from tracewhy.analyses.info import info
 from tracewhy.analyses.kernels import kernels
 from tracewhy.analyses.utilization import device_busy
-from tracewhy.findings.diagnose import diagnose
 from tracewhy.model import Col, Kind
 from tracewhy.readers.kineto.categories import category_kind
+from tracewhy.reports.diagnose import diagnose
 
 REAL = "tracelens/h100_bert-small_bs1_seq512.json.gz"
 

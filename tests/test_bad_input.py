@@ -392,7 +392,7 @@ def test_a_file_cut_after_its_events_loses_no_events(tmp_path: Path) -> None:
         t = trace.meta.truncation
         assert t is not None and t.events_recovered == n and t.events_lost_estimate == 0 and not t.stream_cut
         assert any(f"all {n} events are complete" in w for w in trace.meta.warnings)
-        from tracewhy.findings.diagnose import diagnose
+        from tracewhy.reports.diagnose import diagnose
 
         assert "incomplete-trace" not in [f.code for f in diagnose(trace).findings]
 

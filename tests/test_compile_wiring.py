@@ -22,9 +22,9 @@ from test_html_report import browser as browser
 from tracewhy.analyses.compile import CompileStepCol
 from tracewhy.cli import main
 from tracewhy.findings.codes import Code
-from tracewhy.findings.diagnose import Report, diagnose
 from tracewhy.findings.model import Finding, Severity
 from tracewhy.readers import read_trace
+from tracewhy.reports.diagnose import Report, diagnose
 
 #: The cause each generated trace was made to show, as diagnose must rank it: the first findings
 #: after the trust ones. The .item() break also recompiles its resume function once (step 1,

@@ -12,16 +12,16 @@ import msgspec
 import pytest
 
 from conftest import shared_trace
-from tracewhy.findings import at_once
-from tracewhy.findings import diagnose as diagnose_module
 from tracewhy.findings.context import Context
-from tracewhy.findings.diagnose import diagnose
 from tracewhy.findings.model import Finding
 from tracewhy.readers import read_trace
 from tracewhy.renderers.diagnose import diagnose_payload
 from tracewhy.renderers.diff import comparison_payload
 from tracewhy.renderers.jsonout import to_jsonable
 from tracewhy.renderers.report import overview_payload
+from tracewhy.reports import at_once
+from tracewhy.reports import diagnose as diagnose_module
+from tracewhy.reports.diagnose import diagnose
 from tracewhy.reports.diff import compare
 from tracewhy.reports.overview import overview
 

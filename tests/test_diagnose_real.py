@@ -18,12 +18,12 @@ import tracewhy
 from conftest import GENERATED, ROOT, TRACES, shared_trace
 from tracewhy.analyses.gaps import gaps
 from tracewhy.analyses.steps import steps
-from tracewhy.findings.diagnose import diagnose
 from tracewhy.findings.model import Severity
 from tracewhy.model import Col, Kind
 from tracewhy.renderers.diagnose import render_diagnose
 from tracewhy.renderers.report import overview_payload
 from tracewhy.renderers.terminal import render_steps
+from tracewhy.reports.diagnose import diagnose
 from tracewhy.reports.overview import overview
 from tracewhy.units import fmt_ns
 

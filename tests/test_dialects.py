@@ -14,8 +14,8 @@ import tracewhy
 from builders import KinetoBuilder
 from conftest import GENERATED, shared_trace
 from tracewhy.analyses.info import info
-from tracewhy.findings.diagnose import diagnose
 from tracewhy.model import Col, Kind
+from tracewhy.reports.diagnose import diagnose
 
 PYTHON_EXPORT = GENERATED / "cpu_python_export_memory.pt.trace.json.gz"
 

@@ -10,8 +10,8 @@ import tracewhy
 from builders import KinetoBuilder
 from tracewhy.analyses.gaps import gaps
 from tracewhy.analyses.steps import steps
-from tracewhy.findings.diagnose import diagnose
 from tracewhy.findings.model import Severity
+from tracewhy.reports.diagnose import diagnose
 
 LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 

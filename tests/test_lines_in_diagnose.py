@@ -22,8 +22,8 @@ from tracewhy.analyses.source_lines import line_of
 from tracewhy.findings import source_line
 from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
-from tracewhy.findings.diagnose import Report, diagnose
 from tracewhy.findings.model import Finding
+from tracewhy.reports.diagnose import Report, diagnose
 
 SCRIPT = ROOT / "scripts" / "gen_traces" / "lines_traces.py"
 BERT_MI300X = "tracelens/mi300x_bert-small_bs1_seq512.json.gz"

@@ -19,11 +19,11 @@ from test_html_report import PAYLOADS, Page, browser  # noqa: F401  (browser is 
 from tracewhy.analyses.memory import analyze_memory
 from tracewhy.cli import main
 from tracewhy.findings import thresholds as th
-from tracewhy.findings.diagnose import Report, diagnose
 from tracewhy.findings.memory import ledger_parts
 from tracewhy.readers import read_trace
 from tracewhy.renderers.perfetto import HOST_MEMORY_PID, memory_counter_name
 from tracewhy.reports.check_metrics import parse_limit
+from tracewhy.reports.diagnose import Report, diagnose
 from tracewhy.units import fmt_bytes
 
 ADAM = GENERATED / "cpu_adam_memory.pt.trace.json.gz"

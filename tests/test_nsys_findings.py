@@ -11,7 +11,7 @@ import pytest
 
 import tracewhy
 from conftest import TRACES, shared_trace
-from tracewhy.findings.diagnose import diagnose
+from tracewhy.reports.diagnose import diagnose
 
 RULE_CODE = {
     "cuda_memcpy_async": "nsys-async-memcpy-pageable",

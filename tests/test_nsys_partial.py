@@ -105,9 +105,9 @@ def test_whole_trace_analyses_refuse_a_partial_trace() -> None:
     from tracewhy.analyses.overlap import overlap
     from tracewhy.analyses.ranks import summarize_trace
     from tracewhy.analyses.steps import steps
-    from tracewhy.findings.diagnose import diagnose
     from tracewhy.findings.roofline import op_roofline
     from tracewhy.renderers.perfetto import model_events
+    from tracewhy.reports.diagnose import diagnose
 
     name = "nvfuser_matmul_h200_2024.6"
     part = read_nsys(export_path(name), kinds=[Kind.KERNEL])

@@ -16,7 +16,7 @@ from builders import KinetoBuilder
 from conftest import shared_trace
 from tracewhy.analyses.gaps import CLASSES, DEFAULT_MIN_GAP_NS, gaps
 from tracewhy.analyses.steps import steps
-from tracewhy.findings.diagnose import diagnose
+from tracewhy.reports.diagnose import diagnose
 
 QWEN = "tracelens/h100_qwen1.5-0.5b_bs16_seq2048.json.gz"
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}

@@ -30,10 +30,10 @@ from tracewhy.cli import main
 from tracewhy.cli.commands.sql import report_tables, table_builders
 from tracewhy.errors import UsageError
 from tracewhy.findings.context import DiagnoseOptions
-from tracewhy.findings.diagnose import diagnose
 from tracewhy.model.trace import Trace
 from tracewhy.renderers.sql import sql_csv, sql_payload
 from tracewhy.renderers.terminal import kernels_payload
+from tracewhy.reports.diagnose import diagnose
 
 if importlib.util.find_spec("duckdb") is None:  # the 'sql' extra (in 'test' too, so CI has it)
     if os.environ.get("CI"):

@@ -61,7 +61,7 @@ def test_output_without_a_table_imports_no_rich(argv: tuple[str, ...]) -> None:
 def test_gaps_imports_no_rules() -> None:
     modules = loaded("gaps", str(shared_trace(TRACE)), "--json")
     assert "tracewhy.analyses.gaps" in modules
-    assert not {"tracewhy.findings.diagnose", "tracewhy.findings.idle", "tracewhy.findings.host"} & modules
+    assert not {"tracewhy.reports.diagnose", "tracewhy.findings.idle", "tracewhy.findings.host"} & modules
 
 
 def test_ranks_on_small_files_starts_no_pool() -> None:

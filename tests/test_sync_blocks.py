@@ -18,10 +18,10 @@ from tracewhy.errors import TraceError
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.blocks import synchronized_blocks
 from tracewhy.findings.codes import Code
-from tracewhy.findings.diagnose import diagnose
 from tracewhy.model import Kind
 from tracewhy.reports.check import CheckOptions, check
 from tracewhy.reports.check_metrics import parse_limit
+from tracewhy.reports.diagnose import diagnose
 
 STEP_US = 10_000.0
 #: Block starts in a step (µs); each block is 400 µs and launches two kernels.

@@ -43,15 +43,14 @@ from tracewhy.errors import install_hint
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.compare import Comparison
 from tracewhy.findings.context import DiagnoseOptions
-from tracewhy.findings.diagnose import Report
-from tracewhy.findings.diagnose import diagnose as _diagnose
 from tracewhy.model.schema import Kind
 from tracewhy.model.trace import Trace
 from tracewhy.readers import read_trace
-from tracewhy.renderers.diagnose import recoverable_unit
 from tracewhy.reports.check import CheckOptions, CheckReport
 from tracewhy.reports.check import check as _check
 from tracewhy.reports.check_metrics import parse_limit
+from tracewhy.reports.diagnose import Report, recoverable_unit
+from tracewhy.reports.diagnose import diagnose as _diagnose
 from tracewhy.reports.diff import compare
 from tracewhy.units import printable
 

@@ -105,8 +105,8 @@ def diff_output(r: DiffReport, top: int) -> tuple[Mapping[str, Any], View]:
     c = r.comparison
     payload: Mapping[str, Any]
     payload, view = comparison_payload(c), lambda: render_comparison(c, top)
-    if r.throughput is not None:
-        payload, view = with_throughput_change(payload, view, r.throughput, r.throughput_a, r.throughput_b,
+    if r.rate is not None:
+        payload, view = with_throughput_change(payload, view, r.rate, r.throughput_a, r.throughput_b,
                                                after=c.statement)
     return payload, view
 

@@ -27,7 +27,9 @@ from tracewhy.model.schema import Col, MCol
 from tracewhy.model.trace import Capture
 from tracewhy.renderers.compile import CompileSummary, compile_summary
 from tracewhy.renderers.critical_path import CriticalPathReport, critical_path_report_payload
-from tracewhy.renderers.diagnose import GAP_ROWS_SCHEMA, TIME_ORIGIN, basis_statistic, gap_rows, recoverable_unit
+from tracewhy.renderers.diagnose import basis_statistic
+from tracewhy.renderers.gaps import GAP_ROWS_SCHEMA, TIME_ORIGIN, gap_rows
+from tracewhy.reports.diagnose import recoverable_unit
 
 if TYPE_CHECKING:  # types only: a report of one trace needs neither the ranks nor the ncu modules
     from tracewhy.analyses.memory import TimelineResult

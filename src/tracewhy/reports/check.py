@@ -35,7 +35,8 @@ from tracewhy.reports.diff import compare
 from tracewhy.reports.inputs import PLAIN, Loader, TraceSource
 
 #: Keys of ``[tool.tracewhy.check]`` that are settings, not limits.
-SETTINGS: Final[tuple[str, ...]] = ("baseline", "step", "warmup", "allow-unmeasured", "allow-partial", "items-per-step", "unit")
+SETTINGS: Final[tuple[str, ...]] = ("baseline", "step", "warmup", "allow-unmeasured", "allow-partial",
+                                    "items-per-step", "unit")
 
 
 @dataclass(frozen=True)

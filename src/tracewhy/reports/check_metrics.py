@@ -24,12 +24,12 @@ from tracewhy.findings.basis import basis
 from tracewhy.findings.codes import Code
 from tracewhy.findings.compile import compile_result
 from tracewhy.findings.context import Context
-from tracewhy.findings.diagnose import diagnose_in
 from tracewhy.findings.memory import memory_result
 from tracewhy.findings.model import Severity
 from tracewhy.findings.overlap import overlap_result
 from tracewhy.findings.sync_count import COUNTED, blocking_syncs
 from tracewhy.findings.throughput import describe, fmt_rate, gated_rate
+from tracewhy.reports.diagnose import diagnose_in
 from tracewhy.units import fmt_ns, fmt_pct
 
 SHARE, DURATION, COUNT, BYTES, RATE = "share", "duration", "count", "bytes", "rate"

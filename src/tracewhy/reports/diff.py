@@ -8,12 +8,12 @@ from dataclasses import dataclass
 
 from tracewhy.analyses.diff import DiffOptions, diff
 from tracewhy.analyses.throughput import Throughput, ThroughputOptions, from_durations
-from tracewhy.findings import at_once
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.compare import Comparison, judge
 from tracewhy.findings.context import DiagnoseOptions
-from tracewhy.findings.diagnose import Report, diagnose
 from tracewhy.model.trace import Trace
+from tracewhy.reports import at_once
+from tracewhy.reports.diagnose import Report, diagnose
 from tracewhy.reports.inputs import PLAIN, Loader, TraceSource
 
 
@@ -22,16 +22,16 @@ class DiffReportOptions:
     step_marker: str | None = None
     warmup: int | None = None
     #: Items per step, to say both runs' step times as throughput.
-    throughput: ThroughputOptions | None = None
+    rate: ThroughputOptions | None = None
 
 
 @dataclass(frozen=True)
 class DiffReport:
-    """The comparison, and (with ``throughput`` asked for) each run's throughput, None for a run
-    without steady steps."""
+    """The comparison, and (with ``rate``) each run's throughput, None for a run without steady
+    steps."""
 
     comparison: Comparison
-    throughput: ThroughputOptions | None = None
+    rate: ThroughputOptions | None = None
     throughput_a: Throughput | None = None
     throughput_b: Throughput | None = None
 
@@ -44,7 +44,7 @@ def diff_report(a: TraceSource, b: TraceSource, options: DiffReportOptions | Non
     trace_b = loader.trace(b)
     c = compare(trace_a, trace_b, DiffOptions(step_marker=options.step_marker, warmup=options.warmup,
                                               confidence=th.DIFF_CONFIDENCE))
-    rate = options.throughput
+    rate = options.rate
     if rate is None:
         return DiffReport(c)
     return DiffReport(c, rate, from_durations(c.diff.a_step_durations_ns, rate),

@@ -18,14 +18,14 @@ from tracewhy.analyses.ops import OpsResult, ops
 from tracewhy.analyses.overlap import OverlapResult
 from tracewhy.analyses.steps import StepCol, steady_span
 from tracewhy.analyses.utilization import UtilizationResult, utilization
-from tracewhy.findings import at_once
 from tracewhy.findings.blocks import blocks_result, gpu_work_result
 from tracewhy.findings.context import Context, DiagnoseOptions
-from tracewhy.findings.diagnose import Report, diagnose_in
 from tracewhy.findings.overlap import overlap_result
 from tracewhy.findings.roofline import OpRooflineResult, op_roofline
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col
 from tracewhy.model.trace import Trace
+from tracewhy.reports import at_once
+from tracewhy.reports.diagnose import Report, diagnose_in
 
 #: Bins of the GPU-utilization series over the whole trace (a point per ~0.5% of its span).
 UTILIZATION_BINS = 200
@@ -63,7 +63,7 @@ class Overview:
 
 def overview(trace: Trace, options: DiagnoseOptions | None = None) -> Overview:
     """The diagnosis and every view the report and the export draw. The views do not depend on
-    each other, so on small traces they run at once with the diagnosis (``findings/at_once.py``);
+    each other, so on small traces they run at once with the diagnosis (``reports/at_once.py``);
     blocks, overlap and the GPU work per range come from the diagnosis' own context, computed once."""
     options = options or DiagnoseOptions()
     ctx = Context(trace, options)

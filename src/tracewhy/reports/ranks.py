@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Final
 from tracewhy.analyses.rank_compare import RanksResult, compare_ranks
 from tracewhy.analyses.ranks import RanksOptions, RankSummary, summarize_trace
 from tracewhy.errors import TraceError, UsageError, install_hint
-from tracewhy.findings import at_once
 from tracewhy.findings.model import Finding
 from tracewhy.findings.ranks import rank_findings
 from tracewhy.readers import read_trace
 from tracewhy.readers.registry import InputKind, suffixes
 from tracewhy.readers.source import content_size
+from tracewhy.reports import at_once
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor
@@ -171,7 +171,7 @@ def executor_for(spec: str | None, workers: int | None, files: list[str]) -> Ite
         return
     if n == 0:
         # Small files: two threads here, no processes. Polars runs its queries without the GIL,
-        # so one file's Python work proceeds while another's queries run (findings/at_once.py).
+        # so one file's Python work proceeds while another's queries run (reports/at_once.py).
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=at_once.THREADS, thread_name_prefix="tracewhy-rank") as threads:

@@ -31,6 +31,6 @@ class DiffCommand(Command):
         add_throughput_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
-        options = DiffReportOptions(step_marker=args.step, warmup=args.warmup, throughput=throughput_options(args))
+        options = DiffReportOptions(step_marker=args.step, warmup=args.warmup, rate=throughput_options(args))
         emit(args, self.name, *diff_output(diff_report(args.a, args.b, options, loader()), args.top))
         return 0

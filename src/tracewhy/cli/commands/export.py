@@ -8,11 +8,11 @@ from tracewhy.cli.base import Command, emit, load_trace, positive_int
 from tracewhy.cli.output import STDOUT, refuse_overwrite, refuse_special_output, write_output
 from tracewhy.errors import UsageError
 from tracewhy.findings.context import DiagnoseOptions
-from tracewhy.findings.diagnose import Report, diagnose
 from tracewhy.model.trace import Trace
 from tracewhy.readers.registry import read_raw_events
 from tracewhy.renderers.export import ExportedTables, ExportedTrace, ExportPayload
 from tracewhy.renderers.perfetto import render_perfetto
+from tracewhy.reports.diagnose import Report, diagnose
 from tracewhy.reports.overview import overview
 
 

@@ -15,8 +15,8 @@ from tracewhy.findings.context import Context, DiagnoseOptions
 from tracewhy.renderers.sql import SqlPayload, findings_table, parquet_bytes, render_sql, sql_csv, sql_payload
 
 if TYPE_CHECKING:
-    from tracewhy.findings.diagnose import Report
     from tracewhy.model.trace import Trace
+    from tracewhy.reports.diagnose import Report
 
 
 class SqlCommand(Command):
@@ -60,7 +60,7 @@ def table_builders(trace: Trace, options: DiagnoseOptions, findings_wanted: bool
     not even imported."""
 
     def diagnosis() -> Report:
-        from tracewhy.findings.diagnose import diagnose
+        from tracewhy.reports.diagnose import diagnose
 
         return diagnose(trace, options)
 

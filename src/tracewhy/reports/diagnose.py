@@ -1,16 +1,20 @@
-"""``diagnose``: run every rule on a trace and rank what they find."""
+"""``diagnose``: every rule run on a trace (the rules are findings/' modules, listed in ``RULES``)
+and what they find consolidated and ranked; for the command, the TORCH_LOGS capture of
+``--logs`` read first and the throughput of ``--items-per-step``."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from tracewhy.analyses.compile import CompileResult
-from tracewhy.analyses.gaps import GapsResult
+from tracewhy.analyses.gaps import GapsOptions, GapsResult
 from tracewhy.analyses.memory import MemoryResult
 from tracewhy.analyses.steps import StepsResult
-from tracewhy.findings import at_once, blocks, host, idle, memory, nsys_rules, overlap, platform, trust
+from tracewhy.analyses.throughput import Throughput, ThroughputOptions, from_step_stats
+from tracewhy.findings import blocks, host, idle, memory, nsys_rules, overlap, platform, trust
 from tracewhy.findings import compile as torch_compile
 from tracewhy.findings.basis import Basis, basis
 from tracewhy.findings.codes import Code
@@ -18,6 +22,8 @@ from tracewhy.findings.consolidate import consolidate
 from tracewhy.findings.context import Context, DiagnoseOptions
 from tracewhy.findings.model import Finding, Severity
 from tracewhy.model.trace import Trace
+from tracewhy.reports import at_once
+from tracewhy.reports.inputs import PLAIN, Loader, TraceSource
 
 Rule = Callable[[Context], list[Finding]]
 
@@ -47,6 +53,51 @@ class Report:
         """No high or medium finding, in a trace that held something to look at."""
         return not any(f.severity in (Severity.HIGH, Severity.MEDIUM) or f.code == Code.EMPTY_TRACE
                        for f in self.findings)
+
+
+def recoverable_unit(report: Report) -> str:
+    """What findings' recoverable time is measured over: per step when the trace has steady
+    steps (GPU or CPU-only), else over the whole trace."""
+    return "per step" if report.basis.per_steps or report.steps.stats is not None else "over the trace"
+
+
+@dataclass(frozen=True)
+class DiagnoseReportOptions:
+    step_marker: str | None = None
+    warmup: int | None = None
+    #: Shortest GPU idle gap counted.
+    min_gap_ns: int = GapsOptions().min_gap_ns
+    #: The stderr of the run with TORCH_LOGS="graph_breaks,recompiles" (``--logs``).
+    torch_logs: Path | None = None
+    #: Items per step, to say the steady step times as throughput.
+    rate: ThroughputOptions | None = None
+
+
+@dataclass(frozen=True)
+class DiagnoseReport:
+    """The diagnosis, and (with ``rate``) the throughput at its steady step times (None without
+    steady steps)."""
+
+    report: Report
+    rate: ThroughputOptions | None = None
+    throughput: Throughput | None = None
+
+
+def diagnose_report(trace: TraceSource, options: DiagnoseReportOptions | None = None,
+                    loader: Loader = PLAIN) -> DiagnoseReport:
+    """The diagnosis of ``trace``; the TORCH_LOGS capture, when given, is read before the trace."""
+    options = options or DiagnoseReportOptions()
+    logs = None
+    if options.torch_logs is not None:
+        from tracewhy.readers.registry import read_compile_logs  # (only with --logs)
+
+        logs = read_compile_logs(options.torch_logs)
+        if logs.warnings:
+            loader.warn(options.torch_logs, logs.warnings)
+    report = diagnose(loader.trace(trace), DiagnoseOptions(step_marker=options.step_marker, warmup=options.warmup,
+                                                           min_gap_ns=options.min_gap_ns, torch_logs=logs))
+    rate = options.rate
+    return DiagnoseReport(report, rate, from_step_stats(report.steps.stats, rate) if rate is not None else None)
 
 
 def diagnose(trace: Trace, options: DiagnoseOptions | None = None) -> Report:
@@ -82,7 +133,7 @@ def diagnose_in(ctx: Context) -> Report:
 
 def _run_rules(ctx: Context) -> list[list[Finding]]:
     """Every rule's findings, in the order of ``RULES``; at once on small traces
-    (``findings/at_once.py``), where the context computes each analysis they share once."""
+    (``reports/at_once.py``), where the context computes each analysis they share once."""
     return at_once.run([functools.partial(rule, ctx) for rule in RULES], together=at_once.small(ctx.trace),
                        name="tracewhy-rule")
 
