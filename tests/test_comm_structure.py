@@ -177,7 +177,7 @@ def test_kernels_renders_the_deciding_rule() -> None:
     """`tracewhy kernels` says, per kernel, which rule decided its family."""
     from rich.console import Console
 
-    from tracewhy.renderers.terminal import render_kernels
+    from tracewhy.renderers.kernels import render_kernels
 
     console = Console(width=200, record=True)
     console.print(render_kernels(kernels(_renamed(_a2a())), 3))

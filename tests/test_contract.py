@@ -164,12 +164,12 @@ def test_warmup_beyond_the_steps_says_so(capsys: pytest.CaptureFixture[str]) -> 
 
 def test_debug_keeps_the_internal_error_code(monkeypatch: pytest.MonkeyPatch,
                                              capsys: pytest.CaptureFixture[str]) -> None:
-    from tracewhy.cli.commands import kernels as kernels_command
+    from tracewhy.reports import kernels as kernels_report
 
     def broken(*args: object, **kwargs: object) -> None:
         raise ZeroDivisionError("planted bug")
 
-    monkeypatch.setattr(kernels_command, "kernels", broken)
+    monkeypatch.setattr(kernels_report, "kernels", broken)
     trace = str(shared_trace(GP100))
     assert main(["kernels", trace]) == EXIT_INTERNAL
     assert "planted bug" in capsys.readouterr().err

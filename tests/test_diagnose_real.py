@@ -22,7 +22,7 @@ from tracewhy.findings.model import Severity
 from tracewhy.model import Col, Kind
 from tracewhy.renderers.diagnose import render_diagnose
 from tracewhy.renderers.report import overview_payload
-from tracewhy.renderers.terminal import render_steps
+from tracewhy.renderers.steps import render_steps
 from tracewhy.reports.diagnose import diagnose
 from tracewhy.reports.overview import overview
 from tracewhy.units import fmt_ns

@@ -336,12 +336,12 @@ def test_usage_errors_under_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_an_internal_error_under_json(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from tracewhy.cli.commands import steps as steps_command
+    from tracewhy.reports import steps as steps_report
 
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("planted")
 
-    monkeypatch.setattr(steps_command, "steps", broken)
+    monkeypatch.setattr(steps_report, "steps", broken)
     doc = _error_document(capsys, ["steps", str(shared_trace(GPU)), "--json", "--no-cache"], EXIT_INTERNAL)
     assert "RuntimeError: planted" in doc["error"]["message"]
 

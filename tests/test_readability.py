@@ -23,8 +23,8 @@ from tracewhy.cli import base as cli_base
 from tracewhy.errors import TraceError, install_hint
 from tracewhy.readers import CacheOptions, read_trace
 from tracewhy.renderers.diagnose import render_diagnose
+from tracewhy.renderers.kernels import render_kernels
 from tracewhy.renderers.names import cut_middle, name_cells, short_forms, shown_names
-from tracewhy.renderers.terminal import render_kernels
 from tracewhy.reports.diagnose import diagnose
 from tracewhy.reports.ranks import load_rank_summaries
 from tracewhy.units import whole_names

@@ -31,8 +31,8 @@ from tracewhy.cli.commands.sql import report_tables, table_builders
 from tracewhy.errors import UsageError
 from tracewhy.findings.context import DiagnoseOptions
 from tracewhy.model.trace import Trace
+from tracewhy.renderers.kernels import kernels_payload
 from tracewhy.renderers.sql import sql_csv, sql_payload
-from tracewhy.renderers.terminal import kernels_payload
 from tracewhy.reports.diagnose import diagnose
 
 if importlib.util.find_spec("duckdb") is None:  # the 'sql' extra (in 'test' too, so CI has it)

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import argparse
 
-from tracewhy.analyses.info import info
-from tracewhy.cli.base import Command, add_output_options, emit, load_trace
-from tracewhy.renderers.terminal import InfoPayload, info_payload, render_info
+from tracewhy.cli.base import Command, add_output_options, emit, loader
+from tracewhy.renderers.info import InfoPayload, info_payload, render_info
+from tracewhy.reports.info import InfoReportOptions, info_report
 
 
 class InfoCommand(Command):
@@ -18,6 +18,6 @@ class InfoCommand(Command):
         parser.add_argument("--step", metavar="NAME", help="count steps marked by this annotation")
 
     def run(self, args: argparse.Namespace) -> int:
-        result = info(load_trace(args.trace), step_marker=args.step)
+        result = info_report(args.trace, InfoReportOptions(step_marker=args.step), loader())
         emit(args, self.name, info_payload(result), lambda: render_info(result))
         return 0

@@ -2,12 +2,10 @@ from __future__ import annotations
 
 import argparse
 
-from tracewhy.analyses.steps import StepsOptions, steps
-from tracewhy.analyses.throughput import from_step_stats
-from tracewhy.cli.base import Command, add_output_options, emit, load_trace, positive_int
+from tracewhy.cli.base import Command, add_output_options, emit, loader, positive_int
 from tracewhy.cli.throughput import add_throughput_options, throughput_options
-from tracewhy.renderers.terminal import StepsThroughputPayload, render_steps, steps_payload
-from tracewhy.renderers.throughput import with_throughput
+from tracewhy.renderers.steps import StepsThroughputPayload, steps_output
+from tracewhy.reports.steps import StepsReportOptions, steps_report
 
 
 class StepsCommand(Command):
@@ -24,8 +22,6 @@ class StepsCommand(Command):
         add_throughput_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
-        rate = throughput_options(args)
-        r = steps(load_trace(args.trace), StepsOptions(marker=args.step, warmup=args.warmup))
-        t = from_step_stats(r.stats, rate) if rate is not None else None
-        emit(args, self.name, *with_throughput(steps_payload(r), lambda: render_steps(r, args.top), rate, t))
+        options = StepsReportOptions(step_marker=args.step, warmup=args.warmup, rate=throughput_options(args))
+        emit(args, self.name, *steps_output(steps_report(args.trace, options, loader()), args.top))
         return 0

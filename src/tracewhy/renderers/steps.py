@@ -1,0 +1,93 @@
+"""``steps``: every step's span and GPU work, and the steady window's statistics, as a terminal
+table and as JSON."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any, Final, TypedDict
+
+from tracewhy.renderers import View
+from tracewhy.renderers.layout import Layout, label, number, step
+from tracewhy.units import fmt_ns, printable
+
+if TYPE_CHECKING:  # types only: the result comes from the analysis, which the report has loaded
+    from collections.abc import Mapping
+
+    import polars as pl
+    from rich.console import RenderableType
+
+    from tracewhy.analyses.steps import STEPS_SCHEMA, StepsResult, StepStats
+    from tracewhy.renderers.json_schema import rows
+    from tracewhy.renderers.throughput import ThroughputJson
+    from tracewhy.reports.steps import StepsReport
+
+
+class StepsPayload(TypedDict):
+    """``steps``: every step in time order, and the statistics of the steady steps' durations."""
+
+    #: The annotation that marks a step (ProfilerStep, or --step NAME).
+    marker: str
+    #: Leading steps excluded as warm-up, and why.
+    warmup: int
+    warmup_reason: str
+    #: Over the steady steps' durations, named by statistic; null without steady steps.
+    stats: StepStats | None
+    note: str | None
+    steps: Annotated[pl.DataFrame, rows(STEPS_SCHEMA, "one row per step, in time order")]
+
+
+class StepsThroughputPayload(StepsPayload, total=False):
+    """``steps --items-per-step N``: the same, with the throughput at the steady step times."""
+
+    throughput: ThroughputJson | None
+
+
+def steps_payload(r: StepsResult) -> StepsPayload:
+    """The JSON of ``steps``: ``stats`` are over the steady steps' durations, named by statistic."""
+    return {"marker": r.marker, "warmup": r.warmup, "warmup_reason": r.warmup_reason, "stats": r.stats,
+            "note": r.note, "steps": r.table}
+
+
+#: ``steps``: the step's own duration and its GPU work stay; the window and the kernel count leave first.
+STEPS_TABLE: Final = Layout(
+    (step(), number("duration"), number("window"), number("GPU busy"), number("kernels"), number("kernel time"),
+     label("steady", "right")),
+    drop=("window", "kernels", "kernel time"))
+
+
+def render_steps(r: StepsResult, top: int) -> RenderableType:
+    from rich.console import Group
+    from rich.text import Text
+
+    from tracewhy.analyses.steps import StepCol  # loaded already: ``r`` comes from it
+
+    parts: list[RenderableType] = []
+    if r.table.height:
+        # No "busy %" column: the work a step launched runs wherever the GPU gets to it (a step
+        # behind, or long after a marker that wraps only an asynchronous launch), so its busy
+        # time over the step's CPU span or window was not a utilization (it showed 29980%).
+        t = STEPS_TABLE.table(f"{r.table.height} steps ({r.marker}); first {r.warmup} excluded as warm-up"
+                              + (f": {r.warmup_reason}" if r.warmup_reason else ""),
+                              "GPU busy: the GPU work each step launched, wherever it ran. "
+                              "Utilization per step window: tracewhy overlap TRACE")
+        for row in r.table.head(top).iter_rows(named=True):
+            t.add_row(row[StepCol.NAME], fmt_ns(row[StepCol.DUR]),
+                      fmt_ns(row[StepCol.WINDOW_END] - row[StepCol.TS]), fmt_ns(row[StepCol.GPU_BUSY]),
+                      str(row[StepCol.KERNEL_COUNT]), fmt_ns(row[StepCol.KERNEL_TIME]),
+                      "yes" if row[StepCol.STEADY] else "warm-up")
+        parts.append(t)
+    if r.stats is not None:
+        s = r.stats
+        parts.append(Text(
+            f"steady window: {s.count} steps, p50 {fmt_ns(s.p50_ns)}, p90 {fmt_ns(s.p90_ns)}, "
+            f"p99 {fmt_ns(s.p99_ns)}, mean {fmt_ns(s.mean_ns)}, min {fmt_ns(s.min_ns)}, max {fmt_ns(s.max_ns)}"
+        ))
+    if r.note:
+        parts.append(Text(f"note: {printable(r.note)}", style="yellow"))
+    return Group(*parts)
+
+
+def steps_output(r: StepsReport, top: int) -> tuple[Mapping[str, Any], View]:
+    """The payload and the view of ``steps``, with the throughput line when it was asked for."""
+    from tracewhy.renderers.throughput import with_throughput
+
+    return with_throughput(steps_payload(r.result), lambda: render_steps(r.result, top), r.rate, r.throughput)
