@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Annotated, Final, TypedDict
 from tracewhy.analyses.pipeline import ChunkCol, Percentiles, PipelineResult
 from tracewhy.findings.model import Finding
 from tracewhy.findings.pipeline import PipelineComparison, PipelineVerdict
+from tracewhy.renderers.findings import render_findings
 from tracewhy.renderers.layout import FitTable, Layout, label, number
-from tracewhy.renderers.overlap import render_findings
 from tracewhy.units import fmt_ns
 
 if TYPE_CHECKING:

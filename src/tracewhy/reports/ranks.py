@@ -27,6 +27,7 @@ from tracewhy.readers import read_trace
 from tracewhy.readers.registry import InputKind, suffixes
 from tracewhy.readers.source import content_size
 from tracewhy.reports import at_once
+from tracewhy.reports.inputs import PLAIN, Loader
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor
@@ -46,6 +47,12 @@ IN_PROCESS_MAX_BYTES: Final = 16 * 10**6
 
 
 @dataclass(frozen=True)
+class RanksReportOptions:
+    step_marker: str | None = None
+    warmup: int | None = None
+
+
+@dataclass(frozen=True)
 class RanksReport:
     """What ``ranks`` computes: each rank's summary (its reader's warnings among them), the ranks
     compared, the findings on them, and where the per-rank work ran (``executor``)."""
@@ -56,15 +63,22 @@ class RanksReport:
     executor: str
 
 
-def ranks_report(files: list[str], options: RanksOptions | None = None, *, workers: int | None = None,
-                 executor: str | None = None, done: Callable[[str], None] | None = None) -> RanksReport:
+def ranks_report(files: list[str], options: RanksReportOptions | None = None, *, workers: int | None = None,
+                 executor: str | None = None, done: Callable[[str], None] | None = None,
+                 loader: Loader = PLAIN) -> RanksReport:
     """Read and compare the rank traces ``files`` (``trace_files`` lists a directory's).
     ``workers``, ``executor``: as ``executor_for`` takes them; ``done`` is told each file as its
-    summary arrives."""
+    summary arrives. Each rank's reader warnings go to ``loader.warn`` once all are read (the
+    traces are read where the work runs, so ``loader.read`` is not used)."""
+    options = options or RanksReportOptions()
+    per_rank = RanksOptions(step_marker=options.step_marker, warmup=options.warmup)
     with executor_for(executor, workers, files) as (pool, label):
-        summaries = load_rank_summaries(files, pool, options or RanksOptions(), done)
+        summaries = load_rank_summaries(files, pool, per_rank, done)
     result = compare_ranks(summaries)
-    return RanksReport(tuple(summaries), result, rank_findings(result), label)
+    report = RanksReport(tuple(summaries), result, rank_findings(result), label)
+    for s in summaries:
+        loader.warn(s.source, s.warnings)
+    return report
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,9 @@ from __future__ import annotations
 
 import argparse
 
-from tracewhy.analyses.overlap import OverlapOptions, overlap
-from tracewhy.cli.base import Command, add_output_options, emit, load_trace, positive_int
-from tracewhy.findings.overlap import exposed_comm_findings
+from tracewhy.cli.base import Command, add_output_options, emit, loader, positive_int
 from tracewhy.renderers.overlap import OverlapPayload, overlap_payload, render_overlap
+from tracewhy.reports.overlap import OverlapReportOptions, overlap_report
 
 
 class OverlapCommand(Command):
@@ -25,7 +24,7 @@ class OverlapCommand(Command):
                             help="steps to exclude as warm-up (default: a first step #0 or outlier)")
 
     def run(self, args: argparse.Namespace) -> int:
-        r = overlap(load_trace(args.trace), OverlapOptions(step_marker=args.step, warmup=args.warmup))
-        found = exposed_comm_findings(r)
-        emit(args, self.name, overlap_payload(r, found), lambda: render_overlap(r, found, args.top))
+        r = overlap_report(args.trace, OverlapReportOptions(step_marker=args.step, warmup=args.warmup), loader())
+        emit(args, self.name, overlap_payload(r.result, r.findings), lambda: render_overlap(r.result, r.findings,
+                                                                                           args.top))
         return 0

@@ -5,10 +5,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tracewhy.analyses.ranks import RanksOptions
-from tracewhy.cli.base import Command, add_output_options, emit, positive_int, shows_progress, warn
-from tracewhy.renderers.overlap import RanksPayload, ranks_payload, render_ranks
-from tracewhy.reports.ranks import IN_PROCESS_MAX_BYTES, ranks_report, trace_files
+from tracewhy.cli.base import Command, add_output_options, emit, loader, positive_int, shows_progress
+from tracewhy.renderers.ranks import RanksPayload, ranks_payload, render_ranks
+from tracewhy.reports.ranks import IN_PROCESS_MAX_BYTES, RanksReportOptions, ranks_report, trace_files
 from tracewhy.units import printable
 
 
@@ -42,14 +41,11 @@ class RanksCommand(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         files = trace_files(args.paths)
-        options = RanksOptions(step_marker=args.step, warmup=args.warmup)
+        options = RanksReportOptions(step_marker=args.step, warmup=args.warmup)
         with rank_progress(files) as done:
-            report = ranks_report(files, options, workers=args.workers, executor=args.executor, done=done)
-        for s in report.summaries:
-            warn(s.source, s.warnings)
-        result, found = report.result, report.findings
-        emit(args, self.name, ranks_payload(result, found, report.executor),
-             lambda: render_ranks(result, found, args.top))
+            r = ranks_report(files, options, workers=args.workers, executor=args.executor, done=done, loader=loader())
+        emit(args, self.name, ranks_payload(r.result, r.findings, r.executor),
+             lambda: render_ranks(r.result, r.findings, args.top))
         return 0
 
 

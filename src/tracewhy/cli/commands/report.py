@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 from tracewhy.analyses.memory import analyze_timeline
-from tracewhy.cli.base import Command, emit, load_trace, positive_int, warn, warnings_so_far
+from tracewhy.cli.base import Command, emit, load_trace, loader, positive_int, warn, warnings_so_far
 from tracewhy.cli.output import refuse_overwrite, refuse_special_output, write_output
 from tracewhy.errors import UsageError
 from tracewhy.findings.context import DiagnoseOptions
@@ -72,13 +72,10 @@ class ReportCommand(Command):
                  ) -> ReportPayload | RanksReportPayload | NcuReportPayload | TimelineReportPayload:
         path = Path(args.trace)
         if path.is_dir():  # one trace per rank (the ranks modules are imported for this case only)
-            from tracewhy.analyses.ranks import RanksOptions
-            from tracewhy.reports.ranks import ranks_report, trace_files
+            from tracewhy.reports.ranks import RanksReportOptions, ranks_report, trace_files
 
             files = trace_files([args.trace])
-            ranks = ranks_report(files, RanksOptions(step_marker=args.step, warmup=args.warmup))
-            for s in ranks.summaries:
-                warn(s.source, s.warnings)
+            ranks = ranks_report(files, RanksReportOptions(step_marker=args.step, warmup=args.warmup), loader=loader())
             return ranks_report_payload(ranks.result, ranks.findings, args.trace)
         fmt = detect(path, (InputKind.KERNEL_METRICS, InputKind.MEMORY_TIMELINE))
         if fmt is not None and fmt.kind is InputKind.KERNEL_METRICS:

@@ -1,20 +1,81 @@
-"""Terminal table and JSON payload of ``blocks`` on an instrument log (block timers)."""
+"""``blocks``: GPU time per step of each annotated block of a trace, or the block timers of an
+instrument log, as terminal tables and as JSON."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Final, Literal, TypedDict
 
+import polars as pl
+
+from tracewhy.analyses.blocks import BLOCKS_SCHEMA, BlockCol, BlocksResult
 from tracewhy.analyses.log_blocks import CAPTURE, GPU, LOG_BLOCKS_TABLE_SCHEMA, LogBlocksCol, LogBlocksResult
 from tracewhy.findings.model import Finding
+from tracewhy.renderers import View
+from tracewhy.renderers.findings import render_findings
 from tracewhy.renderers.layout import Layout, label, name, number
-from tracewhy.renderers.overlap import render_findings
 from tracewhy.units import fmt_ns, fmt_pct
 
 if TYPE_CHECKING:
-    import polars as pl
     from rich.console import RenderableType
 
     from tracewhy.renderers.json_schema import rows
+    from tracewhy.reports.blocks import BlocksReport, LogBlocksReport
+
+
+class BlocksPayload(TypedDict):
+    """``blocks`` on a trace: GPU time per steady step of each annotated block."""
+
+    step_marker: str
+    #: Steady steps the per-step figures are over.
+    steps: int
+    gpu_time_ns_per_step: float
+    #: Share of blocks with GPU work that a synchronize ended; null without such blocks.
+    synced_share: float | None
+    #: The synchronize calls that ended a block (each once), over the steady steps (or the whole capture).
+    ending_syncs: int
+    note: str | None
+    blocks: Annotated[pl.DataFrame, rows(BLOCKS_SCHEMA, "one row per block name, most GPU time first")]
+    findings: list[Finding]
+
+
+def blocks_payload(r: BlocksResult, findings: list[Finding]) -> BlocksPayload:
+    return {
+        "step_marker": r.step_marker, "steps": r.steps, "gpu_time_ns_per_step": r.gpu_time_ns_per_step,
+        "synced_share": r.synced_share, "ending_syncs": r.ending_syncs, "note": r.note, "blocks": r.table,
+        "findings": findings,
+    }
+
+
+#: ``blocks``: a block's GPU time and share stay; the spread over threads and the span leave first.
+BLOCKS_TABLE: Final = Layout(
+    (name("block"), number("level"), number("calls"), number("CPU"), number("GPU time"), number("share"),
+     number("GPU span"), number("other threads"), label("synced", "right")),
+    drop=("other threads", "GPU span", "level", "calls", "synced", "CPU"))
+
+
+def render_blocks(r: BlocksResult, findings: list[Finding], top: int) -> RenderableType:
+    from rich.console import Group
+    from rich.text import Text
+
+    unit = "per capture" if r.per_capture else "per step"
+    t = BLOCKS_TABLE.table(f"annotated blocks, GPU time {unit} ({r.steps} steady steps, "
+                           f"{fmt_ns(r.gpu_time_ns_per_step)} GPU time {unit})")
+    for row in r.table.head(top).iter_rows(named=True):
+        gpu = row[BlockCol.GPU_INSTANCES]
+        synced = f"{row[BlockCol.SYNCED_INSTANCES]}/{gpu}" if gpu else "-"
+        t.add_row(row[BlockCol.NAME], str(row[BlockCol.LEVEL]), str(row[BlockCol.INSTANCES]),
+                  fmt_ns(row[BlockCol.CPU_PER_STEP]), fmt_ns(row[BlockCol.GPU_TIME_PER_STEP]),
+                  fmt_pct(row[BlockCol.GPU_SHARE]), fmt_ns(row[BlockCol.GPU_SPAN_PER_STEP]),
+                  fmt_ns(row[BlockCol.OTHER_THREADS_GPU_PER_STEP]), synced)
+    parts: list[RenderableType] = [t]
+    if r.note:
+        parts.append(Text(f"note: {r.note}", style="yellow"))
+    if findings:
+        parts.append(render_findings(findings))
+    return Group(*parts)
+
+
+# --- an instrument log ---------------------------------------------------------------------------
 
 
 class LogBlocksPayload(TypedDict):
@@ -84,3 +145,13 @@ def render_log_blocks(r: LogBlocksResult, findings: list[Finding], top: int) -> 
     if findings:
         parts.append(render_findings(findings))
     return Group(*parts)
+
+
+def blocks_output(r: BlocksReport | LogBlocksReport, top: int) -> tuple[BlocksPayload | LogBlocksPayload, View]:
+    """The payload and the view of ``blocks``, of a trace's blocks or of an instrument log's."""
+    found = r.findings
+    if isinstance(r.result, LogBlocksResult):
+        log = r.result
+        return log_blocks_payload(log, found), lambda: render_log_blocks(log, found, top)
+    trace = r.result
+    return blocks_payload(trace, found), lambda: render_blocks(trace, found, top)

@@ -1,0 +1,30 @@
+"""``overlap``: compute, communication (hidden and exposed), copies and idle per GPU and step,
+and the findings on exposed communication."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tracewhy.analyses.overlap import OverlapOptions, OverlapResult, overlap
+from tracewhy.findings.model import Finding
+from tracewhy.findings.overlap import exposed_comm_findings
+from tracewhy.reports.inputs import PLAIN, Loader, TraceSource
+
+
+@dataclass(frozen=True)
+class OverlapReportOptions:
+    step_marker: str | None = None
+    warmup: int | None = None
+
+
+@dataclass(frozen=True)
+class OverlapReport:
+    result: OverlapResult
+    findings: list[Finding]
+
+
+def overlap_report(trace: TraceSource, options: OverlapReportOptions | None = None,
+                   loader: Loader = PLAIN) -> OverlapReport:
+    options = options or OverlapReportOptions()
+    r = overlap(loader.trace(trace), OverlapOptions(step_marker=options.step_marker, warmup=options.warmup))
+    return OverlapReport(r, exposed_comm_findings(r))
