@@ -27,13 +27,13 @@ from tracewhy.analyses.ops import OpCol, ops
 from tracewhy.analyses.sql import SQL_SCHEMAS, SQL_TABLES, Builder, SqlResult, Table, run_query
 from tracewhy.analyses.steps import steps
 from tracewhy.cli import main
-from tracewhy.cli.commands.sql import report_tables, table_builders
 from tracewhy.errors import UsageError
 from tracewhy.findings.context import DiagnoseOptions
 from tracewhy.model.trace import Trace
 from tracewhy.renderers.kernels import kernels_payload
 from tracewhy.renderers.sql import sql_csv, sql_payload
 from tracewhy.reports.diagnose import diagnose
+from tracewhy.reports.sql import report_tables, table_builders
 
 if importlib.util.find_spec("duckdb") is None:  # the 'sql' extra (in 'test' too, so CI has it)
     if os.environ.get("CI"):

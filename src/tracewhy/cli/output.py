@@ -7,6 +7,7 @@ import os
 import stat
 import sys
 import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from tracewhy.errors import UsageError
@@ -80,3 +81,22 @@ def write_output(path: Path, data: bytes) -> None:
     except OSError as e:
         os.unlink(tmp)
         raise UsageError(f"{path}: cannot write ({e.strerror or e})") from None
+
+
+def write_files(directory: Path, files: Iterable[tuple[str, Callable[[], bytes]]], source: Path,
+                option: str = "--parquet") -> list[Path]:
+    """Each ``(name, make)`` as ``DIRECTORY/name``, made and written one at a time, atomically;
+    the directory is made when absent (``option`` names the option that gave it, for errors)."""
+    if directory.exists() and not directory.is_dir():
+        raise UsageError(f"{directory}: {option} needs a directory, and this is a file")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"{directory}: cannot make the directory ({e.strerror or e})") from None
+    written = []
+    for name, make in files:
+        path = directory / name
+        refuse_overwrite(path, source)
+        write_output(path, make())
+        written.append(path)
+    return written

@@ -1,5 +1,5 @@
-"""Output of ``tracewhy sql`` (terminal table, ``--json`` payload, ``--csv``), the findings table
-the queries see, and the tables as Parquet for ``export --parquet``."""
+"""``sql``: a query's rows as a terminal table, the ``--json`` payload or ``--csv``; and a table
+as Parquet bytes for ``export --parquet``."""
 
 from __future__ import annotations
 
@@ -9,9 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 import msgspec
 import polars as pl
 
-from tracewhy.analyses.sql import SQL_SCHEMAS, FindingCol, SqlResult
-from tracewhy.analyses.sql import Table as SqlTable
-from tracewhy.findings.model import Finding
+from tracewhy.analyses.sql import SqlResult
 from tracewhy.renderers.layout import Column, Layout, label, name, number, text
 from tracewhy.units import printable
 
@@ -20,21 +18,6 @@ if TYPE_CHECKING:
     from rich.text import Text
 
     from tracewhy.renderers.json_schema import free_rows
-
-
-def findings_table(findings: list[Finding]) -> pl.DataFrame:
-    """The findings table: one row per finding, in ``diagnose``'s order (``rank`` 1 first)."""
-    return pl.DataFrame(
-        {
-            FindingCol.RANK: list(range(1, len(findings) + 1)),
-            FindingCol.CODE: [f.code.value for f in findings],
-            FindingCol.SEVERITY: [f.severity.value for f in findings],
-            FindingCol.STATEMENT: [f.statement for f in findings],
-            FindingCol.RECOVERABLE: [f.recoverable_ns_per_step for f in findings],
-            FindingCol.NEXT_STEP: [f.next_step for f in findings],
-        },
-        schema=SQL_SCHEMAS[SqlTable.FINDINGS],
-    )
 
 
 class SqlColumn(TypedDict):

@@ -4,16 +4,21 @@ import argparse
 import sys
 from pathlib import Path
 
-from tracewhy.cli.base import Command, emit, load_trace, positive_int
-from tracewhy.cli.output import STDOUT, refuse_overwrite, refuse_special_output, write_output
+from tracewhy.cli.base import Command, emit, loader, positive_int
+from tracewhy.cli.output import STDOUT, refuse_overwrite, refuse_special_output, write_files, write_output
 from tracewhy.errors import UsageError
-from tracewhy.findings.context import DiagnoseOptions
-from tracewhy.model.trace import Trace
-from tracewhy.readers.registry import read_raw_events
-from tracewhy.renderers.export import ExportedTables, ExportedTrace, ExportPayload
+from tracewhy.renderers.export import (
+    ExportedTables,
+    ExportedTrace,
+    ExportPayload,
+    exported_tables,
+    exported_tables_line,
+    exported_trace,
+    exported_trace_line,
+    parquet_files,
+)
 from tracewhy.renderers.perfetto import render_perfetto
-from tracewhy.reports.diagnose import Report, diagnose
-from tracewhy.reports.overview import overview
+from tracewhy.reports.export import ExportOptions, ExportReport, export_report
 
 
 class ExportCommand(Command):
@@ -42,50 +47,30 @@ class ExportCommand(Command):
         parser.add_argument("--json", action="store_true", help="print what was written as versioned JSON")
 
     def run(self, args: argparse.Namespace) -> int:
-        if args.output is None:
-            if args.parquet is None:
-                raise UsageError("give -o FILE (the annotated trace), --parquet DIR (the tables), or both")
-            _emit(args, None, _export_parquet(args))
-            return 0
-        if args.json and args.output == STDOUT:
+        if args.output is None and args.parquet is None:
+            raise UsageError("give -o FILE (the annotated trace), --parquet DIR (the tables), or both")
+        if args.output is not None and args.json and args.output == STDOUT:
             raise UsageError("-o - writes the trace to standard output, and --json its own document: choose one")
-        out = Path(args.output)
-        refuse_overwrite(out, Path(args.trace))
-        refuse_special_output(out)  # before the work, not after it
-        trace = load_trace(args.trace)
-        ov = overview(trace, DiagnoseOptions(step_marker=args.step, warmup=args.warmup))
-        source = read_raw_events(trace.meta.format, Path(args.trace))
-        data = render_perfetto(ov, source, trace, gz=out.name.endswith(".gz"))
-        write_output(out, data)
-        tables = _export_parquet(args, trace, ov.report) if args.parquet is not None else None
-        path = ov.critical_path
-        written: ExportedTrace = {
-            "path": str(out), "bytes": len(data), "gaps": ov.report.gaps.gaps.height,
-            "findings": len(ov.report.findings), "projected_ranges": ov.projection.height,
-            "gpus": len(ov.device_pids), "critical_path_steps": path.steps.height if path is not None else 0,
-        }
-        sys.stderr.write(f"wrote {out} ({written['bytes']:,} bytes): {written['gaps']} gaps, "
-                         f"{written['findings']} findings, {written['projected_ranges']} projected ranges, "
-                         f"utilization of {written['gpus']} GPU(s), critical path of "
-                         f"{written['critical_path_steps']} step(s)\n")
-        _emit(args, written, tables)
+        if args.output is not None:
+            refuse_overwrite(Path(args.output), Path(args.trace))
+            refuse_special_output(Path(args.output))  # before the work, not after it
+        r = export_report(args.trace, ExportOptions(step_marker=args.step, warmup=args.warmup,
+                                                    annotated=args.output is not None), loader())
+        written: ExportedTrace | None = None
+        if r.overview is not None:
+            out = Path(args.output)
+            data = render_perfetto(r.overview, r.raw_events, r.trace, gz=out.name.endswith(".gz"))
+            write_output(out, data)
+            written = exported_trace(r.overview, str(out), len(data))
+        tables = self._parquet(args, r) if args.parquet is not None else None
+        if written is not None:
+            sys.stderr.write(exported_trace_line(written))
+        if args.json:  # (without it the lines on stderr said it)
+            emit(args, self.name, ExportPayload(trace=written, parquet=tables), lambda: "")
         return 0
 
-
-def _emit(args: argparse.Namespace, trace: ExportedTrace | None, tables: ExportedTables | None) -> None:
-    """With --json, what was written; without it the lines on stderr said it."""
-    if args.json:
-        emit(args, ExportCommand.name, ExportPayload(trace=trace, parquet=tables), lambda: "")
-
-
-def _export_parquet(args: argparse.Namespace, trace: Trace | None = None,
-                    report: Report | None = None) -> ExportedTables:
-    """The SQL tables as Parquet files, from the diagnosis already made when there is one."""
-    from tracewhy.cli.commands.sql import write_parquet_tables
-
-    trace = trace if trace is not None else load_trace(args.trace)
-    options = DiagnoseOptions(step_marker=args.step, warmup=args.warmup)
-    report = report if report is not None else diagnose(trace, options)
-    written = write_parquet_tables(trace, report, Path(args.parquet), Path(args.trace))
-    sys.stderr.write(f"wrote {len(written)} tables to {args.parquet}: {', '.join(p.stem for p in written)}\n")
-    return {"directory": str(args.parquet), "tables": [p.stem for p in written], "files": [str(p) for p in written]}
+    def _parquet(self, args: argparse.Namespace, r: ExportReport) -> ExportedTables:
+        written = write_files(Path(args.parquet), parquet_files(r.tables()), Path(args.trace))
+        tables = exported_tables(args.parquet, written)
+        sys.stderr.write(exported_tables_line(tables))
+        return tables

@@ -4,26 +4,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from tracewhy.analyses.memory import analyze_timeline
-from tracewhy.cli.base import Command, emit, load_trace, loader, positive_int, warn, warnings_so_far
+from tracewhy.cli.base import Command, emit, loader, positive_int, warnings_so_far
 from tracewhy.cli.output import refuse_overwrite, refuse_special_output, write_output
 from tracewhy.errors import UsageError
-from tracewhy.findings.context import DiagnoseOptions
-from tracewhy.findings.roofline import roofline
-from tracewhy.readers.registry import InputKind, detect, read_kernel_metrics, read_memory_timeline
 from tracewhy.renderers.html import render_html
 from tracewhy.renderers.jsonout import envelope
-from tracewhy.renderers.report import (
-    NcuReportPayload,
-    RanksReportPayload,
-    ReportPayload,
-    TimelineReportPayload,
-    memory_timeline_report_payload,
-    ncu_report_payload,
-    overview_payload,
-    ranks_report_payload,
-)
-from tracewhy.reports.overview import overview
+from tracewhy.renderers.report import ReportPayload, report_payload
+from tracewhy.renderers.report_inputs import NcuReportPayload, RanksReportPayload, TimelineReportPayload
+from tracewhy.reports.report import ReportOptions, report_contents
 
 
 class ReportCommand(Command):
@@ -58,7 +46,8 @@ class ReportCommand(Command):
         if not args.json:
             refuse_overwrite(Path(args.output), Path(args.trace))
             refuse_special_output(Path(args.output))
-        payload = self._payload(args)
+        payload = report_payload(report_contents(args.trace, ReportOptions(step_marker=args.step, warmup=args.warmup),
+                                                 loader()))
         if args.json:
             emit(args, self.name, payload, lambda: "")
             return 0
@@ -67,23 +56,3 @@ class ReportCommand(Command):
         write_output(out, html)
         sys.stderr.write(f"wrote {out} ({len(html):,} bytes, {len(payload['findings'])} findings)\n")
         return 0
-
-    def _payload(self, args: argparse.Namespace
-                 ) -> ReportPayload | RanksReportPayload | NcuReportPayload | TimelineReportPayload:
-        path = Path(args.trace)
-        if path.is_dir():  # one trace per rank (the ranks modules are imported for this case only)
-            from tracewhy.reports.ranks import RanksReportOptions, ranks_report, trace_files
-
-            files = trace_files([args.trace])
-            ranks = ranks_report(files, RanksReportOptions(step_marker=args.step, warmup=args.warmup), loader=loader())
-            return ranks_report_payload(ranks.result, ranks.findings, args.trace)
-        fmt = detect(path, (InputKind.KERNEL_METRICS, InputKind.MEMORY_TIMELINE))
-        if fmt is not None and fmt.kind is InputKind.KERNEL_METRICS:
-            report = read_kernel_metrics(path, fmt)
-            warn(path, report.warnings)
-            return ncu_report_payload(roofline(report))
-        if fmt is not None:
-            tl = read_memory_timeline(path, fmt)
-            return memory_timeline_report_payload(analyze_timeline(tl), args.trace, tl.layout.value)
-        ov = overview(load_trace(args.trace), DiagnoseOptions(step_marker=args.step, warmup=args.warmup))
-        return overview_payload(ov)
