@@ -1,4 +1,4 @@
-"""The ``compile`` command's output: torch.compile regions, breaks, recompiles and compile time
+"""``compile``: torch.compile regions, breaks, recompiles and compile time
 per step, the regions by compile id (joined to TORCH_LOGS when given), as rich tables and as
 the ``--json`` payload."""
 

@@ -143,3 +143,10 @@ def speedscope_profile(r: LinesResult, weight: str = "host", name: str = "tracew
         "activeProfileIndex": 0,
         "exporter": f"tracewhy {__version__}",
     }
+
+
+def speedscope_bytes(r: LinesResult, weight: str, name: str) -> bytes:
+    """``speedscope_profile`` as the file's bytes."""
+    import msgspec
+
+    return msgspec.json.encode(speedscope_profile(r, weight, name=name))

@@ -1,4 +1,4 @@
-"""The ``memory`` command's output: the peak and ledger per device, the ops that allocate most,
+"""``memory``: the peak and ledger per device, the ops that allocate most,
 a timeline export's ledger at its peak, and a snapshot's peak, live blocks and fragmentation;
 as rich tables and as the ``--json`` payload."""
 
@@ -16,6 +16,7 @@ from tracewhy.analyses.memory_snapshot import (
     SnapshotResult,
 )
 from tracewhy.findings.model import Finding
+from tracewhy.renderers import View
 from tracewhy.renderers.layout import FitTable, Layout, label, name, number, step
 from tracewhy.units import fmt_bytes, fmt_ns, fmt_pct, printable
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from tracewhy.renderers.json_schema import rows
+    from tracewhy.reports.memory import SnapshotMemoryReport, TimelineMemoryReport, TraceMemoryReport
 
 
 class DeviceMemoryJson(TypedDict):
@@ -258,3 +260,16 @@ def _findings(findings: list[Finding]) -> list[RenderableType]:
     from rich.text import Text
 
     return [Text(f"[{f.code}] {printable(f.statement)} {printable(f.next_step)}") for f in findings]
+
+
+def memory_output(r: TraceMemoryReport | SnapshotMemoryReport | TimelineMemoryReport, top: int
+                  ) -> tuple[MemoryPayload | SnapshotPayload | TimelinePayload, View]:
+    """The payload and the view of ``memory``, for whichever input it read."""
+    if isinstance(r.result, SnapshotResult):
+        snap, found = r.result, r.findings
+        return snapshot_payload(snap, found), lambda: render_snapshot(snap, found, top)
+    if isinstance(r.result, TimelineResult):
+        tl, layout, events = r.result, r.layout, r.events
+        return timeline_payload(tl, layout, events), lambda: render_timeline(tl, layout)
+    result, findings = r.result, r.findings
+    return memory_payload(result, findings), lambda: render_memory(result, findings, top)

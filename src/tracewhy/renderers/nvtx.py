@@ -1,4 +1,4 @@
-"""The ``nvtx`` command's table and JSON: per range name, CPU-side time beside GPU projection."""
+"""``nvtx``: the table and JSON of ranges: per range name, CPU-side time beside GPU projection."""
 
 from __future__ import annotations
 

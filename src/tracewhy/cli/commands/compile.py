@@ -3,12 +3,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tracewhy.analyses.compile import compile_analysis
-from tracewhy.analyses.steps import StepsOptions, steps
-from tracewhy.cli.base import Command, add_output_options, emit, load_trace, positive_int, warn
-from tracewhy.findings.compile import compile_findings
-from tracewhy.readers.registry import read_compile_logs
+from tracewhy.cli.base import Command, add_output_options, emit, loader, positive_int
 from tracewhy.renderers.compile import CompileLogsPayload, CompilePayload, compile_payload, render_compile
+from tracewhy.reports.compile import CompileReportOptions, compile_report
 
 
 class CompileCommand(Command):
@@ -28,13 +25,8 @@ class CompileCommand(Command):
                             help="steps to exclude as warm-up (default: a first step #0 or outlier)")
 
     def run(self, args: argparse.Namespace) -> int:
-        logs = read_compile_logs(args.logs) if args.logs is not None else None
-        if logs is not None and logs.warnings:
-            warn(args.logs, logs.warnings)
-        trace = load_trace(args.trace)
-        st = steps(trace, StepsOptions(marker=args.step, warmup=args.warmup))
-        result = compile_analysis(trace, st)
-        found = compile_findings(result, st.stats.p50_ns if st.stats else None, logs)
-        emit(args, self.name, compile_payload(result, logs, found),
-             lambda: render_compile(result, logs, found, args.top))
+        r = compile_report(args.trace, CompileReportOptions(step_marker=args.step, warmup=args.warmup,
+                                                            torch_logs=args.logs), loader())
+        emit(args, self.name, compile_payload(r.result, r.logs, r.findings),
+             lambda: render_compile(r.result, r.logs, r.findings, args.top))
         return 0

@@ -4,21 +4,11 @@ import argparse
 import sys
 from pathlib import Path
 
-import msgspec
-
-from tracewhy.analyses.lines import SORT_KEYS, LinesOptions, lines
-from tracewhy.analyses.steps import StepsOptions, steps
-from tracewhy.cli.base import Command, add_output_options, emit, load_trace, positive_int
+from tracewhy.cli.base import Command, add_output_options, emit, loader, positive_int
 from tracewhy.cli.output import STDOUT, refuse_overwrite, refuse_special_output, write_output
 from tracewhy.errors import UsageError
-from tracewhy.renderers.lines import (
-    WEIGHTS,
-    LinesPayload,
-    folded_stacks,
-    lines_payload,
-    render_lines,
-    speedscope_profile,
-)
+from tracewhy.renderers.lines import WEIGHTS, LinesPayload, folded_stacks, lines_payload, render_lines, speedscope_bytes
+from tracewhy.reports.lines import LINES_SORT_KEYS, LinesReportOptions, lines_report
 
 
 class LinesCommand(Command):
@@ -40,7 +30,7 @@ class LinesCommand(Command):
         add_output_options(parser)
         parser.add_argument("--all", action="store_true", dest="include_library",
                             help="list library, torch and standard-library frames too")
-        parser.add_argument("--sort", choices=SORT_KEYS, default=None,
+        parser.add_argument("--sort", choices=LINES_SORT_KEYS, default=None,
                             help="sort key (default: gpu_self_ns, or host_self_ns on CPU-only traces)")
         parser.add_argument("--flame", metavar="FILE", help="write collapsed stacks (folded format; - for stdout)")
         parser.add_argument("--speedscope", metavar="FILE", help="write a speedscope profile (JSON)")
@@ -53,20 +43,17 @@ class LinesCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         if args.json and STDOUT in (args.flame, args.speedscope):
             raise UsageError("a profile on standard output (-) and --json: choose one")
-        outputs = [Path(p) for p in (args.flame, args.speedscope) if p is not None]
-        for out in outputs:  # before the work, not after it
+        for out in [Path(p) for p in (args.flame, args.speedscope) if p is not None]:  # before the work
             refuse_overwrite(out, Path(args.trace))
             refuse_special_output(out)
-        trace = load_trace(args.trace)
-        st = steps(trace, StepsOptions(marker=args.step, warmup=args.warmup))
-        r = lines(trace, LinesOptions(include_library=args.include_library, sort_by=args.sort), step_result=st)
+        r = lines_report(args.trace, LinesReportOptions(include_library=args.include_library, sort_by=args.sort,
+                                                        step_marker=args.step, warmup=args.warmup), loader())
         if args.flame is not None:
             write_output(Path(args.flame), folded_stacks(r, args.weight).encode())
             if args.flame != STDOUT:
                 sys.stderr.write(f"wrote {args.flame}: {r.stacks.height} stacks weighted by {args.weight} time\n")
         if args.speedscope is not None:
-            doc = speedscope_profile(r, args.weight, name=Path(args.trace).name)
-            write_output(Path(args.speedscope), msgspec.json.encode(doc))
+            write_output(Path(args.speedscope), speedscope_bytes(r, args.weight, name=Path(args.trace).name))
             if args.speedscope != STDOUT:
                 sys.stderr.write(f"wrote {args.speedscope}: open it at https://www.speedscope.app\n")
         if STDOUT not in (args.flame, args.speedscope):  # a profile on stdout is the whole output

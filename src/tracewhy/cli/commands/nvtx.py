@@ -3,9 +3,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tracewhy.analyses.nvtx_ranges import nvtx_ranges
-from tracewhy.cli.base import Command, add_output_options, emit, load_trace
+from tracewhy.cli.base import Command, add_output_options, emit, loader
 from tracewhy.renderers.nvtx import NvtxPayload, empty_note, nvtx_payload, render_nvtx
+from tracewhy.reports.nvtx import nvtx_report
 
 
 class NvtxCommand(Command):
@@ -21,7 +21,7 @@ class NvtxCommand(Command):
         add_output_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
-        r = nvtx_ranges(load_trace(args.trace))
+        r = nvtx_report(args.trace, loader())
         note = empty_note(r, args.trace)
         if note and not getattr(args, "json", False):
             sys.stdout.write(note + "\n")

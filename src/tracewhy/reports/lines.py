@@ -1,0 +1,32 @@
+"""``lines``: which Python line is slow: per source frame, calls, host self and total time, the GPU
+time of the work launched under it, sync points, ops and its share of the steady steps; and the
+stacks a flame graph or a speedscope profile draws."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from tracewhy.analyses.lines import SORT_KEYS, LinesOptions, LinesResult, lines
+from tracewhy.analyses.steps import StepsOptions, steps
+from tracewhy.reports.inputs import PLAIN, Loader, TraceSource
+
+#: The columns the rows may be sorted by (``--sort``).
+LINES_SORT_KEYS: Final = SORT_KEYS
+
+
+@dataclass(frozen=True)
+class LinesReportOptions:
+    #: List library, torch and standard-library frames as rows too.
+    include_library: bool = False
+    #: One of ``LINES_SORT_KEYS``; None: GPU self time, or host self time on a CPU-only trace.
+    sort_by: str | None = None
+    step_marker: str | None = None
+    warmup: int | None = None
+
+
+def lines_report(trace: TraceSource, options: LinesReportOptions | None = None, loader: Loader = PLAIN) -> LinesResult:
+    options = options or LinesReportOptions()
+    t = loader.trace(trace)
+    st = steps(t, StepsOptions(marker=options.step_marker, warmup=options.warmup))
+    return lines(t, LinesOptions(include_library=options.include_library, sort_by=options.sort_by), step_result=st)
