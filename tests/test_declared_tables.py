@@ -110,13 +110,8 @@ def _ranks() -> list[tuple[pl.DataFrame, pl.Schema]]:
 
 def _roofline() -> list[tuple[pl.DataFrame, pl.Schema]]:
     from tracewhy.analyses.roofline import RULES_SCHEMA, STALLS_SCHEMA
-    from tracewhy.findings.roofline import (
-        KERNEL_VERDICTS_SCHEMA,
-        LAUNCH_VERDICTS_SCHEMA,
-        OP_ROOFLINE_SCHEMA,
-        op_roofline,
-        roofline,
-    )
+    from tracewhy.findings.roofline import KERNEL_VERDICTS_SCHEMA, LAUNCH_VERDICTS_SCHEMA, roofline
+    from tracewhy.findings.roofline_ops import OP_ROOFLINE_SCHEMA, op_roofline
     from tracewhy.readers.registry import read_kernel_metrics
 
     r = roofline(read_kernel_metrics(shared_trace("ncu/csv_rtx5070_olajide/gemm_naive.csv")))

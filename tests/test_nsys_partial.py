@@ -105,7 +105,7 @@ def test_whole_trace_analyses_refuse_a_partial_trace() -> None:
     from tracewhy.analyses.overlap import overlap
     from tracewhy.analyses.ranks import summarize_trace
     from tracewhy.analyses.steps import steps
-    from tracewhy.findings.roofline import op_roofline
+    from tracewhy.findings.roofline_ops import op_roofline
     from tracewhy.renderers.perfetto import model_events
     from tracewhy.reports.diagnose import diagnose
 

@@ -156,8 +156,8 @@ def test_info_says_why_a_device_is_not_described(capsys: pytest.CaptureFixture[s
 
 
 def test_roofline_keeps_the_shapes_that_tell_ops_apart() -> None:
-    from tracewhy.findings.roofline import op_roofline
-    from tracewhy.renderers.roofline import render_op_roofline
+    from tracewhy.findings.roofline_ops import op_roofline
+    from tracewhy.renderers.roofline_ops import render_op_roofline
 
     text = _text(render_op_roofline(op_roofline(read_trace(shared_trace(QWEN))), 6), 80)
     rows = [line for line in text.splitlines() if "ms " in line and "[" in line]

@@ -17,7 +17,8 @@ import tracewhy
 from builders import KinetoBuilder
 from conftest import shared_trace
 from tracewhy.analyses.roofline_ops import OpRooflineOptions
-from tracewhy.findings.roofline import COMPUTE_BOUND, LATENCY_BOUND, MEMORY_BOUND, OpRooflineResult, op_roofline
+from tracewhy.findings.roofline import COMPUTE_BOUND, LATENCY_BOUND, MEMORY_BOUND
+from tracewhy.findings.roofline_ops import OpRooflineResult, op_roofline
 
 H100 = {"id": 0, "name": "NVIDIA H100 80GB HBM3", "numSms": 132, "computeMajor": 9, "computeMinor": 0}
 H100_BF16 = 989.5e12  # dense BF16 tensor peak, H100 SXM datasheet (1979 with sparsity / 2)

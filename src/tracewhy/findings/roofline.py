@@ -1,8 +1,10 @@
-"""Roofline verdicts: which limit each kernel (ncu) or op (shapes) hits, and why, in words.
+"""Roofline verdicts of an Nsight Compute report: which limit each kernel hits, and why, in words.
 
-``analyses.roofline`` and ``analyses.roofline_ops`` measure; this module judges those numbers
-against ``findings.thresholds`` (the roofline section): the bound of every launch, kernel and
-op, the reason and details behind it, the ncu rule to lead with, and the report-wide notes.
+``analyses.roofline`` measures; this module judges those numbers against ``findings.thresholds``
+(the roofline section): the bound of every launch and kernel, the reason and details behind it,
+and the ncu rule to lead with; ``join_ncu`` carries the verdicts onto a trace's kernels. The
+report-wide notes are ``findings/roofline_notes.py``'s, the verdicts of ops from their recorded
+shapes ``findings/roofline_ops.py``'s.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from typing import Any, Final
 
 import polars as pl
 
-from tracewhy.analyses.peaks import DevicePeaks
 from tracewhy.analyses.roofline import (
     MEASURES_SCHEMA,
     Ceilings,
@@ -26,16 +27,9 @@ from tracewhy.analyses.roofline import (
     weighted_by_kernel,
 )
 from tracewhy.analyses.roofline_join import demangled_names, match_ncu_names
-from tracewhy.analyses.roofline_ops import (
-    OP_KEYS,
-    OpRooflineMeasures,
-    OpRooflineOptions,
-    PCol,
-    measure_op_roofline,
-)
 from tracewhy.findings import thresholds as th
+from tracewhy.findings.roofline_notes import ncu_notes
 from tracewhy.model.ncu import BCol, NCol, NcuReport, RCol
-from tracewhy.model.trace import Trace
 
 MEMORY_BOUND: Final = "memory-bound"
 COMPUTE_BOUND: Final = "compute-bound"
@@ -114,21 +108,6 @@ class NcuRooflineResult:
     kernels: pl.DataFrame
     rules: pl.DataFrame
     stalls: pl.DataFrame
-    notes: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class OpRooflineResult:
-    """Shape-based roofline per op instance (``instances``) and per op name and shapes (``ops``),
-    each with its bound; ``notes`` say what the estimate rests on and what it leaves out.
-    The other fields are ``analyses.roofline_ops.OpRooflineMeasures``'s."""
-
-    device_name: str | None
-    peaks: DevicePeaks | None
-    instances: pl.DataFrame
-    ops: pl.DataFrame
-    gpu_time_ns: int
-    covered_ns: int
     notes: tuple[str, ...]
 
 
@@ -315,6 +294,7 @@ def judge_roofline(measures: NcuRooflineMeasures) -> NcuRooflineResult:
     rows = [{**m, **_judge_launch(m, stalls.get(m[NCol.LAUNCH], []), rules.get(m[NCol.LAUNCH], []))}
             for m in measures.launches.iter_rows(named=True)]
     launches = pl.DataFrame(rows, schema=LAUNCH_VERDICTS_SCHEMA, strict=False)
+    unknown = launches.filter(pl.col(VCol.BOUND) == UNKNOWN).height
     locked_values = launches.get_column(VCol.CLOCKS_LOCKED).drop_nulls()
     clocks_locked = bool(locked_values.any()) if locked_values.len() else None
     return NcuRooflineResult(
@@ -322,61 +302,13 @@ def judge_roofline(measures: NcuRooflineMeasures) -> NcuRooflineResult:
         device_name=measures.device_name, ceilings=measures.ceilings, clocks_locked=clocks_locked,
         launches=launches.sort([NCol.DUR, NCol.LAUNCH], descending=[True, False], nulls_last=True),
         kernels=_by_kernel(launches), rules=measures.rules, stalls=measures.stalls,
-        notes=_notes(measures, launches, clocks_locked),
+        notes=ncu_notes(measures, launches, clocks_locked, unknown),
     )
 
 
 def roofline(report: NcuReport, options: RooflineOptions | None = None) -> NcuRooflineResult:
     """Measure and judge one ncu report: what ``tracewhy roofline`` shows for it."""
     return judge_roofline(measure_roofline(report, options or RooflineOptions()))
-
-
-def _notes(measures: NcuRooflineMeasures, launches: pl.DataFrame, clocks_locked: bool | None) -> tuple[str, ...]:
-    notes = list(measures.warnings)
-    clock_note = _clock_note(measures, launches, clocks_locked)
-    if clock_note:
-        notes.append(clock_note)
-    source, table = measures.ceilings.source, measures.peaks
-    if source == "none":
-        notes.append("no peaks: the report has none and the device is not in the peak table "
-                     "(pass --device NAME); percentages of peak come from ncu alone")
-    elif "table" in source and table is not None:
-        notes.append(f"peaks not in the report come from the {table.name} entry ({table.source})"
-                     + (f"; {table.scaled_note}" if table.scaled_note else ""))
-    unknown = launches.filter(pl.col(VCol.BOUND) == UNKNOWN).height
-    if unknown:
-        notes.append(f"{unknown} launch(es) have no throughput metrics and no verdict")
-    return tuple(notes)
-
-
-def _clock_note(measures: NcuRooflineMeasures, launches: pl.DataFrame, clocks_locked: bool | None) -> str | None:
-    """What the SM clock of the longest launch says about the capture, if anything."""
-    timed = launches.filter(pl.col(NCol.DUR).is_not_null())
-    longest = timed.sort(NCol.DUR, descending=True).row(0, named=True) if timed.height else {}
-    ratio, clock = longest.get(LCol.CLOCK_RATIO), longest.get(LCol.SM_CLOCK_HZ)
-    # ncu's own record (ClockStatus), not the guess from the clock that launches["clocks_locked"]
-    # falls back to.
-    recorded_by_launch = measures.launches.select(NCol.LAUNCH, LCol.CLOCKS_LOCKED_RECORDED)
-    raw = recorded_by_launch.filter(pl.col(NCol.LAUNCH) == longest.get(NCol.LAUNCH, -1))
-    recorded = raw.get_column(LCol.CLOCKS_LOCKED_RECORDED)[0] if raw.height else None
-    if ratio is not None and clock and ratio < th.LOW_CLOCK_RATIO:
-        cause = {
-            True: "clocks were locked for profiling (ncu's default --clock-control base)",
-            False: ("ncu did not lock the clocks, so the GPU ran throttled (power or thermal limit) "
-                    "or clocked down between kernels"),
-            None: "clocks were locked for profiling or the GPU throttled",
-        }[recorded]
-        return (f"SM clock {clock / 1e9:.2f} GHz during the capture, {ratio:.0%} of the "
-                f"{clock / ratio / 1e9:.2f} GHz boost: {cause}. Compute-bound kernels run up to "
-                f"{1 / ratio:.1f}x faster at boost; compute peaks here are at the profiled clock.")
-    if not clocks_locked:
-        return None
-    at = f" (SM clock {clock / 1e9:.2f} GHz, {ratio:.0%} of the maximum)" if ratio is not None and clock else ""
-    what = ("clocks were locked for profiling"
-            if recorded_by_launch.get_column(LCol.CLOCKS_LOCKED_RECORDED).drop_nulls().len()
-            else "clocks were probably locked for profiling (or the GPU throttled)")
-    return (f"{what}{at}: ncu's default --clock-control base. Durations are longer than in an "
-            "unlocked run, and compute peaks here are at the profiled clock.")
 
 
 #: Columns of ``NcuRooflineResult.kernels``, in the order ``tracewhy roofline --json`` writes them.
@@ -447,83 +379,3 @@ def join_ncu(kernels: pl.DataFrame, ncu: NcuRooflineResult, name_column: str = "
         .join(carried, on="_ncu_key", how="left")
         .drop("_ncu_key")
     )
-
-
-# --- shapes: ops -------------------------------------------------------------------------------
-
-
-def _op_bound() -> pl.Expr:
-    """The roof an op's time is set by; latency when a short op reaches little of it."""
-    return (
-        pl.when(pl.col(PCol.ROOF_NS).is_null()).then(pl.lit(None, pl.String))
-        .when((pl.col(PCol.GPU_NS) < th.SHAPE_LATENCY_MAX_NS)
-              & (pl.col(PCol.ROOF_FRACTION) < th.SHAPE_LATENCY_EFFICIENCY)).then(pl.lit(LATENCY_BOUND))
-        .when(pl.col(PCol.COMPUTE_NS) > pl.col(PCol.MEMORY_NS)).then(pl.lit(COMPUTE_BOUND))
-        .otherwise(pl.lit(MEMORY_BOUND))
-        .alias(VCol.BOUND)
-    )
-
-
-def _with_column_after(frame: pl.DataFrame, column: pl.Expr, name: str, anchor: str) -> pl.DataFrame:
-    """``frame`` with ``column`` (called ``name``) placed right after ``anchor``: the JSON keeps
-    the column order it had when the analysis named the bound itself."""
-    order = [c for c in frame.columns if c != name]
-    order.insert(order.index(anchor) + 1, name)
-    return frame.with_columns(column.alias(name)).select(order)
-
-
-#: ``OpRooflineResult.ops``: one row per op name, input shapes and dtype, most GPU time first.
-OP_ROOFLINE_SCHEMA: Final = pl.Schema({
-    NCol.NAME: pl.String(), PCol.INPUT_DIMS: pl.String(), PCol.DTYPE: pl.String(), "calls": pl.Int64(),
-    "category": pl.String(), "precision": pl.String(), "kernel": pl.String(), "params": pl.String(),
-    PCol.NOTE: pl.String(),
-    PCol.GPU_NS: pl.Int64(), "flops": pl.Float64(), "min_bytes": pl.Float64(), PCol.ROOF_NS: pl.Int64(),
-    PCol.LOST_NS: pl.Int64(), "peak_flop_per_s": pl.Float64(), "peak_bytes_per_s": pl.Float64(),
-    "ridge_point": pl.Float64(), PCol.ARITHMETIC_INTENSITY: pl.Float64(), VCol.BOUND: pl.String(),
-    "flop_per_s": pl.Float64(), "bytes_per_s": pl.Float64(), PCol.ROOF_FRACTION: pl.Float64(),
-})
-
-
-def judge_op_roofline(measures: OpRooflineMeasures) -> OpRooflineResult:
-    """Each instance's bound, each op's main bound (the one that takes most of its time), notes."""
-    instances = _with_column_after(measures.instances, _op_bound(), VCol.BOUND, PCol.LOST_NS).drop(
-        PCol.MEMORY_NS, PCol.COMPUTE_NS)
-    keys = list(OP_KEYS)
-    main_bound = (
-        instances.group_by(*keys, VCol.BOUND).agg(pl.col(PCol.GPU_NS).sum().alias("bound_ns"))
-        # Two bounds of equal time: the first by name, the same on every run.
-        .sort([*keys, "bound_ns", VCol.BOUND], descending=[False, False, False, True, False], nulls_last=True)
-        .group_by(keys, maintain_order=True).first().select(*keys, VCol.BOUND)
-    )
-    ops = measures.ops.join(main_bound, on=keys, how="left")
-    ops = _with_column_after(ops, pl.col(VCol.BOUND), VCol.BOUND, PCol.ARITHMETIC_INTENSITY)
-    return OpRooflineResult(measures.device_name, measures.peaks, instances, ops, measures.gpu_time_ns,
-                            measures.covered_ns, _op_notes(measures, instances))
-
-
-def op_roofline(trace: Trace, options: OpRooflineOptions | None = None) -> OpRooflineResult:
-    """Measure and judge the ops of one trace: what ``tracewhy roofline TRACE`` shows."""
-    return judge_op_roofline(measure_op_roofline(trace, options or OpRooflineOptions()))
-
-
-def _op_notes(measures: OpRooflineMeasures, instances: pl.DataFrame) -> tuple[str, ...]:
-    notes: list[str] = []
-    peaks, gpu_time = measures.peaks, measures.gpu_time_ns
-    if not measures.has_input_shapes:
-        notes.append("the trace has no input shapes: capture with torch.profiler.profile(record_shapes=True)")
-    if peaks is None:
-        notes.append(f"no peaks for device {measures.device_name!r}: pass --device NAME (one of the peak "
-                     "table's GPUs); FLOP/s and bytes/s are shown without a verdict")
-    else:
-        notes.append(f"peaks: {peaks.name} ({peaks.source})"
-                     + (f"; {peaks.scaled_note}" if peaks.scaled_note else "")
-                     + ". Datasheet peaks at boost clock; a GPU running lower clocks has a lower roof.")
-    if gpu_time:
-        notes.append(f"estimates cover {measures.covered_ns / gpu_time:.0%} of GPU time; the rest is launched "
-                     "outside any op (e.g. before the trace window) or by ops without a model")
-    top_skipped = sorted(measures.unmodelled_ns.items(), key=lambda kv: -kv[1])[:3]
-    if top_skipped:
-        notes.append("not modelled (largest GPU time): " + ", ".join(f"{n}" for n, _ in top_skipped))
-    assumed = instances.filter(pl.col(PCol.NOTE).is_not_null()).get_column(PCol.NOTE).unique().sort().to_list()
-    notes.extend(f"assumption: {a}" for a in assumed)
-    return tuple(notes)

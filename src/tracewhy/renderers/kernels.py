@@ -55,6 +55,10 @@ KERNEL_TABLE: Final = Layout(
      number("max"), number("share")),
     drop=("by", "mean", "p50", "max", "family"))
 KERNEL_FAMILY_TABLE: Final = Layout((label("family"), number("count"), number("total"), number("share")))
+#: ``kernels --ncu``: the trace's kernels with ncu's verdict; how the name matched leaves first.
+NCU_JOIN_TABLE: Final = Layout(
+    (name("kernel"), number("time"), label("bound"), number("SM"), number("mem"), number("roof"), label("match")),
+    drop=("match", "SM", "mem"), look="simple")
 
 
 def render_kernels(r: KernelsResult, top: int) -> RenderableType:
@@ -75,6 +79,29 @@ def render_kernels(r: KernelsResult, top: int) -> RenderableType:
     return Group(t, f)
 
 
+def render_ncu_join(joined: pl.DataFrame, top: int) -> RenderableType:
+    """The trace's kernels with the verdict ncu's report gives the same kernel."""
+    import polars as pl
+    from rich.console import Group
+    from rich.text import Text
+
+    from tracewhy.renderers.roofline_cells import bound_cell, pct_cell, plain, share_cell
+
+    matched = joined.filter(pl.col("ncu_bound").is_not_null())
+    t = NCU_JOIN_TABLE.table("ncu verdicts for the trace's kernels")
+    for row in matched.head(top).iter_rows(named=True):
+        t.add_row(plain(row["name"]), fmt_ns(row["total_ns"]), bound_cell(row["ncu_bound"]),
+                  pct_cell(row["ncu_sm_pct"]), pct_cell(row["ncu_memory_pct"]), share_cell(row["ncu_roof_fraction"]),
+                  row["ncu_match"] or "-")
+    counts = joined.get_column("ncu_match").value_counts()
+    by = {r["ncu_match"]: r["count"] for r in counts.iter_rows(named=True)}
+    summary = (f"{matched.height} of {joined.height} trace kernels matched ncu kernels "
+               f"({by.get('exact', 0)} by full name, {by.get('base name', 0)} by base name"
+               + (f"; {by['ambiguous']} ambiguous base names left unmatched" if by.get("ambiguous") else "")
+               + ")")
+    return Group(t, Text(summary, style="yellow"))
+
+
 def kernels_output(r: KernelsReport, top: int) -> tuple[KernelsPayload | KernelsNcuPayload, View]:
     """The payload and the view of ``kernels``: with ``--ncu``, the verdicts' table under the kernels."""
     if r.joined is None:
@@ -83,8 +110,6 @@ def kernels_output(r: KernelsReport, top: int) -> tuple[KernelsPayload | Kernels
 
     def view() -> RenderableType:
         from rich.console import Group
-
-        from tracewhy.renderers.roofline import render_ncu_join
 
         return Group(render_kernels(r.result, top), render_ncu_join(joined, top))
 

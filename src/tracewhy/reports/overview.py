@@ -21,7 +21,7 @@ from tracewhy.analyses.utilization import UtilizationResult, utilization
 from tracewhy.findings.blocks import blocks_result, gpu_work_result
 from tracewhy.findings.context import Context, DiagnoseOptions
 from tracewhy.findings.overlap import overlap_result
-from tracewhy.findings.roofline import OpRooflineResult, op_roofline
+from tracewhy.findings.roofline_ops import OpRooflineResult, op_roofline
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col
 from tracewhy.model.trace import Trace
 from tracewhy.reports import at_once
