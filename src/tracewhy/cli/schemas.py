@@ -1,20 +1,22 @@
 """The JSON Schema of each command's ``--json`` document: generated from the command's payload
 declarations (``Command.json_payloads``, ``renderers.json_schema``), shipped in the package as
-``tracewhy/schemas/COMMAND.json`` and read back by ``tracewhy schema``, which generates nothing.
+``tracewhy/schemas/COMMAND.json`` and read back by ``tracewhy schema`` (``reports/schema.py``),
+which generates nothing.
 """
 
 from __future__ import annotations
 
 import inspect
 import json
-from importlib import resources
 from pathlib import Path
 from typing import Any, Final
 
 from tracewhy.cli.commands import COMMAND_MODULES, load_command
+from tracewhy.reports.schema import FOLDER, shipped_path, shipped_text
 
-#: The package folder the schemas are shipped in.
-FOLDER: Final = "schemas"
+__all__ = ["FOLDER", "REGENERATE", "command_names", "generate", "generated_text", "shipped_text", "summary",
+           "write_all"]
+
 #: What regenerates the shipped files after a payload declaration changed (from a clone).
 REGENERATE: Final = "python scripts/json_schemas.py"
 
@@ -28,16 +30,6 @@ def summary(name: str) -> str:
     """The first paragraph of a command's help, on one line."""
     doc = inspect.getdoc(load_command(name)) or name
     return " ".join(doc.split("\n\n")[0].split())
-
-
-def shipped_path(name: str) -> str:
-    """The file name of a command's schema in the package's schema folder."""
-    return f"{name}.json"
-
-
-def shipped_text(name: str) -> str:
-    """The schema shipped for ``name`` (what ``tracewhy schema NAME`` prints)."""
-    return resources.files("tracewhy").joinpath(FOLDER).joinpath(shipped_path(name)).read_text(encoding="utf-8")
 
 
 def generate(name: str) -> dict[str, Any]:

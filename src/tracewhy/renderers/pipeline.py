@@ -1,23 +1,28 @@
-"""Terminal tables and the JSON payload of ``pipeline``."""
+"""``pipeline``: the chunks, the summary and the verdict of a pipeline's stages, as terminal tables
+and as JSON."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Final, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any, Final, TypedDict
 
 from tracewhy.analyses.pipeline import ChunkCol, Percentiles, PipelineResult
 from tracewhy.findings.model import Finding
 from tracewhy.findings.pipeline import PipelineComparison, PipelineVerdict
+from tracewhy.renderers import View
 from tracewhy.renderers.findings import render_findings
 from tracewhy.renderers.layout import FitTable, Layout, label, number
 from tracewhy.units import fmt_ns
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import polars as pl
     from rich.console import RenderableType
 
     from tracewhy.analyses.pipeline import CHUNKS_SCHEMA
     from tracewhy.renderers.json_schema import rows, times_under_ns_keys
     from tracewhy.renderers.throughput import ThroughputChangeJson, ThroughputJson
+    from tracewhy.reports.pipeline import PipelineReport
 
 
 #: Said in every output: the reason the metrics are differences of one rank's marks.
@@ -183,3 +188,19 @@ def _summary(r: PipelineResult, side: str) -> FitTable:
 
 def _ns(x: float | None) -> str:
     return "-" if x is None else fmt_ns(x)
+
+
+def pipeline_output(r: PipelineReport, top: int) -> tuple[Mapping[str, Any], View]:
+    """The payload and the view of ``pipeline``, with the throughput (A's, or A's and B's and the
+    change, after the comparison) when it was asked for."""
+    from tracewhy.renderers.throughput import with_throughput, with_throughput_change
+
+    payload: Mapping[str, Any]
+    payload, view = (pipeline_payload(r.result, r.verdict, r.findings, r.vs),
+                     lambda: render_pipeline(r.result, r.verdict, r.findings, top, r.vs))
+    if r.rate is not None and r.vs is not None:
+        return with_throughput_change(payload, view, r.rate, r.throughput, r.throughput_vs,
+                                      after=f"B vs A: {r.vs[2].statement}")
+    if r.rate is not None:
+        return with_throughput(payload, view, r.rate, r.throughput)
+    return payload, view

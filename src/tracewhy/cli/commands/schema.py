@@ -1,13 +1,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from tracewhy.cli.base import Command, emit
-from tracewhy.cli.schemas import command_names, shipped_text
+from tracewhy.cli.schemas import command_names
 from tracewhy.errors import UsageError
-from tracewhy.renderers.contract import SCHEMA_DOCUMENT, SchemaListPayload, render_schema_list
+from tracewhy.renderers.schema import SCHEMA_DOCUMENT, SchemaListPayload, render_schema_list, schema_list_payload
+from tracewhy.reports.schema import schema_list, shipped_text
 
 
 class SchemaCommand(Command):
@@ -31,20 +31,10 @@ class SchemaCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         names = command_names()
         if args.of is None:  # (from the shipped files: listing imports no command's analyses)
-            shipped = {n: json.loads(shipped_text(n)) for n in names}
-            payload: SchemaListPayload = {"commands": [
-                {"name": n, "summary": _first_sentence(shipped[n]["description"]), "schema_id": shipped[n]["$id"]}
-                for n in names]}
+            payload = schema_list_payload(schema_list(names))
             emit(args, self.name, payload, lambda: render_schema_list(payload))
             return 0
         if args.of not in names:
             raise UsageError(f"no command {args.of!r}; tracewhy schema lists them")
         sys.stdout.write(shipped_text(args.of))
         return 0
-
-
-def _first_sentence(description: str) -> str:
-    """What a command's document says, in the first sentence of its schema's description."""
-    head = description.split("\n\n")[0]
-    end = head.find(". ")
-    return head if end < 0 else head[:end + 1]

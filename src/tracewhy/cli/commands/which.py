@@ -3,8 +3,8 @@ from __future__ import annotations
 import argparse
 
 from tracewhy.cli.base import Command, emit
-from tracewhy.findings.playbook import answers
-from tracewhy.renderers.playbook import WhichPayload, render_which, which_payload
+from tracewhy.renderers.which import WhichPayload, render_which, which_payload
+from tracewhy.reports.which import which_report
 
 
 class WhichCommand(Command):
@@ -23,6 +23,6 @@ class WhichCommand(Command):
         parser.add_argument("--json", action="store_true", help="print versioned JSON instead of tables")
 
     def run(self, args: argparse.Namespace) -> int:
-        found = answers(args.symptom)
+        found = which_report(args.symptom)
         emit(args, self.name, which_payload(args.symptom, found), lambda: render_which(args.symptom, found))
         return 0 if found else 1

@@ -1,5 +1,5 @@
-"""What ``schema`` prints: the commands with a JSON Schema, or one command's schema (a JSON Schema
-document, printed as it is shipped, without the envelope)."""
+"""``schema``: the commands with a JSON Schema, as a table and as JSON; and the shape of one
+command's schema, which ``schema COMMAND`` prints as it is shipped, without the envelope."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from tracewhy.renderers.layout import Layout, label, text
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
+
+    from tracewhy.reports.schema import ShippedSchema
 
 #: The shape of a command's schema as ``schema COMMAND`` prints it (``renderers.json_schema``
 #: makes them): the parts every one has, their content a JSON Schema's.
@@ -43,6 +45,10 @@ class SchemaListPayload(TypedDict):
     """``schema`` without a command: every command that has a JSON Schema."""
 
     commands: list[SchemaEntry]
+
+
+def schema_list_payload(schemas: list[ShippedSchema]) -> SchemaListPayload:
+    return {"commands": [{"name": s.name, "summary": s.summary, "schema_id": s.schema_id} for s in schemas]}
 
 
 #: ``schema``: the command, and what its document says (wrapped to fit).

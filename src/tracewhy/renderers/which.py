@@ -1,4 +1,4 @@
-"""Terminal table and JSON payload of ``which``."""
+"""``which``: the playbook's answers to a symptom, as a terminal table and as JSON."""
 
 from __future__ import annotations
 
