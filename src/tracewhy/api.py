@@ -1,9 +1,9 @@
 """The Python API: one function per CLI command, with the command's defaults, returning its typed result.
 
-Each function runs the same analyses and rules as the command of the same name (see
-``cli/commands``) and returns what they return, with one change at this boundary: every table
-holds names as plain strings (``pl.String``), where the model keeps them categorical to save
-memory, so that ``pl.col("name").str.contains(...)`` works on what a user is handed.
+Each function calls the report of the command of the same name (``reports/``, which the CLI
+calls too) and returns what it computes, with one change at this boundary: every table holds
+names as plain strings (``pl.String``), where the model keeps them categorical to save memory,
+so that ``pl.col("name").str.contains(...)`` works on what a user is handed.
 """
 
 from __future__ import annotations
@@ -16,22 +16,14 @@ from typing import Any, TypeVar
 
 import polars as pl
 
-from tracewhy.analyses.blocks import BlocksOptions, BlocksResult
-from tracewhy.analyses.blocks import blocks as _blocks
-from tracewhy.analyses.diff import DiffOptions
-from tracewhy.analyses.gaps import GapsOptions, GapsResult
-from tracewhy.analyses.gaps import gaps as _gaps
+from tracewhy.analyses.blocks import BlocksResult
+from tracewhy.analyses.gaps import GapsResult
 from tracewhy.analyses.info import InfoResult
-from tracewhy.analyses.info import info as _info
 from tracewhy.analyses.kernels import KernelsResult
-from tracewhy.analyses.kernels import kernels as _kernels
-from tracewhy.analyses.nvtx_ranges import NvtxRangesResult, nvtx_ranges
-from tracewhy.analyses.ops import OpsOptions, OpsResult
-from tracewhy.analyses.ops import ops as _ops
-from tracewhy.analyses.overlap import OverlapOptions, OverlapResult
-from tracewhy.analyses.overlap import overlap as _overlap
-from tracewhy.analyses.steps import StepsOptions, StepsResult
-from tracewhy.analyses.steps import steps as _steps
+from tracewhy.analyses.nvtx_ranges import NvtxRangesResult
+from tracewhy.analyses.ops import OpsResult
+from tracewhy.analyses.overlap import OverlapResult
+from tracewhy.analyses.steps import StepsResult
 from tracewhy.analyses.summaries import (
     Summary,
     api_summary,
@@ -40,18 +32,23 @@ from tracewhy.analyses.summaries import (
     memory_time_summary,
 )
 from tracewhy.errors import install_hint
-from tracewhy.findings import thresholds as th
 from tracewhy.findings.compare import Comparison
-from tracewhy.findings.context import DiagnoseOptions
 from tracewhy.model.schema import Kind
 from tracewhy.model.trace import Trace
-from tracewhy.readers import read_trace
+from tracewhy.reports.blocks import BlocksReportOptions, blocks_report
 from tracewhy.reports.check import CheckOptions, CheckReport
 from tracewhy.reports.check import check as _check
 from tracewhy.reports.check_metrics import parse_limit
-from tracewhy.reports.diagnose import Report, recoverable_unit
-from tracewhy.reports.diagnose import diagnose as _diagnose
-from tracewhy.reports.diff import compare
+from tracewhy.reports.diagnose import DiagnoseReportOptions, Report, diagnose_report, recoverable_unit
+from tracewhy.reports.diff import DiffReportOptions, diff_report
+from tracewhy.reports.gaps import GapsReportOptions, gaps_report
+from tracewhy.reports.info import InfoReportOptions, info_report
+from tracewhy.reports.inputs import PLAIN
+from tracewhy.reports.kernels import kernels_report
+from tracewhy.reports.nvtx import nvtx_report
+from tracewhy.reports.ops import OpsReportOptions, ops_report
+from tracewhy.reports.overlap import OverlapReportOptions, overlap_report
+from tracewhy.reports.steps import StepsReportOptions, steps_report
 from tracewhy.units import printable
 
 #: A Trace, or the path of a trace file to read first (as ``tracewhy.load`` does).
@@ -97,59 +94,62 @@ class Diagnosis(Report):
 
 
 def diagnose(trace: TraceLike, *, step: str | None = None, warmup: int | None = None,
-             min_gap_ns: int = DiagnoseOptions().min_gap_ns) -> Diagnosis:
+             min_gap_ns: int = DiagnoseReportOptions().min_gap_ns) -> Diagnosis:
     """Ranked findings, each with evidence and the next step (``tracewhy diagnose``)."""
-    report = public(_diagnose(_trace(trace), DiagnoseOptions(step_marker=step, warmup=warmup, min_gap_ns=min_gap_ns)))
+    options = DiagnoseReportOptions(step_marker=step, warmup=warmup, min_gap_ns=min_gap_ns)
+    report = public(diagnose_report(_trace(trace), options).report)
     return Diagnosis(**{f.name: getattr(report, f.name) for f in fields(Report)})
 
 
 def steps(trace: TraceLike, *, step: str | None = None, warmup: int | None = None) -> StepsResult:
     """Steps with their span, GPU work and steady-window statistics (``tracewhy steps``)."""
-    return public(_steps(_trace(trace), StepsOptions(marker=step, warmup=warmup)))
+    return public(steps_report(_trace(trace), StepsReportOptions(step_marker=step, warmup=warmup)).result)
 
 
-def gaps(trace: TraceLike, *, step: str | None = None, min_gap_ns: int = GapsOptions().min_gap_ns) -> GapsResult:
+def gaps(trace: TraceLike, *, step: str | None = None,
+         min_gap_ns: int = GapsReportOptions().min_gap_ns) -> GapsResult:
     """GPU idle gaps in time order, each with its class and the host's activity, and idle per
     step (``tracewhy gaps``, which lists ``result.gaps`` largest first)."""
-    t = _trace(trace)
-    return public(_gaps(t, _steps(t, StepsOptions(marker=step)), GapsOptions(min_gap_ns)))
+    return public(gaps_report(_trace(trace), GapsReportOptions(step_marker=step, min_gap_ns=min_gap_ns)).result)
 
 
 def kernels(trace: TraceLike) -> KernelsResult:
     """GPU kernel time per kernel name and per family (``tracewhy kernels``)."""
-    return public(_kernels(_trace(trace)))
+    return public(kernels_report(_trace(trace)).result)
 
 
 def ops(trace: TraceLike, *, shapes: bool = False, sort: str | None = None) -> OpsResult:
     """Per operator (and input shapes with ``shapes``): calls, CPU and GPU time (``tracewhy ops``)."""
-    return public(_ops(_trace(trace), OpsOptions(by_shapes=shapes, sort_by=sort)))
+    return public(ops_report(_trace(trace), OpsReportOptions(by_shapes=shapes, sort_by=sort)))
 
 
 def overlap(trace: TraceLike, *, step: str | None = None, warmup: int | None = None) -> OverlapResult:
     """Compute, communication (hidden and exposed), copies and idle per GPU and step (``tracewhy overlap``)."""
-    return public(_overlap(_trace(trace), OverlapOptions(step_marker=step, warmup=warmup)))
+    return public(overlap_report(_trace(trace), OverlapReportOptions(step_marker=step, warmup=warmup)).result)
 
 
 def blocks(trace: TraceLike, *, names: tuple[str, ...] = (), step: str | None = None,
            warmup: int | None = None) -> BlocksResult:
     """GPU time per step of each record_function block; ``names`` may hold shell wildcards (``tracewhy blocks``)."""
-    return public(_blocks(_trace(trace), BlocksOptions(names=names, step_marker=step, warmup=warmup)))
+    r = blocks_report(_trace(trace), BlocksReportOptions(names=names, step_marker=step, warmup=warmup))
+    assert isinstance(r.result, BlocksResult)  # (a Trace's blocks, never an instrument log's)
+    return public(r.result)
 
 
 def nvtx(trace: TraceLike) -> NvtxRangesResult:
     """Per NVTX range name (Kineto: user annotation), its time and GPU projection (``tracewhy nvtx``)."""
-    return public(nvtx_ranges(_trace(trace)))
+    return public(nvtx_report(_trace(trace)))
 
 
 def info(trace: TraceLike, *, step: str | None = None) -> InfoResult:
     """What the trace is: format, versions, devices, capture options, counts, steps, span (``tracewhy info``)."""
-    return public(_info(_trace(trace), step_marker=step))
+    return public(info_report(_trace(trace), InfoReportOptions(step_marker=step)))
 
 
 def diff(a: TraceLike, b: TraceLike, *, step: str | None = None, warmup: int | None = None) -> Comparison:
     """Run B against baseline A: faster, slower or within noise, and what changed (``tracewhy diff``)."""
-    options = DiffOptions(step_marker=step, warmup=warmup, confidence=th.DIFF_CONFIDENCE)
-    return public(compare(_trace(a), _trace(b), options))
+    options = DiffReportOptions(step_marker=step, warmup=warmup)
+    return public(diff_report(_trace(a), _trace(b), options).comparison)
 
 
 def check(trace: TraceLike, *, baseline: TraceLike | None = None, step: str | None = None,
@@ -225,4 +225,4 @@ def _plain_dtype(dtype: object) -> pl.DataType | None:
 
 
 def _trace(trace: TraceLike) -> Trace:
-    return trace if isinstance(trace, Trace) else read_trace(trace)
+    return PLAIN.trace(trace)
