@@ -24,6 +24,7 @@ import pytest
 
 from conftest import GENERATED, ROOT, shared_trace
 from test_memory import build_snapshot
+from tracewhy.cli.commands import COMMAND_MODULES
 
 pytestmark = pytest.mark.slow
 
@@ -122,6 +123,8 @@ def test_every_output_is_the_recorded_one(tmp_path: Path, monkeypatch: pytest.Mo
     absolute = [p.name for p in dest.glob("*.txt")
                 if any(root in p.read_text(encoding="utf-8") for root in ("<ROOT>", "<SHARED>", str(tmp_path)))]
     assert not absolute, f"outputs naming an absolute path: {sorted(absolute)}"
+    ran = {p.read_text(encoding="utf-8").split(maxsplit=3)[2] for p in dest.glob("*.txt")}  # "$ tracewhy CMD ..."
+    assert ran >= set(COMMAND_MODULES), f"commands the subset never runs: {sorted(set(COMMAND_MODULES) - ran)}"
     if os.environ.get(UPDATE):
         DIGESTS.parent.mkdir(parents=True, exist_ok=True)
         DIGESTS.write_text("".join(f"{digest}  {name}\n" for name, digest in got.items()))
