@@ -19,6 +19,21 @@ _PROFILER_ACTIVITY = {"CUDA": "ProfilerActivity.CUDA", "ROCm": "ProfilerActivity
                       "PrivateUse1": "ProfilerActivity.PrivateUse1"}
 
 
+def empty_trace(trace: Trace) -> Finding | None:
+    """A trace with no slices at all: nothing to measure, so every other rule would only say what
+    cannot be seen (``diagnose`` runs none of them)."""
+    if trace.slices.height:
+        return None
+    return Finding(
+        code=Code.EMPTY_TRACE, severity=Severity.TRUST,
+        statement="The trace holds no slices (no ops, kernels or annotations): there is nothing to analyze.",
+        next_step="Check that the profiler reached an active step: with torch.profiler.schedule(wait=1, "
+                  "warmup=1, active=5), call prof.step() once per iteration, at least wait + warmup + active "
+                  "times, and export from on_trace_ready.",
+        evidence={"events": trace.meta.event_counts},
+    )
+
+
 def findings(ctx: Context) -> list[Finding]:
     out: list[Finding] = []
     t = ctx.trace

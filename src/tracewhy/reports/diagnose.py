@@ -109,17 +109,8 @@ def diagnose_in(ctx: Context) -> Report:
     context for blocks, overlap and the GPU work per range afterwards, which the rules have
     already computed there."""
     trace = ctx.trace
-    found: list[Finding] = []
-    if trace.slices.height == 0:
-        # Nothing to measure: every other rule would only say what cannot be seen.
-        found.append(Finding(
-            code=Code.EMPTY_TRACE, severity=Severity.TRUST,
-            statement="The trace holds no slices (no ops, kernels or annotations): there is nothing to analyze.",
-            next_step="Check that the profiler reached an active step: with torch.profiler.schedule(wait=1, "
-                      "warmup=1, active=5), call prof.step() once per iteration, at least wait + warmup + active "
-                      "times, and export from on_trace_ready.",
-            evidence={"events": trace.meta.event_counts},
-        ))
+    empty = trust.empty_trace(trace)
+    found: list[Finding] = [empty] if empty is not None else []
     for rule_found in _run_rules(ctx) if trace.slices.height else ():
         found += rule_found
     b = basis(ctx)
