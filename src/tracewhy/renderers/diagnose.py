@@ -12,7 +12,6 @@ from tracewhy.analyses.gaps import GAP_STEPS_SCHEMA, GAPS_SCHEMA
 from tracewhy.findings.model import Severity
 from tracewhy.renderers import View
 from tracewhy.renderers.throughput import with_throughput
-from tracewhy.reports.diagnose import DiagnoseReport, Report, recoverable_unit
 from tracewhy.units import fmt_ns, fmt_pct, indented, printable
 
 if TYPE_CHECKING:
@@ -22,6 +21,7 @@ if TYPE_CHECKING:
     from tracewhy.findings.model import Finding
     from tracewhy.renderers.json_schema import rows
     from tracewhy.renderers.throughput import ThroughputJson
+    from tracewhy.reports.diagnose import DiagnoseReport, Report
 
 
 _STYLE = {Severity.TRUST: "bold yellow", Severity.HIGH: "bold red", Severity.MEDIUM: "red",
@@ -87,6 +87,8 @@ def diagnose_output(r: DiagnoseReport, top: int | None) -> tuple[Mapping[str, An
 def diagnose_payload(report: Report) -> DiagnosePayload:
     """The JSON of a diagnosis. ``basis`` figures are means over the steady steps
     (``basis.statistic`` says so) or cover the whole trace; step figures are named by statistic."""
+    from tracewhy.reports.diagnose import recoverable_unit  # (loaded already: ``report`` comes from it)
+
     b = report.basis
     return {
         "trace": report.path,
@@ -116,6 +118,8 @@ def render_diagnose(report: Report, top: int | None = None) -> RenderableType:
     how many are left out (``--json`` always has them all)."""
     from rich.console import Group
     from rich.text import Text
+
+    from tracewhy.reports.diagnose import recoverable_unit  # (loaded already: ``report`` comes from it)
 
     parts: list[RenderableType] = []
     b = report.basis

@@ -28,7 +28,6 @@ from tracewhy.renderers.compile import CompileSummary, compile_summary
 from tracewhy.renderers.critical_path import CriticalPathReport, critical_path_report_payload
 from tracewhy.renderers.diagnose import basis_statistic
 from tracewhy.renderers.gaps import GAP_ROWS_SCHEMA, TIME_ORIGIN, gap_rows
-from tracewhy.reports.diagnose import recoverable_unit
 
 if TYPE_CHECKING:  # types only: a report of one trace needs neither the ranks nor the ncu modules
     from tracewhy.renderers.json_schema import rows, rows_of_either
@@ -196,6 +195,8 @@ def overview_payload(ov: Overview) -> ReportPayload:
     """Everything the page shows, as plain data (the JSON report). Times on the page run from the
     trace start (``time_origin_ns``), as in ``gaps``; ``basis_statistic`` says which statistic the
     findings' per-step figures are."""
+    from tracewhy.reports.diagnose import recoverable_unit  # (loaded already: ``ov`` comes from it)
+
     info, report = ov.info, ov.report
     t0 = info.first_ts_ns
     gaps = gap_rows(report.gaps, t0)
