@@ -311,16 +311,25 @@ def print_tables(console: Console, renderable: RenderableType) -> None:
     console.file.flush()
 
 
-#: Spaces at the end of a line, before any escape codes that close its styles.
-_TRAILING_SPACE: Final = re.compile(r"[ \t]+((?:\x1b\[[0-9;]*m)*)(\n?)$")
+#: An escape code that sets or closes a style (``ESC [ 0 m``), which may follow a line's last spaces.
+_STYLE_CODE: Final = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def _without_trailing_space(line: str) -> str:
+    """``line`` without the spaces at its end, keeping the style codes that close it and its
+    newline. Scans back from the end once: a regex anchored at ``$`` is tried from every space
+    of the line, which on a table row of many thousand cells took seconds."""
+    newline = "\n" if line.endswith("\n") else ""
+    body = line[:-1] if newline else line
+    codes: list[str] = []
     while True:
-        stripped = _TRAILING_SPACE.sub(r"\1\2", line)
-        if stripped == line:
-            return line
-        line = stripped
+        body = body.rstrip(" \t")
+        start = body.rfind("\x1b[")
+        if start < 0 or not body.endswith("m") or _STYLE_CODE.fullmatch(body, start) is None:
+            break
+        codes.append(body[start:])
+        body = body[:start]
+    return body + "".join(reversed(codes)) + newline
 
 
 def _print_parts(console: Console, renderable: RenderableType) -> None:
