@@ -31,6 +31,7 @@ from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 
 import tracewhy.cli.commands.kernels as kernels_command
+import tracewhy.reports.kernels as kernels_report
 from conftest import TRACES, shared_trace
 from fuzzing import (
     BYTE_MUTATORS,
@@ -185,8 +186,8 @@ def test_the_harness_sees_each_failure(monkeypatch: pytest.MonkeyPatch, tmp_path
         print("planted: a second line before the error", file=sys.stderr)
         raise TraceError(path, "refused")
 
-    cases = [(kernels_command, "kernels", crash), (Trace, "check", broken), (kernels_command, "emit", noisy),
-             (kernels_command, "kernels", chatty)]
+    cases = [(kernels_report, "kernels", crash), (Trace, "check", broken), (kernels_command, "emit", noisy),
+             (kernels_report, "kernels", chatty)]
     for owner, name, replacement in cases:
         with monkeypatch.context() as m:
             m.setattr(owner, name, replacement)
