@@ -108,3 +108,15 @@ from tracewhy.reportsx import y
     assert stage_imports_outside(source, CLI_MAY_IMPORT) == [
         "line 3: tracewhy.analyses.steps", "line 4: tracewhy.readers.registry", "line 7: tracewhy.model.trace",
         "line 9: tracewhy.findings.idle", "line 10: tracewhy.api", "line 11: tracewhy.reportsx"]
+
+
+def test_no_class_name_is_defined_twice() -> None:
+    """One name per concept: a class name (private ones too) is defined in one module only, so a
+    reader who meets ``SyncCol`` or ``GapsResult`` knows which table or result it is."""
+    where: dict[str, list[str]] = {}
+    for path in sorted(SRC.rglob("*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ClassDef):
+                where.setdefault(node.name, []).append(str(path.relative_to(SRC)))
+    assert {name: paths for name, paths in where.items() if len(paths) > 1} == {}
+

@@ -84,13 +84,13 @@ def test_gpu_utilization_against_tb_plugin(folder: str, name: str) -> None:
     path = shared_trace(f"{folder}/{name}")
     ref = _tb_reference(folder)[name]
     trace = tracewhy.load(path)
-    st = steps(trace)
-    if st.table.height == 0:
+    steps_result = steps(trace)
+    if steps_result.table.height == 0:
         # tb_plugin falls back to the CPU min..max as one "step" when there are no ProfilerStep
         # markers (its _about says so); tracewhy reports no steps instead of inventing one.
         assert "gpu_utilization_pct" in ref
         return
-    per_step = gaps(trace, st).per_step
+    per_step = gaps(trace, steps_result).per_step
     ours = {str(d): round(100 * sum_k / sum_w, 2) for d, sum_k, sum_w in
             per_step.group_by("device").agg(pl.col("kernel_busy_ns").sum(), pl.col("window_ns").sum()).iter_rows()}
     theirs = {k: float(v) for k, v in ref["gpu_utilization_pct"].items()}  # type: ignore[attr-defined]
@@ -99,13 +99,13 @@ def test_gpu_utilization_against_tb_plugin(folder: str, name: str) -> None:
         return
     if TB_DISAGREES[name] == "unlinked kernels dropped":
         k = trace.of_kind(Kind.KERNEL).filter(pl.col(Col.LAUNCH).is_not_null())
-        lo, hi = int(st.table[0, Col.TS]), int(st.table[-1, "window_end_ns"])
+        lo, hi = int(steps_result.table[0, Col.TS]), int(steps_result.table[-1, "window_end_ns"])
         busy_linked = _union_ns(k, lo, hi)
         kernel_us = float(ref["avg_step_breakdown_us"]["Kernel"])  # type: ignore[index]
         assert busy_linked / 1000 == pytest.approx(kernel_us, abs=0.1)
         assert ours[next(iter(ours))] > theirs[next(iter(theirs))]
     elif TB_DISAGREES[name] == "last window takes in the backlog":
-        lo, last = int(st.table[0, Col.TS]), st.table.row(-1, named=True)
+        lo, last = int(steps_result.table[0, Col.TS]), steps_result.table.row(-1, named=True)
         tb_hi = max(last[Col.TS] + last[Col.DUR], last["gpu_end_ns"])
         assert last["window_end_ns"] < tb_hi
         k = trace.of_kind(Kind.KERNEL)
@@ -115,7 +115,7 @@ def test_gpu_utilization_against_tb_plugin(folder: str, name: str) -> None:
         hi = int(last["window_end_ns"])
         assert round(100 * _union_ns(k, lo, hi) / (hi - lo), 2) == pytest.approx(ours[next(iter(ours))], abs=0.011)
     else:
-        assert ref["n_steps_used"] == st.table.height + 1
+        assert ref["n_steps_used"] == steps_result.table.height + 1
 
 
 def _union_ns(k: pl.DataFrame, lo: int, hi: int) -> int:
@@ -138,16 +138,16 @@ def test_busy_per_step_matches_a_microsecond_bitmap() -> None:
     events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
     gpu = [(e["ts"], e["dur"]) for e in events if e.get("ph") == "X" and e.get("cat") in ("Kernel", "Memcpy", "Memset")]
     trace = tracewhy.load(path)
-    st = steps(trace).table
-    lo_us = min(st[Col.TS]) // 1000
-    hi_us = max(st["window_end_ns"]) // 1000
+    steps_table = steps(trace).table
+    lo_us = min(steps_table[Col.TS]) // 1000
+    hi_us = max(steps_table["window_end_ns"]) // 1000
     bitmap = np.zeros(hi_us - lo_us, dtype=bool)
     for ts, dur in gpu:
         a, z = max(ts, lo_us), min(ts + dur, hi_us)
         if z > a:
             bitmap[a - lo_us : z - lo_us] = True
     per_step = gaps(trace, steps(trace)).per_step
-    for (a, z), busy in zip(st.select(Col.TS, "window_end_ns").iter_rows(), per_step["busy_ns"], strict=True):
+    for (a, z), busy in zip(steps_table.select(Col.TS, "window_end_ns").iter_rows(), per_step["busy_ns"], strict=True):
         assert busy == int(bitmap[a // 1000 - lo_us : z // 1000 - lo_us].sum()) * 1000
 
 

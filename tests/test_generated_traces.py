@@ -108,7 +108,7 @@ def test_heavy_capture_flags_from_header() -> None:
 def test_demo_trace_is_a_real_training_trace() -> None:
     trace = tracewhy.load(DEMO)
     trace.check()
-    st = steps(trace)
-    assert st.table.height >= 10 and st.stats is not None
+    steps_result = steps(trace)
+    assert steps_result.table.height >= 10 and steps_result.stats is not None
     names = set(trace.slices.get_column(Col.NAME).cast(pl.String).unique().to_list())
     assert any(n.startswith("enumerate(DataLoader)") for n in names)

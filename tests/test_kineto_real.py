@@ -93,9 +93,9 @@ def test_display_time_unit_ns_still_means_microseconds() -> None:
     # the 1.28 "unit" DtoD copy of 256 bytes takes 1.28 µs, a plausible V100 figure.
     trace = tracewhy.load(shared_trace("hta/v100_rank0_displayTimeUnit_ns_fractional_us.json.gz"))
     assert trace.meta.display_time_unit == "ns"
-    st = steps(trace).table
-    assert st.height == 5
-    assert st.get_column("dur_ns").min() > 10_000_000  # > 10 ms per step
+    steps_table = steps(trace).table
+    assert steps_table.height == 5
+    assert steps_table.get_column("dur_ns").min() > 10_000_000  # > 10 ms per step
     copies = trace.of_kind(Kind.MEMCPY).join(trace.copy_attrs, on=Col.ID)
     small = copies.filter((pl.col("bytes") == 256) & (pl.col(Col.DUR) == 1280))
     assert small.height >= 1

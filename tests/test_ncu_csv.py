@@ -10,7 +10,7 @@ import pytest
 
 from conftest import shared_trace
 from tracewhy.errors import TraceError
-from tracewhy.model.ncu import NCol, RCol
+from tracewhy.model.ncu import NcuCol, RuleCol
 from tracewhy.readers.ncu.csv_export import read_ncu_csv
 from tracewhy.readers.ncu.reader import read_ncu
 from tracewhy.readers.ncu.units import COUNT, FREQ, PCT, RATE, TIME, normalize, parse_number
@@ -98,17 +98,17 @@ def test_details_page_with_prof_lines_bom_scaled_units_and_rules(tmp_path: Path)
     report.check()
     assert report.format == "ncu-csv-details"
     row = report.launches.row(0, named=True)
-    assert row[NCol.NAME] == "gemm_kernel(float *)"
-    assert row[NCol.DUR] == 1_234_500  # 1,234.50 us in ns
-    assert row[NCol.SM_PCT] == 81.2 and row[NCol.MEM_PCT] == 40.0  # "%" label, not the byte/s one
-    assert row[NCol.DRAM_BYTES_PER_S] == pytest.approx(700.5e9)  # same label, byte/s dimension
-    assert row[NCol.SM_CLOCK] == pytest.approx(1.41e9)
-    assert row[NCol.REGISTERS] == 168
-    assert (row[NCol.BLOCK_X], row[NCol.GRID_X], row[NCol.CC]) == (256, 1024, "9.0")
+    assert row[NcuCol.NAME] == "gemm_kernel(float *)"
+    assert row[NcuCol.DUR] == 1_234_500  # 1,234.50 us in ns
+    assert row[NcuCol.SM_PCT] == 81.2 and row[NcuCol.MEM_PCT] == 40.0  # "%" label, not the byte/s one
+    assert row[NcuCol.DRAM_BYTES_PER_S] == pytest.approx(700.5e9)  # same label, byte/s dimension
+    assert row[NcuCol.SM_CLOCK] == pytest.approx(1.41e9)
+    assert row[NcuCol.REGISTERS] == 168
+    assert (row[NcuCol.BLOCK_X], row[NcuCol.GRID_X], row[NcuCol.CC]) == (256, 1024, "9.0")
     rule = report.rules.row(0, named=True)
-    assert rule[RCol.RULE] == "SOLBottleneck" and rule[RCol.SEVERITY] == "optimization"
-    assert rule[RCol.SPEEDUP_TYPE] == "global" and rule[RCol.SPEEDUP_PCT] == 12.5
-    assert "@" not in rule[RCol.MESSAGE] and "Compute Workload Analysis" in rule[RCol.MESSAGE]
+    assert rule[RuleCol.RULE] == "SOLBottleneck" and rule[RuleCol.SEVERITY] == "optimization"
+    assert rule[RuleCol.SPEEDUP_TYPE] == "global" and rule[RuleCol.SPEEDUP_PCT] == 12.5
+    assert "@" not in rule[RuleCol.MESSAGE] and "Compute Workload Analysis" in rule[RuleCol.MESSAGE]
 
 
 def test_old_header_with_kernel_time_and_old_labels(tmp_path: Path) -> None:
@@ -125,9 +125,9 @@ def test_old_header_with_kernel_time_and_old_labels(tmp_path: Path) -> None:
     ]
     report = read_ncu_csv(_write(tmp_path, "\n".join([header, *rows]), bom=False))
     row = report.launches.row(0, named=True)
-    assert row[NCol.LAUNCH] == 3 and row[NCol.NAME] == "step_factor"
-    assert row[NCol.SM_PCT] == 12.5 and row[NCol.DRAM_PCT] == 39.6
-    assert row[NCol.DRAM_CLOCK] == 772_656_250 and row[NCol.DUR] == 11_733
+    assert row[NcuCol.LAUNCH] == 3 and row[NcuCol.NAME] == "step_factor"
+    assert row[NcuCol.SM_PCT] == 12.5 and row[NcuCol.DRAM_PCT] == 39.6
+    assert row[NcuCol.DRAM_CLOCK] == 772_656_250 and row[NcuCol.DUR] == 11_733
 
 
 def test_metric_name_rows_from_metrics_flag(tmp_path: Path) -> None:
@@ -140,8 +140,8 @@ def test_metric_name_rows_from_metrics_flag(tmp_path: Path) -> None:
     ]
     report = read_ncu_csv(_write(tmp_path, "\n".join([DETAILS_HEADER, *rows])))
     row = report.launches.row(0, named=True)
-    assert row[NCol.DRAM_READ] == pytest.approx(134.22e6)
-    assert row[NCol.GLOBAL_ST_REQUESTS] == 524_288
+    assert row[NcuCol.DRAM_READ] == pytest.approx(134.22e6)
+    assert row[NcuCol.GLOBAL_ST_REQUESTS] == 524_288
 
 
 def test_program_output_inside_the_table_is_skipped_and_counted(tmp_path: Path) -> None:
@@ -149,7 +149,7 @@ def test_program_output_inside_the_table_is_skipped_and_counted(tmp_path: Path) 
             "loss 0.25 at step 9",
             _row(1, "k", "GPU Speed Of Light Throughput", "Duration", "ns", "200")]
     report = read_ncu_csv(_write(tmp_path, "\n".join([DETAILS_HEADER, *rows])))
-    assert report.launches.get_column(NCol.DUR).to_list() == [100, 200]
+    assert report.launches.get_column(NcuCol.DUR).to_list() == [100, 200]
     assert any("1 lines" in w for w in report.warnings)
 
 
@@ -170,9 +170,9 @@ def test_raw_page_units_in_second_row(tmp_path: Path) -> None:
     ])
     report = read_ncu_csv(_write(tmp_path, text))
     assert report.format == "ncu-csv-raw"
-    assert report.launches.get_column(NCol.DUR).to_list() == [2500, 3000]
-    assert report.launches.get_column(NCol.DRAM_BYTES_PER_S).to_list() == pytest.approx([1.2e12, 9e11])
-    assert report.launches.get_column(NCol.GRID_SIZE).to_list() == [196, 196]
+    assert report.launches.get_column(NcuCol.DUR).to_list() == [2500, 3000]
+    assert report.launches.get_column(NcuCol.DRAM_BYTES_PER_S).to_list() == pytest.approx([1.2e12, 9e11])
+    assert report.launches.get_column(NcuCol.GRID_SIZE).to_list() == [196, 196]
 
 
 # --- bad input ----------------------------------------------------------------------------------
@@ -203,7 +203,7 @@ def test_truncated_csv_keeps_complete_rows(tmp_path: Path) -> None:
     text = "\n".join([DETAILS_HEADER, *good])
     cut = text[: text.rindex('"200"') - 30]  # the second launch's row ends mid-field
     report = read_ncu_csv(_write(tmp_path, cut))
-    assert report.launches.get_column(NCol.DUR).to_list()[0] == 100
+    assert report.launches.get_column(NcuCol.DUR).to_list()[0] == 100
 
 
 # --- the real CSVs --------------------------------------------------------------------------------
@@ -228,12 +228,13 @@ def test_rtx5070_metric_exports(name: str) -> None:
     row = report.launches.row(0, named=True)
     assert report.launches.height == 1
     # Values carry thousands separators in the file ("9,589,248"); units are ns and byte.
-    assert row[NCol.DUR] == int(raw["gpu__time_duration.sum"].replace(",", ""))
-    assert row[NCol.DRAM_READ] == float(raw["dram__bytes_op_read.sum"].replace(",", ""))
-    assert row[NCol.DRAM_WRITE] == float(raw["dram__bytes_op_write.sum"].replace(",", ""))
-    assert row[NCol.SM_PCT] == float(raw["sm__throughput.avg.pct_of_peak_sustained_elapsed"])
-    assert row[NCol.GLOBAL_LD_SECTORS] == float(raw["l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"].replace(",", ""))
-    assert row[NCol.CC] == "12.0"
+    assert row[NcuCol.DUR] == int(raw["gpu__time_duration.sum"].replace(",", ""))
+    assert row[NcuCol.DRAM_READ] == float(raw["dram__bytes_op_read.sum"].replace(",", ""))
+    assert row[NcuCol.DRAM_WRITE] == float(raw["dram__bytes_op_write.sum"].replace(",", ""))
+    assert row[NcuCol.SM_PCT] == float(raw["sm__throughput.avg.pct_of_peak_sustained_elapsed"])
+    assert row[NcuCol.GLOBAL_LD_SECTORS] == float(raw["l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"].replace(",",
+                                                                                                                ""))
+    assert row[NcuCol.CC] == "12.0"
 
 
 def test_b200_details_log_with_rules() -> None:
@@ -245,11 +246,11 @@ def test_b200_details_log_with_rules() -> None:
     rule_rows = [r for r in rows if r.get("Rule Name")]
     row = report.launches.row(0, named=True)
     assert report.launches.height == 1
-    assert row[NCol.DUR] == int(labels["Duration"])  # "ns", no separators in this file
-    assert row[NCol.SM_PCT] == float(labels["Compute (SM) Throughput"])
-    assert row[NCol.MEM_PCT] == float(labels["Memory Throughput"])
-    assert row[NCol.SM_COUNT] == int(labels["# SMs"]) == 152
-    assert row[NCol.OCC_THEORETICAL] == float(labels["Theoretical Occupancy"])
+    assert row[NcuCol.DUR] == int(labels["Duration"])  # "ns", no separators in this file
+    assert row[NcuCol.SM_PCT] == float(labels["Compute (SM) Throughput"])
+    assert row[NcuCol.MEM_PCT] == float(labels["Memory Throughput"])
+    assert row[NcuCol.SM_COUNT] == int(labels["# SMs"]) == 152
+    assert row[NcuCol.OCC_THEORETICAL] == float(labels["Theoretical Occupancy"])
     assert report.rules.height == len(rule_rows) == 8
     speedups = sorted(float(r["Estimated Speedup"]) for r in rule_rows if r["Estimated Speedup"])
-    assert sorted(report.rules.get_column(RCol.SPEEDUP_PCT).drop_nulls().to_list()) == speedups
+    assert sorted(report.rules.get_column(RuleCol.SPEEDUP_PCT).drop_nulls().to_list()) == speedups

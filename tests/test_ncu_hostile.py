@@ -17,7 +17,7 @@ import pytest
 
 from conftest import shared_trace
 from tracewhy.cli import main
-from tracewhy.model.ncu import NCol
+from tracewhy.model.ncu import NcuCol
 from tracewhy.readers.ncu.reader import read_ncu
 
 SAXPY = "ncu/csv_rtx5070_olajide/saxpy.csv"
@@ -119,7 +119,7 @@ def test_bad_process_or_stream_is_left_empty_with_a_warning(tmp_path: Path, caps
     assert doc["launches"][0]["dur_ns"] == 292_928  # the rest of the launch is read as before
     _warned(doc, err, column, "left empty")
     launch = read_ncu(path).launches.row(0, named=True)
-    assert launch[NCol.PROCESS if column == "Process ID" else NCol.STREAM] is None
+    assert launch[NcuCol.PROCESS if column == "Process ID" else NcuCol.STREAM] is None
 
 
 # --- durations and units --------------------------------------------------------------------------
@@ -178,19 +178,20 @@ def test_appended_exports_are_separate_runs(tmp_path: Path, capsys: pytest.Captu
     alone = [read_ncu(shared_trace(s)).launches.row(0, named=True) for s in sources]
     launches = report.launches
     assert launches.height == 3  # the old reader kept 1: "launch ID 0 appears twice; kept the first"
-    assert launches.get_column(NCol.RUN).to_list() == [0, 1, 2]
-    assert launches.get_column(NCol.LAUNCH).to_list() == [0, 1, 2]  # ncu's IDs restart at 0 in each
-    assert launches.get_column(NCol.NAME).to_list() == [r[NCol.NAME] for r in alone]
-    assert launches.get_column(NCol.DUR).to_list() == [r[NCol.DUR] for r in alone]
+    assert launches.get_column(NcuCol.RUN).to_list() == [0, 1, 2]
+    assert launches.get_column(NcuCol.LAUNCH).to_list() == [0, 1, 2]  # ncu's IDs restart at 0 in each
+    assert launches.get_column(NcuCol.NAME).to_list() == [r[NcuCol.NAME] for r in alone]
+    assert launches.get_column(NcuCol.DUR).to_list() == [r[NcuCol.DUR] for r in alone]
     for run in report.runs:  # each run alone is the export it came from
         sub = report.run_report(run.index)
         sub.check()
-        assert sub.launches.drop(NCol.RUN).equals(read_ncu(shared_trace(sources[run.index])).launches.drop(NCol.RUN))
+        export = read_ncu(shared_trace(sources[run.index]))
+        assert sub.launches.drop(NcuCol.RUN).equals(export.launches.drop(NcuCol.RUN))
 
     doc, err = _json(path, capsys)
     _warned(doc, err, "3 ncu runs")
     assert [r["run"] for r in doc["runs"]] == [0, 1, 2]
-    assert [[k["name"] for k in r["kernels"]] for r in doc["runs"]] == [[r[NCol.NAME]] for r in alone]
+    assert [[k["name"] for k in r["kernels"]] for r in doc["runs"]] == [[r[NcuCol.NAME]] for r in alone]
     assert [r["launches"][0]["launch_id"] for r in doc["runs"]] == [0, 0, 0]  # as ncu numbered them
     code, out, _ = _roofline(path, capsys)
     assert code == 0 and all(f"run {k} of 3" in out for k in (1, 2, 3))

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import shared_trace
 from tracewhy.errors import TraceError
-from tracewhy.model.ncu import NCol
+from tracewhy.model.ncu import NcuCol
 from tracewhy.readers.ncu import rep as ncu_rep
 from tracewhy.readers.ncu.reader import read_ncu
 
@@ -60,10 +60,10 @@ def test_report_loads_and_matches_manifest(name: str, manifest: dict[str, dict[s
     facts = manifest[name]
     launches = report.launches
     assert launches.height == facts["launches"]
-    counts = launches.group_by(NCol.NAME).len()
-    assert dict(zip(counts[NCol.NAME], counts["len"], strict=True)) == facts["by_name"]
-    assert set(launches.get_column(NCol.DEVICE_NAME).to_list()) == {facts["gpu"]}
-    assert set(launches.get_column(NCol.CC).to_list()) == {facts["cc"]}
+    counts = launches.group_by(NcuCol.NAME).len()
+    assert dict(zip(counts[NcuCol.NAME], counts["len"], strict=True)) == facts["by_name"]
+    assert set(launches.get_column(NcuCol.DEVICE_NAME).to_list()) == {facts["gpu"]}
+    assert set(launches.get_column(NcuCol.CC).to_list()) == {facts["cc"]}
     assert report.tool_version is not None and report.tool_version.startswith(str(facts["ncu"]))
     assert report.rules.height > 0  # every report here carries rule results (MANIFEST: "rule results n/n")
 
@@ -74,7 +74,7 @@ def test_manifest_was_parsed(manifest: dict[str, dict[str, object]]) -> None:
 
 def _launch(name: str, kernel: str, index: int = 0) -> dict[str, object]:
     report = read_ncu(shared_trace(f"ncu/{name}.ncu-rep"))
-    rows = report.launches.filter(report.launches[NCol.NAME] == kernel).rows(named=True)
+    rows = report.launches.filter(report.launches[NcuCol.NAME] == kernel).rows(named=True)
     return rows[index]
 
 
@@ -83,18 +83,18 @@ def test_metric_values_agree_with_manifest_notes() -> None:
     # "6.19 ms -> 3.48 ms, Compute(SM) throughput 70% -> 52%, Memory throughput 45% -> 81%".
     before = _launch("v100_ncar_miniweather_baseline", "compute_tendencies_x_279_gpu")
     after = _launch("v100_ncar_miniweather_divtomult", "compute_tendencies_x_279_gpu")
-    assert round(before[NCol.DUR] / 1e6, 2) == 6.19 and round(after[NCol.DUR] / 1e6, 2) == 3.48
-    assert round(before[NCol.SM_PCT]) == 70 and round(after[NCol.SM_PCT]) == 52
-    assert round(before[NCol.MEM_PCT]) == 45 and round(after[NCol.MEM_PCT]) == 81
+    assert round(before[NcuCol.DUR] / 1e6, 2) == 6.19 and round(after[NcuCol.DUR] / 1e6, 2) == 3.48
+    assert round(before[NcuCol.SM_PCT]) == 70 and round(after[NcuCol.SM_PCT]) == 52
+    assert round(before[NcuCol.MEM_PCT]) == 45 and round(after[NcuCol.MEM_PCT]) == 81
     # "basic: Memory 97% vs SM 12%" (A10G SGEMM ladder); "adamw ... DRAM 92%" (RTX 3060 Ti).
     basic = _launch("a10g_esmm_sgemm_progression_basic", "basic")
-    assert round(basic[NCol.MEM_PCT]) == 97 and round(basic[NCol.SM_PCT]) == 12
+    assert round(basic[NcuCol.MEM_PCT]) == 97 and round(basic[NcuCol.SM_PCT]) == 12
     adamw = _launch("rtx3060ti_llmc_adamw", "adamw_kernel2")
-    assert round(adamw[NCol.DRAM_PCT]) == 92
+    assert round(adamw[NcuCol.DRAM_PCT]) == 92
     # "nodeCalculationsKernel ... occupancy 93%"; "searchKernelCOSStree ... theoretical 50%, 64 regs".
-    assert round(_launch("a100pcie_mistic_nodecalc_full", "nodeCalculationsKernel")[NCol.OCC_ACHIEVED]) == 93
+    assert round(_launch("a100pcie_mistic_nodecalc_full", "nodeCalculationsKernel")[NcuCol.OCC_ACHIEVED]) == 93
     search = _launch("a100pcie_mistic_searchkernel_ncu2020", "searchKernelCOSStree")
-    assert search[NCol.OCC_THEORETICAL] == 50 and search[NCol.REGISTERS] == 64
+    assert search[NcuCol.OCC_THEORETICAL] == 50 and search[NcuCol.REGISTERS] == 64
 
 
 def test_clock_lock_flags_agree_with_measured_clocks() -> None:
@@ -103,9 +103,9 @@ def test_clock_lock_flags_agree_with_measured_clocks() -> None:
     # well below the maximum (base clock); the one unlocked report (ncu 2020.3) ran near it.
     for name in REPORTS:
         report = read_ncu(shared_trace(f"ncu/{name}.ncu-rep"))
-        longest = report.launches.sort(NCol.DUR, descending=True, nulls_last=True).row(0, named=True)
-        ratio = longest[NCol.SM_CLOCK] / longest[NCol.MAX_SM_CLOCK]
-        if longest[NCol.CLOCKS_LOCKED]:
+        longest = report.launches.sort(NcuCol.DUR, descending=True, nulls_last=True).row(0, named=True)
+        ratio = longest[NcuCol.SM_CLOCK] / longest[NcuCol.MAX_SM_CLOCK]
+        if longest[NcuCol.CLOCKS_LOCKED]:
             assert ratio < 0.9, (name, ratio)
         else:
             assert name == "a100pcie_mistic_searchkernel_ncu2020" and ratio > 0.9

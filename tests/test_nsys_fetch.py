@@ -15,7 +15,7 @@ import pytest
 
 from nsys_support import FIXTURES, export_path
 from tracewhy.errors import TraceError
-from tracewhy.model.schema import KCol
+from tracewhy.model.schema import LaunchAttrCol
 from tracewhy.model.trace import Trace
 from tracewhy.readers.nsys import db as nsys_db
 from tracewhy.readers.nsys.reader import read_nsys
@@ -165,7 +165,7 @@ def test_nulls_after_many_rows_read_as_nulls(tmp_path: Path, monkeypatch: pytest
     conn.close()
     fast = read_nsys(path)
     assert fast.kernel_attrs.height == 4096
-    assert fast.kernel_attrs.get_column(KCol.GRID_Y).null_count() == 2
+    assert fast.kernel_attrs.get_column(LaunchAttrCol.GRID_Y).null_count() == 2
     _strict(monkeypatch)
     _same(fast, read_nsys(path))
 

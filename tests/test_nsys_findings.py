@@ -80,8 +80,8 @@ def test_gaps_blame_the_same_host_thread_on_every_run() -> None:
     from tracewhy.analyses.steps import steps
 
     trace = tracewhy.load(shared_trace("nsys/nsysai_mfu_2gpu_after.sqlite.gz"))
-    st = steps(trace)
-    first = gaps(trace, st).gaps
+    steps_result = steps(trace)
+    first = gaps(trace, steps_result).gaps
     assert first.height
     for _ in range(40):  # (the unstable sort flipped about one run in ten)
-        assert_frame_equal(gaps(trace, st).gaps, first)
+        assert_frame_equal(gaps(trace, steps_result).gaps, first)

@@ -19,7 +19,7 @@ from nsys_support import PID, ExportBuilder, export_path
 from tracewhy.analyses.overlap import overlap
 from tracewhy.cli import EXIT_BAD_INPUT, EXIT_OK, main
 from tracewhy.errors import TraceError
-from tracewhy.model.schema import Col, DCol, Kind
+from tracewhy.model.schema import Col, DeviceCol, Kind
 from tracewhy.model.trace import Trace
 from tracewhy.readers import read_trace
 from tracewhy.readers.nsys.reader import read_nsys
@@ -201,8 +201,8 @@ def test_text_in_an_event_column_names_the_table(tmp_path: Path) -> None:
 def test_a_gpu_without_an_id_loses_only_its_properties(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _sql(_copy(tmp_path), *_loosen("TARGET_INFO_GPU"), "UPDATE TARGET_INFO_GPU SET id = NULL")
     trace = _read(path)
-    assert trace.devices.get_column(DCol.DEVICE).to_list() == [0]
-    assert trace.devices.get_column(DCol.NAME).to_list() == [None]
+    assert trace.devices.get_column(DeviceCol.DEVICE).to_list() == [0]
+    assert trace.devices.get_column(DeviceCol.NAME).to_list() == [None]
     _warned(trace, "TARGET_INFO_GPU: 1 GPUs without an id")
     _commands_succeed(path, capsys)
 

@@ -19,7 +19,7 @@ from nsys_support import FIXTURES, ExportBuilder, close, golden, load, raw_db
 from tracewhy.analyses import nvtx_work
 from tracewhy.analyses.nvtx import gpu_projection, nvtx_step_marker, range_tree
 from tracewhy.analyses.steps import steps
-from tracewhy.model.schema import Col, NCol
+from tracewhy.model.schema import Col, NvtxCol
 from tracewhy.readers.nsys.reader import read_nsys
 
 WITH_NVTX = [n for n in FIXTURES if n != "nsysai_mock_rtx3080"]
@@ -36,7 +36,7 @@ def test_projection_matches_nvtx_gpu_proj_trace(name: str) -> None:
     p = gpu_projection(load(name))
     named = [r for r in rows if r["Name"]]
     unnamed = [r for r in rows if not r["Name"]]
-    ours = {r[NCol.RANGE_ID]: r for r in p.table.iter_rows(named=True)}
+    ours = {r[NvtxCol.RANGE_ID]: r for r in p.table.iter_rows(named=True)}
     assert len(ours) == p.table.height == len(named)
     for r in named:
         m = ours[int(r["RangeId"])]
@@ -143,7 +143,7 @@ def test_range_tree_reproduces_jax_toolbox_projection() -> None:
     for table, start_col, dur_col, ops_col, id_col, parent_col in (
         (named, "Projected Start", "Projected Duration", "NumGPUOps", "RangeId", "ParentId"),
         (gpu_projection(load("nsysai_h100_2gpu_1s")).table, "proj_start_ns", "proj_dur_ns",
-         "num_gpu_ops", NCol.RANGE_ID, "parent_range_id"),
+         "num_gpu_ops", NvtxCol.RANGE_ID, "parent_range_id"),
     ):
         spans = {r[id_col]: (r[start_col], r[start_col] + r[dur_col], r[ops_col]) for r in table.iter_rows(named=True)}
         for r in table.iter_rows(named=True):

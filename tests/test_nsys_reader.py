@@ -18,7 +18,7 @@ import pytest
 
 from nsys_support import FIXTURES, PID, UTC_START, ExportBuilder, export_path, gtid, load, raw_db
 from tracewhy.errors import TraceError
-from tracewhy.model.schema import CCol, Col, Kind, NCol
+from tracewhy.model.schema import Col, CopyAttrCol, Kind, NvtxCol
 from tracewhy.readers import CacheOptions, read_trace
 from tracewhy.readers.nsys import db as nsys_db
 from tracewhy.readers.nsys.reader import read_nsys
@@ -148,8 +148,9 @@ def test_copy_attributes_follow_the_enums(name: str) -> None:
         "SELECT copyKind, srcKind, dstKind, bytes FROM CUPTI_ACTIVITY_KIND_MEMCPY").fetchall()
     expected = Counter((COPY_KIND[c], MEMORY_KIND[s], MEMORY_KIND[d], b) for c, s, d, b in raw)
     attrs = t.copy_attrs.join(t.of_kind(Kind.MEMCPY).select(Col.ID), on=Col.ID)
-    ours = Counter(attrs.select(pl.col(CCol.COPY_KIND).cast(pl.String), pl.col(CCol.SRC_MEM).cast(pl.String),
-                                pl.col(CCol.DST_MEM).cast(pl.String), CCol.BYTES).iter_rows())
+    ours = Counter(attrs.select(pl.col(CopyAttrCol.COPY_KIND).cast(pl.String),
+                                pl.col(CopyAttrCol.SRC_MEM).cast(pl.String),
+                                pl.col(CopyAttrCol.DST_MEM).cast(pl.String), CopyAttrCol.BYTES).iter_rows())
     assert ours == expected
     if _has(name, "ENUM_CUDA_MEM_KIND"):
         labels = dict(raw_db(name).execute("SELECT id, label FROM ENUM_CUDA_MEM_KIND").fetchall())
@@ -182,8 +183,8 @@ def test_nvtx_domains_and_registered_strings() -> None:
     # mfu (2026.2, windowed): NCCL's domain was created before the window, so its ranges keep
     # domainId 1 without a name, as nsys's own reports show them ("ncclSend", not "NCCL:ncclSend").
     m = load("nsysai_mfu_2gpu_before")
-    nccl = m.nvtx_attrs.filter(pl.col(NCol.DOMAIN_ID) == 1)
-    assert nccl.height == 462 and nccl.get_column(NCol.DOMAIN).null_count() == 462
+    nccl = m.nvtx_attrs.filter(pl.col(NvtxCol.DOMAIN_ID) == 1)
+    assert nccl.height == 462 and nccl.get_column(NvtxCol.DOMAIN).null_count() == 462
     sends = m.slices.filter(pl.col(Col.NAME).cast(pl.String) == "ncclSend")
     assert sends.height == 132
     assert any("domains [1] whose creation was not captured" in w for w in m.meta.warnings)
@@ -319,8 +320,8 @@ def test_nvtx_open_cross_thread_and_per_process_domains(tmp_path: Path) -> None:
     t = read_nsys(b.write(tmp_path / "nvtx.sqlite"))
     t.check()
     rows = t.slices.join(t.nvtx_attrs, on=Col.ID).select(
-        pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, pl.col(NCol.STYLE).cast(pl.String),
-        NCol.END_TID).sort(Col.TS, Col.NAME).rows()
+        pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, pl.col(NvtxCol.STYLE).cast(pl.String),
+        NvtxCol.END_TID).sort(Col.TS, Col.NAME).rows()
     assert rows == [
         ("io", 50, 850, "StartEnd", 3),
         ("A:step", 100, 400, "PushPop", None),

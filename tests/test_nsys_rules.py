@@ -11,7 +11,7 @@ import pytest
 
 from nsys_support import FIXTURES, ExportBuilder, close, golden, load, raw_db
 from tracewhy.analyses import nsys_rules as rules
-from tracewhy.model.schema import CCol, Col
+from tracewhy.model.schema import Col, CopyAttrCol
 from tracewhy.model.trace import Trace
 from tracewhy.readers.nsys.reader import read_nsys
 from tracewhy.readers.nsys.tables import MEMORY_KIND, api_name
@@ -42,10 +42,10 @@ RULES = {
 
 def _as_rows(rule: str, table: pl.DataFrame) -> list[tuple[object, ...]]:
     if rule in ("cuda_memcpy_async", "cuda_memcpy_sync"):
-        return sorted(table.select(Col.DUR, Col.TS, CCol.SRC_MEM, CCol.DST_MEM, Col.PID, Col.DEVICE,
+        return sorted(table.select(Col.DUR, Col.TS, CopyAttrCol.SRC_MEM, CopyAttrCol.DST_MEM, Col.PID, Col.DEVICE,
                                    Col.STREAM, "api").rows())
     if rule == "cuda_memset_sync":
-        return sorted(table.select(Col.DUR, Col.TS, CCol.DST_MEM, Col.PID, Col.DEVICE, Col.STREAM, "api").rows())
+        return sorted(table.select(Col.DUR, Col.TS, CopyAttrCol.DST_MEM, Col.PID, Col.DEVICE, Col.STREAM, "api").rows())
     if rule == "cuda_api_sync":
         return sorted(table.select(Col.DUR, Col.TS, Col.PID, Col.TID, "api").rows())
     if rule == "gpu_gaps":
@@ -87,7 +87,7 @@ def test_rule_matches_nsys_analyze(name: str, rule: str) -> None:
         for r in theirs:
             assert close(pct[(int(r["Start (ns)"]), int(r["PID"]))], r["In-Use (%)"])
     if rule.startswith("cuda_memcpy"):
-        mb = sorted(ours.get_column(CCol.BYTES).to_list())
+        mb = sorted(ours.get_column(CopyAttrCol.BYTES).to_list())
         assert all(close(b / 1e6, g["Bytes (MB)"], 0.0005 + 1e-9)
                    for b, g in zip(mb, sorted(theirs, key=lambda g: float(g["Bytes (MB)"])), strict=True))
 
@@ -123,7 +123,7 @@ def test_the_findings_nsys_reports_are_found() -> None:
     """The headline cases of NSYS_NOTES §4, by their numbers."""
     xent = load("nvfuser_xent_h200_2025.1")
     big = rules.pageable_async_memcpy(xent).table.row(0, named=True)
-    assert (big[CCol.BYTES], big[Col.DUR], big["api"]) == (394_002_432, 21_355_637, "cudaMemcpyAsync")
+    assert (big[CopyAttrCol.BYTES], big[Col.DUR], big["api"]) == (394_002_432, 21_355_637, "cudaMemcpyAsync")
     assert rules.gpu_gaps(xent).table.get_column(Col.DUR).to_list() == [1_628_903_372, 651_948_302, 566_109_186]
     h100 = rules.sync_api_calls(load("nsysai_h100_2gpu_1s")).table
     assert h100.get_column(Col.DUR).head(2).to_list() == [428_468_918, 428_424_529]

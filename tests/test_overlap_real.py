@@ -243,10 +243,10 @@ def test_overlap_uses_the_steps_windows(rel: str) -> None:
     # trace, and "23.3 ms per step" of exposed communication against a 15.9 ms step. Its
     # windows are now the steps' own (one process per trace here), the last one included.
     trace = tracewhy.load(shared_trace(rel))
-    st = steps(trace)
-    w = step_windows(trace, st)
-    assert w.get_column("window_end_ns").to_list() == st.table.get_column("window_end_ns").to_list()
-    steady = st.table.filter(pl.col("steady"))
+    steps_result = steps(trace)
+    w = step_windows(trace, steps_result)
+    assert w.get_column("window_end_ns").to_list() == steps_result.table.get_column("window_end_ns").to_list()
+    steady = steps_result.table.filter(pl.col("steady"))
     windows = (steady.get_column("window_end_ns") - steady.get_column("ts_ns")).to_numpy()
     for row in overlap(trace).steady.iter_rows(named=True):
         assert row["window_ns"] == pytest.approx(windows.mean())

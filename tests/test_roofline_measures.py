@@ -14,8 +14,8 @@ import pytest
 import tracewhy.analyses
 from conftest import shared_trace
 from tracewhy.analyses.roofline import measure_roofline
-from tracewhy.findings.roofline import VCol, judge_roofline
-from tracewhy.model.ncu import NCol
+from tracewhy.findings.roofline import VerdictCol, judge_roofline
+from tracewhy.model.ncu import NcuCol
 from tracewhy.readers.ncu.reader import read_ncu
 
 ANALYSES = Path(tracewhy.analyses.__file__).parent
@@ -76,11 +76,12 @@ def test_roofline_thresholds_live_with_the_findings() -> None:
 
 def test_measures_carry_no_verdict_and_judging_keeps_every_number() -> None:
     measures = measure_roofline(read_ncu(shared_trace("ncu/a100pcie_mistic_multikernel_basic.ncu-rep")))
-    verdicts = {v for k, v in vars(VCol).items() if k.isupper()}
+    verdicts = {v for k, v in vars(VerdictCol).items() if k.isupper()}
     assert not verdicts & set(measures.launches.columns)
     judged = judge_roofline(measures)
     shared = [c for c in judged.launches.columns if c in measures.launches.columns]
     assert len(shared) > 30
-    assert judged.launches.select(shared).sort(NCol.LAUNCH).equals(measures.launches.select(shared).sort(NCol.LAUNCH))
-    assert judged.launches.get_column(VCol.BOUND).null_count() == 0
-    assert judged.kernels.height == measures.launches.select(pl.col(NCol.NAME).n_unique()).item()
+    by_launch = NcuCol.LAUNCH
+    assert judged.launches.select(shared).sort(by_launch).equals(measures.launches.select(shared).sort(by_launch))
+    assert judged.launches.get_column(VerdictCol.BOUND).null_count() == 0
+    assert judged.kernels.height == measures.launches.select(pl.col(NcuCol.NAME).n_unique()).item()

@@ -24,7 +24,7 @@ from tracewhy.analyses.peaks import lookup_peaks
 from tracewhy.analyses.roofline import RooflineOptions
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.roofline import NcuRooflineResult, roofline
-from tracewhy.model.ncu import NCol, NcuReport
+from tracewhy.model.ncu import NcuCol, NcuReport
 from tracewhy.readers.ncu.csv_export import read_ncu_csv
 from tracewhy.readers.ncu.reader import read_ncu
 
@@ -54,7 +54,7 @@ def _metric(action: Any, name: str) -> float | None:
 
 
 def _launch(name: str, launch_id: int) -> dict[str, Any]:
-    return _result(name).launches.filter(pl.col(NCol.LAUNCH) == launch_id).row(0, named=True)
+    return _result(name).launches.filter(pl.col(NcuCol.LAUNCH) == launch_id).row(0, named=True)
 
 
 # --- (a) the top rule: largest *global* estimated speedup ----------------------------------------
@@ -295,7 +295,7 @@ def test_low_clock_note_when_ncu_did_not_lock_the_clocks() -> None:
     # boost on its own (throttling), which the note must say rather than stay silent.
     report = _report("a100pcie_mistic_nodecalc_full")
     unlocked = dataclasses.replace(
-        report, launches=report.launches.with_columns(pl.lit(False).alias(NCol.CLOCKS_LOCKED)))
+        report, launches=report.launches.with_columns(pl.lit(False).alias(NcuCol.CLOCKS_LOCKED)))
     result = roofline(unlocked)
     assert result.clocks_locked is False
     note = [n for n in result.notes if "GHz boost" in n]

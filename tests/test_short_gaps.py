@@ -28,8 +28,8 @@ def test_classes_and_short_add_up_to_idle_on_the_h100_qwen_trace() -> None:
     window, those under the minimum gap."""
     path = shared_trace(QWEN)
     trace = tracewhy.load(path)
-    st = steps(trace)
-    g = gaps(trace, st)
+    steps_result = steps(trace)
+    g = gaps(trace, steps_result)
     row = g.per_step.filter(pl.col("device") == 0).row(0, named=True)
     # Each class's ns per gap is truncated to whole ns: at most 1 ns per class and gap.
     classified = sum(row[f"{c}_ns"] for c in CLASSES)
@@ -45,7 +45,7 @@ def test_classes_and_short_add_up_to_idle_on_the_h100_qwen_trace() -> None:
             merged[-1][1] = max(merged[-1][1], b)
         else:
             merged.append([a, b])
-    step = st.table.row(0, named=True)
+    step = steps_result.table.row(0, named=True)
     lo, hi = step["ts_ns"], step["window_end_ns"]
     holes = np.array([(max(a[1], lo), min(b[0], hi)) for a, b in itertools.pairwise(merged)
                       if a[1] < hi and b[0] > lo])

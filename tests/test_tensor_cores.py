@@ -19,7 +19,7 @@ from tracewhy.analyses.tensor_cores import CANDIDATE, EXCLUDED, ON, tensor_cores
 from tracewhy.findings import platform
 from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding
-from tracewhy.model.schema import Col, DCol, Kind
+from tracewhy.model.schema import Col, DeviceCol, Kind
 from tracewhy.model.trace import Trace
 
 B200 = "tracelens/b200_vllm_eager_tp8_rank0.json.gz"
@@ -67,8 +67,9 @@ def _as_turing_gemv(name: str) -> Trace:
     s = t.slices.with_columns(
         pl.when(pl.col(Col.KIND) == Kind.KERNEL.value).then(pl.lit(name)).otherwise(pl.col(Col.NAME).cast(pl.String))
         .cast(pl.Categorical).alias(Col.NAME))
-    devices = t.devices.with_columns(pl.lit("Tesla T4").alias(DCol.NAME), pl.lit(7, pl.Int32).alias(DCol.CC_MAJOR),
-                                     pl.lit(5, pl.Int32).alias(DCol.CC_MINOR))
+    devices = t.devices.with_columns(pl.lit("Tesla T4").alias(DeviceCol.NAME), pl.lit(7,
+                                                                                      pl.Int32).alias(DeviceCol.CC_MAJOR),
+                                     pl.lit(5, pl.Int32).alias(DeviceCol.CC_MINOR))
     out = dataclasses.replace(t, slices=s, devices=devices)
     out.__dict__.pop("_of_kind", None)
     out.check()

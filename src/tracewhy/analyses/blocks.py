@@ -140,13 +140,13 @@ def blocks(
 ) -> BlocksResult:
     """``work``: ``gpu_work(trace)``, when the caller has it (diagnose shares it with the report)."""
     trace.require_whole()
-    st = steps_result or steps(trace, StepsOptions(marker=options.step_marker, warmup=options.warmup))
+    steps_result = steps_result or steps(trace, StepsOptions(marker=options.step_marker, warmup=options.warmup))
     gpu = _gpu_rows(trace)
-    inst, names = _instances(trace, st, options, work or gpu_work(trace), gpu)
-    windows = step_windows(trace, st)
+    inst, names = _instances(trace, steps_result, options, work or gpu_work(trace), gpu)
+    windows = step_windows(trace, steps_result)
     n_steps = int(windows.get_column(WindowCol.STEADY).sum())
     span = steady_span(windows)
-    note = st.note
+    note = steps_result.note
     if span is not None:
         chosen = inst.lazy().filter(pl.col(BlockCol.STEADY))  # lazy: summed without a copy of the rows
         lo, hi = span
@@ -160,7 +160,7 @@ def blocks(
     instances = inst.with_columns(pl.col(Col.NAME).cast(pl.String).str.replace(_INSTANCE_SUFFIX, "")).select(
         *BLOCK_INSTANCES_SCHEMA) if options.instances else pl.DataFrame(schema=BLOCK_INSTANCES_SCHEMA)
     return BlocksResult(table=table, instances=instances, steps=n_steps, gpu_time_ns_per_step=total_gpu / n_steps,
-                        step_marker=st.marker, note=note, ending_syncs=ending_syncs,
+                        step_marker=steps_result.marker, note=note, ending_syncs=ending_syncs,
                         per_capture=span is None)
 
 
@@ -206,11 +206,12 @@ def _block_names(raw: pl.Series, marker: str, patterns: tuple[str, ...]) -> pl.D
 
 
 def _instances(
-    trace: Trace, st: StepsResult, options: BlocksOptions, work: GpuWork, gpu: pl.DataFrame
+    trace: Trace, steps_result: StepsResult, options: BlocksOptions, work: GpuWork, gpu: pl.DataFrame
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """BLOCK_INSTANCES_SCHEMA's columns, the name still the trace's categorical, and the block
     names (``_block_names``). Narrow columns only: a large nsys export has millions of ranges."""
-    names = _block_names(trace.kind_columns((Kind.ANNOTATION,), Col.NAME).get_column(Col.NAME).unique(), st.marker,
+    names = _block_names(trace.kind_columns((Kind.ANNOTATION,), Col.NAME).get_column(Col.NAME).unique(),
+                         steps_result.marker,
                          options.names)
     # Rows filtered before their columns are copied: the ranges are copied once.
     a = trace.slices_where(
@@ -230,7 +231,7 @@ def _instances(
     a = a.with_columns(
         (pl.Series(launched) - pl.col(BlockCol.GPU_TIME)).clip(lower_bound=0).alias(BlockCol.OTHER_THREADS_GPU))
     del launched
-    w = step_windows(trace, st).sort(WindowCol.WINDOW_START)
+    w = step_windows(trace, steps_result).sort(WindowCol.WINDOW_START)
     inside = pl.col(Col.TS) < pl.col(WindowCol.WINDOW_END)
     right = w.select(WindowCol.PID, WindowCol.WINDOW_START, WindowCol.WINDOW_END, WindowCol.NUMBER, WindowCol.STEADY)
     # The join takes the two key columns only, a chunk of ranges at a time (it copies every

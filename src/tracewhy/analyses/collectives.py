@@ -23,7 +23,7 @@ import polars as pl
 from tracewhy.analyses import api_names
 from tracewhy.analyses.families import Family, classify_kernels, collective_op, collective_range
 from tracewhy.model.linking import first_flagged
-from tracewhy.model.schema import Col, Kind, OCol
+from tracewhy.model.schema import Col, Kind, OpAttrCol
 from tracewhy.model.trace import Trace
 
 I64 = npt.NDArray[np.int64]
@@ -61,8 +61,8 @@ def collectives(trace: Trace) -> CollectivesResult:
     ranges = _collective_ranges(trace)
     is_range = np.zeros(n, dtype=bool)
     is_range[ranges.get_column(Col.ID).to_numpy()] = True
-    attrs = trace.op_attrs.filter(pl.col(OCol.COLLECTIVE).is_not_null()).select(
-        Col.ID, OCol.COLLECTIVE, OCol.PG_NAME, OCol.IN_NELEMS
+    attrs = trace.op_attrs.filter(pl.col(OpAttrCol.COLLECTIVE).is_not_null()).select(
+        Col.ID, OpAttrCol.COLLECTIVE, OpAttrCol.PG_NAME, OpAttrCol.IN_NELEMS
     )
     has_attrs = np.zeros(n, dtype=bool)
     has_attrs[attrs.get_column(Col.ID).to_numpy()] = True
@@ -153,15 +153,15 @@ def _call_rows(
         attr = attr_by_id.get(c["_attr"]) if c["_attr"] >= 0 else None
         op_name = str(s[c["_op_id"], Col.NAME]) if c["_op_id"] is not None else None
         label = (_OP_ID_SUFFIX.sub("", rng[Col.NAME]) if rng else None) or (
-            attr[OCol.COLLECTIVE] if attr else None) or op_name or short_kernel_name(c["_kernel"])
-        op = (rng["op"] if rng else None) or (collective_op(attr[OCol.COLLECTIVE]) if attr else None) \
+            attr[OpAttrCol.COLLECTIVE] if attr else None) or op_name or short_kernel_name(c["_kernel"])
+        op = (rng["op"] if rng else None) or (collective_op(attr[OpAttrCol.COLLECTIVE]) if attr else None) \
             or collective_op(c["_kernel"]) or (collective_op(op_name) if op_name else None)
-        size = attr[OCol.IN_NELEMS] if attr and attr[OCol.IN_NELEMS] is not None else (
+        size = attr[OpAttrCol.IN_NELEMS] if attr and attr[OpAttrCol.IN_NELEMS] is not None else (
             dims.get(c["_range"]) if rng else None)
         host_ts = rng[Col.TS] if rng else (c["_launch_ts"] if c["_launch_ts"] is not None else c["start_ns"])
         rows.append({
             "_key": c["_key"], "range_id": rng[Col.ID] if rng else None, "label": label, "op": op,
-            "backend": rng["backend"] if rng else None, "process_group": attr[OCol.PG_NAME] if attr else None,
+            "backend": rng["backend"] if rng else None, "process_group": attr[OpAttrCol.PG_NAME] if attr else None,
             "size": size, Col.PID: rng[Col.PID] if rng else c["_gpu_pid"], Col.TID: rng[Col.TID] if rng else None,
             "host_ts_ns": host_ts, "timing": "device", Col.DEVICE: c[Col.DEVICE], "start_ns": c["start_ns"],
             Col.DUR: c[Col.DUR], "kernels": c["kernels"],
@@ -187,9 +187,9 @@ def _input_dims(trace: Trace, ids: list[int]) -> dict[int, int]:
     """Elements of the first input tensor of each given slice, where its shapes were recorded."""
     if not ids:
         return {}
-    rows = trace.op_attrs.filter(pl.col(Col.ID).is_in(ids) & pl.col(OCol.INPUT_DIMS).is_not_null())
+    rows = trace.op_attrs.filter(pl.col(Col.ID).is_in(ids) & pl.col(OpAttrCol.INPUT_DIMS).is_not_null())
     out: dict[int, int] = {}
-    for i, text in rows.select(Col.ID, OCol.INPUT_DIMS).iter_rows():
+    for i, text in rows.select(Col.ID, OpAttrCol.INPUT_DIMS).iter_rows():
         n = _first_tensor_elements(text)
         if n is not None:
             out[i] = n

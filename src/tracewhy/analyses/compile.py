@@ -143,9 +143,9 @@ class CompileResult:
         return self.cold_start_ns / self.captured_ns if self.captured_ns else None
 
 
-def _windows(trace: Trace, st: StepsResult) -> pl.DataFrame:
+def _windows(trace: Trace, steps_result: StepsResult) -> pl.DataFrame:
     """Step windows in time order; the whole trace as one non-steady window without steps."""
-    w = step_windows(trace, st)
+    w = step_windows(trace, steps_result)
     if w.height == 0:
         lo = int(trace.slices.get_column(Col.TS).min() or 0)  # type: ignore[arg-type]
         return pl.DataFrame({
@@ -296,11 +296,11 @@ def _median(table: pl.DataFrame, column: str) -> float | None:
     return float(steady.get_column(column).median()) if steady.height else None  # type: ignore[arg-type]
 
 
-def compile_analysis(trace: Trace, st: StepsResult | None = None) -> CompileResult:
+def compile_analysis(trace: Trace, steps_result: StepsResult | None = None) -> CompileResult:
     """Regions, breaks, recompiles and compile time per step (see the module docstring)."""
     trace.require_whole()
-    st = steps(trace) if st is None else st
-    windows = _windows(trace, st)
+    steps_result = steps(trace) if steps_result is None else steps_result
+    windows = _windows(trace, steps_result)
     marked = marked_slices(trace)
     regions = _regions(marked, windows)
     work = _compile_work(marked, windows)

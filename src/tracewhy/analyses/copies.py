@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from tracewhy.analyses import api_names
-from tracewhy.model.schema import LAUNCH_KINDS, CCol, Col, Kind
+from tracewhy.model.schema import LAUNCH_KINDS, Col, CopyAttrCol, Kind
 from tracewhy.model.trace import Trace
 
 
@@ -27,16 +27,17 @@ class CopiesResult:
 
 
 def copies(trace: Trace) -> CopiesResult:
-    c = trace.of_kind(Kind.MEMCPY).select(Col.ID, Col.DUR).join(trace.copy_attrs, on=CCol.ID, how="left")
+    c = trace.of_kind(Kind.MEMCPY).select(Col.ID, Col.DUR).join(trace.copy_attrs, on=CopyAttrCol.ID, how="left")
     by = (
-        c.group_by(CCol.COPY_KIND, CCol.SRC_MEM, CCol.DST_MEM)
-        .agg(pl.len().cast(pl.Int64).alias("count"), pl.col(CCol.BYTES).sum().alias("bytes"),
+        c.group_by(CopyAttrCol.COPY_KIND, CopyAttrCol.SRC_MEM, CopyAttrCol.DST_MEM)
+        .agg(pl.len().cast(pl.Int64).alias("count"), pl.col(CopyAttrCol.BYTES).sum().alias("bytes"),
              pl.col(Col.DUR).sum().alias("time_ns"))
         .with_columns((pl.col("bytes") / pl.col("time_ns").clip(lower_bound=1)).alias("gb_per_s"))
-        .with_columns(pl.col(c).cast(pl.String) for c in (CCol.COPY_KIND, CCol.SRC_MEM, CCol.DST_MEM))
+        .with_columns(pl.col(c).cast(pl.String) for c in (CopyAttrCol.COPY_KIND, CopyAttrCol.SRC_MEM,
+                                                          CopyAttrCol.DST_MEM))
         .sort("time_ns", descending=True)
     )
-    pageable = c.filter((pl.col(CCol.SRC_MEM) == "Pageable") | (pl.col(CCol.DST_MEM) == "Pageable"))
+    pageable = c.filter((pl.col(CopyAttrCol.SRC_MEM) == "Pageable") | (pl.col(CopyAttrCol.DST_MEM) == "Pageable"))
     calls = trace.of_kind(*LAUNCH_KINDS).select(pl.col(Col.NAME).cast(pl.String), Col.DUR)
     sync_names = [n for n in calls.get_column(Col.NAME).unique().to_list()
                   if api_names.is_sync_call(n) and "Memcpy" in n]
@@ -44,7 +45,7 @@ def copies(trace: Trace) -> CopiesResult:
     return CopiesResult(
         by_direction=by,
         pageable_count=pageable.height,
-        pageable_bytes=int(pageable.get_column(CCol.BYTES).sum() or 0),
+        pageable_bytes=int(pageable.get_column(CopyAttrCol.BYTES).sum() or 0),
         sync_copy_calls=sync_calls.height,
         sync_copy_ns=int(sync_calls.get_column(Col.DUR).sum() or 0),
     )

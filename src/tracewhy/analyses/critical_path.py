@@ -122,8 +122,8 @@ def critical_path(trace: Trace, options: CriticalPathOptions = CriticalPathOptio
     trace.require_whole()
     graph = build_graph(trace)
     if options.window_ns is None:
-        st = steps_result or steps(trace, StepsOptions(marker=options.marker))
-        windows, marker, note = step_windows(trace, st), st.marker, st.note
+        steps_result = steps_result or steps(trace, StepsOptions(marker=options.marker))
+        windows, marker, note = step_windows(trace, steps_result), steps_result.marker, steps_result.note
     else:
         windows, marker, note = _one_window(graph, *options.window_ns), "window", None
     steps_total = windows.height

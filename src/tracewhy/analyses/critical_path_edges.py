@@ -16,7 +16,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses import api_names
-from tracewhy.model.schema import KIND_CODE, Col, Kind, SCol
+from tracewhy.model.schema import KIND_CODE, Col, Kind, SyncCol
 from tracewhy.model.trace import Trace
 
 I64 = npt.NDArray[np.int64]
@@ -143,14 +143,14 @@ def sync_edges(trace: Trace, chosen: pl.DataFrame, is_gpu: npt.NDArray[np.bool_]
     streams = _Streams(s, chosen, is_gpu)
     all_ts = s.get_column(Col.TS).to_numpy()
     all_pid = s.get_column(Col.PID).fill_null(-1).to_numpy()
-    records = trace.sync_attrs.select(SCol.ID, SCol.WAIT_STREAM, SCol.WAIT_RECORD_CORRELATION)
+    records = trace.sync_attrs.select(SyncCol.ID, SyncCol.WAIT_STREAM, SyncCol.WAIT_RECORD_CORRELATION)
     gs = s.filter(pl.col(Col.KIND) == Kind.GPU_SYNC.value).select(
         Col.ID, pl.col(Col.NAME).cast(pl.String), pl.col(Col.PID).fill_null(-1),
         pl.col(Col.DEVICE).fill_null(-1).cast(pl.Int64), pl.col(Col.STREAM).fill_null(-1),
         pl.col(Col.LAUNCH).fill_null(-1),
     ).join(records, on=Col.ID, how="left").filter(pl.col(Col.LAUNCH) >= 0)
     record_calls = s.filter(pl.col(Col.KIND).is_in([Kind.RUNTIME.value, Kind.DRIVER.value])
-                            & pl.col(Col.CORRELATION).is_in(gs.get_column(SCol.WAIT_RECORD_CORRELATION).drop_nulls()
+                            & pl.col(Col.CORRELATION).is_in(gs.get_column(SyncCol.WAIT_RECORD_CORRELATION).drop_nulls()
                                                             .to_list())).select(Col.PID, Col.CORRELATION, Col.TS)
     record_ts = {(p, c): t for p, c, t in record_calls.iter_rows()}
     src: list[int] = []
@@ -167,8 +167,8 @@ def sync_edges(trace: Trace, chosen: pl.DataFrame, is_gpu: npt.NDArray[np.bool_]
 
     seen: set[int] = set()
     for name, pid, device, stream, call, wait_stream, record_corr in gs.select(
-            Col.NAME, Col.PID, Col.DEVICE, Col.STREAM, Col.LAUNCH, SCol.WAIT_STREAM,
-            SCol.WAIT_RECORD_CORRELATION).iter_rows():
+            Col.NAME, Col.PID, Col.DEVICE, Col.STREAM, Col.LAUNCH, SyncCol.WAIT_STREAM,
+            SyncCol.WAIT_RECORD_CORRELATION).iter_rows():
         if node_of[call] < 0:
             continue
         seen.add(call)

@@ -22,7 +22,7 @@ from tracewhy.analyses.compile import CompileResult
 from tracewhy.analyses.memory import MemoryResult, analyze_memory
 from tracewhy.analyses.shift import Shift, hodges_lehmann, in_whole_ns
 from tracewhy.analyses.steps import StepCol, StepsOptions, StepsResult, steps
-from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, DCol, Kind
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, DeviceCol, Kind
 from tracewhy.model.trace import Trace
 
 
@@ -191,7 +191,7 @@ def diff(a: Trace, b: Trace, options: DiffOptions = DiffOptions(), *,
 
 
 def _memory(t: Trace, s: StepsResult) -> MemoryResult | None:
-    return analyze_memory(t, step_result=s) if t.memory.height else None
+    return analyze_memory(t, steps_result=s) if t.memory.height else None
 
 
 def memory_changes(a: MemoryResult | None, b: MemoryResult | None) -> list[MemoryChange]:
@@ -231,7 +231,7 @@ def _summary(t: Trace, s: StepsResult) -> RunSummary:
     capture.update({f"nsys:{k}": v for k, v in m.capture_settings.items()})
     return RunSummary(
         path=m.path, format=m.format, step_marker=s.marker, steady_steps=steady.height, window_ns=window,
-        devices=[str(n) for n in t.devices.sort(DCol.DEVICE).get_column(DCol.NAME).to_list()],
+        devices=[str(n) for n in t.devices.sort(DeviceCol.DEVICE).get_column(DeviceCol.NAME).to_list()],
         rank=m.rank, world_size=m.world_size, capture=capture, versions=dict(m.versions),
         span_ns=t.span_ns,
     )

@@ -11,7 +11,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses.host_activity import Flag, HostIndex
-from tracewhy.model.schema import Col, Kind, SCol
+from tracewhy.model.schema import Col, Kind, SyncCol
 from tracewhy.model.trace import Trace
 
 I64 = npt.NDArray[np.int64]
@@ -23,7 +23,7 @@ SYNC_RETURN_SLACK_NS = 50_000
 def stream_waits(trace: Trace) -> pl.DataFrame:
     """The recorded stream-on-stream waits (device, stream, ts_ns, wait_stream), by time."""
     syncs = trace.of_kind(Kind.GPU_SYNC).select(Col.ID, Col.DEVICE, Col.STREAM, Col.TS)
-    return syncs.join(trace.sync_attrs.select(SCol.ID, SCol.WAIT_STREAM), on=Col.ID).filter(
+    return syncs.join(trace.sync_attrs.select(SyncCol.ID, SyncCol.WAIT_STREAM), on=Col.ID).filter(
         pl.col(Col.STREAM) >= 0).sort(Col.TS, maintain_order=True)
 
 
@@ -45,7 +45,7 @@ def waited_streams(dev: pl.DataFrame, s: pl.DataFrame, nxt: I64, has_next: npt.N
         if st in last:
             prev_key[r] = key[last[st]]
         last[st] = r
-    by_stream = {int(st): (part.get_column(Col.TS).to_numpy(), part.get_column(SCol.WAIT_STREAM).to_numpy())
+    by_stream = {int(st): (part.get_column(Col.TS).to_numpy(), part.get_column(SyncCol.WAIT_STREAM).to_numpy())
                  for (st,), part in waits.group_by(Col.STREAM)}
     for i in np.flatnonzero(has_next).tolist():
         r = int(nxt[i])

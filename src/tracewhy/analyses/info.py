@@ -8,12 +8,12 @@ from typing import TypedDict, cast
 import polars as pl
 
 from tracewhy.analyses.steps import StepsOptions, steps
-from tracewhy.model.schema import Col, DCol
+from tracewhy.model.schema import Col, DeviceCol
 from tracewhy.model.trace import Capture, Trace
 
 
 class InfoDevice(TypedDict):
-    """A device the trace describes (DCol's columns of that name); null where the file does not say."""
+    """A device the trace describes (DeviceCol's columns of that name); null where the file does not say."""
 
     device: int
     name: str | None
@@ -63,15 +63,16 @@ def info(trace: Trace, step_marker: str | None = None) -> InfoResult:
     )
     bounds = s.select(pl.col(Col.TS).min().alias("lo"), (pl.col(Col.TS) + pl.col(Col.DUR)).max().alias("hi"))
     first, last = bounds.row(0) if s.height else (None, None)
-    st = steps(trace, StepsOptions(marker=step_marker))
+    steps_result = steps(trace, StepsOptions(marker=step_marker))
     backend = m.distributed.get("backend")
     return InfoResult(
         path=m.path,
         format=m.format,
         schema_version=m.schema_version,
         versions=dict(m.versions),
-        devices=cast(list[InfoDevice], trace.devices.select(DCol.DEVICE, DCol.NAME, DCol.TOTAL_MEM, DCol.CC_MAJOR,
-                                                            DCol.CC_MINOR, DCol.NUM_SMS).to_dicts()),
+        devices=cast(list[InfoDevice], trace.devices.select(DeviceCol.DEVICE, DeviceCol.NAME, DeviceCol.TOTAL_MEM,
+                                                            DeviceCol.CC_MAJOR,
+                                                            DeviceCol.CC_MINOR, DeviceCol.NUM_SMS).to_dicts()),
         rank=m.rank,
         world_size=m.world_size,
         backend=backend if isinstance(backend, str) else None,
@@ -79,8 +80,8 @@ def info(trace: Trace, step_marker: str | None = None) -> InfoResult:
         slices_by_kind={k: int(v) for k, v in by_kind.iter_rows()},
         memory_events=trace.memory.height,
         flow_events=trace.flows.height,
-        step_count=st.table.height,
-        step_marker=st.marker,
+        step_count=steps_result.table.height,
+        step_marker=steps_result.marker,
         first_ts_ns=first,
         last_end_ns=last,
         span_ns=(last - first) if first is not None and last is not None else 0,

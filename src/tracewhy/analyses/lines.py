@@ -14,7 +14,7 @@ import polars as pl
 
 from tracewhy.analyses.source_lines import I64, B, HostTree, call_stacks, parse_frame
 from tracewhy.analyses.steps import StepsResult, steady_span, steps
-from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, OCol
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, OpAttrCol
 from tracewhy.model.trace import Trace
 
 
@@ -95,13 +95,13 @@ class LinesResult:
     note: str | None
 
 
-def lines(trace: Trace, options: LinesOptions = LinesOptions(), step_result: StepsResult | None = None) -> LinesResult:
+def lines(trace: Trace, options: LinesOptions = LinesOptions(), steps_result: StepsResult | None = None) -> LinesResult:
     """Per source frame: calls, host self/total, GPU self/total, syncs, ops and step share."""
     trace.require_whole()
     s = trace.slices
     gpu_time = int(s.filter(pl.col(Col.KIND).is_in([k.value for k in GPU_ACTIVITY_KINDS])).get_column(Col.DUR).sum())
     tree = HostTree.of(trace)
-    span = steady_span(step_result.table if step_result is not None else steps(trace).table, start=Col.TS)
+    span = steady_span(steps_result.table if steps_result is not None else steps(trace).table, start=Col.TS)
     parts: tuple[pl.DataFrame, pl.DataFrame] | None
     if tree.is_python.any():
         parts = _from_frames(trace, tree, options.include_library, span)
@@ -274,7 +274,7 @@ def _from_call_stacks(trace: Trace, tree: HostTree, include_library: bool,
         return None
     n = tree.parent.size
     has = np.zeros(n, dtype=bool)
-    ids = stacked.get_column(OCol.ID).to_numpy()
+    ids = stacked.get_column(OpAttrCol.ID).to_numpy()
     has[ids] = True
     owner = tree.nearest(has)
     above = tree.nearest(has, strict=True)
@@ -286,21 +286,23 @@ def _from_call_stacks(trace: Trace, tree: HostTree, include_library: bool,
     gpu = np.bincount(owner[keep], weights=tree.gpu_self[keep], minlength=n).astype(np.int64)
     syncs = np.bincount(owner[keep & tree.is_sync], minlength=n)
     per_slice = pl.DataFrame({
-        OCol.ID: ids, "above": above[ids], "own": np.maximum(tree.dur[ids] - inner[ids].astype(np.int64), 0),
+        OpAttrCol.ID: ids, "above": above[ids], "own": np.maximum(tree.dur[ids] - inner[ids].astype(np.int64), 0),
         "gpu": gpu[ids], "syncs": syncs[ids].astype(np.int64), "op": tree.outermost_op[ids].astype(np.int64),
         "in_steady": np.maximum(steady[ids] - inner_steady[ids].astype(np.int64), 0),
     })
-    entries = stacked.select(OCol.ID, pl.col(OCol.CALL_STACK).str.split(";").alias("entry")).explode("entry") \
-        .with_columns(pl.int_range(pl.len()).over(OCol.ID).alias("pos"))
+    entries = stacked.select(OpAttrCol.ID,
+                             pl.col(OpAttrCol.CALL_STACK).str.split(";").alias("entry")).explode("entry") \
+        .with_columns(pl.int_range(pl.len()).over(OpAttrCol.ID).alias("pos"))
     frames, frame_of_entry = _parse_names(entries.get_column("entry"))
     entries = entries.with_columns(pl.Series(LineCol.FRAME, frame_of_entry))
     if not include_library:
         entries = entries.filter(pl.col(LineCol.FRAME).is_in(
             frames.filter(pl.col(LineCol.USER)).get_column(LineCol.FRAME).implode()))
-    leaf = entries.sort(OCol.ID, "pos").group_by(OCol.ID, maintain_order=True).agg(
-        pl.col(LineCol.FRAME).first(), pl.col(LineCol.FRAME).reverse().alias("path")).join(per_slice, on=OCol.ID)
-    members = entries.unique([OCol.ID, LineCol.FRAME]).select(OCol.ID, LineCol.FRAME).join(per_slice, on=OCol.ID)
-    entered = members.join(members.select(pl.col(OCol.ID).alias("above"), LineCol.FRAME),
+    leaf = entries.sort(OpAttrCol.ID, "pos").group_by(OpAttrCol.ID, maintain_order=True).agg(
+        pl.col(LineCol.FRAME).first(), pl.col(LineCol.FRAME).reverse().alias("path")).join(per_slice, on=OpAttrCol.ID)
+    members = entries.unique([OpAttrCol.ID, LineCol.FRAME]).select(OpAttrCol.ID, LineCol.FRAME).join(per_slice,
+                                                                                                     on=OpAttrCol.ID)
+    entered = members.join(members.select(pl.col(OpAttrCol.ID).alias("above"), LineCol.FRAME),
                            on=["above", LineCol.FRAME], how="anti")
     selfs = leaf.group_by(LineCol.FRAME).agg(
         pl.col("own").sum().alias(LineCol.HOST_SELF), pl.col("gpu").sum().alias(LineCol.GPU_SELF),

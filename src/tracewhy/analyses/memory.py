@@ -20,7 +20,7 @@ from tracewhy.analyses.host_activity import HostIndex, build_host_index
 from tracewhy.analyses.memory_ledger import allocation_contexts, ledger_at_peak
 from tracewhy.analyses.steps import StepsOptions, StepsResult, WindowCol, step_windows, steps
 from tracewhy.model.memory_timeline import EXPORT_CATEGORIES, MemoryTimeline, TimelineCol
-from tracewhy.model.schema import KIND_CODE, Col, Kind, MCol
+from tracewhy.model.schema import KIND_CODE, Col, Kind, MemEventCol
 from tracewhy.model.trace import Trace
 
 I64 = npt.NDArray[np.int64]
@@ -147,18 +147,18 @@ def device_label(device_type: int, device_id: int) -> str:
 
 
 def analyze_memory(trace: Trace, options: MemoryOptions = MemoryOptions(), *, host: HostIndex | None = None,
-                   step_result: StepsResult | None = None) -> MemoryResult:
+                   steps_result: StepsResult | None = None) -> MemoryResult:
     """``host`` and ``step_result``: the host index and steps already built for the trace (a
     diagnosis has them), so they are not built twice; else they are built here from ``options``."""
     trace.require_whole()
-    ev = trace.memory.sort(MCol.TS, maintain_order=True).with_row_index("_seq")
+    ev = trace.memory.sort(MemEventCol.TS, maintain_order=True).with_row_index("_seq")
     if ev.height == 0:
         empty = pl.DataFrame(schema=TOP_OPS_SCHEMA)
         return MemoryResult((), empty, "inferred", "no [memory] events: profile with profile_memory=True")
-    labels = ev.select(MCol.DEVICE_TYPE, MCol.DEVICE_ID).unique()
+    labels = ev.select(MemEventCol.DEVICE_TYPE, MemEventCol.DEVICE_ID).unique()
     ev = ev.join(labels.with_columns(pl.Series("_device", [device_label(t, i) for t, i in labels.iter_rows()],
                                                dtype=pl.String)),
-                 on=[MCol.DEVICE_TYPE, MCol.DEVICE_ID], how="left").sort("_seq")
+                 on=[MemEventCol.DEVICE_TYPE, MemEventCol.DEVICE_ID], how="left").sort("_seq")
     index = host if host is not None else build_host_index(trace)
     ctx = allocation_contexts(trace, index, ev)
     op_names = trace.slices.get_column(Col.NAME).gather(np.maximum(ctx.outermost_op, 0)).cast(pl.String)
@@ -167,9 +167,9 @@ def analyze_memory(trace: Trace, options: MemoryOptions = MemoryOptions(), *, ho
                          pl.Series("_scope_end", ctx.scope_end), pl.Series("_opt_end", ctx.optimizer_end),
                          *[pl.Series(f"_{k}", v) for k, v in ctx.bits.items()],
                          pl.Series("_inner", ctx.innermost))
-    st = step_result if step_result is not None else steps(trace, StepsOptions(marker=options.marker,
+    steps_result = steps_result if steps_result is not None else steps(trace, StepsOptions(marker=options.marker,
                                                                                 warmup=options.warmup))
-    windows = step_windows(trace, st).sort(WindowCol.WINDOW_START)
+    windows = step_windows(trace, steps_result).sort(WindowCol.WINDOW_START)
     ev = ev.with_columns(pl.Series("_pos", np.arange(ev.height, dtype=np.int64)))
     devices = tuple(_device(trace, index, part, windows)
                     for _, part in sorted(ev.group_by("_device"), key=lambda kv: str(kv[0][0])))
@@ -177,7 +177,7 @@ def analyze_memory(trace: Trace, options: MemoryOptions = MemoryOptions(), *, ho
 
 
 def _top_ops(ev: pl.DataFrame) -> pl.DataFrame:
-    b = pl.col(MCol.BYTES)
+    b = pl.col(MemEventCol.BYTES)
     return (
         ev.group_by("_device", "_op")
         .agg((b > 0).sum().cast(pl.Int64).alias(OpMemCol.ALLOCATIONS),
@@ -191,11 +191,11 @@ def _top_ops(ev: pl.DataFrame) -> pl.DataFrame:
 def _device(trace: Trace, index: HostIndex, ev: pl.DataFrame, windows: pl.DataFrame) -> DeviceMemory:
     ev = ev.sort("_pos")
     source = "total_allocated"
-    if ev.get_column(MCol.TOTAL_ALLOCATED).null_count() == ev.height:
+    if ev.get_column(MemEventCol.TOTAL_ALLOCATED).null_count() == ev.height:
         source = "running_sum"
-        ev = ev.with_columns(pl.col(MCol.BYTES).cum_sum().alias(MCol.TOTAL_ALLOCATED))
-    alloc = ev.get_column(MCol.TOTAL_ALLOCATED).fill_null(strategy="forward").fill_null(0).to_numpy()
-    reserved_col = ev.get_column(MCol.TOTAL_RESERVED)
+        ev = ev.with_columns(pl.col(MemEventCol.BYTES).cum_sum().alias(MemEventCol.TOTAL_ALLOCATED))
+    alloc = ev.get_column(MemEventCol.TOTAL_ALLOCATED).fill_null(strategy="forward").fill_null(0).to_numpy()
+    reserved_col = ev.get_column(MemEventCol.TOTAL_RESERVED)
     reserved = None if reserved_col.null_count() == ev.height else \
         reserved_col.fill_null(strategy="forward").fill_null(0).to_numpy()
     at = int(np.argmax(alloc))
@@ -208,19 +208,19 @@ def _device(trace: Trace, index: HostIndex, ev: pl.DataFrame, windows: pl.DataFr
 
     starts = windows.get_column(WindowCol.WINDOW_START).to_numpy()
     ends = windows.get_column(WindowCol.WINDOW_END).to_numpy()
-    w = int(np.searchsorted(starts, peak[MCol.TS], side="right")) - 1
-    in_step = w >= 0 and peak[MCol.TS] < ends[w]
+    w = int(np.searchsorted(starts, peak[MemEventCol.TS], side="right")) - 1
+    in_step = w >= 0 and peak[MemEventCol.TS] < ends[w]
     return DeviceMemory(
         device=str(peak["_device"]), events=ev.height, peak_allocated_bytes=int(alloc[at]),
         peak_reserved_bytes=None if reserved is None else int(reserved.max()),
         reserved_at_peak_bytes=None if reserved is None else int(reserved[at]),
-        peak_ts_ns=int(peak[MCol.TS]),
+        peak_ts_ns=int(peak[MemEventCol.TS]),
         peak_step=str(windows.get_column(WindowCol.STEP)[w]) if in_step else None,
         peak_op=None if peak["_op"] == NO_OP else str(peak["_op"]),
         peak_innermost_op=ctx_name(index.op_ctx), peak_annotation=ctx_name(index.annotation_ctx),
         peak_python_stack=_python_stack(index, names, inner),
         ledger=ledger_at_peak(ev, at, starts, int(alloc[at])),
-        timeline=ev.select(MCol.TS, MCol.TOTAL_ALLOCATED, MCol.TOTAL_RESERVED),
+        timeline=ev.select(MemEventCol.TS, MemEventCol.TOTAL_ALLOCATED, MemEventCol.TOTAL_RESERVED),
         steps=(table := _churn(ev, windows)),
         growth_bytes_per_step=_growth(table),
         allocated_source=source,
@@ -245,20 +245,20 @@ def _churn(ev: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
         return pl.DataFrame(schema=schema)
     starts = windows.get_column(WindowCol.WINDOW_START).to_numpy()
     ends = windows.get_column(WindowCol.WINDOW_END).to_numpy()
-    ts = ev.get_column(MCol.TS).to_numpy()
+    ts = ev.get_column(MemEventCol.TS).to_numpy()
     w = np.searchsorted(starts, ts, side="right") - 1
     inside = (w >= 0) & (ts < ends[np.maximum(w, 0)])
-    b = pl.col(MCol.BYTES)
+    b = pl.col(MemEventCol.BYTES)
     per = (
         ev.with_columns(pl.Series("_w", np.where(inside, w, -1)),
-                        (pl.col(MCol.TOTAL_RESERVED) != pl.col(MCol.TOTAL_RESERVED).shift(1)).fill_null(False)
-                        .alias("_reserve_change"))
+                        (pl.col(MemEventCol.TOTAL_RESERVED) != pl.col(MemEventCol.TOTAL_RESERVED).shift(1))
+                        .fill_null(False).alias("_reserve_change"))
         .filter(pl.col("_w") >= 0)
         .group_by("_w")
         .agg((b > 0).sum().cast(pl.Int64).alias(ChurnCol.ALLOCATIONS),
              (b < 0).sum().cast(pl.Int64).alias(ChurnCol.FREES),
              b.filter(b > 0).sum().alias(ChurnCol.BYTES_ALLOCATED),
-             pl.col(MCol.TOTAL_ALLOCATED).last().alias(ChurnCol.ALLOCATED_AT_END),
+             pl.col(MemEventCol.TOTAL_ALLOCATED).last().alias(ChurnCol.ALLOCATED_AT_END),
              pl.col("_reserve_change").sum().cast(pl.Int64).alias(ChurnCol.RESERVE_CHANGES))
     )
     return (

@@ -16,7 +16,7 @@ import polars as pl
 
 from tracewhy.analyses.host_activity import Flag, HostIndex
 from tracewhy.model.memory_timeline import LedgerCategory
-from tracewhy.model.schema import KIND_CODE, Col, Kind, MCol
+from tracewhy.model.schema import KIND_CODE, Col, Kind, MemEventCol
 from tracewhy.model.trace import Trace
 
 I64 = npt.NDArray[np.int64]
@@ -57,7 +57,7 @@ def allocation_contexts(trace: Trace, index: HostIndex, ev: pl.DataFrame) -> All
     end of it, the outermost optimizer slice's end, and which ledger patterns the stack holds."""
     n = ev.height
     inner = np.full(n, -1, dtype=np.int64)
-    pid, tid, ts = (ev.get_column(c).to_numpy() for c in (MCol.PID, MCol.TID, MCol.TS))
+    pid, tid, ts = (ev.get_column(c).to_numpy() for c in (MemEventCol.PID, MemEventCol.TID, MemEventCol.TS))
     threads, which = np.unique(np.stack([pid, tid], axis=1), axis=0, return_inverse=True)
     for i, (p, t) in enumerate(threads):
         rows = np.flatnonzero(which.ravel() == i)
@@ -102,16 +102,16 @@ def ledger_at_peak(ev: pl.DataFrame, at: int, step_starts: I64, peak: int) -> di
     """Bytes live at the peak by LEDGER_RULES. Allocations pair with the next event at the same
     address; one with no free before the peak (``at``, the row in ``ev``) is live there. Events
     without addresses (PyTorch < 1.10) cannot be paired: all of the peak is then unknown."""
-    if ev.get_column(MCol.ADDR).null_count():
+    if ev.get_column(MemEventCol.ADDR).null_count():
         return {LedgerCategory.UNKNOWN.value: peak}
     paired = (
         ev.with_columns(pl.int_range(pl.len()).alias("_row"))
-        .sort(MCol.ADDR, "_row")
-        .with_columns(pl.col("_row").shift(-1).over(MCol.ADDR).alias("_next_row"),
-                      pl.col(MCol.BYTES).shift(-1).over(MCol.ADDR).alias("_next_bytes"),
-                      pl.col(MCol.TS).shift(-1).over(MCol.ADDR).alias("_free_ts"),
-                      pl.col("_backward").shift(-1).over(MCol.ADDR).alias("_freed_in_backward"))
-        .filter(pl.col(MCol.BYTES) > 0)
+        .sort(MemEventCol.ADDR, "_row")
+        .with_columns(pl.col("_row").shift(-1).over(MemEventCol.ADDR).alias("_next_row"),
+                      pl.col(MemEventCol.BYTES).shift(-1).over(MemEventCol.ADDR).alias("_next_bytes"),
+                      pl.col(MemEventCol.TS).shift(-1).over(MemEventCol.ADDR).alias("_free_ts"),
+                      pl.col("_backward").shift(-1).over(MemEventCol.ADDR).alias("_freed_in_backward"))
+        .filter(pl.col(MemEventCol.BYTES) > 0)
         .with_columns(pl.when(pl.col("_next_bytes") < 0).then(pl.col("_next_row")).alias("_free_row"))
         .with_columns(pl.when(pl.col("_next_bytes") < 0).then(pl.col("_free_ts")).alias("_free_ts"))
     )
@@ -119,7 +119,7 @@ def ledger_at_peak(ev: pl.DataFrame, at: int, step_starts: I64, peak: int) -> di
     first_step = int(step_starts[0]) if step_starts.size else None
     freed = pl.col("_free_ts").is_not_null()
     short = freed & (pl.col("_free_ts") <= pl.col("_scope_end"))
-    before_steps = pl.lit(False) if first_step is None else pl.col(MCol.TS) < first_step
+    before_steps = pl.lit(False) if first_step is None else pl.col(MemEventCol.TS) < first_step
     category = (
         pl.when(pl.col("_comm")).then(pl.lit(LedgerCategory.COMM_BUCKETS.value))
         .when(pl.col("_kv_cache")).then(pl.lit(LedgerCategory.KV_CACHE.value))
@@ -132,7 +132,7 @@ def ledger_at_peak(ev: pl.DataFrame, at: int, step_starts: I64, peak: int) -> di
         .when(before_steps & ~freed).then(pl.lit(LedgerCategory.PARAMETERS.value))
         .otherwise(pl.lit(LedgerCategory.ACTIVATIONS.value))
     )
-    sums = live.group_by(category.alias("_cat")).agg(pl.col(MCol.BYTES).sum())
+    sums = live.group_by(category.alias("_cat")).agg(pl.col(MemEventCol.BYTES).sum())
     ledger = {c.value: 0 for c in LedgerCategory if c is not LedgerCategory.AUTOGRAD_DETAIL
               and c is not LedgerCategory.UNKNOWN}
     for cat, nbytes in sums.iter_rows():

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tracewhy.model.memory_snapshot import BlockCol, EventCol, Frame, MemorySnapshot, SegCol
+from tracewhy.model.memory_snapshot import EventCol, Frame, MemorySnapshot, SegCol, SnapshotBlockCol
 
 I64 = npt.NDArray[np.int64]
 
@@ -106,13 +106,13 @@ def analyze_snapshot(snap: MemorySnapshot) -> SnapshotResult:
 def _device(snap: MemorySnapshot, device: int) -> SnapshotDevice:
     ev = snap.events.filter(pl.col(EventCol.DEVICE) == device).sort(EventCol.SEQ)
     segs = snap.segments.filter(pl.col(SegCol.DEVICE) == device)
-    blocks = snap.blocks.filter(pl.col(BlockCol.DEVICE) == device)
+    blocks = snap.blocks.filter(pl.col(SnapshotBlockCol.DEVICE) == device)
     # Trace entries record the size the caller asked for (the allocator passes ``orig_size``; a
     # free records the block's ``requested_size``), so the replay starts from the final blocks'
     # requested bytes: starting from their rounded ``size`` would lift the whole curve, peak
     # included, by the final blocks' rounding waste (torch's own viewer counts requested bytes).
-    final_alloc = int(blocks.filter(pl.col(BlockCol.STATE).is_in(ALLOCATED_STATES))
-                      .get_column(BlockCol.REQUESTED).sum())
+    final_alloc = int(blocks.filter(pl.col(SnapshotBlockCol.STATE).is_in(ALLOCATED_STATES))
+                      .get_column(SnapshotBlockCol.REQUESTED).sum())
     final_reserved = int(segs.get_column(SegCol.TOTAL_SIZE).sum())
     actions = ev.get_column(EventCol.ACTION)
     size = ev.get_column(EventCol.SIZE).to_numpy()
@@ -123,8 +123,8 @@ def _device(snap: MemorySnapshot, device: int) -> SnapshotDevice:
     at = int(np.argmax(allocated))  # 0: the state before the first entry
     peak_seq = int(ev.get_column(EventCol.SEQ)[at - 1]) if at > 0 else None
     stack = int(ev.get_column(EventCol.STACK)[at - 1]) if at > 0 else -1
-    inactive = blocks.filter(pl.col(BlockCol.STATE) == "inactive").get_column(BlockCol.SIZE)
-    active = blocks.filter(pl.col(BlockCol.STATE).is_in(ALLOCATED_STATES))
+    inactive = blocks.filter(pl.col(SnapshotBlockCol.STATE) == "inactive").get_column(SnapshotBlockCol.SIZE)
+    active = blocks.filter(pl.col(SnapshotBlockCol.STATE).is_in(ALLOCATED_STATES))
     return SnapshotDevice(
         device=device, events=ev.height, timeline=timeline,
         peak_allocated_bytes=int(allocated[at]), peak_reserved_bytes=int(reserved.max()),
@@ -135,7 +135,8 @@ def _device(snap: MemorySnapshot, device: int) -> SnapshotDevice:
         final_allocated_bytes=final_alloc, final_reserved_bytes=final_reserved,
         segments=segs.height, expandable_segments=int(segs.get_column(SegCol.EXPANDABLE).sum()),
         free_in_segments_bytes=int(inactive.sum()),
-        rounding_waste_bytes=int((active.get_column(BlockCol.SIZE) - active.get_column(BlockCol.REQUESTED)).sum()),
+        rounding_waste_bytes=int((active.get_column(SnapshotBlockCol.SIZE)
+                                  - active.get_column(SnapshotBlockCol.REQUESTED)).sum()),
         largest_free_block_bytes=int(inactive.max() or 0),  # type: ignore[arg-type]
         ooms=_ooms(snap, ev),
     )
@@ -164,13 +165,14 @@ def _live_at(snap: MemorySnapshot, ev: pl.DataFrame, blocks: pl.DataFrame, peak_
     before = pairs.filter((pl.col(EventCol.ACTION) == "free_completed") & (pl.col("_nth") == 1)
                           & (pl.col(EventCol.SEQ) > cut))
     touched = pairs.get_column(EventCol.ADDR).unique()
-    untouched = blocks.filter(pl.col(BlockCol.STATE).is_in(ALLOCATED_STATES)
-                              & ~pl.col(BlockCol.ADDRESS).is_in(touched.implode()))
+    untouched = blocks.filter(pl.col(SnapshotBlockCol.STATE).is_in(ALLOCATED_STATES)
+                              & ~pl.col(SnapshotBlockCol.ADDRESS).is_in(touched.implode()))
     live = pl.concat([
         in_window.select(pl.col(EventCol.SIZE).alias(LiveCol.BYTES), EventCol.STACK),
         before.select(pl.col(EventCol.SIZE).alias(LiveCol.BYTES), EventCol.STACK),
         # requested bytes, as the trace entries and the replayed curve count them
-        untouched.select(pl.col(BlockCol.REQUESTED).alias(LiveCol.BYTES), pl.col(BlockCol.STACK).alias(EventCol.STACK)),
+        untouched.select(pl.col(SnapshotBlockCol.REQUESTED).alias(LiveCol.BYTES),
+                         pl.col(SnapshotBlockCol.STACK).alias(EventCol.STACK)),
     ])
     frames = [user_frame(s) for s in snap.stacks]
     return (

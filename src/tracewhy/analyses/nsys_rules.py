@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tracewhy.model.schema import GPU_ACTIVITY_KINDS, CCol, Col, Kind
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, CopyAttrCol, Kind
 from tracewhy.model.trace import Trace
 
 I64 = npt.NDArray[np.int64]
@@ -84,12 +84,12 @@ def _copies_with_api(trace: Trace, kind: Kind) -> pl.DataFrame:
     # become strings, not the whole table's.
     ops = ops.with_columns(s.get_column(Col.NAME).gather(ops.get_column(Col.LAUNCH)).cast(pl.String).alias("api"))
     attrs = trace.copy_attrs.with_columns(
-        pl.col(CCol.COPY_KIND).cast(pl.String), pl.col(CCol.SRC_MEM).cast(pl.String),
-        pl.col(CCol.DST_MEM).cast(pl.String),
+        pl.col(CopyAttrCol.COPY_KIND).cast(pl.String), pl.col(CopyAttrCol.SRC_MEM).cast(pl.String),
+        pl.col(CopyAttrCol.DST_MEM).cast(pl.String),
     )
     return ops.join(attrs, on=Col.ID, how="left").select(
-        Col.ID, Col.TS, Col.DUR, Col.PID, Col.DEVICE, Col.STREAM, CCol.BYTES, CCol.COPY_KIND,
-        CCol.SRC_MEM, CCol.DST_MEM, "api",
+        Col.ID, Col.TS, Col.DUR, Col.PID, Col.DEVICE, Col.STREAM, CopyAttrCol.BYTES, CopyAttrCol.COPY_KIND,
+        CopyAttrCol.SRC_MEM, CopyAttrCol.DST_MEM, "api",
     )
 
 
@@ -102,7 +102,7 @@ def pageable_async_memcpy(trace: Trace) -> CopyRuleResult:
     ``cuda_memcpy_async``; no size or duration threshold)."""
     c = _copies_with_api(trace, Kind.MEMCPY).filter(
         _matches(pl.col("api"), ASYNC_MEMCPY_API)
-        & ((pl.col(CCol.SRC_MEM) == "Pageable") | (pl.col(CCol.DST_MEM) == "Pageable"))
+        & ((pl.col(CopyAttrCol.SRC_MEM) == "Pageable") | (pl.col(CopyAttrCol.DST_MEM) == "Pageable"))
     )
     return CopyRuleResult(_longest_first(c))
 
@@ -113,7 +113,7 @@ def sync_memcpy(trace: Trace, small_htod_bytes: int = SMALL_HTOD_BYTES) -> CopyR
     c = _copies_with_api(trace, Kind.MEMCPY).filter(
         _matches(pl.col("api"), SYNC_MEMCPY_API)
         & ~_matches(pl.col("api"), "%Async%")
-        & ~((pl.col(CCol.BYTES) <= small_htod_bytes) & (pl.col(CCol.COPY_KIND) == "HtoD"))
+        & ~((pl.col(CopyAttrCol.BYTES) <= small_htod_bytes) & (pl.col(CopyAttrCol.COPY_KIND) == "HtoD"))
     )
     return CopyRuleResult(_longest_first(c))
 
@@ -123,7 +123,7 @@ def sync_memset(trace: Trace) -> CopyRuleResult:
     c = _copies_with_api(trace, Kind.MEMSET).filter(
         _matches(pl.col("api"), SYNC_MEMSET_API)
         & ~_matches(pl.col("api"), "%async%")
-        & pl.col(CCol.DST_MEM).is_in(["Pinned", "Managed"])
+        & pl.col(CopyAttrCol.DST_MEM).is_in(["Pinned", "Managed"])
     )
     return CopyRuleResult(_longest_first(c))
 
@@ -175,7 +175,7 @@ def gpu_busy_intervals(trace: Trace) -> pl.DataFrame:
 
 
 @dataclass(frozen=True)
-class GapsResult:
+class GpuGapsRuleResult:
     """Idle stretches longer than ``min_gap_ns``, longest first.
 
     Columns: pid, device, gap_start_ns, gap_end_ns, dur_ns.
@@ -185,7 +185,7 @@ class GapsResult:
     min_gap_ns: int
 
 
-def gpu_gaps(trace: Trace, min_gap_ns: int = GPU_GAP_NS) -> GapsResult:
+def gpu_gaps(trace: Trace, min_gap_ns: int = GPU_GAP_NS) -> GpuGapsRuleResult:
     """Stretches within a (pid, device)'s active span where nothing runs on any stream for
     more than ``min_gap_ns`` (nsys ``gpu_gaps``, which also uses a strict ">")."""
     rows: list[tuple[int, int, int, int]] = []
@@ -203,7 +203,7 @@ def gpu_gaps(trace: Trace, min_gap_ns: int = GPU_GAP_NS) -> GapsResult:
         rows, schema={Col.PID: pl.Int64(), Col.DEVICE: pl.Int32(), "gap_start_ns": pl.Int64(),
                       "gap_end_ns": pl.Int64()}, orient="row",
     ).with_columns((pl.col("gap_end_ns") - pl.col("gap_start_ns")).alias(Col.DUR))
-    return GapsResult(table.sort([Col.DUR, "gap_start_ns"], descending=[True, False]), min_gap_ns)
+    return GpuGapsRuleResult(table.sort([Col.DUR, "gap_start_ns"], descending=[True, False]), min_gap_ns)
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from tracewhy.analyses.nvtx_work import (
     thread_codes,
 )
 from tracewhy.analyses.summaries import Summary, summarize
-from tracewhy.model.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, Col, Kind, NCol
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, Col, Kind, NvtxCol
 from tracewhy.model.trace import NSYS_FORMAT, Trace
 
 I64 = npt.NDArray[np.int64]
@@ -65,24 +65,24 @@ def ranges(trace: Trace, *, include_marks: bool = False) -> pl.DataFrame:
         (Kind.ANNOTATION,), Col.ID, pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, Col.PID, Col.TID, Col.DEPTH,
     )
     attrs = trace.nvtx_attrs.select(
-        Col.ID, NCol.RANGE_ID, pl.col(NCol.STYLE).cast(pl.String), NCol.DOMAIN_ID, NCol.DOMAIN,
-        NCol.END_TID,
+        Col.ID, NvtxCol.RANGE_ID, pl.col(NvtxCol.STYLE).cast(pl.String), NvtxCol.DOMAIN_ID, NvtxCol.DOMAIN,
+        NvtxCol.END_TID,
     )
     out = a.join(attrs, on=Col.ID, how="left").with_columns(
-        pl.col(NCol.RANGE_ID).fill_null(pl.col(Col.ID)),
-        pl.col(NCol.STYLE).fill_null("PushPop"),
+        pl.col(NvtxCol.RANGE_ID).fill_null(pl.col(Col.ID)),
+        pl.col(NvtxCol.STYLE).fill_null("PushPop"),
     )
-    return out if include_marks else out.filter(pl.col(NCol.STYLE) != "Mark")
+    return out if include_marks else out.filter(pl.col(NvtxCol.STYLE) != "Mark")
 
 
 def nvtx_summary(trace: Trace) -> Summary:
     """Range duration per (style, name) on the CPU (nsys ``nvtx_sum``); nesting not subtracted."""
-    r = ranges(trace).with_columns(pl.format("{}\t{}", NCol.STYLE, Col.NAME).alias("_key"))
+    r = ranges(trace).with_columns(pl.format("{}\t{}", NvtxCol.STYLE, Col.NAME).alias("_key"))
     s = summarize(r.select("_key", Col.DUR), "_key")
     table = s.table.with_columns(
-        pl.col("_key").str.split_exact("\t", 1).struct.rename_fields([NCol.STYLE, Col.NAME])
+        pl.col("_key").str.split_exact("\t", 1).struct.rename_fields([NvtxCol.STYLE, Col.NAME])
     ).unnest("_key")
-    return Summary(table=table.select(NCol.STYLE, Col.NAME, *s.table.columns[1:]),
+    return Summary(table=table.select(NvtxCol.STYLE, Col.NAME, *s.table.columns[1:]),
                    value=s.value, total=s.total)
 
 
@@ -161,14 +161,14 @@ class ProjectionResult:
 def gpu_projection(trace: Trace, work: GpuWork | None = None) -> ProjectionResult:
     """The projection table and summary; ``work`` is ``gpu_work(trace)`` when the caller has it."""
     work = work or gpu_work(trace)
-    rng = ranges(trace).filter(pl.col(NCol.END_TID).is_null()).select(
-        Col.ID, Col.NAME, NCol.STYLE, Col.TS, Col.DUR, Col.PID, Col.TID, NCol.RANGE_ID,
+    rng = ranges(trace).filter(pl.col(NvtxCol.END_TID).is_null()).select(
+        Col.ID, Col.NAME, NvtxCol.STYLE, Col.TS, Col.DUR, Col.PID, Col.TID, NvtxCol.RANGE_ID,
         (pl.col(Col.TS) + pl.col(Col.DUR)).alias("_end"),
     )
     thread, _ = thread_codes(rng, rng.clear())
     parent, level = range_tree(
         thread, rng.get_column(Col.TS).to_numpy(), rng.get_column("_end").to_numpy(),
-        rng.get_column(NCol.RANGE_ID).to_numpy(),
+        rng.get_column(NvtxCol.RANGE_ID).to_numpy(),
     )
     ids = rng.get_column(Col.ID).to_numpy()
     by_id = np.argsort(ids, kind="stable")
@@ -185,7 +185,7 @@ def _projection_table(rng: pl.DataFrame, proj: pl.DataFrame, parent: I64, level:
     """The projected ranges (``proj``'s rows of ``rng``) with their tree columns, gathered by
     row index from arrays, in their final order: joins and a sort would copy the wide range
     columns once each."""
-    range_ids = rng.get_column(NCol.RANGE_ID).to_numpy()
+    range_ids = rng.get_column(NvtxCol.RANGE_ID).to_numpy()
     proj = proj.with_columns(pl.Series("_rid", range_ids[proj.get_column("_range").to_numpy()])).sort(
         ["proj_start_ns", "proj_dur_ns", "_rid"], descending=[False, True, False]
     ).drop("_rid")
@@ -194,7 +194,7 @@ def _projection_table(rng: pl.DataFrame, proj: pl.DataFrame, parent: I64, level:
     num_child = np.bincount(par[par >= 0], minlength=rng.height).astype(np.int64)  # projected children
     stacks = _stacks(r, parent, level, range_ids)
     return rng.select(
-        Col.ID, Col.NAME, NCol.STYLE, Col.TS, Col.DUR, Col.PID, Col.TID, NCol.RANGE_ID
+        Col.ID, Col.NAME, NvtxCol.STYLE, Col.TS, Col.DUR, Col.PID, Col.TID, NvtxCol.RANGE_ID
     ).gather(r).with_columns(
         *proj.drop("_range").get_columns(),
         pl.Series("level", level[r]),
@@ -204,9 +204,9 @@ def _projection_table(rng: pl.DataFrame, proj: pl.DataFrame, parent: I64, level:
         ),
         pl.Series("range_stack", stacks, dtype=pl.String),
     ).select(
-        Col.ID, Col.NAME, NCol.STYLE, "proj_start_ns", "proj_dur_ns", Col.TS, Col.DUR, Col.PID,
+        Col.ID, Col.NAME, NvtxCol.STYLE, "proj_start_ns", "proj_dur_ns", Col.TS, Col.DUR, Col.PID,
         Col.TID, "num_gpu_ops", "gpu_time_ns", "gpu_busy_ns", "level", "num_child",
-        NCol.RANGE_ID, "parent_range_id", "range_stack",
+        NvtxCol.RANGE_ID, "parent_range_id", "range_stack",
     )
 
 
@@ -230,7 +230,7 @@ def _stacks(rows: I64, parent: I64, level: I64, range_ids: I64) -> pl.Series:
 def _projection_summary(table: pl.DataFrame) -> pl.DataFrame:
     p = pl.col("proj_dur_ns")
     return (
-        table.group_by(Col.NAME, NCol.STYLE)
+        table.group_by(Col.NAME, NvtxCol.STYLE)
         .agg(
             p.sum().alias("total_proj_ns"),
             pl.col(Col.DUR).sum().alias("total_range_ns"),
@@ -279,7 +279,7 @@ def nvtx_step_marker(trace: Trace) -> StepMarker | None:
     if trace.meta.format != NSYS_FORMAT:
         return None
     trace.require(Kind.ANNOTATION)
-    marks = trace.nvtx_attrs.filter(pl.col(NCol.STYLE) == "Mark").get_column(NCol.ID).implode()
+    marks = trace.nvtx_attrs.filter(pl.col(NvtxCol.STYLE) == "Mark").get_column(NvtxCol.ID).implode()
     annotation = pl.col(Col.KIND) == Kind.ANNOTATION.value
     # Names are tested as categories, before any row becomes a string: a large export holds
     # millions of ranges under a few thousand names (their strings took 1 GB at the peak).
@@ -289,7 +289,7 @@ def nvtx_step_marker(trace: Trace) -> StepMarker | None:
     # A library's own ranges are never the training step (CUB's ranges, nested in the loop but
     # top-level in a few calls after it, were picked once), nor are torch's emit_nvtx op ranges.
     top = _top_level_ranges(trace, annotation & (pl.col(Col.DEPTH) == 0) & ~pl.col(Col.ID).is_in(marks))
-    top = top.filter(~pl.col(NCol.DOMAIN).fill_null("").is_in(list(LIBRARY_DOMAINS))
+    top = top.filter(~pl.col(NvtxCol.DOMAIN).fill_null("").is_in(list(LIBRARY_DOMAINS))
                      & ~pl.col(Col.NAME).str.contains(OP_RANGE))
     if top.height == 0:
         return None
@@ -333,7 +333,7 @@ def _top_level_ranges(trace: Trace, rows: pl.Expr) -> pl.DataFrame:
     """The slices ``rows`` selects (top-level ranges, not marks) with their names as strings and
     the NVTX attributes the step marker reads; only these rows are copied, in slice order."""
     r = trace.slices_where(rows, Col.ID, pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, Col.PID, Col.TID)
-    attrs = trace.nvtx_attrs.select(Col.ID, NCol.DOMAIN, NCol.END_TID)
+    attrs = trace.nvtx_attrs.select(Col.ID, NvtxCol.DOMAIN, NvtxCol.END_TID)
     return r.join(attrs, on=Col.ID, how="left", maintain_order="left")
 
 
@@ -345,7 +345,7 @@ def _has_gpu_work(trace: Trace, rng: pl.DataFrame) -> npt.NDArray[np.bool_]:
         LAUNCH_KINDS, Col.ID, Col.PID, Col.TID, Col.TS, (pl.col(Col.TS) + pl.col(Col.DUR)).alias("_end")
     ).filter(pl.col(Col.ID).is_in(launching.implode()))
     # Ranges that end on another thread are not projected (as in gpu_projection).
-    inside = rng.with_row_index("_row").filter(pl.col(NCol.END_TID).is_null()).select(
+    inside = rng.with_row_index("_row").filter(pl.col(NvtxCol.END_TID).is_null()).select(
         pl.col("_row").cast(pl.Int64), Col.PID, Col.TID, Col.TS, (pl.col(Col.TS) + pl.col(Col.DUR)).alias("_end"),
     )
     if inside.height == 0 or calls.height == 0:

@@ -16,7 +16,7 @@ import polars as pl
 from tracewhy.analyses.nvtx import gpu_projection, nvtx_summary
 from tracewhy.analyses.nvtx_work import Unattributed
 from tracewhy.analyses.stats import whole_ns
-from tracewhy.model.schema import Col, NCol
+from tracewhy.model.schema import Col, NvtxCol
 from tracewhy.model.trace import NSYS_FORMAT, Trace
 
 #: Projection columns of ``nvtx_gpu_proj_sum`` kept per (name, style), renamed where the
@@ -40,7 +40,7 @@ class RangeCol:
     projection as ``nvtx_gpu_proj_sum`` (null where no GPU work was projected onto the name)."""
 
     NAME: Final = Col.NAME
-    STYLE: Final = NCol.STYLE  # PushPop or StartEnd
+    STYLE: Final = NvtxCol.STYLE  # PushPop or StartEnd
     COUNT: Final = "count"
     TOTAL: Final = "total_ns"
     #: The mean, median and sample standard deviation are rounded to the nearest nanosecond here
@@ -96,12 +96,12 @@ def nvtx_ranges(trace: Trace) -> NvtxRangesResult:
     cpu = nvtx_summary(trace)
     projection = gpu_projection(trace)
     proj = projection.summary.select(
-        Col.NAME, NCol.STYLE, *[pl.col(src).alias(dst) for src, dst in _PROJECTION.items()]
+        Col.NAME, NvtxCol.STYLE, *[pl.col(src).alias(dst) for src, dst in _PROJECTION.items()]
     )
     table = (
-        cpu.table.join(proj, on=[Col.NAME, NCol.STYLE], how="left")
-        .select(Col.NAME, NCol.STYLE, *cpu.table.columns[2:], *_PROJECTION.values())
-        .sort([RangeCol.TOTAL, Col.NAME, NCol.STYLE], descending=[True, False, False])
+        cpu.table.join(proj, on=[Col.NAME, NvtxCol.STYLE], how="left")
+        .select(Col.NAME, NvtxCol.STYLE, *cpu.table.columns[2:], *_PROJECTION.values())
+        .sort([RangeCol.TOTAL, Col.NAME, NvtxCol.STYLE], descending=[True, False, False])
         .with_columns(whole_ns(pl.col(c)) for c in _ROUNDED)
         .select(*NVTX_RANGES_SCHEMA)
     )

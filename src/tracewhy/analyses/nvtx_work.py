@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tracewhy.model.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, Col, Kind, NCol
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, Col, Kind, NvtxCol
 from tracewhy.model.trace import Trace
 
 I64 = npt.NDArray[np.int64]
@@ -65,10 +65,10 @@ def projectable(trace: Trace, *columns: str | pl.Expr) -> pl.DataFrame:
     Columns: id, pid, tid, ts_ns, _end (and ``columns`` of the annotation slices), slice order.
     """
     trace.require(Kind.ANNOTATION)
-    attrs = trace.nvtx_attrs.filter((pl.col(NCol.STYLE) == "Mark") | pl.col(NCol.END_TID).is_not_null())
+    attrs = trace.nvtx_attrs.filter((pl.col(NvtxCol.STYLE) == "Mark") | pl.col(NvtxCol.END_TID).is_not_null())
     # One query: the rows are filtered before their columns are copied, once.
     return trace.slices_where(
-        (pl.col(Col.KIND) == Kind.ANNOTATION.value) & ~pl.col(Col.ID).is_in(attrs.get_column(NCol.ID).implode()),
+        (pl.col(Col.KIND) == Kind.ANNOTATION.value) & ~pl.col(Col.ID).is_in(attrs.get_column(NvtxCol.ID).implode()),
         Col.ID, Col.PID, Col.TID, Col.TS, (pl.col(Col.TS) + pl.col(Col.DUR)).alias("_end"), *columns)
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, Kind, OCol
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, Kind, OpAttrCol
 from tracewhy.model.trace import Trace
 
 
@@ -17,7 +17,7 @@ class OpCol:
     """Columns of ``OpsResult.table``: one row per operator name (and input shapes with ``by_shapes``)."""
 
     NAME: Final = Col.NAME
-    INPUT_DIMS: Final = OCol.INPUT_DIMS  # only with ``by_shapes``
+    INPUT_DIMS: Final = OpAttrCol.INPUT_DIMS  # only with ``by_shapes``
     CALLS: Final = "calls"
     CPU_TOTAL: Final = "cpu_total_ns"
     CPU_SELF: Final = "cpu_self_ns"
@@ -94,9 +94,9 @@ def ops(trace: Trace, options: OpsOptions = OpsOptions()) -> OpsResult:
     )
     keys = [OpCol.NAME]
     if options.by_shapes:
-        shapes = trace.op_attrs.select(Col.ID, pl.col(OCol.INPUT_DIMS).fill_null(""))
+        shapes = trace.op_attrs.select(Col.ID, pl.col(OpAttrCol.INPUT_DIMS).fill_null(""))
         table = table.join(shapes, on=Col.ID, how="left").with_columns(
-            pl.col(OCol.INPUT_DIMS).fill_null("")
+            pl.col(OpAttrCol.INPUT_DIMS).fill_null("")
         )
         keys.append(OpCol.INPUT_DIMS)
     grouped = table.group_by(keys).agg(

@@ -140,10 +140,10 @@ def overlap(
     """Overlap per device and per step. Pass ``steps_result`` / ``collectives_result`` when
     already computed (a diagnosis computes each once)."""
     trace.require_whole()
-    st = steps_result or steps(trace, StepsOptions(marker=options.step_marker, warmup=options.warmup))
+    steps_result = steps_result or steps(trace, StepsOptions(marker=options.step_marker, warmup=options.warmup))
     coll = collectives_result or collectives(trace)
     acts = activities(trace, coll)
-    windows = step_windows(trace, st)
+    windows = step_windows(trace, steps_result)
     device_rows, step_rows, steady_rows, coll_rows, stream_rows, conc_rows = [], [], [], [], [], []
     for device in sorted(acts.get_column(Col.DEVICE).unique().to_list()):
         a = acts.filter(pl.col(Col.DEVICE) == device)
@@ -171,8 +171,8 @@ def overlap(
         coll_rows.append(_collective_exposure(a, tl, lo, hi, max(n_steady, 1), device))
         stream_rows.append(_streams(a, device))
         conc_rows.append(_concurrency(a, device))
-    n_steady = int(st.table.get_column(StepCol.STEADY).sum()) if st.table.height else 0
-    note = st.note
+    n_steady = int(steps_result.table.get_column(StepCol.STEADY).sum()) if steps_result.table.height else 0
+    note = steps_result.note
     if acts.height == 0:
         note = "no GPU activity in this trace: nothing to overlap"
     return OverlapResult(
@@ -185,7 +185,7 @@ def overlap(
         ),
         streams=pl.concat(stream_rows) if stream_rows else pl.DataFrame(schema=OVERLAP_STREAMS_SCHEMA),
         concurrency=pl.concat(conc_rows) if conc_rows else pl.DataFrame(schema=OVERLAP_CONCURRENCY_SCHEMA),
-        step_marker=st.marker,
+        step_marker=steps_result.marker,
         steady_steps=n_steady,
         note=note,
     )

@@ -129,8 +129,8 @@ def _gpu_pids(trace: Trace) -> list[int]:
 
 def _summarize(trace: Trace, source: str, options: RanksOptions, rank: int, rank_from: str,
                pid: int | None) -> RankSummary:
-    st = steps(trace, StepsOptions(marker=options.step_marker, warmup=options.warmup))
-    windows = step_windows(trace, st)
+    steps_result = steps(trace, StepsOptions(marker=options.step_marker, warmup=options.warmup))
+    windows = step_windows(trace, steps_result)
     if pid is not None:
         windows = windows.filter(pl.col(WindowCol.PID) == pid)
     steady = windows.filter(pl.col(WindowCol.STEADY))
@@ -138,7 +138,8 @@ def _summarize(trace: Trace, source: str, options: RanksOptions, rank: int, rank
     durs = steady.get_column(WindowCol.DUR).to_numpy()
     p50, p90 = (nearest_ns(float(v)) for v in np.percentile(durs, [50, 90])) if durs.size else (None, None)
     coll = collectives(trace)
-    ov = overlap(trace, OverlapOptions(options.step_marker, options.warmup), steps_result=st, collectives_result=coll)
+    ov = overlap(trace, OverlapOptions(options.step_marker, options.warmup), steps_result=steps_result,
+                 collectives_result=coll)
     devices = _devices_of(trace, pid)
     dev_steady = ov.steady.filter(pl.col(OverlapCol.DEVICE).is_in(devices)) if devices is not None else ov.steady
     dev_all = ov.devices.filter(pl.col(OverlapCol.DEVICE).is_in(devices)) if devices is not None else ov.devices
@@ -163,7 +164,7 @@ def _summarize(trace: Trace, source: str, options: RanksOptions, rank: int, rank
         compute_ns_per_step=gpu["compute"], comm_ns_per_step=gpu["comm"],
         comm_exposed_ns_per_step=gpu["exposed"], idle_ns_per_step=gpu["idle"],
         input_ns_per_step=_input_ns(trace, steady, pid) / n,
-        collectives=calls, blocks=blocks, gaps=gaps, note=st.note,
+        collectives=calls, blocks=blocks, gaps=gaps, note=steps_result.note,
         # Only host-timed calls (gloo, MPI) are read against the timeline: build it only for them.
         activity=_activity(trace, steady if (calls.get_column("timing") == "host").any() else steady.head(0)),
         warnings=trace.meta.warnings, missing_events=trace.meta.missing_events,

@@ -16,25 +16,24 @@ from typing import Any, Final
 import polars as pl
 
 from tracewhy.analyses.peaks import DevicePeaks, lookup_peaks
-from tracewhy.analyses.stats import whole_ns
-from tracewhy.model.ncu import NCU_RULES_SCHEMA, BCol, NCol, NcuReport
+from tracewhy.model.ncu import NCU_RULES_SCHEMA, BreakdownCol, NcuCol, NcuReport
 
 #: Stall reasons that are not waits: "selected" is issuing, "not_selected" is ready but another
 #: warp was picked. A measurement parameter, not a verdict line: it defines what a stall is, so
-#: every stall share (``SCol.SHARE``) is a share of the cycles warps actually waited.
+#: every stall share (``StallCol.SHARE``) is a share of the cycles warps actually waited.
 NON_STALL_REASONS: Final = ("selected", "not_selected")
 
 #: Occupancy limit columns and the resource each stands for.
 _LIMITERS: Final = (
-    (NCol.LIMIT_REGISTERS, "registers"),
-    (NCol.LIMIT_SHARED, "shared memory"),
-    (NCol.LIMIT_WARPS, "block size (warps per block)"),
-    (NCol.LIMIT_BLOCKS, "max blocks per SM"),
-    (NCol.LIMIT_BARRIERS, "barriers"),
+    (NcuCol.LIMIT_REGISTERS, "registers"),
+    (NcuCol.LIMIT_SHARED, "shared memory"),
+    (NcuCol.LIMIT_WARPS, "block size (warps per block)"),
+    (NcuCol.LIMIT_BLOCKS, "max blocks per SM"),
+    (NcuCol.LIMIT_BARRIERS, "barriers"),
 )
 
 
-class LCol:
+class MeasureCol:
     """Measured columns of ``NcuRooflineMeasures.launches`` (beside ncu's launch id, names, duration)."""
 
     SM_PCT: Final = "sm_pct"
@@ -72,8 +71,9 @@ class LCol:
     RULE_COUNT: Final = "rule_count"
 
 
-class SCol:
-    """Columns of ``NcuRooflineMeasures.stalls`` beside ``BCol.LAUNCH``, ``BCol.VALUE`` and ``NCol.NAME``."""
+class StallCol:
+    """Columns of ``NcuRooflineMeasures.stalls`` beside ``BreakdownCol.LAUNCH``, ``BreakdownCol.VALUE`` and
+    ``NcuCol.NAME``."""
 
     REASON: Final = "reason"
     SHARE: Final = "share"  # of the launch's stall cycles (or samples)
@@ -81,10 +81,11 @@ class SCol:
 
 
 #: ``NcuRooflineMeasures.stalls``: per launch, each stall reason's value and share, with the kernel's name.
-STALLS_SCHEMA: Final = pl.Schema({BCol.LAUNCH: pl.Int64(), SCol.REASON: pl.String(), BCol.VALUE: pl.Float64(),
-                                  SCol.SHARE: pl.Float64(), SCol.SOURCE: pl.String(), NCol.NAME: pl.String()})
+STALLS_SCHEMA: Final = pl.Schema({BreakdownCol.LAUNCH: pl.Int64(), StallCol.REASON: pl.String(),
+                                  BreakdownCol.VALUE: pl.Float64(),
+                                  StallCol.SHARE: pl.Float64(), StallCol.SOURCE: pl.String(), NcuCol.NAME: pl.String()})
 #: ``NcuRooflineMeasures.rules``: ncu's rule messages (NCU_RULES_SCHEMA) with the kernel's name.
-RULES_SCHEMA: Final = pl.Schema({**NCU_RULES_SCHEMA, NCol.NAME: pl.String()})
+RULES_SCHEMA: Final = pl.Schema({**NCU_RULES_SCHEMA, NcuCol.NAME: pl.String()})
 
 
 @dataclass(frozen=True)
@@ -146,27 +147,29 @@ def _flops_per_cycle(row: dict[str, Any], add: str, mul: str, fma: str) -> float
 def _stalls(report: NcuReport) -> pl.DataFrame:
     """Stall reasons per launch with their share of stall cycles (or of samples as a fallback)."""
     b = report.breakdowns
-    groups = [g for g in ("stall_cycles", "stall_samples") if b.filter(pl.col(BCol.GROUP) == g).height]
+    groups = [g for g in ("stall_cycles", "stall_samples") if b.filter(pl.col(BreakdownCol.GROUP) == g).height]
     if not groups:
-        return pl.DataFrame(schema={c: STALLS_SCHEMA[c] for c in STALLS_SCHEMA if c != NCol.NAME})
+        return pl.DataFrame(schema={c: STALLS_SCHEMA[c] for c in STALLS_SCHEMA if c != NcuCol.NAME})
     frames = []
     for group in groups:
-        s = b.filter((pl.col(BCol.GROUP) == group) & ~pl.col(BCol.KEY).is_in(list(NON_STALL_REASONS)))
-        frames.append(s.with_columns(pl.lit(group).alias(SCol.SOURCE)))
+        s = b.filter((pl.col(BreakdownCol.GROUP) == group) & ~pl.col(BreakdownCol.KEY).is_in(list(NON_STALL_REASONS)))
+        frames.append(s.with_columns(pl.lit(group).alias(StallCol.SOURCE)))
     s = pl.concat(frames)
     # Prefer cycles-per-issue; samples only for launches that lack them.
-    has_cycles = s.filter(pl.col(SCol.SOURCE) == "stall_cycles").get_column(BCol.LAUNCH).unique()
-    s = s.filter((pl.col(SCol.SOURCE) == "stall_cycles") | ~pl.col(BCol.LAUNCH).is_in(has_cycles.implode()))
+    has_cycles = s.filter(pl.col(StallCol.SOURCE) == "stall_cycles").get_column(BreakdownCol.LAUNCH).unique()
+    s = s.filter((pl.col(StallCol.SOURCE) == "stall_cycles") | ~pl.col(BreakdownCol.LAUNCH).is_in(has_cycles.implode()))
     return (
-        s.with_columns((pl.col(BCol.VALUE) / pl.col(BCol.VALUE).sum().over(BCol.LAUNCH)).alias(SCol.SHARE))
-        .select(BCol.LAUNCH, pl.col(BCol.KEY).alias(SCol.REASON), BCol.VALUE, SCol.SHARE, SCol.SOURCE)
-        .sort([BCol.LAUNCH, BCol.VALUE, SCol.REASON], descending=[False, True, False])
+        s.with_columns((pl.col(BreakdownCol.VALUE) / pl.col(BreakdownCol.VALUE).sum().over(BreakdownCol.LAUNCH))
+                       .alias(StallCol.SHARE))
+        .select(BreakdownCol.LAUNCH, pl.col(BreakdownCol.KEY).alias(StallCol.REASON), BreakdownCol.VALUE,
+                StallCol.SHARE, StallCol.SOURCE)
+        .sort([BreakdownCol.LAUNCH, BreakdownCol.VALUE, StallCol.REASON], descending=[False, True, False])
     )
 
 
 def _table_peaks(report: NcuReport, options: RooflineOptions) -> DevicePeaks | None:
-    names = report.launches.get_column(NCol.DEVICE_NAME).drop_nulls()
-    sms = report.launches.get_column(NCol.SM_COUNT).drop_nulls()
+    names = report.launches.get_column(NcuCol.DEVICE_NAME).drop_nulls()
+    sms = report.launches.get_column(NcuCol.SM_COUNT).drop_nulls()
     name = options.device or (names[0] if names.len() else None)
     return lookup_peaks(name, int(sms[0]) if sms.len() else None)
 
@@ -189,14 +192,14 @@ def _sm_clock(launch: _Launch) -> float | None:
     ratio of the per-cycle counts, whatever the clock. A roof at another clock than the achieved
     point (the GPC clock, as before) misplaces the kernel by the two clocks' ratio.
     """
-    return launch.get(NCol.SM_CLOCK) or launch.get(NCol.SMSP_CLOCK)
+    return launch.get(NcuCol.SM_CLOCK) or launch.get(NcuCol.SMSP_CLOCK)
 
 
 def _ceilings(launch: _Launch, table: DevicePeaks | None, clock_ratio: float | None) -> Ceilings:
     flops: dict[str, float] = {}
     sources: set[str] = set()
     clock = _sm_clock(launch)
-    for precision, column in (("fp32", NCol.FFMA_PEAK), ("fp64", NCol.DFMA_PEAK)):
+    for precision, column in (("fp32", NcuCol.FFMA_PEAK), ("fp64", NcuCol.DFMA_PEAK)):
         per_cycle = launch.get(column)
         if per_cycle and clock:
             flops[precision] = 2.0 * per_cycle * clock
@@ -209,8 +212,8 @@ def _ceilings(launch: _Launch, table: DevicePeaks | None, clock_ratio: float | N
                 flops[precision] = value * scale
                 sources.add("table")
     dram = None
-    per_cycle = launch.get(NCol.DRAM_PEAK_PER_CYCLE)
-    dram_clock = launch.get(NCol.DRAM_CLOCK)
+    per_cycle = launch.get(NcuCol.DRAM_PEAK_PER_CYCLE)
+    dram_clock = launch.get(NcuCol.DRAM_CLOCK)
     if per_cycle and dram_clock:
         dram = per_cycle * dram_clock
         sources.add("report")
@@ -221,87 +224,91 @@ def _ceilings(launch: _Launch, table: DevicePeaks | None, clock_ratio: float | N
 
 
 def _clock_ratio(launch: _Launch, table: DevicePeaks | None) -> float | None:
-    clock = launch.get(NCol.SM_CLOCK)
-    top = launch.get(NCol.MAX_SM_CLOCK) or (table.boost_clock_hz if table else None)
+    clock = launch.get(NcuCol.SM_CLOCK)
+    top = launch.get(NcuCol.MAX_SM_CLOCK) or (table.boost_clock_hz if table else None)
     return clock / top if clock and top else None
 
 
 def _throughputs(launch: _Launch, ceil: Ceilings) -> dict[str, float | None]:
-    dur = launch.get(NCol.DUR)
-    dram_rate = launch.get(NCol.DRAM_BYTES_PER_S)
-    moved = _sum(launch.get(NCol.DRAM_READ), launch.get(NCol.DRAM_WRITE))
+    dur = launch.get(NcuCol.DUR)
+    dram_rate = launch.get(NcuCol.DRAM_BYTES_PER_S)
+    moved = _sum(launch.get(NcuCol.DRAM_READ), launch.get(NcuCol.DRAM_WRITE))
     if dram_rate is None and moved is not None and dur:
         dram_rate = moved * 1e9 / dur
-    dram_pct = launch.get(NCol.DRAM_PCT)
+    dram_pct = launch.get(NcuCol.DRAM_PCT)
     if dram_pct is None and dram_rate is not None and ceil.dram_bytes_per_s:
         dram_pct = 100.0 * dram_rate / ceil.dram_bytes_per_s
-    mem_pct = launch.get(NCol.MEM_PCT)
+    mem_pct = launch.get(NcuCol.MEM_PCT)
     if mem_pct is None:
-        levels = [v for v in (dram_pct, launch.get(NCol.L1_PCT), launch.get(NCol.L2_PCT)) if v is not None]
+        levels = [v for v in (dram_pct, launch.get(NcuCol.L1_PCT), launch.get(NcuCol.L2_PCT)) if v is not None]
         mem_pct = max(levels) if levels else None
     clock = _sm_clock(launch)
     flops: dict[str, float | None] = {}
-    for column, ops in ((LCol.FP64_FLOP_PER_S, (NCol.DADD, NCol.DMUL, NCol.DFMA)),
-                        (LCol.FP32_FLOP_PER_S, (NCol.FADD, NCol.FMUL, NCol.FFMA)),
-                        (LCol.FP16_FLOP_PER_S, (NCol.HADD, NCol.HMUL, NCol.HFMA))):
+    for column, ops in ((MeasureCol.FP64_FLOP_PER_S, (NcuCol.DADD, NcuCol.DMUL, NcuCol.DFMA)),
+                        (MeasureCol.FP32_FLOP_PER_S, (NcuCol.FADD, NcuCol.FMUL, NcuCol.FFMA)),
+                        (MeasureCol.FP16_FLOP_PER_S, (NcuCol.HADD, NcuCol.HMUL, NcuCol.HFMA))):
         per_cycle = _flops_per_cycle(launch.row, *ops)
         flops[column] = per_cycle * clock if per_cycle is not None and clock else None
-    return {LCol.DRAM_BYTES_PER_S: dram_rate, LCol.DRAM_PCT: dram_pct, LCol.MEMORY_PCT: mem_pct, **flops}
+    return {MeasureCol.DRAM_BYTES_PER_S: dram_rate, MeasureCol.DRAM_PCT: dram_pct, MeasureCol.MEMORY_PCT: mem_pct,
+            **flops}
 
 
-_PRECISION_COLUMNS: Final = (("fp64", LCol.FP64_FLOP_PER_S), ("fp32", LCol.FP32_FLOP_PER_S),
-                             ("fp16", LCol.FP16_FLOP_PER_S))
+_PRECISION_COLUMNS: Final = (("fp64", MeasureCol.FP64_FLOP_PER_S), ("fp32", MeasureCol.FP32_FLOP_PER_S),
+                             ("fp16", MeasureCol.FP16_FLOP_PER_S))
 
 
 def _roofline(t: dict[str, float | None], ceil: Ceilings) -> dict[str, Any]:
     """Position against the roof of the precision the kernel used most."""
     achieved = {p: t[column] for p, column in _PRECISION_COLUMNS}
     used = {p: v for p, v in achieved.items() if v}
-    out: dict[str, Any] = {LCol.PRECISION: None, LCol.FLOP_PER_S: None, LCol.PEAK_FLOP_PER_S: None,
-                           LCol.ARITHMETIC_INTENSITY: None, LCol.RIDGE_POINT: None,
-                           LCol.ROOF_FLOP_PER_S: None, LCol.ROOF_FRACTION: None}
+    out: dict[str, Any] = {MeasureCol.PRECISION: None, MeasureCol.FLOP_PER_S: None, MeasureCol.PEAK_FLOP_PER_S: None,
+                           MeasureCol.ARITHMETIC_INTENSITY: None, MeasureCol.RIDGE_POINT: None,
+                           MeasureCol.ROOF_FLOP_PER_S: None, MeasureCol.ROOF_FRACTION: None}
     if not used:
         # No floating-point work: the only roof is DRAM bandwidth.
-        bw = t[LCol.DRAM_BYTES_PER_S]
+        bw = t[MeasureCol.DRAM_BYTES_PER_S]
         if bw and ceil.dram_bytes_per_s:
-            out[LCol.ROOF_FRACTION] = bw / ceil.dram_bytes_per_s
+            out[MeasureCol.ROOF_FRACTION] = bw / ceil.dram_bytes_per_s
         return out
     precision = max(used, key=lambda p: used[p])
     peak = ceil.flop_per_s.get("fp16_tensor" if precision == "fp16" else precision)
     flop_rate = used[precision]
-    out.update({LCol.PRECISION: precision, LCol.FLOP_PER_S: flop_rate, LCol.PEAK_FLOP_PER_S: peak})
-    bw = t[LCol.DRAM_BYTES_PER_S]
+    out.update({MeasureCol.PRECISION: precision, MeasureCol.FLOP_PER_S: flop_rate, MeasureCol.PEAK_FLOP_PER_S: peak})
+    bw = t[MeasureCol.DRAM_BYTES_PER_S]
     if bw:
         ai = flop_rate / bw
-        out[LCol.ARITHMETIC_INTENSITY] = ai
+        out[MeasureCol.ARITHMETIC_INTENSITY] = ai
         if peak and ceil.dram_bytes_per_s:
             roof = min(peak, ai * ceil.dram_bytes_per_s)
-            out.update({LCol.RIDGE_POINT: peak / ceil.dram_bytes_per_s, LCol.ROOF_FLOP_PER_S: roof,
-                        LCol.ROOF_FRACTION: flop_rate / roof})
+            out.update({MeasureCol.RIDGE_POINT: peak / ceil.dram_bytes_per_s, MeasureCol.ROOF_FLOP_PER_S: roof,
+                        MeasureCol.ROOF_FRACTION: flop_rate / roof})
     return out
 
 
 def _occupancy(launch: _Launch) -> dict[str, Any]:
     """The resource(s) with the lowest block limit, when theoretical occupancy is below 100%."""
-    theoretical = launch.get(NCol.OCC_THEORETICAL)
+    theoretical = launch.get(NcuCol.OCC_THEORETICAL)
     present = [(v, what) for v, what in ((launch.get(col), what) for col, what in _LIMITERS) if v is not None]
     if not present or theoretical is None or theoretical >= 100.0:
-        return {LCol.OCCUPANCY_LIMITER: None, LCol.LIMITER_BLOCKS_PER_SM: None}
+        return {MeasureCol.OCCUPANCY_LIMITER: None, MeasureCol.LIMITER_BLOCKS_PER_SM: None}
     low = min(v for v, _ in present)
-    return {LCol.OCCUPANCY_LIMITER: " and ".join(w for v, w in present if v == low),
-            LCol.LIMITER_BLOCKS_PER_SM: low}
+    return {MeasureCol.OCCUPANCY_LIMITER: " and ".join(w for v, w in present if v == low),
+            MeasureCol.LIMITER_BLOCKS_PER_SM: low}
 
 
 def _memory_access(launch: _Launch) -> dict[str, Any]:
     """Local-memory instructions (spills), excess L2 sectors and sectors per global request."""
-    out: dict[str, Any] = {LCol.LOCAL_MEMORY_INST: _sum(launch.get(NCol.LOCAL_LOADS), launch.get(NCol.LOCAL_STORES)),
-                           LCol.EXCESS_SECTOR_SHARE: None, LCol.SECTORS_PER_LOAD: None,
-                           LCol.SECTORS_PER_STORE: None}
-    excess, ideal = launch.get(NCol.L2_EXCESS_SECTORS), launch.get(NCol.L2_IDEAL_SECTORS)
+    out: dict[str, Any] = {MeasureCol.LOCAL_MEMORY_INST: _sum(launch.get(NcuCol.LOCAL_LOADS),
+                                                              launch.get(NcuCol.LOCAL_STORES)),
+                           MeasureCol.EXCESS_SECTOR_SHARE: None, MeasureCol.SECTORS_PER_LOAD: None,
+                           MeasureCol.SECTORS_PER_STORE: None}
+    excess, ideal = launch.get(NcuCol.L2_EXCESS_SECTORS), launch.get(NcuCol.L2_IDEAL_SECTORS)
     if excess is not None and ideal:
-        out[LCol.EXCESS_SECTOR_SHARE] = excess / (excess + ideal)
-    for column, sectors, requests in ((LCol.SECTORS_PER_LOAD, NCol.GLOBAL_LD_SECTORS, NCol.GLOBAL_LD_REQUESTS),
-                                      (LCol.SECTORS_PER_STORE, NCol.GLOBAL_ST_SECTORS, NCol.GLOBAL_ST_REQUESTS)):
+        out[MeasureCol.EXCESS_SECTOR_SHARE] = excess / (excess + ideal)
+    for column, sectors, requests in ((MeasureCol.SECTORS_PER_LOAD, NcuCol.GLOBAL_LD_SECTORS,
+                                       NcuCol.GLOBAL_LD_REQUESTS),
+                                      (MeasureCol.SECTORS_PER_STORE, NcuCol.GLOBAL_ST_SECTORS,
+                                       NcuCol.GLOBAL_ST_REQUESTS)):
         s, r = launch.get(sectors), launch.get(requests)
         if s is not None and r:
             out[column] = s / r
@@ -310,26 +317,29 @@ def _memory_access(launch: _Launch) -> dict[str, Any]:
 
 #: Dtypes of ``NcuRooflineMeasures.launches``; findings' launch table takes its measured columns' from here.
 MEASURES_SCHEMA: Final = {
-    NCol.LAUNCH: pl.Int64, NCol.NAME: pl.String, NCol.DEMANGLED: pl.String, NCol.DUR: pl.Int64,
-    LCol.SM_PCT: pl.Float64, LCol.MEMORY_PCT: pl.Float64, LCol.DRAM_PCT: pl.Float64,
-    LCol.L1_PCT: pl.Float64, LCol.L2_PCT: pl.Float64, LCol.DRAM_BYTES_PER_S: pl.Float64,
-    LCol.PEAK_DRAM_BYTES_PER_S: pl.Float64, LCol.FP64_FLOP_PER_S: pl.Float64,
-    LCol.FP32_FLOP_PER_S: pl.Float64, LCol.FP16_FLOP_PER_S: pl.Float64, LCol.PRECISION: pl.String,
-    LCol.FLOP_PER_S: pl.Float64, LCol.PEAK_FLOP_PER_S: pl.Float64, LCol.ARITHMETIC_INTENSITY: pl.Float64,
-    LCol.RIDGE_POINT: pl.Float64, LCol.ROOF_FLOP_PER_S: pl.Float64, LCol.ROOF_FRACTION: pl.Float64,
-    LCol.TENSOR_PIPE_PCT: pl.Float64, LCol.ACHIEVED_OCCUPANCY_PCT: pl.Float64,
-    LCol.THEORETICAL_OCCUPANCY_PCT: pl.Float64, LCol.OCCUPANCY_LIMITER: pl.String,
-    LCol.LIMITER_BLOCKS_PER_SM: pl.Float64, LCol.WAVES_PER_SM: pl.Float64, LCol.GRID_SIZE: pl.Float64,
-    LCol.SM_COUNT: pl.Float64, LCol.LOCAL_MEMORY_INST: pl.Float64, LCol.EXCESS_SECTOR_SHARE: pl.Float64,
-    LCol.SECTORS_PER_LOAD: pl.Float64, LCol.SECTORS_PER_STORE: pl.Float64, LCol.SM_CLOCK_HZ: pl.Float64,
-    LCol.CLOCK_RATIO: pl.Float64, LCol.CLOCKS_LOCKED_RECORDED: pl.Boolean, LCol.RULE_COUNT: pl.Int64,
+    NcuCol.LAUNCH: pl.Int64, NcuCol.NAME: pl.String, NcuCol.DEMANGLED: pl.String, NcuCol.DUR: pl.Int64,
+    MeasureCol.SM_PCT: pl.Float64, MeasureCol.MEMORY_PCT: pl.Float64, MeasureCol.DRAM_PCT: pl.Float64,
+    MeasureCol.L1_PCT: pl.Float64, MeasureCol.L2_PCT: pl.Float64, MeasureCol.DRAM_BYTES_PER_S: pl.Float64,
+    MeasureCol.PEAK_DRAM_BYTES_PER_S: pl.Float64, MeasureCol.FP64_FLOP_PER_S: pl.Float64,
+    MeasureCol.FP32_FLOP_PER_S: pl.Float64, MeasureCol.FP16_FLOP_PER_S: pl.Float64, MeasureCol.PRECISION: pl.String,
+    MeasureCol.FLOP_PER_S: pl.Float64, MeasureCol.PEAK_FLOP_PER_S: pl.Float64,
+    MeasureCol.ARITHMETIC_INTENSITY: pl.Float64,
+    MeasureCol.RIDGE_POINT: pl.Float64, MeasureCol.ROOF_FLOP_PER_S: pl.Float64, MeasureCol.ROOF_FRACTION: pl.Float64,
+    MeasureCol.TENSOR_PIPE_PCT: pl.Float64, MeasureCol.ACHIEVED_OCCUPANCY_PCT: pl.Float64,
+    MeasureCol.THEORETICAL_OCCUPANCY_PCT: pl.Float64, MeasureCol.OCCUPANCY_LIMITER: pl.String,
+    MeasureCol.LIMITER_BLOCKS_PER_SM: pl.Float64, MeasureCol.WAVES_PER_SM: pl.Float64, MeasureCol.GRID_SIZE: pl.Float64,
+    MeasureCol.SM_COUNT: pl.Float64, MeasureCol.LOCAL_MEMORY_INST: pl.Float64,
+    MeasureCol.EXCESS_SECTOR_SHARE: pl.Float64,
+    MeasureCol.SECTORS_PER_LOAD: pl.Float64, MeasureCol.SECTORS_PER_STORE: pl.Float64,
+    MeasureCol.SM_CLOCK_HZ: pl.Float64,
+    MeasureCol.CLOCK_RATIO: pl.Float64, MeasureCol.CLOCKS_LOCKED_RECORDED: pl.Boolean, MeasureCol.RULE_COUNT: pl.Int64,
 }
 
 
 def measure_roofline(report: NcuReport, options: RooflineOptions = RooflineOptions()) -> NcuRooflineMeasures:
     table = _table_peaks(report, options)
     rule_counts: dict[int, int] = {}
-    for launch_id in report.rules.get_column(NCol.LAUNCH).to_list():
+    for launch_id in report.rules.get_column(NcuCol.LAUNCH).to_list():
         rule_counts[launch_id] = rule_counts.get(launch_id, 0) + 1
     rows: list[dict[str, Any]] = []
     # Report-wide ceilings are those of the longest launch: its measured clocks are the steadiest.
@@ -338,59 +348,29 @@ def measure_roofline(report: NcuReport, options: RooflineOptions = RooflineOptio
         launch = _Launch(raw)
         ratio = _clock_ratio(launch, table)
         ceil = _ceilings(launch, table, ratio)
-        if (raw[NCol.DUR] or 0) > longest:
-            ceilings, longest = ceil, raw[NCol.DUR] or 0
+        if (raw[NcuCol.DUR] or 0) > longest:
+            ceilings, longest = ceil, raw[NcuCol.DUR] or 0
         t = _throughputs(launch, ceil)
         rows.append({
-            NCol.LAUNCH: raw[NCol.LAUNCH], NCol.NAME: raw[NCol.NAME], NCol.DEMANGLED: raw[NCol.DEMANGLED],
-            NCol.DUR: raw[NCol.DUR], **t, **_roofline(t, ceil), **_occupancy(launch), **_memory_access(launch),
-            LCol.SM_PCT: launch.get(NCol.SM_PCT), LCol.L1_PCT: launch.get(NCol.L1_PCT),
-            LCol.L2_PCT: launch.get(NCol.L2_PCT), LCol.PEAK_DRAM_BYTES_PER_S: ceil.dram_bytes_per_s,
-            LCol.TENSOR_PIPE_PCT: launch.get(NCol.TENSOR_PCT),
-            LCol.ACHIEVED_OCCUPANCY_PCT: launch.get(NCol.OCC_ACHIEVED),
-            LCol.THEORETICAL_OCCUPANCY_PCT: launch.get(NCol.OCC_THEORETICAL),
-            LCol.WAVES_PER_SM: launch.get(NCol.WAVES), LCol.GRID_SIZE: launch.get(NCol.GRID_SIZE),
-            LCol.SM_COUNT: launch.get(NCol.SM_COUNT), LCol.SM_CLOCK_HZ: launch.get(NCol.SM_CLOCK),
-            LCol.CLOCK_RATIO: ratio, LCol.CLOCKS_LOCKED_RECORDED: raw[NCol.CLOCKS_LOCKED],
-            LCol.RULE_COUNT: rule_counts.get(raw[NCol.LAUNCH], 0),
+            NcuCol.LAUNCH: raw[NcuCol.LAUNCH], NcuCol.NAME: raw[NcuCol.NAME], NcuCol.DEMANGLED: raw[NcuCol.DEMANGLED],
+            NcuCol.DUR: raw[NcuCol.DUR], **t, **_roofline(t, ceil), **_occupancy(launch), **_memory_access(launch),
+            MeasureCol.SM_PCT: launch.get(NcuCol.SM_PCT), MeasureCol.L1_PCT: launch.get(NcuCol.L1_PCT),
+            MeasureCol.L2_PCT: launch.get(NcuCol.L2_PCT), MeasureCol.PEAK_DRAM_BYTES_PER_S: ceil.dram_bytes_per_s,
+            MeasureCol.TENSOR_PIPE_PCT: launch.get(NcuCol.TENSOR_PCT),
+            MeasureCol.ACHIEVED_OCCUPANCY_PCT: launch.get(NcuCol.OCC_ACHIEVED),
+            MeasureCol.THEORETICAL_OCCUPANCY_PCT: launch.get(NcuCol.OCC_THEORETICAL),
+            MeasureCol.WAVES_PER_SM: launch.get(NcuCol.WAVES), MeasureCol.GRID_SIZE: launch.get(NcuCol.GRID_SIZE),
+            MeasureCol.SM_COUNT: launch.get(NcuCol.SM_COUNT), MeasureCol.SM_CLOCK_HZ: launch.get(NcuCol.SM_CLOCK),
+            MeasureCol.CLOCK_RATIO: ratio, MeasureCol.CLOCKS_LOCKED_RECORDED: raw[NcuCol.CLOCKS_LOCKED],
+            MeasureCol.RULE_COUNT: rule_counts.get(raw[NcuCol.LAUNCH], 0),
         })
-    names = report.launches.get_column(NCol.DEVICE_NAME).drop_nulls()
+    names = report.launches.get_column(NcuCol.DEVICE_NAME).drop_nulls()
     device = names[0] if names.len() else (table.name if table else options.device)
-    kernel_names = report.launches.select(NCol.LAUNCH, NCol.NAME)
+    kernel_names = report.launches.select(NcuCol.LAUNCH, NcuCol.NAME)
     return NcuRooflineMeasures(
         path=report.path, format=report.format, tool_version=report.tool_version, device_name=device,
         ceilings=ceilings, peaks=table, warnings=tuple(report.warnings),
         launches=pl.DataFrame(rows, schema=MEASURES_SCHEMA, strict=False),
-        rules=report.rules.join(kernel_names, on=NCol.LAUNCH, how="left"),
-        stalls=_stalls(report).join(kernel_names, on=NCol.LAUNCH, how="left"),
-    )
-
-
-class KCol:
-    """Columns of ``weighted_by_kernel`` beside ``NCol.NAME`` and the ``WEIGHTED`` launch columns."""
-
-    LAUNCHES: Final = "launches"
-    TOTAL_NS: Final = "total_ns"
-    MEAN_NS: Final = "mean_ns"  # to the nearest nanosecond
-    WEIGHTED: Final = (LCol.SM_PCT, LCol.MEMORY_PCT, LCol.DRAM_PCT, LCol.ACHIEVED_OCCUPANCY_PCT,
-                       LCol.THEORETICAL_OCCUPANCY_PCT, LCol.ROOF_FRACTION, LCol.ARITHMETIC_INTENSITY,
-                       LCol.DRAM_BYTES_PER_S, LCol.FLOP_PER_S)
-
-
-def weighted_by_kernel(launches: pl.DataFrame) -> pl.DataFrame:
-    """One row per kernel name: launch count, total and mean time, and time-weighted means of
-    the throughput figures (launches without a duration or a figure carry no weight)."""
-    w = pl.col(NCol.DUR).cast(pl.Float64)
-
-    def wmean(col: str) -> pl.Expr:
-        valid = pl.col(col).is_not_null() & pl.col(NCol.DUR).is_not_null()
-        weight = w.filter(valid).sum()
-        return (pl.when(weight > 0).then((pl.col(col) * w).filter(valid).sum() / weight)
-                .otherwise(None).alias(col))
-
-    return launches.group_by(NCol.NAME).agg(
-        pl.len().cast(pl.Int64).alias(KCol.LAUNCHES),
-        pl.col(NCol.DUR).sum().alias(KCol.TOTAL_NS),
-        whole_ns(pl.col(NCol.DUR).mean()).alias(KCol.MEAN_NS),
-        *(wmean(c) for c in KCol.WEIGHTED),
+        rules=report.rules.join(kernel_names, on=NcuCol.LAUNCH, how="left"),
+        stalls=_stalls(report).join(kernel_names, on=NcuCol.LAUNCH, how="left"),
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracewhy.model.ncu import NCol
+from tracewhy.model.ncu import NcuCol
 
 
 def kernel_base_name(name: str) -> str:
@@ -68,7 +68,7 @@ def match_ncu_names(trace_names: list[str], ncu_names: list[str],
 
 def demangled_names(launches: pl.DataFrame) -> dict[str, set[str]]:
     """ncu kernel name -> the full signatures its launches carry (``.ncu-rep`` only)."""
-    pairs = launches.select(NCol.NAME, NCol.DEMANGLED).drop_nulls().unique()
+    pairs = launches.select(NcuCol.NAME, NcuCol.DEMANGLED).drop_nulls().unique()
     out: dict[str, set[str]] = {}
     for name, full in pairs.iter_rows():
         out.setdefault(name, set()).add(full)

@@ -19,18 +19,18 @@ import polars as pl
 from tracewhy.analyses.peaks import DevicePeaks, lookup_peaks
 from tracewhy.analyses.shapes import GEMM, OpInputs, estimate
 from tracewhy.analyses.stats import whole_ns
-from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, DCol, Kind, OCol
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, DeviceCol, Kind, OpAttrCol
 from tracewhy.model.trace import Trace
 
 #: Newer record_shapes traces carry scalar argument values ("Concrete Inputs"); a model
 #: column for them is looked up by this name when present, so causal flags and conv strides
 #: are used as soon as the reader keeps them.
-CONCRETE_INPUTS_COLUMN: Final = getattr(OCol, "CONCRETE_INPUTS", "concrete_inputs")
+CONCRETE_INPUTS_COLUMN: Final = getattr(OpAttrCol, "CONCRETE_INPUTS", "concrete_inputs")
 #: fp32 GEMM kernels whose names say TF32 ran on tensor cores (cuBLAS/CUTLASS naming).
 _TF32_HINTS: Final = ("tf32", "s1688", "s16816tf32")
 
 
-class PCol:
+class OpRoofCol:
     """Columns of the instance and op tables that other modules read (beside ``Col.NAME``)."""
 
     INPUT_DIMS: Final = "input_dims"
@@ -71,7 +71,7 @@ class OpRooflineMeasures:
 
 
 #: What one row of ``ops`` stands for: an op name called with the same shapes and dtype.
-OP_KEYS: Final = (Col.NAME, PCol.INPUT_DIMS, PCol.DTYPE)
+OP_KEYS: Final = (Col.NAME, OpRoofCol.INPUT_DIMS, OpRoofCol.DTYPE)
 
 _INSTANCE_SCHEMA: Final = {
     Col.ID: pl.Int64, Col.NAME: pl.String, "input_dims": pl.String, "category": pl.String,
@@ -80,7 +80,7 @@ _INSTANCE_SCHEMA: Final = {
     "flop_per_s": pl.Float64, "bytes_per_s": pl.Float64, "peak_flop_per_s": pl.Float64,
     "peak_bytes_per_s": pl.Float64, "ridge_point": pl.Float64, "roof_flop_per_s": pl.Float64,
     "roof_fraction": pl.Float64, "roof_ns": pl.Float64, "lost_ns": pl.Float64,
-    PCol.MEMORY_NS: pl.Float64, PCol.COMPUTE_NS: pl.Float64, "params": pl.String, "note": pl.String,
+    OpRoofCol.MEMORY_NS: pl.Float64, OpRoofCol.COMPUTE_NS: pl.Float64, "params": pl.String, "note": pl.String,
 }
 
 
@@ -89,10 +89,10 @@ def _device_peaks(trace: Trace, options: OpRooflineOptions) -> tuple[str | None,
     name = options.device
     sms = None
     if name is None and d.height:
-        first = d.filter(pl.col(DCol.NAME).is_not_null()).head(1)
+        first = d.filter(pl.col(DeviceCol.NAME).is_not_null()).head(1)
         if first.height:
-            name = first.get_column(DCol.NAME)[0]
-            sms = first.get_column(DCol.NUM_SMS)[0]
+            name = first.get_column(DeviceCol.NAME)[0]
+            sms = first.get_column(DeviceCol.NUM_SMS)[0]
     return name, lookup_peaks(name, int(sms) if sms is not None else None)
 
 
@@ -114,7 +114,7 @@ def _place(cost_flops: float, cost_bytes: float, gpu_ns: int, peak_flops: float 
         "bytes_per_s": cost_bytes / seconds if seconds else None,
         "peak_flop_per_s": peak_flops, "peak_bytes_per_s": peak_bw,
         "ridge_point": None, "roof_flop_per_s": None, "roof_fraction": None, "roof_ns": None,
-        "lost_ns": None, PCol.MEMORY_NS: None, PCol.COMPUTE_NS: None,
+        "lost_ns": None, OpRoofCol.MEMORY_NS: None, OpRoofCol.COMPUTE_NS: None,
     }
     if not peak_bw or not seconds:
         return out
@@ -124,8 +124,8 @@ def _place(cost_flops: float, cost_bytes: float, gpu_ns: int, peak_flops: float 
     out.update({
         "ridge_point": peak_flops / peak_bw if peak_flops else None,
         "roof_flop_per_s": (min(peak_flops, ai * peak_bw) if peak_flops and ai is not None else None),
-        PCol.ROOF_FRACTION: roof_ns / gpu_ns if gpu_ns else None, PCol.ROOF_NS: roof_ns,
-        PCol.LOST_NS: max(gpu_ns - roof_ns, 0.0), PCol.MEMORY_NS: memory_ns, PCol.COMPUTE_NS: compute_ns,
+        OpRoofCol.ROOF_FRACTION: roof_ns / gpu_ns if gpu_ns else None, OpRoofCol.ROOF_NS: roof_ns,
+        OpRoofCol.LOST_NS: max(gpu_ns - roof_ns, 0.0), OpRoofCol.MEMORY_NS: memory_ns, OpRoofCol.COMPUTE_NS: compute_ns,
     })
     return out
 
@@ -155,14 +155,14 @@ def measure_op_roofline(trace: Trace, options: OpRooflineOptions = OpRooflineOpt
     table = (
         per_op.join(longest_kernel, on=Col.OP, how="left")
         .join(s.select(Col.ID, pl.col(Col.NAME).cast(pl.String)), left_on=Col.OP, right_on=Col.ID)
-        .join(attrs.select(Col.ID, OCol.INPUT_DIMS, OCol.INPUT_TYPES, *concrete),
+        .join(attrs.select(Col.ID, OpAttrCol.INPUT_DIMS, OpAttrCol.INPUT_TYPES, *concrete),
               left_on=Col.OP, right_on=Col.ID, how="left")
         .sort(Col.OP)
     )
     rows: list[dict[str, Any]] = []
     skipped: dict[str, int] = {}
     for r in table.iter_rows(named=True):
-        inputs = OpInputs.parse(r[OCol.INPUT_DIMS], r[OCol.INPUT_TYPES], r.get(CONCRETE_INPUTS_COLUMN))
+        inputs = OpInputs.parse(r[OpAttrCol.INPUT_DIMS], r[OpAttrCol.INPUT_TYPES], r.get(CONCRETE_INPUTS_COLUMN))
         cost = estimate(r[Col.NAME], inputs, kernel_name=r["kernel"]) if inputs else None
         if cost is None:
             skipped[r[Col.NAME]] = skipped.get(r[Col.NAME], 0) + r["gpu_ns"]
@@ -171,7 +171,7 @@ def measure_op_roofline(trace: Trace, options: OpRooflineOptions = OpRooflineOpt
         placed = _place(cost.flops, cost.min_bytes, r["gpu_ns"],
                         peaks.flops(precision) if peaks else None, peaks.dram_bytes_per_s if peaks else None)
         rows.append({
-            Col.ID: r[Col.OP], Col.NAME: r[Col.NAME], "input_dims": _compact(r[OCol.INPUT_DIMS]),
+            Col.ID: r[Col.OP], Col.NAME: r[Col.NAME], "input_dims": _compact(r[OpAttrCol.INPUT_DIMS]),
             "category": cost.category, "dtype": cost.dtype, "precision": precision,
             "gpu_ns": r["gpu_ns"], "kernel": r["kernel"], "flops": cost.flops,
             "min_bytes": cost.min_bytes, **placed,
@@ -179,7 +179,7 @@ def measure_op_roofline(trace: Trace, options: OpRooflineOptions = OpRooflineOpt
         })
     instances = pl.DataFrame(rows, schema=_INSTANCE_SCHEMA, strict=False)
     covered = int(instances.get_column("gpu_ns").sum() or 0)
-    has_shapes = trace.op_attrs.get_column(OCol.INPUT_DIMS).null_count() < trace.op_attrs.height
+    has_shapes = trace.op_attrs.get_column(OpAttrCol.INPUT_DIMS).null_count() < trace.op_attrs.height
     return OpRooflineMeasures(device, peaks, instances, _by_op(instances), gpu_time, covered, has_shapes, skipped)
 
 
@@ -220,6 +220,6 @@ def _by_op(instances: pl.DataFrame) -> pl.DataFrame:
         # Times at the roof are estimates in fractions of a nanosecond: whole ones once summed.
         .with_columns(whole_ns(pl.col("roof_ns")), whole_ns(pl.col("lost_ns")))
         # Every key of the group, so that groups apart only in dtype come in one order on every run.
-        .sort(["gpu_ns", Col.NAME, "input_dims", PCol.DTYPE], descending=[True, False, False, False],
+        .sort(["gpu_ns", Col.NAME, "input_dims", OpRoofCol.DTYPE], descending=[True, False, False, False],
               nulls_last=True)
     )

@@ -19,7 +19,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses import api_names
-from tracewhy.model.schema import GPU_ACTIVITY_KINDS, HOST_KINDS, Col, Kind, OCol
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, HOST_KINDS, Col, Kind, OpAttrCol
 from tracewhy.model.trace import Trace
 
 I64 = npt.NDArray[np.int64]
@@ -142,8 +142,8 @@ class HostTree:
 
 def call_stacks(trace: Trace) -> pl.DataFrame:
     """Slices with a non-empty legacy ``Call stack``: id and the text."""
-    return trace.op_attrs.select(OCol.ID, OCol.CALL_STACK).filter(
-        pl.col(OCol.CALL_STACK).is_not_null() & (pl.col(OCol.CALL_STACK) != ""))
+    return trace.op_attrs.select(OpAttrCol.ID, OpAttrCol.CALL_STACK).filter(
+        pl.col(OpAttrCol.CALL_STACK).is_not_null() & (pl.col(OpAttrCol.CALL_STACK) != ""))
 
 
 def line_of(trace: Trace, slice_ids: list[int] | I64, *, within: bool = False) -> SourceLine | None:
@@ -177,12 +177,12 @@ def line_of(trace: Trace, slice_ids: list[int] | I64, *, within: bool = False) -
         return _source(parse_frame(best))
     stacked = call_stacks(trace)
     has = np.zeros(tree.parent.size, dtype=bool)
-    has[stacked.get_column(OCol.ID).to_numpy()] = True
+    has[stacked.get_column(OpAttrCol.ID).to_numpy()] = True
     at = tree.nearest(has)[ids]
     if within and (has & inside).any():
         at = np.flatnonzero(has & inside & (tree.nearest(has & inside, strict=True) < 0))
     at = at[at >= 0]
-    text = dict(zip(stacked.get_column(OCol.ID).to_list(), stacked.get_column(OCol.CALL_STACK).to_list(),
+    text = dict(zip(stacked.get_column(OpAttrCol.ID).to_list(), stacked.get_column(OpAttrCol.CALL_STACK).to_list(),
                     strict=True))
     votes: dict[tuple[str, int, str, bool], float] = {}
     for op, w in zip(at.tolist(), np.maximum(tree.dur[at], 1).tolist(), strict=True):

@@ -29,10 +29,10 @@ from tracewhy.model.schema import (
     MEMORY_SCHEMA,
     OP_ATTRS_SCHEMA,
     SLICES_SCHEMA,
-    CCol,
     Col,
-    KCol,
+    CopyAttrCol,
     Kind,
+    LaunchAttrCol,
 )
 from tracewhy.model.trace import Trace
 
@@ -155,7 +155,7 @@ def kernel_rows(trace: Trace) -> pl.DataFrame:
     """One row per kernel, with its family and rule (as ``kernels`` classifies it) and launch
     attributes (null where the trace has none)."""
     k = trace.of_kind(Kind.KERNEL).select(*_GPU_COLUMNS).with_columns(pl.col(Col.NAME).cast(pl.String))
-    k = k.join(classify_kernels(trace), on=Col.ID, how="left").join(trace.kernel_attrs, on=KCol.ID, how="left")
+    k = k.join(classify_kernels(trace), on=Col.ID, how="left").join(trace.kernel_attrs, on=LaunchAttrCol.ID, how="left")
     return k.select(*SQL_SCHEMAS[Table.KERNELS])
 
 
@@ -163,8 +163,9 @@ def copy_rows(trace: Trace) -> pl.DataFrame:
     """One row per memcpy and memset, with bytes, direction and memory kinds."""
     kinds = [k for k in GPU_ACTIVITY_KINDS if k is not Kind.KERNEL]
     c = trace.of_kind(*kinds).select(Col.KIND, *_GPU_COLUMNS)
-    c = c.join(trace.copy_attrs, on=CCol.ID, how="left")
-    c = c.with_columns(pl.col(Col.KIND, Col.NAME, CCol.COPY_KIND, CCol.SRC_MEM, CCol.DST_MEM).cast(pl.String))
+    c = c.join(trace.copy_attrs, on=CopyAttrCol.ID, how="left")
+    c = c.with_columns(pl.col(Col.KIND, Col.NAME, CopyAttrCol.COPY_KIND, CopyAttrCol.SRC_MEM,
+                              CopyAttrCol.DST_MEM).cast(pl.String))
     return c.select(*SQL_SCHEMAS[Table.COPIES])
 
 

@@ -327,7 +327,7 @@ def _empty_table() -> pl.DataFrame:
     return pl.DataFrame(schema=STEPS_SCHEMA)
 
 
-def step_windows(trace: Trace, st: StepsResult) -> pl.DataFrame:
+def step_windows(trace: Trace, steps_result: StepsResult) -> pl.DataFrame:
     """One window per step, with WINDOWS_SCHEMA (see WindowCol), in time order.
 
     Windows run from a step's start to the next step's start in the same process (each
@@ -340,14 +340,14 @@ def step_windows(trace: Trace, st: StepsResult) -> pl.DataFrame:
     same way)."""
     trace.require_whole()
     kept: dict[int, tuple[StepsResult, pl.DataFrame]] = trace.__dict__.setdefault("_step_windows", {})
-    hit = kept.get(id(st))
-    if hit is None or hit[0] is not st:
-        hit = kept[id(st)] = (st, _step_windows(trace, st))
+    hit = kept.get(id(steps_result))
+    if hit is None or hit[0] is not steps_result:
+        hit = kept[id(steps_result)] = (steps_result, _step_windows(trace, steps_result))
     return hit[1]
 
 
-def _step_windows(trace: Trace, st: StepsResult) -> pl.DataFrame:
-    t = st.table
+def _step_windows(trace: Trace, steps_result: StepsResult) -> pl.DataFrame:
+    t = steps_result.table
     if t.height == 0:
         return pl.DataFrame(schema=WINDOWS_SCHEMA)
     # Only slices starting when a step starts can be its marker: filtered on that first, so that

@@ -13,7 +13,7 @@ from typing import Final
 
 import polars as pl
 
-from tracewhy.model.schema import CCol, Col, Kind
+from tracewhy.model.schema import Col, CopyAttrCol, Kind
 from tracewhy.model.trace import Trace
 
 #: Columns of every summary table after its key column(s).
@@ -70,15 +70,15 @@ def api_summary(trace: Trace) -> Summary:
 def memory_ops(trace: Trace) -> pl.DataFrame:
     """Memcpy and memset slices with ``operation`` (copy kind, or "memset") and ``bytes``."""
     ops = trace.of_kind(Kind.MEMCPY, Kind.MEMSET).select(Col.ID, Col.KIND, Col.DUR)
-    attrs = trace.copy_attrs.select(Col.ID, CCol.BYTES, pl.col(CCol.COPY_KIND).cast(pl.String))
+    attrs = trace.copy_attrs.select(Col.ID, CopyAttrCol.BYTES, pl.col(CopyAttrCol.COPY_KIND).cast(pl.String))
     return ops.join(attrs, on=Col.ID, how="left").select(
         Col.ID,
         pl.when(pl.col(Col.KIND) == Kind.MEMSET.value)
         .then(pl.lit(MEMSET_OPERATION))
-        .otherwise(pl.col(CCol.COPY_KIND).fill_null("unknown"))
+        .otherwise(pl.col(CopyAttrCol.COPY_KIND).fill_null("unknown"))
         .alias("operation"),
         Col.DUR,
-        CCol.BYTES,
+        CopyAttrCol.BYTES,
     )
 
 
@@ -89,5 +89,5 @@ def memory_time_summary(trace: Trace) -> Summary:
 
 def memory_size_summary(trace: Trace) -> Summary:
     """Bytes per memory operation (nsys ``cuda_gpu_mem_size_sum``, which prints MB = 1e6 B)."""
-    ops = memory_ops(trace).filter(pl.col(CCol.BYTES).is_not_null())
-    return summarize(ops, "operation", CCol.BYTES)
+    ops = memory_ops(trace).filter(pl.col(CopyAttrCol.BYTES).is_not_null())
+    return summarize(ops, "operation", CopyAttrCol.BYTES)

@@ -16,7 +16,7 @@ from typing import Final
 import polars as pl
 
 from tracewhy.analyses.families import Family, classify_kernels
-from tracewhy.model.schema import Col, DCol, Kind, OCol
+from tracewhy.model.schema import Col, DeviceCol, Kind, OpAttrCol
 from tracewhy.model.trace import KINETO_FORMAT, Trace
 
 # --- architecture facts (CUDA C++ Programming Guide, "Compute Capabilities" and the warp
@@ -110,23 +110,24 @@ def tensor_cores(trace: Trace, vendor: str | None = "nvidia") -> TensorCoresResu
     if ops.len():
         names = trace.slices.get_column(Col.NAME).gather(ops).cast(pl.String)
         op_info = op_info.with_columns(names.alias("_op")).join(
-            trace.op_attrs.select(pl.col(OCol.ID).alias(Col.OP), OCol.INPUT_DIMS, OCol.INPUT_TYPES),
+            trace.op_attrs.select(pl.col(OpAttrCol.ID).alias(Col.OP), OpAttrCol.INPUT_DIMS, OpAttrCol.INPUT_TYPES),
             on=Col.OP, how="left")
     else:
         op_info = op_info.with_columns(pl.lit(None, pl.String).alias("_op"), pl.lit(None, pl.String).alias(
-            OCol.INPUT_DIMS), pl.lit(None, pl.String).alias(OCol.INPUT_TYPES))
-    cc = {d: (a, b) for d, a, b in trace.devices.select(DCol.DEVICE, DCol.CC_MAJOR, DCol.CC_MINOR).iter_rows()
+            OpAttrCol.INPUT_DIMS), pl.lit(None, pl.String).alias(OpAttrCol.INPUT_TYPES))
+    cc = {d: (a, b) for d, a, b in trace.devices.select(DeviceCol.DEVICE, DeviceCol.CC_MAJOR,
+                                                        DeviceCol.CC_MINOR).iter_rows()
           if a is not None and b is not None and vendor == "nvidia"}
     groups = (
         k.join(op_info, on=Col.OP, how="left")
-        .group_by(Col.NAME, Col.DEVICE, "_op", OCol.INPUT_DIMS, OCol.INPUT_TYPES)
+        .group_by(Col.NAME, Col.DEVICE, "_op", OpAttrCol.INPUT_DIMS, OpAttrCol.INPUT_TYPES)
         .agg(pl.len().cast(pl.Int64).alias("count"), pl.col(Col.DUR).sum().alias("total_ns"))
     )
     rows = []
     for g in groups.iter_rows(named=True):
         dev_cc = cc.get(g[Col.DEVICE])
-        precision, precision_rule = _precision(g[Col.NAME], g[OCol.INPUT_TYPES])
-        shape_rule = _matrix_vector(g[Col.NAME], g["_op"], g[OCol.INPUT_DIMS])
+        precision, precision_rule = _precision(g[Col.NAME], g[OpAttrCol.INPUT_TYPES])
+        shape_rule = _matrix_vector(g[Col.NAME], g["_op"], g[OpAttrCol.INPUT_DIMS])
         verdict, reason = _verdict(g[Col.NAME], precision, shape_rule, dev_cc)
         rows.append({"name": g[Col.NAME], "device": g[Col.DEVICE],
                      "cc": f"{dev_cc[0]}.{dev_cc[1]}" if dev_cc else None, "precision": precision,

@@ -59,11 +59,11 @@ def findings(ctx: Context) -> list[Finding]:
 
 def _allocator(ctx: Context) -> list[Finding]:
     host = ctx.host()
-    st = ctx.steps().table
+    steps_table = ctx.steps().table
     rows = np.flatnonzero(host.self_flag[Flag.ALLOC])
-    if rows.size == 0 or st.height == 0:
+    if rows.size == 0 or steps_table.height == 0:
         return []
-    steady = st.filter(pl.col(StepCol.STEADY))
+    steady = steps_table.filter(pl.col(StepCol.STEADY))
     ts = host.ts[rows]
     in_steady = np.zeros(rows.size, dtype=bool)
     for a, z in steady.select(StepCol.TS, StepCol.WINDOW_END).iter_rows():

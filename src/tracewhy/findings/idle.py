@@ -332,10 +332,10 @@ def _input_over_the_trace(ctx: Context) -> list[Finding]:
 def _input_without_gpu(ctx: Context) -> list[Finding]:
     """On a CPU-only trace the DataLoader's share of the step is what an input fix recovers: the
     loop runs on one thread, so every millisecond of loading is a millisecond of step."""
-    st = ctx.steps()
-    if st.table.height == 0:
+    steps_result = ctx.steps()
+    if steps_result.table.height == 0:
         return _input_over_the_trace(ctx)
-    ip = input_pipeline(st, ctx.host(), {})
+    ip = input_pipeline(steps_result, ctx.host(), {})
     steady = ip.per_step.filter(pl.col(StepCol.STEADY))
     if steady.height == 0:
         return []

@@ -16,7 +16,7 @@ from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
 from tracewhy.findings.memory import ledger_parts, memory_result
 from tracewhy.findings.model import Finding, Severity
-from tracewhy.model.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, Col, DCol, MCol
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, Col, DeviceCol, MemEventCol
 from tracewhy.model.trace import NSYS_FORMAT, Trace
 from tracewhy.units import fmt_bytes
 from tracewhy.units import fmt_pct as pct
@@ -43,7 +43,7 @@ def gpu_vendor(trace: Trace) -> tuple[str | None, str]:
     for vendor, prefix in (("amd", "hip"), ("nvidia", "cu")):
         if any(isinstance(n, str) and n.startswith(prefix) for n in launches):
             return vendor, f"{prefix}* runtime calls"
-    names = " ".join(str(n) for n in trace.devices.get_column(DCol.NAME).to_list()).lower()
+    names = " ".join(str(n) for n in trace.devices.get_column(DeviceCol.NAME).to_list()).lower()
     for vendor, word in (("amd", "amd"), ("nvidia", "nvidia")):
         if word in names:
             return vendor, "the device name"
@@ -121,14 +121,14 @@ def _tensor_core_advice(tc: TensorCoresResult, cc: str | None) -> str:
 
 def _memory(ctx: Context) -> list[Finding]:
     t = ctx.trace
-    mem = t.memory.filter(pl.col(MCol.DEVICE_TYPE) == 1)  # c10::DeviceType CUDA
+    mem = t.memory.filter(pl.col(MemEventCol.DEVICE_TYPE) == 1)  # c10::DeviceType CUDA
     if mem.height == 0 or t.devices.height == 0:
         return []
-    peak = mem.group_by(MCol.DEVICE_ID).agg(pl.col(MCol.TOTAL_RESERVED).max().alias("reserved"))
+    peak = mem.group_by(MemEventCol.DEVICE_ID).agg(pl.col(MemEventCol.TOTAL_RESERVED).max().alias("reserved"))
     analysis = memory_result(ctx)
     out = []
     for device, reserved in peak.iter_rows():
-        total = t.devices.filter(pl.col(DCol.DEVICE) == device).get_column(DCol.TOTAL_MEM)
+        total = t.devices.filter(pl.col(DeviceCol.DEVICE) == device).get_column(DeviceCol.TOTAL_MEM)
         if total.len() == 0 or not total[0] or reserved is None:
             continue
         share = reserved / total[0]

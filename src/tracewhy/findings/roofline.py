@@ -18,18 +18,17 @@ import polars as pl
 from tracewhy.analyses.roofline import (
     MEASURES_SCHEMA,
     Ceilings,
-    KCol,
-    LCol,
+    MeasureCol,
     NcuRooflineMeasures,
     RooflineOptions,
-    SCol,
+    StallCol,
     measure_roofline,
-    weighted_by_kernel,
 )
 from tracewhy.analyses.roofline_join import demangled_names, match_ncu_names
+from tracewhy.analyses.roofline_weighted import WeightedCol, weighted_by_kernel
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.roofline_notes import ncu_notes
-from tracewhy.model.ncu import BCol, NCol, NcuReport, RCol
+from tracewhy.model.ncu import BreakdownCol, NcuCol, NcuReport, RuleCol
 
 MEMORY_BOUND: Final = "memory-bound"
 COMPUTE_BOUND: Final = "compute-bound"
@@ -42,8 +41,8 @@ SMALL_GRID: Final = "small grid"
 TAIL: Final = "tail"
 
 
-class VCol:
-    """Verdict columns of ``NcuRooflineResult.launches`` and ``kernels`` (beside ``LCol``'s)."""
+class VerdictCol:
+    """Verdict columns of ``NcuRooflineResult.launches`` and ``kernels`` (beside ``MeasureCol``'s)."""
 
     BOUND: Final = "bound"
     REASON: Final = "reason"
@@ -124,18 +123,18 @@ def _fmt_rate(value: float, unit: str) -> str:
 def _occupancy_details(m: dict[str, Any]) -> tuple[str | None, list[str]]:
     """(grid note, details) from occupancy, waves and tails."""
     details: list[str] = []
-    achieved, theoretical = m[LCol.ACHIEVED_OCCUPANCY_PCT], m[LCol.THEORETICAL_OCCUPANCY_PCT]
-    limiter = m[LCol.OCCUPANCY_LIMITER]
+    achieved, theoretical = m[MeasureCol.ACHIEVED_OCCUPANCY_PCT], m[MeasureCol.THEORETICAL_OCCUPANCY_PCT]
+    limiter = m[MeasureCol.OCCUPANCY_LIMITER]
     if limiter is not None and theoretical < th.LOW_THEORETICAL_OCCUPANCY_PCT:
         details.append(f"theoretical occupancy {theoretical:.0f}% is limited by {limiter} "
-                       f"({m[LCol.LIMITER_BLOCKS_PER_SM]:.0f} blocks per SM)")
+                       f"({m[MeasureCol.LIMITER_BLOCKS_PER_SM]:.0f} blocks per SM)")
     if achieved is not None and theoretical and achieved < th.OCCUPANCY_GAP_RATIO * theoretical:
         details.append(f"achieved occupancy {achieved:.0f}% is well below the theoretical {theoretical:.0f}% "
                        "(load imbalance, a tail, or too few blocks)")
-    waves = m[LCol.WAVES_PER_SM]
+    waves = m[MeasureCol.WAVES_PER_SM]
     grid_note = None
     if waves is not None:
-        blocks, sms = m[LCol.GRID_SIZE], m[LCol.SM_COUNT]
+        blocks, sms = m[MeasureCol.GRID_SIZE], m[MeasureCol.SM_COUNT]
         if waves < th.FULL_WAVE:
             grid_note = SMALL_GRID
             extra = f" ({blocks:.0f} blocks for {sms:.0f} SMs)" if blocks and sms else ""
@@ -150,20 +149,20 @@ def _occupancy_details(m: dict[str, Any]) -> tuple[str | None, list[str]]:
 
 def _memory_details(m: dict[str, Any]) -> tuple[bool | None, list[str]]:
     """(uncoalesced, details) from spills and the coalescing figures."""
-    local = m[LCol.LOCAL_MEMORY_INST]
+    local = m[MeasureCol.LOCAL_MEMORY_INST]
     spills = ([f"{local:,.0f} local-memory instructions: register spills (or local arrays) go to memory"]
               if local else [])
     flags: list[str] = []
-    share = m[LCol.EXCESS_SECTOR_SHARE]
+    share = m[MeasureCol.EXCESS_SECTOR_SHARE]
     if share is not None and share >= th.EXCESS_SECTORS_SHARE:
         flags.append(f"{share:.0%} of global-memory sectors are excess (uncoalesced)")
-    for kind, column in (("load", LCol.SECTORS_PER_LOAD), ("store", LCol.SECTORS_PER_STORE)):
+    for kind, column in (("load", MeasureCol.SECTORS_PER_LOAD), ("store", MeasureCol.SECTORS_PER_STORE)):
         ratio = m[column]
         if ratio is not None and ratio >= th.UNCOALESCED_SECTORS_PER_REQUEST:
             flags.append(f"global {kind}s touch {ratio:.0f} sectors per request (uncoalesced)")
     # No coalescing figure at all: unknown, not "coalesced".
-    measured = any(m[c] is not None for c in (LCol.EXCESS_SECTOR_SHARE, LCol.SECTORS_PER_LOAD,
-                                              LCol.SECTORS_PER_STORE))
+    measured = any(m[c] is not None for c in (MeasureCol.EXCESS_SECTOR_SHARE, MeasureCol.SECTORS_PER_LOAD,
+                                              MeasureCol.SECTORS_PER_STORE))
     return bool(flags) if measured else None, spills + flags
 
 
@@ -172,19 +171,19 @@ def _stall_text(stalls: list[dict[str, Any]]) -> str | None:
         return None
     parts = []
     for s in stalls[:2]:
-        reason = s[SCol.REASON]
+        reason = s[StallCol.REASON]
         meaning = STALL_MEANING.get(reason, reason.replace("_", " "))
-        unit = " cycles/instr" if s[SCol.SOURCE] == "stall_cycles" else " samples"
-        parts.append(f"{reason} ({meaning}; {s[SCol.SHARE]:.0%}, {s[BCol.VALUE]:.1f}{unit})")
+        unit = " cycles/instr" if s[StallCol.SOURCE] == "stall_cycles" else " samples"
+        parts.append(f"{reason} ({meaning}; {s[StallCol.SHARE]:.0%}, {s[BreakdownCol.VALUE]:.1f}{unit})")
     return "warps stall mostly on " + " and ".join(parts)
 
 
 def _verdict(m: dict[str, Any], ceil_dram: float | None, grid_note: str | None,
              stalls: list[dict[str, Any]]) -> tuple[str, str]:
-    sm, mem = m[LCol.SM_PCT], m[LCol.MEMORY_PCT]
-    dram, l1, l2 = m[LCol.DRAM_PCT], m[LCol.L1_PCT], m[LCol.L2_PCT]
+    sm, mem = m[MeasureCol.SM_PCT], m[MeasureCol.MEMORY_PCT]
+    dram, l1, l2 = m[MeasureCol.DRAM_PCT], m[MeasureCol.L1_PCT], m[MeasureCol.L2_PCT]
     if sm is None and mem is None:
-        if m[NCol.DUR] is None:
+        if m[NcuCol.DUR] is None:
             return UNKNOWN, "ncu recorded no metrics for this launch (collection failed or was skipped)"
         return UNKNOWN, "the export has neither compute nor memory throughput for this launch"
     sm_v, mem_v = sm or 0.0, mem or 0.0
@@ -204,7 +203,7 @@ def _verdict(m: dict[str, Any], ceil_dram: float | None, grid_note: str | None,
         levels = [(v, n) for v, n in ((dram, "DRAM"), (l2, "L2"), (l1, "L1/shared")) if v is not None]
         top = max(levels) if levels else None
         where = f"{top[1]} at {top[0]:.0f}% of peak" if top else f"memory at {mem_v:.0f}% of peak"
-        rate = m[LCol.DRAM_BYTES_PER_S]
+        rate = m[MeasureCol.DRAM_BYTES_PER_S]
         if rate and ceil_dram:
             where += f" (DRAM {_fmt_rate(rate, 'B/s')} of {_fmt_rate(ceil_dram, 'B/s')})"
         if top and top[1] != "DRAM" and dram is not None and dram < th.SATURATED_PCT:
@@ -213,7 +212,7 @@ def _verdict(m: dict[str, Any], ceil_dram: float | None, grid_note: str | None,
             where += f"; compute is close behind (SM {sm_t}): both need to shrink"
         return MEMORY_BOUND, where
     where = f"SM at {sm_v:.0f}% of peak (memory {mem_t})"
-    tensor = m[LCol.TENSOR_PIPE_PCT]
+    tensor = m[MeasureCol.TENSOR_PIPE_PCT]
     if tensor:
         where += f"; tensor pipe {tensor:.0f}% busy"
     if balanced:
@@ -224,10 +223,10 @@ def _verdict(m: dict[str, Any], ceil_dram: float | None, grid_note: str | None,
 def rule_rank(rule: dict[str, Any]) -> tuple[int, float, int]:
     """Sort key of one rule row, best first: global speedups by size, then untyped, then local,
     then rules without an estimate (SOLBottleneck, ncu's summary verdict, first among those)."""
-    speedup = rule[RCol.SPEEDUP_PCT]
+    speedup = rule[RuleCol.SPEEDUP_PCT]
     if speedup is None or math.isnan(speedup):
-        return 3, 0.0, 0 if rule[RCol.RULE] == "SOLBottleneck" else 1
-    return SPEEDUP_TYPE_RANK.get(rule[RCol.SPEEDUP_TYPE], 1), -speedup, 0
+        return 3, 0.0, 0 if rule[RuleCol.RULE] == "SOLBottleneck" else 1
+    return SPEEDUP_TYPE_RANK.get(rule[RuleCol.SPEEDUP_TYPE], 1), -speedup, 0
 
 
 def _top_rule(rules: list[dict[str, Any]]) -> tuple[str | None, float | None, str | None]:
@@ -235,42 +234,54 @@ def _top_rule(rules: list[dict[str, Any]]) -> tuple[str | None, float | None, st
     if not rules:
         return None, None, None
     pick = min(rules, key=rule_rank)
-    text = pick[RCol.TITLE] or pick[RCol.MESSAGE].split(". ")[0]
-    return f"{pick[RCol.RULE]}: {text}", pick[RCol.SPEEDUP_PCT], pick[RCol.SPEEDUP_TYPE]
+    text = pick[RuleCol.TITLE] or pick[RuleCol.MESSAGE].split(". ")[0]
+    return f"{pick[RuleCol.RULE]}: {text}", pick[RuleCol.SPEEDUP_PCT], pick[RuleCol.SPEEDUP_TYPE]
 
 
 def _judge_launch(m: dict[str, Any], stalls: list[dict[str, Any]], rules: list[dict[str, Any]]) -> dict[str, Any]:
     """The verdict columns of one measured launch."""
     grid_note, details = _occupancy_details(m)
     uncoalesced, memory_details = _memory_details(m)
-    bound, reason = _verdict(m, m[LCol.PEAK_DRAM_BYTES_PER_S], grid_note, stalls)
+    bound, reason = _verdict(m, m[MeasureCol.PEAK_DRAM_BYTES_PER_S], grid_note, stalls)
     top_rule, top_speedup, top_type = _top_rule(rules)
-    locked = m[LCol.CLOCKS_LOCKED_RECORDED]
-    if locked is None and m[LCol.CLOCK_RATIO] is not None:
-        locked = m[LCol.CLOCK_RATIO] < th.CLOCK_LOCK_RATIO
-    return {VCol.BOUND: bound, VCol.REASON: reason, VCol.DETAILS: "; ".join(details + memory_details) or None,
-            VCol.GRID_NOTE: grid_note, VCol.UNCOALESCED: uncoalesced, VCol.TOP_STALLS: _stall_text(stalls),
-            VCol.CLOCKS_LOCKED: locked, VCol.TOP_RULE: top_rule, VCol.TOP_RULE_SPEEDUP_PCT: top_speedup,
-            VCol.TOP_RULE_SPEEDUP_TYPE: top_type}
+    locked = m[MeasureCol.CLOCKS_LOCKED_RECORDED]
+    if locked is None and m[MeasureCol.CLOCK_RATIO] is not None:
+        locked = m[MeasureCol.CLOCK_RATIO] < th.CLOCK_LOCK_RATIO
+    return {VerdictCol.BOUND: bound, VerdictCol.REASON: reason,
+            VerdictCol.DETAILS: "; ".join(details + memory_details) or None,
+            VerdictCol.GRID_NOTE: grid_note, VerdictCol.UNCOALESCED: uncoalesced,
+            VerdictCol.TOP_STALLS: _stall_text(stalls),
+            VerdictCol.CLOCKS_LOCKED: locked, VerdictCol.TOP_RULE: top_rule,
+            VerdictCol.TOP_RULE_SPEEDUP_PCT: top_speedup,
+            VerdictCol.TOP_RULE_SPEEDUP_TYPE: top_type}
 
 
 #: The launch table as ``tracewhy roofline --json`` writes it: measurements and verdicts interleaved.
 _VERDICT_DTYPES: Final = {
-    VCol.BOUND: pl.String, VCol.REASON: pl.String, VCol.DETAILS: pl.String, VCol.GRID_NOTE: pl.String,
-    VCol.UNCOALESCED: pl.Boolean, VCol.TOP_STALLS: pl.String, VCol.CLOCKS_LOCKED: pl.Boolean,
-    VCol.TOP_RULE: pl.String, VCol.TOP_RULE_SPEEDUP_PCT: pl.Float64, VCol.TOP_RULE_SPEEDUP_TYPE: pl.String,
+    VerdictCol.BOUND: pl.String, VerdictCol.REASON: pl.String, VerdictCol.DETAILS: pl.String,
+    VerdictCol.GRID_NOTE: pl.String,
+    VerdictCol.UNCOALESCED: pl.Boolean, VerdictCol.TOP_STALLS: pl.String, VerdictCol.CLOCKS_LOCKED: pl.Boolean,
+    VerdictCol.TOP_RULE: pl.String, VerdictCol.TOP_RULE_SPEEDUP_PCT: pl.Float64,
+    VerdictCol.TOP_RULE_SPEEDUP_TYPE: pl.String,
 }
 #: The columns' order; a measured column's dtype is the measurement's (``MEASURES_SCHEMA``).
 _LAUNCH_COLUMNS: Final = (
-    NCol.LAUNCH, NCol.NAME, NCol.DEMANGLED, NCol.DUR, VCol.BOUND, VCol.REASON, VCol.DETAILS,
-    LCol.SM_PCT, LCol.MEMORY_PCT, LCol.DRAM_PCT, LCol.L1_PCT, LCol.L2_PCT, LCol.DRAM_BYTES_PER_S,
-    LCol.PEAK_DRAM_BYTES_PER_S, LCol.FP64_FLOP_PER_S, LCol.FP32_FLOP_PER_S, LCol.FP16_FLOP_PER_S, LCol.PRECISION,
-    LCol.FLOP_PER_S, LCol.PEAK_FLOP_PER_S, LCol.ARITHMETIC_INTENSITY, LCol.RIDGE_POINT, LCol.ROOF_FLOP_PER_S,
-    LCol.ROOF_FRACTION, LCol.TENSOR_PIPE_PCT, LCol.ACHIEVED_OCCUPANCY_PCT, LCol.THEORETICAL_OCCUPANCY_PCT,
-    LCol.OCCUPANCY_LIMITER, LCol.WAVES_PER_SM, VCol.GRID_NOTE, LCol.LOCAL_MEMORY_INST, LCol.EXCESS_SECTOR_SHARE,
-    LCol.SECTORS_PER_LOAD, LCol.SECTORS_PER_STORE, VCol.UNCOALESCED, VCol.TOP_STALLS, LCol.SM_CLOCK_HZ,
-    LCol.CLOCK_RATIO, VCol.CLOCKS_LOCKED, LCol.RULE_COUNT, VCol.TOP_RULE, VCol.TOP_RULE_SPEEDUP_PCT,
-    VCol.TOP_RULE_SPEEDUP_TYPE,
+    NcuCol.LAUNCH, NcuCol.NAME, NcuCol.DEMANGLED, NcuCol.DUR, VerdictCol.BOUND, VerdictCol.REASON, VerdictCol.DETAILS,
+    MeasureCol.SM_PCT, MeasureCol.MEMORY_PCT, MeasureCol.DRAM_PCT, MeasureCol.L1_PCT, MeasureCol.L2_PCT,
+    MeasureCol.DRAM_BYTES_PER_S,
+    MeasureCol.PEAK_DRAM_BYTES_PER_S, MeasureCol.FP64_FLOP_PER_S, MeasureCol.FP32_FLOP_PER_S,
+    MeasureCol.FP16_FLOP_PER_S, MeasureCol.PRECISION,
+    MeasureCol.FLOP_PER_S, MeasureCol.PEAK_FLOP_PER_S, MeasureCol.ARITHMETIC_INTENSITY, MeasureCol.RIDGE_POINT,
+    MeasureCol.ROOF_FLOP_PER_S,
+    MeasureCol.ROOF_FRACTION, MeasureCol.TENSOR_PIPE_PCT, MeasureCol.ACHIEVED_OCCUPANCY_PCT,
+    MeasureCol.THEORETICAL_OCCUPANCY_PCT,
+    MeasureCol.OCCUPANCY_LIMITER, MeasureCol.WAVES_PER_SM, VerdictCol.GRID_NOTE, MeasureCol.LOCAL_MEMORY_INST,
+    MeasureCol.EXCESS_SECTOR_SHARE,
+    MeasureCol.SECTORS_PER_LOAD, MeasureCol.SECTORS_PER_STORE, VerdictCol.UNCOALESCED, VerdictCol.TOP_STALLS,
+    MeasureCol.SM_CLOCK_HZ,
+    MeasureCol.CLOCK_RATIO, VerdictCol.CLOCKS_LOCKED, MeasureCol.RULE_COUNT, VerdictCol.TOP_RULE,
+    VerdictCol.TOP_RULE_SPEEDUP_PCT,
+    VerdictCol.TOP_RULE_SPEEDUP_TYPE,
 )
 #: ``NcuRooflineResult.launches``: one row per launch, longest first.
 LAUNCH_VERDICTS_SCHEMA: Final = pl.Schema(
@@ -289,18 +300,18 @@ def _by_launch(frame: pl.DataFrame, key: str) -> dict[int, list[dict[str, Any]]]
 
 def judge_roofline(measures: NcuRooflineMeasures) -> NcuRooflineResult:
     """Verdicts for measured launches, kernel rows by name, and the report-wide notes."""
-    stalls = _by_launch(measures.stalls, BCol.LAUNCH)
-    rules = _by_launch(measures.rules, RCol.LAUNCH)
-    rows = [{**m, **_judge_launch(m, stalls.get(m[NCol.LAUNCH], []), rules.get(m[NCol.LAUNCH], []))}
+    stalls = _by_launch(measures.stalls, BreakdownCol.LAUNCH)
+    rules = _by_launch(measures.rules, RuleCol.LAUNCH)
+    rows = [{**m, **_judge_launch(m, stalls.get(m[NcuCol.LAUNCH], []), rules.get(m[NcuCol.LAUNCH], []))}
             for m in measures.launches.iter_rows(named=True)]
     launches = pl.DataFrame(rows, schema=LAUNCH_VERDICTS_SCHEMA, strict=False)
-    unknown = launches.filter(pl.col(VCol.BOUND) == UNKNOWN).height
-    locked_values = launches.get_column(VCol.CLOCKS_LOCKED).drop_nulls()
+    unknown = launches.filter(pl.col(VerdictCol.BOUND) == UNKNOWN).height
+    locked_values = launches.get_column(VerdictCol.CLOCKS_LOCKED).drop_nulls()
     clocks_locked = bool(locked_values.any()) if locked_values.len() else None
     return NcuRooflineResult(
         path=measures.path, format=measures.format, tool_version=measures.tool_version,
         device_name=measures.device_name, ceilings=measures.ceilings, clocks_locked=clocks_locked,
-        launches=launches.sort([NCol.DUR, NCol.LAUNCH], descending=[True, False], nulls_last=True),
+        launches=launches.sort([NcuCol.DUR, NcuCol.LAUNCH], descending=[True, False], nulls_last=True),
         kernels=_by_kernel(launches), rules=measures.rules, stalls=measures.stalls,
         notes=ncu_notes(measures, launches, clocks_locked, unknown),
     )
@@ -313,53 +324,60 @@ def roofline(report: NcuReport, options: RooflineOptions | None = None) -> NcuRo
 
 #: Columns of ``NcuRooflineResult.kernels``, in the order ``tracewhy roofline --json`` writes them.
 _KERNEL_COLUMNS: Final = (
-    NCol.NAME, KCol.LAUNCHES, KCol.TOTAL_NS, KCol.MEAN_NS, *KCol.WEIGHTED, VCol.BOUND, VCol.REASON,
-    VCol.DETAILS, LCol.OCCUPANCY_LIMITER, VCol.TOP_STALLS, VCol.TOP_RULE, VCol.TOP_RULE_SPEEDUP_PCT,
-    VCol.TOP_RULE_SPEEDUP_TYPE, LCol.PRECISION, VCol.BOUNDS, VCol.SHARE,
+    NcuCol.NAME, WeightedCol.LAUNCHES, WeightedCol.TOTAL_NS, WeightedCol.MEAN_NS, *WeightedCol.WEIGHTED,
+    VerdictCol.BOUND, VerdictCol.REASON,
+    VerdictCol.DETAILS, MeasureCol.OCCUPANCY_LIMITER, VerdictCol.TOP_STALLS, VerdictCol.TOP_RULE,
+    VerdictCol.TOP_RULE_SPEEDUP_PCT,
+    VerdictCol.TOP_RULE_SPEEDUP_TYPE, MeasureCol.PRECISION, VerdictCol.BOUNDS, VerdictCol.SHARE,
 )
 
 #: ``NcuRooflineResult.kernels``: one row per kernel name, most time first.
-_KERNEL_DTYPES: Final = {KCol.LAUNCHES: pl.Int64(), KCol.TOTAL_NS: pl.Int64(), KCol.MEAN_NS: pl.Int64(),
-                         VCol.BOUNDS: pl.List(pl.String()), VCol.SHARE: pl.Float64()}
+_KERNEL_DTYPES: Final = {WeightedCol.LAUNCHES: pl.Int64(), WeightedCol.TOTAL_NS: pl.Int64(),
+                         WeightedCol.MEAN_NS: pl.Int64(),
+                         VerdictCol.BOUNDS: pl.List(pl.String()), VerdictCol.SHARE: pl.Float64()}
 KERNEL_VERDICTS_SCHEMA: Final = pl.Schema(
     {c: _KERNEL_DTYPES[c] if c in _KERNEL_DTYPES else LAUNCH_VERDICTS_SCHEMA[c] for c in _KERNEL_COLUMNS})
 
 
 def _by_kernel(launches: pl.DataFrame) -> pl.DataFrame:
     """One row per kernel name: time-weighted metrics, the bound that takes most of its time."""
-    total = launches.get_column(NCol.DUR).sum() or 0
+    total = launches.get_column(NcuCol.DUR).sum() or 0
     by_bound = (
-        launches.group_by(NCol.NAME, VCol.BOUND).agg(pl.col(NCol.DUR).sum().alias("bound_ns"))
-        .sort([NCol.NAME, "bound_ns", VCol.BOUND], descending=[False, True, False], nulls_last=True)
-        .group_by(NCol.NAME, maintain_order=True).first()
+        launches.group_by(NcuCol.NAME, VerdictCol.BOUND).agg(pl.col(NcuCol.DUR).sum().alias("bound_ns"))
+        .sort([NcuCol.NAME, "bound_ns", VerdictCol.BOUND], descending=[False, True, False], nulls_last=True)
+        .group_by(NcuCol.NAME, maintain_order=True).first()
     )
     representative = (
-        launches.join(by_bound.select(NCol.NAME, VCol.BOUND), on=[NCol.NAME, VCol.BOUND])
-        .sort([NCol.NAME, NCol.DUR], descending=[False, True], nulls_last=True)
-        .group_by(NCol.NAME, maintain_order=True)
+        launches.join(by_bound.select(NcuCol.NAME, VerdictCol.BOUND), on=[NcuCol.NAME, VerdictCol.BOUND])
+        .sort([NcuCol.NAME, NcuCol.DUR], descending=[False, True], nulls_last=True)
+        .group_by(NcuCol.NAME, maintain_order=True)
         .first()
-        .select(NCol.NAME, VCol.BOUND, VCol.REASON, VCol.DETAILS, LCol.OCCUPANCY_LIMITER, VCol.TOP_STALLS,
-                VCol.TOP_RULE, VCol.TOP_RULE_SPEEDUP_PCT, VCol.TOP_RULE_SPEEDUP_TYPE, LCol.PRECISION)
+        .select(NcuCol.NAME, VerdictCol.BOUND, VerdictCol.REASON, VerdictCol.DETAILS, MeasureCol.OCCUPANCY_LIMITER,
+                VerdictCol.TOP_STALLS,
+                VerdictCol.TOP_RULE, VerdictCol.TOP_RULE_SPEEDUP_PCT, VerdictCol.TOP_RULE_SPEEDUP_TYPE,
+                MeasureCol.PRECISION)
     )
-    bounds_seen = launches.group_by(NCol.NAME).agg(pl.col(VCol.BOUND).unique().sort().alias(VCol.BOUNDS))
+    bounds_seen = launches.group_by(NcuCol.NAME).agg(pl.col(VerdictCol.BOUND).unique().sort().alias(VerdictCol.BOUNDS))
     return (
-        weighted_by_kernel(launches).join(representative, on=NCol.NAME, how="left")
-        .join(bounds_seen, on=NCol.NAME, how="left")
+        weighted_by_kernel(launches).join(representative, on=NcuCol.NAME, how="left")
+        .join(bounds_seen, on=NcuCol.NAME, how="left")
         .with_columns(
-            (pl.col(KCol.TOTAL_NS) / max(total, 1)).alias(VCol.SHARE),
+            (pl.col(WeightedCol.TOTAL_NS) / max(total, 1)).alias(VerdictCol.SHARE),
             # The row's figures are time-weighted means; the reason's are its longest launch's.
-            pl.when(pl.col(KCol.LAUNCHES) > 1).then(pl.format("in its longest launch, {}", VCol.REASON))
-            .otherwise(pl.col(VCol.REASON)).alias(VCol.REASON),
+            pl.when(pl.col(WeightedCol.LAUNCHES) > 1).then(pl.format("in its longest launch, {}", VerdictCol.REASON))
+            .otherwise(pl.col(VerdictCol.REASON)).alias(VerdictCol.REASON),
         )
         .select(_KERNEL_COLUMNS)
-        .sort([KCol.TOTAL_NS, NCol.NAME], descending=[True, False], nulls_last=True)
+        .sort([WeightedCol.TOTAL_NS, NcuCol.NAME], descending=[True, False], nulls_last=True)
     )
 
 
 #: ncu columns carried onto a trace's kernel rows by ``join_ncu``, renamed with an "ncu_" prefix.
-CARRIED: Final = (VCol.BOUND, VCol.REASON, KCol.LAUNCHES, KCol.TOTAL_NS, LCol.SM_PCT, LCol.MEMORY_PCT,
-                  LCol.DRAM_PCT, LCol.ROOF_FRACTION, LCol.ACHIEVED_OCCUPANCY_PCT, LCol.OCCUPANCY_LIMITER,
-                  VCol.TOP_RULE)
+CARRIED: Final = (VerdictCol.BOUND, VerdictCol.REASON, WeightedCol.LAUNCHES, WeightedCol.TOTAL_NS, MeasureCol.SM_PCT,
+                  MeasureCol.MEMORY_PCT,
+                  MeasureCol.DRAM_PCT, MeasureCol.ROOF_FRACTION, MeasureCol.ACHIEVED_OCCUPANCY_PCT,
+                  MeasureCol.OCCUPANCY_LIMITER,
+                  VerdictCol.TOP_RULE)
 
 
 #: The columns ``join_ncu`` adds: how the name matched, and the ncu verdict columns carried.
@@ -370,10 +388,10 @@ NCU_JOIN_SCHEMA: Final = pl.Schema({"ncu_match": pl.String(),
 def join_ncu(kernels: pl.DataFrame, ncu: NcuRooflineResult, name_column: str = "name") -> pl.DataFrame:
     """``kernels`` (one row per trace kernel name) with ncu_* verdict columns and ``ncu_match``
     (how the name matched, ``analyses.roofline_join``)."""
-    table = ncu.kernels.select(NCol.NAME, *CARRIED)
+    table = ncu.kernels.select(NcuCol.NAME, *CARRIED)
     keys, how = match_ncu_names(kernels.get_column(name_column).to_list(),
-                                table.get_column(NCol.NAME).to_list(), demangled_names(ncu.launches))
-    carried = table.rename({c: f"ncu_{c}" for c in CARRIED}).rename({NCol.NAME: "_ncu_key"})
+                                table.get_column(NcuCol.NAME).to_list(), demangled_names(ncu.launches))
+    carried = table.rename({c: f"ncu_{c}" for c in CARRIED}).rename({NcuCol.NAME: "_ncu_key"})
     return (
         kernels.with_columns(pl.Series("_ncu_key", keys, dtype=pl.String), pl.Series("ncu_match", how, dtype=pl.String))
         .join(carried, on="_ncu_key", how="left")

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracewhy.analyses.roofline import LCol, NcuRooflineMeasures
+from tracewhy.analyses.roofline import MeasureCol, NcuRooflineMeasures
 from tracewhy.findings import thresholds as th
-from tracewhy.model.ncu import NCol
+from tracewhy.model.ncu import NcuCol
 
 
 def ncu_notes(measures: NcuRooflineMeasures, launches: pl.DataFrame, clocks_locked: bool | None,
@@ -33,14 +33,14 @@ def ncu_notes(measures: NcuRooflineMeasures, launches: pl.DataFrame, clocks_lock
 
 def _clock_note(measures: NcuRooflineMeasures, launches: pl.DataFrame, clocks_locked: bool | None) -> str | None:
     """What the SM clock of the longest launch says about the capture, if anything."""
-    timed = launches.filter(pl.col(NCol.DUR).is_not_null())
-    longest = timed.sort(NCol.DUR, descending=True).row(0, named=True) if timed.height else {}
-    ratio, clock = longest.get(LCol.CLOCK_RATIO), longest.get(LCol.SM_CLOCK_HZ)
+    timed = launches.filter(pl.col(NcuCol.DUR).is_not_null())
+    longest = timed.sort(NcuCol.DUR, descending=True).row(0, named=True) if timed.height else {}
+    ratio, clock = longest.get(MeasureCol.CLOCK_RATIO), longest.get(MeasureCol.SM_CLOCK_HZ)
     # ncu's own record (ClockStatus), not the guess from the clock that launches["clocks_locked"]
     # falls back to.
-    recorded_by_launch = measures.launches.select(NCol.LAUNCH, LCol.CLOCKS_LOCKED_RECORDED)
-    raw = recorded_by_launch.filter(pl.col(NCol.LAUNCH) == longest.get(NCol.LAUNCH, -1))
-    recorded = raw.get_column(LCol.CLOCKS_LOCKED_RECORDED)[0] if raw.height else None
+    recorded_by_launch = measures.launches.select(NcuCol.LAUNCH, MeasureCol.CLOCKS_LOCKED_RECORDED)
+    raw = recorded_by_launch.filter(pl.col(NcuCol.LAUNCH) == longest.get(NcuCol.LAUNCH, -1))
+    recorded = raw.get_column(MeasureCol.CLOCKS_LOCKED_RECORDED)[0] if raw.height else None
     if ratio is not None and clock and ratio < th.LOW_CLOCK_RATIO:
         cause = {
             True: "clocks were locked for profiling (ncu's default --clock-control base)",
@@ -55,7 +55,7 @@ def _clock_note(measures: NcuRooflineMeasures, launches: pl.DataFrame, clocks_lo
         return None
     at = f" (SM clock {clock / 1e9:.2f} GHz, {ratio:.0%} of the maximum)" if ratio is not None and clock else ""
     what = ("clocks were locked for profiling"
-            if recorded_by_launch.get_column(LCol.CLOCKS_LOCKED_RECORDED).drop_nulls().len()
+            if recorded_by_launch.get_column(MeasureCol.CLOCKS_LOCKED_RECORDED).drop_nulls().len()
             else "clocks were probably locked for profiling (or the GPU throttled)")
     return (f"{what}{at}: ncu's default --clock-control base. Durations are longer than in an "
             "unlocked run, and compute peaks here are at the profiled clock.")

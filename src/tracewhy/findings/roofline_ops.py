@@ -13,14 +13,14 @@ import polars as pl
 from tracewhy.analyses.peaks import DevicePeaks
 from tracewhy.analyses.roofline_ops import (
     OP_KEYS,
+    OpRoofCol,
     OpRooflineMeasures,
     OpRooflineOptions,
-    PCol,
     measure_op_roofline,
 )
 from tracewhy.findings import thresholds as th
-from tracewhy.findings.roofline import COMPUTE_BOUND, LATENCY_BOUND, MEMORY_BOUND, VCol
-from tracewhy.model.ncu import NCol
+from tracewhy.findings.roofline import COMPUTE_BOUND, LATENCY_BOUND, MEMORY_BOUND, VerdictCol
+from tracewhy.model.ncu import NcuCol
 from tracewhy.model.trace import Trace
 
 
@@ -42,12 +42,12 @@ class OpRooflineResult:
 def _op_bound() -> pl.Expr:
     """The roof an op's time is set by; latency when a short op reaches little of it."""
     return (
-        pl.when(pl.col(PCol.ROOF_NS).is_null()).then(pl.lit(None, pl.String))
-        .when((pl.col(PCol.GPU_NS) < th.SHAPE_LATENCY_MAX_NS)
-              & (pl.col(PCol.ROOF_FRACTION) < th.SHAPE_LATENCY_EFFICIENCY)).then(pl.lit(LATENCY_BOUND))
-        .when(pl.col(PCol.COMPUTE_NS) > pl.col(PCol.MEMORY_NS)).then(pl.lit(COMPUTE_BOUND))
+        pl.when(pl.col(OpRoofCol.ROOF_NS).is_null()).then(pl.lit(None, pl.String))
+        .when((pl.col(OpRoofCol.GPU_NS) < th.SHAPE_LATENCY_MAX_NS)
+              & (pl.col(OpRoofCol.ROOF_FRACTION) < th.SHAPE_LATENCY_EFFICIENCY)).then(pl.lit(LATENCY_BOUND))
+        .when(pl.col(OpRoofCol.COMPUTE_NS) > pl.col(OpRoofCol.MEMORY_NS)).then(pl.lit(COMPUTE_BOUND))
         .otherwise(pl.lit(MEMORY_BOUND))
-        .alias(VCol.BOUND)
+        .alias(VerdictCol.BOUND)
     )
 
 
@@ -61,29 +61,29 @@ def _with_column_after(frame: pl.DataFrame, column: pl.Expr, name: str, anchor: 
 
 #: ``OpRooflineResult.ops``: one row per op name, input shapes and dtype, most GPU time first.
 OP_ROOFLINE_SCHEMA: Final = pl.Schema({
-    NCol.NAME: pl.String(), PCol.INPUT_DIMS: pl.String(), PCol.DTYPE: pl.String(), "calls": pl.Int64(),
+    NcuCol.NAME: pl.String(), OpRoofCol.INPUT_DIMS: pl.String(), OpRoofCol.DTYPE: pl.String(), "calls": pl.Int64(),
     "category": pl.String(), "precision": pl.String(), "kernel": pl.String(), "params": pl.String(),
-    PCol.NOTE: pl.String(),
-    PCol.GPU_NS: pl.Int64(), "flops": pl.Float64(), "min_bytes": pl.Float64(), PCol.ROOF_NS: pl.Int64(),
-    PCol.LOST_NS: pl.Int64(), "peak_flop_per_s": pl.Float64(), "peak_bytes_per_s": pl.Float64(),
-    "ridge_point": pl.Float64(), PCol.ARITHMETIC_INTENSITY: pl.Float64(), VCol.BOUND: pl.String(),
-    "flop_per_s": pl.Float64(), "bytes_per_s": pl.Float64(), PCol.ROOF_FRACTION: pl.Float64(),
+    OpRoofCol.NOTE: pl.String(),
+    OpRoofCol.GPU_NS: pl.Int64(), "flops": pl.Float64(), "min_bytes": pl.Float64(), OpRoofCol.ROOF_NS: pl.Int64(),
+    OpRoofCol.LOST_NS: pl.Int64(), "peak_flop_per_s": pl.Float64(), "peak_bytes_per_s": pl.Float64(),
+    "ridge_point": pl.Float64(), OpRoofCol.ARITHMETIC_INTENSITY: pl.Float64(), VerdictCol.BOUND: pl.String(),
+    "flop_per_s": pl.Float64(), "bytes_per_s": pl.Float64(), OpRoofCol.ROOF_FRACTION: pl.Float64(),
 })
 
 
 def judge_op_roofline(measures: OpRooflineMeasures) -> OpRooflineResult:
     """Each instance's bound, each op's main bound (the one that takes most of its time), notes."""
-    instances = _with_column_after(measures.instances, _op_bound(), VCol.BOUND, PCol.LOST_NS).drop(
-        PCol.MEMORY_NS, PCol.COMPUTE_NS)
+    instances = _with_column_after(measures.instances, _op_bound(), VerdictCol.BOUND, OpRoofCol.LOST_NS).drop(
+        OpRoofCol.MEMORY_NS, OpRoofCol.COMPUTE_NS)
     keys = list(OP_KEYS)
     main_bound = (
-        instances.group_by(*keys, VCol.BOUND).agg(pl.col(PCol.GPU_NS).sum().alias("bound_ns"))
+        instances.group_by(*keys, VerdictCol.BOUND).agg(pl.col(OpRoofCol.GPU_NS).sum().alias("bound_ns"))
         # Two bounds of equal time: the first by name, the same on every run.
-        .sort([*keys, "bound_ns", VCol.BOUND], descending=[False, False, False, True, False], nulls_last=True)
-        .group_by(keys, maintain_order=True).first().select(*keys, VCol.BOUND)
+        .sort([*keys, "bound_ns", VerdictCol.BOUND], descending=[False, False, False, True, False], nulls_last=True)
+        .group_by(keys, maintain_order=True).first().select(*keys, VerdictCol.BOUND)
     )
     ops = measures.ops.join(main_bound, on=keys, how="left")
-    ops = _with_column_after(ops, pl.col(VCol.BOUND), VCol.BOUND, PCol.ARITHMETIC_INTENSITY)
+    ops = _with_column_after(ops, pl.col(VerdictCol.BOUND), VerdictCol.BOUND, OpRoofCol.ARITHMETIC_INTENSITY)
     return OpRooflineResult(measures.device_name, measures.peaks, instances, ops, measures.gpu_time_ns,
                             measures.covered_ns, _op_notes(measures, instances))
 
@@ -111,6 +111,6 @@ def _op_notes(measures: OpRooflineMeasures, instances: pl.DataFrame) -> tuple[st
     top_skipped = sorted(measures.unmodelled_ns.items(), key=lambda kv: -kv[1])[:3]
     if top_skipped:
         notes.append("not modelled (largest GPU time): " + ", ".join(f"{n}" for n, _ in top_skipped))
-    assumed = instances.filter(pl.col(PCol.NOTE).is_not_null()).get_column(PCol.NOTE).unique().sort().to_list()
+    assumed = instances.get_column(OpRoofCol.NOTE).drop_nulls().unique().sort().to_list()
     notes.extend(f"assumption: {a}" for a in assumed)
     return tuple(notes)

@@ -101,10 +101,10 @@ def spike_line(ctx: Context, spike_steps: list[int], excess_ns: float) -> tuple[
                 .agg((pl.col(w.SELF).sum() / len(steps)).alias(alias)))
 
     def compute() -> tuple[SourceLine, int] | None:
-        st = ctx.steps().table
-        frames = user_self_by_window(ctx.trace, st.get_column(StepCol.TS).to_numpy(),
-                                     st.get_column(StepCol.WINDOW_END).to_numpy())
-        steady = st.with_row_index("step").filter(pl.col(StepCol.STEADY)).get_column("step").to_list()
+        steps_table = ctx.steps().table
+        frames = user_self_by_window(ctx.trace, steps_table.get_column(StepCol.TS).to_numpy(),
+                                     steps_table.get_column(StepCol.WINDOW_END).to_numpy())
+        steady = steps_table.with_row_index("step").filter(pl.col(StepCol.STEADY)).get_column("step").to_list()
         base = sorted(set(steady) - set(spike_steps))
         if frames.height == 0 or not base:
             return None

@@ -69,42 +69,44 @@ def findings(ctx: Context) -> list[Finding]:
             next_step="Capture with ProfilerActivity.CPU as well as CUDA.",
             evidence={"gpu_activities": n_gpu},
         ))
-    st = ctx.steps()
-    if st.table.height == 0:
+    steps_result = ctx.steps()
+    if steps_result.table.height == 0:
         out.append(Finding(
             code=Code.NO_STEP_MARKERS, severity=Severity.TRUST,
-            statement=f"No step markers ({st.marker}): numbers cover the whole trace, warm-up included, and cannot be "
-                      "given per step.",
+            statement=f"No step markers ({steps_result.marker}): numbers cover the whole trace, warm-up included, "
+                      "and cannot be given per step.",
             next_step="Call prof.step() once per iteration under a torch.profiler.schedule, or name a repeated "
                       "annotation: tracewhy diagnose TRACE --step NAME.",
-            evidence={"marker": st.marker},
+            evidence={"marker": steps_result.marker},
         ))
-    elif ctx.options.step_marker is None and st.marker != PROFILER_STEP:
+    elif ctx.options.step_marker is None and steps_result.marker != PROFILER_STEP:
+        why = steps_result.note.split(";")[0] if steps_result.note else "see tracewhy steps"
         out.append(Finding(
             code=Code.STEP_MARKER_INFERRED, severity=Severity.TRUST,
-            statement=f"No ProfilerStep markers: steps are the repeated {st.marker!r} ranges, chosen from the "
-                      f"trace's structure ({st.note.split(';')[0] if st.note else 'see tracewhy steps'}).",
+            statement=f"No ProfilerStep markers: steps are the repeated {steps_result.marker!r} ranges, chosen from "
+                      f"the trace's structure ({why}).",
             next_step="If that is not one iteration, name the right one: tracewhy diagnose TRACE --step NAME; or call "
                       "prof.step() once per iteration.",
-            evidence={"marker": st.marker, "steps": st.table.height},
+            evidence={"marker": steps_result.marker, "steps": steps_result.table.height},
         ))
-    if st.table.height and st.stats is None and st.warmup >= st.table.height:
+    recorded = steps_result.table.height
+    if recorded and steps_result.stats is None and steps_result.warmup >= recorded:
         out.append(Finding(
             code=Code.FEW_STEADY_STEPS, severity=Severity.TRUST,
-            statement=f"All {st.table.height} steps were taken as warm-up ({st.warmup} warm-up steps): no steady "
+            statement=f"All {recorded} steps were taken as warm-up ({steps_result.warmup} warm-up steps): no steady "
                       "step is left, so nothing can be given per step.",
-            next_step=f"Exclude fewer steps: --warmup {max(st.table.height - 3, 0)} leaves 3 steady ones (the "
+            next_step=f"Exclude fewer steps: --warmup {max(recorded - 3, 0)} leaves 3 steady ones (the "
                       "default excludes at most the first), or capture more active steps.",
-            evidence={"steps": st.table.height, "warmup": st.warmup},
+            evidence={"steps": steps_result.table.height, "warmup": steps_result.warmup},
         ))
-    elif st.table.height and (st.stats is None or st.stats.count < th.MIN_STEADY_STEPS):
-        count = 0 if st.stats is None else st.stats.count
+    elif steps_result.table.height and (steps_result.stats is None or steps_result.stats.count < th.MIN_STEADY_STEPS):
+        count = 0 if steps_result.stats is None else steps_result.stats.count
         out.append(Finding(
             code=Code.FEW_STEADY_STEPS, severity=Severity.TRUST,
-            statement=f"Only {count} steady step(s) after {st.warmup} warm-up: per-step figures rest on too few "
-                      "samples to separate a real effect from noise.",
+            statement=f"Only {count} steady step(s) after {steps_result.warmup} warm-up: per-step figures rest on too "
+                      "few samples to separate a real effect from noise.",
             next_step="Capture more active steps: torch.profiler.schedule(wait=1, warmup=1, active=5) or more.",
-            evidence={"steps": st.table.height, "warmup": st.warmup},
+            evidence={"steps": steps_result.table.height, "warmup": steps_result.warmup},
         ))
     # Each distinct name is tested once (a Python call per launch row took 0.3 s on 1.9 M calls).
     launches = t.kind_columns(LAUNCH_KINDS, Col.NAME).get_column(Col.NAME).value_counts()

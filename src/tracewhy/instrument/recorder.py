@@ -48,7 +48,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 _Record = tuple[Any, ...]
 
 
-class _Block:
+class _TimedBlock:
     """The context manager behind ``Recorder.block`` (a class: ``@contextmanager``'s generator
     cost more than the rest of the block together)."""
 
@@ -109,9 +109,9 @@ class Recorder:
         return self.step
 
     def block(self, name: str, *, step: int | None = None, chunk: int | None = None,
-              sync: bool | None = None) -> _Block:
+              sync: bool | None = None) -> _TimedBlock:
         """Time ``name``: host ns always, GPU ns on CUDA (events, resolved later)."""
-        return _Block(self, name, step, chunk, self.sync if sync is None else sync)
+        return _TimedBlock(self, name, step, chunk, self.sync if sync is None else sync)
 
     def mark(self, name: str, *, chunk: int, cuda: bool = False) -> None:
         """A named instant of ``chunk`` on this rank's clock (and a CUDA event when ``cuda``)."""

@@ -25,7 +25,7 @@ class SegCol:
     EXPANDABLE: Final = "is_expandable"
 
 
-class BlockCol:
+class SnapshotBlockCol:
     """Columns of ``MemorySnapshot.blocks``: one row per block of a segment at the end."""
 
     DEVICE: Final = "device"
@@ -58,8 +58,9 @@ SEGMENTS_SCHEMA: Final = pl.Schema({
     SegCol.EXPANDABLE: pl.Boolean(),
 })
 BLOCKS_SCHEMA: Final = pl.Schema({
-    BlockCol.DEVICE: pl.Int64(), BlockCol.SEGMENT: pl.Int64(), BlockCol.ADDRESS: pl.Int64(),
-    BlockCol.SIZE: pl.Int64(), BlockCol.REQUESTED: pl.Int64(), BlockCol.STATE: pl.String(), BlockCol.STACK: pl.Int64(),
+    SnapshotBlockCol.DEVICE: pl.Int64(), SnapshotBlockCol.SEGMENT: pl.Int64(), SnapshotBlockCol.ADDRESS: pl.Int64(),
+    SnapshotBlockCol.SIZE: pl.Int64(), SnapshotBlockCol.REQUESTED: pl.Int64(), SnapshotBlockCol.STATE: pl.String(),
+    SnapshotBlockCol.STACK: pl.Int64(),
 })
 EVENTS_SCHEMA: Final = pl.Schema({
     EventCol.DEVICE: pl.Int64(), EventCol.SEQ: pl.Int64(), EventCol.ACTION: pl.String(), EventCol.ADDR: pl.Int64(),

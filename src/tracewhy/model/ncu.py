@@ -15,7 +15,7 @@ import polars as pl
 from tracewhy.model.trace import ModelError
 
 
-class NCol:
+class NcuCol:
     """Columns of the per-launch table (``NcuReport.launches``)."""
 
     LAUNCH: Final = "launch_id"  # ncu's "ID" (+ its run's id_offset): unique within the report
@@ -98,78 +98,78 @@ _I = pl.Int64()
 
 NCU_LAUNCHES_SCHEMA: Final = pl.Schema(
     {
-        NCol.LAUNCH: _I,
-        NCol.RUN: pl.Int32(),
-        NCol.NAME: pl.String(),
-        NCol.DEMANGLED: pl.String(),
-        NCol.PROCESS: _I,
-        NCol.DEVICE: pl.Int32(),
-        NCol.CONTEXT: _I,
-        NCol.STREAM: _I,
-        NCol.DEVICE_NAME: pl.String(),
-        NCol.CC: pl.String(),
-        NCol.GRID_X: _I,
-        NCol.GRID_Y: _I,
-        NCol.GRID_Z: _I,
-        NCol.BLOCK_X: _I,
-        NCol.BLOCK_Y: _I,
-        NCol.BLOCK_Z: _I,
-        NCol.CLOCKS_LOCKED: pl.Boolean(),
-        NCol.DUR: _I,
-        NCol.ELAPSED_CYCLES: _F,
-        NCol.SM_CLOCK: _F,
-        NCol.SMSP_CLOCK: _F,
-        NCol.DRAM_CLOCK: _F,
-        NCol.MAX_SM_CLOCK: _F,
-        NCol.SM_COUNT: _I,
-        NCol.GRID_SIZE: _I,
-        NCol.BLOCK_SIZE: _I,
-        NCol.REGISTERS: _I,
-        NCol.SHARED_STATIC: _I,
-        NCol.SHARED_DYNAMIC: _I,
-        NCol.WAVES: _F,
-        NCol.SM_PCT: _F,
-        NCol.MEM_PCT: _F,
-        NCol.DRAM_PCT: _F,
-        NCol.L1_PCT: _F,
-        NCol.L2_PCT: _F,
-        NCol.DRAM_BYTES_PER_S: _F,
-        NCol.DRAM_READ: _F,
-        NCol.DRAM_WRITE: _F,
-        NCol.DRAM_PEAK_PER_CYCLE: _F,
-        NCol.FADD: _F,
-        NCol.FMUL: _F,
-        NCol.FFMA: _F,
-        NCol.DADD: _F,
-        NCol.DMUL: _F,
-        NCol.DFMA: _F,
-        NCol.HADD: _F,
-        NCol.HMUL: _F,
-        NCol.HFMA: _F,
-        NCol.FFMA_PEAK: _F,
-        NCol.DFMA_PEAK: _F,
-        NCol.TENSOR_PCT: _F,
-        NCol.OCC_ACHIEVED: _F,
-        NCol.OCC_THEORETICAL: _F,
-        NCol.LIMIT_BLOCKS: _F,
-        NCol.LIMIT_REGISTERS: _F,
-        NCol.LIMIT_SHARED: _F,
-        NCol.LIMIT_WARPS: _F,
-        NCol.LIMIT_BARRIERS: _F,
-        NCol.WARP_CYCLES_PER_ISSUE: _F,
-        NCol.ISSUE_ACTIVE_PCT: _F,
-        NCol.ELIGIBLE_WARPS: _F,
-        NCol.ACTIVE_WARPS: _F,
-        NCol.LOCAL_LOADS: _F,
-        NCol.LOCAL_STORES: _F,
-        NCol.GLOBAL_LD_SECTORS: _F,
-        NCol.GLOBAL_LD_REQUESTS: _F,
-        NCol.GLOBAL_ST_SECTORS: _F,
-        NCol.GLOBAL_ST_REQUESTS: _F,
-        NCol.L2_EXCESS_SECTORS: _F,
-        NCol.L2_IDEAL_SECTORS: _F,
-        NCol.L1_HIT_PCT: _F,
-        NCol.L2_HIT_PCT: _F,
+        NcuCol.LAUNCH: _I,
+        NcuCol.RUN: pl.Int32(),
+        NcuCol.NAME: pl.String(),
+        NcuCol.DEMANGLED: pl.String(),
+        NcuCol.PROCESS: _I,
+        NcuCol.DEVICE: pl.Int32(),
+        NcuCol.CONTEXT: _I,
+        NcuCol.STREAM: _I,
+        NcuCol.DEVICE_NAME: pl.String(),
+        NcuCol.CC: pl.String(),
+        NcuCol.GRID_X: _I,
+        NcuCol.GRID_Y: _I,
+        NcuCol.GRID_Z: _I,
+        NcuCol.BLOCK_X: _I,
+        NcuCol.BLOCK_Y: _I,
+        NcuCol.BLOCK_Z: _I,
+        NcuCol.CLOCKS_LOCKED: pl.Boolean(),
+        NcuCol.DUR: _I,
+        NcuCol.ELAPSED_CYCLES: _F,
+        NcuCol.SM_CLOCK: _F,
+        NcuCol.SMSP_CLOCK: _F,
+        NcuCol.DRAM_CLOCK: _F,
+        NcuCol.MAX_SM_CLOCK: _F,
+        NcuCol.SM_COUNT: _I,
+        NcuCol.GRID_SIZE: _I,
+        NcuCol.BLOCK_SIZE: _I,
+        NcuCol.REGISTERS: _I,
+        NcuCol.SHARED_STATIC: _I,
+        NcuCol.SHARED_DYNAMIC: _I,
+        NcuCol.WAVES: _F,
+        NcuCol.SM_PCT: _F,
+        NcuCol.MEM_PCT: _F,
+        NcuCol.DRAM_PCT: _F,
+        NcuCol.L1_PCT: _F,
+        NcuCol.L2_PCT: _F,
+        NcuCol.DRAM_BYTES_PER_S: _F,
+        NcuCol.DRAM_READ: _F,
+        NcuCol.DRAM_WRITE: _F,
+        NcuCol.DRAM_PEAK_PER_CYCLE: _F,
+        NcuCol.FADD: _F,
+        NcuCol.FMUL: _F,
+        NcuCol.FFMA: _F,
+        NcuCol.DADD: _F,
+        NcuCol.DMUL: _F,
+        NcuCol.DFMA: _F,
+        NcuCol.HADD: _F,
+        NcuCol.HMUL: _F,
+        NcuCol.HFMA: _F,
+        NcuCol.FFMA_PEAK: _F,
+        NcuCol.DFMA_PEAK: _F,
+        NcuCol.TENSOR_PCT: _F,
+        NcuCol.OCC_ACHIEVED: _F,
+        NcuCol.OCC_THEORETICAL: _F,
+        NcuCol.LIMIT_BLOCKS: _F,
+        NcuCol.LIMIT_REGISTERS: _F,
+        NcuCol.LIMIT_SHARED: _F,
+        NcuCol.LIMIT_WARPS: _F,
+        NcuCol.LIMIT_BARRIERS: _F,
+        NcuCol.WARP_CYCLES_PER_ISSUE: _F,
+        NcuCol.ISSUE_ACTIVE_PCT: _F,
+        NcuCol.ELIGIBLE_WARPS: _F,
+        NcuCol.ACTIVE_WARPS: _F,
+        NcuCol.LOCAL_LOADS: _F,
+        NcuCol.LOCAL_STORES: _F,
+        NcuCol.GLOBAL_LD_SECTORS: _F,
+        NcuCol.GLOBAL_LD_REQUESTS: _F,
+        NcuCol.GLOBAL_ST_SECTORS: _F,
+        NcuCol.GLOBAL_ST_REQUESTS: _F,
+        NcuCol.L2_EXCESS_SECTORS: _F,
+        NcuCol.L2_IDEAL_SECTORS: _F,
+        NcuCol.L1_HIT_PCT: _F,
+        NcuCol.L2_HIT_PCT: _F,
     }
 )
 
@@ -181,7 +181,7 @@ BREAKDOWN_GROUPS: Final = (
 )
 
 
-class BCol:
+class BreakdownCol:
     """Columns of the breakdown table (``NcuReport.breakdowns``): one row per launch, group, key."""
 
     LAUNCH: Final = "launch_id"
@@ -192,10 +192,10 @@ class BCol:
 
 NCU_BREAKDOWNS_SCHEMA: Final = pl.Schema(
     {
-        BCol.LAUNCH: _I,
-        BCol.GROUP: pl.Enum(list(BREAKDOWN_GROUPS)),
-        BCol.KEY: pl.String(),
-        BCol.VALUE: _F,
+        BreakdownCol.LAUNCH: _I,
+        BreakdownCol.GROUP: pl.Enum(list(BREAKDOWN_GROUPS)),
+        BreakdownCol.KEY: pl.String(),
+        BreakdownCol.VALUE: _F,
     }
 )
 
@@ -203,7 +203,7 @@ RULE_SEVERITIES: Final = ("optimization", "warning", "error", "info", "ok", "non
 SPEEDUP_TYPES: Final = ("local", "global")
 
 
-class RCol:
+class RuleCol:
     """Columns of the rule table (``NcuReport.rules``): ncu's own guidance, one row per message."""
 
     LAUNCH: Final = "launch_id"
@@ -218,14 +218,14 @@ class RCol:
 
 NCU_RULES_SCHEMA: Final = pl.Schema(
     {
-        RCol.LAUNCH: _I,
-        RCol.RULE: pl.String(),
-        RCol.SECTION: pl.String(),
-        RCol.TITLE: pl.String(),
-        RCol.MESSAGE: pl.String(),
-        RCol.SEVERITY: pl.Enum(list(RULE_SEVERITIES)),
-        RCol.SPEEDUP_TYPE: pl.Enum(list(SPEEDUP_TYPES)),
-        RCol.SPEEDUP_PCT: _F,
+        RuleCol.LAUNCH: _I,
+        RuleCol.RULE: pl.String(),
+        RuleCol.SECTION: pl.String(),
+        RuleCol.TITLE: pl.String(),
+        RuleCol.MESSAGE: pl.String(),
+        RuleCol.SEVERITY: pl.Enum(list(RULE_SEVERITIES)),
+        RuleCol.SPEEDUP_TYPE: pl.Enum(list(SPEEDUP_TYPES)),
+        RuleCol.SPEEDUP_PCT: _F,
     }
 )
 
@@ -274,15 +274,15 @@ class NcuReport:
         if not self.runs and index == 0:
             return replace(self, warnings=())
         run = self.runs[index]
-        launches = self.launches.filter(pl.col(NCol.RUN) == index)
-        ids = launches.get_column(NCol.LAUNCH)
-        shifted = pl.col(NCol.LAUNCH) - run.id_offset
+        launches = self.launches.filter(pl.col(NcuCol.RUN) == index)
+        ids = launches.get_column(NcuCol.LAUNCH)
+        shifted = pl.col(NcuCol.LAUNCH) - run.id_offset
         return NcuReport(
             path=self.path, format=run.format, tool_version=self.tool_version,
             profiler_cmdline=self.profiler_cmdline,
-            launches=launches.with_columns(shifted, pl.lit(0, pl.Int32).alias(NCol.RUN)),
-            breakdowns=self.breakdowns.filter(pl.col(BCol.LAUNCH).is_in(ids.implode())).with_columns(shifted),
-            rules=self.rules.filter(pl.col(RCol.LAUNCH).is_in(ids.implode())).with_columns(shifted),
+            launches=launches.with_columns(shifted, pl.lit(0, pl.Int32).alias(NcuCol.RUN)),
+            breakdowns=self.breakdowns.filter(pl.col(BreakdownCol.LAUNCH).is_in(ids.implode())).with_columns(shifted),
+            rules=self.rules.filter(pl.col(RuleCol.LAUNCH).is_in(ids.implode())).with_columns(shifted),
         )
 
     def table(self, name: str) -> pl.DataFrame:
@@ -298,20 +298,20 @@ class NcuReport:
                 diff = {k: (got.get(k), v) for k, v in schema.items() if got.get(k) != v}
                 extra = sorted(set(got) - set(schema))
                 raise ModelError(f"ncu table {name}: schema mismatch {diff} extra={extra}")
-        ids = self.launches.get_column(NCol.LAUNCH)
+        ids = self.launches.get_column(NcuCol.LAUNCH)
         if ids.null_count() or ids.n_unique() != ids.len():
             raise ModelError("ncu launch_id must be unique and never null")
-        if self.launches.get_column(NCol.NAME).null_count():
+        if self.launches.get_column(NcuCol.NAME).null_count():
             raise ModelError("every ncu launch needs a kernel name")
-        durations = self.launches.get_column(NCol.DUR).drop_nulls()
+        durations = self.launches.get_column(NcuCol.DUR).drop_nulls()
         if durations.len() and durations.min() < 0:  # type: ignore[operator]
             raise ModelError("ncu dur_ns must not be negative")
         run_count = max(1, len(self.runs))
-        run_column = self.launches.get_column(NCol.RUN)
+        run_column = self.launches.get_column(NcuCol.RUN)
         if run_column.null_count() or not run_column.is_between(0, run_count - 1).all():
             raise ModelError("ncu run must name one of the report's runs")
         known = set(ids.to_list())
         for name in ("breakdowns", "rules"):
-            refs = set(self.table(name).get_column(BCol.LAUNCH).unique().to_list())
+            refs = set(self.table(name).get_column(BreakdownCol.LAUNCH).unique().to_list())
             if not refs <= known:
                 raise ModelError(f"ncu {name} refer to launches that do not exist")

@@ -87,7 +87,7 @@ SLICES_SCHEMA: Final = pl.Schema(
 # full-length null columns would double the model's memory on a multi-GB trace.
 
 
-class KCol:
+class LaunchAttrCol:
     """Kernel launch attributes (one row per kernel slice that has any)."""
 
     ID: Final = "id"
@@ -106,18 +106,18 @@ class KCol:
 
 KERNEL_ATTRS_SCHEMA: Final = pl.Schema(
     {
-        KCol.ID: pl.Int64(),
-        KCol.GRID_X: pl.Int64(),
-        KCol.GRID_Y: pl.Int64(),
-        KCol.GRID_Z: pl.Int64(),
-        KCol.BLOCK_X: pl.Int64(),
-        KCol.BLOCK_Y: pl.Int64(),
-        KCol.BLOCK_Z: pl.Int64(),
-        KCol.REGISTERS: pl.Int64(),
-        KCol.SHARED_MEM: pl.Int64(),
-        KCol.BLOCKS_PER_SM: pl.Float64(),
-        KCol.WARPS_PER_SM: pl.Float64(),
-        KCol.OCCUPANCY_PCT: pl.Float64(),
+        LaunchAttrCol.ID: pl.Int64(),
+        LaunchAttrCol.GRID_X: pl.Int64(),
+        LaunchAttrCol.GRID_Y: pl.Int64(),
+        LaunchAttrCol.GRID_Z: pl.Int64(),
+        LaunchAttrCol.BLOCK_X: pl.Int64(),
+        LaunchAttrCol.BLOCK_Y: pl.Int64(),
+        LaunchAttrCol.BLOCK_Z: pl.Int64(),
+        LaunchAttrCol.REGISTERS: pl.Int64(),
+        LaunchAttrCol.SHARED_MEM: pl.Int64(),
+        LaunchAttrCol.BLOCKS_PER_SM: pl.Float64(),
+        LaunchAttrCol.WARPS_PER_SM: pl.Float64(),
+        LaunchAttrCol.OCCUPANCY_PCT: pl.Float64(),
     }
 )
 
@@ -125,7 +125,7 @@ COPY_KINDS: Final = ("HtoD", "DtoH", "DtoD", "HtoH", "PtoP", "HtoA", "AtoH", "At
 MEMORY_KINDS: Final = ("Pageable", "Pinned", "Device", "Managed", "Array", "unknown")
 
 
-class CCol:
+class CopyAttrCol:
     """Memcpy / memset attributes."""
 
     ID: Final = "id"
@@ -137,16 +137,16 @@ class CCol:
 
 COPY_ATTRS_SCHEMA: Final = pl.Schema(
     {
-        CCol.ID: pl.Int64(),
-        CCol.BYTES: pl.Int64(),
-        CCol.COPY_KIND: pl.Enum(list(COPY_KINDS)),
-        CCol.SRC_MEM: pl.Enum(list(MEMORY_KINDS)),
-        CCol.DST_MEM: pl.Enum(list(MEMORY_KINDS)),
+        CopyAttrCol.ID: pl.Int64(),
+        CopyAttrCol.BYTES: pl.Int64(),
+        CopyAttrCol.COPY_KIND: pl.Enum(list(COPY_KINDS)),
+        CopyAttrCol.SRC_MEM: pl.Enum(list(MEMORY_KINDS)),
+        CopyAttrCol.DST_MEM: pl.Enum(list(MEMORY_KINDS)),
     }
 )
 
 
-class OCol:
+class OpAttrCol:
     """Host op attributes: shapes (record_shapes), autograd links, FLOPs, collectives, stacks."""
 
     ID: Final = "id"
@@ -166,24 +166,24 @@ class OCol:
 
 OP_ATTRS_SCHEMA: Final = pl.Schema(
     {
-        OCol.ID: pl.Int64(),
-        OCol.INPUT_DIMS: pl.String(),
-        OCol.INPUT_TYPES: pl.String(),
-        OCol.SEQUENCE: pl.Int64(),
-        OCol.FWD_TID: pl.Int64(),
-        OCol.FLOPS: pl.Int64(),
-        OCol.CALL_STACK: pl.String(),
-        OCol.COLLECTIVE: pl.String(),
-        OCol.IN_NELEMS: pl.Int64(),
-        OCol.OUT_NELEMS: pl.Int64(),
-        OCol.GROUP_SIZE: pl.Int64(),
-        OCol.DTYPE: pl.String(),
-        OCol.PG_NAME: pl.String(),
+        OpAttrCol.ID: pl.Int64(),
+        OpAttrCol.INPUT_DIMS: pl.String(),
+        OpAttrCol.INPUT_TYPES: pl.String(),
+        OpAttrCol.SEQUENCE: pl.Int64(),
+        OpAttrCol.FWD_TID: pl.Int64(),
+        OpAttrCol.FLOPS: pl.Int64(),
+        OpAttrCol.CALL_STACK: pl.String(),
+        OpAttrCol.COLLECTIVE: pl.String(),
+        OpAttrCol.IN_NELEMS: pl.Int64(),
+        OpAttrCol.OUT_NELEMS: pl.Int64(),
+        OpAttrCol.GROUP_SIZE: pl.Int64(),
+        OpAttrCol.DTYPE: pl.String(),
+        OpAttrCol.PG_NAME: pl.String(),
     }
 )
 
 
-class MCol:
+class MemEventCol:
     """Memory events (allocator instant events, ``[memory]``)."""
 
     TS: Final = "ts_ns"
@@ -199,22 +199,22 @@ class MCol:
 
 MEMORY_SCHEMA: Final = pl.Schema(
     {
-        MCol.TS: pl.Int64(),
-        MCol.PID: pl.Int64(),
-        MCol.TID: pl.Int64(),
-        MCol.DEVICE_TYPE: pl.Int32(),
-        MCol.DEVICE_ID: pl.Int32(),
-        MCol.BYTES: pl.Int64(),
-        MCol.TOTAL_ALLOCATED: pl.Int64(),
-        MCol.TOTAL_RESERVED: pl.Int64(),
-        MCol.ADDR: pl.Int64(),
+        MemEventCol.TS: pl.Int64(),
+        MemEventCol.PID: pl.Int64(),
+        MemEventCol.TID: pl.Int64(),
+        MemEventCol.DEVICE_TYPE: pl.Int32(),
+        MemEventCol.DEVICE_ID: pl.Int32(),
+        MemEventCol.BYTES: pl.Int64(),
+        MemEventCol.TOTAL_ALLOCATED: pl.Int64(),
+        MemEventCol.TOTAL_RESERVED: pl.Int64(),
+        MemEventCol.ADDR: pl.Int64(),
     }
 )
 
 FLOW_KINDS: Final = ("correlation", "fwdbwd", "other")
 
 
-class FCol:
+class FlowCol:
     """Flow events: launch arrows (ac2g and legacy names) and forward-backward links."""
 
     FLOW_ID: Final = "flow_id"
@@ -227,17 +227,17 @@ class FCol:
 
 FLOWS_SCHEMA: Final = pl.Schema(
     {
-        FCol.FLOW_ID: pl.Int64(),
-        FCol.KIND: pl.Enum(list(FLOW_KINDS)),
-        FCol.PHASE: pl.Enum(["s", "t", "f"]),
-        FCol.TS: pl.Int64(),
-        FCol.PID: pl.Int64(),
-        FCol.TID: pl.Int64(),
+        FlowCol.FLOW_ID: pl.Int64(),
+        FlowCol.KIND: pl.Enum(list(FLOW_KINDS)),
+        FlowCol.PHASE: pl.Enum(["s", "t", "f"]),
+        FlowCol.TS: pl.Int64(),
+        FlowCol.PID: pl.Int64(),
+        FlowCol.TID: pl.Int64(),
     }
 )
 
 
-class TCol:
+class ThreadCol:
     """Process and thread names from metadata (``M``) events; tid is null for a process row."""
 
     PID: Final = "pid"
@@ -245,10 +245,10 @@ class TCol:
     NAME: Final = "name"
 
 
-THREADS_SCHEMA: Final = pl.Schema({TCol.PID: pl.Int64(), TCol.TID: pl.Int64(), TCol.NAME: pl.String()})
+THREADS_SCHEMA: Final = pl.Schema({ThreadCol.PID: pl.Int64(), ThreadCol.TID: pl.Int64(), ThreadCol.NAME: pl.String()})
 
 
-class DCol:
+class DeviceCol:
     """Device properties, one row per GPU the trace describes."""
 
     DEVICE: Final = "device"
@@ -264,22 +264,22 @@ class DCol:
 
 DEVICES_SCHEMA: Final = pl.Schema(
     {
-        DCol.DEVICE: pl.Int32(),
-        DCol.NAME: pl.String(),
-        DCol.TOTAL_MEM: pl.Int64(),
-        DCol.CC_MAJOR: pl.Int32(),
-        DCol.CC_MINOR: pl.Int32(),
-        DCol.NUM_SMS: pl.Int32(),
-        DCol.MAX_THREADS_PER_SM: pl.Int32(),
-        DCol.REGS_PER_SM: pl.Int32(),
-        DCol.SHARED_MEM_PER_SM: pl.Int64(),
+        DeviceCol.DEVICE: pl.Int32(),
+        DeviceCol.NAME: pl.String(),
+        DeviceCol.TOTAL_MEM: pl.Int64(),
+        DeviceCol.CC_MAJOR: pl.Int32(),
+        DeviceCol.CC_MINOR: pl.Int32(),
+        DeviceCol.NUM_SMS: pl.Int32(),
+        DeviceCol.MAX_THREADS_PER_SM: pl.Int32(),
+        DeviceCol.REGS_PER_SM: pl.Int32(),
+        DeviceCol.SHARED_MEM_PER_SM: pl.Int64(),
     }
 )
 
 NVTX_STYLES: Final = ("PushPop", "StartEnd", "Mark")
 
 
-class NCol:
+class NvtxCol:
     """NVTX attributes of annotation slices read from Nsight Systems (empty for other formats).
 
     The slice's name is already the display name nsys uses (``domain:text`` when the domain is
@@ -297,18 +297,18 @@ class NCol:
 
 NVTX_ATTRS_SCHEMA: Final = pl.Schema(
     {
-        NCol.ID: pl.Int64(),
-        NCol.RANGE_ID: pl.Int64(),
-        NCol.STYLE: pl.Enum(list(NVTX_STYLES)),
-        NCol.DOMAIN_ID: pl.Int64(),
-        NCol.DOMAIN: pl.String(),
-        NCol.CATEGORY: pl.Int64(),
-        NCol.END_TID: pl.Int64(),
+        NvtxCol.ID: pl.Int64(),
+        NvtxCol.RANGE_ID: pl.Int64(),
+        NvtxCol.STYLE: pl.Enum(list(NVTX_STYLES)),
+        NvtxCol.DOMAIN_ID: pl.Int64(),
+        NvtxCol.DOMAIN: pl.String(),
+        NvtxCol.CATEGORY: pl.Int64(),
+        NvtxCol.END_TID: pl.Int64(),
     }
 )
 
 #: Every table of a Trace with its declared schema.
-class SCol:
+class SyncCol:
     """Synchronization record attributes (Kineto cuda_sync args, CUPTI synchronization records):
     what a stream or the host waited on. One row per sync slice that names its target."""
 
@@ -321,9 +321,9 @@ class SCol:
 
 SYNC_ATTRS_SCHEMA: Final = pl.Schema(
     {
-        SCol.ID: pl.Int64(),
-        SCol.WAIT_STREAM: pl.Int64(),
-        SCol.WAIT_RECORD_CORRELATION: pl.Int64(),
+        SyncCol.ID: pl.Int64(),
+        SyncCol.WAIT_STREAM: pl.Int64(),
+        SyncCol.WAIT_RECORD_CORRELATION: pl.Int64(),
     }
 )
 

@@ -16,7 +16,7 @@ from tracewhy.model.schema import (
     SYNC_ATTRS_SCHEMA,
     TABLE_SCHEMAS,
     Col,
-    DCol,
+    DeviceCol,
     Kind,
     empty,
 )
@@ -238,7 +238,7 @@ class Trace:
         m = self.meta
         counts = self.slices.group_by(Col.KIND).len("n").sort(["n", Col.KIND], descending=[True, False])
         by_kind = ", ".join(f"{kind} {n:,}" for kind, n in counts.iter_rows())
-        names = self.devices.group_by(DCol.NAME).len("n").sort(["n", DCol.NAME], descending=[True, False])
+        names = self.devices.group_by(DeviceCol.NAME).len("n").sort(["n", DeviceCol.NAME], descending=[True, False])
         devices = ", ".join(f"{n} × {name}" if n > 1 else str(name) for name, n in names.iter_rows())
         whole = "partial" if self.is_partial or m.missing_events else "complete"
         lines = [

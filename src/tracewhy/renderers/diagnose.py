@@ -123,11 +123,11 @@ def render_diagnose(report: Report, top: int | None = None) -> RenderableType:
 
     parts: list[RenderableType] = []
     b = report.basis
-    st = report.steps.stats
+    stats = report.steps.stats
     head = Text(f"{printable(report.path)}\n", style="bold")
-    if st is not None:
-        head.append(f"{st.count} steady steps: duration p50 {fmt_ns(st.p50_ns)}, p90 {fmt_ns(st.p90_ns)}, "
-                    f"mean {fmt_ns(st.mean_ns)}. ")
+    if stats is not None:
+        head.append(f"{stats.count} steady steps: duration p50 {fmt_ns(stats.p50_ns)}, p90 {fmt_ns(stats.p90_ns)}, "
+                    f"mean {fmt_ns(stats.mean_ns)}. ")
     if b.device is not None:
         head.append(f"GPU {b.device} active {fmt_pct(b.active_share)} ({basis_statistic(report)}).")
     parts.append(head)

@@ -36,7 +36,7 @@ from tracewhy.analyses.gaps import CLASS_COLUMNS, GapCol
 from tracewhy.analyses.memory import MemoryResult
 from tracewhy.findings.model import Finding
 from tracewhy.model.raw_events import RawEvents
-from tracewhy.model.schema import GPU_ACTIVITY_KINDS, CCol, Col, KCol, Kind, MCol
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, CopyAttrCol, Kind, LaunchAttrCol, MemEventCol
 from tracewhy.model.trace import Trace
 from tracewhy.renderers.jsonout import to_jsonable
 from tracewhy.reports.overview import Overview
@@ -185,8 +185,8 @@ def memory_counter_events(r: MemoryResult | None, pids: dict[int, int]) -> list[
         pid = pids.get(int(index), int(index)) if kind != "cpu" and index.isdigit() else HOST_MEMORY_PID
         if pid == HOST_MEMORY_PID and not any(e["pid"] == pid for e in out):
             out.append(_meta(pid, None, "process_name", "tracewhy: host memory"))
-        for what, col in (("allocated", MCol.TOTAL_ALLOCATED), ("reserved", MCol.TOTAL_RESERVED)):
-            values = d.timeline.select(MCol.TS, pl.col(col).fill_null(strategy="forward")).drop_nulls()
+        for what, col in (("allocated", MemEventCol.TOTAL_ALLOCATED), ("reserved", MemEventCol.TOTAL_RESERVED)):
+            values = d.timeline.select(MemEventCol.TS, pl.col(col).fill_null(strategy="forward")).drop_nulls()
             changes = values.filter(pl.col(col) != pl.col(col).shift(1).fill_null(-1))
             name = memory_counter_name(what, d.device)
             out += [{"ph": "C", "cat": CAT, "name": name, "pid": pid, "ts": us(ts), "args": {"bytes": int(v)}}
@@ -239,8 +239,8 @@ def model_events(trace: Trace) -> list[dict[str, Any]]:
     """The trace's slices and thread names as Kineto-style Chrome-trace events."""
     trace.require_whole()
     s = trace.slices
-    kattrs = {r[KCol.ID]: r for r in trace.kernel_attrs.iter_rows(named=True)}
-    cattrs = {r[CCol.ID]: r for r in trace.copy_attrs.iter_rows(named=True)}
+    kattrs = {r[LaunchAttrCol.ID]: r for r in trace.kernel_attrs.iter_rows(named=True)}
+    cattrs = {r[CopyAttrCol.ID]: r for r in trace.copy_attrs.iter_rows(named=True)}
     out: list[dict[str, Any]] = []
     gpu_pids: set[int] = set()
     cols = (Col.ID, Col.KIND, Col.NAME, Col.TS, Col.DUR, Col.PID, Col.TID, Col.DEVICE, Col.STREAM,
@@ -261,15 +261,15 @@ def model_events(trace: Trace) -> list[dict[str, Any]]:
             args["External id"] = int(ext)
         k = kattrs.get(sid)
         if k is not None:
-            args["grid"] = [k[KCol.GRID_X], k[KCol.GRID_Y], k[KCol.GRID_Z]]
-            args["block"] = [k[KCol.BLOCK_X], k[KCol.BLOCK_Y], k[KCol.BLOCK_Z]]
-            if k[KCol.REGISTERS] is not None:
-                args["registers per thread"] = k[KCol.REGISTERS]
-            if k[KCol.SHARED_MEM] is not None:
-                args["shared memory"] = k[KCol.SHARED_MEM]
+            args["grid"] = [k[LaunchAttrCol.GRID_X], k[LaunchAttrCol.GRID_Y], k[LaunchAttrCol.GRID_Z]]
+            args["block"] = [k[LaunchAttrCol.BLOCK_X], k[LaunchAttrCol.BLOCK_Y], k[LaunchAttrCol.BLOCK_Z]]
+            if k[LaunchAttrCol.REGISTERS] is not None:
+                args["registers per thread"] = k[LaunchAttrCol.REGISTERS]
+            if k[LaunchAttrCol.SHARED_MEM] is not None:
+                args["shared memory"] = k[LaunchAttrCol.SHARED_MEM]
         c = cattrs.get(sid)
-        if c is not None and c[CCol.BYTES] is not None:
-            args["bytes"] = c[CCol.BYTES]
+        if c is not None and c[CopyAttrCol.BYTES] is not None:
+            args["bytes"] = c[CopyAttrCol.BYTES]
         out.append({"ph": "X", "cat": _KINETO_CAT.get(kind, "other"), "name": name, "pid": pid or 0,
                     "tid": tid or 0, "ts": us(ts), "dur": us(dur), "args": args})
     for pid in sorted(gpu_pids):

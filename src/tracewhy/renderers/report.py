@@ -22,7 +22,7 @@ from tracewhy.analyses.overlap import (
 from tracewhy.analyses.steps import STEPS_SCHEMA, StepCol, StepStats
 from tracewhy.analyses.utilization import UTILIZATION_DEVICES_SCHEMA, UTILIZATION_SERIES_SCHEMA
 from tracewhy.findings.model import Finding
-from tracewhy.model.schema import Col, MCol
+from tracewhy.model.schema import Col, MemEventCol
 from tracewhy.model.trace import Capture
 from tracewhy.renderers.compile import CompileSummary, compile_summary
 from tracewhy.renderers.critical_path import CriticalPathReport, critical_path_report_payload
@@ -256,23 +256,23 @@ def _memory(ov: Overview) -> ReportMemory | None:
     r = ov.report.memory
     if r is None or not r.devices:
         return None
-    st = ov.report.steps.table
+    steps_table = ov.report.steps.table
     devices: list[ReportMemoryDevice] = []
     for d in [d for d in r.devices if d.device != "cpu"] or r.devices:
-        series = thinned(d.timeline.with_columns(pl.col(MCol.TOTAL_RESERVED).fill_null(strategy="forward")),
-                         MCol.TOTAL_ALLOCATED)
+        series = thinned(d.timeline.with_columns(pl.col(MemEventCol.TOTAL_RESERVED).fill_null(strategy="forward")),
+                         MemEventCol.TOTAL_ALLOCATED)
         devices.append({
             "device": d.device, "peak_allocated_bytes": d.peak_allocated_bytes,
             "reserved_at_peak_bytes": d.reserved_at_peak_bytes, "peak_reserved_bytes": d.peak_reserved_bytes,
             "peak_ts_ns": d.peak_ts_ns, "peak_step": d.peak_step, "peak_op": d.peak_op, "ledger": d.ledger,
             "allocated_source": d.allocated_source,
-            "series": {"ts_ns": series.get_column(MCol.TS).to_list(),
-                       "allocated": series.get_column(MCol.TOTAL_ALLOCATED).to_list(),
-                       "reserved": series.get_column(MCol.TOTAL_RESERVED).to_list()},
+            "series": {"ts_ns": series.get_column(MemEventCol.TS).to_list(),
+                       "allocated": series.get_column(MemEventCol.TOTAL_ALLOCATED).to_list(),
+                       "reserved": series.get_column(MemEventCol.TOTAL_RESERVED).to_list()},
         })
     return {
         "source": "trace", "ledger_source": r.ledger_source, "t0_ns": ov.info.first_ts_ns, "devices": devices,
-        "steps": st.select(StepCol.NAME, pl.col(StepCol.TS).alias("start_ns"),
+        "steps": steps_table.select(StepCol.NAME, pl.col(StepCol.TS).alias("start_ns"),
                            (pl.col(StepCol.TS) + pl.col(StepCol.DUR)).alias("end_ns"), StepCol.STEADY),
     }
 

@@ -43,6 +43,8 @@ def compile_report(trace: TraceSource, options: CompileReportOptions | None = No
         if logs.warnings:
             loader.warn(options.torch_logs, logs.warnings)
     t = loader.trace(trace)
-    st = steps(t, StepsOptions(marker=options.step_marker, warmup=options.warmup))
-    result = compile_analysis(t, st)
-    return CompileReport(result, logs, compile_findings(result, st.stats.p50_ns if st.stats else None, logs))
+    steps_result = steps(t, StepsOptions(marker=options.step_marker, warmup=options.warmup))
+    result = compile_analysis(t, steps_result)
+    return CompileReport(result, logs, compile_findings(result,
+                                                        steps_result.stats.p50_ns if steps_result.stats else None,
+                                                        logs))

@@ -28,5 +28,6 @@ class LinesReportOptions:
 def lines_report(trace: TraceSource, options: LinesReportOptions | None = None, loader: Loader = PLAIN) -> LinesResult:
     options = options or LinesReportOptions()
     t = loader.trace(trace)
-    st = steps(t, StepsOptions(marker=options.step_marker, warmup=options.warmup))
-    return lines(t, LinesOptions(include_library=options.include_library, sort_by=options.sort_by), step_result=st)
+    steps_result = steps(t, StepsOptions(marker=options.step_marker, warmup=options.warmup))
+    return lines(t, LinesOptions(include_library=options.include_library, sort_by=options.sort_by),
+                 steps_result=steps_result)

@@ -71,9 +71,9 @@ def overview(trace: Trace, options: DiagnoseOptions | None = None) -> Overview:
     has_gpu = gpu.height > 0
 
     def path() -> CriticalPathResult | None:
-        st = ctx.steps()
+        steps_result = ctx.steps()
         return critical_path(trace, CriticalPathOptions(marker=options.step_marker, max_steps=CRITICAL_PATH_STEPS),
-                             st) if st.table.height else None
+                             steps_result) if steps_result.table.height else None
 
     def roofline() -> OpRooflineResult | None:
         roof = op_roofline(trace) if has_gpu and trace.op_attrs.height else None

@@ -26,7 +26,7 @@ _RANK_IN_NAME: Final = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 MAX_LOG_BYTES: Final = 1 << 30
 
 
-class _Header(msgspec.Struct, tag="header", tag_field="type"):
+class _HeaderRecord(msgspec.Struct, tag="header", tag_field="type"):
     rank: int | None = None
     world_size: int | None = None
     clock: str | None = None
@@ -36,7 +36,7 @@ class _Header(msgspec.Struct, tag="header", tag_field="type"):
     versions: dict[str, str] = {}
 
 
-class _Mark(msgspec.Struct, tag="mark", tag_field="type"):
+class _MarkRecord(msgspec.Struct, tag="mark", tag_field="type"):
     chunk: int
     name: str
     t_ns: int
@@ -44,7 +44,7 @@ class _Mark(msgspec.Struct, tag="mark", tag_field="type"):
     gpu_t_ns: int | None = None
 
 
-class _Block(msgspec.Struct, tag="block", tag_field="type"):
+class _BlockRecord(msgspec.Struct, tag="block", tag_field="type"):
     name: str
     host_ns: int
     rank: int | None = None
@@ -56,7 +56,7 @@ class _Block(msgspec.Struct, tag="block", tag_field="type"):
     sync: bool = False
 
 
-_DECODER: Final = msgspec.json.Decoder(_Header | _Mark | _Block)
+_DECODER: Final = msgspec.json.Decoder(_HeaderRecord | _MarkRecord | _BlockRecord)
 
 
 def read_instrument_logs(paths: list[Path]) -> InstrumentLog:
@@ -102,8 +102,8 @@ def _read_one(path: Path) -> tuple[RankHeader, list[dict[str, object]], list[dic
         data = path.read_bytes()
     except OSError as e:
         raise TraceError(path, f"cannot read: {e.strerror or e}") from e
-    header: _Header | None = None
-    records: list[_Mark | _Block] = []
+    header: _HeaderRecord | None = None
+    records: list[_MarkRecord | _BlockRecord] = []
     bad = 0
     first_bad = ""
     for number, line in enumerate(data.splitlines(), 1):
@@ -115,14 +115,14 @@ def _read_one(path: Path) -> tuple[RankHeader, list[dict[str, object]], list[dic
             bad += 1
             first_bad = first_bad or f"line {number}: {_reason(e)}"
             continue
-        if isinstance(rec, _Header):
+        if isinstance(rec, _HeaderRecord):
             if header is None and not records:
                 header = rec
                 continue
             bad += 1
             first_bad = first_bad or f"line {number}: a second header, or one after the records"
             continue
-        if rec.t_ns < 0 if isinstance(rec, _Mark) else rec.host_ns < 0:
+        if rec.t_ns < 0 if isinstance(rec, _MarkRecord) else rec.host_ns < 0:
             bad += 1
             first_bad = first_bad or f"line {number}: a negative time"
             continue
@@ -139,7 +139,7 @@ def _read_one(path: Path) -> tuple[RankHeader, list[dict[str, object]], list[dic
     others = {r.rank for r in records if r.rank is not None and r.rank != rank}
     if others:
         raise TraceError(path, f"records of ranks {sorted(others | {rank})} in one file: write one log per rank")
-    h = header or _Header()
+    h = header or _HeaderRecord()
     rank_header = RankHeader(rank=rank, file=str(path), present=header is not None, world_size=h.world_size,
                              clock=h.clock, sync=h.sync, cuda_events=h.cuda_events, device=h.device,
                              versions=dict(h.versions))
@@ -147,16 +147,16 @@ def _read_one(path: Path) -> tuple[RankHeader, list[dict[str, object]], list[dic
         {LogBlockCol.RANK: rank, LogBlockCol.STEP: r.step, LogBlockCol.CHUNK: r.chunk, LogBlockCol.NAME: r.name,
          LogBlockCol.START: r.start_ns, LogBlockCol.HOST: r.host_ns, LogBlockCol.GPU: r.gpu_ns,
          LogBlockCol.DEPTH: r.depth, LogBlockCol.SYNC: r.sync or h.sync}
-        for r in records if isinstance(r, _Block)
+        for r in records if isinstance(r, _BlockRecord)
     ]
     marks: list[dict[str, object]] = [
         {MarkCol.RANK: rank, MarkCol.CHUNK: r.chunk, MarkCol.NAME: r.name, MarkCol.T: r.t_ns, MarkCol.GPU_T: r.gpu_t_ns}
-        for r in records if isinstance(r, _Mark)
+        for r in records if isinstance(r, _MarkRecord)
     ]
     return rank_header, blocks, marks, warnings
 
 
-def _rank(path: Path, header: _Header | None, records: list[_Mark | _Block]) -> int:
+def _rank(path: Path, header: _HeaderRecord | None, records: list[_MarkRecord | _BlockRecord]) -> int:
     for r in records:
         if r.rank is not None:
             return r.rank

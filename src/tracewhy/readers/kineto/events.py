@@ -115,7 +115,7 @@ class Event(Struct, gc=False):
     args: Raw = NO_RAW
 
 
-class _Header(Struct):
+class _DocumentHeader(Struct):
     """Top-level keys tracewhy uses, kept raw; everything else in the header is skipped."""
 
     schemaVersion: Raw = NO_RAW
@@ -139,14 +139,14 @@ class _Header(Struct):
     def as_dict(self) -> dict[str, Raw]:
         """The fields present, each copied out of the file's buffer (a Raw is a view that would
         otherwise keep the whole buffer alive for as long as the trace)."""
-        return {k: v.copy() for k in _Header.__struct_fields__ if (v := getattr(self, k))}
+        return {k: v.copy() for k in _DocumentHeader.__struct_fields__ if (v := getattr(self, k))}
 
 
-class RawDocument(_Header):
+class RawDocument(_DocumentHeader):
     traceEvents: list[Raw] | msgspec.UnsetType = msgspec.UNSET
 
 
-class TypedDocument(_Header):
+class TypedDocument(_DocumentHeader):
     traceEvents: list[Event] | msgspec.UnsetType = msgspec.UNSET
 
 

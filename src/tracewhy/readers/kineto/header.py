@@ -8,19 +8,19 @@ from typing import Any, Final
 import msgspec
 import polars as pl
 
-from tracewhy.model.schema import DEVICES_SCHEMA, DCol
+from tracewhy.model.schema import DEVICES_SCHEMA, DeviceCol
 from tracewhy.readers.kineto.repair import DEVICE_RANGE, merge_counts, repair_json
 
 _DEVICE_KEYS: Final = {
-    DCol.DEVICE: "id",
-    DCol.NAME: "name",
-    DCol.TOTAL_MEM: "totalGlobalMem",
-    DCol.CC_MAJOR: "computeMajor",
-    DCol.CC_MINOR: "computeMinor",
-    DCol.NUM_SMS: "numSms",
-    DCol.MAX_THREADS_PER_SM: "maxThreadsPerMultiprocessor",
-    DCol.REGS_PER_SM: "regsPerMultiprocessor",
-    DCol.SHARED_MEM_PER_SM: "sharedMemPerMultiprocessor",
+    DeviceCol.DEVICE: "id",
+    DeviceCol.NAME: "name",
+    DeviceCol.TOTAL_MEM: "totalGlobalMem",
+    DeviceCol.CC_MAJOR: "computeMajor",
+    DeviceCol.CC_MINOR: "computeMinor",
+    DeviceCol.NUM_SMS: "numSms",
+    DeviceCol.MAX_THREADS_PER_SM: "maxThreadsPerMultiprocessor",
+    DeviceCol.REGS_PER_SM: "regsPerMultiprocessor",
+    DeviceCol.SHARED_MEM_PER_SM: "sharedMemPerMultiprocessor",
 }
 _INT_RANGE: Final[dict[pl.DataType, tuple[int, int]]] = {
     pl.Int32(): (-(2**31), 2**31 - 1), pl.Int64(): (-(2**63), 2**63 - 1)}

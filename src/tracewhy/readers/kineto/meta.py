@@ -13,7 +13,7 @@ import msgspec
 import numpy as np
 import polars as pl
 
-from tracewhy.model.schema import Col, Kind, OCol
+from tracewhy.model.schema import Col, Kind, OpAttrCol
 from tracewhy.model.trace import KINETO_FORMAT, Capture, TraceMeta, Truncation
 from tracewhy.readers.kineto.categories import accelerator
 from tracewhy.readers.kineto.header import decode_value
@@ -90,9 +90,9 @@ def _capture(values: dict[str, Any], saw_python: bool, op_attrs: pl.DataFrame, m
     if any(k in values for k in _CAPTURE_KEYS):
         return Capture(**{k: bool(values.get(k)) for k in _CAPTURE_KEYS}, source="header")
     has = op_attrs.select(
-        pl.col(OCol.INPUT_DIMS).is_not_null().any().alias("shapes"),
-        pl.col(OCol.CALL_STACK).is_not_null().any().alias("stack"),
-        pl.col(OCol.FLOPS).is_not_null().any().alias("flops"),
+        pl.col(OpAttrCol.INPUT_DIMS).is_not_null().any().alias("shapes"),
+        pl.col(OpAttrCol.CALL_STACK).is_not_null().any().alias("stack"),
+        pl.col(OpAttrCol.FLOPS).is_not_null().any().alias("flops"),
     ).row(0, named=True)
     return Capture(
         record_shapes=bool(has["shapes"]),

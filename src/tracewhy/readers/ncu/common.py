@@ -23,11 +23,11 @@ from tracewhy.model.ncu import (
     NCU_BREAKDOWNS_SCHEMA,
     NCU_LAUNCHES_SCHEMA,
     NCU_RULES_SCHEMA,
-    BCol,
-    NCol,
+    BreakdownCol,
+    NcuCol,
     NcuReport,
     NcuRun,
-    RCol,
+    RuleCol,
 )
 from tracewhy.readers.ncu import units as u
 
@@ -48,103 +48,103 @@ class Field:
 _SASS_OP = "smsp__sass_thread_inst_executed_op_{}_pred_on.sum.per_cycle_elapsed"
 
 FIELDS: Final = (
-    Field(NCol.DUR, u.TIME, ("gpu__time_duration.sum", "gpu__time_duration.avg"), ("Duration",)),
-    Field(NCol.ELAPSED_CYCLES, u.COUNT, ("gpc__cycles_elapsed.max",), ("Elapsed Cycles",)),
+    Field(NcuCol.DUR, u.TIME, ("gpu__time_duration.sum", "gpu__time_duration.avg"), ("Duration",)),
+    Field(NcuCol.ELAPSED_CYCLES, u.COUNT, ("gpc__cycles_elapsed.max",), ("Elapsed Cycles",)),
     # The SM clock is the one ncu's roofline sections multiply per-cycle figures by: the peak
     # with sm__cycles_elapsed.avg.per_second, the achieved with smsp__ (equal to it in every
     # report here). The SOL header's "SM Frequency" is the GPC clock, which differs from it by
     # +4.4% (RTX 3060 Ti) to -8.2% (H100) in ncu 2024.3 reports; basic-set reports carry only
     # the GPC clock, so it is the fallback.
-    Field(NCol.SM_CLOCK, u.FREQ,
+    Field(NcuCol.SM_CLOCK, u.FREQ,
           ("sm__cycles_elapsed.avg.per_second", "smsp__cycles_elapsed.avg.per_second",
            "gpc__cycles_elapsed.avg.per_second"),
           ("SM Frequency",)),
-    Field(NCol.SMSP_CLOCK, u.FREQ, ("smsp__cycles_elapsed.avg.per_second",)),
+    Field(NcuCol.SMSP_CLOCK, u.FREQ, ("smsp__cycles_elapsed.avg.per_second",)),
     # ncu 2020.3 labels the DRAM clock "Memory Frequency".
-    Field(NCol.DRAM_CLOCK, u.FREQ, ("dram__cycles_elapsed.avg.per_second",),
+    Field(NcuCol.DRAM_CLOCK, u.FREQ, ("dram__cycles_elapsed.avg.per_second",),
           ("DRAM Frequency", "Memory Frequency")),
-    Field(NCol.MAX_SM_CLOCK, u.FREQ, ("device__attribute_max_gpu_frequency_khz",), scale=1e3),
-    Field(NCol.SM_COUNT, u.COUNT, ("launch__sm_count", "device__attribute_multiprocessor_count"),
+    Field(NcuCol.MAX_SM_CLOCK, u.FREQ, ("device__attribute_max_gpu_frequency_khz",), scale=1e3),
+    Field(NcuCol.SM_COUNT, u.COUNT, ("launch__sm_count", "device__attribute_multiprocessor_count"),
           ("# SMs",)),
-    Field(NCol.GRID_SIZE, u.COUNT, ("launch__grid_size",), ("Grid Size",)),
-    Field(NCol.BLOCK_SIZE, u.COUNT, ("launch__block_size",), ("Block Size",)),
-    Field(NCol.REGISTERS, u.COUNT, ("launch__registers_per_thread",), ("Registers Per Thread",)),
-    Field(NCol.SHARED_STATIC, u.BYTES, ("launch__shared_mem_per_block_static",),
+    Field(NcuCol.GRID_SIZE, u.COUNT, ("launch__grid_size",), ("Grid Size",)),
+    Field(NcuCol.BLOCK_SIZE, u.COUNT, ("launch__block_size",), ("Block Size",)),
+    Field(NcuCol.REGISTERS, u.COUNT, ("launch__registers_per_thread",), ("Registers Per Thread",)),
+    Field(NcuCol.SHARED_STATIC, u.BYTES, ("launch__shared_mem_per_block_static",),
           ("Static Shared Memory Per Block",)),
-    Field(NCol.SHARED_DYNAMIC, u.BYTES, ("launch__shared_mem_per_block_dynamic",),
+    Field(NcuCol.SHARED_DYNAMIC, u.BYTES, ("launch__shared_mem_per_block_dynamic",),
           ("Dynamic Shared Memory Per Block",)),
-    Field(NCol.WAVES, u.COUNT, ("launch__waves_per_multiprocessor",), ("Waves Per SM",)),
-    Field(NCol.SM_PCT, u.PCT, ("sm__throughput.avg.pct_of_peak_sustained_elapsed",),
+    Field(NcuCol.WAVES, u.COUNT, ("launch__waves_per_multiprocessor",), ("Waves Per SM",)),
+    Field(NcuCol.SM_PCT, u.PCT, ("sm__throughput.avg.pct_of_peak_sustained_elapsed",),
           ("Compute (SM) Throughput", "SOL SM", "Compute (SM) [%]")),
     # "Memory Throughput" is also the label of dram__bytes.sum.per_second in the Memory Workload
     # Analysis section; the dimension (% vs byte/s) tells them apart.
-    Field(NCol.MEM_PCT, u.PCT, ("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",),
+    Field(NcuCol.MEM_PCT, u.PCT, ("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",),
           ("Memory Throughput", "SOL Memory", "Memory [%]")),
     # ncu <= 2020 called DRAM "FB" (frame buffer) in the SOL section.
-    Field(NCol.DRAM_PCT, u.PCT,
+    Field(NcuCol.DRAM_PCT, u.PCT,
           ("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
            "dram__throughput.avg.pct_of_peak_sustained_elapsed"),
           ("DRAM Throughput", "SOL DRAM", "SOL FB")),
-    Field(NCol.L1_PCT, u.PCT, ("l1tex__throughput.avg.pct_of_peak_sustained_active",),
+    Field(NcuCol.L1_PCT, u.PCT, ("l1tex__throughput.avg.pct_of_peak_sustained_active",),
           ("L1/TEX Cache Throughput", "SOL L1/TEX Cache")),
-    Field(NCol.L2_PCT, u.PCT, ("lts__throughput.avg.pct_of_peak_sustained_elapsed",),
+    Field(NcuCol.L2_PCT, u.PCT, ("lts__throughput.avg.pct_of_peak_sustained_elapsed",),
           ("L2 Cache Throughput", "SOL L2 Cache")),
-    Field(NCol.DRAM_BYTES_PER_S, u.RATE, ("dram__bytes.sum.per_second",),
+    Field(NcuCol.DRAM_BYTES_PER_S, u.RATE, ("dram__bytes.sum.per_second",),
           ("Memory Throughput", "DRAM Bandwidth")),
     # Blackwell-era metric lists name them dram__bytes_op_read/write (2026 CSVs here).
-    Field(NCol.DRAM_READ, u.BYTES, ("dram__bytes_read.sum", "dram__bytes_op_read.sum")),
-    Field(NCol.DRAM_WRITE, u.BYTES, ("dram__bytes_write.sum", "dram__bytes_op_write.sum")),
-    Field(NCol.DRAM_PEAK_PER_CYCLE, u.PER_CYCLE, ("dram__bytes.sum.peak_sustained",),
+    Field(NcuCol.DRAM_READ, u.BYTES, ("dram__bytes_read.sum", "dram__bytes_op_read.sum")),
+    Field(NcuCol.DRAM_WRITE, u.BYTES, ("dram__bytes_write.sum", "dram__bytes_op_write.sum")),
+    Field(NcuCol.DRAM_PEAK_PER_CYCLE, u.PER_CYCLE, ("dram__bytes.sum.peak_sustained",),
           ("Theoretical DRAM Bytes Accessible",)),
-    Field(NCol.FADD, u.PER_CYCLE, (_SASS_OP.format("fadd"),)),
-    Field(NCol.FMUL, u.PER_CYCLE, (_SASS_OP.format("fmul"),)),
-    Field(NCol.FFMA, u.PER_CYCLE, (_SASS_OP.format("ffma"),)),
-    Field(NCol.DADD, u.PER_CYCLE, (_SASS_OP.format("dadd"),)),
-    Field(NCol.DMUL, u.PER_CYCLE, (_SASS_OP.format("dmul"),)),
-    Field(NCol.DFMA, u.PER_CYCLE, (_SASS_OP.format("dfma"),)),
-    Field(NCol.HADD, u.PER_CYCLE, (_SASS_OP.format("hadd"),)),
-    Field(NCol.HMUL, u.PER_CYCLE, (_SASS_OP.format("hmul"),)),
-    Field(NCol.HFMA, u.PER_CYCLE, (_SASS_OP.format("hfma"),)),
-    Field(NCol.FFMA_PEAK, u.PER_CYCLE, ("sm__sass_thread_inst_executed_op_ffma_pred_on.sum.peak_sustained",)),
-    Field(NCol.DFMA_PEAK, u.PER_CYCLE, ("sm__sass_thread_inst_executed_op_dfma_pred_on.sum.peak_sustained",)),
-    Field(NCol.TENSOR_PCT, u.PCT,
+    Field(NcuCol.FADD, u.PER_CYCLE, (_SASS_OP.format("fadd"),)),
+    Field(NcuCol.FMUL, u.PER_CYCLE, (_SASS_OP.format("fmul"),)),
+    Field(NcuCol.FFMA, u.PER_CYCLE, (_SASS_OP.format("ffma"),)),
+    Field(NcuCol.DADD, u.PER_CYCLE, (_SASS_OP.format("dadd"),)),
+    Field(NcuCol.DMUL, u.PER_CYCLE, (_SASS_OP.format("dmul"),)),
+    Field(NcuCol.DFMA, u.PER_CYCLE, (_SASS_OP.format("dfma"),)),
+    Field(NcuCol.HADD, u.PER_CYCLE, (_SASS_OP.format("hadd"),)),
+    Field(NcuCol.HMUL, u.PER_CYCLE, (_SASS_OP.format("hmul"),)),
+    Field(NcuCol.HFMA, u.PER_CYCLE, (_SASS_OP.format("hfma"),)),
+    Field(NcuCol.FFMA_PEAK, u.PER_CYCLE, ("sm__sass_thread_inst_executed_op_ffma_pred_on.sum.peak_sustained",)),
+    Field(NcuCol.DFMA_PEAK, u.PER_CYCLE, ("sm__sass_thread_inst_executed_op_dfma_pred_on.sum.peak_sustained",)),
+    Field(NcuCol.TENSOR_PCT, u.PCT,
           ("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed",
            "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
            "sm__inst_executed_pipe_tensor.avg.pct_of_peak_sustained_active")),
-    Field(NCol.OCC_ACHIEVED, u.PCT, ("sm__warps_active.avg.pct_of_peak_sustained_active",),
+    Field(NcuCol.OCC_ACHIEVED, u.PCT, ("sm__warps_active.avg.pct_of_peak_sustained_active",),
           ("Achieved Occupancy",)),
-    Field(NCol.OCC_THEORETICAL, u.PCT, ("sm__maximum_warps_per_active_cycle_pct",),
+    Field(NcuCol.OCC_THEORETICAL, u.PCT, ("sm__maximum_warps_per_active_cycle_pct",),
           ("Theoretical Occupancy",)),
-    Field(NCol.LIMIT_BLOCKS, u.COUNT, ("launch__occupancy_limit_blocks",), ("Block Limit SM",)),
-    Field(NCol.LIMIT_REGISTERS, u.COUNT, ("launch__occupancy_limit_registers",),
+    Field(NcuCol.LIMIT_BLOCKS, u.COUNT, ("launch__occupancy_limit_blocks",), ("Block Limit SM",)),
+    Field(NcuCol.LIMIT_REGISTERS, u.COUNT, ("launch__occupancy_limit_registers",),
           ("Block Limit Registers",)),
-    Field(NCol.LIMIT_SHARED, u.COUNT, ("launch__occupancy_limit_shared_mem",),
+    Field(NcuCol.LIMIT_SHARED, u.COUNT, ("launch__occupancy_limit_shared_mem",),
           ("Block Limit Shared Mem",)),
-    Field(NCol.LIMIT_WARPS, u.COUNT, ("launch__occupancy_limit_warps",), ("Block Limit Warps",)),
-    Field(NCol.LIMIT_BARRIERS, u.COUNT, ("launch__occupancy_limit_barriers",),
+    Field(NcuCol.LIMIT_WARPS, u.COUNT, ("launch__occupancy_limit_warps",), ("Block Limit Warps",)),
+    Field(NcuCol.LIMIT_BARRIERS, u.COUNT, ("launch__occupancy_limit_barriers",),
           ("Block Limit Barriers",)),
-    Field(NCol.WARP_CYCLES_PER_ISSUE, u.COUNT, ("smsp__average_warp_latency_per_inst_issued.ratio",),
+    Field(NcuCol.WARP_CYCLES_PER_ISSUE, u.COUNT, ("smsp__average_warp_latency_per_inst_issued.ratio",),
           ("Warp Cycles Per Issued Instruction",)),
-    Field(NCol.ISSUE_ACTIVE_PCT, u.PCT, ("smsp__issue_active.avg.pct_of_peak_sustained_active",),
+    Field(NcuCol.ISSUE_ACTIVE_PCT, u.PCT, ("smsp__issue_active.avg.pct_of_peak_sustained_active",),
           ("One or More Eligible",)),
-    Field(NCol.ELIGIBLE_WARPS, u.COUNT, ("smsp__warps_eligible.avg.per_cycle_active",),
+    Field(NcuCol.ELIGIBLE_WARPS, u.COUNT, ("smsp__warps_eligible.avg.per_cycle_active",),
           ("Eligible Warps Per Scheduler",)),
-    Field(NCol.ACTIVE_WARPS, u.COUNT, ("smsp__warps_active.avg.per_cycle_active",),
+    Field(NcuCol.ACTIVE_WARPS, u.COUNT, ("smsp__warps_active.avg.per_cycle_active",),
           ("Active Warps Per Scheduler",)),
-    Field(NCol.LOCAL_LOADS, u.COUNT,
+    Field(NcuCol.LOCAL_LOADS, u.COUNT,
           ("sass__inst_executed_local_loads", "smsp__sass_inst_executed_op_local_ld.sum",
            "smsp__inst_executed_op_local_ld.sum")),
-    Field(NCol.LOCAL_STORES, u.COUNT,
+    Field(NcuCol.LOCAL_STORES, u.COUNT,
           ("sass__inst_executed_local_stores", "smsp__sass_inst_executed_op_local_st.sum",
            "smsp__inst_executed_op_local_st.sum")),
-    Field(NCol.GLOBAL_LD_SECTORS, u.COUNT, ("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",)),
-    Field(NCol.GLOBAL_LD_REQUESTS, u.COUNT, ("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",)),
-    Field(NCol.GLOBAL_ST_SECTORS, u.COUNT, ("l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum",)),
-    Field(NCol.GLOBAL_ST_REQUESTS, u.COUNT, ("l1tex__t_requests_pipe_lsu_mem_global_op_st.sum",)),
-    Field(NCol.L2_EXCESS_SECTORS, u.COUNT, ("derived__memory_l2_theoretical_sectors_global_excessive",)),
-    Field(NCol.L2_IDEAL_SECTORS, u.COUNT, ("memory_l2_theoretical_sectors_global_ideal",)),
-    Field(NCol.L1_HIT_PCT, u.PCT, ("l1tex__t_sector_hit_rate.pct",), ("L1/TEX Hit Rate",)),
-    Field(NCol.L2_HIT_PCT, u.PCT, ("lts__t_sector_hit_rate.pct",), ("L2 Hit Rate",)),
+    Field(NcuCol.GLOBAL_LD_SECTORS, u.COUNT, ("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",)),
+    Field(NcuCol.GLOBAL_LD_REQUESTS, u.COUNT, ("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",)),
+    Field(NcuCol.GLOBAL_ST_SECTORS, u.COUNT, ("l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum",)),
+    Field(NcuCol.GLOBAL_ST_REQUESTS, u.COUNT, ("l1tex__t_requests_pipe_lsu_mem_global_op_st.sum",)),
+    Field(NcuCol.L2_EXCESS_SECTORS, u.COUNT, ("derived__memory_l2_theoretical_sectors_global_excessive",)),
+    Field(NcuCol.L2_IDEAL_SECTORS, u.COUNT, ("memory_l2_theoretical_sectors_global_ideal",)),
+    Field(NcuCol.L1_HIT_PCT, u.PCT, ("l1tex__t_sector_hit_rate.pct",), ("L1/TEX Hit Rate",)),
+    Field(NcuCol.L2_HIT_PCT, u.PCT, ("lts__t_sector_hit_rate.pct",), ("L2 Hit Rate",)),
 )
 
 #: Metric-name families that become breakdown rows: (group, pattern whose group 1 is the key).
@@ -195,10 +195,10 @@ class LaunchRecord:
     name: str
     run: int = 0
     where: str = ""  # how a warning names the launch to the user ("line 12", "launch 3")
-    identity: dict[str, object] = field(default_factory=dict)  # NCol -> value, taken as is
+    identity: dict[str, object] = field(default_factory=dict)  # NcuCol -> value, taken as is
     metrics: dict[str, tuple[Value, str]] = field(default_factory=dict)  # name -> (value, dim)
     labels: dict[str, list[tuple[Value, str]]] = field(default_factory=dict)  # label -> values
-    rules: list[dict[str, object]] = field(default_factory=list)  # RCol -> value
+    rules: list[dict[str, object]] = field(default_factory=list)  # RuleCol -> value
     units: dict[str, str] = field(default_factory=dict)  # metric or label -> unit, if UNKNOWN
 
 
@@ -279,7 +279,7 @@ def _breakdown_rows(record: LaunchRecord) -> list[dict[str, object]]:
             key = m.group(1).strip().lower().replace(" ", "_")
             rows.setdefault(("stall_cycles", key), values[0][0])
     return [
-        {BCol.LAUNCH: record.launch_id, BCol.GROUP: g, BCol.KEY: k, BCol.VALUE: v}
+        {BreakdownCol.LAUNCH: record.launch_id, BreakdownCol.GROUP: g, BreakdownCol.KEY: k, BreakdownCol.VALUE: v}
         for (g, k), v in sorted(rows.items())
     ]
 
@@ -348,7 +348,7 @@ def build_report(
             problems.add("launches skipped: ID beyond int64 once numbered on after earlier runs", rec.where,
                          "launch")
             continue
-        row: dict[str, object] = {NCol.LAUNCH: launch_id, NCol.RUN: rec.run, NCol.NAME: rec.name}
+        row: dict[str, object] = {NcuCol.LAUNCH: launch_id, NcuCol.RUN: rec.run, NcuCol.NAME: rec.name}
         for column, raw in rec.identity.items():
             if column not in _INT_RANGE:
                 row[column] = raw
@@ -367,7 +367,7 @@ def build_report(
                 continue
             if math.isnan(value) or math.isinf(value):
                 problems.add(f"{spec.column} nan or inf, left empty", rec.where, "launch")
-            elif spec.column == NCol.DUR and value < 0:
+            elif spec.column == NcuCol.DUR and value < 0:
                 # A negative duration is no measurement (a corrupted or hand-edited file).
                 problems.add(f"{spec.column} negative, left empty", rec.where, "launch")
             elif spec.column in _INT_RANGE and not _INT_RANGE[spec.column][0] <= value <= _INT_RANGE[spec.column][1]:
@@ -375,9 +375,9 @@ def build_report(
             else:
                 row[spec.column] = round(value) if spec.column in _INT_RANGE else value
         launch_rows.append(row)
-        breakdown_rows.extend({**b, BCol.LAUNCH: launch_id} for b in _breakdown_rows(rec))
+        breakdown_rows.extend({**b, BreakdownCol.LAUNCH: launch_id} for b in _breakdown_rows(rec))
         for rule in rec.rules:
-            rule_rows.append({RCol.LAUNCH: launch_id, **rule})
+            rule_rows.append({RuleCol.LAUNCH: launch_id, **rule})
     launches = pl.DataFrame(launch_rows, schema=NCU_LAUNCHES_SCHEMA, strict=False)
     breakdowns = pl.DataFrame(breakdown_rows, schema=NCU_BREAKDOWNS_SCHEMA, strict=False)
     rules = pl.DataFrame(rule_rows, schema=NCU_RULES_SCHEMA, strict=False)

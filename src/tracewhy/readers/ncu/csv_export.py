@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Final
 
 from tracewhy.errors import TraceError
-from tracewhy.model.ncu import NCol, NcuReport, NcuRun, RCol
+from tracewhy.model.ncu import NcuCol, NcuReport, NcuRun, RuleCol
 from tracewhy.readers.ncu import units as u
 from tracewhy.readers.ncu.common import (
     LaunchRecord,
@@ -164,8 +164,8 @@ def _launch_id(row: list[str], index: dict[str, int], line: int, problems: Probl
 
 def _identity(row: list[str], index: dict[str, int], where: str, problems: Problems) -> dict[str, object]:
     ident: dict[str, object] = {}
-    for column, name in ((NCol.PROCESS, "Process ID"), (NCol.CONTEXT, "Context"),
-                         (NCol.STREAM, "Stream"), (NCol.DEVICE, "Device")):
+    for column, name in ((NcuCol.PROCESS, "Process ID"), (NcuCol.CONTEXT, "Context"),
+                         (NcuCol.STREAM, "Stream"), (NcuCol.DEVICE, "Device")):
         text = _cell(row, index, name)
         value, problem = u.parse_whole(text)
         if value is not None:
@@ -174,7 +174,7 @@ def _identity(row: list[str], index: dict[str, int], where: str, problems: Probl
             problems.add(f"{name} {problem}, left empty", f"{where}: {text[:40]!r}", "launch")
     cc = _cell(row, index, "CC")
     if cc:
-        ident[NCol.CC] = cc
+        ident[NcuCol.CC] = cc
     for prefix, name in (("block", "Block Size"), ("grid", "Grid Size")):
         dims = parse_dim3(_cell(row, index, name))
         if dims is not None:
@@ -231,13 +231,13 @@ def _add_rule(rec: LaunchRecord, row: list[str], index: dict[str, int], rule: st
     speedup = u.parse_number(_cell(row, index, "Estimated Speedup"))
     speedup_type = _cell(row, index, "Estimated Speedup Type").lower() or None
     rec.rules.append({
-        RCol.RULE: rule or "unnamed",
-        RCol.SECTION: _cell(row, index, "Section Name") or None,
-        RCol.TITLE: None,  # the CSV carries only the description
-        RCol.MESSAGE: message,
-        RCol.SEVERITY: _SEVERITY.get(_cell(row, index, "Rule Type").lower(), "none"),
-        RCol.SPEEDUP_TYPE: speedup_type if speedup_type in ("local", "global") else None,
-        RCol.SPEEDUP_PCT: speedup,
+        RuleCol.RULE: rule or "unnamed",
+        RuleCol.SECTION: _cell(row, index, "Section Name") or None,
+        RuleCol.TITLE: None,  # the CSV carries only the description
+        RuleCol.MESSAGE: message,
+        RuleCol.SEVERITY: _SEVERITY.get(_cell(row, index, "Rule Type").lower(), "none"),
+        RuleCol.SPEEDUP_TYPE: speedup_type if speedup_type in ("local", "global") else None,
+        RuleCol.SPEEDUP_PCT: speedup,
     })
 
 

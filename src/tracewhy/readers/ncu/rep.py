@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from tracewhy.errors import TraceError, install_hint
-from tracewhy.model.ncu import NCol, NcuReport, RCol
+from tracewhy.model.ncu import NcuCol, NcuReport, RuleCol
 from tracewhy.readers.native_stderr import captured_fd2
 from tracewhy.readers.ncu import units as u
 from tracewhy.readers.ncu.common import (
@@ -214,11 +214,11 @@ _WANTED: Final = frozenset(m for spec in FIELDS for m in spec.metrics) | {
     "device__attribute_compute_capability_minor",
 }
 _IDENTITY_METRICS: Final = {
-    "launch__grid_dim_x": NCol.GRID_X, "launch__grid_dim_y": NCol.GRID_Y,
-    "launch__grid_dim_z": NCol.GRID_Z, "launch__block_dim_x": NCol.BLOCK_X,
-    "launch__block_dim_y": NCol.BLOCK_Y, "launch__block_dim_z": NCol.BLOCK_Z,
-    "launch__device_id": NCol.DEVICE, "launch__stream_id": NCol.STREAM,
-    "launch__context_id": NCol.CONTEXT,
+    "launch__grid_dim_x": NcuCol.GRID_X, "launch__grid_dim_y": NcuCol.GRID_Y,
+    "launch__grid_dim_z": NcuCol.GRID_Z, "launch__block_dim_x": NcuCol.BLOCK_X,
+    "launch__block_dim_y": NcuCol.BLOCK_Y, "launch__block_dim_z": NcuCol.BLOCK_Z,
+    "launch__device_id": NcuCol.DEVICE, "launch__stream_id": NcuCol.STREAM,
+    "launch__context_id": NcuCol.CONTEXT,
 }
 _BREAKDOWN_ANY: Final = re.compile("|".join(p.pattern for _, p in BREAKDOWN_PATTERNS))
 
@@ -280,14 +280,14 @@ def _rules(action: Any, severities: dict[int, str], speedups: dict[int, str], pr
         est = d.get("speedup_estimation") or {}
         speedup = est.get("speedup")
         out.append({
-            RCol.RULE: _clean(d.get("rule_identifier") or "unnamed", problems, where),
-            RCol.SECTION: None if d.get("section_identifier") is None
+            RuleCol.RULE: _clean(d.get("rule_identifier") or "unnamed", problems, where),
+            RuleCol.SECTION: None if d.get("section_identifier") is None
             else _clean(d.get("section_identifier"), problems, where),
-            RCol.TITLE: title or None,
-            RCol.MESSAGE: text,
-            RCol.SEVERITY: severities.get(int(msg.get("type", -1)), "none"),
-            RCol.SPEEDUP_TYPE: speedups.get(int(est.get("type", -1))),
-            RCol.SPEEDUP_PCT: float(speedup) if isinstance(speedup, (int, float)) else None,
+            RuleCol.TITLE: title or None,
+            RuleCol.MESSAGE: text,
+            RuleCol.SEVERITY: severities.get(int(msg.get("type", -1)), "none"),
+            RuleCol.SPEEDUP_TYPE: speedups.get(int(est.get("type", -1))),
+            RuleCol.SPEEDUP_PCT: float(speedup) if isinstance(speedup, (int, float)) else None,
         })
     return out
 
@@ -299,7 +299,7 @@ def _record(module: Any, action: Any, launch_id: int, rule_maps: tuple[dict[int,
     where = f"launch {launch_id}"
     rec = LaunchRecord(launch_id, _clean(action.name(), problems, where), where=where)
     with contextlib.suppress(AttributeError, TypeError):  # ncu_report before 2023 has one name
-        rec.identity[NCol.DEMANGLED] = _clean(action.name(module.IAction.NameBase_DEMANGLED), problems, where)
+        rec.identity[NcuCol.DEMANGLED] = _clean(action.name(module.IAction.NameBase_DEMANGLED), problems, where)
     for name in wanted:
         got = _metric_value(module, rec, name, action.metric_by_name(name), problems)
         if got is not None:
@@ -310,12 +310,12 @@ def _record(module: Any, action: Any, launch_id: int, rule_maps: tuple[dict[int,
             rec.identity[column] = value[0]  # build_report refuses inf and values beyond int64
     display = rec.metrics.pop("device__attribute_display_name", None)
     if display is not None:
-        rec.identity[NCol.DEVICE_NAME] = str(display[0])
+        rec.identity[NcuCol.DEVICE_NAME] = str(display[0])
     major = rec.metrics.pop("device__attribute_compute_capability_major", None)
     minor = rec.metrics.pop("device__attribute_compute_capability_minor", None)
     if major is not None and minor is not None:
         with contextlib.suppress(ValueError, OverflowError):  # inf, or text where a number belongs
-            rec.identity[NCol.CC] = f"{int(float(major[0]))}.{int(float(minor[0]))}"
+            rec.identity[NcuCol.CC] = f"{int(float(major[0]))}.{int(float(minor[0]))}"
     try:
         rec.rules = _rules(action, *rule_maps, problems, where)
     except Exception as e:  # ncu_report raises its own types on rule data it cannot decode
@@ -358,7 +358,7 @@ def read_ncu_rep(path: str | Path) -> NcuReport:
     for i, action in enumerate(actions):
         rec = _record(module, action, i, rule_maps, problems)
         if framing.results == len(actions):
-            rec.identity[NCol.CLOCKS_LOCKED] = framing.clocks_locked[i]
+            rec.identity[NcuCol.CLOCKS_LOCKED] = framing.clocks_locked[i]
         records.append(rec)
     return build_report(path, "ncu-rep", records, tool_version=framing.version,
                         profiler_cmdline=framing.cmdline, warnings=tuple(notes), problems=problems)

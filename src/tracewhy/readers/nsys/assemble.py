@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 
 from tracewhy.model.linking import link_slices
-from tracewhy.model.schema import GPU_ACTIVITY_KINDS, KIND_DTYPE, SLICES_SCHEMA, Col, NCol
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, KIND_DTYPE, SLICES_SCHEMA, Col, NvtxCol
 from tracewhy.model.trace import NSYS_FORMAT, Capture, TraceMeta
 from tracewhy.readers.nsys import meta
 from tracewhy.readers.nsys.db import Db
@@ -118,10 +118,10 @@ def trace_meta(db: Db, shown: Path, export: dict[str, str], slices: pl.DataFrame
         warnings.append(f"{unlinked} of {gpu.height} GPU activities have no CUDA API call in the "
                         "file (launched before the capture or window began, or API tracing was off)")
     lost_domains = nvtx_attrs.filter(
-        (pl.col(NCol.DOMAIN_ID).fill_null(0) != 0) & pl.col(NCol.DOMAIN).is_null()
+        (pl.col(NvtxCol.DOMAIN_ID).fill_null(0) != 0) & pl.col(NvtxCol.DOMAIN).is_null()
     )
     if lost_domains.height:
-        ids = sorted(set(lost_domains.get_column(NCol.DOMAIN_ID).to_list()))
+        ids = sorted(set(lost_domains.get_column(NvtxCol.DOMAIN_ID).to_list()))
         warnings.append(f"{lost_domains.height} NVTX events are in domains {ids} whose creation was not "
                         "captured: they are named without their domain")
     if not slices.height and selection is None:

@@ -8,7 +8,7 @@ from typing import Any, Final
 
 import polars as pl
 
-from tracewhy.model.schema import DEVICES_SCHEMA, THREADS_SCHEMA, DCol, TCol
+from tracewhy.model.schema import DEVICES_SCHEMA, THREADS_SCHEMA, DeviceCol, ThreadCol
 from tracewhy.readers.nsys.db import PID_SQL, TID_SQL, Db, as_int
 
 #: The newest export schema this reader was checked against (nsys 2026.2).
@@ -186,11 +186,11 @@ def devices(db: Db, used: pl.DataFrame) -> pl.DataFrame:
             numbers = [as_int(v) for v in r[3:]]
             cu_device = as_int(r[1])
             gpus[gpu_id] = {
-                DCol.DEVICE: gpu_id if cu_device is None else cu_device,
-                DCol.NAME: None if r[2] is None else str(r[2]),
-                DCol.TOTAL_MEM: numbers[0], DCol.CC_MAJOR: numbers[1], DCol.CC_MINOR: numbers[2],
-                DCol.NUM_SMS: numbers[3], DCol.MAX_THREADS_PER_SM: numbers[4],
-                DCol.REGS_PER_SM: numbers[5], DCol.SHARED_MEM_PER_SM: numbers[6],
+                DeviceCol.DEVICE: gpu_id if cu_device is None else cu_device,
+                DeviceCol.NAME: None if r[2] is None else str(r[2]),
+                DeviceCol.TOTAL_MEM: numbers[0], DeviceCol.CC_MAJOR: numbers[1], DeviceCol.CC_MINOR: numbers[2],
+                DeviceCol.NUM_SMS: numbers[3], DeviceCol.MAX_THREADS_PER_SM: numbers[4],
+                DeviceCol.REGS_PER_SM: numbers[5], DeviceCol.SHARED_MEM_PER_SM: numbers[6],
             }
         if no_id:
             db.problems[f"{t}: {no_id} GPUs without an id; their properties are unknown"] = 1
@@ -199,11 +199,11 @@ def devices(db: Db, used: pl.DataFrame) -> pl.DataFrame:
         known = [(as_int(gpu), as_int(cuda)) for gpu, cuda in pairs]
         by_ordinal = {cuda: gpus[gpu] for gpu, cuda in known if gpu in gpus and cuda is not None}
     else:
-        by_ordinal = {int(g[DCol.DEVICE]): g for g in gpus.values()}
+        by_ordinal = {int(g[DeviceCol.DEVICE]): g for g in gpus.values()}
     rows_out = []
     for ordinal in sorted(set(ids) | {d for d in by_ordinal if -(2**31) <= d < 2**31}):
         info = by_ordinal.get(ordinal, {})
-        rows_out.append({col: info.get(col) for col in DEVICES_SCHEMA} | {DCol.DEVICE: ordinal})
+        rows_out.append({col: info.get(col) for col in DEVICES_SCHEMA} | {DeviceCol.DEVICE: ordinal})
     if not rows_out:
         return pl.DataFrame(schema=DEVICES_SCHEMA)
     # Properties too large for their column (a corrupt cell) become unknown, not an error.
@@ -219,31 +219,31 @@ def threads(db: Db, pids: list[int], nvtx_names: pl.DataFrame) -> pl.DataFrame:
         odd = db.scalar("SELECT count(*) FROM PROCESSES WHERE typeof(pid) != 'integer'")
         if odd:
             db.problems[f"PROCESSES: {odd} processes with a pid that is not an integer: names not read"] = 1
-        procs = db.frame("PROCESSES", "pid, name", {TCol.PID: pl.Int64(), TCol.NAME: pl.String()},
+        procs = db.frame("PROCESSES", "pid, name", {ThreadCol.PID: pl.Int64(), ThreadCol.NAME: pl.String()},
                          "typeof(pid) = 'integer'")
         frames.append(
-            procs.filter(pl.col(TCol.PID).is_in(pids)).select(
-                TCol.PID, pl.lit(None, dtype=pl.Int64).alias(TCol.TID), TCol.NAME
+            procs.filter(pl.col(ThreadCol.PID).is_in(pids)).select(
+                ThreadCol.PID, pl.lit(None, dtype=pl.Int64).alias(ThreadCol.TID), ThreadCol.NAME
             )
         )
     if db.has("ThreadNames", "nameId", "globalTid") and pids:
         name = "(SELECT value FROM StringIds WHERE id = nameId)" if db.has("StringIds", "id", "value") else "NULL"
         names = db.frame(
             "ThreadNames", f"""{PID_SQL.format(c="globalTid")}, {TID_SQL.format(c="globalTid")}, {name}""",
-            {TCol.PID: pl.Int64(), TCol.TID: pl.Int64(), TCol.NAME: pl.String()},
+            {ThreadCol.PID: pl.Int64(), ThreadCol.TID: pl.Int64(), ThreadCol.NAME: pl.String()},
         )
-        frames.append(names.filter(pl.col(TCol.PID).is_in(pids) & pl.col(TCol.NAME).is_not_null()))
+        frames.append(names.filter(pl.col(ThreadCol.PID).is_in(pids) & pl.col(ThreadCol.NAME).is_not_null()))
     if nvtx_names.height:
         # nvtxNameOsThread names only threads the OS did not name for nsys.
-        known = pl.concat(frames).select(TCol.PID, TCol.TID) if frames else None
-        extra = nvtx_names.select(TCol.PID, TCol.TID, TCol.NAME)
+        known = pl.concat(frames).select(ThreadCol.PID, ThreadCol.TID) if frames else None
+        extra = nvtx_names.select(ThreadCol.PID, ThreadCol.TID, ThreadCol.NAME)
         if known is not None:
-            extra = extra.join(known.drop_nulls(), on=[TCol.PID, TCol.TID], how="anti")
+            extra = extra.join(known.drop_nulls(), on=[ThreadCol.PID, ThreadCol.TID], how="anti")
         frames.append(extra)
     if not frames:
         return pl.DataFrame(schema=THREADS_SCHEMA)
     return (
         pl.concat(frames).cast(dict(THREADS_SCHEMA))  # type: ignore[arg-type]
-        .unique(subset=[TCol.PID, TCol.TID], keep="first", maintain_order=True)
-        .sort([TCol.PID, TCol.TID], nulls_last=False)
+        .unique(subset=[ThreadCol.PID, ThreadCol.TID], keep="first", maintain_order=True)
+        .sort([ThreadCol.PID, ThreadCol.TID], nulls_last=False)
     )

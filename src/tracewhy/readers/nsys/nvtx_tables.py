@@ -8,7 +8,7 @@ from typing import Final
 
 import polars as pl
 
-from tracewhy.model.schema import NVTX_ATTRS_SCHEMA, Kind, NCol
+from tracewhy.model.schema import NVTX_ATTRS_SCHEMA, Kind, NvtxCol
 from tracewhy.readers.nsys.db import PID_SQL, TID_SQL, Db, Strings
 from tracewhy.readers.nsys.tables import KEY, as_part, empty_part, int_max, named, require, with_duration
 
@@ -31,8 +31,8 @@ def nvtx_part(db: Db, strs: Strings, offset: int) -> tuple[pl.DataFrame, pl.Data
         {TID_SQL.format(c="globalTid")}, {TID_SQL.format(c=c('endGlobalTid'))},
         {c('domainId')}, {c('category')}, {c('text')}, {c('textId')}"""
     schema = {"rowid": pl.Int64(), "start": pl.Int64(), "end": pl.Int64(), "eventType": pl.Int64(),
-              "pid": pl.Int64(), "tid": pl.Int64(), NCol.END_TID: pl.Int64(),
-              NCol.DOMAIN_ID: pl.Int64(), NCol.CATEGORY: pl.Int64(), "text": pl.String(),
+              "pid": pl.Int64(), "tid": pl.Int64(), NvtxCol.END_TID: pl.Int64(),
+              NvtxCol.DOMAIN_ID: pl.Int64(), NvtxCol.CATEGORY: pl.Int64(), "text": pl.String(),
               "textId": pl.Int64()}
     # (Frames of this table are millions of rows: it is fetched and its text resolved a rowid
     # range at a time, so only one range's fetched columns and text lookups exist at once, and
@@ -55,8 +55,8 @@ def nvtx_part(db: Db, strs: Strings, offset: int) -> tuple[pl.DataFrame, pl.Data
     domains = (
         e.filter(pl.col("eventType") == NVTX_DOMAIN_CREATE)
         .sort("start")
-        .unique(subset=["pid", NCol.DOMAIN_ID], keep="first")
-        .select("pid", NCol.DOMAIN_ID, pl.col("_text").alias(NCol.DOMAIN))
+        .unique(subset=["pid", NvtxCol.DOMAIN_ID], keep="first")
+        .select("pid", NvtxCol.DOMAIN_ID, pl.col("_text").alias(NvtxCol.DOMAIN))
     )
     thread_names = e.filter(
         (pl.col("eventType") == NVTX_THREAD_NAME) & pl.col("_text").is_not_null()
@@ -72,30 +72,30 @@ def nvtx_part(db: Db, strs: Strings, offset: int) -> tuple[pl.DataFrame, pl.Data
         last = db.scalar(f"SELECT max(coalesce(max({ints.format('start')}), 0), "
                          f"coalesce(max({ints.format(c('end'))}), 0)) FROM {t}")
     style = pl.col("eventType").replace_strict(
-        {**NVTX_RANGE_STYLE, NVTX_MARK: "Mark"}, default=None, return_dtype=NVTX_ATTRS_SCHEMA[NCol.STYLE]
+        {**NVTX_RANGE_STYLE, NVTX_MARK: "Mark"}, default=None, return_dtype=NVTX_ATTRS_SCHEMA[NvtxCol.STYLE]
     )
-    ev = e.with_columns(style.alias(NCol.STYLE)).drop("eventType")
+    ev = e.with_columns(style.alias(NvtxCol.STYLE)).drop("eventType")
     del e
-    if ev.get_column(NCol.STYLE).null_count():
-        ev = ev.filter(pl.col(NCol.STYLE).is_not_null())
-    keys = ["pid", NCol.DOMAIN_ID]
+    if ev.get_column(NvtxCol.STYLE).null_count():
+        ev = ev.filter(pl.col(NvtxCol.STYLE).is_not_null())
+    keys = ["pid", NvtxCol.DOMAIN_ID]
     ev = ev.with_columns(
-        ev.select(keys).join(domains, on=keys, how="left", maintain_order="left").get_column(NCol.DOMAIN)
+        ev.select(keys).join(domains, on=keys, how="left", maintain_order="left").get_column(NvtxCol.DOMAIN)
     )
-    open_ranges = ev.filter(pl.col("end").is_null() & (pl.col(NCol.STYLE) != "Mark")).height
+    open_ranges = ev.filter(pl.col("end").is_null() & (pl.col(NvtxCol.STYLE) != "Mark")).height
     if open_ranges:
         db.problems[f"{open_ranges} NVTX ranges never ended; they run to the last NVTX timestamp"] += 1
     ev = ev.with_columns(
-        pl.when(pl.col(NCol.STYLE) == "Mark").then(pl.col("start"))
+        pl.when(pl.col(NvtxCol.STYLE) == "Mark").then(pl.col("start"))
         .otherwise(pl.col("end").fill_null(int(last or 0))).alias("end"),
-        pl.when(pl.col(NCol.DOMAIN).is_not_null())
-        .then(pl.format("{}:{}", NCol.DOMAIN, pl.col("_text").fill_null("")))
+        pl.when(pl.col(NvtxCol.DOMAIN).is_not_null())
+        .then(pl.format("{}:{}", NvtxCol.DOMAIN, pl.col("_text").fill_null("")))
         .otherwise(pl.col("_text").fill_null("<unnamed NVTX range>")).alias("name"),
     )
     ev = with_duration(ev, t, db)
     part = as_part(ev, Kind.ANNOTATION.value, offset)
-    attrs = ev.select(part.get_column(KEY), pl.col("rowid").alias(NCol.RANGE_ID), NCol.STYLE,
-                      NCol.DOMAIN_ID, NCol.DOMAIN, NCol.CATEGORY, NCol.END_TID)
+    attrs = ev.select(part.get_column(KEY), pl.col("rowid").alias(NvtxCol.RANGE_ID), NvtxCol.STYLE,
+                      NvtxCol.DOMAIN_ID, NvtxCol.DOMAIN, NvtxCol.CATEGORY, NvtxCol.END_TID)
     return part, attrs, thread_names
 
 

@@ -18,7 +18,7 @@ from typing import Final
 
 import polars as pl
 
-from tracewhy.model.schema import KIND_DTYPE, CCol, KCol, Kind
+from tracewhy.model.schema import KIND_DTYPE, CopyAttrCol, Kind, LaunchAttrCol
 from tracewhy.readers.nsys.db import PID_SQL, TID_SQL, Db, Strings
 
 UINT32_NONE: Final = 0xFFFFFFFF  # CUPTI writes (uint32)-1 for "no stream" / "no event"
@@ -189,9 +189,9 @@ def kernels_part(db: Db, strs: Strings, offset: int) -> tuple[pl.DataFrame, pl.D
         {c('gridX')}, {c('gridY')}, {c('gridZ')}, {c('blockX')}, {c('blockY')}, {c('blockZ')},
         {c('registersPerThread')}, {shared}"""
     schema = {**_GPU_SCHEMA, "demangled": pl.Int64(), "short": pl.Int64(),
-              KCol.GRID_X: pl.Int64(), KCol.GRID_Y: pl.Int64(), KCol.GRID_Z: pl.Int64(),
-              KCol.BLOCK_X: pl.Int64(), KCol.BLOCK_Y: pl.Int64(), KCol.BLOCK_Z: pl.Int64(),
-              KCol.REGISTERS: pl.Int64(), KCol.SHARED_MEM: pl.Int64()}
+              LaunchAttrCol.GRID_X: pl.Int64(), LaunchAttrCol.GRID_Y: pl.Int64(), LaunchAttrCol.GRID_Z: pl.Int64(),
+              LaunchAttrCol.BLOCK_X: pl.Int64(), LaunchAttrCol.BLOCK_Y: pl.Int64(), LaunchAttrCol.BLOCK_Z: pl.Int64(),
+              LaunchAttrCol.REGISTERS: pl.Int64(), LaunchAttrCol.SHARED_MEM: pl.Int64()}
     k = with_duration(db.frame(t, cols, schema), t, db)
     # nsys reports name kernels by their demangled name unless asked for the short one.
     k = named(named(k, "demangled", strs, "_demangled", categorical=True), "short", strs, "_short",
@@ -200,8 +200,9 @@ def kernels_part(db: Db, strs: Strings, offset: int) -> tuple[pl.DataFrame, pl.D
     k = _fallback_name(k, db, t, "kernels", ("demangled", "short"), "<unnamed kernel>")
     part = as_part(k, Kind.KERNEL.value, offset)
     attrs = k.select(
-        part.get_column(KEY), KCol.GRID_X, KCol.GRID_Y, KCol.GRID_Z, KCol.BLOCK_X, KCol.BLOCK_Y,
-        KCol.BLOCK_Z, KCol.REGISTERS, KCol.SHARED_MEM,
+        part.get_column(KEY), LaunchAttrCol.GRID_X, LaunchAttrCol.GRID_Y, LaunchAttrCol.GRID_Z, LaunchAttrCol.BLOCK_X,
+        LaunchAttrCol.BLOCK_Y,
+        LaunchAttrCol.BLOCK_Z, LaunchAttrCol.REGISTERS, LaunchAttrCol.SHARED_MEM,
     )
     return part, attrs
 
@@ -215,18 +216,18 @@ def memcpy_part(db: Db, offset: int) -> tuple[pl.DataFrame, pl.DataFrame]:
     schema = {**_GPU_SCHEMA, "bytes": pl.Int64(), "copyKind": pl.Int64(), "srcKind": pl.Int64(),
               "dstKind": pl.Int64()}
     m = with_duration(db.frame(t, cols, schema), t, db).with_columns(
-        _label("copyKind", COPY_KIND).alias(CCol.COPY_KIND),
-        _label("srcKind", MEMORY_KIND).alias(CCol.SRC_MEM),
-        _label("dstKind", MEMORY_KIND).alias(CCol.DST_MEM),
+        _label("copyKind", COPY_KIND).alias(CopyAttrCol.COPY_KIND),
+        _label("srcKind", MEMORY_KIND).alias(CopyAttrCol.SRC_MEM),
+        _label("dstKind", MEMORY_KIND).alias(CopyAttrCol.DST_MEM),
         _none_if_uint32_max("stream"),
     )
     # The names Kineto gives the same records, so both formats group alike.
     m = m.with_columns(
-        pl.format("Memcpy {} ({} -> {})", CCol.COPY_KIND, CCol.SRC_MEM, CCol.DST_MEM).alias("name")
+        pl.format("Memcpy {} ({} -> {})", CopyAttrCol.COPY_KIND, CopyAttrCol.SRC_MEM, CopyAttrCol.DST_MEM).alias("name")
     )
     part = as_part(m, Kind.MEMCPY.value, offset)
-    attrs = m.select(part.get_column(KEY), pl.col("bytes").alias(CCol.BYTES), CCol.COPY_KIND,
-                     CCol.SRC_MEM, CCol.DST_MEM)
+    attrs = m.select(part.get_column(KEY), pl.col("bytes").alias(CopyAttrCol.BYTES), CopyAttrCol.COPY_KIND,
+                     CopyAttrCol.SRC_MEM, CopyAttrCol.DST_MEM)
     return part, attrs
 
 
@@ -238,14 +239,14 @@ def memset_part(db: Db, offset: int) -> tuple[pl.DataFrame, pl.DataFrame]:
         {db.col(t, 'memKind')}"""
     schema = {**_GPU_SCHEMA, "bytes": pl.Int64(), "memKind": pl.Int64()}
     m = with_duration(db.frame(t, cols, schema), t, db).with_columns(
-        _label("memKind", MEMORY_KIND).alias(CCol.DST_MEM), _none_if_uint32_max("stream")
+        _label("memKind", MEMORY_KIND).alias(CopyAttrCol.DST_MEM), _none_if_uint32_max("stream")
     )
-    m = m.with_columns(pl.format("Memset ({})", CCol.DST_MEM).alias("name"))
+    m = m.with_columns(pl.format("Memset ({})", CopyAttrCol.DST_MEM).alias("name"))
     part = as_part(m, Kind.MEMSET.value, offset)
     # A memset has no direction; the memory it writes is recorded as the destination.
-    attrs = m.select(part.get_column(KEY), pl.col("bytes").alias(CCol.BYTES),
-                     pl.lit(None, dtype=pl.String).alias(CCol.COPY_KIND),
-                     pl.lit(None, dtype=pl.String).alias(CCol.SRC_MEM), CCol.DST_MEM)
+    attrs = m.select(part.get_column(KEY), pl.col("bytes").alias(CopyAttrCol.BYTES),
+                     pl.lit(None, dtype=pl.String).alias(CopyAttrCol.COPY_KIND),
+                     pl.lit(None, dtype=pl.String).alias(CopyAttrCol.SRC_MEM), CopyAttrCol.DST_MEM)
     return part, attrs
 
 
