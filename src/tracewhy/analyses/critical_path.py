@@ -13,7 +13,6 @@ to what was measured.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 from typing import Final
 
@@ -21,40 +20,25 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tracewhy.analyses import api_names
-from tracewhy.analyses.critical_path_edges import KERNEL_GAP_MAX_NS, Edge
+from tracewhy.analyses.critical_path_edges import Edge
 from tracewhy.analyses.critical_path_graph import Graph, build_graph
 from tracewhy.analyses.critical_path_replay import Replay
-from tracewhy.analyses.families import Family, classify_kernels
+from tracewhy.analyses.critical_path_walk import (  # Category and its tuples: still exported from here
+    CATEGORIES as CATEGORIES,
+)
+from tracewhy.analyses.critical_path_walk import (
+    EDGE_NAMES,
+    EdgeLabels,
+    nodes_by_pid,
+    walk,
+)
+from tracewhy.analyses.critical_path_walk import WORK_CATEGORIES as WORK_CATEGORIES
+from tracewhy.analyses.critical_path_walk import Category as Category
 from tracewhy.analyses.steps import StepsOptions, StepsResult, WindowCol, step_windows, steps
-from tracewhy.model.schema import KIND_CODE, Col, Kind
+from tracewhy.model.schema import Col, Kind
 from tracewhy.model.trace import Trace
 
 I64 = npt.NDArray[np.int64]
-
-
-class Category:
-    """What a stretch of the path was spent on; the composition's keys."""
-
-    HOST_OPS: Final = "host_ops"  # CPU ops and annotated host code
-    LAUNCH: Final = "launch_overhead"  # launch calls and launch-to-start latency
-    KERNELS: Final = "kernels"  # compute kernels (by family in ``families``)
-    COMMUNICATION: Final = "communication"
-    COPIES: Final = "copies"  # memcpy, memset and copy kernels
-    #: Blocking calls and cross-stream waits returning after their GPU work, and a thread going
-    #: on after the backward thread it waited on went idle.
-    SYNC: Final = "sync"
-    KERNEL_GAP: Final = "kernel_gap"  # the GPU between two queued activities on a stream
-    #: Nothing recorded going on: a host thread with nothing open (Python, input, waits), or a
-    #: stream idle longer than KERNEL_GAP_MAX_NS before its next activity (a wait not recorded).
-    IDLE: Final = "idle"
-
-
-CATEGORIES: Final = (Category.HOST_OPS, Category.LAUNCH, Category.KERNELS, Category.COMMUNICATION,
-                     Category.COPIES, Category.SYNC, Category.KERNEL_GAP, Category.IDLE)
-#: Categories whose items can be shortened (a wait or a gap is shortened by shortening its cause).
-WORK_CATEGORIES: Final = (Category.HOST_OPS, Category.LAUNCH, Category.KERNELS, Category.COMMUNICATION,
-                          Category.COPIES)
 
 
 @dataclass(frozen=True)
@@ -128,17 +112,17 @@ def critical_path(trace: Trace, options: CriticalPathOptions = CriticalPathOptio
         windows, marker, note = _one_window(graph, *options.window_ns), "window", None
     steps_total = windows.height
     chosen = _bounded(windows, options.max_steps)
-    labels = _Labels(trace, graph)
+    labels = EdgeLabels(trace, graph)
     replay = Replay(graph)
-    by_pid = _nodes_by_pid(graph)
+    by_pid = nodes_by_pid(graph)
     step_rows: list[dict[str, object]] = []
     segments: list[pl.DataFrame] = []
     gains: list[pl.DataFrame] = []
     for i, ws, we, pid, number, steady in chosen.select(
             _INDEX, WindowCol.WINDOW_START, WindowCol.WINDOW_END, WindowCol.PID, WindowCol.NUMBER,
             WindowCol.STEADY).iter_rows():
-        path, start, sink = _walk(graph, by_pid.get(pid), ws, we)
-        seg = labels.segments(path, ws).with_columns(pl.lit(i, pl.Int64).alias(PathCol.STEP))
+        path, start, sink = walk(graph, by_pid.get(pid), ws, we)
+        seg = _segments(labels, path, ws).with_columns(pl.lit(i, pl.Int64).alias(PathCol.STEP))
         segments.append(seg)
         total = int(graph.node_ts[sink]) - max(start, ws) if sink >= 0 else 0
         by_cat = dict(seg.group_by(PathCol.CATEGORY).agg(pl.col(Col.DUR).sum()).iter_rows())
@@ -149,7 +133,7 @@ def critical_path(trace: Trace, options: CriticalPathOptions = CriticalPathOptio
             **{CATEGORY_NS[c]: int(by_cat.get(c, 0)) for c in CATEGORIES},
         })
         gains.append(_gains(trace, graph, replay, seg, i, ws, we, sink, options.gain_items))
-    seg_all = pl.concat(segments) if segments else labels.segments([], 0).with_columns(
+    seg_all = pl.concat(segments) if segments else _segments(labels, [], 0).with_columns(
         pl.lit(0, pl.Int64).alias(PathCol.STEP))
     on_path = _on_path(trace, seg_all)
     if graph.dropped_edges:
@@ -212,95 +196,18 @@ def _one_window(graph: Graph, start_ns: int, end_ns: int) -> pl.DataFrame:
                                 WindowCol.PID: pl.Int64, WindowCol.NUMBER: pl.Int64, WindowCol.STEADY: pl.Boolean})
 
 
-def _nodes_by_pid(graph: Graph) -> dict[int, tuple[I64, I64]]:
-    """Per owning process: its nodes sorted by time, and their times."""
-    if graph.node_ts.size == 0:
-        return {}
-    order = np.lexsort((np.arange(graph.node_ts.size), graph.node_ts, graph.node_pid))
-    pids = graph.node_pid[order]
-    cut = np.flatnonzero(np.r_[True, pids[1:] != pids[:-1], True])
-    return {int(pids[lo]): (order[lo:hi], graph.node_ts[order[lo:hi]]) for lo, hi in itertools.pairwise(cut)}
-
-
-def _walk(graph: Graph, nodes: tuple[I64, I64] | None, ws: int, we: int) -> tuple[list[int], int, int]:
-    """The path's edges (last first), the time it starts, and its last node (-1: no node in the
-    window): from the process's last instant at or before the window's end, back along each
-    instant's releasing edge until the window's start or an instant nothing released."""
-    if nodes is None:
-        return [], we, -1
-    order, times = nodes
-    i = int(np.searchsorted(times, we, side="right")) - 1
-    if i < 0 or times[i] <= ws:
-        return [], we, -1
-    sink = int(order[i])
-    bind, src, ts = graph.bind_edge, graph.src, graph.node_ts
-    path: list[int] = []
-    v = sink
-    while ts[v] > ws:
-        e = int(bind[v])
-        if e < 0:
-            break
-        path.append(e)
-        v = int(src[e])
-    return path, int(ts[v]), sink
-
-
-_EDGE_NAMES: Final = np.array([e.name.lower() for e in sorted(Edge)], dtype=object)
-
-
-class _Labels:
-    """Category, kernel family and attributed slice of every edge, computed once per trace."""
-
-    def __init__(self, trace: Trace, graph: Graph) -> None:
-        self.graph = graph
-        s = trace.slices
-        attr = graph.attr
-        kind = s.get_column(Col.KIND).to_physical().to_numpy()
-        code = KIND_CODE
-        a_kind = np.where(attr >= 0, kind[np.maximum(attr, 0)], -1)
-        names = s.get_column(Col.NAME)
-        is_runtime = np.isin(a_kind, [code[Kind.RUNTIME.value], code[Kind.DRIVER.value]])
-        unique = [n for n in names.gather(attr[is_runtime]).unique().to_list() if n is not None]
-        sync_names = [n for n in unique if api_names.is_sync_call(n)]
-        launch_names = [n for n in unique if api_names.is_launch_call(n)]
-        a_names = names.gather(np.maximum(attr, 0))
-        is_sync = is_runtime & a_names.is_in(sync_names).to_numpy()
-        is_launch = is_runtime & a_names.is_in(launch_names).to_numpy()
-        family = np.full(attr.size, None, dtype=object)
-        classes = classify_kernels(trace)
-        fam_of = dict(zip(classes.get_column(Col.ID).to_list(), classes.get_column("family").to_list(), strict=True))
-        k = graph.kind
-        gpu = k == Edge.GPU
-        is_kernel = gpu & (a_kind == code[Kind.KERNEL.value])
-        family[is_kernel] = [fam_of.get(int(a), Family.OTHER.value) for a in attr[is_kernel]]
-        cat = np.full(attr.size, Category.HOST_OPS, dtype=object)
-        cat[(k == Edge.HOST) & (attr < 0)] = Category.IDLE
-        cat[(k == Edge.HOST) & is_launch] = Category.LAUNCH
-        cat[(k == Edge.HOST) & is_sync] = Category.SYNC
-        cat[k == Edge.LAUNCH] = Category.LAUNCH
-        cat[gpu] = Category.COPIES
-        cat[is_kernel] = Category.KERNELS
-        cat[is_kernel & (family == Family.COMMUNICATION.value)] = Category.COMMUNICATION
-        cat[is_kernel & (family == Family.COPY.value)] = Category.COPIES
-        family[is_kernel & np.isin(cat, [Category.COMMUNICATION, Category.COPIES])] = None
-        cat[k == Edge.GAP] = Category.KERNEL_GAP
-        cat[(k == Edge.GAP) & (graph.elapsed > KERNEL_GAP_MAX_NS)] = Category.IDLE
-        cat[(k == Edge.SYNC) | (k == Edge.EVENT_WAIT) | (k == Edge.HANDOFF)] = Category.SYNC
-        self.category = cat
-        self.family = family
-
-    def segments(self, path: list[int], ws: int) -> pl.DataFrame:
-        """The path's edges in time order, the first clipped at the window's start."""
-        e = np.asarray(path[::-1], dtype=np.int64)
-        g = self.graph
-        start = np.maximum(g.node_ts[g.src[e]], ws)
-        return pl.DataFrame({
-            Col.TS: start, Col.DUR: g.node_ts[g.dst[e]] - start,
-            PathCol.CATEGORY: self.category[e].tolist(), PathCol.FAMILY: self.family[e].tolist(),
-            PathCol.EDGE: _EDGE_NAMES[g.kind[e]].tolist(),
-            Col.ID: pl.Series(g.attr[e]).replace(-1, None), "_edge": e,
-        }, schema={Col.TS: pl.Int64, Col.DUR: pl.Int64, PathCol.CATEGORY: pl.String, PathCol.FAMILY: pl.String,
-                   PathCol.EDGE: pl.String, Col.ID: pl.Int64, "_edge": pl.Int64})
+def _segments(labels: EdgeLabels, path: list[int], ws: int) -> pl.DataFrame:
+    """The path's edges in time order, the first clipped at the window's start."""
+    e = np.asarray(path[::-1], dtype=np.int64)
+    g = labels.graph
+    start = np.maximum(g.node_ts[g.src[e]], ws)
+    return pl.DataFrame({
+        Col.TS: start, Col.DUR: g.node_ts[g.dst[e]] - start,
+        PathCol.CATEGORY: labels.category[e].tolist(), PathCol.FAMILY: labels.family[e].tolist(),
+        PathCol.EDGE: EDGE_NAMES[g.kind[e]].tolist(),
+        Col.ID: pl.Series(g.attr[e]).replace(-1, None), "_edge": e,
+    }, schema={Col.TS: pl.Int64, Col.DUR: pl.Int64, PathCol.CATEGORY: pl.String, PathCol.FAMILY: pl.String,
+               PathCol.EDGE: pl.String, Col.ID: pl.Int64, "_edge": pl.Int64})
 
 
 def _on_path(trace: Trace, seg: pl.DataFrame) -> pl.DataFrame:

@@ -92,7 +92,12 @@ class _Streams:
         has = launch >= 0
         all_ts = s.get_column(Col.TS).to_numpy()
         all_pid = s.get_column(Col.PID).fill_null(-1).to_numpy()
-        ready = np.where(has, all_ts[np.maximum(launch, 0)], cols[:, 3])
+        # An activity without a launch record was launched at the earliest when the one before it
+        # on its stream was (stream order is launch order): it must not hold back the running
+        # maximum at its own start. A capture that begins while the CPU runs ahead (nsys-ai's H100
+        # window: 1800 of 3442 kernels launched before it) has hundreds of them queued before a
+        # cudaStreamSynchronize; at their own start they hid the work the sync drained behind them.
+        ready = np.where(has, all_ts[np.maximum(launch, 0)], np.iinfo(np.int64).min)
         launcher = np.where(has, all_pid[np.maximum(launch, 0)], -1)
         self.rows: dict[tuple[int, int, int], I64] = {}
         self.ready: dict[tuple[int, int, int], I64] = {}
