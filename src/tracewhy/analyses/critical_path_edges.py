@@ -16,7 +16,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses import api_names
-from tracewhy.model.schema import KIND_CODE, Col, Kind, SyncCol
+from tracewhy.model.schema import KIND_CODE, Col, Kind, OpAttrCol, SyncCol
 from tracewhy.model.trace import Trace
 
 I64 = npt.NDArray[np.int64]
@@ -206,29 +206,40 @@ def sync_edges(trace: Trace, chosen: pl.DataFrame, is_gpu: npt.NDArray[np.bool_]
     return as_array[0], as_array[1], as_array[2], as_array[3]
 
 
-def handoff_edges(s: pl.DataFrame, chosen: pl.DataFrame, host: npt.NDArray[np.bool_], node_ts: I64,
-              chain: EdgeParts) -> EdgeParts:
+def backward_threads(trace: Trace) -> set[tuple[int, int]]:
+    """(pid, tid) of the threads that run the autograd graph: those running autograd engine
+    nodes (``api_names.is_autograd_node``; HTA finds the same thread by "autograd" in names),
+    and, in traces of PyTorch before 1.9 that name a node by its function alone
+    ("CudnnBatchNormBackward", "torch::autograd::AccumulateGrad"), those whose top-level ops
+    carry a non-zero ``Fwd thread id``: functions run for a forward recorded on another thread."""
+    s = trace.slices
+    host = s.filter(pl.col(Col.KIND).is_in([Kind.CPU_OP.value, Kind.ANNOTATION.value]))
+    names = host.get_column(Col.NAME)
+    hits = [n for n in names.unique().drop_nulls().cast(pl.String).to_list() if api_names.is_autograd_node(n)]
+    nodes = host.filter(pl.col(Col.NAME).is_in(hits)).select(Col.PID, Col.TID)
+    foreign = trace.op_attrs.filter(pl.col(OpAttrCol.FWD_TID) > 0).select(OpAttrCol.ID)
+    top = host.filter((pl.col(Col.DEPTH) == 0) & pl.col(Col.ID).is_in(foreign.get_column(OpAttrCol.ID).implode()))
+    both = pl.concat([nodes, top.select(Col.PID, Col.TID)]).fill_null(-1).unique()
+    return {(int(p), int(t)) for p, t in both.iter_rows()}
+
+
+def handoff_edges(chosen: pl.DataFrame, host: npt.NDArray[np.bool_], node_ts: I64, chain: EdgeParts,
+                  threads: set[tuple[int, int]], kind: npt.NDArray[np.uint8]) -> EdgeParts:
     """Threads waiting on each other around backward(): the calling thread waits (inside an
-    annotation, or with nothing open) while a backward thread of its process (one that runs
-    autograd engine nodes, ``api_names.is_autograd_node``; HTA finds the same thread by
-    "autograd" in names) runs the autograd graph, and goes on when that thread goes idle; the
+    annotation, or with nothing open) while a backward thread of its process (``threads``:
+    ``backward_threads``) runs the autograd graph, and goes on when that thread goes idle; the
     backward thread sits idle until the calling thread hands it work. Edges: into the end of a
     waiting stretch on one side, from the latest instant within it on the other side that can
     end the wait (the end of a top-level slice on a backward thread; any start on another
-    thread)."""
-    rows = np.flatnonzero(host)
-    names = chosen.get_column(Col.NAME)
-    hits = [n for n in names.gather(rows).unique().to_list() if n is not None and api_names.is_autograd_node(n)]
-    if not hits:
+    thread). ``kind``: every slice's kind code."""
+    if not threads:
         return no_edges()
+    rows = np.flatnonzero(host)
     pid = chosen.get_column(Col.PID).fill_null(-1).to_numpy()
     tid = chosen.get_column(Col.TID).fill_null(-1).to_numpy()
-    autograd = rows[names.gather(rows).is_in(hits).to_numpy()]
-    backward_threads = {(int(p), int(t)) for p, t in zip(pid[autograd], tid[autograd], strict=True)}
     on_backward = np.zeros(pid.size, dtype=bool)
-    on_backward[rows] = [(int(p), int(t)) in backward_threads for p, t in zip(pid[rows], tid[rows], strict=True)]
+    on_backward[rows] = [(int(p), int(t)) in threads for p, t in zip(pid[rows], tid[rows], strict=True)]
     depth = chosen.get_column(Col.DEPTH).fill_null(0).to_numpy()
-    kind = s.get_column(Col.KIND).to_physical().to_numpy()
     src, dst, _, attr = chain
     idle = attr < 0
     waiting = idle | (kind[np.maximum(attr, 0)] == KIND_CODE[Kind.ANNOTATION.value])
@@ -241,8 +252,24 @@ def handoff_edges(s: pl.DataFrame, chosen: pl.DataFrame, host: npt.NDArray[np.bo
     worker = np.flatnonzero(idle & on_backward[stretch_row])
     others = rows[~on_backward[rows]]
     b = _latest_within(2 * others, pid[others], node_ts, src[worker], dst[worker], pid[stretch_row[worker]])
-    out_src, out_dst = np.r_[a[0], b[0]], np.r_[a[1], b[1]]
+    c = _first_handoffs(rows[on_backward[rows]], others, pid, tid, node_ts)
+    out_src, out_dst = np.r_[a[0], b[0], c[0]], np.r_[a[1], b[1], c[1]]
     return edges(out_src, out_dst, Edge.HANDOFF, np.full(out_src.size, -1, dtype=np.int64))
+
+
+def _first_handoffs(backward: I64, others: I64, pid: I64, tid: I64, node_ts: I64) -> tuple[I64, I64]:
+    """Each backward thread's first slice in the trace (it has no idle stretch before it): from
+    the latest start on another thread of its process at or before it."""
+    out_src: list[int] = []
+    out_dst: list[int] = []
+    for p, t in sorted({(int(a), int(b)) for a, b in zip(pid[backward], tid[backward], strict=True)}):
+        mine = backward[(pid[backward] == p) & (tid[backward] == t)]
+        first = int(mine[np.argmin(node_ts[2 * mine])])
+        cand = others[(pid[others] == p) & (node_ts[2 * others] <= node_ts[2 * first])]
+        if cand.size:
+            out_src.append(2 * int(cand[np.argmax(node_ts[2 * cand])]))
+            out_dst.append(2 * first)
+    return np.asarray(out_src, dtype=np.int64), np.asarray(out_dst, dtype=np.int64)
 
 
 def _latest_within(cand: I64, cand_pid: I64, node_ts: I64, lo: I64, hi: I64, pid: I64) -> tuple[I64, I64]:

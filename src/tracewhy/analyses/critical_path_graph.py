@@ -24,6 +24,7 @@ from tracewhy.analyses import api_names
 from tracewhy.analyses.critical_path_edges import (
     Edge,
     EdgeParts,
+    backward_threads,
     edges,
     full_queue_edges,
     handoff_edges,
@@ -93,7 +94,8 @@ def build_graph(trace: Trace) -> Graph:
         host,
         full_queue_edges(s, chosen, is_gpu, launcher_pid, node_ts),
         unrecorded_wait_edges(s, chosen, is_gpu, node_ts),
-        handoff_edges(s, chosen, ~is_gpu, node_ts, host),
+        handoff_edges(chosen, ~is_gpu, node_ts, host, backward_threads(trace),
+                      s.get_column(Col.KIND).to_physical().to_numpy()),
         _gpu_chain(chosen, is_gpu),
         _launches(s, chosen, is_gpu, node_of),
         sync_edges(trace, chosen, is_gpu, node_of, node_ts),
