@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+from typing import Final
 
 # Calls that block the host until device work completes.
 _SYNC = re.compile(
@@ -27,6 +28,8 @@ _GRAPH = re.compile(r"^(cuda|hip)GraphLaunch$|^cuGraphLaunch$")
 _DATALOADER = re.compile(r"^enumerate\(DataLoader\)#.*__next__$|DataLoader.*__next__")
 _COMM = re.compile(r"^(nccl|gloo|mpi|ucc|rccl):|^c10d::|^record_param_comms$|ProcessGroup|^nccl[A-Z]")
 _OPTIMIZER = re.compile(r"^Optimizer\.(step|zero_grad)")
+#: torch/optim/optimizer.py's profile hook: ``record_function(f"Optimizer.step#{cls}.step")``.
+_OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
 #: The autograd engine's per-node op (PyTorch's autograd/engine.cpp names it
 #: "autograd::engine::evaluate_function: <Node>"): a thread that runs it is a backward thread.
 _AUTOGRAD_NODE = re.compile(r"^autograd::engine::evaluate_function")
@@ -70,6 +73,11 @@ def is_optimizer(name: str) -> bool:
 
 
 @lru_cache(maxsize=8192)
+def is_optimizer_step(name: str) -> bool:
+    return _OPTIMIZER_STEP.match(name) is not None
+
+
+@lru_cache(maxsize=8192)
 def is_scalar_read(name: str) -> bool:
     return _SCALAR_READ.match(name) is not None
 
@@ -89,3 +97,32 @@ _OP_RANGE_SUFFIX = re.compile(OP_RANGE_SUFFIX)
 def op_range_name(name: str) -> str:
     """The op's name of an emit_nvtx range ("aten::to, op_id = 999599" -> "aten::to"); other names as they are."""
     return _OP_RANGE_SUFFIX.sub("", name)
+
+
+class Phase:
+    """The training-loop phases a step account names host work by."""
+
+    FORWARD = "forward"
+    BACKWARD = "backward"
+    OPTIMIZER = "optimizer"
+
+
+#: Blocks users and libraries open around a phase (record_function or NVTX): HTA's and torchrec's
+#: "## forward ##", "## forward:over_arch ##", "## backward ##", "## optimizer ##", "## zero_grad ##";
+#: DDP's "DistributedDataParallel.forward" (torch/nn/parallel/distributed.py); PARAM's
+#: "[param|<model>|...|measure|forward]"; plain "forward", "backward", "optimizer" blocks. A phase
+#: word counts standing alone (not inside a longer word); an emit_nvtx op range ("FSDP::
+#: pre_forward (...), op_id = 3") is one op's call, never a phase.
+_PHASE_WORDS: Final = (
+    (Phase.BACKWARD, re.compile(r"(?<![a-z])backward(?![a-z])", re.IGNORECASE)),
+    (Phase.FORWARD, re.compile(r"(?<![a-z])forward(?![a-z])", re.IGNORECASE)),
+    (Phase.OPTIMIZER, re.compile(r"(?<![a-z])(optimizer|zero_grad)(?![a-z])", re.IGNORECASE)),
+)
+
+
+@lru_cache(maxsize=8192)
+def annotation_phase(name: str) -> str | None:
+    """The phase (a ``Phase`` value) an annotation's name opens, None for any other block."""
+    if _OP_RANGE_SUFFIX.search(name):
+        return None
+    return next((phase for phase, word in _PHASE_WORDS if word.search(name)), None)

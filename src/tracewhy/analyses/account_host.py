@@ -1,0 +1,240 @@
+"""What encloses each host slice, for the step account to name the host time spent in it: the
+context that decides its part (compilation, data loading, communication, optimizer, backward,
+forward, or none of them), its outermost op, its outermost named block, and the scalar reads
+and block boundaries on its thread. Structure decides (nesting, threads, autograd sequence
+numbers); names only find the slices it reasons about (``api_names``, ``compile_markers``).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from tracewhy.analyses import api_names
+from tracewhy.analyses.compile_slices import ROLE, Role, marked_slices
+from tracewhy.analyses.critical_path_edges import backward_threads
+from tracewhy.analyses.families import collective_op, collective_range
+from tracewhy.analyses.source_lines import HostTree, parse_frame
+from tracewhy.model.schema import HOST_KINDS, KIND_CODE, LAUNCH_KINDS, Col, Kind, OCol
+from tracewhy.model.trace import Trace
+
+I64 = npt.NDArray[np.int64]
+B = npt.NDArray[np.bool_]
+
+
+class Context(IntEnum):
+    """What a host slice's time is spent for, by what encloses it; the first that holds wins."""
+
+    COMPILATION = 0  # a torch.compile compile phase (Dynamo, AOT autograd, inductor) at or above
+    DATA_LOADING = 1  # a DataLoader fetch at or above
+    COMMUNICATION = 2  # a collective op or range at or above (not the runtime calls it makes)
+    OPTIMIZER = 3  # Optimizer.step / zero_grad, or an optimizer block
+    BACKWARD = 4  # an autograd engine node above, a backward block, or a backward thread
+    FORWARD = 5  # a forward block, or an op autograd records (it has a sequence number)
+    NONE = 6
+
+
+PHASE_CONTEXTS: Final = (Context.OPTIMIZER, Context.BACKWARD, Context.FORWARD)
+
+
+@dataclass(frozen=True)
+class HostContext:
+    """Arrays indexed by slice id (-1: none)."""
+
+    context: npt.NDArray[np.int8]  # a Context value (host slices; NONE elsewhere)
+    outer_op: I64  # outermost op at or above (a CPU op, or an emit_nvtx op range)
+    outer_block: I64  # outermost annotation at or above that is no step marker, phase, fetch or op
+    user_frame: I64  # innermost user-code Python frame at or above
+    recorded: I64  # the slice itself, or for a Python frame the nearest slice above it that is none
+    collective: list[str | None]  # per slice id with COMMUNICATION context: the collective's name
+    has_frames: bool
+    has_phases: bool  # some slice of the trace opens a phase
+    names: pl.Series  # slice names as strings, gathered lazily (``name``)
+    reads: dict[tuple[int, int], tuple[list[int], list[str]]]  # per thread: scalar-read ops' starts, names
+    barriers: dict[tuple[int, int], list[int]]  # per thread: starts of the blocks that end a run of ops
+    pid: I64
+    tid: I64
+
+    def name(self, slice_id: int) -> str:
+        value = self.names[slice_id]
+        return api_names.op_range_name(str(value)) if value is not None else "?"
+
+    def read_after(self, op: int, ts: I64, end: I64) -> str | None:
+        """The scalar read (an outermost op that is or holds ``aten::item`` and the like) that
+        the outermost op ``op`` leads to on its thread: the first one starting at or after it,
+        with no block starting in between. None without one."""
+        key = (int(self.pid[op]), int(self.tid[op]))
+        reads = self.reads.get(key)
+        if reads is None:
+            return None
+        i = bisect.bisect_left(reads[0], int(ts[op]))
+        if i >= len(reads[0]):
+            return None
+        barriers = self.barriers.get(key, [])
+        j = bisect.bisect_left(barriers, int(end[op]))
+        return reads[1][i] if j >= len(barriers) or barriers[j] > reads[0][i] else None
+
+
+def host_context(trace: Trace, markers: I64) -> HostContext:
+    """The context arrays of every slice; ``markers``: the step markers' slice ids (never a block)."""
+    s = trace.slices
+    n = s.height
+    tree = HostTree.of(trace)
+    kind = s.get_column(Col.KIND).to_physical().to_numpy()
+    host = np.isin(kind, [KIND_CODE[k.value] for k in HOST_KINDS])
+    runtime = np.isin(kind, [KIND_CODE[k.value] for k in LAUNCH_KINDS])
+    annotation = kind == KIND_CODE[Kind.ANNOTATION.value]
+    flags = _name_flags(s.get_column(Col.NAME))
+    op_range = flags["op_range"] & annotation
+    op_like = (kind == KIND_CODE[Kind.CPU_OP.value]) | op_range
+    phase = {p: flags[p] & annotation & ~op_range for p in (api_names.Phase.FORWARD, api_names.Phase.BACKWARD,
+                                                             api_names.Phase.OPTIMIZER)}
+    autograd = flags["autograd"] & host
+    seq = np.zeros(n, dtype=bool)
+    with_seq = trace.op_attrs.filter(pl.col(OCol.SEQUENCE).is_not_null()).get_column(OCol.ID).to_numpy()
+    seq[with_seq] = True
+    # A backward function recorded for a forward on another thread (PyTorch < 1.9 names nodes so).
+    foreign = np.zeros(n, dtype=bool)
+    foreign[trace.op_attrs.filter(pl.col(OCol.FWD_TID) > 0).get_column(OCol.ID).to_numpy()] = True
+    seq |= flags["seq_range"] & op_range  # emit_nvtx: "aten::mul, seq = 3, op_id = 7"
+    compile_ids = marked_slices(trace).filter(pl.col(ROLE) == Role.COMPILE).get_column(Col.ID).to_numpy()
+    compiling = np.zeros(n, dtype=bool)
+    compiling[compile_ids] = True
+    pid = s.get_column(Col.PID).fill_null(-1).to_numpy()
+    tid = s.get_column(Col.TID).fill_null(-1).to_numpy()
+    # The autograd engine's own threads (a CUDA device's backward runs there); on CPU the engine
+    # runs nodes on the calling thread, so a thread with blocks or forward ops at its top level
+    # (the step, the loop's own code) is the caller, not a backward thread.
+    callers_work = (tree.depth == 0) & (annotation | (op_like & seq & ~autograd & ~foreign))
+    on_backward_thread = np.zeros(n, dtype=bool)
+    for p, t in backward_threads(trace):
+        thread = host & (pid == p) & (tid == t)
+        if not (callers_work & thread).any():
+            on_backward_thread |= thread
+    marks = [
+        (Context.COMPILATION, compiling),
+        (Context.DATA_LOADING, flags["dataloader"] & host),
+        (Context.COMMUNICATION, flags["comm"] & host & ~runtime),
+        (Context.OPTIMIZER, (flags["optimizer"] & host) | phase[api_names.Phase.OPTIMIZER]),
+        (Context.BACKWARD, autograd | foreign | phase[api_names.Phase.BACKWARD]),
+        (Context.FORWARD, phase[api_names.Phase.FORWARD] | (op_like & seq & ~autograd & ~foreign)),
+    ]
+    context = np.full(n, int(Context.NONE), dtype=np.int8)
+    undecided = host.copy()
+    comm_at = np.full(n, -1, dtype=np.int64)
+    for ctx, mark in marks:
+        at = tree.nearest(mark)
+        hit = undecided & ((at >= 0) | ((ctx == Context.BACKWARD) & on_backward_thread))
+        context[hit] = int(ctx)
+        undecided &= ~hit
+        if ctx == Context.COMMUNICATION:
+            comm_at = at
+    names = s.get_column(Col.NAME)
+    # record_param_comms names its collective in an attribute ("allreduce"), not in its name.
+    named_collective = dict(trace.op_attrs.filter(pl.col(OCol.COLLECTIVE).is_not_null()).select(
+        OCol.ID, OCol.COLLECTIVE).iter_rows())
+    collective: list[str | None] = [None] * n
+    for i in np.flatnonzero(context == int(Context.COMMUNICATION)).tolist():
+        owner = int(comm_at[i])
+        collective[i] = collective_name(named_collective.get(owner) or str(names[owner]))
+    marker = np.zeros(n, dtype=bool)
+    marker[markers[markers >= 0]] = True
+    block = annotation & ~op_range & ~marker & ~flags["dataloader"] & ~flags["optimizer"] & ~np.logical_or.reduce(
+        list(phase.values()))
+    ts = tree.ts
+    outer_op = _outermost(tree, op_like)
+    reads, barriers = _reads_and_barriers(names, outer_op, flags["scalar_read"] & op_like, annotation & ~op_range,
+                                          pid, tid, ts)
+    user = np.zeros(n, dtype=bool)
+    if tree.is_python.any():
+        py = np.flatnonzero(tree.is_python)
+        texts = names.gather(py).cast(pl.String)
+        user_names = [u for u in texts.unique().drop_nulls().to_list() if parse_frame(u)[3]]
+        user[py[texts.is_in(user_names).to_numpy()]] = True
+    return HostContext(
+        context=context, outer_op=outer_op, outer_block=_outermost(tree, block), user_frame=tree.nearest(user),
+        recorded=tree.nearest(host & ~tree.is_python),
+        collective=collective, has_frames=bool(tree.is_python.any()),
+        has_phases=bool(np.logical_or.reduce([*phase.values(), flags["optimizer"] & host, autograd]).any()),
+        names=names.cast(pl.String), reads=reads, barriers=barriers, pid=pid, tid=tid,
+    )
+
+
+def collective_name(text: str) -> str:
+    """The collective a host op or range stands for ("all_reduce"), else its name."""
+    ranged = collective_range(text)
+    return ranged[1] if ranged else collective_op(api_names.op_range_name(text)) or api_names.op_range_name(text)
+
+
+def _outermost(tree: HostTree, mark: B) -> I64:
+    """Per slice, the outermost slice with ``mark`` at or above it (-1: none)."""
+    at = tree.nearest(mark)
+    above = tree.nearest(mark, strict=True)
+    while True:
+        has = at >= 0
+        up = np.where(has, above[np.maximum(at, 0)], -1)
+        moved = up >= 0
+        if not moved.any():
+            return at
+        at = np.where(moved, up, at)
+
+
+Reads = dict[tuple[int, int], tuple[list[int], list[str]]]
+
+
+def _reads_and_barriers(names: pl.Series, outer_op: I64, read: B, blocks: B, pid: I64, tid: I64, ts: I64
+                        ) -> tuple[Reads, dict[tuple[int, int], list[int]]]:
+    """Per thread: the outermost ops that are or hold a scalar read (start times, read names) and
+    the start times of the blocks (annotations) that end a run of ops."""
+    rows = np.flatnonzero(read)
+    holders, first = np.unique(outer_op[rows], return_index=True)
+    keep = holders >= 0
+    holders, inner = holders[keep], rows[first[keep]]
+    reads: Reads = {}
+    texts = names.gather(inner).cast(pl.String).to_list()
+    for i in np.argsort(ts[holders], kind="stable").tolist():
+        op = int(holders[i])
+        got = reads.setdefault((int(pid[op]), int(tid[op])), ([], []))
+        got[0].append(int(ts[op]))
+        got[1].append(api_names.op_range_name(str(texts[i])))
+    barriers: dict[tuple[int, int], list[int]] = {}
+    rows = np.flatnonzero(blocks)
+    for p, t, start in sorted(zip(pid[rows].tolist(), tid[rows].tolist(), ts[rows].tolist(), strict=True)):
+        barriers.setdefault((p, t), []).append(start)
+    return reads, barriers
+
+
+def _name_flags(names: pl.Series) -> dict[str, B]:
+    """Per row, what its name says (each distinct name tested once, rows mapped by their code)."""
+    tests: dict[str, Callable[[str], bool]] = {
+        "dataloader": api_names.is_dataloader, "optimizer": api_names.is_optimizer, "comm": api_names.is_comm,
+        "autograd": api_names.is_autograd_node, "scalar_read": lambda t: api_names.is_scalar_read(
+            api_names.op_range_name(t)),
+        "op_range": lambda t: api_names.op_range_name(t) != t, "seq_range": lambda t: _SEQ_RANGE in t,
+        api_names.Phase.FORWARD: lambda t: api_names.annotation_phase(t) == api_names.Phase.FORWARD,
+        api_names.Phase.BACKWARD: lambda t: api_names.annotation_phase(t) == api_names.Phase.BACKWARD,
+        api_names.Phase.OPTIMIZER: lambda t: api_names.annotation_phase(t) == api_names.Phase.OPTIMIZER,
+    }
+    codes = names.to_physical()
+    unique = names.unique().drop_nulls()
+    unique_codes = unique.to_physical().to_numpy()
+    texts = unique.cast(pl.String).to_list()
+    size = int(unique_codes.max()) + 2 if unique_codes.size else 1
+    row_codes = codes.fill_null(size - 1).to_numpy()
+    out: dict[str, B] = {}
+    for key, test in tests.items():
+        table = np.zeros(size, dtype=bool)
+        table[unique_codes] = np.fromiter((bool(test(t)) for t in texts), dtype=bool, count=len(texts))
+        out[key] = table[row_codes]
+    return out
+
+
+#: emit_nvtx writes "seq = N" into the range of an op autograd records.
+_SEQ_RANGE: Final = "seq = "

@@ -1,0 +1,304 @@
+"""The parts of a step account, and the rules that put each stretch of a critical path in one.
+
+A stretch is an edge of the dependency graph (``critical_path_graph``); its part is decided by
+what its time was spent in, first by the edge and its category (``critical_path_walk``):
+
+- a GPU activity running: kernels by family (``families``), copies by direction and host memory
+  kind (the copy's own attributes), communication by collective;
+- a launch call or launch latency: launch overhead; a stream's queue gap: GPU queue gaps, or, past
+  KERNEL_GAP_MAX_NS, a wait on another stream the trace did not record (idle);
+- a blocking call returning after its GPU work, a stream waiting on another's event, a thread
+  handing back to the one waiting on it: sync, by the blocking call and the op it is under;
+- host time in a slice: by what encloses the slice (``account_host.Context``): compilation, data
+  loading, communication, optimizer, backward, forward; else by the innermost user source line
+  open at that instant (with Python frames), the outermost named block, or the outermost op (ops
+  that lead up to a scalar read grouped under it); a thread with nothing open is untraced Python.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from tracewhy.analyses import api_names
+from tracewhy.analyses.account_host import Context, HostContext, host_context
+from tracewhy.analyses.critical_path_edges import Edge
+from tracewhy.analyses.critical_path_graph import Graph
+from tracewhy.analyses.critical_path_walk import CATEGORIES, Category, EdgeLabels
+from tracewhy.analyses.families import Family, classify_kernels, collective_op
+from tracewhy.analyses.host_activity import HostIndex, build_host_index
+from tracewhy.analyses.source_lines import parse_frame
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, CCol, Col, Kind
+from tracewhy.model.trace import Trace
+
+I64 = npt.NDArray[np.int64]
+
+
+class PartKind:
+    """The fixed vocabulary of what a part is."""
+
+    KERNELS: Final = "kernels"
+    COPIES: Final = "copies"
+    COMMUNICATION: Final = "communication"
+    HOST: Final = "host"
+    DATA_LOADING: Final = "data_loading"
+    COMPILATION: Final = "compilation"
+    LAUNCH: Final = "launch_overhead"
+    SYNC: Final = "sync"
+    GPU_GAP: Final = "gpu_queue_gap"
+    IDLE: Final = "idle"
+    UNEXPLAINED: Final = "unexplained"
+
+
+PART_KINDS: Final = (PartKind.KERNELS, PartKind.COPIES, PartKind.COMMUNICATION, PartKind.HOST, PartKind.DATA_LOADING,
+                     PartKind.COMPILATION, PartKind.LAUNCH, PartKind.SYNC, PartKind.GPU_GAP, PartKind.IDLE,
+                     PartKind.UNEXPLAINED)
+
+
+class PartName:
+    """The parts whose name is fixed (the others carry a family, a direction, a line, an op...)."""
+
+    DATA_LOADING: Final = "data loading"
+    COMPILATION: Final = "compilation"
+    FORWARD: Final = api_names.Phase.FORWARD
+    BACKWARD: Final = api_names.Phase.BACKWARD
+    OPTIMIZER: Final = api_names.Phase.OPTIMIZER
+    LAUNCH: Final = "launch overhead"
+    GPU_GAP: Final = "GPU queue gaps"
+    GPU_WAIT: Final = "idle: GPU waits on another stream"
+    UNTRACED: Final = "idle: untraced Python"
+    STREAM_WAIT: Final = "sync: stream waits on another stream"
+    QUEUE_FULL: Final = "sync: launch queue full"
+    UNEXPLAINED: Final = "unexplained"
+
+
+@dataclass(frozen=True)
+class Part:
+    name: str
+    kind: str
+    #: Work the step must do: compute kernels and device-side copies; on a CPU-only trace, the
+    #: model's own CPU ops (forward, backward, optimizer). Everything else could leave the path.
+    essential: bool
+
+
+#: Copies a step does on the device itself; host transfers (HtoD, DtoH) could overlap compute.
+_DEVICE_COPIES: Final = frozenset({"DtoD", "memset", "copy kernels"})
+_PHASE_PARTS: Final = {Context.OPTIMIZER: PartName.OPTIMIZER, Context.BACKWARD: PartName.BACKWARD,
+                       Context.FORWARD: PartName.FORWARD}
+CATEGORY_CODE: Final = {c: i for i, c in enumerate(CATEGORIES)}
+
+
+class PartRules:
+    """Parts and evidence items of edges, for the account's paths and for edited graphs' paths."""
+
+    def __init__(self, trace: Trace, graph: Graph, labels: EdgeLabels, markers: I64) -> None:
+        self.graph = graph
+        self.ctx: HostContext = host_context(trace, markers)
+        self.category = np.array([CATEGORY_CODE[c] for c in labels.category.tolist()], dtype=np.int64)
+        s = trace.slices
+        self.kind = s.get_column(Col.KIND).cast(pl.String).to_numpy()
+        self.slice_ts = s.get_column(Col.TS).to_numpy()
+        self.launch = s.get_column(Col.LAUNCH).fill_null(-1).to_numpy()
+        self.slice_end = self.slice_ts + np.maximum(s.get_column(Col.DUR).to_numpy(), 0)
+        self.cpu_only = trace.kind_columns(GPU_ACTIVITY_KINDS, Col.ID).height == 0
+        self.host: HostIndex = build_host_index(trace)
+        classes = classify_kernels(trace)
+        self.family = dict(zip(classes.get_column(Col.ID).to_list(), classes.get_column("family").to_list(),
+                               strict=True))
+        self.copies = {row[0]: row[1:] for row in trace.copy_attrs.select(
+            CCol.ID, pl.col(CCol.COPY_KIND).cast(pl.String), pl.col(CCol.SRC_MEM).cast(pl.String),
+            pl.col(CCol.DST_MEM).cast(pl.String), CCol.BYTES).iter_rows()}
+        self.parts: list[Part] = []
+        self.items: list[str] = []
+        self._part_index: dict[str, int] = {}
+        self._item_index: dict[str, int] = {}
+
+    # --- vocabulary ------------------------------------------------------------------------------
+
+    def part(self, name: str, kind: str, essential: bool = False) -> int:
+        i = self._part_index.get(name)
+        if i is None:
+            i = self._part_index[name] = len(self.parts)
+            self.parts.append(Part(name, kind, essential))
+        return i
+
+    def item(self, text: str) -> int:
+        i = self._item_index.get(text)
+        if i is None:
+            i = self._item_index[text] = len(self.items)
+            self.items.append(text)
+        return i
+
+    # --- edges -----------------------------------------------------------------------------------
+
+    def of_edges(self, kind: I64, attr: I64, category: I64, src: I64, dst: I64) -> tuple[I64, I64]:
+        """Part and evidence item of each edge (kind: an Edge value; category: CATEGORY_CODE)."""
+        if kind.size == 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        kind, attr, category = self._handoffs_as_host(kind, attr, category, src, dst)
+        frame = self._user_frames(kind, attr, src, dst)
+        keys = np.stack([kind.astype(np.int64), attr, category, frame], axis=1)
+        unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+        decided = [self._decide(int(k), int(a), int(c), int(f)) for k, a, c, f in unique.tolist()]
+        part = np.array([d[0] for d in decided], dtype=np.int64)[inverse.reshape(-1)]
+        item = np.array([d[1] for d in decided], dtype=np.int64)[inverse.reshape(-1)]
+        return part, item
+
+    def _handoffs_as_host(self, kind: I64, attr: I64, category: I64, src: I64, dst: I64
+                          ) -> tuple[I64, I64, I64]:
+        """A hand-off between the thread that called backward() and the autograd thread is time
+        the caller spent waiting (from a start on it, handing work over; or from the autograd
+        thread's last top-level end, into its own waiting stretch): host time on the caller, in
+        what was open there at the hand-off's midpoint."""
+        hand = np.flatnonzero(kind == int(Edge.HANDOFF))
+        if hand.size == 0:
+            return kind, attr, category
+        kind, attr, category = kind.copy(), attr.copy(), category.copy()
+        g = self.graph
+        caller = np.where(src[hand] % 2 == 0, g.node_slice[src[hand]], g.node_slice[dst[hand]])
+        mid = (g.node_ts[src[hand]] + g.node_ts[dst[hand]]) // 2
+        attr[hand] = self._open_at(caller, mid)
+        kind[hand] = int(Edge.HOST)
+        category[hand] = np.where(attr[hand] >= 0, CATEGORY_CODE[Category.HOST_OPS], CATEGORY_CODE[Category.IDLE])
+        return kind, attr, category
+
+    def _open_at(self, on_thread_of: I64, times: I64) -> I64:
+        """The innermost recorded slice (Python frames aside) open at each instant on the thread
+        of each given slice; -1 where nothing is."""
+        out = np.full(times.size, -1, dtype=np.int64)
+        pid, tid = self.ctx.pid[on_thread_of], self.ctx.tid[on_thread_of]
+        for p, t in set(zip(pid.tolist(), tid.tolist(), strict=True)):
+            sel = np.flatnonzero((pid == p) & (tid == t))
+            pos = self.host.innermost(p, t, times[sel])
+            inner = np.where(pos >= 0, self.host.ids[np.maximum(pos, 0)], -1)
+            out[sel] = np.where(inner >= 0, self.ctx.recorded[np.maximum(inner, 0)], -1)
+        return out
+
+    def _user_frames(self, kind: I64, attr: I64, src: I64, dst: I64) -> I64:
+        """The innermost user frame open at each host edge's midpoint (-1: none, or not a host edge)."""
+        out = np.full(kind.size, -1, dtype=np.int64)
+        if not self.ctx.has_frames:
+            return out
+        host_rows = np.flatnonzero(kind == int(Edge.HOST))
+        g = self.graph
+        # The thread: the attributed slice's, else the later instant's (a hand-off's caller).
+        owner = np.where(attr[host_rows] >= 0, attr[host_rows], g.node_slice[dst[host_rows]])
+        pid, tid = self.ctx.pid[owner], self.ctx.tid[owner]
+        mid = (g.node_ts[src[host_rows]] + g.node_ts[dst[host_rows]]) // 2
+        for p, t in set(zip(pid.tolist(), tid.tolist(), strict=True)):
+            sel = np.flatnonzero((pid == p) & (tid == t))
+            pos = self.host.innermost(p, t, mid[sel])
+            inner = np.where(pos >= 0, self.host.ids[np.maximum(pos, 0)], -1)
+            out[host_rows[sel]] = np.where(inner >= 0, self.ctx.user_frame[np.maximum(inner, 0)], -1)
+        return out
+
+    def _decide(self, kind: int, attr: int, category: int, frame: int) -> tuple[int, int]:
+        cat = CATEGORIES[category]
+        name = self.ctx.name(attr) if attr >= 0 else ""
+        if kind == Edge.GPU:
+            return self._gpu(attr, cat), self.item(name)
+        if kind == Edge.GAP:
+            if cat == Category.KERNEL_GAP:
+                return self.part(PartName.GPU_GAP, PartKind.GPU_GAP), self.item("stream order")
+            return self.part(PartName.GPU_WAIT, PartKind.IDLE), self.item("queued work waiting")
+        if kind == Edge.EVENT_WAIT:
+            return self.part(PartName.STREAM_WAIT, PartKind.SYNC), self.item(name or "unrecorded wait")
+        if attr < 0:  # a host thread with nothing open
+            if frame >= 0:
+                line = _line(self.ctx.name(frame))
+                return self.part(f"host: {line}", PartKind.HOST), self.item(line)
+            return self.part(PartName.UNTRACED, PartKind.IDLE), self.item("nothing open")
+        context = Context(int(self.ctx.context[attr])) if self.kind[attr] != Kind.KERNEL.value else Context.NONE
+        if context == Context.COMPILATION:
+            return self.part(PartName.COMPILATION, PartKind.COMPILATION), self._host_item(attr, frame)
+        if context == Context.DATA_LOADING:
+            return self.part(PartName.DATA_LOADING, PartKind.DATA_LOADING), self._host_item(attr, frame)
+        if kind == Edge.LAUNCH or cat == Category.LAUNCH:
+            return self.part(PartName.LAUNCH, PartKind.LAUNCH), self.item(name)
+        if kind == Edge.SYNC or cat == Category.SYNC:
+            return self._sync(attr, name)
+        if api_names.is_alloc_call(name):
+            return self.part(f"allocator: {name}", PartKind.HOST), self.item(name)
+        if context == Context.COMMUNICATION:
+            collective = self.ctx.collective[attr] or "collective"
+            return self.part(f"communication: {collective}", PartKind.COMMUNICATION), self._host_item(attr, frame)
+        if context in _PHASE_PARTS:
+            return (self.part(_PHASE_PARTS[context], PartKind.HOST, essential=self.cpu_only),
+                    self._host_item(attr, frame))
+        return self._other_host(attr, frame)
+
+    def _gpu(self, activity: int, cat: str) -> int:
+        if cat == Category.KERNELS:
+            family = self.family.get(activity, Family.OTHER.value)
+            return self.part(f"kernels: {family}", PartKind.KERNELS, essential=True)
+        if cat == Category.COMMUNICATION:
+            # The kernel's name ("ncclDevKernel_AllReduce_..."), else the collective it was
+            # launched under (RCCL's ncclDevKernel_Generic names none).
+            launch = int(self.launch[activity])
+            collective = (collective_op(self.ctx.name(activity))
+                          or (self.ctx.collective[launch] if launch >= 0 else None) or "collective")
+            return self.part(f"communication: {collective}", PartKind.COMMUNICATION)
+        what = self._copy(activity)
+        return self.part(f"copies: {what}", PartKind.COPIES, essential=what in _DEVICE_COPIES)
+
+    def _copy(self, activity: int) -> str:
+        """A copy's direction and, for a host transfer, the host memory's kind ("HtoD pinned")."""
+        kind = self.kind[activity]
+        if kind == Kind.MEMSET.value:
+            return "memset"
+        if kind == Kind.KERNEL.value:
+            return "copy kernels"
+        direction, src_mem, dst_mem, _ = self.copies.get(activity, (None, None, None, None))
+        if direction is None:
+            return "unknown"
+        host_mem = src_mem if direction.startswith("H") else dst_mem if direction.endswith("H") else None
+        return f"{direction} {host_mem.lower()}" if host_mem else direction
+
+    def copy_bytes(self, activity: int) -> int:
+        got = self.copies.get(activity)
+        return int(got[3] or 0) if got is not None else 0
+
+    def _sync(self, call: int, name: str) -> tuple[int, int]:
+        if api_names.is_launch_call(name):
+            return self.part(PartName.QUEUE_FULL, PartKind.SYNC), self.item(name)
+        op = int(self.ctx.outer_op[call])
+        where = f"{name} under {self.ctx.name(op)}" if op >= 0 and op != call else name
+        return self.part(f"sync: {where}", PartKind.SYNC), self.item(where)
+
+    def _host_item(self, slice_id: int, frame: int) -> int:
+        """What to show as evidence for host time: the user line, else the outermost op, else the slice."""
+        if frame >= 0:
+            return self.item(_line(self.ctx.name(frame)))
+        op = int(self.ctx.outer_op[slice_id])
+        return self.item(self.ctx.name(op if op >= 0 else slice_id))
+
+    def _other_host(self, slice_id: int, frame: int) -> tuple[int, int]:
+        """Host work in no phase: by user line, named block, or outermost op (ops leading up to a
+        scalar read under it); a step marker with nothing else open is untraced Python."""
+        ctx = self.ctx
+        op = int(ctx.outer_op[slice_id])
+        essential = self.cpu_only and not ctx.has_phases and op >= 0
+        item = self._host_item(slice_id, frame)
+        if frame >= 0:
+            return self.part(f"host: {_line(ctx.name(frame))}", PartKind.HOST, essential), item
+        block = int(ctx.outer_block[slice_id])
+        if block >= 0:
+            return self.part(f"host: {ctx.name(block)}", PartKind.HOST, essential), item
+        if op >= 0:
+            read = ctx.read_after(op, self.slice_ts, self.slice_end)
+            label = f"up to {read}" if read is not None else ctx.name(op)
+            return self.part(f"host: {label}", PartKind.HOST, essential), item
+        if self.kind[slice_id] in (Kind.RUNTIME.value, Kind.DRIVER.value):
+            return self.part(f"host: {ctx.name(slice_id)}", PartKind.HOST), item
+        return self.part(PartName.UNTRACED, PartKind.IDLE), self.item("nothing but the step open")
+
+
+def _line(frame_name: str) -> str:
+    """A user frame as "file.py:52 function" (the file's base name: the path is in the frame)."""
+    file, line, function, _ = parse_frame(frame_name)
+    return f"{posixpath.basename(file)}:{line} {function}" if file else function
