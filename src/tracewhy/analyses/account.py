@@ -181,7 +181,7 @@ def step_account(trace: Trace, options: AccountOptions = AccountOptions(), model
     numbers = m.found.windows.get_column(WindowCol.NUMBER).to_list()
     for p in m.paths:
         e = p.edges
-        part, item = rules.of_edges(g.kind[e].astype(np.int64), g.attr[e], rules.category[e], g.src[e], g.dst[e])
+        part, item, owner = rules.of_edges(g.kind[e].astype(np.int64), g.attr[e], rules.category[e], g.src[e], g.dst[e])
         start = np.maximum(g.node_ts[g.src[e]], p.window_start)
         dur = g.node_ts[g.dst[e]] - start
         covered = int(dur.sum())
@@ -190,7 +190,7 @@ def step_account(trace: Trace, options: AccountOptions = AccountOptions(), model
             AccountCol.STEP: np.full(e.size + len(uncovered), p.step, dtype=np.int64),
             "_part": np.r_[part, np.full(len(uncovered), unexplained)],
             "_item": np.r_[item, [rules.item(text) for text, _ in uncovered]].astype(np.int64),
-            "_slice": np.r_[g.attr[e], np.full(len(uncovered), -1)],
+            "_slice": np.r_[owner, np.full(len(uncovered), -1)],
             AccountCol.NS: np.r_[dur, [ns for _, ns in uncovered]].astype(np.int64),
         }))
         window_rows.append((p.step, numbers[p.step], steady[p.step], p.window_start, p.window_end,

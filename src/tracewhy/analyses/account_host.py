@@ -53,6 +53,11 @@ class HostContext:
     outer_block: I64  # outermost annotation at or above that is no step marker, phase, fetch or op
     user_frame: I64  # innermost user-code Python frame at or above
     recorded: I64  # the slice itself, or for a Python frame the nearest slice above it that is none
+    #: Forward ops run again by the autograd engine (activation checkpointing's recompute): the
+    #: nearest op at or above that autograd records (a sequence number) under an engine node or
+    #: on a backward thread (a user's "backward" block may hold the loss: not the engine's).
+    recompute: I64
+    in_backward: B  # a backward mark at or above, or on a backward thread (whatever decided the context)
     collective: list[str | None]  # per slice id with COMMUNICATION context: the collective's name
     has_frames: bool
     has_phases: bool  # some slice of the trace opens a phase
@@ -118,17 +123,19 @@ def host_context(trace: Trace, markers: I64) -> HostContext:
         thread = host & (pid == p) & (tid == t)
         if not (callers_work & thread).any():
             on_backward_thread |= thread
+    recorded_op = op_like & seq & ~autograd & ~foreign
     marks = [
         (Context.COMPILATION, compiling),
         (Context.DATA_LOADING, flags["dataloader"] & host),
         (Context.COMMUNICATION, flags["comm"] & host & ~runtime),
         (Context.OPTIMIZER, (flags["optimizer"] & host) | phase[api_names.Phase.OPTIMIZER]),
         (Context.BACKWARD, autograd | foreign | phase[api_names.Phase.BACKWARD]),
-        (Context.FORWARD, phase[api_names.Phase.FORWARD] | (op_like & seq & ~autograd & ~foreign)),
+        (Context.FORWARD, phase[api_names.Phase.FORWARD] | recorded_op),
     ]
     context = np.full(n, int(Context.NONE), dtype=np.int8)
     undecided = host.copy()
     comm_at = np.full(n, -1, dtype=np.int64)
+    in_backward = np.zeros(n, dtype=bool)
     for ctx, mark in marks:
         at = tree.nearest(mark)
         hit = undecided & ((at >= 0) | ((ctx == Context.BACKWARD) & on_backward_thread))
@@ -136,6 +143,8 @@ def host_context(trace: Trace, markers: I64) -> HostContext:
         undecided &= ~hit
         if ctx == Context.COMMUNICATION:
             comm_at = at
+        if ctx == Context.BACKWARD:
+            in_backward = host & ((at >= 0) | on_backward_thread)
     names = s.get_column(Col.NAME)
     # record_param_comms names its collective in an attribute ("allreduce"), not in its name.
     named_collective = dict(trace.op_attrs.filter(pl.col(OCol.COLLECTIVE).is_not_null()).select(
@@ -161,6 +170,8 @@ def host_context(trace: Trace, markers: I64) -> HostContext:
     return HostContext(
         context=context, outer_op=outer_op, outer_block=_outermost(tree, block), user_frame=tree.nearest(user),
         recorded=tree.nearest(host & ~tree.is_python),
+        recompute=tree.nearest(recorded_op & ((tree.nearest(autograd | foreign) >= 0) | on_backward_thread)),
+        in_backward=in_backward,
         collective=collective, has_frames=bool(tree.is_python.any()),
         has_phases=bool(np.logical_or.reduce([*phase.values(), flags["optimizer"] & host, autograd]).any()),
         names=names.cast(pl.String), reads=reads, barriers=barriers, pid=pid, tid=tid,

@@ -114,6 +114,8 @@ class PartRules:
             CCol.ID, pl.col(CCol.COPY_KIND).cast(pl.String), pl.col(CCol.SRC_MEM).cast(pl.String),
             pl.col(CCol.DST_MEM).cast(pl.String), CCol.BYTES).iter_rows()}
         self.parts: list[Part] = []
+        # Each (edge kind, slice, category, user frame) decided once: predictions walk the same edges.
+        self._decided: dict[tuple[int, ...], tuple[int, int]] = {}
         self.items: list[str] = []
         self._part_index: dict[str, int] = {}
         self._item_index: dict[str, int] = {}
@@ -136,18 +138,23 @@ class PartRules:
 
     # --- edges -----------------------------------------------------------------------------------
 
-    def of_edges(self, kind: I64, attr: I64, category: I64, src: I64, dst: I64) -> tuple[I64, I64]:
-        """Part and evidence item of each edge (kind: an Edge value; category: CATEGORY_CODE)."""
+    def of_edges(self, kind: I64, attr: I64, category: I64, src: I64, dst: I64) -> tuple[I64, I64, I64]:
+        """Part, evidence item and the item's slice (-1: none) of each edge (kind: an Edge value;
+        category: CATEGORY_CODE): the slices tell how many of an item a step holds."""
         if kind.size == 0:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
         kind, attr, category = self._handoffs_as_host(kind, attr, category, src, dst)
         frame = self._user_frames(kind, attr, src, dst)
         keys = np.stack([kind.astype(np.int64), attr, category, frame], axis=1)
         unique, inverse = np.unique(keys, axis=0, return_inverse=True)
-        decided = [self._decide(int(k), int(a), int(c), int(f)) for k, a, c, f in unique.tolist()]
+        decided = [self._decided.get(key) or self._decided.setdefault(key, self._decide(*key))
+                   for key in map(tuple, unique.tolist())]
         part = np.array([d[0] for d in decided], dtype=np.int64)[inverse.reshape(-1)]
         item = np.array([d[1] for d in decided], dtype=np.int64)[inverse.reshape(-1)]
-        return part, item
+        host = (kind == int(Edge.HOST)) & (attr >= 0)
+        outer = np.where(host, self.ctx.outer_op[np.maximum(attr, 0)], -1)
+        owner = np.where(frame >= 0, frame, np.where(outer >= 0, outer, attr))
+        return part, item, owner
 
     def _handoffs_as_host(self, kind: I64, attr: I64, category: I64, src: I64, dst: I64
                           ) -> tuple[I64, I64, I64]:
@@ -201,7 +208,7 @@ class PartRules:
         cat = CATEGORIES[category]
         name = self.ctx.name(attr) if attr >= 0 else ""
         if kind == Edge.GPU:
-            return self._gpu(attr, cat), self.item(name)
+            return self.gpu_part(attr, cat), self.item(name)
         if kind == Edge.GAP:
             if cat == Category.KERNEL_GAP:
                 return self.part(PartName.GPU_GAP, PartKind.GPU_GAP), self.item("stream order")
@@ -232,7 +239,7 @@ class PartRules:
                     self._host_item(attr, frame))
         return self._other_host(attr, frame)
 
-    def _gpu(self, activity: int, cat: str) -> int:
+    def gpu_part(self, activity: int, cat: str) -> int:
         if cat == Category.KERNELS:
             family = self.family.get(activity, Family.OTHER.value)
             return self.part(f"kernels: {family}", PartKind.KERNELS, essential=True)

@@ -1,12 +1,14 @@
-"""The replay behind the critical path's gains: a step's dependency graph with some edges' time
-removed, each instant recomputed at the latest of its in-edges, so that the step's length
-without an item can be read off its last instant (``critical_path`` walks the path and picks
-the items; this module says how much shorter the step would be without each).
+"""The replay behind the critical path's gains and the what-if predictions: a step's dependency
+graph with some edges' time removed (or scaled, or the edges dropped, or new ones added: a
+``GraphEdit``), each instant recomputed at the latest of its in-edges, so that the step's length
+after the change can be read off its last instant, and its new critical path walked back from
+there (``critical_path`` picks the items whose removal it replays; ``what_if`` builds the edits).
 """
 
 from __future__ import annotations
 
 import bisect
+from dataclasses import dataclass, field
 from typing import Final
 
 import numpy as np
@@ -16,6 +18,52 @@ from tracewhy.analyses.critical_path_edges import Edge
 from tracewhy.analyses.critical_path_graph import Graph
 
 I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+
+
+def _none() -> I64:
+    return np.zeros(0, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class GraphEdit:
+    """A change to a window's graph: edges dropped (a wait that no longer happens), edges whose
+    replay weight is scaled (0: the work leaves; a fraction: it gets cheaper), and edges added
+    between existing instants (a new dependency), each with its weight, Edge kind and attributed
+    slice. Added edges must run forward in time (their source no later than their end)."""
+
+    drop: I64 = field(default_factory=_none)
+    scaled: I64 = field(default_factory=_none)
+    factor: F64 = field(default_factory=lambda: np.zeros(0, dtype=np.float64))
+    add_src: I64 = field(default_factory=_none)
+    add_dst: I64 = field(default_factory=_none)
+    add_weight: I64 = field(default_factory=_none)
+    add_kind: I64 = field(default_factory=_none)
+    add_attr: I64 = field(default_factory=_none)
+
+    def __add__(self, other: GraphEdit) -> GraphEdit:
+        """Both edits at once: drops united, factors multiplied, additions kept."""
+        return GraphEdit(
+            drop=np.union1d(self.drop, other.drop), scaled=np.r_[self.scaled, other.scaled],
+            factor=np.r_[self.factor, other.factor], add_src=np.r_[self.add_src, other.add_src],
+            add_dst=np.r_[self.add_dst, other.add_dst], add_weight=np.r_[self.add_weight, other.add_weight],
+            add_kind=np.r_[self.add_kind, other.add_kind], add_attr=np.r_[self.add_attr, other.add_attr])
+
+    @property
+    def empty(self) -> bool:
+        return not (self.drop.size or self.scaled.size or self.add_src.size)
+
+
+@dataclass(frozen=True)
+class EditedPath:
+    """A window replayed with an edit: the time of its last instant, and the critical path to it,
+    edges in time order with their replayed lengths (the first clipped at the window's start).
+    An edge the edit added is numbered ``graph.src.size + k`` (its k-th addition)."""
+
+    end_ns: int
+    edges: I64
+    dur_ns: I64
+    start_ns: int
 
 
 class Replay:
@@ -82,6 +130,9 @@ class ReplayWindow:
                               strict=True)) for i in live[many].tolist()]
         self.sink_pos = pos
         self.dst_pos = pd
+        self.src_pos = ps
+        self.fixed = fixed
+        self.ws = ws
 
     def saved(self, sink: int, ids: I64, kinds: tuple[Edge, ...]) -> int:
         """Step time saved when the edges of these kinds spent in these slices take no time."""
@@ -104,6 +155,76 @@ class ReplayWindow:
         at = int(self.sink_pos[sink])
         measured = int(g.node_ts[sink])
         return measured - times[at] if at >= 0 else 0
+
+
+    def edited(self, sink: int, edit: GraphEdit) -> EditedPath:
+        """The window replayed with ``edit`` applied, and its critical path walked back from
+        ``sink`` (at each instant, the in-edge that released it last; on a tie, the measured
+        path's edge, then the latest source, then the higher Edge kind)."""
+        n_graph = self.g.src.size
+        weight = self.replay.weight[self.edges].astype(np.int64)
+        if edit.scaled.size and self.edges.size:
+            at = np.searchsorted(self.edges, edit.scaled)
+            ok = (at < self.edges.size) & (self.edges[np.minimum(at, self.edges.size - 1)] == edit.scaled)
+            scaled = np.ones(self.edges.size, dtype=np.float64)
+            np.multiply.at(scaled, at[ok], edit.factor[ok])
+            weight = np.round(weight * scaled).astype(np.int64)
+        keep = ~np.isin(self.edges, edit.drop)
+        pos = self.sink_pos
+        add_ps, add_pd = pos[edit.add_src], pos[edit.add_dst]
+        added = np.flatnonzero((add_ps >= 0) & (add_pd >= 0) & (add_ps < add_pd))
+        ps = np.r_[self.src_pos[keep], add_ps[added]]
+        pd = np.r_[self.dst_pos[keep], add_pd[added]]
+        w = np.r_[weight[keep], edit.add_weight[added]]
+        ids = np.r_[self.edges[keep], n_graph + added]
+        order = np.argsort(pd, kind="stable")
+        ps, pd, w, ids = ps[order], pd[order], w[order], ids[order]
+        times = _replay_times(list(self.times), ps.tolist(), pd.tolist(), w.tolist(), self.fixed.tolist())
+        return self._walk_back(int(pos[sink]), times, ps, pd, w, ids, np.r_[edit.add_kind, 0])
+
+    def _walk_back(self, at: int, times: list[int], ps: I64, pd: I64, w: I64, ids: I64, add_kind: I64
+                   ) -> EditedPath:
+        g, n_graph = self.g, self.g.src.size
+        if at < 0:
+            return EditedPath(0, _none(), _none(), 0)
+        first = np.searchsorted(pd, np.arange(len(times) + 1)).tolist()
+        kind = np.where(ids < n_graph, g.kind[np.minimum(ids, n_graph - 1)],
+                        add_kind[np.maximum(ids - n_graph, 0)]).tolist()
+        bind = g.bind_edge[self.order].tolist()
+        src, length, edge, fixed, ws = ps.tolist(), w.tolist(), ids.tolist(), self.fixed.tolist(), self.ws
+        path: list[int] = []
+        lengths: list[int] = []
+        v = at
+        while times[v] > ws and not fixed[v] and first[v] < first[v + 1]:
+            best, pick = None, -1
+            for e in range(first[v], first[v + 1]):
+                # Latest arrival; then the measured path's edge; then the latest source; then the kind.
+                key = (times[src[e]] + length[e], edge[e] == bind[v], times[src[e]], kind[e])
+                if best is None or key > best:
+                    best, pick = key, e
+            u = src[pick]
+            path.append(edge[pick])
+            lengths.append(times[v] - max(times[u], ws))
+            v = u
+        return EditedPath(end_ns=times[at], edges=np.asarray(path[::-1], dtype=np.int64),
+                          dur_ns=np.asarray(lengths[::-1], dtype=np.int64), start_ns=max(times[v], ws))
+
+
+def _replay_times(times: list[int], ps: list[int], pd: list[int], w: list[int], fixed: list[bool]) -> list[int]:
+    """Each instant (by position, edges sorted by their end's) at the latest of its in-edges;
+    fixed instants and those without an in-edge keep their measured times. A source later in
+    the order than its end (a contradicting tie) counts at its measured time."""
+    cur, best = -1, 0
+    for u, v, length in zip(ps, pd, w, strict=True):
+        if v != cur:
+            if cur >= 0 and not fixed[cur]:
+                times[cur] = best
+            cur, best = v, times[u] + length
+        elif times[u] + length > best:
+            best = times[u] + length
+    if cur >= 0 and not fixed[cur]:
+        times[cur] = best
+    return times
 
 
 #: Rounds of ordering instants that share a time (equal-time edges: integer-microsecond traces);

@@ -1,0 +1,216 @@
+"""What a fix would buy: the step's dependency graph edited the way the fix would change the
+program (``what_if_edits``), each analysed window replayed with the edit and its critical path
+walked again (``critical_path_replay``); never the fixed part subtracted from the step. A
+prediction gives the step's predicted length and the part that becomes the largest avoidable one
+after the fix (``next_bottleneck``). Every replay also makes the step wait for the GPU work that
+ran in its window: a step whose host no longer waits still ends after its kernels do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import reduce
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from tracewhy.analyses.account import AccountCol, AccountResult, StepModel, WindowPath
+from tracewhy.analyses.account_parts import PartKind, PartName
+from tracewhy.analyses.critical_path_edges import Edge
+from tracewhy.analyses.critical_path_replay import GraphEdit
+from tracewhy.analyses.what_if_edits import (
+    DropSync,
+    Edit,
+    HideCollective,
+    MultiTensorOptimizer,
+    OverlapCopies,
+    PrefetchData,
+    RemoveCompile,
+    RemovePart,
+    RemoveRecompute,
+    WindowEdges,
+)
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS
+
+F64 = npt.NDArray[np.float64]
+
+
+class WhatIfCol:
+    """Columns of ``WhatIfResult.table``: one row per prediction."""
+
+    EDIT: Final = "edit"  # what the fix does (several joined by " + " for a combined one)
+    COMBINED: Final = "combined"  # several edits at once
+    MEASURED: Final = "measured_ns"  # the mean analysed step
+    PREDICTED: Final = "predicted_ns"
+    SAVED: Final = "saved_ns"
+    SAVED_SHARE: Final = "saved_share"  # of the measured step
+    CHANGED: Final = "changed"  # the edit found something to change in the analysed steps
+    NEXT: Final = "next_bottleneck"  # the largest avoidable part after the fix (null: none)
+    NEXT_NS: Final = "next_bottleneck_ns"
+
+
+WHAT_IF_SCHEMA: Final = pl.Schema({
+    WhatIfCol.EDIT: pl.String(), WhatIfCol.COMBINED: pl.Boolean(), WhatIfCol.MEASURED: pl.Int64(),
+    WhatIfCol.PREDICTED: pl.Int64(), WhatIfCol.SAVED: pl.Int64(), WhatIfCol.SAVED_SHARE: pl.Float64(),
+    WhatIfCol.CHANGED: pl.Boolean(), WhatIfCol.NEXT: pl.String(), WhatIfCol.NEXT_NS: pl.Int64(),
+})
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Means over the analysed steps. ``parts``: the edited steps' parts (ns per step), the
+    account of the predicted step."""
+
+    label: str
+    measured_ns: int
+    predicted_ns: int
+    changed: bool
+    next_bottleneck: str | None
+    next_bottleneck_ns: int
+    parts: dict[str, int]
+
+    @property
+    def saved_ns(self) -> int:
+        return self.measured_ns - self.predicted_ns
+
+
+@dataclass(frozen=True)
+class WhatIfResult:
+    """``table`` (WHAT_IF_SCHEMA): each edit alone, then the top ``combined`` by time saved
+    together; ``predictions`` the same rows with their predicted parts."""
+
+    table: pl.DataFrame
+    predictions: tuple[Prediction, ...]
+
+
+def window_edges(model: StepModel) -> list[WindowEdges | None]:
+    """Each analysed window's edges, for several predictions to share (None: no path there)."""
+    return [WindowEdges(model, p) if p.sink >= 0 else None for p in model.paths]
+
+
+def predict(model: StepModel, edits: Sequence[Edit], windows: list[WindowEdges | None] | None = None) -> Prediction:
+    """The analysed steps replayed with all these edits at once (``windows``: ``window_edges``
+    of the model, when several predictions share them)."""
+    rules, g = model.rules, model.graph
+    windows = windows if windows is not None else window_edges(model)
+    measured: list[int] = []
+    predicted: list[int] = []
+    totals = np.zeros(0, dtype=np.float64)
+    changed = False
+    for p, w in zip(model.paths, windows, strict=True):
+        window = p.window_end - p.window_start
+        measured.append(window)
+        if w is None:
+            predicted.append(window)
+            continue
+        edit = reduce(lambda a, b: a + b, (e.edit(w) for e in edits), GraphEdit())
+        changed |= not edit.empty
+        replayed = w.replay.edited(p.sink, edit + _drain(model, p))
+        shortened = int(g.node_ts[p.sink]) - replayed.end_ns
+        predicted.append(window - shortened)
+        real = replayed.edges < g.src.size
+        e = replayed.edges[real]
+        part, _, _ = rules.of_edges(g.kind[e].astype(np.int64), g.attr[e], rules.category[e], g.src[e], g.dst[e])
+        totals = _add(totals, np.bincount(part, weights=replayed.dur_ns[real], minlength=len(rules.parts)).astype(
+            np.float64))
+        uncovered = window - shortened - int(replayed.dur_ns.sum())
+        totals = _add(totals, _one(rules.part(PartName.UNEXPLAINED, PartKind.UNEXPLAINED), uncovered))
+    n = max(len(measured), 1)
+    parts = {rules.parts[i].name: round(float(t) / n) for i, t in enumerate(totals.tolist()) if t > 0}
+    avoidable = [(ns, name) for name, ns in parts.items() if not _essential(model, name)]
+    best = max(avoidable) if avoidable else None
+    return Prediction(label=" + ".join(e.label for e in edits), measured_ns=round(sum(measured) / n),
+                      predicted_ns=round(sum(predicted) / n), changed=changed,
+                      next_bottleneck=best[1] if best else None, next_bottleneck_ns=best[0] if best else 0,
+                      parts=dict(sorted(parts.items(), key=lambda kv: (-kv[1], kv[0]))))
+
+
+def what_if(model: StepModel, account: AccountResult, edits: Sequence[Edit] | None = None,
+            combined: int = 3) -> WhatIfResult:
+    """Each edit alone (default: ``suggested_edits``), then the ``combined`` that save most,
+    together."""
+    chosen = list(edits) if edits is not None else suggested_edits(model, account)
+    windows = window_edges(model)
+    alone = [predict(model, [e], windows) for e in chosen]
+    best = sorted((i for i, p in enumerate(alone) if p.changed and p.saved_ns > 0),
+                  key=lambda i: -alone[i].saved_ns)[:combined]
+    together = [predict(model, [chosen[i] for i in sorted(best)], windows)] if len(best) > 1 else []
+    rows = [(p, False) for p in alone] + [(p, True) for p in together]
+    table = pl.DataFrame([{
+        WhatIfCol.EDIT: p.label, WhatIfCol.COMBINED: both, WhatIfCol.MEASURED: p.measured_ns,
+        WhatIfCol.PREDICTED: p.predicted_ns, WhatIfCol.SAVED: p.saved_ns,
+        WhatIfCol.SAVED_SHARE: p.saved_ns / p.measured_ns if p.measured_ns else 0.0, WhatIfCol.CHANGED: p.changed,
+        WhatIfCol.NEXT: p.next_bottleneck, WhatIfCol.NEXT_NS: p.next_bottleneck_ns,
+    } for p, both in rows], schema=WHAT_IF_SCHEMA)
+    return WhatIfResult(table=table, predictions=tuple(p for p, _ in rows))
+
+
+def suggested_edits(model: StepModel, account: AccountResult, top: int = 6) -> list[Edit]:
+    """The edit that addresses each of the largest avoidable parts, largest first: data loading
+    -> workers prefetch; compilation -> no compile in the step; a blocking call -> no wait under
+    its op; a host transfer -> pinned, non_blocking copies; exposed communication -> hidden under
+    compute; optimizer -> multi-tensor; other host work -> that work leaves the step. Activation
+    recompute, where the trace has any, is always tried."""
+    out: dict[str, Edit] = {}
+    for part, kind in account.parts.filter(~pl.col(AccountCol.ESSENTIAL)).select(
+            AccountCol.PART, AccountCol.KIND).iter_rows():
+        edit = _edit_for(part, kind)
+        if edit is not None and edit.label not in out:
+            out[edit.label] = edit
+        if len(out) >= top:
+            break
+    if (model.rules.ctx.recompute >= 0).any():
+        out.setdefault(RemoveRecompute().label, RemoveRecompute())
+    return list(out.values())
+
+
+def _edit_for(part: str, kind: str) -> Edit | None:
+    if kind == PartKind.DATA_LOADING:
+        return PrefetchData()
+    if kind == PartKind.COMPILATION:
+        return RemoveCompile()
+    if kind == PartKind.SYNC and part not in (PartName.QUEUE_FULL, PartName.STREAM_WAIT):
+        return DropSync(part.split(" under ", 1)[1] if " under " in part else None)
+    if kind == PartKind.COPIES:
+        direction = part.removeprefix("copies: ").split(" ", 1)[0]
+        return OverlapCopies(direction) if direction in ("HtoD", "DtoH") else None
+    if kind == PartKind.COMMUNICATION:
+        return HideCollective(part.removeprefix("communication: "))
+    if part == PartName.OPTIMIZER:
+        return MultiTensorOptimizer()
+    if kind == PartKind.HOST and part.startswith("host: "):
+        return RemovePart(part)
+    return None
+
+
+def _drain(model: StepModel, p: WindowPath) -> GraphEdit:
+    """The step ends after the GPU work of its process that ended in its window: an edge of no
+    weight from each such activity's end to the window's last instant."""
+    g = model.graph
+    ends = np.flatnonzero((g.node_ts >= p.window_start) & (g.node_ts <= g.node_ts[p.sink]) & (g.node_pid == p.pid))
+    ends = ends[ends % 2 == 1]
+    gpu = np.isin(model.rules.kind[g.node_slice[ends]], [k.value for k in GPU_ACTIVITY_KINDS])
+    ends = ends[gpu & (ends != p.sink)]
+    n = ends.size
+    return GraphEdit(add_src=ends, add_dst=np.full(n, p.sink, dtype=np.int64), add_weight=np.zeros(n, dtype=np.int64),
+                     add_kind=np.full(n, int(Edge.GPU), dtype=np.int64), add_attr=g.node_slice[ends])
+
+
+def _essential(model: StepModel, name: str) -> bool:
+    found = next((p for p in model.rules.parts if p.name == name), None)
+    return found is None or found.essential or found.kind == PartKind.UNEXPLAINED
+
+
+def _add(a: F64, b: F64) -> F64:
+    size = max(a.size, b.size)
+    total: F64 = np.pad(a, (0, size - a.size)).astype(np.float64) + np.pad(b, (0, size - b.size))
+    return total
+
+
+def _one(index: int, value: int) -> F64:
+    out = np.zeros(index + 1, dtype=np.float64)
+    out[index] = value
+    return out

@@ -1,0 +1,321 @@
+"""The fixes a prediction can replay, each a small declarative object that edits one window's
+dependency graph the way the fix would change the program (``GraphEdit``: edges dropped,
+scaled, added). ``what_if`` replays them; this module says which edges each fix touches.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+from tracewhy.analyses import api_names
+from tracewhy.analyses.account import StepModel, WindowPath
+from tracewhy.analyses.account_host import Context
+from tracewhy.analyses.account_parts import CATEGORY_CODE
+from tracewhy.analyses.critical_path_edges import Edge
+from tracewhy.analyses.critical_path_graph import Graph
+from tracewhy.analyses.critical_path_replay import GraphEdit, ReplayWindow
+from tracewhy.analyses.critical_path_walk import Category
+from tracewhy.model.schema import Kind
+
+I64 = npt.NDArray[np.int64]
+B = npt.NDArray[np.bool_]
+
+#: Tensors one multi-tensor (foreach) kernel launch takes: PyTorch's
+#: aten/src/ATen/native/cuda/MultiTensorApply.cuh, ``depth_to_max_tensors[5] = {110, 64, 48, 36,
+#: 30}``, for 1 to 5 tensor lists; 36 is Adam's depth (params, grads, exp_avg, exp_avg_sq).
+FOREACH_CHUNK: Final = 36
+#: Host edges: program order, and the launch call's own time.
+_HOST_EDGES: Final = (int(Edge.HOST), int(Edge.LAUNCH))
+
+
+class WindowEdges:
+    """The edges of one analysed window with what the edits select them by: Edge kind, the
+    attributed slice, its context (``account_host.Context``) and, for a GPU activity, its
+    launch call."""
+
+    def __init__(self, model: StepModel, path: WindowPath) -> None:
+        self.model, self.path = model, path
+        self.replay: ReplayWindow = model.replay.window(path.window_start, path.window_end)
+        g, rules = model.graph, model.rules
+        self.ids = self.replay.edges
+        self.kind = g.kind[self.ids].astype(np.int64)
+        self.attr = g.attr[self.ids]
+        self.src, self.dst = g.src[self.ids], g.dst[self.ids]
+        self.category = rules.category[self.ids]
+        safe = np.maximum(self.attr, 0)
+        self.context = np.where(self.attr >= 0, rules.ctx.context[safe], int(Context.NONE))
+        gpu = self.kind == int(Edge.GPU)
+        self.launch = np.where(gpu & (self.attr >= 0), rules.launch[safe], -1)
+        self.launch_context = np.where(self.launch >= 0, rules.ctx.context[np.maximum(self.launch, 0)],
+                                       int(Context.NONE))
+
+    def host(self) -> B:
+        mask: B = np.isin(self.kind, _HOST_EDGES) & (self.attr >= 0)
+        return mask
+
+    def removing(self, host: B, gpu: B) -> GraphEdit:
+        """These host and GPU edges take no time; the blocking calls among them no longer wait."""
+        sync = (self.kind == int(Edge.SYNC)) & host
+        scaled = self.ids[(host & ~sync) | gpu]
+        return GraphEdit(drop=self.ids[sync], scaled=scaled, factor=np.zeros(scaled.size))
+
+    def off_stream(self, moved: set[int]) -> GraphEdit:
+        """These GPU activities leave their stream for one of their own, in their order: the
+        stream-order edges between one of them and another activity go, each of the two streams
+        is linked anew where it skipped over the other's activities, and a blocking call no
+        longer waits for them."""
+        slice_of = self.model.graph.node_slice
+        gap = self.kind == int(Edge.GAP)
+        src_in = np.isin(slice_of[self.src], list(moved))
+        dst_in = np.isin(slice_of[self.dst], list(moved))
+        drop = (gap & (src_in ^ dst_in)) | ((self.kind == int(Edge.SYNC)) & src_in)
+        following = {int(a): int(b) for a, b in zip(self.src[gap], self.dst[gap], strict=True)}  # end -> start
+        heads = sorted({e - 1 for e in following} - set(following.values()))
+        add_src: list[int] = []
+        add_dst: list[int] = []
+        for head in heads:
+            chain = [head]
+            while chain[-1] + 1 in following:
+                chain.append(following[chain[-1] + 1])
+            for keep in (True, False):
+                part = [a for a in chain if (int(slice_of[a]) in moved) == keep]
+                for a, b in itertools.pairwise(part):
+                    if following.get(a + 1) != b:
+                        add_src.append(a + 1)
+                        add_dst.append(b)
+        n = len(add_src)
+        return GraphEdit(drop=self.ids[drop], add_src=np.asarray(add_src, dtype=np.int64),
+                         add_dst=np.asarray(add_dst, dtype=np.int64), add_weight=np.zeros(n, dtype=np.int64),
+                         add_kind=np.full(n, int(Edge.GAP), dtype=np.int64), add_attr=np.full(n, -1, dtype=np.int64))
+
+
+@dataclass(frozen=True)
+class DropSync:
+    """A blocking call no longer waits (``.item()`` or ``synchronize`` removed): its sync edges
+    go, and the copy it waited for (a DtoH read) no longer holds it. ``under``: only blocking
+    calls under this outermost op (``aten::item``); None: every one."""
+
+    under: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"no blocking wait under {self.under}" if self.under else "no blocking waits"
+
+    def edit(self, w: WindowEdges) -> GraphEdit:
+        ctx = w.model.rules.ctx
+        sync = (w.kind == int(Edge.SYNC)) & (w.attr >= 0)
+        calls = np.unique(w.attr[sync])
+        blocking = {int(c) for c in calls.tolist() if api_names.is_sync_call(ctx.name(int(c)))}
+        own_copy = w.model.rules.launch[w.model.graph.node_slice[w.src]] == w.attr
+        chosen = sync & (np.isin(w.attr, list(blocking)) | own_copy)
+        if self.under is not None:
+            outer = ctx.outer_op[np.maximum(w.attr, 0)]
+            names = {int(o): ctx.name(int(o)) for o in np.unique(outer[chosen]).tolist() if o >= 0}
+            chosen &= np.array([names.get(int(o)) == self.under for o in outer], dtype=bool)
+        return GraphEdit(drop=w.ids[chosen])
+
+
+@dataclass(frozen=True)
+class OverlapCopies:
+    """Pinned memory and ``non_blocking=True``: the host call does not wait for the copy, and
+    the copy runs on a stream of its own beside compute (still one after another, and the step
+    still ends after its copies end)."""
+
+    direction: str = "HtoD"
+
+    @property
+    def label(self) -> str:
+        return f"{self.direction} copies from pinned memory, non_blocking, beside compute"
+
+    def edit(self, w: WindowEdges) -> GraphEdit:
+        rules = w.model.rules
+        gpu = (w.kind == int(Edge.GPU)) & (w.attr >= 0)
+        moved = {int(a) for a in w.attr[gpu].tolist()
+                 if rules.kind[a] == Kind.MEMCPY.value and rules.copies.get(a, (None,))[0] == self.direction}
+        return w.off_stream(moved) if moved else GraphEdit()
+
+
+@dataclass(frozen=True)
+class PrefetchData:
+    """DataLoader workers prefetch: the fetch's own time (the dataset's Python, waiting on I/O)
+    leaves the main thread; what a batch still costs the main process stays: the CPU ops it
+    runs under the fetch (collating, pinning)."""
+
+    @property
+    def label(self) -> str:
+        return "DataLoader workers prefetch the batches"
+
+    def edit(self, w: WindowEdges) -> GraphEdit:
+        outer = w.model.rules.ctx.outer_op[np.maximum(w.attr, 0)]
+        fetch = (w.context == int(Context.DATA_LOADING)) & (w.attr >= 0) & (outer < 0)
+        return w.removing(fetch & (w.host() | (w.kind == int(Edge.SYNC))), np.zeros(w.ids.size, dtype=bool))
+
+
+@dataclass(frozen=True)
+class MultiTensorOptimizer:
+    """One launch per ``chunk`` tensors instead of one per parameter (``foreach=True``): each op
+    the optimizer repeats per parameter keeps one call per chunk, every other call saving what
+    the trace's cheapest call of that op took (its fixed cost: dispatch and launch)."""
+
+    chunk: int = FOREACH_CHUNK
+
+    @property
+    def label(self) -> str:
+        return "multi-tensor (foreach) optimizer"
+
+    def edit(self, w: WindowEdges) -> GraphEdit:
+        ctx, rules = w.model.rules.ctx, w.model.rules
+        host = w.host() & (w.context == int(Context.OPTIMIZER))
+        outer = ctx.outer_op[np.maximum(w.attr, 0)]
+        ops = np.unique(outer[host & (outer >= 0)])
+        by_name: dict[str, list[int]] = {}
+        for op in ops.tolist():
+            by_name.setdefault(ctx.name(op), []).append(op)
+        factor: dict[int, float] = {}
+        for name, calls in by_name.items():
+            if len(calls) < 2 or "_foreach_" in name or "_fused_" in name:
+                continue
+            dur = rules.slice_end[calls] - rules.slice_ts[calls]
+            total = float(dur.sum())
+            saved = (len(calls) - math.ceil(len(calls) / self.chunk)) * float(dur.min())
+            for op in calls:
+                factor[op] = (total - saved) / total if total > 0 else 1.0
+        chosen = host & np.isin(outer, list(factor))
+        return GraphEdit(scaled=w.ids[chosen], factor=np.array([factor[int(o)] for o in outer[chosen]],
+                                                               dtype=np.float64))
+
+
+@dataclass(frozen=True)
+class RemoveRecompute:
+    """Activation checkpointing off: the forward ops run again inside backward leave, with the
+    GPU work they launch."""
+
+    @property
+    def label(self) -> str:
+        return "no activation recompute in backward"
+
+    def edit(self, w: WindowEdges) -> GraphEdit:
+        recompute = w.model.rules.ctx.recompute
+        host = (w.attr >= 0) & (recompute[np.maximum(w.attr, 0)] >= 0) & (w.kind != int(Edge.GPU))
+        gpu = (w.launch >= 0) & (recompute[np.maximum(w.launch, 0)] >= 0)
+        return w.removing(host, gpu)
+
+
+@dataclass(frozen=True)
+class RemoveCompile:
+    """No compilation in the step (warm the cache, mark dynamic shapes): compile phases leave,
+    with the GPU work they launch (autotuning); running the compiled code stays."""
+
+    @property
+    def label(self) -> str:
+        return "no compilation in the step"
+
+    def edit(self, w: WindowEdges) -> GraphEdit:
+        host = (w.context == int(Context.COMPILATION)) & (w.kind != int(Edge.GPU))
+        return w.removing(host, w.launch_context == int(Context.COMPILATION))
+
+
+@dataclass(frozen=True)
+class HideCollective:
+    """A gradient collective hidden under compute: its kernels leave the compute stream's order
+    and nothing waits for them but the optimizer step that reads the gradients (or, without one
+    in the window, the step's end). A collective outside backward is read by the work that waits
+    for it: that data dependency stays, so the edit leaves it. Host time in a collective call in
+    backward leaves too. ``collective``: only this one (``all_reduce``); None: every one."""
+
+    collective: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.collective or 'gradient collectives'} hidden under compute"
+
+    def edit(self, w: WindowEdges) -> GraphEdit:
+        m = w.model
+        rules, g = m.rules, m.graph
+        ctx = rules.ctx
+        comm = (w.kind == int(Edge.GPU)) & (w.category == CATEGORY_CODE[Category.COMMUNICATION])
+        backward = comm & (w.launch >= 0) & ctx.in_backward[np.maximum(w.launch, 0)]
+        moved = {int(a) for a in w.attr[backward].tolist() if self._matches(w, a)}
+        host = w.host() & (w.context == int(Context.COMMUNICATION)) & ctx.in_backward[np.maximum(w.attr, 0)]
+        host &= np.array([self.collective in (None, ctx.collective[int(a)]) for a in w.attr], dtype=bool)
+        edit = w.removing(host, np.zeros(w.ids.size, dtype=bool))
+        if not moved:
+            return edit
+        ends = np.asarray(sorted(2 * _node_of(g, a) + 1 for a in moved), dtype=np.int64)
+        waits = np.isin(w.src, ends) & np.isin(w.kind, [int(Edge.EVENT_WAIT), int(Edge.SYNC)])
+        consumer = _optimizer_start(w)
+        read = ends[g.node_ts[ends] <= g.node_ts[consumer]] if consumer >= 0 else ends[:0]
+        return edit + w.off_stream(moved) + GraphEdit(
+            drop=w.ids[waits], add_src=read, add_dst=np.full(read.size, consumer, dtype=np.int64),
+            add_weight=np.zeros(read.size, dtype=np.int64), add_kind=np.full(read.size, int(Edge.GPU), dtype=np.int64),
+            add_attr=g.node_slice[read])
+
+    def _matches(self, w: WindowEdges, activity: int) -> bool:
+        if self.collective is None:
+            return True
+        part = w.model.rules.parts[w.model.rules.gpu_part(activity, Category.COMMUNICATION)].name
+        return part == f"communication: {self.collective}"
+
+
+@dataclass(frozen=True)
+class RemoveSlices:
+    """These slices take no time (as the critical path's gains replay an item): the edges of
+    these Edge kinds spent in them weigh nothing."""
+
+    ids: tuple[int, ...]
+    kinds: tuple[Edge, ...] = (Edge.HOST,)
+
+    @property
+    def label(self) -> str:
+        return f"without {len(self.ids)} slice(s)"
+
+    def edit(self, w: WindowEdges) -> GraphEdit:
+        chosen = np.isin(w.attr, list(self.ids)) & np.isin(w.kind, [int(k) for k in self.kinds])
+        return GraphEdit(scaled=w.ids[chosen], factor=np.zeros(int(chosen.sum())))
+
+
+@dataclass(frozen=True)
+class RemovePart:
+    """The work of one part of the account leaves the step (logging moved out of the loop, a
+    sleep removed): the edges the account puts in that part weigh nothing, waits among them go."""
+
+    part: str
+
+    @property
+    def label(self) -> str:
+        return f"without {self.part}"
+
+    def edit(self, w: WindowEdges) -> GraphEdit:
+        rules = w.model.rules
+        part, _, _ = rules.of_edges(w.kind, w.attr, w.category, w.src, w.dst)
+        names = np.array([p.name for p in rules.parts], dtype=object)
+        chosen = names[part] == self.part if part.size else np.zeros(0, dtype=bool)
+        gpu = chosen & (w.kind == int(Edge.GPU))
+        return w.removing(chosen & ~gpu, gpu)
+
+
+Edit = (DropSync | OverlapCopies | PrefetchData | MultiTensorOptimizer | RemoveRecompute | RemoveCompile
+        | HideCollective | RemoveSlices | RemovePart)
+
+
+def _node_of(graph: Graph, slice_id: int) -> int:
+    """i such that nodes 2i and 2i + 1 are the slice's start and end (graph slices are in id order)."""
+    return int(np.searchsorted(graph.node_slice[0::2], slice_id))
+
+
+def _optimizer_start(w: WindowEdges) -> int:
+    """The start node of the first optimizer-context slice in the window (-1: none)."""
+    g = w.model.graph
+    opt = w.host() & (w.context == int(Context.OPTIMIZER))
+    if not opt.any():
+        return -1
+    starts = w.src[opt][w.src[opt] % 2 == 0]
+    if starts.size == 0:
+        return -1
+    return int(starts[np.argmin(g.node_ts[starts])])
