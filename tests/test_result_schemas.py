@@ -23,14 +23,14 @@ import pytest
 from tests.conftest import ROOT, shared_trace
 
 import tracewhy
-from tracewhy.analyses import blocks, gaps, kernels, ops, overlap, steps
+from tracewhy.analyses import account, blocks, gaps, kernels, ops, overlap, steps, what_if
 from tracewhy.model import schema
 from tracewhy.model.trace import Trace
 
 #: A trace with steps, gaps, collectives overlapping compute, annotated blocks and op shapes.
 TRACE: Final = "hta/a100_ddp2_rank0_nccl2.17.json.gz"
 #: The modules that declare result column classes (``*Col``) and schemas (``*_SCHEMA``).
-DECLARING: Final = (steps, gaps, overlap, kernels, ops, blocks)
+DECLARING: Final = (steps, gaps, overlap, kernels, ops, blocks, account, what_if)
 PACKAGE: Final = ROOT / "src" / "tracewhy"
 
 
@@ -72,12 +72,20 @@ def _each_table() -> Iterator[tuple[str, pl.DataFrame, pl.Schema]]:
     b = blocks.blocks(trace, steps_result=st)
     yield "blocks.table", b.table, blocks.BLOCKS_SCHEMA
     yield "blocks.instances", b.instances, blocks.BLOCK_INSTANCES_SCHEMA
+    model = account.step_model(trace, steps_result=st)
+    a = account.step_account(trace, model=model)
+    yield "account.windows", a.windows, account.ACCOUNT_WINDOWS_SCHEMA
+    yield "account.parts", a.parts, account.ACCOUNT_PARTS_SCHEMA
+    yield "account.per_step", a.per_step, account.ACCOUNT_PER_STEP_SCHEMA
+    yield "account.evidence", a.evidence, account.ACCOUNT_EVIDENCE_SCHEMA
+    yield "what_if.table", what_if.what_if(model, a).table, what_if.WHAT_IF_SCHEMA
 
 
 @pytest.mark.parametrize("name", [
     "steps", "step_windows", "gaps.gaps", "gaps.per_step", "gaps.short", "overlap.devices", "overlap.steps",
     "overlap.steady", "overlap.collectives", "overlap.streams", "overlap.concurrency", "kernels.by_name",
-    "kernels.by_family", "ops", "ops by shapes", "blocks.table", "blocks.instances",
+    "kernels.by_family", "ops", "ops by shapes", "blocks.table", "blocks.instances", "account.windows",
+    "account.parts", "account.per_step", "account.evidence", "what_if.table",
 ])
 def test_each_result_table_has_its_declared_schema(name: str) -> None:
     table, declared = next((t, s) for n, t, s in _tables() if n == name)
@@ -117,7 +125,7 @@ MODEL_NAMES: Final = frozenset(
 #: of one of them does not say which table it reads. Each must still be declared (checked below).
 SHARED_NAMES: Final = frozenset({
     "count", "total_ns", "mean_ns", "min_ns", "max_ns", "share", "calls", "family", "rule", "step", "start_ns",
-    "time_ns", "level", "instances", "gpu_time_ns", "gpu_busy_ns",
+    "time_ns", "level", "instances", "gpu_time_ns", "gpu_busy_ns", "ns", "ns_per_step", "gb_per_s",
 })
 #: Calls whose string arguments (and keyword arguments, and items of list or tuple arguments) name columns.
 COLUMN_CALLS: Final = frozenset({

@@ -40,6 +40,7 @@ class AccountCol:
     WINDOW_START: Final = WindowCol.WINDOW_START
     WINDOW_END: Final = WindowCol.WINDOW_END
     WINDOW: Final = WindowCol.WINDOW
+    PID: Final = WindowCol.PID  # the process whose loop the window is
     COVERED: Final = "covered_ns"  # the time the path covers (the window less ``unexplained``)
     PART: Final = "part"
     KIND: Final = "kind"  # a PartKind value
@@ -56,7 +57,7 @@ class AccountCol:
 ACCOUNT_WINDOWS_SCHEMA: Final = pl.Schema({
     AccountCol.STEP: pl.Int64(), AccountCol.NUMBER: pl.Int64(), AccountCol.STEADY: pl.Boolean(),
     AccountCol.WINDOW_START: pl.Int64(), AccountCol.WINDOW_END: pl.Int64(), AccountCol.WINDOW: pl.Int64(),
-    AccountCol.COVERED: pl.Int64(),
+    AccountCol.PID: pl.Int64(), AccountCol.COVERED: pl.Int64(),
 })
 ACCOUNT_PARTS_SCHEMA: Final = pl.Schema({
     AccountCol.PART: pl.String(), AccountCol.KIND: pl.String(), AccountCol.NS_PER_STEP: pl.Int64(),
@@ -194,7 +195,7 @@ def step_account(trace: Trace, options: AccountOptions = AccountOptions(), model
             AccountCol.NS: np.r_[dur, [ns for _, ns in uncovered]].astype(np.int64),
         }))
         window_rows.append((p.step, numbers[p.step], steady[p.step], p.window_start, p.window_end,
-                            p.window_end - p.window_start, covered))
+                            p.window_end - p.window_start, p.pid, covered))
     windows = pl.DataFrame(window_rows, schema=ACCOUNT_WINDOWS_SCHEMA, orient="row")
     return _tables(m, windows, pl.concat(frames) if frames else None, options.evidence_items)
 

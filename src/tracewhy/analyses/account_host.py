@@ -117,7 +117,9 @@ def host_context(trace: Trace, markers: I64) -> HostContext:
     # The autograd engine's own threads (a CUDA device's backward runs there); on CPU the engine
     # runs nodes on the calling thread, so a thread with blocks or forward ops at its top level
     # (the step, the loop's own code) is the caller, not a backward thread.
-    callers_work = (tree.depth == 0) & (annotation | (op_like & seq & ~autograd & ~foreign))
+    recorded = host & ~tree.is_python
+    top_level = recorded & (tree.nearest(recorded, strict=True) < 0)  # (Python frames above aside)
+    callers_work = top_level & (annotation | (op_like & seq & ~autograd & ~foreign))
     on_backward_thread = np.zeros(n, dtype=bool)
     for p, t in backward_threads(trace):
         thread = host & (pid == p) & (tid == t)
@@ -169,7 +171,7 @@ def host_context(trace: Trace, markers: I64) -> HostContext:
         user[py[texts.is_in(user_names).to_numpy()]] = True
     return HostContext(
         context=context, outer_op=outer_op, outer_block=_outermost(tree, block), user_frame=tree.nearest(user),
-        recorded=tree.nearest(host & ~tree.is_python),
+        recorded=tree.nearest(recorded),
         recompute=tree.nearest(recorded_op & ((tree.nearest(autograd | foreign) >= 0) | on_backward_thread)),
         in_backward=in_backward,
         collective=collective, has_frames=bool(tree.is_python.any()),

@@ -145,7 +145,10 @@ class PartRules:
             return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
         kind, attr, category = self._handoffs_as_host(kind, attr, category, src, dst)
         frame = self._user_frames(kind, attr, src, dst)
-        keys = np.stack([kind.astype(np.int64), attr, category, frame], axis=1)
+        # A launch call that waited: for its own copy (cudaMemcpyAsync from pageable memory), or
+        # for a free slot in a full launch queue (another activity's end released it).
+        own = ((kind == int(Edge.SYNC)) & (self.launch[self.graph.node_slice[src]] == attr)).astype(np.int64)
+        keys = np.stack([kind.astype(np.int64), attr, category, frame, own], axis=1)
         unique, inverse = np.unique(keys, axis=0, return_inverse=True)
         decided = [self._decided.get(key) or self._decided.setdefault(key, self._decide(*key))
                    for key in map(tuple, unique.tolist())]
@@ -204,7 +207,7 @@ class PartRules:
             out[host_rows[sel]] = np.where(inner >= 0, self.ctx.user_frame[np.maximum(inner, 0)], -1)
         return out
 
-    def _decide(self, kind: int, attr: int, category: int, frame: int) -> tuple[int, int]:
+    def _decide(self, kind: int, attr: int, category: int, frame: int, own: int) -> tuple[int, int]:
         cat = CATEGORIES[category]
         name = self.ctx.name(attr) if attr >= 0 else ""
         if kind == Edge.GPU:
@@ -228,7 +231,7 @@ class PartRules:
         if kind == Edge.LAUNCH or cat == Category.LAUNCH:
             return self.part(PartName.LAUNCH, PartKind.LAUNCH), self.item(name)
         if kind == Edge.SYNC or cat == Category.SYNC:
-            return self._sync(attr, name)
+            return self._sync(attr, name, bool(own))
         if api_names.is_alloc_call(name):
             return self.part(f"allocator: {name}", PartKind.HOST), self.item(name)
         if context == Context.COMMUNICATION:
@@ -270,8 +273,8 @@ class PartRules:
         got = self.copies.get(activity)
         return int(got[3] or 0) if got is not None else 0
 
-    def _sync(self, call: int, name: str) -> tuple[int, int]:
-        if api_names.is_launch_call(name):
+    def _sync(self, call: int, name: str, own_copy: bool) -> tuple[int, int]:
+        if api_names.is_launch_call(name) and not own_copy:
             return self.part(PartName.QUEUE_FULL, PartKind.SYNC), self.item(name)
         op = int(self.ctx.outer_op[call])
         where = f"{name} under {self.ctx.name(op)}" if op >= 0 and op != call else name
