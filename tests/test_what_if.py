@@ -28,6 +28,7 @@ from tracewhy.analyses.what_if_edits import (
     RemovePart,
     RemoveRecompute,
     RemoveSlices,
+    WindowEdges,
 )
 from tracewhy.readers import read_trace
 
@@ -41,8 +42,7 @@ def _model(tmp_path: Path, b: KinetoBuilder) -> StepModel:
 
 def _first_step(model: StepModel, *edits: Edit) -> int:
     """The first analysed step's predicted length, µs (the builders' steps are step 0)."""
-    one = StepModel(**{**model.__dict__, "paths": model.paths[:1]})
-    return predict(one, list(edits)).predicted_ns // US
+    return predict(model, list(edits), [WindowEdges(model, model.paths[0])]).predicted_ns // US
 
 
 def _steps(b: KinetoBuilder, length: float = 1000) -> KinetoBuilder:
@@ -171,9 +171,8 @@ def test_prefetch_agrees_with_the_gains_of_the_fetch() -> None:
     path = critical_path(trace, CriticalPathOptions(gain_items=10))
     gains = path.gains.filter((pl.col(PathCol.CATEGORY) == "host_ops") & (pl.col("name") == FETCH))
     for p in m.paths:
-        one = StepModel(**{**m.__dict__, "paths": (p,)})
         expected = gains.filter(pl.col(PathCol.STEP) == p.step).get_column(PathCol.GAIN).item()
-        assert predict(one, [PrefetchData()]).saved_ns == expected
+        assert predict(m, [PrefetchData()], [WindowEdges(m, p)]).saved_ns == expected
     top = what_if(m, step_account(trace, model=m)).table.row(0, named=True)
     assert top[WhatIfCol.EDIT] == PrefetchData().label and top[WhatIfCol.SAVED_SHARE] > 0.8
 
@@ -192,8 +191,7 @@ def test_removing_slices_is_the_gains_replay() -> None:
                                    & (pl.col(PathCol.CATEGORY) == category))
             kinds = (Edge.GPU,) if category in ("kernels", "communication", "copies") and str(
                 s.get_column("kind")[int(on.get_column("id")[0])]) != "runtime" else (Edge.HOST,)
-            one = StepModel(**{**m.__dict__, "paths": (p,)})
-            got = predict(one, [RemoveSlices(tuple(on.get_column("id").to_list()), kinds)])
+            got = predict(m, [RemoveSlices(tuple(on.get_column("id").to_list()), kinds)], [WindowEdges(m, p)])
             assert got.saved_ns == gain, name
 
 

@@ -23,6 +23,7 @@ from tracewhy.analyses.account_parts import PartKind, PartName, PartRules
 from tracewhy.analyses.critical_path_graph import Graph, build_graph
 from tracewhy.analyses.critical_path_replay import Replay
 from tracewhy.analyses.critical_path_walk import EdgeLabels, nodes_by_pid, walk
+from tracewhy.analyses.host_activity import HostIndex
 from tracewhy.analyses.iterations import AccountWindows, account_windows
 from tracewhy.analyses.steps import StepsOptions, StepsResult, WindowCol, steps
 from tracewhy.model.schema import HOST_KINDS, Col
@@ -110,15 +111,17 @@ class StepModel:
     paths: tuple[WindowPath, ...]
 
 
-def step_model(trace: Trace, options: AccountOptions = AccountOptions(),
-               steps_result: StepsResult | None = None) -> StepModel:
+def step_model(trace: Trace, options: AccountOptions = AccountOptions(), steps_result: StepsResult | None = None,
+               graph: Graph | None = None, host: HostIndex | None = None) -> StepModel:
+    """``steps_result``, ``graph`` (``build_graph``) and ``host`` (``build_host_index``): what the
+    caller has computed already (a diagnosis has the steps and the host index, a report the graph)."""
     trace.require_whole()
-    graph = build_graph(trace)
+    graph = graph if graph is not None else build_graph(trace)
     st = steps_result or steps(trace, StepsOptions(marker=options.marker))
     found = account_windows(trace, st, graph)
     labels = EdgeLabels(trace, graph)
     markers = found.windows.get_column(WindowCol.STEP_ID).drop_nulls().to_numpy()
-    rules = PartRules(trace, graph, labels, markers)
+    rules = PartRules(trace, graph, labels, markers, host)
     by_pid = nodes_by_pid(graph)
     paths = []
     for i, ws, we, pid in _analysed(found.windows, options.max_steps).iter_rows():

@@ -96,29 +96,35 @@ CATEGORY_CODE: Final = {c: i for i, c in enumerate(CATEGORIES)}
 class PartRules:
     """Parts and evidence items of edges, for the account's paths and for edited graphs' paths."""
 
-    def __init__(self, trace: Trace, graph: Graph, labels: EdgeLabels, markers: I64) -> None:
+    def __init__(self, trace: Trace, graph: Graph, labels: EdgeLabels, markers: I64,
+                 host: HostIndex | None = None) -> None:
         self.graph = graph
         self.ctx: HostContext = host_context(trace, markers)
-        self.category = np.array([CATEGORY_CODE[c] for c in labels.category.tolist()], dtype=np.int64)
+        names, codes = np.unique(labels.category.astype(str), return_inverse=True)
+        self.category = np.array([CATEGORY_CODE[c] for c in names.tolist()], dtype=np.int64)[codes.reshape(-1)]
         s = trace.slices
         self.kind = s.get_column(Col.KIND).cast(pl.String).to_numpy()
         self.slice_ts = s.get_column(Col.TS).to_numpy()
         self.launch = s.get_column(Col.LAUNCH).fill_null(-1).to_numpy()
         self.slice_end = self.slice_ts + np.maximum(s.get_column(Col.DUR).to_numpy(), 0)
         self.cpu_only = trace.kind_columns(GPU_ACTIVITY_KINDS, Col.ID).height == 0
-        self.host: HostIndex = build_host_index(trace)
+        self.host: HostIndex = host if host is not None else build_host_index(trace)
         classes = classify_kernels(trace)
         self.family = dict(zip(classes.get_column(Col.ID).to_list(), classes.get_column("family").to_list(),
                                strict=True))
         self.copies = {row[0]: row[1:] for row in trace.copy_attrs.select(
             CCol.ID, pl.col(CCol.COPY_KIND).cast(pl.String), pl.col(CCol.SRC_MEM).cast(pl.String),
             pl.col(CCol.DST_MEM).cast(pl.String), CCol.BYTES).iter_rows()}
+        self.kind_code = s.get_column(Col.KIND).to_physical().to_numpy().astype(np.int64)
         self.parts: list[Part] = []
-        # Each (edge kind, slice, category, user frame) decided once: predictions walk the same edges.
+        # Each key decided once (predictions walk the same edges again); each op's scalar read found once.
         self._decided: dict[tuple[int, ...], tuple[int, int]] = {}
+        self._reads: dict[int, int] = {}
         self.items: list[str] = []
         self._part_index: dict[str, int] = {}
         self._item_index: dict[str, int] = {}
+        self.gpu_label = self._gpu_labels(trace, classes)
+        self.name_code = self._display_codes(s.get_column(Col.NAME))
 
     # --- vocabulary ------------------------------------------------------------------------------
 
@@ -148,16 +154,59 @@ class PartRules:
         # A launch call that waited: for its own copy (cudaMemcpyAsync from pageable memory), or
         # for a free slot in a full launch queue (another activity's end released it).
         own = ((kind == int(Edge.SYNC)) & (self.launch[self.graph.node_slice[src]] == attr)).astype(np.int64)
-        keys = np.stack([kind.astype(np.int64), attr, category, frame, own], axis=1)
-        unique, inverse = np.unique(keys, axis=0, return_inverse=True)
-        decided = [self._decided.get(key) or self._decided.setdefault(key, self._decide(*key))
-                   for key in map(tuple, unique.tolist())]
+        # Edges whose part and item are decided alike share a key: what the rules read of the
+        # slice (its kind, name, context, outer op, block, scalar read, collective, GPU label),
+        # not the slice itself; each key is decided once, on its first edge's slice.
+        columns = [kind.astype(np.int64), category, own, self._codes(frame), *self._features(kind, attr)]
+        first, inverse = _distinct_rows(columns)
+        decided = []
+        for at, row in zip(first.tolist(), np.stack(columns)[:, first].T.tolist(), strict=True):
+            key = tuple(row)
+            got = self._decided.get(key)
+            if got is None:
+                got = self._decided[key] = self._decide(int(kind[at]), int(attr[at]), int(category[at]),
+                                                        int(frame[at]), int(own[at]))
+            decided.append(got)
         part = np.array([d[0] for d in decided], dtype=np.int64)[inverse.reshape(-1)]
         item = np.array([d[1] for d in decided], dtype=np.int64)[inverse.reshape(-1)]
         host = (kind == int(Edge.HOST)) & (attr >= 0)
         outer = np.where(host, self.ctx.outer_op[np.maximum(attr, 0)], -1)
         owner = np.where(frame >= 0, frame, np.where(outer >= 0, outer, attr))
         return part, item, owner
+
+    def _codes(self, ids: I64) -> I64:
+        """Each slice's name code (-1: no slice)."""
+        return np.where(ids >= 0, self.name_code[np.maximum(ids, 0)], -1)
+
+    def _features(self, kind: I64, attr: I64) -> list[I64]:
+        """What the rules read of each edge's slice, as codes (see ``of_edges``)."""
+        ctx = self.ctx
+        has = attr >= 0
+        safe = np.maximum(attr, 0)
+        gpu = kind == int(Edge.GPU)
+        context = np.where(has & ~gpu, ctx.context[safe], int(Context.NONE)).astype(np.int64)
+        outer = np.where(has, ctx.outer_op[safe], -1)
+        block = np.where(has, ctx.outer_block[safe], -1)
+        alone = (context == int(Context.NONE)) & (outer >= 0) & (block < 0)
+        reads = np.full(attr.size, -1, dtype=np.int64)
+        ops, at = np.unique(outer[alone], return_inverse=True)
+        reads[alone] = np.array([self._read_code(op) for op in ops.tolist()], dtype=np.int64)[at.reshape(-1)]
+        comm = context == int(Context.COMMUNICATION)
+        collective = np.full(attr.size, -1, dtype=np.int64)
+        slices, at = np.unique(attr[comm], return_inverse=True)
+        collective[comm] = np.array([self.item(ctx.collective[s] or "") for s in slices.tolist()],
+                                    dtype=np.int64)[at.reshape(-1)]
+        return [np.where(has, self.kind_code[safe], -1), self._codes(attr), context, self._codes(outer),
+                (outer == attr).astype(np.int64), self._codes(block), reads, collective,
+                np.where(gpu & has, self.gpu_label[safe], -1)]
+
+    def _read_code(self, op: int) -> int:
+        """The scalar read an op outside the phases leads up to, as an item code (-1: none)."""
+        code = self._reads.get(op)
+        if code is None:
+            read = self.ctx.read_after(op, self.slice_ts, self.slice_end)
+            code = self._reads[op] = self.item(read) if read is not None else -1
+        return code
 
     def _handoffs_as_host(self, kind: I64, attr: I64, category: I64, src: I64, dst: I64
                           ) -> tuple[I64, I64, I64]:
@@ -242,6 +291,36 @@ class PartRules:
                     self._host_item(attr, frame))
         return self._other_host(attr, frame)
 
+    def _display_codes(self, names: pl.Series) -> I64:
+        """Per slice, a code of its name as shown (emit_nvtx's "aten::mul, op_id = 7" ranges,
+        one name per call, as "aten::mul"); -1 without a name."""
+        unique = names.unique().drop_nulls()
+        texts = unique.cast(pl.String).to_list()
+        codes = unique.to_physical().to_numpy()
+        table = np.full(int(codes.max()) + 1 if codes.size else 1, -1, dtype=np.int64)
+        table[codes] = [self.item(api_names.op_range_name(t)) for t in texts]
+        physical = names.to_physical().to_numpy()
+        valid = names.is_not_null().to_numpy()
+        return np.where(valid, table[np.where(valid, physical, 0)], -1)
+
+    def _gpu_labels(self, trace: Trace, classes: pl.DataFrame) -> I64:
+        """Per GPU activity, a code for what names its part: a kernel's family (a collective's
+        name for communication), a copy's direction and host memory."""
+        s = trace.slices
+        out = np.full(s.height, -1, dtype=np.int64)
+        for family, ids in classes.group_by("family").agg(pl.col(Col.ID)).iter_rows():
+            if family == Family.COMMUNICATION.value:
+                for i in ids:
+                    launch = int(self.launch[i])
+                    out[i] = self.item(collective_op(self.ctx.name(i))
+                                       or (self.ctx.collective[launch] if launch >= 0 else None) or "collective")
+            else:
+                out[np.asarray(ids, dtype=np.int64)] = self.item(str(family))
+        copies = s.filter(pl.col(Col.KIND).is_in([Kind.MEMCPY.value, Kind.MEMSET.value])).get_column(Col.ID).to_numpy()
+        for i in copies.tolist():
+            out[i] = self.item(self._copy(i))
+        return out
+
     def gpu_part(self, activity: int, cat: str) -> int:
         if cat == Category.KERNELS:
             family = self.family.get(activity, Family.OTHER.value)
@@ -306,6 +385,17 @@ class PartRules:
         if self.kind[slice_id] in (Kind.RUNTIME.value, Kind.DRIVER.value):
             return self.part(f"host: {ctx.name(slice_id)}", PartKind.HOST), item
         return self.part(PartName.UNTRACED, PartKind.IDLE), self.item("nothing but the step open")
+
+
+def _distinct_rows(columns: list[I64]) -> tuple[I64, I64]:
+    """The first row of each distinct row of these columns, and each row's distinct index (a
+    hash join: numpy's unique over rows sorts them whole, 0.5 s on 100 k edges)."""
+    names = [str(i) for i in range(len(columns))]
+    rows = pl.DataFrame(dict(zip(names, columns, strict=True))).with_row_index("_row")
+    distinct = rows.unique(subset=names, keep="first", maintain_order=True).with_row_index("_group")
+    joined = rows.join(distinct.select(*names, "_group"), on=names, how="left", maintain_order="left")
+    return (distinct.get_column("_row").to_numpy().astype(np.int64),
+            joined.get_column("_group").to_numpy().astype(np.int64))
 
 
 def _line(frame_name: str) -> str:

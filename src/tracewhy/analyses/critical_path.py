@@ -101,10 +101,11 @@ class CriticalPathResult:
 
 
 def critical_path(trace: Trace, options: CriticalPathOptions = CriticalPathOptions(),
-                  steps_result: StepsResult | None = None) -> CriticalPathResult:
-    """``steps_result``: the steps to take (their warm-up included) when the caller has them."""
+                  steps_result: StepsResult | None = None, graph: Graph | None = None) -> CriticalPathResult:
+    """``steps_result``: the steps to take (their warm-up included) when the caller has them;
+    ``graph``: the trace's ``build_graph``, when the caller has built it (the step account does)."""
     trace.require_whole()
-    graph = build_graph(trace)
+    graph = graph if graph is not None else build_graph(trace)
     if options.window_ns is None:
         steps_result = steps_result or steps(trace, StepsOptions(marker=options.marker))
         windows, marker, note = step_windows(trace, steps_result), steps_result.marker, steps_result.note

@@ -179,7 +179,12 @@ class ReplayWindow:
         ids = np.r_[self.edges[keep], n_graph + added]
         order = np.argsort(pd, kind="stable")
         ps, pd, w, ids = ps[order], pd[order], w[order], ids[order]
-        times = _replay_times(list(self.times), ps.tolist(), pd.tolist(), w.tolist(), self.fixed.tolist())
+        # Instants before the first one an edit reaches replay as measured (as in ``saved``).
+        touched = np.r_[self.dst_pos[~keep], add_pd[added],
+                        self.dst_pos[np.isin(self.edges, edit.scaled)]] if not edit.empty else np.zeros(0, np.int64)
+        lo = int(np.searchsorted(pd, touched.min())) if touched.size else pd.size
+        times = _replay_times(list(self.times), ps[lo:].tolist(), pd[lo:].tolist(), w[lo:].tolist(),
+                              self.fixed.tolist())
         return self._walk_back(int(pos[sink]), times, ps, pd, w, ids, np.r_[edit.add_kind, 0])
 
     def _walk_back(self, at: int, times: list[int], ps: I64, pd: I64, w: I64, ids: I64, add_kind: I64
@@ -187,23 +192,23 @@ class ReplayWindow:
         g, n_graph = self.g, self.g.src.size
         if at < 0:
             return EditedPath(0, _none(), _none(), 0)
-        first = np.searchsorted(pd, np.arange(len(times) + 1)).tolist()
-        kind = np.where(ids < n_graph, g.kind[np.minimum(ids, n_graph - 1)],
-                        add_kind[np.maximum(ids - n_graph, 0)]).tolist()
-        bind = g.bind_edge[self.order].tolist()
-        src, length, edge, fixed, ws = ps.tolist(), w.tolist(), ids.tolist(), self.fixed.tolist(), self.ws
+        t = np.asarray(times, dtype=np.int64)
+        kind = np.where(ids < n_graph, g.kind[np.minimum(ids, n_graph - 1)], add_kind[np.maximum(ids - n_graph, 0)])
+        measured = ids == g.bind_edge[self.order][pd]
+        # Per instant, the in-edge that released it: the latest arrival; then the measured path's
+        # edge; then the latest source; then the higher kind (the last of each group so sorted).
+        order = np.lexsort((kind, t[ps], measured, t[ps] + w, pd))
+        last = order[np.r_[pd[order][1:] != pd[order][:-1], True]] if order.size else order
+        released_by = np.full(t.size, -1, dtype=np.int64)
+        released_by[pd[last]] = last
+        best, src, edge, fixed, ws = released_by.tolist(), ps.tolist(), ids.tolist(), self.fixed.tolist(), self.ws
         path: list[int] = []
         lengths: list[int] = []
         v = at
-        while times[v] > ws and not fixed[v] and first[v] < first[v + 1]:
-            best, pick = None, -1
-            for e in range(first[v], first[v + 1]):
-                # Latest arrival; then the measured path's edge; then the latest source; then the kind.
-                key = (times[src[e]] + length[e], edge[e] == bind[v], times[src[e]], kind[e])
-                if best is None or key > best:
-                    best, pick = key, e
-            u = src[pick]
-            path.append(edge[pick])
+        while times[v] > ws and not fixed[v] and best[v] >= 0:
+            e = best[v]
+            u = src[e]
+            path.append(edge[e])
             lengths.append(times[v] - max(times[u], ws))
             v = u
         return EditedPath(end_ns=times[at], edges=np.asarray(path[::-1], dtype=np.int64),

@@ -243,7 +243,9 @@ class HideCollective:
         backward = comm & (w.launch >= 0) & ctx.in_backward[np.maximum(w.launch, 0)]
         moved = {int(a) for a in w.attr[backward].tolist() if self._matches(w, a)}
         host = w.host() & (w.context == int(Context.COMMUNICATION)) & ctx.in_backward[np.maximum(w.attr, 0)]
-        host &= np.array([self.collective in (None, ctx.collective[int(a)]) for a in w.attr], dtype=bool)
+        if self.collective is not None:
+            rows = np.flatnonzero(host)
+            host[rows] = [ctx.collective[int(a)] == self.collective for a in w.attr[rows].tolist()]
         edit = w.removing(host, np.zeros(w.ids.size, dtype=bool))
         if not moved:
             return edit
