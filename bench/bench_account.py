@@ -23,8 +23,8 @@ from typing import Any
 from tracewhy.analyses.account import AccountOptions, step_account, step_model
 from tracewhy.analyses.what_if import PREDICTED_STEPS, what_if
 from tracewhy.findings.context import Context, DiagnoseOptions
-from tracewhy.findings.diagnose import diagnose_in
 from tracewhy.readers import read_trace
+from tracewhy.reports.diagnose import diagnose_in
 
 BENCH = Path(__file__).resolve().parent
 TRACES = BENCH.parent.parent / "shared" / "traces"

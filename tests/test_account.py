@@ -18,7 +18,7 @@ import pytest
 from builders import KinetoBuilder
 from conftest import GENERATED, shared_trace
 from tracewhy.analyses.account import AccountCol, AccountOptions, AccountResult, step_account
-from tracewhy.analyses.account_parts import PartKind, PartName
+from tracewhy.analyses.account_names import PartKind, PartName
 from tracewhy.analyses.iterations import WindowSource
 from tracewhy.readers import read_trace
 

@@ -13,7 +13,7 @@ import pytest
 from builders import KinetoBuilder
 from conftest import GENERATED, shared_trace
 from tracewhy.analyses.account import AccountCol, StepModel, step_account, step_model
-from tracewhy.analyses.account_parts import PartName
+from tracewhy.analyses.account_names import PartName
 from tracewhy.analyses.critical_path import CriticalPathOptions, PathCol, critical_path
 from tracewhy.analyses.critical_path_edges import Edge
 from tracewhy.analyses.what_if import WhatIfCol, predict, what_if

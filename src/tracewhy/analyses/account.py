@@ -19,7 +19,8 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tracewhy.analyses.account_parts import PartKind, PartName, PartRules
+from tracewhy.analyses.account_names import PartKind, PartName
+from tracewhy.analyses.account_parts import PartRules
 from tracewhy.analyses.critical_path_graph import Graph, build_graph
 from tracewhy.analyses.critical_path_replay import Replay
 from tracewhy.analyses.critical_path_walk import EdgeLabels, nodes_by_pid, walk

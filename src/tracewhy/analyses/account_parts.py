@@ -18,7 +18,6 @@ what its time was spent in, first by the edge and its category (``critical_path_
 from __future__ import annotations
 
 import posixpath
-from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
@@ -27,6 +26,7 @@ import polars as pl
 
 from tracewhy.analyses import api_names
 from tracewhy.analyses.account_host import Context, HostContext, host_context
+from tracewhy.analyses.account_names import Part, PartKind, PartName
 from tracewhy.analyses.critical_path_edges import Edge
 from tracewhy.analyses.critical_path_graph import Graph
 from tracewhy.analyses.critical_path_walk import CATEGORIES, Category, EdgeLabels
@@ -37,53 +37,6 @@ from tracewhy.model.schema import GPU_ACTIVITY_KINDS, CCol, Col, Kind
 from tracewhy.model.trace import Trace
 
 I64 = npt.NDArray[np.int64]
-
-
-class PartKind:
-    """The fixed vocabulary of what a part is."""
-
-    KERNELS: Final = "kernels"
-    COPIES: Final = "copies"
-    COMMUNICATION: Final = "communication"
-    HOST: Final = "host"
-    DATA_LOADING: Final = "data_loading"
-    COMPILATION: Final = "compilation"
-    LAUNCH: Final = "launch_overhead"
-    SYNC: Final = "sync"
-    GPU_GAP: Final = "gpu_queue_gap"
-    IDLE: Final = "idle"
-    UNEXPLAINED: Final = "unexplained"
-
-
-PART_KINDS: Final = (PartKind.KERNELS, PartKind.COPIES, PartKind.COMMUNICATION, PartKind.HOST, PartKind.DATA_LOADING,
-                     PartKind.COMPILATION, PartKind.LAUNCH, PartKind.SYNC, PartKind.GPU_GAP, PartKind.IDLE,
-                     PartKind.UNEXPLAINED)
-
-
-class PartName:
-    """The parts whose name is fixed (the others carry a family, a direction, a line, an op...)."""
-
-    DATA_LOADING: Final = "data loading"
-    COMPILATION: Final = "compilation"
-    FORWARD: Final = api_names.Phase.FORWARD
-    BACKWARD: Final = api_names.Phase.BACKWARD
-    OPTIMIZER: Final = api_names.Phase.OPTIMIZER
-    LAUNCH: Final = "launch overhead"
-    GPU_GAP: Final = "GPU queue gaps"
-    GPU_WAIT: Final = "idle: GPU waits on another stream"
-    UNTRACED: Final = "idle: untraced Python"
-    STREAM_WAIT: Final = "sync: stream waits on another stream"
-    QUEUE_FULL: Final = "sync: launch queue full"
-    UNEXPLAINED: Final = "unexplained"
-
-
-@dataclass(frozen=True)
-class Part:
-    name: str
-    kind: str
-    #: Work the step must do: compute kernels and device-side copies; on a CPU-only trace, the
-    #: model's own CPU ops (forward, backward, optimizer). Everything else could leave the path.
-    essential: bool
 
 
 #: Copies a step does on the device itself; host transfers (HtoD, DtoH) could overlap compute.

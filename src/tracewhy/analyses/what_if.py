@@ -18,7 +18,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses.account import AccountCol, AccountResult, StepModel, WindowPath
-from tracewhy.analyses.account_parts import PartKind, PartName
+from tracewhy.analyses.account_names import PartKind, PartName
 from tracewhy.analyses.critical_path_edges import Edge
 from tracewhy.analyses.critical_path_replay import GraphEdit
 from tracewhy.analyses.what_if_edits import (
