@@ -217,6 +217,18 @@ def test_compile_time_leaves_the_recompiling_step() -> None:
     assert p.next_bottleneck != PartName.COMPILATION
 
 
+def test_a_device_synchronize_that_waits_no_longer() -> None:
+    # TraceLens' MI300X Qwen step opens with a 13 ms hipDeviceSynchronize the trace links to no
+    # GPU work: without it the host launches sooner, but the GPU work that ran in the step still
+    # has to finish, so the step saves less than the wait, and the sync leaves the path.
+    m = step_model(read_trace(shared_trace("tracelens/mi300x_qwen1.5-0.5b_bs16_seq2048.json.gz")))
+    a = step_account(m.trace, model=m)
+    waits = a.parts.filter(pl.col(AccountCol.KIND) == "sync").get_column(AccountCol.NS_PER_STEP).sum()
+    p = predict(m, [DropSync()])
+    assert p.changed and 0 < p.saved_ns < waits
+    assert not any(part.startswith("sync: ") for part in p.parts)
+
+
 def test_item_reads_and_adam_steps_on_cpu() -> None:
     # On CPU a read waits for nothing: dropping the waits changes no step. The loop's own
     # logging work, taken out, saves what the account gives it. Adam's single-tensor loop

@@ -98,8 +98,9 @@ class WindowEdges:
 @dataclass(frozen=True)
 class DropSync:
     """A blocking call no longer waits (``.item()`` or ``synchronize`` removed): its sync edges
-    go, and the copy it waited for (a DtoH read) no longer holds it. ``under``: only blocking
-    calls under this outermost op (``aten::item``); None: every one."""
+    go, the copy it waited for (a DtoH read) no longer holds it, and its own time on the host
+    (the wait where the trace links it to no GPU work) leaves. ``under``: only blocking calls
+    under this outermost op (``aten::item``); None: every one."""
 
     under: str | None = None
 
@@ -110,15 +111,19 @@ class DropSync:
     def edit(self, w: WindowEdges) -> GraphEdit:
         ctx = w.model.rules.ctx
         sync = (w.kind == int(Edge.SYNC)) & (w.attr >= 0)
-        calls = np.unique(w.attr[sync])
+        in_call = (w.kind == int(Edge.HOST)) & (w.category == CATEGORY_CODE[Category.SYNC])
+        calls = np.unique(w.attr[sync | in_call])
         blocking = {int(c) for c in calls.tolist() if api_names.is_sync_call(ctx.name(int(c)))}
         own_copy = w.model.rules.launch[w.model.graph.node_slice[w.src]] == w.attr
         chosen = sync & (np.isin(w.attr, list(blocking)) | own_copy)
+        inside = (w.kind == int(Edge.HOST)) & np.isin(w.attr, list(blocking))
         if self.under is not None:
             outer = ctx.outer_op[np.maximum(w.attr, 0)]
-            names = {int(o): ctx.name(int(o)) for o in np.unique(outer[chosen]).tolist() if o >= 0}
-            chosen &= np.array([names.get(int(o)) == self.under for o in outer], dtype=bool)
-        return GraphEdit(drop=w.ids[chosen])
+            names = {int(o): ctx.name(int(o)) for o in np.unique(outer[chosen | inside]).tolist() if o >= 0}
+            under = np.array([names.get(int(o)) == self.under for o in outer], dtype=bool)
+            chosen &= under
+            inside &= under
+        return GraphEdit(drop=w.ids[chosen], scaled=w.ids[inside], factor=np.zeros(int(inside.sum())))
 
 
 @dataclass(frozen=True)
