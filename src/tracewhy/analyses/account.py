@@ -118,8 +118,8 @@ def step_model(trace: Trace, options: AccountOptions = AccountOptions(), steps_r
     caller has computed already (a diagnosis has the steps and the host index, a report the graph)."""
     trace.require_whole()
     graph = graph if graph is not None else build_graph(trace)
-    st = steps_result or steps(trace, StepsOptions(marker=options.marker))
-    found = account_windows(trace, st, graph)
+    steps_result = steps_result or steps(trace, StepsOptions(marker=options.marker))
+    found = account_windows(trace, steps_result, graph)
     labels = EdgeLabels(trace, graph)
     markers = found.windows.get_column(WindowCol.STEP_ID).drop_nulls().to_numpy()
     rules = PartRules(trace, graph, labels, markers, host)

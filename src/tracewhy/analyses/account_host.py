@@ -22,14 +22,14 @@ from tracewhy.analyses.compile_slices import ROLE, Role, marked_slices
 from tracewhy.analyses.critical_path_edges import backward_threads
 from tracewhy.analyses.families import collective_op, collective_range
 from tracewhy.analyses.source_lines import HostTree, parse_frame
-from tracewhy.model.schema import HOST_KINDS, KIND_CODE, LAUNCH_KINDS, Col, Kind, OCol
+from tracewhy.model.schema import HOST_KINDS, KIND_CODE, LAUNCH_KINDS, Col, Kind, OpAttrCol
 from tracewhy.model.trace import Trace
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
 
 
-class Context(IntEnum):
+class HostPurpose(IntEnum):
     """What a host slice's time is spent for, by what encloses it; the first that holds wins."""
 
     COMPILATION = 0  # a torch.compile compile phase (Dynamo, AOT autograd, inductor) at or above
@@ -41,14 +41,14 @@ class Context(IntEnum):
     NONE = 6
 
 
-PHASE_CONTEXTS: Final = (Context.OPTIMIZER, Context.BACKWARD, Context.FORWARD)
+PHASE_CONTEXTS: Final = (HostPurpose.OPTIMIZER, HostPurpose.BACKWARD, HostPurpose.FORWARD)
 
 
 @dataclass(frozen=True)
 class HostContext:
     """Arrays indexed by slice id (-1: none)."""
 
-    context: npt.NDArray[np.int8]  # a Context value (host slices; NONE elsewhere)
+    context: npt.NDArray[np.int8]  # a HostPurpose value (host slices; NONE elsewhere)
     outer_op: I64  # outermost op at or above (a CPU op, or an emit_nvtx op range)
     outer_block: I64  # outermost annotation at or above that is no step marker, phase, fetch or op
     user_frame: I64  # innermost user-code Python frame at or above
@@ -103,11 +103,11 @@ def host_context(trace: Trace, markers: I64) -> HostContext:
                                                              api_names.Phase.OPTIMIZER)}
     autograd = flags["autograd"] & host
     seq = np.zeros(n, dtype=bool)
-    with_seq = trace.op_attrs.filter(pl.col(OCol.SEQUENCE).is_not_null()).get_column(OCol.ID).to_numpy()
+    with_seq = trace.op_attrs.filter(pl.col(OpAttrCol.SEQUENCE).is_not_null()).get_column(OpAttrCol.ID).to_numpy()
     seq[with_seq] = True
     # A backward function recorded for a forward on another thread (PyTorch < 1.9 names nodes so).
     foreign = np.zeros(n, dtype=bool)
-    foreign[trace.op_attrs.filter(pl.col(OCol.FWD_TID) > 0).get_column(OCol.ID).to_numpy()] = True
+    foreign[trace.op_attrs.filter(pl.col(OpAttrCol.FWD_TID) > 0).get_column(OpAttrCol.ID).to_numpy()] = True
     seq |= flags["seq_range"] & op_range  # emit_nvtx: "aten::mul, seq = 3, op_id = 7"
     compile_ids = marked_slices(trace).filter(pl.col(ROLE) == Role.COMPILE).get_column(Col.ID).to_numpy()
     compiling = np.zeros(n, dtype=bool)
@@ -127,32 +127,32 @@ def host_context(trace: Trace, markers: I64) -> HostContext:
             on_backward_thread |= thread
     recorded_op = op_like & seq & ~autograd & ~foreign
     marks = [
-        (Context.COMPILATION, compiling),
-        (Context.DATA_LOADING, flags["dataloader"] & host),
-        (Context.COMMUNICATION, flags["comm"] & host & ~runtime),
-        (Context.OPTIMIZER, (flags["optimizer"] & host) | phase[api_names.Phase.OPTIMIZER]),
-        (Context.BACKWARD, autograd | foreign | phase[api_names.Phase.BACKWARD]),
-        (Context.FORWARD, phase[api_names.Phase.FORWARD] | recorded_op),
+        (HostPurpose.COMPILATION, compiling),
+        (HostPurpose.DATA_LOADING, flags["dataloader"] & host),
+        (HostPurpose.COMMUNICATION, flags["comm"] & host & ~runtime),
+        (HostPurpose.OPTIMIZER, (flags["optimizer"] & host) | phase[api_names.Phase.OPTIMIZER]),
+        (HostPurpose.BACKWARD, autograd | foreign | phase[api_names.Phase.BACKWARD]),
+        (HostPurpose.FORWARD, phase[api_names.Phase.FORWARD] | recorded_op),
     ]
-    context = np.full(n, int(Context.NONE), dtype=np.int8)
+    context = np.full(n, int(HostPurpose.NONE), dtype=np.int8)
     undecided = host.copy()
     comm_at = np.full(n, -1, dtype=np.int64)
     in_backward = np.zeros(n, dtype=bool)
     for ctx, mark in marks:
         at = tree.nearest(mark)
-        hit = undecided & ((at >= 0) | ((ctx == Context.BACKWARD) & on_backward_thread))
+        hit = undecided & ((at >= 0) | ((ctx == HostPurpose.BACKWARD) & on_backward_thread))
         context[hit] = int(ctx)
         undecided &= ~hit
-        if ctx == Context.COMMUNICATION:
+        if ctx == HostPurpose.COMMUNICATION:
             comm_at = at
-        if ctx == Context.BACKWARD:
+        if ctx == HostPurpose.BACKWARD:
             in_backward = host & ((at >= 0) | on_backward_thread)
     names = s.get_column(Col.NAME)
     # record_param_comms names its collective in an attribute ("allreduce"), not in its name.
-    named_collective = dict(trace.op_attrs.filter(pl.col(OCol.COLLECTIVE).is_not_null()).select(
-        OCol.ID, OCol.COLLECTIVE).iter_rows())
+    named_collective = dict(trace.op_attrs.filter(pl.col(OpAttrCol.COLLECTIVE).is_not_null()).select(
+        OpAttrCol.ID, OpAttrCol.COLLECTIVE).iter_rows())
     collective: list[str | None] = [None] * n
-    for i in np.flatnonzero(context == int(Context.COMMUNICATION)).tolist():
+    for i in np.flatnonzero(context == int(HostPurpose.COMMUNICATION)).tolist():
         owner = int(comm_at[i])
         collective[i] = collective_name(named_collective.get(owner) or str(names[owner]))
     marker = np.zeros(n, dtype=bool)

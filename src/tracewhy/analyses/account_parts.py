@@ -9,7 +9,7 @@ what its time was spent in, first by the edge and its category (``critical_path_
   KERNEL_GAP_MAX_NS, a wait on another stream the trace did not record (idle);
 - a blocking call returning after its GPU work, a stream waiting on another's event, a thread
   handing back to the one waiting on it: sync, by the blocking call and the op it is under;
-- host time in a slice: by what encloses the slice (``account_host.Context``): compilation, data
+- host time in a slice: by what encloses the slice (``account_host.HostPurpose``): compilation, data
   loading, communication, optimizer, backward, forward; else by the innermost user source line
   open at that instant (with Python frames), the outermost named block, or the outermost op (ops
   that lead up to a scalar read grouped under it); a thread with nothing open is untraced Python.
@@ -25,7 +25,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses import api_names
-from tracewhy.analyses.account_host import Context, HostContext, host_context
+from tracewhy.analyses.account_host import HostPurpose, HostContext, host_context
 from tracewhy.analyses.account_names import Part, PartKind, PartName
 from tracewhy.analyses.critical_path_edges import Edge
 from tracewhy.analyses.critical_path_graph import Graph
@@ -33,7 +33,7 @@ from tracewhy.analyses.critical_path_walk import CATEGORIES, Category, EdgeLabel
 from tracewhy.analyses.families import Family, classify_kernels, collective_op
 from tracewhy.analyses.host_activity import HostIndex, build_host_index
 from tracewhy.analyses.source_lines import parse_frame
-from tracewhy.model.schema import GPU_ACTIVITY_KINDS, CCol, Col, Kind
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, CopyAttrCol, Kind
 from tracewhy.model.trace import Trace
 
 I64 = npt.NDArray[np.int64]
@@ -41,8 +41,8 @@ I64 = npt.NDArray[np.int64]
 
 #: Copies a step does on the device itself; host transfers (HtoD, DtoH) could overlap compute.
 _DEVICE_COPIES: Final = frozenset({"DtoD", "memset", "copy kernels"})
-_PHASE_PARTS: Final = {Context.OPTIMIZER: PartName.OPTIMIZER, Context.BACKWARD: PartName.BACKWARD,
-                       Context.FORWARD: PartName.FORWARD}
+_PHASE_PARTS: Final = {HostPurpose.OPTIMIZER: PartName.OPTIMIZER, HostPurpose.BACKWARD: PartName.BACKWARD,
+                       HostPurpose.FORWARD: PartName.FORWARD}
 CATEGORY_CODE: Final = {c: i for i, c in enumerate(CATEGORIES)}
 
 
@@ -66,8 +66,8 @@ class PartRules:
         self.family = dict(zip(classes.get_column(Col.ID).to_list(), classes.get_column("family").to_list(),
                                strict=True))
         self.copies = {row[0]: row[1:] for row in trace.copy_attrs.select(
-            CCol.ID, pl.col(CCol.COPY_KIND).cast(pl.String), pl.col(CCol.SRC_MEM).cast(pl.String),
-            pl.col(CCol.DST_MEM).cast(pl.String), CCol.BYTES).iter_rows()}
+            CopyAttrCol.ID, pl.col(CopyAttrCol.COPY_KIND).cast(pl.String), pl.col(CopyAttrCol.SRC_MEM).cast(pl.String),
+            pl.col(CopyAttrCol.DST_MEM).cast(pl.String), CopyAttrCol.BYTES).iter_rows()}
         self.kind_code = s.get_column(Col.KIND).to_physical().to_numpy().astype(np.int64)
         self.parts: list[Part] = []
         # Each key decided once (predictions walk the same edges again); each op's scalar read found once.
@@ -137,14 +137,14 @@ class PartRules:
         has = attr >= 0
         safe = np.maximum(attr, 0)
         gpu = kind == int(Edge.GPU)
-        context = np.where(has & ~gpu, ctx.context[safe], int(Context.NONE)).astype(np.int64)
+        context = np.where(has & ~gpu, ctx.context[safe], int(HostPurpose.NONE)).astype(np.int64)
         outer = np.where(has, ctx.outer_op[safe], -1)
         block = np.where(has, ctx.outer_block[safe], -1)
-        alone = (context == int(Context.NONE)) & (outer >= 0) & (block < 0)
+        alone = (context == int(HostPurpose.NONE)) & (outer >= 0) & (block < 0)
         reads = np.full(attr.size, -1, dtype=np.int64)
         ops, at = np.unique(outer[alone], return_inverse=True)
         reads[alone] = np.array([self._read_code(op) for op in ops.tolist()], dtype=np.int64)[at.reshape(-1)]
-        comm = context == int(Context.COMMUNICATION)
+        comm = context == int(HostPurpose.COMMUNICATION)
         collective = np.full(attr.size, -1, dtype=np.int64)
         slices, at = np.unique(attr[comm], return_inverse=True)
         collective[comm] = np.array([self.item(ctx.collective[s] or "") for s in slices.tolist()],
@@ -225,10 +225,10 @@ class PartRules:
                 line = _line(self.ctx.name(frame))
                 return self.part(f"host: {line}", PartKind.HOST), self.item(line)
             return self.part(PartName.UNTRACED, PartKind.IDLE), self.item("nothing open")
-        context = Context(int(self.ctx.context[attr])) if self.kind[attr] != Kind.KERNEL.value else Context.NONE
-        if context == Context.COMPILATION:
+        context = HostPurpose(int(self.ctx.context[attr])) if self.kind[attr] != Kind.KERNEL.value else HostPurpose.NONE
+        if context == HostPurpose.COMPILATION:
             return self.part(PartName.COMPILATION, PartKind.COMPILATION), self._host_item(attr, frame)
-        if context == Context.DATA_LOADING:
+        if context == HostPurpose.DATA_LOADING:
             return self.part(PartName.DATA_LOADING, PartKind.DATA_LOADING), self._host_item(attr, frame)
         if kind == Edge.LAUNCH or cat == Category.LAUNCH:
             return self.part(PartName.LAUNCH, PartKind.LAUNCH), self.item(name)
@@ -236,7 +236,7 @@ class PartRules:
             return self._sync(attr, name, bool(own))
         if api_names.is_alloc_call(name):
             return self.part(f"allocator: {name}", PartKind.HOST), self.item(name)
-        if context == Context.COMMUNICATION:
+        if context == HostPurpose.COMMUNICATION:
             collective = self.ctx.collective[attr] or "collective"
             return self.part(f"communication: {collective}", PartKind.COMMUNICATION), self._host_item(attr, frame)
         if context in _PHASE_PARTS:

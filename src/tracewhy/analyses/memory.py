@@ -148,7 +148,7 @@ def device_label(device_type: int, device_id: int) -> str:
 
 def analyze_memory(trace: Trace, options: MemoryOptions = MemoryOptions(), *, host: HostIndex | None = None,
                    steps_result: StepsResult | None = None) -> MemoryResult:
-    """``host`` and ``step_result``: the host index and steps already built for the trace (a
+    """``host`` and ``steps_result``: the host index and steps already built for the trace (a
     diagnosis has them), so they are not built twice; else they are built here from ``options``."""
     trace.require_whole()
     ev = trace.memory.sort(MemEventCol.TS, maintain_order=True).with_row_index("_seq")

@@ -15,7 +15,7 @@ import numpy.typing as npt
 
 from tracewhy.analyses import api_names
 from tracewhy.analyses.account import StepModel, WindowPath
-from tracewhy.analyses.account_host import Context
+from tracewhy.analyses.account_host import HostPurpose
 from tracewhy.analyses.account_parts import CATEGORY_CODE
 from tracewhy.analyses.critical_path_edges import Edge
 from tracewhy.analyses.critical_path_graph import Graph
@@ -36,7 +36,7 @@ _HOST_EDGES: Final = (int(Edge.HOST), int(Edge.LAUNCH))
 
 class WindowEdges:
     """The edges of one analysed window with what the edits select them by: Edge kind, the
-    attributed slice, its context (``account_host.Context``) and, for a GPU activity, its
+    attributed slice, its context (``account_host.HostPurpose``) and, for a GPU activity, its
     launch call."""
 
     def __init__(self, model: StepModel, path: WindowPath) -> None:
@@ -49,11 +49,11 @@ class WindowEdges:
         self.src, self.dst = g.src[self.ids], g.dst[self.ids]
         self.category = rules.category[self.ids]
         safe = np.maximum(self.attr, 0)
-        self.context = np.where(self.attr >= 0, rules.ctx.context[safe], int(Context.NONE))
+        self.context = np.where(self.attr >= 0, rules.ctx.context[safe], int(HostPurpose.NONE))
         gpu = self.kind == int(Edge.GPU)
         self.launch = np.where(gpu & (self.attr >= 0), rules.launch[safe], -1)
         self.launch_context = np.where(self.launch >= 0, rules.ctx.context[np.maximum(self.launch, 0)],
-                                       int(Context.NONE))
+                                       int(HostPurpose.NONE))
 
     def host(self) -> B:
         mask: B = np.isin(self.kind, _HOST_EDGES) & (self.attr >= 0)
@@ -158,7 +158,7 @@ class PrefetchData:
 
     def edit(self, w: WindowEdges) -> GraphEdit:
         outer = w.model.rules.ctx.outer_op[np.maximum(w.attr, 0)]
-        fetch = (w.context == int(Context.DATA_LOADING)) & (w.attr >= 0) & (outer < 0)
+        fetch = (w.context == int(HostPurpose.DATA_LOADING)) & (w.attr >= 0) & (outer < 0)
         return w.removing(fetch & (w.host() | (w.kind == int(Edge.SYNC))), np.zeros(w.ids.size, dtype=bool))
 
 
@@ -176,7 +176,7 @@ class MultiTensorOptimizer:
 
     def edit(self, w: WindowEdges) -> GraphEdit:
         ctx, rules = w.model.rules.ctx, w.model.rules
-        host = w.host() & (w.context == int(Context.OPTIMIZER))
+        host = w.host() & (w.context == int(HostPurpose.OPTIMIZER))
         outer = ctx.outer_op[np.maximum(w.attr, 0)]
         ops = np.unique(outer[host & (outer >= 0)])
         by_name: dict[str, list[int]] = {}
@@ -222,8 +222,8 @@ class RemoveCompile:
         return "no compilation in the step"
 
     def edit(self, w: WindowEdges) -> GraphEdit:
-        host = (w.context == int(Context.COMPILATION)) & (w.kind != int(Edge.GPU))
-        return w.removing(host, w.launch_context == int(Context.COMPILATION))
+        host = (w.context == int(HostPurpose.COMPILATION)) & (w.kind != int(Edge.GPU))
+        return w.removing(host, w.launch_context == int(HostPurpose.COMPILATION))
 
 
 @dataclass(frozen=True)
@@ -247,7 +247,7 @@ class HideCollective:
         comm = (w.kind == int(Edge.GPU)) & (w.category == CATEGORY_CODE[Category.COMMUNICATION])
         backward = comm & (w.launch >= 0) & ctx.in_backward[np.maximum(w.launch, 0)]
         moved = {int(a) for a in w.attr[backward].tolist() if self._matches(w, a)}
-        host = w.host() & (w.context == int(Context.COMMUNICATION)) & ctx.in_backward[np.maximum(w.attr, 0)]
+        host = w.host() & (w.context == int(HostPurpose.COMMUNICATION)) & ctx.in_backward[np.maximum(w.attr, 0)]
         if self.collective is not None:
             rows = np.flatnonzero(host)
             host[rows] = [ctx.collective[int(a)] == self.collective for a in w.attr[rows].tolist()]
@@ -319,7 +319,7 @@ def _node_of(graph: Graph, slice_id: int) -> int:
 def _optimizer_start(w: WindowEdges) -> int:
     """The start node of the first optimizer-context slice in the window (-1: none)."""
     g = w.model.graph
-    opt = w.host() & (w.context == int(Context.OPTIMIZER))
+    opt = w.host() & (w.context == int(HostPurpose.OPTIMIZER))
     if not opt.any():
         return -1
     starts = w.src[opt][w.src[opt] % 2 == 0]
