@@ -25,7 +25,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses import api_names
-from tracewhy.analyses.account_host import HostPurpose, HostContext, host_context
+from tracewhy.analyses.account_host import HostContext, HostPurpose, host_context
 from tracewhy.analyses.account_names import Part, PartKind, PartName
 from tracewhy.analyses.critical_path_edges import Edge
 from tracewhy.analyses.critical_path_graph import Graph
