@@ -81,7 +81,12 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         doc = inspect.getdoc(cls) or ""
         p = sub.add_parser(cls.name, help=doc.splitlines()[0] if doc else None, description=doc)
         command = cls()
-        if cls.takes_trace:
+        if cls.takes_traces:
+            p.add_argument("trace", nargs="+", metavar="TRACE",
+                           help="trace files (PyTorch profiler .json/.json.gz, nsys SQLite exports .sqlite[.gz], "
+                                ".nsys-rep) or directories of them; several are read as the ranks of one job "
+                                "when their distributedInfo says so, else one after another")
+        elif cls.takes_trace:
             p.add_argument("trace", metavar="TRACE", help="trace file: PyTorch profiler .json/.json.gz or an "
                                                           "nsys SQLite export (.sqlite[.gz], .nsys-rep)")
         command.configure(p)

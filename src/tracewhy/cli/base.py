@@ -33,6 +33,8 @@ class Command:
 
     name: ClassVar[str]
     takes_trace: ClassVar[bool] = True
+    #: Takes several traces (``TRACE...``: files, or directories of them) instead of one.
+    takes_traces: ClassVar[bool] = False
     json_payloads: ClassVar[tuple[type, ...]] = ()
     #: Schemas of documents the command prints without the envelope (``schema COMMAND``).
     json_documents: ClassVar[tuple[dict[str, Any], ...]] = ()

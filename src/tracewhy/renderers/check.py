@@ -3,12 +3,16 @@ its JSON. Takes a finished CheckReport."""
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from tracewhy.findings.model import Finding
 from tracewhy.renderers.diff import DiffPayload, comparison_payload
 from tracewhy.reports.check import CheckReport
 from tracewhy.reports.check_metrics import METRICS, fmt_value
+
+if TYPE_CHECKING:
+    from tracewhy.renderers.several import GroupingJson
+    from tracewhy.reports.several import PerTrace, SeveralReport
 
 
 class CheckLimitResult(TypedDict):
@@ -108,4 +112,62 @@ def check_lines(r: CheckReport) -> list[str]:
     n = len(r.results) + (1 if r.baseline is not None else 0) + (1 if r.partial else 0)
     failed = len(r.violations)
     lines.append(f"check: {failed} of {n} failed" if failed else f"check: all {n} passed")
+    return lines
+
+
+class CheckInput(CheckPayload):
+    """One trace's gate (as ``check TRACE --json`` gives it), with its path and rank."""
+
+    path: str
+    #: The rank the trace's distributedInfo names; null where it names none.
+    rank: int | None
+
+
+class CheckSeveralPayload(TypedDict):
+    """``check`` of several traces: each one gated alike; the command fails when any fails."""
+
+    grouping: GroupingJson
+    #: Every trace passed (the exit code is 1 when false).
+    passed: bool
+    #: The traces that failed: "rank N (FILE)" when read as ranks, else the file.
+    failed: list[str]
+    #: In rank order when read as ranks, else as given.
+    inputs: list[CheckInput]
+
+
+def check_several_payload(r: SeveralReport[CheckReport]) -> CheckSeveralPayload | CheckPayload:
+    """The JSON of ``check`` on several traces; one trace left: that trace's, as if given alone."""
+    from tracewhy.renderers.several import grouping_payload, input_entries
+
+    if r.grouping is None:
+        return check_payload(r.inputs[0].result)
+    entries: Any = input_entries(r, lambda c: (check_payload(c), lambda: ""))
+    return {"grouping": grouping_payload(r), "passed": several_passed(r), "failed": failed_traces(r),
+            "inputs": entries}
+
+
+def several_passed(r: SeveralReport[CheckReport]) -> bool:
+    return all(i.result.passed for i in r.inputs)
+
+
+def failed_traces(r: SeveralReport[CheckReport]) -> list[str]:
+    return [_who(i, r) for i in r.by_rank() if not i.result.passed]
+
+
+def _who(i: PerTrace[CheckReport], r: SeveralReport[CheckReport]) -> str:
+    return f"rank {i.identity.rank} ({i.path})" if r.as_ranks else i.path
+
+
+def check_several_lines(r: SeveralReport[CheckReport]) -> list[str]:
+    """The lines of ``check`` on several traces: each trace's under a heading, then a total that
+    names the traces that failed. One trace left: that trace's lines."""
+    if r.grouping is None:
+        return check_lines(r.inputs[0].result)
+    lines = [f"{len(r.inputs)} traces: {r.grouping.reason}"]
+    for n, i in enumerate(r.by_rank(), 1):
+        lines.append(f"== {f'rank {i.identity.rank}' if r.as_ranks else f'{n} of {len(r.inputs)}'}: {i.path} ==")
+        lines += check_lines(i.result)
+    failed = failed_traces(r)
+    lines.append(f"check: {len(failed)} of {len(r.inputs)} traces failed: {', '.join(failed)}" if failed
+                 else f"check: all {len(r.inputs)} traces passed")
     return lines

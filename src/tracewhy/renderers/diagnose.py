@@ -20,8 +20,11 @@ if TYPE_CHECKING:
     from tracewhy.analyses.steps import STEPS_SCHEMA, StepStats
     from tracewhy.findings.model import Finding
     from tracewhy.renderers.json_schema import rows
+    from tracewhy.renderers.ranks import RanksPayload
+    from tracewhy.renderers.several import ComparisonJson, GroupingJson
     from tracewhy.renderers.throughput import ThroughputJson
     from tracewhy.reports.diagnose import DiagnoseReport, Report
+    from tracewhy.reports.several import SeveralReport
 
 
 _STYLE = {Severity.TRUST: "bold yellow", Severity.HIGH: "bold red", Severity.MEDIUM: "red",
@@ -76,6 +79,95 @@ class DiagnoseThroughputPayload(DiagnosePayload, total=False):
     """``diagnose --items-per-step N``: the same, with the throughput at the steady step times."""
 
     throughput: ThroughputJson | None
+
+
+class DiagnoseInput(DiagnoseThroughputPayload):
+    """One trace's diagnosis (as ``diagnose TRACE --json`` gives it), with its path and rank."""
+
+    path: str
+    #: The rank the trace's distributedInfo names; null where it names none.
+    rank: int | None
+
+
+class DiagnoseSeveralPayload(TypedDict):
+    """``diagnose`` of several traces: each one's diagnosis, how they were read, and the ranks
+    compared (the ranks of one job) or the runs of one program compared with the first."""
+
+    grouping: GroupingJson
+    #: In rank order when read as ranks, else as given.
+    inputs: list[DiagnoseInput]
+    #: Read as ranks: the ranks compared, as ``ranks --json`` gives them; else null.
+    ranks: RanksPayload | None
+    #: Read as ranks: the rank that sets the pace (shown in full), and why it; else null.
+    pace_rank: int | None
+    pace_reason: str | None
+    comparison: ComparisonJson | None
+
+
+def diagnose_several_output(r: SeveralReport[DiagnoseReport], top: int | None) -> tuple[Mapping[str, Any], View]:
+    """``diagnose`` of several traces. Read as ranks: the cross-rank findings, the diagnosis of
+    the rank that sets the pace in full, one line per other rank; else each diagnosis under its
+    heading, then the runs compared with the first (``renderers/several.py``)."""
+    from tracewhy.renderers.several import several_output
+
+    payload, view = several_output(r, lambda d: diagnose_output(d, top))
+    if r.grouping is None:
+        return payload, view
+    if not r.as_ranks or r.ranks is None:
+        return {**payload, "ranks": None, "pace_rank": None, "pace_reason": None}, view
+    from tracewhy.renderers.ranks import ranks_payload
+
+    ranks = r.ranks
+    return ({**payload, "ranks": ranks_payload(ranks.result, ranks.findings, ranks.executor),
+             "pace_rank": r.pace_rank, "pace_reason": r.pace_reason}, lambda: _render_ranks(r, top))
+
+
+def _render_ranks(r: SeveralReport[DiagnoseReport], top: int | None) -> RenderableType:
+    from rich.console import Group
+    from rich.text import Text
+
+    from tracewhy.renderers.findings import render_findings
+    from tracewhy.renderers.several import heading, render_grouping
+
+    assert r.ranks is not None
+    files = " ".join(printable(i.path) for i in r.by_rank())
+    parts: list[RenderableType] = [render_grouping(r)]
+    if r.ranks.findings:
+        parts.append(render_findings(r.ranks.findings))
+    else:
+        parts.append(Text("No cross-rank finding: no rank kept the others waiting for a material share of the "
+                          "step, compute is balanced and the ranks issued the same collectives.", style="green"))
+    parts.append(Text(f"per-rank table: tracewhy ranks {files}", style="dim"))
+    pace = next(i for i in r.inputs if i.identity.rank == r.pace_rank)
+    parts.append(heading(pace, r, 0).append(f"  sets the pace ({r.pace_reason})", style="bold"))
+    parts.append(diagnose_output(pace.result, top)[1]())
+    others = [i for i in r.by_rank() if i is not pace]
+    parts.append(Text("\nthe other ranks (tracewhy diagnose FILE shows one in full):", style="bold"))
+    for i in others:
+        parts.append(indented(Text(f"rank {i.identity.rank}: {printable(i.path)}: {rank_line(i.result.report)}"), 2))
+    return Group(*parts)
+
+
+def rank_line(report: Report) -> str:
+    """One rank's diagnosis in a line: its median step, its first high or medium finding (the
+    largest recoverable time), how many more, and the caveats (trust findings) by code."""
+    from tracewhy.reports.diagnose import recoverable_unit  # (loaded already: ``report`` comes from it)
+
+    stats = report.steps.stats
+    parts = [f"step p50 {fmt_ns(stats.p50_ns)}" if stats is not None else "no steady steps"]
+    serious = [f for f in report.findings if f.severity in (Severity.HIGH, Severity.MEDIUM)]
+    if serious:
+        f = serious[0]
+        recover = (f" ~{fmt_ns(f.recoverable_ns_per_step)} {recoverable_unit(report)} recoverable"
+                   if f.recoverable_ns_per_step else "")
+        more = f", {len(serious) - 1} more" if len(serious) > 1 else ""
+        parts.append(f"[{f.severity.value}] {f.code}{recover}{more}")
+    else:
+        parts.append("no high or medium finding")
+    caveats = [str(f.code) for f in report.findings if f.severity is Severity.TRUST]
+    if caveats:
+        parts.append(f"caveats: {', '.join(caveats)}")
+    return "; ".join(parts)
 
 
 def diagnose_output(r: DiagnoseReport, top: int | None) -> tuple[Mapping[str, Any], View]:

@@ -5,11 +5,13 @@ start): the gap list, its JSON and the HTML report agree on where a gap lies."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Final, TypedDict
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated, Any, Final, TypedDict
 
 import polars as pl
 
 from tracewhy.analyses.gaps import CLASS_COLUMNS, CLASSES, GAP_STEPS_SCHEMA, GAPS_SCHEMA, GapCol, GapsResult
+from tracewhy.renderers import View
 from tracewhy.renderers.layout import Layout, label, name, number, step
 from tracewhy.units import fmt_ns
 
@@ -17,6 +19,9 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from tracewhy.renderers.json_schema import rows
+    from tracewhy.renderers.several import ComparisonJson, GroupingJson
+    from tracewhy.reports.gaps import GapsReport
+    from tracewhy.reports.several import SeveralReport
 
 
 #: What every start time in tables and JSON is measured from (``time_origin`` in JSON).
@@ -88,3 +93,36 @@ def render_gaps(table: pl.DataFrame, per_step: pl.DataFrame, top: int) -> Render
                       *[fmt_ns(r[c]) if r[c] else "" for c in (*CLASS_COLUMNS, GapCol.SHORT)])
         parts.append(s)
     return Group(*parts)
+
+
+def gaps_output(r: GapsReport, gap_class: str | None, top: int) -> tuple[Mapping[str, Any], View]:
+    """The payload and view of ``gaps`` on one trace."""
+    return (gaps_payload(r.result, r.origin_ns, gap_class),
+            lambda: render_gaps(gap_rows(r.result, r.origin_ns, gap_class), r.result.per_step, top))
+
+
+class GapsInput(GapsPayload):
+    """One trace's gaps (as ``gaps TRACE --json`` gives them), with its path and rank."""
+
+    path: str
+    #: The rank the trace's distributedInfo names; null where it names none.
+    rank: int | None
+
+
+class GapsSeveralPayload(TypedDict):
+    """``gaps`` of several traces: each one's gaps, how they were read (as ranks of one job or
+    one after another), and the runs of one program compared with the first."""
+
+    grouping: GroupingJson
+    #: In rank order when read as ranks, else as given.
+    inputs: list[GapsInput]
+    #: Null when read as ranks.
+    comparison: ComparisonJson | None
+
+
+def gaps_several_output(r: SeveralReport[GapsReport], gap_class: str | None,
+                        top: int) -> tuple[Mapping[str, Any], View]:
+    """``gaps`` of several traces: each one's tables under its heading (``renderers/several.py``)."""
+    from tracewhy.renderers.several import several_output
+
+    return several_output(r, lambda g: gaps_output(g, gap_class, top))

@@ -1,7 +1,11 @@
 """The self-contained HTML report: the JSON report (``renderers.report``, in the envelope every
 ``--json`` output has) inside a template with tracewhy's script and the vendored, pinned uPlot
-inlined. No network: a Content-Security-Policy allows nothing to load and only the page's own two
+inlined. No network: a Content-Security-Policy allows nothing to load and only the page's own
 scripts (by hash) to run.
+
+The report of several traces (``RunsReportPayload``) is one page with a part per trace, each the
+single trace's page body: ``report.js`` runs once per part, unchanged, after ``runs_next.js`` has
+given that part the element ids and the data it reads (``runs.js`` draws the comparison first).
 
 Trace strings reach the page only as JSON data in a ``<script type="application/json">`` block,
 with ``<``, ``>``, ``&`` and the line separators escaped, and are put into the page with
@@ -43,6 +47,8 @@ def _csp_hash(script: str) -> str:
 def render_html(doc: dict[str, Any]) -> str:
     """The page for an envelope (``jsonout.envelope``) around a payload of ``renderers.report``:
     the same document ``report --json`` prints."""
+    if "inputs" in doc:
+        return _render_runs(doc)
     uplot_js, report_js = _asset("uPlot.iife.min.js"), _asset("report.js")
     values = {
         "SCRIPT_HASHES": f"{_csp_hash(uplot_js)} {_csp_hash(report_js)}",
@@ -55,3 +61,30 @@ def render_html(doc: dict[str, Any]) -> str:
     }
     # One pass over the template: inserted text (which holds trace strings) is never re-scanned.
     return re.sub(r"__([A-Z_]+)__", lambda m: values[m.group(1)], _asset("report.html"))
+
+
+#: What a part of the page of several traces holds: the single page's trace line and body.
+_PART: Final = re.compile(r'<div id="trace-info"></div>.*?</header>\s*(<main>.*</main>)', re.DOTALL)
+
+
+def _render_runs(doc: dict[str, Any]) -> str:
+    """The page of several traces: the comparison, then one part per trace."""
+    uplot_js, report_js = _asset("uPlot.iife.min.js"), _asset("report.js")
+    runs_js, next_js = _asset("runs.js"), _asset("runs_next.js")
+    found = _PART.search(_asset("report.html"))
+    assert found is not None, "report.html lost its trace line or its body"
+    body = '<div data-id="trace-info"></div>' + found.group(1).replace(' id="', ' data-id="')
+    parts = "\n".join(f'<article class="run" id="run-{k}"><h2 class="run-path"></h2>{body}</article>'
+                      for k in range(len(doc["inputs"])))
+    values = {
+        "SCRIPT_HASHES": " ".join(_csp_hash(s) for s in (uplot_js, runs_js, next_js, report_js)),
+        "TOOL_VERSION": __version__,
+        "UPLOT_CSS": _asset("uPlot.min.css"),
+        "REPORT_CSS": _asset("report.css"),
+        "REPORT_JSON": script_safe(encode_json(doc, indent=False)),
+        "UPLOT_JS": uplot_js,
+        "RUNS_JS": runs_js,
+        "RUN_PARTS": parts,
+        "RUN_SCRIPTS": "\n".join(f"<script>{next_js}</script>\n<script>{report_js}</script>" for _ in doc["inputs"]),
+    }
+    return re.sub(r"__([A-Z_]+)__", lambda m: values[m.group(1)], _asset("report_runs.html"))

@@ -5,7 +5,8 @@ memory-timeline export has a payload of its own (``renderers/report_inputs.py``)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Final, Literal, TypedDict
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypedDict
 
 import polars as pl
 
@@ -31,7 +32,12 @@ from tracewhy.renderers.gaps import GAP_ROWS_SCHEMA, TIME_ORIGIN, gap_rows
 
 if TYPE_CHECKING:  # types only: a report of one trace needs neither the ranks nor the ncu modules
     from tracewhy.renderers.json_schema import rows, rows_of_either
-    from tracewhy.renderers.report_inputs import NcuReportPayload, RanksReportPayload, TimelineReportPayload
+    from tracewhy.renderers.report_inputs import (
+        NcuReportPayload,
+        RanksReportPayload,
+        RunsReportPayload,
+        TimelineReportPayload,
+    )
     from tracewhy.reports.overview import Overview
     from tracewhy.reports.report import ReportContents
 
@@ -174,21 +180,30 @@ class ReportPayload(TypedDict):
     ranks: None
 
 
-def report_payload(contents: ReportContents
-                   ) -> ReportPayload | RanksReportPayload | NcuReportPayload | TimelineReportPayload:
+def report_payload(contents: ReportContents) -> (ReportPayload | RanksReportPayload | RunsReportPayload
+                                                  | NcuReportPayload | TimelineReportPayload):
     """The JSON report of what ``report`` computed, whichever input it was."""
     from tracewhy.reports.overview import Overview
-    from tracewhy.reports.report import MemoryTimelineReport, RankTracesReport
+    from tracewhy.reports.report import MemoryTimelineReport, RankTracesReport, RunsReport
 
     if isinstance(contents, Overview):
         return overview_payload(contents)
     from tracewhy.renderers import report_inputs
 
+    if isinstance(contents, RunsReport):
+        return report_inputs.runs_report_payload(contents)
     if isinstance(contents, RankTracesReport):
         return report_inputs.ranks_report_payload(contents.ranks.result, contents.ranks.findings, contents.source)
     if isinstance(contents, MemoryTimelineReport):
         return report_inputs.memory_timeline_report_payload(contents.result, contents.source, contents.layout)
     return report_inputs.ncu_report_payload(contents)
+
+
+def findings_count(payload: Mapping[str, Any]) -> int:
+    """The findings a report shows (of every trace, in a report of several)."""
+    if "inputs" in payload:
+        return sum(len(i["findings"]) for i in payload["inputs"])
+    return len(payload["findings"])
 
 
 def overview_payload(ov: Overview) -> ReportPayload:

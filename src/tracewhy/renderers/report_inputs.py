@@ -1,24 +1,28 @@
-"""``report`` of an input that is not one trace: a directory of rank traces (a rank-by-metric
-heatmap and the rank findings), an Nsight Compute report (the roofline of its kernels and their
+"""``report`` of an input that is not one trace: the traces of several ranks of one job (a
+rank-by-metric heatmap and the rank findings), several other traces (each one's report and the
+runs compared with the first), an Nsight Compute report (the roofline of its kernels and their
 verdicts) or a memory-timeline export (its categories stacked over time). The HTML page is the
-same; ``renderers/report.py`` holds the payload of a trace's report."""
+same (several traces: one page with a part per trace); ``renderers/report.py`` holds the
+payload of a trace's report."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Final, Literal, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypedDict
 
 import polars as pl
 
 from tracewhy.findings.model import Finding
 from tracewhy.model.memory_timeline import TimelineCol
 from tracewhy.model.schema import Col
-from tracewhy.renderers.report import ROOFLINE_POINTS, ReportSource, thinned
+from tracewhy.renderers.report import ROOFLINE_POINTS, ReportPayload, ReportSource, overview_payload, thinned
 
 if TYPE_CHECKING:  # types only: each is loaded by the report of its own input
     from tracewhy.analyses.memory import TimelineResult
     from tracewhy.analyses.rank_compare import RanksResult
     from tracewhy.findings.roofline import KERNEL_VERDICTS_SCHEMA, NcuRooflineResult
     from tracewhy.renderers.json_schema import rows
+    from tracewhy.renderers.several import ComparisonJson, GroupingJson
+    from tracewhy.reports.report import RunsReport
 
 
 class ReportKernelRoofline(TypedDict):
@@ -159,3 +163,28 @@ def ncu_report_payload(r: NcuRooflineResult) -> NcuReportPayload:
         } if pts.height else None,
         "verdicts": k.select(NCU_VERDICT_COLUMNS),
     }
+
+
+class ReportInput(ReportPayload):
+    """One trace's report (as ``report TRACE --json`` gives it), with its path and rank."""
+
+    path: str
+    #: The rank the trace's distributedInfo names; null where it names none.
+    rank: int | None
+
+
+class RunsReportPayload(TypedDict):
+    """``report`` of several traces that are not the ranks of one job: each one's report, how
+    they were read, and the runs of one program compared with the first."""
+
+    grouping: GroupingJson
+    inputs: list[ReportInput]
+    comparison: ComparisonJson | None
+
+
+def runs_report_payload(r: RunsReport) -> RunsReportPayload:
+    """The JSON report of several traces: each one's report, and the comparison."""
+    from tracewhy.renderers.several import comparison_payload, grouping_payload, input_entries
+
+    entries: Any = input_entries(r.several, lambda ov: (overview_payload(ov), lambda: ""))
+    return {"grouping": grouping_payload(r.several), "inputs": entries, "comparison": comparison_payload(r.several)}

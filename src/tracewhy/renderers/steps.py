@@ -17,7 +17,9 @@ if TYPE_CHECKING:  # types only: the result comes from the analysis, which the r
 
     from tracewhy.analyses.steps import STEPS_SCHEMA, StepsResult, StepStats
     from tracewhy.renderers.json_schema import rows
+    from tracewhy.renderers.several import ComparisonJson, GroupingJson
     from tracewhy.renderers.throughput import ThroughputJson
+    from tracewhy.reports.several import SeveralReport
     from tracewhy.reports.steps import StepsReport
 
 
@@ -91,3 +93,29 @@ def steps_output(r: StepsReport, top: int) -> tuple[Mapping[str, Any], View]:
     from tracewhy.renderers.throughput import with_throughput
 
     return with_throughput(steps_payload(r.result), lambda: render_steps(r.result, top), r.rate, r.throughput)
+
+
+class StepsInput(StepsThroughputPayload):
+    """One trace's steps (as ``steps TRACE --json`` gives them), with its path and rank."""
+
+    path: str
+    #: The rank the trace's distributedInfo names; null where it names none.
+    rank: int | None
+
+
+class StepsSeveralPayload(TypedDict):
+    """``steps`` of several traces: each one's steps, how they were read (as ranks of one job or
+    one after another), and the runs of one program compared with the first."""
+
+    grouping: GroupingJson
+    #: In rank order when read as ranks, else as given.
+    inputs: list[StepsInput]
+    #: Null when read as ranks.
+    comparison: ComparisonJson | None
+
+
+def steps_several_output(r: SeveralReport[StepsReport], top: int) -> tuple[Mapping[str, Any], View]:
+    """``steps`` of several traces: each one's table under its heading (``renderers/several.py``)."""
+    from tracewhy.renderers.several import several_output
+
+    return several_output(r, lambda s: steps_output(s, top))

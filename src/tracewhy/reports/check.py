@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from tracewhy.analyses.diff import DiffOptions
 from tracewhy.analyses.throughput import ThroughputOptions, requested
@@ -33,6 +33,9 @@ from tracewhy.model.trace import Trace
 from tracewhy.reports.check_metrics import METRICS, Limit, fmt_value, parse_limit
 from tracewhy.reports.diff import compare
 from tracewhy.reports.inputs import PLAIN, Loader, TraceSource
+
+if TYPE_CHECKING:
+    from tracewhy.reports.several import SeveralReport
 
 #: Keys of ``[tool.tracewhy.check]`` that are settings, not limits.
 SETTINGS: Final[tuple[str, ...]] = ("baseline", "step", "warmup", "allow-unmeasured", "allow-partial",
@@ -200,6 +203,24 @@ class CheckReportOptions:
 
 def check_report(trace: TraceSource, options: CheckReportOptions, loader: Loader = PLAIN) -> CheckReport:
     """The gate on ``trace`` with the limits and settings of the options, then of the config."""
+    gate, baseline = check_gate(options)
+    return check(loader.trace(trace), gate, loader.trace(baseline) if baseline else None)
+
+
+def check_several(sources: Sequence[TraceSource], options: CheckReportOptions,
+                  loader: Loader = PLAIN) -> SeveralReport[CheckReport]:
+    """The gate on every trace ``sources`` stand for (a directory: the traces in it), each
+    against the one baseline; ranks of one job are told apart (``reports/several.py``)."""
+    from tracewhy.reports.several import SeveralOptions, read_several  # (several traces only)
+
+    gate, baseline = check_gate(options)
+    base = loader.trace(baseline) if baseline else None
+    return read_several(sources, SeveralOptions(gate.step_marker, gate.warmup), lambda t: check(t, gate, base),
+                        loader, compare_runs=False)
+
+
+def check_gate(options: CheckReportOptions) -> tuple[CheckOptions, str | None]:
+    """The gate the options and the config set, and the baseline trace's path (None: none)."""
     config, base_dir = load_config(options.config)
     settings = {k: config.pop(k) for k in SETTINGS if k in config}
     limits: list[Limit] = []
@@ -223,7 +244,7 @@ def check_report(trace: TraceSource, options: CheckReportOptions, loader: Loader
                            else settings.get("allow-partial", False)),
         throughput=_throughput(options, settings, limits),
     )
-    return check(loader.trace(trace), gate, loader.trace(baseline) if baseline else None)
+    return gate, baseline
 
 
 def _throughput(options: CheckReportOptions, settings: dict[str, Any], limits: list[Limit]) -> ThroughputOptions | None:

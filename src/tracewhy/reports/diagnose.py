@@ -5,9 +5,10 @@ and what they find consolidated and ranked; for the command, the TORCH_LOGS capt
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tracewhy.analyses.compile import CompileResult
 from tracewhy.analyses.gaps import GapsOptions, GapsResult
@@ -24,6 +25,9 @@ from tracewhy.findings.model import Finding, Severity
 from tracewhy.model.trace import Trace
 from tracewhy.reports import at_once
 from tracewhy.reports.inputs import PLAIN, Loader, TraceSource
+
+if TYPE_CHECKING:
+    from tracewhy.reports.several import SeveralReport
 
 Rule = Callable[[Context], list[Finding]]
 
@@ -98,6 +102,20 @@ def diagnose_report(trace: TraceSource, options: DiagnoseReportOptions | None = 
                                                            min_gap_ns=options.min_gap_ns, torch_logs=logs))
     rate = options.rate
     return DiagnoseReport(report, rate, from_step_stats(report.steps.stats, rate) if rate is not None else None)
+
+
+def diagnose_several(sources: Sequence[TraceSource], options: DiagnoseReportOptions | None = None,
+                     loader: Loader = PLAIN) -> SeveralReport[DiagnoseReport]:
+    """The diagnosis of every trace ``sources`` stand for (a directory: the traces in it), grouped:
+    ranks of one job compared (``ranks``), other runs of the first's program compared with it."""
+    from tracewhy.errors import UsageError
+    from tracewhy.reports.several import SeveralOptions, read_several  # (several traces only)
+
+    options = options or DiagnoseReportOptions()
+    if options.torch_logs is not None:
+        raise UsageError("--logs is the TORCH_LOGS capture of one run: give it with that run's trace alone")
+    return read_several(sources, SeveralOptions(options.step_marker, options.warmup),
+                        lambda t: diagnose_report(t, options, loader), loader, compare_ranks_too=True)
 
 
 def diagnose(trace: Trace, options: DiagnoseOptions | None = None) -> Report:

@@ -3,13 +3,17 @@ and the time origin the gap list's starts are shown from (the trace start)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from tracewhy.analyses.gaps import CLASSES, GapsOptions, GapsResult, gaps
 from tracewhy.analyses.steps import StepsOptions, steps
 from tracewhy.model.schema import Col
 from tracewhy.reports.inputs import PLAIN, Loader, TraceSource
+
+if TYPE_CHECKING:
+    from tracewhy.reports.several import SeveralReport
 
 #: The classes a gap may have (``--class`` lists one of them).
 GAP_CLASSES: Final = CLASSES
@@ -37,3 +41,13 @@ def gaps_report(trace: TraceSource, options: GapsReportOptions | None = None, lo
     result = gaps(t, steps(t, StepsOptions(marker=options.step_marker)), GapsOptions(options.min_gap_ns))
     origin = t.slices.get_column(Col.TS).min() if t.slices.height else None
     return GapsReport(result, int(origin) if origin is not None else None)  # type: ignore[arg-type]
+
+
+def gaps_several(sources: Sequence[TraceSource], options: GapsReportOptions | None = None,
+                 loader: Loader = PLAIN) -> SeveralReport[GapsReport]:
+    """The gaps of every trace ``sources`` stand for (a directory: the traces in it), grouped as
+    ``reports/several.py`` says; runs of the first's program compared with it."""
+    from tracewhy.reports.several import SeveralOptions, read_several  # (several traces only)
+
+    options = options or GapsReportOptions()
+    return read_several(sources, SeveralOptions(options.step_marker), lambda t: gaps_report(t, options), loader)

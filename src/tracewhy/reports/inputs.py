@@ -9,7 +9,7 @@ a read still says them. A report given a Trace already read uses it as it is.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Final, Union
@@ -49,3 +49,9 @@ class Loader:
 
 #: Reads with the readers' defaults and keeps no warnings apart (the Python API).
 PLAIN: Final = Loader()
+
+
+def is_several(sources: Sequence[TraceSource]) -> bool:
+    """Whether ``sources`` stand for more than one trace file as given: several, or a directory
+    (``reports/several.py`` reads those; one file is read as it always was)."""
+    return len(sources) != 1 or (isinstance(sources[0], (str, PurePath)) and Path(sources[0]).is_dir())

@@ -3,11 +3,16 @@ statistics; with ``--items-per-step``, the throughput at the steady step times."
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tracewhy.analyses.steps import StepsOptions, StepsResult, steps
 from tracewhy.analyses.throughput import Throughput, ThroughputOptions, from_step_stats
 from tracewhy.reports.inputs import PLAIN, Loader, TraceSource
+
+if TYPE_CHECKING:
+    from tracewhy.reports.several import SeveralReport
 
 
 @dataclass(frozen=True)
@@ -32,3 +37,14 @@ def steps_report(trace: TraceSource, options: StepsReportOptions | None = None, 
     r = steps(loader.trace(trace), StepsOptions(marker=options.step_marker, warmup=options.warmup))
     rate = options.rate
     return StepsReport(r, rate, from_step_stats(r.stats, rate) if rate is not None else None)
+
+
+def steps_several(sources: Sequence[TraceSource], options: StepsReportOptions | None = None,
+                  loader: Loader = PLAIN) -> SeveralReport[StepsReport]:
+    """The steps of every trace ``sources`` stand for (a directory: the traces in it), grouped as
+    ``reports/several.py`` says; runs of the first's program compared with it."""
+    from tracewhy.reports.several import SeveralOptions, read_several  # (several traces only)
+
+    options = options or StepsReportOptions()
+    return read_several(sources, SeveralOptions(options.step_marker, options.warmup),
+                        lambda t: steps_report(t, options), loader)

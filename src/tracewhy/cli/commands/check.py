@@ -5,9 +5,18 @@ import sys
 
 from tracewhy.cli.base import Command, emit, flush_warnings, loader, positive_int
 from tracewhy.cli.throughput import add_throughput_options
-from tracewhy.renderers.check import CheckPayload, check_lines, check_payload
-from tracewhy.reports.check import CheckReportOptions, check_report
+from tracewhy.renderers.check import (
+    CheckPayload,
+    CheckSeveralPayload,
+    check_lines,
+    check_payload,
+    check_several_lines,
+    check_several_payload,
+    several_passed,
+)
+from tracewhy.reports.check import CheckReportOptions, check_report, check_several
 from tracewhy.reports.check_metrics import METRICS
+from tracewhy.reports.inputs import is_several
 
 #: Exit code when a threshold is violated (tracewhy.cli documents the codes).
 EXIT_VIOLATION = 1
@@ -22,10 +31,15 @@ class CheckCommand(Command):
     [tool.tracewhy.check] in a pyproject.toml (--config FILE, else the nearest pyproject.toml
     above the current directory); options win. --baseline A also fails when the step time
     regressed significantly against trace A (the test of `tracewhy diff`).
+
+    Several traces (files, or a directory of them): each is checked against the same limits (a
+    rank's lines under its heading when they are the ranks of one job); the gate fails when any
+    trace fails, and the last line names them.
     """
 
     name = "check"
-    json_payloads = (CheckPayload,)
+    takes_traces = True
+    json_payloads = (CheckPayload, CheckSeveralPayload)
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--json", action="store_true", help="print versioned JSON instead of lines")
@@ -48,13 +62,20 @@ class CheckCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         limits = {k.removeprefix("limit:"): v for k, v in vars(args).items()
                   if k.startswith("limit:") and v is not None}
-        report = check_report(args.trace, CheckReportOptions(
+        options = CheckReportOptions(
             limits=limits, config=args.config, baseline=args.baseline, step_marker=args.step, warmup=args.warmup,
             allow_unmeasured=args.allow_unmeasured, allow_partial=args.allow_partial,
-            items_per_step=args.items_per_step, unit=args.unit), loader())
+            items_per_step=args.items_per_step, unit=args.unit)
+        if is_several(args.trace):
+            several = check_several(args.trace, options, loader())
+            payload, lines, passed = check_several_payload(several), check_several_lines(several), \
+                several_passed(several)
+        else:
+            report = check_report(args.trace[0], options, loader())
+            payload, lines, passed = check_payload(report), check_lines(report), report.passed
         if args.json:
-            emit(args, self.name, check_payload(report), lambda: "")
+            emit(args, self.name, payload, lambda: "")
         else:  # plain lines, never wrapped: CI logs are grepped line by line
             flush_warnings()
-            sys.stdout.write("".join(line + "\n" for line in check_lines(report)))
-        return 0 if report.passed else EXIT_VIOLATION
+            sys.stdout.write("".join(line + "\n" for line in lines))
+        return 0 if passed else EXIT_VIOLATION
