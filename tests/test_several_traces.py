@@ -7,8 +7,11 @@ of the output is checked against the same command on that trace alone."""
 
 from __future__ import annotations
 
+import base64
 import gzip
+import hashlib
 import json
+import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -203,7 +206,16 @@ def test_report_of_runs_is_one_page(capsys: pytest.CaptureFixture[str], tmp_path
     out = tmp_path / "r.html"
     assert main(["report", str(BASE), str(PLANTED), "-o", str(out)]) == 0
     html = out.read_text()
-    assert html.count('<article class="run"') == 2 and "runs-data" in html
+    assert html.count('<article class="run"') == 2
+    # Only the page's own scripts run (by hash): uPlot, the comparison, and per part the part's
+    # switch and the single report's code; the data block is the --json document.
+    csp = re.search(r'script-src ([^;"]+)', html)
+    scripts = re.findall(r"<script>(.*?)</script>", html, flags=re.S)
+    assert csp is not None and len(scripts) == 2 + 2 * 2
+    hashes = {"'sha256-" + base64.b64encode(hashlib.sha256(s.encode()).digest()).decode() + "'" for s in scripts}
+    assert set(csp.group(1).split()) == hashes
+    block = re.search(r'<script type="application/json" id="runs-data">(.*?)</script>', html, flags=re.S)
+    assert block is not None and _payload(json.loads(block.group(1))) == _payload(doc)
 
 
 # --- how traces are grouped ------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from conftest import GENERATED
+from conftest import GENERATED, shared_trace
 from tracewhy.cli import main
 from tracewhy.reports.trace_dirs import directory_traces
 
@@ -37,10 +37,12 @@ def _mixed(tmp_path: Path) -> Path:
 
 
 def test_directory_traces_are_told_by_content(tmp_path: Path) -> None:
+    nsys = shared_trace("nsys/nsysai_mock_rtx3080.sqlite.gz")  # an Nsight Systems export
     folder = _mixed(tmp_path)
     (folder / "renamed.dat").symlink_to(BASE)  # a trace under a name no reader registers
+    (folder / nsys.name).symlink_to(nsys)
     traces, skipped = directory_traces(folder)
-    assert [p.name for p in traces] == [BASE.name, "renamed.dat"]
+    assert [p.name for p in traces] == [BASE.name, nsys.name, "renamed.dat"]
     why = {Path(s.path).name: s.why for s in skipped}
     assert set(why) == {"notes.txt", "memory.json.gz", "run.rank0.jsonl"}  # the hidden file is passed over
     assert "not a trace" in why["notes.txt"]
