@@ -18,8 +18,10 @@ from typing import Any
 
 import pytest
 
+import tracewhy
 from conftest import GENERATED, shared_trace
-from tracewhy.analyses.run_identity import RunIdentity
+from tracewhy.analyses.run_identity import RunIdentity, name_share, run_identity
+from tracewhy.analyses.steps import StepsOptions, steps
 from tracewhy.cli import main
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.inputs_grouping import AS_RANKS, AS_RUNS, group
@@ -237,3 +239,18 @@ def _identity(path: str, rank: int | None, world: int | None = 2, backend: str |
 def test_ranks_of_one_job_from_their_metadata(identities: tuple[RunIdentity, ...], read_as: str, why: str) -> None:
     g = group(identities)
     assert g.read_as == read_as and why in g.reason
+
+
+def test_name_share_threshold_lies_between_runs_and_programs() -> None:
+    """The threshold's reason, held on the real traces it was measured on: one model on an A100
+    and on a V100 (different kernels) is still one program; HTA's A100 DDP job and its V100 DDP
+    job with profile_memory, different models, are not."""
+    def identity(relative: str) -> RunIdentity:
+        t = tracewhy.load(shared_trace(relative))
+        return run_identity(t, steps(t, StepsOptions()))
+
+    one_model = name_share(identity("hta/tracediff_control_a100_rank3of8.json.gz"),
+                           identity("hta/tracediff_test_v100_rank1of2.json.gz"))
+    two_models = name_share(identity("hta/a100_ddp2_rank0_nccl2.17.json.gz"),
+                            identity("hta/v100_ddp2_rank1_memprofile.json.gz"))
+    assert two_models + 0.1 < th.SAME_PROGRAM_MIN_NAME_SHARE < one_model - 0.1

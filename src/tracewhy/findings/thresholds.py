@@ -123,9 +123,10 @@ DIFF_TOTALS_MIN_CHANGE: Final = 0.10
 #: their operator, kernel and annotation names (digits folded: "ProfilerStep#N") is common to
 #: both (names in both over names in either). Measured on the real traces: runs of one program
 #: share 71-100% (two resnet50 captures with 0 and 4 DataLoader workers 88%, a CPU loop and the
-#: same loop with a planted slowdown 99%, one model on an A100 and on a V100, whose kernels
-#: differ, 71%), traces of different programs 31-39% (an A100 DDP job and a CPU-only loop 31%,
-#: GPU jobs of other models 34-39%): a half lies in the gap with room on both sides.
+#: same loop with a planted slowdown 99%, HTA's trace-diff pair, one model on an A100 and on a
+#: V100 whose kernels differ, 71%), traces of different programs 20-31% (HTA's A100 DDP trace
+#: against its V100 DDP trace 20%, against a resnet50 capture 23%, against a CPU-only loop 31%):
+#: a half lies in the gap with room on both sides.
 SAME_PROGRAM_MIN_NAME_SHARE: Final = 0.5
 
 # --- roofline (Nsight Compute verdicts per kernel, shape-based estimates per op) ---------------
