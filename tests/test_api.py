@@ -14,9 +14,10 @@ import polars as pl
 import pytest
 
 import tracewhy as tw
+from api_support import as_cli
 from conftest import ROOT, shared_trace
 from tracewhy.cli import main
-from tracewhy.errors import TraceError
+from tracewhy.errors import TraceError, UsageError
 from tracewhy.model.schema import Kind
 from tracewhy.model.trace import PartialTraceError, Trace
 
@@ -40,19 +41,13 @@ def _cli_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
     return out
 
 
-def _rows(table: pl.DataFrame) -> list[dict[str, Any]]:
-    """A table as the JSON output writes it (rows of sorted keys), to compare with ``--json``."""
-    rows: list[dict[str, Any]] = json.loads(table.write_json())
-    return [dict(sorted(r.items())) for r in rows]
-
-
 # --- the same numbers as the command ---------------------------------------------------------------
 
 
 def test_steps_are_the_steps_command(gpu_trace: Trace, capsys: pytest.CaptureFixture[str]) -> None:
     doc = _cli_json(capsys, "steps", str(shared_trace(NCCL)))
     r = tw.steps(gpu_trace)
-    assert _rows(r.table) == [dict(sorted(s.items())) for s in doc["steps"]]
+    assert as_cli(r.table) == [dict(sorted(s.items())) for s in doc["steps"]]
     assert r.stats is not None and r.stats.p50_ns == doc["stats"]["p50_ns"]
 
 
@@ -96,9 +91,9 @@ def test_check_takes_the_command_thresholds_as_keywords(demo: Trace) -> None:
 
 
 def test_check_refuses_an_unknown_threshold_or_none(demo: Trace) -> None:
-    with pytest.raises(ValueError, match="unknown check 'max-gpu-idel'"):
+    with pytest.raises(UsageError, match="unknown check 'max-gpu-idel'"):
         tw.check(demo, max_gpu_idel="20%")
-    with pytest.raises(ValueError, match="nothing to check"):
+    with pytest.raises(UsageError, match="nothing to check"):
         tw.check(demo)
 
 

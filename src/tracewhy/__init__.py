@@ -1,8 +1,9 @@
 """tracewhy: says why a PyTorch job is slower than it should be, from the traces it left.
 
-``tracewhy.load(path)`` reads a trace; ``tracewhy.diagnose(trace)``, ``steps``, ``gaps``,
-``kernels``, ``ops``, ``overlap``, ``blocks``, ``nvtx``, ``info``, ``check`` and ``diff`` do what
-the command of the same name does; ``slices`` and ``to_pandas`` hand tables out (``tracewhy.api``).
+``tracewhy.load(path)`` reads a trace; every command is a function of the same name
+(``tracewhy.diagnose(trace)``, ``steps``, ``gaps``, ``kernels``, ..., ``critical_path`` for
+``critical-path``) returning the command's result; ``slices`` and ``to_pandas`` hand tables out
+(``tracewhy.api``).
 """
 
 from __future__ import annotations
@@ -16,18 +17,30 @@ if TYPE_CHECKING:
         Diagnosis,
         blocks,
         check,
+        compile,
+        critical_path,
         diagnose,
         diff,
+        export,
         gaps,
         info,
         kernels,
+        lines,
+        memory,
         nsys_stats,
         nvtx,
         ops,
         overlap,
+        pipeline,
+        ranks,
+        report,
+        roofline,
+        schema,
         slices,
+        sql,
         steps,
         to_pandas,
+        which,
     )
     from tracewhy.model import Trace
 
@@ -36,8 +49,9 @@ __version__ = "0.1.0"
 #: ``Trace``, ``load`` and the version are here; the rest is ``tracewhy.api``, imported on first
 #: use: the CLI imports this package for ``__version__``, and importing every analysis up front
 #: would double a cached command's time.
-__all__ = ["Diagnosis", "Trace", "__version__", "blocks", "check", "diagnose", "diff", "gaps", "info", "kernels",
-           "load", "nsys_stats", "nvtx", "ops", "overlap", "slices", "steps", "to_pandas"]
+__all__ = ["Diagnosis", "Trace", "__version__", "blocks", "check", "compile", "critical_path", "diagnose", "diff",
+           "export", "gaps", "info", "kernels", "lines", "load", "memory", "nsys_stats", "nvtx", "ops", "overlap",
+           "pipeline", "ranks", "report", "roofline", "schema", "slices", "sql", "steps", "to_pandas", "which"]
 
 
 def load(path: str | Path) -> Trace:

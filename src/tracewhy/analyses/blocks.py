@@ -32,6 +32,7 @@ from tracewhy.analyses.steps import (
 )
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, Col, Kind
 from tracewhy.model.trace import Trace
+from tracewhy.rows import Rows
 
 I64 = npt.NDArray[np.int64]
 
@@ -109,7 +110,7 @@ BLOCK_INSTANCES_SCHEMA: Final = pl.Schema({
 
 
 @dataclass(frozen=True)
-class BlocksResult:
+class BlocksResult(Rows, rows="table", key="name"):
     """``table`` (BLOCKS_SCHEMA): one row per block name, most GPU time first, over the steady
     steps (the whole capture when there are no steps; then ``per_step`` values are per capture).
     ``instances`` (BLOCK_INSTANCES_SCHEMA): one row per range. See BlockCol.

@@ -29,6 +29,7 @@ from tracewhy.analyses.steps import StepsResult, WindowCol, step_windows, steps
 from tracewhy.analyses.thread_intervals import END, inside, union_per_thread
 from tracewhy.model.schema import Col, Kind
 from tracewhy.model.trace import Trace
+from tracewhy.rows import Rows
 
 WHOLE_TRACE = "(whole trace)"
 ATEN_PREFIX = "aten::"
@@ -104,7 +105,7 @@ BREAKS_SCHEMA: Final = pl.Schema({BreakCol.FUNCTION: pl.String(), BreakCol.LOCAT
 
 
 @dataclass(frozen=True)
-class CompileResult:
+class CompileResult(Rows, rows="per_step"):
     """What torch.compile did in the captured steps: ``per_step`` (COMPILE_STEPS_SCHEMA),
     ``regions`` (REGIONS_SCHEMA), ``recompiles`` (RECOMPILES_SCHEMA), ``breaks`` (BREAKS_SCHEMA).
     ``graph_breaks_per_step`` is the median

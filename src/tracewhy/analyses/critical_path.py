@@ -37,6 +37,7 @@ from tracewhy.analyses.critical_path_walk import Category as Category
 from tracewhy.analyses.steps import StepsOptions, StepsResult, WindowCol, step_windows, steps
 from tracewhy.model.schema import Col, Kind
 from tracewhy.model.trace import Trace
+from tracewhy.rows import Rows
 
 I64 = npt.NDArray[np.int64]
 
@@ -78,7 +79,7 @@ CATEGORY_NS: Final = {c: f"{c}_ns" for c in CATEGORIES}
 
 
 @dataclass(frozen=True)
-class CriticalPathResult:
+class CriticalPathResult(Rows, rows="steps"):
     """``steps``: per step its window (WindowCol names), ``total_ns``, ``determined`` and one
     ``<category>_ns`` column per category (``CATEGORY_NS``); ``step`` is the window's index among
     all ``steps_total`` of the trace, of which ``steps`` holds at most ``max_steps``.

@@ -24,6 +24,7 @@ from tracewhy.analyses.shift import Shift, hodges_lehmann, in_whole_ns
 from tracewhy.analyses.steps import StepCol, StepsOptions, StepsResult, steps
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, DeviceCol, Kind
 from tracewhy.model.trace import Trace
+from tracewhy.rows import Rows
 
 
 @dataclass(frozen=True)
@@ -132,7 +133,7 @@ OP_DELTAS_SCHEMA: Final = pl.Schema({
 
 
 @dataclass(frozen=True)
-class DiffResult:
+class DiffResult(Rows, rows="ops", key="name"):
     """``steps`` is None when either run has no steady steps; its times are whole nanoseconds.
 
     ``ops`` (OP_DELTAS_SCHEMA), ``annotations`` and ``kernels`` (DELTAS_SCHEMA) columns: name,

@@ -34,6 +34,7 @@ from tracewhy.analyses.steps import StepCol, StepsResult, WindowCol
 from tracewhy.analyses.utilization import DeviceBusy, device_busy
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, Col, Kind
 from tracewhy.model.trace import Trace
+from tracewhy.rows import Rows
 
 I64 = npt.NDArray[np.int64]
 
@@ -123,7 +124,7 @@ GAP_SHORT_SCHEMA: Final = pl.Schema({GapCol.DEVICE: pl.Int32(), GapCol.STEP: pl.
 
 
 @dataclass(frozen=True)
-class GapsResult:
+class GapsResult(Rows, rows="gaps", ranked_by="dur_ns"):
     """``gaps`` (GAPS_SCHEMA): one row per idle interval, with the host activity at its middle
     and its time per class (CLASS_COLUMNS). ``per_step`` (GAP_STEPS_SCHEMA): per step and device,
     window, busy and idle time, kernel busy time, idle per class, and short_ns / short_gaps: the

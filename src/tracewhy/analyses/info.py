@@ -10,6 +10,7 @@ import polars as pl
 from tracewhy.analyses.steps import StepsOptions, steps
 from tracewhy.model.schema import Col, DeviceCol
 from tracewhy.model.trace import Capture, Trace
+from tracewhy.rows import Rows
 
 
 class InfoDevice(TypedDict):
@@ -24,7 +25,7 @@ class InfoDevice(TypedDict):
 
 
 @dataclass(frozen=True)
-class InfoResult:
+class InfoResult(Rows, rows="devices"):
     path: str
     format: str
     schema_version: int | None

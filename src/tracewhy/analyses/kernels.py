@@ -11,6 +11,7 @@ from tracewhy.analyses.families import classify_kernels
 from tracewhy.analyses.stats import whole_ns
 from tracewhy.model.schema import Col, Kind
 from tracewhy.model.trace import Trace
+from tracewhy.rows import Rows
 
 
 class KernelCol:
@@ -41,7 +42,7 @@ KERNELS_BY_FAMILY_SCHEMA: Final = pl.Schema({
 
 
 @dataclass(frozen=True)
-class KernelsResult:
+class KernelsResult(Rows, rows="by_name", key="name"):
     """Kernel time per name (``by_name``, KERNELS_BY_NAME_SCHEMA) and per family (``by_family``,
     KERNELS_BY_FAMILY_SCHEMA), largest first. A name whose launches were classified differently
     (a kernel launched under a collective op in one place and not in another) has a row per

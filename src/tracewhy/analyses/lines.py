@@ -16,6 +16,7 @@ from tracewhy.analyses.source_lines import I64, B, HostTree, call_stacks, parse_
 from tracewhy.analyses.steps import StepsResult, steady_span, steps
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, OpAttrCol
 from tracewhy.model.trace import Trace
+from tracewhy.rows import Rows
 
 
 class LineCol:
@@ -75,7 +76,7 @@ class LinesOptions:
 
 
 @dataclass(frozen=True)
-class LinesResult:
+class LinesResult(Rows, rows="table", key="function"):
     """``table`` (LINES_SCHEMA) in ``sort_by`` order; ``stacks`` (STACKS_SCHEMA).
 
     Self time is a frame's time less the listed frames below it. Builtin calls (``.item()``,

@@ -22,6 +22,7 @@ import polars as pl
 from tracewhy.analyses.stats import nearest_ns
 from tracewhy.errors import UsageError
 from tracewhy.model.instrument import InstrumentLog, LogBlockCol
+from tracewhy.rows import Rows
 
 #: Units (steps or chunks) left out at the start of each rank by default: the first one pays for
 #: allocation, compilation and cache fill.
@@ -85,7 +86,7 @@ class LogBlocksOptions:
 
 
 @dataclass(frozen=True)
-class LogBlocksResult:
+class LogBlocksResult(Rows, rows="table", key="name"):
     """``table`` (LOG_BLOCKS_TABLE_SCHEMA): per rank, most time first. ``per_unit``
     (UNITS_SCHEMA): every unit, warm-up included. ``steady_units``: rank -> steady units."""
 

@@ -22,6 +22,7 @@ from tracewhy.analyses.steps import StepsOptions, StepsResult, WindowCol, step_w
 from tracewhy.model.memory_timeline import EXPORT_CATEGORIES, MemoryTimeline, TimelineCol
 from tracewhy.model.schema import KIND_CODE, Col, Kind, MemEventCol
 from tracewhy.model.trace import Trace
+from tracewhy.rows import Rows
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
@@ -100,7 +101,7 @@ class DeviceMemory:
 
 
 @dataclass(frozen=True)
-class MemoryResult:
+class MemoryResult(Rows, rows="devices", key="device"):
     devices: tuple[DeviceMemory, ...]
     top_ops: pl.DataFrame  # TOP_OPS_SCHEMA
     ledger_source: str  # "inferred": from where blocks were allocated (LEDGER_RULES)
@@ -114,7 +115,7 @@ class MemoryOptions:
 
 
 @dataclass(frozen=True)
-class TimelineResult:
+class TimelineResult(Rows, rows="table"):
     """A memory-timeline export's peak and its ledger, in the profiler's own categories."""
 
     peak_total_bytes: int

@@ -16,6 +16,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.model.memory_snapshot import EventCol, Frame, MemorySnapshot, SegCol, SnapshotBlockCol
+from tracewhy.rows import Rows
 
 I64 = npt.NDArray[np.int64]
 
@@ -92,7 +93,7 @@ class SnapshotDevice:
 
 
 @dataclass(frozen=True)
-class SnapshotResult:
+class SnapshotResult(Rows, rows="devices"):
     devices: tuple[SnapshotDevice, ...]
     allocator_settings: dict[str, str | int | float | bool | None]
 

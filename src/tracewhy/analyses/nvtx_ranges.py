@@ -18,6 +18,7 @@ from tracewhy.analyses.nvtx_work import Unattributed
 from tracewhy.analyses.stats import whole_ns
 from tracewhy.model.schema import Col, NvtxCol
 from tracewhy.model.trace import NSYS_FORMAT, Trace
+from tracewhy.rows import Rows
 
 #: Projection columns of ``nvtx_gpu_proj_sum`` kept per (name, style), renamed where the
 #: plain name would clash with the CPU-side statistics.
@@ -77,7 +78,7 @@ _ROUNDED: Final = (RangeCol.MEAN, RangeCol.MEDIAN, RangeCol.STDDEV, RangeCol.PRO
 
 
 @dataclass(frozen=True)
-class NvtxRangesResult:
+class NvtxRangesResult(Rows, rows="table", key="name"):
     """``table``: one row per (name, style), by total range time, largest first, then name, with
     NVTX_RANGES_SCHEMA (see RangeCol).
     ``source``: "nvtx" or "user annotations". ``unattributed``: GPU work launched outside

@@ -11,6 +11,7 @@ import polars as pl
 
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, Kind, OpAttrCol
 from tracewhy.model.trace import Trace
+from tracewhy.rows import Rows
 
 
 class OpCol:
@@ -43,7 +44,7 @@ class OpsOptions:
 
 
 @dataclass(frozen=True)
-class OpsResult:
+class OpsResult(Rows, rows="table", key="name"):
     """``table``: OPS_SCHEMA (OPS_BY_SHAPES_SCHEMA with ``by_shapes``), in ``sort_by`` order.
 
     CPU self time is the op's duration less the CPU ops nested in it. GPU self time is the

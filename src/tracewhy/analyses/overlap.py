@@ -41,6 +41,7 @@ from tracewhy.analyses.stats import nearest_ns
 from tracewhy.analyses.steps import StepCol, StepsOptions, StepsResult, WindowCol, steady_span, step_windows, steps
 from tracewhy.model.schema import Col
 from tracewhy.model.trace import Trace
+from tracewhy.rows import Rows
 
 I64 = npt.NDArray[np.int64]
 
@@ -103,7 +104,7 @@ class OverlapOptions:
 
 
 @dataclass(frozen=True)
-class OverlapResult:
+class OverlapResult(Rows, rows="devices"):
     """Overlap measurements, one row per device (per step, per stream) in device order.
 
     ``devices``: device, streams, span_start_ns, span_ns (first activity start to last end),

@@ -27,6 +27,7 @@ import polars as pl
 from tracewhy.analyses.stats import nearest_ns
 from tracewhy.errors import UsageError
 from tracewhy.model.instrument import InstrumentLog, MarkCol
+from tracewhy.rows import Rows
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ class Percentiles:
 
 
 @dataclass(frozen=True)
-class PipelineResult:
+class PipelineResult(Rows, rows="chunks"):
     spec: PipelineSpec
     stage_ranks: dict[str, int]  # the rank whose clock each stage (and "period") is read on
     chunks: pl.DataFrame

@@ -31,6 +31,7 @@ import polars as pl
 from tracewhy.analyses.intervals import covered_ns, union
 from tracewhy.analyses.ranks import RankSummary
 from tracewhy.analyses.stats import nearest_ns
+from tracewhy.rows import Rows
 
 #: Ops whose message size differs between ranks by design (uneven all-to-all splits,
 #: point-to-point): their sizes are not compared.
@@ -67,7 +68,7 @@ DOING_SCHEMA: Final = pl.Schema({"kind": pl.String(), "name": pl.String(), "ns_p
 
 
 @dataclass(frozen=True)
-class RanksResult:
+class RanksResult(Rows, rows="ranks"):
     """``ranks``: one row per rank: rank, source, rank_from, steps, step_p50_ns, step_p90_ns, step_mean_ns,
     compute_ns_per_step, comm_ns_per_step, comm_exposed_ns_per_step, idle_ns_per_step,
     input_ns_per_step, calls, wait_ns_per_step (its waits in matched calls), last_count (calls

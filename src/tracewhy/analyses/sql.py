@@ -35,6 +35,7 @@ from tracewhy.model.schema import (
     LaunchAttrCol,
 )
 from tracewhy.model.trace import Trace
+from tracewhy.rows import Rows
 
 
 class Table:
@@ -194,7 +195,7 @@ def op_rows(trace: Trace) -> pl.DataFrame:
 
 
 @dataclass(frozen=True)
-class SqlResult:
+class SqlResult(Rows, rows="table"):
     """A query's rows (``table``), DuckDB's type of each column, and the tables it read."""
 
     query: str

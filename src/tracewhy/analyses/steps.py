@@ -18,6 +18,7 @@ from tracewhy.analyses.stats import nearest_ns
 from tracewhy.analyses.step_marker import annotation_step_marker
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, Kind
 from tracewhy.model.trace import Trace
+from tracewhy.rows import Rows
 
 PROFILER_STEP = "ProfilerStep"
 _STEP_KINDS = (Kind.ANNOTATION.value, Kind.CPU_OP.value)
@@ -98,7 +99,7 @@ WINDOWS_SCHEMA: Final = pl.Schema({
 
 
 @dataclass(frozen=True)
-class StepsResult:
+class StepsResult(Rows, rows="table", key="name"):
     """Steps in time order: ``table`` has STEPS_SCHEMA (see StepCol). ``stats`` covers the
     steady steps only."""
 

@@ -15,6 +15,7 @@ import polars as pl
 
 from tracewhy.model.schema import Col, CopyAttrCol, Kind
 from tracewhy.model.trace import Trace
+from tracewhy.rows import Rows
 
 #: Columns of every summary table after its key column(s).
 STAT_COLUMNS: Final = ("count", "total_ns", "mean_ns", "median_ns", "min_ns", "max_ns",
@@ -23,7 +24,7 @@ MEMSET_OPERATION: Final = "memset"
 
 
 @dataclass(frozen=True)
-class Summary:
+class Summary(Rows, rows="table"):
     """One row per key; ``value`` names what was summarized (``dur_ns`` or ``bytes``)."""
 
     table: pl.DataFrame

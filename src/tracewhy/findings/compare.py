@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from tracewhy.analyses.diff import Difference, DiffResult
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.model import Finding
+from tracewhy.rows import Rows
 from tracewhy.units import fmt_ns
 
 FASTER = "faster"
@@ -25,7 +26,7 @@ _PER_SESSION = re.compile(r"SESSION|UUID|UTC|EPOCH|_NS$|^nsys:DERIVED_|RUN_DURAT
 
 
 @dataclass(frozen=True)
-class Comparison:
+class Comparison(Rows, rows="diff.ops", key="name"):
     """``verdict`` is one of faster / slower / within noise / not measured; ``statement`` says it
     with the numbers. ``comparable`` is False when a difference in ``not_comparable_because``
     means the step times measure different things; ``caveats`` are differences worth knowing."""

@@ -29,6 +29,7 @@ from tracewhy.analyses.roofline_weighted import WeightedCol, weighted_by_kernel
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.roofline_notes import ncu_notes
 from tracewhy.model.ncu import BreakdownCol, NcuCol, NcuReport, RuleCol
+from tracewhy.rows import Rows
 
 MEMORY_BOUND: Final = "memory-bound"
 COMPUTE_BOUND: Final = "compute-bound"
@@ -89,7 +90,7 @@ SPEEDUP_TYPE_RANK: Final = {"global": 0, None: 1, "local": 2}
 
 
 @dataclass(frozen=True)
-class NcuRooflineResult:
+class NcuRooflineResult(Rows, rows="kernels", key="name"):
     """Verdicts for every launch (``launches``) and kernel name (``kernels``), longest first.
 
     ``rules`` holds ncu's messages with the kernel name; ``stalls`` the stall breakdown with

@@ -22,10 +22,11 @@ from tracewhy.findings import thresholds as th
 from tracewhy.findings.roofline import COMPUTE_BOUND, LATENCY_BOUND, MEMORY_BOUND, VerdictCol
 from tracewhy.model.ncu import NcuCol
 from tracewhy.model.trace import Trace
+from tracewhy.rows import Rows
 
 
 @dataclass(frozen=True)
-class OpRooflineResult:
+class OpRooflineResult(Rows, rows="ops", key="name"):
     """Shape-based roofline per op instance (``instances``) and per op name and shapes (``ops``),
     each with its bound; ``notes`` say what the estimate rests on and what it leaves out.
     The other fields are ``analyses.roofline_ops.OpRooflineMeasures``'s."""

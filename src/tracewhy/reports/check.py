@@ -33,6 +33,7 @@ from tracewhy.model.trace import Trace
 from tracewhy.reports.check_metrics import METRICS, Limit, fmt_value, parse_limit
 from tracewhy.reports.diff import compare
 from tracewhy.reports.inputs import PLAIN, Loader, TraceSource
+from tracewhy.rows import Rows
 
 if TYPE_CHECKING:
     from tracewhy.reports.several import SeveralReport
@@ -70,7 +71,7 @@ class CheckNote:
 
 
 @dataclass(frozen=True)
-class CheckReport:
+class CheckReport(Rows, rows="results", key="limit.key"):
     results: list[CheckResult]
     baseline: Comparison | None
     baseline_passed: bool
@@ -190,9 +191,11 @@ class CheckReportOptions:
     settings, each None where not given (the config's value, else the default, applies)."""
 
     limits: Mapping[str, str] = field(default_factory=dict)
-    #: The pyproject.toml holding [tool.tracewhy.check]; None: the nearest one above the working directory.
+    #: The pyproject.toml holding [tool.tracewhy.check]; None: the nearest one above the working
+    #: directory, unless ``find_config`` is False (the Python API reads no config unasked).
     config: str | None = None
-    baseline: str | None = None
+    find_config: bool = True
+    baseline: TraceSource | None = None
     step_marker: str | None = None
     warmup: int | None = None
     allow_unmeasured: bool | None = None
@@ -219,9 +222,9 @@ def check_several(sources: Sequence[TraceSource], options: CheckReportOptions,
                         loader, compare_runs=False)
 
 
-def check_gate(options: CheckReportOptions) -> tuple[CheckOptions, str | None]:
+def check_gate(options: CheckReportOptions) -> tuple[CheckOptions, TraceSource | None]:
     """The gate the options and the config set, and the baseline trace's path (None: none)."""
-    config, base_dir = load_config(options.config)
+    config, base_dir = load_config(options.config) if options.config or options.find_config else ({}, Path.cwd())
     settings = {k: config.pop(k) for k in SETTINGS if k in config}
     limits: list[Limit] = []
     try:

@@ -14,6 +14,7 @@ from tracewhy.findings.model import Finding
 from tracewhy.model.torch_logs import TorchLogs
 from tracewhy.readers.registry import read_compile_logs
 from tracewhy.reports.inputs import PLAIN, Loader, TraceSource
+from tracewhy.rows import Rows
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,7 @@ class CompileReportOptions:
 
 
 @dataclass(frozen=True)
-class CompileReport:
+class CompileReport(Rows, rows="result.per_step"):
     """The compile analysis, the TORCH_LOGS capture when given, and the findings on them."""
 
     result: CompileResult

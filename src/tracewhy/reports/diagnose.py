@@ -25,6 +25,7 @@ from tracewhy.findings.model import Finding, Severity
 from tracewhy.model.trace import Trace
 from tracewhy.reports import at_once
 from tracewhy.reports.inputs import PLAIN, Loader, TraceSource
+from tracewhy.rows import Rows
 
 if TYPE_CHECKING:
     from tracewhy.reports.several import SeveralReport
@@ -39,7 +40,7 @@ RULES: tuple[Rule, ...] = (
 
 
 @dataclass(frozen=True)
-class Report:
+class Report(Rows, rows="findings", key="code"):
     """The ranked findings and the measurements they rest on."""
 
     path: str

@@ -14,6 +14,7 @@ from tracewhy.findings.memory import memory_findings, snapshot_findings
 from tracewhy.findings.model import Finding
 from tracewhy.readers.registry import InputKind, detect, read_memory_snapshot, read_memory_timeline
 from tracewhy.reports.inputs import PLAIN, Loader, TraceSource
+from tracewhy.rows import Rows
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,7 @@ class MemoryReportOptions:
 
 
 @dataclass(frozen=True)
-class TraceMemoryReport:
+class TraceMemoryReport(Rows, rows="result.devices", key="device"):
     """A profile_memory trace's memory, and the findings on it."""
 
     result: MemoryResult
@@ -31,7 +32,7 @@ class TraceMemoryReport:
 
 
 @dataclass(frozen=True)
-class SnapshotMemoryReport:
+class SnapshotMemoryReport(Rows, rows="result.devices"):
     """An allocator snapshot's memory, and the findings on it."""
 
     result: SnapshotResult
@@ -39,7 +40,7 @@ class SnapshotMemoryReport:
 
 
 @dataclass(frozen=True)
-class TimelineMemoryReport:
+class TimelineMemoryReport(Rows, rows="result.table"):
     """A memory-timeline export: its ``layout`` and number of ``events``, analysed."""
 
     result: TimelineResult

@@ -24,6 +24,7 @@ from tracewhy.findings.model import Finding
 from tracewhy.findings.pipeline import FAIL, PipelineComparison, PipelineVerdict, compare, judge
 from tracewhy.readers.registry import read_stage_logs
 from tracewhy.reports.inputs import PLAIN, Loader
+from tracewhy.rows import Rows
 
 #: Chunks left out as warm-up by default.
 WARMUP_CHUNKS: Final = DEFAULT_WARMUP
@@ -54,7 +55,7 @@ class PipelineReportOptions:
 
 
 @dataclass(frozen=True)
-class PipelineReport:
+class PipelineReport(Rows, rows="result.chunks"):
     """The chunks, the verdict and findings; ``vs``: B's chunks, verdict and the comparison; with
     ``rate``, A's (and B's) throughput at the steady period."""
 

@@ -28,6 +28,7 @@ from tracewhy.readers.registry import InputKind, suffixes
 from tracewhy.readers.source import content_size
 from tracewhy.reports import at_once
 from tracewhy.reports.inputs import PLAIN, Loader
+from tracewhy.rows import Rows
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor
@@ -53,7 +54,7 @@ class RanksReportOptions:
 
 
 @dataclass(frozen=True)
-class RanksReport:
+class RanksReport(Rows, rows="result.ranks"):
     """What ``ranks`` computes: each rank's summary (its reader's warnings among them), the ranks
     compared, the findings on them, and where the per-rank work ran (``executor``)."""
 

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
+
+import polars as pl
 
 from tracewhy.analyses.roofline import RooflineOptions
 from tracewhy.analyses.roofline_ops import OpRooflineOptions
@@ -16,6 +19,10 @@ from tracewhy.findings.roofline_ops import OpRooflineResult, op_roofline
 from tracewhy.model.ncu import NcuRun
 from tracewhy.readers.registry import InputKind, detect, read_kernel_metrics, suffixes
 from tracewhy.reports.inputs import PLAIN, Loader
+from tracewhy.rows import Rows
+
+#: The column of ``NcuRunsReport.kernels`` naming the run a kernel's row is of.
+RUN: Final = "run"
 
 
 @dataclass(frozen=True)
@@ -25,7 +32,7 @@ class RooflineReportOptions:
 
 
 @dataclass(frozen=True)
-class NcuRooflineReport:
+class NcuRooflineReport(Rows, rows="result.kernels", key="name"):
     """The verdicts of an Nsight Compute report with one run, and what its reader warned of."""
 
     result: NcuRooflineResult
@@ -33,12 +40,14 @@ class NcuRooflineReport:
 
 
 @dataclass(frozen=True)
-class NcuRunsReport:
-    """The verdicts of each run of an ncu CSV holding several (exports appended into one file)."""
+class NcuRunsReport(Rows, rows="kernels", key="name"):
+    """The verdicts of each run of an ncu CSV holding several (exports appended into one file);
+    ``kernels``: every run's kernel verdicts in one table, each row with its ``run`` (the index)."""
 
     path: str
     runs: list[tuple[NcuRun, NcuRooflineResult]]
     warnings: tuple[str, ...]
+    kernels: pl.DataFrame
 
 
 def roofline_report(path: str | Path, options: RooflineReportOptions | None = None, loader: Loader = PLAIN
@@ -61,5 +70,7 @@ def roofline_report(path: str | Path, options: RooflineReportOptions | None = No
     measured = RooflineOptions(device=options.device)
     if len(report.runs) > 1:
         runs = [(run, roofline(report.run_report(run.index), measured)) for run in report.runs]
-        return NcuRunsReport(report.path, runs, tuple(report.warnings))
+        kernels = pl.concat([r.kernels.with_columns(pl.lit(run.index, pl.Int64).alias(RUN)) for run, r in runs],
+                            how="diagonal_relaxed")
+        return NcuRunsReport(report.path, runs, tuple(report.warnings), kernels)
     return NcuRooflineReport(roofline(report, measured), tuple(report.warnings))

@@ -5,8 +5,8 @@ import sys
 from pathlib import Path
 
 from tracewhy.cli.base import Command, emit, loader, positive_int
-from tracewhy.cli.output import STDOUT, refuse_overwrite, refuse_special_output, write_files, write_output
 from tracewhy.errors import UsageError
+from tracewhy.output_files import STDOUT, refuse_overwrite, refuse_special_output, write_files, write_output
 from tracewhy.renderers.export import (
     ExportedTables,
     ExportedTrace,

@@ -5,8 +5,8 @@ import sys
 from pathlib import Path
 
 from tracewhy.cli.base import Command, add_output_options, emit, loader, positive_int
-from tracewhy.cli.output import STDOUT, refuse_overwrite, refuse_special_output, write_output
 from tracewhy.errors import UsageError
+from tracewhy.output_files import STDOUT, refuse_overwrite, refuse_special_output, write_output
 from tracewhy.renderers.lines import WEIGHTS, LinesPayload, folded_stacks, lines_payload, render_lines, speedscope_bytes
 from tracewhy.reports.lines import LINES_SORT_KEYS, LinesReportOptions, lines_report
 

@@ -5,8 +5,8 @@ import sys
 from pathlib import Path
 
 from tracewhy.cli.base import Command, emit, loader, positive_int, warnings_so_far
-from tracewhy.cli.output import refuse_overwrite, refuse_special_output, write_output
 from tracewhy.errors import UsageError
+from tracewhy.output_files import refuse_overwrite, refuse_special_output, write_output
 from tracewhy.renderers.html import render_html
 from tracewhy.renderers.jsonout import envelope
 from tracewhy.renderers.report import ReportPayload, findings_count, report_payload

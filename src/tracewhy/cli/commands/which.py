@@ -23,6 +23,6 @@ class WhichCommand(Command):
         parser.add_argument("--json", action="store_true", help="print versioned JSON instead of tables")
 
     def run(self, args: argparse.Namespace) -> int:
-        found = which_report(args.symptom)
+        found = which_report(args.symptom).answers
         emit(args, self.name, which_payload(args.symptom, found), lambda: render_which(args.symptom, found))
         return 0 if found else 1
