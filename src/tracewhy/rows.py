@@ -144,8 +144,8 @@ class Rows:
                 import polars as pl
 
                 kept = rows.with_row_index("_row").sort(self._ranked_by, descending=True, maintain_order=True) \
-                    .head(n).get_column("_row")
-                rows = rows.with_row_index("_row").filter(pl.col("_row").is_in(kept)).drop("_row")
+                    .head(n).get_column("_row").sort()
+                rows = rows.select(pl.all().gather(kept))
             else:
                 rows = rows.head(n)
         else:
