@@ -33,7 +33,7 @@ def test_the_readme_has_the_two_commands_ci_runs() -> None:
     # site) and runs every check CI runs.
     assert checks.startswith(". .venv/bin/activate && pip install -e '.[")
     extras = set(checks.split("'.[")[1].split("]'")[0].split(","))
-    assert {"test", "torch", "docs"} <= extras
+    assert {"test", "torch", "docs", "mcp"} <= extras  # mcp: tests/test_mcp_server.py runs the server
     for check in ("python -m pytest -q", "mypy", "ruff check src tests bench scripts", "lint-imports",
                   "mkdocs build --strict"):
         assert check in checks

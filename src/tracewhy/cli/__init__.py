@@ -22,8 +22,8 @@ from contextvars import ContextVar
 from typing import Final, NoReturn
 
 from tracewhy import __version__
-from tracewhy.cli.base import Warnings, add_common_options, run_command
-from tracewhy.cli.commands import COMMAND_MODULES, load_command
+from tracewhy.cli.base import Warnings, add_common_options, run_command, write_json_document
+from tracewhy.cli.commands import ALL_MODULES, load_command
 from tracewhy.errors import TraceError, UsageError
 from tracewhy.units import printable
 
@@ -76,7 +76,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tracewhy {__version__}")
     sub = parser.add_subparsers(dest="command_name", metavar="COMMAND", required=True)
     chosen = next((a for a in (argv or ()) if not a.startswith("-")), None)
-    names = [chosen] if chosen in COMMAND_MODULES else list(COMMAND_MODULES)
+    names = [chosen] if chosen in ALL_MODULES else list(ALL_MODULES)
     for cls in (load_command(n) for n in names):
         doc = inspect.getdoc(cls) or ""
         p = sub.add_parser(cls.name, help=doc.splitlines()[0] if doc else None, description=doc)
@@ -115,7 +115,7 @@ def _unknown_command(parser: argparse.ArgumentParser, word: str) -> tuple[int, s
     Returns the exit code and the message."""
     parser.print_usage(sys.stderr)
     hint = (f"; to diagnose it: tracewhy diagnose {printable(word)}" if os.path.exists(word)
-            else _did_you_mean(word, list(COMMAND_MODULES)))
+            else _did_you_mean(word, list(ALL_MODULES)))
     message = f"unknown command {printable(word)!r}{hint} (tracewhy --help lists them)"
     print(f"tracewhy: error: {message}", file=sys.stderr)
     return EXIT_USAGE, message
@@ -134,11 +134,8 @@ def _json_error(command: str | None, message: str, code: int, warnings: Warnings
         return code
     from tracewhy.renderers.jsonout import render_error_json
 
-    try:
-        sys.stdout.write(render_error_json(command, message, code, warnings.lines if warnings else []) + "\n")
-        sys.stdout.flush()
-    except (BrokenPipeError, ValueError):  # (stdout closed: nothing more can be said)
-        pass
+    with contextlib.suppress(BrokenPipeError, ValueError):  # (stdout closed: nothing more can be said)
+        write_json_document(render_error_json(command, message, code, warnings.lines if warnings else []))
     return code
 
 
@@ -162,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(argv)
     word = _command_word(argv)
     as_json = _json_wanted(argv)
-    if word is not None and word not in COMMAND_MODULES and not {"-h", "--help", "--version"} & set(argv):
+    if word is not None and word not in ALL_MODULES and not {"-h", "--help", "--version"} & set(argv):
         code, message = _unknown_command(parser, word)
         return _json_error(word, message, code) if as_json else code
     token = _USAGE_ERROR.set(None)

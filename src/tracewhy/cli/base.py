@@ -260,12 +260,39 @@ def warnings_so_far() -> list[str]:
     return list(collected.lines) if collected is not None else []
 
 
+#: Where the ``--json`` documents of commands run in this context go: None, stdout; a list, kept
+#: there (``json_documents_kept``: the MCP server runs commands in process and stdout is its protocol's).
+_JSON_DOCUMENTS: ContextVar[list[str] | None] = ContextVar("tracewhy_json_documents", default=None)
+
+
+@contextlib.contextmanager
+def json_documents_kept() -> Iterator[list[str]]:
+    """While it is open, the ``--json`` documents (an error's too) are added to the list it gives
+    instead of being written on stdout."""
+    documents: list[str] = []
+    token = _JSON_DOCUMENTS.set(documents)
+    try:
+        yield documents
+    finally:
+        _JSON_DOCUMENTS.reset(token)
+
+
+def write_json_document(text: str) -> None:
+    """A ``--json`` document, on stdout or to the list ``json_documents_kept`` gave."""
+    documents = _JSON_DOCUMENTS.get()
+    if documents is not None:
+        documents.append(text)
+    else:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
+
 def emit(args: argparse.Namespace, command: str, payload: Mapping[str, Any], view: View) -> None:
     """The command's output: the payload a renderer built, in the JSON envelope (``--json``),
     or the terminal table ``view`` builds. Commands build no dicts of their own."""
     flush_warnings()  # before the table: a user reads the caveat first
     if getattr(args, "json", False):
-        sys.stdout.write(render_json(command, payload, warnings_so_far()) + "\n")
+        write_json_document(render_json(command, payload, warnings_so_far()))
     else:
         show(view, getattr(args, "color", "auto"))
 

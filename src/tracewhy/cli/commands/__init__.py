@@ -18,13 +18,17 @@ COMMAND_MODULES: dict[str, str] = {
                  "capture", "schema")
 }
 COMMAND_MODULES["critical-path"] = "tracewhy.cli.commands.critical_path"  # a hyphen cannot name a module
+#: Commands that serve the others rather than compute (no report, no ``--json`` document of their
+#: own): ``mcp``, the Model Context Protocol server. Listed after the commands.
+SERVER_MODULES: dict[str, str] = {"mcp": "tracewhy.cli.commands.mcp"}
+ALL_MODULES: dict[str, str] = {**COMMAND_MODULES, **SERVER_MODULES}
 
 
 def load_command(name: str) -> type[Command]:
     """The Command subclass of a subcommand name."""
-    module = importlib.import_module(COMMAND_MODULES[name])
+    module = importlib.import_module(ALL_MODULES[name])
     for value in vars(module).values():
         if isinstance(value, type) and issubclass(value, Command) and value is not Command \
                 and getattr(value, "name", None) == name:
             return value
-    raise LookupError(f"{COMMAND_MODULES[name]} defines no Command named {name!r}")
+    raise LookupError(f"{ALL_MODULES[name]} defines no Command named {name!r}")
