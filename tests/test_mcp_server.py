@@ -73,6 +73,9 @@ def test_a_tool_returns_the_commands_json_document() -> None:
         gaps = await client.call_tool("gaps", {"trace": path, "class": "launch", "min_gap": 5000})
         assert gaps.structured_content == cli_json("gaps", path, "--class", "launch", "--min-gap", "5000")
         assert len(gaps.structured_content["gaps"]) > 0
+        query = "-- a comment first\nSELECT count(*) AS kernels FROM kernels"  # (not an option)
+        counted = await client.call_tool("sql", {"trace": path, "query": query})
+        assert counted.structured_content["rows"] == [{"kernels": 2700}]
 
     with_client(check)
 

@@ -73,7 +73,8 @@ class Tool:
                 "required": [a.name for a in self.arguments if a.required], "additionalProperties": False}
 
     def argv(self, given: Mapping[str, Any]) -> list[str]:
-        """The command line that runs this tool with ``given``: positionals first, then options."""
+        """The command line that runs this tool with ``given``: the options, then after ``--`` the
+        positionals (so that a path or a query starting with "-" is not read as an option)."""
         unknown = sorted(set(given) - {a.name for a in self.arguments})
         if unknown:
             raise ValueError(f"{self.name} takes no argument {', '.join(unknown)}; "
@@ -81,22 +82,21 @@ class Tool:
         missing = [a.name for a in self.arguments if a.required and given.get(a.name) in (None, "", [])]
         if missing:
             raise ValueError(f"{self.name} needs {', '.join(missing)}")
-        argv = [self.command]
+        options: list[str] = []
+        positionals: list[str] = []
         for a in self.arguments:
             value = given.get(a.name)
-            if a.option is None and value is not None:
-                argv += [str(v) for v in value] if a.many else [str(value)]
-        for a in self.arguments:
-            value = given.get(a.name)
-            if a.option is None or value is None or value is False:
+            if value is None or value is False:
                 continue
-            if a.flag:
-                argv.append(a.option)
+            if a.option is None:
+                positionals += [str(v) for v in value] if a.many else [str(value)]
+            elif a.flag:
+                options.append(a.option)
             elif a.many:
-                argv += [a.option, *(str(v) for v in value)]
+                options += [a.option, *(str(v) for v in value)]
             else:
-                argv.append(f"{a.option}={value}")  # (a value starting with "-" stays the option's)
-        return [*argv, "--json"]
+                options.append(f"{a.option}={value}")  # (a value starting with "-" stays the option's)
+        return [self.command, *options, "--json", "--", *positionals]
 
 
 def tools(commands: Sequence[str] = TOOL_COMMANDS) -> list[Tool]:
