@@ -128,7 +128,7 @@ def test_over_stdio_as_an_agent_starts_it() -> None:
 
     path = str(shared_trace(SMALL))
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    server = StdioServerParameters(command=sys.executable, args=["-m", "tracewhy", "mcp"], env=env)
+    server = StdioServerParameters(command=sys.executable, args=["-m", "tracewhy", "mcp", "--no-cache"], env=env)
 
     async def session() -> None:
         async with Client(server, mode="legacy") as client:

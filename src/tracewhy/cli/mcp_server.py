@@ -141,13 +141,15 @@ def _argument(action: argparse.Action) -> ToolArgument | None:
     return ToolArgument(name, long, flag, many, required, value)
 
 
-def run_tool(tool: Tool, given: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
+def run_tool(tool: Tool, given: Mapping[str, Any], no_cache: bool = False) -> tuple[dict[str, Any] | None, str]:
     """The command's ``--json`` document and a summary; (None, the one-line message) when it
-    failed (bad arguments, an unreadable trace, a usage error)."""
+    failed (bad arguments, an unreadable trace, a usage error). ``no_cache``: as ``--no-cache``."""
     from tracewhy.cli import main
 
     try:
         argv = tool.argv(given)
+        if no_cache:
+            argv.insert(1, "--no-cache")
     except ValueError as e:
         return None, str(e)
     with json_documents_kept() as documents:
@@ -189,8 +191,9 @@ def resource_text(uri: str) -> str:
     raise ValueError(f"no resource {uri}; the resources are {', '.join(r[0] for r in RESOURCES)}")
 
 
-def build_server(commands: Sequence[str] = TOOL_COMMANDS) -> Server[Any]:
-    """The server: its tools, their schemas and its resources. Needs the ``mcp`` extra."""
+def build_server(commands: Sequence[str] = TOOL_COMMANDS, no_cache: bool = False) -> Server[Any]:
+    """The server: its tools, their schemas and its resources; with ``no_cache``, every command
+    reads its traces afresh (``tracewhy mcp --no-cache``). Needs the ``mcp`` extra."""
     import anyio
     import mcp_types as types
     from mcp.server import Server
@@ -210,7 +213,7 @@ def build_server(commands: Sequence[str] = TOOL_COMMANDS) -> Server[Any]:
         if tool is None:
             return _error(f"no tool {params.name!r}; the tools are {', '.join(served)}")
         # (the analysis is CPU work: a thread, so that the server keeps answering meanwhile)
-        document, text = await anyio.to_thread.run_sync(run_tool, tool, dict(params.arguments or {}))
+        document, text = await anyio.to_thread.run_sync(run_tool, tool, dict(params.arguments or {}), no_cache)
         if document is None:
             return _error(text)
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structured_content=document)
@@ -247,12 +250,12 @@ INSTRUCTIONS: Final = (
     "finding-codes explains every finding code; tracewhy://docs/decisions how tracewhy decides.")
 
 
-def serve_stdio() -> None:
+def serve_stdio(no_cache: bool = False) -> None:
     """Serve on stdin and stdout until the client closes them."""
     import anyio
     from mcp.server.stdio import stdio_server
 
-    server = build_server()
+    server = build_server(no_cache=no_cache)
 
     async def serve() -> None:
         async with stdio_server() as (read, write):

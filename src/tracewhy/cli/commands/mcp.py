@@ -28,5 +28,5 @@ class McpCommand(Command):
             raise UsageError(f"tracewhy mcp needs the mcp package: {install_hint('mcp')}") from None
         from tracewhy.cli.mcp_server import serve_stdio
 
-        serve_stdio()
+        serve_stdio(no_cache=args.no_cache)  # (the commands it runs read afresh too)
         return 0
