@@ -46,3 +46,13 @@ def test_python_api_page_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     namespace: dict[str, object] = {"__name__": "python_api_page"}
     for i, block in enumerate(blocks, 1):
         exec(compile(block, f"{page.name}: block {i}", "exec"), namespace)
+
+
+def test_the_page_calls_every_command_function() -> None:
+    """Every command but ``capture`` (a profiler run; ``tracewhy.capture.profile`` in Python) and
+    the ``mcp`` server is called in a block of the page, so each has a runnable example."""
+    from tracewhy.cli.commands import COMMAND_MODULES
+
+    code = "".join(python_blocks(PAGE.read_text(encoding="utf-8")))
+    uncalled = [c for c in COMMAND_MODULES if c != "capture" and f"tw.{c.replace('-', '_')}(" not in code]
+    assert not uncalled, f"docs/python-api.md shows no call of {uncalled}"
