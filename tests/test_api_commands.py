@@ -184,3 +184,43 @@ def test_report_and_export_write_what_the_commands_write(tmp_path: Path) -> None
         tw.report(trace, trace)
     with pytest.raises(ValueError, match="give output"):
         tw.export(trace)
+
+
+def test_several_traces_are_a_report_per_trace_as_the_command_groups_them() -> None:
+    """diagnose, steps, gaps and check take several traces (a list) as their commands do: the
+    ranks of one job, or runs of one program compared; each trace's result has its own times
+    from its own start."""
+    ranks = [str(p) for p in RANKS]
+    doc = cli_json("diagnose", *ranks)
+    several = tw.diagnose(ranks)
+    assert several.grouping is not None and several.grouping.read_as == doc["grouping"]["read_as"] == "ranks"
+    assert [t.path for t in several] == [i["path"] for i in doc["inputs"]] and len(several) == 2
+    for per, shown in zip(several, doc["inputs"], strict=True):
+        assert [f.code for f in per.result] == [f["code"] for f in shown["findings"]]
+        same_rows(as_cli(per.result.steps.table), shown["steps"], must_share=("ts_ns", "dur_ns"))
+        assert per.result.steps.table.get_column("ts_ns")[0] == 0  # this trace's own start
+    assert several[ranks[1]].identity.rank == 1
+    runs = [str(p) for p in DIFF]
+    steps_doc = cli_json("steps", *runs)
+    st = tw.steps(runs, top=2)
+    assert st.grouping is not None and st.grouping.read_as == steps_doc["grouping"]["read_as"]
+    for per, shown in zip(st, steps_doc["inputs"], strict=True):
+        same_rows(as_cli(per.result.table), shown["steps"][:2], must_share=("name", "ts_ns", "steady"))
+    gaps_doc = cli_json("gaps", *ranks)
+    assert [len(per.result.gaps) for per in tw.gaps(ranks)] == [len(i["gaps"]) for i in gaps_doc["inputs"]]
+    gate_doc = cli_json("check", *ranks, "--max-step-p50", "1s")
+    gate = tw.check(ranks, max_step_p50="1s")
+    assert [[r.line for r in per.result] for per in gate] == [[r["line"] for r in i["results"]]
+                                                                for i in gate_doc["inputs"]]
+    assert tw.steps([ranks[0]]).table.equals(tw.steps(ranks[0]).table)  # a list of one is one trace
+    assert tw.to_pandas(several)["path"].tolist() == ranks
+
+
+def test_the_report_of_several_traces_is_the_commands(tmp_path: Path) -> None:
+    from tracewhy.cli import main
+
+    ranks = [str(p) for p in RANKS]
+    assert main(["report", *ranks, "-o", str(tmp_path / "cli.html")]) == 0
+    written = tw.report(ranks, tmp_path / "api.html")
+    assert (tmp_path / "api.html").read_bytes() == (tmp_path / "cli.html").read_bytes()
+    assert written[0].bytes == (tmp_path / "api.html").stat().st_size

@@ -14,7 +14,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from api_support import A100, cli_json
+from api_support import A100, RANKS, cli_json
 from conftest import ROOT, shared_trace
 from tracewhy import __version__
 from tracewhy.cli.mcp_server import RESOURCES, TOOL_COMMANDS, build_server
@@ -50,6 +50,7 @@ def test_initialize_and_every_tool_with_its_schemas() -> None:
             assert "json" not in tool.input_schema["properties"] and "top" not in tool.input_schema["properties"]
         by_name = {t.name: t.input_schema for t in listed}
         assert by_name["diagnose"]["required"] == ["trace"]
+        assert by_name["diagnose"]["properties"]["trace"]["anyOf"][1]["type"] == "array"  # one path, or several
         assert by_name["diff"]["required"] == ["a", "b"] and by_name["sql"]["required"] == ["trace", "query"]
         assert by_name["gaps"]["properties"]["min_gap"] == {
             "type": "integer", "minimum": 0, "default": 2000,
@@ -73,6 +74,10 @@ def test_a_tool_returns_the_commands_json_document() -> None:
         gaps = await client.call_tool("gaps", {"trace": path, "class": "launch", "min_gap": 5000})
         assert gaps.structured_content == cli_json("gaps", path, "--class", "launch", "--min-gap", "5000")
         assert len(gaps.structured_content["gaps"]) > 0
+        ranks = [str(p) for p in RANKS]  # several traces: a list, as several paths on the command line
+        several = await client.call_tool("diagnose", {"trace": ranks})
+        assert several.structured_content == cli_json("diagnose", *ranks)
+        assert several.structured_content["grouping"]["read_as"] == "ranks"
         query = "-- a comment first\nSELECT count(*) AS kernels FROM kernels"  # (not an option)
         counted = await client.call_tool("sql", {"trace": path, "query": query})
         assert counted.structured_content["rows"] == [{"kernels": 2700}]

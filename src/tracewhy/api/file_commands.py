@@ -1,7 +1,7 @@
 """The commands that write files, as functions: ``report`` (the HTML report) and ``export`` (the
 annotated trace for Perfetto, and the SQL tables as Parquet). Each computes what its command
 computes (``reports/report.py``, ``reports/export.py``), has it drawn by the command's renderer,
-writes it as the command does (``cli/output.py``: never over the input, atomically) and returns
+writes it as the command does (``output_files.py``: never over the input, atomically) and returns
 what it wrote, with what the files show."""
 
 from __future__ import annotations
@@ -9,12 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracewhy.api.tables import Reads, TraceLike, handed_out
+from tracewhy.api.tables import Reads, Sources, TraceLike, as_sources, handed_out
 from tracewhy.model.trace import Trace
 from tracewhy.reports.diagnose import Report
 from tracewhy.reports.export import ExportOptions, export_report
+from tracewhy.reports.inputs import TraceSource
 from tracewhy.reports.overview import Overview
-from tracewhy.reports.report import ReportContents, ReportOptions, report_contents
+from tracewhy.reports.report import ReportContents, ReportOptions, report_contents, report_several
 from tracewhy.rows import Rows
 
 
@@ -45,26 +46,31 @@ class WrittenExport(Rows, rows="files", key="path"):
     report: Report
 
 
-def report(trace: TraceLike, output: str | Path, *, step: str | None = None,
+def report(trace: Sources, output: str | Path, *, step: str | None = None,
            warmup: int | None = None) -> WrittenReport:
-    """Write the self-contained HTML report of ``trace`` (a trace, a directory of rank traces,
-    an ncu report or a memory-timeline export) to ``output`` (``tracewhy report -o``)."""
+    """Write the self-contained HTML report of ``trace`` (a trace, an ncu report or a
+    memory-timeline export; several traces, a list or a directory of them: the ranks of one job
+    compared, or each run's overview and the runs compared) to ``output`` (``tracewhy report -o``)."""
     from tracewhy.output_files import refuse_overwrite, refuse_special_output, write_output
     from tracewhy.renderers.html import render_html
     from tracewhy.renderers.jsonout import envelope
     from tracewhy.renderers.report import report_payload
 
     out = Path(output)
-    refuse_overwrite(out, _source_path(trace))
+    sources = as_sources(trace)
+    for source in sources:
+        refuse_overwrite(out, _source_path(source))
     refuse_special_output(out)
+    options = ReportOptions(step_marker=step, warmup=warmup)
 
     def make(reads: Reads) -> WrittenReport:
-        contents = report_contents(trace, ReportOptions(step_marker=step, warmup=warmup), reads.loader)
+        contents = (report_contents(sources[0], options, reads.loader) if len(sources) == 1
+                    else report_several(sources, options, reads.loader))
         page = render_html(envelope("report", report_payload(contents), reads.warnings)).encode()
         write_output(out, page)
         return WrittenReport([WrittenFile(str(out), len(page))], contents)
 
-    return handed_out(trace, make)
+    return handed_out(sources[0] if len(sources) == 1 else None, make)
 
 
 def export(trace: TraceLike, output: str | Path | None = None, *, parquet: str | Path | None = None,
@@ -99,6 +105,6 @@ def export(trace: TraceLike, output: str | Path | None = None, *, parquet: str |
     return handed_out(trace, make)
 
 
-def _source_path(trace: TraceLike) -> Path:
+def _source_path(trace: TraceSource) -> Path:
     """The input's file, which an output may not overwrite."""
     return Path(trace.meta.path) if isinstance(trace, Trace) else Path(trace)

@@ -15,11 +15,12 @@ from typing import Any
 
 from tracewhy.analyses.throughput import requested
 from tracewhy.api.results import Diff, extended
-from tracewhy.api.tables import Reads, TraceLike, handed_out
+from tracewhy.api.tables import Reads, Sources, TraceLike, as_sources, handed_out, handed_out_several
 from tracewhy.findings.roofline_ops import OpRooflineResult
-from tracewhy.reports.check import CheckReport, CheckReportOptions, check_report
+from tracewhy.reports.check import CheckReport, CheckReportOptions, check_report, check_several
 from tracewhy.reports.check_metrics import METRICS
 from tracewhy.reports.diff import DiffReportOptions, diff_report
+from tracewhy.reports.inputs import is_several
 from tracewhy.reports.pipeline import (
     MIN_OVERLAP,
     WARMUP_CHUNKS,
@@ -31,6 +32,7 @@ from tracewhy.reports.pipeline import (
 from tracewhy.reports.ranks import RanksReport, RanksReportOptions, ranks_report, trace_files
 from tracewhy.reports.roofline import NcuRooflineReport, NcuRunsReport, RooflineReportOptions, roofline_report
 from tracewhy.reports.schema import FOLDER, shipped_path, shipped_text
+from tracewhy.reports.several import SeveralReport
 from tracewhy.reports.which import WhichReport, which_report
 
 #: One path, or several (a list or tuple of them).
@@ -50,15 +52,17 @@ def diff(a: TraceLike, b: TraceLike, *, step: str | None = None, warmup: int | N
     return handed_out(None, make, top)
 
 
-def check(trace: TraceLike, *, baseline: TraceLike | None = None, config: str | Path | None = None,
+def check(trace: Sources, *, baseline: TraceLike | None = None, config: str | Path | None = None,
           step: str | None = None, warmup: int | None = None, allow_unmeasured: bool = False,
           allow_partial: bool = False, items_per_step: float | None = None, unit: str | None = None,
-          **limits: str | float) -> CheckReport:
+          **limits: str | float) -> CheckReport | SeveralReport[CheckReport]:
     """The CI gate (``tracewhy check``): ``max_gpu_idle="20%"``, ``max_step_p50="120ms"``, ... are
     the command's ``--max-gpu-idle 20%``, ``--max-step-p50 120ms``; ``report.passed`` is its exit
     status. ``config``: a pyproject.toml whose ``[tool.tracewhy.check]`` holds limits and
     settings (the keywords win); unlike the command, no pyproject.toml is looked for unasked.
-    Results come in the command's order (that of its ``--help``), whatever the keywords' order."""
+    Results come in the command's order (that of its ``--help``), whatever the keywords' order.
+    Several traces (a list, or a directory): a ``SeveralReport`` with each trace's gate
+    (``all(t.result.passed for t in report)`` is the command's exit status)."""
     typed = {key.replace("_", "-"): str(text) for key, text in limits.items()}
     order = {f"{bound}-{m.name}": i for i, m in enumerate(METRICS.values()) for bound in m.bounds}
     typed = dict(sorted(typed.items(), key=lambda kv: order.get(kv[0], len(order))))
@@ -66,7 +70,14 @@ def check(trace: TraceLike, *, baseline: TraceLike | None = None, config: str | 
         limits=typed, config=str(config) if config is not None else None, find_config=False, baseline=baseline,
         step_marker=step, warmup=warmup, allow_unmeasured=allow_unmeasured or None,
         allow_partial=allow_partial or None, items_per_step=items_per_step, unit=unit)
-    return handed_out(trace, lambda reads: check_report(trace, options, reads.loader))
+    sources = as_sources(trace)
+    if is_several(sources):
+        return handed_out_several(sources, lambda reads: check_several(sources, options, reads.loader), _same)
+    return handed_out(sources[0], lambda reads: check_report(sources[0], options, reads.loader))
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 def ranks(*paths: Paths, step: str | None = None, warmup: int | None = None, workers: int | None = None,

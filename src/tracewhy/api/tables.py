@@ -12,9 +12,9 @@ trace holds. Durations (``dur_ns``, ``window_ns`` ...) are left as they are.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import polars as pl
 
@@ -22,6 +22,9 @@ from tracewhy.model.schema import Col, Kind
 from tracewhy.model.trace import Trace
 from tracewhy.reports.inputs import Loader, TraceSource
 from tracewhy.rows import frame_to_pandas
+
+if TYPE_CHECKING:
+    from tracewhy.reports.several import SeveralReport
 
 #: A Trace, or the path of a trace file to read first (as ``tracewhy.load`` does).
 TraceLike = Trace | str | Path
@@ -63,6 +66,11 @@ def public(value: R, origin_ns: int | None = None) -> R:
             if new is not old:
                 changed[f.name] = new
         return dataclasses.replace(value, **changed) if changed else value
+    if isinstance(value, dict):
+        changed_items = {k: public(v, origin_ns) for k, v in value.items()}
+        if any(changed_items[k] is not v for k, v in value.items()):
+            return changed_items  # type: ignore[return-value]
+        return value
     if isinstance(value, (list, tuple)):
         items = [public(v, origin_ns) for v in value]
         if any(new is not old for new, old in zip(items, value, strict=True)):
@@ -98,11 +106,12 @@ def _plain_dtype(dtype: object) -> pl.DataType | None:
 
 
 class Reads:
-    """A loader for one API call that keeps what it read: the trace a result's times are
-    measured from, and the readers' warnings (which an HTML report carries)."""
+    """A loader for one API call that keeps what the times of its result are measured from: each
+    trace's start, by the path it was read from (not the trace: several traces are let go one by
+    one as they are read), and the readers' warnings (which an HTML report carries)."""
 
     def __init__(self) -> None:
-        self.traces: list[Trace] = []
+        self.origins: dict[str, int | None] = {}
         self.warnings: list[str] = []
         self.loader = Loader(read=self._read, warn=self._warn)
 
@@ -110,7 +119,7 @@ class Reads:
         from tracewhy.readers import read_trace
 
         trace = read_trace(path, kinds=kinds)
-        self.traces.append(trace)
+        self.origins.setdefault(str(path), time_origin_ns(trace))
         self._warn(path, trace.meta.warnings)
         return trace
 
@@ -122,9 +131,13 @@ class Reads:
         return self.loader.trace(source)
 
     def origin(self, source: object) -> int | None:
-        """The time origin of ``source`` (a Trace), else of the first trace read; None without one."""
-        trace = source if isinstance(source, Trace) else (self.traces[0] if self.traces else None)
-        return time_origin_ns(trace) if trace is not None else None
+        """The start of ``source`` (a Trace, or the path of one read), else of the first trace
+        read; None without one."""
+        if isinstance(source, Trace):
+            return time_origin_ns(source)
+        if isinstance(source, (str, Path)) and str(source) in self.origins:
+            return self.origins[str(source)]
+        return next(iter(self.origins.values()), None)
 
 
 def handed_out(source: TraceSource | None, make: Callable[[Reads], R], top: int | None = None) -> R:
@@ -135,6 +148,32 @@ def handed_out(source: TraceSource | None, make: Callable[[Reads], R], top: int 
     made = make(reads)
     result = public(made, reads.origin(source) if source is not None else None)
     return result.top(top) if top is not None else result  # type: ignore[attr-defined]
+
+
+#: Several traces (a list or tuple of them), or one (a Trace or a path; a directory of traces).
+Sources = TraceLike | Sequence[TraceLike]
+
+
+def as_sources(sources: Sources) -> list[TraceSource]:
+    """``sources`` as the list the commands' reports take."""
+    return list(sources) if isinstance(sources, (list, tuple)) else [sources]  # type: ignore[list-item]
+
+
+def handed_out_several(sources: Sequence[TraceSource], make: Callable[[Reads], SeveralReport[Any]],
+                       each: Callable[[Any], Any], top: int | None = None) -> SeveralReport[Any]:
+    """What a command computes on several traces (``reports/several.py``), made public: each
+    trace's result turned by ``each`` into what the API returns for one trace, its times from
+    that trace's start, its first ``top`` rows when given."""
+    reads = Reads()
+    for source in sources:  # (a Trace given is not read: its start is known now)
+        if isinstance(source, Trace):
+            reads.origins.setdefault(source.meta.path, time_origin_ns(source))
+    made = make(reads)
+    inputs = []
+    for per in made.inputs:
+        result = public(each(per.result), reads.origins.get(per.path))
+        inputs.append(dataclasses.replace(per, result=result.top(top) if top is not None else result))
+    return public(dataclasses.replace(made, inputs=tuple(inputs)))
 
 
 def slices(trace: TraceLike, *kinds: Kind | str) -> pl.DataFrame:

@@ -30,13 +30,14 @@ from tracewhy.analyses.summaries import (
 )
 from tracewhy.analyses.throughput import requested
 from tracewhy.api.results import Diagnosis, Steps, extended
-from tracewhy.api.tables import Reads, TraceLike, handed_out, public
+from tracewhy.api.tables import Reads, Sources, TraceLike, as_sources, handed_out, handed_out_several, public
 from tracewhy.reports.blocks import BlocksReportOptions, blocks_report
 from tracewhy.reports.compile import CompileReport, CompileReportOptions, compile_report
 from tracewhy.reports.critical_path import CriticalPathReportOptions, critical_path_report
-from tracewhy.reports.diagnose import DiagnoseReportOptions, diagnose_report
-from tracewhy.reports.gaps import GapsReportOptions, gaps_report
+from tracewhy.reports.diagnose import DiagnoseReport, DiagnoseReportOptions, diagnose_report, diagnose_several
+from tracewhy.reports.gaps import GapsReport, GapsReportOptions, gaps_report, gaps_several
 from tracewhy.reports.info import InfoReportOptions, info_report
+from tracewhy.reports.inputs import is_several
 from tracewhy.reports.kernels import KernelsReportOptions, kernels_report
 from tracewhy.reports.lines import LinesReportOptions, lines_report
 from tracewhy.reports.memory import (
@@ -49,55 +50,68 @@ from tracewhy.reports.memory import (
 from tracewhy.reports.nvtx import nvtx_report
 from tracewhy.reports.ops import OpsReportOptions, ops_report
 from tracewhy.reports.overlap import OverlapReportOptions, overlap_report
+from tracewhy.reports.several import SeveralReport
 from tracewhy.reports.sql import SqlReportOptions, sql_report
-from tracewhy.reports.steps import StepsReportOptions, steps_report
+from tracewhy.reports.steps import StepsReport, StepsReportOptions, steps_report, steps_several
 
 _MIN_GAP_NS = GapsReportOptions().min_gap_ns
 _GAINS = CriticalPathReportOptions().gain_items
 
 
-def diagnose(trace: TraceLike, *, step: str | None = None, warmup: int | None = None, min_gap: int = _MIN_GAP_NS,
+def diagnose(trace: Sources, *, step: str | None = None, warmup: int | None = None, min_gap: int = _MIN_GAP_NS,
              logs: str | Path | None = None, items_per_step: float | None = None, unit: str | None = None,
-             top: int | None = None) -> Diagnosis:
+             top: int | None = None) -> Diagnosis | SeveralReport[Diagnosis]:
     """Ranked findings, each with evidence and the next step (``tracewhy diagnose``); ``logs``:
-    the TORCH_LOGS capture of the run (``--logs``)."""
+    the TORCH_LOGS capture of the run (``--logs``). Several traces (a list, or a directory): a
+    ``SeveralReport`` whose rows are the traces, each with its Diagnosis (``.result``), grouped
+    as ranks of one job or runs compared, as the command groups them."""
     options = DiagnoseReportOptions(step_marker=step, warmup=warmup, min_gap_ns=min_gap,
                                     torch_logs=Path(logs) if logs is not None else None,
                                     rate=requested(items_per_step, unit))
 
-    def make(reads: Reads) -> Diagnosis:
-        r = diagnose_report(trace, options, reads.loader)
+    def shown(r: DiagnoseReport) -> Diagnosis:
         return extended(Diagnosis, r.report, throughput=r.throughput)
 
-    return handed_out(trace, make, top)
+    sources = as_sources(trace)
+    if is_several(sources):
+        return handed_out_several(sources, lambda reads: diagnose_several(sources, options, reads.loader), shown, top)
+    return handed_out(sources[0], lambda reads: shown(diagnose_report(sources[0], options, reads.loader)), top)
 
 
-def steps(trace: TraceLike, *, step: str | None = None, warmup: int | None = None,
-          items_per_step: float | None = None, unit: str | None = None, top: int | None = None) -> Steps:
-    """Steps with their span, GPU work and steady-window statistics (``tracewhy steps``)."""
+def steps(trace: Sources, *, step: str | None = None, warmup: int | None = None,
+          items_per_step: float | None = None, unit: str | None = None,
+          top: int | None = None) -> Steps | SeveralReport[Steps]:
+    """Steps with their span, GPU work and steady-window statistics (``tracewhy steps``); several
+    traces (a list, or a directory): a ``SeveralReport`` with each trace's Steps."""
     options = StepsReportOptions(step_marker=step, warmup=warmup, rate=requested(items_per_step, unit))
 
-    def make(reads: Reads) -> Steps:
-        r = steps_report(trace, options, reads.loader)
+    def shown(r: StepsReport) -> Steps:
         return extended(Steps, r.result, throughput=r.throughput)
 
-    return handed_out(trace, make, top)
+    sources = as_sources(trace)
+    if is_several(sources):
+        return handed_out_several(sources, lambda reads: steps_several(sources, options, reads.loader), shown, top)
+    return handed_out(sources[0], lambda reads: shown(steps_report(sources[0], options, reads.loader)), top)
 
 
-def gaps(trace: TraceLike, *, step: str | None = None, min_gap: int = _MIN_GAP_NS, gap_class: str | None = None,
-         top: int | None = None) -> GapsResult:
+def gaps(trace: Sources, *, step: str | None = None, min_gap: int = _MIN_GAP_NS, gap_class: str | None = None,
+         top: int | None = None) -> GapsResult | SeveralReport[GapsResult]:
     """GPU idle gaps in time order, each with its class and the host's activity, and idle per
-    step (``tracewhy gaps``); ``top``: the largest gaps, as the command lists them."""
+    step (``tracewhy gaps``); ``top``: the largest gaps, as the command lists them. Several
+    traces (a list, or a directory): a ``SeveralReport`` with each trace's GapsResult."""
+    options = GapsReportOptions(step_marker=step, min_gap_ns=min_gap)
 
-    def make(reads: Reads) -> GapsResult:
-        result = gaps_report(trace, GapsReportOptions(step_marker=step, min_gap_ns=min_gap), reads.loader).result
+    def shown(r: GapsReport) -> GapsResult:
         if gap_class is None:
-            return result
+            return r.result
         import polars as pl
 
-        return replace(result, gaps=result.gaps.filter(pl.col(GapCol.GAP_CLASS) == gap_class))
+        return replace(r.result, gaps=r.result.gaps.filter(pl.col(GapCol.GAP_CLASS) == gap_class))
 
-    return handed_out(trace, make, top)
+    sources = as_sources(trace)
+    if is_several(sources):
+        return handed_out_several(sources, lambda reads: gaps_several(sources, options, reads.loader), shown, top)
+    return handed_out(sources[0], lambda reads: shown(gaps_report(sources[0], options, reads.loader)), top)
 
 
 def kernels(trace: TraceLike, *, ncu: str | Path | None = None, top: int | None = None) -> KernelsResult:

@@ -88,12 +88,13 @@ class Tool:
             value = given.get(a.name)
             if value is None or value is False:
                 continue
+            values = [str(v) for v in value] if isinstance(value, list) else [str(value)]
             if a.option is None:
-                positionals += [str(v) for v in value] if a.many else [str(value)]
+                positionals += values
             elif a.flag:
                 options.append(a.option)
             elif a.many:
-                options += [a.option, *(str(v) for v in value)]
+                options += [a.option, *values]
             else:
                 options.append(f"{a.option}={value}")  # (a value starting with "-" stays the option's)
         return [self.command, *options, "--json", "--", *positionals]
@@ -133,8 +134,9 @@ def _argument(action: argparse.Action) -> ToolArgument | None:
         value["enum"] = list(action.choices)
     if action.default not in (None, False, argparse.SUPPRESS) and not many:
         value["default"] = action.default
-    if many:
-        value = {"type": "array", "items": value, **({"minItems": 1} if action.nargs == "+" else {})}
+    if many:  # (one value alone, or a list: "trace": "a.json" as well as "trace": ["r0.json", "r1.json"])
+        listed = {"type": "array", "items": value, **({"minItems": 1} if action.nargs == "+" else {})}
+        value = {"anyOf": [value, listed]}
     if action.help:
         value["description"] = action.help.replace("%(default)s", str(action.default)).replace("%%", "%")
     required = long is None and action.nargs not in ("?", "*")

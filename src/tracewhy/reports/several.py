@@ -27,6 +27,7 @@ from tracewhy.model.trace import Trace
 from tracewhy.reports.inputs import PLAIN, Loader, TraceSource
 from tracewhy.reports.ranks import RanksReport
 from tracewhy.reports.trace_dirs import SkippedFile, TraceInput, trace_inputs
+from tracewhy.rows import Rows
 
 R = TypeVar("R")
 
@@ -51,9 +52,10 @@ class PerTrace(Generic[R]):
 
 
 @dataclass(frozen=True)
-class SeveralReport(Generic[R]):
-    """What a command computed on several traces. ``grouping`` is None when one trace was left
-    (a directory holding one): the command then shows it as it shows a single trace.
+class SeveralReport(Rows, Generic[R], rows="inputs", key="path"):
+    """What a command computed on several traces, its rows the traces (``PerTrace``).
+    ``grouping`` is None when one trace was left (a directory holding one): the command then
+    shows it as it shows a single trace.
     ``ranks``: the ranks compared, when read as ranks and the command compares them;
     ``comparisons``: by path, each trace compared with the first (a run of its program)."""
 
