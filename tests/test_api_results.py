@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -119,3 +121,24 @@ def test_every_table_of_a_one_trace_result_has_plain_names_and_times_from_the_st
                 assert raw in table.columns, f"{name}: {column} has no {raw}"
                 starts = table.get_column(column).drop_nulls()
                 assert starts.is_empty() or starts.min() >= 0, f"{name}: {column} before the trace start"
+
+
+def test_an_nsys_exports_times_run_from_its_first_record_as_gaps_says(tmp_path: Path) -> None:
+    """On an Nsight Systems export the origin is the earliest start of any record (read here
+    from the SQLite tables themselves), and the one ``gaps --json`` states."""
+    import shutil
+    import sqlite3
+
+    from api_support import cli_json
+
+    source = shared_trace("nsys/nsysai_mock_rtx3080.sqlite.gz")
+    export = tmp_path / "export.sqlite"
+    with gzip.open(source) as packed, export.open("wb") as out:
+        shutil.copyfileobj(packed, out)
+    with contextlib.closing(sqlite3.connect(f"file:{export}?mode=ro", uri=True)) as db:
+        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        timed = [t for t in tables if "start" in {r[1] for r in db.execute(f"PRAGMA table_info('{t}')")}]
+        first = min(m for t in timed if (m := db.execute(f"SELECT min(start) FROM '{t}'").fetchone()[0]) is not None)
+    assert time_origin_ns(tw.load(source)) == first == cli_json("gaps", str(source))["time_origin_ns"]
+    kernels = tw.slices(source, "kernel")
+    assert (kernels.get_column("ts_raw_ns") - kernels.get_column("ts_ns") == first).all()
