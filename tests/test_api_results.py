@@ -142,3 +142,11 @@ def test_an_nsys_exports_times_run_from_its_first_record_as_gaps_says(tmp_path: 
     assert time_origin_ns(tw.load(source)) == first == cli_json("gaps", str(source))["time_origin_ns"]
     kernels = tw.slices(source, "kernel")
     assert (kernels.get_column("ts_raw_ns") - kernels.get_column("ts_ns") == first).all()
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_every_table_of_every_result_has_names_as_plain_strings(name: str) -> None:
+    for table in _tables(result(name)):
+        kept = [c for c, t in table.schema.items() if isinstance(t, (pl.Categorical, pl.Enum))
+                or (isinstance(t, pl.List) and isinstance(t.inner, (pl.Categorical, pl.Enum)))]
+        assert not kept, f"{name}: {kept} are not plain strings"
