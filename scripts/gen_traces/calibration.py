@@ -1,0 +1,353 @@
+"""Before/after pairs for calibrating the step-time predictions (``what_if``): one small CPU
+loop per fix type, captured once as written (*before*) and once with that one fix applied
+(*after*), several repeats, alternating before and after so that load drifts on a shared
+machine hit both sides alike.
+
+    python scripts/gen_traces/calibration.py --out tests/data/calibration [--repeats 3] [--only KEY ...]
+
+The captures of one fix run in one interpreter, before and after in turn, each from a freshly
+built model on one intra-op thread, seeded: a process's own speed (where the OS placed it, what
+shares its core) then weighs on both sides alike, which separate processes did not give (on a
+quiet 16-core machine, the same program's step differed by up to 1.6x from one process to the
+next). The two fixes whose state would carry over from one capture to the next (the Dynamo cache
+of the recompile pair, the worker processes of the DataLoader pair) run each capture in a fresh
+interpreter instead. The machine's load average is read before and after
+each capture and written to MANIFEST.md with what each pair plants. The fix a pair applies is
+declared here, from the code below, never measured from the trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from capture import cpu_profile, export_trace, seed_everything, step_schedule, total_steps
+from torch import nn
+from torch.autograd.profiler import record_function
+from torch.utils.checkpoint import checkpoint
+from torch.utils.data import DataLoader, Dataset
+
+#: Steps a capture holds: a few warm-up steps outside the trace (allocator, worker start-up,
+#: first compile), then enough active steps for a steady median.
+SCHEDULE = {"wait": 1, "warmup": 3, "active": 10}
+#: The recompile pair: each recompiling step is a compile's worth of Dynamo and AOT autograd
+#: events, so fewer active steps keep the file small.
+COMPILE_SCHEDULE = {"wait": 1, "warmup": 2, "active": 6}
+VARIANTS = ("before", "after")
+
+Step = Callable[[], None]
+
+
+def _mlp(depth: int, width: int, hidden: int | None = None) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for _ in range(depth):
+        layers += [nn.Linear(width, hidden or width), nn.ReLU()]
+        if hidden:
+            layers.append(nn.Linear(hidden, width))
+    return nn.Sequential(*layers)
+
+
+def _train(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, set_to_none: bool = True) -> None:
+    loss = model(x).square().mean()
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=set_to_none)
+
+
+# --- DataLoader workers ---------------------------------------------------------------------------
+
+LOADER_BATCH = 16
+LOADER_READ_S = 0.0006  # per sample: a slow read (file, network), no CPU used
+
+
+class SlowImages(Dataset[torch.Tensor]):
+    """Images read slowly, then normalised and flipped (the transform)."""
+
+    def __init__(self, length: int) -> None:
+        self.images = torch.randn(length, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+
+    def __len__(self) -> int:
+        return self.images.shape[0]
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        time.sleep(LOADER_READ_S)
+        image = self.images[index]
+        return ((image - image.mean()) / (image.std() + 1e-5)).flip(-1)
+
+
+def dataloader_workers(after: bool, steps: int) -> Step:
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(16, 16, 3, padding=1),
+                          nn.ReLU(), nn.Flatten(), nn.Linear(16 * 16 * 16, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    workers = {"num_workers": 2, "prefetch_factor": 4, "persistent_workers": True} if after else {}
+    loader = DataLoader(SlowImages(steps * LOADER_BATCH), batch_size=LOADER_BATCH, **workers)  # type: ignore[arg-type]
+    batches = iter(loader)
+
+    def step() -> None:
+        _train(model, optimizer, next(batches))
+    return step
+
+
+# --- foreach optimizer ----------------------------------------------------------------------------
+
+
+def foreach_optimizer(after: bool, steps: int) -> Step:
+    model = _mlp(depth=40, width=32)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9, foreach=after)
+    x = torch.randn(64, 32)
+    return lambda: _train(model, optimizer, x)
+
+
+# --- .item() reads --------------------------------------------------------------------------------
+
+ITEM_LAYERS = 24
+
+
+def item_reads(after: bool, steps: int) -> Step:
+    model = _mlp(depth=ITEM_LAYERS, width=128)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    norms: list[float] = []
+
+    @torch.no_grad()
+    def monitor(_module: nn.Module, _inputs: object, out: torch.Tensor) -> None:
+        norms.append(out.abs().mean().item())
+
+    if not after:
+        # Activation monitoring left on: every Linear reads its output's mean magnitude.
+        for layer in model:
+            if isinstance(layer, nn.Linear):
+                layer.register_forward_hook(monitor)
+    x = torch.randn(64, 128)
+
+    def step() -> None:
+        norms.clear()
+        _train(model, optimizer, x)
+    return step
+
+
+# --- activation checkpointing ---------------------------------------------------------------------
+
+
+class Checkpointed(nn.Module):
+    def __init__(self, blocks: nn.ModuleList, on: bool) -> None:
+        super().__init__()
+        self.blocks, self.on = blocks, on
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = checkpoint(block, x, use_reentrant=False) if self.on else block(x)
+        return x
+
+
+def checkpointing(after: bool, steps: int) -> Step:
+    blocks = nn.ModuleList(nn.Sequential(nn.Linear(128, 512), nn.GELU(), nn.Linear(512, 128)) for _ in range(8))
+    model = Checkpointed(blocks, on=not after)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(32, 128)
+    return lambda: _train(model, optimizer, x)
+
+
+# --- recompiles -----------------------------------------------------------------------------------
+
+
+def recompile(after: bool, steps: int) -> Step:
+    # A new sequence length every step: with dynamic=False each one is a new graph. The
+    # recompile limit is raised (as jobs that hit it do) so the steps keep compiling.
+    torch._dynamo.config.recompile_limit = 64
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 32))
+    compiled = torch.compile(model, backend="aot_eager", dynamic=after)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    lengths = iter(range(8, 8 + steps))
+
+    def step() -> None:
+        _train(compiled, optimizer, torch.randn(4, next(lengths), 32))
+    return step
+
+
+# --- per-sample host loop -------------------------------------------------------------------------
+
+HOST_BATCH = 32
+
+
+def host_loop(after: bool, steps: int) -> Step:
+    model = _mlp(depth=4, width=256)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    raw = torch.randn(HOST_BATCH, 256)
+
+    def preprocess(batch: torch.Tensor) -> torch.Tensor:
+        with record_function("preprocess"):
+            if after:
+                return (batch - batch.mean(1, keepdim=True)) / (batch.std(1, keepdim=True) + 1e-5)
+            return torch.stack([(s - s.mean()) / (s.std() + 1e-5) for s in batch])
+
+    return lambda: _train(model, optimizer, preprocess(raw))
+
+
+# --- growth by torch.cat --------------------------------------------------------------------------
+
+DECODE_TOKENS = 64
+DECODE_BATCH, DECODE_DIM = 8, 512
+
+
+def cat_growth(after: bool, steps: int) -> Step:
+    """One step decodes DECODE_TOKENS tokens with a key cache: grown by torch.cat every token
+    (before) or written in place into a buffer allocated for the whole sequence (after)."""
+    proj = nn.Linear(DECODE_DIM, DECODE_DIM)
+    start = torch.randn(DECODE_BATCH, DECODE_DIM)
+
+    @torch.no_grad()
+    def step() -> None:
+        x = start
+        if after:
+            cache = torch.empty(DECODE_BATCH, DECODE_TOKENS, DECODE_DIM)
+        else:
+            cache = torch.empty(DECODE_BATCH, 0, DECODE_DIM)
+        for t in range(DECODE_TOKENS):
+            k = proj(x)
+            if after:
+                cache[:, t] = k
+                keys = cache[:, : t + 1]
+            else:
+                cache = torch.cat([cache, k[:, None]], dim=1)
+                keys = cache
+            weights = torch.softmax(torch.bmm(keys, x[:, :, None]), dim=1)
+            x = torch.bmm(weights.transpose(1, 2), keys)[:, 0]
+    return step
+
+
+# --- zero_grad(set_to_none) -----------------------------------------------------------------------
+
+
+def zero_grad_none(after: bool, steps: int) -> Step:
+    model = _mlp(depth=12, width=512)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(4, 512)
+    return lambda: _train(model, optimizer, x, set_to_none=after)
+
+
+@dataclass(frozen=True)
+class Fix:
+    key: str
+    build: Callable[[bool, int], Step]  # (after, steps) -> one training step
+    before: str
+    after: str
+    sched: dict[str, int]
+    env: dict[str, str]
+    isolated: bool = False  # each capture in a fresh interpreter (state would carry over)
+
+
+FIXES: tuple[Fix, ...] = (
+    Fix("dataloader_workers", dataloader_workers,
+        f"DataLoader(num_workers=0) over a dataset whose __getitem__ waits {LOADER_READ_S * 1e3:.1f} ms per sample "
+        f"(a slow read) then normalises and flips it; batch {LOADER_BATCH}; a small CNN trained with SGD",
+        "num_workers=2, prefetch_factor=4, persistent_workers=True (workers started before the trace)",
+        SCHEDULE, {}, isolated=True),
+    Fix("foreach_optimizer", foreach_optimizer,
+        "SGD(momentum=0.9, foreach=False) over 80 small parameters (40 Linear(32, 32) + ReLU), batch 64",
+        "SGD(momentum=0.9, foreach=True)", SCHEDULE, {}),
+    Fix("item_reads", item_reads,
+        f"a no_grad forward hook on each of {ITEM_LAYERS} Linear(128, 128) layers reads its output's mean "
+        "magnitude with out.abs().mean().item() (activation monitoring left on); SGD, batch 64",
+        "no hook: the per-layer reads removed", SCHEDULE, {}),
+    Fix("checkpointing", checkpointing,
+        "8 blocks Linear(128, 512) GELU Linear(512, 128), each under torch.utils.checkpoint(use_reentrant=False); "
+        "SGD, batch 32",
+        "the same blocks without checkpoint", SCHEDULE, {}),
+    Fix("recompile", recompile,
+        "torch.compile(backend='aot_eager', dynamic=False) on a 2-layer MLP fed a new sequence length every step "
+        "(8, 9, 10, ...; recompile_limit raised to 64): every step recompiles",
+        "torch.compile(..., dynamic=True): one compile, in the warm-up steps", COMPILE_SCHEDULE,
+        {"TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}, isolated=True),
+    Fix("host_loop", host_loop,
+        f"a record_function('preprocess') block normalises the batch one sample at a time in a Python loop "
+        f"({HOST_BATCH} samples: mean, std, sub, add, div each, then torch.stack); 4 Linear(256, 256) + ReLU, SGD",
+        "the same normalisation vectorised over the batch (mean and std over dim 1)", SCHEDULE, {}),
+    Fix("cat_growth", cat_growth,
+        f"inference, no_grad: one step decodes {DECODE_TOKENS} tokens, batch {DECODE_BATCH}, width {DECODE_DIM}, "
+        "attending (bmm, softmax, bmm) over a key cache grown by torch.cat every token",
+        "the cache allocated once per step for all tokens and written in place (cache[:, t] = k)", SCHEDULE, {}),
+    Fix("zero_grad_none", zero_grad_none,
+        "optimizer.zero_grad(set_to_none=False) after each step: 12 Linear(512, 512) + ReLU (3.2 M parameters), "
+        "SGD, batch 4",
+        "zero_grad(set_to_none=True)", SCHEDULE, {}),
+)
+BY_KEY = {f.key: f for f in FIXES}
+
+
+def trace_name(key: str, variant: str, repeat: int) -> str:
+    return f"{key}_{variant}_{repeat}.pt.trace.json.gz"
+
+
+def capture(fix: Fix, after: bool, dest: Path) -> None:
+    seed_everything()
+    torch.use_deterministic_algorithms(False)  # index_put's deterministic path is not what the after loop runs
+    n = total_steps(**fix.sched)
+    step = fix.build(after, n)
+    with cpu_profile(schedule=step_schedule(**fix.sched)) as prof:
+        for _ in range(n):
+            step()
+            prof.step()
+    export_trace(prof, dest)
+
+
+def _loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text(encoding="utf-8").split()[:3])
+
+
+def _run(fix: Fix, runs: list[tuple[str, Path]]) -> tuple[str, str, float]:
+    """``runs`` (variant, trace) in this order, in one fresh interpreter."""
+    with tempfile.TemporaryDirectory(prefix="calibration_") as cache:
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache, **fix.env}
+        load_before = _loadavg()
+        started = time.monotonic()
+        subprocess.run([sys.executable, str(Path(__file__).resolve()), "--one", fix.key,
+                        *(f"{variant}={dest}" for variant, dest in runs)], env=env, check=True, timeout=900)
+        return load_before, _loadavg(), time.monotonic() - started
+
+
+def captures(keys: list[str], repeats: int) -> Iterator[tuple[Fix, list[tuple[str, int]]]]:
+    """Per fix, the interpreters to start and the (variant, repeat) each captures: before then
+    after, repeat after repeat, so each pair's sides alternate in time."""
+    for key in keys:
+        fix = BY_KEY[key]
+        order = [(variant, repeat) for repeat in range(1, repeats + 1) for variant in VARIANTS]
+        if fix.isolated:
+            yield from ((fix, [run]) for run in order)
+        else:
+            yield fix, order
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="directory for the traces")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--only", nargs="+", choices=sorted(BY_KEY))
+    parser.add_argument("--one", choices=sorted(BY_KEY), help=argparse.SUPPRESS)
+    parser.add_argument("runs", nargs="*", help=argparse.SUPPRESS)  # child mode: VARIANT=TRACE ...
+    args = parser.parse_args(argv)
+    if args.one:  # child mode, see _run
+        for run in args.runs:
+            variant, dest = run.split("=", 1)
+            capture(BY_KEY[args.one], variant == "after", Path(dest))
+        return 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    with open(args.out / "captures.log", "a", encoding="utf-8") as log:
+        for fix, order in captures(args.only or [f.key for f in FIXES], args.repeats):
+            runs = [(variant, args.out / trace_name(fix.key, variant, repeat)) for variant, repeat in order]
+            before, after, seconds = _run(fix, runs)
+            line = f"{' '.join(d.name for _, d in runs)}\tload {before} -> {after}\t{seconds:.1f} s"
+            print(line, flush=True)
+            log.write(line + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
