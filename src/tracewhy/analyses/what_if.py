@@ -24,6 +24,7 @@ from tracewhy.analyses.critical_path_replay import GraphEdit
 from tracewhy.analyses.what_if_edits import (
     DropSync,
     Edit,
+    Fix,
     HideCollective,
     MultiTensorOptimizer,
     OverlapCopies,
@@ -101,7 +102,7 @@ def window_edges(model: StepModel, max_steps: int = PREDICTED_STEPS) -> list[Win
     return [WindowEdges(model, p) for p in paths]
 
 
-def predict(model: StepModel, edits: Sequence[Edit], windows: list[WindowEdges] | None = None) -> Prediction:
+def predict(model: StepModel, edits: Sequence[Fix], windows: list[WindowEdges] | None = None) -> Prediction:
     """The steps replayed with all these edits at once: ``windows``, those of ``window_edges``
     (when several predictions share them), else at most PREDICTED_STEPS of the model's."""
     rules, g = model.rules, model.graph
@@ -139,11 +140,11 @@ def predict(model: StepModel, edits: Sequence[Edit], windows: list[WindowEdges] 
                       parts=dict(sorted(parts.items(), key=lambda kv: (-kv[1], kv[0]))))
 
 
-def what_if(model: StepModel, account: AccountResult, edits: Sequence[Edit] | None = None,
+def what_if(model: StepModel, account: AccountResult, edits: Sequence[Fix] | None = None,
             combined: int = 3) -> WhatIfResult:
     """Each edit alone (default: ``suggested_edits``), then the ``combined`` that save most,
     together."""
-    chosen = list(edits) if edits is not None else suggested_edits(model, account)
+    chosen: list[Fix] = list(edits) if edits is not None else list(suggested_edits(model, account))
     windows = window_edges(model)
     alone = [predict(model, [e], windows) for e in chosen]
     best = sorted((i for i, p in enumerate(alone) if p.changed and p.saved_ns > 0),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -64,6 +64,34 @@ class WindowEdges:
         sync = (self.kind == int(Edge.SYNC)) & host
         scaled = self.ids[(host & ~sync) | gpu]
         return GraphEdit(drop=self.ids[sync], scaled=scaled, factor=np.zeros(scaled.size))
+
+    def fewer_calls(self, host: B, chunk: int | None) -> tuple[GraphEdit, int, int]:
+        """Each op that runs more than once among these host edges (by its outermost op's name)
+        keeps one call per ``chunk`` (None: one call in all), every other call saving what the
+        window's cheapest call of that op took (its fixed cost: dispatch, launch); the work the
+        calls do together stays. Returns the edit, and the calls there were and are left."""
+        ctx, rules = self.model.rules.ctx, self.model.rules
+        outer = ctx.outer_op[np.maximum(self.attr, 0)]
+        by_name: dict[str, list[int]] = {}
+        for op in np.unique(outer[host & (outer >= 0)]).tolist():
+            by_name.setdefault(ctx.name(op), []).append(op)
+        factor: dict[int, float] = {}
+        before = after = 0
+        for name, calls in by_name.items():
+            fused = "_foreach_" in name or "_fused_" in name
+            kept = len(calls) if fused else math.ceil(len(calls) / (chunk or len(calls)))
+            before, after = before + len(calls), after + kept
+            if kept == len(calls):
+                continue
+            dur = rules.slice_end[calls] - rules.slice_ts[calls]
+            total = float(dur.sum())
+            saved = (len(calls) - kept) * float(dur.min())
+            for op in calls:
+                factor[op] = (total - saved) / total if total > 0 else 1.0
+        chosen = host & np.isin(outer, list(factor))
+        edit = GraphEdit(scaled=self.ids[chosen], factor=np.array([factor[int(o)] for o in outer[chosen]],
+                                                                  dtype=np.float64))
+        return edit, before, after
 
     def off_stream(self, moved: set[int]) -> GraphEdit:
         """These GPU activities leave their stream for one of their own, in their order: the
@@ -175,25 +203,7 @@ class MultiTensorOptimizer:
         return "multi-tensor (foreach) optimizer"
 
     def edit(self, w: WindowEdges) -> GraphEdit:
-        ctx, rules = w.model.rules.ctx, w.model.rules
-        host = w.host() & (w.context == int(HostPurpose.OPTIMIZER))
-        outer = ctx.outer_op[np.maximum(w.attr, 0)]
-        ops = np.unique(outer[host & (outer >= 0)])
-        by_name: dict[str, list[int]] = {}
-        for op in ops.tolist():
-            by_name.setdefault(ctx.name(op), []).append(op)
-        factor: dict[int, float] = {}
-        for name, calls in by_name.items():
-            if len(calls) < 2 or "_foreach_" in name or "_fused_" in name:
-                continue
-            dur = rules.slice_end[calls] - rules.slice_ts[calls]
-            total = float(dur.sum())
-            saved = (len(calls) - math.ceil(len(calls) / self.chunk)) * float(dur.min())
-            for op in calls:
-                factor[op] = (total - saved) / total if total > 0 else 1.0
-        chosen = host & np.isin(outer, list(factor))
-        return GraphEdit(scaled=w.ids[chosen], factor=np.array([factor[int(o)] for o in outer[chosen]],
-                                                               dtype=np.float64))
+        return w.fewer_calls(w.host() & (w.context == int(HostPurpose.OPTIMIZER)), self.chunk)[0]
 
 
 @dataclass(frozen=True)
@@ -209,7 +219,37 @@ class RemoveRecompute:
         recompute = w.model.rules.ctx.recompute
         host = (w.attr >= 0) & (recompute[np.maximum(w.attr, 0)] >= 0) & (w.kind != int(Edge.GPU))
         gpu = (w.launch >= 0) & (recompute[np.maximum(w.launch, 0)] >= 0)
-        return w.removing(host, gpu)
+        return w.removing(host, gpu) + self._hooks(w, host)
+
+    @staticmethod
+    def _hooks(w: WindowEdges, recomputed: B) -> GraphEdit:
+        """The slice the autograd engine reruns the forward in (the node's function, which calls
+        the checkpoint's saved-tensor hook) spends its own time, outside any op, in that hook's
+        Python: measured on the calibration pair, it fell to what a slice of its name that
+        reruns nothing spends. So its own time is scaled to the median of those (none: it stays,
+        no reference saying what the node costs without the hook)."""
+        rules, ctx, g = w.model.rules, w.model.rules.ctx, w.model.graph
+        own = w.host() & ~recomputed
+        holders = np.unique(w.attr[own])
+        reruns = np.unique(ctx.recompute[w.attr[recomputed]])
+        if holders.size == 0 or reruns.size == 0:
+            return GraphEdit()
+        holds: set[int] = set()
+        for r in reruns.tolist():  # the innermost slice around each rerun: the latest to start
+            at = rules.slice_ts[r]
+            around = holders[(rules.slice_ts[holders] <= at) & (rules.slice_end[holders] > at)
+                             & (ctx.tid[holders] == ctx.tid[r])]
+            if around.size:
+                holds.add(int(around[np.argmax(rules.slice_ts[around])]))
+        dur = (g.node_ts[w.dst] - g.node_ts[w.src]).astype(np.float64)
+        spent = {int(h): float(dur[own & (w.attr == h)].sum()) for h in holders.tolist()}
+        factor: dict[int, float] = {}
+        for h in holds:
+            others = [spent[o] for o in spent if o not in holds and ctx.name(o) == ctx.name(h)]
+            if others and spent[h] > 0:
+                factor[h] = min(1.0, float(np.median(others)) / spent[h])
+        chosen = own & np.isin(w.attr, list(factor))
+        return GraphEdit(scaled=w.ids[chosen], factor=np.array([factor[int(a)] for a in w.attr[chosen]]))
 
 
 @dataclass(frozen=True)
@@ -305,6 +345,15 @@ class RemovePart:
         chosen = names[part] == self.part if part.size else np.zeros(0, dtype=bool)
         gpu = chosen & (w.kind == int(Edge.GPU))
         return w.removing(chosen & ~gpu, gpu)
+
+
+class Fix(Protocol):
+    """What every edit is: a label for the table and the edit of one window's graph."""
+
+    @property
+    def label(self) -> str: ...
+
+    def edit(self, w: WindowEdges) -> GraphEdit: ...
 
 
 Edit = (DropSync | OverlapCopies | PrefetchData | MultiTensorOptimizer | RemoveRecompute | RemoveCompile

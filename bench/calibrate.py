@@ -1,0 +1,172 @@
+"""How right the step-time predictions are: for each fix of ``tests/data/calibration`` (real
+before/after pairs, ``scripts/gen_traces/calibration.py``), the step predicted from each *before*
+trace with the fix's edit, against the step measured in the *after* traces.
+
+Per trace, the step is the median of its analysed steady windows (``step_model``'s). Per fix:
+*before* and *measured after* are the medians over the repeats' traces; *predicted after* the
+median over the before traces of the median predicted window (each window replayed alone with
+the edit); the savings are before minus after; the spread is the range of the pairs' own
+savings (before and after of the same repeat, captured one after the other). The error is
+|predicted - measured saving| as a share of the measured saving. Beside it, the *paired* saving
+(the median of the pairs' own savings) and the error against it: a capture that drifts or
+runs slow as a whole moves one pair, not the medians of both sides apart. *picked* says whether
+``suggested_edits`` proposes that edit by itself from each before trace's account.
+
+Usage: python bench/calibrate.py [--data DIR] [--no-write]
+The table goes to stdout and to ``bench/results_calibration.md``, which docs/account.md includes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from tracewhy.analyses.account import step_account, step_model
+from tracewhy.analyses.what_if import predict, suggested_edits, window_edges
+from tracewhy.analyses.what_if_edits import (
+    DropSync,
+    Fix,
+    MultiTensorOptimizer,
+    PrefetchData,
+    RemoveCompile,
+    RemovePart,
+    RemoveRecompute,
+)
+from tracewhy.analyses.what_if_host_edits import BatchLoop, Preallocate, SetGradsToNone
+from tracewhy.readers import read_trace
+
+BENCH = Path(__file__).resolve().parent
+DATA = BENCH.parent / "tests" / "data" / "calibration"
+RESULTS = BENCH / "results_calibration.md"
+
+#: The fix each pair applies (scripts/gen_traces/calibration.py), as the edit that models it.
+#: ``.item()`` on a CPU tensor waits for nothing: what the read costs is the ops it forces (the
+#: account's ``host: up to aten::item``), so that fix is the wait dropped and that work gone.
+EDITS: dict[str, tuple[str, tuple[Fix, ...]]] = {
+    "dataloader_workers": ("DataLoader workers", (PrefetchData(),)),
+    "foreach_optimizer": ("foreach optimizer", (MultiTensorOptimizer(),)),
+    "item_reads": (".item() removed", (DropSync("aten::item"), RemovePart("host: up to aten::item"))),
+    "checkpointing": ("checkpointing off", (RemoveRecompute(),)),
+    "recompile": ("recompile removed", (RemoveCompile(),)),
+    "host_loop": ("host loop vectorised", (BatchLoop("preprocess"),)),
+    "cat_growth": ("preallocated buffer", (Preallocate("aten::cat"),)),
+    "zero_grad_none": ("zero_grad(set_to_none)", (SetGradsToNone(),)),
+}
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """One fix, in ns: medians over the repeats (see the module docstring)."""
+
+    key: str
+    fix: str
+    before_ns: int
+    predicted_ns: int
+    measured_ns: int
+    pair_savings_ns: tuple[int, ...]  # per repeat: its before minus its after
+    picked: int  # before traces whose suggested edits hold the fix's edit
+    repeats: int
+
+    @property
+    def predicted_saving_ns(self) -> int:
+        return self.before_ns - self.predicted_ns
+
+    @property
+    def measured_saving_ns(self) -> int:
+        return self.before_ns - self.measured_ns
+
+    @property
+    def noise_ns(self) -> int:
+        """Half the range of the pairs' own savings: how far one repeat's saving strays."""
+        return (max(self.pair_savings_ns) - min(self.pair_savings_ns)) // 2
+
+    @property
+    def error(self) -> float:
+        """|predicted - measured saving| / measured saving."""
+        return abs(self.predicted_saving_ns - self.measured_saving_ns) / max(abs(self.measured_saving_ns), 1)
+
+    @property
+    def sign_right(self) -> bool:
+        return (self.predicted_saving_ns > 0) == (self.measured_saving_ns > 0)
+
+    @property
+    def paired_saving_ns(self) -> int:
+        return round(statistics.median(self.pair_savings_ns))
+
+    @property
+    def paired_error(self) -> float:
+        return abs(self.predicted_saving_ns - self.paired_saving_ns) / max(abs(self.paired_saving_ns), 1)
+
+
+def step_ns(path: Path, edits: tuple[Fix, ...] = ()) -> tuple[int, int, bool]:
+    """(measured step, predicted step with ``edits``, whether ``suggested_edits`` picks them):
+    medians over the trace's analysed steady windows, each replayed alone."""
+    trace = read_trace(path)
+    model = step_model(trace)
+    windows = window_edges(model, max_steps=len(model.paths))
+    measured = statistics.median(w.path.window_end - w.path.window_start for w in windows)
+    if not edits:
+        return round(measured), round(measured), False
+    predicted = statistics.median(predict(model, list(edits), [w]).predicted_ns for w in windows)
+    labels = {e.label for e in suggested_edits(model, step_account(trace, model=model))}
+    return round(measured), round(predicted), any(e.label in labels for e in edits)
+
+
+def calibrate(key: str, data: Path = DATA) -> Calibration:
+    fix, edits = EDITS[key]
+    befores = sorted(data.glob(f"{key}_before_*.pt.trace.json.gz"))
+    afters = sorted(data.glob(f"{key}_after_*.pt.trace.json.gz"))
+    if not befores or len(befores) != len(afters):
+        raise SystemExit(f"{data}: {key} needs as many after traces as before traces (found {len(befores)}, "
+                         f"{len(afters)})")
+    before = [step_ns(p, edits) for p in befores]
+    after = [step_ns(p)[0] for p in afters]
+    return Calibration(key=key, fix=fix, before_ns=round(statistics.median(b[0] for b in before)),
+                       predicted_ns=round(statistics.median(b[1] for b in before)),
+                       measured_ns=round(statistics.median(after)),
+                       pair_savings_ns=tuple(b[0] - a for b, a in zip(before, after, strict=True)),
+                       picked=sum(b[2] for b in before), repeats=len(befores))
+
+
+def _ms(ns: int) -> str:
+    return f"{ns / 1e6:.2f}"
+
+
+def table(rows: list[Calibration]) -> list[str]:
+    lines = ["| fix | before (ms) | predicted after | measured after | predicted saving | measured saving "
+             "(pairs' range) | error (% of measured saving) | paired saving | error (% of paired) | "
+             "picked by `what_if` |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        spread = f"{_ms(min(r.pair_savings_ns))} to {_ms(max(r.pair_savings_ns))}"
+        sign = "" if r.sign_right else " (sign wrong)"
+        lines.append(f"| {r.fix} | {_ms(r.before_ns)} | {_ms(r.predicted_ns)} | {_ms(r.measured_ns)} | "
+                     f"{_ms(r.predicted_saving_ns)} | {_ms(r.measured_saving_ns)} ({spread}) | "
+                     f"{r.error:.0%}{sign} | {_ms(r.paired_saving_ns)} | {r.paired_error:.0%} | "
+                     f"{r.picked} of {r.repeats} |")
+    errors = [r.error for r in rows]
+    paired = [r.paired_error for r in rows]
+    right = sum(r.sign_right for r in rows)
+    lines += ["", f"Median absolute error: {statistics.median(errors):.0%} of the measured saving "
+              f"(largest {max(errors):.0%}), {statistics.median(paired):.0%} of the paired saving "
+              f"(largest {max(paired):.0%}); the sign right for {right} of {len(rows)} fixes."]
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, default=DATA)
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args()
+    rows = [calibrate(key, args.data) for key in EDITS]
+    lines = table(rows)
+    print("\n".join(lines))
+    if not args.no_write:
+        RESULTS.write_text("<!-- written by bench/calibrate.py: rerun it, do not edit -->\n" + "\n".join(lines) + "\n",
+                           encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
