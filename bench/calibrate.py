@@ -13,7 +13,8 @@ runs slow as a whole moves one pair, not the medians of both sides apart. *picke
 ``suggested_edits`` proposes that edit by itself from each before trace's account.
 
 Usage: python bench/calibrate.py [--data DIR] [--no-write]
-The table goes to stdout and to ``bench/results_calibration.md``, which docs/account.md includes.
+The table goes to stdout, to ``bench/results_calibration.md`` and into docs/account.md's
+"Calibration" section (between its calibration markers).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from tracewhy.readers import read_trace
 BENCH = Path(__file__).resolve().parent
 DATA = BENCH.parent / "tests" / "data" / "calibration"
 RESULTS = BENCH / "results_calibration.md"
+DOCS = BENCH.parent / "docs" / "account.md"
+MARKERS = ("<!-- calibration:start -->", "<!-- calibration:end -->")
 
 #: The fix each pair applies (scripts/gen_traces/calibration.py), as the edit that models it.
 #: ``.item()`` on a CPU tensor waits for nothing: what the read costs is the ops it forces (the
@@ -166,6 +169,10 @@ def main() -> None:
     if not args.no_write:
         RESULTS.write_text("<!-- written by bench/calibrate.py: rerun it, do not edit -->\n" + "\n".join(lines) + "\n",
                            encoding="utf-8")
+        page = DOCS.read_text(encoding="utf-8")
+        head, rest = page.split(MARKERS[0], 1)
+        _, tail = rest.split(MARKERS[1], 1)
+        DOCS.write_text("\n".join([head + MARKERS[0], *lines, MARKERS[1]]) + tail, encoding="utf-8")
 
 
 if __name__ == "__main__":
