@@ -74,6 +74,9 @@ class PathCol:
     NS: Final = "ns"  # a family's time on the path (``families``)
 
 
+#: The category of the ``gains`` rows that the ``critical-path`` report adds for the step account's
+#: parts (``name`` the part, ``gain_ns`` the step time its fix saves: ``what_if.part_gains``).
+PART_GAIN_CATEGORY: Final = "part"
 #: The ``steps`` column of each category's time on the path.
 CATEGORY_NS: Final = {c: f"{c}_ns" for c in CATEGORIES}
 

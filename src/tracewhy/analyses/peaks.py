@@ -204,3 +204,46 @@ def lookup_peaks(device_name: str | None, sm_count: int | None = None) -> Device
 
 def known_devices() -> tuple[str, ...]:
     return tuple(peaks.name for _, peaks in _TABLE)
+
+
+@dataclass(frozen=True)
+class HostLink:
+    """The link between a GPU and its host, which host-device copies cross: its name and its
+    peak in one direction (a copy moves data one way), bytes/s."""
+
+    name: str
+    bytes_per_s: float
+    source: str
+
+
+def _link(name: str, both_ways_gb_per_s: float, source: str) -> HostLink:
+    """Datasheets quote a host link's bandwidth for both directions together; a copy gets half."""
+    return HostLink(name, both_ways_gb_per_s * GB / 2, source)
+
+
+_PCIE3: Final = "PCIe 3.0 x16"
+_PCIE4: Final = "PCIe 4.0 x16"
+_PCIE5: Final = "PCIe 5.0 x16"
+# (pattern on the lower-cased device name, link), first match wins as in _TABLE. Each figure is
+# the device's datasheet "interconnect" line (PCIe Gen3 32 GB/s, Gen4 64 GB/s, Gen5 128 GB/s, both
+# directions; GH200's NVLink-C2C 900 GB/s); GeForce parts by their PCIe generation (x16).
+_LINKS: Final[tuple[tuple[str, HostLink], ...]] = (
+    (r"gh200", _link("NVLink-C2C", 900, "NVIDIA GH200 datasheet")),
+    (r"h100|h200|h800", _link(_PCIE5, 128, "NVIDIA H100/H200 datasheets")),
+    (r"b200", _link(_PCIE5, 128, "NVIDIA HGX B200 specifications")),
+    (r"a100|a10g|\ba10\b|\ba40\b|l40|\bl4\b", _link(_PCIE4, 64, "NVIDIA A100/A10/A40/L40/L4 datasheets")),
+    (r"v100|\bt4\b", _link(_PCIE3, 32, "NVIDIA V100/T4 datasheets")),
+    (r"rtx ?(30|40)\d0", _link(_PCIE4, 64, "NVIDIA GeForce specifications (PCIe 4.0 x16)")),
+    (r"rtx ?50\d0", _link(_PCIE5, 128, "NVIDIA GeForce specifications (PCIe 5.0 x16)")),
+    (r"mi300", _link(_PCIE5, 128, "AMD MI300X datasheet")),
+    (r"mi250|mi210", _link(_PCIE4, 64, "AMD MI250/MI210 datasheets")),
+)
+_COMPILED_LINKS: Final = tuple((re.compile(p), link) for p, link in _LINKS)
+
+
+def host_link(device_name: str | None) -> HostLink | None:
+    """The host link of a device name as profilers write it (None: not in the table)."""
+    if not device_name:
+        return None
+    low = " ".join(device_name.lower().replace("-", " ").replace("_", " ").split())
+    return next((link for pattern, link in _COMPILED_LINKS if pattern.search(low)), None)

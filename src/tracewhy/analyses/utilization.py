@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -37,9 +38,11 @@ class DeviceBusy:
 #: ``UtilizationResult.devices``: one row per device; span_ns from its first start to its last end.
 UTILIZATION_DEVICES_SCHEMA: Final = pl.Schema({Col.DEVICE: pl.Int32(), "busy_ns": pl.Int64(), "span_ns": pl.Int64(),
                                                "active_share": pl.Float64()})
-#: ``UtilizationResult.series``: the busy share of each bin of time, per device (for plots).
+#: ``UtilizationResult.series``: the busy share of each bin of time, per device (for plots), and
+#: the share of it that kernels, copies and memsets each run (they may overlap one another).
 UTILIZATION_SERIES_SCHEMA: Final = pl.Schema({Col.DEVICE: pl.Int32(), "start_ns": pl.Int64(), "end_ns": pl.Int64(),
-                                              "busy_share": pl.Float64()})
+                                              "busy_share": pl.Float64(), "kernels_share": pl.Float64(),
+                                              "copies_share": pl.Float64(), "memsets_share": pl.Float64()})
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,7 @@ def device_busy(trace: Trace, kinds: tuple[Kind, ...] = GPU_ACTIVITY_KINDS) -> d
 
 def utilization(trace: Trace, bins: int = DEFAULT_BINS) -> UtilizationResult:
     busy = device_busy(trace)
+    by_part = [device_busy(trace, kinds) for kinds in BUSY_PARTS.values()]
     rows = []
     series = []
     for device, b in busy.items():
@@ -78,7 +82,25 @@ def utilization(trace: Trace, bins: int = DEFAULT_BINS) -> UtilizationResult:
         edges = np.linspace(lo, hi, bins + 1).astype(np.int64)
         for k in range(bins):
             a, z = int(edges[k]), int(edges[k + 1])
-            series.append((device, a, z, b.busy_in(a, z) / max(z - a, 1)))
+            span_ab = max(z - a, 1)
+            series.append((device, a, z, b.busy_in(a, z) / span_ab,
+                           *(p[device].busy_in(a, z) / span_ab if device in p else 0.0 for p in by_part)))
     devices = pl.DataFrame(rows, schema=UTILIZATION_DEVICES_SCHEMA, orient="row")
     table = pl.DataFrame(series, schema=UTILIZATION_SERIES_SCHEMA, orient="row")
     return UtilizationResult(busy=busy, devices=devices, series=table)
+
+
+#: What a device's busy time is made of, each measured apart: kernels, copies (memcpy) and memsets.
+BUSY_PARTS: Final = {"kernels": (Kind.KERNEL,), "copies": (Kind.MEMCPY,), "memsets": (Kind.MEMSET,)}
+
+
+def busy_split(trace: Trace, device: int, windows: Sequence[tuple[int, int]]) -> dict[str, int]:
+    """The mean time per window that ``device`` runs kernels, copies and memsets (BUSY_PARTS),
+    each the union of its own activities: they may run at once, so together they can exceed the
+    device's busy time. Windows are (start_ns, end_ns)."""
+    out: dict[str, int] = {}
+    for part, kinds in BUSY_PARTS.items():
+        busy = device_busy(trace, kinds).get(device)
+        total = sum(busy.busy_in(lo, hi) for lo, hi in windows) if busy is not None else 0
+        out[part] = round(total / max(len(windows), 1))
+    return out

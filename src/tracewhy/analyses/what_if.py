@@ -19,6 +19,7 @@ import polars as pl
 
 from tracewhy.analyses.account import AccountCol, AccountResult, StepModel, WindowPath
 from tracewhy.analyses.account_names import PartKind, PartName
+from tracewhy.analyses.critical_path import PathCol
 from tracewhy.analyses.critical_path_edges import Edge
 from tracewhy.analyses.critical_path_replay import GraphEdit
 from tracewhy.analyses.what_if_edits import (
@@ -177,6 +178,43 @@ def suggested_edits(model: StepModel, account: AccountResult, top: int = 6) -> l
     if (model.rules.ctx.recompute >= 0).any():
         out.setdefault(RemoveRecompute().label, RemoveRecompute())
     return list(out.values())
+
+
+def fix_for_part(part: str, kind: str, essential: bool) -> Edit | None:
+    """The fix a finding that explains this part predicts: the edit ``suggested_edits`` tries for
+    it, else (launch overhead, waits, idle, other host time) the part's work leaving the step.
+    None for essential work and ``unexplained``: no edit says what would change there."""
+    if essential or kind == PartKind.UNEXPLAINED:
+        return None
+    return _edit_for(part, kind) or RemovePart(part)
+
+
+def part_gains(model: StepModel, parts: Sequence[tuple[str, str]]) -> pl.DataFrame:
+    """Per replayed step (``window_edges``) and part (name, kind): its time on the step's path, the
+    slices it holds, and the step time its fix (``fix_for_part``) saves in that step alone, the
+    replay that ``predict`` averages over the same steps (PART_GAINS_SCHEMA; gain null where no fix applies)."""
+    rules, g = model.rules, model.graph
+    names = [p.name for p in rules.parts]
+    rows = []
+    for w in window_edges(model):  # the steps ``predict`` replays, so both give one number
+        p = w.path
+        e = p.edges
+        part, _, owner = rules.of_edges(g.kind[e].astype(np.int64), g.attr[e], rules.category[e], g.src[e], g.dst[e])
+        dur = g.node_ts[g.dst[e]] - np.maximum(g.node_ts[g.src[e]], p.window_start)
+        windows = [w]
+        for name, kind in parts:
+            mine = part == names.index(name) if name in names else np.zeros(e.size, dtype=bool)
+            fix = fix_for_part(name, kind, essential=False)
+            saved = predict(model, [fix], windows).saved_ns if fix is not None and p.sink >= 0 else None
+            rows.append((p.step, name, kind, int(np.unique(owner[mine & (owner >= 0)]).size), int(dur[mine].sum()),
+                         saved))
+    return pl.DataFrame(rows, schema=PART_GAINS_SCHEMA, orient="row")
+
+
+#: ``part_gains``: step (the account's window index), part, kind, count (slices), on_path_ns, gain_ns.
+PART_GAINS_SCHEMA: Final = pl.Schema({
+    AccountCol.STEP: pl.Int64(), AccountCol.PART: pl.String(), AccountCol.KIND: pl.String(),
+    PathCol.COUNT: pl.Int64(), PathCol.ON_PATH: pl.Int64(), PathCol.GAIN: pl.Int64()})
 
 
 def _edit_for(part: str, kind: str) -> Edit | None:

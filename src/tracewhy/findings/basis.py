@@ -9,6 +9,8 @@ import polars as pl
 
 from tracewhy.analyses.gaps import CLASSES, GapCol, class_col
 from tracewhy.analyses.stats import nearest_ns, sum_of
+from tracewhy.analyses.steps import WindowCol, step_windows
+from tracewhy.analyses.utilization import busy_split
 from tracewhy.findings.context import Context
 from tracewhy.units import fmt_pct
 
@@ -81,3 +83,26 @@ def _basis(ctx: Context) -> Basis:
         short_ns=int(sum_of(short.get_column(GapCol.SHORT))) if short.height else 0,
         short_gaps=sum_of(short.get_column(GapCol.SHORT_GAPS)) if short.height else 0.0,
     )
+
+
+def busy_parts(ctx: Context) -> dict[str, int]:
+    """The basis device's time in kernels, copies and memsets, each apart (``busy_split``), on the
+    basis' footing: means over the steady steps, or over the trace; empty without a GPU."""
+    def compute() -> dict[str, int]:
+        b = basis(ctx)
+        if b.device is None:
+            return {}
+        if b.per_steps:
+            steady = step_windows(ctx.trace, ctx.steps()).filter(pl.col(WindowCol.STEADY))
+            windows = [(int(a), int(z)) for a, z in steady.select(WindowCol.WINDOW_START,
+                                                                   WindowCol.WINDOW_END).iter_rows()]
+        else:
+            busy = ctx.busy()[b.device]
+            windows = [(int(busy.starts[0]), int(busy.ends[-1]))] if busy.starts.size else []
+        return busy_split(ctx.trace, b.device, windows)
+    return ctx.cached("busy_parts", compute)
+
+
+def busy_phrase(b: Basis, parts: dict[str, int]) -> str:
+    """'kernels 2.3%, copies 97.0%, memsets 0.0%' of the basis window (they may overlap)."""
+    return ", ".join(f"{name} {fmt_pct(b.share(ns))}" for name, ns in parts.items())

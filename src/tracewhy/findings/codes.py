@@ -28,6 +28,9 @@ class Code(str, Enum):
     INCOMPLETE_TRACE = "incomplete-trace"
     READER_WARNINGS = "reader-warnings"
     BLOCKS_SYNCHRONIZED = "blocks-synchronized"
+    # The step account: where the step goes.
+    COPY_BOUND = "copy-bound"
+    UNEXPLAINED_PART = "unexplained-part"
     # GPU utilization and idle time, one code per idle class.
     GPU_LOW_UTILIZATION = "gpu-low-utilization"
     GPU_SATURATED = "gpu-saturated"
@@ -113,6 +116,10 @@ _MEANING: Final[dict[Code, str]] = {
     Code.READER_WARNINGS: "The reader skipped or reinterpreted part of a complete file.",
     Code.BLOCKS_SYNCHRONIZED: "A synchronize ends most annotated blocks that launched GPU work, so blocks cannot "
                               "overlap.",
+    Code.COPY_BOUND: "Host-device copies take a large share of the step's critical path: their bytes, bandwidth "
+                     "against the link's peak, and host memory kind.",
+    Code.UNEXPLAINED_PART: "A part of the step account that is not essential work takes a large share of the step "
+                           "and no other finding explains it.",
     Code.GPU_LOW_UTILIZATION: "The GPU is idle for much of the step; sums up the gpu-idle-* findings below it.",
     Code.GPU_SATURATED: "The GPU never waits on the host: a faster step needs less GPU work (or hidden "
                         "communication).",

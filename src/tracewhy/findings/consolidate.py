@@ -24,7 +24,10 @@ SAME_CAUSE: Final = {
 #: Findings whose recoverable time is a lower bound of what the fix gives back, so a small share
 #: does not make them minor: a graph break's eager ops between graphs leave out the fusion lost
 #: across the break and the guards of the next graph; a steady recompile recurs with each new shape.
-SEVERITY_FLOOR: Final = {Code.GRAPH_BREAKS: Severity.MEDIUM, Code.RECOMPILE: Severity.MEDIUM}
+#: A copy-bound step's prediction moves the copies beside compute, but fewer bytes save more
+#: than that; a large avoidable part no rule explains is at least worth reading.
+SEVERITY_FLOOR: Final = {Code.GRAPH_BREAKS: Severity.MEDIUM, Code.RECOMPILE: Severity.MEDIUM,
+                         Code.COPY_BOUND: Severity.HIGH, Code.UNEXPLAINED_PART: Severity.MEDIUM}
 #: Severities that rank by recoverable time; TRUST and INFO say something else.
 _BY_SHARE: Final = (Severity.HIGH, Severity.MEDIUM, Severity.LOW)
 

@@ -7,12 +7,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from tracewhy.analyses.account import AccountOptions, AccountResult, StepModel, step_account, step_model
+from tracewhy.analyses.critical_path_graph import Graph, build_graph
 from tracewhy.analyses.gaps import GapsOptions, GapsResult, gaps
 from tracewhy.analyses.host_activity import HostIndex, build_host_index
 from tracewhy.analyses.steps import StepsOptions, StepsResult, steps
 from tracewhy.analyses.syncs import SyncsResult, syncs
 from tracewhy.analyses.throughput import ThroughputOptions
 from tracewhy.analyses.utilization import DeviceBusy
+from tracewhy.analyses.what_if import Prediction, predict, window_edges
+from tracewhy.analyses.what_if_edits import Edit, WindowEdges
 from tracewhy.model.trace import Trace
 
 if TYPE_CHECKING:  # (the TORCH_LOGS parser is imported only where --logs is given)
@@ -74,3 +78,37 @@ class Context:
         return self.cached(
             "gaps", lambda: gaps(self.trace, self.steps(), GapsOptions(self.options.min_gap_ns), host=self.host())
         )
+
+    def graph(self) -> Graph:
+        """The step's dependency graph, built once: the step account and the critical path share it."""
+        return self.cached("graph", lambda: build_graph(self.trace))
+
+    def step_model(self) -> StepModel:
+        return self.cached("step_model", lambda: step_model(
+            self.trace, AccountOptions(marker=self.options.step_marker), steps_result=self.steps(),
+            graph=self.graph(), host=self.host()))
+
+    def account(self) -> AccountResult | None:
+        """The step account (None for a trace with no slices or no window to account for)."""
+        def compute() -> AccountResult | None:
+            if self.trace.slices.height == 0:
+                return None
+            r = step_account(self.trace, model=self.step_model())
+            return r if r.mean_step_ns > 0 and r.parts.height else None
+        return self.cached("account", compute)
+
+    def what_if_windows(self) -> list[WindowEdges]:
+        """The analysed windows predictions replay (at most what_if.PREDICTED_STEPS of them)."""
+        return self.cached("what_if_windows", lambda: window_edges(self.step_model()))
+
+    def measured_step_ns(self) -> int:
+        """The mean of the windows predictions replay: the step they are measured against."""
+        windows = self.what_if_windows()
+        return round(sum(w.path.window_end - w.path.window_start for w in windows) / max(len(windows), 1))
+
+    def predict(self, edits: tuple[Edit, ...]) -> Prediction:
+        """The steps replayed with these edits at once, each set of edits replayed once per diagnosis
+        (a finding and the fixes-together line ask for the same ones)."""
+        windows = self.what_if_windows()
+        key = "predict:" + " + ".join(sorted(repr(e) for e in edits))
+        return self.cached(key, lambda: predict(self.step_model(), edits, windows))

@@ -19,7 +19,7 @@ from tracewhy.analyses.stats import mean_of
 from tracewhy.analyses.steps import StepCol, WindowCol
 from tracewhy.findings import source_line as sl
 from tracewhy.findings import thresholds as th
-from tracewhy.findings.basis import Basis, basis
+from tracewhy.findings.basis import Basis, basis, busy_parts, busy_phrase
 from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding, Severity
@@ -97,32 +97,45 @@ def _short(ctx: Context, b: Basis) -> Finding:
 
 def _saturated(ctx: Context, b: Basis) -> Finding:
     """The state users work towards: nothing on the host side to recover, so say where the time
-    is (kernels, or communication no compute hides) and which kernel profiler fits the GPU."""
+    is (kernels, copies, or communication no compute hides) and, for kernels, which kernel
+    profiler fits the GPU."""
     exposed = _exposed_comm_ns(ctx, b)
     comm = ""
     if b.share(exposed) >= th.IDLE_CLASS_MIN_SHARE:
         comm = f"; {ms(exposed)} of that ({b.of_window(exposed)}) is communication with no compute under it"
+    split = busy_parts(ctx)
+    copies = split.get("copies", 0) + split.get("memsets", 0) > split.get("kernels", 0)
     vendor, rule = gpu_vendor(ctx.trace)
-    if vendor == "amd":
-        profile = ("profile the top ones with ROCm Compute Profiler (rocprof-compute profile -n top -k NAME -- "
-                   "python train.py; tracewhy reads Nsight Compute reports only)")
+    if copies:
+        then = ("fewer or faster copies, not host-side changes (copy-bound says how fast they run)." if not comm else
+                "hide that communication under compute first, then cut the copies.")
+        next_step = ("See the copies beside compute: tracewhy overlap TRACE; tracewhy account TRACE lists them with "
+                     "their bytes and bandwidth.")
     else:
-        profile = ("profile the top ones with Nsight Compute (tracewhy capture ncu --kernel NAME -- python train.py "
-                   f"runs `{shell(ncu_command(['python', 'train.py'], 'NAME', name='top'))}` and reads top.ncu-rep "
-                   "with tracewhy roofline)")
+        then = ("hide that communication under compute first, then make the kernels faster." if comm else
+                "a faster step needs less GPU work, not host-side changes.")
+        next_step = f"Find the kernels that take the time: tracewhy kernels TRACE --top 20; then {_profile(vendor)}."
     return Finding(
         code=Code.GPU_SATURATED,
         severity=Severity.INFO,
         statement=f"GPU {b.device} is busy {b.of_window(b.busy_ns)} ({ms(b.busy_ns)} of {ms(b.window_ns)} {b.unit}; "
-                  f"kernels, copies and memsets){comm}: it never waits on the host, so "
-                  + ("hide that communication under compute first, then make the kernels faster." if comm else
-                     "a faster step needs less GPU work, not host-side changes."),
-        next_step=f"Find the kernels that take the time: tracewhy kernels TRACE --top 20; then {profile}.",
+                  f"{busy_phrase(b, split)}){comm}: it never waits on the host, so {then}",
+        next_step=next_step,
         evidence={"device": b.device, "active_share": round(b.active_share, 4), "window_ns": round(b.window_ns),
                   "busy_ns": round(b.busy_ns), "idle_ns": round(b.idle_ns), "comm_exposed_ns": round(exposed),
-                  "steps": b.steps, "vendor": vendor, "vendor_rule": rule},
-        see=(Code.COMM_EXPOSED,) if comm else (),
+                  "busy_by_kind_ns": split, "steps": b.steps, "vendor": vendor, "vendor_rule": rule},
+        see=((Code.COMM_EXPOSED,) if comm else ()) + ((Code.COPY_BOUND,) if copies else ()),
     )
+
+
+def _profile(vendor: str | None) -> str:
+    """How to profile the top kernels with the kernel profiler of the GPU's vendor."""
+    if vendor == "amd":
+        return ("profile the top ones with ROCm Compute Profiler (rocprof-compute profile -n top -k NAME -- "
+                "python train.py; tracewhy reads Nsight Compute reports only)")
+    return ("profile the top ones with Nsight Compute (tracewhy capture ncu --kernel NAME -- python train.py "
+            f"runs `{shell(ncu_command(['python', 'train.py'], 'NAME', name='top'))}` and reads top.ncu-rep "
+            "with tracewhy roofline)")
 
 
 def _exposed_comm_ns(ctx: Context, b: Basis) -> float:

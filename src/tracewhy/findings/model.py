@@ -32,8 +32,11 @@ class Finding:
     ``statement`` is one line with the numbers in it. ``evidence`` holds the measured values,
     time ranges and names it rests on; a time in it (a key ending in ``_ns``) is whole
     nanoseconds, a fractional one (a mean, a median) rounded to the nearest.
-    ``recoverable_ns_per_step`` estimates the step time a fix would give back (0 when not a time
-    finding). ``next_step`` names the next tool and exact command, or the change to try.
+    ``recoverable_ns_per_step`` is the step time the fix gives back: for a finding that explains a
+    part of the step account (``part``), the measured step less ``predicted_step_ns``, the step
+    replayed with the fix (``analyses.what_if``); else the rule's own estimate (0 when not a time
+    finding). ``next_bottleneck`` is the largest avoidable part of the predicted step.
+    ``next_step`` names the next tool and exact command, or the change to try.
     """
 
     code: Code
@@ -48,6 +51,13 @@ class Finding:
     #: Codes this finding sums up (GPU idle overall, then one finding per idle class): it is
     #: placed right before the first of them that is printed.
     parts: tuple[Code, ...] = ()
+    #: The part of the step account (``analyses.account``) this finding explains; None when it
+    #: explains none (not a time finding, or its time is not on the step's critical path).
+    part: str | None = None
+    #: The mean step predicted with the fix (None: no prediction; without steps, the trace's window).
+    predicted_step_ns: int | None = None
+    #: The largest avoidable part of the predicted step (None: none left, or no prediction).
+    next_bottleneck: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "evidence", _whole_times(self.evidence))

@@ -12,6 +12,28 @@ from typing import Final
 #: interpolation, not a distribution.
 MIN_STEADY_STEPS: Final = 3
 
+# --- the step account (where the step goes) -----------------------------------------------
+#: ``diagnose`` opens with the account's largest parts until they cover this share of the step:
+#: four fifths say where the step goes; the long tail after it is summed on one line...
+ACCOUNT_COVER_SHARE: Final = 0.80
+#: ...in at most this many lines (a step split over more parts than this has no single story).
+ACCOUNT_MAX_LINES: Final = 8
+#: A part that is not essential work and takes this share of the step is reported even when no
+#: rule explains it (``unexplained-part``), and while one exists the step is not called healthy:
+#: three times the medium line (IDLE_CLASS_MIN_SHARE), a share no reader would call small.
+UNEXPLAINED_PART_MIN_SHARE: Final = 0.15
+#: Host-device copies on the critical path from this share of the step are their own finding
+#: (``copy-bound``): the same line as a part no rule explains.
+COPY_BOUND_MIN_SHARE: Final = UNEXPLAINED_PART_MIN_SHARE
+#: A copy part under this share of the copies' time is left out of the copy-bound sentence (its
+#: evidence keeps it): 9 bytes read back beside 24 GiB sent say nothing about the step.
+COPY_LINE_MIN_SHARE: Final = 0.01
+#: Copies from pinned memory at this share of the link's one-way peak or more run as fast as
+#: the link allows (DMA engines reach 80-90% of it on large copies): only fewer bytes help.
+COPY_NEAR_LINK_PEAK: Final = 0.5
+#: The fixes ``diagnose`` predicts together: the three that save most (more are rarely tried at once).
+FIXES_TOGETHER: Final = 3
+
 # --- GPU idle ------------------------------------------------------------------------------
 #: GPU active share of the steady window under which utilization is called low. 80% is where
 #: the TensorBoard profiler plugin and most tuning guides draw the line for training jobs.

@@ -53,8 +53,11 @@ class OnPathItem(TypedDict):
 
 
 class PathGain(TypedDict):
-    """A name on the path: its instances' time on it, and the step time saved if they took none."""
+    """A name on the path: its instances' time on it, and the step time saved if they took none;
+    or (category ``part``) a part of the step account: its time on the path, and the step time
+    saved with the fix ``diagnose`` predicts for it (the finding that explains it says the same)."""
 
+    #: A category, or ``part``.
     category: str
     name: str | None
     count: int
@@ -174,10 +177,10 @@ def critical_path_items(r: CriticalPathResult) -> pl.DataFrame:
     (``GAIN_PER_STEP``, the mean over the ``REPLAYED`` steps where it was replayed)."""
     import polars as pl
 
-    from tracewhy.analyses.critical_path import PathCol
+    from tracewhy.analyses.critical_path import PART_GAIN_CATEGORY, PathCol
     from tracewhy.model.schema import Col
 
-    return r.gains.group_by(PathCol.CATEGORY, Col.NAME).agg(
+    return r.gains.filter(pl.col(PathCol.CATEGORY) != PART_GAIN_CATEGORY).group_by(PathCol.CATEGORY, Col.NAME).agg(
         pl.col(PathCol.COUNT).sum(), pl.col(PathCol.ON_PATH).sum(),
         pl.col(PathCol.GAIN).mean().round(0).cast(pl.Int64).alias(GAIN_PER_STEP),
         pl.col(PathCol.GAIN).is_not_null().sum().cast(pl.Int64).alias(REPLAYED),
@@ -234,6 +237,9 @@ def render_critical_path(r: CriticalPathResult, top: int) -> RenderableType:
                       *(_share(row[CATEGORY_NS[c]], row[PathCol.TOTAL]) for c in CATEGORIES))
         parts.append(t)
         parts.append(_items_table(r, top))
+        part_rows = _parts_table(r)
+        if part_rows is not None:
+            parts.append(part_rows)
     if r.note:
         parts.append(Text(f"note: {printable(r.note)}", style="yellow"))
     return Group(*parts)
@@ -264,4 +270,32 @@ def _items_table(r: CriticalPathResult, top: int) -> RenderableType:
             "" if replayed == steps else f" ({replayed} steps)")
         t.add_row(row[Col.NAME], row[PathCol.CATEGORY], str(row[PathCol.COUNT]),
                   fmt_ns(row[PathCol.ON_PATH]), saves)
+    return t
+
+
+#: ``critical-path``: the step account's parts and what their fix saves.
+PARTS_TABLE: Final = Layout((name("part"), number("on path"), number("fix saves/step")), drop=())
+
+
+def _parts_table(r: CriticalPathResult) -> RenderableType | None:
+    """The step account's largest avoidable parts, summed over the steps where they were replayed:
+    time on the path and the step time the fix diagnose predicts for each saves."""
+    import polars as pl
+
+    from tracewhy.analyses.critical_path import PART_GAIN_CATEGORY, PathCol
+    from tracewhy.model.schema import Col
+
+    rows = r.gains.filter(pl.col(PathCol.CATEGORY) == PART_GAIN_CATEGORY)
+    if rows.height == 0:
+        return None
+    by_part = rows.group_by(Col.NAME).agg(
+        pl.col(PathCol.ON_PATH).mean().round(0).cast(pl.Int64), pl.col(PathCol.GAIN).mean().round(0).cast(pl.Int64),
+        pl.len().alias(REPLAYED)).sort(PathCol.ON_PATH, Col.NAME, descending=[True, False])
+    steps = int(by_part.get_column(REPLAYED).max())  # type: ignore[arg-type]
+    t = PARTS_TABLE.table(f"step account parts, mean over the {steps} steps it replays",
+                          notes={"fix saves/step": "fix saves: step time saved with the fix diagnose predicts for "
+                                                   "the part (tracewhy account TRACE)"})
+    for row in by_part.iter_rows(named=True):
+        t.add_row(row[Col.NAME], fmt_ns(row[PathCol.ON_PATH]), fmt_ns(row[PathCol.GAIN]) if row[PathCol.GAIN]
+                  is not None else "-")
     return t

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
     from tracewhy.analyses.steps import STEPS_SCHEMA, StepStats
     from tracewhy.findings.model import Finding
+    from tracewhy.findings.where_step_goes import AccountLine
     from tracewhy.renderers.json_schema import rows
     from tracewhy.renderers.ranks import RanksPayload
     from tracewhy.renderers.several import ComparisonJson, GroupingJson
@@ -57,6 +58,36 @@ class BasisJson(TypedDict):
     statistic: str
 
 
+class AccountLineJson(TypedDict):
+    """One line of where the step goes: a part of the step account, or (kind ``rest``) the parts
+    not listed, summed."""
+
+    part: str
+    #: The part's kind (kernels, copies, communication, host, sync, ...), or ``rest``.
+    kind: str
+    #: Mean per analysed step (over the trace's window without steps).
+    ns_per_step: int
+    #: Of the mean step.
+    share: float
+    #: Work the step must do (compute kernels, device-side copies); false: time it could lose.
+    essential: bool
+    #: The part's top items with their time (copies: bytes and bandwidth).
+    evidence: str
+
+
+class FixesTogetherJson(TypedDict):
+    """The fixes of the findings that save most, replayed at once."""
+
+    #: The findings whose fixes these are.
+    codes: list[str]
+    #: What each fix does to the step.
+    fixes: list[str]
+    measured_step_ns: int
+    predicted_step_ns: int
+    #: The largest avoidable part of the predicted step; null when none is left.
+    next_bottleneck: str | None
+
+
 class DiagnosePayload(TypedDict):
     """``diagnose``: the ranked findings, each with evidence and the next step, and the
     measurements they rest on."""
@@ -67,6 +98,11 @@ class DiagnosePayload(TypedDict):
     #: Ranked: trust findings first, then by recoverable time.
     findings: list[Finding]
     basis: BasisJson
+    #: Where the step goes: the step account's largest parts (enough to cover 80% of the step,
+    #: at most 8 lines, the rest summed); empty when the trace has nothing to account for.
+    account: list[AccountLineJson]
+    #: The top three fixes predicted together; null when fewer than two findings predict one.
+    fixes_together: FixesTogetherJson | None
     #: What a finding's recoverable time is measured over: "per step" or "over the trace".
     recoverable_unit: str
     steps: Annotated[pl.DataFrame, rows(STEPS_SCHEMA, "one row per step, in time order")]
@@ -182,6 +218,7 @@ def diagnose_payload(report: Report) -> DiagnosePayload:
     from tracewhy.reports.diagnose import recoverable_unit  # (loaded already: ``report`` comes from it)
 
     b = report.basis
+    t = report.together
     return {
         "trace": report.path,
         "healthy": report.healthy,
@@ -189,12 +226,23 @@ def diagnose_payload(report: Report) -> DiagnosePayload:
         "basis": {"device": b.device, "steps": b.steps, "per_steps": b.per_steps, "window_ns": b.window_ns,
                   "busy_ns": b.busy_ns, "idle_ns": b.idle_ns, "class_ns": b.class_ns, "short_ns": b.short_ns,
                   "short_gaps": b.short_gaps, "statistic": basis_statistic(report)},
+        "account": [{"part": a.part, "kind": a.kind, "ns_per_step": a.ns_per_step, "share": round(a.share, 4),
+                     "essential": a.essential, "evidence": a.evidence} for a in _account_lines(report)],
+        "fixes_together": None if t is None else {
+            "codes": list(t.codes), "fixes": list(t.fixes), "measured_step_ns": t.measured_step_ns,
+            "predicted_step_ns": t.predicted_step_ns, "next_bottleneck": t.next_bottleneck},
         "recoverable_unit": recoverable_unit(report),
         "steps": report.steps.table,
         "step_stats": report.steps.stats,
         "per_step_idle": report.gaps.per_step,
         "top_gaps": report.gaps.gaps.sort("dur_ns", descending=True).head(TOP_GAPS),
     }
+
+
+def _account_lines(report: Report) -> list[AccountLine]:
+    from tracewhy.findings.where_step_goes import account_lines
+
+    return account_lines(report.account) if report.account is not None else []
 
 
 def basis_statistic(report: Report) -> str:
@@ -211,7 +259,6 @@ def render_diagnose(report: Report, top: int | None = None) -> RenderableType:
     from rich.console import Group
     from rich.text import Text
 
-    from tracewhy.reports.diagnose import recoverable_unit  # (loaded already: ``report`` comes from it)
 
     parts: list[RenderableType] = []
     b = report.basis
@@ -223,21 +270,79 @@ def render_diagnose(report: Report, top: int | None = None) -> RenderableType:
     if b.device is not None:
         head.append(f"GPU {b.device} active {fmt_pct(b.active_share)} ({basis_statistic(report)}).")
     parts.append(head)
-    if not report.findings or report.healthy:
-        parts.append(Text("Nothing here costs a meaningful share of the step: no high or medium findings.",
-                          style="green"))
     shown = report.findings if top is None else report.findings[:top]
-    for i, f in enumerate(shown, 1):
-        label = Text(f"{i}. [{f.severity.value}] {f.code}", style=_STYLE[f.severity])
-        if f.recoverable_ns_per_step:
-            label.append(f"  ~{fmt_ns(f.recoverable_ns_per_step)} {recoverable_unit(report)} recoverable",
-                         style="bold")
-        parts.append(label)
-        parts.append(indented(Text(printable(f.statement)), 3))
-        parts.append(indented(Text(f"next: {printable(f.next_step)}", style="dim"), 3))
+    trust = next((i for i, f in enumerate(shown) if f.severity is not Severity.TRUST), len(shown))
+    for i, f in enumerate(shown[:trust], 1):
+        parts.extend(_finding(report, i, f))
+    parts.extend(_where_step_goes(report))
+    if not report.findings or report.healthy:
+        parts.append(Text(_healthy_line(report), style="green"))
+    for i, f in enumerate(shown[trust:], trust + 1):
+        parts.extend(_finding(report, i, f))
     if len(shown) < len(report.findings):
         left = report.findings[len(shown):]
         codes = ", ".join(str(f.code) for f in left)
         parts.append(Text(f"... {len(left)} more ({codes}): --top {len(report.findings)} or --json shows them",
                           style="dim"))
     return Group(*parts)
+
+
+def _finding(report: Report, i: int, f: Finding) -> list[RenderableType]:
+    """A finding's label (with the step predicted with its fix, or its recoverable time), its
+    statement and its next step."""
+    from rich.text import Text
+
+    from tracewhy.reports.diagnose import recoverable_unit  # (loaded already: ``report`` comes from it)
+
+    label = Text(f"{i}. [{f.severity.value}] {f.code}", style=_STYLE[f.severity])
+    if f.predicted_step_ns is not None and f.recoverable_ns_per_step:
+        unit = "step" if recoverable_unit(report) == "per step" else "window"
+        label.append(f"  {unit} {fmt_ns(f.predicted_step_ns + f.recoverable_ns_per_step)} -> "
+                     f"{fmt_ns(f.predicted_step_ns)} with the fix (-{fmt_ns(f.recoverable_ns_per_step)})",
+                     style="bold")
+    elif f.recoverable_ns_per_step:
+        label.append(f"  ~{fmt_ns(f.recoverable_ns_per_step)} {recoverable_unit(report)} recoverable", style="bold")
+    out: list[RenderableType] = [label, indented(Text(printable(f.statement)), 3)]
+    if f.part is not None:
+        after = f"; next bottleneck: {printable(f.next_bottleneck)}" if f.next_bottleneck else ""
+        out.append(indented(Text(f"explains: {printable(f.part)}{after}", style="dim"), 3))
+    out.append(indented(Text(f"next: {printable(f.next_step)}", style="dim"), 3))
+    return out
+
+
+def _where_step_goes(report: Report) -> list[RenderableType]:
+    """The step account's largest parts with their share and evidence, and the top fixes together."""
+    from rich.text import Text
+
+    account = report.account
+    lines = _account_lines(report)
+    if account is None or not lines:
+        return []
+    over = (f"mean of {account.steps_analysed} analysed steps, {fmt_ns(account.mean_step_ns)} each"
+            if account.source != "whole_trace" else f"the whole trace, {fmt_ns(account.mean_step_ns)}")
+    out: list[RenderableType] = [Text(f"Where the step goes ({over}):", style="bold")]
+    width = max(len(printable(a.part)) for a in lines)
+    for a in lines:
+        what = "" if a.kind == "rest" else ("essential" if a.essential else "avoidable")
+        row = Text(f"{fmt_pct(a.share):>6}  {fmt_ns(a.ns_per_step):>11}  {printable(a.part):<{width}}  {what:<9}",
+                   style="" if a.essential or a.kind == "rest" else "bold")
+        if a.evidence:
+            row.append(f"  {printable(a.evidence)}", style="dim")
+        out.append(indented(row, 3))
+    t = report.together
+    if t is not None:
+        after = f"; next bottleneck: {printable(t.next_bottleneck)}" if t.next_bottleneck else ""
+        out.append(indented(Text(f"The top {len(t.codes)} fixes together ({', '.join(t.codes)}): "
+                                 f"{fmt_ns(t.measured_step_ns)} -> {fmt_ns(t.predicted_step_ns)}{after}.",
+                                 style="bold"), 3))
+    return out
+
+
+def _healthy_line(report: Report) -> str:
+    """'Nothing here costs ...', with the account's evidence that the step is essential work."""
+    from tracewhy.findings.where_step_goes import essential_summary
+
+    said = essential_summary(report.account) if report.account is not None else None
+    if said is None:
+        return "Nothing here costs a meaningful share of the step: no high or medium findings."
+    return f"Nothing here costs a meaningful share of the step: {said}; no high or medium findings."

@@ -10,18 +10,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tracewhy.analyses.account import AccountResult
 from tracewhy.analyses.compile import CompileResult
 from tracewhy.analyses.gaps import GapsOptions, GapsResult
 from tracewhy.analyses.memory import MemoryResult
 from tracewhy.analyses.steps import StepsResult
 from tracewhy.analyses.throughput import Throughput, ThroughputOptions, from_step_stats
-from tracewhy.findings import blocks, host, idle, memory, nsys_rules, overlap, platform, trust
+from tracewhy.findings import account, blocks, host, idle, memory, nsys_rules, overlap, platform, trust
 from tracewhy.findings import compile as torch_compile
 from tracewhy.findings.basis import Basis, basis
 from tracewhy.findings.codes import Code
 from tracewhy.findings.consolidate import consolidate
 from tracewhy.findings.context import Context, DiagnoseOptions
+from tracewhy.findings.explain import FixesTogether, explain
 from tracewhy.findings.model import Finding, Severity
+from tracewhy.findings.where_step_goes import avoidable_over_line
 from tracewhy.model.trace import Trace
 from tracewhy.reports import at_once
 from tracewhy.reports.inputs import PLAIN, Loader, TraceSource
@@ -35,7 +38,7 @@ Rule = Callable[[Context], list[Finding]]
 #: Every rule module; each returns the findings it can make for one trace.
 RULES: tuple[Rule, ...] = (
     trust.findings, idle.findings, host.findings, platform.findings, overlap.findings, blocks.findings,
-    nsys_rules.findings, memory.findings, torch_compile.findings,
+    nsys_rules.findings, memory.findings, torch_compile.findings, account.findings,
 )
 
 
@@ -52,12 +55,19 @@ class Report(Rows, rows="findings", key="code"):
     memory: MemoryResult | None = None
     #: The torch.compile analysis the compile findings rest on; None without compile markers.
     compile: CompileResult | None = None
+    #: Where the step goes (``analyses.account``); None for a trace with nothing to account for.
+    account: AccountResult | None = None
+    #: The finding that explains the account's largest avoidable part (None: no finding does).
+    lead: Code | None = None
+    #: The fixes of the findings that save most, predicted together (None: fewer than two).
+    together: FixesTogether | None = None
 
     @property
     def healthy(self) -> bool:
-        """No high or medium finding, in a trace that held something to look at."""
+        """No high or medium finding, in a trace that held something to look at, and no avoidable
+        part of the step account at UNEXPLAINED_PART_MIN_SHARE of the step or more."""
         return not any(f.severity in (Severity.HIGH, Severity.MEDIUM) or f.code == Code.EMPTY_TRACE
-                       for f in self.findings)
+                       for f in self.findings) and not (self.account is not None and avoidable_over_line(self.account))
 
 
 def recoverable_unit(report: Report) -> str:
@@ -134,11 +144,31 @@ def diagnose_in(ctx: Context) -> Report:
         found += rule_found
     b = basis(ctx)
     stats = ctx.steps().stats
-    # What recoverable times are shares of: the GPU's step window, else the host's median step.
+    explained = explain(ctx, found) if trace.slices.height else None
+    # What recoverable times are shares of: the step predictions start from, else the GPU's step
+    # window, else the host's median step.
     window = b.window_ns if b.device is not None and b.window_ns > 0 else (stats.p50_ns if stats else None)
-    return Report(path=trace.meta.path, findings=consolidate(found, window), steps=ctx.steps(), gaps=ctx.gaps(),
+    if explained is not None and explained.step_ns:
+        window = explained.step_ns
+    ranked = consolidate(explained.findings if explained is not None else found, window)
+    lead = explained.lead if explained is not None else None
+    return Report(path=trace.meta.path, findings=_lead_first(ranked, lead), steps=ctx.steps(), gaps=ctx.gaps(),
                   basis=b, memory=memory.memory_result(ctx) if trace.slices.height else None,
-                  compile=_compile(ctx))
+                  compile=_compile(ctx), account=ctx.account() if trace.slices.height else None, lead=lead,
+                  together=explained.together if explained is not None else None)
+
+
+def _lead_first(findings: list[Finding], lead: Code | None) -> list[Finding]:
+    """The finding that explains the largest avoidable part right after the trust findings (the
+    summary it belongs to, if any, before it)."""
+    at = next((i for i, f in enumerate(findings) if f.code == lead), None)
+    if at is None:
+        return findings
+    first = next((i for i, f in enumerate(findings) if f.severity is not Severity.TRUST), len(findings))
+    summary = next((i for i, f in enumerate(findings) if lead in f.parts), None)
+    moved = [findings[i] for i in (summary, at) if i is not None and i >= first]
+    rest = [f for f in findings[first:] if all(f is not m for m in moved)]
+    return findings[:first] + moved + rest
 
 
 def _run_rules(ctx: Context) -> list[list[Finding]]:

@@ -1,0 +1,71 @@
+"""``unexplained-part``: a part of the step account that is not essential work, takes a large
+share of the step, and that no rule explains. It is reported with what the account knows of it
+(its top items), so that no large avoidable part of the step is left out of the diagnosis."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import polars as pl
+
+from tracewhy.analyses.account import AccountCol, AccountResult
+from tracewhy.analyses.account_names import PartKind, PartName
+from tracewhy.analyses.iterations import WindowSource
+from tracewhy.findings.codes import Code
+from tracewhy.findings.context import Context
+from tracewhy.findings.model import Finding, Severity
+from tracewhy.units import fmt_ns as ms
+from tracewhy.units import fmt_pct
+
+#: Items of the part named in the statement (the evidence has the account's top items).
+_NAMED_ITEMS: Final = 2
+
+#: What to try first, by the part's kind (the part's own name says where).
+_ADVICE: Final = {
+    PartKind.HOST: "Move this host work out of the step, make it cheaper, or run it beside the GPU work (a side "
+                   "thread, a DataLoader worker); tracewhy lines TRACE shows its source lines.",
+    PartKind.IDLE: "Find what the thread did while nothing was recorded (untraced Python, a sleep, an input wait): "
+                   "capture with with_stack=True, or tracewhy lines TRACE.",
+    PartKind.SYNC: "Remove the wait or move it out of the loop: tracewhy gaps TRACE shows what the host waited for.",
+    PartKind.COPIES: "Copy from pinned memory with non_blocking=True so the copy runs beside compute, or move fewer "
+                     "bytes: tracewhy account TRACE lists them.",
+    PartKind.COMMUNICATION: "Hide the communication under compute (bucketed, overlapped collectives): tracewhy "
+                            "overlap TRACE.",
+    PartKind.LAUNCH: "Fewer, larger launches: CUDA graphs or torch.compile(mode='reduce-overhead').",
+    PartKind.GPU_GAP: "Fewer, larger launches: CUDA graphs or torch.compile(mode='reduce-overhead').",
+}
+_DEFAULT_ADVICE: Final = "See what the part is made of: tracewhy account TRACE."
+
+
+def unexplained_part(ctx: Context, account: AccountResult, row: dict[str, Any]) -> Finding:
+    """The finding for one ``parts`` row of the account that no rule's finding claimed."""
+    part, kind = str(row[AccountCol.PART]), str(row[AccountCol.KIND])
+    ns, share = int(row[AccountCol.NS_PER_STEP]), float(row[AccountCol.SHARE])
+    items = account.evidence.filter(pl.col(AccountCol.PART) == part).sort(AccountCol.NS_PER_STEP, descending=True)
+    unit = "of the trace's window" if account.source == WindowSource.WHOLE_TRACE else "of the step"
+    named = [f"`{item}` {ms(t)}" for item, t in items.select(AccountCol.ITEM, AccountCol.NS_PER_STEP).head(
+        _NAMED_ITEMS).iter_rows() if item and item != part]
+    where = f", most of it in {', '.join(named)}" if named else ""
+    what = _describe(part, kind)
+    per = "over the trace" if account.source == WindowSource.WHOLE_TRACE else "per step"
+    return Finding(
+        code=Code.UNEXPLAINED_PART, severity=Severity.MEDIUM,
+        statement=f"{fmt_pct(share)} {unit} is {what} ({ms(ns)} {per} on the critical path){where}, and no "
+                  "other finding explains it.",
+        next_step=_ADVICE.get(kind, _DEFAULT_ADVICE),
+        part=part,
+        evidence={"part": part, "kind": kind, "part_ns_per_step": ns, "share": round(share, 4),
+                  "items": [{"item": i, "ns_per_step": t} for i, t in
+                            items.select(AccountCol.ITEM, AccountCol.NS_PER_STEP).iter_rows()]},
+    )
+
+
+def _describe(part: str, kind: str) -> str:
+    """The part in words: 'host Python in `prep.py:52 tokenize`', 'launch overhead'."""
+    if part.startswith("host: "):
+        return f"host work in `{part.removeprefix('host: ')}`"
+    if part == PartName.UNTRACED:
+        return "host time with nothing recorded (untraced Python)"
+    if kind == PartKind.HOST:
+        return f"host work in `{part}`"
+    return f"`{part}`"
