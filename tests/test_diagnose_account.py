@@ -1,0 +1,166 @@
+"""``diagnose`` built on the step account: it opens with where the step goes, each time finding
+names the part it explains and the step predicted with its fix, the planted causes lead their
+diagnosis, a copy-bound step says so with the copies' own figures, and ``critical-path``'s gain
+for a part is the recoverable time of the finding that explains it."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import GENERATED, shared_trace
+from test_account_real import _path, _traces
+from tracewhy.analyses.account import AccountCol, step_account
+from tracewhy.analyses.iterations import WindowSource
+from tracewhy.cli import main
+from tracewhy.errors import TraceError
+from tracewhy.findings import thresholds as th
+from tracewhy.readers import read_trace
+
+HEALTHY = "Nothing here costs a meaningful share"
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    assert main([*argv, "--no-cache"]) == 0
+    return capsys.readouterr().out
+
+
+def _diagnose(path: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    out: dict[str, Any] = json.loads(_run(["diagnose", str(path), "--json"], capsys))
+    return out
+
+
+def _first_cause(d: dict[str, Any]) -> dict[str, Any]:
+    first: dict[str, Any] = next(f for f in d["findings"] if f["severity"] != "trust")
+    return first
+
+
+def test_the_copy_bound_window_leads_with_its_copies(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """nsys-ai's H100 window: the export's own memcpy rows (read here with sqlite3) hold 223
+    pinned HtoD copies per process, 25.5 GB in 921 ms; the diagnosis leads with them: bytes,
+    GB/s and memory kind, the GPU's busy time split into kernels and copies."""
+    path = shared_trace("nsys/nsysai_h100_2gpu_1s.sqlite.gz")
+    db = tmp_path / "h100.sqlite"
+    db.write_bytes(gzip.decompress(path.read_bytes()))
+    with sqlite3.connect(db) as conn:
+        pinned = conn.execute(
+            "SELECT count(*), sum(bytes), sum(m.end - m.start) FROM CUPTI_ACTIVITY_KIND_MEMCPY m "
+            "JOIN ENUM_CUDA_MEM_KIND k ON k.id = m.srcKind WHERE m.copyKind = 1 AND k.label = 'Pinned' "
+            "GROUP BY m.globalPid").fetchall()
+    count, moved, busy = pinned[0]
+    d = _diagnose(path, capsys)
+    f = _first_cause(d)
+    assert f["code"] == "copy-bound" and f["severity"] == "high" and f["part"] == "copies: HtoD pinned"
+    copies = f["evidence"]["copies"][0]
+    assert (copies["copies_per_step"], copies["bytes_per_step"]) == (count, moved)
+    assert copies["bytes_per_s"] == pytest.approx(moved / busy * 1e9, rel=0.01)
+    for said in ("pinned memory", f"{moved / 2**30:.1f} GiB", f"{moved / busy:.1f} GB/s", "copies 97"):
+        assert said in f["statement"], said
+    assert d["account"][0]["part"] == "copies: HtoD pinned" and d["account"][0]["share"] > 0.9
+    saturated = next(g for g in d["findings"] if g["code"] == "gpu-saturated")
+    assert "kernels 2.3%, copies 97.0%" in saturated["statement"]
+    assert not d["healthy"]
+
+
+#: Planted causes (tests/data/generated/MANIFEST.md): the code of the finding that must lead,
+#: and a word of the part it must explain.
+PLANTED = {
+    "cpu_dataloader_slow": ("input-bound", "data loading"),
+    "cpu_lines_sleep": ("input-bound", "data loading"),
+    "cpu_compile_recompile": ("recompile", "compilation"),
+    "cpu_slow_step_planted": ("unexplained-part", "planted_slowdown"),
+    "cpu_item_sync": ("scalar-read-per-step", "aten::item"),
+    "cpu_lines_loop": ("unexplained-part", "python_loop_sum"),
+    "ddp_gloo_bcast_rank1": ("unexplained-part", "_delay"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PLANTED))
+def test_each_planted_cause_leads_with_a_prediction(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, word = PLANTED[name]
+    d = _diagnose(GENERATED / f"{name}.pt.trace.json.gz", capsys)
+    f = _first_cause(d)
+    assert f["code"] == code and word in f["part"], (f["code"], f["part"])
+    measured = f["evidence"]["measured_step_ns"]
+    assert 0 < f["predicted_step_ns"] < measured
+    assert f["recoverable_ns_per_step"] == measured - f["predicted_step_ns"]
+    assert not d["healthy"]
+    assert any(word in a["part"] for a in d["account"])
+
+
+#: Traces whose critical-path gains and diagnose's recoverable times are compared: BERT (one
+#: step, GPU), the slow DataLoader (8 CPU steps), the 16-rank all-to-all (steps, GPU).
+AGREE = ("tracelens/h100_bert-small_bs1_seq512.json.gz", "generated/cpu_dataloader_slow.pt.trace.json.gz",
+         "hta/a100_16rank_rank0_alltoall.json.gz")
+
+
+@pytest.mark.parametrize("relative", AGREE)
+def test_critical_path_gains_are_diagnose_recoverable(relative: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A finding that explains one part with one fix recovers what ``critical-path`` says the
+    fix of that part saves (the same replay of the same steps: equal up to rounding the mean)."""
+    path = _path(relative)
+    d = _diagnose(path, capsys)
+    cp = json.loads(_run(["critical-path", str(path), "--json"], capsys))
+    gains: dict[str, list[int]] = {}
+    for g in (g for step in cp["steps"] for g in step["gains"]):
+        if g["category"] == "part" and g["gain_ns"] is not None:
+            gains.setdefault(g["name"], []).append(g["gain_ns"])
+    compared = 0
+    for f in d["findings"]:
+        parts = f["evidence"].get("parts")
+        if f["predicted_step_ns"] is None or not isinstance(parts, list) or parts != [f["part"]] \
+                or f["part"] not in gains:
+            continue
+        mean = sum(gains[f["part"]]) / len(gains[f["part"]])
+        assert abs(f["recoverable_ns_per_step"] - mean) <= 1, (f["code"], f["part"])
+        compared += 1
+    assert compared >= 1, "no finding explains a part critical-path replays"
+
+
+def test_launch_overhead_is_one_number_on_bert(capsys: pytest.CaptureFixture[str]) -> None:
+    """Launch overhead on BERT was 1.034 ms recoverable in diagnose and 339 µs in critical-path:
+    now the finding recovers what the replay without the launch time saves."""
+    path = shared_trace("tracelens/h100_bert-small_bs1_seq512.json.gz")
+    d = _diagnose(path, capsys)
+    launch = next(f for f in d["findings"] if f["code"] == "gpu-idle-launch")
+    assert launch["part"] == "launch overhead"
+    assert "1.034 ms" in launch["statement"]  # its own measurement is kept
+    cp = json.loads(_run(["critical-path", str(path), "--json"], capsys))
+    gain = next(g["gain_ns"] for step in cp["steps"] for g in step["gains"]
+                if g["category"] == "part" and g["name"] == "launch overhead")
+    assert launch["recoverable_ns_per_step"] == gain < 1_000_000
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("relative", _traces())
+def test_every_diagnosis_opens_with_where_the_step_goes(relative: str, capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On every trace with steps or iterations, the lines before the first cause say where at
+    least 80% of the step goes (the account computed apart here), and no trace is called healthy
+    while an avoidable part takes UNEXPLAINED_PART_MIN_SHARE of the step."""
+    try:
+        account = step_account(read_trace(_path(relative)))
+    except TraceError as e:
+        pytest.skip(f"not a profiler trace: {e}")
+    monkeypatch.setenv("COLUMNS", "400")  # (a part's name on one line)
+    text = _run(["diagnose", str(_path(relative))], capsys)
+    d = _diagnose(_path(relative), capsys)
+    avoidable = account.parts.filter(~account.parts.get_column(AccountCol.ESSENTIAL)
+                                     & (account.parts.get_column(AccountCol.KIND) != "unexplained"))
+    if avoidable.height and float(avoidable.get_column(AccountCol.SHARE).max()) >= th.UNEXPLAINED_PART_MIN_SHARE:  # type: ignore[arg-type]
+        assert HEALTHY not in text and not d["healthy"]
+    if account.source == WindowSource.WHOLE_TRACE or account.mean_step_ns == 0:
+        return
+    listed = [a for a in d["account"] if a["kind"] != "rest"]
+    assert sum(a["share"] for a in listed) >= th.ACCOUNT_COVER_SHARE - 1e-9
+    first_cause = next((f for f in d["findings"] if f["severity"] != "trust"), None)
+    where = text.index("Where the step goes")
+    if first_cause is not None:
+        assert where < text.index(f"[{first_cause['severity']}] {first_cause['code']}")
+    for a in listed:
+        assert a["part"][:40] in text[where:], a["part"]
