@@ -45,6 +45,7 @@ NOT_INPUTS = re.compile(r"(^LICENSE|^NOTICE|MANIFEST\.md$|NSYS_NOTES\.md$|_refer
 PER_INPUT: tuple[tuple[str, ...], ...] = (
     ("info",), ("info", "--json"),
     ("diagnose",), ("diagnose", "--json"),
+    ("account",), ("account", "--json"),
     ("gaps",), ("gaps", "--json"),
     ("ops",), ("ops", "--json"), ("ops", "--shapes"),
     ("lines",), ("lines", "--json"),

@@ -112,6 +112,7 @@ EXAMPLES = (
     Example("compile-check", ("check", f"{GEN}/cpu_compile_break_loop.pt.trace.json.gz", "--max-graph-breaks", "0",
                               "--max-recompiles", "0"), exit_code=1),
     Example("critical-path", ("critical-path", A100_DDP, "--top", "8")),
+    Example("account", ("account", A100_DDP, "--top", "8")),
     Example("diff", ("diff", f"{GEN}/cpu_slow_step_base.pt.trace.json.gz",
                      f"{GEN}/cpu_slow_step_planted.pt.trace.json.gz", "--top", "5")),
     Example("check", ("check", f"{GEN}/cpu_slow_step_planted.pt.trace.json.gz", "--max-step-p50", "5ms",

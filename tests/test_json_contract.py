@@ -49,7 +49,7 @@ NCU_CSVS: Final = ("ncu/csv_rtx5070_olajide/saxpy.csv", "ncu/csv_rtx5070_olajide
 
 #: Each run: a name and the arguments; ``{tmp}`` is a scratch folder, ``gen:`` the generated inputs.
 RUNS: Final[dict[str, tuple[str, ...]]] = {
-    **{f"{c} gpu": (c, GPU) for c in ("diagnose", "gaps", "info", "ops", "lines", "kernels", "nvtx", "steps",
+    **{f"{c} gpu": (c, GPU) for c in ("diagnose", "account", "gaps", "info", "ops", "lines", "kernels", "nvtx", "steps",
                                      "overlap", "blocks", "critical-path", "compile", "memory", "report")},
     "ops --shapes gpu": ("ops", GPU, "--shapes"),
     "steps throughput gpu": ("steps", GPU, "--items-per-step", "32", "--unit", "images"),
@@ -59,9 +59,9 @@ RUNS: Final[dict[str, tuple[str, ...]]] = {
     "sql gpu": ("sql", GPU, "SELECT name, count(*) AS calls, sum(dur_ns) AS total_ns FROM kernels GROUP BY name"),
     "export gpu": ("export", GPU, "-o", "{tmp}/annotated.json.gz", "--parquet", "{tmp}/tables"),
     "export parquet": ("export", CPU, "--parquet", "{tmp}/cpu_tables"),
-    **{f"{c} cpu": (c, CPU) for c in ("diagnose", "gaps", "info", "ops", "lines", "kernels", "nvtx", "steps",
+    **{f"{c} cpu": (c, CPU) for c in ("diagnose", "account", "gaps", "info", "ops", "lines", "kernels", "nvtx", "steps",
                                      "overlap", "blocks", "critical-path", "report")},
-    **{f"{c} nsys": (c, NSYS) for c in ("diagnose", "gaps", "info", "kernels", "nvtx", "steps", "overlap",
+    **{f"{c} nsys": (c, NSYS) for c in ("diagnose", "account", "gaps", "info", "kernels", "nvtx", "steps", "overlap",
                                        "critical-path", "report")},
     "roofline ncu": ("roofline", NCU),
     "roofline ncu runs": ("roofline", "{tmp}/appended.csv"),

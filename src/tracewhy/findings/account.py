@@ -108,9 +108,10 @@ def _copy_bound(ctx: Context, account: AccountResult) -> Finding | None:
                   "link": link.name if link is not None else None,
                   "link_bytes_per_s": link.bytes_per_s if link is not None else None,
                   "busy_by_kind_ns": split,
-                  "copies": [{"part": p.part, "direction": p.direction, "memory": p.memory, "ns_per_step": p.ns_per_step,
-                             "bytes_per_step": p.bytes_per_step, "copies_per_step": round(p.copies_per_step, 2),
-                             "bytes_per_s": p.bytes_per_s} for p in parts]},
+                  "copies": [{"part": p.part, "direction": p.direction, "memory": p.memory,
+                              "ns_per_step": p.ns_per_step, "bytes_per_step": p.bytes_per_step,
+                              "copies_per_step": round(p.copies_per_step, 2), "bytes_per_s": p.bytes_per_s}
+                             for p in parts]},
     )
 
 

@@ -44,7 +44,7 @@ def unexplained_part(ctx: Context, account: AccountResult, row: dict[str, Any]) 
     items = account.evidence.filter(pl.col(AccountCol.PART) == part).sort(AccountCol.NS_PER_STEP, descending=True)
     unit = "of the trace's window" if account.source == WindowSource.WHOLE_TRACE else "of the step"
     named = [f"`{item}` {ms(t)}" for item, t in items.select(AccountCol.ITEM, AccountCol.NS_PER_STEP).head(
-        _NAMED_ITEMS).iter_rows() if item and item != part]
+        _NAMED_ITEMS).iter_rows() if item and item not in (part, part.removeprefix("host: "))]
     where = f", most of it in {', '.join(named)}" if named else ""
     what = _describe(part, kind)
     per = "over the trace" if account.source == WindowSource.WHOLE_TRACE else "per step"

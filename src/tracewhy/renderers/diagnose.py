@@ -11,6 +11,7 @@ import polars as pl
 from tracewhy.analyses.gaps import GAP_STEPS_SCHEMA, GAPS_SCHEMA
 from tracewhy.findings.model import Severity
 from tracewhy.renderers import View
+from tracewhy.renderers.account import AccountLineJson, account_line_json
 from tracewhy.renderers.throughput import with_throughput
 from tracewhy.units import fmt_ns, fmt_pct, indented, printable
 
@@ -56,23 +57,6 @@ class BasisJson(TypedDict):
     short_gaps: float
     #: Which statistic the figures are ("mean of N steady steps", "whole trace").
     statistic: str
-
-
-class AccountLineJson(TypedDict):
-    """One line of where the step goes: a part of the step account, or (kind ``rest``) the parts
-    not listed, summed."""
-
-    part: str
-    #: The part's kind (kernels, copies, communication, host, sync, ...), or ``rest``.
-    kind: str
-    #: Mean per analysed step (over the trace's window without steps).
-    ns_per_step: int
-    #: Of the mean step.
-    share: float
-    #: Work the step must do (compute kernels, device-side copies); false: time it could lose.
-    essential: bool
-    #: The part's top items with their time (copies: bytes and bandwidth).
-    evidence: str
 
 
 class FixesTogetherJson(TypedDict):
@@ -226,8 +210,7 @@ def diagnose_payload(report: Report) -> DiagnosePayload:
         "basis": {"device": b.device, "steps": b.steps, "per_steps": b.per_steps, "window_ns": b.window_ns,
                   "busy_ns": b.busy_ns, "idle_ns": b.idle_ns, "class_ns": b.class_ns, "short_ns": b.short_ns,
                   "short_gaps": b.short_gaps, "statistic": basis_statistic(report)},
-        "account": [{"part": a.part, "kind": a.kind, "ns_per_step": a.ns_per_step, "share": round(a.share, 4),
-                     "essential": a.essential, "evidence": a.evidence} for a in _account_lines(report)],
+        "account": [account_line_json(a) for a in _account_lines(report)],
         "fixes_together": None if t is None else {
             "codes": list(t.codes), "fixes": list(t.fixes), "measured_step_ns": t.measured_step_ns,
             "predicted_step_ns": t.predicted_step_ns, "next_bottleneck": t.next_bottleneck},

@@ -13,9 +13,9 @@ from tracewhy.cli.base import Command
 
 COMMAND_MODULES: dict[str, str] = {
     name: f"tracewhy.cli.commands.{name}"
-    for name in ("diagnose", "gaps", "info", "ops", "lines", "kernels", "nvtx", "steps", "overlap", "blocks", "ranks",
-                 "roofline", "memory", "pipeline", "compile", "diff", "check", "sql", "export", "report", "which",
-                 "capture", "schema")
+    for name in ("diagnose", "account", "gaps", "info", "ops", "lines", "kernels", "nvtx", "steps", "overlap", "blocks",
+                 "ranks", "roofline", "memory", "pipeline", "compile", "diff", "check", "sql", "export", "report",
+                 "which", "capture", "schema")
 }
 COMMAND_MODULES["critical-path"] = "tracewhy.cli.commands.critical_path"  # a hyphen cannot name a module
 #: Commands that serve the others rather than compute (no report, no ``--json`` document of their

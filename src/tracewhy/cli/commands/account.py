@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+import argparse
+
+from tracewhy.cli.base import Command, add_output_options, emit, loader, positive_int
+from tracewhy.renderers.account import AccountPayload, account_payload, render_account
+from tracewhy.reports.account import AccountReportOptions, account_report
+
+
+class AccountCommand(Command):
+    """Where the step goes: each steady step's critical path split into named parts that add up
+    to the step (kernels by family, copies, communication, launch overhead, syncs, idle, data
+    loading, compilation, host work by line or op), each essential or avoidable, with the items
+    behind it."""
+
+    name = "account"
+    json_payloads = (AccountPayload,)
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        add_output_options(parser)
+        parser.add_argument("--step", metavar="NAME", help="annotation that marks a step (default ProfilerStep)")
+        parser.add_argument("--warmup", type=positive_int, default=None, metavar="N",
+                            help="steps to exclude as warm-up (default: a first step #0 or outlier)")
+        parser.add_argument("--max-steps", type=positive_int, default=AccountReportOptions().max_steps, metavar="N",
+                            help="analyse at most N steady steps, spread over the run (default %(default)s)")
+
+    def run(self, args: argparse.Namespace) -> int:
+        r = account_report(args.trace, AccountReportOptions(step_marker=args.step, warmup=args.warmup,
+                                                            max_steps=args.max_steps), loader())
+        emit(args, self.name, account_payload(r), lambda: render_account(r, args.top))
+        return 0

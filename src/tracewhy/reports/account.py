@@ -1,0 +1,40 @@
+"""``account``: where the step goes, alone: the step account of the trace's steady steps (or its
+iterations, or the whole trace), the lines ``diagnose`` opens with, and the parts per step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tracewhy.analyses.account import AccountOptions, AccountResult, step_account
+from tracewhy.analyses.steps import StepsOptions, steps
+from tracewhy.findings.where_step_goes import AccountLine, account_lines
+from tracewhy.reports.inputs import PLAIN, Loader, TraceSource
+
+
+@dataclass(frozen=True)
+class AccountReportOptions:
+    step_marker: str | None = None
+    #: Steps to treat as warm-up (default: as ``steps`` decides).
+    warmup: int | None = None
+    #: At most this many steady steps are analysed, spread evenly over the run.
+    max_steps: int = AccountOptions().max_steps
+
+
+@dataclass(frozen=True)
+class AccountReport:
+    """The account of ``path``, and the lines that say where the step goes (largest parts to 80%
+    of the step, the rest summed)."""
+
+    path: str
+    account: AccountResult
+    lines: list[AccountLine]
+
+
+def account_report(trace: TraceSource, options: AccountReportOptions | None = None,
+                   loader: Loader = PLAIN) -> AccountReport:
+    options = options or AccountReportOptions()
+    t = loader.trace(trace)
+    t.require_whole()
+    found = steps(t, StepsOptions(marker=options.step_marker, warmup=options.warmup))
+    r = step_account(t, AccountOptions(marker=options.step_marker, max_steps=options.max_steps), steps_result=found)
+    return AccountReport(path=t.meta.path, account=r, lines=account_lines(r) if r.mean_step_ns > 0 else [])
