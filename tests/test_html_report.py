@@ -326,3 +326,41 @@ def test_roofline_axes_read_in_si_units_and_the_top_ops_are_labelled(browser: An
     labels = chart["points"].split("|")
     assert labels[0] == "mm [8944,1024][1024,2816]"  # the op with most GPU time, with its shapes
     assert len(labels) >= 3
+
+
+def test_where_the_step_goes_is_one_stacked_bar_per_step(browser: Any, tmp_path: Path) -> None:
+    """The account section: one bar per analysed step whose segments are that step's parts (they
+    add up to its window, as the page's own JSON gives them), a colour per kind with a legend, the
+    values in a table; the busy chart draws kernels and copies apart; the block table is a table."""
+    trace = shared_trace("hta/a100_ddp2_rank0_nccl2.17.json.gz")
+    html = _report(trace, tmp_path / "report.html")
+    page = Page(browser, html)
+    assert page.errors == [] and "account" in page.shown_sections()
+    bars = page.page.evaluate("""() => Array.from(document.querySelectorAll('#account-bars .cp-row')).map(r =>
+        Array.from(r.querySelectorAll('[data-part]')).map(s => [s.getAttribute('data-part'),
+                                                               Number(s.getAttribute('data-ns')),
+                                                               s.style.background]))""")
+    data = json.loads(page.page.text_content("#report-data") or "{}")["account"]
+    assert len(bars) == len(data["steps"]) == 3
+    for bar, step in zip(bars, data["steps"], strict=True):
+        assert sum(ns for _, ns, _ in bar) == step["window_ns"]
+        assert {p for p, _, _ in bar} == set(step["parts"])
+    colour = {}
+    kinds = {p["part"]: p["kind"] for p in data["parts"]}
+    for part, _, background in (seg for bar in bars for seg in bar):
+        assert colour.setdefault(kinds[part], background) == background  # one colour per kind
+    legend = page.page.inner_text("#account-legend")
+    assert all(k.replace("_", " ") in legend for k in set(kinds.values()))
+    assert "forward" in page.page.inner_text("#account-table")
+    labels = page.page.evaluate("() => Array.from(document.querySelectorAll('#utilization .u-legend th'))"
+                                ".map(t => t.textContent)")
+    assert any("kernels %" in t for t in labels)
+    assert page.page.evaluate("() => document.querySelectorAll('#findings-list li table').length") == 1
+
+
+def test_account_part_names_stay_text(browser: Any, tmp_path: Path) -> None:
+    html = _report(_hostile_trace(tmp_path), tmp_path / "hostile.html")
+    page = Page(browser, html)
+    assert page.page.evaluate("() => typeof window.__pwned") == "undefined" and page.errors == []
+    shown = page.page.inner_text("#account") if "account" in page.shown_sections() else ""
+    assert any(p in shown for p in PAYLOADS[:4])

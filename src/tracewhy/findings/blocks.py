@@ -4,6 +4,8 @@ instrument logs' block timers alike."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 
 from tracewhy.analyses.blocks import BlockCol, BlocksOptions, BlocksResult, blocks
@@ -48,26 +50,31 @@ def attribution(r: BlocksResult) -> Finding | None:
     if top.height < th.BLOCKS_MIN_FOR_ATTRIBUTION:
         top = gpu
     unit = "over the trace (no step markers)" if r.per_capture else "per step"
-    line = ", ".join(
-        f"{b[BlockCol.NAME]} {b[BlockCol.GPU_TIME_PER_STEP] / 1e6:.3g} ms ({100 * b[BlockCol.GPU_SHARE]:.1f}%)"
-        for b in top.head(_NAMED).iter_rows(named=True)
-    )
     # A block whose work another thread launched (autograd's backward thread) shows little of it.
-    elsewhere = "".join(
-        f" {b[BlockCol.NAME]} owns little: {b[BlockCol.OTHER_THREADS_GPU_PER_STEP] / 1e6:.3g} ms {unit} more were "
-        "launched by other threads while it was open."
-        for b in r.table.filter(pl.col(BlockCol.LEVEL) == pl.col(BlockCol.LEVEL).min()).iter_rows(named=True)
-        if b[BlockCol.OTHER_THREADS_GPU_PER_STEP] > max(b[BlockCol.GPU_TIME_PER_STEP], 0)
-    )
+    outer = r.table.filter(pl.col(BlockCol.LEVEL) == pl.col(BlockCol.LEVEL).min())
+    elsewhere = outer.filter(pl.col(BlockCol.OTHER_THREADS_GPU_PER_STEP) > pl.max_horizontal(
+        pl.col(BlockCol.GPU_TIME_PER_STEP), pl.lit(0))).sort(BlockCol.OTHER_THREADS_GPU_PER_STEP, descending=True)
+    owns_little = (f" {elsewhere.height} block(s) own little of the GPU work launched while they were open (other "
+                   f"threads launched it), most {elsewhere.row(0, named=True)[BlockCol.NAME]!r}: "
+                   f"{_ms(elsewhere.get_column(BlockCol.OTHER_THREADS_GPU_PER_STEP).max())} {unit}."
+                   if elsewhere.height else "")
     first = top.row(0, named=True)
+    shown = top.head(_NAMED)
     return Finding(
         code=Code.BLOCK_ATTRIBUTION, severity=Severity.INFO,
-        statement=f"GPU time {unit} by annotated block: {line}.{elsewhere}",
+        statement=f"GPU time {unit} by annotated block, the top {shown.height} of {top.height} in the table below: "
+                  f"{first[BlockCol.NAME]} leads with {_ms(first[BlockCol.GPU_TIME_PER_STEP])} "
+                  f"({100 * first[BlockCol.GPU_SHARE]:.1f}%).{owns_little}",
         next_step=f"Start with {first[BlockCol.NAME]!r}: tracewhy blocks TRACE --names '{first[BlockCol.NAME]}' and "
                   "tracewhy kernels TRACE for the kernels inside it.",
-        evidence={"steps": r.steps, "gpu_time_ns_per_step": r.gpu_time_ns_per_step,
-                  "blocks": top.select(BlockCol.NAME, BlockCol.GPU_TIME_PER_STEP, BlockCol.GPU_SHARE).to_dicts()},
+        evidence={"steps": r.steps, "gpu_time_ns_per_step": r.gpu_time_ns_per_step, "unit": unit,
+                  "blocks": shown.select(BlockCol.NAME, BlockCol.GPU_TIME_PER_STEP, BlockCol.GPU_SHARE).to_dicts(),
+                  "owns_little": elsewhere.select(BlockCol.NAME, BlockCol.OTHER_THREADS_GPU_PER_STEP).to_dicts()},
     )
+
+
+def _ms(ns: Any) -> str:
+    return f"{float(ns or 0) / 1e6:.3g} ms"
 
 
 def synchronized_blocks(r: BlocksResult) -> Finding | None:

@@ -21,6 +21,7 @@ from tracewhy.units import fmt_bytes, fmt_ns, fmt_pct, printable
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
+    from tracewhy.analyses.account import AccountResult
     from tracewhy.findings.where_step_goes import AccountLine
     from tracewhy.renderers.json_schema import rows
     from tracewhy.reports.account import AccountReport
@@ -67,6 +68,42 @@ class AccountPayload(TypedDict):
     windows: Annotated[pl.DataFrame, rows(ACCOUNT_WINDOWS_SCHEMA, "the analysed steps")]
     per_step: Annotated[pl.DataFrame, rows(ACCOUNT_PER_STEP_SCHEMA, "each analysed step's parts")]
     evidence: Annotated[pl.DataFrame, rows(ACCOUNT_EVIDENCE_SCHEMA, "per part, the items behind it")]
+
+
+class ReportAccountStep(TypedDict):
+    """One analysed step of the report's account: its window and its parts (ns each)."""
+
+    step: int
+    number: int | None
+    steady: bool
+    window_ns: int
+    parts: dict[str, int]
+
+
+class ReportAccount(TypedDict):
+    """The report's "Where the step goes" section: the lines ``diagnose`` opens with, every part
+    (its kind colours it), and one stacked bar per analysed step."""
+
+    source: str
+    marker: str
+    mean_step_ns: int
+    note: str | None
+    lines: list[AccountLineJson]
+    parts: Annotated[pl.DataFrame, rows(ACCOUNT_PARTS_SCHEMA, "every part, largest first")]
+    steps: list[ReportAccountStep]
+
+
+def account_report_payload(a: AccountResult, lines: list[AccountLine]) -> ReportAccount:
+    """The report's section: each analysed step's parts as a stacked bar, the parts and the lines."""
+    by_step: dict[int, dict[str, int]] = {}
+    for step_, part, ns in a.per_step.select(AccountCol.STEP, AccountCol.PART, AccountCol.NS).iter_rows():
+        by_step.setdefault(step_, {})[part] = by_step.get(step_, {}).get(part, 0) + ns
+    steps = [{"step": s, "number": n, "steady": bool(st), "window_ns": w, "parts": by_step.get(s, {})}
+             for s, n, st, w in a.windows.select(AccountCol.STEP, AccountCol.NUMBER, AccountCol.STEADY,
+                                                 AccountCol.WINDOW).iter_rows()]
+    return {"source": a.source, "marker": a.marker, "mean_step_ns": a.mean_step_ns, "note": a.note,
+            "lines": [account_line_json(x) for x in lines], "parts": a.parts,
+            "steps": steps}  # type: ignore[typeddict-item]
 
 
 def account_line_json(a: AccountLine) -> AccountLineJson:

@@ -26,6 +26,7 @@ from tracewhy.findings.model import Finding
 from tracewhy.model.schema import Col, MemEventCol
 from tracewhy.model.trace import Capture
 from tracewhy.renderers.compile import CompileSummary, compile_summary
+from tracewhy.renderers.account import ReportAccount, account_report_payload
 from tracewhy.renderers.critical_path import CriticalPathReport, critical_path_report_payload
 from tracewhy.renderers.diagnose import basis_statistic
 from tracewhy.renderers.gaps import GAP_ROWS_SCHEMA, TIME_ORIGIN, gap_rows
@@ -176,6 +177,8 @@ class ReportPayload(TypedDict):
     memory: ReportMemory | None
     compile: CompileSummary | None
     critical_path: CriticalPathReport | None
+    #: Where the step goes (the step account); None when the trace has nothing to account for.
+    account: ReportAccount | None
     #: Set for multi-rank input only.
     ranks: None
 
@@ -248,9 +251,17 @@ def overview_payload(ov: Overview) -> ReportPayload:
         "compile": _compile(ov),
         "critical_path": critical_path_report_payload(ov.critical_path, TABLE_ROWS)
         if ov.critical_path is not None else None,
+        "account": _account(ov),
         "ranks": None,  # filled for multi-rank input
     }
     return payload
+
+
+def _account(ov: Overview) -> ReportAccount | None:
+    from tracewhy.findings.where_step_goes import account_lines
+
+    a = ov.report.account
+    return account_report_payload(a, account_lines(a)) if a is not None and a.parts.height else None
 
 
 def thinned(table: pl.DataFrame, by: str, points: int = MEMORY_POINTS) -> pl.DataFrame:

@@ -73,7 +73,7 @@ def overview(trace: Trace, options: DiagnoseOptions | None = None) -> Overview:
     def path() -> CriticalPathResult | None:
         steps_result = ctx.steps()
         return critical_path(trace, CriticalPathOptions(marker=options.step_marker, max_steps=CRITICAL_PATH_STEPS),
-                             steps_result) if steps_result.table.height else None
+                             steps_result, graph=ctx.graph()) if steps_result.table.height else None
 
     def roofline() -> OpRooflineResult | None:
         roof = op_roofline(trace) if has_gpu and trace.op_attrs.height else None

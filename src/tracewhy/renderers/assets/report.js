@@ -158,15 +158,90 @@
       var li = el("li"), head = el("div");
       head.appendChild(el("span", "sev sev-" + f.severity, f.severity));
       head.appendChild(el("span", "code", f.code));
-      if (f.recoverable_ns_per_step) {
+      if (f.predicted_step_ns !== null && f.predicted_step_ns !== undefined && f.recoverable_ns_per_step) {
+        head.appendChild(el("span", "recover", "  step " + fmtNs(f.predicted_step_ns + f.recoverable_ns_per_step) +
+          " → " + fmtNs(f.predicted_step_ns) + " with the fix (−" + fmtNs(f.recoverable_ns_per_step) + ")"));
+      } else if (f.recoverable_ns_per_step) {
         head.appendChild(el("span", "recover", "  ~" + fmtNs(f.recoverable_ns_per_step) + " " + (data.recoverable_unit || "per step") + " recoverable"));
       }
       li.appendChild(head);
       li.appendChild(el("div", "", f.statement));
+      if (f.code === "block-attribution" && f.evidence && f.evidence.blocks && f.evidence.blocks.length) {
+        li.appendChild(sortableTable([
+          { key: "name", label: "block", text: true },
+          { key: "gpu_time_ns_per_step", label: f.evidence.unit === "per step" ? "GPU time / step" : "GPU time", fmt: fmtNs },
+          { key: "gpu_share", label: "share", fmt: fmtPct }
+        ], f.evidence.blocks));
+      }
+      if (f.part) {
+        li.appendChild(el("div", "next", "explains: " + f.part + (f.next_bottleneck ? "; next bottleneck: " + f.next_bottleneck : "")));
+      }
       li.appendChild(el("div", "next", "next: " + f.next_step));
       list.appendChild(li);
     });
     show("findings");
+  }
+
+  /* Where the step goes: one stacked bar per analysed step, its parts coloured by kind (a fixed
+     colour per kind), bars to the scale of the longest window; the values in a table beneath. */
+  var KIND_COLORS = {
+    kernels: "#1f77b4", copies: "#ff7f0e", communication: "#17becf", host: "#8c564b", data_loading: "#e6550d",
+    compilation: "#bcbd22", launch_overhead: "#9467bd", sync: "#d62728", gpu_queue_gap: "#7f7f7f", idle: "#c7c7c7",
+    unexplained: "#e8e8e8"
+  };
+  function accountSection() {
+    var a = data.account;
+    if (!a || !a.steps || !a.steps.length) { return; }
+    show("account");
+    var kindOf = {}, essential = {};
+    a.parts.forEach(function (p) { kindOf[p.part] = p.kind; essential[p.part] = p.essential; });
+    var words = function (k) { return k.replace(/_/g, " "); };
+    byId("account-note").textContent = "Each analysed step's critical path split into parts that add up to the step " +
+      "(mean " + fmtNs(a.mean_step_ns) + "), coloured by kind. " +
+      a.lines.map(function (l) { return fmtPct(l.share) + " " + l.part + (l.kind === "rest" ? "" : l.essential ? " (essential)" : " (avoidable)"); }).join("; ") +
+      "." + (a.note ? " Note: " + a.note : "");
+    var used = {};
+    a.parts.forEach(function (p) { used[p.kind] = true; });
+    var legend = byId("account-legend");
+    Object.keys(KIND_COLORS).forEach(function (k) {
+      if (!used[k]) { return; }
+      var span = el("span"), swatch = el("i");
+      swatch.style.background = KIND_COLORS[k];
+      span.appendChild(swatch);
+      span.appendChild(document.createTextNode(words(k)));
+      legend.appendChild(span);
+    });
+    var order = a.parts.map(function (p) { return p.part; });
+    var longest = Math.max.apply(null, a.steps.map(function (s) { return s.window_ns; }).concat([1]));
+    var bars = byId("account-bars");
+    a.steps.forEach(function (s) {
+      var row = el("div", "cp-row"), track = el("div", "cp-track"), bar = el("div", "cp-bar");
+      row.setAttribute("data-step", String(s.step));
+      row.appendChild(el("span", "cp-label", pathLabel(s)));
+      bar.style.width = (100 * s.window_ns / longest) + "%";
+      order.forEach(function (part) {
+        var ns = s.parts[part];
+        if (!ns) { return; }
+        var seg = el("div");
+        seg.style.width = (100 * ns / (s.window_ns || 1)) + "%";
+        seg.style.background = KIND_COLORS[kindOf[part]] || KIND_COLORS.unexplained;
+        seg.title = part + ": " + fmtNs(ns) + " (" + fmtPct(ns / (s.window_ns || 1)) + ")";
+        seg.setAttribute("data-part", part);
+        seg.setAttribute("data-ns", String(ns));
+        bar.appendChild(seg);
+      });
+      track.appendChild(bar);
+      row.appendChild(track);
+      row.appendChild(el("span", "cp-total", fmtNs(s.window_ns)));
+      bars.appendChild(row);
+    });
+    byId("account-table").appendChild(sortableTable([
+      { key: "part", label: "part", text: true },
+      { key: "kind", label: "kind", text: true, fmt: words },
+      { key: "ns_per_step", label: "per step", fmt: fmtNs },
+      { key: "share", label: "share", fmt: fmtPct },
+      { key: "essential", label: "essential", fmt: function (v) { return v ? "yes" : "no"; } }
+    ], a.parts));
   }
 
   /* Step time as bars from zero, named by step, warm-up in its own colour; the steady window's
@@ -236,8 +311,17 @@
     var columns = [xs], series = [{ label: "ms" }];
     devices.forEach(function (d, i) {
       var rows = byDev[d];
+      var color = DEVICE_COLORS[i % DEVICE_COLORS.length];
       columns.push(xs.map(function (_, k) { return rows[k] ? 100 * rows[k].busy_share : null; }));
-      series.push({ label: "GPU " + d + " busy %", stroke: DEVICE_COLORS[i % DEVICE_COLORS.length], width: 1.5 });
+      series.push({ label: "GPU " + d + " busy %", stroke: color, width: 1.5 });
+      /* Busy is not one number: kernels, copies and memsets each apart (they may overlap). */
+      [["kernels_share", "kernels", []], ["copies_share", "copies", [6, 3]], ["memsets_share", "memsets", [2, 3]]]
+        .forEach(function (k) {
+          if (!rows.some(function (r) { return r[k[0]]; })) { return; }
+          columns.push(xs.map(function (_, j) { return rows[j] ? 100 * (rows[j][k[0]] || 0) : null; }));
+          series.push({ label: "GPU " + d + " " + k[1] + " %", stroke: color, width: 1, dash: k[2].length ? k[2] : undefined,
+                        alpha: 0.7 });
+        });
     });
     var gaps = (data.gaps && data.gaps.timeline) || [];
     var legend = byId("gap-legend"), used = {};
@@ -732,7 +816,7 @@
   }
 
   header();
-  [findings, stepsChart, utilizationChart, memorySection, gapsTable, overlapTable, criticalPathSection, compileSection, blocksTable, ranksHeatmap,
+  [findings, accountSection, stepsChart, utilizationChart, memorySection, gapsTable, overlapTable, criticalPathSection, compileSection, blocksTable, ranksHeatmap,
    rooflineChart,
    verdictsTable, opsTable, kernelsTable].forEach(function (render) {
     try { render(); } catch (e) { console.error("tracewhy report: " + render.name + ": " + e); }
