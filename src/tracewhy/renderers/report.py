@@ -25,8 +25,8 @@ from tracewhy.analyses.utilization import UTILIZATION_DEVICES_SCHEMA, UTILIZATIO
 from tracewhy.findings.model import Finding
 from tracewhy.model.schema import Col, MemEventCol
 from tracewhy.model.trace import Capture
-from tracewhy.renderers.compile import CompileSummary, compile_summary
 from tracewhy.renderers.account import ReportAccount, account_report_payload
+from tracewhy.renderers.compile import CompileSummary, compile_summary
 from tracewhy.renderers.critical_path import CriticalPathReport, critical_path_report_payload
 from tracewhy.renderers.diagnose import basis_statistic
 from tracewhy.renderers.gaps import GAP_ROWS_SCHEMA, TIME_ORIGIN, gap_rows
