@@ -62,7 +62,7 @@ def attribution(r: BlocksResult) -> Finding | None:
     shown = top.head(_NAMED)
     return Finding(
         code=Code.BLOCK_ATTRIBUTION, severity=Severity.INFO,
-        statement=f"GPU time {unit} by annotated block, the top {shown.height} of {top.height} in the table below: "
+        statement=f"GPU time {unit} by annotated block (the top {shown.height} of {top.height} tabled): "
                   f"{first[BlockCol.NAME]} leads with {_ms(first[BlockCol.GPU_TIME_PER_STEP])} "
                   f"({100 * first[BlockCol.GPU_SHARE]:.1f}%).{owns_little}",
         next_step=f"Start with {first[BlockCol.NAME]!r}: tracewhy blocks TRACE --names '{first[BlockCol.NAME]}' and "

@@ -49,16 +49,18 @@ def findings(ctx: Context) -> list[Finding]:
     if b.active_share < th.LOW_UTILIZATION:
         parts = sorted(((v, c) for c, v in idle_parts.items() if v > 0), reverse=True)[:3]
         why = ", ".join(f"{c} {pct(b.share(v))}" for v, c in parts)
+        split = busy_parts(ctx)
         out.append(Finding(
             code=Code.GPU_LOW_UTILIZATION,
             severity=Severity.HIGH if b.active_share < 0.5 else Severity.MEDIUM,
             statement=f"GPU {b.device} is active {b.of_window(b.busy_ns)} "
-                      f"({ms(b.busy_ns)} of {ms(b.window_ns)} {b.unit}); idle {ms(b.idle_ns)}: {why}.",
+                      f"({ms(b.busy_ns)} of {ms(b.window_ns)} {b.unit}; {busy_phrase(b, split)}); "
+                      f"idle {ms(b.idle_ns)}: {why}.",
             next_step="See the gaps: tracewhy gaps TRACE --top 20 (largest idle intervals with the host activity in "
                       "each).",
             evidence={"device": b.device, "active_share": round(b.active_share, 4), "window_ns": round(b.window_ns),
                       "idle_ns": round(b.idle_ns), "idle_share": round(idle_share, 4), "idle_by_class_ns": breakdown,
-                      "steps": b.steps},
+                      "busy_by_kind_ns": split, "steps": b.steps},
             see=CLASS_FINDINGS, parts=CLASS_FINDINGS,
         ))
     if b.active_share >= th.SATURATED_UTILIZATION:

@@ -98,6 +98,7 @@ def render_overlap(r: OverlapResult, findings: list[Finding], top: int) -> Rende
             f"{d[OverlapCol.STREAMS]} ({d[OverlapCol.MAX_STREAMS_ACTIVE]})",
         )
     parts.append(t)
+    parts.extend(Text(line, style="dim") for line in _busy_lines(r, per_step))
     if r.collectives.height:
         over = f"the {r.steady_steps} steady steps" if per_step else "the trace (no steps)"
         c = COLLECTIVES_TABLE.table(f"collectives over {over}, most exposed first")
@@ -123,3 +124,25 @@ def render_overlap(r: OverlapResult, findings: list[Finding], top: int) -> Rende
 
 def _with_share(ns: float, window: float) -> str:
     return f"{fmt_ns(ns)} ({fmt_pct(ns / window if window else None)})"
+
+
+def _busy_lines(r: OverlapResult, per_step: bool) -> list[str]:
+    """Per device, busy split into compute kernels, communication and copies (memcpy and memset):
+    a GPU 99% busy with copies is not busy with compute. They may overlap one another."""
+    out = []
+    for d in r.devices.iter_rows(named=True):
+        src = d
+        if per_step:
+            rows = r.steady.filter(pl.col(OverlapCol.DEVICE) == d[OverlapCol.DEVICE])
+            if rows.height == 0:
+                continue
+            src = rows.row(0, named=True)
+        window = src[OverlapCol.WINDOW] if per_step else d[OverlapCol.SPAN]
+        if not window:
+            continue
+        share = {c: fmt_pct(src[c] / window) for c in (OverlapCol.BUSY, OverlapCol.COMPUTE, OverlapCol.COMM,
+                                                       OverlapCol.COPY)}
+        out.append(f"GPU {d[OverlapCol.DEVICE]} busy {share[OverlapCol.BUSY]}: compute kernels "
+                   f"{share[OverlapCol.COMPUTE]}, communication {share[OverlapCol.COMM]}, copies and memsets "
+                   f"{share[OverlapCol.COPY]} (they may overlap one another).")
+    return out
