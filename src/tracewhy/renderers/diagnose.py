@@ -280,12 +280,7 @@ def _finding(report: Report, i: int, f: Finding) -> list[RenderableType]:
     from tracewhy.reports.diagnose import recoverable_unit  # (loaded already: ``report`` comes from it)
 
     label = Text(f"{i}. [{f.severity.value}] {f.code}", style=_STYLE[f.severity])
-    if f.predicted_step_ns is not None and f.recoverable_ns_per_step:
-        unit = "step" if recoverable_unit(report) == "per step" else "window"
-        label.append(f"  {unit} {fmt_ns(f.predicted_step_ns + f.recoverable_ns_per_step)} -> "
-                     f"{fmt_ns(f.predicted_step_ns)} with the fix (-{fmt_ns(f.recoverable_ns_per_step)})",
-                     style="bold")
-    elif f.recoverable_ns_per_step:
+    if f.recoverable_ns_per_step:
         label.append(f"  ~{fmt_ns(f.recoverable_ns_per_step)} {recoverable_unit(report)} recoverable", style="bold")
     out: list[RenderableType] = [label, indented(Text(printable(f.statement)), 3)]
     if f.code == Code.BLOCK_ATTRIBUTION and f.evidence.get("blocks"):
@@ -293,8 +288,13 @@ def _finding(report: Report, i: int, f: Finding) -> list[RenderableType]:
 
         out.append(Padding(block_table(f), (0, 0, 0, 3)))
     if f.part is not None:
+        predicted = ""
+        if f.predicted_step_ns is not None and f.recoverable_ns_per_step:
+            unit = "step" if recoverable_unit(report) == "per step" else "window"
+            predicted = (f"; {unit} {fmt_ns(f.predicted_step_ns + f.recoverable_ns_per_step)} -> "
+                         f"{fmt_ns(f.predicted_step_ns)} with the fix")
         after = f"; next bottleneck: {printable(f.next_bottleneck)}" if f.next_bottleneck else ""
-        out.append(indented(Text(f"explains: {printable(f.part)}{after}", style="dim"), 3))
+        out.append(indented(Text(f"explains: {printable(f.part)}{predicted}{after}", style="bold"), 3))
     out.append(indented(Text(f"next: {printable(f.next_step)}", style="dim"), 3))
     return out
 
