@@ -177,3 +177,16 @@ def test_busy_is_kernels_copies_and_memsets_apart(capsys: pytest.CaptureFixture[
     split = low["evidence"]["busy_by_kind_ns"]
     assert set(split) == {"kernels", "copies", "memsets"} and split["kernels"] > split["copies"] > 0
     assert "kernels 23.3%, copies 0.3%" in low["statement"]
+
+
+@pytest.mark.parametrize(("device", "link", "gb_per_s"), [
+    ("NVIDIA H100 80GB HBM3", "PCIe 5.0 x16", 64), ("NVIDIA A100-SXM4-40GB", "PCIe 4.0 x16", 32),
+    ("Tesla V100-SXM2-16GB", "PCIe 3.0 x16", 16), ("NVIDIA GH200 480GB", "NVLink-C2C", 450),
+    ("AMD Instinct MI300X", "PCIe 5.0 x16", 64)])
+def test_host_links_are_one_way_halves_of_the_datasheets(device: str, link: str, gb_per_s: int) -> None:
+    """A copy crosses the link one way: half the both-ways figure the datasheets quote."""
+    from tracewhy.analyses.peaks import host_link
+
+    found = host_link(device)
+    assert found is not None and found.name == link and found.bytes_per_s == gb_per_s * 1e9
+    assert host_link("Some Future GPU") is None and host_link(None) is None
