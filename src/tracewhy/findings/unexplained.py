@@ -52,12 +52,22 @@ def unexplained_part(ctx: Context, account: AccountResult, row: dict[str, Any]) 
         code=Code.UNEXPLAINED_PART, severity=Severity.MEDIUM,
         statement=f"{fmt_pct(share)} {unit} is {what} ({ms(ns)} {per} on the critical path){where}, and no "
                   "other finding explains it.",
-        next_step=_ADVICE.get(kind, _DEFAULT_ADVICE),
+        next_step=_advice(kind, str(items.row(0)[1]) if items.height else ""),
         part=part,
         evidence={"part": part, "kind": kind, "part_ns_per_step": ns, "share": round(share, 4),
                   "items": [{"item": i, "ns_per_step": t} for i, t in
                             items.select(AccountCol.ITEM, AccountCol.NS_PER_STEP).iter_rows()]},
     )
+
+
+def _advice(kind: str, top_item: str) -> str:
+    """What to try first; launch time held by one copy call is that copy's wait, not many launches
+    (TraceLens' MI300X decode step: one hipMemcpyAsync holds the host for 7.8 ms)."""
+    if kind == PartKind.LAUNCH and "Memcpy" in top_item:
+        return (f"The launch time is mostly `{top_item}` calls, a copy the host waits in: copy from pinned memory "
+                "with non_blocking=True, or move the copy out of the step; tracewhy gaps TRACE shows what it "
+                "waited for.")
+    return _ADVICE.get(kind, _DEFAULT_ADVICE)
 
 
 def _describe(part: str, kind: str) -> str:
