@@ -61,6 +61,9 @@ def test_the_copy_bound_window_leads_with_its_copies(capsys: pytest.CaptureFixtu
     assert copies["bytes_per_s"] == pytest.approx(moved / busy * 1e9, rel=0.01)
     for said in ("pinned memory", f"{moved / 2**30:.1f} GiB", f"{moved / busy:.1f} GB/s", "copies 97"):
         assert said in f["statement"], said
+    # The export names no GPU: the rate is set beside PCIe 4.0 and 5.0 x16's one-way peaks (32, 64 GB/s).
+    assert f"{moved / busy / 32:.1%} of PCIe 4.0 x16's 32 GB/s" in f["statement"]
+    assert f"{moved / busy / 64:.1%} of PCIe 5.0 x16's 64 GB/s" in f["statement"]
     assert d["account"][0]["part"] == "copies: HtoD pinned" and d["account"][0]["share"] > 0.9
     saturated = next(g for g in d["findings"] if g["code"] == "gpu-saturated")
     assert "kernels 2.3%, copies 97.0%" in saturated["statement"]

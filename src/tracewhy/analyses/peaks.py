@@ -239,6 +239,9 @@ _LINKS: Final[tuple[tuple[str, HostLink], ...]] = (
     (r"mi250|mi210", _link(_PCIE4, 64, "AMD MI250/MI210 datasheets")),
 )
 _COMPILED_LINKS: Final = tuple((re.compile(p), link) for p, link in _LINKS)
+#: The host links a data-centre GPU of the last generations sits on, for a trace that names no
+#: device: a copy's rate is set beside each, so that the reader can place it (same datasheet figures).
+COMMON_HOST_LINKS: Final = (_link(_PCIE4, 64, "PCI-SIG PCIe 4.0 x16"), _link(_PCIE5, 128, "PCI-SIG PCIe 5.0 x16"))
 
 
 def host_link(device_name: str | None) -> HostLink | None:

@@ -29,8 +29,8 @@ if TYPE_CHECKING:
 
 #: The commands served as tools, by tool name (a hyphen in a command is "_" in its tool's name).
 #: Adding a command is adding its name here.
-TOOL_COMMANDS: Final = ("diagnose", "account", "steps", "kernels", "gaps", "overlap", "critical-path", "compile", "memory",
-                        "lines", "diff", "sql")
+TOOL_COMMANDS: Final = ("diagnose", "account", "steps", "kernels", "gaps", "overlap", "critical-path", "compile",
+                        "memory", "lines", "diff", "sql")
 
 #: Options that change how a command's output is shown or where it goes, not what it computes:
 #: not tool arguments (``--json`` is always given; the document holds every row).

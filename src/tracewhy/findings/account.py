@@ -12,7 +12,7 @@ import polars as pl
 from tracewhy.analyses.account import AccountCol, AccountResult
 from tracewhy.analyses.account_names import PartKind
 from tracewhy.analyses.iterations import WindowSource
-from tracewhy.analyses.peaks import host_link
+from tracewhy.analyses.peaks import COMMON_HOST_LINKS, host_link
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.basis import basis, busy_parts, busy_phrase
 from tracewhy.findings.codes import Code
@@ -96,8 +96,7 @@ def _copy_bound(ctx: Context, account: AccountResult) -> Finding | None:
         "Host-device copies take"
     split = busy_parts(ctx)
     busy = f" GPU {b.device} is busy {b.of_window(b.busy_ns)}: {busy_phrase(b, split)}." if split else ""
-    peak = "" if link is not None else (" The trace names no GPU, so their bandwidth is not compared with a link's "
-                                        "peak." if not device else f" No link peak is known for {device}.")
+    peak = "" if link is not None else _unknown_link(device, parts[0].bytes_per_s)
     return Finding(
         code=Code.COPY_BOUND, severity=Severity.HIGH,
         statement=f"{lead} {fmt_pct(share)} of its critical path ({ms(total)} {unit}): {'; '.join(lines)}."
@@ -113,6 +112,17 @@ def _copy_bound(ctx: Context, account: AccountResult) -> Finding | None:
                               "copies_per_step": round(p.copies_per_step, 2), "bytes_per_s": p.bytes_per_s}
                              for p in parts]},
     )
+
+
+def _unknown_link(device: str | None, bytes_per_s: float | None) -> str:
+    """With no link known for the device, the largest copy's rate set beside the common host links'
+    one-way peaks, so that the reader can place it on the link the machine has."""
+    known = " The trace names no GPU" if not device else f" No host link is known for {device}"
+    if bytes_per_s is None:
+        return f"{known}, so the copies' bandwidth is not compared with a link's peak."
+    beside = " and ".join(f"{fmt_pct(bytes_per_s / link.bytes_per_s)} of {link.name}'s "
+                          f"{link.bytes_per_s / 1e9:.0f} GB/s" for link in COMMON_HOST_LINKS)
+    return f"{known}: {bytes_per_s / 1e9:.1f} GB/s is {beside} one way."
 
 
 def _copy_advice(parts: list[CopyPart], total: int, peak: float | None, unit: str) -> str:
