@@ -21,7 +21,8 @@ from tracewhy.analyses.critical_path_edges import Edge
 from tracewhy.analyses.critical_path_graph import Graph
 from tracewhy.analyses.critical_path_replay import GraphEdit, ReplayWindow
 from tracewhy.analyses.critical_path_walk import Category
-from tracewhy.model.schema import Kind
+from tracewhy.model.schema import Col, Kind
+from tracewhy.model.trace import Trace
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
@@ -271,8 +272,12 @@ class HideCollective:
     """A gradient collective hidden under compute: its kernels leave the compute stream's order
     and nothing waits for them but the optimizer step that reads the gradients (or, without one
     in the window, the step's end). A collective outside backward is read by the work that waits
-    for it: that data dependency stays, so the edit leaves it. Host time in a collective call in
-    backward leaves too. ``collective``: only this one (``all_reduce``); None: every one."""
+    for it: that data dependency stays, so the edit leaves it. The host's time in a collective
+    call in backward that launches GPU kernels stays: issuing an asynchronous collective (NCCL's
+    c10d::allreduce_, record_param_comms, its launches) costs the host the same hidden or not;
+    only its waits on the kernels go. A collective call in backward that launches nothing (a CPU
+    backend such as gloo moves the data inside the call) leaves with its time. ``collective``:
+    only this one (``all_reduce``); None: every one."""
 
     collective: str | None = None
 
@@ -291,6 +296,10 @@ class HideCollective:
         if self.collective is not None:
             rows = np.flatnonzero(host)
             host[rows] = [ctx.collective[int(a)] == self.collective for a in w.attr[rows].tolist()]
+        if moved:
+            issuing = _top_collective(m.trace, ctx.context, rules.launch[sorted(moved)])
+            rows = np.flatnonzero(host)
+            host[rows] = ~np.isin(_top_collective(m.trace, ctx.context, w.attr[rows]), issuing[issuing >= 0])
         edit = w.removing(host, np.zeros(w.ids.size, dtype=bool))
         if not moved:
             return edit
@@ -363,6 +372,21 @@ Edit = (DropSync | OverlapCopies | PrefetchData | MultiTensorOptimizer | RemoveR
 def _node_of(graph: Graph, slice_id: int) -> int:
     """i such that nodes 2i and 2i + 1 are the slice's start and end (graph slices are in id order)."""
     return int(np.searchsorted(graph.node_slice[0::2], slice_id))
+
+
+def _top_collective(trace: Trace, context: npt.NDArray[np.int8], ids: I64) -> I64:
+    """Per slice id: the outermost slice at or above it whose context is communication (the
+    collective call it belongs to; -1: none)."""
+    parent = trace.slices.get_column(Col.PARENT).fill_null(-1).to_numpy()
+    comm = int(HostPurpose.COMMUNICATION)
+    cur = np.asarray(ids, dtype=np.int64)
+    top = np.where((cur >= 0) & (context[np.maximum(cur, 0)] == comm), cur, -1)
+    up = parent[np.maximum(cur, 0)]
+    up[cur < 0] = -1
+    while (up >= 0).any():
+        top = np.where((up >= 0) & (context[np.maximum(up, 0)] == comm), up, top)
+        up = np.where(up >= 0, parent[np.maximum(up, 0)], -1)
+    return top
 
 
 def _optimizer_start(w: WindowEdges) -> int:
