@@ -125,7 +125,8 @@ def test_exposed_comm_finding_threshold(tmp_path: Path, comm_us: float, fires: b
     assert [f.code for f in found] == (["comm-exposed"] if fires else [])
     if fires:
         f = found[0]
-        assert f.statement.startswith("comm is on the critical path for 0.10 ms/step on GPU 0 (10.0% of the 1.00 ms")
+        assert f.statement.startswith(
+            "communication runs with no compute beside it for 0.10 ms/step on GPU 0 (10.0% of the 1.00 ms")
         assert "nccl:all_reduce 0.10 ms (3 calls)" in f.statement
         assert f.recoverable_ns_per_step == 100_000
         assert f.evidence["comm_on_compute_stream"] is False
@@ -160,7 +161,7 @@ def test_cli_overlap_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert [f["code"] for f in doc["findings"]] == ["comm-exposed"]
     assert main(["overlap", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "comm is on the critical path for 0.10 ms/step" in out
+    assert "communication runs with no compute beside it for 0.10 ms/step" in out
 
 
 def test_two_devices_kept_apart(tmp_path: Path) -> None:
