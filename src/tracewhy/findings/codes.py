@@ -155,7 +155,8 @@ _MEANING: Final[dict[Code, str]] = {
     Code.MEMORY_GROWTH: "Allocated memory grows across the steady steps: a leak signature.",
     Code.ALLOCATOR_CHURN: "Reserved memory changes in steady steps: the caching allocator calls cudaMalloc/cudaFree "
                           "again and again.",
-    Code.COMM_EXPOSED: "Communication with no compute under it is on the critical path.",
+    Code.COMM_EXPOSED: ("Communication runs with no compute under it; the statement says how much of the step's "
+                        "critical path it holds and what hiding it saves."),
     Code.BLOCK_ATTRIBUTION: "GPU time per step by annotated block: which block gates the step.",
     Code.GRAPH_BREAKS: "torch.compile graph breaks in every step: eager Python and ops between compiled graphs, "
                        "and where each break is.",
