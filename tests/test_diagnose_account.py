@@ -153,8 +153,7 @@ def test_every_diagnosis_opens_with_where_the_step_goes(relative: str, capsys: p
     monkeypatch.setenv("COLUMNS", "400")  # (a part's name on one line)
     text = _run(["diagnose", str(_path(relative))], capsys)
     d = _diagnose(_path(relative), capsys)
-    avoidable = account.parts.filter(~account.parts.get_column(AccountCol.ESSENTIAL)
-                                     & (account.parts.get_column(AccountCol.KIND) != "unexplained"))
+    avoidable = account.avoidable_parts()
     if avoidable.height and float(avoidable.get_column(AccountCol.SHARE).max()) >= th.UNEXPLAINED_PART_MIN_SHARE:  # type: ignore[arg-type]
         assert HEALTHY not in text and not d["healthy"]
     if account.source == WindowSource.WHOLE_TRACE or account.mean_step_ns == 0:

@@ -12,7 +12,7 @@ predictions (``what_if``) to edit and replay.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 import numpy as np
@@ -29,6 +29,7 @@ from tracewhy.analyses.iterations import AccountWindows, account_windows
 from tracewhy.analyses.steps import StepsOptions, StepsResult, WindowCol, steps
 from tracewhy.model.schema import HOST_KINDS, Col
 from tracewhy.model.trace import Trace
+from tracewhy.units import fmt_ns
 
 I64 = npt.NDArray[np.int64]
 
@@ -144,6 +145,20 @@ def _analysed(windows: pl.DataFrame, max_steps: int) -> pl.DataFrame:
 
 
 @dataclass(frozen=True)
+class UnrecordedGpu:
+    """The first launch on an analysed path that waited on a device recording no GPU work
+    (``account_unrecorded``): the launch call's start, how long it waited, and the device's first
+    recorded work."""
+
+    device: int
+    launch_ns: int
+    waited_ns: int
+    first_gpu_ns: int
+    window_end_ns: int
+    call: str
+
+
+@dataclass(frozen=True)
 class AccountResult:
     """``windows`` (ACCOUNT_WINDOWS_SCHEMA): the analysed steps. ``parts`` (ACCOUNT_PARTS_SCHEMA):
     one row per part, by time per step, largest first; they add up to ``mean_step_ns``.
@@ -162,6 +177,9 @@ class AccountResult:
     steps_steady: int
     steps_analysed: int
     note: str | None
+    #: A launch delay the trace cannot explain (None: no path has one): GPU work queued before
+    #: the capture, or a clock offset; the GPU-side figures run from ``first_gpu_ns``.
+    unrecorded: UnrecordedGpu | None = None
 
     @property
     def named_share(self) -> float:
@@ -171,8 +189,13 @@ class AccountResult:
 
     def largest_avoidable(self) -> dict[str, object] | None:
         """The part (a ``parts`` row) the diagnosis leads with: the largest one not essential."""
-        avoidable = self.parts.filter(~pl.col(AccountCol.ESSENTIAL) & (pl.col(AccountCol.KIND) != PartKind.UNEXPLAINED))
-        return avoidable.row(0, named=True) if avoidable.height else None
+        rows = self.avoidable_parts()
+        return rows.row(0, named=True) if rows.height else None
+
+    def avoidable_parts(self) -> pl.DataFrame:
+        """The ``parts`` rows a fix could shorten (``account_names.avoidable``), largest first."""
+        return self.parts.filter(~pl.col(AccountCol.ESSENTIAL) & (pl.col(AccountCol.KIND) != PartKind.UNEXPLAINED)
+                                 & (pl.col(AccountCol.PART) != PartName.UNRECORDED_GPU))
 
 
 def step_account(trace: Trace, options: AccountOptions = AccountOptions(), model: StepModel | None = None,
@@ -184,9 +207,11 @@ def step_account(trace: Trace, options: AccountOptions = AccountOptions(), model
     unexplained = rules.part(PartName.UNEXPLAINED, PartKind.UNEXPLAINED)
     steady = m.found.windows.get_column(WindowCol.STEADY).to_list()
     numbers = m.found.windows.get_column(WindowCol.NUMBER).to_list()
+    found_unrecorded: UnrecordedGpu | None = None
     for p in m.paths:
         e = p.edges
         part, item, owner = rules.of_edges(g.kind[e].astype(np.int64), g.attr[e], rules.category[e], g.src[e], g.dst[e])
+        found_unrecorded = found_unrecorded or _unrecorded(m, p, part)
         start = np.maximum(g.node_ts[g.src[e]], p.window_start)
         dur = g.node_ts[g.dst[e]] - start
         covered = int(dur.sum())
@@ -201,7 +226,33 @@ def step_account(trace: Trace, options: AccountOptions = AccountOptions(), model
         window_rows.append((p.step, numbers[p.step], steady[p.step], p.window_start, p.window_end,
                             p.window_end - p.window_start, p.pid, covered))
     windows = pl.DataFrame(window_rows, schema=ACCOUNT_WINDOWS_SCHEMA, orient="row")
-    return _tables(m, windows, pl.concat(frames) if frames else None, options.evidence_items)
+    result = _tables(m, windows, pl.concat(frames) if frames else None, options.evidence_items)
+    if found_unrecorded is None:
+        return result
+    return replace(result, unrecorded=found_unrecorded,
+                   note="; ".join(n for n in (result.note, _unrecorded_note(found_unrecorded)) if n))
+
+
+def _unrecorded(m: StepModel, p: WindowPath, part: I64) -> UnrecordedGpu | None:
+    """The path's first launch edge in the unrecorded-GPU part (None: none)."""
+    rules, g = m.rules, m.graph
+    index = rules.index_of(PartName.UNRECORDED_GPU)
+    at = np.flatnonzero(part == index) if index is not None else np.zeros(0, np.int64)
+    if at.size == 0:
+        return None
+    e = int(p.edges[int(at[0])])
+    activity = int(g.node_slice[g.dst[e]])
+    device = int(rules.busy.device[activity])
+    lo, hi = max(int(g.node_ts[g.src[e]]), p.window_start), int(g.node_ts[g.dst[e]])
+    return UnrecordedGpu(device=device, launch_ns=lo, waited_ns=hi - lo,
+                         first_gpu_ns=rules.busy.first_ns(device) or hi, window_end_ns=p.window_end,
+                         call=rules.ctx.name(int(g.attr[e])))
+
+
+def _unrecorded_note(u: UnrecordedGpu) -> str:
+    return (f"the window begins with GPU work the trace did not record: {u.call or 'a launch'} was issued "
+            f"{fmt_ns(u.first_gpu_ns - u.launch_ns)} before GPU {u.device}'s first recorded work (work queued "
+            "before the capture, or a host-GPU clock offset); GPU-side figures run from its first recorded work")
 
 
 def _uncovered(m: StepModel, p: WindowPath) -> list[tuple[str, int]]:

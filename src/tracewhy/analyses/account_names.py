@@ -46,6 +46,10 @@ class PartName:
     UNTRACED: Final = "idle: untraced Python"
     STREAM_WAIT: Final = "sync: stream waits on another stream"
     QUEUE_FULL: Final = "sync: launch queue full"
+    #: A launch that waited far beyond launch latency while its device recorded no GPU work: the
+    #: GPU was running work queued before the capture began, or the host and GPU clocks are
+    #: offset. Nothing on the host shortens it.
+    UNRECORDED_GPU: Final = "idle: GPU work before the trace"
     UNEXPLAINED: Final = "unexplained"
 
 
@@ -56,3 +60,9 @@ class Part:
     #: Work the step must do: compute kernels and device-side copies; on a CPU-only trace, the
     #: model's own CPU ops (forward, backward, optimizer). Everything else could leave the path.
     essential: bool
+
+
+def avoidable(part: str, kind: str, essential: bool) -> bool:
+    """A part a fix could shorten: not essential work, not ``unexplained`` (nothing is known of
+    it), not a launch delay the trace cannot explain (``PartName.UNRECORDED_GPU``)."""
+    return not essential and kind != PartKind.UNEXPLAINED and part != PartName.UNRECORDED_GPU

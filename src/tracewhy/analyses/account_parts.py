@@ -27,6 +27,7 @@ import polars as pl
 from tracewhy.analyses import api_names
 from tracewhy.analyses.account_host import HostContext, HostPurpose, host_context
 from tracewhy.analyses.account_names import Part, PartKind, PartName
+from tracewhy.analyses.account_unrecorded import DeviceBusy
 from tracewhy.analyses.critical_path_edges import Edge
 from tracewhy.analyses.critical_path_graph import Graph
 from tracewhy.analyses.critical_path_walk import CATEGORIES, Category, EdgeLabels
@@ -77,6 +78,7 @@ class PartRules:
         self._part_index: dict[str, int] = {}
         self._item_index: dict[str, int] = {}
         self.gpu_label = self._gpu_labels(trace, classes)
+        self.busy = DeviceBusy(trace)
         self.name_code = self._display_codes(s.get_column(Col.NAME))
 
     # --- vocabulary ------------------------------------------------------------------------------
@@ -87,6 +89,10 @@ class PartRules:
             i = self._part_index[name] = len(self.parts)
             self.parts.append(Part(name, kind, essential))
         return i
+
+    def index_of(self, name: str) -> int | None:
+        """A part's index, None when no edge has gone to it yet."""
+        return self._part_index.get(name)
 
     def item(self, text: str) -> int:
         i = self._item_index.get(text)
@@ -122,10 +128,24 @@ class PartRules:
             decided.append(got)
         part = np.array([d[0] for d in decided], dtype=np.int64)[inverse.reshape(-1)]
         item = np.array([d[1] for d in decided], dtype=np.int64)[inverse.reshape(-1)]
+        part, item = self._unrecorded(kind, attr, src, dst, part, item)
         host = (kind == int(Edge.HOST)) & (attr >= 0)
         outer = np.where(host, self.ctx.outer_op[np.maximum(attr, 0)], -1)
         owner = np.where(frame >= 0, frame, np.where(outer >= 0, outer, attr))
         return part, item, owner
+
+    def _unrecorded(self, kind: I64, attr: I64, src: I64, dst: I64, part: I64, item: I64) -> tuple[I64, I64]:
+        """Launch edges issued long before their device's first recorded work (``account_unrecorded``)
+        go to their own part, whatever their launch call's context: no host change shortens them."""
+        g = self.graph
+        unrecorded = self.busy.unrecorded_launches(kind == int(Edge.LAUNCH), g.node_slice[dst], g.node_ts[src])
+        if not unrecorded.any():
+            return part, item
+        part, item = part.copy(), item.copy()
+        part[unrecorded] = self.part(PartName.UNRECORDED_GPU, PartKind.IDLE)
+        for i in np.flatnonzero(unrecorded).tolist():
+            item[i] = self.item(f"{self.ctx.name(int(attr[i])) or 'launch'} before the GPU's first recorded work")
+        return part, item
 
     def _codes(self, ids: I64) -> I64:
         """Each slice's name code (-1: no slice)."""

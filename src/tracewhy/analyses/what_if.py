@@ -18,7 +18,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses.account import AccountCol, AccountResult, StepModel, WindowPath
-from tracewhy.analyses.account_names import PartKind, PartName
+from tracewhy.analyses.account_names import PartKind, PartName, avoidable
 from tracewhy.analyses.critical_path import PathCol
 from tracewhy.analyses.critical_path_edges import Edge
 from tracewhy.analyses.critical_path_replay import GraphEdit
@@ -184,7 +184,7 @@ def fix_for_part(part: str, kind: str, essential: bool) -> Edit | None:
     """The fix a finding that explains this part predicts: the edit ``suggested_edits`` tries for
     it, else (launch overhead, waits, idle, other host time) the part's work leaving the step.
     None for essential work and ``unexplained``: no edit says what would change there."""
-    if essential or kind == PartKind.UNEXPLAINED:
+    if not avoidable(part, kind, essential):
         return None
     return _edit_for(part, kind) or RemovePart(part)
 
@@ -251,7 +251,7 @@ def _drain(model: StepModel, p: WindowPath) -> GraphEdit:
 
 def _essential(model: StepModel, name: str) -> bool:
     found = next((p for p in model.rules.parts if p.name == name), None)
-    return found is None or found.essential or found.kind == PartKind.UNEXPLAINED
+    return found is None or not avoidable(found.name, found.kind, found.essential)
 
 
 def _add(a: F64, b: F64) -> F64:

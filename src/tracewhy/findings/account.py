@@ -64,7 +64,31 @@ def copy_parts(account: AccountResult) -> list[CopyPart]:
 
 def findings(ctx: Context) -> list[Finding]:
     account = ctx.account()
-    return [f for f in (_copy_bound(ctx, account),) if f is not None] if account is not None else []
+    return [f for f in (_copy_bound(ctx, account), _gpu_work_before_trace(account)) if f is not None] \
+        if account is not None else []
+
+
+def _gpu_work_before_trace(account: AccountResult) -> Finding | None:
+    """A launch delay on the path the trace cannot explain (its own part, ``idle: GPU work before
+    the trace``): said as a limit of the capture, with both explanations, never as host advice."""
+    u = account.unrecorded
+    if u is None:
+        return None
+    gpu_window = u.window_end_ns - u.first_gpu_ns
+    return Finding(
+        code=Code.GPU_WORK_BEFORE_TRACE, severity=Severity.TRUST,
+        statement=f"The window begins with GPU work the trace did not record: `{u.call}` was issued "
+                  f"{ms(u.first_gpu_ns - u.launch_ns)} before GPU {u.device}'s first recorded work and waited "
+                  f"{ms(u.waited_ns)} to start. Either the GPU was still running work "
+                  "queued before the capture began (an inference server runs ahead of the GPU), or the host and GPU "
+                  "clocks are offset; it is not launch overhead and no host-side change removes it. GPU-side figures "
+                  f"run from the GPU's first recorded work ({ms(gpu_window)} to the window's end).",
+        next_step="Start the capture after torch.cuda.synchronize() (or after a schedule's warm-up step) so that "
+                  "the window holds the GPU work the first launch waits for.",
+        part=None,
+        evidence={"device": u.device, "call": u.call, "launch_ns": u.launch_ns, "waited_ns": u.waited_ns,
+                  "first_gpu_ns": u.first_gpu_ns, "gpu_window_ns": gpu_window},
+    )
 
 
 def _copy_bound(ctx: Context, account: AccountResult) -> Finding | None:

@@ -28,6 +28,7 @@ class Code(str, Enum):
     INCOMPLETE_TRACE = "incomplete-trace"
     READER_WARNINGS = "reader-warnings"
     BLOCKS_SYNCHRONIZED = "blocks-synchronized"
+    GPU_WORK_BEFORE_TRACE = "gpu-work-before-trace"
     # The step account: where the step goes.
     COPY_BOUND = "copy-bound"
     UNEXPLAINED_PART = "unexplained-part"
@@ -116,6 +117,8 @@ _MEANING: Final[dict[Code, str]] = {
     Code.READER_WARNINGS: "The reader skipped or reinterpreted part of a complete file.",
     Code.BLOCKS_SYNCHRONIZED: "A synchronize ends most annotated blocks that launched GPU work, so blocks cannot "
                               "overlap.",
+    Code.GPU_WORK_BEFORE_TRACE: "A launch waited far beyond launch latency while its GPU recorded no work: work "
+                                "queued before the capture (or a clock offset), not launch overhead.",
     Code.COPY_BOUND: "Host-device copies take a large share of the step's critical path: their bytes, bandwidth "
                      "against the link's peak, and host memory kind.",
     Code.UNEXPLAINED_PART: "A part of the step account that is not essential work takes a large share of the step "

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from tracewhy.analyses.account import AccountCol
-from tracewhy.analyses.account_names import PartKind, PartName
+from tracewhy.analyses.account_names import PartKind, PartName, avoidable
 from tracewhy.analyses.what_if import fix_for_part
 from tracewhy.analyses.what_if_edits import Edit
 from tracewhy.findings import thresholds as th
@@ -147,8 +147,8 @@ def explain(ctx: Context, found: list[Finding]) -> Explained:
         fixes[len(out)] = edits
         out.append(_predicted(ctx, f, matched, edits))
     for r in rows:
-        if (not r[AccountCol.ESSENTIAL] and r[AccountCol.PART] not in claimed
-                and r[AccountCol.SHARE] >= th.UNEXPLAINED_PART_MIN_SHARE):
+        if (avoidable(r[AccountCol.PART], r[AccountCol.KIND], r[AccountCol.ESSENTIAL])
+                and r[AccountCol.PART] not in claimed and r[AccountCol.SHARE] >= th.UNEXPLAINED_PART_MIN_SHARE):
             edits = _fixes([r])
             claimed[r[AccountCol.PART]] = [len(out)]
             fixes[len(out)] = edits

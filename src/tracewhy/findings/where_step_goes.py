@@ -11,13 +11,15 @@ from typing import Final
 import polars as pl
 
 from tracewhy.analyses.account import AccountCol, AccountResult
-from tracewhy.analyses.account_names import PartKind
+from tracewhy.analyses.account_names import PartKind, PartName
 from tracewhy.findings import thresholds as th
 from tracewhy.units import fmt_bytes, fmt_pct, printable
 from tracewhy.units import fmt_ns as ms
 
 #: The ``kind`` of the line that sums the parts not listed.
 REST_KIND: Final = "rest"
+#: The kinds of part that are GPU time on the path.
+GPU_PART_KINDS: Final = (PartKind.KERNELS, PartKind.COPIES, PartKind.COMMUNICATION)
 #: Items of a part its evidence line names.
 _EVIDENCE_ITEMS: Final = 2
 #: Characters of an item's name in an evidence line (kernel names run to hundreds).
@@ -82,20 +84,27 @@ def part_evidence(account: AccountResult, part: str) -> str:
 def essential_summary(account: AccountResult) -> str | None:
     """'82% of the step is essential work: kernels: gemm 44%, kernels: attention 4.1% ...' when
     the step's largest parts are essential and no avoidable part reaches UNEXPLAINED_PART_MIN_SHARE
-    (None otherwise: the step is not healthy by the account)."""
-    parts = account.parts.filter(pl.col(AccountCol.KIND) != PartKind.UNEXPLAINED)
+    (None otherwise: the step is not healthy by the account). When the window begins with GPU
+    work the trace did not record, the shares are of the GPU's time on the path instead: the
+    unrecorded wait is no part of the step's work."""
+    parts = account.parts.filter((pl.col(AccountCol.KIND) != PartKind.UNEXPLAINED)
+                                 & (pl.col(AccountCol.PART) != PartName.UNRECORDED_GPU))
     if parts.height == 0 or not bool(parts.row(0, named=True)[AccountCol.ESSENTIAL]):
         return None
-    if parts.filter(~pl.col(AccountCol.ESSENTIAL) & (pl.col(AccountCol.SHARE) >= th.UNEXPLAINED_PART_MIN_SHARE)).height:
+    if account.avoidable_parts().filter(pl.col(AccountCol.SHARE) >= th.UNEXPLAINED_PART_MIN_SHARE).height:
         return None
     essential = parts.filter(pl.col(AccountCol.ESSENTIAL))
-    share = float(essential.get_column(AccountCol.SHARE).sum())
-    named = ", ".join(f"{p} {fmt_pct(s)}" for p, s in essential.select(AccountCol.PART, AccountCol.SHARE).head(3)
-                      .iter_rows())
-    return f"{fmt_pct(share)} of the step is essential work ({named})"
+    whole, of = account.mean_step_ns, "of the step"
+    if account.unrecorded is not None:
+        gpu = parts.filter(pl.col(AccountCol.KIND).is_in(GPU_PART_KINDS))
+        whole = int(gpu.get_column(AccountCol.NS_PER_STEP).sum())
+        of = f"of the GPU's {ms(whole)} on the path (from its first recorded work)"
+    total = int(essential.get_column(AccountCol.NS_PER_STEP).sum())
+    named = ", ".join(f"{p} {fmt_pct(ns / max(whole, 1))}" for p, ns in essential.select(
+        AccountCol.PART, AccountCol.NS_PER_STEP).head(3).iter_rows())
+    return f"{fmt_pct(min(total / max(whole, 1), 1.0))} {of} is essential work ({named})"
 
 
 def avoidable_over_line(account: AccountResult) -> bool:
     """Some avoidable part takes UNEXPLAINED_PART_MIN_SHARE of the step or more."""
-    avoidable = account.parts.filter(~pl.col(AccountCol.ESSENTIAL) & (pl.col(AccountCol.KIND) != PartKind.UNEXPLAINED))
-    return bool(avoidable.filter(pl.col(AccountCol.SHARE) >= th.UNEXPLAINED_PART_MIN_SHARE).height)
+    return bool(account.avoidable_parts().filter(pl.col(AccountCol.SHARE) >= th.UNEXPLAINED_PART_MIN_SHARE).height)

@@ -15,6 +15,7 @@ from tracewhy.analyses.account import (
     ACCOUNT_WINDOWS_SCHEMA,
     AccountCol,
 )
+from tracewhy.analyses.account_names import PartName
 from tracewhy.renderers.layout import Layout, label, name, number, step
 from tracewhy.units import fmt_bytes, fmt_ns, fmt_pct, printable
 
@@ -147,7 +148,8 @@ def render_account(r: AccountReport, top: int) -> RenderableType:
                                  Text(f"Where the step goes ({over}, {fmt_ns(a.mean_step_ns)}; "
                                       f"{fmt_pct(a.named_share)} named):")]
     for line in r.lines:
-        what = "" if line.kind == "rest" else ("essential" if line.essential else "avoidable")
+        what = "" if line.kind == "rest" else ("essential" if line.essential else "avoidable"
+                                                if line.part != PartName.UNRECORDED_GPU else "unrecorded")
         out.append(Text(f"  {fmt_pct(line.share):>6}  {fmt_ns(line.ns_per_step):>11}  {printable(line.part)}  {what}"))
     parts = PARTS.table("parts, largest first")
     columns = (AccountCol.PART, AccountCol.KIND, AccountCol.NS_PER_STEP, AccountCol.SHARE, AccountCol.ESSENTIAL)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, TypedDict
 
 import polars as pl
 
+from tracewhy.analyses.account_names import PartName
 from tracewhy.analyses.gaps import GAP_STEPS_SCHEMA, GAPS_SCHEMA
 from tracewhy.findings.codes import Code
 from tracewhy.findings.model import Severity
@@ -312,7 +313,8 @@ def _where_step_goes(report: Report) -> list[RenderableType]:
     out: list[RenderableType] = [Text(f"Where the step goes ({over}):", style="bold")]
     width = max(len(printable(a.part)) for a in lines)
     for a in lines:
-        what = "" if a.kind == "rest" else ("essential" if a.essential else "avoidable")
+        what = "" if a.kind == "rest" else ("essential" if a.essential else "avoidable"
+                                                if a.part != PartName.UNRECORDED_GPU else "unrecorded")
         row = Text(f"{fmt_pct(a.share):>6}  {fmt_ns(a.ns_per_step):>11}  {printable(a.part):<{width}}  {what:<9}",
                    style="" if a.essential or a.kind == "rest" else "bold")
         if a.evidence:

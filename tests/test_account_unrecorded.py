@@ -1,0 +1,89 @@
+"""A launch that waits far beyond launch latency while its device records no GPU work is not
+launch overhead: on TraceLens' vLLM decode step (MI300X, one hipGraphLaunch) the first
+hipMemcpyAsync waits 7.8 ms for a GPU that recorded nothing before its copy. The account gives
+that wait its own part, the diagnosis says what the trace shows instead of host advice, and
+the step's GPU time leads with its kernel families, checked against the raw file's kernels."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from typing import Any
+
+import pytest
+
+import tracewhy
+from conftest import shared_trace
+from tracewhy.analyses.account import AccountCol, step_account
+from tracewhy.analyses.account_names import PartName
+from tracewhy.analyses.account_unrecorded import LAUNCH_DELAY_UNRECORDED_MIN_NS
+from tracewhy.readers import read_trace
+from tracewhy.reports.diagnose import diagnose
+
+DECODE = "tracelens/mi300x_vllm_decode_fullgraph_replay.json.gz"
+
+
+def _raw(relative: str) -> list[dict[str, Any]]:
+    with gzip.open(shared_trace(relative)) as f:
+        events: list[dict[str, Any]] = json.load(f)["traceEvents"]
+    return events
+
+
+def _first_launch_delay_ns(events: list[dict[str, Any]]) -> tuple[int, float]:
+    """The first GPU activity's start less its launch call's start (by correlation), and that
+    activity's start: read from the JSON, in µs as Kineto writes them."""
+    gpu = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    first = min(gpu, key=lambda e: e["ts"])
+    corr = first["args"]["correlation"]
+    call = next(e for e in events if e.get("cat") == "cuda_runtime" and e.get("args", {}).get("correlation") == corr)
+    return round((first["ts"] - call["ts"]) * 1000), first["ts"]
+
+
+def test_the_decode_steps_first_copy_waits_on_unrecorded_gpu_work() -> None:
+    events = _raw(DECODE)
+    delay_ns, _ = _first_launch_delay_ns(events)
+    assert delay_ns > LAUNCH_DELAY_UNRECORDED_MIN_NS
+    account = step_account(read_trace(shared_trace(DECODE)))
+    parts = dict(account.parts.select(AccountCol.PART, AccountCol.NS_PER_STEP).iter_rows())
+    assert parts.get(PartName.LAUNCH, 0) < 100_000  # the 7.8 ms is no longer launch overhead
+    assert abs(parts[PartName.UNRECORDED_GPU] - delay_ns) <= 1_000
+    kind = account.parts.filter(account.parts[AccountCol.PART] == PartName.UNRECORDED_GPU)[AccountCol.KIND].item()
+    assert kind == "idle"
+    lead = account.largest_avoidable()
+    assert lead is None or lead[AccountCol.PART] != PartName.UNRECORDED_GPU
+    assert account.unrecorded is not None and abs(account.unrecorded.waited_ns - delay_ns) <= 1_000
+    assert account.note is not None and "queued before the capture" in account.note
+
+
+def test_the_decode_diagnosis_says_what_the_trace_shows_not_host_advice() -> None:
+    events = _raw(DECODE)
+    kernels = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy")]
+    gpu_ns = sum(e["dur"] for e in kernels)
+    gemm = sum(e["dur"] for e in kernels if e["cat"] == "kernel" and re.search(r"matmul|^Cijk_|gemm", e["name"]))
+    attention = sum(e["dur"] for e in kernels
+                    if e["cat"] == "kernel" and re.search(r"attention|reshape_and_cache", e["name"]))
+    report = diagnose(tracewhy.load(shared_trace(DECODE)))
+    codes = [f.code for f in report.findings]
+    assert "unexplained-part" not in codes
+    assert not any("non_blocking" in f.next_step or "Memcpy" in f.next_step for f in report.findings)
+    before = next(f for f in report.findings if f.code == "gpu-work-before-trace")
+    assert before.severity.value == "trust" and "clocks are offset" in before.statement
+    assert "running work queued before the capture" in before.statement
+    from tracewhy.findings.where_step_goes import essential_summary
+
+    assert report.account is not None
+    said = essential_summary(report.account)
+    assert said is not None
+    shares = {m[0]: float(m[1]) for m in re.findall(r"kernels: (\w+) ([\d.]+)%", said)}
+    assert list(shares)[:2] == ["gemm", "attention"]
+    assert shares["gemm"] == pytest.approx(100 * gemm / gpu_ns, abs=0.2)
+    assert shares["attention"] == pytest.approx(100 * attention / gpu_ns, abs=0.2)
+
+
+def test_a_long_launch_delay_with_gpu_work_recorded_stays_launch_time() -> None:
+    """BERT's launch-bound trace: every launch edge on its path is either short or overlaps the
+    device's recorded work, so none goes to the unrecorded part and launch overhead stays."""
+    account = step_account(read_trace(shared_trace("tracelens/h100_bert-small_bs1_seq512.json.gz")))
+    names = set(account.parts.get_column(AccountCol.PART).to_list())
+    assert PartName.LAUNCH in names and PartName.UNRECORDED_GPU not in names and account.unrecorded is None
