@@ -6,6 +6,7 @@ the step's GPU time leads with its kernel families, checked against the raw file
 
 from __future__ import annotations
 
+import csv
 import gzip
 import json
 import re
@@ -87,3 +88,31 @@ def test_a_long_launch_delay_with_gpu_work_recorded_stays_launch_time() -> None:
     account = step_account(read_trace(shared_trace("tracelens/h100_bert-small_bs1_seq512.json.gz")))
     names = set(account.parts.get_column(AccountCol.PART).to_list())
     assert PartName.LAUNCH in names and PartName.UNRECORDED_GPU not in names and account.unrecorded is None
+
+
+def _essential_work(relative: str) -> Any:
+    report = diagnose(tracewhy.load(shared_trace(relative)))
+    return next(f for f in report.findings if f.code == "essential-work")
+
+
+def test_the_essential_work_line_gives_the_gemms_fraction_of_their_roof() -> None:
+    """Qwen1.5-0.5B on an H100: the GEMMs' time at their roof over their GPU time, computed here
+    from TraceLens' own GEMM table (its FLOPs, bytes moved and kernel time per shape) against the
+    H100 SXM datasheet's dense BF16 989.4 TFLOP/s and 3.35 TB/s: 61.9%."""
+    with open(shared_trace("tracelens/reference_csvs/h100_qwen/GEMM.csv"), newline="") as f:
+        rows = list(csv.DictReader(f))
+    at_roof = sum(int(r["name_count"]) * max(float(r["GFLOPS_first"]) * 1e9 / 989.4e12,
+                                             float(r["Data Moved (MB)_first"]) * 2**20 / 3.35e12) for r in rows)
+    gemm_s = sum(float(r["Kernel Time (µs)_sum"]) for r in rows) * 1e-6
+    f = _essential_work("tracelens/h100_qwen1.5-0.5b_bs16_seq2048.json.gz")
+    assert f.evidence["roof_fraction_by_category"]["gemm"] == pytest.approx(at_roof / gemm_s, abs=0.005)
+    assert f"GEMMs {100 * at_roof / gemm_s:.1f}%" in f.statement and "memory bandwidth" in f.statement
+    assert f.evidence["roof_reason"] is None and 0 < f.evidence["roof_fraction"] < 1
+
+
+def test_the_decode_steps_efficiency_is_not_computed_and_says_why() -> None:
+    f = _essential_work(DECODE)
+    assert f.evidence["roof_fraction"] is None
+    assert "replayed from a CUDA/HIP graph" in f.statement and "rocprof-compute" in f.next_step
+    families = [x["family"] for x in f.evidence["families"]]
+    assert families[:2] == ["gemm", "attention"]

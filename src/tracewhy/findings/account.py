@@ -17,6 +17,7 @@ from tracewhy.findings import thresholds as th
 from tracewhy.findings.basis import basis, busy_parts, busy_phrase
 from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
+from tracewhy.findings.essential_work import essential_work
 from tracewhy.findings.model import Finding, Severity
 from tracewhy.model.schema import DeviceCol
 from tracewhy.units import fmt_bytes, fmt_pct
@@ -64,8 +65,10 @@ def copy_parts(account: AccountResult) -> list[CopyPart]:
 
 def findings(ctx: Context) -> list[Finding]:
     account = ctx.account()
-    return [f for f in (_copy_bound(ctx, account), _gpu_work_before_trace(account)) if f is not None] \
-        if account is not None else []
+    if account is None:
+        return []
+    return [f for f in (_copy_bound(ctx, account), _gpu_work_before_trace(account), essential_work(ctx, account))
+            if f is not None]
 
 
 def _gpu_work_before_trace(account: AccountResult) -> Finding | None:

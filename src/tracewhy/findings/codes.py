@@ -31,6 +31,7 @@ class Code(str, Enum):
     GPU_WORK_BEFORE_TRACE = "gpu-work-before-trace"
     # The step account: where the step goes.
     COPY_BOUND = "copy-bound"
+    ESSENTIAL_WORK = "essential-work"
     UNEXPLAINED_PART = "unexplained-part"
     # GPU utilization and idle time, one code per idle class.
     GPU_LOW_UTILIZATION = "gpu-low-utilization"
@@ -117,8 +118,10 @@ _MEANING: Final[dict[Code, str]] = {
     Code.READER_WARNINGS: "The reader skipped or reinterpreted part of a complete file.",
     Code.BLOCKS_SYNCHRONIZED: "A synchronize ends most annotated blocks that launched GPU work, so blocks cannot "
                               "overlap.",
-    Code.GPU_WORK_BEFORE_TRACE: "A launch waited far beyond launch latency while its GPU recorded no work: work "
-                                "queued before the capture (or a clock offset), not launch overhead.",
+    Code.GPU_WORK_BEFORE_TRACE: "A launch issued long before its GPU's first recorded work waited on work queued "
+                                "before the capture (or a clock offset), not on launch overhead.",
+    Code.ESSENTIAL_WORK: "The step's largest part is kernels it must run: their families' shares and, where op "
+                         "shapes allow, their fraction of the device's roof.",
     Code.COPY_BOUND: "Host-device copies take a large share of the step's critical path: their bytes, bandwidth "
                      "against the link's peak, and host memory kind.",
     Code.UNEXPLAINED_PART: "A part of the step account that is not essential work takes a large share of the step "

@@ -31,6 +31,10 @@ COPY_LINE_MIN_SHARE: Final = 0.01
 #: Copies from pinned memory at this share of the link's one-way peak or more run as fast as
 #: the link allows (DMA engines reach 80-90% of it on large copies): only fewer bytes help.
 COPY_NEAR_LINK_PEAK: Final = 0.5
+#: ``essential-work`` gives the ops' fraction of their roof only when ops with modelled shapes
+#: cover this share of the GPU time: below half, the figure speaks for the ops it covers, not
+#: for the step (a graph-replayed decode step links 3% of its kernels to an op).
+ESSENTIAL_ROOF_MIN_COVER: Final = 0.5
 #: The fixes ``diagnose`` predicts together: the three that save most (more are rarely tried at once).
 FIXES_TOGETHER: Final = 3
 
