@@ -10,11 +10,13 @@ import csv
 import gzip
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import tracewhy
+from builders import KinetoBuilder
 from conftest import shared_trace
 from tracewhy.analyses.account import AccountCol, step_account
 from tracewhy.analyses.account_names import PartName
@@ -116,3 +118,31 @@ def test_the_decode_steps_efficiency_is_not_computed_and_says_why() -> None:
     assert "replayed from a CUDA/HIP graph" in f.statement and "rocprof-compute" in f.next_step
     families = [x["family"] for x in f.evidence["families"]]
     assert families[:2] == ["gemm", "attention"]
+
+
+def _launch_waits(tmp_path: Path, earlier_gpu_work: bool) -> Any:
+    """One window (0-2700 µs): a launch at 100 µs whose kernel starts at 2100 (2 ms later) and
+    runs 500 µs, and a synchronize that waits for it; with ``earlier_gpu_work`` the device first
+    ran a kernel at 20-60 µs, so the 2 ms wait comes after recorded work: the trace holds both
+    ends of it."""
+    b = KinetoBuilder()
+    b.annotation("serve", 0, 2700)
+    if earlier_gpu_work:
+        b.launch("sm80_gemm_kernel", 10, 5, gpu_ts=20, gpu_dur=40)
+    b.launch("sm80_gemm_kernel", 100, 5, gpu_ts=2100, gpu_dur=500)
+    b.op("cudaDeviceSynchronize", 110, 2495, cat="cuda_runtime")
+    return step_account(read_trace(b.write(tmp_path / "t.json")))
+
+
+def test_a_launch_issued_long_before_the_devices_first_work_is_unrecorded_gpu_work(tmp_path: Path) -> None:
+    r = _launch_waits(tmp_path, earlier_gpu_work=False)
+    parts = dict(r.parts.select(AccountCol.PART, AccountCol.NS_PER_STEP).iter_rows())
+    assert parts[PartName.UNRECORDED_GPU] == 2_000_000 and PartName.LAUNCH not in parts
+    assert r.unrecorded is not None and r.unrecorded.first_gpu_ns - r.unrecorded.launch_ns == 2_000_000
+    assert r.largest_avoidable() is None or r.largest_avoidable()[AccountCol.PART] != PartName.UNRECORDED_GPU
+
+
+def test_the_same_wait_after_recorded_gpu_work_stays_launch_overhead(tmp_path: Path) -> None:
+    r = _launch_waits(tmp_path, earlier_gpu_work=True)
+    parts = dict(r.parts.select(AccountCol.PART, AccountCol.NS_PER_STEP).iter_rows())
+    assert PartName.UNRECORDED_GPU not in parts and parts[PartName.LAUNCH] >= 2_000_000 and r.unrecorded is None
