@@ -10,7 +10,7 @@ from builders import KinetoBuilder
 from tracewhy.analyses.account import StepModel, step_model
 from tracewhy.analyses.what_if import predict
 from tracewhy.analyses.what_if_edits import Fix, RemoveRecompute, WindowEdges
-from tracewhy.analyses.what_if_host_edits import BatchLoop, Preallocate, SetGradsToNone
+from tracewhy.analyses.what_if_host_edits import BatchLoop, Preallocate, RemoveCode, SetGradsToNone
 from tracewhy.readers import read_trace
 
 US = 1000
@@ -43,6 +43,20 @@ def test_a_vectorised_loop_keeps_one_call_per_op_and_a_share_of_its_python(tmp_p
     assert _first_step(m, BatchLoop("another block")) == 1000
 
 
+def test_a_vectorised_loop_drops_its_split_and_join(tmp_path: Path) -> None:
+    # aten::unbind (30 µs) splits the batch before the loop's first aten::mean and aten::stack
+    # (20 µs) joins the results after its last; aten::sum (10 µs) runs once, later: it stays.
+    # The block (0-800) makes 5 calls (160 µs) and spends 640 µs of its own: vectorised, one
+    # mean is saved, unbind and stack leave, and the own time keeps the share of the calls
+    # left (one mean and the sum, 2 of 5): 640 -> 256.
+    b = _steps(KinetoBuilder())
+    b.annotation("preprocess", 0, 800)
+    b.op("aten::unbind", 10, 30).op("aten::mean", 100, 50).op("aten::mean", 200, 50)
+    b.op("aten::stack", 300, 20).op("aten::sum", 700, 10)
+    m = _model(tmp_path, b)
+    assert _first_step(m, BatchLoop("preprocess")) == 1000 - 50 - 30 - 20 - (640 - 256)
+
+
 def test_a_preallocated_buffer_makes_each_growth_cost_the_first(tmp_path: Path) -> None:
     # aten::cat grows a tensor 3 times (20, 40, 60 µs: each copies all rows so far): written in
     # place, each costs what the first did.
@@ -63,6 +77,69 @@ def test_gradients_set_to_none_are_not_zeroed(tmp_path: Path) -> None:
     b.op("aten::zero_", 720, 60).op("aten::zero_", 800, 60)
     m = _model(tmp_path, b)
     assert _first_step(m, SetGradsToNone()) == 1000 - 2 * 60
+
+
+def _zero_grad_step(b: KinetoBuilder) -> KinetoBuilder:
+    # Backward hands two gradients over (AccumulateGrad nodes 100-300 and 400-600, each adding
+    # the new gradient into the old one with aten::add_, 100 µs); zero_grad (1700-1900) zeroes
+    # them (2 x 60 µs).
+    b.annotation("ProfilerStep#1", 0, 2000).annotation("ProfilerStep#2", 2000, 100)
+    for start in (100, 400):
+        b.op("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", start, 200)
+        b.op("torch::autograd::AccumulateGrad", start + 5, 190).op("aten::add_", start + 50, 100)
+    b.annotation("Optimizer.zero_grad#SGD.zero_grad", 1700, 200)
+    return b.op("aten::zero_", 1720, 60).op("aten::zero_", 1800, 60)
+
+
+def test_on_a_cpu_trace_gradients_set_to_none_land_on_fresh_pages(tmp_path: Path) -> None:
+    # CPU only: the zeroing (120 µs) leaves, the nodes' accumulation (2 x 100 µs) leaves, and
+    # the first touch of the gradients' pages comes in: 3 x the zeroing's 120 µs = 360 µs.
+    m = _model(tmp_path, _zero_grad_step(KinetoBuilder()))
+    assert _first_step(m, SetGradsToNone(first_touch_per_zeroing=3.0)) == 2000 - 120 - 200 + 360
+    # Priced as free, the fix saves the zeroing and the accumulation.
+    assert _first_step(m, SetGradsToNone(first_touch_per_zeroing=0.0)) == 2000 - 120 - 200
+
+
+def test_on_a_gpu_trace_gradients_set_to_none_save_the_zeroing(tmp_path: Path) -> None:
+    # The same step with a kernel: the caching allocator reuses the freed gradients' memory,
+    # so only the zeroing leaves.
+    b = _zero_grad_step(KinetoBuilder()).launch("void gemm_kernel", 1000, 10, 1010, 50)
+    m = _model(tmp_path, b)
+    assert _first_step(m, SetGradsToNone(first_touch_per_zeroing=3.0)) == 2000 - 120
+
+
+def test_removed_code_takes_the_python_around_its_ops_with_it(tmp_path: Path) -> None:
+    # Forward ops (recorded by autograd: a sequence number) with 10 µs between them; a hook
+    # after the second runs aten::abs (20 µs) and aten::item (10 µs) with 60 µs of untraced
+    # Python around them (30 + 20 + 10 at 210-300): the reads leave with that Python, the
+    # neighbours then 10 µs apart (the typical gap between two kept ops).
+    b = _steps(KinetoBuilder())
+    seq = {"Sequence number": 1, "Fwd thread id": 0}
+    b.op("aten::linear", 0, 100, **seq).op("aten::linear", 110, 100, **seq)
+    b.op("aten::abs", 240, 20).op("aten::item", 280, 10)
+    b.op("aten::relu", 300, 100, **seq).op("aten::linear", 410, 100, **seq).op("aten::linear", 520, 100, **seq)
+    m = _model(tmp_path, b)
+    part = "host: up to aten::item"
+    assert _first_step(m, RemoveCode(part)) == 1000 - 30 - (60 - 10)
+    assert _first_step(m, RemoveCode("host: up to something else")) == 1000
+
+
+def test_checkpoint_entries_leave_with_their_wrapper_python(tmp_path: Path) -> None:
+    # Two checkpointed regions, each entered with an aten::empty (5 µs, not recorded by
+    # autograd) and the _NoopSaveInputs op (30 µs) after 100 µs of the wrapper's Python; the
+    # model's ops (recorded: a sequence number) are 10 µs apart elsewhere.
+    b = _steps(KinetoBuilder())
+    seq = {"Sequence number": 1, "Fwd thread id": 0}
+    b.op("aten::linear", 0, 100, **seq).op("aten::gelu", 110, 50, **seq)
+    b.op("aten::empty", 200, 5).op("_NoopSaveInputs", 255, 30, **seq)
+    b.op("aten::linear", 335, 100, **seq).op("aten::gelu", 445, 50, **seq)
+    b.op("aten::empty", 535, 5).op("_NoopSaveInputs", 590, 30, **seq)
+    b.op("aten::linear", 670, 100, **seq).op("aten::gelu", 780, 50, **seq)
+    m = _model(tmp_path, b)
+    # Each entry: 175 µs from the gelu's end to the linear's start (40 + 5 + 50 + 30 + 50),
+    # of which 35 in ops: all of it leaves but the typical 10 µs gap (to a µs: the scaled
+    # edges round down).
+    assert abs(_first_step(m, RemoveRecompute()) - (1000 - 2 * (175 - 10))) <= 1
 
 
 def test_the_node_that_reruns_the_forward_loses_its_hook_time(tmp_path: Path) -> None:

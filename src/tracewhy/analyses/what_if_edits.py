@@ -21,6 +21,7 @@ from tracewhy.analyses.critical_path_edges import Edge
 from tracewhy.analyses.critical_path_graph import Graph
 from tracewhy.analyses.critical_path_replay import GraphEdit, ReplayWindow
 from tracewhy.analyses.critical_path_walk import Category
+from tracewhy.analyses.what_if_gaps import checkpoint_entries
 from tracewhy.model.schema import Col, Kind
 from tracewhy.model.trace import Trace
 
@@ -210,7 +211,8 @@ class MultiTensorOptimizer:
 @dataclass(frozen=True)
 class RemoveRecompute:
     """Activation checkpointing off: the forward ops run again inside backward leave, with the
-    GPU work they launch."""
+    GPU work they launch, and so does what ``checkpoint()`` costs in the forward where the
+    trace marks it (``what_if_gaps.checkpoint_entries``)."""
 
     @property
     def label(self) -> str:
@@ -220,7 +222,7 @@ class RemoveRecompute:
         recompute = w.model.rules.ctx.recompute
         host = (w.attr >= 0) & (recompute[np.maximum(w.attr, 0)] >= 0) & (w.kind != int(Edge.GPU))
         gpu = (w.launch >= 0) & (recompute[np.maximum(w.launch, 0)] >= 0)
-        return w.removing(host, gpu) + self._hooks(w, host)
+        return w.removing(host, gpu) + self._hooks(w, host) + checkpoint_entries(w)
 
     @staticmethod
     def _hooks(w: WindowEdges, recomputed: B) -> GraphEdit:

@@ -10,21 +10,36 @@ from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
+import numpy.typing as npt
 
 from tracewhy.analyses.account_host import HostPurpose
 from tracewhy.analyses.critical_path_replay import GraphEdit
-from tracewhy.analyses.what_if_edits import WindowEdges
+from tracewhy.analyses.what_if_edits import I64, RemovePart, WindowEdges
+from tracewhy.analyses.what_if_gaps import untraced_around
 
 #: The ops ``zero_grad(set_to_none=False)`` runs per gradient (PyTorch's torch/optim/optimizer.py
 #: zeroes each grad with ``zero_()`` or, grouped by device and dtype, ``torch._foreach_zero_``).
 ZEROING_OPS: Final = frozenset({"aten::zero_", "aten::_foreach_zero_"})
+#: The autograd node that hands a parameter its gradient (its RecordFunction name ends so:
+#: ``torch::autograd::AccumulateGrad``, under ``autograd::engine::evaluate_function: ...``).
+ACCUMULATE_NODE: Final = "AccumulateGrad"
+#: What AccumulateGrad runs to add a new gradient into an existing one (``variable_grad +=
+#: new_grad`` in torch/csrc/autograd/functions/accumulate_grad.h).
+ACCUMULATION_OPS: Final = frozenset({"aten::add_"})
+#: What touching fresh pages first costs against a warm ``zero_()`` of the same bytes: the
+#: kernel zeroes each 4 KiB page and traps once per page. Measured by bench/first_touch.py
+#: (12 MiB, one thread) on the 2-core KVM machine the zero_grad pair was captured on: 12x.
+FIRST_TOUCH_PER_ZEROING: Final = 12.0
 
 
 @dataclass(frozen=True)
 class BatchLoop:
     """A per-sample Python loop in a named block vectorised over the batch: each op the block
     repeats keeps one call (the work of all samples, at the cost of the cheapest call: the
-    ops' fixed cost is what the loop multiplied), and the block's own Python time shrinks with
+    ops' fixed cost is what the loop multiplied), the loop's split and join leave (the op run
+    once just before its first repeated call, ``aten::unbind`` where Python iterates a tensor,
+    and the one just after its last, the ``torch.stack`` of the per-sample results: the
+    vectorised code works on the batch as it is), and the block's own Python time shrinks with
     the number of calls it makes."""
 
     block: str
@@ -39,11 +54,31 @@ class BatchLoop:
         block = ctx.outer_block[attr]
         names = {int(b): ctx.name(int(b)) for b in np.unique(block[block >= 0]).tolist()}
         inside = (w.attr >= 0) & np.array([names.get(int(b)) == self.block for b in block], dtype=bool)
-        ops, before, after = w.fewer_calls(w.host() & inside & (ctx.outer_op[attr] >= 0), None)
+        in_ops = w.host() & inside & (ctx.outer_op[attr] >= 0)
+        ops, before, after = w.fewer_calls(in_ops, None)
         own = w.host() & inside & (w.attr == block)  # the block's own time: the loop's Python
         if before == 0:
             return ops
-        return ops + GraphEdit(scaled=w.ids[own], factor=np.full(int(own.sum()), after / before))
+        ends = self._split_and_join(w, ctx.outer_op[attr][in_ops])
+        gone = in_ops & np.isin(ctx.outer_op[attr], list(ends))
+        after -= len(ends)
+        return ops + GraphEdit(scaled=w.ids[own], factor=np.full(int(own.sum()), after / before)) + GraphEdit(
+            scaled=w.ids[gone], factor=np.zeros(int(gone.sum())))
+
+    @staticmethod
+    def _split_and_join(w: WindowEdges, outer: I64) -> set[int]:
+        """Of the block's outermost ops (``outer``), the one-off op just before the first call
+        of a repeated op and the one just after the last (none where that op repeats too)."""
+        rules = w.model.rules
+        calls = np.unique(outer)
+        calls = calls[np.argsort(rules.slice_ts[calls], kind="stable")]
+        named = [rules.ctx.name(int(c)) for c in calls]
+        counts = {n: named.count(n) for n in set(named)}
+        repeated = [i for i, n in enumerate(named) if counts[n] > 1]
+        if not repeated:
+            return set()
+        ends = {repeated[0] - 1, repeated[-1] + 1}
+        return {int(calls[i]) for i in ends if 0 <= i < len(calls) and counts[named[i]] == 1}
 
 
 @dataclass(frozen=True)
@@ -75,8 +110,23 @@ class Preallocate:
 @dataclass(frozen=True)
 class SetGradsToNone:
     """``zero_grad(set_to_none=True)``: the optimizer no longer zeroes the gradients (the
-    zeroing ops under the optimizer leave). What backward then spends allocating new gradients
-    instead of accumulating into the old ones is not in the trace, so it is not added."""
+    zeroing ops under the optimizer leave).
+
+    On a CPU-only trace more moves. Backward's ``AccumulateGrad`` then takes each new gradient
+    as it is instead of adding it into the old one (its ``aten::add_`` leaves), but those new
+    gradients stay alive until the next ``zero_grad`` frees them all at once, and glibc hands
+    that much freed memory back to the OS: the next backward's gradients land on fresh pages,
+    which the kernel zeroes on first touch, one fault per 4 KiB page. (With the gradients
+    zeroed instead, each backward result was added in and freed at once, and the next one
+    reused its memory.) The bytes are the ones the zeroing ops wrote, so that cost is their time
+    times ``first_touch_per_zeroing`` (what a first touch costs against a warm ``zero_()`` of
+    the same bytes: ``bench/first_touch.py`` measures it on the machine at hand), added where
+    the gradients arrive, in the ``AccumulateGrad`` nodes. Measured on the calibration pairs,
+    the fix made the CPU step slower. On a GPU the caching allocator keeps the freed blocks and
+    the next backward reuses them without a fault, so a trace with GPU activity keeps the
+    zeroing's saving alone."""
+
+    first_touch_per_zeroing: float = FIRST_TOUCH_PER_ZEROING
 
     @property
     def label(self) -> str:
@@ -88,4 +138,49 @@ class SetGradsToNone:
         names = {int(o): ctx.name(int(o)) for o in np.unique(outer[outer >= 0]).tolist()}
         zeroing = np.array([names.get(int(o)) in ZEROING_OPS for o in outer], dtype=bool)
         chosen = w.host() & (w.context == int(HostPurpose.OPTIMIZER)) & zeroing
-        return w.removing(chosen, np.zeros(w.ids.size, dtype=bool))
+        edit = w.removing(chosen, np.zeros(w.ids.size, dtype=bool))
+        if not w.model.rules.cpu_only or not chosen.any():
+            return edit
+        return edit + self._fresh_gradients(w, outer, names, float(_durations(w)[chosen].sum()))
+
+    def _fresh_gradients(self, w: WindowEdges, outer: I64, names: dict[int, str], zeroing_ns: float) -> GraphEdit:
+        """The AccumulateGrad nodes' time: their accumulation leaves, the first touch of the
+        gradients' pages comes in (spread over the nodes' edges in proportion to their time)."""
+        ctx = w.model.rules.ctx
+        node = w.host() & np.array([names.get(int(o), "").endswith(ACCUMULATE_NODE) for o in outer], dtype=bool)
+        if not node.any():
+            return GraphEdit()
+        dur = _durations(w)
+        accumulating = node & np.array([ctx.name(int(a)) in ACCUMULATION_OPS for a in np.maximum(w.attr, 0)],
+                                       dtype=bool)
+        total = float(dur[node].sum())
+        after = total - float(dur[accumulating].sum()) + self.first_touch_per_zeroing * zeroing_ns
+        factor = after / total if total > 0 else 1.0
+        return GraphEdit(scaled=w.ids[node], factor=np.full(int(node.sum()), factor))
+
+
+def _durations(w: WindowEdges) -> npt.NDArray[np.float64]:
+    """Each edge's length in the trace, ns."""
+    g = w.model.graph
+    return (g.node_ts[w.dst] - g.node_ts[w.src]).astype(np.float64)
+
+
+@dataclass(frozen=True)
+class RemoveCode:
+    """Code that runs ops removed (a monitoring hook's ``.item()`` reads, logging): the part's
+    work leaves (``RemovePart``) and so does the Python that called it, the untraced time
+    between those ops and around them (``what_if_gaps.untraced_around``)."""
+
+    part: str
+
+    @property
+    def label(self) -> str:
+        return f"without {self.part} and the code that runs it"
+
+    def edit(self, w: WindowEdges) -> GraphEdit:
+        rules = w.model.rules
+        part, _, _ = rules.of_edges(w.kind, w.attr, w.category, w.src, w.dst)
+        names = np.array([p.name for p in rules.parts], dtype=object)
+        chosen = (names[part] == self.part) & w.host() if part.size else np.zeros(0, dtype=bool)
+        ops = rules.ctx.outer_op[np.maximum(w.attr[chosen], 0)]
+        return RemovePart(self.part).edit(w) + untraced_around(w, {int(o) for o in np.unique(ops[ops >= 0])})

@@ -1,0 +1,102 @@
+"""The untraced host time around ops a fix removes: the Python that called them (a forward
+hook, checkpoint()'s wrapper) runs between ops, where the profiler records nothing but the gap.
+When the ops go, that Python goes with them, and the thread passes from the op before them to
+the op after them in the gap two neighbouring ops usually leave. Also the forward-side ops
+``checkpoint()`` records, which leave with checkpointing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from tracewhy.analyses.critical_path_replay import GraphEdit
+from tracewhy.model.schema import OpAttrCol
+
+if TYPE_CHECKING:  # what_if_edits imports this module
+    from tracewhy.analyses.what_if_edits import WindowEdges
+
+B = npt.NDArray[np.bool_]
+
+#: The op ``torch.utils.checkpoint(use_reentrant=False)`` records in the forward before each
+#: checkpointed region: the autograd Function that saves the region's inputs (torch 2.x,
+#: torch/utils/checkpoint.py). The reentrant checkpoint's Function holds the region's forward
+#: ops themselves, so it is no marker to remove.
+CHECKPOINT_FORWARD_OPS: Final = frozenset({"_NoopSaveInputs"})
+
+
+def untraced_around(w: WindowEdges, removed: set[int]) -> GraphEdit:
+    """Per thread, each run of consecutive outermost ops that are all in ``removed``: the
+    untraced host time (edges outside every op) from the end of the op before the run to the
+    start of the op after it shrinks to the window's typical gap (the median gap between two
+    neighbouring ops neither of which is removed). Untraced time only ever shrinks."""
+    rules, g = w.model.rules, w.model.graph
+    ctx = rules.ctx
+    attr = np.maximum(w.attr, 0)
+    outer = ctx.outer_op[attr]
+    host = w.host()
+    untraced = host & (outer < 0)
+    src_ts, dst_ts = g.node_ts[w.src], g.node_ts[w.dst]
+    chosen = np.zeros(w.ids.size, dtype=bool)
+    factors = np.ones(w.ids.size, dtype=np.float64)
+    for tid in np.unique(ctx.tid[attr[host]]).tolist():
+        ops = np.unique(outer[host & (outer >= 0) & (ctx.tid[attr] == tid)])
+        if ops.size < 3:
+            continue
+        ops = ops[np.argsort(rules.slice_ts[ops], kind="stable")]
+        gone = np.isin(ops, list(removed))
+        if not gone.any():
+            continue
+        starts, ends = rules.slice_ts[ops], rules.slice_end[ops]
+        kept_pairs = ~gone[:-1] & ~gone[1:]
+        if not kept_pairs.any():
+            continue
+        typical = float(np.median(np.maximum(starts[1:] - ends[:-1], 0)[kept_pairs]))
+        on_thread = untraced & (ctx.tid[attr] == tid)
+        for first, last in _runs(gone):
+            if first == 0 or last == ops.size - 1:
+                continue  # a run at the window's edge has no neighbour on one side
+            span: B = on_thread & (src_ts >= ends[first - 1]) & (dst_ts <= starts[last + 1])
+            spent = float((dst_ts[span] - src_ts[span]).sum())
+            if spent > typical:
+                chosen |= span
+                factors[span] = typical / spent
+    return GraphEdit(scaled=w.ids[chosen], factor=factors[chosen])
+
+
+def checkpoint_entries(w: WindowEdges) -> GraphEdit:
+    """What ``checkpoint()`` costs in the forward, where the trace marks it: the op it
+    records for each checkpointed region (``CHECKPOINT_FORWARD_OPS``) and an op just
+    before it that autograd does not record (no sequence number: the dummy tensor it
+    makes) leave, with the untraced Python around them, the wrapper's own time
+    (``what_if_gaps.untraced_around``). Its saved-tensor hooks run inside the region's
+    forward ops, untraced, and so do the recompute's hooks inside the rerun ops: no op of
+    the before trace runs without them, so that cost stays."""
+    rules = w.model.rules
+    ctx = rules.ctx
+    outer = ctx.outer_op[np.maximum(w.attr, 0)]
+    ops = np.unique(outer[w.host() & (outer >= 0)])
+    if not any(ctx.name(int(o)) in CHECKPOINT_FORWARD_OPS for o in ops.tolist()):
+        return GraphEdit()
+    ops = ops[np.lexsort((rules.slice_ts[ops], ctx.tid[ops]))]
+    recorded = set(w.model.trace.op_attrs.filter(pl.col(OpAttrCol.SEQUENCE).is_not_null())
+                   .get_column(OpAttrCol.ID).to_list())
+    removed: set[int] = set()
+    for i, op in enumerate(ops.tolist()):
+        if ctx.name(op) not in CHECKPOINT_FORWARD_OPS:
+            continue
+        removed.add(op)
+        before = int(ops[i - 1]) if i else -1
+        if before >= 0 and ctx.tid[before] == ctx.tid[op] and before not in recorded:
+            removed.add(before)
+    chosen = w.host() & np.isin(outer, list(removed))
+    return w.removing(chosen, np.zeros(w.ids.size, dtype=bool)) + untraced_around(w, removed)
+
+
+def _runs(flags: B) -> list[tuple[int, int]]:
+    """(first, last) index of each run of True."""
+    edges = np.diff(np.concatenate(([0], flags.astype(np.int8), [0])))
+    return list(zip(np.flatnonzero(edges == 1).tolist(), (np.flatnonzero(edges == -1) - 1).tolist(), strict=True))
