@@ -11,9 +11,12 @@ shares its core) then weighs on both sides alike, which separate processes did n
 quiet 16-core machine, the same program's step differed by up to 1.6x from one process to the
 next). The two fixes whose state would carry over from one capture to the next (the Dynamo cache
 of the recompile pair, the worker processes of the DataLoader pair) run each capture in a fresh
-interpreter instead. The machine's load average is read before and after
-each capture and written to MANIFEST.md with what each pair plants. The fix a pair applies is
-declared here, from the code below, never measured from the trace.
+interpreter instead. Each capture waits until the machine's other processes are quiet
+(``wait_for_quiet``: under QUIET_CORES for two seconds), and captures.log gets the load average
+before and after each interpreter and, per capture, the cores the other processes used before
+and during it; MANIFEST.md (written by hand) says what each pair plants and where it was
+captured. The fix a pair applies is declared here, from the code below, never measured from the
+trace.
 """
 
 from __future__ import annotations
@@ -41,6 +44,9 @@ SCHEDULE = {"wait": 1, "warmup": 3, "active": 10}
 #: The recompile pair: each recompiling step is a compile's worth of Dynamo and AOT autograd
 #: events, so fewer active steps keep the file small.
 COMPILE_SCHEDULE = {"wait": 1, "warmup": 2, "active": 6}
+#: The foreach and .item() pairs: a step is thousands of profiler events (each parameter's
+#: optimizer ops, each read's ops), so fewer active steps keep the file under 0.5 MB.
+SHORT_SCHEDULE = {"wait": 1, "warmup": 3, "active": 6}
 VARIANTS = ("before", "after")
 
 Step = Callable[[], None]
@@ -99,20 +105,35 @@ def dataloader_workers(after: bool, steps: int) -> Step:
 # --- foreach optimizer ----------------------------------------------------------------------------
 
 
+FOREACH_PARAMS, FOREACH_SIZE = 128, 16
+
+
+class ManySmall(nn.Module):
+    """Many small parameters (bias-sized: norms, scales, embeddings' rows) that one op gathers:
+    the optimizer's per-parameter work is the step's, not the model's compute."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows = nn.ParameterList(nn.Parameter(torch.randn(FOREACH_SIZE) * 0.1) for _ in range(FOREACH_PARAMS))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ torch.stack(list(self.rows)).T
+
+
 def foreach_optimizer(after: bool, steps: int) -> Step:
-    model = _mlp(depth=40, width=32)
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9, foreach=after)
-    x = torch.randn(64, 32)
+    model = ManySmall()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=after)
+    x = torch.randn(64, FOREACH_SIZE)
     return lambda: _train(model, optimizer, x)
 
 
 # --- .item() reads --------------------------------------------------------------------------------
 
-ITEM_LAYERS = 24
+ITEM_LAYERS, ITEM_WIDTH = 48, 32
 
 
 def item_reads(after: bool, steps: int) -> Step:
-    model = _mlp(depth=ITEM_LAYERS, width=128)
+    model = _mlp(depth=ITEM_LAYERS, width=ITEM_WIDTH)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     norms: list[float] = []
 
@@ -121,11 +142,11 @@ def item_reads(after: bool, steps: int) -> Step:
         norms.append(out.abs().mean().item())
 
     if not after:
-        # Activation monitoring left on: every Linear reads its output's mean magnitude.
+        # Activation monitoring left on: every layer (Linear and ReLU) reads its output's mean
+        # magnitude, a scalar read per layer, hundreds per step.
         for layer in model:
-            if isinstance(layer, nn.Linear):
-                layer.register_forward_hook(monitor)
-    x = torch.randn(64, 128)
+            layer.register_forward_hook(monitor)
+    x = torch.randn(16, ITEM_WIDTH)
 
     def step() -> None:
         norms.clear()
@@ -193,13 +214,15 @@ def host_loop(after: bool, steps: int) -> Step:
 
 # --- growth by torch.cat --------------------------------------------------------------------------
 
-DECODE_TOKENS = 64
-DECODE_BATCH, DECODE_DIM = 8, 512
+DECODE_TOKENS, DECODE_WINDOW = 64, 8
+DECODE_BATCH, DECODE_DIM = 512, 64
 
 
 def cat_growth(after: bool, steps: int) -> Step:
-    """One step decodes DECODE_TOKENS tokens with a key cache: grown by torch.cat every token
-    (before) or written in place into a buffer allocated for the whole sequence (after)."""
+    """One step decodes DECODE_TOKENS tokens with a key cache kept whole (for later reuse)
+    while each token attends over the last DECODE_WINDOW keys (sliding-window attention): the
+    cache grown by torch.cat every token (before: each token copies everything grown so far) or
+    written in place into a buffer allocated for the whole sequence (after)."""
     proj = nn.Linear(DECODE_DIM, DECODE_DIM)
     start = torch.randn(DECODE_BATCH, DECODE_DIM)
 
@@ -214,10 +237,10 @@ def cat_growth(after: bool, steps: int) -> Step:
             k = proj(x)
             if after:
                 cache[:, t] = k
-                keys = cache[:, : t + 1]
+                keys = cache[:, max(0, t + 1 - DECODE_WINDOW): t + 1]
             else:
                 cache = torch.cat([cache, k[:, None]], dim=1)
-                keys = cache
+                keys = cache[:, -DECODE_WINDOW:]
             weights = torch.softmax(torch.bmm(keys, x[:, :, None]), dim=1)
             x = torch.bmm(weights.transpose(1, 2), keys)[:, 0]
     return step
@@ -251,12 +274,14 @@ FIXES: tuple[Fix, ...] = (
         "num_workers=2, prefetch_factor=4, persistent_workers=True (workers started before the trace)",
         SCHEDULE, {}, isolated=True),
     Fix("foreach_optimizer", foreach_optimizer,
-        "SGD(momentum=0.9, foreach=False) over 80 small parameters (40 Linear(32, 32) + ReLU), batch 64",
-        "SGD(momentum=0.9, foreach=True)", SCHEDULE, {}),
+        f"Adam(foreach=False) over {FOREACH_PARAMS} small parameters ({FOREACH_SIZE} values each, gathered by one "
+        "torch.stack: x @ stack(params).T), batch 64",
+        "Adam(foreach=True)", SHORT_SCHEDULE, {}),
     Fix("item_reads", item_reads,
-        f"a no_grad forward hook on each of {ITEM_LAYERS} Linear(128, 128) layers reads its output's mean "
-        "magnitude with out.abs().mean().item() (activation monitoring left on); SGD, batch 64",
-        "no hook: the per-layer reads removed", SCHEDULE, {}),
+        f"a no_grad forward hook on each of the {2 * ITEM_LAYERS} layers of {ITEM_LAYERS} x (Linear({ITEM_WIDTH}, "
+        f"{ITEM_WIDTH}) + ReLU) reads its output's mean magnitude with out.abs().mean().item() (activation "
+        f"monitoring left on: {2 * ITEM_LAYERS} reads per step); SGD, batch 16",
+        "no hook: the per-layer reads removed", SHORT_SCHEDULE, {}),
     Fix("checkpointing", checkpointing,
         "8 blocks Linear(128, 512) GELU Linear(512, 128), each under torch.utils.checkpoint(use_reentrant=False); "
         "SGD, batch 32",
@@ -272,7 +297,8 @@ FIXES: tuple[Fix, ...] = (
         "the same normalisation vectorised over the batch (mean and std over dim 1)", SCHEDULE, {}),
     Fix("cat_growth", cat_growth,
         f"inference, no_grad: one step decodes {DECODE_TOKENS} tokens, batch {DECODE_BATCH}, width {DECODE_DIM}, "
-        "attending (bmm, softmax, bmm) over a key cache grown by torch.cat every token",
+        f"attending (bmm, softmax, bmm) over the last {DECODE_WINDOW} keys of a key cache kept whole and grown by "
+        "torch.cat every token",
         "the cache allocated once per step for all tokens and written in place (cache[:, t] = k)", SCHEDULE, {}),
     Fix("zero_grad_none", zero_grad_none,
         "optimizer.zero_grad(set_to_none=False) after each step: 12 Linear(512, 512) + ReLU (3.2 M parameters), "
@@ -286,31 +312,82 @@ def trace_name(key: str, variant: str, repeat: int) -> str:
     return f"{key}_{variant}_{repeat}.pt.trace.json.gz"
 
 
-def capture(fix: Fix, after: bool, dest: Path) -> None:
+#: Other processes' CPU use (cores) under which a capture may start: this 2-core machine is
+#: shared, and a test run beside a capture moved the same program's step by up to 2x.
+QUIET_CORES = 0.3
+#: How long to wait for that before capturing anyway (the log says how busy it was).
+QUIET_WAIT_S = 60.0
+
+
+def _cpu_jiffies() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs since boot, from /proc/stat."""
+    fields = [int(v) for v in Path("/proc/stat").read_text(encoding="utf-8").split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def _others_cores(busy0: int, total0: int, own_s: float) -> float:
+    """Cores the machine's other processes used since (busy0, total0), this process's own CPU
+    time ``own_s`` taken out."""
+    busy1, total1 = _cpu_jiffies()
+    cores = os.cpu_count() or 1
+    span_s = (total1 - total0) / cores / os.sysconf("SC_CLK_TCK")
+    used = (busy1 - busy0) / os.sysconf("SC_CLK_TCK") - own_s
+    return max(used, 0.0) / span_s if span_s > 0 else 0.0
+
+
+def wait_for_quiet() -> tuple[float, float]:
+    """Wait (up to QUIET_WAIT_S) until the other processes used under QUIET_CORES for two
+    seconds in a row; returns (their last use in cores, seconds waited)."""
+    started = time.monotonic()
+    calm = 0
+    while True:
+        busy, total = _cpu_jiffies()
+        own = time.process_time()
+        time.sleep(1.0)
+        others = _others_cores(busy, total, time.process_time() - own)
+        calm = calm + 1 if others < QUIET_CORES else 0
+        waited = time.monotonic() - started
+        if calm >= 2 or waited > QUIET_WAIT_S:
+            return others, waited
+
+
+def capture(fix: Fix, after: bool, dest: Path) -> str:
+    """Capture one trace once the machine is quiet; returns its log line (how busy the other
+    processes were before and during the capture)."""
+    quiet, waited = wait_for_quiet()
     seed_everything()
     torch.use_deterministic_algorithms(False)  # index_put's deterministic path is not what the after loop runs
     n = total_steps(**fix.sched)
     step = fix.build(after, n)
+    busy, total = _cpu_jiffies()
+    own = time.process_time()
     with cpu_profile(schedule=step_schedule(**fix.sched)) as prof:
         for _ in range(n):
             step()
             prof.step()
+    during = _others_cores(busy, total, time.process_time() - own)
     export_trace(prof, dest)
+    return (f"{dest.name}\tother processes {quiet:.2f} cores before (waited {waited:.0f} s), "
+            f"{during:.2f} during the capture")
 
 
 def _loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text(encoding="utf-8").split()[:3])
 
 
-def _run(fix: Fix, runs: list[tuple[str, Path]]) -> tuple[str, str, float]:
-    """``runs`` (variant, trace) in this order, in one fresh interpreter."""
+def _run(fix: Fix, runs: list[tuple[str, Path]]) -> tuple[str, str, float, list[str]]:
+    """``runs`` (variant, trace) in this order, in one fresh interpreter; returns the load
+    average before and after, the wall time and each capture's log line."""
     with tempfile.TemporaryDirectory(prefix="calibration_") as cache:
         env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache, **fix.env}
         load_before = _loadavg()
         started = time.monotonic()
-        subprocess.run([sys.executable, str(Path(__file__).resolve()), "--one", fix.key,
-                        *(f"{variant}={dest}" for variant, dest in runs)], env=env, check=True, timeout=900)
-        return load_before, _loadavg(), time.monotonic() - started
+        child = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--one", fix.key,
+                                *(f"{variant}={dest}" for variant, dest in runs)],
+                               env=env, check=True, timeout=1800, stdout=subprocess.PIPE, text=True)
+        lines = [line for line in child.stdout.splitlines() if ".pt.trace.json.gz\t" in line]
+        return load_before, _loadavg(), time.monotonic() - started, lines
 
 
 def captures(keys: list[str], repeats: int) -> Iterator[tuple[Fix, list[tuple[str, int]]]]:
@@ -336,16 +413,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.one:  # child mode, see _run
         for run in args.runs:
             variant, dest = run.split("=", 1)
-            capture(BY_KEY[args.one], variant == "after", Path(dest))
+            print(capture(BY_KEY[args.one], variant == "after", Path(dest)), flush=True)
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     with open(args.out / "captures.log", "a", encoding="utf-8") as log:
         for fix, order in captures(args.only or [f.key for f in FIXES], args.repeats):
             runs = [(variant, args.out / trace_name(fix.key, variant, repeat)) for variant, repeat in order]
-            before, after, seconds = _run(fix, runs)
+            before, after, seconds, lines = _run(fix, runs)
             line = f"{' '.join(d.name for _, d in runs)}\tload {before} -> {after}\t{seconds:.1f} s"
-            print(line, flush=True)
-            log.write(line + "\n")
+            for text in [line, *(f"  {one}" for one in lines)]:
+                print(text, flush=True)
+                log.write(text + "\n")
     return 0
 
 
