@@ -35,7 +35,7 @@ from tracewhy.analyses.what_if_edits import (
     RemovePart,
     RemoveRecompute,
 )
-from tracewhy.analyses.what_if_host_edits import BatchLoop, Preallocate, SetGradsToNone
+from tracewhy.analyses.what_if_host_edits import BatchLoop, Preallocate, RemoveCode, SetGradsToNone
 from tracewhy.readers import read_trace
 
 BENCH = Path(__file__).resolve().parent
@@ -46,11 +46,12 @@ MARKERS = ("<!-- calibration:start -->", "<!-- calibration:end -->")
 
 #: The fix each pair applies (scripts/gen_traces/calibration.py), as the edit that models it.
 #: ``.item()`` on a CPU tensor waits for nothing: what the read costs is the ops it forces (the
-#: account's ``host: up to aten::item``), so that fix is the wait dropped and that work gone.
+#: account's ``host: up to aten::item``) and the hook's Python that runs them, so that fix is the
+#: wait dropped and that code gone.
 EDITS: dict[str, tuple[str, tuple[Fix, ...]]] = {
     "dataloader_workers": ("DataLoader workers", (PrefetchData(),)),
     "foreach_optimizer": ("foreach optimizer", (MultiTensorOptimizer(),)),
-    "item_reads": (".item() removed", (DropSync("aten::item"), RemovePart("host: up to aten::item"))),
+    "item_reads": (".item() removed", (DropSync("aten::item"), RemoveCode("host: up to aten::item"))),
     "checkpointing": ("checkpointing off", (RemoveRecompute(),)),
     "recompile": ("recompile removed", (RemoveCompile(),)),
     "host_loop": ("host loop vectorised", (BatchLoop("preprocess"),)),
@@ -114,7 +115,13 @@ def step_ns(path: Path, edits: tuple[Fix, ...] = ()) -> tuple[int, int, bool]:
         return round(measured), round(measured), False
     predicted = statistics.median(predict(model, list(edits), [w]).predicted_ns for w in windows)
     labels = {e.label for e in suggested_edits(model, step_account(trace, model=model))}
-    return round(measured), round(predicted), any(e.label in labels for e in edits)
+    return round(measured), round(predicted), any(_suggested_label(e) in labels for e in edits)
+
+
+def _suggested_label(edit: Fix) -> str:
+    """The label ``suggested_edits`` would give this fix: it proposes the part removed
+    (``RemovePart``), which the calibration replays with the code that runs it (``RemoveCode``)."""
+    return RemovePart(edit.part).label if isinstance(edit, RemoveCode) else edit.label
 
 
 def calibrate(key: str, data: Path = DATA) -> Calibration:

@@ -6,7 +6,7 @@ Each repeat maps SIZE MiB anonymous (no page is backed yet), times ``zero_()`` o
 page faults and the kernel zeroes it), then ``zero_()`` again over the now-backed pages; on one
 thread, as the calibration pairs run. Prints the medians and the ratio.
 
-Usage: python bench/first_touch.py [--mib 12] [--repeats 15]
+Usage: python bench/first_touch.py [--mib 48] [--repeats 15]
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def first_touch_ratio(mib: int, repeats: int) -> tuple[float, float, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mib", type=int, default=12)
+    ap.add_argument("--mib", type=int, default=48)
     ap.add_argument("--repeats", type=int, default=15)
     args = ap.parse_args()
     load = " ".join(Path("/proc/loadavg").read_text(encoding="utf-8").split()[:3])
