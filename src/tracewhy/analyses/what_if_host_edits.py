@@ -28,7 +28,7 @@ ACCUMULATE_NODE: Final = "AccumulateGrad"
 ACCUMULATION_OPS: Final = frozenset({"aten::add_"})
 #: What touching fresh pages first costs against a warm ``zero_()`` of the same bytes: the
 #: kernel zeroes each 4 KiB page and traps once per page. Measured by bench/first_touch.py
-#: (12 MiB, one thread) on the 2-core KVM machine the zero_grad pair was captured on: 12x.
+#: (48 MiB, one thread, out of cache) on the 2-core KVM development machine: 12x.
 FIRST_TOUCH_PER_ZEROING: Final = 12.0
 
 
