@@ -195,7 +195,7 @@ def recompile(after: bool, steps: int) -> Step:
 
 # --- per-sample host loop -------------------------------------------------------------------------
 
-HOST_BATCH = 32
+HOST_BATCH = 64
 
 
 def host_loop(after: bool, steps: int) -> Step:
