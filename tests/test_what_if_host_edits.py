@@ -1,6 +1,8 @@
-"""Edits that rewrite host work (``what_if_host_edits``) and checkpointing's hook time
-(``RemoveRecompute``), each replayed on a step built inline where the edited step's length is
-known exactly. The real before/after pairs are in test_calibration.py."""
+"""Edits that rewrite host work (``what_if_host_edits``, with the untraced Python around removed
+ops: ``what_if_gaps``) and checkpointing's hook time and forward entries (``RemoveRecompute``),
+each replayed on a step built inline where the edited step's length is known exactly, CPU-only
+and with a GPU where the edit tells them apart. The real before/after pairs are in
+test_calibration.py."""
 
 from __future__ import annotations
 
