@@ -13,8 +13,8 @@ runs slow as a whole moves one pair, not the medians of both sides apart. *picke
 ``suggested_edits`` proposes that edit by itself from each before trace's account.
 
 Usage: python bench/calibrate.py [--data DIR] [--no-write]
-The table goes to stdout, to ``bench/results_calibration.md`` and into docs/account.md's
-"Calibration" section (between its calibration markers).
+The table goes to stdout, to ``bench/results_calibration.md``, into docs/account.md's
+"Calibration" section (between its calibration markers) and, shorter, into the README's.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ BENCH = Path(__file__).resolve().parent
 DATA = BENCH.parent / "tests" / "data" / "calibration"
 RESULTS = BENCH / "results_calibration.md"
 DOCS = BENCH.parent / "docs" / "account.md"
+README = BENCH.parent / "README.md"
 MARKERS = ("<!-- calibration:start -->", "<!-- calibration:end -->")
 
 #: The fix each pair applies (scripts/gen_traces/calibration.py), as the edit that models it.
@@ -165,6 +166,22 @@ def table(rows: list[Calibration]) -> list[str]:
     return lines
 
 
+def short_table(rows: list[Calibration]) -> list[str]:
+    """The README's table: each fix's saving predicted and measured, and the error."""
+    lines = ["| fix | predicted saving (ms) | measured saving (ms) | error |", "|---|---:|---:|---:|"]
+    for r in rows:
+        sign = ", sign wrong" if not r.sign_right else ""
+        lines.append(f"| {r.fix} | {_ms(r.predicted_saving_ns)} | {_ms(r.measured_saving_ns)} | {r.error:.0%}{sign} |")
+    return [*lines, "", table(rows)[-1]]
+
+
+def _write_between_markers(page: Path, lines: list[str]) -> None:
+    text = page.read_text(encoding="utf-8")
+    head, rest = text.split(MARKERS[0], 1)
+    _, tail = rest.split(MARKERS[1], 1)
+    page.write_text("\n".join([head + MARKERS[0], *lines, MARKERS[1]]) + tail, encoding="utf-8")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=DATA)
@@ -176,10 +193,8 @@ def main() -> None:
     if not args.no_write:
         RESULTS.write_text("<!-- written by bench/calibrate.py: rerun it, do not edit -->\n" + "\n".join(lines) + "\n",
                            encoding="utf-8")
-        page = DOCS.read_text(encoding="utf-8")
-        head, rest = page.split(MARKERS[0], 1)
-        _, tail = rest.split(MARKERS[1], 1)
-        DOCS.write_text("\n".join([head + MARKERS[0], *lines, MARKERS[1]]) + tail, encoding="utf-8")
+        _write_between_markers(DOCS, lines)
+        _write_between_markers(README, short_table(rows))
 
 
 if __name__ == "__main__":

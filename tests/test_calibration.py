@@ -109,3 +109,14 @@ def test_the_predicted_saving_matches_the_measured_pair(key: str) -> None:
     tolerance = max(TOLERANCE_SHARE * abs(measured), noise)
     assert abs(predicted - measured) <= tolerance, (
         f"predicted {predicted / 1e6:.2f} ms, measured {measured / 1e6:.2f} ms (tolerance {tolerance / 1e6:.2f})")
+
+
+def test_the_tables_in_the_readme_and_the_docs_are_the_benchs() -> None:
+    """bench/calibrate.py writes the table into docs/account.md and, shorter, into the README:
+    both must be what it computes from the committed traces now (rerun it after a change)."""
+    bench = _bench()
+    rows = [bench.calibrate(key) for key in bench.EDITS]
+    for page, lines in ((bench.DOCS, bench.table(rows)), (bench.README, bench.short_table(rows))):
+        text = page.read_text(encoding="utf-8")
+        between = text.split(bench.MARKERS[0], 1)[1].split(bench.MARKERS[1], 1)[0]
+        assert between.strip("\n") == "\n".join(lines), f"{page.name}: run python bench/calibrate.py"
