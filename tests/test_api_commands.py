@@ -115,9 +115,26 @@ def test_overlap_blocks_and_critical_path() -> None:
     cp = cli_json("critical-path", path)
     same_rows(as_cli(result("critical_path").steps), cp["steps"],
               must_share=("window_start_ns", "window_end_ns", "total_ns"))
-    replayed = [r.gains.filter(pl.col("gain_ns").is_not_null()).group_by("step").len().get_column("len").max()
+    # --gains N replays the N items with most time on the path; the account's parts (category
+    # "part", the gains diagnose's predictions share) come beside them whatever N is.
+    replayed = [r.gains.filter(pl.col("gain_ns").is_not_null() & (pl.col("category") != "part"))
+                .group_by("step").len().get_column("len").max()
                 for r in (tw.critical_path(a100(), gains=3), result("critical_path"))]
     assert replayed[0] == 3 < replayed[1]
+
+
+def test_account_is_the_commands_parts_and_windows() -> None:
+    """``tw.account`` gives the parts and windows ``tracewhy account --json`` gives, the parts
+    largest first as its rows (by name too), and ``top`` keeps the largest."""
+    path = str(LINES)
+    doc = cli_json("account", path)
+    where = tw.account(path)
+    same_rows(as_cli(where.account.parts), doc["parts"], must_share=("part", "ns_per_step", "share"))
+    same_rows(as_cli(where.account.windows), doc["windows"], must_share=("window_start_ns", "window_end_ns"))
+    assert [row["part"] for row in where] == [p["part"] for p in doc["parts"]]
+    largest = doc["parts"][0]
+    assert where[largest["part"]]["ns_per_step"] == largest["ns_per_step"] == where[0]["ns_per_step"]
+    assert len(tw.account(path, top=2)) == 2
 
 
 def test_lines_compile_and_memory() -> None:

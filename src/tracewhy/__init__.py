@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tracewhy.api import (
         Diagnosis,
+        account,
         blocks,
         check,
         compile,
@@ -49,9 +50,11 @@ __version__ = "0.1.0"
 #: ``Trace``, ``load`` and the version are here; the rest is ``tracewhy.api``, imported on first
 #: use: the CLI imports this package for ``__version__``, and importing every analysis up front
 #: would double a cached command's time.
-__all__ = ["Diagnosis", "Trace", "__version__", "blocks", "check", "compile", "critical_path", "diagnose", "diff",
-           "export", "gaps", "info", "kernels", "lines", "load", "memory", "nsys_stats", "nvtx", "ops", "overlap",
-           "pipeline", "ranks", "report", "roofline", "schema", "slices", "sql", "steps", "to_pandas", "which"]
+__all__ = [
+    "Diagnosis", "Trace", "__version__", "account", "blocks", "check", "compile", "critical_path", "diagnose",
+    "diff", "export", "gaps", "info", "kernels", "lines", "load", "memory", "nsys_stats", "nvtx", "ops", "overlap",
+    "pipeline", "ranks", "report", "roofline", "schema", "slices", "sql", "steps", "to_pandas", "which",
+]
 
 
 def load(path: str | Path) -> Trace:

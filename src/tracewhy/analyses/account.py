@@ -29,6 +29,7 @@ from tracewhy.analyses.iterations import AccountWindows, account_windows
 from tracewhy.analyses.steps import StepsOptions, StepsResult, WindowCol, steps
 from tracewhy.model.schema import HOST_KINDS, Col
 from tracewhy.model.trace import Trace
+from tracewhy.rows import Rows
 from tracewhy.units import fmt_ns
 
 I64 = npt.NDArray[np.int64]
@@ -159,7 +160,7 @@ class UnrecordedGpu:
 
 
 @dataclass(frozen=True)
-class AccountResult:
+class AccountResult(Rows, rows="parts", key="part"):
     """``windows`` (ACCOUNT_WINDOWS_SCHEMA): the analysed steps. ``parts`` (ACCOUNT_PARTS_SCHEMA):
     one row per part, by time per step, largest first; they add up to ``mean_step_ns``.
     ``per_step`` (ACCOUNT_PER_STEP_SCHEMA): each analysed step's parts (for a bar per step).

@@ -17,6 +17,7 @@ from tracewhy.api.results import Diagnosis, Diff, Steps
 from tracewhy.api.tables import RAW_SUFFIX, TIME_COLUMNS, TraceLike, public, slices, time_origin_ns, to_pandas
 from tracewhy.api.trace_commands import (
     NSYS_STATS_REPORTS,
+    account,
     blocks,
     compile,
     critical_path,
@@ -36,7 +37,8 @@ from tracewhy.api.trace_commands import (
 
 __all__ = [
     "NSYS_STATS_REPORTS", "RAW_SUFFIX", "TIME_COLUMNS", "Diagnosis", "Diff", "Steps", "TraceLike", "WrittenExport",
-    "WrittenFile", "WrittenReport", "blocks", "check", "compile", "critical_path", "diagnose", "diff", "export",
-    "gaps", "info", "kernels", "lines", "memory", "nsys_stats", "nvtx", "ops", "overlap", "pipeline", "public",
-    "ranks", "report", "roofline", "schema", "slices", "sql", "steps", "time_origin_ns", "to_pandas", "which",
+    "WrittenFile", "WrittenReport", "account", "blocks", "check", "compile", "critical_path", "diagnose", "diff",
+    "export", "gaps", "info", "kernels", "lines", "memory", "nsys_stats", "nvtx", "ops", "overlap", "pipeline",
+    "public", "ranks", "report", "roofline", "schema", "slices", "sql", "steps", "time_origin_ns", "to_pandas",
+    "which",
 ]

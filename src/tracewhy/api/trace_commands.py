@@ -31,6 +31,7 @@ from tracewhy.analyses.summaries import (
 from tracewhy.analyses.throughput import requested
 from tracewhy.api.results import Diagnosis, Steps, extended
 from tracewhy.api.tables import Reads, Sources, TraceLike, as_sources, handed_out, handed_out_several, public
+from tracewhy.reports.account import AccountReport, AccountReportOptions, account_report
 from tracewhy.reports.blocks import BlocksReportOptions, blocks_report
 from tracewhy.reports.compile import CompileReport, CompileReportOptions, compile_report
 from tracewhy.reports.critical_path import CriticalPathReportOptions, critical_path_report
@@ -173,6 +174,14 @@ def critical_path(trace: TraceLike, *, step: str | None = None, window: tuple[in
     clock (the ``*_raw_ns`` columns), as ``--window`` takes it."""
     options = CriticalPathReportOptions(step_marker=step, gain_items=gains, window_ns=window)
     return handed_out(trace, lambda reads: critical_path_report(trace, options, reads.loader), top)
+
+
+def account(trace: TraceLike, *, step: str | None = None, warmup: int | None = None,
+            max_steps: int = AccountReportOptions().max_steps, top: int | None = None) -> AccountReport:
+    """Where the step goes (``tracewhy account``): each analysed steady step's critical path split
+    into named parts that add up to the step; its rows are the parts, largest first."""
+    options = AccountReportOptions(step_marker=step, warmup=warmup, max_steps=max_steps)
+    return handed_out(trace, lambda reads: account_report(trace, options, reads.loader), top)
 
 
 def compile(trace: TraceLike, *, logs: str | Path | None = None, step: str | None = None,

@@ -9,6 +9,7 @@ from tracewhy.analyses.account import AccountOptions, AccountResult, step_accoun
 from tracewhy.analyses.steps import StepsOptions, steps
 from tracewhy.findings.where_step_goes import AccountLine, account_lines
 from tracewhy.reports.inputs import PLAIN, Loader, TraceSource
+from tracewhy.rows import Rows
 
 
 @dataclass(frozen=True)
@@ -21,7 +22,7 @@ class AccountReportOptions:
 
 
 @dataclass(frozen=True)
-class AccountReport:
+class AccountReport(Rows, rows="account.parts", key="part"):
     """The account of ``path``, and the lines that say where the step goes (largest parts to 80%
     of the step, the rest summed)."""
 
