@@ -79,13 +79,15 @@ def _each_table() -> Iterator[tuple[str, pl.DataFrame, pl.Schema]]:
     yield "account.per_step", a.per_step, account.ACCOUNT_PER_STEP_SCHEMA
     yield "account.evidence", a.evidence, account.ACCOUNT_EVIDENCE_SCHEMA
     yield "what_if.table", what_if.what_if(model, a).table, what_if.WHAT_IF_SCHEMA
+    yield "what_if.part_gains", what_if.part_gains(model, [(p, k) for p, k in a.parts.select(
+        account.AccountCol.PART, account.AccountCol.KIND).iter_rows()]), what_if.PART_GAINS_SCHEMA
 
 
 @pytest.mark.parametrize("name", [
     "steps", "step_windows", "gaps.gaps", "gaps.per_step", "gaps.short", "overlap.devices", "overlap.steps",
     "overlap.steady", "overlap.collectives", "overlap.streams", "overlap.concurrency", "kernels.by_name",
     "kernels.by_family", "ops", "ops by shapes", "blocks.table", "blocks.instances", "account.windows",
-    "account.parts", "account.per_step", "account.evidence", "what_if.table",
+    "account.parts", "account.per_step", "account.evidence", "what_if.table", "what_if.part_gains",
 ])
 def test_each_result_table_has_its_declared_schema(name: str) -> None:
     table, declared = next((t, s) for n, t, s in _tables() if n == name)

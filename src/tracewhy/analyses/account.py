@@ -243,10 +243,10 @@ def _unrecorded(m: StepModel, p: WindowPath, part: I64) -> UnrecordedGpu | None:
         return None
     e = int(p.edges[int(at[0])])
     activity = int(g.node_slice[g.dst[e]])
-    device = int(rules.busy.device[activity])
+    device = int(rules.first_gpu.device[activity])
     lo, hi = max(int(g.node_ts[g.src[e]]), p.window_start), int(g.node_ts[g.dst[e]])
     return UnrecordedGpu(device=device, launch_ns=lo, waited_ns=hi - lo,
-                         first_gpu_ns=rules.busy.first_ns(device) or hi, window_end_ns=p.window_end,
+                         first_gpu_ns=rules.first_gpu.first_ns(device) or hi, window_end_ns=p.window_end,
                          call=rules.ctx.name(int(g.attr[e])))
 
 

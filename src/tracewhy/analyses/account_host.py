@@ -251,3 +251,18 @@ def _name_flags(names: pl.Series) -> dict[str, B]:
 
 #: emit_nvtx writes "seq = N" into the range of an op autograd records.
 _SEQ_RANGE: Final = "seq = "
+
+
+def top_collective(trace: Trace, context: npt.NDArray[np.int8], ids: I64) -> I64:
+    """Per slice id: the outermost slice at or above it whose context is communication (the
+    collective call it belongs to; -1: none)."""
+    parent = trace.slices.get_column(Col.PARENT).fill_null(-1).to_numpy()
+    comm = int(HostPurpose.COMMUNICATION)
+    cur = np.asarray(ids, dtype=np.int64)
+    top = np.where((cur >= 0) & (context[np.maximum(cur, 0)] == comm), cur, -1)
+    up = parent[np.maximum(cur, 0)]
+    up[cur < 0] = -1
+    while (up >= 0).any():
+        top = np.where((up >= 0) & (context[np.maximum(up, 0)] == comm), up, top)
+        up = np.where(up >= 0, parent[np.maximum(up, 0)], -1)
+    return top

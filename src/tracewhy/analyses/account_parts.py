@@ -27,7 +27,7 @@ import polars as pl
 from tracewhy.analyses import api_names
 from tracewhy.analyses.account_host import HostContext, HostPurpose, host_context
 from tracewhy.analyses.account_names import Part, PartKind, PartName
-from tracewhy.analyses.account_unrecorded import DeviceBusy
+from tracewhy.analyses.account_unrecorded import FirstGpuWork
 from tracewhy.analyses.critical_path_edges import Edge
 from tracewhy.analyses.critical_path_graph import Graph
 from tracewhy.analyses.critical_path_walk import CATEGORIES, Category, EdgeLabels
@@ -78,7 +78,7 @@ class PartRules:
         self._part_index: dict[str, int] = {}
         self._item_index: dict[str, int] = {}
         self.gpu_label = self._gpu_labels(trace, classes)
-        self.busy = DeviceBusy(trace)
+        self.first_gpu = FirstGpuWork(trace)
         self.name_code = self._display_codes(s.get_column(Col.NAME))
 
     # --- vocabulary ------------------------------------------------------------------------------
@@ -138,7 +138,7 @@ class PartRules:
         """Launch edges issued long before their device's first recorded work (``account_unrecorded``)
         go to their own part, whatever their launch call's context: no host change shortens them."""
         g = self.graph
-        unrecorded = self.busy.unrecorded_launches(kind == int(Edge.LAUNCH), g.node_slice[dst], g.node_ts[src])
+        unrecorded = self.first_gpu.unrecorded_launches(kind == int(Edge.LAUNCH), g.node_slice[dst], g.node_ts[src])
         if not unrecorded.any():
             return part, item
         part, item = part.copy(), item.copy()

@@ -30,7 +30,7 @@ B = npt.NDArray[np.bool_]
 LAUNCH_DELAY_UNRECORDED_MIN_NS: Final = 1_000_000
 
 
-class DeviceBusy:
+class FirstGpuWork:
     """Each GPU activity's device, and each device's first recorded GPU work."""
 
     def __init__(self, trace: Trace) -> None:

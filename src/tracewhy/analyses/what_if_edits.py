@@ -15,15 +15,14 @@ import numpy.typing as npt
 
 from tracewhy.analyses import api_names
 from tracewhy.analyses.account import StepModel, WindowPath
-from tracewhy.analyses.account_host import HostPurpose
+from tracewhy.analyses.account_host import HostPurpose, top_collective
 from tracewhy.analyses.account_parts import CATEGORY_CODE
 from tracewhy.analyses.critical_path_edges import Edge
 from tracewhy.analyses.critical_path_graph import Graph
 from tracewhy.analyses.critical_path_replay import GraphEdit, ReplayWindow
 from tracewhy.analyses.critical_path_walk import Category
 from tracewhy.analyses.what_if_gaps import checkpoint_entries
-from tracewhy.model.schema import Col, Kind
-from tracewhy.model.trace import Trace
+from tracewhy.model.schema import Kind
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
@@ -299,9 +298,9 @@ class HideCollective:
             rows = np.flatnonzero(host)
             host[rows] = [ctx.collective[int(a)] == self.collective for a in w.attr[rows].tolist()]
         if moved:
-            issuing = _top_collective(m.trace, ctx.context, rules.launch[sorted(moved)])
+            issuing = top_collective(m.trace, ctx.context, rules.launch[sorted(moved)])
             rows = np.flatnonzero(host)
-            host[rows] = ~np.isin(_top_collective(m.trace, ctx.context, w.attr[rows]), issuing[issuing >= 0])
+            host[rows] = ~np.isin(top_collective(m.trace, ctx.context, w.attr[rows]), issuing[issuing >= 0])
         edit = w.removing(host, np.zeros(w.ids.size, dtype=bool))
         if not moved:
             return edit
@@ -374,21 +373,6 @@ Edit = (DropSync | OverlapCopies | PrefetchData | MultiTensorOptimizer | RemoveR
 def _node_of(graph: Graph, slice_id: int) -> int:
     """i such that nodes 2i and 2i + 1 are the slice's start and end (graph slices are in id order)."""
     return int(np.searchsorted(graph.node_slice[0::2], slice_id))
-
-
-def _top_collective(trace: Trace, context: npt.NDArray[np.int8], ids: I64) -> I64:
-    """Per slice id: the outermost slice at or above it whose context is communication (the
-    collective call it belongs to; -1: none)."""
-    parent = trace.slices.get_column(Col.PARENT).fill_null(-1).to_numpy()
-    comm = int(HostPurpose.COMMUNICATION)
-    cur = np.asarray(ids, dtype=np.int64)
-    top = np.where((cur >= 0) & (context[np.maximum(cur, 0)] == comm), cur, -1)
-    up = parent[np.maximum(cur, 0)]
-    up[cur < 0] = -1
-    while (up >= 0).any():
-        top = np.where((up >= 0) & (context[np.maximum(up, 0)] == comm), up, top)
-        up = np.where(up >= 0, parent[np.maximum(up, 0)], -1)
-    return top
 
 
 def _optimizer_start(w: WindowEdges) -> int:

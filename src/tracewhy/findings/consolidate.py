@@ -61,6 +61,8 @@ def _severity_by_share(f: Finding, window_ns: float | None) -> Finding:
     """HIGH from HIGH_SEVERITY_SHARE of the step recoverable, MEDIUM from IDLE_CLASS_MIN_SHARE,
     LOW under it: 98.8 ms of a 252 ms step is not low, whatever the rule's default. A code in
     SEVERITY_FLOOR stays at least at its floor."""
+    if f.code == Code.UNEXPLAINED_PART and f.predicted_step_ns is not None and f.recoverable_ns_per_step <= 0:
+        return replace(f, severity=Severity.LOW)  # replayed without it, the step is no shorter: worth a line, no more
     if f.severity not in _BY_SHARE or not window_ns or f.recoverable_ns_per_step <= 0:
         return f
     severity = severity_for_share(f.recoverable_ns_per_step / window_ns)

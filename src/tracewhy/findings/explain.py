@@ -25,6 +25,7 @@ from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding
 from tracewhy.findings.unexplained import unexplained_part
+from tracewhy.units import fmt_ns as ms
 
 Row = dict[str, Any]
 
@@ -184,6 +185,9 @@ def _predicted(ctx: Context, f: Finding, matched: list[Row], edits: tuple[Edit, 
     if not edits:  # essential work: no edit says what would change
         return replace(f, part=part)
     p = ctx.predict(edits)
+    if f.code == Code.UNEXPLAINED_PART and p.saved_ns <= 0:  # other work ran beside it and takes its place
+        f = replace(f, statement=f"{f.statement} Replayed without it the step is no shorter ({ms(p.measured_ns)}): "
+                                 "other work runs beside it, so it costs nothing now.")
     return replace(f, part=part, predicted_step_ns=p.predicted_ns, next_bottleneck=p.next_bottleneck,
                    recoverable_ns_per_step=max(p.saved_ns, 0),
                    evidence={**f.evidence, "measured_step_ns": p.measured_ns, "fix": p.label,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, TypedDict
 import polars as pl
 
 from tracewhy.analyses.account_names import PartName
+from tracewhy.analyses.blocks import BlockCol
 from tracewhy.analyses.gaps import GAP_STEPS_SCHEMA, GAPS_SCHEMA
 from tracewhy.findings.codes import Code
 from tracewhy.findings.model import Severity
@@ -348,5 +349,5 @@ def block_table(f: Finding) -> RenderableType:
     per_step = f.evidence.get("unit") == "per step"
     t = BLOCKS_TABLE.table(rename={"GPU time": "GPU time/step" if per_step else "GPU time (trace)"})
     for b in f.evidence["blocks"]:
-        t.add_row(str(b["name"]), fmt_ns(round(b["gpu_time_ns_per_step"])), fmt_pct(b["gpu_share"]))
+        t.add_row(str(b["name"]), fmt_ns(round(b[BlockCol.GPU_TIME_PER_STEP])), fmt_pct(b[BlockCol.GPU_SHARE]))
     return t
