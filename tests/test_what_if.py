@@ -176,6 +176,34 @@ def test_a_cpu_collective_in_backward_leaves_with_its_time(tmp_path: Path) -> No
     assert _first_step(m, HideCollective()) == 1000 - 300
 
 
+def test_gradients_reduced_by_hand_after_backward_are_hidden_with_their_waits(tmp_path: Path) -> None:
+    # gloo on CPU, the gradients all-reduced by hand once backward (10-300) is done: each
+    # c10d::allreduce_ (20 µs) is followed by its untraced wait (to 600, to 800) before the
+    # division; then the optimizer (820-990, two aten::add_). Hidden (as DDP would issue them
+    # from backward), the calls leave and their waits shrink to the gap two kept ops leave
+    # (10 µs): 1000 - 40 - (280 - 10) - (170 - 10).
+    b = _steps(KinetoBuilder())
+    b.op("autograd::engine::evaluate_function: AddmmBackward0", 10, 290)
+    b.op("c10d::allreduce_", 310, 20).op("aten::div_", 600, 10)
+    b.op("c10d::allreduce_", 620, 20).op("aten::div_", 800, 10)
+    b.annotation("Optimizer.step#SGD.step", 820, 170).op("aten::add_", 820, 70).op("aten::add_", 900, 80)
+    m = _model(tmp_path, b)
+    assert _first_step(m) == 1000
+    assert _first_step(m, HideCollective("all_reduce")) == 1000 - 40 - 270 - 160
+    assert _first_step(m, HideCollective("broadcast")) == 1000
+
+
+def test_a_collective_before_backward_is_no_gradient_reduction(tmp_path: Path) -> None:
+    # A broadcast before the forward (a config agreed between ranks) is read by what follows it:
+    # hiding gradient collectives leaves it.
+    b = _steps(KinetoBuilder())
+    b.op("c10d::broadcast_", 10, 200)
+    b.op("autograd::engine::evaluate_function: AddmmBackward0", 220, 500)
+    b.annotation("Optimizer.step#SGD.step", 730, 260)
+    m = _model(tmp_path, b)
+    assert _first_step(m, HideCollective()) == 1000
+
+
 def test_edits_together_are_one_replay(tmp_path: Path) -> None:
     # The fetch and the planted host block both leave: 1000 - 300 - 200.
     b = _steps(KinetoBuilder())

@@ -126,6 +126,19 @@ def test_removed_code_takes_the_python_around_its_ops_with_it(tmp_path: Path) ->
     assert _first_step(m, RemoveCode("host: up to something else")) == 1000
 
 
+def test_removed_code_at_the_steps_end_takes_the_python_up_to_it(tmp_path: Path) -> None:
+    # Logging at the end of the step: after three forward ops (10 µs apart) aten::norm
+    # (400-420) and aten::item (440-450) run amid untraced Python that lasts to the step's end
+    # (650 µs from 320 to 1000 outside the two ops). The run of removed ops reaches the window's
+    # end: that Python leaves too, down to the typical gap: 1000 - 30 - (650 - 10).
+    b = _steps(KinetoBuilder())
+    seq = {"Sequence number": 1, "Fwd thread id": 0}
+    b.op("aten::linear", 0, 100, **seq).op("aten::linear", 110, 100, **seq).op("aten::relu", 220, 100, **seq)
+    b.op("aten::norm", 400, 20).op("aten::item", 440, 10)
+    m = _model(tmp_path, b)
+    assert _first_step(m, RemoveCode("host: up to aten::item")) == 1000 - 30 - 640
+
+
 def test_checkpoint_entries_leave_with_their_wrapper_python(tmp_path: Path) -> None:
     # Two checkpointed regions, each entered with an aten::empty (5 µs, not recorded by
     # autograd) and the _NoopSaveInputs op (30 µs) after 100 µs of the wrapper's Python; the

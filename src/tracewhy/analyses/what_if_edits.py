@@ -21,7 +21,8 @@ from tracewhy.analyses.critical_path_edges import Edge
 from tracewhy.analyses.critical_path_graph import Graph
 from tracewhy.analyses.critical_path_replay import GraphEdit, ReplayWindow
 from tracewhy.analyses.critical_path_walk import Category
-from tracewhy.analyses.what_if_gaps import checkpoint_entries
+from tracewhy.analyses.what_if_comm import reduced_by_hand
+from tracewhy.analyses.what_if_gaps import checkpoint_entries, untraced_around
 from tracewhy.model.schema import Kind
 
 I64 = npt.NDArray[np.int64]
@@ -277,8 +278,10 @@ class HideCollective:
     call in backward that launches GPU kernels stays: issuing an asynchronous collective (NCCL's
     c10d::allreduce_, record_param_comms, its launches) costs the host the same hidden or not;
     only its waits on the kernels go. A collective call in backward that launches nothing (a CPU
-    backend such as gloo moves the data inside the call) leaves with its time. ``collective``:
-    only this one (``all_reduce``); None: every one."""
+    backend such as gloo moves the data inside the call) leaves with its time, and so do such
+    calls made by hand between backward and the optimizer (``what_if_comm.reduced_by_hand``),
+    with the untraced waits after them. ``collective``: only this one (``all_reduce``); None:
+    every one."""
 
     collective: str | None = None
 
@@ -294,6 +297,8 @@ class HideCollective:
         backward = comm & (w.launch >= 0) & ctx.in_backward[np.maximum(w.launch, 0)]
         moved = {int(a) for a in w.attr[backward].tolist() if self._matches(w, a)}
         host = w.host() & (w.context == int(HostPurpose.COMMUNICATION)) & ctx.in_backward[np.maximum(w.attr, 0)]
+        by_hand = reduced_by_hand(w, _optimizer_start(w))
+        host |= by_hand
         if self.collective is not None:
             rows = np.flatnonzero(host)
             host[rows] = [ctx.collective[int(a)] == self.collective for a in w.attr[rows].tolist()]
@@ -301,7 +306,8 @@ class HideCollective:
             issuing = top_collective(m.trace, ctx.context, rules.launch[sorted(moved)])
             rows = np.flatnonzero(host)
             host[rows] = ~np.isin(top_collective(m.trace, ctx.context, w.attr[rows]), issuing[issuing >= 0])
-        edit = w.removing(host, np.zeros(w.ids.size, dtype=bool))
+        calls = ctx.outer_op[np.maximum(w.attr[host & by_hand], 0)]
+        edit = w.removing(host, np.zeros(w.ids.size, dtype=bool)) + untraced_around(w, set(calls.tolist()))
         if not moved:
             return edit
         ends = np.asarray(sorted(2 * _node_of(g, a) + 1 for a in moved), dtype=np.int64)

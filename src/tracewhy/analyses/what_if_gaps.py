@@ -30,9 +30,10 @@ CHECKPOINT_FORWARD_OPS: Final = frozenset({"_NoopSaveInputs"})
 
 def untraced_around(w: WindowEdges, removed: set[int]) -> GraphEdit:
     """Per thread, each run of consecutive outermost ops that are all in ``removed``: the
-    untraced host time (edges outside every op) from the end of the op before the run to the
-    start of the op after it shrinks to the window's typical gap (the median gap between two
-    neighbouring ops neither of which is removed). Untraced time only ever shrinks."""
+    untraced host time (edges outside every op) from the end of the op before the run (or the
+    window's start) to the start of the op after it (or the window's end) shrinks to the
+    window's typical gap (the median gap between two neighbouring ops neither of which is
+    removed). Untraced time only ever shrinks."""
     rules, g = w.model.rules, w.model.graph
     ctx = rules.ctx
     attr = np.maximum(w.attr, 0)
@@ -57,9 +58,11 @@ def untraced_around(w: WindowEdges, removed: set[int]) -> GraphEdit:
         typical = float(np.median(np.maximum(starts[1:] - ends[:-1], 0)[kept_pairs]))
         on_thread = untraced & (ctx.tid[attr] == tid)
         for first, last in _runs(gone):
-            if first == 0 or last == ops.size - 1:
-                continue  # a run at the window's edge has no neighbour on one side
-            span: B = on_thread & (src_ts >= ends[first - 1]) & (dst_ts <= starts[last + 1])
+            # A run at the window's edge (logging at the step's end) reaches to the window's
+            # bound on that side: the code that ran it ends (or starts) the step.
+            lo = ends[first - 1] if first > 0 else w.path.window_start
+            hi = starts[last + 1] if last < ops.size - 1 else w.path.window_end
+            span: B = on_thread & (src_ts >= lo) & (dst_ts <= hi)
             spent = float((dst_ts[span] - src_ts[span]).sum())
             if spent > typical:
                 chosen |= span
