@@ -29,6 +29,7 @@ from tracewhy.analyses.what_if import predict, suggested_edits, window_edges
 from tracewhy.analyses.what_if_edits import (
     DropSync,
     Fix,
+    HideCollective,
     MultiTensorOptimizer,
     PrefetchData,
     RemoveCompile,
@@ -48,7 +49,9 @@ MARKERS = ("<!-- calibration:start -->", "<!-- calibration:end -->")
 #: The fix each pair applies (scripts/gen_traces/calibration.py), as the edit that models it.
 #: ``.item()`` on a CPU tensor waits for nothing: what the read costs is the ops it forces (the
 #: account's ``host: up to aten::item``) and the hook's Python that runs them, so that fix is the
-#: wait dropped and that code gone.
+#: wait dropped and that code gone. Per-step logging with ``.item()`` reads is the same part
+#: (its ops up to the reads), removed with the Python around it (the sha256, the formatting);
+#: the gradients all-reduced by hand are the account's ``communication: all_reduce``.
 EDITS: dict[str, tuple[str, tuple[Fix, ...]]] = {
     "dataloader_workers": ("DataLoader workers", (PrefetchData(),)),
     "foreach_optimizer": ("foreach optimizer", (MultiTensorOptimizer(),)),
@@ -58,6 +61,8 @@ EDITS: dict[str, tuple[str, tuple[Fix, ...]]] = {
     "host_loop": ("host loop vectorised", (BatchLoop("preprocess"),)),
     "cat_growth": ("preallocated buffer", (Preallocate("aten::cat"),)),
     "zero_grad_none": ("zero_grad(set_to_none)", (SetGradsToNone(),)),
+    "host_logging": ("logging moved off the step", (RemoveCode("host: up to aten::item"),)),
+    "grad_allreduce": ("all-reduce hidden (DDP)", (HideCollective("all_reduce"),)),
 }
 
 

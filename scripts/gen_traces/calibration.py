@@ -11,7 +11,8 @@ shares its core) then weighs on both sides alike, which separate processes did n
 quiet 16-core machine, the same program's step differed by up to 1.6x from one process to the
 next). The two fixes whose state would carry over from one capture to the next (the Dynamo cache
 of the recompile pair, the worker processes of the DataLoader pair) run each capture in a fresh
-interpreter instead. Each capture waits until the machine's other processes are quiet
+interpreter instead, and the distributed fix spawns its two gloo ranks afresh for each capture
+(both profiled alike, rank 0's trace kept). Each capture waits until the machine's other processes are quiet
 (``wait_for_quiet``: under QUIET_CORES for two seconds), and captures.log gets the load average
 before and after each interpreter and, per capture, the cores the other processes used before
 and during it; MANIFEST.md (written by hand) says what each pair plants and where it was
@@ -22,19 +23,29 @@ trace.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
+import queue
+import resource
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
+from typing import IO
 
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 from capture import cpu_profile, export_trace, seed_everything, step_schedule, total_steps
 from torch import nn
 from torch.autograd.profiler import record_function
+from torch.nn.parallel import DistributedDataParallel
 from torch.utils.checkpoint import checkpoint
 from torch.utils.data import DataLoader, Dataset
 
@@ -246,6 +257,131 @@ def cat_growth(after: bool, steps: int) -> Step:
     return step
 
 
+# --- per-step logging moved off the step ----------------------------------------------------------
+
+LOG_LAYERS, LOG_WIDTH, LOG_BATCH = 4, 512, 64
+
+
+@torch.no_grad()
+def _log_metrics(step: int, out: torch.Tensor, loss: torch.Tensor, model: nn.Module, sink: IO[str]) -> None:
+    """What a training loop logs each step: the outputs' statistics and histogram, the loss,
+    each parameter's norm and a checksum of the parameters (to catch silent corruption),
+    formatted into one line and written."""
+    stats = [out.mean(), out.std(), out.abs().max(), (out > 0).float().mean()]
+    norms = {name: round(p.detach().norm().item(), 5) for name, p in model.named_parameters()}
+    digest = hashlib.sha256()
+    for p in model.parameters():
+        digest.update(p.detach().numpy())
+    histogram = torch.histc(out.detach().float(), bins=32).tolist()
+    sink.write(f"step {step} loss {loss.item():.6f} out {[round(s.item(), 5) for s in stats]} "
+               f"norms {norms} sha256 {digest.hexdigest()} hist {histogram}\n")
+
+
+def host_logging(after: bool, steps: int) -> Step:
+    """Before: the metrics computed and written in the step; after: the step puts the detached
+    outputs and loss on a queue that a background thread drains (the parameters it reads live,
+    as such loggers do)."""
+    model = _mlp(depth=LOG_LAYERS, width=LOG_WIDTH)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(LOG_BATCH, LOG_WIDTH)
+    sink = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 (lives as long as the capture)
+    pending: queue.Queue[tuple[int, torch.Tensor, torch.Tensor]] = queue.Queue()
+
+    def drain() -> None:  # exits after the capture's last step, so the next capture runs alone
+        for _ in range(steps):
+            item = pending.get()
+            _log_metrics(*item, model, sink)
+
+    if after:
+        threading.Thread(target=drain, name="metrics logger").start()  # joined by capture()
+    count = iter(range(steps))
+
+    def step() -> None:
+        out = model(x)
+        loss = out.square().mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        if after:
+            pending.put((next(count), out.detach(), loss.detach()))
+        else:
+            _log_metrics(next(count), out.detach(), loss.detach(), model, sink)
+    return step
+
+
+# --- gradient all-reduce hidden under backward (two gloo ranks) -----------------------------------
+
+DDP_LAYERS, DDP_WIDTH, DDP_BATCH = 6, 1024, 32
+#: DDP's bucket size: six 4 MiB weights in several buckets, so the first ones are reduced while
+#: backward computes the rest (the default 25 MiB would make one bucket, reduced at the end).
+DDP_BUCKET_MB = 8.0
+WORLD_SIZE = 2
+LOOPBACK = "127.0.0.1"
+
+
+def grad_allreduce(after: bool, steps: int) -> Step:
+    """Built in each rank once its process group is up (``_rank_capture``). Before: backward,
+    then one synchronous all_reduce per gradient; after: DistributedDataParallel."""
+    model = _mlp(depth=DDP_LAYERS, width=DDP_WIDTH)
+    x = torch.randn(DDP_BATCH, DDP_WIDTH, generator=torch.Generator().manual_seed(dist.get_rank()))
+    if after:
+        ddp = DistributedDataParallel(model, bucket_cap_mb=DDP_BUCKET_MB)
+        optimizer = torch.optim.SGD(ddp.parameters(), lr=1e-3)
+        return lambda: _train(ddp, optimizer, x)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+    def step() -> None:
+        model(x).square().mean().backward()
+        for p in model.parameters():
+            assert p.grad is not None
+            dist.all_reduce(p.grad)
+            p.grad /= WORLD_SIZE
+        optimizer.step()
+        optimizer.zero_grad()
+    return step
+
+
+def _rank_capture(rank: int, port: int, key: str, after: bool, dest: str) -> None:
+    """One rank of a distributed fix: both ranks run and profile the same loop; rank 0's trace
+    is written."""
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD_SIZE, init_method=f"tcp://{LOOPBACK}:{port}",
+                            timeout=timedelta(seconds=120))
+    try:
+        fix = BY_KEY[key]
+        seed_everything()  # same seed on both ranks: the same initial weights, as DDP requires
+        torch.use_deterministic_algorithms(False)
+        n = total_steps(**fix.sched)
+        step = fix.build(after, n)
+        with cpu_profile(schedule=step_schedule(**fix.sched)) as prof:
+            for _ in range(n):
+                step()
+                prof.step()
+        if rank == 0:
+            export_trace(prof, Path(dest))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def _run_ranks(fix: Fix, after: bool, dest: Path) -> float:
+    """Spawn the fix's ranks (fresh interpreters, a fresh process group) and wait for them;
+    returns the cores the other processes used meanwhile (the ranks' own CPU time taken out)."""
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # gloo would pick its interface from the hostname
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((LOOPBACK, 0))
+        port = int(s.getsockname()[1])
+    busy, total = _cpu_jiffies()
+    own = _own_and_children_cpu_s()
+    mp.start_processes(_rank_capture, args=(port, fix.key, after, str(dest)), nprocs=fix.ranks, join=True,
+                       start_method="spawn")
+    return _others_cores(busy, total, _own_and_children_cpu_s() - own)
+
+
+def _own_and_children_cpu_s() -> float:
+    """CPU seconds of this process and of its reaped children (a distributed fix's ranks)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
 # --- zero_grad(set_to_none) -----------------------------------------------------------------------
 
 
@@ -265,6 +401,7 @@ class Fix:
     sched: dict[str, int]
     env: dict[str, str]
     isolated: bool = False  # each capture in a fresh interpreter (state would carry over)
+    ranks: int = 1  # more: each capture spawns this many gloo ranks (``_run_ranks``), rank 0's trace kept
 
 
 FIXES: tuple[Fix, ...] = (
@@ -304,6 +441,17 @@ FIXES: tuple[Fix, ...] = (
         "optimizer.zero_grad(set_to_none=False) after each step: 12 Linear(512, 512) + ReLU (3.2 M parameters), "
         "SGD, batch 4",
         "zero_grad(set_to_none=True)", SCHEDULE, {}),
+    Fix("host_logging", host_logging,
+        f"after each step the loop logs metrics: the outputs' mean, std, max, share positive and 32-bin histogram, "
+        f"the loss, each parameter's norm (.item() each) and a sha256 of the parameters, written as one line; "
+        f"{LOG_LAYERS} Linear({LOG_WIDTH}, {LOG_WIDTH}) + ReLU, SGD, batch {LOG_BATCH}",
+        "the step puts its detached outputs and loss on a queue; a background thread computes and writes the same "
+        "line (reading the parameters live)", SCHEDULE, {}),
+    Fix("grad_allreduce", grad_allreduce,
+        f"two gloo ranks on loopback, {DDP_LAYERS} Linear({DDP_WIDTH}, {DDP_WIDTH}) + ReLU, SGD, batch {DDP_BATCH}: "
+        "after backward, one synchronous dist.all_reduce per gradient (then divided by the world size)",
+        f"DistributedDataParallel(bucket_cap_mb={DDP_BUCKET_MB:g}): bucketed all-reduces launched during backward",
+        SCHEDULE, {}, ranks=WORLD_SIZE),
 )
 BY_KEY = {f.key: f for f in FIXES}
 
@@ -352,10 +500,23 @@ def wait_for_quiet() -> tuple[float, float]:
             return others, waited
 
 
+def _own_cpu_s() -> float:
+    """CPU seconds of this process and of its finished children (a distributed fix's ranks)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
 def capture(fix: Fix, after: bool, dest: Path) -> str:
     """Capture one trace once the machine is quiet; returns its log line (how busy the other
     processes were before and during the capture)."""
     quiet, waited = wait_for_quiet()
+    during = _run_ranks(fix, after, dest) if fix.ranks > 1 else _capture_here(fix, after, dest)
+    return (f"{dest.name}\tother processes {quiet:.2f} cores before (waited {waited:.0f} s), "
+            f"{during:.2f} during the capture")
+
+
+def _capture_here(fix: Fix, after: bool, dest: Path) -> float:
+    """Capture in this interpreter; returns the cores the other processes used during the loop."""
     seed_everything()
     torch.use_deterministic_algorithms(False)  # index_put's deterministic path is not what the after loop runs
     n = total_steps(**fix.sched)
@@ -366,10 +527,12 @@ def capture(fix: Fix, after: bool, dest: Path) -> str:
         for _ in range(n):
             step()
             prof.step()
+        for thread in threading.enumerate():  # the step's background work (a logger) ends in the capture
+            if thread is not threading.main_thread():
+                thread.join()
     during = _others_cores(busy, total, time.process_time() - own)
     export_trace(prof, dest)
-    return (f"{dest.name}\tother processes {quiet:.2f} cores before (waited {waited:.0f} s), "
-            f"{during:.2f} during the capture")
+    return during
 
 
 def _loadavg() -> str:
