@@ -61,6 +61,14 @@ class WindowEdges:
         mask: B = np.isin(self.kind, _HOST_EDGES) & (self.attr >= 0)
         return mask
 
+    def in_part(self, name: str) -> B:
+        """The edges the account puts in the part ``name``."""
+        rules = self.model.rules
+        part, _, _ = rules.of_edges(self.kind, self.attr, self.category, self.src, self.dst)
+        names = np.array([p.name for p in rules.parts], dtype=object)
+        mask: B = names[part] == name if part.size else np.zeros(0, dtype=bool)
+        return mask
+
     def removing(self, host: B, gpu: B) -> GraphEdit:
         """These host and GPU edges take no time; the blocking calls among them no longer wait."""
         sync = (self.kind == int(Edge.SYNC)) & host
@@ -355,10 +363,7 @@ class RemovePart:
         return f"without {self.part}"
 
     def edit(self, w: WindowEdges) -> GraphEdit:
-        rules = w.model.rules
-        part, _, _ = rules.of_edges(w.kind, w.attr, w.category, w.src, w.dst)
-        names = np.array([p.name for p in rules.parts], dtype=object)
-        chosen = names[part] == self.part if part.size else np.zeros(0, dtype=bool)
+        chosen = w.in_part(self.part)
         gpu = chosen & (w.kind == int(Edge.GPU))
         return w.removing(chosen & ~gpu, gpu)
 

@@ -178,9 +178,6 @@ class RemoveCode:
         return f"without {self.part} and the code that runs it"
 
     def edit(self, w: WindowEdges) -> GraphEdit:
-        rules = w.model.rules
-        part, _, _ = rules.of_edges(w.kind, w.attr, w.category, w.src, w.dst)
-        names = np.array([p.name for p in rules.parts], dtype=object)
-        chosen = (names[part] == self.part) & w.host() if part.size else np.zeros(0, dtype=bool)
-        ops = rules.ctx.outer_op[np.maximum(w.attr[chosen], 0)]
+        chosen = w.in_part(self.part) & w.host()
+        ops = w.model.rules.ctx.outer_op[np.maximum(w.attr[chosen], 0)]
         return RemovePart(self.part).edit(w) + untraced_around(w, {int(o) for o in np.unique(ops[ops >= 0])})
