@@ -3,7 +3,8 @@ collectives by exposed time and the streams at once, as terminal tables and as J
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Final, TypedDict
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Annotated, Any, Final, TypedDict
 
 import polars as pl
 
@@ -81,14 +82,7 @@ def render_overlap(r: OverlapResult, findings: list[Finding], top: int) -> Rende
     per_step = r.steady.height > 0
     t = OVERLAP_TABLE.table(("steady steps: mean per step" if per_step else "whole trace (no steps)")
                             + " — compute + exposed comm + exposed copies + idle = window")
-    for d in r.devices.iter_rows(named=True):
-        src = d
-        if per_step:
-            rows = r.steady.filter(pl.col(OverlapCol.DEVICE) == d[OverlapCol.DEVICE])
-            if rows.height == 0:
-                continue
-            src = rows.row(0, named=True)
-        window = src[OverlapCol.WINDOW] if per_step else d[OverlapCol.SPAN]
+    for d, src, window in _device_rows(r, per_step):
         comm = src[OverlapCol.COMM]
         t.add_row(
             str(d[OverlapCol.DEVICE]), fmt_ns(window), _with_share(src[OverlapCol.COMPUTE], window), fmt_ns(comm),
@@ -122,6 +116,20 @@ def render_overlap(r: OverlapResult, findings: list[Finding], top: int) -> Rende
     return Group(*parts)
 
 
+def _device_rows(r: OverlapResult, per_step: bool) -> Iterator[tuple[dict[str, Any], dict[str, Any], int]]:
+    """Per device: its row, the row its figures come from (its steady mean per step, or with no
+    steps the device's whole-trace row) and that row's window; a device without steady steps
+    is left out when the others have them."""
+    for d in r.devices.iter_rows(named=True):
+        src = d
+        if per_step:
+            rows = r.steady.filter(pl.col(OverlapCol.DEVICE) == d[OverlapCol.DEVICE])
+            if rows.height == 0:
+                continue
+            src = rows.row(0, named=True)
+        yield d, src, src[OverlapCol.WINDOW] if per_step else d[OverlapCol.SPAN]
+
+
 def _with_share(ns: float, window: float) -> str:
     return f"{fmt_ns(ns)} ({fmt_pct(ns / window if window else None)})"
 
@@ -130,14 +138,7 @@ def _busy_lines(r: OverlapResult, per_step: bool) -> list[str]:
     """Per device, busy split into compute kernels, communication and copies (memcpy and memset):
     a GPU 99% busy with copies is not busy with compute. They may overlap one another."""
     out = []
-    for d in r.devices.iter_rows(named=True):
-        src = d
-        if per_step:
-            rows = r.steady.filter(pl.col(OverlapCol.DEVICE) == d[OverlapCol.DEVICE])
-            if rows.height == 0:
-                continue
-            src = rows.row(0, named=True)
-        window = src[OverlapCol.WINDOW] if per_step else d[OverlapCol.SPAN]
+    for d, src, window in _device_rows(r, per_step):
         if not window:
             continue
         share = {c: fmt_pct(src[c] / window) for c in (OverlapCol.BUSY, OverlapCol.COMPUTE, OverlapCol.COMM,
