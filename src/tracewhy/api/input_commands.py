@@ -15,12 +15,11 @@ from typing import Any
 
 from tracewhy.analyses.throughput import requested
 from tracewhy.api.results import Diff, extended
-from tracewhy.api.tables import Reads, Sources, TraceLike, as_sources, handed_out, handed_out_several
+from tracewhy.api.tables import Reads, Sources, TraceLike, handed_out, handed_out_one_or_several
 from tracewhy.findings.roofline_ops import OpRooflineResult
 from tracewhy.reports.check import CheckReport, CheckReportOptions, check_report, check_several
 from tracewhy.reports.check_metrics import METRICS
 from tracewhy.reports.diff import DiffReportOptions, diff_report
-from tracewhy.reports.inputs import is_several
 from tracewhy.reports.pipeline import (
     MIN_OVERLAP,
     WARMUP_CHUNKS,
@@ -70,10 +69,9 @@ def check(trace: Sources, *, baseline: TraceLike | None = None, config: str | Pa
         limits=typed, config=str(config) if config is not None else None, find_config=False, baseline=baseline,
         step_marker=step, warmup=warmup, allow_unmeasured=allow_unmeasured or None,
         allow_partial=allow_partial or None, items_per_step=items_per_step, unit=unit)
-    sources = as_sources(trace)
-    if is_several(sources):
-        return handed_out_several(sources, lambda reads: check_several(sources, options, reads.loader), _same)
-    return handed_out(sources[0], lambda reads: check_report(sources[0], options, reads.loader))
+    return handed_out_one_or_several(  # type: ignore[no-any-return]
+        trace, lambda source, loader: check_report(source, options, loader),
+        lambda sources, loader: check_several(sources, options, loader), _same)
 
 
 def _same(value: Any) -> Any:

@@ -20,7 +20,7 @@ import polars as pl
 
 from tracewhy.model.schema import Col, Kind
 from tracewhy.model.trace import Trace
-from tracewhy.reports.inputs import Loader, TraceSource
+from tracewhy.reports.inputs import Loader, TraceSource, is_several
 from tracewhy.rows import frame_to_pandas
 
 if TYPE_CHECKING:
@@ -174,6 +174,18 @@ def handed_out_several(sources: Sequence[TraceSource], make: Callable[[Reads], S
         result = public(each(per.result), reads.origins.get(per.path))
         inputs.append(dataclasses.replace(per, result=result.top(top) if top is not None else result))
     return public(dataclasses.replace(made, inputs=tuple(inputs)))
+
+
+def handed_out_one_or_several(trace: Sources, one: Callable[[TraceSource, Loader], Any],
+                              several: Callable[[Sequence[TraceSource], Loader], SeveralReport[Any]],
+                              shown: Callable[[Any], Any], top: int | None = None) -> Any:
+    """A command that takes one trace or several (a list, or a directory), as its report does:
+    ``one`` or ``several`` run with a fresh ``Reads``' loader, each trace's result turned by
+    ``shown`` into what the API returns for it, made public (``handed_out``, ``handed_out_several``)."""
+    sources = as_sources(trace)
+    if is_several(sources):
+        return handed_out_several(sources, lambda reads: several(sources, reads.loader), shown, top)
+    return handed_out(sources[0], lambda reads: shown(one(sources[0], reads.loader)), top)
 
 
 def slices(trace: TraceLike, *kinds: Kind | str) -> pl.DataFrame:

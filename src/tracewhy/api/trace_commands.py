@@ -30,7 +30,7 @@ from tracewhy.analyses.summaries import (
 )
 from tracewhy.analyses.throughput import requested
 from tracewhy.api.results import Diagnosis, Steps, extended
-from tracewhy.api.tables import Reads, Sources, TraceLike, as_sources, handed_out, handed_out_several, public
+from tracewhy.api.tables import Reads, Sources, TraceLike, handed_out, handed_out_one_or_several, public
 from tracewhy.reports.account import AccountReport, AccountReportOptions, account_report
 from tracewhy.reports.blocks import BlocksReportOptions, blocks_report
 from tracewhy.reports.compile import CompileReport, CompileReportOptions, compile_report
@@ -38,7 +38,6 @@ from tracewhy.reports.critical_path import CriticalPathReportOptions, critical_p
 from tracewhy.reports.diagnose import DiagnoseReport, DiagnoseReportOptions, diagnose_report, diagnose_several
 from tracewhy.reports.gaps import GapsReport, GapsReportOptions, gaps_report, gaps_several
 from tracewhy.reports.info import InfoReportOptions, info_report
-from tracewhy.reports.inputs import is_several
 from tracewhy.reports.kernels import KernelsReportOptions, kernels_report
 from tracewhy.reports.lines import LinesReportOptions, lines_report
 from tracewhy.reports.memory import (
@@ -73,10 +72,9 @@ def diagnose(trace: Sources, *, step: str | None = None, warmup: int | None = No
     def shown(r: DiagnoseReport) -> Diagnosis:
         return extended(Diagnosis, r.report, throughput=r.throughput)
 
-    sources = as_sources(trace)
-    if is_several(sources):
-        return handed_out_several(sources, lambda reads: diagnose_several(sources, options, reads.loader), shown, top)
-    return handed_out(sources[0], lambda reads: shown(diagnose_report(sources[0], options, reads.loader)), top)
+    return handed_out_one_or_several(  # type: ignore[no-any-return]
+        trace, lambda source, loader: diagnose_report(source, options, loader),
+        lambda sources, loader: diagnose_several(sources, options, loader), shown, top)
 
 
 def steps(trace: Sources, *, step: str | None = None, warmup: int | None = None,
@@ -89,10 +87,9 @@ def steps(trace: Sources, *, step: str | None = None, warmup: int | None = None,
     def shown(r: StepsReport) -> Steps:
         return extended(Steps, r.result, throughput=r.throughput)
 
-    sources = as_sources(trace)
-    if is_several(sources):
-        return handed_out_several(sources, lambda reads: steps_several(sources, options, reads.loader), shown, top)
-    return handed_out(sources[0], lambda reads: shown(steps_report(sources[0], options, reads.loader)), top)
+    return handed_out_one_or_several(  # type: ignore[no-any-return]
+        trace, lambda source, loader: steps_report(source, options, loader),
+        lambda sources, loader: steps_several(sources, options, loader), shown, top)
 
 
 def gaps(trace: Sources, *, step: str | None = None, min_gap: int = _MIN_GAP_NS, gap_class: str | None = None,
@@ -109,10 +106,9 @@ def gaps(trace: Sources, *, step: str | None = None, min_gap: int = _MIN_GAP_NS,
 
         return replace(r.result, gaps=r.result.gaps.filter(pl.col(GapCol.GAP_CLASS) == gap_class))
 
-    sources = as_sources(trace)
-    if is_several(sources):
-        return handed_out_several(sources, lambda reads: gaps_several(sources, options, reads.loader), shown, top)
-    return handed_out(sources[0], lambda reads: shown(gaps_report(sources[0], options, reads.loader)), top)
+    return handed_out_one_or_several(  # type: ignore[no-any-return]
+        trace, lambda source, loader: gaps_report(source, options, loader),
+        lambda sources, loader: gaps_several(sources, options, loader), shown, top)
 
 
 def kernels(trace: TraceLike, *, ncu: str | Path | None = None, top: int | None = None) -> KernelsResult:
