@@ -1,5 +1,6 @@
-"""Training loops fed by a single-process DataLoader: slow (sleeping ``__getitem__``, an
-input-bound job), fast (the same loader without the sleep) and the README demo."""
+"""Training loops fed by a DataLoader: single-process slow (sleeping ``__getitem__``, an
+input-bound job) and fast (the same loader without the sleep), the README demo, and the slow
+loader fed by worker processes too few for its per-batch work."""
 
 from __future__ import annotations
 
@@ -12,12 +13,15 @@ SCHEDULE = {"wait": 1, "warmup": 1, "active": 8}
 SLOW_SLEEP_PER_ITEM_S = 0.002
 DEMO_SCHEDULE = {"wait": 1, "warmup": 2, "active": 16}
 DEMO_SLEEP_PER_ITEM_S = 0.0002
+#: Two workers, each taking SLOW_SLEEP_PER_BATCH_S per batch: they deliver a batch every
+#: ~16 ms against a ~2 ms step, so the main process still waits in __next__ most of the step.
+FEW_WORKERS = 2
 
 
-def _loader_loop(dest: Path, sched: dict[str, int], sleep_per_item_s: float) -> None:
+def _loader_loop(dest: Path, sched: dict[str, int], sleep_per_item_s: float, num_workers: int = 0) -> None:
     seed_everything()
     model, optimizer = make_model()
-    loader = make_loader(total_steps(**sched), sleep_per_item_s)
+    loader = make_loader(total_steps(**sched), sleep_per_item_s, num_workers)
     with cpu_profile(schedule=step_schedule(**sched), record_shapes=True) as prof:
         # Fetching the next batch happens at the top of the loop, after the previous
         # prof.step(), so each DataLoader __next__ span falls inside its own ProfilerStep.
@@ -33,6 +37,10 @@ def make_dataloader_slow(dest: Path) -> None:
 
 def make_dataloader_fast(dest: Path) -> None:
     _loader_loop(dest, SCHEDULE, 0.0)
+
+
+def make_dataloader_few_workers(dest: Path) -> None:
+    _loader_loop(dest, SCHEDULE, SLOW_SLEEP_PER_ITEM_S, FEW_WORKERS)
 
 
 def make_demo(dest: Path) -> None:

@@ -90,6 +90,16 @@ SPECS: tuple[TraceSpec, ...] = (
         "nothing: the same loop as cpu_dataloader_slow without the sleep (the contrast).",
     ),
     TraceSpec(
+        "dataloader_few_workers", ("cpu_dataloader_few_workers.pt.trace.json.gz",),
+        _one("cpu_dataloader_few_workers.pt.trace.json.gz", _D.make_dataloader_few_workers),
+        "dataloader_traces.make_dataloader_few_workers", _SHAPES, _sched(_D.SCHEDULE),
+        f"workers on and still input-bound: the cpu_dataloader_slow Dataset (about "
+        f"{_D.SLOW_SLEEP_PER_BATCH_S * 1e3:g} ms of per-batch work) behind "
+        f"DataLoader(num_workers={_D.FEW_WORKERS}), so the main process still waits in each "
+        "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__ span: too few workers "
+        "for the per-batch work, not a loader without workers.",
+    ),
+    TraceSpec(
         "item_sync", ("cpu_item_sync.pt.trace.json.gz",),
         _one("cpu_item_sync.pt.trace.json.gz", _E.make_item_sync),
         "eager_traces.make_item_sync", _SHAPES, _sched(_E.ITEM_SYNC_SCHEDULE),

@@ -69,10 +69,11 @@ class SyntheticImages(Dataset[Batch]):
         return self.images[index], self.labels[index]
 
 
-def make_loader(steps: int, sleep_per_item_s: float) -> DataLoader[Batch]:
-    """A single-process loader yielding exactly ``steps`` batches, in a fixed order."""
+def make_loader(steps: int, sleep_per_item_s: float, num_workers: int = 0) -> DataLoader[Batch]:
+    """A loader yielding exactly ``steps`` batches, in a fixed order: single-process by
+    default, else fed by ``num_workers`` worker processes."""
     dataset = SyntheticImages(steps * BATCH_SIZE, sleep_per_item_s)
-    return DataLoader(dataset, batch_size=BATCH_SIZE, shuffle=False, num_workers=0)
+    return DataLoader(dataset, batch_size=BATCH_SIZE, shuffle=False, num_workers=num_workers)
 
 
 def train_step(

@@ -14,6 +14,7 @@ from tracewhy.analyses.account_names import PartKind
 from tracewhy.analyses.iterations import WindowSource
 from tracewhy.analyses.peaks import COMMON_HOST_LINKS, host_link
 from tracewhy.findings import thresholds as th
+from tracewhy.findings.applicability import RunFacts, pinned_copy_advice, run_facts
 from tracewhy.findings.basis import basis, busy_parts, busy_phrase
 from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
@@ -128,7 +129,7 @@ def _copy_bound(ctx: Context, account: AccountResult) -> Finding | None:
         code=Code.COPY_BOUND, severity=Severity.HIGH,
         statement=f"{lead} {fmt_pct(share)} of its critical path ({ms(total)} {unit}): {'; '.join(lines)}."
                   f"{busy}{peak}",
-        next_step=_copy_advice(parts, total, link.bytes_per_s if link is not None else None, unit),
+        next_step=_copy_advice(parts, total, link.bytes_per_s if link is not None else None, unit, run_facts(ctx)),
         part=parts[0].part,
         evidence={"part_ns_per_step": total, "share": round(share, 4), "device": b.device, "device_name": device,
                   "link": link.name if link is not None else None,
@@ -152,15 +153,14 @@ def _unknown_link(device: str | None, bytes_per_s: float | None) -> str:
     return f"{known}: {bytes_per_s / 1e9:.1f} GB/s is {beside} one way."
 
 
-def _copy_advice(parts: list[CopyPart], total: int, peak: float | None, unit: str) -> str:
+def _copy_advice(parts: list[CopyPart], total: int, peak: float | None, unit: str, facts: RunFacts) -> str:
     """What to change, from what the copies are: pageable memory first (when most of the copy
     time is); pinned copies near the link's peak can only move fewer bytes; below it, they are
     too small or wait on each other."""
     pageable = sum(p.ns_per_step for p in parts if p.memory == "pageable")
     if pageable * 2 >= total:
-        return ("Pin the host memory (DataLoader(pin_memory=True) or tensor.pin_memory()) and copy with "
-                "tensor.to(device, non_blocking=True), so the copies run at the link's speed and beside compute; "
-                "then move fewer bytes per step.")
+        return (pinned_copy_advice(facts) + ", so the copies run at the link's speed and beside compute; then "
+                "move fewer bytes per step.")
     top = parts[0]
     size = top.bytes_per_step / top.copies_per_step if top.copies_per_step else 0.0
     fast = top.bytes_per_s is not None and peak is not None and top.bytes_per_s >= th.COPY_NEAR_LINK_PEAK * peak

@@ -16,10 +16,10 @@ from tracewhy.analyses.account import AccountCol, AccountResult
 from tracewhy.analyses.account_names import PartKind, PartName
 from tracewhy.analyses.roofline_ops import OpRoofCol, OpRooflineMeasures, measure_op_roofline
 from tracewhy.findings import thresholds as th
+from tracewhy.findings.applicability import gpu_vendor
 from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding, Severity
-from tracewhy.findings.platform import gpu_vendor
 from tracewhy.findings.where_step_goes import GPU_PART_KINDS
 from tracewhy.model.schema import Col, Kind
 from tracewhy.units import fmt_ns as ms

@@ -16,6 +16,7 @@ from tracewhy.analyses.steps import StepCol
 from tracewhy.analyses.syncs import compiler_rows
 from tracewhy.findings import source_line as sl
 from tracewhy.findings import thresholds as th
+from tracewhy.findings.applicability import device_allocation_advice, pinned_copy_advice, run_facts
 from tracewhy.findings.codes import Code
 from tracewhy.findings.compile import compile_result
 from tracewhy.findings.context import Context
@@ -28,6 +29,7 @@ from tracewhy.units import fmt_ns as ms
 def findings(ctx: Context) -> list[Finding]:
     out: list[Finding] = []
     steps = max(ctx.steps().table.height, 1)
+    facts = run_facts(ctx)
     c = copies(ctx.trace)
     if c.pageable_bytes / steps >= th.PAGEABLE_MIN_BYTES:
         pageable = c.by_direction.filter((pl.col("src_mem") == "Pageable") | (pl.col("dst_mem") == "Pageable"))
@@ -37,8 +39,7 @@ def findings(ctx: Context) -> list[Finding]:
             statement=f"{c.pageable_count} copies move {fmt_bytes(c.pageable_bytes)} through pageable host memory "
                       f"({fmt_bytes(round(c.pageable_bytes / steps))} per step at {gbps:.1f} GB/s): each is staged "
                       "through a bounce buffer and cannot overlap the host.",
-            next_step="Pin the host buffers: DataLoader(pin_memory=True) or tensor.pin_memory(), then "
-                      "tensor.to('cuda', non_blocking=True).",
+            next_step=pinned_copy_advice(facts) + ".",
             recoverable_ns_per_step=0,
             evidence={"pageable_copies": c.pageable_count, "pageable_bytes": c.pageable_bytes,
                       "by_direction": c.by_direction.to_dicts()},
@@ -48,7 +49,8 @@ def findings(ctx: Context) -> list[Finding]:
             code=Code.SYNCHRONOUS_MEMCPY, severity=Severity.LOW,
             statement=f"{c.sync_copy_calls} synchronous copy calls (cudaMemcpy without Async) blocked the host "
                       f"{ms(c.sync_copy_ns)} in total.",
-            next_step="Use tensor.to(device, non_blocking=True) from pinned memory, or cudaMemcpyAsync on a stream.",
+            next_step=("Use tensor.to(device, non_blocking=True) from pinned memory, or cudaMemcpyAsync on a stream."
+                       if facts.pytorch else "Use cudaMemcpyAsync on a stream, from pinned host memory."),
             evidence={"calls": c.sync_copy_calls, "blocked_ns": c.sync_copy_ns},
         ))
     out += _allocator(ctx)
@@ -72,14 +74,17 @@ def _allocator(ctx: Context) -> list[Finding]:
         return []
     blocked = int((host.end[rows] - host.ts[rows])[in_steady].sum())
     per_step = in_steady.sum() / max(steady.height, 1)
+    facts = run_facts(ctx)
+    why = ("the caching allocator keeps missing, usually from changing tensor shapes" if facts.pytorch else
+           "the program allocates and frees device memory inside its loop")
     return [Finding(
         code=Code.ALLOCATOR_IN_STEADY_STATE, severity=Severity.MEDIUM,
         statement=f"{per_step:.1f} cudaMalloc/cudaFree calls per steady step ({ms(blocked / max(steady.height, 1))} "
-                  "per step blocked): the caching allocator keeps missing, usually from changing tensor shapes.",
-        next_step="Keep shapes stable (pad to buckets), try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, and "
-                  "never call torch.cuda.empty_cache() inside the loop.",
+                  f"per step blocked): {why}.",
+        next_step=device_allocation_advice(facts) + ".",
         recoverable_ns_per_step=round(blocked / max(steady.height, 1)),
-        evidence={"calls_in_steady_steps": int(in_steady.sum()), "blocked_ns": blocked},
+        evidence={"calls_in_steady_steps": int(in_steady.sum()), "blocked_ns": blocked, "pytorch": facts.pytorch,
+                  "pytorch_rule": facts.pytorch_rule},
     )]
 
 

@@ -19,12 +19,13 @@ from tracewhy.analyses.stats import mean_of
 from tracewhy.analyses.steps import StepCol, WindowCol
 from tracewhy.findings import source_line as sl
 from tracewhy.findings import thresholds as th
+from tracewhy.findings.applicability import device_allocation_advice, gpu_vendor, run_facts
 from tracewhy.findings.basis import Basis, basis, busy_parts, busy_phrase
 from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
+from tracewhy.findings.input_advice import loader_advice, loader_evidence
 from tracewhy.findings.model import Finding, Severity
 from tracewhy.findings.overlap import overlap_result
-from tracewhy.findings.platform import gpu_vendor
 from tracewhy.findings.playbook import ncu_command, nsys_command, shell
 from tracewhy.units import fmt_ns as ms
 from tracewhy.units import fmt_pct as pct
@@ -167,18 +168,19 @@ def _input(ctx: Context, b: Basis, ns: float) -> Finding:
     ip = input_pipeline(ctx.steps(), ctx.host(), ctx.busy())
     steady = ip.per_step.filter(pl.col(StepCol.STEADY))
     loader = mean_of(steady.get_column("dataloader_ns"))
+    window = mean_of(steady.get_column(WindowCol.WINDOW))
     line = sl.input_line(ctx)
+    facts = run_facts(ctx)
     return Finding(
         code=Code.GPU_IDLE_INPUT, severity=_severity(b, ns),
         statement=f"The GPU waits on the input pipeline for {ms(ns)} {b.unit} ({b.of_window(ns)}): "
                   f"the host is inside DataLoader __next__ while the GPU has nothing to run"
                   + (f" (DataLoader takes {ms(float(loader))} per step)." if loader else ".") + _fetched_under(line),
-        next_step="Load batches in worker processes: DataLoader(..., num_workers=N (start at the CPU cores per GPU), "
-                  "pin_memory=True, persistent_workers=True, prefetch_factor=2+); then move any per-sample "
-                  "preprocessing that is still slow to the GPU.",
+        next_step=loader_advice(facts, loader or 0.0, window),
         recoverable_ns_per_step=round(ns),
         evidence={"idle_in_dataloader_ns": round(ns), "fetches": ip.fetches,
-                  "dataloader_ns_per_step": None if loader is None else round(loader), **sl.evidence(line)},
+                  "dataloader_ns_per_step": None if loader is None else round(loader), **sl.evidence(line),
+                  **loader_evidence(facts, loader or 0.0, window)},
     )
 
 
@@ -261,8 +263,9 @@ def _allocator(ctx: Context, b: Basis, ns: float) -> Finding:
         code=Code.GPU_IDLE_ALLOCATOR, severity=_severity(b, ns),
         statement=f"The GPU waits on the CUDA allocator: {ms(ns)} {b.unit} ({b.of_window(ns)}) of idle time with the "
                   "host inside cudaMalloc/cudaFree in steady state.",
-        next_step="Keep tensor shapes stable between steps and let the caching allocator reuse blocks; try "
-                  "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; avoid torch.cuda.empty_cache() in the loop.",
+        next_step=("Keep tensor shapes stable between steps and let the caching allocator reuse blocks; try "
+                   "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; avoid torch.cuda.empty_cache() in the loop."
+                   if run_facts(ctx).pytorch else device_allocation_advice(run_facts(ctx)) + "."),
         recoverable_ns_per_step=round(ns),
         evidence={"idle_allocator_ns": round(ns), "ops": _top_gaps(ctx, GapClass.ALLOCATOR, "host_op")},
     )
@@ -336,11 +339,11 @@ def _input_over_the_trace(ctx: Context) -> list[Finding]:
         code=Code.INPUT_BOUND, severity=Severity.HIGH if share >= th.HIGH_SEVERITY_SHARE else Severity.MEDIUM,
         statement=f"Over the trace (no step markers), the training thread spends {ms(loader)} of {ms(span)} "
                   f"({pct(share)}) fetching batches in DataLoader __next__." + _fetched_under(line),
-        next_step="Load batches in worker processes: DataLoader(..., num_workers=N, pin_memory=True, "
-                  "persistent_workers=True, prefetch_factor=2+); mark iterations with prof.step() for per-step "
-                  "figures.",
+        next_step=loader_advice(run_facts(ctx), loader, span,
+                                suffix="; mark iterations with prof.step() for per-step figures"),
         recoverable_ns_per_step=round(loader),
-        evidence={"dataloader_ns": round(loader), "span_ns": round(span), "thread": list(thread), **sl.evidence(line)},
+        evidence={"dataloader_ns": round(loader), "span_ns": round(span), "thread": list(thread), **sl.evidence(line),
+                  **loader_evidence(run_facts(ctx), loader, span)},
     )]
 
 
@@ -365,9 +368,9 @@ def _input_without_gpu(ctx: Context) -> list[Finding]:
         statement=f"The step spends {ms(loader)} of its {ms(window)} window ({pct(share)}; means over "
                   f"{steady.height} steady steps) fetching the next batch in DataLoader __next__ on the training "
                   "thread." + _fetched_under(line),
-        next_step="Load batches in worker processes: DataLoader(..., num_workers=N, pin_memory=True, "
-                  "persistent_workers=True, prefetch_factor=2+).",
+        next_step=loader_advice(run_facts(ctx), loader, window),
         recoverable_ns_per_step=round(loader),
         evidence={"mean_dataloader_ns_per_step": round(loader), "mean_window_ns": round(window),
-                  "steady_steps": steady.height, "fetches": ip.fetches, **sl.evidence(line)},
+                  "steady_steps": steady.height, "fetches": ip.fetches, **sl.evidence(line),
+                  **loader_evidence(run_facts(ctx), loader, window)},
     )]

@@ -12,6 +12,7 @@ import polars as pl
 
 from tracewhy.analyses import nsys_rules as rules
 from tracewhy.analyses.stats import max_of, sum_of
+from tracewhy.findings.applicability import pinned_copy_advice, run_facts
 from tracewhy.findings.codes import Code
 from tracewhy.findings.consolidate import severity_for_share
 from tracewhy.findings.context import Context
@@ -30,6 +31,7 @@ def findings(ctx: Context) -> list[Finding]:
     if t.of_kind(*LAUNCH_KINDS).height == 0 or t.of_kind(*GPU_ACTIVITY_KINDS).height == 0:
         return []
     out: list[Finding] = []
+    facts = run_facts(ctx)
     pageable = rules.pageable_async_memcpy(t).table
     if pageable.height:
         out.append(Finding(
@@ -37,7 +39,7 @@ def findings(ctx: Context) -> list[Finding]:
             statement=f"{pageable.height} asynchronous copies use pageable memory "
                       f"({fmt_bytes(int(sum_of(pageable['bytes'])))}, {ms(sum_of(pageable['dur_ns']))}): they run "
                       "synchronously (nsys rule cuda_memcpy_async).",
-            next_step="Pin the host memory (tensor.pin_memory(), DataLoader(pin_memory=True)) so the copies overlap.",
+            next_step=pinned_copy_advice(facts) + ", so the copies overlap.",
             evidence={"rule": "cuda_memcpy_async", "count": pageable.height, "longest": _rows(pageable)},
         ))
     sync_copy = rules.sync_memcpy(t).table
@@ -46,7 +48,8 @@ def findings(ctx: Context) -> list[Finding]:
             code=Code.NSYS_SYNC_MEMCPY, severity=Severity.LOW,
             statement=f"{sync_copy.height} synchronous memcpy operations ({ms(sum_of(sync_copy['dur_ns']))} on the "
                       "GPU) block the host (nsys rule cuda_memcpy_sync).",
-            next_step="Use cudaMemcpyAsync / tensor.to(device, non_blocking=True) from pinned memory.",
+            next_step=("Use cudaMemcpyAsync / tensor.to(device, non_blocking=True) from pinned memory." if facts.pytorch
+                       else "Use cudaMemcpyAsync on a stream, from pinned host memory."),
             evidence={"rule": "cuda_memcpy_sync", "count": sync_copy.height, "longest": _rows(sync_copy)},
         ))
     sync_memset = rules.sync_memset(t).table

@@ -12,42 +12,16 @@ from tracewhy.analyses.kernels import kernels
 from tracewhy.analyses.memory import MemoryResult
 from tracewhy.analyses.tensor_cores import CANDIDATE, TensorCoresResult, tensor_cores
 from tracewhy.findings import thresholds as th
+from tracewhy.findings.applicability import RunFacts, gpu_vendor, run_facts
 from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
 from tracewhy.findings.memory import ledger_parts, memory_result
 from tracewhy.findings.model import Finding, Severity
-from tracewhy.model.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, Col, DeviceCol, MemEventCol
-from tracewhy.model.trace import NSYS_FORMAT, Trace
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, DeviceCol, MemEventCol
 from tracewhy.units import fmt_bytes
 from tracewhy.units import fmt_pct as pct
 
 _DATA_PARALLEL = re.compile(r"^(Broadcast|ReduceAddCoalesced|Gather|Scatter)(Backward)?$|DataParallel\.forward$")
-
-
-#: Version keys each vendor's tracing library writes into a Kineto header (CUPTI on NVIDIA;
-#: roctracer / HIP on ROCm builds of PyTorch, e.g. roctracer_version, hip_runtime_version).
-_VENDOR_VERSION_PREFIXES = {"amd": ("hip", "roctracer", "rocm", "roctx"), "nvidia": ("cuda", "cupti", "nccl", "nvtx")}
-
-
-def gpu_vendor(trace: Trace) -> tuple[str | None, str]:
-    """"nvidia", "amd" or None, and the rule that decided, in order of trust: the format
-    (Nsight Systems records only NVIDIA GPUs), the tracing library's version keys, the runtime
-    API the launches went through (cuda* vs hip*), then the device name."""
-    if trace.meta.format.startswith(NSYS_FORMAT):
-        return "nvidia", "an Nsight Systems capture"
-    for vendor, prefixes in _VENDOR_VERSION_PREFIXES.items():
-        keys = [k for k in trace.meta.versions if k.lower().startswith(prefixes)]
-        if keys:
-            return vendor, f"the trace header's {keys[0]}"
-    launches = trace.of_kind(*LAUNCH_KINDS).get_column(Col.NAME).cast(pl.String).unique().to_list()
-    for vendor, prefix in (("amd", "hip"), ("nvidia", "cu")):
-        if any(isinstance(n, str) and n.startswith(prefix) for n in launches):
-            return vendor, f"{prefix}* runtime calls"
-    names = " ".join(str(n) for n in trace.devices.get_column(DeviceCol.NAME).to_list()).lower()
-    for vendor, word in (("amd", "amd"), ("nvidia", "nvidia")):
-        if word in names:
-            return vendor, "the device name"
-    return None, "nothing in the trace names the vendor"
 
 
 def findings(ctx: Context) -> list[Finding]:
@@ -55,6 +29,7 @@ def findings(ctx: Context) -> list[Finding]:
     if t.of_kind(*GPU_ACTIVITY_KINDS).height == 0:
         return []
     out: list[Finding] = []
+    facts = run_facts(ctx)
     k = kernels(t)
     tc = tensor_cores(t, gpu_vendor(t)[0])
     without = tc.table.filter(pl.col("verdict") == CANDIDATE)
@@ -65,12 +40,14 @@ def findings(ctx: Context) -> list[Finding]:
             code=Code.TENSOR_CORES_UNUSED, severity=Severity.MEDIUM,
             statement=f"{pct(share)} of kernel time is GEMM/convolution kernels that do not run on tensor cores "
                       f"(e.g. {top['name'][:80]}: {top['reason']}).",
-            next_step=_tensor_core_advice(tc, top["cc"]),
+            next_step=_tensor_core_advice(tc, top["cc"], facts),
             evidence={"share": round(share, 4), "framework": tc.framework, "framework_rule": tc.framework_rule,
                       "kernels": without.head(5).select("name", "cc", "precision", "precision_rule", "reason",
                                                         "total_ns").to_dicts(),
                       "excluded": tc.table.filter(pl.col("verdict") == "excluded").head(5).select(
-                          "name", "reason", "total_ns").to_dicts()},
+                          "name", "reason", "total_ns").to_dicts(),
+                      "compute_capability": facts.evidence()["compute_capability"],
+                      "compute_capability_rule": facts.compute_capability_rule},
         ))
     names = t.slices.get_column(Col.NAME).unique().to_list()  # unique codes first, then strings
     dp = [n for n in names if n is not None and _DATA_PARALLEL.search(n)]
@@ -84,21 +61,25 @@ def findings(ctx: Context) -> list[Finding]:
             evidence={"ops": sorted(dp), "devices": devices},
         ))
     backend = t.meta.distributed.get("backend")
-    if isinstance(backend, str) and "gloo" in backend and "nccl" not in backend:
+    # NCCL is the answer only where it runs: several ranks on NVIDIA/AMD GPUs (not MTIA or
+    # Gaudi, which bring their own collectives, and not a world of one).
+    if isinstance(backend, str) and "gloo" in backend and "nccl" not in backend and facts.nccl_fits:
         out.append(Finding(
             code=Code.SLOW_COMM_BACKEND, severity=Severity.HIGH,
             statement="Collectives run on gloo although the job uses GPUs: gloo copies through host memory.",
             next_step="init_process_group(backend='nccl') for GPU tensors (keep gloo only for CPU-side groups).",
-            evidence={"backend": backend},
+            evidence={"backend": backend, "world_size": facts.world_size, "vendor": facts.vendor},
         ))
     out += _memory(ctx)
     return out
 
 
-def _tensor_core_advice(tc: TensorCoresResult, cc: str | None) -> str:
+def _tensor_core_advice(tc: TensorCoresResult, cc: str | None, facts: RunFacts) -> str:
     """The change that puts these GEMMs on tensor cores, for the framework that launched them
     and the precisions the device's tensor cores take (TF32 and BF16 from sm_80 on; before
-    that FP16 only)."""
+    that FP16 only): the kernel's own device first, else the run's lowest capability."""
+    if cc is None and facts.compute_capability is not None:
+        cc = "{}.{}".format(*facts.compute_capability)
     fp16_only = cc is not None and tuple(int(x) for x in cc.split(".")) < (8, 0)
     gpu = f" (sm_{cc.replace('.', '')} has FP16 tensor cores only: no TF32 or BF16)" if cc and fp16_only else ""
     if tc.framework == "torch":

@@ -100,7 +100,9 @@ def _straggler(r: RanksResult) -> Finding | None:
         ),
         next_step=(
             f"Look at rank {r.straggler} alone: tracewhy gaps and tracewhy blocks on {me.source}; compare its "
-            "host (data loading, Python, logging, checkpointing) and GPU (clocks, thermal) with a fast rank."
+            "host (data loading, Python, logging, checkpointing)"
+            # GPU clocks are worth checking only on ranks whose traces hold GPU work.
+            + (" and GPU (clocks, thermal)" if me.compute_ns_per_step is not None else "") + " with a fast rank."
         ),
         recoverable_ns_per_step=int(late),
         evidence={"rank": r.straggler, "last_count": row["last_count"], "matched": matched,
@@ -196,6 +198,8 @@ def _mismatches(r: RanksResult) -> list[Finding]:
         statement=(f"The ranks did not issue the same collectives ({m.height} mismatches: {', '.join(kinds)}): "
                    f"{named}. Mismatched collectives hang the job or corrupt results."),
         next_step="Find the rank-dependent branch around these calls; run with TORCH_DISTRIBUTED_DEBUG=DETAIL "
-                  "(and TORCH_NCCL_DESYNC_DEBUG=1) to have PyTorch check collective order at runtime.",
+                  # NCCL's own desync check, only where the ranks run NCCL.
+                  + ("(and TORCH_NCCL_DESYNC_DEBUG=1) " if any("nccl" in (s.backend or "") for s in r.summaries)
+                     else "") + "to have PyTorch check collective order at runtime.",
         evidence={"mismatches": m.to_dicts()},
     )]

@@ -7,6 +7,7 @@ import polars as pl
 from tracewhy.analyses import api_names
 from tracewhy.analyses.steps import PROFILER_STEP
 from tracewhy.findings import thresholds as th
+from tracewhy.findings.applicability import run_facts
 from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding, Severity
@@ -52,16 +53,7 @@ def findings(ctx: Context) -> list[Finding]:
     n_gpu = t.of_kind(*GPU_ACTIVITY_KINDS).height
     n_host = _rows(t, *HOST_KINDS)
     if n_gpu == 0:
-        # The backend's own activity: an XPU trace of xpu_runtime calls alone lacked ProfilerActivity.XPU.
-        backend = m.accelerator if m.accelerator in _PROFILER_ACTIVITY else "CUDA"
-        out.append(Finding(
-            code=Code.CPU_ONLY_TRACE, severity=Severity.TRUST,
-            statement="The trace has no GPU activity: only host-side findings are possible; GPU idle time, launch "
-                      "overhead and overlap cannot be measured.",
-            next_step=f"Capture with {_PROFILER_ACTIVITY[backend]} in activities (and a {backend} build of torch) "
-                      "to see the device.",
-            evidence={"host_slices": n_host, "accelerator": m.accelerator},
-        ))
+        out.append(_no_gpu_activity(ctx, n_host))
     elif _rows(t, Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON) == 0:
         out.append(Finding(
             code=Code.GPU_ONLY_TRACE, severity=Severity.TRUST,
@@ -151,6 +143,35 @@ def findings(ctx: Context) -> list[Finding]:
     # A run timed block by block (blocks-synchronized) is said by findings/blocks.py, from the
     # blocks measurement that the block attribution reads too.
     return out
+
+
+def _no_gpu_activity(ctx: Context, n_host: int) -> Finding:
+    """A trace without device activity: a CPU-only run (no device properties, no device runtime
+    calls either) gets no GPU advice at all; a run that had a device but whose capture left its
+    activity out is told which profiler activity records it."""
+    facts = run_facts(ctx)
+    accelerator = ctx.trace.meta.accelerator
+    evidence = {"host_slices": n_host, "accelerator": accelerator, "device_properties": facts.device_properties,
+                "device_runtime_calls": facts.device_runtime_calls, "cpu_only": facts.cpu_only}
+    if facts.cpu_only:
+        return Finding(
+            code=Code.CPU_ONLY_TRACE, severity=Severity.TRUST,
+            statement="CPU-only capture: no device activity, no device properties and no device runtime calls, so "
+                      "the run used no GPU; the findings are host-side only and give no GPU advice.",
+            next_step="Nothing to change in the capture for a CPU run; read the host-side findings.",
+            evidence=evidence,
+        )
+    # The backend's own activity: an XPU trace of xpu_runtime calls alone lacked ProfilerActivity.XPU.
+    backend = accelerator if accelerator in _PROFILER_ACTIVITY else "CUDA"
+    had = "device properties" if facts.device_properties else "device runtime calls"
+    return Finding(
+        code=Code.CPU_ONLY_TRACE, severity=Severity.TRUST,
+        statement=f"The trace has no GPU activity although it has {had}: only host-side findings are possible; "
+                  "GPU idle time, launch overhead and overlap cannot be measured.",
+        next_step=f"Capture with {_PROFILER_ACTIVITY[backend]} in activities (and a {backend} build of torch) "
+                  "to see the device.",
+        evidence=evidence,
+    )
 
 
 def _rows(trace: Trace, *kinds: Kind) -> int:
