@@ -106,6 +106,25 @@ def test_no_nccl_advice_in_a_world_of_one(tmp_path: Path) -> None:
     assert "backend='nccl'" in _texts(_gpu_job(tmp_path, 2))["slow-comm-backend"]
 
 
+def test_no_nccl_advice_on_mtia(tmp_path: Path) -> None:
+    """The same two-rank gloo job on an MTIA device (the categories Kineto writes for MTIA, as
+    tests/test_accelerators.py cites them): MTIA's collectives are its own, not NCCL."""
+    b = KinetoBuilder()
+    b.header["distributedInfo"] = {"backend": "gloo", "rank": 0, "world_size": 2}
+    for i in range(4):
+        b.annotation(f"ProfilerStep#{i}", i * 1000.0, 1000.0)
+        b.launch("mtia::gemm", i * 1000.0 + 10, 5.0, i * 1000.0 + 20, 900.0, api="mtiaLaunchKernel")
+    for e in b.events:
+        e["cat"] = {"cuda_runtime": "mtia_runtime", "kernel": "mtia_ccp_events"}.get(e["cat"], e["cat"])
+    trace = tracewhy.load(b.write(tmp_path / "mtia_gloo.json"))
+    assert trace.meta.accelerator == "MTIA"
+    texts = {f.code: f"{f.statement} || {f.next_step}" for f in diagnose(trace).findings}
+    assert "slow-comm-backend" not in texts
+    assert not [t for t in texts.values() if "nccl" in t.lower()]
+    # Nor CUDA's tensor-core advice: MTIA has neither TF32 nor autocast('cuda').
+    assert _advising(texts, ("allow_tf32", "autocast('cuda'", "tensor cores")) == {}
+
+
 def test_a_cpu_only_straggler_is_not_told_to_check_gpu_clocks() -> None:
     paths = [GENERATED / f"ddp_gloo_rank{r}.pt.trace.json.gz" for r in (0, 1)]
     assert all(not _header(p).get("deviceProperties") for p in paths)

@@ -30,9 +30,9 @@ _CC_BY_NAME: Final = ((re.compile(r"V100|TITAN V\b|\bGV100"), (7, 0)),
 _VENDOR_VERSION_PREFIXES: Final = {"amd": ("hip", "roctracer", "rocm", "roctx"),
                                    "nvidia": ("cuda", "cupti", "nccl", "nvtx")}
 
-#: Accelerators whose collectives do not go through NCCL/RCCL (MTIA and Gaudi bring their own
-#: libraries, HCCL on Gaudi; XPU uses oneCCL).
-_NON_NCCL_ACCELERATORS: Final = frozenset({"MTIA", "HPU", "XPU"})
+#: Accelerators that are not CUDA/ROCm GPUs: no tensor cores, no autocast('cuda'), and
+#: collectives through their own libraries (HCCL on Gaudi, oneCCL on XPU), not NCCL/RCCL.
+_NON_CUDA_ACCELERATORS: Final = frozenset({"MTIA", "HPU", "XPU", "PrivateUse1"})
 
 #: What PyTorch leaves in an Nsight Systems capture: its ops as NVTX ranges (emit_nvtx, or
 #: record_function ranges under nsys), and Python frames from inside the torch package.
@@ -80,10 +80,16 @@ class RunFacts:
         return self.compute_capability >= TF32_BF16_MIN_CC
 
     @property
+    def cuda_like(self) -> bool:
+        """The device is an NVIDIA or AMD GPU (ROCm builds of PyTorch answer to 'cuda'), so CUDA
+        advice (tensor cores, autocast('cuda'), NCCL) fits; not MTIA, Gaudi (HPU) or XPU."""
+        return (not self.cpu_only and self.accelerator not in _NON_CUDA_ACCELERATORS
+                and self.vendor in ("nvidia", "amd", None))
+
+    @property
     def nccl_fits(self) -> bool:
         """NCCL advice fits: several ranks on NVIDIA or AMD GPUs (RCCL answers to 'nccl')."""
-        return (not self.cpu_only and (self.world_size or 0) > 1 and self.vendor in ("nvidia", "amd")
-                and self.accelerator not in _NON_NCCL_ACCELERATORS)
+        return self.cuda_like and (self.world_size or 0) > 1
 
     def evidence(self) -> dict[str, Any]:
         """The facts a finding's advice was decided from, for its evidence."""

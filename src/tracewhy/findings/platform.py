@@ -34,7 +34,8 @@ def findings(ctx: Context) -> list[Finding]:
     tc = tensor_cores(t, gpu_vendor(t)[0])
     without = tc.table.filter(pl.col("verdict") == CANDIDATE)
     share = int(without.get_column("total_ns").sum()) / max(k.total_time_ns, 1)
-    if share >= th.TENSOR_CORE_ELIGIBLE_SHARE:
+    # Tensor cores are NVIDIA's (and AMD's matrix cores): no such advice for MTIA, Gaudi or XPU.
+    if share >= th.TENSOR_CORE_ELIGIBLE_SHARE and facts.cuda_like:
         top = without.row(0, named=True)
         out.append(Finding(
             code=Code.TENSOR_CORES_UNUSED, severity=Severity.MEDIUM,
