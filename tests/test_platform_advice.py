@@ -30,7 +30,8 @@ PYTORCH_ADVICE = ("DataLoader", "pin_memory", "tensor.", "torch", "PYTORCH_CUDA_
 CPU_ONLY = ("hta/cpu_only_gloo_rank34of300.json.gz", "hta/edge_cpu_ops_only_no_deviceprops_rank0.json.gz")
 CPU_GENERATED = ("cpu_dataloader_slow.pt.trace.json.gz", "cpu_dataloader_few_workers.pt.trace.json.gz",
                  "cpu_adam_memory.pt.trace.json.gz", "cpu_item_sync.pt.trace.json.gz",
-                 "cpu_with_stack_memory.pt.trace.json.gz", "ddp_gloo_rank1.pt.trace.json.gz")
+                 "cpu_with_stack_memory.pt.trace.json.gz", "ddp_gloo_rank1.pt.trace.json.gz",
+                 "cpu_lines_loop.pt.trace.json.gz", "cpu_slow_step_planted.pt.trace.json.gz")
 V100 = ("hta/tracediff_test_v100_rank1of2.json.gz", "hta/v100_ddp2_rank1_memprofile.json.gz",
         "kineto/resnet50_nw0_span1_worker0.1623143089861.pt.trace.json.gz")
 SAXPY = "nsys/pipit_saxpy_mpi_cuda_a100_2022.2.sqlite.gz"
@@ -63,6 +64,8 @@ def test_a_cpu_only_run_gets_no_gpu_advice(path: str) -> None:
     assert not device_cats & {e.get("cat") for e in doc["traceEvents"]}
     texts = _texts(file)
     assert _advising(texts, GPU_ADVICE) == {}
+    # No next step speaks of the GPU at all (host work "beside the GPU work" has none to hide under).
+    assert [f.code for f in diagnose(tracewhy.load(file)).findings if "GPU" in f.next_step] == []
     assert "CPU-only capture" in texts["cpu-only-trace"]
     assert "no GPU advice" in texts["cpu-only-trace"]
 

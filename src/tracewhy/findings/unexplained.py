@@ -11,6 +11,7 @@ import polars as pl
 from tracewhy.analyses.account import AccountCol, AccountResult
 from tracewhy.analyses.account_names import PartKind, PartName
 from tracewhy.analyses.iterations import WindowSource
+from tracewhy.findings.applicability import RunFacts, run_facts
 from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding, Severity
@@ -52,7 +53,7 @@ def unexplained_part(ctx: Context, account: AccountResult, row: dict[str, Any]) 
         code=Code.UNEXPLAINED_PART, severity=Severity.MEDIUM,
         statement=f"{fmt_pct(share)} {unit} is {what} ({ms(ns)} {per} on the critical path){where}, and no "
                   "other finding explains it.",
-        next_step=_advice(kind, str(items.row(0)[1]) if items.height else ""),
+        next_step=_advice(kind, str(items.row(0)[1]) if items.height else "", run_facts(ctx)),
         part=part,
         evidence={"part": part, "kind": kind, "part_ns_per_step": ns, "share": round(share, 4),
                   "items": [{"item": i, "ns_per_step": t} for i, t in
@@ -60,9 +61,15 @@ def unexplained_part(ctx: Context, account: AccountResult, row: dict[str, Any]) 
     )
 
 
-def _advice(kind: str, top_item: str) -> str:
+def _advice(kind: str, top_item: str, facts: RunFacts) -> str:
     """What to try first; launch time held by one copy call is that copy's wait, not many launches
-    (TraceLens' MI300X decode step: one hipMemcpyAsync holds the host for 7.8 ms)."""
+    (TraceLens' MI300X decode step: one hipMemcpyAsync holds the host for 7.8 ms). Host work on a
+    CPU-only run has no GPU work to hide under, and only a PyTorch program has DataLoader workers."""
+    if kind == PartKind.HOST and (facts.cpu_only or not facts.pytorch):
+        beside = "beside the step's compute" if facts.cpu_only else "beside the GPU work"
+        worker = ", a DataLoader worker" if facts.pytorch else ""
+        return (f"Move this host work out of the step, make it cheaper, or run it {beside} (a side thread{worker}); "
+                "tracewhy lines TRACE shows its source lines.")
     if kind == PartKind.LAUNCH and "Memcpy" in top_item:
         return (f"The launch time is mostly `{top_item}` calls, a copy the host waits in: copy from pinned memory "
                 "with non_blocking=True, or move the copy out of the step; tracewhy gaps TRACE shows what it "
