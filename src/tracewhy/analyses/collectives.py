@@ -117,8 +117,9 @@ def short_kernel_name(name: str) -> str:
 
 
 def comm_kernels(trace: Trace) -> pl.DataFrame:
-    """Kernels of the communication family (families.classify_kernels: launched under a
-    collective op, on a communication-only stream, from a communication library, or by name).
+    """Kernels of the communication family (families.classify_kernels: launched under an op
+    whose args or name say it is a collective, on a communication-only stream, from a
+    communication library, or by name).
     Columns: id, name, ts_ns, dur_ns, pid, device, stream, launch_id, op_id."""
     comm = classify_kernels(trace).filter(pl.col("family") == Family.COMMUNICATION.value).get_column(Col.ID)
     return trace.of_kind(Kind.KERNEL).filter(pl.col(Col.ID).is_in(comm.implode())).select(

@@ -1,9 +1,10 @@
 """Kernel families: the one place where the rules that classify a kernel live.
 
 Communication is recognised by structure first (``classify_kernels``): a kernel launched under
-a collective op, or running on a stream that carries nothing but communication, is
-communication whatever its name. Then by the library its symbol belongs to (NCCL, RCCL,
-NVSHMEM, DeepEP, symmetric memory, custom all-reduce), then by name keywords. Every other
+an op whose recorded args describe a collective, or under a collective op, or running on a
+stream that carries nothing but communication, is communication whatever its name. Then by the
+library its symbol belongs to (NCCL, RCCL, NVSHMEM, DeepEP, symmetric memory, custom
+all-reduce), then by name keywords. Every other
 family is by name: rules tried in order, first match wins, names matched lower-cased.
 Communication comes first so that e.g. ``ncclDevKernel_ReduceScatter`` is not a reduction.
 """
@@ -16,11 +17,10 @@ from functools import lru_cache
 from typing import Final
 
 import numpy as np
-import numpy.typing as npt
 import polars as pl
 
 from tracewhy.model.linking import first_flagged
-from tracewhy.model.schema import Col, Kind
+from tracewhy.model.schema import Col, Kind, OpAttrCol
 from tracewhy.model.trace import Trace
 
 
@@ -39,7 +39,8 @@ class Family(str, Enum):
 class Rule(str, Enum):
     """Which rule put a kernel in its family, most trusted first."""
 
-    COLLECTIVE_OP = "collective op"  # launched under a collective op (structure)
+    COLLECTIVE_ARGS = "collective args"  # launched under an op whose args describe a collective
+    COLLECTIVE_OP = "collective op"  # launched under an op named as a collective
     COMM_STREAM = "comm-only stream"  # on a stream that carries only communication (structure)
     LIBRARY = "library"  # its symbol belongs to a communication library
     NAME = "name"  # name keywords
@@ -130,14 +131,17 @@ COMM_STREAM_MIN_SHARE: Final = 0.5
 def classify_kernels(trace: Trace) -> pl.DataFrame:
     """Family and deciding rule of every kernel: id, family, rule (a ``Rule`` value).
 
-    1. collective op: the innermost CPU op (or, with none, annotation) around the kernel's
-       launch is a collective (``is_collective_host_op``); a copy the collective runs through
-       an aten op (aten::copy_ inside c10d::allgather_) is that op's, not the collective's.
-    2. comm-only stream: a kernel whose launch context is unknown (no launch record: launched
-       before the profiler started, or a read without launch calls; or launched outside any
-       CPU op) and whose name says nothing else (family "other" or communication), on a
-       stream (per process and device) where communication is more than
-       COMM_STREAM_MIN_SHARE of the kernels (copies aside) and nothing is compute by name.
+    1. collective args, collective op: the innermost CPU op (or, with none, annotation) around
+       the kernel's launch is a collective: by its recorded args first (a "Collective name", as
+       record_param_comms carries it), whatever the op is called, else by its name
+       (``is_collective_host_op``); a copy the collective runs through an aten op
+       (aten::copy_ inside c10d::allgather_) is that op's, not the collective's.
+    2. comm-only stream: a kernel whose name says nothing (family "other"; launched under a
+       non-collective op, such as a custom op of an expert-parallel library, or with no launch
+       context), or a communication kernel whose launch context is unknown (no launch record:
+       launched before the profiler started, or a read without launch calls; or launched
+       outside any CPU op), on a stream (per process and device) where communication is more
+       than COMM_STREAM_MIN_SHARE of the kernels (copies aside) and nothing is compute by name.
     3. library, 4. name: ``family_by_name``.
     A partial Trace read without launch calls has no launches to follow: rules 2-4 only.
     Computed once per Trace (kernels, collectives, overlap and the tensor-core rule all ask;
@@ -165,12 +169,12 @@ def _classify(trace: Trace) -> pl.DataFrame:
     k = k.with_columns(
         code.replace_strict({c: f.value for c, (f, _) in by_code.items()}, return_dtype=pl.String).alias("family"),
         code.replace_strict({c: r.value for c, (_, r) in by_code.items()}, return_dtype=pl.String).alias("rule"),
-        pl.Series("_under", _under_collective(trace, k), dtype=pl.Boolean),
-    )
+        _launching_collective(trace, k),
+    ).with_columns(pl.col("_launched_by").is_not_null().alias("_under"))
     comm = Family.COMMUNICATION.value
     k = k.with_columns(
         pl.when(pl.col("_under")).then(pl.lit(comm)).otherwise(pl.col("family")).alias("family"),
-        pl.when(pl.col("_under")).then(pl.lit(Rule.COLLECTIVE_OP.value)).otherwise(pl.col("rule")).alias("rule"),
+        pl.when(pl.col("_under")).then(pl.col("_launched_by")).otherwise(pl.col("rule")).alias("rule"),
     )
     stream = [Col.PID, Col.DEVICE, Col.STREAM]
     fam = pl.col("family")
@@ -180,37 +184,47 @@ def _classify(trace: Trace) -> pl.DataFrame:
         & ((fam == comm).sum().over(stream) > COMM_STREAM_MIN_SHARE * not_copy.sum().over(stream))
         & pl.col(Col.STREAM).is_not_null()
     )
-    unknown_context = ~pl.col("_under") & pl.col(Col.OP).is_null()
-    by_stream = comm_only & fam.is_in([comm, Family.OTHER.value]) & unknown_context
+    # A kernel whose name says nothing, whatever op launched it (an expert-parallel library's
+    # custom op records no collective args); one named by a library keeps the library rule
+    # unless its launch context is unknown (then its stream, structure, decides).
+    by_stream = comm_only & ~pl.col("_under") & (
+        (fam == Family.OTHER.value) | ((fam == comm) & pl.col(Col.OP).is_null()))
     return k.with_columns(
         pl.when(by_stream).then(pl.lit(comm)).otherwise(pl.col("family")).alias("family"),
         pl.when(by_stream).then(pl.lit(Rule.COMM_STREAM.value)).otherwise(pl.col("rule")).alias("rule"),
     ).select(*CLASSES_SCHEMA)
 
 
-def _under_collective(trace: Trace, k: pl.DataFrame) -> npt.NDArray[np.bool_]:
-    """Per kernel row: is the innermost CPU op (else annotation) around its launch a collective?"""
-    out = np.zeros(k.height, dtype=bool)
+def _launching_collective(trace: Trace, k: pl.DataFrame) -> pl.Series:
+    """Per kernel row: the rule by which the innermost CPU op (else annotation) around its launch
+    is a collective (``Rule.COLLECTIVE_ARGS`` or ``Rule.COLLECTIVE_OP``), null where it is not."""
+    out = np.full(k.height, None, dtype=object)
     launch = k.get_column(Col.LAUNCH).fill_null(-1).to_numpy()
-    if not (launch >= 0).any():
-        return out
-    s = trace.slices
-    kind = s.get_column(Col.KIND)
-    is_host_op = kind.is_in([Kind.CPU_OP.value, Kind.ANNOTATION.value]).to_numpy()
-    op = k.get_column(Col.OP).fill_null(-1).to_numpy()
-    # Kernels launched outside any CPU op: the innermost annotation (nsys NVTX ranges).
-    no_op = (op < 0) & (launch >= 0)
-    if no_op.any():
-        parent = s.get_column(Col.PARENT).fill_null(-1).to_numpy()
-        op = op.copy()
-        op[no_op] = first_flagged(launch[no_op], parent, is_host_op)
-    has = op >= 0
-    if not has.any():
-        return out
-    host_names = s.get_column(Col.NAME).gather(pl.Series(op[has])).cast(pl.String)
-    collective = {n: is_collective_host_op(n) for n in host_names.unique().to_list() if n is not None}
-    out[has] = host_names.replace_strict(collective, default=False, return_dtype=pl.Boolean).to_numpy()
-    return out
+    if (launch >= 0).any():
+        s = trace.slices
+        is_host_op = s.get_column(Col.KIND).is_in([Kind.CPU_OP.value, Kind.ANNOTATION.value]).to_numpy()
+        op = k.get_column(Col.OP).fill_null(-1).to_numpy()
+        # Kernels launched outside any CPU op: the innermost annotation (nsys NVTX ranges).
+        no_op = (op < 0) & (launch >= 0)
+        if no_op.any():
+            parent = s.get_column(Col.PARENT).fill_null(-1).to_numpy()
+            op = op.copy()
+            op[no_op] = first_flagged(launch[no_op], parent, is_host_op)
+        has = op >= 0
+        if has.any():
+            host_names = s.get_column(Col.NAME).gather(pl.Series(op[has])).cast(pl.String)
+            named = {n: is_collective_host_op(n) for n in host_names.unique().to_list() if n is not None}
+            by_name = np.zeros(k.height, dtype=bool)
+            by_name[has] = host_names.replace_strict(named, default=False, return_dtype=pl.Boolean).to_numpy()
+            # Args before names: ParamCommsUtils' RECORD_PARAM_COMMS records the collective's
+            # name, sizes and process group as the op's args (Kineto writes "Collective name",
+            # "In msg nelems", "Process Group Name"), which say what the op did whatever a
+            # library or a fork calls it.
+            recorded = trace.op_attrs.filter(pl.col(OpAttrCol.COLLECTIVE).is_not_null()).get_column(Col.ID)
+            by_args = has & np.isin(op, recorded.to_numpy())
+            out[by_name] = Rule.COLLECTIVE_OP.value
+            out[by_args] = Rule.COLLECTIVE_ARGS.value
+    return pl.Series("_launched_by", out.tolist(), dtype=pl.String)
 
 
 # --- collectives ------------------------------------------------------------------------------

@@ -19,7 +19,8 @@ class KernelCol:
 
     NAME: Final = Col.NAME
     FAMILY: Final = "family"
-    #: What decided the family (families.Rule: collective op, comm-only stream, library, name).
+    #: What decided the family (families.Rule: collective args, collective op, comm-only stream,
+    #: library, name).
     RULE: Final = "rule"
     COUNT: Final = "count"
     TOTAL: Final = "total_ns"

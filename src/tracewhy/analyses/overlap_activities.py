@@ -1,6 +1,6 @@
 """The GPU activities the overlap analysis measures, each in one category: a kernel of the
-communication family (families.classify_kernels: launched under a collective op, on a
-communication-only stream, from NCCL, RCCL, NVSHMEM, DeepEP, symmetric-memory or custom
+communication family (families.classify_kernels: launched under a collective op, known by its
+args or its name, on a communication-only stream, from NCCL, RCCL, NVSHMEM, DeepEP, symmetric-memory or custom
 all-reduce, or by name) is communication, any other kernel is compute, memcpy and memset rows
 are copies and memsets; communication rows carry their collective's label.
 """

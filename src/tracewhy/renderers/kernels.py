@@ -67,7 +67,8 @@ def render_kernels(r: KernelsResult, top: int) -> RenderableType:
     from tracewhy.analyses.kernels import KernelCol  # loaded already: ``r`` comes from it
 
     t = KERNEL_TABLE.table(f"{r.total_count} kernels, {fmt_ns(r.total_time_ns)} total",
-                           notes={"by": "by: what decided the family (collective op, comm-only stream, library, name)"})
+                           notes={"by": "by: what decided the family (collective args or op, comm-only stream, "
+                                         "library, name)"})
     for row in r.by_name.head(top).iter_rows(named=True):
         t.add_row(row[KernelCol.NAME], row[KernelCol.FAMILY], row[KernelCol.RULE], str(row[KernelCol.COUNT]),
                   fmt_ns(row[KernelCol.TOTAL]), fmt_ns(row[KernelCol.MEAN]), fmt_ns(row[KernelCol.P50]),
