@@ -158,3 +158,34 @@ def test_xpu_runtime_without_device_work_asks_for_the_xpu_activity(tmp_path: Pat
     assert trace.meta.accelerator == "XPU"
     finding = next(f for f in diagnose(trace).findings if f.code == "cpu-only-trace")
     assert "ProfilerActivity.XPU" in finding.next_step
+
+
+def _mtia_with_dma() -> KinetoBuilder:
+    """``_mtia_loop`` with the DMA transfers an MTIA command processor records beside its work.
+
+    The layout is that of the MTIA traces in HolisticTraceAnalysis' tests
+    (tests/data/mtia_trace_single_rank/mtia_rank_0.json.gz, 2024-11): category
+    "mtia_ccp_events", name "dma_request", no correlation (the device issued it, no host launch),
+    args ``{"direction": "DEVICE_TO_HOST", "size": 16, "k_work_ptr": ..., "packet_ptr": ...,
+    "sqid": 1}``; in that trace 22,361 of the 25,814 CCP events are such requests, and HTA counts
+    the other 3,453 as kernels (its memory pattern ``^dma``, hta/common/types.py)."""
+    b = _mtia_loop()
+    for t0, direction, size in ((350.0, "HOST_TO_DEVICE", 4096), (1350.0, "DEVICE_TO_HOST", 16),
+                                (1360.0, "DEVICE_TO_DEVICE", 1024)):
+        b.events.append({"ph": "X", "cat": "mtia_ccp_events", "name": "dma_request", "pid": 0, "tid": 801,
+                         "ts": t0, "dur": 8.0, "args": {"direction": direction, "size": size,
+                                                        "k_work_ptr": 3221765576, "packet_ptr": 225, "sqid": 1}})
+    return b
+
+
+def test_mtia_dma_requests_are_copies_with_their_direction(tmp_path: Path) -> None:
+    """A CCP event whose args give a transfer direction and size is a copy, not a kernel: the
+    kernels are the two launched CCP works, and the copies have their direction and bytes."""
+    trace = tracewhy.load(_mtia_with_dma().write(tmp_path / "mtia_dma.json"))
+    trace.check()
+    assert kernels(trace).total_count == 2
+    copies = trace.of_kind(Kind.MEMCPY).join(trace.copy_attrs, on=Col.ID)
+    got = sorted((str(r["copy_kind"]), r["bytes"], r[Col.DUR]) for r in copies.iter_rows(named=True))
+    assert got == [("DtoD", 1024, 8000), ("DtoH", 16, 8000), ("HtoD", 4096, 8000)]
+    # The device is busy with work or copies for the same time either way.
+    assert _busy_ns(trace) == {0: 600_000 + 3 * 8000}

@@ -122,6 +122,33 @@ def with_args(rows: npt.NDArray[np.intp], codes: npt.NDArray[np.uint8], gpu: lis
             if a is not None and c in kinds]
 
 
+#: A transfer direction as MTIA's DMA requests write it: DEVICE_TO_HOST, HOST_TO_DEVICE...
+_DIRECTION = re.compile(r"(HOST|DEVICE)_TO_(HOST|DEVICE)", re.IGNORECASE)
+_SIDE_LETTER = {"host": "H", "device": "D"}
+
+
+def device_transfers(rows: npt.NDArray[np.intp], codes: npt.NDArray[np.uint8], gpu: list[GpuArgs | None]) -> int:
+    """Make copies of the device work at ``rows`` whose args give a transfer direction (MTIA's
+    ``dma_request``: its category, mtia_ccp_events, is the command processor's, work and
+    transfers alike; the args tell them apart). Returns how many; ``codes`` is changed in place."""
+    kernel, memcpy = KIND_CODE[Kind.KERNEL.value], KIND_CODE[Kind.MEMCPY.value]
+    moved = [i for i, c, a in zip(rows.tolist(), codes[rows].tolist(), gpu, strict=True)
+             if c == kernel and a is not None and a.direction is not None]
+    codes[moved] = memcpy
+    return len(moved)
+
+
+def _direction(text: str) -> tuple[str, str, str]:
+    """(copy kind, source memory, destination memory) of a DMA direction; the host side's
+    memory (pageable or pinned) is not written."""
+    m = _DIRECTION.fullmatch(text.strip())
+    if m is None:
+        return "unknown", "unknown", "unknown"
+    src, dst = m.group(1).lower(), m.group(2).lower()
+    return (f"{_SIDE_LETTER[src]}to{_SIDE_LETTER[dst]}", "Device" if src == "device" else "unknown",
+            "Device" if dst == "device" else "unknown")
+
+
 def kernel_attrs_table(rows: npt.NDArray[np.intp], codes: npt.NDArray[np.uint8],
                        gpu: list[GpuArgs | None]) -> pl.DataFrame:
     kernel = KIND_CODE[Kind.KERNEL.value]
@@ -146,15 +173,17 @@ def kernel_attrs_table(rows: npt.NDArray[np.intp], codes: npt.NDArray[np.uint8],
 def copy_attrs_table(rows: npt.NDArray[np.intp], codes: npt.NDArray[np.uint8], gpu: list[GpuArgs | None],
                      evs: list[Event], names: dict[str, tuple[str, str, str]]) -> pl.DataFrame:
     """The bytes of the copies and memsets at ``rows``, and each copy's kind and memories as its
-    name says them (``names``: those already parsed, by name; new ones are added)."""
+    args' direction (a DMA request) or else its name says them (``names``: those already parsed,
+    by name; new ones are added)."""
     memcpy, memset = KIND_CODE[Kind.MEMCPY.value], KIND_CODE[Kind.MEMSET.value]
     pick = with_args(rows, codes, gpu, (memcpy, memset))
     if not pick:
         return EMPTY_COPY_ATTRS
-    parsed = [_copy_kind(evs[i].name, names) if c == memcpy else (None, None, None) for i, c, _ in pick]
+    parsed = [(None, None, None) if c != memcpy else _direction(a.direction) if a.direction is not None
+              else _copy_kind(evs[i].name, names) for i, c, a in pick]
     return pl.DataFrame({
         "id": [i for i, _, _ in pick],
-        "bytes": [as_int(a.bytes) for _, _, a in pick],
+        "bytes": [as_int(a.bytes if a.bytes is not None else a.size) for _, _, a in pick],
         "copy_kind": [p[0] for p in parsed],
         "src_mem": [p[1] for p in parsed],
         "dst_mem": [p[2] for p in parsed],

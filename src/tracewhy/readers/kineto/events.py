@@ -56,6 +56,10 @@ class GpuArgs(LinkArgs, gc=False):
     blocks_per_sm: float | None = field(name="blocks per SM", default=None)
     warps_per_sm: float | None = field(name="warps per SM", default=None)
     occupancy_pct: float | None = field(name="est. achieved occupancy %", default=None)
+    # MTIA command-processor DMA requests (category mtia_ccp_events, 2024-11 traces): the
+    # transfer's "direction" ("DEVICE_TO_HOST"...) and "size" in bytes; no other event has them.
+    direction: str | None = None
+    size: I64 | str | None = None
 
 
 class SyncArgs(GpuArgs, gc=False):
