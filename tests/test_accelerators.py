@@ -189,3 +189,24 @@ def test_mtia_dma_requests_are_copies_with_their_direction(tmp_path: Path) -> No
     assert got == [("DtoD", 1024, 8000), ("DtoH", 16, 8000), ("HtoD", 4096, 8000)]
     # The device is busy with work or copies for the same time either way.
     assert _busy_ns(trace) == {0: 600_000 + 3 * 8000}
+
+
+def test_mtia_event_record_and_wait_are_syncs_not_work(tmp_path: Path) -> None:
+    """MTIA's event_record and event_wait share the CCP category with the work; their args carry
+    the event's sequence number (and the waited stream), as in HTA's MTIA inference test trace
+    (tests/data/mtia_inference_trace, 2026-01: 48 event_wait rows hold 353 ms, 46% of what was
+    read as kernel time). A stream waiting is not busy: they are sync records."""
+    b = _mtia_loop()
+    common = {"sqid": 11, "host_ctx": 1}
+    b.events.append({"ph": "X", "cat": "mtia_ccp_events", "name": "event_record", "pid": 0, "tid": 3672,
+                     "ts": 345.0, "dur": 0.2, "args": {"stream": 105, "seq_num": 259094, **common}})
+    b.events.append({"ph": "X", "cat": "mtia_ccp_events", "name": "event_wait", "pid": 0, "tid": 3774,
+                     "ts": 346.0, "dur": 600.0, "args": {"stream": 108, "wait_on_stream": 105, "seq_num": 550218,
+                                                         **common}})
+    trace = tracewhy.load(b.write(tmp_path / "mtia_events.json"))
+    trace.check()
+    assert kernels(trace).total_count == 2
+    syncs = trace.of_kind(Kind.GPU_SYNC)
+    assert sorted(syncs.get_column(Col.NAME).cast(pl.String).to_list()) == ["event_record", "event_wait"]
+    assert trace.sync_attrs.get_column("wait_stream").to_list() == [105]
+    assert _busy_ns(trace) == {0: 600_000}

@@ -39,7 +39,7 @@ from tracewhy.readers.kineto.columns import (
     Ids,
     as_int,
     copy_attrs_table,
-    device_transfers,
+    device_event_kinds,
     int_array,
     kernel_attrs_table,
     op_attrs_table,
@@ -294,9 +294,9 @@ class Builder:
         rows = np.flatnonzero(on_gpu)
         if rows.size:
             gpu = cast(list[GpuArgs | None], self._decode(evs, rows, GpuArgs))
-            transfers = device_transfers(rows, codes, gpu)  # (counted as kernels above)
-            self._count(Kind.KERNEL.value, -transfers)
-            self._count(Kind.MEMCPY.value, transfers)
+            for kind, n in device_event_kinds(rows, codes, gpu).items():  # (counted as kernels above)
+                self._count(Kind.KERNEL.value, -n)
+                self._count(kind, n)
             syncs = rows[codes[rows] == _SYNC_CODE]
             if syncs.size:
                 sync_attrs = sync_attrs_table(evs, syncs)

@@ -127,15 +127,25 @@ _DIRECTION = re.compile(r"(HOST|DEVICE)_TO_(HOST|DEVICE)", re.IGNORECASE)
 _SIDE_LETTER = {"host": "H", "device": "D"}
 
 
-def device_transfers(rows: npt.NDArray[np.intp], codes: npt.NDArray[np.uint8], gpu: list[GpuArgs | None]) -> int:
-    """Make copies of the device work at ``rows`` whose args give a transfer direction (MTIA's
-    ``dma_request``: its category, mtia_ccp_events, is the command processor's, work and
-    transfers alike; the args tell them apart). Returns how many; ``codes`` is changed in place."""
-    kernel, memcpy = KIND_CODE[Kind.KERNEL.value], KIND_CODE[Kind.MEMCPY.value]
-    moved = [i for i, c, a in zip(rows.tolist(), codes[rows].tolist(), gpu, strict=True)
-             if c == kernel and a is not None and a.direction is not None]
-    codes[moved] = memcpy
-    return len(moved)
+def device_event_kinds(rows: npt.NDArray[np.intp], codes: npt.NDArray[np.uint8],
+                       gpu: list[GpuArgs | None]) -> dict[str, int]:
+    """Re-kind the device "kernels" at ``rows`` whose args say they are not work: a transfer
+    direction makes a copy (MTIA's ``dma_request``), an event sequence number a sync record
+    (MTIA's ``event_record`` and ``event_wait``, whose duration is a stream waiting on another).
+    MTIA writes all of them under one category, mtia_ccp_events, with its command processor's
+    work; only the args tell them apart. ``codes`` is changed in place; returns how many rows
+    went to each kind."""
+    kernel = KIND_CODE[Kind.KERNEL.value]
+    moved: dict[str, list[int]] = {Kind.MEMCPY.value: [], Kind.GPU_SYNC.value: []}
+    for i, c, a in zip(rows.tolist(), codes[rows].tolist(), gpu, strict=True):
+        if c == kernel and a is not None:
+            if a.direction is not None:
+                moved[Kind.MEMCPY.value].append(i)
+            elif a.seq_num is not None:
+                moved[Kind.GPU_SYNC.value].append(i)
+    for kind, at in moved.items():
+        codes[at] = KIND_CODE[kind]
+    return {kind: len(at) for kind, at in moved.items()}
 
 
 def _direction(text: str) -> tuple[str, str, str]:

@@ -60,6 +60,8 @@ class GpuArgs(LinkArgs, gc=False):
     # transfer's "direction" ("DEVICE_TO_HOST"...) and "size" in bytes; no other event has them.
     direction: str | None = None
     size: I64 | str | None = None
+    # MTIA event_record / event_wait (same category): the event's sequence number.
+    seq_num: I64 | None = None
 
 
 class SyncArgs(GpuArgs, gc=False):
