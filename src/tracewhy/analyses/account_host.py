@@ -126,10 +126,16 @@ def host_context(trace: Trace, markers: I64) -> HostContext:
         if not (callers_work & thread).any():
             on_backward_thread |= thread
     recorded_op = op_like & seq & ~autograd & ~foreign
+    # record_param_comms names its collective in an attribute ("allreduce"): an op whose args
+    # record one is a collective call whatever it is called (a custom op, a renamed build).
+    named_collective = dict(trace.op_attrs.filter(pl.col(OpAttrCol.COLLECTIVE).is_not_null()).select(
+        OpAttrCol.ID, OpAttrCol.COLLECTIVE).iter_rows())
+    comm_by_args = np.zeros(n, dtype=bool)
+    comm_by_args[list(named_collective)] = True
     marks = [
         (HostPurpose.COMPILATION, compiling),
         (HostPurpose.DATA_LOADING, flags["dataloader"] & host),
-        (HostPurpose.COMMUNICATION, flags["comm"] & host & ~runtime),
+        (HostPurpose.COMMUNICATION, (flags["comm"] | comm_by_args) & host & ~runtime),
         (HostPurpose.OPTIMIZER, (flags["optimizer"] & host) | phase[api_names.Phase.OPTIMIZER]),
         (HostPurpose.BACKWARD, autograd | foreign | phase[api_names.Phase.BACKWARD]),
         (HostPurpose.FORWARD, phase[api_names.Phase.FORWARD] | recorded_op),
@@ -148,9 +154,6 @@ def host_context(trace: Trace, markers: I64) -> HostContext:
         if ctx == HostPurpose.BACKWARD:
             in_backward = host & ((at >= 0) | on_backward_thread)
     names = s.get_column(Col.NAME)
-    # record_param_comms names its collective in an attribute ("allreduce"), not in its name.
-    named_collective = dict(trace.op_attrs.filter(pl.col(OpAttrCol.COLLECTIVE).is_not_null()).select(
-        OpAttrCol.ID, OpAttrCol.COLLECTIVE).iter_rows())
     collective: list[str | None] = [None] * n
     for i in np.flatnonzero(context == int(HostPurpose.COMMUNICATION)).tolist():
         owner = int(comm_at[i])
