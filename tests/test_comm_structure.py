@@ -13,6 +13,7 @@ from functools import cache
 from pathlib import Path
 
 import polars as pl
+import pytest
 
 import tracewhy
 from builders import KinetoBuilder
@@ -111,10 +112,15 @@ def test_a_copy_run_by_an_aten_op_inside_a_collective_stays_a_copy() -> None:
     assert under_aten.filter(pl.col("op").str.starts_with("aten::") & (pl.col("family") == "communication")).height == 0
 
 
-def test_deepep_kernels_are_communication_by_library_even_without_launches() -> None:
+#: DeepEP's namespaces: deep_ep:: before 2026, deep_ep::legacy:: since (csrc/kernels/legacy/
+#: intranode.cu, internode.cu, internode_ll.cu), and a fork that renames the top namespace but
+#: keeps the kernels' own (intranode, internode, internode_ll).
+@pytest.mark.parametrize("namespace", ["deep_ep::", "deep_ep::legacy::", "ep_fork::"])
+def test_deepep_kernels_are_communication_by_library_even_without_launches(namespace: str) -> None:
     """DeepEP's dispatch/combine/notify kernels, in a kernels-only read (no launch links, the way
     `tracewhy kernels` reads an nsys file): the library rule, and the streams it shows to carry
     nothing but communication."""
+    names = [n.replace("deep_ep::", namespace) for n in DEEPEP]
     trace = _a2a()
     sendrecv = sorted(n for n in trace.of_kind(Kind.KERNEL).get_column(Col.NAME).cast(pl.String).unique().to_list()
                       if SENDRECV in n)
@@ -123,7 +129,7 @@ def test_deepep_kernels_are_communication_by_library_even_without_launches() -> 
     by_stream = sorted(streams.get_column(Col.STREAM).unique().to_list())
     assert by_stream == [84, 285, 363]
     s = trace.slices.with_columns(pl.col(Col.NAME).cast(pl.String))
-    name_of = {84: DEEPEP[0], 285: DEEPEP[1], 363: DEEPEP[2]}
+    name_of = {84: names[0], 285: names[1], 363: names[2]}
     s = s.with_columns(
         pl.when((pl.col(Col.KIND) == Kind.KERNEL.value) & (pl.col(Col.NAME) == sendrecv[0]))
         .then(pl.col(Col.STREAM).replace_strict(name_of, default=None, return_dtype=pl.String))
@@ -132,7 +138,7 @@ def test_deepep_kernels_are_communication_by_library_even_without_launches() -> 
     deepep.__dict__.pop("_of_kind", None)
     for partial in (False, True):
         t = _renamed(deepep, rename={}, kernels_only=partial)
-        rows = kernels(t).by_name.filter(pl.col("name").str.starts_with("void deep_ep::"))
+        rows = kernels(t).by_name.filter(pl.col("name").str.starts_with(f"void {namespace}"))
         assert set(rows.get_column("family").to_list()) == {"communication"}
         rules = set(rows.get_column("rule").to_list())
         if partial:  # no launches to follow: the library names them, which makes their streams
@@ -141,7 +147,7 @@ def test_deepep_kernels_are_communication_by_library_even_without_launches() -> 
         else:
             assert Rule.COLLECTIVE_OP.value in rules
         assert _comm_ns(t) == 190_345_000
-    for name in DEEPEP:
+    for name in names:
         assert family_by_name(name) == (Family.COMMUNICATION, Rule.LIBRARY)
 
 

@@ -50,11 +50,13 @@ class Rule(str, Enum):
 #: NCCL (ncclKernel_* before 2.19, ncclDevKernel_* after) and MSCCL/MSCCL++, RCCL (ROCm's NCCL,
 #: same names), NVSHMEM (nvshmemi_* device code), DeepEP (csrc/kernels: namespaces
 #: deep_ep::internode, ::intranode, ::internode_ll with dispatch, combine, notify_dispatch,
-#: cached_notify...), pplx-kernels, torch symmetric memory (c10d::symmetric_memory::
-#: multimem_*, one/two_shot_all_reduce), vLLM/SGLang custom all-reduce (cross_device_reduce_*).
+#: cached_notify...; deep_ep::legacy::intranode... since its 2026 layout, csrc/kernels/legacy),
+#: and builds of it that rename the top namespace but keep those three, pplx-kernels, torch
+#: symmetric memory (c10d::symmetric_memory:: multimem_*, one/two_shot_all_reduce), vLLM/SGLang
+#: custom all-reduce (cross_device_reduce_*).
 _LIBRARY = re.compile(
-    r"nccl|rccl|msccl|nvshmem|deep_ep::|pplx::|symmetric_memory::|symm_mem|multimem"
-    r"|cross_device_reduce|custom_?all_?reduce")
+    r"nccl|rccl|msccl|nvshmem|deep_ep::|(^|[\s:])(intranode|internode|internode_ll)::|pplx::"
+    r"|symmetric_memory::|symm_mem|multimem|cross_device_reduce|custom_?all_?reduce")
 
 #: Host ops and ranges a collective's kernels are launched under: ProcessGroup ops (c10d::
 #: allreduce_, alltoall_base_...), functional collectives (_c10d_functional::), the
