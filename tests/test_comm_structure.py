@@ -151,6 +151,13 @@ def test_deepep_kernels_are_communication_by_library_even_without_launches(names
         assert family_by_name(name) == (Family.COMMUNICATION, Rule.LIBRARY)
 
 
+def test_mtia_hccl_work_is_communication_by_library() -> None:
+    """Kineto gives an MTIA CCP event the collective's metadata when its name starts "hccl::"
+    (libkineto/src/output_json.cpp, handleActivity): MTIA's collective library."""
+    assert family_by_name("hccl::all_reduce") == (Family.COMMUNICATION, Rule.LIBRARY)
+    assert family_by_name("aten::mul.out-dtype_Float")[0] is not Family.COMMUNICATION
+
+
 def test_collective_host_ops_as_kineto_and_nsys_name_them() -> None:
     collective = ("record_param_comms", "record_param_comms, op_id = 993823", "c10d::alltoall_base_",
                   "nccl:all_to_all, op_id = 992364", "_c10d_functional::all_reduce", "gloo:broadcast",

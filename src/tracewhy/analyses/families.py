@@ -53,9 +53,10 @@ class Rule(str, Enum):
 #: cached_notify...; deep_ep::legacy::intranode... since its 2026 layout, csrc/kernels/legacy),
 #: and builds of it that rename the top namespace but keep those three, pplx-kernels, torch
 #: symmetric memory (c10d::symmetric_memory:: multimem_*, one/two_shot_all_reduce), vLLM/SGLang
-#: custom all-reduce (cross_device_reduce_*).
+#: custom all-reduce (cross_device_reduce_*), MTIA's HCCL (CCP events named "hccl::...", which
+#: Kineto's output_json.cpp gives the collective's metadata).
 _LIBRARY = re.compile(
-    r"nccl|rccl|msccl|nvshmem|deep_ep::|(^|[\s:])(intranode|internode|internode_ll)::|pplx::"
+    r"nccl|rccl|msccl|nvshmem|^hccl::|deep_ep::|(^|[\s:])(intranode|internode|internode_ll)::|pplx::"
     r"|symmetric_memory::|symm_mem|multimem|cross_device_reduce|custom_?all_?reduce")
 
 #: Host ops and ranges a collective's kernels are launched under: ProcessGroup ops (c10d::
