@@ -198,10 +198,14 @@ def _classify(trace: Trace) -> pl.DataFrame:
     ).select(*CLASSES_SCHEMA)
 
 
+#: ``_launching_collective`` codes: how the op that launched a kernel is known as a collective.
+_BY_NAME, _BY_ARGS = 1, 2
+
+
 def _launching_collective(trace: Trace, k: pl.DataFrame) -> pl.Series:
     """Per kernel row: the rule by which the innermost CPU op (else annotation) around its launch
     is a collective (``Rule.COLLECTIVE_ARGS`` or ``Rule.COLLECTIVE_OP``), null where it is not."""
-    out = np.full(k.height, None, dtype=object)
+    out = np.zeros(k.height, dtype=np.int8)
     launch = k.get_column(Col.LAUNCH).fill_null(-1).to_numpy()
     if (launch >= 0).any():
         s = trace.slices
@@ -225,9 +229,12 @@ def _launching_collective(trace: Trace, k: pl.DataFrame) -> pl.Series:
             # library or a fork calls it.
             recorded = trace.op_attrs.filter(pl.col(OpAttrCol.COLLECTIVE).is_not_null()).get_column(Col.ID)
             by_args = has & np.isin(op, recorded.to_numpy())
-            out[by_name] = Rule.COLLECTIVE_OP.value
-            out[by_args] = Rule.COLLECTIVE_ARGS.value
-    return pl.Series("_launched_by", out.tolist(), dtype=pl.String)
+            out[by_name] = _BY_NAME
+            out[by_args] = _BY_ARGS
+    code = pl.Series("_code", out)
+    return pl.select(pl.when(code == _BY_ARGS).then(pl.lit(Rule.COLLECTIVE_ARGS.value))
+                     .when(code == _BY_NAME).then(pl.lit(Rule.COLLECTIVE_OP.value))
+                     .otherwise(None).alias("_launched_by")).to_series()
 
 
 # --- collectives ------------------------------------------------------------------------------
