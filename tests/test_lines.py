@@ -18,7 +18,7 @@ import pytest
 import tracewhy
 from conftest import GENERATED, ROOT, shared_trace
 from tracewhy.analyses.lines import LineCol, LinesOptions, LinesResult, StackCol, lines
-from tracewhy.analyses.source_lines import line_of, parse_frame
+from tracewhy.analyses.source_lines import LineKind, line_of, parse_frame
 from tracewhy.cli import main
 from tracewhy.model.schema import Col
 from tracewhy.model.trace import Trace
@@ -202,8 +202,8 @@ def test_a_trace_without_stacks_says_how_to_capture_one() -> None:
 
 def test_folded_stacks_and_speedscope_carry_the_self_times() -> None:
     r = lines(_load(shared_trace(BERT)), LinesOptions(include_library=True))
-    labels = {location(f, n, fn) for f, n, fn in r.table.select(LineCol.FILE, LineCol.LINE, LineCol.FUNCTION)
-              .iter_rows()}
+    labels = {location(f, n, fn, k) for f, n, fn, k in r.table.select(LineCol.FILE, LineCol.LINE, LineCol.FUNCTION,
+                                                                       LineCol.LINE_KIND).iter_rows()}
     for weight, column in (("host", LineCol.HOST_SELF), ("gpu", LineCol.GPU_SELF)):
         folded = folded_stacks(r, weight).splitlines()
         total = 0
@@ -247,17 +247,19 @@ def test_line_of_names_the_line_behind_slices() -> None:
             .to_numpy()
 
     item = _load(_generated("item"))
-    assert line_of(item, ids(item, "aten::item")) == ("lines_traces.py", _def_line("read_metrics"), "read_metrics")
+    assert line_of(item, ids(item, "aten::item")) == ("lines_traces.py", _def_line("read_metrics"), "read_metrics",
+                                                      LineKind.DEF)
     sleep = _load(_generated("sleep"))
     fetch = ids(sleep, "enumerate(DataLoader)")
-    assert line_of(sleep, fetch, within=True) == ("lines_traces.py", _def_line("__getitem__"), "__getitem__")
+    assert line_of(sleep, fetch, within=True) == ("lines_traces.py", _def_line("__getitem__"), "__getitem__",
+                                                  LineKind.DEF)
     above = line_of(sleep, fetch)
     assert above is not None and above.function == "make_sleep"  # the loop the fetch is in
     legacy = _load(shared_trace(RESNET_LEGACY))
     convs = [e for e in _raw(shared_trace(RESNET_LEGACY)) if e["name"] == "aten::conv2d"]
     callers = {next(x for x in e["args"]["Call stack"].split(";") if "site-packages" not in x) for e in convs}
     assert callers == {"resnet50_profiler_api.py(46): <module>"}
-    assert line_of(legacy, ids(legacy, "aten::conv2d")) == ("resnet50_profiler_api.py", 46, "<module>")
+    assert line_of(legacy, ids(legacy, "aten::conv2d")) == ("resnet50_profiler_api.py", 46, "<module>", LineKind.CALL)
     assert line_of(_load(shared_trace("hta/tracediff_test_v100_rank1of2.json.gz")), [0]) is None
     assert line_of(item, []) is None
 

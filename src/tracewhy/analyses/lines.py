@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tracewhy.analyses.source_lines import I64, B, HostTree, call_stacks, parse_frame
+from tracewhy.analyses.source_lines import I64, B, HostTree, LineKind, call_stacks, parse_frame, running_at_start
 from tracewhy.analyses.steps import StepsResult, steady_span, steps
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, OpAttrCol
 from tracewhy.model.trace import Trace
@@ -26,6 +26,7 @@ class LineCol:
     FILE: Final = "file"
     LINE: Final = "line"
     FUNCTION: Final = "function"
+    LINE_KIND: Final = "line_kind"  # what LINE is (source_lines.LineKind): "def", "at_start" or "call"
     USER: Final = "user"  # user code, not site-packages, torch, the standard library or a builtin
     CALLS: Final = "calls"
     HOST_SELF: Final = "host_self_ns"
@@ -40,9 +41,9 @@ class LineCol:
 
 LINES_SCHEMA: Final = pl.Schema({
     LineCol.FRAME: pl.Int64(), LineCol.FILE: pl.String(), LineCol.LINE: pl.Int64(), LineCol.FUNCTION: pl.String(),
-    LineCol.USER: pl.Boolean(), LineCol.CALLS: pl.Int64(), LineCol.HOST_SELF: pl.Int64(),
-    LineCol.HOST_TOTAL: pl.Int64(), LineCol.GPU_SELF: pl.Int64(), LineCol.GPU: pl.Int64(),
-    LineCol.SYNCS: pl.Int64(), LineCol.OPS: pl.Int64(), LineCol.HOST_STEADY: pl.Int64(),
+    LineCol.LINE_KIND: pl.String(), LineCol.USER: pl.Boolean(), LineCol.CALLS: pl.Int64(),
+    LineCol.HOST_SELF: pl.Int64(), LineCol.HOST_TOTAL: pl.Int64(), LineCol.GPU_SELF: pl.Int64(),
+    LineCol.GPU: pl.Int64(), LineCol.SYNCS: pl.Int64(), LineCol.OPS: pl.Int64(), LineCol.HOST_STEADY: pl.Int64(),
     LineCol.STEP_SHARE: pl.Float64(),
 })
 #: The table as ``lines --json`` lists it: without the frame index (which only stacks refer to).
@@ -155,9 +156,10 @@ def _parse_names(names: pl.Series) -> tuple[pl.DataFrame, I64]:
     frames = pl.DataFrame({
         LineCol.FRAME: np.arange(len(parsed), dtype=np.int64),
         LineCol.FILE: [p[0] for p in parsed], LineCol.LINE: [p[1] for p in parsed],
-        LineCol.FUNCTION: [p[2] for p in parsed], LineCol.USER: [p[3] for p in parsed],
+        LineCol.FUNCTION: [p[2] for p in parsed], LineCol.LINE_KIND: [LineKind.CALL] * len(parsed),
+        LineCol.USER: [p[3] for p in parsed],
     }, schema={k: LINES_SCHEMA[k] for k in (LineCol.FRAME, LineCol.FILE, LineCol.LINE, LineCol.FUNCTION,
-                                            LineCol.USER)})
+                                            LineCol.LINE_KIND, LineCol.USER)})
     index = pl.DataFrame({"name": names}).join(
         pl.DataFrame({"name": distinct, LineCol.FRAME: pl.Series(frame_of_name, dtype=pl.Int64)}), on="name",
         how="left", maintain_order="left").get_column(LineCol.FRAME).to_numpy()
@@ -170,6 +172,12 @@ def _from_frames(trace: Trace, tree: HostTree, include_library: bool,
     up to the next listed frame (builtin calls and ops included)."""
     py = np.flatnonzero(tree.is_python)
     frames, frame_of_py = _frame_names(trace, py)
+    # A frame's name gives where its function starts, or for a frame already running when the
+    # profiler started the line it ran then: never the line of a call (source_lines.LineKind).
+    at_start = np.zeros(frames.height, dtype=bool)
+    at_start[frame_of_py[running_at_start(trace, tree)[py]]] = True
+    frames = frames.with_columns(pl.Series(LineCol.LINE_KIND, np.where(at_start, LineKind.AT_START, LineKind.DEF),
+                                           dtype=pl.String))
     # A builtin call or module scope is what the line calling it does: never a row of its own.
     source = (frames.get_column(LineCol.LINE) > 0).to_numpy()
     listed_py = (source if include_library else frames.get_column(LineCol.USER).to_numpy())[frame_of_py]

@@ -4,7 +4,8 @@ user/library code, the host nesting as arrays, and ``line_of`` for findings to n
 With ``with_stack`` the profiler names a frame ``file.py(N): function``, N being where the
 function starts (``co_firstlineno``), or the line being run when the profiler started for a
 frame already open then. PyTorch <= 1.9 wrote a ``Call stack`` arg on each op instead
-(innermost entry first, each the line being run).
+(innermost entry first, each the line being run). ``LineKind`` says which of these a line is,
+so that a def line is never named as the line of a call.
 """
 
 from __future__ import annotations
@@ -26,12 +27,32 @@ I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
 
 
+class LineKind:
+    """What the line number of a frame is. torch's Python tracer keeps the caller's line of each
+    call in memory but writes none to the trace (torch 2.6 and 2.13 checked: a
+    ``python_function`` event has its name, ``Python id``, ``Python parent id`` and, for a
+    module, ``Python module id``), so the line of a call is only known where the trace wrote
+    the line being run."""
+
+    CALL: Final = "call"  # the line of the call toward the work: a Call stack entry, or a frame
+    #                       open when the profiler started, toward its child open then
+    DEF: Final = "def"  # where the function starts: a frame entered while the profiler ran
+    AT_START: Final = "at_start"  # the line run when the profiler started (a prof.step() or
+    #                               `with profile` line), not the call toward the work under it
+
+
+#: LineKind as small integers in arrays, in this order.
+_KINDS: Final = (LineKind.CALL, LineKind.DEF, LineKind.AT_START)
+_CALL, _DEF, _AT_START = range(len(_KINDS))
+
+
 class SourceLine(NamedTuple):
-    """A Python source line a finding can name."""
+    """A Python source line a finding can name, with what its number is (``LineKind``)."""
 
     file: str
     line: int
     function: str
+    kind: str = LineKind.CALL
 
 
 # "path/to/file.py(123): func" (with_stack frames and legacy Call stack entries).
@@ -140,6 +161,50 @@ class HostTree:
         return total
 
 
+def running_at_start(trace: Trace, tree: HostTree) -> B:
+    """Python frames that were already open when the profiler started. The tracer records each
+    thread's stack as it starts, outermost frame first, before it is installed (torch's
+    ``PythonTracer::start``), so on a thread they are its leading chain: its first root frame,
+    that frame's first child, and so on while each is a frame of source code (a builtin call is
+    only recorded once the tracer runs: it ends the chain). A thread's chain counts only if it
+    starts before the first slice that follows a chain: a thread started later has none open.
+    The chain can run on into the profiler's own first calls (torch code, never the user's)."""
+    n = tree.parent.size
+    running = np.zeros(n, dtype=bool)
+    py = np.flatnonzero(tree.is_python)
+    if py.size == 0:
+        return running
+    names = trace.slices.get_column(Col.NAME).gather(py).cast(pl.String)
+    sourced = [u for u in names.unique().drop_nulls().to_list() if parse_frame(u)[1] > 0]
+    has_source = np.zeros(n, dtype=bool)
+    has_source[py[names.is_in(sourced).to_numpy()]] = True
+    child = np.flatnonzero(tree.parent >= 0)
+    order = child[np.lexsort((child, tree.ts[child], tree.parent[child]))]
+    parents, first = np.unique(tree.parent[order], return_index=True)
+    first_child = np.full(n, -1, dtype=np.int64)
+    first_child[parents] = order[first]
+    s = trace.slices
+    host_roots = np.flatnonzero((tree.depth >= 0) & (tree.parent < 0))
+    roots = (pl.DataFrame({"id": host_roots, "pid": s.get_column(Col.PID).gather(host_roots),
+                           "tid": s.get_column(Col.TID).gather(host_roots), "ts": tree.ts[host_roots]})
+             .sort("ts", "id").unique(["pid", "tid"], keep="first", maintain_order=True).get_column("id").to_list())
+    chains: list[tuple[int, list[int]]] = []
+    first_after = np.iinfo(np.int64).max
+    for root in roots:
+        chain, at = [], root
+        while at >= 0 and has_source[at]:
+            chain.append(at)
+            at = int(first_child[at])
+        if chain:
+            chains.append((root, chain))
+        if chain and at >= 0:
+            first_after = min(first_after, int(tree.ts[at]))
+    for root, chain in chains:
+        if tree.ts[root] < first_after:
+            running[chain] = True
+    return running
+
+
 def call_stacks(trace: Trace) -> pl.DataFrame:
     """Slices with a non-empty legacy ``Call stack``: id and the text."""
     return trace.op_attrs.select(OpAttrCol.ID, OpAttrCol.CALL_STACK).filter(
@@ -153,7 +218,9 @@ def line_of(trace: Trace, slice_ids: list[int] | I64, *, within: bool = False) -
     ``within=False`` (a sync, a launch, a slow op): the innermost user frame above each slice,
     the one above the most of their time. ``within=True`` (a DataLoader fetch, a block): the user
     frame inside them with the most self time, else the one above. Legacy ``Call stack``
-    traces: the innermost user entry of the stacks at or above (inside) the slices.
+    traces: the innermost user entry of the stacks at or above (inside) the slices. ``kind``
+    says what the number is: with ``with_stack`` it is mostly where the function starts, the
+    calling line being nowhere in the trace.
     """
     ids = np.asarray(slice_ids, dtype=np.int64)
     if ids.size == 0:
@@ -165,16 +232,23 @@ def line_of(trace: Trace, slice_ids: list[int] | I64, *, within: bool = False) -
     if tree.is_python.any():
         user = _user_frames(trace, tree)
         owner = tree.nearest(user)
+        running = running_at_start(trace, tree)
         votes_at, weight = owner[ids], np.maximum(tree.dur[ids], 1)
+        # A frame open at the start names the line it was running: the call toward the work
+        # only when that work is under its child open then (a deeper frame open at the start).
+        deepest_running = tree.nearest(running)[ids]
+        toward_child = running[np.maximum(votes_at, 0)] & (deepest_running != votes_at)
+        kinds = np.where(toward_child, _CALL, _kind_codes(running, votes_at))
         if within:
             frames = np.flatnonzero(user & inside)
             if frames.size:
                 votes_at, weight = frames, _user_self_ns(tree, user, owner, frames)
+                kinds = _kind_codes(running, frames)
         keep = votes_at >= 0
         if not keep.any():
             return None
-        best = _heaviest(trace, votes_at[keep], weight[keep])
-        return _source(parse_frame(best))
+        name, kind = _heaviest(trace, votes_at[keep], weight[keep], kinds[keep])
+        return _source(parse_frame(name), kind)
     stacked = call_stacks(trace)
     has = np.zeros(tree.parent.size, dtype=bool)
     has[stacked.get_column(OpAttrCol.ID).to_numpy()] = True
@@ -189,7 +263,7 @@ def line_of(trace: Trace, slice_ids: list[int] | I64, *, within: bool = False) -
         entry = next((p for e in text[op].split(";") if (p := parse_frame(e))[3]), None)
         if entry is not None:
             votes[entry] = votes.get(entry, 0.0) + w
-    return _source(max(votes, key=lambda k: votes[k])) if votes else None
+    return _source(max(votes, key=lambda k: votes[k]), LineKind.CALL) if votes else None
 
 
 class WindowSelfCol:
@@ -199,12 +273,13 @@ class WindowSelfCol:
     FILE: Final = "file"
     LINE: Final = "line"
     FUNCTION: Final = "function"
+    KIND: Final = "kind"  # LineKind of the line
     SELF: Final = "self_ns"
 
 
 WINDOW_SELF_SCHEMA: Final = pl.Schema({
     WindowSelfCol.WINDOW: pl.Int64(), WindowSelfCol.FILE: pl.String(), WindowSelfCol.LINE: pl.Int64(),
-    WindowSelfCol.FUNCTION: pl.String(), WindowSelfCol.SELF: pl.Int64(),
+    WindowSelfCol.FUNCTION: pl.String(), WindowSelfCol.KIND: pl.String(), WindowSelfCol.SELF: pl.Int64(),
 })
 
 
@@ -225,16 +300,18 @@ def user_self_by_window(trace: Trace, starts: I64, ends: I64) -> pl.DataFrame:
     if frames.size == 0:
         return empty
     names = trace.slices.get_column(Col.NAME).gather(frames).cast(pl.String)
-    per_name = (pl.DataFrame({"window": window, "name": names,
+    kinds = _kind_codes(running_at_start(trace, tree), frames)
+    per_name = (pl.DataFrame({"window": window, "name": names, "kind": kinds,
                               "self_ns": _user_self_ns(tree, user, tree.nearest(user), frames)})
-                .group_by("window", "name").agg(pl.col("self_ns").sum()))
+                .group_by("window", "name", "kind").agg(pl.col("self_ns").sum()))
     parsed = [parse_frame(n) for n in per_name.get_column("name").to_list()]
     return pl.DataFrame({
         WindowSelfCol.WINDOW: per_name.get_column("window"), WindowSelfCol.FILE: [p[0] for p in parsed],
         WindowSelfCol.LINE: [p[1] for p in parsed], WindowSelfCol.FUNCTION: [p[2] for p in parsed],
+        WindowSelfCol.KIND: [_KINDS[k] for k in per_name.get_column("kind").to_list()],
         WindowSelfCol.SELF: per_name.get_column("self_ns"),
     }, schema=WINDOW_SELF_SCHEMA).sort(WindowSelfCol.WINDOW, WindowSelfCol.FILE, WindowSelfCol.LINE,
-                                       WindowSelfCol.FUNCTION)
+                                       WindowSelfCol.FUNCTION, WindowSelfCol.KIND)
 
 
 def _user_frames(trace: Trace, tree: HostTree) -> B:
@@ -257,13 +334,21 @@ def _user_self_ns(tree: HostTree, user: B, owner: I64, frames: I64) -> I64:
     return self_ns
 
 
-def _heaviest(trace: Trace, frames: I64, weight: I64) -> str:
-    """The frame name (of these frame slices) with the most weight in all."""
+def _kind_codes(running: B, frames: I64) -> I64:
+    """A frame's line as its name gives it: the line run at the start for a frame open then,
+    else where its function starts."""
+    codes: I64 = np.where(running[np.maximum(frames, 0)], _AT_START, _DEF).astype(np.int64)
+    return codes
+
+
+def _heaviest(trace: Trace, frames: I64, weight: I64, kinds: I64) -> tuple[str, str]:
+    """The frame name and LineKind (of these frame slices) with the most weight in all."""
     names = trace.slices.get_column(Col.NAME).gather(frames).cast(pl.String)
-    by_name = pl.DataFrame({"name": names, "w": weight})
-    return str(by_name.group_by("name").agg(pl.col("w").sum()).sort(["w", "name"], descending=[True, False])
-               .get_column("name")[0])
+    by_name = pl.DataFrame({"name": names, "kind": kinds, "w": weight})
+    top = by_name.group_by("name", "kind").agg(pl.col("w").sum()).sort(
+        ["w", "name", "kind"], descending=[True, False, False]).row(0, named=True)
+    return str(top["name"]), _KINDS[int(top["kind"])]
 
 
-def _source(parsed: tuple[str, int, str, bool]) -> SourceLine:
-    return SourceLine(file=parsed[0], line=parsed[1], function=parsed[2])
+def _source(parsed: tuple[str, int, str, bool], kind: str = LineKind.CALL) -> SourceLine:
+    return SourceLine(file=parsed[0], line=parsed[1], function=parsed[2], kind=kind)

@@ -1,7 +1,8 @@
 """The user source line behind a host, sync or input finding: which host slices
 each finding is about, the line ``line_of`` names for them (once per diagnosis), and how a
-finding words it. Traces without Python frames (``with_stack``) or legacy ``Call stack`` args
-get no line, so their findings read exactly as before."""
+finding words it: a line of a call, or the function when the trace has no line of the call.
+Traces without Python frames (``with_stack``) or legacy ``Call stack`` args get no line, so
+their findings read exactly as before."""
 
 from __future__ import annotations
 
@@ -15,15 +16,24 @@ import polars as pl
 from tracewhy.analyses import api_names
 from tracewhy.analyses.gaps import GapClass, GapCol
 from tracewhy.analyses.host_activity import Flag
-from tracewhy.analyses.source_lines import SourceLine, WindowSelfCol, call_stacks, line_of, user_self_by_window
+from tracewhy.analyses.source_lines import (
+    LineKind,
+    SourceLine,
+    WindowSelfCol,
+    call_stacks,
+    line_of,
+    user_self_by_window,
+)
 from tracewhy.analyses.steps import StepCol
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.context import Context
 from tracewhy.model.schema import Col, Kind
 
 I64 = npt.NDArray[np.int64]
-#: How a finding introduces the line it names.
+#: How a finding introduces the line it names: a line of a call, else (a with_stack frame
+#: names no calling line) the function.
 USER_LINE: Final = "user line"
+USER_FUNCTION: Final = "user function"
 
 
 def has_stacks(ctx: Context) -> bool:
@@ -94,7 +104,7 @@ def spike_line(ctx: Context, spike_steps: list[int], excess_ns: float) -> tuple[
     if not has_stacks(ctx) or not spike_steps:
         return None
     w = WindowSelfCol
-    frame = [w.FILE, w.LINE, w.FUNCTION]
+    frame = [w.FILE, w.LINE, w.FUNCTION, w.KIND]
 
     def mean_self(table: pl.DataFrame, steps: list[int], alias: str) -> pl.DataFrame:
         return (table.filter(pl.col(w.WINDOW).is_in(steps)).group_by(frame)
@@ -110,22 +120,33 @@ def spike_line(ctx: Context, spike_steps: list[int], excess_ns: float) -> tuple[
             return None
         grown = (mean_self(frames, spike_steps, "spike").join(mean_self(frames, base, "base"), on=frame, how="left")
                  .with_columns((pl.col("spike") - pl.col("base").fill_null(0)).alias("extra"))
-                 .sort(["extra", *frame], descending=[True, False, False, False]))
+                 .sort(["extra", *frame], descending=[True, False, False, False, False]))
         top = grown.row(0, named=True) if grown.height else None
         if top is None or top["extra"] < th.SPIKE_LINE_MIN_SHARE * excess_ns / len(spike_steps):
             return None
-        return SourceLine(file=top[w.FILE], line=top[w.LINE], function=top[w.FUNCTION]), round(top["extra"])
+        return (SourceLine(file=top[w.FILE], line=top[w.LINE], function=top[w.FUNCTION], kind=top[w.KIND]),
+                round(top["extra"]))
     return ctx.cached(f"source_line:spikes:{spike_steps}", compute)
 
 
 def named(line: SourceLine | None, before: str = "", after: str = "") -> str:
-    """``user line train.py:52 in train_step`` between ``before`` and ``after``; "" without a
-    line, so a finding's text is unchanged on a trace without stacks."""
-    return "" if line is None else f"{before}{USER_LINE} {where(line)}{after}"
+    """``user line train.py:52 in train_step`` (or ``user function ...`` when the trace has no
+    line of the call) between ``before`` and ``after``; "" without a line, so a finding's text
+    is unchanged on a trace without stacks."""
+    if line is None:
+        return ""
+    return f"{before}{USER_LINE if line.kind == LineKind.CALL else USER_FUNCTION} {where(line)}{after}"
 
 
 def where(line: SourceLine) -> str:
-    """``train.py:52 in train_step``: with ``with_stack`` the line is where the function starts."""
+    """``train.py:52 in train_step`` for the line of a call. A with_stack frame entered while
+    profiling names where its function starts: ``train_step defined at train.py:40``, never
+    passed off as the calling line; a frame already running when profiling began names the line
+    it ran then (the profiler's start), so only its function and file are named."""
+    if line.kind == LineKind.DEF:
+        return f"{line.function} defined at {line.file}:{line.line}"
+    if line.kind == LineKind.AT_START:
+        return f"{line.function} in {line.file}, running since before profiling began"
     return f"{line.file}:{line.line} in {line.function}"
 
 
@@ -135,5 +156,6 @@ def frame_name(line: SourceLine) -> str:
 
 
 def evidence(line: SourceLine | None) -> dict[str, Any]:
-    """The ``line`` entry of a finding's evidence; nothing without a line."""
-    return {} if line is None else {"line": {"file": line.file, "line": line.line, "function": line.function}}
+    """The ``line`` entry of a finding's evidence (``kind``: a LineKind); nothing without a line."""
+    return {} if line is None else {"line": {"file": line.file, "line": line.line, "function": line.function,
+                                             "kind": line.kind}}

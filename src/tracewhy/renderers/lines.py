@@ -71,31 +71,44 @@ LINES_TABLE: Final = Layout(
 
 
 def _table(r: LinesResult, rows: Any, title: str) -> FitTable:
-    from tracewhy.analyses.lines import LineCol
+    from tracewhy.analyses.lines import SOURCE_FRAMES, LineCol
 
     gpu = r.gpu_time_ns > 0
+    frames = r.source == SOURCE_FRAMES
     t = LINES_TABLE.table(title, "self: time not in a listed frame below"
                           + ("; GPU: work launched under the line" if gpu else "")
-                          + "; share: host total over the steady steps",
+                          + "; share: host total over the steady steps"
+                          + ("; def N: the function's first line (no line of a call is recorded); running at "
+                             "start: open before profiling began, its line unknown" if frames else ""),
                           omit=() if gpu else ("GPU self", "GPU total"))
     for row in rows.iter_rows(named=True):
         gpu_cells = (fmt_ns(row[LineCol.GPU_SELF]), fmt_ns(row[LineCol.GPU])) if gpu else ()
-        t.add_row(location(row[LineCol.FILE], row[LineCol.LINE], row[LineCol.FUNCTION]),
+        t.add_row(location(row[LineCol.FILE], row[LineCol.LINE], row[LineCol.FUNCTION], row[LineCol.LINE_KIND]),
                   str(row[LineCol.CALLS]), fmt_ns(row[LineCol.HOST_SELF]), fmt_ns(row[LineCol.HOST_TOTAL]),
                   *gpu_cells, str(row[LineCol.SYNCS]), str(row[LineCol.OPS]), fmt_pct(row[LineCol.STEP_SHARE]))
     return t
 
 
-def location(file: str, line: int, function: str) -> str:
-    """``file:line function`` (a frame without a file: its name alone)."""
-    return f"{file}:{line} {function}" if file else function
+def location(file: str, line: int, function: str, kind: str | None = None) -> str:
+    """``file:line function`` for the line of a call, ``file:line def function`` for where the
+    function starts, ``file function (running at start)`` for a frame open before profiling
+    began (its line then was the profiler's start); a frame without a file: its name alone."""
+    from tracewhy.analyses.source_lines import LineKind
+
+    if not file:
+        return function
+    if kind == LineKind.DEF:
+        return f"{file}:{line} def {function}"
+    if kind == LineKind.AT_START:
+        return f"{file} {function} (running at start)"
+    return f"{file}:{line} {function}"
 
 
 def _labels(r: LinesResult) -> dict[int, str]:
     from tracewhy.analyses.lines import LineCol
 
-    cols = r.table.select(LineCol.FRAME, LineCol.FILE, LineCol.LINE, LineCol.FUNCTION)
-    return {frame: location(file, line, function) for frame, file, line, function in cols.iter_rows()}
+    cols = r.table.select(LineCol.FRAME, LineCol.FILE, LineCol.LINE, LineCol.FUNCTION, LineCol.LINE_KIND)
+    return {frame: location(file, line, function, kind) for frame, file, line, function, kind in cols.iter_rows()}
 
 
 def _weighted(r: LinesResult, weight: str) -> list[tuple[list[int], int]]:
