@@ -21,6 +21,7 @@ import pytest
 
 import tracewhy
 from conftest import GENERATED, ROOT, shared_trace
+from tracewhy.analyses.account import AccountCol, step_account
 from tracewhy.analyses.lines import LineCol, LinesResult, lines
 from tracewhy.analyses.source_lines import HostTree, LineKind, line_of, parse_frame, running_at_start
 from tracewhy.findings import source_line
@@ -154,3 +155,12 @@ def test_legacy_call_stacks_are_lines_of_calls() -> None:
     line = line_of(legacy, _ids(legacy, r"^aten::conv2d$"))
     assert line is not None and line.kind == LineKind.CALL
     assert source_line.named(line).startswith(f"user line {line.file}:{line.line} in ")
+
+
+def test_the_step_account_names_a_loop_running_at_the_start_without_its_prof_step_line() -> None:
+    """The account splits host time by the user frame above it: the loop's own time is a part,
+    named by its function, not by the ``prof.step()`` line the trace gives its frame."""
+    parts = step_account(_load(_generated("loop"))).parts.get_column(AccountCol.PART).to_list()
+    loop = [p for p in parts if "make_loop" in p]
+    assert loop == ["host: lines_traces.py make_loop (running at start)"]
+    assert f"host: lines_traces.py:{_function('python_loop_sum').lineno} python_loop_sum" in parts

@@ -21,7 +21,7 @@ from tracewhy.analyses import api_names
 from tracewhy.analyses.compile_slices import ROLE, Role, marked_slices
 from tracewhy.analyses.critical_path_edges import backward_threads
 from tracewhy.analyses.families import collective_op, collective_range
-from tracewhy.analyses.source_lines import HostTree, parse_frame
+from tracewhy.analyses.source_lines import HostTree, parse_frame, running_at_start
 from tracewhy.model.schema import HOST_KINDS, KIND_CODE, LAUNCH_KINDS, Col, Kind, OpAttrCol
 from tracewhy.model.trace import Trace
 
@@ -52,6 +52,7 @@ class HostContext:
     outer_op: I64  # outermost op at or above (a CPU op, or an emit_nvtx op range)
     outer_block: I64  # outermost annotation at or above that is no step marker, phase, fetch or op
     user_frame: I64  # innermost user-code Python frame at or above
+    running_at_start: B  # Python frames already open when the profiler started (their line is its start)
     recorded: I64  # the slice itself, or for a Python frame the nearest slice above it that is none
     #: Forward ops run again by the autograd engine (activation checkpointing's recompute): the
     #: nearest op at or above that autograd records (a sequence number) under an engine node or
@@ -174,7 +175,7 @@ def host_context(trace: Trace, markers: I64) -> HostContext:
         user[py[texts.is_in(user_names).to_numpy()]] = True
     return HostContext(
         context=context, outer_op=outer_op, outer_block=_outermost(tree, block), user_frame=tree.nearest(user),
-        recorded=tree.nearest(recorded),
+        running_at_start=running_at_start(trace, tree), recorded=tree.nearest(recorded),
         recompute=tree.nearest(recorded_op & ((tree.nearest(autograd | foreign) >= 0) | on_backward_thread)),
         in_backward=in_backward,
         collective=collective, has_frames=bool(tree.is_python.any()),

@@ -242,7 +242,7 @@ class PartRules:
             return self.part(PartName.STREAM_WAIT, PartKind.SYNC), self.item(name or "unrecorded wait")
         if attr < 0:  # a host thread with nothing open
             if frame >= 0:
-                line = _line(self.ctx.name(frame))
+                line = _line(self.ctx, frame)
                 return self.part(f"host: {line}", PartKind.HOST), self.item(line)
             return self.part(PartName.UNTRACED, PartKind.IDLE), self.item("nothing open")
         context = HostPurpose(int(self.ctx.context[attr])) if self.kind[attr] != Kind.KERNEL.value else HostPurpose.NONE
@@ -335,7 +335,7 @@ class PartRules:
     def _host_item(self, slice_id: int, frame: int) -> int:
         """What to show as evidence for host time: the user line, else the outermost op, else the slice."""
         if frame >= 0:
-            return self.item(_line(self.ctx.name(frame)))
+            return self.item(_line(self.ctx, frame))
         op = int(self.ctx.outer_op[slice_id])
         return self.item(self.ctx.name(op if op >= 0 else slice_id))
 
@@ -347,7 +347,7 @@ class PartRules:
         essential = self.cpu_only and not ctx.has_phases and op >= 0
         item = self._host_item(slice_id, frame)
         if frame >= 0:
-            return self.part(f"host: {_line(ctx.name(frame))}", PartKind.HOST, essential), item
+            return self.part(f"host: {_line(ctx, frame)}", PartKind.HOST, essential), item
         block = int(ctx.outer_block[slice_id])
         if block >= 0:
             return self.part(f"host: {ctx.name(block)}", PartKind.HOST, essential), item
@@ -371,7 +371,13 @@ def _distinct_rows(columns: list[I64]) -> tuple[I64, I64]:
             joined.get_column("_group").to_numpy().astype(np.int64))
 
 
-def _line(frame_name: str) -> str:
-    """A user frame as "file.py:52 function" (the file's base name: the path is in the frame)."""
-    file, line, function, _ = parse_frame(frame_name)
-    return f"{posixpath.basename(file)}:{line} {function}" if file else function
+def _line(ctx: HostContext, frame: int) -> str:
+    """A user frame as "file.py:52 function" (the file's base name: the path is in the frame). A
+    frame already running when the profiler started is named without its line, which is the
+    profiler's start (a prof.step() line), where none of the frame's own time is."""
+    file, line, function, _ = parse_frame(ctx.name(frame))
+    if not file:
+        return function
+    if ctx.running_at_start[frame]:
+        return f"{posixpath.basename(file)} {function} (running at start)"
+    return f"{posixpath.basename(file)}:{line} {function}"
