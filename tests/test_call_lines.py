@@ -164,3 +164,20 @@ def test_the_step_account_names_a_loop_running_at_the_start_without_its_prof_ste
     loop = [p for p in parts if "make_loop" in p]
     assert loop == ["host: lines_traces.py make_loop (running at start)"]
     assert f"host: lines_traces.py:{_function('python_loop_sum').lineno} python_loop_sum" in parts
+
+
+def test_a_trace_cut_after_the_profiler_started_has_no_frame_running_at_the_start(tmp_path: Path) -> None:
+    """cpu_lines_item cut at its second ``synthetic_batch`` call, as a tool trimming a window
+    would: its thread now begins with frames entered while profiling, one of whose names the
+    trace repeats later (the function's def line), so none is taken for the profiler's start."""
+    with gzip.open(_generated("item"), "rt", encoding="utf-8") as f:
+        doc = json.load(f)
+    events = doc["traceEvents"]
+    cut = sorted(e["ts"] for e in events if e.get("name", "").endswith("): synthetic_batch"))[1]
+    doc["traceEvents"] = [e for e in events if e.get("ph") != "X" or e["ts"] >= cut]
+    path = tmp_path / "cut.pt.trace.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    trace = tracewhy.load(path)
+    first = trace.slices.filter(pl.col(Col.KIND) == "python").sort(Col.TS).get_column(Col.NAME).cast(pl.String)[0]
+    assert first.endswith("): synthetic_batch")
+    assert not running_at_start(trace, HostTree.of(trace)).any()

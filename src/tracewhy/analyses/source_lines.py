@@ -168,7 +168,10 @@ def running_at_start(trace: Trace, tree: HostTree) -> B:
     that frame's first child, and so on while each is a frame of source code (a builtin call is
     only recorded once the tracer runs: it ends the chain). A thread's chain counts only if it
     starts before the first slice that follows a chain: a thread started later has none open.
-    The chain can run on into the profiler's own first calls (torch code, never the user's)."""
+    A chain ends before a frame whose name (line included) is also a frame outside the chains:
+    a function entered while profiling is named by its def line, which no line running inside
+    it repeats, so such a frame was entered, not found (a trace cut from a longer one). The
+    chain can run on into the profiler's own first calls (torch code, never the user's)."""
     n = tree.parent.size
     running = np.zeros(n, dtype=bool)
     py = np.flatnonzero(tree.is_python)
@@ -202,6 +205,12 @@ def running_at_start(trace: Trace, tree: HostTree) -> B:
     for root, chain in chains:
         if tree.ts[root] < first_after:
             running[chain] = True
+    if running.any():
+        chained = running[py]
+        entered = names.filter(~pl.Series(chained)).unique().to_list()
+        repeated = np.zeros(n, dtype=bool)
+        repeated[py[chained & names.is_in(entered).to_numpy()]] = True
+        running &= ~(tree.nearest(repeated) >= 0)
     return running
 
 
