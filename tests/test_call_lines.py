@@ -181,3 +181,21 @@ def test_a_trace_cut_after_the_profiler_started_has_no_frame_running_at_the_star
     first = trace.slices.filter(pl.col(Col.KIND) == "python").sort(Col.TS).get_column(Col.NAME).cast(pl.String)[0]
     assert first.endswith("): synthetic_batch")
     assert not running_at_start(trace, HostTree.of(trace)).any()
+
+
+def test_a_read_in_a_loop_the_profiler_started_in_names_the_loop_not_its_start_line() -> None:
+    """cpu_lines_started: ``prof.start()`` runs inside the loop, which reads the loss with
+    ``.item()`` on a line of its own. The trace names the loop's frame by the ``prof.start()``
+    line and nothing by the read's line, so the finding names the loop's function alone."""
+    path = _generated("started")
+    start_line = _call_line("make_started", "            prof.start()")
+    read_line = _call_line("make_started", "loss.item()")
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        frames = {e["name"] for e in json.load(f)["traceEvents"] if e.get("cat") == "python_function"}
+    assert f"{SCRIPT.name}({start_line}): make_started" in frames
+    assert not any(name.startswith(f"{SCRIPT.name}({read_line}):") for name in frames)
+    [f] = [f for f in diagnose(_load(path)).findings if f.code == Code.SCALAR_READ_PER_STEP]
+    assert f.evidence["line"] == {"file": SCRIPT.name, "line": start_line, "function": "make_started",
+                                  "kind": LineKind.AT_START}
+    assert "user function make_started in lines_traces.py, running since before profiling began" in f.statement
+    assert f"{SCRIPT.name}:{start_line}" not in f.statement + f.next_step

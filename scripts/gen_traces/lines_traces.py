@@ -111,3 +111,38 @@ PLANTED_ITEM = (f"{_def_line(read_metrics)} calls `.item()` {ITEM_READS_PER_STEP
 PLANTED_LOOP = (f"{_def_line(python_loop_sum)} loops in Python over {LOOP_ELEMENTS} elements of the batch "
                 "every step (aten::add / aten::mul / aten::select per element); first by host self time "
                 "and by the CPU ops it calls.")
+
+
+# Appended below the planted functions above so that their lines, which the traces already
+# made name, stay where they are.
+STARTED_FILE = "cpu_lines_started.pt.trace.json.gz"
+START_AT_ITERATION = 2
+STARTED_STEPS = 3
+# No wait and no warm-up: prof.start() starts recording at once, in the loop's own frame.
+STARTED_SCHEDULE = {"wait": 0, "warmup": 0, "active": STARTED_STEPS}
+
+
+def make_started(dest: Path) -> None:
+    """The profiler started inside the loop (``prof.start()`` at its third iteration): the loop's
+    frame is already running then, and it reads the loss with ``.item()`` on its own line."""
+    seed_everything()
+    model, optimizer = make_model()
+    g = torch.Generator().manual_seed(0)
+    prof = cpu_profile(schedule=step_schedule(**STARTED_SCHEDULE), with_stack=True)
+    losses = []
+    for i in range(START_AT_ITERATION + STARTED_STEPS):
+        if i == START_AT_ITERATION:
+            prof.start()
+        x, y = synthetic_batch(g)
+        loss = train_step(model, optimizer, x, y)
+        losses.append(loss.item())
+        if i >= START_AT_ITERATION:
+            prof.step()
+    prof.stop()
+    export_trace(prof, dest)
+
+
+PLANTED_STARTED = (f"`prof.start()` inside the loop of {_def_line(make_started)} at iteration {START_AT_ITERATION}; "
+                   "the loop's own frame, running when the profiler started, is named by the `prof.start()` line, "
+                   "and reads the loss with `.item()` on another of its lines once per step "
+                   f"({STARTED_STEPS} ProfilerSteps).")

@@ -190,6 +190,9 @@ SPECS: tuple[TraceSpec, ...] = (
           ("lines_item", lines_traces.ITEM_FILE, lines_traces.make_item, lines_traces.PLANTED_ITEM),
           ("lines_loop", lines_traces.LOOP_FILE, lines_traces.make_loop, lines_traces.PLANTED_LOOP),
       )),
+    TraceSpec("lines_started", (lines_traces.STARTED_FILE,), _one(lines_traces.STARTED_FILE, lines_traces.make_started),
+              "lines_traces.make_started", lines_traces.OPTIONS, _sched(lines_traces.STARTED_SCHEDULE),
+              lines_traces.PLANTED_STARTED),
 )
 
 DEMO = TraceSpec(
