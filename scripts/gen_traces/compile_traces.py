@@ -90,6 +90,32 @@ class TinyNet(nn.Module):
         return self.head(x)
 
 
+class LoopBreakNet(nn.Module):
+    """A graph break inside a ``for`` loop of the compiled function: Dynamo cannot resume in a
+    loop, so it skips the whole frame and ``forward`` runs eagerly. Only tensor functions are
+    called (no submodule frames Dynamo could compile on their own)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weights = nn.ParameterList(nn.Parameter(torch.randn(WIDTH, WIDTH) / WIDTH**0.5)
+                                        for _ in range(N_BLOCKS))
+        self.head = nn.Parameter(torch.randn(WIDTH, NUM_CLASSES) / WIDTH**0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for w in self.weights:
+            x = x + torch.relu(x @ w)
+            torch._dynamo.graph_break()
+        return x @ self.head
+
+
+class ScaledNet(TinyNet):
+    """TinyNet whose forward takes a Python int: compiled with ``dynamic=False`` each new
+    value fails the guard ``n == value`` and recompiles the frame."""
+
+    def forward(self, x: torch.Tensor, n: int = 1) -> torch.Tensor:  # type: ignore[override]
+        return super().forward(x) * n
+
+
 class PerBlockNet(TinyNet):
     """Each block compiled on its own (the model's forward stays eager), with an eager
     layer norm between blocks: compiled regions separated by eager aten ops."""
@@ -115,6 +141,9 @@ class Case:
     planted: str
     small_batch_step: int | None = None  # 0-based trace step fed SMALL_LAST_BATCH
     cuda_only: bool = False
+    small_batch_from: int | None = None  # 0-based trace step from which every batch is SMALL_LAST_BATCH
+    int_argument: bool = False  # forward(x, n) with n = the trace step + 2, a new int every step
+    dynamo_config: tuple[tuple[str, int], ...] = ()  # torch._dynamo.config values set first
 
     def trace_name(self) -> str:
         return f"{file_prefix()}_{self.key}.pt.trace.json.gz"
@@ -123,8 +152,10 @@ class Case:
         return f"{file_prefix()}_{self.key}.torch_logs.txt"
 
     def batch_size(self, step: int) -> int:
-        """The dynamic-shape case feeds a smaller batch in one step."""
-        return SMALL_LAST_BATCH if step == self.small_batch_step else BATCH
+        """The dynamic-shape cases feed a smaller batch in one step or from one step on."""
+        if step == self.small_batch_step or (self.small_batch_from is not None and step >= self.small_batch_from):
+            return SMALL_LAST_BATCH
+        return BATCH
 
     def options(self) -> str:
         """The profiler options, for the manifest."""
@@ -177,6 +208,38 @@ CASES: tuple[Case, ...] = (
          "mode='reduce-overhead' (CUDA graph trees): the compiled forward and backward "
          "replay CUDA graphs (cudaGraphLaunch) after the first steps.", cuda_only=True),
 )
+# Steps for the recompile cases: enough steady steps after the recompiles for a median.
+LONG = {"wait": 0, "warmup": 0, "active": 7}
+RECOMPILE_LIMIT = 2
+CASES += (
+    Case("compile_loop_skip", lambda: _compiled(LoopBreakNet()), COLD, False, 0, (),
+         f"torch._dynamo.graph_break() inside the for loop over {N_BLOCKS} weights in "
+         "LoopBreakNet.forward (torch.compile(model)): Dynamo skips the frame (graph break in "
+         "a loop), so forward runs eagerly in every step and no Torch-Compiled Region runs; "
+         "step 0 holds the compile attempt."),
+    Case("compile_recompile_limit", lambda: _compiled(ScaledNet(), dynamic=False), LONG, False, 0, (1,),  # type: ignore[arg-type]
+         f"forward(x, n) with a new Python int n every step, compiled with dynamic=False and "
+         f"torch._dynamo.config.recompile_limit={RECOMPILE_LIMIT}: step 0 compiles 0/0, step 1 "
+         "recompiles (0/1, guard on n), step 2 hits the recompile limit (the log's 'hit "
+         "config.recompile_limit') and forward runs eagerly from then on.",
+         int_argument=True, dynamo_config=(("recompile_limit", RECOMPILE_LIMIT),)),
+    Case("compile_recompile_every", lambda: _compiled(ScaledNet(), dynamic=False), LONG, False, 0,  # type: ignore[arg-type]
+         tuple(range(1, LONG["active"])),
+         "forward(x, n) with a new Python int n every step, compiled with dynamic=False and "
+         "recompile_limit=16: every step recompiles forward (compile ids 0/1..0/6, each after "
+         "the guard on n fails).",
+         int_argument=True, dynamo_config=(("recompile_limit", 16),)),
+    Case("compile_recompile_once", lambda: _compiled(TinyNet()), LONG, False, 0, (2,),
+         f"a one-time recompile: batches of {BATCH} in steps 0-1, then {SMALL_LAST_BATCH} from "
+         "step 2 on; Dynamo recompiles forward once (0/1, tensor size guard on x) with a "
+         "dynamic batch dimension and every later step reuses it.", small_batch_from=2),
+    Case("compile_item_every", lambda: _compiled(TinyNet(item_break=True), dynamic=False), LONG, False, 1,  # type: ignore[arg-type]
+         tuple(range(1, LONG["active"])),
+         "x.abs().mean().item() in TinyNet.forward before the head, compiled with dynamic=False: "
+         "the float goes into the resume function, whose guard `== value` fails with every "
+         "step's new value, so the graph break recompiles the resume function every step "
+         "(1/1..1/6; recompile_limit=16).", dynamo_config=(("recompile_limit", 16),)),
+)
 BY_KEY = {case.key: case for case in CASES}
 
 
@@ -188,6 +251,8 @@ def _train(case: Case, dest: Path) -> None:
     """The case's training loop under the profiler (runs in the child process)."""
     seed_everything()
     torch.use_deterministic_algorithms(False)  # inductor's fallbacks need not be deterministic
+    for option, value in case.dynamo_config:
+        setattr(torch._dynamo.config, option, value)
     dev = device()
     model = case.build().to(dev)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -204,7 +269,8 @@ def _train(case: Case, dest: Path) -> None:
             x = torch.randn(n, WIDTH, generator=g).to(dev)
             y = torch.randint(0, NUM_CLASSES, (n,), generator=g).to(dev)
             with record_function("forward"):
-                loss = nn.functional.cross_entropy(model(x), y)
+                out = model(x, i - skipped + 2) if case.int_argument else model(x)
+                loss = nn.functional.cross_entropy(out, y)
             with record_function("backward"):
                 loss.backward()
             with record_function("optimizer"):
