@@ -28,7 +28,8 @@ from tracewhy.reports.diagnose import Report, diagnose
 
 #: The cause each generated trace was made to show, as diagnose must rank it: the first findings
 #: after the trust ones. The .item() break also recompiles its resume function once (step 1,
-#: steady): that recompile costs seconds, the break microseconds, so it ranks first.
+#: steady): that recompile's seconds are most of the steady mean, so it leads, stated as the
+#: one-time cost it is (low severity, nothing recoverable per step).
 FIRST: dict[str, tuple[Code, ...]] = {
     "break_top": (Code.GRAPH_BREAKS,),
     "break_loop": (Code.GRAPH_BREAKS,),
@@ -56,7 +57,8 @@ def _one(report: Report, code: Code) -> Finding:
 def test_diagnose_names_the_planted_cause_first(case: str) -> None:
     ranked = _ranked(_diagnosis(case))
     assert tuple(f.code for f in ranked[:len(FIRST[case])]) == FIRST[case]
-    assert all(f.severity in (Severity.HIGH, Severity.MEDIUM) for f in ranked[:len(FIRST[case])])
+    assert all(f.severity in (Severity.HIGH, Severity.MEDIUM) or f.evidence.get("one_time_cost")
+               for f in ranked[:len(FIRST[case])])
 
 
 @pytest.mark.parametrize("case", ["break_top", "break_item", "break_loop"])
@@ -79,7 +81,8 @@ def test_no_compile_finding_without_a_break_or_recompile() -> None:
     assert Code.COMPILE_COLD_START in codes
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c != "break_loop"])
+# break_loop compiled before the capture; loop_skip's Dynamo gave up in 0.1 s, before inductor.
+@pytest.mark.parametrize("case", [c for c in CASES if c not in ("break_loop", "loop_skip")])
 def test_cold_start_is_reported_though_it_is_warm_up(case: str) -> None:
     report = _diagnosis(case)
     f = _one(report, Code.COMPILE_COLD_START)
@@ -99,7 +102,8 @@ def test_recompile_with_logs_names_the_guard(capsys: pytest.CaptureFixture[str])
                  "--json"]) == 0
     findings = json.loads(capsys.readouterr().out)["findings"]
     first = next(f for f in findings if f["severity"] != "trust")
-    assert first["code"] == "recompile" and first["severity"] == "high"
+    # Recompiled once, in the last step: a one-time cost, not a per-step one.
+    assert first["code"] == "recompile" and first["severity"] == "low" and "one-time" in first["statement"]
     assert "tensor 'x' size mismatch at index 0. expected 16, actual 12" in first["statement"]
     assert "ProfilerStep#4" in first["statement"]
 
@@ -119,23 +123,17 @@ def test_recompile_cost_is_its_compile_work() -> None:
     step = recompiles.index(1)
     assert f.evidence["cost_ns"] == _compile_ns("recompile")[step]
     steady = int(_diagnosis("recompile").steps.table.get_column("steady").sum())
-    assert f.recoverable_ns_per_step == round(f.evidence["cost_ns"] / steady)
+    assert steady > 1 and f.recoverable_ns_per_step == 0  # paid once: nothing to recover per step
 
 
-def test_spike_steps_name_their_compile_work() -> None:
-    """The recompile step is a spike: explained as compile work (seconds of it, the amount the
-    compile analysis measures in that step), not as machine noise; its cost is the recompile
-    finding's, not counted twice."""
+def test_the_recompile_step_is_the_recompile_findings_not_a_spike() -> None:
+    """The recompile step is seconds longer than the others, but the recompile finding states it
+    (with its cost, the compile work of that step): step-time-spikes does not repeat it."""
     report = _diagnosis("recompile")
-    f = _one(report, Code.STEP_TIME_SPIKES)
     step = _planted("recompile")[1].index(1)
-    name = report.steps.table.row(step, named=True)["name"]
-    assert step in f.evidence["spike_steps"]
-    assert f.evidence["compile_ns"] == _compile_ns("recompile")[step]
-    assert "torch.compile work" in f.statement and name in f.statement
-    assert "machine noise" not in f.statement
-    assert f.see == (Code.RECOMPILE,)
-    assert f.recoverable_ns_per_step < _one(report, Code.RECOMPILE).recoverable_ns_per_step
+    assert _one(report, Code.RECOMPILE).evidence["cost_ns"] == _compile_ns("recompile")[step] > 1_000_000_000
+    spikes = [f for f in report.findings if f.code == Code.STEP_TIME_SPIKES]
+    assert all(step not in f.evidence["spike_steps"] and "torch.compile work" not in f.statement for f in spikes)
 
 
 def test_scalar_reads_inside_compiling_are_the_compilers() -> None:

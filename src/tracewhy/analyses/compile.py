@@ -23,6 +23,7 @@ import numpy as np
 import polars as pl
 
 from tracewhy.analyses import compile_markers as M
+from tracewhy.analyses.compile_fallback import FALLBACKS_SCHEMA, FallbackCol, compile_fallbacks
 from tracewhy.analyses.compile_kernels import kernel_items, region_work
 from tracewhy.analyses.compile_slices import ROLE, STEP_INDEX, Role, marked_slices, step_of
 from tracewhy.analyses.steps import StepsResult, WindowCol, step_windows, steps
@@ -74,6 +75,7 @@ class RecompileCol:
     STEP: Final = CompileStepCol.STEP
     STEADY: Final = CompileStepCol.STEADY
     COST_NS: Final = "cost_ns"  # compile work of this id (forward and backward)
+    FRAME_STEPS: Final = "frame_recompile_steps"  # captured steps in which this frame recompiled
 
 
 class BreakCol:
@@ -99,6 +101,7 @@ REGIONS_SCHEMA: Final = pl.Schema({
 RECOMPILES_SCHEMA: Final = pl.Schema({
     RecompileCol.REGION: pl.String(), RecompileCol.FRAME: pl.Int64(), RecompileCol.COMPILE: pl.Int64(),
     RecompileCol.STEP: pl.String(), RecompileCol.STEADY: pl.Boolean(), RecompileCol.COST_NS: pl.Int64(),
+    RecompileCol.FRAME_STEPS: pl.Int64(),
 })
 BREAKS_SCHEMA: Final = pl.Schema({BreakCol.FUNCTION: pl.String(), BreakCol.LOCATION: pl.String(),
                                   BreakCol.CALLS: pl.Int64(), BreakCol.STEPS: pl.Int64()})
@@ -107,7 +110,9 @@ BREAKS_SCHEMA: Final = pl.Schema({BreakCol.FUNCTION: pl.String(), BreakCol.LOCAT
 @dataclass(frozen=True)
 class CompileResult(Rows, rows="per_step"):
     """What torch.compile did in the captured steps: ``per_step`` (COMPILE_STEPS_SCHEMA),
-    ``regions`` (REGIONS_SCHEMA), ``recompiles`` (RECOMPILES_SCHEMA), ``breaks`` (BREAKS_SCHEMA).
+    ``regions`` (REGIONS_SCHEMA), ``recompiles`` (RECOMPILES_SCHEMA), ``breaks`` (BREAKS_SCHEMA),
+    ``fallbacks`` (FALLBACKS_SCHEMA: frames that stopped running compiled, whose last compile is
+    not in ``recompiles``).
     ``graph_breaks_per_step`` is the median
     over steady steps (None without one); ``recompiles`` counts every captured step;
     ``cold_start_ns`` is the compile work of the first step when that step compiles a frame
@@ -117,6 +122,7 @@ class CompileResult(Rows, rows="per_step"):
     regions: pl.DataFrame
     recompiles: pl.DataFrame
     breaks: pl.DataFrame
+    fallbacks: pl.DataFrame
     graph_breaks_per_step: float | None
     regions_per_step: float | None
     eager_ns_per_step: float | None
@@ -306,6 +312,11 @@ def compile_analysis(trace: Trace, steps_result: StepsResult | None = None) -> C
     regions = _regions(marked, windows)
     work = _compile_work(marked, windows)
     recompiles, cold = _recompiles(marked, regions, work, windows)
+    fallbacks = compile_fallbacks(trace, marked, regions, windows)
+    # A compile that produced no region is the frame giving up (the recompile limit, a skipped
+    # frame), reported as such, not as a recompile.
+    recompiles = recompiles.join(fallbacks.select(FallbackCol.FRAME, FallbackCol.COMPILE),
+                                 on=[RecompileCol.FRAME, RecompileCol.COMPILE], how="anti")
     items = kernel_items(trace, marked)
     per_region = region_work(items, regions)
     regions = regions.join(per_region, left_on=Col.ID, right_on="_region_id", how="left").with_columns(
@@ -338,7 +349,8 @@ def compile_analysis(trace: Trace, steps_result: StepsResult | None = None) -> C
         pl.format("{}/{}", RecompileCol.FRAME, RecompileCol.COMPILE).alias(RecompileCol.REGION),
         RecompileCol.FRAME, RecompileCol.COMPILE, RecompileCol.STEP,
         pl.col(RecompileCol.STEADY).fill_null(False), RecompileCol.COST_NS,
-    ).sort(RecompileCol.STEP, RecompileCol.FRAME, RecompileCol.COMPILE, nulls_last=True)
+    ).sort(RecompileCol.STEP, RecompileCol.FRAME, RecompileCol.COMPILE, nulls_last=True).with_columns(
+        pl.col(RecompileCol.STEP).n_unique().over(RecompileCol.FRAME).cast(pl.Int64).alias(RecompileCol.FRAME_STEPS))
     region_table = regions.group_by(RegionCol.FRAME, RegionCol.COMPILE).agg(
         pl.len().cast(pl.Int64).alias(RegionCol.CALLS),
         pl.col("_nested").sum().cast(pl.Int64).alias(RegionCol.NESTED_CALLS),
@@ -353,6 +365,7 @@ def compile_analysis(trace: Trace, steps_result: StepsResult | None = None) -> C
         regions=region_table,
         recompiles=recompile_table,
         breaks=_breaks(marked, windows),
+        fallbacks=fallbacks.cast(dict(FALLBACKS_SCHEMA)),  # type: ignore[arg-type]
         graph_breaks_per_step=_median(per_step, CompileStepCol.GRAPH_BREAKS),
         regions_per_step=_median(per_step, CompileStepCol.REGIONS),
         eager_ns_per_step=_median(per_step, CompileStepCol.EAGER_NS),

@@ -67,6 +67,8 @@ class Code(str, Enum):
     GRAPH_BREAKS = "graph-breaks"
     RECOMPILE = "recompile"
     COMPILE_COLD_START = "compile-cold-start"
+    COMPILE_NO_EFFECT = "compile-no-effect"
+    RECOMPILE_LIMIT = "recompile-limit"
     MANY_SMALL_REGIONS = "many-small-regions"
     # Many ranks (tracewhy ranks).
     RANK_STRAGGLER = "rank-straggler"
@@ -170,6 +172,10 @@ _MEANING: Final[dict[Code, str]] = {
                     "recompile cost.",
     Code.COMPILE_COLD_START: "Time torch.compile spent compiling before the first step ran (reported though it "
                              "is warm-up).",
+    Code.COMPILE_NO_EFFECT: "Dynamo compiled a frame and no compiled region of it ever ran: the function runs "
+                            "eagerly (a frame skipped, e.g. after a graph break inside a loop).",
+    Code.RECOMPILE_LIMIT: "A frame stopped running compiled after a compile that produced no graph (the "
+                          "recompile limit): it runs eagerly from that step on.",
     Code.MANY_SMALL_REGIONS: "Many short compiled regions per step: the model is cut into small graphs (breaks or "
                              "recompiles).",
     Code.RANK_STRAGGLER: "The rank the others wait for at matched collectives, and what it did meanwhile.",

@@ -9,8 +9,11 @@ from typing import TYPE_CHECKING, Final
 import polars as pl
 
 from tracewhy.analyses.compile import CompileResult, CompileStepCol, RecompileCol, RegionCol, compile_analysis
+from tracewhy.analyses.compile_fallback import FallbackCol
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.codes import Code
+from tracewhy.findings.compile_fallback import fallback_findings
+from tracewhy.findings.compile_recompiles import every_step_frames, recompile_finding, resume_frames
 from tracewhy.findings.consolidate import severity_for_share
 from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding, Severity
@@ -39,8 +42,9 @@ def compile_findings(r: CompileResult, step_p50_ns: float | None, logs: TorchLog
     """Judge a CompileResult; ``step_p50_ns`` (the steady median step) sizes the shares."""
     if not r.has_compile:
         return []
-    return [*_graph_breaks(r, step_p50_ns, logs), *_recompiles(r, step_p50_ns, logs), *_cold_start(r),
-            *_many_small_regions(r, step_p50_ns)]
+    gave_up = {int(f) for f in r.fallbacks.get_column(FallbackCol.FRAME).to_list()}
+    return [*fallback_findings(r, logs), *_graph_breaks(r, step_p50_ns, logs),
+            *recompile_finding(r, step_p50_ns, logs, gave_up), *_cold_start(r), *_many_small_regions(r, step_p50_ns)]
 
 
 def _break_lines(r: CompileResult, logs: TorchLogs | None) -> list[str]:
@@ -61,20 +65,25 @@ def _graph_breaks(r: CompileResult, step_p50_ns: float | None, logs: TorchLogs |
     eager_ns = r.eager_ns_per_step or 0.0
     lines = _break_lines(r, logs)
     where = f"; breaks at {', '.join(lines[:NAMED])}" if lines else ""
-    share = eager_ns / step_p50_ns if step_p50_ns else 0.0
+    recompile_ns = _resume_recompiles_per_step(r)
+    caused = (f" The code after the break (its resume function) also recompiles every step, "
+              f"{fmt_ns(recompile_ns)} per step: that is what the break costs." if recompile_ns else "")
+    share = (eager_ns + recompile_ns) / step_p50_ns if step_p50_ns else 0.0
     return [Finding(
         code=Code.GRAPH_BREAKS,
         severity=_at_least_medium(share),
         statement=f"{per_step:g} graph break{'' if per_step == 1 else 's'} per step "
                   f"({r.regions_per_step or 0:g} compiled regions per step, "
                   f"{fmt_ns(eager_ns)} of eager aten ops between them{where}): each break ends a graph, runs "
-                  "Python and eager ops, then enters the next graph through its guards.",
+                  "Python and eager ops, then enters the next graph through its guards." + caused,
         next_step="Remove the break: no .item(), print or data-dependent Python inside the compiled code "
                   "(torch._dynamo.config.capture_scalar_outputs=True for .item()). TORCH_LOGS=graph_breaks names "
                   "each reason; `tracewhy compile TRACE --logs LOG` joins them to these regions.",
-        recoverable_ns_per_step=round(eager_ns),
+        recoverable_ns_per_step=round(eager_ns + recompile_ns),
         evidence={"graph_breaks_per_step": per_step, "regions_per_step": r.regions_per_step,
-                  "eager_ns_between_regions_per_step": eager_ns, "break_locations": lines},
+                  "eager_ns_between_regions_per_step": eager_ns, "break_locations": lines,
+                  "resume_recompile_ns_per_step": recompile_ns},
+        see=(Code.RECOMPILE,) if recompile_ns else (),
     )]
 
 
@@ -84,33 +93,15 @@ def _at_least_medium(share: float) -> Severity:
     return Severity.MEDIUM if severity is Severity.LOW else severity
 
 
-def _recompiles(r: CompileResult, step_p50_ns: float | None, logs: TorchLogs | None) -> list[Finding]:
-    steady = r.recompiles.filter(pl.col(RecompileCol.STEADY))
-    if steady.height == 0:
-        return []
-    guards: dict[str, str] = {}
-    if logs is not None:
-        from tracewhy.model.torch_logs import LogRecompileCol  # (already loaded: it made ``logs``)
-
-        guards = {region: guard for region, guard in logs.recompiles.select(
-            LogRecompileCol.REGION, LogRecompileCol.GUARD).iter_rows() if region and guard}
-    parts = [f"{row[RecompileCol.REGION]} in {row[RecompileCol.STEP]} cost {fmt_ns(row[RecompileCol.COST_NS])}"
-             + (f" (guard failed: {guards[row[RecompileCol.REGION]]})" if row[RecompileCol.REGION] in guards else "")
-             for row in steady.iter_rows(named=True)]
-    cost = int(steady.get_column(RecompileCol.COST_NS).sum())
+def _resume_recompiles_per_step(r: CompileResult) -> float:
+    """Per steady step, the compile work of resume functions (regions nested in the broken frame's
+    region) that recompile every step: a break that hands a changing Python value on causes it."""
+    frames = set(every_step_frames(r)) & resume_frames(r)
+    if not frames:
+        return 0.0
+    steady = r.recompiles.filter(pl.col(RecompileCol.FRAME).is_in(list(frames)) & pl.col(RecompileCol.STEADY))
     steps = max(r.per_step.filter(pl.col(CompileStepCol.STEADY)).height, 1)
-    share = cost / (step_p50_ns * steps) if step_p50_ns else 1.0
-    return [Finding(
-        code=Code.RECOMPILE,
-        severity=_at_least_medium(share),
-        statement=f"{steady.height} recompile(s) in steady state: {'; '.join(parts[:NAMED])}. A recompile stalls "
-                  "its step for the whole compile, and each one fills the frame's cache (8 entries by default).",
-        next_step="Keep what the guard checks stable: mark the changing dimension dynamic "
-                  "(torch._dynamo.mark_dynamic(x, 0)) or pad the last batch (DataLoader(drop_last=True)); "
-                  "TORCH_LOGS=recompiles names the failing guard.",
-        recoverable_ns_per_step=round(cost / steps),
-        evidence={"recompiles": steady.to_dicts(), "cost_ns": cost, "guards": guards},
-    )]
+    return float(steady.get_column(RecompileCol.COST_NS).sum()) / steps
 
 
 def _cold_start(r: CompileResult) -> list[Finding]:

@@ -117,6 +117,7 @@ EXPLAINS: Final[dict[Code, Callable[[Row, Finding], bool]]] = {
     or _memcpy_wait(row, f, synchronous=False),
     Code.SYNCHRONOUS_MEMCPY: lambda row, f: _memcpy_wait(row, f, synchronous=True),
     Code.RECOMPILE: _kind(PartKind.COMPILATION),
+    Code.RECOMPILE_LIMIT: _kind(PartKind.COMPILATION),
     Code.COPY_BOUND: _host_transfer,
     Code.TENSOR_CORES_UNUSED: lambda row, f: re.match(r"kernels: (gemm|conv)", str(row[AccountCol.PART])) is not None,
 }
@@ -144,7 +145,8 @@ def explain(ctx: Context, found: list[Finding]) -> Explained:
             matched = [r for r in matched if not r[AccountCol.ESSENTIAL]][:1]
         for r in matched:
             claimed.setdefault(r[AccountCol.PART], []).append(len(out))
-        edits = _fixes(matched)
+        # A one-time cost (a recompile paid once) claims its part but predicts no per-step saving.
+        edits = () if f.evidence.get("one_time_cost") else _fixes(matched)
         fixes[len(out)] = edits
         out.append(_predicted(ctx, f, matched, edits))
     for r in rows:

@@ -4,10 +4,13 @@ and step-time spikes."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import polars as pl
 
 from tracewhy.analyses.compile import CompileStepCol, RecompileCol
+from tracewhy.analyses.compile_fallback import FallbackCol
 from tracewhy.analyses.copies import copies
 from tracewhy.analyses.host_activity import Flag
 from tracewhy.analyses.source_lines import SourceLine
@@ -168,6 +171,9 @@ def _own_time(ctx: Context, names: list[str]) -> float:
 
 def _spikes(ctx: Context) -> list[Finding]:
     sp = spikes(ctx.trace, ctx.steps(), ctx.host())
+    # A step that recompiles (or gives up compiling) is the compile findings' to state, once or
+    # every step: it is not repeated here as a spike.
+    sp = replace(sp, spikes=sp.spikes.filter(~pl.col("step").is_in(_recompile_steps(ctx))))
     if sp.spikes.height == 0:
         return []
     extra_cols = [c for c in sp.spikes.columns if c.startswith("extra_")]
@@ -221,6 +227,17 @@ def _spike_contents(parts: list[str], grown: tuple[SourceLine, int] | None) -> t
         return f"{events}; {took}", next_step
     return took, (f"See what {sl.where(line)} does differently in those steps (tracewhy lines TRACE lists its "
                   "time); rerun to see whether the spikes repeat.")
+
+
+def _recompile_steps(ctx: Context) -> list[int]:
+    """Indexes (in the steps table) of the steps holding a recompile or a compile that gave up."""
+    r = compile_result(ctx)
+    if r.per_step.height != ctx.steps().table.height:
+        return []
+    names = r.per_step.get_column(CompileStepCol.STEP).to_list()
+    marked = set(r.recompiles.get_column(RecompileCol.STEP).drop_nulls().to_list())
+    marked |= set(r.fallbacks.get_column(FallbackCol.STEP).drop_nulls().to_list())
+    return [i for i, name in enumerate(names) if name in marked]
 
 
 def _compile_in_spikes(ctx: Context, spike_steps: list[int]) -> tuple[dict[str, int], int]:

@@ -202,6 +202,12 @@ SHAPE_LATENCY_EFFICIENCY: Final = 0.3
 #: Graph breaks per steady step at or above this are a finding: one break already splits the
 #: graph in two and runs Python between the halves.
 GRAPH_BREAKS_MIN_PER_STEP: Final = 1.0
+#: A frame recompiles "every step" when it recompiled in at least this many captured steps...
+#: (one recompile is a change that happened once; two already repeat)
+RECOMPILE_EVERY_STEP_MIN_STEPS: Final = 2
+#: ...and in at least this share of the steps from its first recompile to the end of the capture
+#: (a frame recompiled twice in a long run is two one-time costs, not a per-step one).
+RECOMPILE_EVERY_STEP_MIN_SHARE: Final = 0.5
 #: Many small regions: this many compiled-region runs per steady step... (the seeds' regression
 #: had about 160 per forward; a model compiled per block has a few dozen at most)
 MANY_REGIONS_MIN_PER_STEP: Final = 32.0

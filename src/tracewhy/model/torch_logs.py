@@ -33,12 +33,33 @@ class LogRecompileCol:
     GUARDS: Final = "failed_guards"
 
 
+class LogFallbackCol:
+    """Columns of ``TorchLogs.fallbacks``: one row per frame Dynamo gave up on (a frame skipped
+    after a graph break it cannot resume from, or the recompile limit reached)."""
+
+    COMPILE_ID: Final = "compile_id"  # the compile that gave up, "F/C"
+    REGION: Final = LogBreakCol.REGION
+    KIND: Final = "kind"  # FallbackKind
+    FUNCTION: Final = "function"
+    LOCATION: Final = "location"  # the function's file:line
+    REASON: Final = "reason"  # the limit and the last guard failure, or the break that skipped the frame
+
+
+class FallbackKind:
+    """Why Dynamo gave up on a frame, as the log says it."""
+
+    RECOMPILE_LIMIT: Final = "recompile limit"
+    FRAME_SKIPPED: Final = "frame skipped"
+
+
 @dataclass(frozen=True)
 class TorchLogs:
-    """Breaks and recompiles read from a log, and warnings about lines not understood."""
+    """Breaks, recompiles and frames given up on, read from a log, and warnings about lines not
+    understood."""
 
     breaks: pl.DataFrame
     recompiles: pl.DataFrame
+    fallbacks: pl.DataFrame
     warnings: tuple[str, ...]
     lines: int
 
@@ -49,3 +70,6 @@ RECOMPILE_SCHEMA: Final = pl.Schema({
     LogRecompileCol.COMPILE_ID: pl.String(), LogRecompileCol.REGION: pl.String(), LogRecompileCol.FUNCTION: pl.String(),
     LogRecompileCol.LOCATION: pl.String(), LogRecompileCol.GUARD: pl.String(), LogRecompileCol.GUARDS: pl.Int64(),
 })
+FALLBACK_SCHEMA: Final = pl.Schema({c: pl.String() for c in (
+    LogFallbackCol.COMPILE_ID, LogFallbackCol.REGION, LogFallbackCol.KIND, LogFallbackCol.FUNCTION,
+    LogFallbackCol.LOCATION, LogFallbackCol.REASON)})

@@ -17,9 +17,10 @@ from tracewhy.analyses.compile import (
     RecompileCol,
     RegionCol,
 )
+from tracewhy.analyses.compile_fallback import FALLBACKS_SCHEMA, FallbackCol
 from tracewhy.analyses.torch_logs import JOIN_SCHEMA, JoinCol, join_regions
 from tracewhy.findings.model import Finding
-from tracewhy.model.torch_logs import BREAK_SCHEMA, RECOMPILE_SCHEMA, TorchLogs
+from tracewhy.model.torch_logs import BREAK_SCHEMA, FALLBACK_SCHEMA, RECOMPILE_SCHEMA, TorchLogs
 from tracewhy.renderers.layout import FitTable, Layout, label, name, number, step, text
 from tracewhy.units import fmt_ns, fmt_pct, printable
 
@@ -47,6 +48,8 @@ class _CompileTotals(TypedDict):
     steps: Annotated[pl.DataFrame, rows(COMPILE_STEPS_SCHEMA, "one row per step, in time order")]
     recompile_list: Annotated[pl.DataFrame, rows(RECOMPILES_SCHEMA, "one row per recompile")]
     break_locations: Annotated[pl.DataFrame, rows(BREAKS_SCHEMA, "where the graph breaks are")]
+    fallbacks: Annotated[pl.DataFrame, rows(FALLBACKS_SCHEMA, "one row per frame that stopped running compiled: "
+                                            "no region of its last compile, nor of the frame after it, ran")]
 
 
 class CompileSummary(_CompileTotals):
@@ -70,6 +73,8 @@ class CompileLogsPayload(_CompileTotals):
     findings: list[Finding]
     logged_breaks: Annotated[pl.DataFrame, rows(BREAK_SCHEMA, "one row per logged graph break")]
     logged_recompiles: Annotated[pl.DataFrame, rows(RECOMPILE_SCHEMA, "one row per logged recompile")]
+    logged_fallbacks: Annotated[pl.DataFrame, rows(FALLBACK_SCHEMA, "one row per logged frame skip or recompile "
+                                                   "limit")]
 
 
 def compile_summary(r: CompileResult) -> CompileSummary:
@@ -89,6 +94,7 @@ def compile_summary(r: CompileResult) -> CompileSummary:
         "regions": r.regions,
         "recompile_list": r.recompiles,
         "break_locations": r.breaks,
+        "fallbacks": r.fallbacks,
     }
 
 
@@ -100,7 +106,7 @@ def compile_payload(r: CompileResult, logs: TorchLogs | None,
     if logs is None:
         return {**compile_summary(r), "findings": findings}
     return {**compile_summary(r), "regions": join_regions(r.regions, logs), "findings": findings,
-            "logged_breaks": logs.breaks, "logged_recompiles": logs.recompiles}
+            "logged_breaks": logs.breaks, "logged_recompiles": logs.recompiles, "logged_fallbacks": logs.fallbacks}
 
 
 def render_compile(r: CompileResult, logs: TorchLogs | None, findings: list[Finding], top: int) -> RenderableType:
@@ -120,6 +126,14 @@ def render_compile(r: CompileResult, logs: TorchLogs | None, findings: list[Find
         for row in r.recompiles.iter_rows(named=True):
             t.add_row(row[RecompileCol.REGION], row[RecompileCol.STEP] or "-",
                       "yes" if row[RecompileCol.STEADY] else "no", fmt_ns(row[RecompileCol.COST_NS]))
+        parts.append(t)
+    if r.fallbacks.height:
+        t = FALLBACKS_TABLE.table("frames that stopped running compiled (a compile that ran no region)")
+        for row in r.fallbacks.iter_rows(named=True):
+            t.add_row(row[FallbackCol.REGION], row[FallbackCol.STEP] or "-", str(row[FallbackCol.COMPILED_BEFORE]),
+                      printable(row[FallbackCol.CALL_SITE] or "-"), str(row[FallbackCol.EAGER_STEPS]),
+                      fmt_ns(row[FallbackCol.EAGER_NS_PER_STEP]) if row[FallbackCol.EAGER_NS_PER_STEP] is not None
+                      else "-")
         parts.append(t)
     if r.breaks.height:
         t = BREAKS_TABLE.table("graph breaks seen as resume functions (Python stacks)")
@@ -148,6 +162,8 @@ REGIONS_TABLE: Final = Layout(
     drop=("graph launches", "kernels", "after a break"))
 RECOMPILES_TABLE: Final = Layout((label("region"), step(), label("steady"), number("cost")))
 BREAKS_TABLE: Final = Layout((name("location"), name("function"), number("calls"), number("steps")))
+FALLBACKS_TABLE: Final = Layout((label("compile"), step(), number("compiled before"), name("call site"),
+                                 number("eager steps"), number("eager per step")))
 
 
 def _steps_table(r: CompileResult, top: int) -> FitTable:

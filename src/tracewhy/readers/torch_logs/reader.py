@@ -18,7 +18,16 @@ from pathlib import Path
 import polars as pl
 
 from tracewhy.errors import TraceError
-from tracewhy.model.torch_logs import BREAK_SCHEMA, RECOMPILE_SCHEMA, LogBreakCol, LogRecompileCol, TorchLogs
+from tracewhy.model.torch_logs import (
+    BREAK_SCHEMA,
+    FALLBACK_SCHEMA,
+    RECOMPILE_SCHEMA,
+    FallbackKind,
+    LogBreakCol,
+    LogFallbackCol,
+    LogRecompileCol,
+    TorchLogs,
+)
 from tracewhy.readers.source import read_bytes
 
 #: A log bigger than this is not a TORCH_LOGS capture of a profiled job.
@@ -43,6 +52,17 @@ _REASON = re.compile(r"^(?:Graph Break )?Reason: ?(.*)")
 _FILE_LINE = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
 _GUARD = re.compile(r"^\s*- (?:(\d+/\d+): )?(.*?)(?:\s{2,}#.*)?$")
 _TRIGGERED = "triggered by the following guard failure"
+# torch/_dynamo/convert_frame.py (torch 2.6+, "cache_size_limit" before): a warning of the
+# torch._dynamo logger, shown whatever TORCH_LOGS says: "[0/2] torch._dynamo hit
+# config.recompile_limit (2)", then "   function: 'forward' (file.py:115)" and "   last reason:
+# 0/1: n == 3  # ..." lines with the same compile id.
+_LIMIT = re.compile(r"^[VIWEDC]\d{4} [\d:.]+\s+\d+ \S+\] \[([!\d/_]+)\] (.*)$")
+_LIMIT_HEAD = re.compile(r"torch\._dynamo hit config\.(\w+) \((\d+)\)")
+_LIMIT_FUNCTION = re.compile(r"^\s*function: '([^']+)' \(?([^)\s]+)")
+_LIMIT_REASON = re.compile(r"^\s*last reason: (?:\d+/\d+: )?(.*?)(?:\s{2,}#.*)?$")
+# torch/_dynamo/symbolic_convert.py (raise_loop_graph_break, torch 2.8+): the break record's
+# debug context "frame skipped: forward file.py line 104)" names the frame run eagerly instead.
+_SKIPPED = re.compile(r"frame skipped: (\S+) (\S+) line (\d+)")
 
 
 @dataclass
@@ -139,16 +159,54 @@ def _recompile_row(r: _Record) -> dict[str, str | int | None]:
             LogRecompileCol.GUARD: guards[0] if guards else None, LogRecompileCol.GUARDS: len(guards)}
 
 
+def _limit_rows(lines: list[str]) -> list[dict[str, str | None]]:
+    """The recompile-limit warnings: the limit, the function, the last guard that failed."""
+    rows: list[dict[str, str | None]] = []
+    current: dict[str, str | None] | None = None
+    for line in lines:
+        m = _LIMIT.match(line.rstrip("\r"))
+        if m is None:
+            continue
+        cid, message = m.group(1), m.group(2)
+        if head := _LIMIT_HEAD.search(message):
+            current = {LogFallbackCol.COMPILE_ID: cid, LogFallbackCol.REGION: _region(cid),
+                       LogFallbackCol.KIND: FallbackKind.RECOMPILE_LIMIT, LogFallbackCol.FUNCTION: None,
+                       LogFallbackCol.LOCATION: None,
+                       LogFallbackCol.REASON: f"hit config.{head.group(1)} ({head.group(2)})"}
+            rows.append(current)
+        elif current is not None and current[LogFallbackCol.COMPILE_ID] == cid:
+            if f := _LIMIT_FUNCTION.match(message):
+                current[LogFallbackCol.FUNCTION], current[LogFallbackCol.LOCATION] = f.group(1), f.group(2)
+            elif (r := _LIMIT_REASON.match(message)) and r.group(1):
+                current[LogFallbackCol.REASON] = f"{current[LogFallbackCol.REASON]}; last guard failure: {r.group(1)}"
+    return rows
+
+
+def _skip_row(r: _Record) -> dict[str, str | None] | None:
+    """A break record that says the frame was skipped: the frame and the break type behind it
+    (the header line before the ``Explanation:`` that says so)."""
+    for i, line in enumerate(r.lines):
+        if m := _SKIPPED.search(line):
+            kind = next((r.lines[j - 1].strip() for j in range(i, 0, -1)
+                         if r.lines[j].strip().startswith("Explanation:") and r.lines[j - 1].strip()), None)
+            return {LogFallbackCol.COMPILE_ID: r.compile_id, LogFallbackCol.REGION: _region(r.compile_id),
+                    LogFallbackCol.KIND: FallbackKind.FRAME_SKIPPED, LogFallbackCol.FUNCTION: m.group(1),
+                    LogFallbackCol.LOCATION: f"{m.group(2)}:{m.group(3)}", LogFallbackCol.REASON: kind}
+    return None
+
+
 def parse_torch_logs(text: str) -> TorchLogs:
     """Breaks and recompiles from the text of a TORCH_LOGS capture; never raises on content."""
     lines = text.splitlines()
     records, stray = _records(lines)
     breaks = [_break_row(r) for r in records if r.artifact == "graph_breaks"]
     recompiles = [_recompile_row(r) for r in records if r.artifact == "recompiles"]
+    skips = [row for r in records if r.artifact == "graph_breaks" and (row := _skip_row(r)) is not None]
+    fallbacks = skips + _limit_rows(lines)
     warnings = [f"TORCH_LOGS line not understood, {s}" for s in stray[:MAX_LINE_WARNINGS]]
     if len(stray) > MAX_LINE_WARNINGS:
         warnings.append(f"{len(stray) - MAX_LINE_WARNINGS} more TORCH_LOGS lines not understood")
-    if not records and lines:
+    if not records and not fallbacks and lines:
         warnings.append("no graph break or recompile records: a run with neither, or a log written "
                         "without TORCH_LOGS=\"graph_breaks,recompiles\"")
     if lines and not text.endswith("\n") and _tagged(lines[-1]) is not None:
@@ -156,6 +214,7 @@ def parse_torch_logs(text: str) -> TorchLogs:
     return TorchLogs(
         breaks=pl.DataFrame(breaks or None, schema=BREAK_SCHEMA, orient="row"),
         recompiles=pl.DataFrame(recompiles or None, schema=RECOMPILE_SCHEMA, orient="row"),
+        fallbacks=pl.DataFrame(fallbacks or None, schema=FALLBACK_SCHEMA, orient="row"),
         warnings=tuple(warnings),
         lines=len(lines),
     )
