@@ -75,7 +75,6 @@ def test_the_copy_bound_window_leads_with_its_copies(capsys: pytest.CaptureFixtu
 PLANTED = {
     "cpu_dataloader_slow": ("input-bound", "data loading"),
     "cpu_lines_sleep": ("input-bound", "data loading"),
-    "cpu_compile_recompile": ("recompile", "compilation"),
     "cpu_slow_step_planted": ("unexplained-part", "planted_slowdown"),
     "cpu_item_sync": ("scalar-read-per-step", "aten::item"),
     "cpu_lines_loop": ("unexplained-part", "python_loop_sum"),
@@ -94,6 +93,17 @@ def test_each_planted_cause_leads_with_a_prediction(name: str, capsys: pytest.Ca
     assert f["recoverable_ns_per_step"] == measured - f["predicted_step_ns"]
     assert not d["healthy"]
     assert any(word in a["part"] for a in d["account"])
+
+
+def test_a_one_time_recompile_leads_without_a_per_step_prediction(capsys: pytest.CaptureFixture[str]) -> None:
+    """The recompile of cpu_compile_recompile happens once (the last step's new batch size): it
+    explains the compilation part its seconds make of the steady mean, but as a one-time cost, so
+    no per-step saving is predicted from it."""
+    d = _diagnose(GENERATED / "cpu_compile_recompile.pt.trace.json.gz", capsys)
+    f = _first_cause(d)
+    assert f["code"] == "recompile" and "compilation" in f["part"] and "one-time" in f["statement"]
+    assert f["predicted_step_ns"] is None and f["recoverable_ns_per_step"] == 0
+    assert any("compilation" in a["part"] for a in d["account"])
 
 
 #: Traces whose critical-path gains and diagnose's recoverable times are compared: BERT (one
