@@ -147,3 +147,22 @@ def test_a_break_that_recompiles_its_resume_function_is_ranked_with_that_time(
     raw_per_step = sum(e["dur"] for e in tops if any(_in(e, w) for w in steady)) * 1000 / len(steady)
     assert f["recoverable_ns_per_step"] >= 0.5 * raw_per_step > 100_000_000
     assert "recompiles every step" in f["statement"]
+
+
+@pytest.mark.parametrize(("case", "row"), [
+    ("loop_skip", {"region": "0/0", "kind": "frame skipped", "function": "forward",
+                   "reason": "graph break in loop"}),
+    ("recompile_limit", {"region": "0/2", "kind": "recompile limit", "function": "forward",
+                         "reason": "hit config.recompile_limit (2); last guard failure: n == 3"}),
+])
+def test_the_logs_name_the_frame_given_up_and_why(case: str, row: dict[str, str],
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """Read from the log lines themselves: the give-up record of each capture, as Dynamo wrote it."""
+    text = _log(case).read_text(encoding="utf-8")
+    assert ("frame skipped: forward" if case == "loop_skip" else "hit config.recompile_limit (2)") in text
+    assert main(["compile", "--no-cache", str(_trace(case)), "--logs", str(_log(case)), "--json"]) == 0
+    logged = json.loads(capsys.readouterr().out)["logged_fallbacks"]
+    assert [{k: x[k] for k in row} for x in logged] == [row]
+    assert main(["compile", "--no-cache", str(_trace(case)), "--logs", str(_log(case))]) == 0
+    out = capsys.readouterr().out
+    assert "frames that stopped running compiled" in out and row["region"] in out

@@ -119,6 +119,7 @@ def render_compile(r: CompileResult, logs: TorchLogs | None, findings: list[Find
         f"graph breaks per step {_num(r.graph_breaks_per_step)} · regions per step {_num(r.regions_per_step)} · "
         f"recompiles {r.recompile_count} ({r.steady_recompiles} steady) · compile time {fmt_ns(r.compile_ns)} · "
         f"cold start {fmt_ns(r.cold_start_ns)} ({fmt_pct(r.cold_start_share)} of the capture)"
+        + (f" · frames given up on {r.fallbacks.height}" if r.fallbacks.height else "")
     )
     parts: list[RenderableType] = [head, _steps_table(r, top), _regions_table(r, logs)]
     if r.recompiles.height:
