@@ -11,12 +11,17 @@ import gzip
 import json
 import statistics
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from builders import KinetoBuilder
 from test_compile import _log, _planted, _trace
+from tracewhy.analyses.compile import compile_analysis
+from tracewhy.analyses.compile_fallback import FallbackCol
 from tracewhy.cli import main
+from tracewhy.readers import read_trace
 
 
 @cache
@@ -166,3 +171,29 @@ def test_the_logs_name_the_frame_given_up_and_why(case: str, row: dict[str, str]
     assert main(["compile", "--no-cache", str(_trace(case)), "--logs", str(_log(case))]) == 0
     out = capsys.readouterr().out
     assert "frames that stopped running compiled" in out and row["region"] in out
+
+
+def _tiny(tmp_path: Path, nested_in_region: bool) -> Path:
+    """Four steps, each with a ``forward`` annotation; step 0 compiles frame 1 (``dynamo`` with its
+    ``_data`` annotation), inside region 0/0 or with no region around it; no region of frame 1 runs."""
+    b = KinetoBuilder()
+    for i in range(4):
+        t = 1000.0 * i
+        b.annotation(f"ProfilerStep#{i}", t, 900).annotation("forward", t + 10, 100 + 10 * i)
+        if i == 0:
+            if nested_in_region:
+                b.annotation("Torch-Compiled Region: 0/0", t + 20, 80)
+            b.annotation("dynamo", t + 30, 50).annotation("dynamo_data: compile_id=1/0", t + 31, 1)
+        elif nested_in_region:
+            b.annotation("Torch-Compiled Region: 0/0", t + 20, 50)
+        b.op("aten::mm", t + 85, 10)
+    return b.write(tmp_path / "tiny.json")
+
+
+def test_a_frame_compiled_inside_a_region_leaves_the_outer_frame_compiled(tmp_path: Path) -> None:
+    """A function called from a broken frame is compiled as a frame of its own, inside the outer
+    frame's region: finding no region of it does not make torch.compile ineffective."""
+    assert compile_analysis(read_trace(_tiny(tmp_path, nested_in_region=True))).fallbacks.height == 0
+    fallbacks = compile_analysis(read_trace(_tiny(tmp_path, nested_in_region=False))).fallbacks
+    assert fallbacks.select(FallbackCol.REGION, FallbackCol.STEP, FallbackCol.CALL_SITE, FallbackCol.EAGER_STEPS,
+                            FallbackCol.EAGER_NS_PER_STEP).rows() == [("1/0", "ProfilerStep#0", "forward", 3, 120_000)]

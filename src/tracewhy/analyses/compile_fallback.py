@@ -4,10 +4,11 @@ frame never ran compiled at all (Dynamo skipped it, e.g. a graph break inside a 
 compiled until one compile produced nothing (the recompile limit), and ran eagerly from then on.
 
 Structure decides: the compile ids of the ``*_data: compile_id=`` annotations, the
-``Torch-Compiled Region: F/C`` runs, their step windows, and the call site, the nearest
-enclosing slice of the compile work that is not itself compile work. The call site's later
-runs (the same name at the same depth on the same thread) are the eager time; the reason
-(which limit, which break) is only in the logs and is joined by ``analyses/torch_logs``.
+``Torch-Compiled Region: F/C`` runs, their step windows, whether a frame was first compiled
+inside another frame's region (then the outer frame is compiled: not "no effect"), and the call
+site, the nearest enclosing slice of the compile work that is not itself compile work. The call
+site's later runs (the same name at the same depth on the same thread) are the eager time; the
+reason (which limit, which break) is only in the logs, read by ``readers/torch_logs``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import polars as pl
 from tracewhy.analyses import compile_markers as M
 from tracewhy.analyses.compile_slices import ROLE, STEP_INDEX, Role, step_of
 from tracewhy.analyses.steps import WindowCol
+from tracewhy.analyses.thread_intervals import inside, union_per_thread
 from tracewhy.model.schema import Col
 from tracewhy.model.trace import Trace
 
@@ -80,8 +82,12 @@ def compile_fallbacks(trace: Trace, marked: pl.DataFrame, regions: pl.DataFrame,
     top_dur = s.get_column(Col.DUR).gather(tops)
     per_frame_ns = data.with_columns(top_dur.alias("_top_dur")).unique("_top").group_by(FallbackCol.FRAME).agg(
         pl.col("_top_dur").sum().alias(FallbackCol.COMPILE_NS))
+    # A frame first compiled inside another frame's region (a function called from a broken
+    # frame, compiled on its own) leaves the outer frame compiled: only a give-up after it ran
+    # compiled counts there.
+    data = inside(data, union_per_thread(regions), "_in_region")
     attempts = data.sort(Col.TS).group_by(FallbackCol.FRAME, FallbackCol.COMPILE).agg(
-        pl.col(Col.TS).first(), pl.col(STEP_INDEX).first(), pl.col("_top").first())
+        pl.col(Col.TS).first(), pl.col(STEP_INDEX).first(), pl.col("_top").first(), pl.col("_in_region").first())
     ran = regions.group_by(FallbackCol.FRAME, FallbackCol.COMPILE).agg(pl.col(Col.TS).max().alias("_last_run"))
     last_run = regions.group_by(FallbackCol.FRAME).agg(pl.col(Col.TS).max().alias("_frame_last_run"))
     empty = attempts.join(ran, on=[FallbackCol.FRAME, FallbackCol.COMPILE], how="anti")
@@ -92,6 +98,7 @@ def compile_fallbacks(trace: Trace, marked: pl.DataFrame, regions: pl.DataFrame,
         .join(ran.group_by(FallbackCol.FRAME).agg(pl.len().cast(pl.Int64).alias(FallbackCol.COMPILED_BEFORE)),
               on=FallbackCol.FRAME, how="left")
         .join(per_frame_ns, on=FallbackCol.FRAME, how="left")
+        .filter(pl.col(FallbackCol.COMPILED_BEFORE).is_not_null() | ~pl.col("_in_region"))
         .sort(FallbackCol.FRAME)
     )
     if failed.height == 0:
