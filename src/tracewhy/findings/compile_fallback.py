@@ -68,9 +68,9 @@ def _finding(r: CompileResult, row: dict[str, Any], logged: dict[str, Any] | Non
         skipped = logged is not None and "loop" in str(logged.get("reason") or "")
         return Finding(
             code=Code.COMPILE_NO_EFFECT, severity=Severity.HIGH if eager_steps else Severity.MEDIUM,
-            statement=f"torch.compile had no effect on {name}: Dynamo compiled it ({region}) in {step}, "
-                      f"{fmt_ns(row[FallbackCol.COMPILE_NS])} of compile work, and no compiled region of it ran in "
-                      f"any captured step; {eager}.{reason}",
+            statement=f"torch.compile had no effect on {name}: Dynamo spent {fmt_ns(row[FallbackCol.COMPILE_NS])} "
+                      f"compiling it ({region}) in {step} and no compiled region of it ran in any captured step; "
+                      f"{eager}.{reason}",
             next_step=LOOP_BREAK_ADVICE if skipped else NOT_LOGGED_ADVICE,
             evidence=evidence,
         )
