@@ -251,18 +251,80 @@ def _write(tmp_path: Path, data: Any, name: str = "snap.pickle") -> Path:
 def test_snapshot_replays_backward_from_the_final_state(tmp_path: Path, expandable: bool) -> None:
     r = analyze_snapshot(read_memory_snapshot(_write(tmp_path, build_snapshot(expandable=expandable))))
     (d,) = r.devices
-    # Allocated counts requested bytes, as the trace entries do: the final w.py block was asked
-    # for 512 B under its rounded 2 MiB, so every point sits 512 B under the rounded sizes.
-    assert d.timeline.get_column("allocated_bytes").to_list() == [x * MiB - 512 for x in (2, 10, 22, 22, 10, 14)]
+    # Allocated counts block sizes, as torch.cuda.memory_allocated does; the final w.py block was
+    # asked for 512 B under its 2 MiB block, so the requested curve sits 512 B under it throughout.
+    assert d.timeline.get_column("allocated_bytes").to_list() == [x * MiB for x in (2, 10, 22, 22, 10, 14)]
+    assert d.timeline.get_column("requested_bytes").to_list() == [x * MiB - 512 for x in (2, 10, 22, 22, 10, 14)]
     assert [v // MiB for v in d.timeline.get_column("reserved_bytes")] == [22] * 6
-    assert (d.peak_allocated_bytes, d.peak_seq, d.peak_time_us) == (22 * MiB - 512, 2, 1002)
+    assert (d.peak_allocated_bytes, d.peak_requested_bytes, d.peak_seq, d.peak_time_us) == \
+        (22 * MiB, 22 * MiB - 512, 2, 1002)
     assert d.peak_frames[-1] == ("b.py", 20, "step")
     live = {row[0]: row[2] for row in d.live_at_peak.iter_rows()}
-    assert live == {"b.py:20 step": 12 * MiB, "a.py:10 step": 8 * MiB, "w.py:5 step": 2 * MiB - 512}
+    assert live == {"b.py:20 step": 12 * MiB, "a.py:10 step": 8 * MiB, "w.py:5 step": 2 * MiB}
     assert sum(live.values()) == d.peak_allocated_bytes  # what is live at the peak is the peak
     assert (d.free_in_segments_bytes, d.largest_free_block_bytes, d.rounding_waste_bytes) == (8 * MiB, 8 * MiB, 512)
     assert d.expandable_segments == int(expandable)
     assert r.allocator_settings["expandable_segments"] is expandable
+
+
+def _torch_block(requested: int, *, free_block: int | None = None, small_pool: bool = False) -> int:
+    """The block c10/cuda/CUDACachingAllocator.cpp hands out for a request, written from its
+    source: ``round_size`` (at least kMinBlockSize = 512 B, then up to a multiple of 512 B), then
+    ``should_split`` on the free block it is cut from: a small-pool block splits when 512 B or more
+    would remain, a large-pool block only when more than kSmallSize = 1 MiB would remain."""
+    rounded = max(512, -(-requested // 512) * 512)
+    if free_block is None:
+        return rounded
+    remaining = free_block - rounded
+    return rounded if (remaining >= 512 if small_pool else remaining > MiB) else free_block
+
+
+def test_snapshot_peak_counts_block_sizes_as_max_memory_allocated(tmp_path: Path) -> None:
+    """Trace entries record requested bytes; torch.cuda.max_memory_allocated counts the blocks.
+    A 2 MiB small segment holds 1000 B and 1 B; a 12 MiB segment allocated for 11.5 MiB + 1 B is
+    not split (under 1 MiB would remain), so the whole segment is the block; a 20 MiB segment
+    gives 3 MiB + 1 B its rounded block. All three freed but the 1 B block, which the final
+    state holds."""
+    small, whole, split = 0x7F00_0000_0000, 0x7F00_1000_0000, 0x7F00_2000_0000
+    requests = {small: 1000, small + 1024: 1, whole: 11 * MiB + MiB // 2 + 1, split: 3 * MiB + 1}
+    trace = [_entry("segment_alloc", small, 2 * MiB), _entry("alloc", small, requests[small]),
+             _entry("alloc", small + 1024, 1), _entry("segment_alloc", whole, 12 * MiB),
+             _entry("alloc", whole, requests[whole]), _entry("segment_alloc", split, 20 * MiB),
+             _entry("alloc", split, requests[split])]
+    trace += [_entry(a, addr, requests[addr]) for addr in (whole, split, small)
+              for a in ("free_requested", "free_completed")]
+    segments = [{"device": 0, "address": small, "total_size": 2 * MiB, "stream": 0, "segment_type": "small",
+                 "allocated_size": 512, "is_expandable": False, "blocks": [
+                     {"address": small, "size": 1024, "requested_size": 0, "state": "inactive", "frames": []},
+                     {"address": small + 1024, "size": 512, "requested_size": 1, "state": "active_allocated",
+                      "frames": _frames("w.py", 5)},
+                     {"address": small + 1536, "size": 2 * MiB - 1536, "requested_size": 0, "state": "inactive",
+                      "frames": []}]}]
+    d = analyze_snapshot(read_memory_snapshot(_write(tmp_path, {"segments": segments,
+                                                                "device_traces": [trace]}))).devices[0]
+    expected_peak = (_torch_block(1000, free_block=2 * MiB, small_pool=True)
+                     + _torch_block(1, free_block=2 * MiB - 1024, small_pool=True)
+                     + _torch_block(requests[whole], free_block=12 * MiB)
+                     + _torch_block(requests[split], free_block=20 * MiB))
+    assert expected_peak == 1024 + 512 + 12 * MiB + 3 * MiB + 512  # the rule, spelled out
+    assert d.peak_allocated_bytes == expected_peak
+    assert d.peak_requested_bytes == sum(requests.values())
+    assert (d.final_allocated_bytes, d.final_requested_bytes) == (512, 1)
+    assert d.timeline.get_column("allocated_bytes").to_list()[-1] == 512  # the replay lands on the final state
+
+
+def test_kineto_cuda_events_count_the_same_blocks_the_snapshot_replay_counts() -> None:
+    """On a real V100 profile_memory trace every CUDA [memory] event is a whole number of 512 B
+    blocks, and Total Allocated moves by exactly the event's bytes: the profiler reports block
+    sizes, so the snapshot's peak, replayed in block sizes, is the same measure as the trace's."""
+    from tracewhy.analyses.allocator_blocks import round_size
+
+    trace = read_trace(shared_trace("hta/v100_ddp2_rank1_memprofile.json.gz"))
+    cuda = trace.memory.filter(pl.col("device_type") == 1)
+    nbytes = cuda.get_column("bytes").to_numpy()
+    assert cuda.height > 20_000 and (round_size(abs(nbytes)) == abs(nbytes)).all()
+    totals = cuda.get_column("total_allocated").to_numpy()
+    assert ((totals[1:] - totals[:-1]) == nbytes[1:]).all()
 
 
 def test_snapshot_oom_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -270,7 +332,8 @@ def test_snapshot_oom_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str
     path.write_bytes(gzip.compress(pickle.dumps(build_snapshot(oom=True), protocol=4)))
     out = _json_out([str(path)], capsys)
     (d,) = out["devices"]
-    assert (d["peak_allocated_bytes"], d["peak_ts_ns"]) == (22 * MiB - 512, 1_002_000)
+    assert (d["peak_allocated_bytes"], d["peak_requested_bytes"], d["peak_ts_ns"]) == \
+        (22 * MiB, 22 * MiB - 512, 1_002_000)
     assert d["ooms"] == [{"seq": 6, "time_us": 1006, "requested_bytes": 64 * MiB, "device_free_bytes": 3 * MiB,
                           "frame": "d.py:40 step"}]
     assert "memory-peak" in {f["code"] for f in out["findings"]}
@@ -369,3 +432,31 @@ def test_a_stack_without_python_names_its_first_telling_frame() -> None:
     assert user_frame(frames) == "aten/src/ATen/native/cuda/Blas.cpp:312 at::native::addmm_out_cuda_impl"
     assert user_frame((("train.py", 7, "step"), *frames)) == "train.py:7 step"
     assert user_frame(frames[:2]) == "??:0 torch::unwind::unwind()"  # nothing better: the innermost
+
+
+def test_the_frame_named_for_an_allocation_is_never_the_allocator() -> None:
+    """A stack recorded with stacks="all" holds the allocator's own C++ frames innermost (as
+    torch 2.x's CUDACachingAllocator.cpp and EmptyTensor.cpp name them), then the op that asked
+    for the memory, then Python. The frame named is the user's line; without Python frames the
+    op; a stack from inside torch's own Python (an optimizer step) names that Python frame."""
+    from tracewhy.analyses.memory_snapshot import user_frame
+
+    allocator = (("??", 0, "torch::unwind::unwind()"),
+                 ("??", 0, "torch::CapturedTraceback::gather(bool, bool, bool)"),
+                 ("c10/cuda/CUDACachingAllocator.cpp", 3455,
+                  "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char, "
+                  "unsigned long, CUstream_st*)"),
+                 ("c10/cuda/CUDACachingAllocator.cpp", 3860,
+                  "c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::allocate(unsigned long)"),
+                 ("aten/src/ATen/EmptyTensor.cpp", 62, "at::detail::empty_generic(c10::ArrayRef<long>, ...)"),
+                 ("aten/src/ATen/native/cuda/EmptyTensor.cpp", 33, "at::detail::empty_cuda(...)"),
+                 ("build/aten/src/ATen/RegisterCUDA.cpp", 1200, "at::(anonymous namespace)::create_out(...)"),
+                 ("build/aten/src/ATen/RegisterCUDA.cpp", 1400,
+                  "at::(anonymous namespace)::structured_addmm_out_cuda_functional::set_output_raw_strided(...)"))
+    op = ("aten/src/ATen/native/cuda/Blas.cpp", 312, "at::native::addmm_out_cuda_impl")
+    engine = ("torch/csrc/autograd/engine.cpp", 1100, "torch::autograd::Engine::thread_main")
+    assert user_frame((*allocator, op, engine)) == \
+        "aten/src/ATen/native/cuda/Blas.cpp:312 at::native::addmm_out_cuda_impl"
+    optimizer = ("/venv/lib/python3.11/site-packages/torch/optim/adamw.py", 480, "_multi_tensor_adamw")
+    assert user_frame((*allocator, op, optimizer)) == f"{optimizer[0]}:480 _multi_tensor_adamw"
+    assert user_frame((*allocator, op, optimizer, ("train.py", 88, "main"))) == "train.py:88 main"

@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from tracewhy.analyses.allocator_blocks import ALLOCATED_STATES, entry_block_bytes
 from tracewhy.model.memory_snapshot import EventCol, Frame, MemorySnapshot, SegCol, SnapshotBlockCol
 from tracewhy.rows import Rows
 
@@ -25,8 +26,6 @@ I64 = npt.NDArray[np.int64]
 ALLOC_ACTIONS: Final = {"alloc": 1, "free_completed": -1}
 #: Trace actions that change reserved bytes: cudaMalloc'd segments, and expandable segments' pages.
 RESERVE_ACTIONS: Final = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}
-#: Block states the allocator counts as allocated.
-ALLOCATED_STATES: Final = ("active_allocated", "active_awaiting_free")
 NO_FRAME: Final = "(no frames recorded)"
 
 
@@ -36,7 +35,8 @@ class SnapCol:
     SEQ: Final = EventCol.SEQ
     ACTION: Final = EventCol.ACTION
     TIME_US: Final = EventCol.TIME_US
-    ALLOCATED: Final = "allocated_bytes"
+    ALLOCATED: Final = "allocated_bytes"  # block sizes, as torch.cuda.memory_allocated counts
+    REQUESTED: Final = "requested_bytes"  # what the callers asked for
     RESERVED: Final = "reserved_bytes"
 
 
@@ -75,7 +75,8 @@ class SnapshotDevice:
     device: int
     events: int
     timeline: pl.DataFrame  # SnapCol
-    peak_allocated_bytes: int
+    peak_allocated_bytes: int  # block sizes, as torch.cuda.max_memory_allocated counts them
+    peak_requested_bytes: int  # the peak of the bytes callers asked for (requested_bytes' peak)
     peak_reserved_bytes: int
     reserved_at_peak_bytes: int
     peak_seq: int | None  # the trace entry after which allocated peaked; None: before the window
@@ -83,6 +84,7 @@ class SnapshotDevice:
     peak_frames: tuple[Frame, ...]
     live_at_peak: pl.DataFrame  # LIVE_SCHEMA
     final_allocated_bytes: int
+    final_requested_bytes: int
     final_reserved_bytes: int
     segments: int
     expandable_segments: int
@@ -108,36 +110,40 @@ def _device(snap: MemorySnapshot, device: int) -> SnapshotDevice:
     ev = snap.events.filter(pl.col(EventCol.DEVICE) == device).sort(EventCol.SEQ)
     segs = snap.segments.filter(pl.col(SegCol.DEVICE) == device)
     blocks = snap.blocks.filter(pl.col(SnapshotBlockCol.DEVICE) == device)
-    # Trace entries record the size the caller asked for (the allocator passes ``orig_size``; a
-    # free records the block's ``requested_size``), so the replay starts from the final blocks'
-    # requested bytes: starting from their rounded ``size`` would lift the whole curve, peak
-    # included, by the final blocks' rounding waste (torch's own viewer counts requested bytes).
-    final_alloc = int(blocks.filter(pl.col(SnapshotBlockCol.STATE).is_in(ALLOCATED_STATES))
-                      .get_column(SnapshotBlockCol.REQUESTED).sum())
+    # Trace entries record the size the caller asked for (``orig_size``, a free the block's
+    # ``requested_size``); the allocator's allocated bytes are of its blocks, rounded (and whole
+    # where not split). Both curves are replayed from the final state, each in its own bytes.
+    held = blocks.filter(pl.col(SnapshotBlockCol.STATE).is_in(ALLOCATED_STATES))
+    final_alloc = int(held.get_column(SnapshotBlockCol.SIZE).sum())
+    final_requested = int(held.get_column(SnapshotBlockCol.REQUESTED).sum())
     final_reserved = int(segs.get_column(SegCol.TOTAL_SIZE).sum())
     actions = ev.get_column(EventCol.ACTION)
     size = ev.get_column(EventCol.SIZE).to_numpy()
-    allocated = _replayed(final_alloc, size * actions.replace_strict(ALLOC_ACTIONS, default=0).to_numpy())
+    block = entry_block_bytes(ev, blocks, snap.allocator_settings)
+    alloc_sign = actions.replace_strict(ALLOC_ACTIONS, default=0).to_numpy()
+    allocated = _replayed(final_alloc, block * alloc_sign)
+    requested = _replayed(final_requested, size * alloc_sign)
     reserved = _replayed(final_reserved, size * actions.replace_strict(RESERVE_ACTIONS, default=0).to_numpy())
+    ev = ev.with_columns(pl.Series("_block", block, dtype=pl.Int64))
     timeline = ev.select(EventCol.SEQ, EventCol.ACTION, EventCol.TIME_US).with_columns(
-        pl.Series(SnapCol.ALLOCATED, allocated[1:]), pl.Series(SnapCol.RESERVED, reserved[1:]))
+        pl.Series(SnapCol.ALLOCATED, allocated[1:]), pl.Series(SnapCol.REQUESTED, requested[1:]),
+        pl.Series(SnapCol.RESERVED, reserved[1:]))
     at = int(np.argmax(allocated))  # 0: the state before the first entry
     peak_seq = int(ev.get_column(EventCol.SEQ)[at - 1]) if at > 0 else None
     stack = int(ev.get_column(EventCol.STACK)[at - 1]) if at > 0 else -1
     inactive = blocks.filter(pl.col(SnapshotBlockCol.STATE) == "inactive").get_column(SnapshotBlockCol.SIZE)
-    active = blocks.filter(pl.col(SnapshotBlockCol.STATE).is_in(ALLOCATED_STATES))
     return SnapshotDevice(
         device=device, events=ev.height, timeline=timeline,
-        peak_allocated_bytes=int(allocated[at]), peak_reserved_bytes=int(reserved.max()),
+        peak_allocated_bytes=int(allocated[at]), peak_requested_bytes=int(requested.max()),
+        peak_reserved_bytes=int(reserved.max()),
         reserved_at_peak_bytes=int(reserved[at]), peak_seq=peak_seq,
         peak_time_us=ev.get_column(EventCol.TIME_US)[at - 1] if at > 0 else None,
         peak_frames=snap.stacks[stack] if stack >= 0 else (),
         live_at_peak=_live_at(snap, ev, blocks, peak_seq),
-        final_allocated_bytes=final_alloc, final_reserved_bytes=final_reserved,
+        final_allocated_bytes=final_alloc, final_requested_bytes=final_requested, final_reserved_bytes=final_reserved,
         segments=segs.height, expandable_segments=int(segs.get_column(SegCol.EXPANDABLE).sum()),
         free_in_segments_bytes=int(inactive.sum()),
-        rounding_waste_bytes=int((active.get_column(SnapshotBlockCol.SIZE)
-                                  - active.get_column(SnapshotBlockCol.REQUESTED)).sum()),
+        rounding_waste_bytes=final_alloc - final_requested,
         largest_free_block_bytes=int(inactive.max() or 0),  # type: ignore[arg-type]
         ooms=_ooms(snap, ev),
     )
@@ -169,10 +175,10 @@ def _live_at(snap: MemorySnapshot, ev: pl.DataFrame, blocks: pl.DataFrame, peak_
     untouched = blocks.filter(pl.col(SnapshotBlockCol.STATE).is_in(ALLOCATED_STATES)
                               & ~pl.col(SnapshotBlockCol.ADDRESS).is_in(touched.implode()))
     live = pl.concat([
-        in_window.select(pl.col(EventCol.SIZE).alias(LiveCol.BYTES), EventCol.STACK),
-        before.select(pl.col(EventCol.SIZE).alias(LiveCol.BYTES), EventCol.STACK),
-        # requested bytes, as the trace entries and the replayed curve count them
-        untouched.select(pl.col(SnapshotBlockCol.REQUESTED).alias(LiveCol.BYTES),
+        in_window.select(pl.col("_block").alias(LiveCol.BYTES), EventCol.STACK),
+        before.select(pl.col("_block").alias(LiveCol.BYTES), EventCol.STACK),
+        # block sizes, as the replayed allocated curve counts them
+        untouched.select(pl.col(SnapshotBlockCol.SIZE).alias(LiveCol.BYTES),
                          pl.col(SnapshotBlockCol.STACK).alias(EventCol.STACK)),
     ])
     frames = [user_frame(s) for s in snap.stacks]
@@ -206,18 +212,41 @@ _OMIT_FILENAMES: Final = ("core/boxing", "/Register", "/Redispatch", "pythonrun.
                           "cpython/abstract.h")
 
 
+#: C++ frames of the allocation itself: the caching allocator, the empty-tensor factories that call
+#: it, and the generated wrappers between an op and its kernel. The op that asked for memory sits
+#: outside them (``at::native::addmm_out_cuda_impl``), never ``DeviceCachingAllocator::malloc``.
+_ALLOCATION_FUNCTIONS: Final = ("CachingAllocator", "c10::cuda::", "c10::Allocator", "c10::StorageImpl",
+                                "c10::make_intrusive", "at::detail::", "at::empty", "at::native::empty",
+                                "at::TensorBase::", "at::_ops::", "c10::impl::", "wrapper_", "create_out",
+                                "set_output", "resize_")
+_ALLOCATION_FILENAMES: Final = ("CachingAllocator", "c10/core/", "c10/util/", "ATen/EmptyTensor",
+                                "ATen/core/", "ATen/native/TensorFactories", "ATen/native/Resize",
+                                "/Register", "Operators_")
+
+
 def _telling(filename: str, name: str) -> bool:
     return not any(f in name for f in _OMIT_FUNCTIONS) and not any(f in filename for f in _OMIT_FILENAMES)
 
 
+def _allocating(filename: str, name: str) -> bool:
+    return any(f in name for f in _ALLOCATION_FUNCTIONS) or any(f in filename for f in _ALLOCATION_FILENAMES)
+
+
 def user_frame(frames: tuple[Frame, ...]) -> str:
-    """The innermost frame in the user's own Python code: the first ``.py`` frame outside
-    torch's package; without one (an allocation on the autograd engine's thread has no Python
-    frames), the innermost frame that says something (not the unwinder's, the interpreter's or
-    the dispatcher's); NO_FRAME for an empty stack."""
+    """The frame named for an allocation: the innermost frame in the user's own Python code (the
+    first ``.py`` frame outside torch's package); without one, the innermost Python frame (torch's
+    own, an optimizer's step); without Python (an allocation on the autograd engine's thread), the
+    innermost C++ frame that says something and is not the allocation machinery (the allocator,
+    the empty-tensor factories, the dispatcher's wrappers); NO_FRAME for an empty stack."""
     for filename, line, name in frames:
         path = filename.replace("\\", "/")
         if path.endswith(".py") and "/torch/" not in path and not path.startswith("torch/"):
+            return f"{filename}:{line} {name}"
+    for filename, line, name in frames:
+        if filename.endswith(".py"):
+            return f"{filename}:{line} {name}"
+    for filename, line, name in frames:
+        if _telling(filename, name) and not _allocating(filename, name):
             return f"{filename}:{line} {name}"
     for filename, line, name in frames:
         if _telling(filename, name):

@@ -95,7 +95,10 @@ class SnapshotDeviceJson(TypedDict):
     #: "cuda:N".
     device: str
     events: int
+    #: Block sizes as the allocator rounds them: what torch.cuda.max_memory_allocated counts.
     peak_allocated_bytes: int
+    #: The peak of the bytes callers asked for (the allocator's requested_bytes).
+    peak_requested_bytes: int
     peak_reserved_bytes: int
     reserved_at_peak_bytes: int
     #: The trace entry after which allocated peaked; null: before the window.
@@ -104,6 +107,7 @@ class SnapshotDeviceJson(TypedDict):
     peak_frames: list[SnapshotFrame]
     live_at_peak: Annotated[pl.DataFrame, rows(LIVE_SCHEMA, "live blocks at the peak by top user frame")]
     final_allocated_bytes: int
+    final_requested_bytes: int
     final_reserved_bytes: int
     segments: int
     expandable_segments: int
@@ -156,11 +160,13 @@ def snapshot_payload(r: SnapshotResult, findings: list[Finding]) -> SnapshotPayl
 def _snapshot_device_payload(d: SnapshotDevice) -> SnapshotDeviceJson:
     return {
         "device": f"cuda:{d.device}", "events": d.events, "peak_allocated_bytes": d.peak_allocated_bytes,
-        "peak_reserved_bytes": d.peak_reserved_bytes, "reserved_at_peak_bytes": d.reserved_at_peak_bytes,
+        "peak_requested_bytes": d.peak_requested_bytes, "peak_reserved_bytes": d.peak_reserved_bytes,
+        "reserved_at_peak_bytes": d.reserved_at_peak_bytes,
         "peak_seq": d.peak_seq, "peak_ts_ns": None if d.peak_time_us is None else d.peak_time_us * 1000,
         "peak_frames": [{"filename": f, "line": line, "name": n} for f, line, n in d.peak_frames],
         "live_at_peak": d.live_at_peak, "final_allocated_bytes": d.final_allocated_bytes,
-        "final_reserved_bytes": d.final_reserved_bytes, "segments": d.segments,
+        "final_requested_bytes": d.final_requested_bytes, "final_reserved_bytes": d.final_reserved_bytes,
+        "segments": d.segments,
         "expandable_segments": d.expandable_segments, "free_in_segments_bytes": d.free_in_segments_bytes,
         "rounding_waste_bytes": d.rounding_waste_bytes, "largest_free_block_bytes": d.largest_free_block_bytes,
         "ooms": d.ooms,
@@ -224,6 +230,7 @@ def render_snapshot(r: SnapshotResult, findings: list[Finding], top: int) -> Ren
         t = SNAPSHOT_TABLE.table(f"cuda:{d.device}: {d.events} trace entries, {d.segments} segments "
                                  f"({d.expandable_segments} expandable)")
         for measure, value in (("peak allocated (window)", d.peak_allocated_bytes),
+                             ("peak requested (window)", d.peak_requested_bytes),
                              ("reserved at the peak", d.reserved_at_peak_bytes),
                              ("peak reserved (window)", d.peak_reserved_bytes),
                              ("allocated at the end", d.final_allocated_bytes),
