@@ -15,6 +15,7 @@ import ddp_traces
 import dialect_traces
 import eager_traces
 import lines_traces
+import memory_step_traces
 import memory_traces
 import optimizer_traces
 
@@ -170,6 +171,18 @@ SPECS: tuple[TraceSpec, ...] = (
         "memory_traces.make_memory_traces", memory_traces.OPTIONS, _sched(memory_traces.SCHEDULE),
         memory_traces.PLANTED,
     ),
+    *(TraceSpec(key, (name,), _one(name, make), f"memory_step_traces.{make.__name__}", options, _sched(sched),
+                planted)
+      for key, name, make, options, sched, planted in (
+          ("memory_growth", memory_step_traces.GROWTH_FILE, memory_step_traces.make_growth,
+           memory_step_traces.OPTIONS, memory_step_traces.GROWTH_SCHEDULE, memory_step_traces.PLANTED_GROWTH),
+          ("optimizer_peak_memory", memory_step_traces.OPTIMIZER_PEAK_FILE, memory_step_traces.make_optimizer_peak,
+           "profile_memory=True, record_shapes=True", memory_step_traces.OPTIMIZER_SCHEDULE,
+           memory_step_traces.PLANTED_OPTIMIZER),
+          ("fsdp2_memory", memory_step_traces.FSDP_FILE, memory_step_traces.make_fsdp,
+           "profile_memory=True (rank 0 of 2, gloo on 127.0.0.1)", memory_step_traces.FSDP_SCHEDULE,
+           memory_step_traces.PLANTED_FSDP),
+      )),
     TraceSpec(
         "adam_item", ("cpu_adam_item.pt.trace.json.gz",),
         _one("cpu_adam_item.pt.trace.json.gz", optimizer_traces.make_adam_item),

@@ -16,8 +16,11 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from tracewhy.analyses.account_host import PHASE_CONTEXTS, host_context
 from tracewhy.analyses.host_activity import HostIndex, build_host_index
+from tracewhy.analyses.memory_growth import SITES_SCHEMA, StepGrowth, step_growth
 from tracewhy.analyses.memory_ledger import allocation_contexts, ledger_at_peak
+from tracewhy.analyses.source_lines import parse_frame
 from tracewhy.analyses.steps import StepsOptions, StepsResult, WindowCol, step_windows, steps
 from tracewhy.model.memory_timeline import EXPORT_CATEGORIES, MemoryTimeline, TimelineCol
 from tracewhy.model.schema import KIND_CODE, Col, Kind, MemEventCol
@@ -82,11 +85,15 @@ class DeviceMemory:
     peak_op: str | None  # outermost CPU op open at the peak
     peak_innermost_op: str | None
     peak_annotation: str | None
+    #: The step phase at the peak, by what encloses the allocating op (as the step account finds
+    #: phases): "optimizer", "backward", "forward"; None outside them.
+    peak_phase: str | None
     peak_python_stack: tuple[str, ...]  # innermost first; empty without with_stack
     ledger: dict[str, int]  # LedgerCategory value -> bytes live at the peak
     timeline: pl.DataFrame  # ts_ns, total_allocated, total_reserved: the events' own totals
     steps: pl.DataFrame  # CHURN_SCHEMA
     growth_bytes_per_step: float | None  # least-squares slope of allocated-at-end over steady steps
+    growth: StepGrowth  # whether allocated rises in every steady step, and the sites that keep bytes each step
     #: Where allocated comes from: the events' own "Total Allocated", or (traces of PyTorch < 1.10,
     #: which carry only "Bytes") the running sum of event sizes from the trace's start, as
     #: TensorBoard's plugin drew it: memory allocated before the trace is then missing.
@@ -161,20 +168,38 @@ def analyze_memory(trace: Trace, options: MemoryOptions = MemoryOptions(), *, ho
                                                dtype=pl.String)),
                  on=[MemEventCol.DEVICE_TYPE, MemEventCol.DEVICE_ID], how="left").sort("_seq")
     index = host if host is not None else build_host_index(trace)
+    steps_result = steps_result if steps_result is not None else steps(trace, StepsOptions(marker=options.marker,
+                                                                                warmup=options.warmup))
     ctx = allocation_contexts(trace, index, ev)
     op_names = trace.slices.get_column(Col.NAME).gather(np.maximum(ctx.outermost_op, 0)).cast(pl.String)
     op_names = pl.select(pl.when(pl.Series(ctx.outermost_op >= 0)).then(op_names).otherwise(pl.lit(NO_OP))).to_series()
-    ev = ev.with_columns(op_names.alias("_op"),
+    ev = ev.with_columns(op_names.alias("_op"), *_phase_and_frame(trace, ctx.innermost, index, steps_result),
                          pl.Series("_scope_end", ctx.scope_end), pl.Series("_opt_end", ctx.optimizer_end),
                          *[pl.Series(f"_{k}", v) for k, v in ctx.bits.items()],
                          pl.Series("_inner", ctx.innermost))
-    steps_result = steps_result if steps_result is not None else steps(trace, StepsOptions(marker=options.marker,
-                                                                                warmup=options.warmup))
     windows = step_windows(trace, steps_result).sort(WindowCol.WINDOW_START)
     ev = ev.with_columns(pl.Series("_pos", np.arange(ev.height, dtype=np.int64)))
     devices = tuple(_device(trace, index, part, windows)
                     for _, part in sorted(ev.group_by("_device"), key=lambda kv: str(kv[0][0])))
     return MemoryResult(devices, _top_ops(ev), "inferred")
+
+
+def _phase_and_frame(trace: Trace, innermost: I64, index: HostIndex, found: StepsResult) -> list[pl.Series]:
+    """Per event: the step phase of the slice open at it (the account's host contexts, so the
+    optimizer's, backward's and forward's bounds are the account's), and the innermost user Python
+    frame above it as "file:line function" (null without with_stack)."""
+    markers = step_windows(trace, found).get_column(WindowCol.STEP_ID).drop_nulls().to_numpy()
+    hc = host_context(trace, markers)
+    slice_id = np.where(innermost >= 0, index.ids[np.maximum(innermost, 0)], -1)
+    names = {int(p): p.name.lower() for p in PHASE_CONTEXTS}
+    phase = [None if i < 0 else names.get(int(hc.context[i])) for i in slice_id.tolist()]
+    frame_id = np.where(slice_id >= 0, hc.user_frame[np.maximum(slice_id, 0)], -1)
+    text: dict[int, str] = {}
+    for f in np.unique(frame_id[frame_id >= 0]).tolist():
+        file, line, function, _ = parse_frame(hc.name(f))
+        text[f] = f"{file.rsplit('/', 1)[-1]}:{line} {function}"
+    return [pl.Series("_phase", phase, dtype=pl.String),
+            pl.Series("_frame", [text.get(f) for f in frame_id.tolist()], dtype=pl.String)]
 
 
 def _top_ops(ev: pl.DataFrame) -> pl.DataFrame:
@@ -211,6 +236,7 @@ def _device(trace: Trace, index: HostIndex, ev: pl.DataFrame, windows: pl.DataFr
     ends = windows.get_column(WindowCol.WINDOW_END).to_numpy()
     w = int(np.searchsorted(starts, peak[MemEventCol.TS], side="right")) - 1
     in_step = w >= 0 and peak[MemEventCol.TS] < ends[w]
+    table = _churn(ev, windows)
     return DeviceMemory(
         device=str(peak["_device"]), events=ev.height, peak_allocated_bytes=int(alloc[at]),
         peak_reserved_bytes=None if reserved is None else int(reserved.max()),
@@ -219,11 +245,13 @@ def _device(trace: Trace, index: HostIndex, ev: pl.DataFrame, windows: pl.DataFr
         peak_step=str(windows.get_column(WindowCol.STEP)[w]) if in_step else None,
         peak_op=None if peak["_op"] == NO_OP else str(peak["_op"]),
         peak_innermost_op=ctx_name(index.op_ctx), peak_annotation=ctx_name(index.annotation_ctx),
+        peak_phase=peak["_phase"],
         peak_python_stack=_python_stack(index, names, inner),
         ledger=ledger_at_peak(ev, at, starts, int(alloc[at])),
         timeline=ev.select(MemEventCol.TS, MemEventCol.TOTAL_ALLOCATED, MemEventCol.TOTAL_RESERVED),
-        steps=(table := _churn(ev, windows)),
+        steps=table,
         growth_bytes_per_step=_growth(table),
+        growth=_step_growth(ev, windows, table),
         allocated_source=source,
     )
 
@@ -239,19 +267,31 @@ def _python_stack(index: HostIndex, names: pl.Series, inner: int) -> tuple[str, 
     return tuple(out)
 
 
+def _window_of(ev: pl.DataFrame, windows: pl.DataFrame) -> I64:
+    """Each event's step window (row of ``windows``, in time order); -1 outside every window."""
+    starts = windows.get_column(WindowCol.WINDOW_START).to_numpy()
+    ends = windows.get_column(WindowCol.WINDOW_END).to_numpy()
+    ts = ev.get_column(MemEventCol.TS).to_numpy()
+    w = np.searchsorted(starts, ts, side="right") - 1
+    out: I64 = np.where((w >= 0) & (ts < ends[np.maximum(w, 0)]), w, -1).astype(np.int64)
+    return out
+
+
+def _step_growth(ev: pl.DataFrame, windows: pl.DataFrame, table: pl.DataFrame) -> StepGrowth:
+    if windows.height == 0:
+        return StepGrowth(0, 0, pl.DataFrame(schema=SITES_SCHEMA))
+    return step_growth(ev, table.get_column(ChurnCol.ALLOCATED_AT_END).to_list(),
+                       table.get_column(ChurnCol.STEADY).to_list(), _window_of(ev, windows), op="_op", frame="_frame")
+
+
 def _churn(ev: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     """Allocations, frees and bytes cycled per step window, and allocated at its end."""
     schema = CHURN_SCHEMA
     if windows.height == 0:
         return pl.DataFrame(schema=schema)
-    starts = windows.get_column(WindowCol.WINDOW_START).to_numpy()
-    ends = windows.get_column(WindowCol.WINDOW_END).to_numpy()
-    ts = ev.get_column(MemEventCol.TS).to_numpy()
-    w = np.searchsorted(starts, ts, side="right") - 1
-    inside = (w >= 0) & (ts < ends[np.maximum(w, 0)])
     b = pl.col(MemEventCol.BYTES)
     per = (
-        ev.with_columns(pl.Series("_w", np.where(inside, w, -1)),
+        ev.with_columns(pl.Series("_w", _window_of(ev, windows)),
                         (pl.col(MemEventCol.TOTAL_RESERVED) != pl.col(MemEventCol.TOTAL_RESERVED).shift(1))
                         .fill_null(False).alias("_reserve_change"))
         .filter(pl.col("_w") >= 0)

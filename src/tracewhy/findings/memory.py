@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Final
 import polars as pl
 
 from tracewhy.analyses.memory import ChurnCol, DeviceMemory, MemoryResult, analyze_memory
+from tracewhy.analyses.memory_growth import SiteCol
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
@@ -29,6 +30,15 @@ REMEDIES: Final = {
     "kv_cache": "a paged or quantized KV cache, or a shorter maximum context",
     "inputs": "smaller batches on the device, or moving inputs later",
 }
+#: What lowers a peak reached inside the optimizer step, whatever the ledger's largest part there:
+#: parameters, gradients and the optimizer's state are all live at once.
+OPTIMIZER_PEAK_REMEDY: Final = ("sharding the optimizer state (ZeroRedundancyOptimizer, FSDP), 8-bit or fused "
+                                "optimizer states (bitsandbytes' 8-bit Adam; fused=True instead of foreach's "
+                                "temporaries), or freeing each gradient once applied (the optimizer step in "
+                                "post-accumulate-grad hooks)")
+#: Ops that grow a tensor by copying it whole into a larger one.
+_CONCATENATING: Final = ("aten::cat", "aten::stack", "aten::hstack", "aten::vstack", "aten::concat",
+                         "aten::concatenate", "aten::pad", "aten::resize_")
 
 
 def memory_result(ctx: Context) -> MemoryResult | None:
@@ -79,8 +89,8 @@ def _peak(d: DeviceMemory, source: str) -> list[Finding]:
     if not d.peak_allocated_bytes:
         return []
     parts = ", ".join(f"{k} {fmt_bytes(v)}" for k, v in ledger.items())
-    largest = max((k for k in ledger if k in REMEDIES), key=lambda k: ledger[k], default=None)
     where = " ".join(x for x in (f"in {d.peak_step}" if d.peak_step else "",
+                                 f"in the {d.peak_phase} phase" if d.peak_phase else "",
                                  f"during {d.peak_op}" if d.peak_op else "") if x)
     return [Finding(
         code=Code.MEMORY_PEAK, severity=Severity.INFO,
@@ -88,12 +98,29 @@ def _peak(d: DeviceMemory, source: str) -> list[Finding]:
                   f"({fmt_bytes(d.reserved_at_peak_bytes)} reserved) {where}; "
                   f"{'(allocated counted from the trace start) ' if d.allocated_source == 'running_sum' else ''}"
                   f"live then ({source}): {parts or 'nothing'}.",
-        next_step=f"The largest part is {largest}: lower it by {REMEDIES[largest]}." if largest else
-        "Record a snapshot (torch.cuda.memory._record_memory_history, _dump_snapshot) to see what is live.",
+        next_step=_peak_advice(d, ledger),
         evidence={"device": d.device, "peak_allocated_bytes": d.peak_allocated_bytes,
                   "reserved_at_peak_bytes": d.reserved_at_peak_bytes, "peak_ts_ns": d.peak_ts_ns,
-                  "peak_step": d.peak_step, "peak_op": d.peak_op, "ledger": d.ledger, "ledger_source": source},
+                  "peak_step": d.peak_step, "peak_phase": d.peak_phase, "peak_op": d.peak_op, "ledger": d.ledger,
+                  "ledger_source": source},
     )]
+
+
+def _peak_advice(d: DeviceMemory, ledger: dict[str, int]) -> str:
+    """The phase at the peak decides: the optimizer step gets optimizer-state advice, forward and
+    backward the remedy of the largest live part (checkpointing only for activations); a peak too
+    small to matter gets none."""
+    if d.peak_allocated_bytes < th.MEMORY_PEAK_ADVICE_MIN_BYTES:
+        return (f"The peak is small ({fmt_bytes(d.peak_allocated_bytes)}, under "
+                f"{fmt_bytes(th.MEMORY_PEAK_ADVICE_MIN_BYTES)}): lowering it frees nothing a larger batch or "
+                "model could use; nothing to change for memory's sake.")
+    if d.peak_phase == "optimizer":
+        return ("The peak is inside the optimizer step, where parameters, gradients and optimizer state are "
+                f"live together: lower it by {OPTIMIZER_PEAK_REMEDY}.")
+    largest = max((k for k in ledger if k in REMEDIES), key=lambda k: ledger[k], default=None)
+    if largest is None:
+        return "Record a snapshot (torch.cuda.memory._record_memory_history, _dump_snapshot) to see what is live."
+    return f"The largest part is {largest}: lower it by {REMEDIES[largest]}."
 
 
 def _fragmentation(device: str, allocated: int, reserved: int, when: str, *, expandable: bool = False,
@@ -115,22 +142,47 @@ def _fragmentation(device: str, allocated: int, reserved: int, when: str, *, exp
 
 
 def _growth(d: DeviceMemory) -> list[Finding]:
-    steady = d.steps.filter(pl.col(ChurnCol.STEADY) & pl.col(ChurnCol.ALLOCATED_AT_END).is_not_null())
-    slope = d.growth_bytes_per_step
-    if slope is None or steady.height < th.MEMORY_GROWTH_MIN_STEPS or not d.peak_allocated_bytes \
-            or slope / d.peak_allocated_bytes < th.MEMORY_GROWTH_SHARE_PER_STEP:
+    """A leak: allocated at the end of every steady step above the step before's. A rise in some
+    steps only (a buffer allocated lazily and kept, an optimizer's first state) is no leak."""
+    g = d.growth
+    if not g.rises_every_step or g.steady_steps < th.MEMORY_GROWTH_MIN_STEPS or not d.peak_allocated_bytes:
         return []
+    steady = d.steps.filter(pl.col(ChurnCol.STEADY) & pl.col(ChurnCol.ALLOCATED_AT_END).is_not_null())
     ends = steady.get_column(ChurnCol.ALLOCATED_AT_END)
+    per_step = (int(ends[-1]) - int(ends[0])) / (steady.height - 1)
+    sites = g.sites.head(3).rows(named=True)
+    kept = "; ".join(f"{s[SiteCol.OP]}{f' at {s[SiteCol.FRAME]}' if s[SiteCol.FRAME] else ''} "
+                     f"{fmt_bytes(int(s[SiteCol.BYTES_PER_STEP]))}" for s in sites)
+    high = per_step / d.peak_allocated_bytes >= th.MEMORY_GROWTH_SHARE_PER_STEP
     return [Finding(
-        code=Code.MEMORY_GROWTH, severity=Severity.HIGH,
-        statement=f"{d.device}: allocated memory grows {fmt_bytes(int(slope))} per steady step "
-                  f"({fmt_bytes(int(ends[0]))} to {fmt_bytes(int(ends[-1]))} over {steady.height} steps): "
-                  "a leak signature.",
-        next_step="Look for tensors kept across steps (a loss appended without .item()/.detach(), growing caches); "
-                  "torch.cuda.memory._record_memory_history and _dump_snapshot show who holds them.",
-        evidence={"device": d.device, "growth_bytes_per_step": slope, "steady_steps": steady.height,
-                  "allocated_at_end_bytes": ends.to_list()},
+        code=Code.MEMORY_GROWTH, severity=Severity.HIGH if high else Severity.MEDIUM,
+        statement=f"{d.device}: allocated memory rises in every one of {steady.height} steady steps, "
+                  f"{fmt_bytes(int(per_step))} a step ({fmt_bytes(int(ends[0]))} to {fmt_bytes(int(ends[-1]))}, "
+                  f"{fmt_pct(per_step / d.peak_allocated_bytes)} of the peak a step): a leak"
+                  f"{f'. Kept each step by: {kept}' if kept else ''}.",
+        next_step=_growth_fix(sites),
+        evidence={"device": d.device, "growth_bytes_per_step": per_step, "steady_steps": steady.height,
+                  "allocated_at_end_bytes": ends.to_list(), "sites": sites},
     )]
+
+
+def _growth_fix(sites: list[dict[str, object]]) -> str:
+    """The fix for what the sites do: a tensor grown by concatenation is preallocated and written in
+    place; a tensor kept per step is dropped or kept as a number."""
+    fixes = []
+    for s in sites:
+        where = f" ({s[SiteCol.FRAME]})" if s[SiteCol.FRAME] else ""
+        if s[SiteCol.OP] in _CONCATENATING:
+            fixes.append(f"preallocate the buffer that {s[SiteCol.OP]} grows{where} once (torch.empty at its final "
+                         "size) and write each step's rows into it in place (buffer[i:j].copy_(rows))")
+        else:
+            fixes.append(f"stop keeping {s[SiteCol.OP]}'s result across steps{where}: keep a number (.item()) "
+                         "or a detached CPU copy, or clear the container each step")
+    if not fixes:
+        return ("Look for tensors kept across steps (a loss appended without .item()/.detach(), growing caches); "
+                "torch.cuda.memory._record_memory_history and _dump_snapshot show who holds them.")
+    text = "; ".join(fixes)
+    return text[0].upper() + text[1:] + "."
 
 
 def _churn(d: DeviceMemory) -> list[Finding]:

@@ -83,11 +83,16 @@ MEMORY_NEAR_LIMIT: Final = 0.90
 MEMORY_FRAGMENTATION_SHARE: Final = 0.30
 #: ...and at least this many bytes: a third of a small cache is not worth a setting.
 MEMORY_FRAGMENTATION_MIN_BYTES: Final = 256 * 1024**2
-#: Allocated growth per steady step, as a share of the peak, from which memory is said to grow:
-#: a leak of 0.5% a step reaches the peak again in 200 steps.
+#: Allocated growth per steady step, as a share of the peak, from which a leak (a rise in every
+#: steady step) is high: at 0.5% a step it doubles the peak in 200 steps. Below, it is medium: a
+#: run of many thousand steps still reaches the limit.
 MEMORY_GROWTH_SHARE_PER_STEP: Final = 0.005
-#: Steady steps needed before a slope is a trend rather than two points.
+#: Steady steps needed before rising in every one of them is a trend rather than two points.
 MEMORY_GROWTH_MIN_STEPS: Final = 3
+#: A peak below this gets no advice to lower it (no activation checkpointing, no sharding): it is
+#: under 1% of 16 GiB, the smallest data-centre GPU in service (T4, V100 16GB), so lowering it
+#: frees nothing a larger batch or model could use, and checkpointing would only cost recompute.
+MEMORY_PEAK_ADVICE_MIN_BYTES: Final = 128 * 1024**2
 #: Reserved changes (cudaMalloc/cudaFree by the caching allocator) per steady step from which
 #: the allocator is churning: in a settled loop the cache is warm and reserved stays flat.
 ALLOCATOR_CHURN_RESERVE_CHANGES_PER_STEP: Final = 1.0

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Final, Literal, TypedDict
 
 from tracewhy.analyses.memory import CHURN_SCHEMA, TOP_OPS_SCHEMA, DeviceMemory, MemoryResult, OpMemCol, TimelineResult
+from tracewhy.analyses.memory_growth import SITES_SCHEMA
 from tracewhy.analyses.memory_snapshot import (
     LIVE_SCHEMA,
     OOMS_SCHEMA,
@@ -46,12 +47,18 @@ class DeviceMemoryJson(TypedDict):
     peak_op: str | None
     peak_innermost_op: str | None
     peak_annotation: str | None
+    #: The step phase at the peak ("optimizer", "backward", "forward"), by the step account's rules; null outside.
+    peak_phase: str | None
     #: Innermost first; empty without with_stack.
     peak_python_stack: list[str]
     #: Bytes live at the peak per category.
     ledger: dict[str, int]
     #: Least-squares slope of allocated-at-end over the steady steps.
     growth_bytes_per_step: float | None
+    #: Allocated at the end of every steady step above the step before's (a leak's signature).
+    rises_every_step: bool
+    growth_sites: Annotated[pl.DataFrame, rows(SITES_SCHEMA, "allocation sites whose live bytes rose in every "
+                                                             "steady step, most per step first")]
     allocated_source: str
     steps: Annotated[pl.DataFrame, rows(CHURN_SCHEMA, "one row per step window, in time order")]
 
@@ -139,8 +146,9 @@ def _device_payload(d: DeviceMemory) -> DeviceMemoryJson:
         "peak_reserved_bytes": d.peak_reserved_bytes, "reserved_at_peak_bytes": d.reserved_at_peak_bytes,
         "slack_at_peak_bytes": d.slack_at_peak_bytes, "peak_ts_ns": d.peak_ts_ns, "peak_step": d.peak_step,
         "peak_op": d.peak_op, "peak_innermost_op": d.peak_innermost_op, "peak_annotation": d.peak_annotation,
-        "peak_python_stack": list(d.peak_python_stack), "ledger": d.ledger,
-        "growth_bytes_per_step": d.growth_bytes_per_step, "allocated_source": d.allocated_source, "steps": d.steps,
+        "peak_phase": d.peak_phase, "peak_python_stack": list(d.peak_python_stack), "ledger": d.ledger,
+        "growth_bytes_per_step": d.growth_bytes_per_step, "rises_every_step": d.growth.rises_every_step,
+        "growth_sites": d.growth.sites, "allocated_source": d.allocated_source, "steps": d.steps,
     }
 
 
