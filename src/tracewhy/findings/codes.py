@@ -157,10 +157,13 @@ _MEANING: Final[dict[Code, str]] = {
     Code.SLOW_COMM_BACKEND: "Collectives run on gloo although the job uses GPUs.",
     Code.MEMORY_NEAR_LIMIT: "Reserved GPU memory is near the device's capacity; the ledger at the allocation peak "
                             "says what fills it.",
-    Code.MEMORY_PEAK: "What was live at a device's allocation peak (the ledger), and what lowers its largest part.",
+    Code.MEMORY_PEAK: "What was live at a device's allocation peak (the ledger), and what lowers it: the "
+                      "optimizer's state for a peak in the optimizer step, the largest part's remedy else; "
+                      "none for a peak under 128 MiB.",
     Code.MEMORY_FRAGMENTATION: "Reserved memory far above allocated: cached free blocks and fragmentation hold "
                                "memory no tensor uses.",
-    Code.MEMORY_GROWTH: "Allocated memory grows across the steady steps: a leak signature.",
+    Code.MEMORY_GROWTH: "Allocated memory rises in every steady step: a leak, with the ops and lines that keep "
+                        "bytes each step and the fix.",
     Code.ALLOCATOR_CHURN: "Reserved memory changes in steady steps: the caching allocator calls cudaMalloc/cudaFree "
                           "again and again.",
     Code.COMM_EXPOSED: ("Communication runs with no compute under it; the statement says how much of the step's "
