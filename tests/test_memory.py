@@ -165,6 +165,9 @@ def test_adam_trace_inferred_ledger_and_steps() -> None:
     # same bytes the profiler's export files as GRADIENT at its own peak.
     assert cpu.ledger["gradients"] == _sizes_oracle(ADAM_SIZES)[1]["gradients"] == 133_928
     assert cpu.peak_python_stack  # with_stack=True
+    # The frame named is the user's innermost (the loop's train_step), not torch's module frames.
+    user = [f for f in cpu.peak_python_stack if "(" in f and not f.startswith(("torch/", "<"))]
+    assert cpu.peak_frame is not None and user and cpu.peak_frame.split(" ")[-1] == user[0].split(": ")[-1]
     steady = cpu.steps.filter(pl.col(ChurnCol.STEADY))
     assert steady.get_column(ChurnCol.ALLOCATIONS).n_unique() == 1  # the same loop every step
     assert cpu.growth_bytes_per_step is not None and abs(cpu.growth_bytes_per_step) < 1
@@ -181,7 +184,7 @@ def _device_with_steps(ends: list[int], reserve_changes: int = 0) -> DeviceMemor
 
     slope = (ends[-1] - ends[0]) / (len(ends) - 1)
     rises = sum(b > a for a, b in itertools.pairwise(ends))
-    return DeviceMemory("cuda:0", 100, max(ends), max(ends), max(ends), 0, None, None, None, None, None, (),
+    return DeviceMemory("cuda:0", 100, max(ends), max(ends), max(ends), 0, None, None, None, None, None, None, (),
                         {"activations": max(ends)}, pl.DataFrame(), steps, slope,
                         StepGrowth(rises, len(ends), pl.DataFrame(schema=SITES_SCHEMA)))
 

@@ -88,6 +88,8 @@ class DeviceMemory:
     #: The step phase at the peak, by what encloses the allocating op (as the step account finds
     #: phases): "optimizer", "backward", "forward"; None outside them.
     peak_phase: str | None
+    #: The innermost user Python frame at the peak ("file:line function"); None without with_stack.
+    peak_frame: str | None
     peak_python_stack: tuple[str, ...]  # innermost first; empty without with_stack
     ledger: dict[str, int]  # LedgerCategory value -> bytes live at the peak
     timeline: pl.DataFrame  # ts_ns, total_allocated, total_reserved: the events' own totals
@@ -245,7 +247,7 @@ def _device(trace: Trace, index: HostIndex, ev: pl.DataFrame, windows: pl.DataFr
         peak_step=str(windows.get_column(WindowCol.STEP)[w]) if in_step else None,
         peak_op=None if peak["_op"] == NO_OP else str(peak["_op"]),
         peak_innermost_op=ctx_name(index.op_ctx), peak_annotation=ctx_name(index.annotation_ctx),
-        peak_phase=peak["_phase"],
+        peak_phase=peak["_phase"], peak_frame=peak["_frame"],
         peak_python_stack=_python_stack(index, names, inner),
         ledger=ledger_at_peak(ev, at, starts, int(alloc[at])),
         timeline=ev.select(MemEventCol.TS, MemEventCol.TOTAL_ALLOCATED, MemEventCol.TOTAL_RESERVED),

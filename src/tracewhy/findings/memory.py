@@ -91,7 +91,8 @@ def _peak(d: DeviceMemory, source: str) -> list[Finding]:
     parts = ", ".join(f"{k} {fmt_bytes(v)}" for k, v in ledger.items())
     where = " ".join(x for x in (f"in {d.peak_step}" if d.peak_step else "",
                                  f"in the {d.peak_phase} phase" if d.peak_phase else "",
-                                 f"during {d.peak_op}" if d.peak_op else "") if x)
+                                 f"during {d.peak_op}" if d.peak_op else "",
+                                 f"at {d.peak_frame}" if d.peak_frame else "") if x)
     return [Finding(
         code=Code.MEMORY_PEAK, severity=Severity.INFO,
         statement=f"{d.device} peaks at {fmt_bytes(d.peak_allocated_bytes)} allocated "
@@ -101,8 +102,8 @@ def _peak(d: DeviceMemory, source: str) -> list[Finding]:
         next_step=_peak_advice(d, ledger),
         evidence={"device": d.device, "peak_allocated_bytes": d.peak_allocated_bytes,
                   "reserved_at_peak_bytes": d.reserved_at_peak_bytes, "peak_ts_ns": d.peak_ts_ns,
-                  "peak_step": d.peak_step, "peak_phase": d.peak_phase, "peak_op": d.peak_op, "ledger": d.ledger,
-                  "ledger_source": source},
+                  "peak_step": d.peak_step, "peak_phase": d.peak_phase, "peak_op": d.peak_op,
+                  "peak_frame": d.peak_frame, "ledger": d.ledger, "ledger_source": source},
     )]
 
 

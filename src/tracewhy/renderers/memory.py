@@ -49,6 +49,8 @@ class DeviceMemoryJson(TypedDict):
     peak_annotation: str | None
     #: The step phase at the peak ("optimizer", "backward", "forward"), by the step account's rules; null outside.
     peak_phase: str | None
+    #: The innermost frame of the user's code at the peak ("file:line function"); null without with_stack.
+    peak_frame: str | None
     #: Innermost first; empty without with_stack.
     peak_python_stack: list[str]
     #: Bytes live at the peak per category.
@@ -146,7 +148,8 @@ def _device_payload(d: DeviceMemory) -> DeviceMemoryJson:
         "peak_reserved_bytes": d.peak_reserved_bytes, "reserved_at_peak_bytes": d.reserved_at_peak_bytes,
         "slack_at_peak_bytes": d.slack_at_peak_bytes, "peak_ts_ns": d.peak_ts_ns, "peak_step": d.peak_step,
         "peak_op": d.peak_op, "peak_innermost_op": d.peak_innermost_op, "peak_annotation": d.peak_annotation,
-        "peak_phase": d.peak_phase, "peak_python_stack": list(d.peak_python_stack), "ledger": d.ledger,
+        "peak_phase": d.peak_phase, "peak_frame": d.peak_frame, "peak_python_stack": list(d.peak_python_stack),
+        "ledger": d.ledger,
         "growth_bytes_per_step": d.growth_bytes_per_step, "rises_every_step": d.growth.rises_every_step,
         "growth_sites": d.growth.sites, "allocated_source": d.allocated_source, "steps": d.steps,
     }
