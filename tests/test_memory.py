@@ -470,3 +470,23 @@ def test_the_frame_named_for_an_allocation_is_never_the_allocator() -> None:
     optimizer = ("/venv/lib/python3.11/site-packages/torch/optim/adamw.py", 480, "_multi_tensor_adamw")
     assert user_frame((*allocator, op, optimizer)) == f"{optimizer[0]}:480 _multi_tensor_adamw"
     assert user_frame((*allocator, op, optimizer, ("train.py", 88, "main"))) == "train.py:88 main"
+
+
+def test_a_snapshot_peak_in_the_optimizer_step_gets_optimizer_advice(tmp_path: Path) -> None:
+    """A snapshot has no step annotations; the stack of the allocation that reached the peak does:
+    foreach Adam's frame in torch/optim puts a 600 MiB peak in the optimizer step, whose advice
+    is the optimizer's state, not activation checkpointing."""
+    seg, size = 0x7F00_0000_0000, 600 * MiB + 1
+    adam = ("/venv/lib/python3.11/site-packages/torch/optim/adam.py", 540)
+    trace = [_entry("segment_alloc", seg, 1024 * MiB), _entry("alloc", seg, size, adam),
+             _entry("free_requested", seg, size, adam), _entry("free_completed", seg, size, adam)]
+    trace[1]["frames"][1]["name"] = "_multi_tensor_adam"
+    segments = [{"device": 0, "address": seg, "total_size": 1024 * MiB, "stream": 0, "segment_type": "large",
+                 "allocated_size": 0, "is_expandable": False,
+                 "blocks": [{"address": seg, "size": 1024 * MiB, "requested_size": 0, "state": "inactive",
+                             "frames": []}]}]
+    r = analyze_snapshot(read_memory_snapshot(_write(tmp_path, {"segments": segments, "device_traces": [trace]})))
+    (d,) = r.devices
+    assert (d.peak_allocated_bytes, d.peak_requested_bytes, d.peak_phase) == (600 * MiB + 512, size, "optimizer")
+    (finding,) = [f for f in snapshot_findings(r) if f.code == "memory-peak"]
+    assert "optimizer step" in finding.next_step and "checkpoint" not in finding.next_step

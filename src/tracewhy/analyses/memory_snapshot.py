@@ -82,6 +82,8 @@ class SnapshotDevice:
     peak_seq: int | None  # the trace entry after which allocated peaked; None: before the window
     peak_time_us: int | None
     peak_frames: tuple[Frame, ...]
+    #: The step phase of the allocation that reached the peak, from its stack (``stack_phase``).
+    peak_phase: str | None
     live_at_peak: pl.DataFrame  # LIVE_SCHEMA
     final_allocated_bytes: int
     final_requested_bytes: int
@@ -139,6 +141,7 @@ def _device(snap: MemorySnapshot, device: int) -> SnapshotDevice:
         reserved_at_peak_bytes=int(reserved[at]), peak_seq=peak_seq,
         peak_time_us=ev.get_column(EventCol.TIME_US)[at - 1] if at > 0 else None,
         peak_frames=snap.stacks[stack] if stack >= 0 else (),
+        peak_phase=stack_phase(snap.stacks[stack]) if stack >= 0 else None,
         live_at_peak=_live_at(snap, ev, blocks, peak_seq),
         final_allocated_bytes=final_alloc, final_requested_bytes=final_requested, final_reserved_bytes=final_reserved,
         segments=segs.height, expandable_segments=int(segs.get_column(SegCol.EXPANDABLE).sum()),
@@ -222,6 +225,22 @@ _ALLOCATION_FUNCTIONS: Final = ("CachingAllocator", "c10::cuda::", "c10::Allocat
 _ALLOCATION_FILENAMES: Final = ("CachingAllocator", "c10/core/", "c10/util/", "ATen/EmptyTensor",
                                 "ATen/core/", "ATen/native/TensorFactories", "ATen/native/Resize",
                                 "/Register", "Operators_")
+
+
+def stack_phase(frames: tuple[Frame, ...]) -> str | None:
+    """The step phase an allocation's stack was in: "optimizer" under an optimizer's step (a frame
+    of torch/optim), "backward" under the autograd engine (its C++ thread, or Python's
+    torch.autograd.backward), "forward" under a module's forward; None otherwise. A snapshot has
+    no step annotations: the stack is its only structure."""
+    names = [(f.replace("\\", "/"), n) for f, _, n in frames]
+    if any("/torch/optim/" in f or f.startswith("torch/optim/") for f, _ in names):
+        return "optimizer"
+    if any("autograd::Engine" in n or "autograd::engine" in n or f.endswith("torch/autograd/__init__.py")
+           or f.endswith("torch/autograd/graph.py") for f, n in names):
+        return "backward"
+    if any(n in ("forward", "_call_impl") for _, n in names):
+        return "forward"
+    return None
 
 
 def _telling(filename: str, name: str) -> bool:

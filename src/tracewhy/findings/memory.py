@@ -36,6 +36,15 @@ OPTIMIZER_PEAK_REMEDY: Final = ("sharding the optimizer state (ZeroRedundancyOpt
                                 "optimizer states (bitsandbytes' 8-bit Adam; fused=True instead of foreach's "
                                 "temporaries), or freeing each gradient once applied (the optimizer step in "
                                 "post-accumulate-grad hooks)")
+#: What lowers a snapshot's peak by the phase its allocation's stack was in (the optimizer's is
+#: OPTIMIZER_PEAK_REMEDY): forward holds activations, backward gradients and autograd's buffers.
+SNAPSHOT_REMEDIES: Final = {
+    "forward": "The peak is in forward, where activations build up: lower it by activation checkpointing "
+               "(torch.utils.checkpoint) or a smaller micro-batch",
+    "backward": "The peak is in backward, where gradients join the activations still held: lower it by "
+                "zero_grad(set_to_none=True), gradient sharding (FSDP) or activation checkpointing",
+}
+SNAPSHOT_REMEDY: Final = "Lower the largest holder at the peak (what its frames allocate)"
 #: Ops that grow a tensor by copying it whole into a larger one.
 _CONCATENATING: Final = ("aten::cat", "aten::stack", "aten::hstack", "aten::vstack", "aten::concat",
                          "aten::concatenate", "aten::pad", "aten::resize_")
@@ -211,12 +220,17 @@ def _snapshot_peak(d: SnapshotDevice) -> list[Finding]:
     top = d.live_at_peak.head(3).rows()
     parts = "; ".join(f"{frame} {fmt_bytes(int(nbytes))} in {blocks} blocks" for frame, blocks, nbytes, _ in top)
     ooms = d.ooms.height
+    viewer = "open the snapshot in https://pytorch.org/memory_viz for the full stacks."
+    small = d.peak_allocated_bytes < th.MEMORY_PEAK_ADVICE_MIN_BYTES and not ooms
     return [Finding(
         code=Code.MEMORY_PEAK, severity=Severity.HIGH if ooms else Severity.INFO,
-        statement=f"cuda:{d.device} peaks at {fmt_bytes(d.peak_allocated_bytes)} allocated in the recorded window"
+        statement=f"cuda:{d.device} peaks at {fmt_bytes(d.peak_allocated_bytes)} allocated in the recorded window "
+                  f"({fmt_bytes(d.peak_requested_bytes)} requested)"
                   f"{f' and ran out of memory {ooms} times' if ooms else ''}; "
                   f"largest live at the peak: {parts or 'none'}.",
-        next_step="Lower the largest holder (activation checkpointing, smaller micro-batch, optimizer sharding); "
-                  "open the snapshot in https://pytorch.org/memory_viz for the full stacks.",
-        evidence={"device": d.device, "peak_allocated_bytes": d.peak_allocated_bytes, "ooms": ooms},
+        next_step=f"The peak is small (under {fmt_bytes(th.MEMORY_PEAK_ADVICE_MIN_BYTES)}): nothing to lower; {viewer}"
+        if small else f"The peak is inside the optimizer step: lower it by {OPTIMIZER_PEAK_REMEDY}; {viewer}"
+        if d.peak_phase == "optimizer" else f"{SNAPSHOT_REMEDIES.get(d.peak_phase or '', SNAPSHOT_REMEDY)}; {viewer}",
+        evidence={"device": d.device, "peak_allocated_bytes": d.peak_allocated_bytes,
+                  "peak_requested_bytes": d.peak_requested_bytes, "ooms": ooms},
     )]

@@ -114,6 +114,8 @@ class SnapshotDeviceJson(TypedDict):
     peak_seq: int | None
     peak_ts_ns: int | None
     peak_frames: list[SnapshotFrame]
+    #: The step phase of the allocation that reached the peak, from its stack; null when it says none.
+    peak_phase: str | None
     live_at_peak: Annotated[pl.DataFrame, rows(LIVE_SCHEMA, "live blocks at the peak by top user frame")]
     final_allocated_bytes: int
     final_requested_bytes: int
@@ -175,6 +177,7 @@ def _snapshot_device_payload(d: SnapshotDevice) -> SnapshotDeviceJson:
         "reserved_at_peak_bytes": d.reserved_at_peak_bytes,
         "peak_seq": d.peak_seq, "peak_ts_ns": None if d.peak_time_us is None else d.peak_time_us * 1000,
         "peak_frames": [{"filename": f, "line": line, "name": n} for f, line, n in d.peak_frames],
+        "peak_phase": d.peak_phase,
         "live_at_peak": d.live_at_peak, "final_allocated_bytes": d.final_allocated_bytes,
         "final_requested_bytes": d.final_requested_bytes, "final_reserved_bytes": d.final_reserved_bytes,
         "segments": d.segments,
