@@ -25,7 +25,7 @@ import numpy as np
 import polars as pl
 
 from tracewhy.analyses.stats import nearest_ns
-from tracewhy.errors import UsageError
+from tracewhy.errors import TraceError, UsageError
 from tracewhy.model.instrument import InstrumentLog, MarkCol
 from tracewhy.rows import Rows
 
@@ -98,6 +98,7 @@ class PipelineResult(Rows, rows="chunks"):
     warmup: int
     incomplete_chunks: list[int]  # chunks missing a mark, left out
     duplicate_marks: int  # (rank, chunk, name) recorded more than once: the first was used
+    rejected_chunks: dict[int, str]  # chunk -> why its marks are impossible; left out
 
 
 def parse_stages(text: str, period_mark: str) -> PipelineSpec:
@@ -122,38 +123,64 @@ def parse_stages(text: str, period_mark: str) -> PipelineSpec:
 
 
 def pipeline(log: InstrumentLog, spec: PipelineSpec = DEFAULT_SPEC, warmup: int = DEFAULT_WARMUP) -> PipelineResult:
-    """Per-chunk pipeline metrics from ``log``'s marks, each on the clock of the rank holding them."""
+    """Per-chunk pipeline metrics from ``log``'s marks, each on the clock of the rank holding them.
+
+    Chunks are ordered by the time of their period mark, never by their numbers (a job may count
+    them down), and a chunk whose marks are impossible (a stage going backwards, one mark recorded
+    twice at different times, a sum past int64) is left out with its reason; a TraceError when
+    that leaves out every chunk."""
     if warmup < 0:
         raise UsageError("--warmup must be >= 0")
     marks = log.marks
-    duplicates = marks.height - marks.unique([MarkCol.RANK, MarkCol.CHUNK, MarkCol.NAME]).height
-    marks = marks.unique([MarkCol.RANK, MarkCol.CHUNK, MarkCol.NAME], keep="first", maintain_order=True)
+    key = [MarkCol.RANK, MarkCol.CHUNK, MarkCol.NAME]
+    duplicates = marks.height - marks.unique(key).height
+    disagree = (marks.group_by(key).agg(pl.col(MarkCol.T).n_unique().alias("times"))
+                .filter(pl.col("times") > 1).get_column(MarkCol.CHUNK).unique().to_list())
+    marks = marks.unique(key, keep="first", maintain_order=True)
     owner = _owners(marks)
     stage_ranks = {s.name: _stage_rank(s.name, s.marks, owner) for s in spec.stages}
     stage_ranks["period"] = _stage_rank("period", (spec.period_mark,), owner)
-    wide = (
-        marks.select(MarkCol.CHUNK, MarkCol.NAME, MarkCol.T)
-        .pivot(on=MarkCol.NAME, index=MarkCol.CHUNK, values=MarkCol.T, aggregate_function="first")
-        .sort(MarkCol.CHUNK)
-    )
     needed = sorted({m for s in spec.stages for m in s.marks} | {spec.period_mark})
-    complete = pl.all_horizontal(pl.col(m).is_not_null() for m in needed)
-    incomplete = wide.filter(~complete).get_column(MarkCol.CHUNK).to_list()
-    period_t = pl.col(spec.period_mark)
-    # The previous chunk's period mark, only when that chunk is exactly k - 1.
-    previous = pl.when(pl.col(MarkCol.CHUNK).shift(1) == pl.col(MarkCol.CHUNK) - 1).then(period_t.shift(1))
-    stage_exprs = [
-        pl.sum_horizontal(pl.col(end) - pl.col(start) for start, end in s.intervals).alias(ChunkCol.stage(s.name))
-        for s in spec.stages
-    ]
+    # Pivoted under prefixed names: a mark may be called "chunk", like the index column.
+    wide = (
+        marks.filter(pl.col(MarkCol.NAME).is_in(needed))
+        .select(MarkCol.CHUNK, (_PREFIX + pl.col(MarkCol.NAME)).alias(MarkCol.NAME), MarkCol.T)
+        .pivot(on=MarkCol.NAME, index=MarkCol.CHUNK, values=MarkCol.T, aggregate_function="first")
+    )
+    for m in needed:
+        if _col(m) not in wide.columns:
+            wide = wide.with_columns(pl.lit(None, dtype=pl.Int64).alias(_col(m)))
+    complete = pl.all_horizontal(pl.col(_col(m)).is_not_null() for m in needed)
+    incomplete = wide.filter(~complete).get_column(MarkCol.CHUNK).sort().to_list()
+    period_t = pl.col(_col(spec.period_mark))
+    # In time order, the previous period mark, only when it is the neighbouring chunk's.
+    ordered = wide.filter(period_t.is_not_null()).sort(_col(spec.period_mark), MarkCol.CHUNK)
+    neighbour = (pl.col(MarkCol.CHUNK) - pl.col(MarkCol.CHUNK).shift(1)).abs() == 1
+    previous = pl.when(neighbour).then(period_t.shift(1))
+    stage_exprs = []
+    shadow_exprs = []
+    for s in spec.stages:
+        parts = [pl.col(_col(end)) - pl.col(_col(start)) for start, end in s.intervals]
+        stage_exprs.append(pl.sum_horizontal(parts).alias(ChunkCol.stage(s.name)))
+        stage_exprs.append(pl.min_horizontal(parts).alias(_BACKWARDS + s.name))
+        shadow_exprs.append(pl.sum_horizontal(p.cast(pl.Float64) for p in parts).alias(_SHADOW + s.name))
     stage_cols = [ChunkCol.stage(s.name) for s in spec.stages]
     total = pl.sum_horizontal(stage_cols)
     hideable = total - pl.max_horizontal(stage_cols)
-    chunks = (
-        wide.with_columns((period_t - previous).alias(ChunkCol.PERIOD))
+    # int64 sums wrap silently; the same sums in float64 show where they would have.
+    shadow_total = pl.sum_horizontal(pl.col(_SHADOW + s.name) for s in spec.stages)
+    measured = (
+        ordered.with_columns((period_t - previous).alias(ChunkCol.PERIOD))
         .filter(complete)
-        .with_columns(stage_exprs)
-        .with_columns((total - pl.col(ChunkCol.PERIOD)).alias(ChunkCol.HIDDEN))
+        .with_columns(*stage_exprs, *shadow_exprs)
+        .with_columns((total - pl.col(ChunkCol.PERIOD)).alias(ChunkCol.HIDDEN),
+                      (shadow_total.abs() >= _INT64_AS_FLOAT).alias(_WRAPS))
+    )
+    rejected = _rejected(measured, spec, set(disagree))
+    if rejected and len(rejected) == measured.height:
+        raise TraceError(log.source, "no chunk is measurable: " + summarize_rejected(rejected))
+    chunks = (
+        measured.filter(~pl.col(MarkCol.CHUNK).is_in(list(rejected)))
         .with_columns(
             pl.when(hideable > 0)
             .then((pl.col(ChunkCol.HIDDEN) / hideable).clip(0.0, 1.0))
@@ -167,7 +194,47 @@ def pipeline(log: InstrumentLog, spec: PipelineSpec = DEFAULT_SPEC, warmup: int 
     summary = {c: _percentiles(steady.get_column(c), whole=c.endswith("_ns"))
                for c in (ChunkCol.PERIOD, *stage_cols, ChunkCol.HIDDEN, ChunkCol.SCORE)}
     return PipelineResult(spec=spec, stage_ranks=stage_ranks, chunks=chunks, summary=summary, warmup=warmup,
-                          incomplete_chunks=[int(c) for c in incomplete], duplicate_marks=duplicates)
+                          incomplete_chunks=[int(c) for c in incomplete], duplicate_marks=duplicates,
+                          rejected_chunks=rejected)
+
+
+_PREFIX: Final = "mark:"
+_BACKWARDS: Final = "_shortest_interval:"
+_SHADOW: Final = "_float_sum:"
+_WRAPS: Final = "_wraps"
+_INT64_AS_FLOAT: Final = 2.0**63
+
+
+def _col(mark: str) -> str:
+    return _PREFIX + mark
+
+
+def _rejected(measured: pl.DataFrame, spec: PipelineSpec, disagree: set[int]) -> dict[int, str]:
+    """Chunk -> why its marks are impossible, for the chunks left out (first reason found)."""
+    out: dict[int, str] = {}
+    for row in measured.iter_rows(named=True):
+        chunk = int(row[MarkCol.CHUNK])
+        if chunk in disagree:
+            out[chunk] = "a mark recorded twice with times that disagree"
+        elif row[_WRAPS]:
+            out[chunk] = "stage sums past the 64-bit integers"
+        else:
+            back = next((s.name for s in spec.stages if row[_BACKWARDS + s.name] < 0), None)
+            if back is not None:
+                out[chunk] = f"{back} negative (an end mark earlier than its start mark)"
+    return out
+
+
+def summarize_rejected(rejected: dict[int, str]) -> str:
+    """"chunks 5, 6 left out: REASON; chunks 9 ...", one clause per reason, ten chunk numbers at most."""
+    by_reason: dict[str, list[int]] = {}
+    for chunk, reason in sorted(rejected.items()):
+        by_reason.setdefault(reason, []).append(chunk)
+    clauses = []
+    for reason, chunks in by_reason.items():
+        shown = ", ".join(map(str, chunks[:10])) + (f" and {len(chunks) - 10} more" if len(chunks) > 10 else "")
+        clauses.append(f"chunks {shown} left out: {reason}")
+    return "; ".join(clauses)
 
 
 def _owners(marks: pl.DataFrame) -> dict[str, list[int]]:

@@ -90,11 +90,12 @@ def ranks(*paths: Paths, step: str | None = None, warmup: int | None = None, wor
 
 def pipeline(*logs: Paths, warmup: int = WARMUP_CHUNKS, min_overlap: float = MIN_OVERLAP, stages: str | None = None,
              period: str | None = None, vs: Paths = (), items_per_step: float | None = None, unit: str | None = None,
-             top: int | None = None) -> PipelineReport:
+             top: int | None = None, allow_unmeasured: bool = False) -> PipelineReport:
     """Pipeline stages from instrument logs (``tracewhy pipeline``): period, stage work, hidden
     time and OverlapScore per chunk, and the gate (``report.gate_failed`` is its exit status)."""
     options = PipelineReportOptions(spec=stage_spec(stages, period), warmup=warmup, min_overlap=min_overlap,
-                                    vs=tuple(Path(p) for p in _flat((vs,))), rate=requested(items_per_step, unit))
+                                    vs=tuple(Path(p) for p in _flat((vs,))), rate=requested(items_per_step, unit),
+                                    allow_unmeasured=allow_unmeasured)
     paths = [Path(p) for p in _flat(logs)]
     return handed_out(None, lambda reads: pipeline_report(paths, options, reads.loader), top)
 

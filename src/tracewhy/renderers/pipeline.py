@@ -79,6 +79,9 @@ class PipelinePayload(_PipelineRun):
     incomplete_chunks: list[int]
     #: (rank, chunk, name) recorded more than once: the first was used.
     duplicate_marks: int
+    #: Chunk (as a string) -> why its marks are impossible (a stage going backwards, a mark recorded
+    #: twice at different times, sums past int64): left out.
+    rejected_chunks: dict[str, str]
     clocks: str
     min_overlap: float
     statement: str
@@ -119,6 +122,7 @@ def pipeline_payload(r: PipelineResult, v: PipelineVerdict, findings: list[Findi
         "period_mark": r.spec.period_mark, "period_rank": r.stage_ranks["period"],
         "warmup_chunks": r.warmup, "incomplete_chunks": r.incomplete_chunks,
         "duplicate_marks": r.duplicate_marks, "clocks": CLOCKS_NOTE,
+        "rejected_chunks": {str(c): why for c, why in sorted(r.rejected_chunks.items())},
         "chunks": r.chunks, "summary": {k: _pct(p) for k, p in r.summary.items()},
         "verdict": v.verdict, "critical_stage": v.critical_stage, "gate": v.gate, "min_overlap": v.min_overlap,
         "overlap_score_p50": v.median_overlap_score, "statement": v.statement, "findings": findings,

@@ -17,11 +17,12 @@ from tracewhy.analyses.pipeline import (
     PipelineSpec,
     parse_stages,
     pipeline,
+    summarize_rejected,
 )
 from tracewhy.analyses.throughput import Throughput, ThroughputOptions, throughput
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.model import Finding
-from tracewhy.findings.pipeline import FAIL, PipelineComparison, PipelineVerdict, compare, judge
+from tracewhy.findings.pipeline import FAIL, NOT_MEASURED, PipelineComparison, PipelineVerdict, compare, judge
 from tracewhy.readers.registry import read_stage_logs
 from tracewhy.reports.inputs import PLAIN, Loader
 from tracewhy.rows import Rows
@@ -52,6 +53,8 @@ class PipelineReportOptions:
     vs: tuple[Path, ...] = ()
     #: Items per chunk, to say the period as throughput.
     rate: ThroughputOptions | None = None
+    #: A gate that cannot be measured passes instead of failing (as ``check --allow-unmeasured``).
+    allow_unmeasured: bool = False
 
 
 @dataclass(frozen=True)
@@ -66,11 +69,13 @@ class PipelineReport(Rows, rows="result.chunks"):
     rate: ThroughputOptions | None = None
     throughput: Throughput | None = None
     throughput_vs: Throughput | None = None
+    allow_unmeasured: bool = False
 
     @property
     def gate_failed(self) -> bool:
-        """The median OverlapScore is under the gate's minimum."""
-        return self.verdict.gate == FAIL
+        """The median OverlapScore is under the gate's minimum, or cannot be measured and that is
+        not allowed: a CI gate that measured nothing must not pass."""
+        return self.verdict.gate == FAIL or (self.verdict.gate == NOT_MEASURED and not self.allow_unmeasured)
 
 
 def pipeline_report(paths: list[Path], options: PipelineReportOptions | None = None,
@@ -80,19 +85,25 @@ def pipeline_report(paths: list[Path], options: PipelineReportOptions | None = N
     log = read_stage_logs(paths)
     loader.warn(log.source, log.warnings)
     r = pipeline(log, options.spec, options.warmup)
+    loader.warn(log.source, _rejections(r))
     v, findings = judge(r, options.min_overlap)
     vs = None
     if options.vs:
         log_b = read_stage_logs(list(options.vs))
         loader.warn(log_b.source, log_b.warnings)
         rb = pipeline(log_b, options.spec, options.warmup)
+        loader.warn(log_b.source, _rejections(rb))
         vb, _ = judge(rb, options.min_overlap)
         vs = (rb, vb, compare(r, rb))
     rate = options.rate
     if rate is None:
-        return PipelineReport(r, v, findings, vs)
+        return PipelineReport(r, v, findings, vs, allow_unmeasured=options.allow_unmeasured)
     return PipelineReport(r, v, findings, vs, rate, _per_chunk(r, rate),
-                          _per_chunk(vs[0], rate) if vs is not None else None)
+                          _per_chunk(vs[0], rate) if vs is not None else None, options.allow_unmeasured)
+
+
+def _rejections(r: PipelineResult) -> list[str]:
+    return [summarize_rejected(r.rejected_chunks)] if r.rejected_chunks else []
 
 
 def _per_chunk(r: PipelineResult, rate: ThroughputOptions) -> Throughput | None:

@@ -27,7 +27,8 @@ class PipelineCommand(Command):
 
     Reads rank logs written by tracewhy.instrument's StageClock (files or directories of
     *.jsonl). Every quantity is a difference of two marks on one rank's own clock. Exits 1 when
-    the median OverlapScore after warm-up is under --min-overlap (a CI gate).
+    the median OverlapScore after warm-up is under --min-overlap, or cannot be measured (unless
+    --allow-unmeasured) (a CI gate); 3 when no chunk's marks are possible.
     """
 
     name = "pipeline"
@@ -46,13 +47,17 @@ class PipelineCommand(Command):
                                  "START:END intervals, all marks of a stage on one rank)")
         parser.add_argument("--period", metavar="MARK", default=None,
                             help=f"the mark whose spacing is the period (default {PERIOD_MARK})")
+        parser.add_argument("--allow-unmeasured", action="store_true",
+                            help="pass the gate when it cannot be measured (no steady chunk with every mark); "
+                                 "by default that fails, as in `check`")
         parser.add_argument("--vs", nargs="+", metavar="LOGS", help="a second configuration to compare (B vs A)")
         add_throughput_options(parser, per="chunk")
 
     def run(self, args: argparse.Namespace) -> int:
         spec = stage_spec(args.stages, args.period)  # (a malformed --stages is said before anything is read)
         options = PipelineReportOptions(spec=spec, warmup=args.warmup, min_overlap=args.min_overlap,
-                                        vs=tuple(Path(p) for p in args.vs or ()), rate=throughput_options(args))
+                                        vs=tuple(Path(p) for p in args.vs or ()), rate=throughput_options(args),
+                                        allow_unmeasured=args.allow_unmeasured)
         r = pipeline_report([Path(p) for p in args.paths], options, loader())
         emit(args, self.name, *pipeline_output(r, args.top))
         return 1 if r.gate_failed else 0

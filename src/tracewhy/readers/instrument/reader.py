@@ -4,8 +4,11 @@ The format is ``tracewhy.instrument``'s (docs/inputs/instrument-logs.md), and an
 it: fields beyond the documented ones are ignored, a missing header only costs what it would
 have said (the clock, the sync mode), and the rank comes from the records, the header or the
 file name (``...rank<R>.jsonl``), in that order. Lines that are not records (cut, not JSON,
-wrong types, unknown ``type``) are skipped with one warning per file that counts them and
-quotes the first; a file with no record at all is refused.
+wrong types, integers outside int64 or negative times, invalid UTF-8, nesting too deep, unknown
+``type``) are skipped with one warning per file that counts them and quotes the first; a file
+with no record at all is refused. Files found in a directory are checked as files named directly
+(regular files only, their size read after opening: a FIFO or /dev/zero named ``*.jsonl`` is
+refused, not read).
 """
 
 from __future__ import annotations
@@ -20,15 +23,17 @@ import polars as pl
 from tracewhy.errors import TraceError
 from tracewhy.model.instrument import LOG_BLOCKS_SCHEMA, MARKS_SCHEMA, InstrumentLog, LogBlockCol, MarkCol, RankHeader
 from tracewhy.readers.instrument.sniff import LOG_SUFFIX
+from tracewhy.readers.limits import Int64, NonNegativeInt64, read_regular_bytes, refuse_outside_int64
 
 _RANK_IN_NAME: Final = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 #: Larger files are refused: a log is ~150 bytes a record, so this is ~7M records.
 MAX_LOG_BYTES: Final = 1 << 30
+_BOM: Final = b"\xef\xbb\xbf"
 
 
 class _HeaderRecord(msgspec.Struct, tag="header", tag_field="type"):
-    rank: int | None = None
-    world_size: int | None = None
+    rank: NonNegativeInt64 | None = None
+    world_size: NonNegativeInt64 | None = None
     clock: str | None = None
     sync: bool = False
     cuda_events: bool | None = None
@@ -36,23 +41,24 @@ class _HeaderRecord(msgspec.Struct, tag="header", tag_field="type"):
     versions: dict[str, str] = {}
 
 
+# Times and durations are non-negative int64 (a negative one, or one past int64, skips its line).
 class _MarkRecord(msgspec.Struct, tag="mark", tag_field="type"):
-    chunk: int
+    chunk: Int64
     name: str
-    t_ns: int
-    rank: int | None = None
-    gpu_t_ns: int | None = None
+    t_ns: NonNegativeInt64
+    rank: NonNegativeInt64 | None = None
+    gpu_t_ns: NonNegativeInt64 | None = None
 
 
 class _BlockRecord(msgspec.Struct, tag="block", tag_field="type"):
     name: str
-    host_ns: int
-    rank: int | None = None
-    step: int | None = None
-    chunk: int | None = None
-    start_ns: int | None = None
-    gpu_ns: int | None = None
-    depth: int = 0
+    host_ns: NonNegativeInt64
+    rank: NonNegativeInt64 | None = None
+    step: Int64 | None = None
+    chunk: Int64 | None = None
+    start_ns: NonNegativeInt64 | None = None
+    gpu_ns: NonNegativeInt64 | None = None
+    depth: NonNegativeInt64 = 0
     sync: bool = False
 
 
@@ -95,13 +101,11 @@ def read_instrument_logs(paths: list[Path]) -> InstrumentLog:
 
 def _read_one(path: Path) -> tuple[RankHeader, list[dict[str, object]], list[dict[str, object]], list[str]]:
     try:
-        size = path.stat().st_size
-        if size > MAX_LOG_BYTES:
-            limit = MAX_LOG_BYTES >> 30
-            raise TraceError(path, f"{size / 1e9:.1f} GB is over the {limit} GiB an instrument log may be")
-        data = path.read_bytes()
+        data = read_regular_bytes(path, MAX_LOG_BYTES)
     except OSError as e:
         raise TraceError(path, f"cannot read: {e.strerror or e}") from e
+    if data.startswith(_BOM):  # (Windows editors and PowerShell's Out-File write one)
+        data = data[len(_BOM):]
     header: _HeaderRecord | None = None
     records: list[_MarkRecord | _BlockRecord] = []
     bad = 0
@@ -115,16 +119,17 @@ def _read_one(path: Path) -> tuple[RankHeader, list[dict[str, object]], list[dic
             bad += 1
             first_bad = first_bad or f"line {number}: {_reason(e)}"
             continue
+        except (UnicodeDecodeError, RecursionError) as e:  # msgspec raises these, not a DecodeError
+            bad += 1
+            what = "not UTF-8" if isinstance(e, UnicodeDecodeError) else "nested too deeply"
+            first_bad = first_bad or f"line {number}: {what}"
+            continue
         if isinstance(rec, _HeaderRecord):
             if header is None and not records:
                 header = rec
                 continue
             bad += 1
             first_bad = first_bad or f"line {number}: a second header, or one after the records"
-            continue
-        if rec.t_ns < 0 if isinstance(rec, _MarkRecord) else rec.host_ns < 0:
-            bad += 1
-            first_bad = first_bad or f"line {number}: a negative time"
             continue
         records.append(rec)
     if not records:
@@ -139,6 +144,10 @@ def _read_one(path: Path) -> tuple[RankHeader, list[dict[str, object]], list[dic
     others = {r.rank for r in records if r.rank is not None and r.rank != rank}
     if others:
         raise TraceError(path, f"records of ranks {sorted(others | {rank})} in one file: write one log per rank")
+    # Every duration is non-negative, so any sum an analysis takes of them is at most this one.
+    for field in ("host_ns", "gpu_ns"):
+        total = sum(getattr(r, field) or 0 for r in records if isinstance(r, _BlockRecord))
+        refuse_outside_int64(path, f"the blocks' {field} add up to", total)
     h = header or _HeaderRecord()
     rank_header = RankHeader(rank=rank, file=str(path), present=header is not None, world_size=h.world_size,
                              clock=h.clock, sync=h.sync, cuda_events=h.cuda_events, device=h.device,
@@ -163,9 +172,14 @@ def _rank(path: Path, header: _HeaderRecord | None, records: list[_MarkRecord | 
     if header is not None and header.rank is not None:
         return header.rank
     m = _RANK_IN_NAME.search(path.name)
-    return int(m.group(1)) if m else 0
+    return refuse_outside_int64(path, "the rank in the file name", int(m.group(1))) if m else 0
 
 
 def _reason(e: msgspec.DecodeError) -> str:
     text = str(e)
+    where = text.rpartition(" - at ")[2] if " - at " in text else "a field"
+    if "Expected `int` >= 0" in text:
+        return f"a negative time, duration or count at {where}"
+    if "Expected `int` <=" in text or "Expected `int` >=" in text:
+        return f"an integer outside the 64-bit integers at {where}"
     return text if len(text) <= 120 else text[:117] + "..."
