@@ -226,17 +226,29 @@ def referenced_tables(query: str) -> tuple[str, ...]:
 _WORD: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def run_query(query: str, builders: Mapping[str, Builder]) -> SqlResult:
-    """Run ``query`` in a fresh in-memory DuckDB with the tables it names registered.
+#: The connection's settings, DuckDB's own (duckdb.org/docs/stable/operations_manual/securing_duckdb):
+#: no file, URL or extension reached (read_text/read_csv/COPY TO/ATTACH/INSTALL/LOAD refused), no
+#: Python variable read as a table, and the configuration locked so a query cannot SET it back.
+#: The trace's tables are registered Arrow streams, which these settings leave readable.
+SANDBOX: Final[dict[str, bool]] = {
+    "enable_external_access": False,
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+    "python_enable_replacements": False,
+    "lock_configuration": True,
+}
 
-    Errors in the query are UsageErrors of one line. DuckDB's replacement scans (a Python
-    variable of the same name read as a table) are off: only the trace's tables are visible.
+
+def run_query(query: str, builders: Mapping[str, Builder]) -> SqlResult:
+    """Run ``query``, one statement, in a fresh in-memory DuckDB sandboxed by ``SANDBOX`` with
+    the tables it names registered: only the trace's tables are visible. Errors in the query,
+    and an escape the sandbox refuses, are UsageErrors of one line.
     """
     duckdb = _duckdb()
+    _one_statement(duckdb, query)
     used = referenced_tables(query)
-    con = duckdb.connect()
+    con = duckdb.connect(config=dict(SANDBOX))
     try:
-        con.execute("SET python_enable_replacements = false")
         for name in used:
             con.register(name, _ArrowStream(builders[name]()))
         try:
@@ -256,6 +268,17 @@ def run_query(query: str, builders: Mapping[str, Builder]) -> SqlResult:
     types = tuple(t if plain.schema[name] == frame.schema[name] else _DECIMAL_AS[type(plain.schema[name])]
                   for name, t in zip(frame.columns, types, strict=True))
     return SqlResult(query, plain, types, used)
+
+
+def _one_statement(duckdb: Any, query: str) -> None:
+    """A UsageError unless ``query`` is exactly one statement: DuckDB runs every statement of a
+    string and returns the last, so a SELECT could ride behind anything else."""
+    try:
+        count = len(duckdb.extract_statements(query))
+    except duckdb.ParserException as e:
+        raise UsageError(_one_line(e)) from None
+    if count != 1:
+        raise UsageError(f"sql: give one statement per call ({count} found)")
 
 
 class _ArrowStream:

@@ -4,7 +4,7 @@ as Parquet bytes for ``export --parquet``."""
 from __future__ import annotations
 
 import io
-from typing import TYPE_CHECKING, Annotated, Any, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any, Final, TypedDict
 
 import msgspec
 import polars as pl
@@ -50,9 +50,22 @@ def sql_payload(r: SqlResult) -> SqlPayload:
     }
 
 
+#: A text cell starting with one of these is a formula to a spreadsheet (CSV injection, OWASP):
+#: it is written with a leading apostrophe, which spreadsheets read as "text". Numbers are left alone.
+_FORMULA_LEADS: Final = r"^[=+\-@\t\r]"
+
+
 def sql_csv(r: SqlResult) -> str:
-    """The rows as CSV with a header line; list and struct values as JSON text."""
-    return _flat(r.table).write_csv()
+    """The rows as CSV with a header line; list and struct values as JSON text; text cells that a
+    spreadsheet would run as a formula (``=``, ``+``, ``-``, ``@``, tab, CR first) escaped with a
+    leading apostrophe."""
+    flat = _flat(r.table)
+    text = [name for name, dtype in flat.schema.items() if dtype == pl.String]
+    escaped = flat.with_columns(
+        pl.when(pl.col(c).str.contains(_FORMULA_LEADS)).then("'" + pl.col(c)).otherwise(pl.col(c)).alias(c)
+        for c in text
+    )
+    return escaped.write_csv()
 
 
 def sql_layout(schema: pl.Schema) -> Layout:
