@@ -61,3 +61,4 @@ class MemoryTimeline:
     layout: TimelineLayout
     table: pl.DataFrame
     events: int  # rows in the file (raw) or instants (sizes)
+    warnings: tuple[str, ...] = ()  # each a line naming the file: what was read but looks impossible

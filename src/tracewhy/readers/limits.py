@@ -13,7 +13,7 @@ import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, BinaryIO, Final
+from typing import Annotated, BinaryIO, Final, TypeVar
 
 import msgspec
 import numpy as np
@@ -100,8 +100,11 @@ def _might_overflow(values: npt.NDArray[np.int64], count: int) -> bool:
 MAX_JSON_DEPTH: Final = 64
 
 
-def decode_json_bounded(decoder: msgspec.json.Decoder[object], buf: bytes | bytearray | memoryview,
-                        path: str | Path) -> object:
+_Decoded = TypeVar("_Decoded")
+
+
+def decode_json_bounded(decoder: msgspec.json.Decoder[_Decoded], buf: bytes | bytearray | memoryview,
+                        path: str | Path) -> _Decoded:
     """``decoder.decode(buf)`` with nesting past Python's recursion limit and invalid UTF-8 as a
     one-line TraceError; a msgspec DecodeError is left to the caller (it knows the format)."""
     try:

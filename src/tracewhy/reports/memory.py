@@ -59,6 +59,7 @@ def memory_report(source: TraceSource, options: MemoryReportOptions | None = Non
             return SnapshotMemoryReport(snap, snapshot_findings(snap))
         if fmt is not None:
             tl = read_memory_timeline(path, fmt)
+            loader.warn(tl.path, tl.warnings)
             return TimelineMemoryReport(analyze_timeline(tl), tl.layout.value, tl.events)
     result = analyze_memory(loader.trace(source), MemoryOptions(marker=options.step_marker, warmup=options.warmup))
     return TraceMemoryReport(result, memory_findings(result))
