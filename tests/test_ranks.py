@@ -283,3 +283,39 @@ def test_nsys_capture_of_two_processes_is_two_ranks() -> None:
         durs = [c.filter((pl.col("op") == m["op"]) & (pl.col("ordinal") == m["ordinal"])).row(0, named=True)["dur_ns"]
                 for c in calls.values()]
         assert m["transfer_ns"] == min(durs) and m["max_wait_ns"] == max(durs) - min(durs)
+
+
+def test_files_of_two_jobs_are_not_compared() -> None:
+    """An A100 rank 3 of 8 and a V100 rank 1 of 2 (HTA's tracediff pair: two captures of one model,
+    not one job) share step numbers 1009-1014, so today's matching pairs their collectives and
+    blames one for the other's speed. Their own metadata says they are not ranks of one job."""
+    a100 = str(shared_trace("hta/tracediff_control_a100_rank3of8.json.gz"))
+    v100 = str(shared_trace("hta/tracediff_test_v100_rank1of2.json.gz"))
+    r = compare_ranks(load_rank_summaries([a100, v100]))
+    assert r.not_one_job == ("world sizes differ (rank 1: 2, rank 3: 8)",
+                             "devices differ (rank 1: Tesla V100-SXM2-16GB, rank 3: NVIDIA A100-PG509-200)")
+    assert r.matched.height == 0 and r.mismatches.height == 0 and r.straggler is None
+    findings = rank_findings(r)
+    assert [f.code for f in findings] == ["ranks-not-one-job"]
+    assert "do not look like the ranks of one job" in findings[0].statement
+    # The per-rank table stays: each file's own numbers are still right.
+    assert r.ranks.get_column("rank").to_list() == [1, 3] and r.ranks.get_column("calls").to_list() == [0, 0]
+
+
+def test_job_differences_each_refuse_the_comparison(tmp_path: Path) -> None:
+    """Backend, process groups and steps each tell two jobs apart; one job's ranks pass."""
+    same = [_rank(tmp_path, r, CLOCK_US[r]) for r in (0, 1)]
+    assert compare_ranks(load_rank_summaries([str(p) for p in same])).not_one_job == ()
+    other = tmp_path / "other"
+    other.mkdir()
+    p = _rank(other, 1, 5.0)
+    doc = json.loads(p.read_text())
+    doc["distributedInfo"]["backend"] = "gloo"
+    for e in doc["traceEvents"]:
+        if e.get("name") == "record_param_comms":
+            e["args"]["Process Group Name"] = "7"
+    p.write_text(json.dumps(doc))
+    r = compare_ranks(load_rank_summaries([str(same[0]), str(p)]))
+    assert r.not_one_job == ("backends differ (rank 0: nccl, rank 1: gloo)",
+                             "no process group in common (rank 0: 0, rank 1: 7)")
+    assert r.straggler is None and [f.code for f in rank_findings(r)] == ["ranks-not-one-job"]

@@ -99,6 +99,9 @@ class RanksResult(Rows, rows="ranks"):
     steps_compared: int
     summaries: tuple[RankSummary, ...]
     notes: tuple[str, ...]
+    #: Why the files do not look like the ranks of one job (empty when they do): then no call is
+    #: matched across them, so no wait, straggler or mismatch is measured.
+    not_one_job: tuple[str, ...] = ()
 
 
 def compare_ranks(summaries: Sequence[RankSummary]) -> RanksResult:
@@ -115,7 +118,12 @@ def compare_ranks(summaries: Sequence[RankSummary]) -> RanksResult:
                 if by_steps and s.steady_step_numbers else ""
             notes.append(f"rank {s.rank}'s trace is incomplete: {'; '.join(s.missing_events)}{last}")
     world = {s.world_size for s in summaries if s.world_size is not None}
-    if world and max(world) > len(summaries):
+    differ = job_differences(summaries)
+    if differ:
+        notes.append(f"these files do not look like the ranks of one job ({'; '.join(differ)}): "
+                     "nothing is compared across them")
+        common = set()
+    elif world and max(world) > len(summaries):
         notes.append(f"{len(summaries)} of {max(world)} ranks: transfer and waits are relative to these ranks only")
     calls = _calls(summaries, by_steps, common)
     matched = _match(calls)
@@ -130,8 +138,32 @@ def compare_ranks(summaries: Sequence[RankSummary]) -> RanksResult:
         ranks=table, matched=matched, lateness=lateness, mismatches=mismatches, straggler=straggler,
         straggler_last_share=last_share, straggler_wait_share=wait_share, doing=doing,
         doing_window_ns_per_step=window, steps_compared=len(common), summaries=tuple(summaries),
-        notes=tuple(notes),
+        notes=tuple(notes), not_one_job=differ,
     )
+
+
+def job_differences(summaries: Sequence[RankSummary]) -> tuple[str, ...]:
+    """What the files' own records say sets them apart as different jobs: world size, backend or
+    GPU model (where every file records one), process groups (where every file records some
+    and they share none) or numbered steady steps (where every file has some and they share
+    none). Ranks of one job agree on all of these; a file name says nothing here."""
+    out: list[str] = []
+
+    def differ(what: str, values: dict[int, str]) -> None:
+        if len(values) == len(summaries) and len(set(values.values())) > 1:
+            out.append(f"{what} differ ({', '.join(f'rank {r}: {v}' for r, v in sorted(values.items()))})")
+
+    differ("world sizes", {s.rank: str(s.world_size) for s in summaries if s.world_size is not None})
+    differ("backends", {s.rank: s.backend for s in summaries if s.backend})
+    differ("devices", {s.rank: ", ".join(s.device_names) for s in summaries if s.device_names})
+    groups = {s.rank: set(s.collectives.get_column("process_group").to_list()) - {""} for s in summaries}
+    if len(summaries) > 1 and all(groups.values()) and not set.intersection(*groups.values()):
+        out.append("no process group in common ("
+                   + ", ".join(f"rank {r}: {' '.join(sorted(g))}" for r, g in sorted(groups.items())) + ")")
+    numbers = [set(s.steady_step_numbers) for s in summaries]
+    if len(summaries) > 1 and all(numbers) and not set.intersection(*numbers):
+        out.append("no step number in common")
+    return tuple(out)
 
 
 def _steady_steps(s: RankSummary) -> list[int]:

@@ -24,7 +24,7 @@ from tracewhy.analyses.overlap import OverlapCol, OverlapOptions, overlap
 from tracewhy.analyses.stats import nearest_ns
 from tracewhy.analyses.steps import StepsOptions, WindowCol, steady_span, step_windows, steps
 from tracewhy.errors import TraceError
-from tracewhy.model.schema import GPU_ACTIVITY_KINDS, HOST_KINDS, Col, Kind
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, HOST_KINDS, Col, DeviceCol, Kind
 from tracewhy.model.trace import Trace
 
 #: Rank in a file name: "rank3", "rank_3", "rank-3" ("sampled_rank-0.json.gz", "trace_rank12.json").
@@ -92,6 +92,9 @@ class RankSummary:
     #: Why this rank's file lacks events (TraceMeta.missing_events): a cut rank's collectives
     #: stop early, which is not a rank issuing different collectives.
     missing_events: tuple[str, ...] = ()
+    #: The models of the GPUs this rank's work ran on (deviceProperties names), sorted: ranks of
+    #: one job run on one kind of GPU, so different models say the files are of different jobs.
+    device_names: tuple[str, ...] = ()
 
 
 def rank_from_name(path: str) -> int | None:
@@ -168,7 +171,19 @@ def _summarize(trace: Trace, source: str, options: RanksOptions, rank: int, rank
         # Only host-timed calls (gloo, MPI) are read against the timeline: build it only for them.
         activity=_activity(trace, steady if (calls.get_column("timing") == "host").any() else steady.head(0)),
         warnings=trace.meta.warnings, missing_events=trace.meta.missing_events,
+        device_names=_device_names(trace, devices),
     )
+
+
+def _device_names(trace: Trace, devices: list[int] | None) -> tuple[str, ...]:
+    """The models of the devices GPU work ran on (of ``devices`` when given), as the trace names them."""
+    used = trace.of_kind(*GPU_ACTIVITY_KINDS).get_column(Col.DEVICE).drop_nulls().unique().to_list()
+    wanted = set(used) if devices is None else set(used) & set(devices)
+    props = trace.devices
+    if props.height == 0 or not wanted:
+        return ()
+    names = props.filter(pl.col(DeviceCol.DEVICE).is_in(sorted(wanted))).get_column(DeviceCol.NAME)
+    return tuple(sorted({str(n) for n in names.drop_nulls().to_list() if n}))
 
 
 def _devices_of(trace: Trace, pid: int | None) -> list[int] | None:

@@ -75,6 +75,7 @@ class Code(str, Enum):
     RANK_IMBALANCE = "rank-imbalance"
     RANK_COLLECTIVE_MISMATCH = "rank-collective-mismatch"
     RANK_TRACE_INCOMPLETE = "rank-trace-incomplete"
+    RANKS_NOT_ONE_JOB = "ranks-not-one-job"
     # Pipelines from stage marks (tracewhy pipeline).
     PIPELINE_SERIALIZED = "pipeline-serialized"
     PIPELINE_OVERLAP_LOW = "pipeline-overlap-low"
@@ -185,6 +186,8 @@ _MEANING: Final[dict[Code, str]] = {
     Code.RANK_IMBALANCE: "GPU compute per step differs across ranks: every collective waits for the slowest.",
     Code.RANK_COLLECTIVE_MISMATCH: "The ranks did not issue the same collectives: a hang or corruption risk.",
     Code.RANK_TRACE_INCOMPLETE: "A rank's trace is cut, which explains collectives missing from it.",
+    Code.RANKS_NOT_ONE_JOB: "The files are not the ranks of one job (world size, backend, GPU model, process "
+                            "groups or steps differ): nothing is compared across them.",
     Code.PIPELINE_SERIALIZED: "Pipeline stages run one after the other: the period is near the sum of the "
                               "stages, and the OverlapScore is under the gate.",
     Code.PIPELINE_OVERLAP_LOW: "Pipeline stages overlap, but less than the OverlapScore gate asks.",

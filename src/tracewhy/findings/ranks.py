@@ -19,10 +19,24 @@ _NAMED: int = 3
 
 
 def rank_findings(r: RanksResult) -> list[Finding]:
-    """Findings of a ``ranks`` run, ranked."""
+    """Findings of a ``ranks`` run, ranked; only ``ranks-not-one-job`` when the files are not one
+    job's ranks (their per-rank numbers are nothing to compare)."""
+    if r.not_one_job:
+        return [_not_one_job(r)]
     out = [f for f in (_straggler(r), _imbalance(r)) if f is not None]
     out += _mismatches(r)
     return rank(out)
+
+
+def _not_one_job(r: RanksResult) -> Finding:
+    return Finding(
+        code=Code.RANKS_NOT_ONE_JOB, severity=Severity.TRUST,
+        statement=(f"These files do not look like the ranks of one job: {'; '.join(r.not_one_job)}. No straggler, "
+                   "imbalance or collective mismatch is judged across them."),
+        next_step="Give tracewhy ranks the traces of one run, one file per rank (tracewhy info shows each file's "
+                  "rank, world size and GPUs); to compare two runs, use tracewhy diff A B.",
+        evidence={"differences": list(r.not_one_job), "ranks": r.ranks.get_column("rank").to_list()},
+    )
 
 
 @dataclass(frozen=True)
