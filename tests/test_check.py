@@ -14,7 +14,7 @@ import msgspec
 import pytest
 
 from builders import KinetoBuilder
-from conftest import GENERATED
+from conftest import GENERATED, shared_trace
 from tracewhy.cli import main
 from tracewhy.readers import read_trace
 from tracewhy.reports.check import CheckOptions, check
@@ -189,3 +189,46 @@ def test_json_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     (result,) = doc["results"]
     assert result["check"] == "max-gpu-idle" and result["measured"] == pytest.approx(0.5)
     assert doc["violations"] == [result["line"]]
+
+
+@pytest.mark.parametrize("ts", [1e30, float("nan")], ids=["beyond-int64", "nan"])
+def test_check_fails_when_the_reader_dropped_what_it_counts(ts: float, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """A real DDP trace whose kernels' start times cannot be read: the reader leaves them out
+    (with a warning), so kernels-per-step measures 0. That is not a pass: the events it counts
+    are missing. Step time does not count kernels, so it still passes on the same trace."""
+    doc = json.loads(gzip.decompress(shared_trace("hta/a100_ddp2_rank0_nccl2.17.json.gz").read_bytes()))
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    for e in kernels:
+        e["ts"] = ts
+    path = tmp_path / "kernels_unreadable.json"
+    path.write_text(json.dumps(doc))
+    code, lines = _run(["check", str(path), "--max-kernels-per-step", "10"], capsys)
+    assert code == 1
+    assert lines[0] == "ok   kernels-per-step: 0 <= max 10 (mean of 3 steady steps)"
+    assert lines[1] == (f"FAIL partial-trace: {path}: the reader left out {len(kernels)} kernel events (start times "
+                        "it could not read); the figures cover only part of the run (--allow-partial checks it anyway)")
+    code, lines = _run(["check", str(path), "--max-step-p50", "10s"], capsys)
+    assert code == 0 and not any("partial-trace" in x for x in lines)
+
+
+def test_check_fails_when_nsys_kernel_starts_are_null(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The smallest real nsys export (2 kernels) with every kernel start NULL: the reader skips
+    those rows, and gpu-idle counts kernels, so the figure covers part of the run."""
+    import sqlite3
+
+    from nsys_support import export_path
+
+    path = tmp_path / "null_starts.sqlite"
+    path.write_bytes(gzip.decompress(export_path("nsysai_mock_rtx3080").read_bytes()))
+    conn = sqlite3.connect(path)
+    kernels = "CUPTI_ACTIVITY_KIND_KERNEL"
+    for statement in (f"CREATE TABLE _loose AS SELECT * FROM {kernels}", f"DROP TABLE {kernels}",
+                      f"ALTER TABLE _loose RENAME TO {kernels}", f"UPDATE {kernels} SET start = NULL"):
+        conn.execute(statement)
+    conn.commit()
+    conn.close()
+    code, lines = _run(["check", str(path), "--max-gpu-idle", "100%", "--allow-unmeasured"], capsys)
+    assert code == 1
+    assert (f"FAIL partial-trace: {path}: the reader left out 2 kernel events (start times it could not read); "
+            "the figures cover only part of the run (--allow-partial checks it anyway)") in lines

@@ -90,6 +90,10 @@ class TraceMeta:
     #: Kineto: start times were epoch-based microseconds with fractions, which a float64 holds
     #: only to this many ns (250 at 1.7e15 us): they are quantised to it. 0: exact.
     ts_step_ns: int = 0
+    #: Slices the reader found but had to leave out (a start time it could not read: none, NaN,
+    #: beyond int64 ns; a duration longer than the capture), by kind: missing, not zero, from
+    #: every figure that counts that kind (``check`` fails on them as on a cut file).
+    dropped_events: dict[str, int] = field(default_factory=dict)
 
     @property
     def missing_events(self) -> tuple[str, ...]:

@@ -150,9 +150,31 @@ def check(trace: Trace, options: CheckOptions, baseline: Trace | None = None) ->
         else:
             baseline_line = f"ok   baseline: {comparison.statement}"
     partial = [f"{t.meta.path}: {why}" for t in (trace, baseline) if t is not None for why in t.meta.missing_events]
+    partial += _dropped(trace, _counted(options.limits, baseline is not None))
+    if baseline is not None:
+        partial += _dropped(baseline, None)
     return CheckReport(results=results, baseline=comparison, baseline_passed=baseline_passed,
                        baseline_line=baseline_line, partial=partial,
                        partial_passed=options.allow_partial or not partial, notes=notes)
+
+
+def _counted(limits: Sequence[Limit], with_baseline: bool) -> frozenset[str] | None:
+    """The slice kinds the checked figures count (None: every kind; the baseline comparison
+    reads the whole step account)."""
+    kinds: set[str] = set()
+    for limit in limits:
+        counts = METRICS[limit.metric].counts
+        if counts is None:
+            return None
+        kinds |= counts
+    return None if with_baseline else frozenset(kinds)
+
+
+def _dropped(trace: Trace, kinds: frozenset[str] | None) -> list[str]:
+    """Why the checked figures miss events the reader left out of ``trace``, one line per kind
+    they count (an unreadable start time drops a kernel from kernels-per-step as surely as a cut)."""
+    return [f"{trace.meta.path}: the reader left out {n} {kind} events (start times it could not read)"
+            for kind, n in sorted(trace.meta.dropped_events.items()) if n and (kinds is None or kind in kinds)]
 
 
 def _synchronized(ctx: Context) -> Finding | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final
 
 import numpy as np
 import polars as pl
@@ -29,6 +30,7 @@ from tracewhy.findings.model import Severity
 from tracewhy.findings.overlap import overlap_result
 from tracewhy.findings.sync_count import COUNTED, blocking_syncs
 from tracewhy.findings.throughput import describe, fmt_rate, gated_rate
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Kind
 from tracewhy.reports.diagnose import diagnose_in
 from tracewhy.units import fmt_ns, fmt_pct
 
@@ -53,6 +55,9 @@ class Metric:
     #: A speed figure (step time, GPU idle, overlap, throughput): one that a capture timed block
     #: by block measures slower than the job runs.
     speed: bool = False
+    #: The slice kinds the figure counts: events of these kinds that the reader left out make
+    #: it a figure of part of the run (``check``'s partial-trace); None: every kind.
+    counts: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -186,28 +191,41 @@ def _throughput(ctx: Context) -> Measured:
     return Measured(gated_rate(t), describe(t))
 
 
+#: What the figures count, for the partial-trace gate: steps come from the step annotation (or
+#: op); GPU shares from device activity within them; syncs from the host calls that block.
+_STEPS: Final = frozenset({Kind.ANNOTATION.value, Kind.CPU_OP.value, Kind.GPU_ANNOTATION.value})
+_GPU: Final = _STEPS | {k.value for k in GPU_ACTIVITY_KINDS}
+_SYNCS: Final = _STEPS | {Kind.RUNTIME.value, Kind.DRIVER.value, Kind.GPU_SYNC.value}
+_KERNELS: Final = _STEPS | {Kind.KERNEL.value}
+_NO_SLICES: Final = frozenset[str]()
+
 METRICS: dict[str, Metric] = {m.name: m for m in (
-    Metric("step-p50", ("max",), DURATION, "median steady step time", _step_quantile("p50_ns"), speed=True),
+    Metric("step-p50", ("max",), DURATION, "median steady step time", _step_quantile("p50_ns"), speed=True,
+           counts=_STEPS),
     Metric("step-p90", ("max",), DURATION, "90th percentile steady step time", _step_quantile("p90_ns"),
-           speed=True),
+           speed=True, counts=_STEPS),
     Metric("step-p99", ("max",), DURATION, "99th percentile steady step time", _step_quantile("p99_ns"),
-           speed=True),
+           speed=True, counts=_STEPS),
     Metric("gpu-idle", ("max",), SHARE, "GPU idle share of the steady step (busiest device)", _gpu_idle,
-           speed=True),
+           speed=True, counts=_GPU),
     Metric("exposed-comm", ("max",), SHARE, "communication with no compute under it, share of the step",
-           _exposed_comm, speed=True),
-    Metric("overlap", ("min",), SHARE, "share of communication time hidden under compute", _overlap, speed=True),
-    Metric("syncs-per-step", ("max",), COUNT, f"blocking calls per steady step ({COUNTED})", _syncs_per_step),
+           _exposed_comm, speed=True, counts=_GPU),
+    Metric("overlap", ("min",), SHARE, "share of communication time hidden under compute", _overlap, speed=True,
+           counts=_GPU),
+    Metric("syncs-per-step", ("max",), COUNT, f"blocking calls per steady step ({COUNTED})", _syncs_per_step,
+           counts=_SYNCS),
     Metric("kernels-per-step", ("max",), COUNT, "kernels launched per steady step (fusion regressions)",
-           _kernels_per_step),
+           _kernels_per_step, counts=_KERNELS),
     Metric("high-findings", ("max",), COUNT, "diagnose findings of high severity", _high_findings),
     Metric("peak-memory", ("max",), BYTES, "allocated memory at the peak, highest GPU (profile_memory traces)",
-           _peak_memory),
+           _peak_memory, counts=_NO_SLICES),
     # Named as the finding whose number it gates: --max-graph-breaks.
-    Metric(str(Code.GRAPH_BREAKS), ("max",), COUNT, "torch.compile graph breaks per steady step", _graph_breaks),
-    Metric("recompiles", ("max",), COUNT, "torch.compile recompiles in the captured steps", _recompiles),
+    Metric(str(Code.GRAPH_BREAKS), ("max",), COUNT, "torch.compile graph breaks per steady step", _graph_breaks,
+           counts=_STEPS),
+    Metric("recompiles", ("max",), COUNT, "torch.compile recompiles in the captured steps", _recompiles,
+           counts=_STEPS),
     Metric("throughput", ("min",), RATE, "items per second at the median steady step (needs --items-per-step)",
-           _throughput, speed=True),
+           _throughput, speed=True, counts=_STEPS),
 )}
 
 

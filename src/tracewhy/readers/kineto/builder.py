@@ -116,6 +116,8 @@ class Builder:
     saw_python: bool = False
     #: Largest |ts| (us) of a slice whose ts had a fraction and was beyond _EXACT_US; 0 if none.
     quantised_us: float = 0.0
+    #: Slices left out for an unreadable start time, by kind (TraceMeta.dropped_events).
+    dropped: dict[str, int] = field(default_factory=dict)
 
     def _count(self, key: str, n: int) -> None:
         if n:
@@ -150,6 +152,8 @@ class Builder:
             self._count(key, n)
         for key, n in part.problems.items():
             self._problem(key, n)
+        for key, n in part.dropped.items():
+            self.dropped[key] = self.dropped.get(key, 0) + n
         self.batches += part.batches
         self.memory += part.memory
         self.flows += part.flows
@@ -257,6 +261,10 @@ class Builder:
         if bad_ts.any():
             self._problem("slice without ts skipped", int(np.isnan(ts).sum()))
             self._problem("slice with ts beyond int64 nanoseconds skipped", int((bad_ts & ~np.isnan(ts)).sum()))
+            bad_codes, bad_counts = np.unique(codes[bad_ts], return_counts=True)
+            for code, count in zip(bad_codes.tolist(), bad_counts.tolist(), strict=True):
+                kind = _KINDS[code]
+                self.dropped[kind] = self.dropped.get(kind, 0) + count
             evs, codes, ts = [evs[i] for i in np.flatnonzero(~bad_ts).tolist()], codes[~bad_ts], ts[~bad_ts]
         if not evs:
             return
@@ -372,7 +380,7 @@ class Builder:
         devices = device_table(header, self.problems)  # (before the warnings are written)
         tally = Tally(problems=self.problems, counts=self.counts, categories=self.kind_cache.keys(),
                       spans=tuple(self.spans), unfinished=self.unfinished, quantised_us=self.quantised_us,
-                      saw_python=self.saw_python)
+                      saw_python=self.saw_python, dropped=self.dropped)
         meta = trace_meta(self.path, header, truncation, tally, side["op_attrs"], memory, slices)
         return Trace(meta=meta, slices=slices, memory=memory, flows=flows, threads=threads,
                      devices=devices, **side)

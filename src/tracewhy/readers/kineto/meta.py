@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,8 @@ class Tally:
     quantised_us: float
     #: Whether any Python frame (with_stack) was among the slices.
     saw_python: bool
+    #: Slices left out for an unreadable start time, by kind.
+    dropped: dict[str, int] = field(default_factory=dict)
 
 
 def trace_meta(path: Path, header: dict[str, msgspec.Raw], truncation: Truncation | None, tally: Tally,
@@ -78,6 +80,7 @@ def trace_meta(path: Path, header: dict[str, msgspec.Raw], truncation: Truncatio
         profiler_spans_ns=tally.spans,
         event_counts=dict(sorted(tally.counts.items())),
         unfinished_events=tally.unfinished,
+        dropped_events=dict(sorted(tally.dropped.items())),
         truncation=truncation,
         warnings=tuple(warnings),
     )

@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 
 from tracewhy.model.linking import link_slices
-from tracewhy.model.schema import GPU_ACTIVITY_KINDS, KIND_DTYPE, SLICES_SCHEMA, Col, NvtxCol
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, KIND_DTYPE, SLICES_SCHEMA, Col, Kind, NvtxCol
 from tracewhy.model.trace import NSYS_FORMAT, Capture, TraceMeta
 from tracewhy.readers.nsys import meta
 from tracewhy.readers.nsys.db import Db
@@ -143,4 +143,23 @@ def trace_meta(db: Db, shown: Path, export: dict[str, str], slices: pl.DataFrame
         capture_settings=settings,
         kinds_read=None if selection is None else selection.kinds_read,
         skipped_tables=tuple(sorted(t for t in db.skipped if t.startswith(_EVENT_TABLE_PREFIXES))),
+        dropped_events=_dropped_by_kind(db),
     )
+
+
+#: The kind of slice each event table's rows become (runtime calls: runtime or driver; counted
+#: as runtime).
+_TABLE_KIND: Final = {
+    "CUPTI_ACTIVITY_KIND_KERNEL": Kind.KERNEL, "CUPTI_ACTIVITY_KIND_MEMCPY": Kind.MEMCPY,
+    "CUPTI_ACTIVITY_KIND_MEMSET": Kind.MEMSET, "CUPTI_ACTIVITY_KIND_RUNTIME": Kind.RUNTIME,
+    "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION": Kind.GPU_SYNC, "NVTX_EVENTS": Kind.ANNOTATION,
+    "OSRT_API": Kind.OTHER, "PROFILER_OVERHEAD": Kind.OVERHEAD, "CUPTI_ACTIVITY_KIND_OVERHEAD": Kind.OVERHEAD,
+}
+
+
+def _dropped_by_kind(db: Db) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for table, n in db.dropped.items():
+        kind = _TABLE_KIND.get(table, Kind.OTHER).value
+        out[kind] = out.get(kind, 0) + n
+    return dict(sorted(out.items()))

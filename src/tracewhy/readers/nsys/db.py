@@ -45,6 +45,9 @@ class Db:
     #: Tables the reader wanted but could not read (a view, a WITHOUT ROWID table, a table
     #: lacking a needed column): their events are missing, not zero (TraceMeta.skipped_tables).
     skipped: set[str] = field(default_factory=set)
+    #: Rows of an event table left out for a missing start or an impossible duration, by table
+    #: (TraceMeta.dropped_events, by the kind the table holds).
+    dropped: Counter[str] = field(default_factory=Counter)
     #: Rows lasting longer than this are corrupt (see ``readers.nsys.plausible_duration_ns``).
     max_dur_ns: int | None = None
     #: The optional Arrow-native fetch of integer columns (``nsys_arrow``); None: text aggregation.

@@ -134,6 +134,7 @@ def with_duration(frame: pl.DataFrame, table: str, db: Db) -> pl.DataFrame:
     no_start = frame.get_column("start").null_count()
     if no_start:
         db.problems[f"{table}: {no_start} rows without start skipped"] = 1
+        db.dropped[table] += no_start
         frame = frame.filter(pl.col("start").is_not_null())
     bad = frame.filter(pl.col("end").is_null() | (pl.col("end") < pl.col("start"))).height
     if bad:
@@ -153,6 +154,7 @@ def with_duration(frame: pl.DataFrame, table: str, db: Db) -> pl.DataFrame:
             db.problems[f"{table}: {too_long.len()} rows last longer than the capture could "
                         f"(up to {too_long.max() / 1e9:.3g} s, limit {db.max_dur_ns / 1e9:.3g} s): "  # type: ignore[operator]
                         "skipped as corrupt"] = 1
+            db.dropped[table] += too_long.len()
             frame = frame.filter(pl.col("dur_ns") <= db.max_dur_ns)
     return frame
 
