@@ -9,6 +9,7 @@ process). Tiny pieces and no one-pass read send a 22 KB trace down the large-fil
 from __future__ import annotations
 
 import gzip
+import json
 import math
 from pathlib import Path
 
@@ -221,3 +222,21 @@ def test_a_repaired_file_that_is_also_cut_off_keeps_its_complete_events(tmp_path
     assert [w.split(":")[0] for w in trace.meta.warnings] == [
         "file ends mid-event", "invalid UTF-8 inside strings", "unpaired UTF-16 surrogate escapes (such as \\ud800)",
         "bare NaN/Infinity (not JSON; PyTorch 1.8-era Kineto wrote them)"]
+
+
+def test_a_rank_past_int32_is_ignored_with_a_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A real rank trace whose distributedInfo says rank 1e30: the rank is no rank, so it is left
+    out with a warning, and ``ranks`` asks which rank the file is (one line, exit 3) instead of
+    failing on a rank no integer column holds."""
+    doc = json.loads(gzip.decompress(shared_trace("hta/tracediff_test_v100_rank1of2.json.gz").read_bytes()))
+    doc["distributedInfo"]["rank"] = 10**30
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(doc))
+    trace = read_kineto(path)
+    assert trace.meta.rank is None and trace.meta.world_size == 2
+    assert ("distributedInfo rank 10000000000000000000... is not a rank (an integer from 0 to 2147483647): ignored"
+            in trace.meta.warnings)
+    other = str(shared_trace("hta/tracediff_control_a100_rank3of8.json.gz"))
+    assert main(["ranks", str(path), other]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot tell which rank this is" in err

@@ -59,7 +59,7 @@ def trace_meta(path: Path, header: dict[str, msgspec.Raw], truncation: Truncatio
                  if not problem.startswith(REPAIR_PREFIX)]
     if tally.unfinished:
         warnings.append(f"{tally.unfinished} events were still open when the profiler stopped")
-    distributed = values.get("distributedInfo")
+    distributed = _distributed(values.get("distributedInfo"), warnings)
     schema_version = values.get("schemaVersion")
     base = values.get("baseTimeNanoseconds")
     versions = {k: str(values[k]) for k in _VERSION_KEYS if k in values}
@@ -76,7 +76,7 @@ def trace_meta(path: Path, header: dict[str, msgspec.Raw], truncation: Truncatio
         accelerator=_accelerator(tally.categories, versions, slices),
         ts_step_ns=_ts_step_ns(tally.quantised_us),
         capture=_capture(values, tally.saw_python, op_attrs, memory, slices),
-        distributed=distributed if isinstance(distributed, dict) else {},
+        distributed=distributed,
         profiler_spans_ns=tally.spans,
         event_counts=dict(sorted(tally.counts.items())),
         unfinished_events=tally.unfinished,
@@ -84,6 +84,28 @@ def trace_meta(path: Path, header: dict[str, msgspec.Raw], truncation: Truncatio
         truncation=truncation,
         warnings=tuple(warnings),
     )
+
+
+#: The largest rank or world size taken: process-group ranks are C ints (int32) in PyTorch.
+_RANK_MAX = 2**31 - 1
+
+
+def _distributed(info: object, warnings: list[str]) -> dict[str, Any]:
+    """``distributedInfo`` with a rank or world size that no job has (negative, past int32, not
+    an integer) left out and said: a rank of 1e30 is no rank, and counting on it breaks every
+    table that holds ranks as integers."""
+    if not isinstance(info, dict):
+        return {}
+    out = dict(info)
+    for key in ("rank", "world_size"):
+        value = out.get(key)
+        if value is not None and not (isinstance(value, int) and not isinstance(value, bool)
+                                      and 0 <= value <= _RANK_MAX and (key == "rank" or value > 0)):
+            shown = str(value) if len(str(value)) <= 24 else f"{str(value)[:20]}..."
+            warnings.append(f"distributedInfo {key} {shown} is not a {key.replace('_', ' ')} "
+                            f"(an integer from {0 if key == 'rank' else 1} to {_RANK_MAX}): ignored")
+            del out[key]
+    return out
 
 
 def _capture(values: dict[str, Any], saw_python: bool, op_attrs: pl.DataFrame, memory: pl.DataFrame,
