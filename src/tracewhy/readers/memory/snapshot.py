@@ -6,15 +6,22 @@ The layout is the one ``torch/cuda/memory.py`` documents for ``_snapshot()`` (to
 recorded by ``_record_memory_history``) and ``allocator_settings``. Only builtin containers and
 scalars are built: a pickle that names any module or class (the way a pickle runs code) is
 refused before anything is called.
+
+What it builds is bounded by the file's size before it is built: a pickle can reference one
+object many times for two bytes each (memo references), so rows (segments, blocks, trace
+entries, frames walked), the text copied into them and every integer (int64) are checked
+against the file, and a file past them is refused with one line.
 """
 
 from __future__ import annotations
 
 import gc
 import io
+import os
 import pickle
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Final
 
@@ -29,6 +36,7 @@ from tracewhy.model.memory_snapshot import (
     Frame,
     MemorySnapshot,
 )
+from tracewhy.readers.limits import fits_int64, object_budget
 from tracewhy.readers.source import is_gzip, os_error, read_bytes
 
 #: The TraceEntry key each events column is read from (torch/cuda/memory.py ``TraceEntry``).
@@ -38,6 +46,16 @@ TRACE_KEYS: Final = {EventCol.ACTION: "action", EventCol.ADDR: "addr", EventCol.
 #: Distinct stacks kept per lookup hint; beyond them a stack is interned by its content, as slow
 #: as before but never quadratic in a file built to make every hint collide.
 HINT_CANDIDATES: Final = 16
+#: The fewest bytes a row (a segment, block, trace entry or frame of a stack walked) takes in a
+#: snapshot torch writes: each is a dict of several fields, or a reference to a distinct frame
+#: list, so no honest file holds more than one row per 8 bytes (torch's own are 40+ per entry).
+#: A memo reference is 2 bytes: a file of them stands for millions of rows it does not hold.
+MIN_BYTES_PER_ROW: Final = 8
+#: Text copied into the tables (segment types, block states, actions, frame names): at most this
+#: many times the file's size, plus a floor for small files. A string is stored once in the
+#: pickle and may be referenced by every row; each row's copy is real memory in the tables.
+TEXT_BYTES_PER_FILE_BYTE: Final = 16
+TEXT_FLOOR_BYTES: Final = 16 << 20
 
 
 class _Refused(pickle.UnpicklingError):
@@ -58,9 +76,14 @@ class _DataOnly(pickle.Unpickler):
 
 def load_plain_pickle(path: Path) -> Any:
     """The pickle's data, or a TraceError when it names any global, is cut off or is not a pickle."""
+    return _load_sized(path)[0]
+
+
+def _load_sized(path: Path) -> tuple[Any, int]:
+    """The pickle's data and the size of the pickle (inflated when gzip)."""
     try:
-        with _pickle_stream(path) as stream, _gc_paused():
-            return _DataOnly(stream).load()
+        with _pickle_stream(path) as (stream, size), _gc_paused():
+            return _DataOnly(stream).load(), size
     except _Refused as e:
         raise TraceError(path, f"refused as a memory snapshot: {e}") from None
     except OSError as e:
@@ -71,15 +94,16 @@ def load_plain_pickle(path: Path) -> Any:
 
 
 @contextmanager
-def _pickle_stream(path: Path) -> Iterator[IO[bytes]]:
+def _pickle_stream(path: Path) -> Iterator[tuple[IO[bytes], int]]:
     """The file itself when plain: the unpickler reads it frame by frame, so no copy of a
     100 MB file is held beside what it builds. Inflated bytes when gzip: ``read_bytes`` bounds
     what a small compressed file may inflate to."""
     if is_gzip(path):
-        yield io.BytesIO(read_bytes(path))
+        data = read_bytes(path)
+        yield io.BytesIO(data), len(data)
         return
     with open(path, "rb") as f:
-        yield f
+        yield f, os.fstat(f.fileno()).st_size
 
 
 @contextmanager
@@ -99,24 +123,56 @@ def _gc_paused() -> Iterator[None]:
 def read_memory_snapshot(path: str | Path) -> MemorySnapshot:
     """Read a snapshot pickle; a TraceError says why a file is not one."""
     p = Path(path)
-    data = load_plain_pickle(p)
+    data, size = _load_sized(p)
     if not isinstance(data, dict) or not isinstance(data.get("segments"), list):
         raise TraceError(p, "not a CUDA memory snapshot: expected a dict with 'segments' "
                             "(torch.cuda.memory._snapshot())")
     traces = data.get("device_traces", [])
     if not isinstance(traces, list):
         raise TraceError(p, "memory snapshot 'device_traces' is not a list")
-    stacks = _Stacks()
+    budget = _Budget(p, object_budget(size, MIN_BYTES_PER_ROW), TEXT_FLOOR_BYTES + TEXT_BYTES_PER_FILE_BYTE * size)
+    stacks = _Stacks(budget)
     try:
         with _gc_paused():
-            segments, blocks = _segments(p, data["segments"], stacks)
-            events = _events(p, traces, stacks)
+            segments, blocks = _segments(p, data["segments"], stacks, budget)
+            events = _events(p, traces, stacks, budget)
     except RecursionError:  # frames that contain themselves: a pickle can build those
         raise TraceError(p, "memory snapshot frames nest too deeply to read") from None
     settings = data.get("allocator_settings", {})
     plain = {str(k): v for k, v in settings.items() if isinstance(v, str | int | float | bool) or v is None} \
         if isinstance(settings, dict) else {}
     return MemorySnapshot(str(p), segments, blocks, events, tuple(stacks.items), plain)
+
+
+@dataclass
+class _Budget:
+    """What a snapshot of this size may build: rows, and bytes of text copied into them. Rows
+    are counted before they are built (the lengths of the lists that hold them), so a file of
+    memo references is refused in the time it takes to sum a few lengths."""
+
+    path: Path
+    rows: int
+    text: int
+    rows_used: int = 0
+    text_used: int = 0
+
+    def take_rows(self, n: int) -> None:
+        self.rows_used += n
+        if self.rows_used > self.rows:
+            raise TraceError(self.path, f"{self.rows_used} snapshot rows (segments, blocks, trace entries, frames) is "
+                                        f"more than a file of this size can hold ({self.rows}): it repeats objects "
+                                        "by reference; refusing")
+
+    def take_text(self, n: int) -> None:
+        self.text_used += n
+        if self.text_used > self.text:
+            raise TraceError(self.path, f"memory snapshot holds text past {self.text} bytes in its rows (one string "
+                                        "referenced by many rows): refusing")
+
+    def integers(self, what: str, values: list[Any]) -> None:
+        """A TraceError when any of ``values`` (integers) is outside int64: no column holds it."""
+        if values and not (fits_int64(min(values)) and fits_int64(max(values))):
+            raise TraceError(self.path, f"memory snapshot {what} outside the 64-bit integers a table can hold")
 
 
 class _Stacks:
@@ -130,7 +186,8 @@ class _Stacks:
     cost one comparison each instead of one tuple of 60 frames each. The identities are those of
     objects in the loaded data, alive for as long as this interner is."""
 
-    def __init__(self) -> None:
+    def __init__(self, budget: _Budget) -> None:
+        self.budget = budget
         self.items: list[tuple[Frame, ...]] = []
         self.index: dict[tuple[Frame, ...], int] = {}
         self._by_hint: dict[tuple[int, ...], list[tuple[list[Any], int]]] = {}
@@ -150,6 +207,7 @@ class _Stacks:
         return found
 
     def _content_index(self, frames: list[Any]) -> int:
+        self.budget.take_rows(len(frames))
         key = tuple(self._frame(f) for f in frames if isinstance(f, dict))
         found = self.index.get(key)
         if found is None:
@@ -160,40 +218,56 @@ class _Stacks:
     def _frame(self, f: dict[Any, Any]) -> Frame:
         frame = self._frames.get(id(f))
         if frame is None:
-            frame = self._frames[id(f)] = (str(f.get("filename", "")), _int(f.get("line")), str(f.get("name", "")))
+            filename, name = str(f.get("filename", "")), str(f.get("name", ""))
+            self.budget.take_text(len(filename) + len(name))
+            frame = self._frames[id(f)] = (filename, _int(f.get("line"), self.budget), name)
         return frame
 
 
-def _int(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+def _int(value: object, budget: _Budget) -> int:
+    """``value`` when it is an integer an int64 column holds; 0 for anything else; a TraceError
+    past int64 (not clamped: an address or size past it is no address or size)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not fits_int64(value):
+            raise TraceError(budget.path, "memory snapshot integer outside the 64-bit integers a table can hold")
+        return value
+    return 0
 
 
-def _segments(path: Path, raw: list[Any], stacks: _Stacks) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _segments(path: Path, raw: list[Any], stacks: _Stacks, budget: _Budget) -> tuple[pl.DataFrame, pl.DataFrame]:
+    budget.take_rows(len(raw))
+    budget.take_rows(sum(len(blocks) for seg in raw if isinstance(seg, dict)
+                         and isinstance(blocks := seg.get("blocks"), list)))
     seg_rows: list[tuple[Any, ...]] = []
     block_rows: list[tuple[Any, ...]] = []
     for seg in raw:
         if not isinstance(seg, dict):
             raise TraceError(path, "memory snapshot segment is not a dict")
-        device, address = _int(seg.get("device")), _int(seg.get("address"))
-        seg_rows.append((device, address, _int(seg.get("total_size")), _int(seg.get("allocated_size")),
-                         _int(seg.get("stream")), str(seg.get("segment_type", "")), bool(seg.get("is_expandable"))))
+        device, address = _int(seg.get("device"), budget), _int(seg.get("address"), budget)
+        segment_type = str(seg.get("segment_type", ""))
+        budget.take_text(len(segment_type))
+        seg_rows.append((device, address, _int(seg.get("total_size"), budget), _int(seg.get("allocated_size"), budget),
+                         _int(seg.get("stream"), budget), segment_type, bool(seg.get("is_expandable"))))
         offset = address
         for b in seg.get("blocks", []) if isinstance(seg.get("blocks"), list) else []:
             if not isinstance(b, dict):
                 continue
-            size = _int(b.get("size"))
-            block_rows.append((device, address, _int(b.get("address", offset)), size,
-                               _int(b.get("requested_size", size)), str(b.get("state", "")),
-                               stacks.add(b.get("frames"))))
+            size = _int(b.get("size"), budget)
+            state = str(b.get("state", ""))
+            budget.take_text(len(state))
+            block_rows.append((device, address, _int(b.get("address", offset), budget), size,
+                               _int(b.get("requested_size", size), budget), state, stacks.add(b.get("frames"))))
+            # (an offset past int64 is a block address no column holds: refused with it)
             offset += size
     return (pl.DataFrame(seg_rows, schema=SEGMENTS_SCHEMA, orient="row"),
             pl.DataFrame(block_rows, schema=BLOCKS_SCHEMA, orient="row"))
 
 
-def _events(path: Path, traces: list[Any], stacks: _Stacks) -> pl.DataFrame:
+def _events(path: Path, traces: list[Any], stacks: _Stacks, budget: _Budget) -> pl.DataFrame:
     """One column at a time: a long run records a million entries, and a comprehension per
     field, checked by type in one C-speed pass, is several times faster than a tuple per entry."""
     columns: dict[str, list[Any]] = {name: [] for name in EVENTS_SCHEMA}
+    budget.take_rows(sum(len(trace) for trace in traces if isinstance(trace, list)))
     for device, trace in enumerate(traces):
         if not isinstance(trace, list):
             raise TraceError(path, f"memory snapshot trace of device {device} is not a list")
@@ -202,13 +276,20 @@ def _events(path: Path, traces: list[Any], stacks: _Stacks) -> pl.DataFrame:
         columns[EventCol.DEVICE] += [device] * len(entries)
         columns[EventCol.SEQ] += seqs
         actions = [e.get(TRACE_KEYS[EventCol.ACTION], "") for e in entries]
-        columns[EventCol.ACTION] += actions if set(map(type, actions)) <= {str} else list(map(str, actions))
+        actions = actions if set(map(type, actions)) <= {str} else list(map(str, actions))
+        budget.take_text(sum(map(len, actions)))
+        columns[EventCol.ACTION] += actions
         for name in (EventCol.ADDR, EventCol.SIZE, EventCol.STREAM):
             values = [e.get(TRACE_KEYS[name]) for e in entries]
-            columns[name] += values if set(map(type, values)) <= {int} else list(map(_int, values))
+            if not set(map(type, values)) <= {int}:
+                values = [_int(v, budget) for v in values]
+            budget.integers(TRACE_KEYS[name], values)
+            columns[name] += values
         for name in (EventCol.TIME_US, EventCol.DEVICE_FREE):
             values = [e.get(TRACE_KEYS[name]) for e in entries]
-            columns[name] += values if set(map(type, values)) <= {int, type(None)} else [
-                v if isinstance(v, int) else None for v in values]
+            if not set(map(type, values)) <= {int, type(None)}:
+                values = [v if isinstance(v, int) and not isinstance(v, bool) else None for v in values]
+            budget.integers(TRACE_KEYS[name], [v for v in values if v is not None])
+            columns[name] += values
         columns[EventCol.STACK] += [stacks.add(e.get(TRACE_KEYS[EventCol.STACK])) for e in entries]
     return pl.DataFrame(columns, schema=EVENTS_SCHEMA)
