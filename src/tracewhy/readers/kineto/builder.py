@@ -75,6 +75,7 @@ def _code_set(*kinds: Kind) -> npt.NDArray[np.bool_]:
 #: Device activity: args decoded as GpuArgs. Ops and annotations: OpArgs. The rest: LinkArgs.
 _GPU_CODES = _code_set(Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.GPU_ANNOTATION, Kind.GPU_SYNC,
                        Kind.PROFILER_RANGE)
+_GPU_KIND_NAMES = frozenset(k.value for k in (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET))
 _OP_CODES = _code_set(Kind.CPU_OP, Kind.ANNOTATION)
 _I32_MIN, _I32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)
 #: Times and durations (microseconds) at or beyond this, or not finite, are not usable: a start
@@ -213,6 +214,10 @@ class Builder:
         args = [a for a in decoded if a is not None]
         if len(args) < len(mem):
             mem = [e for e, a in zip(mem, decoded, strict=True) if a is not None]
+        # A kernel or copy written as an instant has no duration: it is not GPU work, and a file
+        # of them would otherwise read as "0 kernels" without a word.
+        self._problem("GPU activity written as an instant (ph 'i', no duration): not read as GPU work",
+                      sum(1 for e in evs if e.cat and category_kind(e.cat.lower()).value in _GPU_KIND_NAMES))
         # Every other instant counts as one, a [memory] event without usable args included.
         self._count("instant", len(evs) - len(mem) - no_ts)
         if not mem:

@@ -17,6 +17,7 @@ from tracewhy.model.schema import Col, Kind, OpAttrCol
 from tracewhy.model.trace import KINETO_FORMAT, Capture, TraceMeta, Truncation
 from tracewhy.readers.kineto.categories import accelerator
 from tracewhy.readers.kineto.header import decode_value
+from tracewhy.readers.kineto.plausibility import link_warnings
 from tracewhy.readers.kineto.repair import REPAIR_PREFIX, repair_warnings
 
 _VERSION_KEYS = ("cuda_runtime_version", "cuda_driver_version", "cupti_version",
@@ -59,6 +60,7 @@ def trace_meta(path: Path, header: dict[str, msgspec.Raw], truncation: Truncatio
                  if not problem.startswith(REPAIR_PREFIX)]
     if tally.unfinished:
         warnings.append(f"{tally.unfinished} events were still open when the profiler stopped")
+    warnings += link_warnings(slices)
     distributed = _distributed(values.get("distributedInfo"), warnings)
     schema_version = values.get("schemaVersion")
     base = values.get("baseTimeNanoseconds")
