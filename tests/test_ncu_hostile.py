@@ -258,3 +258,30 @@ def test_rep_strings_with_lone_surrogates(monkeypatch: pytest.MonkeyPatch,
     assert doc["kernels"][0]["name"] == "kern\ufffdel"
     assert any(m.startswith("lone \ufffd surrogate") for m in (r["message"] for r in doc["rules"]))
     _warned(doc, err, "lone UTF-16 surrogates", "U+FFFD")
+
+
+def test_a_duration_in_words_is_left_empty_with_a_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """gpu__time_duration.sum = "fast": no duration, and the user is told (it was read as a
+    0 ns kernel without a word)."""
+    path = _hostile(tmp_path, lambda t: _set(t, "Metric Value", "fast", metric="gpu__time_duration.sum"))
+    report = read_ncu(path)
+    assert report.launches.get_column(NcuCol.DUR).to_list() == [None]
+    assert ("gpu__time_duration.sum is text, not a number: dur_ns left empty: 1 launch (first: ID 0 at line 10: "
+            "'fast')") in report.warnings
+    assert main(["roofline", str(path)]) == 0
+    assert "gpu__time_duration.sum is text, not a number" in capsys.readouterr().err
+
+
+def test_two_kernels_under_one_id_are_not_merged_silently(tmp_path: Path) -> None:
+    """The saxpy rows again under ID 0 with another kernel's name: the second kernel's rows are
+    skipped, and the warning says so (they had been merged into the first launch unseen)."""
+    def edit(table: Table) -> None:
+        name = table[0].index("Kernel Name")
+        table.extend([[*row[:name], "other_kernel()", *row[name + 1:]] for row in table[1:]])
+
+    path = _hostile(tmp_path, edit)
+    report = read_ncu(path)
+    assert report.launches.get_column(NcuCol.NAME).to_list() == ["unnamed>::saxpy_kernel(float, const float *, "
+                                                                  "float *, int)"]
+    assert [w for w in report.warnings if w.startswith("rows skipped: an ID that an earlier launch of another "
+                                                       "kernel has")], report.warnings

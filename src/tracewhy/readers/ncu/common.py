@@ -238,8 +238,11 @@ def _compatible(dim: str, wanted: str) -> bool:
 
 def _resolve(record: LaunchRecord, spec: Field, problems: Problems) -> float | None:
     refused: list[str] = []
+    texts: list[tuple[str, str]] = []  # (name, text): a cell that holds words, not a number
     for metric in spec.metrics:
         got = record.metrics.get(metric)
+        if got is not None and isinstance(got[0], str):
+            texts.append((metric, got[0]))
         if got is not None and isinstance(got[0], float):
             if _compatible(got[1], spec.dimension):
                 return got[0] * spec.scale
@@ -253,6 +256,12 @@ def _resolve(record: LaunchRecord, spec: Field, problems: Problems) -> float | N
                 return value * spec.scale
             if isinstance(value, float) and dim == u.UNKNOWN:
                 refused.append(label)
+            if isinstance(value, str):
+                texts.append((label, value))
+    for name, text in texts[:1]:
+        # ("fast" where a duration belongs was shown as a 0 ns kernel, and called latency-bound.)
+        problems.add(f"{name} is text, not a number: {spec.column} left empty", f"{record.where}: {text[:40]!r}",
+                     "launch")
     for name in refused[:1]:
         problems.add(f"{name} in unit {record.units.get(name, '?')[:40]!r}, not a {spec.dimension} unit "
                      f"tracewhy knows: not used as {spec.column}", record.where, "launch")

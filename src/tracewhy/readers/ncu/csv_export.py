@@ -204,6 +204,12 @@ def _details(index: dict[str, int], body: Rows, run: int, problems: Problems) ->
         if launch is None:
             continue
         rec = records.get(launch)
+        if rec is not None and rec.name != name:
+            # One ID is one launch in a details export: rows naming another kernel under it
+            # would otherwise be merged into the first, their values dropped without a word.
+            problems.add("rows skipped: an ID that an earlier launch of another kernel has",
+                         f"line {line}: ID {launch}")
+            continue
         if rec is None:
             where = f"ID {launch} at line {line}"
             rec = records[launch] = LaunchRecord(launch, name, run=run, where=where,
