@@ -8,6 +8,7 @@ from typing import TypedDict, cast
 import polars as pl
 
 from tracewhy.analyses.steps import StepsOptions, steps
+from tracewhy.analyses.utilization import trace_span
 from tracewhy.model.schema import Col, DeviceCol
 from tracewhy.model.trace import Capture, Trace
 from tracewhy.rows import Rows
@@ -62,8 +63,7 @@ def info(trace: Trace, step_marker: str | None = None) -> InfoResult:
     by_kind = (
         s.group_by(Col.KIND).len().with_columns(pl.col(Col.KIND).cast(pl.String)).sort(Col.KIND)
     )
-    bounds = s.select(pl.col(Col.TS).min().alias("lo"), (pl.col(Col.TS) + pl.col(Col.DUR)).max().alias("hi"))
-    first, last = bounds.row(0) if s.height else (None, None)
+    first, last = trace_span(trace) or (None, None)
     steps_result = steps(trace, StepsOptions(marker=step_marker))
     backend = m.distributed.get("backend")
     return InfoResult(

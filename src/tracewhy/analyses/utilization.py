@@ -1,4 +1,5 @@
-"""GPU busy and idle time per device: the union of kernels, copies and memsets over all streams."""
+"""GPU busy and idle time per device: the union of kernels, copies and memsets over all streams,
+as a share of the trace's span (``trace_span``, the span ``info`` reports too)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ class DeviceBusy:
         return int((e - s).sum())
 
 
-#: ``UtilizationResult.devices``: one row per device; span_ns from its first start to its last end.
+#: ``UtilizationResult.devices``: one row per device; span_ns is the trace's (``trace_span``).
 UTILIZATION_DEVICES_SCHEMA: Final = pl.Schema({Col.DEVICE: pl.Int32(), "busy_ns": pl.Int64(), "span_ns": pl.Int64(),
                                                "active_share": pl.Float64()})
 #: ``UtilizationResult.series``: the busy share of each bin of time, per device (for plots), and
@@ -47,13 +48,25 @@ UTILIZATION_SERIES_SCHEMA: Final = pl.Schema({Col.DEVICE: pl.Int32(), "start_ns"
 
 @dataclass(frozen=True)
 class UtilizationResult:
-    """``devices`` (UTILIZATION_DEVICES_SCHEMA): one row per device with busy_ns, span_ns (first
-    start to last end) and active_share; ``series`` (UTILIZATION_SERIES_SCHEMA): binned busy
-    share over time per device (for plots)."""
+    """``devices`` (UTILIZATION_DEVICES_SCHEMA): one row per device with busy_ns, span_ns (the
+    trace's span, ``trace_span``) and active_share; ``series`` (UTILIZATION_SERIES_SCHEMA):
+    binned busy share over that span per device (for plots)."""
 
     busy: dict[int, DeviceBusy]
     devices: pl.DataFrame
     series: pl.DataFrame
+
+
+def trace_span(trace: Trace) -> tuple[int, int] | None:
+    """The trace's first start and last end over every slice (None: no slices): the span ``info``
+    reports and utilization is a share of. Host work before the first kernel, or after the last,
+    is time the GPU was idle too: a device's own first-to-last span called a lone 20 ns kernel
+    in a 130 ns trace 100% busy."""
+    s = trace.slices
+    if s.height == 0:
+        return None
+    lo, hi = s.select(pl.col(Col.TS).min().alias("lo"), (pl.col(Col.TS) + pl.col(Col.DUR)).max().alias("hi")).row(0)
+    return int(lo), int(hi)
 
 
 def device_busy(trace: Trace, kinds: tuple[Kind, ...] = GPU_ACTIVITY_KINDS) -> dict[int, DeviceBusy]:
@@ -72,10 +85,11 @@ def utilization(trace: Trace, bins: int = DEFAULT_BINS) -> UtilizationResult:
     by_part = [device_busy(trace, kinds) for kinds in BUSY_PARTS.values()]
     rows = []
     series = []
+    bounds = trace_span(trace)
     for device, b in busy.items():
-        if b.starts.size == 0:
+        if b.starts.size == 0 or bounds is None:
             continue
-        lo, hi = int(b.starts[0]), int(b.ends[-1])
+        lo, hi = bounds
         span = max(hi - lo, 1)
         total = int((b.ends - b.starts).sum())
         rows.append((device, total, hi - lo, total / span))

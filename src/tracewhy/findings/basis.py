@@ -1,5 +1,6 @@
 """The per-step basis every time finding is normalized by: steady steps when the trace has
-step markers, else the whole trace as one window (and the statements say so)."""
+step markers, else the whole trace as one window, the span ``info`` reports (and the
+statements say so)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import polars as pl
 from tracewhy.analyses.gaps import CLASSES, GapCol, class_col
 from tracewhy.analyses.stats import nearest_ns, sum_of
 from tracewhy.analyses.steps import WindowCol, step_windows
-from tracewhy.analyses.utilization import busy_split
+from tracewhy.analyses.utilization import busy_split, trace_span
 from tracewhy.findings.context import Context
 from tracewhy.units import fmt_pct
 
@@ -32,6 +33,10 @@ class Basis:
     #: (a mean per step); with class_ns it adds up to idle_ns (give or take the rounding).
     short_ns: int = 0
     short_gaps: float = 0.0
+    #: Without steps: idle before the device's first activity and after its last, inside the
+    #: trace's span (no gap between two activities holds it); with class_ns and short_ns it adds
+    #: up to idle_ns. 0 with steps (each step's window is cut at its own edges).
+    outside_ns: int = 0
 
     @property
     def active_share(self) -> float:
@@ -73,12 +78,14 @@ def _basis(ctx: Context) -> Basis:
             short_gaps=sum_of(steady.get_column(GapCol.SHORT_GAPS)) / n,
         )
     b = busy[device]
-    window = int(b.ends[-1] - b.starts[0]) if b.starts.size else 0
+    lo, hi = trace_span(ctx.trace) or (0, 0)
+    window = hi - lo if b.starts.size else 0
     rows = g.gaps.filter(pl.col(GapCol.DEVICE) == device)
     busy_ns = int((b.ends - b.starts).sum())
     short = g.short.filter(pl.col(GapCol.DEVICE) == device) if g.short.height else g.short
     return Basis(
         device=device, steps=1, per_steps=False, window_ns=window, busy_ns=busy_ns, idle_ns=window - busy_ns,
+        outside_ns=window - int(b.ends[-1] - b.starts[0]) if b.starts.size else 0,
         class_ns={c: int(sum_of(rows.get_column(class_col(c)))) for c in CLASSES},
         short_ns=int(sum_of(short.get_column(GapCol.SHORT))) if short.height else 0,
         short_gaps=sum_of(short.get_column(GapCol.SHORT_GAPS)) if short.height else 0.0,
@@ -97,8 +104,8 @@ def busy_parts(ctx: Context) -> dict[str, int]:
             windows = [(int(a), int(z)) for a, z in steady.select(WindowCol.WINDOW_START,
                                                                    WindowCol.WINDOW_END).iter_rows()]
         else:
-            busy = ctx.busy()[b.device]
-            windows = [(int(busy.starts[0]), int(busy.ends[-1]))] if busy.starts.size else []
+            span = trace_span(ctx.trace)
+            windows = [span] if span is not None else []
         return busy_split(ctx.trace, b.device, windows)
     return ctx.cached("busy_parts", compute)
 

@@ -36,6 +36,10 @@ CLASS_FINDINGS = (Code.GPU_IDLE_INPUT, Code.GPU_IDLE_SYNC, Code.GPU_IDLE_LAUNCH,
                   Code.GPU_IDLE_DEPENDENCY, Code.GPU_IDLE_UNTRACED, Code.GPU_IDLE_SHORT)
 #: The part of idle time in gaps shorter than the minimum gap (--min-gap), in breakdowns.
 SHORT = "short"
+#: The part of idle time before the device's first activity and after its last (without steps).
+OUTSIDE = "outside"
+#: How a part of idle time reads in a statement, where its key alone would not say what it is.
+PART_LABEL = {OUTSIDE: "before or after all GPU work"}
 
 
 def findings(ctx: Context) -> list[Finding]:
@@ -45,11 +49,11 @@ def findings(ctx: Context) -> list[Finding]:
     out: list[Finding] = []
     idle_share = b.share(b.idle_ns)
     # Idle in gaps too short to explain one by one is a part of its own, so the parts add up.
-    idle_parts = {**b.class_ns, SHORT: b.short_ns}
+    idle_parts = {**b.class_ns, SHORT: b.short_ns, OUTSIDE: b.outside_ns}
     breakdown = {c: round(v) for c, v in idle_parts.items() if v > 0}
     if b.active_share < th.LOW_UTILIZATION:
         parts = sorted(((v, c) for c, v in idle_parts.items() if v > 0), reverse=True)[:3]
-        why = ", ".join(f"{c} {pct(b.share(v))}" for v, c in parts)
+        why = ", ".join(f"{PART_LABEL.get(c, c)} {pct(b.share(v))}" for v, c in parts)
         split = busy_parts(ctx)
         out.append(Finding(
             code=Code.GPU_LOW_UTILIZATION,
