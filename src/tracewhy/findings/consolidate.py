@@ -1,10 +1,10 @@
 """One consistent text out of the rules' findings: one finding per cause, references only to
 findings that are printed, a summary before the findings it sums up, and severity by the share
-of the step a fix would recover."""
+of the step a fix would recover, within what the capture can support (``CaptureSize``)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Final
 
 from tracewhy.findings import thresholds as th
@@ -32,11 +32,23 @@ SEVERITY_FLOOR: Final = {Code.GRAPH_BREAKS: Severity.MEDIUM, Code.RECOMPILE: Sev
 _BY_SHARE: Final = (Severity.HIGH, Severity.MEDIUM, Severity.LOW)
 
 
-def consolidate(findings: list[Finding], window_ns: float | None) -> list[Finding]:
+@dataclass(frozen=True)
+class CaptureSize:
+    """How much the capture holds, which bounds the severity it can support: its events (slices
+    of every kind) and its analysed steps (None: no step markers, the trace is one window)."""
+
+    events: int
+    steps: int | None
+
+
+def consolidate(findings: list[Finding], window_ns: float | None,
+                capture: CaptureSize | None = None) -> list[Finding]:
     """The findings as ``diagnose`` prints them. ``window_ns``: the step (or the trace, without
-    steps) that recoverable times are shares of; None when it cannot be measured."""
+    steps) that recoverable times are shares of; None when it cannot be measured. ``capture``:
+    what the capture holds (None: not judged)."""
     merged = _merge_same_cause(findings)
-    judged = [_severity_by_share(f, window_ns) for f in merged]
+    judged = [_within_capture(_severity_by_share(_within_window(f, window_ns), window_ns), capture)
+              for f in merged]
     printed = {f.code for f in judged}
     return _summaries_first(rank([_with_references(f, printed) for f in judged]))
 
@@ -70,6 +82,45 @@ def _severity_by_share(f: Finding, window_ns: float | None) -> Finding:
     if floor is not None and _BY_SHARE.index(severity) > _BY_SHARE.index(floor):
         severity = floor
     return replace(f, severity=severity)
+
+
+def _within_window(f: Finding, window_ns: float | None) -> Finding:
+    """A fix cannot give back more than the time the finding was measured over: a recoverable
+    time above the window is cut to it (the rule's own figure kept in the evidence)."""
+    if not window_ns or f.recoverable_ns_per_step <= window_ns:
+        return f
+    return replace(f, recoverable_ns_per_step=int(window_ns),
+                   evidence={**f.evidence, "recoverable_measured_ns": f.recoverable_ns_per_step})
+
+
+def _within_capture(f: Finding, capture: CaptureSize | None) -> Finding:
+    """Medium and high say how much step time a fix gives back, so they need a time to give back
+    (a summary without one of its own, like gpu-low-utilization, is info: its parts carry the
+    severity; any other finding is low) and a capture that can show the cost recurs: fewer
+    than MIN_EVENTS_FOR_SEVERITY events, at most low; fewer than HIGH_SEVERITY_MIN_STEPS
+    analysed steps, at most medium. The reason goes in the evidence (``severity_capped``)."""
+    if f.severity not in (Severity.HIGH, Severity.MEDIUM):
+        return f
+    if f.recoverable_ns_per_step <= 0:
+        return _capped(f, Severity.INFO if f.parts else Severity.LOW,
+                       "no recoverable time: medium and high say how much of the step a fix gives back", say=False)
+    if capture is None:
+        return f
+    if capture.events < th.MIN_EVENTS_FOR_SEVERITY:
+        return _capped(f, Severity.LOW, f"the capture holds {capture.events} events, fewer than "
+                                        f"{th.MIN_EVENTS_FOR_SEVERITY}: too few to show what the job repeats")
+    if f.severity is Severity.HIGH and capture.steps is not None and capture.steps < th.HIGH_SEVERITY_MIN_STEPS:
+        return _capped(f, Severity.MEDIUM, f"the capture holds {capture.steps} analysed step(s), fewer than "
+                                           f"{th.HIGH_SEVERITY_MIN_STEPS}: one step cannot show the cost recurs")
+    return f
+
+
+def _capped(f: Finding, severity: Severity, reason: str, say: bool = True) -> Finding:
+    """``f`` at ``severity``, the reason in its evidence and (``say``) at the end of its statement."""
+    said = f" ({severity.value.capitalize()}, not {f.severity.value}: {reason}.)" if say else ""
+    statement = f"{f.statement}{said}"
+    return replace(f, severity=severity, statement=statement,
+                   evidence={**f.evidence, "severity_capped": reason, "severity_uncapped": f.severity.value})
 
 
 def severity_for_share(share: float) -> Severity:

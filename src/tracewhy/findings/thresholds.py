@@ -64,6 +64,18 @@ LAUNCH_DISPATCH_RATIO: Final = 0.5
 #: Share of kernels shorter than one launch call above which CUDA graphs pay off clearly.
 SHORT_KERNEL_SHARE: Final = 0.5
 
+# --- small captures ------------------------------------------------------------------------
+#: A capture with fewer events (slices of every kind) than this gets no finding above low: a
+#: training step of even a small model runs dozens of ops forward, backward and in the optimizer
+#: (the generated SmallCNN step: about 220 events), so fewer is a fragment or a toy, which cannot
+#: show what the job repeats. The real fragments in ../shared/traces hold 7 to 56 events; the
+#: smallest whole-step captures there, 112 to 115.
+MIN_EVENTS_FOR_SEVERITY: Final = 100
+#: A finding is high only over at least this many analysed steps (with step markers; a trace
+#: without them is one window, which this does not judge): high says the cost recurs in every
+#: step, which one step cannot show. One step gets at most medium.
+HIGH_SEVERITY_MIN_STEPS: Final = 2
+
 # --- step-time spikes ----------------------------------------------------------------------
 #: A user line explains the spikes when its self time in them grows by at least this share of
 #: their excess over the median step: most of the extra time is then under that one line.

@@ -20,7 +20,7 @@ from tracewhy.findings import account, blocks, host, idle, memory, nsys_rules, o
 from tracewhy.findings import compile as torch_compile
 from tracewhy.findings.basis import Basis, basis
 from tracewhy.findings.codes import Code
-from tracewhy.findings.consolidate import consolidate
+from tracewhy.findings.consolidate import CaptureSize, consolidate
 from tracewhy.findings.context import Context, DiagnoseOptions
 from tracewhy.findings.explain import FixesTogether, explain
 from tracewhy.findings.model import Finding, Severity
@@ -150,7 +150,8 @@ def diagnose_in(ctx: Context) -> Report:
     window = b.window_ns if b.device is not None and b.window_ns > 0 else (stats.p50_ns if stats else None)
     if explained is not None and explained.step_ns:
         window = explained.step_ns
-    ranked = consolidate(explained.findings if explained is not None else found, window)
+    capture = CaptureSize(events=trace.slices.height, steps=stats.count if stats is not None else None)
+    ranked = consolidate(explained.findings if explained is not None else found, window, capture)
     lead = explained.lead if explained is not None else None
     return Report(path=trace.meta.path, findings=_lead_first(ranked, lead), steps=ctx.steps(), gaps=ctx.gaps(),
                   basis=b, memory=memory.memory_result(ctx) if trace.slices.height else None,
