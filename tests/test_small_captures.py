@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from builders import KinetoBuilder
 from conftest import GENERATED, shared_trace
 from test_account_real import _path, _traces
 from tracewhy.analyses.info import info
@@ -20,6 +21,9 @@ from tracewhy.analyses.utilization import utilization
 from tracewhy.cli import main
 from tracewhy.errors import TraceError
 from tracewhy.findings import thresholds as th
+from tracewhy.findings.codes import Code
+from tracewhy.findings.consolidate import CaptureSize, consolidate
+from tracewhy.findings.model import Finding, Severity
 from tracewhy.readers import read_trace
 
 SERIOUS = ("high", "medium")
@@ -115,6 +119,48 @@ def test_one_step_supports_at_most_medium(capsys: pytest.CaptureFixture[str]) ->
     assert not [f["code"] for f in d["findings"] if f["severity"] == "high"]
     medium = [f for f in d["findings"] if f["severity"] == "medium"]
     assert medium and all("one step" in f["evidence"].get("severity_capped", "one step") for f in medium)
+
+
+def test_a_lone_short_kernel_is_busy_for_its_share_of_the_span(tmp_path: Path) -> None:
+    """A 0.13 µs capture: the host launches for 0.08 µs, the kernel runs 0.02 µs at its end.
+    Busy 20 of 130 ns, as info's span says, not "100% of 20 ns"."""
+    b = KinetoBuilder().op("aten::add", 0.0, 0.13).launch("add_kernel", 0.01, 0.08, gpu_ts=0.11, gpu_dur=0.02)
+    trace = read_trace(b.write(tmp_path / "lone.json"))
+    assert info(trace).span_ns == 130
+    row = utilization(trace).devices.row(0, named=True)
+    assert (row["busy_ns"], row["span_ns"]) == (20, 130)
+    assert row["active_share"] == pytest.approx(20 / 130)
+
+
+def _finding(code: Code, severity: Severity, recoverable_ns: int, parts: tuple[Code, ...] = ()) -> Finding:
+    return Finding(code, severity, "statement", "next", recoverable_ns, parts=parts)
+
+
+def test_severity_needs_time_and_a_capture_that_supports_it() -> None:
+    window = 1_000_000
+    big = CaptureSize(events=5_000, steps=5)
+    # 30% of the step from a well-sampled capture: high, untouched.
+    [f] = consolidate([_finding(Code.GPU_IDLE_HOST, Severity.LOW, 300_000)], window, big)
+    assert f.severity is Severity.HIGH and "severity_capped" not in f.evidence
+    # No time: a rule's own high is low; a summary of other findings is info.
+    [f] = consolidate([_finding(Code.TENSOR_CORES_UNUSED, Severity.MEDIUM, 0)], window, big)
+    assert f.severity is Severity.LOW and f.evidence["severity_uncapped"] == "medium"
+    [f] = consolidate([_finding(Code.GPU_LOW_UTILIZATION, Severity.HIGH, 0, parts=(Code.GPU_IDLE_HOST,))],
+                      window, big)
+    assert f.severity is Severity.INFO
+    # Under MIN_EVENTS_FOR_SEVERITY events: low, and the statement says why.
+    [f] = consolidate([_finding(Code.GPU_IDLE_HOST, Severity.LOW, 300_000)], window,
+                      CaptureSize(events=th.MIN_EVENTS_FOR_SEVERITY - 1, steps=5))
+    assert f.severity is Severity.LOW and f.evidence["severity_uncapped"] == "high"
+    assert f"fewer than {th.MIN_EVENTS_FOR_SEVERITY}" in f.statement
+    # One step: high becomes medium; without step markers (steps None) the share decides.
+    [f] = consolidate([_finding(Code.GPU_IDLE_HOST, Severity.LOW, 300_000)], window, CaptureSize(5_000, 1))
+    assert f.severity is Severity.MEDIUM
+    [f] = consolidate([_finding(Code.GPU_IDLE_HOST, Severity.LOW, 300_000)], window, CaptureSize(5_000, None))
+    assert f.severity is Severity.HIGH
+    # A rule's estimate above the window is cut to it, its own figure kept.
+    [f] = consolidate([_finding(Code.GPU_IDLE_HOST, Severity.LOW, 3 * window)], window, big)
+    assert f.recoverable_ns_per_step == window and f.evidence["recoverable_measured_ns"] == 3 * window
 
 
 @pytest.mark.slow
