@@ -8,8 +8,9 @@ source, so the table cannot drift from them: the ``Severity`` members in each
 ``Finding(code=Code.X, severity=...)``, plus those of any function returning ``Severity`` that
 the expression calls (``_severity``, ``severity_for_share``). ``diagnose`` re-grades a high,
 medium or low finding that recovers time by the share of the step it recovers
-(``findings.consolidate``), so such a finding of a diagnose rule can take all three. A severity
-the source does not name shows as "?".
+(``findings.consolidate``), so such a finding of a diagnose rule can take all three; medium and
+high need recoverable time and a capture that supports them, else they are low (``_capped``).
+A severity the source does not name shows as "?".
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from tracewhy.findings.codes import Code
 from tracewhy.findings.consolidate import SEVERITY_FLOOR
+from tracewhy.findings.explain import EXPLAINS
 from tracewhy.findings.model import Severity
 from tracewhy.reports.diagnose import RULES
 
@@ -71,8 +73,23 @@ def severities_by_code() -> dict[Code, set[Severity]]:
             if module in diagnosed and found & BY_SHARE and _recovers_time(kw):
                 found |= BY_SHARE
             for name in _members(code, "Code"):  # code=Code.A if ... else Code.B names both
-                out.setdefault(Code[name], set()).update(_above_floor(Code[name], found))
+                graded = _above_floor(Code[name], found)
+                out.setdefault(Code[name], set()).update(_capped(graded, kw, Code[name]) if module in diagnosed
+                                                         else graded)
     return out
+
+
+def _capped(found: set[Severity], kw: dict[str | None, ast.expr], code: Code) -> set[Severity]:
+    """What ``consolidate`` caps a diagnose finding to: medium and high need recoverable time, from
+    the rule or from the part of the step it explains (``explain.EXPLAINS``); without either, a
+    summary (with ``parts``) is info and any other low. A small capture, or no time after all,
+    makes a medium or high one low."""
+    serious = found & {Severity.HIGH, Severity.MEDIUM}
+    if not serious:
+        return found
+    if not _recovers_time(kw) and code not in EXPLAINS:
+        return (found - serious) | {Severity.INFO if "parts" in kw else Severity.LOW}
+    return found | {Severity.LOW}
 
 
 def _above_floor(code: Code, found: set[Severity]) -> set[Severity]:

@@ -64,9 +64,10 @@ def test_table_reads_severities_from_the_rules() -> None:
     by recoverable share (consolidate) all reach the table; ranks findings are not re-graded."""
     rows = {line.split(" | ")[0].strip("| `"): line.split(" | ")[1] for line in _table().splitlines()[2:]}
     assert rows["empty-trace"] == "trust"
-    assert rows["gpu-low-utilization"] == "high, medium"  # no recoverable time: not re-graded
+    assert rows["gpu-low-utilization"] == "info"  # a summary: no recoverable time of its own
     assert rows["gpu-idle-graph-launch"] == "high, medium, low"  # LOW, re-graded by share
-    assert rows["pageable-memcpy"] == "medium"  # recoverable_ns_per_step=0
+    assert rows["pageable-memcpy"] == "medium, low"  # MEDIUM, and LOW once explained without time
+    assert rows["slow-comm-backend"] == "low"  # HIGH with no time, and not a part of the step: capped
     assert rows["rank-straggler"] == "high, medium"  # tracewhy ranks does not consolidate
     assert set(rows) == {c.value for c in Code}
 

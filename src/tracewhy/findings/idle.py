@@ -57,7 +57,9 @@ def findings(ctx: Context) -> list[Finding]:
         split = busy_parts(ctx)
         out.append(Finding(
             code=Code.GPU_LOW_UTILIZATION,
-            severity=Severity.HIGH if b.active_share < 0.5 else Severity.MEDIUM,
+            # A summary: it gives back no time of its own, the idle classes it sums up do and
+            # carry the severity (medium and high need recoverable time: findings/consolidate.py).
+            severity=Severity.INFO,
             statement=f"GPU {b.device} is active {b.of_window(b.busy_ns)} "
                       f"({ms(b.busy_ns)} of {ms(b.window_ns)} {b.unit}; {busy_phrase(b, split)}); "
                       f"idle {ms(b.idle_ns)}: {why}.",
