@@ -18,7 +18,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tracewhy.findings.codes import Code
+from tracewhy.findings.codes import STRUCTURAL, Code
 from tracewhy.findings.consolidate import SEVERITY_FLOOR
 from tracewhy.findings.explain import EXPLAINS
 from tracewhy.findings.model import Severity
@@ -87,7 +87,7 @@ def _capped(found: set[Severity], kw: dict[str | None, ast.expr], code: Code) ->
     serious = found & {Severity.HIGH, Severity.MEDIUM}
     if not serious:
         return found
-    if not _recovers_time(kw) and code not in EXPLAINS:
+    if not _recovers_time(kw) and code not in EXPLAINS and code not in STRUCTURAL:
         return (found - serious) | {Severity.INFO if "parts" in kw else Severity.LOW}
     return found | {Severity.LOW}
 

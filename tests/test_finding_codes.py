@@ -67,7 +67,8 @@ def test_table_reads_severities_from_the_rules() -> None:
     assert rows["gpu-low-utilization"] == "info"  # a summary: no recoverable time of its own
     assert rows["gpu-idle-graph-launch"] == "high, medium, low"  # LOW, re-graded by share
     assert rows["pageable-memcpy"] == "medium, low"  # MEDIUM, and LOW once explained without time
-    assert rows["slow-comm-backend"] == "low"  # HIGH with no time, and not a part of the step: capped
+    assert rows["nsys-gpu-gaps"] == "low"  # MEDIUM with no time, and not a part of the step: capped
+    assert rows["slow-comm-backend"] == "high, low"  # structural: HIGH without a time, low in a small capture
     assert rows["rank-straggler"] == "high, medium"  # tracewhy ranks does not consolidate
     assert set(rows) == {c.value for c in Code}
 

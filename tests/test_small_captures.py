@@ -21,7 +21,7 @@ from tracewhy.analyses.utilization import utilization
 from tracewhy.cli import main
 from tracewhy.errors import TraceError
 from tracewhy.findings import thresholds as th
-from tracewhy.findings.codes import Code
+from tracewhy.findings.codes import STRUCTURAL, Code
 from tracewhy.findings.consolidate import CaptureSize, consolidate
 from tracewhy.findings.model import Finding, Severity
 from tracewhy.readers import read_trace
@@ -148,6 +148,12 @@ def test_severity_needs_time_and_a_capture_that_supports_it() -> None:
     [f] = consolidate([_finding(Code.GPU_LOW_UTILIZATION, Severity.HIGH, 0, parts=(Code.GPU_IDLE_HOST,))],
                       window, big)
     assert f.severity is Severity.INFO
+    # A structural finding (a frame torch.compile left eager) keeps its rule's severity without a time...
+    [f] = consolidate([_finding(Code.COMPILE_NO_EFFECT, Severity.HIGH, 0)], window, big)
+    assert f.severity is Severity.HIGH and Code.COMPILE_NO_EFFECT in STRUCTURAL
+    # ...but not in a fragment.
+    [f] = consolidate([_finding(Code.COMPILE_NO_EFFECT, Severity.HIGH, 0)], window, CaptureSize(events=7, steps=1))
+    assert f.severity is Severity.LOW
     # Under MIN_EVENTS_FOR_SEVERITY events: low, and the statement says why.
     [f] = consolidate([_finding(Code.GPU_IDLE_HOST, Severity.LOW, 300_000)], window,
                       CaptureSize(events=th.MIN_EVENTS_FOR_SEVERITY - 1, steps=5))
@@ -176,7 +182,7 @@ def test_no_serious_finding_without_time_and_no_time_above_the_window(relative: 
     stats = d["step_stats"]
     for f in d["findings"]:
         recoverable = f["recoverable_ns_per_step"]
-        if f["severity"] in SERIOUS:
+        if f["severity"] in SERIOUS and f["code"] not in STRUCTURAL:
             assert recoverable > 0, (f["code"], f["severity"])
         assert 0 <= recoverable <= span, (f["code"], recoverable, span)
         if stats is not None and f["predicted_step_ns"] is not None:

@@ -200,3 +200,12 @@ _MEANING: Final[dict[Code, str]] = {
     Code.NSYS_GPU_GAPS: "nsys rule gpu_gaps: GPU idle stretches longer than 500 ms.",
     Code.NSYS_GPU_LOW_UTILIZATION: "nsys rule gpu_time_util: stretches of the GPU's active span used under 50%.",
 }
+
+
+#: Findings about the job's structure rather than a share of its step: a setup a profile can see
+#: but whose cost it cannot measure per step (a frame torch.compile left eager, a DataParallel
+#: process, gloo among GPUs, memory growing or near the device's limit). They keep the severity
+#: their rule judges without recoverable time; every other medium or high finding needs one
+#: (``findings.consolidate``). A capture too small still caps them.
+STRUCTURAL: Final = frozenset({Code.COMPILE_NO_EFFECT, Code.RECOMPILE_LIMIT, Code.DATA_PARALLEL_NOT_DDP,
+                               Code.SLOW_COMM_BACKEND, Code.MEMORY_GROWTH, Code.MEMORY_NEAR_LIMIT})

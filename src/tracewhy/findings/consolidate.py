@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Final
 
 from tracewhy.findings import thresholds as th
-from tracewhy.findings.codes import Code
+from tracewhy.findings.codes import STRUCTURAL, Code
 from tracewhy.findings.model import Finding, Severity, rank
 
 #: ``nsys analyze`` rules (findings/nsys_rules.py) that flag the same cause as one of tracewhy's
@@ -101,7 +101,7 @@ def _within_capture(f: Finding, capture: CaptureSize | None) -> Finding:
     analysed steps, at most medium. The reason goes in the evidence (``severity_capped``)."""
     if f.severity not in (Severity.HIGH, Severity.MEDIUM):
         return f
-    if f.recoverable_ns_per_step <= 0:
+    if f.recoverable_ns_per_step <= 0 and f.code not in STRUCTURAL:
         return _capped(f, Severity.INFO if f.parts else Severity.LOW,
                        "no recoverable time: medium and high say how much of the step a fix gives back", say=False)
     if capture is None:
