@@ -121,7 +121,7 @@ def test_a100_blocks_match_raw_json_sums() -> None:
     """GPU time per step of '## forward ##' and '## optimizer ##' recomputed from the raw
     events: runtime calls on the range's thread inside the range, their GPU events by
     correlation; steady steps 4, 5 and 6. Step 4 is not warm-up: the capture's first step is
-    iteration 4 of the run, and it lasts what the others do (analyses/steps.default_warmup)."""
+    iteration 4 of the run, and it lasts what the others do (analyses/warmup.default_warmup)."""
     path = shared_trace("hta/a100_ddp2_rank0_nccl2.17.json.gz")
     r = blocks(tracewhy.load(path))
     assert r.steps == 3

@@ -14,6 +14,7 @@ import dataloader_traces
 import ddp_traces
 import dialect_traces
 import eager_traces
+import iteration_traces
 import lines_traces
 import memory_step_traces
 import memory_traces
@@ -192,6 +193,20 @@ SPECS: tuple[TraceSpec, ...] = (
         "parameters' step counters with .item() inside Optimizer.step#Adam.step every step (the "
         "single-tensor path), and the loop reads the loss once per step in log_loss() under "
         "record_function('log_loss'): 7 aten::item per step, 6 of them the optimizer's.",
+    ),
+    TraceSpec(
+        "autograd_api_loader", (iteration_traces.AUTOGRAD_API_FILE,),
+        _one(iteration_traces.AUTOGRAD_API_FILE, iteration_traces.make_autograd_api_loader),
+        "iteration_traces.make_autograd_api_loader",
+        "the autograd profiler API instead: torch.autograd.profiler.profile(record_shapes=True)",
+        f"none, no prof.step(): {iteration_traces.AUTOGRAD_API_BATCHES} iterations",
+        iteration_traces.AUTOGRAD_API_PLANTED,
+    ),
+    TraceSpec(
+        "faster_first_step", (iteration_traces.FASTER_FIRST_FILE,),
+        _one(iteration_traces.FASTER_FIRST_FILE, iteration_traces.make_faster_first_step),
+        "iteration_traces.make_faster_first_step", _SHAPES, _sched(iteration_traces.FASTER_FIRST_SCHEDULE),
+        iteration_traces.FASTER_FIRST_PLANTED,
     ),
     *(TraceSpec(c.key, (c.trace_name(),), functools.partial(compile_traces.make, c), "compile_traces.make",
                 c.options(), _sched(c.sched), c.manifest_planted(), timeout_s=900.0)

@@ -34,7 +34,8 @@ from tracewhy.analyses.critical_path_walk import (
 )
 from tracewhy.analyses.critical_path_walk import WORK_CATEGORIES as WORK_CATEGORIES
 from tracewhy.analyses.critical_path_walk import Category as Category
-from tracewhy.analyses.steps import StepsOptions, StepsResult, WindowCol, step_windows, steps
+from tracewhy.analyses.iterations import account_windows
+from tracewhy.analyses.steps import StepsOptions, StepsResult, WindowCol, steps
 from tracewhy.model.schema import Col, Kind
 from tracewhy.model.trace import Trace
 from tracewhy.rows import Rows
@@ -111,8 +112,9 @@ def critical_path(trace: Trace, options: CriticalPathOptions = CriticalPathOptio
     trace.require_whole()
     graph = graph if graph is not None else build_graph(trace)
     if options.window_ns is None:
-        steps_result = steps_result or steps(trace, StepsOptions(marker=options.marker))
-        windows, marker, note = step_windows(trace, steps_result), steps_result.marker, steps_result.note
+        # The steps (marked, or the loop's iterations), else the whole trace: never nothing to analyse.
+        found = account_windows(trace, steps_result or steps(trace, StepsOptions(marker=options.marker)), graph)
+        windows, marker, note = found.windows, found.marker, found.note
     else:
         windows, marker, note = _one_window(graph, *options.window_ns), "window", None
     steps_total = windows.height

@@ -13,14 +13,19 @@ import polars as pl
 
 from tracewhy.analyses import api_names
 from tracewhy.analyses.intervals import covered_ns
+from tracewhy.analyses.loop_iterations import LoopIterations, loop_iterations
 from tracewhy.analyses.nvtx import nvtx_step_marker
 from tracewhy.analyses.stats import nearest_ns
 from tracewhy.analyses.step_marker import annotation_step_marker
+from tracewhy.analyses.warmup import default_warmup
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, Kind
 from tracewhy.model.trace import Trace
 from tracewhy.rows import Rows
 
 PROFILER_STEP = "ProfilerStep"
+#: ``StepsResult.source`` of steps the trace marks; iterations found otherwise carry their
+#: ``loop_iterations.IterationSource``.
+MARKED: Final = "steps"
 _STEP_KINDS = (Kind.ANNOTATION.value, Kind.CPU_OP.value)
 
 
@@ -110,36 +115,10 @@ class StepsResult(Rows, rows="table", key="name"):
     note: str | None
     #: Why ``warmup`` leading steps were excluded (or none was), in a phrase.
     warmup_reason: str = ""
-
-
-#: A leading step further from the median of the others than this many MADs is warm-up...
-WARMUP_OUTLIER_MADS = 3.0
-#: ...with the MAD taken as at least this share of that median: with a handful of steps whose
-#: times agree to the microsecond, a MAD of almost nothing would flag a 2% slower first step.
-WARMUP_MIN_MAD_SHARE = 0.01
-
-
-def default_warmup(numbers: list[int | None], durations: list[int]) -> tuple[int, str]:
-    """Leading steps to exclude, and why. Not by position alone: under
-    ``schedule(wait=1, warmup=1, active=3)`` the first recorded step is ProfilerStep#2, two
-    iterations into the run and as warm as the rest. The first step is warm-up when it is the
-    run's first iteration (torch.profiler numbers steps from 0: ProfilerStep#0), or when it is
-    an outlier: more than WARMUP_OUTLIER_MADS MADs from the median of the others."""
-    if len(durations) < 3:
-        return 0, "fewer than 3 steps: none excluded"
-    if numbers and numbers[0] == 0:
-        return 1, "step #0 is the run's first iteration (lazy initialization, caches, compilation)"
-    rest = np.asarray(durations[1:], dtype=np.float64)
-    median = float(np.median(rest))
-    mad = max(float(np.median(np.abs(rest - median))), WARMUP_MIN_MAD_SHARE * median)
-    # Both ways: a first step far shorter than the rest is not steady either (the CPU runs ahead
-    # while the GPU's queue fills: 35 ms among 96 ms steps on HTA's V100 trace).
-    if abs(durations[0] - median) > WARMUP_OUTLIER_MADS * mad:
-        side = "above" if durations[0] > median else "below"
-        return 1, (f"the first step took {durations[0] / 1e6:.3f} ms, more than {WARMUP_OUTLIER_MADS:g} MADs {side} "
-                   f"the others' median of {median / 1e6:.3f} ms")
-    first = f"step #{numbers[0]}" if numbers and numbers[0] is not None else "the first step"
-    return 0, f"{first} is not the run's first iteration and is in line with the others: kept"
+    #: MARKED, or how the iterations were found without markers (``loop_iterations.IterationSource``).
+    source: str = MARKED
+    #: Per step, the slice it was found from, for iterations (markers are found again by name and start).
+    iteration_ids: tuple[int, ...] = ()
 
 
 def steps(trace: Trace, options: StepsOptions = StepsOptions()) -> StepsResult:
@@ -159,6 +138,9 @@ def steps(trace: Trace, options: StepsOptions = StepsOptions()) -> StepsResult:
                            Col.ID, pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, Col.PID, Col.TID)
         .sort([Col.TS, Col.DUR], descending=[False, True])
     )
+    loop = loop_iterations(trace) if marks.height == 0 and chosen is None and not options.marker else None
+    if loop is not None:
+        marker, marks = loop.name, _iteration_marks(trace, loop)
     if marks.height == 0:
         hint = "" if options.marker else "; name a repeated annotation with --step NAME"
         return StepsResult(
@@ -232,8 +214,11 @@ def steps(trace: Trace, options: StepsOptions = StepsOptions()) -> StepsResult:
         note = f"all {n} steps are warm-up (--warmup {options.warmup}): no steady step is left to measure"
     elif steady.size < 3:
         note = f"only {steady.size} steady step(s): statistics are indicative, not reliable"
-    if chosen is not None:
-        note = chosen.note if note is None else f"{chosen.note}; {note}"
+    found_by = chosen.note if chosen is not None else None
+    if loop is not None:
+        found_by = (f"no step markers: {n} iterations, {loop.rule}; choose another with --step NAME")
+    if found_by is not None:
+        note = found_by if note is None else f"{found_by}; {note}"
     short = _short_markers(table)
     if short is not None:
         note = short if note is None else f"{note}; {short}"
@@ -241,7 +226,18 @@ def steps(trace: Trace, options: StepsOptions = StepsOptions()) -> StepsResult:
     if unlinked is not None:
         note = unlinked if note is None else f"{note}; {unlinked}"
     return StepsResult(marker=marker, table=table, warmup=warmup, stats=_stats(steady), note=note,
-                       warmup_reason=warmup_reason)
+                       warmup_reason=warmup_reason, source=MARKED if loop is None else loop.source,
+                       iteration_ids=() if loop is None else tuple(loop.boundary_ids.tolist()))
+
+
+def _iteration_marks(trace: Trace, loop: LoopIterations) -> pl.DataFrame:
+    """The iterations as step marks: their spans, named after the op they were found from."""
+    n = loop.starts.size
+    return pl.DataFrame({
+        Col.ID: loop.boundary_ids, Col.NAME: [loop.name] * n, Col.TS: loop.starts, Col.DUR: loop.ends - loop.starts,
+        Col.PID: np.full(n, loop.pid, dtype=np.int64), Col.TID: np.full(n, loop.tid, dtype=np.int64),
+    }, schema={Col.ID: pl.Int64, Col.NAME: pl.String, Col.TS: pl.Int64, Col.DUR: pl.Int64, Col.PID: pl.Int64,
+               Col.TID: pl.Int64})
 
 
 def _own_ends(marks: pl.DataFrame, rows: list[tuple[int | None, int | None, int, int, int]],
@@ -351,6 +347,8 @@ def _step_windows(trace: Trace, steps_result: StepsResult) -> pl.DataFrame:
     t = steps_result.table
     if t.height == 0:
         return pl.DataFrame(schema=WINDOWS_SCHEMA)
+    if steps_result.iteration_ids:
+        return _iteration_windows(trace, steps_result)
     # Only slices starting when a step starts can be its marker: filtered on that first, so that
     # only their names become strings (a 1 GB trace has 1.5 M ops and annotations).
     marks = trace.slices.filter(
@@ -369,6 +367,19 @@ def _step_windows(trace: Trace, steps_result: StepsResult) -> pl.DataFrame:
         )
         .with_columns((pl.col(WindowCol.WINDOW_END) - pl.col(WindowCol.WINDOW_START)).alias(WindowCol.WINDOW))
     )
+
+
+def _iteration_windows(trace: Trace, steps_result: StepsResult) -> pl.DataFrame:
+    """Iterations tile their thread's loop: each window is the iteration's span (the last one's
+    own end when the GPU runs past it), in the process of the slices they were found from."""
+    t = steps_result.table
+    ids = pl.Series(WindowCol.STEP_ID, steps_result.iteration_ids, dtype=pl.Int64)
+    return t.select(
+        pl.col(StepCol.NAME).alias(WindowCol.STEP), WindowCol.NUMBER, WindowCol.STEADY,
+        trace.slices.get_column(Col.PID).gather(ids).alias(WindowCol.PID), ids, WindowCol.DUR,
+        pl.col(StepCol.TS).alias(WindowCol.WINDOW_START), WindowCol.WINDOW_END,
+    ).with_columns((pl.col(WindowCol.WINDOW_END) - pl.col(WindowCol.WINDOW_START)).alias(WindowCol.WINDOW)).cast(
+        WINDOWS_SCHEMA)
 
 
 def steady_span(windows: pl.DataFrame, start: str = WindowCol.WINDOW_START) -> tuple[int, int] | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from tracewhy.analyses import api_names
-from tracewhy.analyses.steps import PROFILER_STEP
+from tracewhy.analyses.steps import MARKED, PROFILER_STEP
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.applicability import run_facts
 from tracewhy.findings.codes import Code
@@ -73,10 +73,12 @@ def findings(ctx: Context) -> list[Finding]:
         ))
     elif ctx.options.step_marker is None and steps_result.marker != PROFILER_STEP:
         why = steps_result.note.split(";")[0] if steps_result.note else "see tracewhy steps"
+        what = (f"the loop's iterations, found from the trace's structure ({why.removeprefix('no step markers: ')})"
+                if steps_result.source != MARKED else
+                f"the repeated {steps_result.marker!r} ranges, chosen from the trace's structure ({why})")
         out.append(Finding(
             code=Code.STEP_MARKER_INFERRED, severity=Severity.TRUST,
-            statement=f"No ProfilerStep markers: steps are the repeated {steps_result.marker!r} ranges, chosen from "
-                      f"the trace's structure ({why}).",
+            statement=f"No ProfilerStep markers: steps are {what}.",
             next_step="If that is not one iteration, name the right one: tracewhy diagnose TRACE --step NAME; or call "
                       "prof.step() once per iteration.",
             evidence={"marker": steps_result.marker, "steps": steps_result.table.height},
