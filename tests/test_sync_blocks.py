@@ -97,13 +97,16 @@ def test_one_sync_per_step_is_incidental(tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_without_step_markers_per_iteration(tmp_path: Path) -> None:
-    """No steps: the syncs are counted per repeat of the most repeated block, so the harness is
-    still three per iteration and the per-step timer one."""
+    """No step markers: the steps are the loop's iterations, one 'forward' block (the first of
+    the equally repeated top-level blocks) to the next, and every block, 'forward' included,
+    stays a block: the harness is still three per iteration and the per-step timer one."""
     names = ("forward", "backward", "optimizer")
-    f = synchronized_blocks(blocks(tracewhy.load(_loop(tmp_path, names, names, 100, step_markers=False))))
-    assert f is not None and "(100%; 3 synchronizes per iteration (no step markers))" in f.statement
+    r = blocks(tracewhy.load(_loop(tmp_path, names, names, 100, step_markers=False)))
+    assert r.step_marker == "forward" and r.steps == 5 and not r.per_capture  # 6 blocks, 5 whole iterations
+    f = synchronized_blocks(r)
+    assert f is not None and "15 of 15 annotated blocks" in f.statement and "3 synchronizes per step" in f.statement
     r = blocks(tracewhy.load(_loop(tmp_path, names[:2], ("backward",), 100, step_markers=False)))
-    assert (r.per_capture, r.ending_syncs, r.synced_share, synchronized_blocks(r)) == (True, 6, 0.5, None)
+    assert (r.per_capture, r.ending_syncs, r.synced_share, synchronized_blocks(r)) == (False, 5, 0.5, None)
 
 
 def test_check_keeps_the_verdict_and_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

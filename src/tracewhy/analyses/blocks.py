@@ -22,6 +22,7 @@ from tracewhy.analyses import api_names
 from tracewhy.analyses.api_names import is_sync_call
 from tracewhy.analyses.nvtx_work import GpuWork, WorkCol, gpu_work, search_by_thread, thread_codes
 from tracewhy.analyses.steps import (
+    MARKED,
     PROFILER_STEP,
     StepsOptions,
     StepsResult,
@@ -211,8 +212,9 @@ def _instances(
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """BLOCK_INSTANCES_SCHEMA's columns, the name still the trace's categorical, and the block
     names (``_block_names``). Narrow columns only: a large nsys export has millions of ranges."""
-    names = _block_names(trace.kind_columns((Kind.ANNOTATION,), Col.NAME).get_column(Col.NAME).unique(),
-                         steps_result.marker,
+    # Iterations found from a block (the optimizer's step, a user's "forward") leave it a block.
+    marker = steps_result.marker if steps_result.source == MARKED else PROFILER_STEP
+    names = _block_names(trace.kind_columns((Kind.ANNOTATION,), Col.NAME).get_column(Col.NAME).unique(), marker,
                          options.names)
     # Rows filtered before their columns are copied: the ranges are copied once.
     a = trace.slices_where(

@@ -69,7 +69,7 @@ def loop_iterations(trace: Trace) -> LoopIterations | None:
     of one thread (no op or annotation above them; Python frames aside), repeated at least
     MIN_REPEATS times, evenly spaced (EVEN_SHARE of the intervals after the first within
     SPACING_FACTOR of their median). Among candidates: by IterationSource preference, then most
-    repeats."""
+    repeats, then the earliest."""
     host = build_host_index(trace)
     rows = np.flatnonzero(host.is_kind(Kind.ANNOTATION) | host.is_kind(Kind.CPU_OP))
     if rows.size == 0:
@@ -91,14 +91,15 @@ def loop_iterations(trace: Trace) -> LoopIterations | None:
         Col.ID: ids, Col.NAME: names, Col.PID: s.get_column(Col.PID).gather(ids).fill_null(-1),
         Col.TID: s.get_column(Col.TID).gather(ids).fill_null(-1), Col.TS: host.ts[top], "end": host.end[top],
     }).filter(pl.col(Col.NAME).is_in(wanted)).sort(Col.NAME, Col.PID, Col.TID, Col.TS)
-    best: tuple[tuple[int, int, str, int, int], LoopIterations] | None = None
+    best: tuple[tuple[int, int, int, str, int, int], LoopIterations] | None = None
     for (name, pid, tid), group in tops.group_by(Col.NAME, Col.PID, Col.TID, maintain_order=True):
         role = roles[str(name)]
         assert role is not None
         found = _candidate(group, str(name), int(pid), int(tid), role)
         if found is None:
             continue
-        rank = (_PREFERENCE.index(role), -found.starts.size, str(name), int(pid), int(tid))
+        # Equal counts: the one met first opens the iteration (forward before backward).
+        rank = (_PREFERENCE.index(role), -found.starts.size, int(found.starts[0]), str(name), int(pid), int(tid))
         if best is None or rank < best[0]:
             best = (rank, found)
     return None if best is None else best[1]

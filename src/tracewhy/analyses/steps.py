@@ -190,7 +190,7 @@ def steps(trace: Trace, options: StepsOptions = StepsOptions()) -> StepsResult:
     if options.warmup is not None:
         warmup, warmup_reason = max(0, min(options.warmup, n)), f"--warmup {options.warmup}"
     else:
-        warmup, warmup_reason = default_warmup(numbers, durations)
+        warmup, warmup_reason = default_warmup(numbers, durations, [r[2] for r in rows])
     table = pl.DataFrame(
         {
             StepCol.NAME: marks.get_column(Col.NAME),

@@ -10,17 +10,24 @@ WARMUP_OUTLIER_MADS = 3.0
 #: ...with the MAD taken as at least this share of that median: with a handful of steps whose
 #: times agree to the microsecond, a MAD of almost nothing would flag a 2% slower first step.
 WARMUP_MIN_MAD_SHARE = 0.01
+#: A first step that launched more than this many times its own span of GPU work (and this many
+#: times what the others launch for theirs) ran while the GPU's queue was still filling: its span
+#: is not the loop's period (94.6 ms of GPU work in a 35 ms step among 96 ms ones on HTA's V100
+#: trace, the GPU drained when the capture began). Speed alone never decides; this does.
+QUEUE_FILLING_RATIO = 2.0
 
 
-def default_warmup(numbers: list[int | None], durations: list[int]) -> tuple[int, str]:
+def default_warmup(numbers: list[int | None], durations: list[int],
+                   gpu_busy: list[int] | None = None) -> tuple[int, str]:
     """Leading steps to exclude, and why. Not by position alone: under
     ``schedule(wait=1, warmup=1, active=3)`` the first recorded step is ProfilerStep#2, two
     iterations into the run and as warm as the rest. The first step is warm-up when it is the
     run's first iteration (torch.profiler numbers steps from 0: ProfilerStep#0), or when it is a
     slow outlier: more than WARMUP_OUTLIER_MADS MADs above the median of the others. Never for
     being faster: what warms up (lazy initialization, autotuning, allocator growth, compilation)
-    only adds time, and a fast first step is one of the run's steps (a smaller batch, or the CPU
-    running ahead while the GPU's queue fills)."""
+    only adds time, and a fast first step is one of the run's steps (a smaller batch). Unless
+    ``gpu_busy`` (the GPU work each step launched) shows the GPU's queue still filling in the
+    first step (QUEUE_FILLING_RATIO): the CPU ran ahead of a GPU the capture found idle."""
     if len(durations) < 3:
         return 0, "fewer than 3 steps: none excluded"
     if numbers and numbers[0] == 0:
@@ -31,6 +38,12 @@ def default_warmup(numbers: list[int | None], durations: list[int]) -> tuple[int
     if durations[0] - median > WARMUP_OUTLIER_MADS * mad:
         return 1, (f"the first step took {durations[0] / 1e6:.3f} ms, more than {WARMUP_OUTLIER_MADS:g} MADs above "
                    f"the others' median of {median / 1e6:.3f} ms")
+    if gpu_busy is not None and durations[0] > 0:
+        others = [b / d for b, d in zip(gpu_busy[1:], durations[1:], strict=True) if d > 0]
+        ratio = gpu_busy[0] / durations[0]
+        if others and ratio > QUEUE_FILLING_RATIO * max(1.0, float(np.median(others))):
+            return 1, (f"the first step launched {gpu_busy[0] / 1e6:.3f} ms of GPU work in "
+                       f"{durations[0] / 1e6:.3f} ms: the CPU ran ahead while the GPU's queue filled")
     first = f"step #{numbers[0]}" if numbers and numbers[0] is not None else "the first step"
     faster = " (faster, which warm-up never is)" if median - durations[0] > WARMUP_OUTLIER_MADS * mad else ""
     return 0, f"{first} is not the run's first iteration and is not slower than the others{faster}: kept"
