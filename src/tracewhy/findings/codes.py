@@ -110,8 +110,8 @@ _MEANING: Final[dict[Code, str]] = {
                          "measured.",
     Code.GPU_ONLY_TRACE: "GPU activity but no CPU ops: idle gaps cannot be explained by host activity.",
     Code.NO_STEP_MARKERS: "No step markers: figures cover the whole trace, warm-up included, not one step.",
-    Code.STEP_MARKER_INFERRED: "No ProfilerStep markers: steps are a repeated annotation chosen from the trace's "
-                               "structure.",
+    Code.STEP_MARKER_INFERRED: "No ProfilerStep markers: steps are a repeated annotation, or the loop's iterations, "
+                               "chosen from the trace's structure.",
     Code.FEW_STEADY_STEPS: "Too few steady steps after warm-up for per-step figures to separate an effect from noise.",
     Code.CUDA_GRAPH_REPLAY: "CUDA/HIP graph launches: replayed kernels are not linked to their ops, so per-op GPU "
                             "time is incomplete.",
