@@ -15,11 +15,16 @@ WARMUP_MIN_MAD_SHARE = 0.01
 #: is not the loop's period (94.6 ms of GPU work in a 35 ms step among 96 ms ones on HTA's V100
 #: trace, the GPU drained when the capture began). Speed alone never decides; this does.
 QUEUE_FILLING_RATIO = 2.0
+#: Of two unnumbered steps (iterations found without markers), the first is warm-up when it took
+#: more than this many times the second: two durations give no spread to measure, but a first
+#: pass of 1.17 s before one of 3.4 ms (TraceLens' MI300X normalization-layer benchmark, three
+#: passes over ten layers) is no steady step.
+WARMUP_PAIR_RATIO = 3.0
 
 
 def default_warmup(numbers: list[int | None], durations: list[int],
                    gpu_busy: list[int] | None = None) -> tuple[int, str]:
-    """Leading steps to exclude, and why. Not by position alone: under
+    """Leading steps to exclude, and why (of 2 steps: WARMUP_PAIR_RATIO). Not by position alone: under
     ``schedule(wait=1, warmup=1, active=3)`` the first recorded step is ProfilerStep#2, two
     iterations into the run and as warm as the rest. The first step is warm-up when it is the
     run's first iteration (torch.profiler numbers steps from 0: ProfilerStep#0), or when it is a
@@ -28,10 +33,17 @@ def default_warmup(numbers: list[int | None], durations: list[int],
     only adds time, and a fast first step is one of the run's steps (a smaller batch). Unless
     ``gpu_busy`` (the GPU work each step launched) shows the GPU's queue still filling in the
     first step (QUEUE_FILLING_RATIO): the CPU ran ahead of a GPU the capture found idle."""
-    if len(durations) < 3:
+    if len(durations) < 2:
         return 0, "fewer than 3 steps: none excluded"
-    if numbers and numbers[0] == 0:
+    if len(durations) >= 3 and numbers and numbers[0] == 0:
         return 1, "step #0 is the run's first iteration (lazy initialization, caches, compilation)"
+    if len(durations) == 2:
+        # Numbered steps keep both: a profiler schedule picks them from a warm run, and its last
+        # step can be a stub (49 µs after 9.3 ms on HTA's MI250 trace).
+        if all(n is None for n in numbers) and durations[0] > WARMUP_PAIR_RATIO * durations[1]:
+            return 1, (f"the first of 2 steps took {durations[0] / 1e6:.3f} ms, more than {WARMUP_PAIR_RATIO:g}x "
+                       f"the second's {durations[1] / 1e6:.3f} ms")
+        return 0, "fewer than 3 steps: none excluded"
     rest = np.asarray(durations[1:], dtype=np.float64)
     median = float(np.median(rest))
     mad = max(float(np.median(np.abs(rest - median))), WARMUP_MIN_MAD_SHARE * median)
