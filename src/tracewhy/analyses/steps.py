@@ -185,7 +185,8 @@ def steps(trace: Trace, options: StepsOptions = StepsOptions()) -> StepsResult:
     # with tb_plugin's reference outputs (tests/test_diagnose_real.py).
     starts = marks.get_column(Col.TS).to_list()
     own_ends = _own_ends(marks, rows, launch_ts, launch_pid, g_end)
-    window_ends = [*starts[1:], own_ends[-1]]
+    # Iterations end where the next begins, the last one too (its closing fetch or optimizer step).
+    window_ends = [*starts[1:], own_ends[-1] if loop is None else int(loop.ends[-1])]
     durations = marks.get_column(Col.DUR).to_list()
     if options.warmup is not None:
         warmup, warmup_reason = max(0, min(options.warmup, n)), f"--warmup {options.warmup}"
