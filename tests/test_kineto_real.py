@@ -16,7 +16,7 @@ import pytest
 import tracewhy
 from conftest import TRACES, shared_trace
 from tracewhy.analyses.kernels import kernels
-from tracewhy.analyses.steps import steps
+from tracewhy.analyses.steps import MARKED, steps
 from tracewhy.model import Col, Kind
 
 # Files in the Kineto folders that are not Kineto profiler traces (their MANIFESTs say so).
@@ -79,7 +79,11 @@ def test_real_trace_matches_raw_sums(rel: str) -> None:
     k = kernels(trace)
     assert k.total_count == len(kernel_events)
     assert k.total_time_ns == expected_time
-    assert steps(trace).table.height == len(step_names)
+    found = steps(trace)
+    if found.source == MARKED:  # (without markers, the loop's iterations: tests/test_loop_iterations.py)
+        assert found.table.height == len(step_names)
+    else:
+        assert not step_names and found.table.height >= 1
     linked = trace.of_kind(Kind.KERNEL).get_column(Col.LAUNCH).is_not_null().sum()
     assert linked == linkable
     assert trace.memory.height == memory
