@@ -51,6 +51,7 @@ from tracewhy.readers.kineto.document import Body, decode_body
 from tracewhy.readers.kineto.events import Event, GpuArgs, LinkArgs, MemoryArgs, MetaArgs, OpArgs, decode_args
 from tracewhy.readers.kineto.header import device_table
 from tracewhy.readers.kineto.meta import Tally, trace_meta
+from tracewhy.readers.kineto.side_events import flow_frame, memory_frame
 from tracewhy.readers.kineto.tables import Batch, join_batches
 
 # Launch arrows: "ac2g" since PyTorch 1.11; "async" (1.8-1.9), "async_gpu" (2022 builds) and
@@ -194,14 +195,7 @@ class Builder:
         for cat, n in by_cat.items():
             self._count(f"flow {cat}", n)
         kinds = {cat: _FLOW_KIND.get(cat or "", "other") for cat in by_cat}
-        self.flows.append(pl.DataFrame({
-            "flow_id": int_array([e.id for e in evs]),
-            "kind": list(map(kinds.__getitem__, cats)),
-            "phase": [e.ph for e in evs],
-            "ts_ns": us_to_ns(ts),
-            "pid": int_array([e.pid for e in evs]),
-            "tid": int_array([e.tid for e in evs]),
-        }).cast(dict(FLOWS_SCHEMA)))  # type: ignore[arg-type]
+        self.flows.append(flow_frame(evs, ts, list(map(kinds.__getitem__, cats))))
 
     def _instants(self, evs: list[Event]) -> None:
         # "finished": false on an instant (ROCm builds write it on [memory] events) means
@@ -223,17 +217,7 @@ class Builder:
         if not mem:
             return
         self._count("memory", len(mem))
-        self.memory.append(pl.DataFrame({
-            "ts_ns": us_to_ns(np.array([e.ts for e in mem], dtype=np.float64)),
-            "pid": int_array([e.pid for e in mem]),
-            "tid": int_array([e.tid for e in mem]),
-            "device_type": [a.device_type for a in args],
-            "device_id": [a.device_id for a in args],
-            "bytes": [a.mem_bytes for a in args],
-            "total_allocated": [a.total_allocated for a in args],
-            "total_reserved": [a.total_reserved for a in args],
-            "addr": [a.addr for a in args],
-        }, schema=MEMORY_SCHEMA))
+        self.memory.append(memory_frame(mem, args))
 
     def _metadata(self, evs: list[Event]) -> None:
         self._count("metadata", len(evs))
