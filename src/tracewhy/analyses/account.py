@@ -20,6 +20,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses.account_names import PartKind, PartName
+from tracewhy.analyses.account_one_time import OneTimeCompileStep, one_time_compile_steps, one_time_note
 from tracewhy.analyses.account_parts import PartRules
 from tracewhy.analyses.critical_path_graph import Graph, build_graph
 from tracewhy.analyses.critical_path_replay import Replay
@@ -112,6 +113,8 @@ class StepModel:
     replay: Replay
     found: AccountWindows
     paths: tuple[WindowPath, ...]
+    #: Analysed steps left out of the account and the predictions: one-time compiles.
+    one_time: tuple[OneTimeCompileStep, ...] = ()
 
 
 def step_model(trace: Trace, options: AccountOptions = AccountOptions(), steps_result: StepsResult | None = None,
@@ -130,7 +133,12 @@ def step_model(trace: Trace, options: AccountOptions = AccountOptions(), steps_r
     for i, ws, we, pid in _analysed(found.windows, options.max_steps).iter_rows():
         path, start, sink = walk(graph, by_pid.get(pid), ws, we)
         paths.append(WindowPath(i, ws, we, pid, np.asarray(path[::-1], dtype=np.int64), start, sink))
-    return StepModel(trace, graph, labels, rules, Replay(graph), found, tuple(paths))
+    names = found.windows.get_column(WindowCol.STEP).cast(pl.String).to_list()
+    one_time = one_time_compile_steps(rules, graph, [(p.step, p.window_start, p.window_end, p.edges) for p in paths],
+                                      names)
+    left_out = {s.step for s in one_time}
+    kept = tuple(p for p in paths if p.step not in left_out)
+    return StepModel(trace, graph, labels, rules, Replay(graph), found, kept, tuple(one_time))
 
 
 def _analysed(windows: pl.DataFrame, max_steps: int) -> pl.DataFrame:
@@ -181,6 +189,8 @@ class AccountResult(Rows, rows="parts", key="part"):
     #: A launch delay the trace cannot explain (None: no path has one): GPU work queued before
     #: the capture, or a clock offset; the GPU-side figures run from ``first_gpu_ns``.
     unrecorded: UnrecordedGpu | None = None
+    #: Steps left out as one-time compiles (``account_one_time``).
+    one_time: tuple[OneTimeCompileStep, ...] = ()
 
     @property
     def named_share(self) -> float:
@@ -292,7 +302,8 @@ def _tables(m: StepModel, windows: pl.DataFrame, rows: pl.DataFrame | None, top:
             source=found.source, marker=found.marker, windows=windows, parts=parts, per_step=per_step,
             evidence=evidence, mean_step_ns=mean_step_ns, steps_found=found.windows.height,
             steps_steady=int(found.windows.get_column(WindowCol.STEADY).sum()), steps_analysed=n,
-            note=_note(found.note, int(found.windows.get_column(WindowCol.STEADY).sum()), n))
+            note=_note(found.note, int(found.windows.get_column(WindowCol.STEADY).sum()), n + len(m.one_time),
+                       one_time_note(list(m.one_time))), one_time=m.one_time)
 
     if rows is None or n == 0:
         return result(pl.DataFrame(schema=ACCOUNT_PARTS_SCHEMA), pl.DataFrame(schema=ACCOUNT_PER_STEP_SCHEMA),
@@ -347,8 +358,8 @@ def _evidence(m: StepModel, rows: pl.DataFrame, n: int, top: int) -> pl.DataFram
         AccountCol.PART, maintain_order=True).head(top).select(*ACCOUNT_EVIDENCE_SCHEMA)
 
 
-def _note(found: str | None, steady: int, analysed: int) -> str | None:
+def _note(found: str | None, steady: int, analysed: int, one_time: str | None) -> str | None:
     bounded = (f"{analysed} of the {steady} steady steps analysed, spread evenly over the run"
                if analysed < steady else None)
-    parts = [p for p in (found, bounded) if p]
+    parts = [p for p in (found, bounded, one_time) if p]
     return "; ".join(parts) if parts else None

@@ -311,6 +311,9 @@ def _where_step_goes(report: Report) -> list[RenderableType]:
         return []
     over = (f"mean of {account.steps_analysed} analysed steps, {fmt_ns(account.mean_step_ns)} each"
             if account.source != "whole_trace" else f"the whole trace, {fmt_ns(account.mean_step_ns)}")
+    if account.one_time:
+        over += "; left out as one-time compiles: " + ", ".join(
+            f"{printable(s.name)} ({fmt_ns(s.window_ns)})" for s in account.one_time)
     out: list[RenderableType] = [Text(f"Where the step goes ({over}):", style="bold")]
     width = max(len(printable(a.part)) for a in lines)
     for a in lines:
