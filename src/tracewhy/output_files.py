@@ -18,17 +18,40 @@ STDOUT = "-"
 
 def refuse_overwrite(out: Path, source: Path) -> None:
     """A UsageError if writing ``out`` would replace the input: the same file (by path, or by
-    inode through a link), or a file already in an input directory of rank traces."""
+    inode through a link); or if ``out`` would go into an input directory of rank traces, new
+    or not: the next read of that directory would take the output for one of its inputs."""
     if str(out) == STDOUT:
         return
-    same = out.resolve() == source.resolve()
+    try:
+        target, input_path = out.resolve(), source.resolve()
+        in_input_dir = source.is_dir() and target.parent == input_path
+    except (OSError, RuntimeError):  # (a symlink loop: the write names the problem)
+        return
+    if in_input_dir and not out.exists():
+        raise UsageError(f"{out}: the output would go into {source}, a directory read as input (the next read "
+                         "would take it for one of its traces); choose -o FILE outside it")
+    same = target == input_path or in_input_dir
     if not same and out.exists():
         try:
-            same = os.path.samefile(out, source) or (source.is_dir() and out.resolve().parent == source.resolve())
+            same = os.path.samefile(out, source)
         except OSError:
             same = False
     if same:
         raise UsageError(f"{out}: the output would overwrite the input trace; choose another -o FILE")
+
+
+def refuse_same_output(outputs: dict[str, str | None]) -> None:
+    """A UsageError when two output options (option name: path) name one file: the second
+    write would replace the first (on standard output, ``-``, the two would run together)."""
+    seen: dict[str, str] = {}
+    for option, path in outputs.items():
+        if path is None:
+            continue
+        key = STDOUT if path == STDOUT else os.path.realpath(path)
+        if key in seen:
+            where = "standard output" if key == STDOUT else "this file"
+            raise UsageError(f"{path}: {seen[key]} and {option} both name {where}; give each its own")
+        seen[key] = option
 
 
 def refuse_special_output(path: Path) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tracewhy.cli.base import Command, add_output_options, emit, loader, positive_int
 from tracewhy.errors import UsageError
-from tracewhy.output_files import STDOUT, refuse_overwrite, refuse_special_output, write_output
+from tracewhy.output_files import STDOUT, refuse_overwrite, refuse_same_output, refuse_special_output, write_output
 from tracewhy.renderers.lines import WEIGHTS, LinesPayload, folded_stacks, lines_payload, render_lines, speedscope_bytes
 from tracewhy.reports.lines import LINES_SORT_KEYS, LinesReportOptions, lines_report
 
@@ -43,6 +43,7 @@ class LinesCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         if args.json and STDOUT in (args.flame, args.speedscope):
             raise UsageError("a profile on standard output (-) and --json: choose one")
+        refuse_same_output({"--flame": args.flame, "--speedscope": args.speedscope})
         for out in [Path(p) for p in (args.flame, args.speedscope) if p is not None]:  # before the work
             refuse_overwrite(out, Path(args.trace))
             refuse_special_output(out)
