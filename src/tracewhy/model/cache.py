@@ -26,7 +26,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
 
 import msgspec
 import polars as pl
@@ -208,7 +208,8 @@ def _table_names() -> list[str]:
 def _load(entry: Path, key: dict[str, Any], path: Path) -> tuple[Trace, str] | None:
     """The entry's Trace and the content hash of the file it was read from, or None."""
     try:
-        manifest = msgspec.json.decode((entry / _META_FILE).read_bytes())
+        with _open_regular(entry / _META_FILE) as f:
+            manifest = msgspec.json.decode(f.read())
     except (OSError, msgspec.DecodeError):
         if os.path.lexists(entry):  # unlike Path.exists, never raises (an unsearchable directory)
             _discard(entry)  # a directory without a readable manifest is broken
@@ -242,11 +243,22 @@ def _load(entry: Path, key: dict[str, Any], path: Path) -> tuple[Trace, str] | N
         return None
 
 
+def _open_regular(file: Path) -> BinaryIO:
+    """``file`` opened for reading if it is a regular file; OSError otherwise. Opened without
+    blocking and checked on the open descriptor: a FIFO or device planted in the cache (under
+    the entry's name, or a link to one) would block or never end a plain read."""
+    fd = os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{file.name}: not a regular file")
+    return os.fdopen(fd, "rb")
+
+
 def _verify(file: Path, info: dict[str, Any]) -> None:
     """The table file has the size and xxh3-64 the manifest recorded, hashed through a map of
     the file (no copy: 0.005 s for 64 MB). A file of the cache is only ever renamed or unlinked,
     never truncated in place, so the map cannot lose its pages under the hash."""
-    with open(file, "rb") as f:
+    with _open_regular(file) as f:
         size = os.fstat(f.fileno()).st_size
         if size != info["bytes"]:
             raise ValueError(f"{file.name}: size differs from the manifest")
