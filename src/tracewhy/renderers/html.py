@@ -20,6 +20,8 @@ import re
 from importlib import resources
 from typing import Any, Final
 
+import msgspec
+
 from tracewhy import __version__
 from tracewhy.renderers.jsonout import encode_json
 
@@ -34,6 +36,36 @@ def script_safe(json_bytes: bytes) -> str:
     for raw, escaped in _ESCAPES:
         json_bytes = json_bytes.replace(raw, escaped)
     return json_bytes.decode()
+
+
+#: Characters a page would act on instead of showing: C0 and C1 controls (ESC among them; tab
+#: and newline are layout) and the bidi controls that reorder the text around them (U+200E-F,
+#: U+202A-E, U+2066-9), as ``units.printable`` takes them for a terminal.
+_INVISIBLE: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _visible(text: str) -> str:
+    return _INVISIBLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+def visible_strings(value: Any) -> Any:
+    """``value`` (a JSON document) with every string in it, keys too, showing its control and
+    bidi characters as escapes (``\\x1b``, ``\\u202e``): the one escape every page's strings go
+    through, so a trace string cannot reorder or hide the text around it in the page."""
+    if isinstance(value, str):
+        return _visible(value)
+    if isinstance(value, dict):
+        return {_visible(k) if isinstance(k, str) else k: visible_strings(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [visible_strings(v) for v in value]
+    return value
+
+
+def _page_json(doc: dict[str, Any]) -> str:
+    """The document as the page embeds it: plain JSON values (structs and dataclasses encoded
+    first, so no string escapes the walk), strings made visible, safe inside a script element."""
+    plain = msgspec.json.decode(encode_json(doc, indent=False))
+    return script_safe(encode_json(visible_strings(plain), indent=False))
 
 
 def _asset(name: str) -> str:
@@ -55,7 +87,7 @@ def render_html(doc: dict[str, Any]) -> str:
         "TOOL_VERSION": __version__,
         "UPLOT_CSS": _asset("uPlot.min.css"),
         "REPORT_CSS": _asset("report.css"),
-        "REPORT_JSON": script_safe(encode_json(doc, indent=False)),
+        "REPORT_JSON": _page_json(doc),
         "UPLOT_JS": uplot_js,
         "REPORT_JS": report_js,
     }
@@ -81,7 +113,7 @@ def _render_runs(doc: dict[str, Any]) -> str:
         "TOOL_VERSION": __version__,
         "UPLOT_CSS": _asset("uPlot.min.css"),
         "REPORT_CSS": _asset("report.css"),
-        "REPORT_JSON": script_safe(encode_json(doc, indent=False)),
+        "REPORT_JSON": _page_json(doc),
         "UPLOT_JS": uplot_js,
         "RUNS_JS": runs_js,
         "RUN_PARTS": parts,
