@@ -11,8 +11,13 @@ category decides, never a vendor's kernel names.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Final
 
 from tracewhy.model.schema import Kind
+
+#: The category of every event tracewhy's own ``export`` adds to a trace (its tracks: gaps,
+#: findings, utilization and memory counters); no profiler writes it.
+EXPORT_CAT: Final = "tracewhy"
 
 # Category spellings, lower-cased. PyTorch 1.8-1.9 wrote capitalized names (Operator,
 # Runtime, Kernel, Memcpy, Memset); 1.10+ writes cpu_op, cuda_runtime, kernel, gpu_memcpy...
