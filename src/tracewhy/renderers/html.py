@@ -10,6 +10,7 @@ given that part the element ids and the data it reads (``runs.js`` draws the com
 Trace strings reach the page only as JSON data in a ``<script type="application/json">`` block,
 with ``<``, ``>``, ``&`` and the line separators escaped, and are put into the page with
 ``textContent``; the CSP would block an injected script or handler even if one got through.
+Control and bidi characters in them are shown as escapes (``visible_strings``).
 """
 
 from __future__ import annotations
