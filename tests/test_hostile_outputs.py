@@ -74,6 +74,7 @@ def test_lines_refuses_two_outputs_on_one_file(flame: str, speedscope: str, tmp_
     assert not (tmp_path / "same.txt").exists()
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs are POSIX")
 def test_a_fifo_planted_in_the_cache_does_not_hang_the_next_read(tmp_path: Path) -> None:
     """A FIFO in place of an entry's ``meta.json`` (or of a table file) blocked the next read
     for ever. It is now a damaged entry: ignored, removed and rebuilt."""
