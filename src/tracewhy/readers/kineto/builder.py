@@ -29,7 +29,7 @@ from tracewhy.model.schema import (
     Kind,
 )
 from tracewhy.model.trace import Trace, Truncation
-from tracewhy.readers.kineto.categories import EXPORT_CAT, category_kind
+from tracewhy.readers.kineto.categories import category_kind, not_exported
 from tracewhy.readers.kineto.columns import (
     EMPTY_COPY_ATTRS,
     EMPTY_KERNEL_ATTRS,
@@ -177,13 +177,8 @@ class Builder:
             self._instants(groups.pop(_INSTANTS))
             self._metadata(groups.pop(_METADATA))
             for phase, ignored in groups.items():  # (each a phase no group above takes)
-                self._count(f"ignored phase {phase!r}", len(ignored))
-                # tracewhy's own ``export`` marks every event it adds with cat "tracewhy", a
-                # category no profiler writes; its counter tracks read back are no problem.
-                ignored = [e for e in ignored if e.cat != EXPORT_CAT]
-                if not ignored:
-                    continue
-                self._problem(f"phase {phase!r} is not one this reader reads; ignored", len(ignored))
+                self._count(f"ignored phase {phase!r}", len(ignored))  # (tracewhy's own tracks: no problem)
+                self._problem(f"phase {phase!r} is not one this reader reads; ignored", not_exported(ignored))
         if xs:
             self._slices(xs)
 

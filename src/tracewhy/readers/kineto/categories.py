@@ -11,7 +11,7 @@ category decides, never a vendor's kernel names.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Final
+from typing import Any, Final
 
 from tracewhy.model.schema import Kind
 
@@ -65,6 +65,12 @@ CATEGORY_KIND: dict[str, Kind] = {
 # A category no table lists yet follows Kineto's naming: "<backend>_runtime" / "<backend>_driver"
 # are host calls of a backend (PRIVATEUSE1_RUNTIME, XPU_DRIVER, ...).
 _SUFFIX_KIND = (("_runtime", Kind.RUNTIME), ("_driver", Kind.DRIVER))
+
+
+def not_exported(events: Iterable[Any]) -> int:
+    """How many of ``events`` are not tracks tracewhy's own ``export`` added (cat ``EXPORT_CAT``):
+    its counter tracks, read back, are no problem to warn about."""
+    return sum(1 for e in events if e.cat != EXPORT_CAT)
 
 
 def category_kind(low: str) -> Kind:
