@@ -25,10 +25,9 @@ from fuzzing_kinds import (
     kind_seed_files,
     mutate_kind,
     original_path,
-    p_inject,
-    p_memo,
     pick_kind_commands,
 )
+from fuzzing_mutators import p_inject, p_memo
 from fuzzing_run import VERDICTS, Outcome, command_argv, run_cli
 
 
