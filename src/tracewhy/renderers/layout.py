@@ -41,6 +41,10 @@ NAME_FLOOR: Final = 16
 NAME_WIDTH: Final = 60
 #: A free-text column wraps no narrower than this (or its longest line, if shorter).
 TEXT_FLOOR: Final = 20
+#: A cell holds at most this many characters, the rest cut with an ellipsis, even under
+#: ``--wide``: the longest real names (C++ template kernels) are under 2,000, and a 50 MB line
+#: of a log would otherwise be laid out (wrapped, measured) whole. ``--json`` keeps it whole.
+MAX_CELL_CHARS: Final = 4_000
 #: How a table says that it left columns out, and how to see them.
 DROPPED_NOTE: Final = "not shown at this width: {columns} (--wide, --json or a wider terminal shows them)"
 
@@ -124,7 +128,7 @@ class FitTable:
     def add_row(self, *cells: str | Text | None) -> None:
         if len(cells) != len(self.columns):
             raise ValueError(f"row of {len(cells)} cells for {len(self.columns)} columns")
-        self.rows.append(cells)
+        self.rows.append(tuple(_bounded(c) for c in cells))
 
     # --- measuring ---------------------------------------------------------------------------
 
@@ -308,6 +312,17 @@ def _plain(value: str | Text | None, lines: bool = False) -> str:
     if not isinstance(value, str):
         return value.plain
     return printable_lines(value) if lines else printable(value)
+
+
+def _bounded(value: str | Text | None) -> str | Text | None:
+    """The cell cut to ``MAX_CELL_CHARS`` characters, its last one an ellipsis."""
+    if value is None or len(value) <= MAX_CELL_CHARS:
+        return value
+    if isinstance(value, str):
+        return value[:MAX_CELL_CHARS - 1] + "…"
+    cut = value[:MAX_CELL_CHARS - 1]
+    cut.append("…")
+    return cut
 
 
 def _compact_step(value: str) -> str:

@@ -11,7 +11,10 @@ skipped; lines tagged as a record but not understood become warnings.
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,7 +31,7 @@ from tracewhy.model.torch_logs import (
     LogRecompileCol,
     TorchLogs,
 )
-from tracewhy.readers.source import read_bytes
+from tracewhy.readers.source import os_error, read_bytes
 
 #: A log bigger than this is not a TORCH_LOGS capture of a profiled job.
 MAX_LOG_BYTES = 512 * 1024**2
@@ -36,6 +39,10 @@ MAX_LOG_BYTES = 512 * 1024**2
 MAX_BAD_BYTES_SHARE = 0.01
 #: Warnings kept about lines not understood; the rest are counted.
 MAX_LINE_WARNINGS = 5
+#: A longer line is cut to this many characters (with a warning): the longest guard or break
+#: reason in the captures here is under 2,000 characters; a 50 MB line is not a record, and
+#: would otherwise travel whole into tables and JSON.
+MAX_LINE_CHARS = 65_536
 
 # torch 2.2+ (glog-style prefix from torch/_logging/_internal.py): "V1126 00:14:53.487000 32649
 # site-packages/torch/_dynamo/guards.py:5396] [1/1] [__recompiles] message". The compile id may
@@ -50,7 +57,10 @@ _BREAK_START = re.compile(r"^Graph break(?: \([^)]*\))?(?: in user code at (\S+)
 _RECOMPILE_START = re.compile(r"^Recompiling function (\S+) in (\S+):(\d+)")
 _REASON = re.compile(r"^(?:Graph Break )?Reason: ?(.*)")
 _FILE_LINE = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
-_GUARD = re.compile(r"^\s*- (?:(\d+/\d+): )?(.*?)(?:\s{2,}#.*)?$")
+# The guard's text runs to the end; its "  # source" tail is cut by ``_without_comment``, not by
+# the pattern: a lazy group before an optional "\s{2,}#" tail tried every split of a run of
+# spaces (300,000 spaces took over 60 s).
+_GUARD = re.compile(r"^\s*- (?:(\d+/\d+): )?(.*)$")
 _TRIGGERED = "triggered by the following guard failure"
 # torch/_dynamo/convert_frame.py (torch 2.6+, "cache_size_limit" before): a warning of the
 # torch._dynamo logger, shown whatever TORCH_LOGS says: "[0/2] torch._dynamo hit
@@ -59,7 +69,7 @@ _TRIGGERED = "triggered by the following guard failure"
 _LIMIT = re.compile(r"^[VIWEDC]\d{4} [\d:.]+\s+\d+ \S+\] \[([!\d/_]+)\] (.*)$")
 _LIMIT_HEAD = re.compile(r"torch\._dynamo hit config\.(\w+) \((\d+)\)")
 _LIMIT_FUNCTION = re.compile(r"^\s*function: '([^']+)' \(?([^)\s]+)")
-_LIMIT_REASON = re.compile(r"^\s*last reason: (?:\d+/\d+: )?(.*?)(?:\s{2,}#.*)?$")
+_LIMIT_REASON = re.compile(r"^\s*last reason: (?:\d+/\d+: )?(.*)$")
 # torch/_dynamo/symbolic_convert.py (raise_loop_graph_break, torch 2.8+): the break record's
 # debug context "frame skipped: forward file.py line 104)" names the frame run eagerly instead.
 _SKIPPED = re.compile(r"frame skipped: (\S+) (\S+) line (\d+)")
@@ -73,7 +83,10 @@ class _Record:
 
 
 def read_torch_logs(path: Path) -> TorchLogs:
-    """Read a TORCH_LOGS capture (plain or gzip). Binary input is a one-line TraceError."""
+    """Read a TORCH_LOGS capture (plain or gzip). Binary input is a one-line TraceError; a file
+    that is empty, not a regular file or not readable is read as no records, with a warning."""
+    if (problem := _not_readable(path)) is not None:
+        return dataclasses.replace(parse_torch_logs(""), warnings=(f"{problem}: no TORCH_LOGS records read",))
     data = read_bytes(path, MAX_LOG_BYTES)
     if b"\x00" in data[:65536]:
         raise TraceError(path, "not a TORCH_LOGS text file (binary data)")
@@ -81,6 +94,53 @@ def read_torch_logs(path: Path) -> TorchLogs:
     if text.count("\ufffd") > MAX_BAD_BYTES_SHARE * max(len(text), 1):
         raise TraceError(path, "not a TORCH_LOGS text file (not UTF-8 text)")
     return parse_torch_logs(text)
+
+
+def _not_readable(path: Path) -> str | None:
+    """Why ``path`` gives no log to read (empty, a pipe or device, no permission), or None. The
+    file is opened non-blocking and checked with fstat: opening a FIFO with no writer, or
+    reading it, would block the command. A missing file or a directory stays an error."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except PermissionError:
+        return "cannot be read (permission denied)"
+    except OSError as e:
+        raise os_error(path, e) from None
+    try:
+        info = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if stat.S_ISDIR(info.st_mode):
+        raise TraceError(path, "is a directory, expected a TORCH_LOGS capture")
+    if not stat.S_ISREG(info.st_mode):
+        return "not a regular file (a pipe, socket or device)"
+    if info.st_size == 0:
+        return "the file is empty"
+    return None
+
+
+def _without_comment(text: str) -> str:
+    """``text`` up to a "  # ..." tail (two or more blanks before a '#'), in one pass: the
+    first '#' with two blanks before it starts the tail, and the blanks go with it."""
+    at = text.find("#")
+    while at != -1:
+        start = at
+        while start > 0 and text[start - 1].isspace():
+            start -= 1
+        if at - start >= 2:
+            return text[:start]
+        at = text.find("#", at + 1)
+    return text
+
+
+def _cut_long_lines(lines: list[str]) -> int:
+    """Cut every line longer than ``MAX_LINE_CHARS`` in place; the number cut."""
+    cut = 0
+    for i, line in enumerate(lines):
+        if len(line) > MAX_LINE_CHARS:
+            lines[i] = line[:MAX_LINE_CHARS]
+            cut += 1
+    return cut
 
 
 def _tagged(line: str) -> tuple[str, str | None, str] | None:
@@ -149,7 +209,7 @@ def _recompile_row(r: _Record) -> dict[str, str | int | None]:
         if _TRIGGERED in line:
             in_guards = True
         elif in_guards and (m := _GUARD.match(line)):
-            text = m.group(2).strip()
+            text = _without_comment(m.group(2)).strip()
             if text.startswith(("User stack trace", "File ")) or not text:
                 in_guards = not text.startswith("User stack trace")
                 continue
@@ -177,8 +237,8 @@ def _limit_rows(lines: list[str]) -> list[dict[str, str | None]]:
         elif current is not None and current[LogFallbackCol.COMPILE_ID] == cid:
             if f := _LIMIT_FUNCTION.match(message):
                 current[LogFallbackCol.FUNCTION], current[LogFallbackCol.LOCATION] = f.group(1), f.group(2)
-            elif (r := _LIMIT_REASON.match(message)) and r.group(1):
-                current[LogFallbackCol.REASON] = f"{current[LogFallbackCol.REASON]}; last guard failure: {r.group(1)}"
+            elif (r := _LIMIT_REASON.match(message)) and (reason := _without_comment(r.group(1))):
+                current[LogFallbackCol.REASON] = f"{current[LogFallbackCol.REASON]}; last guard failure: {reason}"
     return rows
 
 
@@ -198,6 +258,7 @@ def _skip_row(r: _Record) -> dict[str, str | None] | None:
 def parse_torch_logs(text: str) -> TorchLogs:
     """Breaks and recompiles from the text of a TORCH_LOGS capture; never raises on content."""
     lines = text.splitlines()
+    cut = _cut_long_lines(lines)
     records, stray = _records(lines)
     breaks = [_break_row(r) for r in records if r.artifact == "graph_breaks"]
     recompiles = [_recompile_row(r) for r in records if r.artifact == "recompiles"]
@@ -209,6 +270,9 @@ def parse_torch_logs(text: str) -> TorchLogs:
     if not records and not fallbacks and lines:
         warnings.append("no graph break or recompile records: a run with neither, or a log written "
                         "without TORCH_LOGS=\"graph_breaks,recompiles\"")
+    if cut:
+        warnings.append(f"{cut} line{'s' if cut > 1 else ''} longer than {MAX_LINE_CHARS} characters, "
+                        f"cut to {'their' if cut > 1 else 'its'} first {MAX_LINE_CHARS}")
     if lines and not text.endswith("\n") and _tagged(lines[-1]) is not None:
         warnings.append("the log ends mid-line: its last record may be cut")
     return TorchLogs(
