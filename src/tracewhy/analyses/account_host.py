@@ -21,7 +21,7 @@ from tracewhy.analyses import api_names
 from tracewhy.analyses.compile_slices import ROLE, Role, marked_slices
 from tracewhy.analyses.critical_path_edges import backward_threads
 from tracewhy.analyses.families import collective_op, collective_range
-from tracewhy.analyses.source_lines import HostTree, parse_frame, running_at_start
+from tracewhy.analyses.source_lines import HostTree, chain_top, parse_frame, running_at_start
 from tracewhy.model.schema import HOST_KINDS, KIND_CODE, LAUNCH_KINDS, Col, Kind, OpAttrCol
 from tracewhy.model.trace import Trace
 
@@ -191,16 +191,14 @@ def collective_name(text: str) -> str:
 
 
 def _outermost(tree: HostTree, mark: B) -> I64:
-    """Per slice, the outermost slice with ``mark`` at or above it (-1: none)."""
+    """Per slice, the outermost slice with ``mark`` at or above it (-1: none): the top of the
+    chain of marked slices above its nearest one (one whole-array step per marked level took
+    depth squared steps on deeply nested ops; ``chain_top`` jumps)."""
     at = tree.nearest(mark)
     above = tree.nearest(mark, strict=True)
-    while True:
-        has = at >= 0
-        up = np.where(has, above[np.maximum(at, 0)], -1)
-        moved = up >= 0
-        if not moved.any():
-            return at
-        at = np.where(moved, up, at)
+    top = chain_top(np.where(mark, above, -1))
+    outer: I64 = np.where(at >= 0, top[np.maximum(at, 0)], -1)
+    return outer
 
 
 Reads = dict[tuple[int, int], tuple[list[int], list[str]]]

@@ -43,6 +43,12 @@ from tracewhy.rows import Rows
 I64 = npt.NDArray[np.int64]
 
 
+#: ``tracewhy critical-path`` analyses at most this many steps, steady ones first (its note says
+#: so): each step costs a walk and the replays of its top items, ~5 ms, so 20,000 one-kernel
+#: steps (15 MB of JSON) ran past 90 s; the longest real runs here have a few hundred steps.
+MAX_PATH_STEPS: Final = 2_000
+
+
 @dataclass(frozen=True)
 class CriticalPathOptions:
     marker: str | None = None  # step marker (None: what ``steps`` picks)

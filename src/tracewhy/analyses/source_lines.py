@@ -143,11 +143,7 @@ class HostTree:
 
     def nearest(self, mark: B, strict: bool = False) -> I64:
         """Per slice, the nearest slice at or above it (``strict``: above it) with ``mark``; -1: none."""
-        ids = np.arange(mark.size, dtype=np.int64)
-        at_or_above = np.where(mark, ids, -1)
-        for rows in self.levels():
-            p = self.parent[rows]
-            at_or_above[rows] = np.where(at_or_above[rows] >= 0, at_or_above[rows], at_or_above[p])
+        at_or_above = nearest_marked(self.parent, mark)
         if not strict:
             return at_or_above
         has_parent = self.parent >= 0
@@ -159,6 +155,34 @@ class HostTree:
         for rows in reversed(self.levels()):
             np.add.at(total, self.parent[rows], total[rows])
         return total
+
+
+def nearest_marked(parent: I64, mark: B) -> I64:
+    """Per row of a forest (``parent``: -1 at a root), the nearest row at or above it with
+    ``mark``; -1: none. Pointer jumping: each round, a row still without an answer takes its
+    ancestor's or, lacking one, that ancestor's ancestor, so the span checked doubles and a
+    chain D deep takes log2(D) rounds of whole-array steps (one step per level, or every row
+    walking its ancestors, made 1e5 nested ops take minutes)."""
+    at_or_above: I64 = np.where(mark, np.arange(mark.size, dtype=np.int64), -1)
+    up = parent.astype(np.int64, copy=True)
+    pending = np.flatnonzero((at_or_above < 0) & (up >= 0))
+    while pending.size:
+        above = up[pending]
+        at_or_above[pending] = at_or_above[above]
+        up[pending] = up[above]
+        pending = pending[(at_or_above[pending] < 0) & (up[pending] >= 0)]
+    return at_or_above
+
+
+def chain_top(link: I64) -> I64:
+    """Per row, the last row reached by following ``link`` (-1 ends a chain), by pointer jumping
+    (log2 of the longest chain rounds)."""
+    top: I64 = np.where(link >= 0, link, np.arange(link.size, dtype=np.int64))
+    while True:
+        further = top[top]
+        if np.array_equal(further, top):
+            return top
+        top = further
 
 
 def running_at_start(trace: Trace, tree: HostTree) -> B:

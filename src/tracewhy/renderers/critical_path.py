@@ -160,14 +160,14 @@ def critical_path_report_payload(r: CriticalPathResult, top: int) -> CriticalPat
     with ``items`` instead (what lies on the path summed over the steps, the ``top`` with most
     time on it), the categories in stacking order, and ``scope``: which steps were analysed
     when not all were."""
-    from tracewhy.analyses.critical_path import CATEGORIES
+    from tracewhy.analyses.critical_path import CATEGORIES, MAX_PATH_STEPS
 
     shown, total = r.steps.height, r.steps_total
     return {
         "marker": r.marker, "note": r.note, "dropped_edges": r.dropped_edges, "steps": _path_steps(r),
         "categories": list(CATEGORIES), "steps_total": total, "items": critical_path_items(r).head(top),
         "scope": f"The path of {shown} of the {total} steps (steady ones first); tracewhy critical-path "
-                 "analyses every step." if shown < total else None,
+                 f"analyses up to {MAX_PATH_STEPS}." if shown < total else None,
     }
 
 

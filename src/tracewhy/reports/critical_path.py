@@ -11,6 +11,7 @@ import polars as pl
 
 from tracewhy.analyses.account import AccountCol, AccountOptions, step_account, step_model
 from tracewhy.analyses.critical_path import (
+    MAX_PATH_STEPS,
     PART_GAIN_CATEGORY,
     CriticalPathOptions,
     CriticalPathResult,
@@ -33,6 +34,7 @@ class CriticalPathReportOptions:
     gain_items: int = CriticalPathOptions().gain_items
     #: Analyse this one window (trace timestamps in ns) instead of the steps.
     window_ns: tuple[int, int] | None = None
+    max_steps: int = MAX_PATH_STEPS
 
 
 def critical_path_report(trace: TraceSource, options: CriticalPathReportOptions | None = None,
@@ -43,7 +45,11 @@ def critical_path_report(trace: TraceSource, options: CriticalPathReportOptions 
     graph = build_graph(t)  # once, for the path and the account
     steps_result = steps(t, StepsOptions(marker=options.step_marker)) if options.window_ns is None else None
     r = critical_path(t, CriticalPathOptions(marker=options.step_marker, gain_items=options.gain_items,
-                                             window_ns=options.window_ns), steps_result, graph=graph)
+                                             window_ns=options.window_ns, max_steps=options.max_steps),
+                      steps_result, graph=graph)
+    if r.steps.height < r.steps_total:
+        cut = f"the path of {r.steps.height} of the {r.steps_total} steps (steady ones first)"
+        r = replace(r, note=cut if r.note is None else f"{r.note}; {cut}")
     if steps_result is None or steps_result.table.height == 0:
         return r
     return replace(r, gains=pl.concat([r.gains, _part_gains(t, r, options, steps_result, graph)]))

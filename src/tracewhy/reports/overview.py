@@ -31,7 +31,7 @@ from tracewhy.reports.diagnose import Report, diagnose_in
 UTILIZATION_BINS = 200
 #: Steps whose critical path the report and the export show (steady ones first): each step costs
 #: a walk and the replays of its top items, about 0.1 s of CPU on a 120 k-slice trace
-#: (bench/bench_overview_critical_path.py); ``tracewhy critical-path`` analyses every step.
+#: (bench/bench_overview_critical_path.py); ``tracewhy critical-path`` analyses up to 2,000.
 CRITICAL_PATH_STEPS = 3
 
 
