@@ -15,6 +15,7 @@ import pytest
 import hostile_traces as ht
 from tracewhy.analyses.critical_path import MAX_PATH_STEPS
 from tracewhy.analyses.lines import MAX_STACK_FRAMES, StackCol, lines
+from tracewhy.analyses.utilization import MAX_SERIES_ROWS, MIN_BINS, utilization
 from tracewhy.readers import read_trace
 from tracewhy.reports.critical_path import CriticalPathReportOptions, critical_path_report
 
@@ -75,3 +76,13 @@ def test_diagnose_of_1e5_nested_ops_ends(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=180,
                           env=os.environ | {"PYTHONPATH": os.pathsep.join(sys.path)})
     assert done.returncode == 0, done.stderr
+
+
+def test_the_utilization_series_is_bounded_however_many_devices(tmp_path: Path) -> None:
+    # 2,000 devices made 400,000 rows of series and a 52 MB HTML report: each device now gets
+    # fewer bins, and every device keeps its row and its busy time.
+    r = utilization(read_trace(ht.write(ht.many_devices(300), tmp_path / "devices.json")))
+    assert r.devices.height == 300
+    assert 0 < r.series.height <= MAX_SERIES_ROWS
+    assert r.series.get_column("device").n_unique() == 300
+    assert r.series.group_by("device").len().get_column("len").min() >= MIN_BINS

@@ -17,6 +17,11 @@ from tracewhy.model.trace import Trace
 
 I64 = npt.NDArray[np.int64]
 DEFAULT_BINS = 200
+#: The series holds at most this many rows: past 25 devices each gets fewer bins (at least
+#: ``MIN_BINS``). 2,000 devices of one kernel each (1.6 MB of JSON) made 400,000 rows, a 52 MB
+#: HTML report and a minute of binning; a node has at most a few dozen GPUs.
+MAX_SERIES_ROWS = 5_000
+MIN_BINS = 2
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,7 @@ def utilization(trace: Trace, bins: int = DEFAULT_BINS) -> UtilizationResult:
     rows = []
     series = []
     bounds = trace_span(trace)
+    bins = min(bins, max(MIN_BINS, MAX_SERIES_ROWS // max(len(busy), 1)))
     for device, b in busy.items():
         if b.starts.size == 0 or bounds is None:
             continue
