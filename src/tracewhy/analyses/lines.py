@@ -264,12 +264,12 @@ def _frame_stacks(tree: HostTree, rows: I64, up: I64, frame_of: I64, per_slice: 
     paths: list[list[int]] = []
     kept = np.zeros(parents.size, dtype=np.int64)  # each stack's row in paths (its cut one if too deep)
     for i, (parent, leaf) in enumerate(zip(parents.tolist(), leaves.tolist(), strict=True)):  # parents first
-        above = paths[kept[parent]] if parent >= 0 else []
-        if len(above) >= MAX_STACK_FRAMES:
+        prefix = paths[kept[parent]] if parent >= 0 else []
+        if len(prefix) >= MAX_STACK_FRAMES:
             kept[i] = kept[parent]
             continue
         kept[i] = len(paths)
-        paths.append([*above, leaf])
+        paths.append([*prefix, leaf])
     ids = kept[stack_of[per_slice.get_column("id").to_numpy()]]
     host = np.bincount(ids, weights=per_slice.get_column(LineCol.HOST_SELF).to_numpy(), minlength=len(paths))
     gpu = np.bincount(ids, weights=per_slice.get_column(LineCol.GPU_SELF).to_numpy(), minlength=len(paths))
