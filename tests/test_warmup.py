@@ -73,3 +73,26 @@ def test_explicit_warmup_wins() -> None:
 
     r = steps(tracewhy.load(GENERATED / "cpu_eager_schedule.pt.trace.json.gz"), StepsOptions(warmup=2))
     assert r.warmup == 2 and r.warmup_reason == "--warmup 2"
+
+
+def test_a_step_number_past_int64_is_said_not_taken(tmp_path: Path) -> None:
+    """A real capture with one marker renamed ProfilerStep#99999999999999999999999: the step is
+    still a step (ordered by time), its number unknown, and the note says so; before, nothing
+    was said."""
+    from tracewhy.analyses.steps import StepCol
+
+    src = GENERATED / "cpu_adam_memory.pt.trace.json.gz"
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    renamed = 0
+    for e in doc["traceEvents"]:
+        if e.get("name") == "ProfilerStep#3":
+            e["name"], renamed = "ProfilerStep#99999999999999999999999", renamed + 1
+    assert renamed == 1
+    path = tmp_path / "huge_step.json"
+    path.write_text(json.dumps(doc))
+    before = steps(tracewhy.load(src))
+    r = steps(tracewhy.load(path))
+    assert r.table.height == before.table.height  # still a step
+    assert None in r.table.get_column(StepCol.NUMBER).to_list()
+    assert r.note is not None and "past int64" in r.note and "ProfilerStep#99999999999999999999999" in r.note
+    assert before.note is None or "past int64" not in before.note

@@ -4,6 +4,7 @@ a training loop's iteration block does. The nsys counterpart is ``nvtx.nvtx_step
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
 import numpy as np
@@ -59,3 +60,13 @@ def annotation_step_marker(trace: Trace) -> StepMarker | None:
 
 def _torch_block(name: str | None) -> bool:
     return name is None or api_names.is_dataloader(name) or api_names.is_optimizer(name)
+
+
+def numbers_past_int64_note(names: list[str], numbers: list[int | None], pattern: re.Pattern[str]) -> str | None:
+    """The note for step markers whose number no column holds (``ProfilerStep#99999999999999999999999``):
+    read as unnumbered, so step #0 is not recognised and the steps are matched by time alone."""
+    past = [n for n, k in zip(names, numbers, strict=True) if k is None and (m := pattern.match(n)) and m.group(1)]
+    if not past:
+        return None
+    return (f"{len(past)} step marker(s) carry a number past int64 ({past[0][:48]}): their numbers "
+            f"are unknown, so these steps are ordered by time and not matched by number")

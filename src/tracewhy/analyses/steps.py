@@ -16,7 +16,7 @@ from tracewhy.analyses.intervals import covered_ns
 from tracewhy.analyses.loop_iterations import LoopIterations, loop_iterations
 from tracewhy.analyses.nvtx import nvtx_step_marker
 from tracewhy.analyses.stats import nearest_ns
-from tracewhy.analyses.step_marker import annotation_step_marker
+from tracewhy.analyses.step_marker import annotation_step_marker, numbers_past_int64_note
 from tracewhy.analyses.warmup import default_warmup
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, Kind
 from tracewhy.model.trace import Trace
@@ -226,6 +226,9 @@ def steps(trace: Trace, options: StepsOptions = StepsOptions()) -> StepsResult:
     unlinked = _unlinked_kernels(s, starts[0], window_ends[-1])
     if unlinked is not None:
         note = unlinked if note is None else f"{note}; {unlinked}"
+    huge = numbers_past_int64_note(marks.get_column(Col.NAME).to_list(), numbers, pattern)
+    if huge is not None:
+        note = huge if note is None else f"{note}; {huge}"
     return StepsResult(marker=marker, table=table, warmup=warmup, stats=_stats(steady), note=note,
                        warmup_reason=warmup_reason, source=MARKED if loop is None else loop.source,
                        iteration_ids=() if loop is None else tuple(loop.boundary_ids.tolist()))
