@@ -5,11 +5,12 @@ its imports, and the process's wall time and peak RSS come from ``bench_read.run
 
 - cold, no cache: ``CacheOptions(enabled=False)``, the plain read;
 - cold, first run: an empty ``TRACEWHY_CACHE_DIR``: hash, read, hash again, check and write the entry;
-- cache hit: the same directory again: load the entry's Parquet tables, hashing the trace beside;
-- entry load: the hit's entry loaded without the hash (``model.cache._load``): the hash's cost
-  to a hit is the difference;
-- hash alone: ``model.cache._content_hash`` (xxh3-128 of every byte, 1 MiB reads), with the
-  peak RSS above what the imports hold, which shows that hashing does not hold the file.
+- cache hit: the same directory again: the file's identity (device, inode, size, mtime, ctime)
+  is the stored one, so the entry's Parquet tables are loaded without hashing the trace;
+- entry load: the hit's entry loaded alone (``model.cache._load``);
+- hash alone: ``model.cache._content_hash`` (xxh3-128 of every byte, 1 MiB reads), what a hit
+  adds when the identity changed (a ``touch``, a copy, a restored mtime), with the peak RSS
+  above what the imports hold, which shows that hashing does not hold the file.
 
 Files: ``bench_read.prepare_files``'s three (the largest real trace, gzipped and decompressed,
 56 MB of JSON, and its ~1 GB inflation by ``inflate.py``), made once in ``--work-dir``
@@ -44,7 +45,7 @@ _CHILD = """
 import json, resource, sys, time
 t0 = time.perf_counter()
 from pathlib import Path
-from tracewhy.model.cache import CacheOptions, _content_hash, _entry_name, _load, _place
+from tracewhy.model.cache import CacheOptions, _content_hash, _entry_name, _load, _place, _read_manifest
 from tracewhy.model.schema import Kind
 from tracewhy.readers import read_trace
 import tracewhy.readers.kineto.reader  # imported by any cold read; imports are not the read
@@ -55,8 +56,10 @@ t2 = time.perf_counter()
 if mode == "hash":
     digest = _content_hash(path)
 elif mode == "entry load":  # what a hit costs without the hash: the entry's tables alone
-    root, key = _place(path, CacheOptions())
-    loaded = _load(root / _entry_name(key), key, path)
+    root, key, _identity = _place(path, CacheOptions())
+    entry = root / _entry_name(key)
+    manifest = _read_manifest(entry)
+    loaded = _load(entry, manifest, key, path) if manifest is not None else None
 else:
     trace = read_trace(path, cache=CacheOptions(enabled=mode != "no cache"))
 t3 = time.perf_counter()

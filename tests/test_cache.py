@@ -193,7 +193,7 @@ def test_losing_the_race_to_store_is_harmless(tmp_path: Path, cache_dir: Path) -
     entry = _entry(cache_dir)
     before = {p.name: p.read_bytes() for p in entry.iterdir()}
     # Another run finishing the same entry after us: its rename fails, ours stays intact.
-    _store(cache_dir, entry, _key(path, path.stat()), _content_hash(path), trace)
+    _store(cache_dir, entry, _key(path, path.stat()), _content_hash(path), {}, trace)
     assert sorted(p.name for p in cache_dir.iterdir()) == [entry.name]
     assert {p.name: p.read_bytes() for p in entry.iterdir()} == before
 

@@ -1,7 +1,8 @@
 """The parsed-Trace cache: one Parquet file per table plus a JSON of TraceMeta, per trace file.
 
 An entry is found by the trace's absolute path, size and mtime, the tool version and a
-fingerprint of the reader and model code, and served only if every byte of the file hashes as
+fingerprint of the reader and model code. It is served when the file's identity (device, inode,
+size, mtime and ctime) is the one stored with it, or else when every byte of the file hashes as
 it did when the entry was stored, so a changed file or a changed reader never serves a stale
 Trace. It lives in ``$TRACEWHY_CACHE_DIR`` or the platform's user cache
 directory, never beside the trace unless asked; with neither to be found, reads are not cached.
@@ -22,6 +23,7 @@ import shutil
 import stat
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -36,7 +38,7 @@ from tracewhy.model.schema import TABLE_SCHEMAS
 from tracewhy.model.trace import Trace, TraceMeta
 
 #: Bumped when the layout of an entry changes; old entries are then simply never found.
-CACHE_FORMAT: Final = 4
+CACHE_FORMAT: Final = 5
 ENV_DIR: Final = "TRACEWHY_CACHE_DIR"
 ENV_DISABLE: Final = "TRACEWHY_NO_CACHE"
 #: Files smaller than this are not cached: they read in well under 0.1 s, about what writing and
@@ -46,6 +48,10 @@ _META_FILE: Final = "meta.json"
 #: Read size when hashing a trace: memory stays flat at any file size, and a buffer that fits the
 #: CPU's cache hashed 1 GB as fast as 8 or 16 MiB ones here (0.07 s from the page cache).
 _HASH_CHUNK_BYTES: Final = 1024 * 1024
+#: A stored identity is trusted only if taken this long after the file's last change (its ctime):
+#: file times tick coarsely (2 s on FAT), so a write just after the identity was taken could
+#: leave it unchanged. A trace is rarely read within 2 s of being written; such an entry is hashed.
+RACY_WINDOW_NS: Final = 2_000_000_000
 #: The code whose output the cache stores: a change to any of these files invalidates entries.
 _FINGERPRINTED: Final = ("readers", "model")
 
@@ -89,13 +95,21 @@ def cached_read(path: Path, read: Callable[[Path], Trace], options: CacheOptions
     place = _place(path, options)
     if place is None:
         return read(path)
-    root, key = place
+    root, key, identity = place
     entry = root / _entry_name(key)
-    # Every byte is hashed on every read, beside the entry's load: xxhash and polars release the
-    # GIL, so with a second core free the hash adds next to nothing to a hit.
+    manifest = _read_manifest(entry)
+    if manifest is not None and _identity_trusted(manifest, identity):
+        # Same inode, size, mtime and ctime as when the bytes were hashed: the kernel sets ctime
+        # on every write and no call sets it back, so the file has not been written since.
+        trusted = _load(entry, manifest, key, path)
+        if trusted is not None:
+            return trusted[0]
+        manifest = None
+    # The identity differs (or no entry): every byte is hashed, beside the entry's load: xxhash
+    # and polars release the GIL, so with a second core free the hash adds little to a hit.
     with ThreadPoolExecutor(max_workers=1) as pool:
         hashing = pool.submit(_content_hash, path)
-        loaded = _load(entry, key, path)
+        loaded = _load(entry, manifest, key, path) if manifest is not None else None
         try:
             content = hashing.result()
         except Exception:  # unreadable now (the reader names the problem); caching never raises
@@ -108,13 +122,38 @@ def cached_read(path: Path, read: Callable[[Path], Trace], options: CacheOptions
     trace = read(path)
     # A partial Trace served as a whole one would answer wrongly; and a file rewritten since it
     # was hashed may have been read half old, half new: store only what the hash describes.
-    if not trace.is_partial and _unchanged(path, key, content):
-        _store(root, entry, key, content, trace)
+    if not trace.is_partial:
+        stored_identity = _unchanged(path, key, content)
+        if stored_identity is not None:
+            _store(root, entry, key, content, stored_identity, trace)
     return trace
 
 
-def _place(path: Path, options: CacheOptions) -> tuple[Path, dict[str, Any]] | None:
-    """The cache directory and the key of ``path``'s entry; None when this read is not cached.
+def _identity(st: os.stat_result) -> dict[str, int]:
+    """What the kernel says about the file without reading it; ``ctime_ns`` changes on every
+    write and metadata change, and unlike mtime no system call can put an old value back."""
+    return {
+        "dev": st.st_dev, "ino": st.st_ino, "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns,
+    }
+
+
+def _identity_trusted(manifest: dict[str, Any], identity: dict[str, int]) -> bool:
+    """The file is the one whose bytes the entry's hash describes, without reading it: the same
+    identity, recorded long enough after the file's last change. File times come from a coarse
+    clock (a few ms on Linux before 6.13, 2 s on FAT), so a write landing just after the
+    identity was taken can leave every time unchanged; such "racy" entries (git's word for its
+    index) are always hashed."""
+    stored = manifest.get("identity")
+    if not isinstance(stored, dict) or stored.get("identity") != identity:
+        return False
+    recorded_at_ns = stored.get("recorded_at_ns")
+    return isinstance(recorded_at_ns, int) and recorded_at_ns - identity["ctime_ns"] > RACY_WINDOW_NS
+
+
+def _place(path: Path, options: CacheOptions) -> tuple[Path, dict[str, Any], dict[str, int]] | None:
+    """The cache directory, the key of ``path``'s entry and the file's identity; None when this
+    read is not cached.
 
     Not cached: a small file, anything but a regular file (hashing a FIFO would block), a file
     that cannot be read (the reader names the problem), and any read when no cache directory
@@ -127,17 +166,23 @@ def _place(path: Path, options: CacheOptions) -> tuple[Path, dict[str, Any]] | N
             root = path.parent / f"{path.name}.tracewhy-cache"
         else:
             root = options.directory or default_cache_dir()
-        return root, _key(path, st)
+        return root, _key(path, st), _identity(st)
     except (OSError, RuntimeError, ValueError):  # RuntimeError: no home, or a symlink loop (3.10-3.12)
         return None
 
 
-def _unchanged(path: Path, key: dict[str, Any], content: str) -> bool:
+def _unchanged(path: Path, key: dict[str, Any], content: str) -> dict[str, Any] | None:
+    """The file's identity, stamped with when it was taken, if the file still has the key's size
+    and mtime and hashes to ``content``; None otherwise. Taken before the hash, so a write after
+    it changes the hash or the ctime."""
     try:
         st = path.stat()
-        return (st.st_size, st.st_mtime_ns) == (key["size"], key["mtime_ns"]) and _content_hash(path) == content
+        recorded_at_ns = time.time_ns()
+        if (st.st_size, st.st_mtime_ns) != (key["size"], key["mtime_ns"]) or _content_hash(path) != content:
+            return None
+        return {"identity": _identity(st), "recorded_at_ns": recorded_at_ns}
     except OSError:
-        return False
+        return None
 
 
 def _key(path: Path, st: os.stat_result) -> dict[str, Any]:
@@ -205,15 +250,22 @@ def _table_names() -> list[str]:
     return [f.name for f in dataclasses.fields(Trace) if f.name != "meta"]
 
 
-def _load(entry: Path, key: dict[str, Any], path: Path) -> tuple[Trace, str] | None:
-    """The entry's Trace and the content hash of the file it was read from, or None."""
+def _read_manifest(entry: Path) -> dict[str, Any] | None:
+    """The entry's manifest, or None when there is no entry (a broken one is removed)."""
     try:
         with _open_regular(entry / _META_FILE) as f:
             manifest = msgspec.json.decode(f.read())
-    except (OSError, msgspec.DecodeError):
+        if not isinstance(manifest, dict):
+            raise ValueError("manifest is not an object")
+        return manifest
+    except (OSError, ValueError, msgspec.DecodeError):
         if os.path.lexists(entry):  # unlike Path.exists, never raises (an unsearchable directory)
             _discard(entry)  # a directory without a readable manifest is broken
         return None
+
+
+def _load(entry: Path, manifest: dict[str, Any], key: dict[str, Any], path: Path) -> tuple[Trace, str] | None:
+    """The entry's Trace and the content hash of the file it was read from, or None."""
     try:
         if manifest.get("key") != key:
             raise ValueError("key mismatch")
@@ -269,7 +321,9 @@ def _verify(file: Path, info: dict[str, Any]) -> None:
                 raise ValueError(f"{file.name}: checksum differs from the manifest")
 
 
-def _store(root: Path, entry: Path, key: dict[str, Any], content: str, trace: Trace) -> None:
+def _store(
+    root: Path, entry: Path, key: dict[str, Any], content: str, identity: dict[str, Any], trace: Trace
+) -> None:
     """Write ``trace`` (already checked by the reader's caller) as a new entry."""
     tmp: Path | None = None
     try:
@@ -286,7 +340,9 @@ def _store(root: Path, entry: Path, key: dict[str, Any], content: str, trace: Tr
             tables[name] = {
                 "file": file.name, "bytes": len(data), "xxh3_64": xxhash.xxh3_64_intdigest(data), "rows": df.height,
             }
-        manifest = {"key": key, "content_xxh3_128": content, "tables": tables, "meta": trace.meta}
+        manifest = {
+            "key": key, "content_xxh3_128": content, "identity": identity, "tables": tables, "meta": trace.meta,
+        }
         (tmp / _META_FILE).write_bytes(msgspec.json.encode(manifest))
         prefix = entry.name.split("-", 1)[0] + "-"
         try:
