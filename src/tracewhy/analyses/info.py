@@ -7,7 +7,7 @@ from typing import TypedDict, cast
 
 import polars as pl
 
-from tracewhy.analyses.steps import StepsOptions, steps
+from tracewhy.analyses.steps import StepsOptions, StepsResult, steps
 from tracewhy.analyses.utilization import trace_span
 from tracewhy.model.schema import Col, DeviceCol
 from tracewhy.model.trace import Capture, Trace
@@ -56,7 +56,9 @@ def quantised_times(step_ns: int) -> str:
             f"{step_ns} ns: they are quantised to {step_ns} ns steps (durations are exact)")
 
 
-def info(trace: Trace, step_marker: str | None = None) -> InfoResult:
+def info(trace: Trace, step_marker: str | None = None, steps_result: StepsResult | None = None) -> InfoResult:
+    """What the trace is; ``steps_result``: its steps under ``step_marker`` and the default warm-up,
+    when the caller has them already (the report's diagnosis does)."""
     trace.require_whole()
     m = trace.meta
     s = trace.slices
@@ -64,7 +66,8 @@ def info(trace: Trace, step_marker: str | None = None) -> InfoResult:
         s.group_by(Col.KIND).len().with_columns(pl.col(Col.KIND).cast(pl.String)).sort(Col.KIND)
     )
     first, last = trace_span(trace) or (None, None)
-    steps_result = steps(trace, StepsOptions(marker=step_marker))
+    if steps_result is None:
+        steps_result = steps(trace, StepsOptions(marker=step_marker))
     backend = m.distributed.get("backend")
     return InfoResult(
         path=m.path,

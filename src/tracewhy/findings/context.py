@@ -11,6 +11,7 @@ from tracewhy.analyses.account import AccountOptions, AccountResult, StepModel, 
 from tracewhy.analyses.critical_path_graph import Graph, build_graph
 from tracewhy.analyses.gaps import GapsOptions, GapsResult, gaps
 from tracewhy.analyses.host_activity import HostIndex, build_host_index
+from tracewhy.analyses.kernels import KernelsResult, kernels
 from tracewhy.analyses.steps import StepsOptions, StepsResult, steps
 from tracewhy.analyses.syncs import SyncsResult, syncs
 from tracewhy.analyses.throughput import ThroughputOptions
@@ -64,6 +65,10 @@ class Context:
     def steps(self) -> StepsResult:
         options = StepsOptions(marker=self.options.step_marker, warmup=self.options.warmup)
         return self.cached("steps", lambda: steps(self.trace, options))
+
+    def kernels(self) -> KernelsResult:
+        """Kernel time per name and family: a rule and the report's kernel table share it."""
+        return self.cached("kernels", lambda: kernels(self.trace))
 
     def host(self) -> HostIndex:
         return self.cached("host", lambda: build_host_index(self.trace))

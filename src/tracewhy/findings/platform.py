@@ -8,7 +8,6 @@ import re
 
 import polars as pl
 
-from tracewhy.analyses.kernels import kernels
 from tracewhy.analyses.memory import MemoryResult
 from tracewhy.analyses.tensor_cores import CANDIDATE, TensorCoresResult, tensor_cores
 from tracewhy.findings import thresholds as th
@@ -30,7 +29,7 @@ def findings(ctx: Context) -> list[Finding]:
         return []
     out: list[Finding] = []
     facts = run_facts(ctx)
-    k = kernels(t)
+    k = ctx.kernels()
     tc = tensor_cores(t, gpu_vendor(t)[0])
     without = tc.table.filter(pl.col("verdict") == CANDIDATE)
     share = int(without.get_column("total_ns").sum()) / max(k.total_time_ns, 1)

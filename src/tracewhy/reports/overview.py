@@ -11,7 +11,7 @@ import polars as pl
 from tracewhy.analyses.blocks import BlocksResult
 from tracewhy.analyses.critical_path import CriticalPathOptions, CriticalPathResult, critical_path
 from tracewhy.analyses.info import InfoResult, info
-from tracewhy.analyses.kernels import KernelsResult, kernels
+from tracewhy.analyses.kernels import KernelsResult
 from tracewhy.analyses.nvtx import gpu_projection
 from tracewhy.analyses.nvtx_work import GpuWork
 from tracewhy.analyses.ops import OpsResult, ops
@@ -81,11 +81,12 @@ def overview(trace: Trace, options: DiagnoseOptions | None = None) -> Overview:
 
     (report, info_, utilization_, projection, ops_, kernels_, overlap_, blocks_, roof, path_) = at_once.run([
         lambda: diagnose_in(ctx),
-        lambda: info(trace, options.step_marker),
+        # The diagnosis' steps, when info would compute the same ones (the default warm-up).
+        lambda: info(trace, options.step_marker, ctx.steps() if options.warmup is None else None),
         lambda: utilization(trace, UTILIZATION_BINS),
         lambda: _projection_with_device(trace, gpu_work_result(ctx)) if has_gpu else pl.DataFrame(),
         lambda: ops(trace),
-        lambda: kernels(trace),
+        ctx.kernels,
         lambda: overlap_result(ctx) if has_gpu else None,
         lambda: blocks_result(ctx),
         roofline,

@@ -1,0 +1,71 @@
+"""``report`` and ``export`` compute each analysis they share once per trace.
+
+The overview runs the diagnosis beside its views; the views (``info``'s step count, the kernel
+table) and the rules (the platform rule's kernel time) ask for the same steps and kernel table
+the diagnosis' context holds, so each is computed once. Calls are counted by replacing every
+module's binding of the analysis (``from x import f`` copies the name), on every thread.
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from conftest import shared_trace
+from tracewhy.analyses import kernels, nvtx, steps
+from tracewhy.reports import overview
+from tracewhy.reports.export import ExportOptions, export_report
+from tracewhy.reports.report import report_contents
+
+COUNTED: tuple[tuple[Any, str], ...] = (
+    (steps, "steps"), (kernels, "kernels"), (nvtx, "gpu_projection"), (overview, "overview"),
+)
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[collections.Counter[str]]:
+    counts: collections.Counter[str] = collections.Counter()
+    lock = threading.Lock()
+    for module, name in COUNTED:
+        real = getattr(module, name)
+
+        def counting(*args: Any, _real: Callable[..., Any] = real, _name: str = name, **kwargs: Any) -> Any:
+            with lock:
+                counts[_name] += 1
+            return _real(*args, **kwargs)
+
+        for loaded in list(sys.modules.values()):
+            if getattr(loaded, "__name__", "").startswith("tracewhy") and getattr(loaded, name, None) is real:
+                monkeypatch.setattr(loaded, name, counting)
+    yield counts
+
+
+@pytest.mark.parametrize("trace", [
+    "tracelens/h100_bert-small_bs1_seq512.json.gz", "nsys/nsysai_mock_rtx3080.sqlite.gz",
+])
+def test_report_computes_each_analysis_once(trace: str, calls: collections.Counter[str]) -> None:
+    report_contents(shared_trace(trace))
+    assert dict(calls) == {"steps": 1, "kernels": 1, "gpu_projection": 1, "overview": 1}
+
+
+def test_export_computes_each_analysis_once(calls: collections.Counter[str]) -> None:
+    export = export_report(shared_trace("tracelens/h100_bert-small_bs1_seq512.json.gz"), ExportOptions())
+    assert export.overview is not None and export.overview.kernels.total_time_ns > 0
+    assert dict(calls) == {"steps": 1, "kernels": 1, "gpu_projection": 1, "overview": 1}
+
+
+def test_a_warmup_of_its_own_keeps_the_step_count_right(calls: collections.Counter[str]) -> None:
+    # info counts every step; with --warmup the diagnosis' steps differ in their steady window
+    # only, so the count is the same whichever computed them.
+    from tracewhy.reports.report import ReportOptions
+
+    path = shared_trace("tracelens/h100_bert-small_bs1_seq512.json.gz")
+    plain = report_contents(path)
+    with_warmup = report_contents(path, ReportOptions(warmup=0))
+    assert isinstance(plain, overview.Overview) and isinstance(with_warmup, overview.Overview)
+    assert with_warmup.info.step_count == plain.info.step_count == plain.report.steps.table.height > 0
