@@ -228,19 +228,22 @@ def _reads_and_barriers(names: pl.Series, outer_op: I64, read: B, blocks: B, pid
 
 def _name_flags(names: pl.Series) -> dict[str, B]:
     """Per row, what its name says (each distinct name tested once, rows mapped by their code)."""
-    tests: dict[str, Callable[[str], bool]] = {
-        "dataloader": api_names.is_dataloader, "optimizer": api_names.is_optimizer, "comm": api_names.is_comm,
-        "autograd": api_names.is_autograd_node, "scalar_read": lambda t: api_names.is_scalar_read(
-            api_names.op_range_name(t)),
-        "op_range": lambda t: api_names.op_range_name(t) != t, "seq_range": lambda t: _SEQ_RANGE in t,
-        api_names.Phase.FORWARD: lambda t: api_names.annotation_phase(t) == api_names.Phase.FORWARD,
-        api_names.Phase.BACKWARD: lambda t: api_names.annotation_phase(t) == api_names.Phase.BACKWARD,
-        api_names.Phase.OPTIMIZER: lambda t: api_names.annotation_phase(t) == api_names.Phase.OPTIMIZER,
-    }
     codes = names.to_physical()
     unique = names.unique().drop_nulls()
     unique_codes = unique.to_physical().to_numpy()
     texts = unique.cast(pl.String).to_list()
+    # Each name's op range and phase parsed once (several tests read them; 16 k distinct names
+    # in an emit_nvtx export).
+    op_names = {t: api_names.op_range_name(t) for t in texts}
+    phases = {t: api_names.annotation_phase(t) for t in texts}
+    tests: dict[str, Callable[[str], bool]] = {
+        "dataloader": api_names.is_dataloader, "optimizer": api_names.is_optimizer, "comm": api_names.is_comm,
+        "autograd": api_names.is_autograd_node, "scalar_read": lambda t: api_names.is_scalar_read(op_names[t]),
+        "op_range": lambda t: op_names[t] != t, "seq_range": lambda t: _SEQ_RANGE in t,
+        api_names.Phase.FORWARD: lambda t: phases[t] == api_names.Phase.FORWARD,
+        api_names.Phase.BACKWARD: lambda t: phases[t] == api_names.Phase.BACKWARD,
+        api_names.Phase.OPTIMIZER: lambda t: phases[t] == api_names.Phase.OPTIMIZER,
+    }
     size = int(unique_codes.max()) + 2 if unique_codes.size else 1
     row_codes = codes.fill_null(size - 1).to_numpy()
     out: dict[str, B] = {}
