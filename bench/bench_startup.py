@@ -21,7 +21,11 @@ imports, about 0.1 s of a command's time; ``--no-bytecode-cache`` measures that 
 and put first on PYTHONPATH) in the same run, its runs taking turns with the current tree's, so
 that a before/after table shares the machine's load.
 
+``--trace PATH`` runs the commands on another trace (an Nsight Systems export, say) and
+``--results PATH`` writes the table elsewhere.
+
 Usage: python bench/bench_startup.py [--repeats 5] [--commands diagnose,kernels,...] [--baseline REV]
+       [--trace PATH] [--results PATH]
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ _IMPORT_LINE = re.compile(r"import time:\s+(\d+) \|\s+\d+ \|\s*(\S+)")
 def commands(trace: Path, scratch: Path) -> dict[str, list[str]]:
     """Each command's arguments on ``trace`` (diff and ranks get it twice, as two runs/ranks)."""
     t = str(trace)
-    second = scratch / "bert_rank1.json"
+    second = trace.with_name("rank1" + "".join(trace.suffixes))
     if not second.exists():
         second.write_bytes(trace.read_bytes())
     per_trace = ("diagnose", "gaps", "info", "ops", "lines", "kernels", "nvtx", "steps", "overlap", "blocks",
@@ -139,14 +143,18 @@ def main() -> int:
     p.add_argument("--no-write", action="store_true")
     p.add_argument("--no-bytecode-cache", action="store_true", help="compile every module in every run")
     p.add_argument("--baseline", metavar="REV", help="also time the source tree of this git revision")
+    p.add_argument("--trace", type=Path, default=SOURCE,
+                   help="another trace (gzip is inflated first), e.g. an Nsight Systems export")
+    p.add_argument("--results", type=Path, default=RESULTS, help="where the table goes")
     args = p.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="tracewhy-startup-"))
     bytecode = not args.no_bytecode_cache
     env = child_env(scratch, bytecode)
     base_env = child_env(scratch, bytecode, baseline_tree(args.baseline, scratch)) if args.baseline else None
-    trace = scratch / "bert_rank0.json"
-    with gzip.open(SOURCE, "rb") as f:
-        trace.write_bytes(f.read())
+    source: Path = args.trace
+    suffixes = [x for x in source.suffixes[-2:] if x != ".gz"] or [".json"]
+    trace = scratch / ("rank0" + "".join(suffixes))
+    trace.write_bytes(gzip.decompress(source.read_bytes()) if source.suffix == ".gz" else source.read_bytes())
     chosen = commands(trace, scratch)
     if args.commands:
         chosen = {k: v for k, v in chosen.items() if k in args.commands.split(",")}
@@ -181,7 +189,7 @@ def main() -> int:
     head = " | ".join(f"{k} import s" for k in (*PACKAGES[:4], "other"))
     lines = [
         "# Every command on a 1 MB trace, whole process", "",
-        f"Made by `python bench/bench_startup.py`. Trace: {SOURCE.name} decompressed "
+        f"Made by `python bench/bench_startup.py`. Trace: {source.name} decompressed "
         f"({trace_mb:.2f} MB). "
         f"Parse cache off; medians of {args.repeats} fresh processes; target <= {TARGET_S} s whole-process. "
         + ("Python's bytecode cache on (as installed)." if bytecode else
@@ -212,7 +220,7 @@ def main() -> int:
     text = "\n".join(lines) + "\n"
     print(text)
     if not args.no_write:
-        RESULTS.write_text(text)
+        args.results.write_text(text)
     return 0
 
 
