@@ -10,7 +10,8 @@ refused before anything is called.
 What it builds is bounded by the file's size before it is built: a pickle can reference one
 object many times for two bytes each (memo references), so rows (segments, blocks, trace
 entries, frames walked), the text copied into them and every integer (int64) are checked
-against the file, and a file past them is refused with one line.
+against the file, and a file past them is refused with one line. Integers past int64 that could
+share one hash are counted in the bytes before unpickling (colliding_ints.py).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from tracewhy.model.memory_snapshot import (
     MemorySnapshot,
 )
 from tracewhy.readers.limits import fits_int64, object_budget
+from tracewhy.readers.memory.colliding_ints import refuse_colliding_big_ints
 from tracewhy.readers.source import is_gzip, os_error, read_bytes
 
 #: The TraceEntry key each events column is read from (torch/cuda/memory.py ``TraceEntry``).
@@ -82,8 +84,10 @@ def load_plain_pickle(path: Path) -> Any:
 def _load_sized(path: Path) -> tuple[Any, int]:
     """The pickle's data and the size of the pickle (inflated when gzip)."""
     try:
-        with _pickle_stream(path) as (stream, size), _gc_paused():
-            return _DataOnly(stream).load(), size
+        with _pickle_stream(path) as (stream, size):
+            refuse_colliding_big_ints(path, stream)
+            with _gc_paused():
+                return _DataOnly(stream).load(), size
     except _Refused as e:
         raise TraceError(path, f"refused as a memory snapshot: {e}") from None
     except OSError as e:
