@@ -64,6 +64,8 @@ _PICKLE_INJECTIONS: tuple[tuple[str, bytes], ...] = (
     ("POP_MARK without a MARK", b"1"),
     ("DICT of an odd count", b"(K\x01d"),
     ("SETITEMS with a list key", b"(]K\x01u"),
+    ("a dict of 2,000 int keys that all hash alike", b"}(" + b"".join(
+        b"\x8a\x0a" + (k * (2**61 - 1)).to_bytes(10, "little", signed=True) + b"N" for k in range(5, 2_005)) + b"u"),
 )
 
 

@@ -29,6 +29,8 @@ from fuzzing_kinds import (
 )
 from fuzzing_mutators import p_inject, p_memo
 from fuzzing_run import VERDICTS, Outcome, command_argv, run_cli
+from tracewhy.errors import TraceError
+from tracewhy.readers.memory.snapshot import read_memory_snapshot
 
 
 @pytest.mark.parametrize("seed", KIND_SEEDS, ids=lambda s: f"{s.kind}:{s.relative}")
@@ -84,6 +86,26 @@ def test_an_injected_global_is_refused_not_run(tmp_path: Path) -> None:
         outcome = Outcome()
         check_kind_read(path, "snapshot", outcome)
         assert outcome.verdict == "refused", (what, outcome.problems)
+    assert seen >= 3
+
+
+def test_injected_keys_that_all_hash_alike_are_refused(tmp_path: Path) -> None:
+    """Wherever the dict of colliding big-int keys lands, the bytes are refused before unpickling."""
+    data = kind_seed_files(KIND_SEEDS[0])["snapshot.pickle"]
+    rng = random.Random(5)
+    seen = 0
+    for _ in range(200):
+        mutant, what = p_inject(data, rng)
+        if "hash alike" not in what:
+            continue
+        seen += 1
+        path = tmp_path / f"h{seen}.pickle"
+        path.write_bytes(mutant)
+        outcome = Outcome()
+        check_kind_read(path, "snapshot", outcome)
+        assert outcome.verdict == "refused", (what, outcome.problems)
+        with pytest.raises(TraceError, match="could share one hash"):
+            read_memory_snapshot(path)
     assert seen >= 3
 
 
