@@ -125,8 +125,12 @@ def test_steps_warmup_and_percentiles(tmp_path: Path) -> None:
 
 def test_steps_custom_marker_and_absent_markers(tmp_path: Path) -> None:
     trace = tracewhy.load(_stepped(tmp_path, [100, 100], name="train_step"))
-    none = steps(trace)
-    assert none.table.height == 0 and none.note is not None and "--step" in none.note
+    # No ProfilerStep: a top-level block repeated evenly bounds the loop's iterations, start to
+    # start (the last block's iteration has no known end, so two blocks give one iteration), and
+    # the note names the rule and --step.
+    inferred = steps(trace)
+    assert inferred.source == "annotation" and inferred.table.height == 1
+    assert inferred.note is not None and "train_step" in inferred.note and "--step" in inferred.note
     custom = steps(trace, StepsOptions(marker="train_step"))
     # Two same-named, disjoint spans are two steps (no warm-up with fewer than 3).
     assert custom.table.height == 2 and custom.warmup == 0
