@@ -36,6 +36,8 @@ from tracewhy.model.memory_snapshot import (
     EventCol,
     Frame,
     MemorySnapshot,
+    SegCol,
+    SnapshotBlockCol,
 )
 from tracewhy.readers.limits import fits_int64, object_budget
 from tracewhy.readers.memory.colliding_ints import refuse_colliding_big_ints
@@ -142,6 +144,9 @@ def read_memory_snapshot(path: str | Path) -> MemorySnapshot:
             events = _events(p, traces, stacks, budget)
     except RecursionError:  # frames that contain themselves: a pickle can build those
         raise TraceError(p, "memory snapshot frames nest too deeply to read") from None
+    _sizes_a_device_holds(p, (segments, SegCol.TOTAL_SIZE), (segments, SegCol.ALLOCATED_SIZE),
+                          (blocks, SnapshotBlockCol.SIZE), (blocks, SnapshotBlockCol.REQUESTED),
+                          (events, EventCol.SIZE))
     settings = data.get("allocator_settings", {})
     plain = {str(k): v for k, v in settings.items() if isinstance(v, str | int | float | bool) or v is None} \
         if isinstance(settings, dict) else {}
@@ -226,6 +231,22 @@ class _Stacks:
             self.budget.take_text(len(filename) + len(name))
             frame = self._frames[id(f)] = (filename, _int(f.get("line"), self.budget), name)
         return frame
+
+
+#: No device holds a petabyte: a size past it is no allocation, and the replay's running totals
+#: of such sizes would pass int64 (the fuzz's int64-max block size ended in an OverflowError).
+MAX_SNAPSHOT_BYTES: Final = 2**50
+
+
+def _sizes_a_device_holds(path: Path, *columns: tuple[pl.DataFrame, str]) -> None:
+    """A TraceError naming the first size column holding a size past MAX_SNAPSHOT_BYTES."""
+    for frame, col in columns:
+        values = frame.get_column(col)
+        # min and max, not abs(): abs of int64's minimum wraps to itself
+        for v in (values.min(), values.max()) if frame.height else ():
+            if isinstance(v, int) and abs(v) > MAX_SNAPSHOT_BYTES:
+                raise TraceError(path, f"memory snapshot {col} of {v} bytes: no device holds that "
+                                       f"(past ±{MAX_SNAPSHOT_BYTES >> 50} PiB)")
 
 
 def _int(value: object, budget: _Budget) -> int:
