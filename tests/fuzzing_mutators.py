@@ -77,7 +77,9 @@ def _opcodes(data: bytes) -> list[tuple[str, Any, int, int]]:
             ops.append((op.name, arg, pos if pos is not None else 0))
     except Exception:  # a damaged pickle: the opcodes before the damage
         pass
-    ends = [p for _, _, p in ops[1:]] + [len(data) if not ops else _end_of_last(data, ops[-1][2])]
+    if not ops:  # damaged at its first byte: nothing parses (the harness had crashed on zip here)
+        return []
+    ends = [p for _, _, p in ops[1:]] + [_end_of_last(data, ops[-1][2])]
     return [(name, arg, start, end) for (name, arg, start), end in zip(ops, ends, strict=True)]
 
 
