@@ -33,7 +33,9 @@ from tracewhy.reports.diagnose import Report, diagnose
 FIRST: dict[str, tuple[Code, ...]] = {
     "break_top": (Code.GRAPH_BREAKS,),
     "break_loop": (Code.GRAPH_BREAKS,),
-    "break_item": (Code.RECOMPILE, Code.GRAPH_BREAKS),
+    # The .item() float recompiles the resume function once (step 1), then runs dynamic: the break
+    # recurs every step, the recompile's step is left out of the account as a one-time compile.
+    "break_item": (Code.GRAPH_BREAKS, Code.RECOMPILE),
     "recompile": (Code.RECOMPILE,),
 }
 

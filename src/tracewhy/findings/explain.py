@@ -145,10 +145,13 @@ def explain(ctx: Context, found: list[Finding]) -> Explained:
             matched = [r for r in matched if not r[AccountCol.ESSENTIAL]][:1]
         for r in matched:
             claimed.setdefault(r[AccountCol.PART], []).append(len(out))
-        # A one-time cost (a recompile paid once) claims its part but predicts no per-step saving.
-        edits = () if f.evidence.get("one_time_cost") else _fixes(matched)
+        # A one-time cost (a recompile paid once) claims its part but predicts no per-step saving;
+        # its step is usually left out of the account (a one-time compile), and then it has none.
+        one_time = bool(f.evidence.get("one_time_cost"))
+        edits = () if one_time else _fixes(matched)
         fixes[len(out)] = edits
-        out.append(_predicted(ctx, f, matched, edits))
+        out.append(replace(f, part=None, predicted_step_ns=None, next_bottleneck=None, recoverable_ns_per_step=0)
+                   if one_time and not matched else _predicted(ctx, f, matched, edits))
     for r in rows:
         if (avoidable(r[AccountCol.PART], r[AccountCol.KIND], r[AccountCol.ESSENTIAL])
                 and r[AccountCol.PART] not in claimed and r[AccountCol.SHARE] >= th.UNEXPLAINED_PART_MIN_SHARE):
