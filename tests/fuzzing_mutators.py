@@ -175,6 +175,8 @@ def mutate_pickle(data: bytes, rng: random.Random, steps: int) -> tuple[bytes, l
     if protocol != 4:
         done.append(f"pickled with protocol {protocol}")
     for _ in range(steps):
+        if not _opcodes(data):  # an earlier mutation left nothing that parses: nothing to work on
+            break
         mutator = rng.choice(PICKLE_MUTATORS)
         data, what = mutator(data, rng)
         done.append(f"{mutator.__name__}: {what}")
