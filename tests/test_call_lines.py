@@ -21,6 +21,7 @@ import pytest
 
 import tracewhy
 from conftest import GENERATED, ROOT, shared_trace
+from test_lines import _load
 from tracewhy.analyses.account import AccountCol, step_account
 from tracewhy.analyses.lines import LineCol, LinesResult, lines
 from tracewhy.analyses.source_lines import HostTree, LineKind, line_of, parse_frame, running_at_start
@@ -35,11 +36,6 @@ BERT_H100 = "tracelens/h100_bert-small_bs1_seq512.json.gz"
 RESNET_LEGACY = "kineto/resnet50_nw0_span1_worker0.1623143089861.pt.trace.json.gz"
 
 
-@cache
-def _load(path: Path) -> Trace:
-    trace = tracewhy.load(path)
-    trace.check()
-    return trace
 
 
 @cache

@@ -56,6 +56,13 @@ class HostIndex:
         hits: B = self.kind_code == KIND_CODE[kind.value]
         return hits
 
+    def top_level(self, rows: I64) -> I64:
+        """Of ``rows``, those with no op or annotation above them (Python frames aside): the
+        blocks a loop's body is made of."""
+        parent = self.parent[rows]
+        safe = np.maximum(parent, 0)
+        return rows[(parent < 0) | ((self.annotation_ctx[safe] < 0) & (self.op_ctx[safe] < 0))]
+
     def innermost(self, pid: int, tid: int, times: I64) -> I64:
         """Sorted-row position of the innermost slice open at each instant on a thread (-1: idle)."""
         out = np.full(times.shape[0], -1, dtype=np.int64)

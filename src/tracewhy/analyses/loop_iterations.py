@@ -74,9 +74,7 @@ def loop_iterations(trace: Trace) -> LoopIterations | None:
     rows = np.flatnonzero(host.is_kind(Kind.ANNOTATION) | host.is_kind(Kind.CPU_OP))
     if rows.size == 0:
         return None
-    parent = host.parent[rows]
-    safe = np.maximum(parent, 0)
-    top = rows[(parent < 0) | ((host.annotation_ctx[safe] < 0) & (host.op_ctx[safe] < 0))]
+    top = host.top_level(rows)
     s = trace.slices
     ids = host.ids[top]
     names = s.get_column(Col.NAME).gather(ids).cast(pl.String)

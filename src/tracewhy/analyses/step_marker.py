@@ -34,9 +34,7 @@ def annotation_step_marker(trace: Trace) -> StepMarker | None:
     rows = np.flatnonzero(host.is_kind(Kind.ANNOTATION))
     if rows.size == 0:
         return None
-    parent = host.parent[rows]
-    safe = np.maximum(parent, 0)
-    top = rows[(parent < 0) | ((host.annotation_ctx[safe] < 0) & (host.op_ctx[safe] < 0))]
+    top = host.top_level(rows)
     s = trace.slices
     blocks = pl.DataFrame({
         Col.NAME: names.gather(host.ids[top]),
