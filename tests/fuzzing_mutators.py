@@ -257,6 +257,8 @@ def mutate_lines(data: bytes, rng: random.Random, steps: int, as_json: bool) -> 
     lines = data.split(b"\n")
     done = []
     for _ in range(steps):
+        if not lines:  # every line deleted by the steps before: one empty line to work on
+            lines = [b""]
         i = rng.randrange(len(lines))
         how = rng.randrange(7)
         if how == 0:

@@ -94,3 +94,30 @@ def test_a_size_no_device_holds_is_one_line(where: str, value: int, tmp_path: Pa
     assert main(["memory", str(path)]) == EXIT_BAD_INPUT
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no device holds that" in err and str(path) in err
+
+
+def test_cleanup_errors_while_a_pickle_is_refused_stay_quiet(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Found by the fuzz: a forged BYTEARRAY8 length ran the unpickler out of memory under the
+    # worker's limit, and CPython printed "SystemError: deallocated bytearray object has exported
+    # buffers" (an unraisable error from the bytearray's teardown) beside the one-line refusal.
+    # The same kind of error, raised from a finalizer inside the guard, is not passed on to the
+    # process's hook (which prints it); other errors still are.
+    import sys
+
+    from tracewhy.readers.memory.snapshot import _cleanup_noise_quiet
+
+    seen: list[str] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(type(u.exc_value).__name__))
+
+    class Noisy:
+        def __init__(self, error: Exception) -> None:
+            self.error = error
+
+        def __del__(self) -> None:
+            raise self.error
+
+    with _cleanup_noise_quiet():
+        Noisy(SystemError("deallocated bytearray object has exported buffers"))
+        Noisy(ValueError("a real bug"))
+    Noisy(SystemError("outside the guard"))
+    assert seen == ["ValueError", "SystemError"]

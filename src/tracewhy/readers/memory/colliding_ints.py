@@ -62,11 +62,12 @@ def refuse_colliding_big_ints(path: Path, stream: IO[bytes]) -> None:
 
 @contextmanager
 def _bytes_of(stream: IO[bytes]) -> Iterator[bytes | mmap.mmap | memoryview]:
-    """The whole pickle without a copy: the BytesIO's buffer, or the file mapped read-only."""
-    getbuffer = getattr(stream, "getbuffer", None)
-    if getbuffer is not None:
-        with getbuffer() as view:
-            yield view
+    """The whole pickle without a copy: the BytesIO's bytes (``getvalue`` shares the bytes it
+    was made from; ``getbuffer`` would copy them into an exported bytearray), or the file mapped
+    read-only."""
+    getvalue = getattr(stream, "getvalue", None)
+    if getvalue is not None:
+        yield getvalue()  # the bytes it was made from, shared while nothing writes to it
         return
     try:
         mapped = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)

@@ -20,6 +20,7 @@ import gc
 import io
 import os
 import pickle
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -83,8 +84,33 @@ def load_plain_pickle(path: Path) -> Any:
     return _load_sized(path)[0]
 
 
+@contextmanager
+def _cleanup_noise_quiet() -> Iterator[None]:
+    """CPython's unpickler reads a counted bytearray (BYTEARRAY8) into a view of a new bytearray;
+    when a forged length runs the process out of memory mid-read, the bytearray is freed with the
+    view still exported and CPython prints "SystemError: deallocated bytearray object has
+    exported buffers" through sys.unraisablehook, beside our one-line refusal (found by the
+    fuzz). Such cleanup errors while a refused pickle is torn down are not the user's news."""
+    previous = sys.unraisablehook
+
+    def hook(u: Any) -> None:
+        if not isinstance(u.exc_value, SystemError | BufferError):
+            previous(u)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous
+
+
 def _load_sized(path: Path) -> tuple[Any, int]:
     """The pickle's data and the size of the pickle (inflated when gzip)."""
+    with _cleanup_noise_quiet():
+        return _load_sized_loud(path)
+
+
+def _load_sized_loud(path: Path) -> tuple[Any, int]:
     try:
         with _pickle_stream(path) as (stream, size):
             refuse_colliding_big_ints(path, stream)
