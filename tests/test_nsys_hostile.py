@@ -387,3 +387,16 @@ def test_a_clean_export_reads_without_warnings(tmp_path: Path) -> None:
     trace = _read(path)
     assert _kernels(trace).get_column(Col.PID).to_list() == [PID]
     assert not trace.meta.warnings
+
+
+def test_nvtx_ranges_piled_at_one_instant_are_refused_not_nested(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by the long fuzz: nvFuser's real export with every NVTX_EVENTS row moved to one
+    instant (13,513 ranges) made `nvtx` weigh every later range as a parent of every earlier one,
+    2.7 GB from a 322 KB file. The containment candidates are counted before they are built."""
+    path = _sql(_copy(tmp_path, "nvfuser_xent_h200_2025.1"),
+                "UPDATE NVTX_EVENTS SET start = (SELECT MIN(start) FROM NVTX_EVENTS), "
+                "[end] = (SELECT MIN(start) FROM NVTX_EVENTS) + 1000 WHERE [end] IS NOT NULL")
+    assert main(["nvtx", str(path)]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "containment candidates" in err and str(path) in err

@@ -36,6 +36,7 @@ from tracewhy.analyses.nvtx_work import (
     thread_codes,
 )
 from tracewhy.analyses.summaries import Summary, summarize
+from tracewhy.errors import TraceError
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, Col, Kind, NvtxCol
 from tracewhy.model.trace import NSYS_FORMAT, Trace
 
@@ -89,6 +90,22 @@ def nvtx_summary(trace: Trace) -> Summary:
 # --- range tree -------------------------------------------------------------------------------
 
 
+#: The containment candidates ``range_tree`` may weigh (about 40 bytes each): ranges nested d
+#: deep give about n x d; 13,513 ranges all at one instant (a fuzzed export) gave 91 million,
+#: 2.7 GB from a 322 KB file.
+NESTING_PAIRS_FLOOR: Final = 16_000_000
+NESTING_PAIRS_PER_RANGE: Final = 64
+
+
+class NestingTooDense(ValueError):
+    """More containment candidates than the bound: ranges piled on one another."""
+
+    def __init__(self, ranges: int, pairs: int) -> None:
+        super().__init__(f"{ranges} NVTX ranges give {pairs:,} containment candidates, more than the "
+                         f"{max(NESTING_PAIRS_FLOOR, NESTING_PAIRS_PER_RANGE * ranges):,} tracewhy weighs "
+                         "(ranges piled at one instant or nested thousands deep): refusing to nest them")
+
+
 def range_tree(thread: I64, start: I64, end: I64, order: I64) -> tuple[I64, I64]:
     """Parent (index, -1 for none) and level of each range among ranges of the same thread.
 
@@ -108,6 +125,9 @@ def range_tree(thread: I64, start: I64, end: I64, order: I64) -> tuple[I64, I64]
     hi = search_by_thread(t, s, t, e, "right")
     lo = np.arange(n) + 1
     count = np.maximum(hi - lo, 0)
+    pairs = int(count.sum())
+    if pairs > max(NESTING_PAIRS_FLOOR, NESTING_PAIRS_PER_RANGE * n):
+        raise NestingTooDense(n, pairs)
     p_idx = np.repeat(np.arange(n), count)
     c_idx = ranges_concat(lo, count)
     inside = e[c_idx] <= e[p_idx]
@@ -166,10 +186,13 @@ def gpu_projection(trace: Trace, work: GpuWork | None = None) -> ProjectionResul
         (pl.col(Col.TS) + pl.col(Col.DUR)).alias("_end"),
     )
     thread, _ = thread_codes(rng, rng.clear())
-    parent, level = range_tree(
-        thread, rng.get_column(Col.TS).to_numpy(), rng.get_column("_end").to_numpy(),
-        rng.get_column(NvtxCol.RANGE_ID).to_numpy(),
-    )
+    try:
+        parent, level = range_tree(
+            thread, rng.get_column(Col.TS).to_numpy(), rng.get_column("_end").to_numpy(),
+            rng.get_column(NvtxCol.RANGE_ID).to_numpy(),
+        )
+    except NestingTooDense as e:
+        raise TraceError(trace.meta.path, str(e)) from None
     ids = rng.get_column(Col.ID).to_numpy()
     by_id = np.argsort(ids, kind="stable")
     proj = work.table.select(
