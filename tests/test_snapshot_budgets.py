@@ -121,3 +121,10 @@ def test_cleanup_errors_while_a_pickle_is_refused_stay_quiet(monkeypatch: pytest
         Noisy(ValueError("a real bug"))
     Noisy(SystemError("outside the guard"))
     assert seen == ["ValueError", "SystemError"]
+    # bytearray_dealloc reports through PyErr_Print, which calls sys.excepthook.
+    printed: list[str] = []
+    monkeypatch.setattr(sys, "excepthook", lambda kind, value, tb: printed.append(kind.__name__))
+    with _cleanup_noise_quiet():
+        sys.excepthook(SystemError, SystemError("deallocated bytearray object has exported buffers"), None)
+        sys.excepthook(KeyError, KeyError("a real bug"), None)
+    assert printed == ["KeyError"]

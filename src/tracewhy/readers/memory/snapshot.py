@@ -89,19 +89,24 @@ def _cleanup_noise_quiet() -> Iterator[None]:
     """CPython's unpickler reads a counted bytearray (BYTEARRAY8) into a view of a new bytearray;
     when a forged length runs the process out of memory mid-read, the bytearray is freed with the
     view still exported and CPython prints "SystemError: deallocated bytearray object has
-    exported buffers" through sys.unraisablehook, beside our one-line refusal (found by the
-    fuzz). Such cleanup errors while a refused pickle is torn down are not the user's news."""
-    previous = sys.unraisablehook
+    exported buffers" (``PyErr_Print``, through ``sys.excepthook``; other teardown errors through
+    ``sys.unraisablehook``) beside our one-line refusal (found by the fuzz). Such cleanup errors
+    while a pickle is read or refused are not the user's news; any other error still prints."""
+    previous_unraisable, previous_except = sys.unraisablehook, sys.excepthook
 
-    def hook(u: Any) -> None:
+    def unraisable(u: Any) -> None:
         if not isinstance(u.exc_value, SystemError | BufferError):
-            previous(u)
+            previous_unraisable(u)
 
-    sys.unraisablehook = hook
+    def excepthook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        if not isinstance(value, SystemError | BufferError):
+            previous_except(kind, value, tb)
+
+    sys.unraisablehook, sys.excepthook = unraisable, excepthook
     try:
         yield
     finally:
-        sys.unraisablehook = previous
+        sys.unraisablehook, sys.excepthook = previous_unraisable, previous_except
 
 
 def _load_sized(path: Path) -> tuple[Any, int]:
