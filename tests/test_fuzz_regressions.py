@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -55,3 +57,30 @@ def test_a_corrupt_gzip_stream_is_bad_input_when_the_hints_look_too(
         err = capsys.readouterr().err
         assert code in (0, 1, 3), err
         assert "internal error" not in err and "Traceback" not in err
+
+
+def _bounded_memory() -> None:  # (in the child, before exec)
+    import resource
+    resource.setrlimit(resource.RLIMIT_AS, (1536 << 20, 1536 << 20))
+
+
+def test_critical_path_with_every_time_at_one_instant_ends(tmp_path: Path) -> None:
+    """Every event's time scaled by 1e-9: all 40,573 events of a DDP step collapse into two
+    nanoseconds. A host thread's program order, a stream's order and the launches between them
+    then order the instants of one time differently, and the edges that released them close a
+    cycle; the walk back from the step's end went round it for ever (past 12 GB in 10 minutes;
+    refused as "out of memory" under a bound). It now leaves a cycle by its latest earlier
+    in-edge. Fuzz: k_retime, 'times scaled by 1e-09'."""
+    doc = json.loads(gzip.decompress(shared_trace("hta/a100_ddp2_rank0_nccl2.17.json.gz").read_bytes()))
+    for event in doc["traceEvents"]:
+        if isinstance(event.get("ts"), (int, float)):
+            event["ts"] *= 1e-9
+            if isinstance(event.get("dur"), (int, float)):
+                event["dur"] *= 1e-9
+    path = tmp_path / "one_instant.json"
+    path.write_text(json.dumps(doc))
+    done = subprocess.run([sys.executable, "-m", "tracewhy", "critical-path", str(path), "--no-cache", "--json"],
+                          capture_output=True, text=True, timeout=180, preexec_fn=_bounded_memory, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    steps = json.loads(done.stdout)["steps"]
+    assert steps and all(s["total_ns"] <= s["window_ns"] for s in steps)
