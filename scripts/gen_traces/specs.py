@@ -19,6 +19,7 @@ import lines_traces
 import memory_step_traces
 import memory_traces
 import optimizer_traces
+import provenance_traces
 
 
 @dataclass(frozen=True)
@@ -221,6 +222,9 @@ SPECS: tuple[TraceSpec, ...] = (
     TraceSpec("lines_started", (lines_traces.STARTED_FILE,), _one(lines_traces.STARTED_FILE, lines_traces.make_started),
               "lines_traces.make_started", lines_traces.OPTIONS, _sched(lines_traces.STARTED_SCHEDULE),
               lines_traces.PLANTED_STARTED),
+    TraceSpec("provenance", (provenance_traces.TRACE_FILE,), provenance_traces.make, "provenance_traces.make",
+              provenance_traces.OPTIONS, _sched(provenance_traces.SCHEDULE), provenance_traces.PLANTED,
+              timeout_s=900.0),
 )
 
 DEMO = TraceSpec(

@@ -12,8 +12,19 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tracewhy.analyses.source_lines import I64, B, HostTree, LineKind, call_stacks, parse_frame, running_at_start
+from tracewhy.analyses.kernel_lines import CompiledLines, KernelRunCol, compiled_lines
+from tracewhy.analyses.source_lines import (
+    I64,
+    B,
+    HostTree,
+    LineKind,
+    call_stacks,
+    is_library,
+    parse_frame,
+    running_at_start,
+)
 from tracewhy.analyses.steps import StepsResult, steady_span, steps
+from tracewhy.model.kernel_provenance import KernelProvenance
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, OpAttrCol
 from tracewhy.model.trace import Trace
 from tracewhy.rows import Rows
@@ -80,6 +91,8 @@ SOURCE_NONE: Final = "none"
 class LinesOptions:
     include_library: bool = False  # --all: list library frames (torch, site-packages, stdlib) as rows too
     sort_by: str | None = None  # one of SORT_KEYS; None: gpu_self_ns when there is GPU time, else host_self_ns
+    #: Where compiled kernels come from (--logs): their time goes to the source lines they fuse.
+    provenance: KernelProvenance | None = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +114,9 @@ class LinesResult(Rows, rows="table", key="function"):
     gpu_time_ns: int
     steady_window_ns: int | None
     note: str | None
+    #: With ``provenance``: compiled kernel runs seen, and how many got source lines (None without).
+    compiled_kernel_runs: int | None = None
+    compiled_attributed: int | None = None
 
 
 def lines(trace: Trace, options: LinesOptions = LinesOptions(), steps_result: StepsResult | None = None) -> LinesResult:
@@ -110,9 +126,10 @@ def lines(trace: Trace, options: LinesOptions = LinesOptions(), steps_result: St
     gpu_time = int(s.filter(pl.col(Col.KIND).is_in([k.value for k in GPU_ACTIVITY_KINDS])).get_column(Col.DUR).sum())
     tree = HostTree.of(trace)
     span = steady_span(steps_result.table if steps_result is not None else steps(trace).table, start=Col.TS)
+    compiled = None if options.provenance is None else compiled_lines(trace, tree, options.provenance)
     parts: tuple[pl.DataFrame, pl.DataFrame] | None
     if tree.is_python.any():
-        parts = _from_frames(trace, tree, options.include_library, span)
+        parts = _from_frames(trace, tree, options.include_library, span, compiled)
         source = SOURCE_FRAMES
     else:
         parts = _from_call_stacks(trace, tree, options.include_library, span)
@@ -137,7 +154,9 @@ def lines(trace: Trace, options: LinesOptions = LinesOptions(), steps_result: St
             note = "no user-code frames in this trace; --all lists library frames too"
     return LinesResult(table=table, stacks=stacks, source=source, include_library=options.include_library,
                        sort_by=sort_by, gpu_time_ns=gpu_time,
-                       steady_window_ns=None if span is None else span[1] - span[0], note=note)
+                       steady_window_ns=None if span is None else span[1] - span[0], note=note,
+                       compiled_kernel_runs=None if compiled is None else compiled.kernel_runs,
+                       compiled_attributed=None if compiled is None else compiled.attributed)
 
 
 def _steady_ns(ts: I64, end: I64, span: tuple[int, int] | None) -> I64:
@@ -172,8 +191,8 @@ def _parse_names(names: pl.Series) -> tuple[pl.DataFrame, I64]:
     return frames, index
 
 
-def _from_frames(trace: Trace, tree: HostTree, include_library: bool,
-                 span: tuple[int, int] | None) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _from_frames(trace: Trace, tree: HostTree, include_library: bool, span: tuple[int, int] | None,
+                 compiled: CompiledLines | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Rows and stacks from python_function frames: each listed frame owns the slices below it
     up to the next listed frame (builtin calls and ops included)."""
     py = np.flatnonzero(tree.is_python)
@@ -224,7 +243,44 @@ def _from_frames(trace: Trace, tree: HostTree, include_library: bool,
         *(pl.col(c).filter(outer).sum() for c in (LineCol.HOST_TOTAL, LineCol.GPU, LineCol.HOST_STEADY)),
     )
     stacks = _frame_stacks(tree, rows, up, frame_of, per_slice)
-    return frames.join(table, on=LineCol.FRAME, how="inner"), stacks
+    table = frames.join(table, on=LineCol.FRAME, how="inner")
+    if compiled is not None and compiled.runs.height:
+        owner_frame = np.where(owner >= 0, frame_of[np.maximum(owner, 0)], -1)
+        table = _with_compiled(table, compiled.runs, owner_frame, include_library, span, tree)
+    return table, stacks
+
+
+def _with_compiled(table: pl.DataFrame, runs: pl.DataFrame, owner_frame: I64, include_library: bool,
+                   span: tuple[int, int] | None, tree: HostTree) -> pl.DataFrame:
+    """The rows with compiled kernel time moved from the frame each kernel ran under (a ``def
+    forward`` line, or the output code's ``call``) to rows for the source lines it fuses
+    (LineKind.COMPILED). A run's host time is host self time of those lines; totals, calls and
+    steady time follow the same shares."""
+    ids = runs.get_column(KernelRunCol.ID).to_numpy()
+    end = tree.ts + tree.dur
+    runs = runs.with_columns(pl.Series("_frame", owner_frame[ids]),
+                             pl.Series("_steady", _steady_ns(tree.ts[ids], end[ids], span)))
+    whole = runs.unique(KernelRunCol.ID).filter(pl.col("_frame") >= 0).group_by("_frame").agg(
+        pl.col(KernelRunCol.RUN_HOST).sum().alias("_host"), pl.col(KernelRunCol.RUN_GPU).sum().alias("_gpu"))
+    table = table.join(whole, left_on=LineCol.FRAME, right_on="_frame", how="left").with_columns(
+        *((pl.col(c) - pl.col(f).fill_null(0)).clip(0).alias(c) for c, f in (
+            (LineCol.HOST_SELF, "_host"), (LineCol.GPU_SELF, "_gpu")))).drop("_host", "_gpu")
+    share = pl.col(KernelRunCol.HOST) / pl.col(KernelRunCol.RUN_HOST).cast(pl.Float64)
+    added = runs.group_by(KernelRunCol.FILE, KernelRunCol.LINE, KernelRunCol.FUNCTION).agg(
+        pl.col(KernelRunCol.ID).n_unique().cast(pl.Int64).alias(LineCol.CALLS),
+        pl.col(KernelRunCol.HOST).sum().round().cast(pl.Int64).alias(LineCol.HOST_SELF),
+        pl.col(KernelRunCol.GPU).sum().round().cast(pl.Int64).alias(LineCol.GPU_SELF),
+        (pl.col("_steady") * share.fill_nan(0.0)).sum().round().cast(pl.Int64).alias(LineCol.HOST_STEADY),
+    ).with_columns(pl.col(LineCol.HOST_SELF).alias(LineCol.HOST_TOTAL), pl.col(LineCol.GPU_SELF).alias(LineCol.GPU),
+                   pl.lit(0, pl.Int64).alias(LineCol.SYNCS), pl.lit(0, pl.Int64).alias(LineCol.OPS),
+                   pl.lit(LineKind.COMPILED).alias(LineCol.LINE_KIND),
+                   pl.col(KernelRunCol.FILE).map_elements(lambda f: not is_library(f), return_dtype=pl.Boolean)
+                   .alias(LineCol.USER)).sort(KernelRunCol.FILE, KernelRunCol.LINE, KernelRunCol.FUNCTION)
+    if not include_library:
+        added = added.filter(pl.col(LineCol.USER))
+    first = int(table.get_column(LineCol.FRAME).cast(pl.Int64).max() or 0) + 1 if table.height else 0
+    added = added.with_columns((pl.int_range(pl.len()) + first).cast(pl.Int64).alias(LineCol.FRAME))
+    return pl.concat([table, added.select(table.columns)], how="vertical_relaxed")
 
 
 def _thread_keys(trace: Trace, rows: I64) -> I64:

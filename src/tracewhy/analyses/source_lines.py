@@ -39,6 +39,8 @@ class LineKind:
     DEF: Final = "def"  # where the function starts: a frame entered while the profiler ran
     AT_START: Final = "at_start"  # the line run when the profiler started (a prof.step() or
     #                               `with profile` line), not the call toward the work under it
+    COMPILED: Final = "compiled"  # a line of user code whose FX nodes a compiled kernel fuses
+    #                               (from the compile logs): the kernel's time is put on it
 
 
 #: LineKind as small integers in arrays, in this order.

@@ -33,6 +33,9 @@ class LinesPayload(TypedDict):
     #: The steady steps' windows' length; null without steps.
     steady_window_ns: int | None
     note: str | None
+    #: With --logs: compiled kernel runs seen in the trace and how many were traced to source lines.
+    compiled_kernel_runs: int | None
+    compiled_attributed: int | None
     lines: Annotated[pl.DataFrame, rows(LINE_ROWS_SCHEMA, "one row per source line, in sort_by order")]
 
 
@@ -42,6 +45,7 @@ def lines_payload(r: LinesResult) -> LinesPayload:
 
     return {"source": r.source, "include_library": r.include_library, "sort_by": r.sort_by,
             "gpu_time_ns": r.gpu_time_ns, "steady_window_ns": r.steady_window_ns, "note": r.note,
+            "compiled_kernel_runs": r.compiled_kernel_runs, "compiled_attributed": r.compiled_attributed,
             "lines": r.table.drop(LineCol.FRAME)}
 
 
@@ -57,6 +61,9 @@ def render_lines(r: LinesResult, top: int) -> RenderableType:
     if r.sort_by != LineCol.HOST_SELF and r.table.height:
         by_host = r.table.sort(LineCol.HOST_SELF, descending=True, maintain_order=True).head(top)
         parts.append(_table(r, by_host, "by host self time"))
+    if r.compiled_kernel_runs is not None:
+        parts.append(Text(f"compiled kernels: {r.compiled_attributed} of {r.compiled_kernel_runs} runs traced to "
+                          "source lines (rows marked compiled)"))
     if r.note:
         parts.append(Text(f"note: {printable(r.note)}", style="yellow"))
     return Group(*parts)
@@ -101,6 +108,8 @@ def location(file: str, line: int, function: str, kind: str | None = None) -> st
         return f"{file}:{line} def {function}"
     if kind == LineKind.AT_START:
         return f"{file} {function} (running at start)"
+    if kind == LineKind.COMPILED:
+        return f"{file}:{line} {function} (compiled)"
     return f"{file}:{line} {function}"
 
 

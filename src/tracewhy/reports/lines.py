@@ -5,10 +5,12 @@ stacks a flame graph or a speedscope profile draws."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final
 
 from tracewhy.analyses.lines import SORT_KEYS, LinesOptions, LinesResult, lines
 from tracewhy.analyses.steps import StepsOptions, steps
+from tracewhy.readers.torch_logs.provenance import read_kernel_provenance
 from tracewhy.reports.inputs import PLAIN, Loader, TraceSource
 
 #: The columns the rows may be sorted by (``--sort``).
@@ -23,11 +25,19 @@ class LinesReportOptions:
     sort_by: str | None = None
     step_marker: str | None = None
     warmup: int | None = None
+    #: A TORCH_TRACE directory (or log) or TORCH_LOGS=output_code capture of the same run: compiled
+    #: kernels' time goes to the source lines they fuse.
+    logs: Path | None = None
 
 
 def lines_report(trace: TraceSource, options: LinesReportOptions | None = None, loader: Loader = PLAIN) -> LinesResult:
     options = options or LinesReportOptions()
+    provenance = None
+    if options.logs is not None:
+        provenance = read_kernel_provenance(options.logs)
+        if provenance.warnings:
+            loader.warn(options.logs, provenance.warnings)
     t = loader.trace(trace)
     steps_result = steps(t, StepsOptions(marker=options.step_marker, warmup=options.warmup))
-    return lines(t, LinesOptions(include_library=options.include_library, sort_by=options.sort_by),
-                 steps_result=steps_result)
+    return lines(t, LinesOptions(include_library=options.include_library, sort_by=options.sort_by,
+                                 provenance=provenance), steps_result=steps_result)

@@ -19,6 +19,8 @@ class LinesCommand(Command):
     Call stack is read too). User code only unless --all: then library, torch and standard-library
     frames are rows of their own, and self times are split among them. A builtin call (.item(),
     time.sleep) is never a row: its time is the calling line's.
+    --logs PATH (a TORCH_TRACE directory, best with INDUCTOR_PROVENANCE=1, or a TORCH_LOGS=output_code
+    capture) puts each compiled kernel's time on the source lines it fuses ("compiled" rows).
     --flame FILE writes the stacks in the folded format (flamegraph.pl, inferno, speedscope);
     --speedscope FILE a speedscope profile; --weight says whether widths are host or GPU time.
     """
@@ -36,6 +38,9 @@ class LinesCommand(Command):
         parser.add_argument("--speedscope", metavar="FILE", help="write a speedscope profile (JSON)")
         parser.add_argument("--weight", choices=WEIGHTS, default="host",
                             help="what the flame graph and speedscope widths are (default host)")
+        parser.add_argument("--logs", type=Path, metavar="PATH",
+                            help="TORCH_TRACE directory or TORCH_LOGS=output_code capture of the same run: "
+                                 "compiled kernels' time goes to the source lines they fuse")
         parser.add_argument("--step", metavar="NAME", help="annotation that marks a step (default ProfilerStep)")
         parser.add_argument("--warmup", type=positive_int, default=None, metavar="N",
                             help="steps to exclude as warm-up (default: a first step #0 or outlier)")
@@ -48,7 +53,8 @@ class LinesCommand(Command):
             refuse_overwrite(out, Path(args.trace))
             refuse_special_output(out)
         r = lines_report(args.trace, LinesReportOptions(include_library=args.include_library, sort_by=args.sort,
-                                                        step_marker=args.step, warmup=args.warmup), loader())
+                                                        step_marker=args.step, warmup=args.warmup,
+                                                        logs=args.logs), loader())
         if args.flame is not None:
             write_output(Path(args.flame), folded_stacks(r, args.weight).encode())
             if args.flame != STDOUT:

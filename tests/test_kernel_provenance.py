@@ -1,0 +1,187 @@
+"""Compiled kernels traced back to source lines (``lines --logs``). The generated capture plants one
+slow line among cheap ones in a compiled forward (``scripts/gen_traces/provenance_traces.py``);
+which kernel is the planted line's, and how long its runs took, is worked out here from the
+output code text and the raw trace events, not from tracewhy."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import tracewhy
+from conftest import GENERATED, ROOT
+from tracewhy.analyses.lines import LineCol, LinesResult
+from tracewhy.analyses.source_lines import LineKind
+from tracewhy.cli import main
+from tracewhy.errors import TraceError
+from tracewhy.model.kernel_provenance import ProvenanceCol
+from tracewhy.model.trace import Trace
+from tracewhy.readers.torch_logs.provenance import read_kernel_provenance, torch_trace_records
+from tracewhy.reports.lines import LinesReportOptions, lines_report
+
+TRACE = GENERATED / "cpu_provenance.pt.trace.json.gz"
+TORCH_TRACE = GENERATED / "cpu_provenance.torch_trace.log.gz"
+OUTPUT_CODE_LOG = GENERATED / "cpu_provenance.output_code.txt.gz"
+SCRIPT = ROOT / "scripts" / "gen_traces" / "provenance_traces.py"
+SCRIPT_FILE = "scripts/gen_traces/provenance_traces.py"
+
+
+def _planted_line() -> int:
+    """The line of the generator that carries the planted comment (read from the file)."""
+    numbered = enumerate(SCRIPT.read_text(encoding="utf-8").splitlines(), 1)
+    (line,) = [n for n, text in numbered if "# the planted slow line" in text and "=" in text]
+    return line
+
+
+def _cpp_calls_in_output_code() -> list[str]:
+    """The C++ kernels ``call`` runs, in order, read from the TORCH_LOGS=output_code text."""
+    text = gzip.decompress(OUTPUT_CODE_LOG.read_bytes()).decode()
+    body = [re.sub(r"^.*\[__output_code\] ?", "", line) for line in text.splitlines() if "[__output_code]" in line]
+    defined = {m.group(1) for line in body if (m := re.match(r"^(cpp_fused_\w+) = async_compile", line))}
+    start = next(i for i, line in enumerate(body) if line.strip().startswith("def call("))
+    return [m.group(1) for line in body[start:] if (m := re.match(r"^\s+(\w+)\(", line)) and m.group(1) in defined]
+
+
+def _kernel_frame_durations_ns() -> list[list[int]]:
+    """Per run of the compiled graph's ``call`` frame, its ``<built-in function kernel>`` frames'
+    durations in time order, from the raw JSON (containment in time on the same thread)."""
+    events = json.loads(gzip.decompress(TRACE.read_bytes()))["traceEvents"]
+    frames = [e for e in events if e.get("cat") == "python_function"]
+    calls = [e for e in frames if re.search(r"\.py\(\d+\): call$", e["name"]) and "inductor_cache" in e["name"]]
+    kernels = [e for e in frames if e["name"] == "<built-in function kernel>"]
+    runs = []
+    for c in calls:
+        inside = sorted((k for k in kernels if c["tid"] == k["tid"] and c["ts"] <= k["ts"] <= c["ts"] + c["dur"]),
+                        key=lambda k: k["ts"])
+        runs.append([round(k["dur"] * 1000) for k in inside])
+    return runs
+
+
+@pytest.fixture(scope="module")
+def trace() -> Trace:
+    loaded = tracewhy.load(TRACE)
+    loaded.check()
+    return loaded
+
+
+@pytest.fixture(scope="module")
+def with_logs(trace: Trace) -> LinesResult:
+    return lines_report(trace, LinesReportOptions(logs=TORCH_TRACE))
+
+
+@pytest.fixture(scope="module")
+def without_logs(trace: Trace) -> LinesResult:
+    return lines_report(trace)
+
+
+def _compiled_rows(r: LinesResult) -> pl.DataFrame:
+    return r.table.filter(pl.col(LineCol.LINE_KIND) == LineKind.COMPILED)
+
+
+def test_planted_line_gets_its_kernel_time(with_logs: LinesResult) -> None:
+    calls = _cpp_calls_in_output_code()
+    slow = next(i for i, name in enumerate(calls) if "sin" in name and "cos" in name and "sum" in name)
+    runs = _kernel_frame_durations_ns()
+    assert len(runs) == 3 and all(len(r) == len(calls) for r in runs)
+    slow_ns = sum(r[slow] for r in runs)
+    rows = _compiled_rows(with_logs).sort(LineCol.HOST_SELF, descending=True)
+    top = rows.row(0, named=True)
+    assert (top[LineCol.FILE], top[LineCol.LINE], top[LineCol.FUNCTION]) == (SCRIPT_FILE, _planted_line(), "forward")
+    assert top[LineCol.CALLS] == 3
+    # The planted kernel also fuses the relu and +1 of the line before (2 of its 7 nodes, 1% of
+    # the elements): the planted line keeps at least 95% of that kernel's time, and no more.
+    assert 0.95 * slow_ns <= top[LineCol.HOST_SELF] <= slow_ns
+    assert top[LineCol.HOST_SELF] > 10 * rows.row(1, named=True)[LineCol.HOST_SELF]
+    assert with_logs.compiled_kernel_runs == with_logs.compiled_attributed == 3 * len(calls)
+
+
+def test_kernel_time_moves_from_the_forward_frame(with_logs: LinesResult, without_logs: LinesResult) -> None:
+    """Every kernel's time leaves the frame it ran under and is split among its lines: the
+    lines' compiled time adds up to the kernel frames' time, and the frame loses exactly that."""
+    kernels_ns = sum(sum(r) for r in _kernel_frame_durations_ns())
+    assert _compiled_rows(without_logs).height == 0
+    compiled = _compiled_rows(with_logs)
+    assert abs(compiled.get_column(LineCol.HOST_SELF).sum() - kernels_ns) <= compiled.height
+    assert sorted(compiled.get_column(LineCol.LINE).to_list()) == [_planted_line() + d for d in (-1, 0, 1, 2)]
+
+    def forward_self(r: LinesResult) -> int:
+        row = r.table.filter((pl.col(LineCol.FUNCTION) == "forward") & (pl.col(LineCol.LINE_KIND) == LineKind.DEF))
+        return int(row.get_column(LineCol.HOST_SELF).item())
+
+    assert forward_self(without_logs) - forward_self(with_logs) == kernels_ns
+
+
+def test_torch_trace_records_pair_envelopes_and_payloads() -> None:
+    text = gzip.decompress(TORCH_TRACE.read_bytes()).decode()
+    records = list(torch_trace_records(text))
+    codes = [(e, p) for e, p in records if "inductor_output_code" in e]
+    assert len(codes) == 1 and "def call(" in codes[0][1]
+    assert sum(1 for line in text.splitlines() if not line.startswith("\t") and '] {"' in line) == len(records)
+
+
+def test_output_code_alone_names_kernels_but_no_lines() -> None:
+    """TORCH_LOGS=output_code: C++ kernels carry no Source Nodes comment, so no line is claimed;
+    the warning says what capture gives them."""
+    provenance = read_kernel_provenance(OUTPUT_CODE_LOG)
+    assert provenance.kernels == len(_cpp_calls_in_output_code())
+    assert provenance.table.height == 0
+    assert any("INDUCTOR_PROVENANCE=1" in w for w in provenance.warnings)
+
+
+def test_source_nodes_comments_and_fx_graph_give_triton_lines(tmp_path: Path) -> None:
+    """The GPU route: a Triton kernel's definition carries ``# Topologically Sorted Source
+    Nodes`` (torch/_inductor/utils.py get_kernel_metadata); the Dynamo graph the same compile
+    id logs under graph_code gives each node's "# File:" line and shape."""
+    prefix = "V1128 20:00:00.000000 1 torch/_inductor/graph.py:1] [0/0] [__output_code] "
+    gprefix = "V1128 20:00:00.000000 1 torch/_dynamo/output_graph.py:1] [0/0] [__graph_code] "
+    code = ["Output code: ",
+            "# Topologically Sorted Source Nodes: [relu, h], Original ATen: [aten.relu, aten.add]",
+            "triton_poi_fused_add_relu_0 = async_compile.triton('triton_poi_fused_add_relu_0', '''",
+            "''')", "def call(args):", "    arg0_1, = args",
+            "    # Topologically Sorted Source Nodes: [relu, h], Original ATen: [aten.relu, aten.add]",
+            "    stream0 = get_raw_stream(0)",
+            "    triton_poi_fused_add_relu_0.run(arg0_1, buf0, 2048, stream=stream0)",
+            "    return (buf0, )", ""]
+    graph = ["TRACED GRAPH", "    def forward(self, L_x_: \"f32[32, 64][64, 1]cuda:0\"):",
+             "        # File: /home/u/model.py:12 in forward, code: h = torch.relu(x) + 1.0",
+             "        relu: \"f32[32, 64][64, 1]cuda:0\" = torch.relu(l_x_)",
+             "        h: \"f32[32, 64][64, 1]cuda:0\" = relu + 1.0", ""]
+    log = tmp_path / "run.log"
+    log.write_text("\n".join([*(gprefix + g for g in graph), *(prefix + c for c in code),
+                              prefix + "Output code written to: /tmp/torchinductor_u/ab/cabc.py"]) + "\n")
+    table = read_kernel_provenance(log).table
+    assert table.select(ProvenanceCol.KERNEL, ProvenanceCol.GRAPH, ProvenanceCol.CALL, ProvenanceCol.FILE,
+                        ProvenanceCol.LINE, ProvenanceCol.NODES, ProvenanceCol.WEIGHT).rows() == [
+        ("triton_poi_fused_add_relu_0", "cabc.py", None, "/home/u/model.py", 12, 2, 1.0)]
+
+
+def test_cli_lines_with_logs(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["lines", str(TRACE), "--logs", str(TORCH_TRACE), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    top = next(r for r in doc["lines"] if r["line_kind"] == LineKind.COMPILED)
+    assert (top["file"], top["line"]) == (SCRIPT_FILE, _planted_line())
+    assert doc["compiled_kernel_runs"] == doc["compiled_attributed"] == 6
+
+
+def test_bad_logs_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    binary = tmp_path / "x.bin"
+    binary.write_bytes(b"\x00\x01" * 100)
+    empty = tmp_path / "empty.log"
+    empty.write_text("no compile here\n")
+    for bad in (binary, empty, tmp_path / "missing.log"):
+        assert main(["lines", str(TRACE), "--logs", str(bad)]) not in (0, 70)
+        err = capsys.readouterr().err
+        assert str(bad.name) in err and "Traceback" not in err
+    with pytest.raises(TraceError):
+        read_kernel_provenance(empty)
+
+
+def test_the_trace_is_the_compiled_run(trace: Trace) -> None:
+    """One Torch-Compiled Region per profiled step: the forward ran compiled, not eagerly."""
+    names = trace.slices.get_column("name").cast(pl.String)
+    assert names.str.starts_with("Torch-Compiled Region").sum() == 3
