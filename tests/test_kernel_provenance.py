@@ -15,6 +15,7 @@ import pytest
 
 import tracewhy
 from conftest import GENERATED, ROOT
+from tracewhy.analyses.account import AccountCol
 from tracewhy.analyses.lines import LineCol, LinesResult
 from tracewhy.analyses.source_lines import LineKind
 from tracewhy.cli import main
@@ -22,6 +23,7 @@ from tracewhy.errors import TraceError
 from tracewhy.model.kernel_provenance import ProvenanceCol
 from tracewhy.model.trace import Trace
 from tracewhy.readers.torch_logs.provenance import read_kernel_provenance, torch_trace_records
+from tracewhy.reports.account import AccountReportOptions, account_report
 from tracewhy.reports.lines import LinesReportOptions, lines_report
 
 TRACE = GENERATED / "cpu_provenance.pt.trace.json.gz"
@@ -185,3 +187,21 @@ def test_the_trace_is_the_compiled_run(trace: Trace) -> None:
     """One Torch-Compiled Region per profiled step: the forward ran compiled, not eagerly."""
     names = trace.slices.get_column("name").cast(pl.String)
     assert names.str.starts_with("Torch-Compiled Region").sum() == 3
+
+
+def test_step_account_names_the_planted_line(trace: Trace) -> None:
+    """The account's host part for a compiled kernel frame is named by its largest line; per
+    step it is that kernel's time in the analysed (steady) steps, from the raw events, and the
+    few microseconds of Python around the frame that the path's host edge (between two
+    recorded ops, named by what is open at its midpoint) also spans."""
+    calls = _cpp_calls_in_output_code()
+    slow = next(i for i, name in enumerate(calls) if "sin" in name and "cos" in name and "sum" in name)
+    before = account_report(trace).account.parts
+    after = account_report(trace, AccountReportOptions(logs=TORCH_TRACE)).account.parts
+    planted = f"host: provenance_traces.py:{_planted_line()} forward (compiled)"
+    assert not before.get_column(AccountCol.PART).str.contains("(compiled)", literal=True).any()
+    top = after.sort(AccountCol.NS_PER_STEP, descending=True).row(0, named=True)
+    assert top[AccountCol.PART] == planted
+    steady = _kernel_frame_durations_ns()[1:]  # step #0 of the three is warm-up
+    expected = sum(r[slow] for r in steady) / len(steady)
+    assert expected <= top[AccountCol.NS_PER_STEP] <= 1.05 * expected

@@ -27,7 +27,9 @@ from tracewhy.analyses.critical_path_replay import Replay
 from tracewhy.analyses.critical_path_walk import EdgeLabels, nodes_by_pid, walk
 from tracewhy.analyses.host_activity import HostIndex
 from tracewhy.analyses.iterations import AccountWindows, account_windows
+from tracewhy.analyses.kernel_lines import compiled_frame_lines
 from tracewhy.analyses.steps import StepsOptions, StepsResult, WindowCol, steps
+from tracewhy.model.kernel_provenance import KernelProvenance
 from tracewhy.model.schema import HOST_KINDS, Col
 from tracewhy.model.trace import Trace
 from tracewhy.rows import Rows
@@ -84,6 +86,9 @@ class AccountOptions:
     #: (and, for predictions, a replay per edit).
     max_steps: int = 16
     evidence_items: int = 5  # per part, the items shown
+    #: Where compiled kernels come from (--logs): a compiled kernel's host time is a part named
+    #: by the source line with the largest share of it.
+    provenance: KernelProvenance | None = None
 
 
 @dataclass(frozen=True)
@@ -127,7 +132,8 @@ def step_model(trace: Trace, options: AccountOptions = AccountOptions(), steps_r
     found = account_windows(trace, steps_result, graph)
     labels = EdgeLabels(trace, graph)
     markers = found.windows.get_column(WindowCol.STEP_ID).drop_nulls().to_numpy()
-    rules = PartRules(trace, graph, labels, markers, host)
+    rules = PartRules(trace, graph, labels, markers, host,
+                      None if options.provenance is None else compiled_frame_lines(trace, options.provenance))
     by_pid = nodes_by_pid(graph)
     paths = []
     for i, ws, we, pid in _analysed(found.windows, options.max_steps).iter_rows():

@@ -51,8 +51,14 @@ class PartRules:
     """Parts and evidence items of edges, for the account's paths and for edited graphs' paths."""
 
     def __init__(self, trace: Trace, graph: Graph, labels: EdgeLabels, markers: I64,
-                 host: HostIndex | None = None) -> None:
+                 host: HostIndex | None = None, compiled: dict[int, str] | None = None) -> None:
         self.graph = graph
+        #: Compiled kernel frames (slice id) and the source line each is named by (``kernel_lines``):
+        #: host time inside one is that line's, not the frame's it ran under.
+        self.compiled = compiled or {}
+        self._compiled_ids = np.array(sorted(self.compiled), dtype=np.int64)
+        lines = sorted(set(self.compiled.values()))
+        self._compiled_code = {sid: -2 - lines.index(label) for sid, label in self.compiled.items()}
         self.ctx: HostContext = host_context(trace, markers)
         names, codes = np.unique(labels.category.astype(str), return_inverse=True)
         self.category = np.array([CATEGORY_CODE[c] for c in names.tolist()], dtype=np.int64)[codes.reshape(-1)]
@@ -116,7 +122,7 @@ class PartRules:
         # Edges whose part and item are decided alike share a key: what the rules read of the
         # slice (its kind, name, context, outer op, block, scalar read, collective, GPU label),
         # not the slice itself; each key is decided once, on its first edge's slice.
-        columns = [kind.astype(np.int64), category, own, self._codes(frame), *self._features(kind, attr)]
+        columns = [kind.astype(np.int64), category, own, self._frame_codes(frame), *self._features(kind, attr)]
         first, inverse = _distinct_rows(columns)
         decided = []
         for at, row in zip(first.tolist(), np.stack(columns)[:, first].T.tolist(), strict=True):
@@ -150,6 +156,18 @@ class PartRules:
     def _codes(self, ids: I64) -> I64:
         """Each slice's name code (-1: no slice)."""
         return np.where(ids >= 0, self.name_code[np.maximum(ids, 0)], -1)
+
+    def _frame_codes(self, frames: I64) -> I64:
+        """Name codes of frames; a compiled kernel frame's is its source line's (below -1)."""
+        codes = self._codes(frames)
+        if self.compiled:
+            at = np.flatnonzero(np.isin(frames, self._compiled_ids))
+            codes[at] = [self._compiled_code[int(f)] for f in frames[at].tolist()]
+        return codes
+
+    def _frame_line(self, frame: int) -> str:
+        label = self.compiled.get(frame)
+        return label if label is not None else _line(self.ctx, frame)
 
     def _features(self, kind: I64, attr: I64) -> list[I64]:
         """What the rules read of each edge's slice, as codes (see ``of_edges``)."""
@@ -226,7 +244,8 @@ class PartRules:
             sel = np.flatnonzero((pid == p) & (tid == t))
             pos = self.host.innermost(p, t, mid[sel])
             inner = np.where(pos >= 0, self.host.ids[np.maximum(pos, 0)], -1)
-            out[host_rows[sel]] = np.where(inner >= 0, self.ctx.user_frame[np.maximum(inner, 0)], -1)
+            frame = np.where(inner >= 0, self.ctx.user_frame[np.maximum(inner, 0)], -1)
+            out[host_rows[sel]] = np.where(np.isin(inner, self._compiled_ids), inner, frame)
         return out
 
     def _decide(self, kind: int, attr: int, category: int, frame: int, own: int) -> tuple[int, int]:
@@ -242,7 +261,7 @@ class PartRules:
             return self.part(PartName.STREAM_WAIT, PartKind.SYNC), self.item(name or "unrecorded wait")
         if attr < 0:  # a host thread with nothing open
             if frame >= 0:
-                line = _line(self.ctx, frame)
+                line = self._frame_line(frame)
                 return self.part(f"host: {line}", PartKind.HOST), self.item(line)
             return self.part(PartName.UNTRACED, PartKind.IDLE), self.item("nothing open")
         context = HostPurpose(int(self.ctx.context[attr])) if self.kind[attr] != Kind.KERNEL.value else HostPurpose.NONE
@@ -335,7 +354,7 @@ class PartRules:
     def _host_item(self, slice_id: int, frame: int) -> int:
         """What to show as evidence for host time: the user line, else the outermost op, else the slice."""
         if frame >= 0:
-            return self.item(_line(self.ctx, frame))
+            return self.item(self._frame_line(frame))
         op = int(self.ctx.outer_op[slice_id])
         return self.item(self.ctx.name(op if op >= 0 else slice_id))
 
@@ -347,7 +366,7 @@ class PartRules:
         essential = self.cpu_only and not ctx.has_phases and op >= 0
         item = self._host_item(slice_id, frame)
         if frame >= 0:
-            return self.part(f"host: {_line(ctx, frame)}", PartKind.HOST, essential), item
+            return self.part(f"host: {self._frame_line(frame)}", PartKind.HOST, essential), item
         block = int(ctx.outer_block[slice_id])
         if block >= 0:
             return self.part(f"host: {ctx.name(block)}", PartKind.HOST, essential), item

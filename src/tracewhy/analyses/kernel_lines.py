@@ -12,6 +12,7 @@ is matched by name within the graphs that define it, only where one graph does.
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass
 from typing import Final
 
@@ -77,6 +78,16 @@ def compiled_lines(trace: Trace, tree: HostTree, provenance: KernelProvenance) -
     ).cast(dict(RUNS_SCHEMA))  # type: ignore[arg-type]
     return CompiledLines(runs=out, kernel_runs=runs.height,
                          attributed=out.select(pl.col(KernelRunCol.ID).n_unique()).item())
+
+
+def compiled_frame_lines(trace: Trace, provenance: KernelProvenance) -> dict[int, str]:
+    """Each compiled C++ kernel frame (slice id) with the line that has the largest share of it,
+    as "file.py:LINE function (compiled)" (the step account names host parts so)."""
+    runs = compiled_lines(trace, HostTree.of(trace), provenance).runs.filter(pl.col(KernelRunCol.RUN_HOST) > 0)
+    top = runs.sort([KernelRunCol.ID, KernelRunCol.HOST, KernelRunCol.LINE], descending=[False, True, False]) \
+        .unique(KernelRunCol.ID, keep="first", maintain_order=True)
+    return {sid: f"{posixpath.basename(file)}:{line} {function} (compiled)" for sid, file, line, function in
+            top.select(KernelRunCol.ID, KernelRunCol.FILE, KernelRunCol.LINE, KernelRunCol.FUNCTION).iter_rows()}
 
 
 _RUN_COLUMNS: Final = ("_id", "_host", "_gpu", ProvenanceCol.FILE, ProvenanceCol.LINE, ProvenanceCol.FUNCTION,

@@ -4,10 +4,12 @@ iterations, or the whole trace), the lines ``diagnose`` opens with, and the part
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from tracewhy.analyses.account import AccountOptions, AccountResult, step_account
 from tracewhy.analyses.steps import StepsOptions, steps
 from tracewhy.findings.where_step_goes import AccountLine, account_lines
+from tracewhy.readers.torch_logs.provenance import read_kernel_provenance
 from tracewhy.reports.inputs import PLAIN, Loader, TraceSource
 from tracewhy.rows import Rows
 
@@ -19,6 +21,8 @@ class AccountReportOptions:
     warmup: int | None = None
     #: At most this many steady steps are analysed, spread evenly over the run.
     max_steps: int = AccountOptions().max_steps
+    #: A TORCH_TRACE directory (or log) or TORCH_LOGS=output_code capture of the same run.
+    logs: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -34,8 +38,14 @@ class AccountReport(Rows, rows="account.parts", key="part"):
 def account_report(trace: TraceSource, options: AccountReportOptions | None = None,
                    loader: Loader = PLAIN) -> AccountReport:
     options = options or AccountReportOptions()
+    provenance = None
+    if options.logs is not None:
+        provenance = read_kernel_provenance(options.logs)
+        if provenance.warnings:
+            loader.warn(options.logs, provenance.warnings)
     t = loader.trace(trace)
     t.require_whole()
     found = steps(t, StepsOptions(marker=options.step_marker, warmup=options.warmup))
-    r = step_account(t, AccountOptions(marker=options.step_marker, max_steps=options.max_steps), steps_result=found)
+    r = step_account(t, AccountOptions(marker=options.step_marker, max_steps=options.max_steps,
+                                       provenance=provenance), steps_result=found)
     return AccountReport(path=t.meta.path, account=r, lines=account_lines(r) if r.mean_step_ns > 0 else [])

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from tracewhy.cli.base import Command, add_output_options, emit, loader, positive_int
 from tracewhy.renderers.account import AccountPayload, account_payload, render_account
@@ -23,9 +24,12 @@ class AccountCommand(Command):
                             help="steps to exclude as warm-up (default: a first step #0 or outlier)")
         parser.add_argument("--max-steps", type=positive_int, default=AccountReportOptions().max_steps, metavar="N",
                             help="analyse at most N steady steps, spread over the run (default %(default)s)")
+        parser.add_argument("--logs", type=Path, metavar="PATH",
+                            help="TORCH_TRACE directory or TORCH_LOGS=output_code capture of the same run: a "
+                                 "compiled kernel's host time is a part named by its source line")
 
     def run(self, args: argparse.Namespace) -> int:
         r = account_report(args.trace, AccountReportOptions(step_marker=args.step, warmup=args.warmup,
-                                                            max_steps=args.max_steps), loader())
+                                                            max_steps=args.max_steps, logs=args.logs), loader())
         emit(args, self.name, account_payload(r), lambda: render_account(r, args.top))
         return 0
