@@ -17,6 +17,7 @@ import tracewhy
 from conftest import GENERATED, ROOT
 from tracewhy.analyses.account import AccountCol
 from tracewhy.analyses.lines import LineCol, LinesResult
+from tracewhy.analyses.ops import OpCol
 from tracewhy.analyses.source_lines import LineKind
 from tracewhy.cli import main
 from tracewhy.errors import TraceError
@@ -25,6 +26,7 @@ from tracewhy.model.trace import Trace
 from tracewhy.readers.torch_logs.provenance import read_kernel_provenance, torch_trace_records
 from tracewhy.reports.account import AccountReportOptions, account_report
 from tracewhy.reports.lines import LinesReportOptions, lines_report
+from tracewhy.reports.ops import OpsReportOptions, ops_report
 
 TRACE = GENERATED / "cpu_provenance.pt.trace.json.gz"
 TORCH_TRACE = GENERATED / "cpu_provenance.torch_trace.log.gz"
@@ -205,3 +207,21 @@ def test_step_account_names_the_planted_line(trace: Trace) -> None:
     steady = _kernel_frame_durations_ns()[1:]  # step #0 of the three is warm-up
     expected = sum(r[slow] for r in steady) / len(steady)
     assert expected <= top[AccountCol.NS_PER_STEP] <= 1.05 * expected
+
+
+def test_ops_lists_compiled_kernels_with_their_line(trace: Trace) -> None:
+    """Each compiled kernel is an ops row named with its largest line, holding its frames'
+    time, which the graph call op it ran under gives up."""
+    calls = _cpp_calls_in_output_code()
+    runs = _kernel_frame_durations_ns()
+    before = ops_report(trace).table
+    after = ops_report(trace, OpsReportOptions(logs=TORCH_TRACE)).table
+    slow = next(i for i, name in enumerate(calls) if "sin" in name and "cos" in name and "sum" in name)
+    row = after.filter(pl.col(OpCol.NAME) == f"{calls[slow]} (provenance_traces.py:{_planted_line()} forward)")
+    assert row.get_column(OpCol.CALLS).item() == 3
+    assert row.get_column(OpCol.CPU_SELF).item() == sum(r[slow] for r in runs)
+    graph_call = pl.col(OpCol.NAME).str.starts_with("## Call CompiledFxGraph")
+    given_up = before.filter(graph_call).get_column(OpCol.CPU_SELF).item() - \
+        after.filter(graph_call).get_column(OpCol.CPU_SELF).item()
+    assert given_up == sum(sum(r) for r in runs)
+    assert after.get_column(OpCol.CPU_SELF).sum() == before.get_column(OpCol.CPU_SELF).sum()

@@ -83,11 +83,29 @@ def compiled_lines(trace: Trace, tree: HostTree, provenance: KernelProvenance) -
 def compiled_frame_lines(trace: Trace, provenance: KernelProvenance) -> dict[int, str]:
     """Each compiled C++ kernel frame (slice id) with the line that has the largest share of it,
     as "file.py:LINE function (compiled)" (the step account names host parts so)."""
-    runs = compiled_lines(trace, HostTree.of(trace), provenance).runs.filter(pl.col(KernelRunCol.RUN_HOST) > 0)
-    top = runs.sort([KernelRunCol.ID, KernelRunCol.HOST, KernelRunCol.LINE], descending=[False, True, False]) \
-        .unique(KernelRunCol.ID, keep="first", maintain_order=True)
+    top = _top_lines(compiled_lines(trace, HostTree.of(trace), provenance).runs).filter(
+        pl.col(KernelRunCol.RUN_HOST) > 0)
     return {sid: f"{posixpath.basename(file)}:{line} {function} (compiled)" for sid, file, line, function in
             top.select(KernelRunCol.ID, KernelRunCol.FILE, KernelRunCol.LINE, KernelRunCol.FUNCTION).iter_rows()}
+
+
+def compiled_kernel_runs(trace: Trace, provenance: KernelProvenance) -> pl.DataFrame:
+    """One row per traced kernel run: ``id`` (its host slice: the kernel frame, or a GPU
+    kernel's launch), ``name`` ("kernel (file.py:LINE function)", its largest line), and the
+    run's ``host_ns`` and ``gpu_ns`` (``ops`` lists compiled kernels so)."""
+    top = _top_lines(compiled_lines(trace, HostTree.of(trace), provenance).runs)
+    return top.select(
+        KernelRunCol.ID,
+        pl.format("{} ({}:{} {})", KernelRunCol.KERNEL,
+                  pl.col(KernelRunCol.FILE).map_elements(posixpath.basename, return_dtype=pl.String),
+                  KernelRunCol.LINE, KernelRunCol.FUNCTION).alias("name"),
+        pl.col(KernelRunCol.RUN_HOST).alias("host_ns"), pl.col(KernelRunCol.RUN_GPU).alias("gpu_ns"))
+
+
+def _top_lines(runs: pl.DataFrame) -> pl.DataFrame:
+    """Each run's row of its largest line (ties: the first line)."""
+    return runs.sort([KernelRunCol.ID, KernelRunCol.HOST, KernelRunCol.GPU, KernelRunCol.LINE],
+                     descending=[False, True, True, False]).unique(KernelRunCol.ID, keep="first", maintain_order=True)
 
 
 _RUN_COLUMNS: Final = ("_id", "_host", "_gpu", ProvenanceCol.FILE, ProvenanceCol.LINE, ProvenanceCol.FUNCTION,

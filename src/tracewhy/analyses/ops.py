@@ -9,6 +9,8 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from tracewhy.analyses.kernel_lines import compiled_kernel_runs
+from tracewhy.model.kernel_provenance import KernelProvenance
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, Kind, OpAttrCol
 from tracewhy.model.trace import Trace
 from tracewhy.rows import Rows
@@ -41,6 +43,9 @@ SORT_KEYS = (OpCol.GPU_SELF, OpCol.GPU_TOTAL, OpCol.CPU_SELF, OpCol.CPU_TOTAL, O
 class OpsOptions:
     by_shapes: bool = False
     sort_by: str | None = None  # one of SORT_KEYS; None: gpu_self_ns if any GPU time, else cpu_self_ns
+    #: Where compiled kernels come from (--logs): each is a row of its own, its time taken from
+    #: the op it ran under (``## Call CompiledFxGraph ##``).
+    provenance: KernelProvenance | None = None
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,8 @@ def ops(trace: Trace, options: OpsOptions = OpsOptions()) -> OpsResult:
             OpCol.GPU_SELF: gpu_self[op_rows],
         }
     )
+    if options.provenance is not None:
+        table = _with_compiled_kernels(table, compiled_kernel_runs(trace, options.provenance), enclosing_op, n)
     keys = [OpCol.NAME]
     if options.by_shapes:
         shapes = trace.op_attrs.select(Col.ID, pl.col(OpAttrCol.INPUT_DIMS).fill_null(""))
@@ -116,6 +123,27 @@ def ops(trace: Trace, options: OpsOptions = OpsOptions()) -> OpsResult:
         gpu_time_ns=gpu_time,
         gpu_unattributed_ns=int(gpu_dur[gpu_op < 0].sum()),
     )
+
+
+def _with_compiled_kernels(table: pl.DataFrame, runs: pl.DataFrame, enclosing_op: npt.NDArray[np.int64],
+                           n: int) -> pl.DataFrame:
+    """Per-op rows with each compiled kernel run's time moved from the op it ran under to a row
+    of its own (a kernel run is no op: an unnamed frame on CPU, a launch on GPU)."""
+    if runs.height == 0:
+        return table
+    at = enclosing_op[runs.get_column(Col.ID).to_numpy()]
+    host = _sum_at(at, runs.get_column("host_ns").to_numpy(), n)
+    gpu = _sum_at(at, runs.get_column("gpu_ns").to_numpy(), n)
+    ids = table.get_column(Col.ID).to_numpy()
+    table = table.with_columns(pl.Series(OpCol.CPU_SELF, np.maximum(table.get_column(OpCol.CPU_SELF).to_numpy()
+                                                                    - host[ids], 0)),
+                               pl.Series(OpCol.GPU_SELF, np.maximum(table.get_column(OpCol.GPU_SELF).to_numpy()
+                                                                    - gpu[ids], 0)))
+    kernels = runs.select(
+        pl.col(Col.ID).cast(pl.Int64), pl.col("name").alias(OpCol.NAME), pl.col("host_ns").alias(OpCol.CPU_TOTAL),
+        pl.col("host_ns").alias(OpCol.CPU_SELF), pl.col("gpu_ns").alias(OpCol.GPU_TOTAL),
+        pl.col("gpu_ns").alias(OpCol.GPU_SELF))
+    return pl.concat([table, kernels.cast(dict(table.schema))], how="vertical")  # type: ignore[arg-type]
 
 
 def _sum_at(index: npt.NDArray[np.int64], weights: npt.NDArray[np.int64], n: int) -> npt.NDArray[np.int64]:

@@ -122,10 +122,12 @@ def kernels(trace: TraceLike, *, ncu: str | Path | None = None, top: int | None 
     return handed_out(trace, make, top)
 
 
-def ops(trace: TraceLike, *, shapes: bool = False, sort: str | None = None, top: int | None = None) -> OpsResult:
-    """Per operator (and input shapes with ``shapes``): calls, CPU and GPU time (``tracewhy ops``)."""
-    return handed_out(trace, lambda reads: ops_report(trace, OpsReportOptions(by_shapes=shapes, sort_by=sort),
-                                                      reads.loader), top)
+def ops(trace: TraceLike, *, shapes: bool = False, sort: str | None = None, logs: str | Path | None = None,
+        top: int | None = None) -> OpsResult:
+    """Per operator (and input shapes with ``shapes``): calls, CPU and GPU time (``tracewhy ops``);
+    ``logs``: the run's TORCH_TRACE or TORCH_LOGS=output_code, for compiled kernels as rows."""
+    options = OpsReportOptions(by_shapes=shapes, sort_by=sort, logs=Path(logs) if logs is not None else None)
+    return handed_out(trace, lambda reads: ops_report(trace, options, reads.loader), top)
 
 
 def overlap(trace: TraceLike, *, step: str | None = None, warmup: int | None = None,
@@ -155,11 +157,13 @@ def info(trace: TraceLike, *, step: str | None = None) -> InfoResult:
     return handed_out(trace, lambda reads: info_report(trace, InfoReportOptions(step_marker=step), reads.loader))
 
 
-def lines(trace: TraceLike, *, all: bool = False, sort: str | None = None, step: str | None = None,
-          warmup: int | None = None, top: int | None = None) -> LinesResult:
+def lines(trace: TraceLike, *, all: bool = False, sort: str | None = None, logs: str | Path | None = None,
+          step: str | None = None, warmup: int | None = None, top: int | None = None) -> LinesResult:
     """Which Python line is slow: per source frame, host and GPU time, syncs and step share
-    (``tracewhy lines``); ``all``: library frames too. ``stacks`` is what ``--flame`` draws."""
-    options = LinesReportOptions(include_library=all, sort_by=sort, step_marker=step, warmup=warmup)
+    (``tracewhy lines``); ``all``: library frames too; ``logs``: the run's TORCH_TRACE or
+    TORCH_LOGS=output_code, for compiled kernels' source lines. ``stacks`` is what ``--flame`` draws."""
+    options = LinesReportOptions(include_library=all, sort_by=sort, step_marker=step, warmup=warmup,
+                                 logs=Path(logs) if logs is not None else None)
     return handed_out(trace, lambda reads: lines_report(trace, options, reads.loader), top)
 
 
@@ -173,10 +177,13 @@ def critical_path(trace: TraceLike, *, step: str | None = None, window: tuple[in
 
 
 def account(trace: TraceLike, *, step: str | None = None, warmup: int | None = None,
-            max_steps: int = AccountReportOptions().max_steps, top: int | None = None) -> AccountReport:
+            max_steps: int = AccountReportOptions().max_steps, logs: str | Path | None = None,
+            top: int | None = None) -> AccountReport:
     """Where the step goes (``tracewhy account``): each analysed steady step's critical path split
-    into named parts that add up to the step; its rows are the parts, largest first."""
-    options = AccountReportOptions(step_marker=step, warmup=warmup, max_steps=max_steps)
+    into named parts that add up to the step; its rows are the parts, largest first. ``logs``:
+    the run's TORCH_TRACE or TORCH_LOGS=output_code, for compiled kernels' source lines."""
+    options = AccountReportOptions(step_marker=step, warmup=warmup, max_steps=max_steps,
+                                   logs=Path(logs) if logs is not None else None)
     return handed_out(trace, lambda reads: account_report(trace, options, reads.loader), top)
 
 
