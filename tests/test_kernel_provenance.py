@@ -122,7 +122,7 @@ def test_kernel_time_moves_from_the_forward_frame(with_logs: LinesResult, withou
 
 def test_torch_trace_records_pair_envelopes_and_payloads() -> None:
     text = gzip.decompress(TORCH_TRACE.read_bytes()).decode()
-    records = list(torch_trace_records(text))
+    records = list(torch_trace_records(TORCH_TRACE))
     codes = [(e, p) for e, p in records if "inductor_output_code" in e]
     assert len(codes) == 1 and "def call(" in codes[0][1]
     assert sum(1 for line in text.splitlines() if not line.startswith("\t") and '] {"' in line) == len(records)

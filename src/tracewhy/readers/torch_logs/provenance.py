@@ -24,7 +24,7 @@ import json
 import math
 import re
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +32,7 @@ import polars as pl
 
 from tracewhy.errors import TraceError
 from tracewhy.model.kernel_provenance import PROVENANCE_SCHEMA, KernelProvenance, ProvenanceCol
-from tracewhy.readers.source import read_bytes
+from tracewhy.readers.source import content_head, read_bytes, refuse_special
 
 #: A TORCH_TRACE log or TORCH_LOGS capture bigger than this is not one job's compile record.
 MAX_LOG_BYTES = 512 * 1024**2
@@ -86,12 +86,13 @@ class _Call:
     source_nodes: tuple[str, ...]
 
 
-def torch_trace_records(text: str) -> Iterator[tuple[dict[str, object], str]]:
-    """(envelope, payload) of each record of a TORCH_TRACE log; the payload is "" when none.
-    The one place that reads the structured-log framing: a general reader replaces it."""
+def torch_trace_records(path: Path) -> Iterator[tuple[dict[str, object], str]]:
+    """(envelope, payload) of each record of a TORCH_TRACE log (plain or gzip); the payload is
+    "" when none. The one place that reads the structured-log framing: the general TORCH_TRACE
+    reader (``iter_torch_trace(path)``) takes its place unchanged."""
     envelope: dict[str, object] | None = None
     payload: list[str] = []
-    for line in text.splitlines():
+    for line in _text(path).splitlines():
         if line.startswith("\t"):
             payload.append(line[1:])
             continue
@@ -116,24 +117,29 @@ def read_kernel_provenance(path: Path) -> KernelProvenance:
     files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
     graphs: list[_Graph] = []
     for f in files:
-        data = read_bytes(f, MAX_LOG_BYTES)
-        if b"\x00" in data[:65536]:
+        refuse_special(f)  # a pipe or device would block the read
+        head = content_head(f, 200_000) or b""
+        if b"\x00" in head[:65536]:
             raise TraceError(f, "not a TORCH_TRACE or TORCH_LOGS text file (binary data)")
-        text = bytes(data).decode("utf-8", errors="replace")
-        graphs += _from_torch_trace(text) if '] {"' in text[:200_000] else _from_torch_logs(text)
+        structured = b'] {"' in head
+        graphs += _from_torch_trace(torch_trace_records(f)) if structured else _from_torch_logs(_text(f))
     if not graphs:
         raise TraceError(path, "no inductor output code in it (capture TORCH_TRACE=DIR, or TORCH_LOGS=output_code)")
     return _provenance(graphs)
 
 
-def _from_torch_trace(text: str) -> list[_Graph]:
+def _text(path: Path) -> str:
+    return bytes(read_bytes(path, MAX_LOG_BYTES)).decode("utf-8", errors="replace")
+
+
+def _from_torch_trace(records: Iterable[tuple[dict[str, object], str]]) -> list[_Graph]:
     """Graphs from structured-log records, paired in order within each compile id (a forward
     and a backward graph each log a post-grad graph, a node mapping and an output code)."""
     codes: dict[str | None, list[_Graph]] = defaultdict(list)
     post: dict[str | None, list[dict[str, _Node]]] = defaultdict(list)
     maps: dict[str | None, list[dict[str, list[str]]]] = defaultdict(list)
     dynamo: dict[str | None, dict[str, _Node]] = {}
-    for envelope, payload in torch_trace_records(text):
+    for envelope, payload in records:
         cid = _compile_id(envelope)
         artifact = envelope.get("artifact")
         name = artifact.get("name") if isinstance(artifact, dict) else None
