@@ -32,7 +32,9 @@ TRACE = GENERATED / "cpu_provenance.pt.trace.json.gz"
 TORCH_TRACE = GENERATED / "cpu_provenance.torch_trace.log.gz"
 OUTPUT_CODE_LOG = GENERATED / "cpu_provenance.output_code.txt.gz"
 SCRIPT = ROOT / "scripts" / "gen_traces" / "provenance_traces.py"
-SCRIPT_FILE = "scripts/gen_traces/provenance_traces.py"
+#: The generator as the trace's frames name it (relative to sys.path, its directory); the FX
+#: graph's "# File:" says scripts/gen_traces/provenance_traces.py.
+TRACED_FILE = "provenance_traces.py"
 
 
 def _planted_line() -> int:
@@ -95,7 +97,7 @@ def test_planted_line_gets_its_kernel_time(with_logs: LinesResult) -> None:
     slow_ns = sum(r[slow] for r in runs)
     rows = _compiled_rows(with_logs).sort(LineCol.HOST_SELF, descending=True)
     top = rows.row(0, named=True)
-    assert (top[LineCol.FILE], top[LineCol.LINE], top[LineCol.FUNCTION]) == (SCRIPT_FILE, _planted_line(), "forward")
+    assert (top[LineCol.FILE], top[LineCol.LINE], top[LineCol.FUNCTION]) == (TRACED_FILE, _planted_line(), "forward")
     assert top[LineCol.CALLS] == 3
     # The planted kernel also fuses the relu and +1 of the line before (2 of its 7 nodes, 1% of
     # the elements): the planted line keeps at least 95% of that kernel's time, and no more.
@@ -168,7 +170,7 @@ def test_cli_lines_with_logs(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["lines", str(TRACE), "--logs", str(TORCH_TRACE), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     top = next(r for r in doc["lines"] if r["line_kind"] == LineKind.COMPILED)
-    assert (top["file"], top["line"]) == (SCRIPT_FILE, _planted_line())
+    assert (top["file"], top["line"]) == (TRACED_FILE, _planted_line())
     assert doc["compiled_kernel_runs"] == doc["compiled_attributed"] == 6
 
 
@@ -225,3 +227,26 @@ def test_ops_lists_compiled_kernels_with_their_line(trace: Trace) -> None:
         after.filter(graph_call).get_column(OpCol.CPU_SELF).item()
     assert given_up == sum(sum(r) for r in runs)
     assert after.get_column(OpCol.CPU_SELF).sum() == before.get_column(OpCol.CPU_SELF).sum()
+
+
+def test_kernel_runs_without_a_line_are_counted(trace: Trace) -> None:
+    """With only TORCH_LOGS=output_code, the C++ kernels are found (their graph's call frame)
+    but none has a line: 6 runs, 0 traced, and the time stays on def forward."""
+    r = lines_report(trace, LinesReportOptions(logs=OUTPUT_CODE_LOG))
+    assert (r.compiled_kernel_runs, r.compiled_attributed) == (3 * len(_cpp_calls_in_output_code()), 0)
+    assert _compiled_rows(r).height == 0
+    log = gzip.decompress(OUTPUT_CODE_LOG.read_bytes()).decode()
+    (written,) = set(re.findall(r"Output code written to: \S+/(\S+\.py)", log))
+    assert read_kernel_provenance(OUTPUT_CODE_LOG).graphs == (written,)
+
+
+def test_compiled_lines_take_the_traces_spelling_of_a_file(trace: Trace, tmp_path: Path) -> None:
+    """Dynamo writes a user file as it saw it (often absolute); the trace's frames name it
+    relative to sys.path: a compiled line is named as the trace names its file."""
+    text = gzip.decompress(TORCH_TRACE.read_bytes()).decode().replace(
+        "# File: scripts/gen_traces/", "# File: /home/someone/checkout/scripts/gen_traces/")
+    log = tmp_path / "torch_trace.log"
+    log.write_text(text)
+    files = set(_compiled_rows(lines_report(trace, LinesReportOptions(logs=log))).get_column(LineCol.FILE))
+    assert files == {TRACED_FILE}
+    assert "# File: scripts/gen_traces/provenance_traces.py:" in gzip.decompress(TORCH_TRACE.read_bytes()).decode()

@@ -61,7 +61,7 @@ class CompiledLines:
 def compiled_lines(trace: Trace, tree: HostTree, provenance: KernelProvenance) -> CompiledLines:
     """Each compiled kernel run in ``trace`` with the source lines ``provenance`` gives it."""
     table = provenance.table
-    graphs = set(table.get_column(ProvenanceCol.GRAPH).drop_nulls().to_list())
+    graphs = set(provenance.graphs) | set(table.get_column(ProvenanceCol.GRAPH).drop_nulls().to_list())
     cpu = _cpu_runs(trace, tree, graphs)
     gpu = _gpu_runs(trace, table)
     runs = pl.concat([cpu, gpu], how="vertical")

@@ -258,6 +258,7 @@ def _with_compiled(table: pl.DataFrame, runs: pl.DataFrame, owner_frame: I64, in
     steady time follow the same shares."""
     ids = runs.get_column(KernelRunCol.ID).to_numpy()
     end = tree.ts + tree.dur
+    runs = runs.with_columns(pl.col(KernelRunCol.FILE).replace(_as_traced(runs, table)))
     runs = runs.with_columns(pl.Series("_frame", owner_frame[ids]),
                              pl.Series("_steady", _steady_ns(tree.ts[ids], end[ids], span)))
     whole = runs.unique(KernelRunCol.ID).filter(pl.col("_frame") >= 0).group_by("_frame").agg(
@@ -281,6 +282,19 @@ def _with_compiled(table: pl.DataFrame, runs: pl.DataFrame, owner_frame: I64, in
     first = int(table.get_column(LineCol.FRAME).cast(pl.Int64).max() or 0) + 1 if table.height else 0
     added = added.with_columns((pl.int_range(pl.len()) + first).cast(pl.Int64).alias(LineCol.FRAME))
     return pl.concat([table, added.select(table.columns)], how="vertical_relaxed")
+
+
+def _as_traced(runs: pl.DataFrame, table: pl.DataFrame) -> dict[str, str]:
+    """The FX graph's spelling of each compiled line's file (as Dynamo saw it: often absolute)
+    mapped to the trace's (torch's Python tracer writes paths relative to sys.path), where the
+    trace's is a trailing part of it: one file, one name in the table."""
+    traced = [f for f in table.get_column(LineCol.FILE).unique().to_list() if f]
+    out = {}
+    for file in runs.get_column(KernelRunCol.FILE).unique().to_list():
+        tails = [t for t in traced if file == t or file.endswith("/" + t)]
+        if tails:
+            out[file] = max(tails, key=len)
+    return out
 
 
 def _thread_keys(trace: Trace, rows: I64) -> I64:

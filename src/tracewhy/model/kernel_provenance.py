@@ -42,9 +42,11 @@ PROVENANCE_SCHEMA: Final = pl.Schema({
 @dataclass(frozen=True)
 class KernelProvenance:
     """Kernel calls and their source lines (``table``, PROVENANCE_SCHEMA); ``kernels``: every
-    generated kernel call found, with or without lines; ``warnings``: what could not be traced
-    (a kernel with no source nodes, a graph with no FX dump)."""
+    generated kernel call found, with or without lines; ``graphs``: every output code's file
+    name, with or without lines (so kernel runs without a line are counted too); ``warnings``:
+    what could not be traced (a kernel with no source nodes, a graph with no FX dump)."""
 
     table: pl.DataFrame
     kernels: int
     warnings: tuple[str, ...]
+    graphs: tuple[str, ...] = ()

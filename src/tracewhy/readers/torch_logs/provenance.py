@@ -304,7 +304,8 @@ def _provenance(graphs: list[_Graph]) -> KernelProvenance:
         schema=PROVENANCE_SCHEMA)
     kept = tuple(warnings[:MAX_WARNINGS]) + ((f"{len(warnings) - MAX_WARNINGS} more kernels without a source "
                                                "line",) if len(warnings) > MAX_WARNINGS else ())
-    return KernelProvenance(table=table, kernels=n_calls, warnings=kept)
+    return KernelProvenance(table=table, kernels=n_calls, warnings=kept,
+                            graphs=tuple(sorted({g.filename for g in graphs if g.filename})))
 
 
 def _line_rows(g: _Graph, call: _Call, nodes: list[_Node]) -> list[dict[str, object]]:
