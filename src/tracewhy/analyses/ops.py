@@ -9,8 +9,10 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from tracewhy.analyses.graph_replay import graph_replays
 from tracewhy.analyses.kernel_lines import compiled_kernel_runs
 from tracewhy.model.kernel_provenance import KernelProvenance
+from tracewhy.model.linking import first_flagged
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, Kind, OpAttrCol
 from tracewhy.model.trace import Trace
 from tracewhy.rows import Rows
@@ -57,6 +59,12 @@ class OpsResult(Rows, rows="table", key="name"):
     launching thread's stack; GPU total adds the time of work launched by nested ops.
     ``gpu_unattributed_ns`` is device time whose launch has no CPU op above it (or whose launch
     is outside the trace).
+
+    Work replayed by a CUDA/HIP graph launch is charged to what launched the graph
+    (``analyses.graph_replay``): its CPU op, or, where no op encloses the launch call (vLLM and
+    SGLang replay from Python), the innermost annotation around it, or the launch call itself;
+    those rows then appear in the table beside the ops. ``gpu_graph_outside_op_ns`` is that
+    replayed time whose launch has no CPU op around it.
     """
 
     table: pl.DataFrame
@@ -64,6 +72,7 @@ class OpsResult(Rows, rows="table", key="name"):
     by_shapes: bool
     gpu_time_ns: int
     gpu_unattributed_ns: int
+    gpu_graph_outside_op_ns: int = 0
 
 
 def ops(trace: Trace, options: OpsOptions = OpsOptions()) -> OpsResult:
@@ -75,18 +84,28 @@ def ops(trace: Trace, options: OpsOptions = OpsOptions()) -> OpsResult:
     enclosing_op = s.get_column(Col.OP).fill_null(-1).to_numpy()
     is_op = (kind == Kind.CPU_OP.value).to_numpy()
     is_gpu = kind.is_in([k.value for k in GPU_ACTIVITY_KINDS]).to_numpy()
+    gpu_rows = np.flatnonzero(is_gpu)
+    replays = graph_replays(trace)
+    gpu_op = replays.gpu_charged[gpu_rows]
+    charged = gpu_op[gpu_op >= 0]
+    nesting = enclosing_op
+    if not is_op[charged].all():
+        # Replayed work charged to annotations or launch calls: they count as ops here, and the
+        # nesting of ops is taken over them as well, so that totals include what they enclose.
+        is_op = is_op.copy()
+        is_op[charged] = True
+        parent = s.get_column(Col.PARENT).fill_null(-1).to_numpy()
+        nesting = first_flagged(parent, parent, is_op)
 
     op_rows = np.flatnonzero(is_op)
     child_time = np.bincount(
-        enclosing_op[op_rows][enclosing_op[op_rows] >= 0],
-        weights=dur[op_rows][enclosing_op[op_rows] >= 0],
+        nesting[op_rows][nesting[op_rows] >= 0],
+        weights=dur[op_rows][nesting[op_rows] >= 0],
         minlength=n,
     ) if op_rows.size else np.zeros(n)
-    gpu_rows = np.flatnonzero(is_gpu)
-    gpu_op = enclosing_op[gpu_rows]
     gpu_dur = dur[gpu_rows]
     gpu_self = _sum_at(gpu_op, gpu_dur, n)
-    gpu_total = _inclusive(gpu_op, gpu_dur, enclosing_op, n)
+    gpu_total = _inclusive(gpu_op, gpu_dur, nesting, n)
 
     table = pl.DataFrame(
         {
@@ -122,6 +141,7 @@ def ops(trace: Trace, options: OpsOptions = OpsOptions()) -> OpsResult:
         by_shapes=options.by_shapes,
         gpu_time_ns=gpu_time,
         gpu_unattributed_ns=int(gpu_dur[gpu_op < 0].sum()),
+        gpu_graph_outside_op_ns=replays.graph_charged_outside_op_ns,
     )
 
 

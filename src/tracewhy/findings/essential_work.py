@@ -96,8 +96,8 @@ def _why_not(ctx: Context, m: OpRooflineMeasures) -> str:
                    for n in calls.get_column(Col.NAME).cast(pl.String).unique().to_list())
     covered = fmt_pct(m.covered_ns / max(m.gpu_time_ns, 1))
     if replayed and m.covered_ns < th.ESSENTIAL_ROOF_MIN_COVER * m.gpu_time_ns:
-        return (f"its kernels were replayed from a CUDA/HIP graph, which links them to no op and so to no shapes "
-                f"(ops with shapes cover {covered} of GPU time)")
+        return (f"its kernels were replayed from a CUDA/HIP graph whose capture the trace does not hold, so no op "
+                f"with shapes is known for them (ops with shapes cover {covered} of GPU time)")
     if not m.has_input_shapes:
         return "it was captured without record_shapes=True, so no op has shapes"
     if m.peaks is None:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracewhy.analyses import api_names
 from tracewhy.analyses.steps import MARKED, PROFILER_STEP
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.applicability import run_facts
 from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
+from tracewhy.findings.graph_replay import graph_replay_finding
 from tracewhy.findings.model import Finding, Severity
-from tracewhy.model.schema import GPU_ACTIVITY_KINDS, HOST_KINDS, LAUNCH_KINDS, Col, Kind
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, HOST_KINDS, Col, Kind
 from tracewhy.model.trace import Trace
 
 #: The torch.profiler activity that records each backend's device work.
@@ -102,19 +102,9 @@ def findings(ctx: Context) -> list[Finding]:
             next_step="Capture more active steps: torch.profiler.schedule(wait=1, warmup=1, active=5) or more.",
             evidence={"steps": steps_result.table.height, "warmup": steps_result.warmup},
         ))
-    # Each distinct name is tested once (a Python call per launch row took 0.3 s on 1.9 M calls).
-    launches = t.kind_columns(LAUNCH_KINDS, Col.NAME).get_column(Col.NAME).value_counts()
-    graph_calls = sum(n for name, n in launches.iter_rows()
-                      if name is not None and api_names.is_graph_launch(str(name)))
-    if graph_calls:
-        out.append(Finding(
-            code=Code.CUDA_GRAPH_REPLAY, severity=Severity.TRUST,
-            statement=f"{graph_calls} CUDA/HIP graph launches: kernels inside a replayed graph are not linked to the "
-                      "ops that recorded them and may be under-recorded, so per-op GPU time is incomplete.",
-            next_step="For per-op attribution capture a run with graphs off (e.g. vLLM enforce_eager=True, or "
-                      "torch.compile without mode='reduce-overhead').",
-            evidence={"graph_launches": graph_calls},
-        ))
+    replay = graph_replay_finding(ctx)
+    if replay is not None:
+        out.append(replay)
     if m.ts_step_ns:
         out.append(Finding(
             code=Code.QUANTISED_TIMES, severity=Severity.TRUST,

@@ -22,6 +22,9 @@ class _OpsTotals(TypedDict):
     gpu_time_ns: int
     #: GPU time launched outside any op.
     gpu_unattributed_ns: int
+    #: GPU time replayed from CUDA/HIP graphs whose launch no op encloses: charged to the
+    #: annotation (or launch call) around the launch, which then appears among the ops.
+    gpu_graph_outside_op_ns: int
 
 
 class OpsPayload(_OpsTotals):
@@ -39,7 +42,7 @@ class OpsByShapesPayload(_OpsTotals):
 def ops_payload(r: OpsResult) -> OpsPayload | OpsByShapesPayload:
     """The JSON of ``ops``."""
     return {"sort_by": r.sort_by, "gpu_time_ns": r.gpu_time_ns, "gpu_unattributed_ns": r.gpu_unattributed_ns,
-            "ops": r.table}
+            "gpu_graph_outside_op_ns": r.gpu_graph_outside_op_ns, "ops": r.table}
 
 
 #: ``ops``: the self times tell where an op's own time goes, the totals include its children;
@@ -53,8 +56,10 @@ OPS_TABLE: Final = Layout(
 def render_ops(r: OpsResult, top: int) -> RenderableType:
     from tracewhy.analyses.ops import OpCol  # loaded already: ``r`` comes from it
 
+    graphs = (f", {fmt_ns(r.gpu_graph_outside_op_ns)} replayed from CUDA/HIP graphs launched outside any op "
+              "(charged to the annotation around the launch)" if r.gpu_graph_outside_op_ns else "")
     t = OPS_TABLE.table(f"operators by {r.sort_by}; GPU time {fmt_ns(r.gpu_time_ns)}, "
-                        f"{fmt_ns(r.gpu_unattributed_ns)} of it launched outside any op",
+                        f"{fmt_ns(r.gpu_unattributed_ns)} of it launched outside any op{graphs}",
                         omit=() if r.by_shapes else ("input shapes",))
     for row in r.table.head(top).iter_rows(named=True):
         shapes = (row[OpCol.INPUT_DIMS],) if r.by_shapes else ()
