@@ -113,8 +113,8 @@ _MEANING: Final[dict[Code, str]] = {
     Code.STEP_MARKER_INFERRED: "No ProfilerStep markers: steps are a repeated annotation, or the loop's iterations, "
                                "chosen from the trace's structure.",
     Code.FEW_STEADY_STEPS: "Too few steady steps after warm-up for per-step figures to separate an effect from noise.",
-    Code.CUDA_GRAPH_REPLAY: "CUDA/HIP graph launches: replayed kernels are not linked to their ops, so per-op GPU "
-                            "time is incomplete.",
+    Code.CUDA_GRAPH_REPLAY: "CUDA/HIP graph launches: replayed work by kernel family, charged to what launched each "
+                            "graph (no capture to match it to the recording ops), and what ran eagerly between.",
     Code.QUANTISED_TIMES: "Start times are float epoch microseconds: gaps shorter than their resolution are not "
                           "resolved.",
     Code.INCOMPLETE_TRACE: "The file is cut or lacks events: figures cover only the events it holds.",
