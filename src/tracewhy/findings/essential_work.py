@@ -11,9 +11,9 @@ from typing import Any, Final
 
 import polars as pl
 
-from tracewhy.analyses import api_names
 from tracewhy.analyses.account import AccountCol, AccountResult
 from tracewhy.analyses.account_names import PartKind, PartName
+from tracewhy.analyses.graph_replay import graph_launch_rows
 from tracewhy.analyses.roofline_ops import OpRoofCol, OpRooflineMeasures, measure_op_roofline
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.applicability import gpu_vendor
@@ -21,7 +21,6 @@ from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding, Severity
 from tracewhy.findings.where_step_goes import GPU_PART_KINDS
-from tracewhy.model.schema import Col, Kind
 from tracewhy.units import fmt_ns as ms
 from tracewhy.units import fmt_pct
 
@@ -91,9 +90,7 @@ def _efficiency(ctx: Context) -> tuple[str, str, dict[str, Any]]:
 
 def _why_not(ctx: Context, m: OpRooflineMeasures) -> str:
     """Why the ops' roof fraction is not given, in one clause."""
-    calls = ctx.trace.slices.filter(pl.col(Col.KIND).is_in([Kind.RUNTIME.value, Kind.DRIVER.value]))
-    replayed = any(n is not None and api_names.is_graph_launch(str(n))
-                   for n in calls.get_column(Col.NAME).cast(pl.String).unique().to_list())
+    replayed = graph_launch_rows(ctx.trace).size > 0
     covered = fmt_pct(m.covered_ns / max(m.gpu_time_ns, 1))
     if replayed and m.covered_ns < th.ESSENTIAL_ROOF_MIN_COVER * m.gpu_time_ns:
         return (f"its kernels were replayed from a CUDA/HIP graph whose capture the trace does not hold, so no op "
