@@ -180,7 +180,11 @@ def _launches(s: pl.DataFrame, chosen: pl.DataFrame, is_gpu: npt.NDArray[np.bool
     has = (launch >= 0) & (node_of[np.maximum(launch, 0)] >= 0)
     rows, launch = rows[has], launch[has]
     call_start = node_of[launch]
-    start = edges(call_start, 2 * rows, Edge.LAUNCH, launch)
+    first, after, running = _replay_order(chosen, rows, launch)
+    start = edges(call_start[first], 2 * rows[first], Edge.LAUNCH, launch[first])
+    ids = chosen.get_column(Col.ID).to_numpy()
+    start = tuple(np.r_[a, b] for a, b in zip(
+        start, edges(2 * rows[running], 2 * rows[after], Edge.GPU, ids[rows[running]]), strict=True))
     names = s.get_column(Col.NAME).gather(launch)
     sync_names = [n for n in names.unique().to_list() if n is not None and api_names.is_sync_call(n)]
     ends = chosen.get_column(Col.TS).to_numpy()[rows] + np.maximum(chosen.get_column(Col.DUR).to_numpy()[rows], 0)
@@ -189,6 +193,30 @@ def _launches(s: pl.DataFrame, chosen: pl.DataFrame, is_gpu: npt.NDArray[np.bool
     waited = (ends <= call_end) & (names.is_in(sync_names).to_numpy() | is_copy)
     sync = edges(2 * rows[waited] + 1, call_start[waited] + 1, Edge.SYNC, launch[waited])
     return tuple(np.r_[a, b] for a, b in zip(start, sync, strict=True))
+
+
+def _replay_order(chosen: pl.DataFrame, rows: I64, launch: I64) -> tuple[npt.NDArray[np.bool_], I64, I64]:
+    """Of GPU ``rows`` and the ``launch`` call of each: which wait on their launch call, and the
+    (later, earlier) row-index pairs where a later one overlaps the one before it.
+
+    A CUDA/HIP graph launch replays many activities under one correlation id; only the first on
+    each stream waits on the call. Each later one waits on the one before it in the replay, which
+    stream order says (``_gpu_chain``) unless the two overlap: HIP's kernel timestamps in vLLM's
+    piecewise-graph trace overlap consecutive graph kernels by ~100 ns, which leaves a kernel with
+    only the launch edge, and the path then took the whole replay before it (169 ms there) as
+    launch overhead. Such a kernel waits on the GPU running the one it overlaps instead: an edge
+    from that one's start, spent in it.
+    """
+    key = stream_keys(chosen, rows)
+    ts = chosen.get_column(Col.TS).to_numpy()[rows]
+    end = ts + np.maximum(chosen.get_column(Col.DUR).to_numpy()[rows], 0)
+    order = np.lexsort((ts, key, launch))
+    same = (launch[order][1:] == launch[order][:-1]) & (key[order][1:] == key[order][:-1])
+    later, earlier = order[1:][same], order[:-1][same]
+    first = np.ones(rows.size, dtype=bool)
+    first[later] = False
+    overlaps = ts[later] < end[earlier]
+    return first, later[overlaps], earlier[overlaps]
 
 
 def _binding(node_ts: I64, src: I64, dst: I64, kind: npt.NDArray[np.int8]) -> I64:
