@@ -18,9 +18,11 @@ import polars as pl
 import pytest
 
 import tracewhy
+from builders import KinetoBuilder
 from conftest import shared_trace
 from tracewhy.analyses.critical_path import PathCol, critical_path
 from tracewhy.analyses.critical_path_edges import Edge
+from tracewhy.analyses.critical_path_graph import build_graph
 from tracewhy.analyses.gaps import GapCol, gaps
 from tracewhy.analyses.graph_replay import ChargedTo, GraphLaunchCol, graph_replays
 from tracewhy.analyses.ops import OpCol, ops
@@ -195,3 +197,50 @@ def test_piecewise_graphs_show_what_ran_eagerly() -> None:
     top = max(f.evidence["eager_ns_by_op"].items(), key=lambda kv: kv[1])
     assert top[0] == "vllm::unified_attention_with_output"
     assert "ran eagerly" in f.statement
+
+
+def _replayed(b: KinetoBuilder, kernels: list[tuple[str, float, float]]) -> None:
+    """More kernels of the graph launch ``b`` made last: the same correlation id, as Kineto
+    writes every kernel a cudaGraphLaunch replays."""
+    for name, ts, dur in kernels:
+        b.events.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": dur,
+                         "args": {"device": 0, "stream": 7, "correlation": b._corr}})
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Trace:
+    """A decode annotation around a graph launch of three kernels (the second overlapping the first
+    by 0.1 µs, as HIP writes them), an eager aten::mm, and a second graph launch under nothing."""
+    b = KinetoBuilder()
+    b.annotation("decode", 0, 100)
+    b.launch("gemm_a", 10, 5, gpu_ts=20, gpu_dur=10, api="cudaGraphLaunch")
+    _replayed(b, [("gemm_b", 29.9, 10.1), ("norm_c", 40, 10)])
+    b.op("aten::mm", 60, 10).launch("sm80_gemm", 62, 4, gpu_ts=70, gpu_dur=10)
+    b.launch("gemm_d", 200, 5, gpu_ts=210, gpu_dur=10, api="cudaGraphLaunch")
+    return tracewhy.load(b.write(tmp_path_factory.mktemp("graphs") / "tiny.json"))
+
+
+def test_replayed_work_is_charged_to_the_op_then_the_annotation_then_the_call(tiny: Trace) -> None:
+    launches = graph_replays(tiny).launches
+    assert launches.select(GraphLaunchCol.CHARGED_KIND, GraphLaunchCol.CHARGED_NAME, GraphLaunchCol.GPU_ROWS,
+                           GraphLaunchCol.GPU_NS).rows() == [
+        (ChargedTo.ANNOTATION, "decode", 3, 30_100), (ChargedTo.LAUNCH, "cudaGraphLaunch", 1, 10_000)]
+    table = ops(tiny).table
+    names = table.get_column(OpCol.NAME).to_list()
+    self_ns = dict(zip(names, table.get_column(OpCol.GPU_SELF).to_list(), strict=True))
+    total_ns = dict(zip(names, table.get_column(OpCol.GPU_TOTAL).to_list(), strict=True))
+    assert self_ns == {"decode": 30_100, "aten::mm": 10_000, "cudaGraphLaunch": 10_000}
+    assert total_ns["decode"] == 40_100  # its own replay and the aten::mm nested in it
+    assert ops(tiny).gpu_unattributed_ns == 0 and ops(tiny).gpu_graph_outside_op_ns == 40_100
+
+
+def test_only_the_first_replayed_kernel_waits_on_the_launch_call(tiny: Trace) -> None:
+    """The launch edge reaches gemm_a only; gemm_b, which starts 0.1 µs before gemm_a ends, waits
+    on gemm_a running, so the path from gemm_b back runs through gemm_a, not the launch call."""
+    graph = build_graph(tiny)
+    names = tiny.slices.get_column(Col.NAME).cast(pl.String).to_numpy()
+    launched = graph.dst[graph.kind == Edge.LAUNCH]
+    assert sorted(names[graph.node_slice[launched]].tolist()) == ["gemm_a", "gemm_d", "sm80_gemm"]
+    gemm_b = int(np.flatnonzero(names[graph.node_slice] == "gemm_b")[0])  # its start node
+    bound = graph.bind_edge[gemm_b]
+    assert graph.kind[bound] == Edge.GPU and names[graph.node_slice[graph.src[bound]]] == "gemm_a"
