@@ -250,3 +250,32 @@ def host_link(device_name: str | None) -> HostLink | None:
         return None
     low = " ".join(device_name.lower().replace("-", " ").replace("_", " ").split())
     return next((link for pattern, link in _COMPILED_LINKS if pattern.search(low)), None)
+
+
+# GPU-to-GPU links, which collectives cross: (pattern on the lower-cased device name, link), first
+# match wins. Each figure is the datasheet's GPU-to-GPU line, both directions together, halved as
+# for host links (NCCL's bus bandwidth is one direction: nccl-tests doc/PERFORMANCE.md). Parts
+# without a GPU-to-GPU fabric (PCIe cards, GeForce) exchange over PCIe: their host link.
+_PEER_LINKS: Final[tuple[tuple[str, HostLink], ...]] = (
+    (r"b200|b100|gb200", _link("NVLink 5", 1800, "NVIDIA HGX B200 specifications (NVLink 1.8 TB/s)")),
+    (r"h800", _link("NVLink 4", 400, "NVIDIA H800 datasheet (NVLink 400 GB/s)")),
+    (r"h100|h200|gh200", _link("NVLink 4", 900, "NVIDIA H100/H200 SXM datasheets (NVLink 900 GB/s)")),
+    (r"a800", _link("NVLink 3", 400, "NVIDIA A800 datasheet (NVLink 400 GB/s)")),
+    (r"a100", _link("NVLink 3", 600, "NVIDIA A100 SXM datasheet (NVLink 600 GB/s)")),
+    (r"v100", _link("NVLink 2", 300, "NVIDIA V100 SXM2 datasheet (NVLink 300 GB/s)")),
+    (r"mi300|mi325", _link("Infinity Fabric (xGMI)", 896, "AMD Instinct MI300X datasheet (7 links, 896 GB/s)")),
+)
+_COMPILED_PEER_LINKS: Final = tuple((re.compile(p), link) for p, link in _PEER_LINKS)
+#: Cards whose GPUs exchange over PCIe (no fabric between them, or a bridge the trace cannot see).
+_PEERS_OVER_PCIE: Final = re.compile(r"pcie|\bnvl\b|rtx|l40|\bl4\b|\ba10g?\b|\ba40\b|\bt4\b|v100s")
+
+
+def peer_link(device_name: str | None) -> HostLink | None:
+    """The link a device exchanges with the other GPUs of its node over, with its peak in one
+    direction (None: not in the table). A PCIe card's is its host link."""
+    if not device_name:
+        return None
+    low = " ".join(device_name.lower().replace("-", " ").replace("_", " ").split())
+    if _PEERS_OVER_PCIE.search(low):
+        return host_link(device_name)
+    return next((link for pattern, link in _COMPILED_PEER_LINKS if pattern.search(low)), None)

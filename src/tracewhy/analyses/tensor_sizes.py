@@ -16,6 +16,12 @@ DTYPE_BYTES: Final = {
     "signed char": 1, "unsigned char": 1, "bool": 1, "c10::complex<float>": 8,
     "c10::complex<double>": 16,
 }
+#: Bytes per element for the c10 ScalarType names ``record_param_comms`` writes in "dtype".
+SCALAR_TYPE_BYTES: Final = {
+    "Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1, "Byte": 1,
+    "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16, "ComplexHalf": 4, "Float8_e4m3fn": 1, "Float8_e5m2": 1,
+    "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1, "UInt16": 2, "UInt32": 4, "UInt64": 8,
+}
 _FP8: Final = frozenset(k for k in DTYPE_BYTES if "Float8" in k)
 _HALF: Final = frozenset({"c10::Half", "c10::BFloat16", "half", "bfloat16"})
 
