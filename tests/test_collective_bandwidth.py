@@ -5,6 +5,7 @@ and dtype), and the link it is held against."""
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import math
@@ -18,6 +19,9 @@ import tracewhy as tw
 from conftest import shared_trace
 from tracewhy.analyses.collectives import bus_factor, collectives, message_bytes
 from tracewhy.analyses.peaks import peer_link
+from tracewhy.findings import thresholds as th
+from tracewhy.findings.codes import Code
+from tracewhy.findings.collective_bandwidth import slow_bus_findings
 
 #: Every shared trace whose collective calls record "In msg nelems" and whose NCCL kernels were
 #: captured (hta/v100_rank0_displayTimeUnit_ns_fractional_us has sizes but no NCCL kernel).
@@ -46,10 +50,16 @@ def _expected_busbw(args: dict[str, Any], dur_us: float) -> float | None:
     raise AssertionError(f"no formula written here for {name}")
 
 
+@functools.cache
+def _raw(path: Path) -> dict[str, Any]:
+    with gzip.open(path) as f:
+        out: dict[str, Any] = json.load(f)
+    return out
+
+
 def _raw_calls(path: Path) -> list[tuple[int, float, dict[str, Any]]]:
     """(kernel start in ns, kernel duration in µs, record_param_comms args) per NCCL kernel."""
-    with gzip.open(path) as f:
-        events = json.load(f)["traceEvents"]
+    events = _raw(path)["traceEvents"]
     params = {e["args"]["External id"]: e["args"] for e in events
               if e.get("name") == "record_param_comms" and "In msg nelems" in e.get("args", {})}
     out = []
@@ -89,8 +99,7 @@ def test_bus_bandwidth_is_nccls_formula_on_every_sized_trace(sized: tuple[Path, 
 
 def test_the_link_is_the_devices_gpu_to_gpu_link(sized: tuple[Path, pl.DataFrame]) -> None:
     path, table = sized
-    with gzip.open(path) as f:
-        names = {p["name"] for p in json.load(f)["deviceProperties"]}
+    names = {p["name"] for p in _raw(path)["deviceProperties"]}
     sized_rows = table.filter(pl.col("busbw_bytes_per_s").is_not_null())
     links = set(zip(sized_rows.get_column("link").to_list(), sized_rows.get_column("link_bytes_per_s").to_list(),
                     strict=True))
@@ -120,3 +129,47 @@ def test_message_size_follows_nccl_tests() -> None:
     assert message_bytes("all_reduce", 2049000, 2049000, "Float") == 8196000
     assert message_bytes("recv", 0, 1024, "Half") == 2048
     assert message_bytes("all_reduce", 10, 10, "NoSuchType") is None
+
+
+# --- the diagnose finding --------------------------------------------------------------------
+
+def _raw_busbw(path: Path, collective: str, min_bytes: int) -> list[tuple[int, float, float]]:
+    """(message bytes, bus bytes/s, kernel µs) of each raw NCCL kernel of ``collective`` whose
+    message is ``min_bytes`` or more."""
+    out = []
+    for _, dur_us, a in _raw_calls(path):
+        nbytes = max(a["In msg nelems"], a["Out msg nelems"]) * _WIDTH[a["dtype"]]
+        busbw = _expected_busbw(a, dur_us)
+        if a["Collective name"] == collective and nbytes >= min_bytes and busbw is not None:
+            out.append((nbytes, busbw, dur_us))
+    return out
+
+
+@pytest.fixture(scope="module")
+def a100_diagnosis() -> tuple[Path, tw.Report]:
+    path = shared_trace(SIZED[0])
+    return path, tw.diagnose(tw.load(path))
+
+
+def test_large_all_reduces_far_below_nvlink_are_a_finding(a100_diagnosis: tuple[Path, tw.Report]) -> None:
+    path, report = a100_diagnosis
+    raw = _raw_busbw(path, "allreduce", th.COLL_LARGE_MESSAGE_BYTES)
+    assert raw, "the trace has all-reduces of 4 MiB and more"
+    [f] = [f for f in report.findings if f.code == Code.COLLECTIVE_SLOW_BUS]
+    e = f.evidence
+    assert (e["op"], e["group_size"], e["link"]) == ("all_reduce", 2, "NVLink 3")
+    assert e["link_bytes_per_s"] == 300e9  # A100 SXM: NVLink 600 GB/s both ways
+    # The finding's bus bandwidth is the time-weighted mean of calls computed here from the raw JSON.
+    per_call = [b for _, b, _ in raw]
+    assert min(per_call) <= e["busbw_bytes_per_s"] <= max(per_call)
+    assert e["busbw_bytes_per_s"] < th.COLL_SLOW_BUS_SHARE * e["link_bytes_per_s"]
+    assert e["calls"] <= len(raw) and e["min_msg_bytes"] >= th.COLL_LARGE_MESSAGE_BYTES
+    assert f"{e['busbw_bytes_per_s'] / 1e9:.1f} GB/s" in f.statement and "waiting" in f.statement
+
+
+def test_small_messages_are_no_finding_however_slow(sized: tuple[Path, pl.DataFrame]) -> None:
+    _, table = sized
+    small = table.filter(pl.col("msg_bytes") < th.COLL_LARGE_MESSAGE_BYTES)
+    slow = small.filter(pl.col("busbw_bytes_per_s") < th.COLL_SLOW_BUS_SHARE * pl.col("link_bytes_per_s"))
+    assert slow.height, "every sized trace has small calls far below the link (latency-bound)"
+    assert slow_bus_findings(small, steps=1) == []

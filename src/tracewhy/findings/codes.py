@@ -62,6 +62,7 @@ class Code(str, Enum):
     MEMORY_GROWTH = "memory-growth"
     ALLOCATOR_CHURN = "allocator-churn"
     COMM_EXPOSED = "comm-exposed"
+    COLLECTIVE_SLOW_BUS = "collective-slow-bus"
     BLOCK_ATTRIBUTION = "block-attribution"
     # torch.compile (tracewhy compile).
     GRAPH_BREAKS = "graph-breaks"
@@ -167,6 +168,7 @@ _MEANING: Final[dict[Code, str]] = {
                         "bytes each step and the fix.",
     Code.ALLOCATOR_CHURN: "Reserved memory changes in steady steps: the caching allocator calls cudaMalloc/cudaFree "
                           "again and again.",
+    Code.COLLECTIVE_SLOW_BUS: "Large collectives run far below their GPU-to-GPU link's bus bandwidth.",
     Code.COMM_EXPOSED: ("Communication runs with no compute under it; the statement says how much of the step's "
                         "critical path it holds and what hiding it saves."),
     Code.BLOCK_ATTRIBUTION: "GPU time per step by annotated block: which block gates the step.",

@@ -123,6 +123,14 @@ EXPOSED_COMM_MIN_NS: Final = 100_000
 #: Exposed communication (or waiting for a straggler) above this share of the step is high
 #: severity: a fifth of the step is more than most single optimizations give back.
 EXPOSED_COMM_HIGH_SHARE: Final = 0.20
+#: A collective message from which bandwidth, not latency, sets its time: nccl-tests on NVLink and
+#: xGMI systems reach over half their peak bus bandwidth from a few MB, while under 1 MB a call is
+#: mostly its fixed cost of a few to tens of µs, so a low bus bandwidth there says nothing of the link.
+COLL_LARGE_MESSAGE_BYTES: Final = 4 * 1024**2
+#: Large collectives below this share of their link's peak bus bandwidth are judged slow: tuned
+#: NCCL reaches 70-85% of NVLink's per-direction peak on large all-reduces, so under a quarter is
+#: a transport, topology or waiting problem, not tuning.
+COLL_SLOW_BUS_SHARE: Final = 0.25
 #: Block attribution needs at least this many blocks with GPU work: one block is the step.
 BLOCKS_MIN_FOR_ATTRIBUTION: Final = 2
 #: Timed block by block (``blocks-synchronized``): a synchronize ends at least this share of the

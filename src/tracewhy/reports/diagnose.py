@@ -16,7 +16,18 @@ from tracewhy.analyses.gaps import GapsOptions, GapsResult
 from tracewhy.analyses.memory import MemoryResult
 from tracewhy.analyses.steps import StepsResult
 from tracewhy.analyses.throughput import Throughput, ThroughputOptions, from_step_stats
-from tracewhy.findings import account, blocks, host, idle, memory, nsys_rules, overlap, platform, trust
+from tracewhy.findings import (
+    account,
+    blocks,
+    collective_bandwidth,
+    host,
+    idle,
+    memory,
+    nsys_rules,
+    overlap,
+    platform,
+    trust,
+)
 from tracewhy.findings import compile as torch_compile
 from tracewhy.findings.basis import Basis, basis
 from tracewhy.findings.codes import Code
@@ -37,7 +48,8 @@ Rule = Callable[[Context], list[Finding]]
 
 #: Every rule module; each returns the findings it can make for one trace.
 RULES: tuple[Rule, ...] = (
-    trust.findings, idle.findings, host.findings, platform.findings, overlap.findings, blocks.findings,
+    trust.findings, idle.findings, host.findings, platform.findings, overlap.findings,
+    collective_bandwidth.findings, blocks.findings,
     nsys_rules.findings, memory.findings, torch_compile.findings, account.findings,
 )
 
