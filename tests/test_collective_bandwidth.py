@@ -17,7 +17,9 @@ import pytest
 
 import tracewhy as tw
 from conftest import shared_trace
-from tracewhy.analyses.collectives import bus_factor, collectives, message_bytes
+from tracewhy.analyses.collective_bandwidth import bandwidth_by_size, bus_factor, message_bytes
+from tracewhy.analyses.collectives import collectives
+from tracewhy.analyses.overlap import overlap
 from tracewhy.analyses.peaks import peer_link
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.codes import Code
@@ -172,4 +174,18 @@ def test_small_messages_are_no_finding_however_slow(sized: tuple[Path, pl.DataFr
     small = table.filter(pl.col("msg_bytes") < th.COLL_LARGE_MESSAGE_BYTES)
     slow = small.filter(pl.col("busbw_bytes_per_s") < th.COLL_SLOW_BUS_SHARE * pl.col("link_bytes_per_s"))
     assert slow.height, "every sized trace has small calls far below the link (latency-bound)"
-    assert slow_bus_findings(small, steps=1) == []
+    assert slow_bus_findings(bandwidth_by_size(small), steps=1) == []
+
+
+def test_overlap_shows_bandwidth_per_message_size(a100_diagnosis: tuple[Path, tw.Report]) -> None:
+    path, _ = a100_diagnosis
+    rows = overlap(tw.load(path)).bandwidth.filter(pl.col("op") == "all_reduce")
+    assert rows.height >= 2
+    raw: dict[int, list[float]] = {}
+    for nbytes, busbw, _ in _raw_busbw(path, "allreduce", 0):
+        raw.setdefault(nbytes, []).append(busbw)
+    for row in rows.iter_rows(named=True):
+        calls = raw[row["msg_bytes"]]
+        assert row["calls"] <= len(calls)
+        assert min(calls) * 0.999 <= row["busbw_bytes_per_s"] <= max(calls) * 1.001
+        assert row["link_share"] == pytest.approx(row["busbw_bytes_per_s"] / 300e9)

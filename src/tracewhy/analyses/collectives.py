@@ -21,11 +21,10 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses import api_names
+from tracewhy.analyses.collective_bandwidth import with_bandwidth
 from tracewhy.analyses.families import Family, classify_kernels, collective_op, collective_range
-from tracewhy.analyses.peaks import peer_link
-from tracewhy.analyses.tensor_sizes import SCALAR_TYPE_BYTES
 from tracewhy.model.linking import first_flagged
-from tracewhy.model.schema import Col, DeviceCol, Kind, OpAttrCol
+from tracewhy.model.schema import Col, Kind, OpAttrCol
 from tracewhy.model.trace import Trace
 
 I64 = npt.NDArray[np.int64]
@@ -47,12 +46,7 @@ class CollectivesResult:
     timing ("device", "host" or "none": a device backend's range whose kernels were not
     captured), device, start_ns, dur_ns (first kernel start to last kernel end, or the host
     range), kernels (count); from ``record_param_comms`` where the trace has it: dtype,
-    group_size, msg_bytes (the message as NCCL's benchmarks size it, see ``message_bytes``),
-    algbw_bytes_per_s (msg_bytes / dur_ns), busbw_bytes_per_s (algbw times ``bus_factor``; null
-    for a group of one, which crosses no link); link and link_bytes_per_s (the GPU-to-GPU link
-    the group's ranks exchange over, from the device's name, peak in one direction; null when the
-    group has more ranks than the node has GPUs, so that part of it crosses a network the trace
-    does not describe).
+    group_size, and the bandwidth columns of ``collective_bandwidth.with_bandwidth``.
 
     ``kernels``: id (communication kernel slice id), call.
     """
@@ -236,76 +230,4 @@ def _table(rows: list[dict[str, object]]) -> pl.DataFrame:
     table = pl.DataFrame(rows, schema=_SCHEMA) if rows else pl.DataFrame(schema=_SCHEMA)
     return table.sort(["host_ts_ns", "start_ns", "_key"], nulls_last=True).with_row_index("call").with_columns(
         pl.col("call").cast(pl.Int64)
-    )
-
-
-# --- bandwidth -------------------------------------------------------------------------------
-# nccl-tests doc/PERFORMANCE.md: algorithm bandwidth is the message size over the time; bus
-# bandwidth multiplies it by the share of the data each rank's link must carry for the op, so
-# that it is comparable with the link's peak whatever the rank count (n): all-reduce 2(n-1)/n,
-# all-gather, reduce-scatter and all-to-all (n-1)/n, broadcast, reduce, send and recv 1. Gather
-# and scatter as in its gather.cu and scatter.cu: (n-1)/n.
-_SHARE_OF_ALL: Final = frozenset({"all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"})
-_WHOLE: Final = frozenset({"broadcast", "reduce", "send", "recv", "send_recv"})
-
-
-def bus_factor(op: str | None, group_size: int | None) -> float | None:
-    """NCCL's bus bandwidth factor for ``op`` over ``group_size`` ranks (None: unknown op, or a
-    group of one, whose data crosses no link)."""
-    if op is None or group_size is None or group_size < 2:
-        return None
-    n = group_size
-    if op == "all_reduce":
-        return 2 * (n - 1) / n
-    if op in _SHARE_OF_ALL:
-        return (n - 1) / n
-    return 1.0 if op in _WHOLE else None
-
-
-def message_bytes(op: str | None, in_nelems: int | None, out_nelems: int | None, dtype: str | None) -> int | None:
-    """The message as nccl-tests sizes it, from ``record_param_comms``' element counts (PyTorch
-    records the input and output tensors' numel): all-gather's whole gathered output (its input
-    is one rank's share), reduce-scatter's whole input, all-to-all's send buffer, recv's output,
-    the input otherwise. None without a known dtype or count."""
-    width = SCALAR_TYPE_BYTES.get(dtype or "")
-    if width is None or op is None:
-        return None
-    if op in ("all_gather", "gather"):
-        nelems = out_nelems
-    elif op in ("recv", "scatter"):
-        nelems = out_nelems if op == "recv" else in_nelems
-    elif op == "send_recv":
-        nelems = max(in_nelems or 0, out_nelems or 0) or None
-    else:
-        nelems = in_nelems
-    return nelems * width if nelems else None
-
-
-def with_bandwidth(table: pl.DataFrame, trace: Trace) -> pl.DataFrame:
-    """``table`` with msg_bytes, algbw_bytes_per_s, busbw_bytes_per_s, link and link_bytes_per_s
-    (see CollectivesResult), its helper columns dropped."""
-    devices = trace.devices
-    names = dict(zip(devices.get_column(DeviceCol.DEVICE).to_list(), devices.get_column(DeviceCol.NAME).to_list(),
-                     strict=True))
-    gpus_in_node = devices.height
-    rows = table.select("op", "size", "_out_size", "dtype", "group_size", Col.DUR, Col.DEVICE, "timing").rows()
-    out: dict[str, list[object]] = {k: [] for k in ("msg_bytes", "algbw_bytes_per_s", "busbw_bytes_per_s", "link",
-                                                    "link_bytes_per_s")}
-    for op, size, out_size, dtype, n, dur, device, timing in rows:
-        nbytes = message_bytes(op, size, out_size, dtype)
-        alg = nbytes / dur * 1e9 if nbytes and dur and timing != "none" else None
-        factor = bus_factor(op, n)
-        # deviceProperties lists the GPUs of the rank's node: a larger group also spans a network.
-        link = peer_link(names.get(device)) if n is not None and 1 < n <= gpus_in_node else None
-        out["msg_bytes"].append(nbytes)
-        out["algbw_bytes_per_s"].append(alg)
-        out["busbw_bytes_per_s"].append(alg * factor if alg is not None and factor is not None else None)
-        out["link"].append(link.name if link else None)
-        out["link_bytes_per_s"].append(link.bytes_per_s if link else None)
-    return table.drop("_out_size").with_columns(
-        pl.Series("msg_bytes", out["msg_bytes"], dtype=pl.Int64),
-        pl.Series("algbw_bytes_per_s", out["algbw_bytes_per_s"], dtype=pl.Float64),
-        pl.Series("busbw_bytes_per_s", out["busbw_bytes_per_s"], dtype=pl.Float64),
-        pl.Series("link", out["link"], dtype=pl.String),
-        pl.Series("link_bytes_per_s", out["link_bytes_per_s"], dtype=pl.Float64),
     )

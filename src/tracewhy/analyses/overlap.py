@@ -19,13 +19,14 @@ the GPU work it launched. GPU and host share one clock within a trace.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from tracewhy.analyses.collective_bandwidth import BANDWIDTH_SCHEMA, bandwidth_by_size
 from tracewhy.analyses.collectives import CollectivesResult, collectives
 from tracewhy.analyses.intervals import union
 from tracewhy.analyses.overlap_activities import (
@@ -117,7 +118,9 @@ class OverlapResult(Rows, rows="devices"):
     exposed_ns_per_step, in the analysis window (the steady steps, or the whole span without
     steps), most exposed first.
     ``streams``: device, stream, kernels, busy_ns and union time per category.
-    ``concurrency``: device, streams_active, time_ns within the span.
+    ``concurrency``: device, streams_active, time_ns within the span. ``bandwidth``: the calls
+    with a message size whose device start is in that window, per device, op, process group and
+    size (``collective_bandwidth.bandwidth_by_size``).
     ``copy`` in PARTS counts memcpy and memset together; ``streams`` keeps them apart.
     """
 
@@ -130,6 +133,7 @@ class OverlapResult(Rows, rows="devices"):
     step_marker: str
     steady_steps: int
     note: str | None
+    bandwidth: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=BANDWIDTH_SCHEMA))
 
 
 def overlap(
@@ -146,6 +150,7 @@ def overlap(
     acts = activities(trace, coll)
     windows = step_windows(trace, steps_result)
     device_rows, step_rows, steady_rows, coll_rows, stream_rows, conc_rows = [], [], [], [], [], []
+    calls_in_window = []
     for device in sorted(acts.get_column(Col.DEVICE).unique().to_list()):
         a = acts.filter(pl.col(Col.DEVICE) == device)
         tl = _Timeline(a)
@@ -170,6 +175,8 @@ def overlap(
         else:
             lo, hi = tl.lo, tl.hi
         coll_rows.append(_collective_exposure(a, tl, lo, hi, max(n_steady, 1), device))
+        calls_in_window.append(coll.table.filter((pl.col(Col.DEVICE) == device)
+                                                 & pl.col("start_ns").is_between(lo, hi, closed="left")))
         stream_rows.append(_streams(a, device))
         conc_rows.append(_concurrency(a, device))
     n_steady = int(steps_result.table.get_column(StepCol.STEADY).sum()) if steps_result.table.height else 0
@@ -189,6 +196,7 @@ def overlap(
         step_marker=steps_result.marker,
         steady_steps=n_steady,
         note=note,
+        bandwidth=bandwidth_by_size(pl.concat(calls_in_window) if calls_in_window else coll.table.clear()),
     )
 
 

@@ -16,7 +16,6 @@ from tracewhy.analyses.what_if import fix_for_part
 from tracewhy.analyses.what_if_comm import CommOnPath, comm_on_path
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.codes import Code
-from tracewhy.findings.collective_bandwidth import collectives_of
 from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding, Severity
 
@@ -29,8 +28,7 @@ _NAMED_PARTS: int = 2
 def overlap_result(ctx: Context) -> OverlapResult:
     """The overlap analysis of this diagnosis, computed once."""
     return ctx.cached("overlap", lambda: overlap(
-        ctx.trace, OverlapOptions(ctx.options.step_marker, ctx.options.warmup), steps_result=ctx.steps(),
-        collectives_result=collectives_of(ctx),
+        ctx.trace, OverlapOptions(ctx.options.step_marker, ctx.options.warmup), steps_result=ctx.steps()
     ))
 
 

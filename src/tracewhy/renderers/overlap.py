@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, TypedDict
 
 import polars as pl
 
+from tracewhy.analyses.collective_bandwidth import BANDWIDTH_SCHEMA
 from tracewhy.analyses.overlap import (
     OVERLAP_COLLECTIVES_SCHEMA,
     OVERLAP_CONCURRENCY_SCHEMA,
@@ -21,7 +22,7 @@ from tracewhy.analyses.overlap import (
 from tracewhy.findings.model import Finding
 from tracewhy.renderers.findings import render_findings
 from tracewhy.renderers.layout import Layout, label, name, number, step
-from tracewhy.units import fmt_ns, fmt_pct
+from tracewhy.units import fmt_bytes, fmt_ns, fmt_pct
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -44,6 +45,8 @@ class OverlapPayload(TypedDict):
     #: What the collectives' totals cover: "N steady steps" or "the whole trace".
     collectives_over: str
     concurrency: Annotated[pl.DataFrame, rows(OVERLAP_CONCURRENCY_SCHEMA, "time with N streams active, per device")]
+    bandwidth: Annotated[pl.DataFrame, rows(BANDWIDTH_SCHEMA, "collective calls with a message size per device, op, "
+                                                              "process group and size, totals over collectives_over")]
     findings: list[Finding]
 
 
@@ -54,7 +57,7 @@ def overlap_payload(r: OverlapResult, findings: list[Finding]) -> OverlapPayload
         "step_marker": r.step_marker, "steady_steps": r.steady_steps, "note": r.note, "devices": r.devices,
         "steady": r.steady, "steps": r.steps, "collectives": r.collectives, "streams": r.streams,
         "collectives_over": f"{r.steady_steps} steady steps" if r.steady.height else "the whole trace",
-        "concurrency": r.concurrency, "findings": findings,
+        "concurrency": r.concurrency, "bandwidth": r.bandwidth, "findings": findings,
     }
 
 
@@ -68,6 +71,10 @@ COLLECTIVES_TABLE: Final = Layout(
     (number("GPU"), name("collective"), number("total calls"), number("total time"), number("total hidden"),
      number("total exposed"), number("exposed per step")),
     drop=("total hidden", "total calls", "total time"))
+BANDWIDTH_TABLE: Final = Layout(
+    (number("GPU"), name("op"), label("group"), number("ranks"), number("message"), number("calls"), number("time"),
+     number("bus GB/s"), label("link"), number("of link peak")),
+    drop=("ranks", "calls", "group", "link", "time"))
 OVERLAP_STEPS_TABLE: Final = Layout(
     (number("GPU"), step(), number("window"), number("compute"), number("comm"), number("exposed comm"),
      number("idle"), label("steady", "right")),
@@ -101,6 +108,8 @@ def render_overlap(r: OverlapResult, findings: list[Finding], top: int) -> Rende
                       str(row[OverlapCol.COUNT]), fmt_ns(row[OverlapCol.TIME]), fmt_ns(row[OverlapCol.HIDDEN]),
                       fmt_ns(row[OverlapCol.EXPOSED]), fmt_ns(row[OverlapCol.EXPOSED_PER_STEP]))
         parts.append(c)
+    if r.bandwidth.height:
+        parts.append(_bandwidth_table(r, per_step, top))
     if r.steps.height:
         s = OVERLAP_STEPS_TABLE.table(f"per step ({r.step_marker})")
         for row in r.steps.head(top).iter_rows(named=True):
@@ -147,3 +156,18 @@ def _busy_lines(r: OverlapResult, per_step: bool) -> list[str]:
                    f"{share[OverlapCol.COMPUTE]}, communication {share[OverlapCol.COMM]}, copies and memsets "
                    f"{share[OverlapCol.COPY]} (they may overlap one another).")
     return out
+
+
+def _bandwidth_table(r: OverlapResult, per_step: bool, top: int) -> RenderableType:
+    """Bus bandwidth per message size (NCCL's formula), against the GPU-to-GPU link's peak."""
+    over = f"the {r.steady_steps} steady steps" if per_step else "the trace (no steps)"
+    b = BANDWIDTH_TABLE.table(f"collective bandwidth over {over} (bus bandwidth as nccl-tests reports it; link peak "
+                              "one direction)")
+    for row in r.bandwidth.head(top).iter_rows(named=True):
+        bus = row["busbw_bytes_per_s"]
+        b.add_row(str(row["device"]), row["op"] or "-", row["process_group"] or "-", str(row["group_size"] or "-"),
+                  fmt_bytes(row["msg_bytes"]), str(row["calls"]), fmt_ns(row["time_ns"]),
+                  "-" if bus is None else f"{bus / 1e9:.1f}",
+                  "-" if row["link"] is None else f"{row['link']} {row['link_bytes_per_s'] / 1e9:.0f} GB/s",
+                  fmt_pct(row["link_share"]))
+    return b

@@ -1,11 +1,12 @@
 """``overlap``: compute, communication (hidden and exposed), copies and idle per GPU and step,
-and the findings on exposed communication."""
+collective bandwidth against the link, and the findings on exposed and slow communication."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from tracewhy.analyses.overlap import OverlapOptions, OverlapResult, overlap
+from tracewhy.findings.collective_bandwidth import slow_bus_findings
 from tracewhy.findings.model import Finding
 from tracewhy.findings.overlap import exposed_comm_findings
 from tracewhy.reports.inputs import PLAIN, Loader, TraceSource
@@ -27,4 +28,5 @@ def overlap_report(trace: TraceSource, options: OverlapReportOptions | None = No
                    loader: Loader = PLAIN) -> OverlapReport:
     options = options or OverlapReportOptions()
     r = overlap(loader.trace(trace), OverlapOptions(step_marker=options.step_marker, warmup=options.warmup))
-    return OverlapReport(r, exposed_comm_findings(r))
+    steps = r.steady_steps if r.steady.height else 0
+    return OverlapReport(r, exposed_comm_findings(r) + slow_bus_findings(r.bandwidth, steps))
