@@ -122,3 +122,22 @@ def bandwidth_by_size(calls: pl.DataFrame) -> pl.DataFrame:
         .cast(BANDWIDTH_SCHEMA)
         .sort(["time_ns", "device", "op", "msg_bytes"], descending=[True, False, False, False])
     )
+
+
+#: ``transfer_bandwidth``'s columns: a matched call's message, its bus bandwidth over its
+#: transfer time (the shortest duration across ranks: no rank waited in it), and the link's peak.
+TRANSFER_BANDWIDTH_SCHEMA: Final = pl.Schema({
+    "group_size": pl.Int64(), "msg_bytes": pl.Int64(), "busbw_bytes_per_s": pl.Float64(), "link": pl.String(),
+    "link_bytes_per_s": pl.Float64(), "link_share": pl.Float64(),
+})
+
+
+def transfer_bandwidth(matched: pl.DataFrame) -> pl.DataFrame:
+    """Calls matched across ranks (op, group_size, msg_bytes, transfer_ns, link, link_bytes_per_s)
+    with busbw_bytes_per_s over transfer_ns and its link_share: the bandwidth the link gave once
+    the last rank had arrived, which one rank's kernel time, holding its wait, understates."""
+    factors = [bus_factor(op, n) for op, n in matched.select("op", "group_size").rows()]
+    return matched.with_columns(
+        (pl.col("msg_bytes") / pl.col("transfer_ns") * 1e9 * pl.Series(factors, dtype=pl.Float64))
+        .alias("busbw_bytes_per_s"),
+    ).with_columns((pl.col("busbw_bytes_per_s") / pl.col("link_bytes_per_s")).alias("link_share"))

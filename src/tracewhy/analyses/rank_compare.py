@@ -28,6 +28,7 @@ from typing import Final
 import numpy as np
 import polars as pl
 
+from tracewhy.analyses.collective_bandwidth import TRANSFER_BANDWIDTH_SCHEMA, transfer_bandwidth
 from tracewhy.analyses.intervals import covered_ns, union
 from tracewhy.analyses.ranks import RankSummary
 from tracewhy.analyses.stats import nearest_ns
@@ -51,11 +52,16 @@ RANKS_SCHEMA: Final = pl.Schema({
     "incomplete": pl.String(),
 })
 #: ``RanksResult.matched``: one row per call matched on two or more ranks. ``late_ns``, the median
-#: of the other ranks' waits, is rounded to the nearest nanosecond.
+#: of the other ranks' waits, is rounded to the nearest nanosecond. ``max_wait_ns`` is the call's
+#: arrival skew (first arrival to last); ``wait_ns`` the waits it caused on the early ranks, summed.
 MATCHED_SCHEMA: Final = pl.Schema({
     "step": pl.Int64(), "process_group": pl.String(), "ordinal": pl.Int64(), "op": pl.String(), "ranks": pl.Int64(),
     "transfer_ns": pl.Int64(), "max_wait_ns": pl.Int64(), "last_rank": pl.Int64(), "late_ns": pl.Int64(),
+    "wait_ns": pl.Int64(), **TRANSFER_BANDWIDTH_SCHEMA,
 })
+_MATCH_ROWS: Final = pl.Schema({k: v for k, v in MATCHED_SCHEMA.items() if k not in TRANSFER_BANDWIDTH_SCHEMA}
+                               | {"group_size": pl.Int64(), "link": pl.String(), "link_bytes_per_s": pl.Float64(),
+                                  "msg_bytes": pl.Int64()})
 #: ``RanksResult.lateness``: per rank and step (``late_ns`` rounded as in MATCHED_SCHEMA).
 LATENESS_SCHEMA: Final = pl.Schema({"rank": pl.Int64(), "step": pl.Int64(), "late_ns": pl.Int64(),
                                     "wait_ns": pl.Int64()})
@@ -76,7 +82,9 @@ class RanksResult(Rows, rows="ranks"):
     rank's waits at the calls it was last at, as a union on that rank's clock; the median over
     the other ranks).
     ``matched``: one row per call matched on two or more ranks with timing: step,
-    process_group, ordinal (within step, group and op), op, ranks, transfer_ns, max_wait_ns, last_rank, late_ns.
+    process_group, ordinal (within step, group and op), op, ranks, transfer_ns, max_wait_ns (the
+    arrival skew), last_rank, late_ns, wait_ns (the early ranks' waits, summed), and the call's
+    bandwidth over its transfer time (``collective_bandwidth.transfer_bandwidth``).
     ``lateness``: rank, step, late_ns, wait_ns. ``doing``: what the straggler's step thread
     was doing while the others waited for it (host-timed calls; see ``straggler_doing``): kind,
     name, ns_per_step, share (of the window). ``straggler``: the rank with the most
@@ -183,7 +191,8 @@ def _calls(summaries: Sequence[RankSummary], by_steps: bool, common: set[int]) -
             c = c.with_columns(pl.lit(-1, dtype=pl.Int64).alias("step"))
         frames.append(c.with_columns(pl.lit(s.rank, dtype=pl.Int64).alias("rank")).with_row_index("_order"))
     schema = {"rank": pl.Int64, "step": pl.Int64, "process_group": pl.String, "ordinal": pl.Int64, "op": pl.String,
-              "size": pl.Int64, "timing": pl.String, "dur_ns": pl.Int64, "arrive_ns": pl.Int64}
+              "size": pl.Int64, "timing": pl.String, "dur_ns": pl.Int64, "arrive_ns": pl.Int64,
+              "msg_bytes": pl.Int64, "group_size": pl.Int64, "link": pl.String, "link_bytes_per_s": pl.Float64}
     if not frames:
         return pl.DataFrame(schema=schema)
     return (
@@ -213,9 +222,11 @@ def _match(calls: pl.DataFrame) -> pl.DataFrame:
         rows.append({
             "step": key[0], "process_group": key[1], "ordinal": key[3], "op": key[2],
             "ranks": g.height, "transfer_ns": transfer, "max_wait_ns": int(wait.max()), "last_rank": last,
-            "late_ns": nearest_ns(float(np.median(others))) if last is not None else 0,
+            "late_ns": nearest_ns(float(np.median(others))) if last is not None else 0, "wait_ns": int(wait.sum()),
+            **{c: g.get_column(c).max() for c in ("msg_bytes", "group_size", "link", "link_bytes_per_s")},
         })
-    return pl.DataFrame(rows, schema=schema) if rows else pl.DataFrame(schema=schema)
+    table = pl.DataFrame(rows, schema=_MATCH_ROWS) if rows else pl.DataFrame(schema=_MATCH_ROWS)
+    return transfer_bandwidth(table).select(*schema)
 
 
 def _mismatches(calls: pl.DataFrame, incomplete: set[int]) -> pl.DataFrame:

@@ -55,8 +55,9 @@ class RankSummary:
 
     ``collectives``: step (number, null outside steps), steady, process_group, op, label,
     size, timing, dur_ns, arrive_ns (when the call began on this rank: its host range, or its
-    first kernel; this rank's own clock, so only ever compared with this rank's times), in host
-    order. ``activity``: step, kind ("annotation", "op", "python"), name, start_ns, end_ns: per
+    first kernel; this rank's own clock, so only ever compared with this rank's times),
+    msg_bytes, group_size, link, link_bytes_per_s (``collective_bandwidth.with_bandwidth``), in
+    host order. ``activity``: step, kind ("annotation", "op", "python"), name, start_ns, end_ns: per
     steady step, the innermost slice of each kind open on the step's thread, as segments on this
     rank's clock (ProfilerStep excluded; segments under ``ACTIVITY_MIN_NS`` dropped); empty when
     the rank has no host-timed collective, the only kind it is read against.
@@ -155,7 +156,8 @@ def _summarize(trace: Trace, source: str, options: RanksOptions, rank: int, rank
     table = coll.table if pid is None else coll.table.filter(pl.col(Col.PID) == pid)
     calls = _with_steps(table, windows).select(
         "step", WindowCol.STEADY, pl.col("process_group").fill_null(""), pl.col("op").fill_null(pl.col("label")),
-        "label", "size", "timing", Col.DUR, pl.col("start_ns").alias("arrive_ns"),
+        "label", "size", "timing", Col.DUR, pl.col("start_ns").alias("arrive_ns"), "msg_bytes", "group_size", "link",
+        "link_bytes_per_s",
     )
     blocks, gaps = _step_children(trace, steady)
     backend = trace.meta.distributed.get("backend")

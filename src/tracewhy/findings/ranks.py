@@ -12,6 +12,7 @@ from tracewhy.analyses.rank_compare import RanksResult
 from tracewhy.analyses.ranks import RankSummary
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.codes import Code
+from tracewhy.findings.collective_bandwidth import slow_transfer_findings
 from tracewhy.findings.model import Finding, Severity, rank
 
 #: Mismatches named in the statement; the evidence keeps them all.
@@ -25,6 +26,7 @@ def rank_findings(r: RanksResult) -> list[Finding]:
         return [_not_one_job(r)]
     out = [f for f in (_straggler(r), _imbalance(r)) if f is not None]
     out += _mismatches(r)
+    out += slow_transfer_findings(r.matched, r.steps_compared)
     return rank(out)
 
 

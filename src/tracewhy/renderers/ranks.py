@@ -19,7 +19,7 @@ from tracewhy.analyses.rank_compare import (
 from tracewhy.findings.model import Finding
 from tracewhy.renderers.findings import render_findings
 from tracewhy.renderers.layout import Layout, label, name, number, text
-from tracewhy.units import fmt_ns, fmt_pct
+from tracewhy.units import fmt_bytes, fmt_ns, fmt_pct
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -69,6 +69,12 @@ RANKS_TABLE: Final = Layout(
      number("others waited for it")),
     drop=("calls", "last at", "input", "step p90", "idle", "compute"))
 DOING_TABLE: Final = Layout((label("kind"), name("innermost open"), number("time"), number("share")))
+#: Matched calls by the waiting they caused: skew and waits stay; bandwidth and the call's key leave first.
+SKEW_TABLE: Final = Layout(
+    (label("step"), label("group"), name("op"), number("#"), number("message"), number("transfer"),
+     number("bus GB/s"), number("of link peak"), number("arrival skew"), label("last rank", "right"),
+     number("early ranks waited")),
+    drop=("#", "of link peak", "group", "bus GB/s", "transfer", "message"))
 MISMATCHES_TABLE: Final = Layout((label("step"), label("group"), name("op"), label("kind"), text("detail")))
 
 
@@ -100,6 +106,8 @@ def render_ranks(r: RanksResult, findings: list[Finding], top: int) -> Renderabl
             for row in g.head(3).iter_rows(named=True):
                 d.add_row(str(kind), row["name"], fmt_ns(row["ns_per_step"]), fmt_pct(row["share"]))
         parts.append(d)
+    if r.matched.height:
+        parts.append(_skew_table(r, top))
     if r.mismatches.height:
         m = MISMATCHES_TABLE.table("collectives the ranks did not issue alike")
         for row in r.mismatches.head(top).iter_rows(named=True):
@@ -110,3 +118,18 @@ def render_ranks(r: RanksResult, findings: list[Finding], top: int) -> Renderabl
     if findings:
         parts.append(render_findings(findings))
     return Group(*parts)
+
+
+def _skew_table(r: RanksResult, top: int) -> RenderableType:
+    """The matched calls that made the early ranks wait longest, with their arrival skew (first
+    arrival to last) and their bandwidth over the transfer alone."""
+    t = SKEW_TABLE.table("matched collectives, most waiting first (transfer: the shortest time across ranks; "
+                         "bus bandwidth over it)")
+    for row in r.matched.sort(["wait_ns", "step"], descending=[True, False], nulls_last=True).head(top).iter_rows(
+            named=True):
+        bus = row["busbw_bytes_per_s"]
+        t.add_row("-" if row["step"] is None or row["step"] < 0 else str(row["step"]), row["process_group"] or "-",
+                  row["op"], str(row["ordinal"]), fmt_bytes(row["msg_bytes"]), fmt_ns(row["transfer_ns"]),
+                  "-" if bus is None else f"{bus / 1e9:.1f}", fmt_pct(row["link_share"]), fmt_ns(row["max_wait_ns"]),
+                  "-" if row["last_rank"] is None else str(row["last_rank"]), fmt_ns(row["wait_ns"]))
+    return t
