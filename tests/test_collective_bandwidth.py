@@ -53,6 +53,12 @@ def _expected_busbw(args: dict[str, Any], dur_us: float) -> float | None:
 
 
 @functools.cache
+def _trace(path: Path) -> tw.Trace:
+    """Each trace read once for the module (a Trace never changes)."""
+    return tw.load(path)
+
+
+@functools.cache
 def _raw(path: Path) -> dict[str, Any]:
     with gzip.open(path) as f:
         out: dict[str, Any] = json.load(f)
@@ -76,7 +82,7 @@ def _raw_calls(path: Path) -> list[tuple[int, float, dict[str, Any]]]:
 @pytest.fixture(scope="module", params=SIZED)
 def sized(request: pytest.FixtureRequest) -> tuple[Path, pl.DataFrame]:
     path = shared_trace(request.param)
-    return path, collectives(tw.load(path)).table
+    return path, collectives(_trace(path)).table
 
 
 def test_bus_bandwidth_is_nccls_formula_on_every_sized_trace(sized: tuple[Path, pl.DataFrame]) -> None:
@@ -131,6 +137,7 @@ def test_message_size_follows_nccl_tests() -> None:
     assert message_bytes("all_reduce", 2049000, 2049000, "Float") == 8196000
     assert message_bytes("recv", 0, 1024, "Half") == 2048
     assert message_bytes("all_reduce", 10, 10, "NoSuchType") is None
+    assert message_bytes("all_reduce", -8, -8, "Float") is None and message_bytes("broadcast", 0, 0, "Float") is None
 
 
 # --- the diagnose finding --------------------------------------------------------------------
@@ -150,7 +157,7 @@ def _raw_busbw(path: Path, collective: str, min_bytes: int) -> list[tuple[int, f
 @pytest.fixture(scope="module")
 def a100_diagnosis() -> tuple[Path, tw.Report]:
     path = shared_trace(SIZED[0])
-    return path, tw.diagnose(tw.load(path))
+    return path, tw.diagnose(_trace(path))
 
 
 def test_large_all_reduces_far_below_nvlink_are_a_finding(a100_diagnosis: tuple[Path, tw.Report]) -> None:
@@ -179,7 +186,7 @@ def test_small_messages_are_no_finding_however_slow(sized: tuple[Path, pl.DataFr
 
 def test_overlap_shows_bandwidth_per_message_size(a100_diagnosis: tuple[Path, tw.Report]) -> None:
     path, _ = a100_diagnosis
-    rows = overlap(tw.load(path)).bandwidth.filter(pl.col("op") == "all_reduce")
+    rows = overlap(_trace(path)).bandwidth.filter(pl.col("op") == "all_reduce")
     assert rows.height >= 2
     raw: dict[int, list[float]] = {}
     for nbytes, busbw, _ in _raw_busbw(path, "allreduce", 0):
@@ -189,3 +196,17 @@ def test_overlap_shows_bandwidth_per_message_size(a100_diagnosis: tuple[Path, tw
         assert row["calls"] <= len(calls)
         assert min(calls) * 0.999 <= row["busbw_bytes_per_s"] <= max(calls) * 1.001
         assert row["link_share"] == pytest.approx(row["busbw_bytes_per_s"] / 300e9)
+
+
+def test_the_step_account_gives_communication_kernels_their_message_and_bus_bandwidth() -> None:
+    from tracewhy.analyses.account import step_account
+
+    path = shared_trace(SIZED[2])  # MI300X DDP: its all-reduce kernels hold the step's critical path
+    ev = step_account(_trace(path)).evidence.filter(
+        (pl.col("part") == "communication: all_reduce") & pl.col("item").str.starts_with("ncclDevKernel"))
+    [row] = ev.to_dicts()
+    raw = _raw_busbw(path, "allreduce", 0)
+    sizes = {nbytes for nbytes, _, _ in raw}
+    assert min(b for _, b, _ in raw) <= row["gb_per_s"] * 1e9 <= max(b for _, b, _ in raw)
+    # Per step: the messages of the calls whose kernels the path ran through, over the steps.
+    assert any(row["bytes_per_step"] * k in {a + b for a in sizes | {0} for b in sizes} for k in (1, 2, 3))

@@ -22,6 +22,7 @@ import polars as pl
 from tracewhy.analyses.account_names import PartKind, PartName
 from tracewhy.analyses.account_one_time import OneTimeCompileStep, one_time_compile_steps, one_time_note
 from tracewhy.analyses.account_parts import PartRules
+from tracewhy.analyses.collectives import call_messages
 from tracewhy.analyses.critical_path_graph import Graph, build_graph
 from tracewhy.analyses.critical_path_replay import Replay
 from tracewhy.analyses.critical_path_walk import EdgeLabels, nodes_by_pid, walk
@@ -58,7 +59,7 @@ class AccountCol:
     ITEM: Final = "item"  # a slice, line, op or call behind a part
     COUNT_PER_STEP: Final = "count_per_step"  # distinct slices per step
     BYTES_PER_STEP: Final = "bytes_per_step"  # copies: bytes moved per step (null for other parts)
-    GB_PER_S: Final = "gb_per_s"  # copies: achieved bandwidth over the copies' whole durations
+    GB_PER_S: Final = "gb_per_s"  # copies: achieved over their durations; communication: bus bandwidth
 
 
 ACCOUNT_WINDOWS_SCHEMA: Final = pl.Schema({
@@ -335,7 +336,8 @@ def _tables(m: StepModel, windows: pl.DataFrame, rows: pl.DataFrame | None, top:
 
 
 def _evidence(m: StepModel, rows: pl.DataFrame, n: int, top: int) -> pl.DataFrame:
-    """Per part its ``top`` items by time; copies with the bytes they moved and their bandwidth."""
+    """Per part its ``top`` items by time; copies with the bytes they moved and their bandwidth,
+    communication kernels with their calls' messages and bus bandwidth (``collective_bandwidth``)."""
     rules = m.rules
     items = pl.Series([t for t in rules.items], dtype=pl.String)
     s = m.trace.slices
@@ -343,6 +345,8 @@ def _evidence(m: StepModel, rows: pl.DataFrame, n: int, top: int) -> pl.DataFram
         AccountCol.PART, AccountCol.ITEM).agg(
         pl.col(AccountCol.NS).sum(), pl.col("_slice").filter(pl.col("_slice") >= 0).unique().alias("_slices"))
     copy_parts = {p.name for p in rules.parts if p.kind == PartKind.COPIES}
+    comm_parts = {p.name for p in rules.parts if p.kind == PartKind.COMMUNICATION}
+    call_of, sized = call_messages(m.trace) if comm_parts & set(per.get_column(AccountCol.PART)) else ({}, None)
     bytes_col, bandwidth, counts = [], [], []
     for part, slices in per.select(AccountCol.PART, "_slices").iter_rows():
         counts.append(len(slices) / n)
@@ -351,6 +355,12 @@ def _evidence(m: StepModel, rows: pl.DataFrame, n: int, top: int) -> pl.DataFram
             busy = int(s.get_column(Col.DUR).gather(slices).sum())
             bytes_col.append(round(moved / n) if moved else None)
             bandwidth.append(moved / busy if moved and busy else None)  # bytes per ns is GB/s
+        elif part in comm_parts and sized is not None and (calls := {call_of[i] for i in slices if i in call_of}):
+            # Communication kernels: their calls' messages, and bus bandwidth (NCCL's formula).
+            moved, bus, busy = sized.filter(pl.col("call").is_in(sorted(calls))).select(
+                pl.col("msg_bytes").sum(), pl.col("bus_bytes").sum(), pl.col(Col.DUR).sum()).row(0)
+            bytes_col.append(round(moved / n) if moved else None)
+            bandwidth.append(bus / busy if bus and busy else None)
         else:
             bytes_col.append(None)
             bandwidth.append(None)

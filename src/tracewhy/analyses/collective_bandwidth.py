@@ -52,7 +52,7 @@ def message_bytes(op: str | None, in_nelems: int | None, out_nelems: int | None,
         nelems = max(in_nelems or 0, out_nelems or 0) or None
     else:
         nelems = in_nelems
-    return nelems * width if nelems else None
+    return nelems * width if nelems is not None and nelems > 0 else None
 
 
 def with_bandwidth(table: pl.DataFrame, trace: Trace) -> pl.DataFrame:

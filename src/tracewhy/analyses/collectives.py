@@ -56,7 +56,26 @@ class CollectivesResult:
 
 
 def collectives(trace: Trace) -> CollectivesResult:
+    """The collective calls of ``trace``, computed once per Trace (overlap, ranks and the step
+    account's evidence all ask; a Trace never changes, as ``classify_kernels`` relies on too)."""
     trace.require_whole()
+    kept: CollectivesResult | None = trace.__dict__.get("_collectives")
+    if kept is None:
+        kept = trace.__dict__["_collectives"] = _collectives(trace)
+    return kept
+
+
+def call_messages(trace: Trace) -> tuple[dict[int, int], pl.DataFrame]:
+    """Each communication kernel's call (kernel slice id -> call), and per call its msg_bytes,
+    bus bytes (busbw_bytes_per_s over dur_ns) and dur_ns, for calls with a bus bandwidth."""
+    r = collectives(trace)
+    call_of = dict(zip(r.kernels.get_column(Col.ID).to_list(), r.kernels.get_column("call").to_list(), strict=True))
+    sized = r.table.filter(pl.col("busbw_bytes_per_s").is_not_null()).select(
+        "call", "msg_bytes", (pl.col("busbw_bytes_per_s") * pl.col(Col.DUR) / 1e9).alias("bus_bytes"), Col.DUR)
+    return call_of, sized
+
+
+def _collectives(trace: Trace) -> CollectivesResult:
     s = trace.slices
     n = s.height
     parent = s.get_column(Col.PARENT).fill_null(-1).to_numpy()
