@@ -39,15 +39,13 @@ def bus_factor(op: str | None, group_size: int | None) -> float | None:
 def message_bytes(op: str | None, in_nelems: int | None, out_nelems: int | None, dtype: str | None) -> int | None:
     """The message as nccl-tests sizes it, from ``record_param_comms``' element counts (PyTorch
     records the input and output tensors' numel): all-gather's whole gathered output (its input
-    is one rank's share), reduce-scatter's whole input, all-to-all's send buffer, recv's output,
-    the input otherwise. None without a known dtype or count."""
+    is one rank's share; gather's likewise), reduce-scatter's whole input, all-to-all's send
+    buffer, recv's output, the input otherwise. None without a known dtype or a positive count."""
     width = SCALAR_TYPE_BYTES.get(dtype or "")
     if width is None or op is None:
         return None
-    if op in ("all_gather", "gather"):
+    if op in ("all_gather", "gather", "recv"):
         nelems = out_nelems
-    elif op in ("recv", "scatter"):
-        nelems = out_nelems if op == "recv" else in_nelems
     elif op == "send_recv":
         nelems = max(in_nelems or 0, out_nelems or 0) or None
     else:
@@ -138,6 +136,7 @@ def transfer_bandwidth(matched: pl.DataFrame) -> pl.DataFrame:
     the last rank had arrived, which one rank's kernel time, holding its wait, understates."""
     factors = [bus_factor(op, n) for op, n in matched.select("op", "group_size").rows()]
     return matched.with_columns(
-        (pl.col("msg_bytes") / pl.col("transfer_ns") * 1e9 * pl.Series(factors, dtype=pl.Float64))
+        pl.when(pl.col("transfer_ns") > 0)
+        .then(pl.col("msg_bytes") / pl.col("transfer_ns") * 1e9 * pl.Series(factors, dtype=pl.Float64))
         .alias("busbw_bytes_per_s"),
     ).with_columns((pl.col("busbw_bytes_per_s") / pl.col("link_bytes_per_s")).alias("link_share"))

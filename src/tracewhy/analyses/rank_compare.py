@@ -59,9 +59,9 @@ MATCHED_SCHEMA: Final = pl.Schema({
     "transfer_ns": pl.Int64(), "max_wait_ns": pl.Int64(), "last_rank": pl.Int64(), "late_ns": pl.Int64(),
     "wait_ns": pl.Int64(), **TRANSFER_BANDWIDTH_SCHEMA,
 })
-_MATCH_ROWS: Final = pl.Schema({k: v for k, v in MATCHED_SCHEMA.items() if k not in TRANSFER_BANDWIDTH_SCHEMA}
-                               | {"group_size": pl.Int64(), "link": pl.String(), "link_bytes_per_s": pl.Float64(),
-                                  "msg_bytes": pl.Int64()})
+#: A matched call's row before ``transfer_bandwidth`` adds its bandwidth.
+_MATCH_ROWS: Final = pl.Schema({k: v for k, v in MATCHED_SCHEMA.items()
+                                if k not in ("busbw_bytes_per_s", "link_share")})
 #: ``RanksResult.lateness``: per rank and step (``late_ns`` rounded as in MATCHED_SCHEMA).
 LATENESS_SCHEMA: Final = pl.Schema({"rank": pl.Int64(), "step": pl.Int64(), "late_ns": pl.Int64(),
                                     "wait_ns": pl.Int64()})
