@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import anti_pattern_traces
 import compile_trace
 import compile_traces
 import dataloader_traces
@@ -218,6 +219,14 @@ SPECS: tuple[TraceSpec, ...] = (
           ("lines_sleep", lines_traces.SLEEP_FILE, lines_traces.make_sleep, lines_traces.PLANTED_SLEEP),
           ("lines_item", lines_traces.ITEM_FILE, lines_traces.make_item, lines_traces.PLANTED_ITEM),
           ("lines_loop", lines_traces.LOOP_FILE, lines_traces.make_loop, lines_traces.PLANTED_LOOP),
+      )),
+    *(TraceSpec(key, (name,), _one(name, make), f"anti_pattern_traces.{make.__name__}", anti_pattern_traces.OPTIONS,
+                _sched(anti_pattern_traces.SCHEDULE), planted)
+      for key, name, make, planted in (
+          ("anti_present", anti_pattern_traces.PRESENT_FILE, anti_pattern_traces.make_present,
+           anti_pattern_traces.PLANTED_PRESENT),
+          ("anti_absent", anti_pattern_traces.ABSENT_FILE, anti_pattern_traces.make_absent,
+           anti_pattern_traces.PLANTED_ABSENT),
       )),
     TraceSpec("lines_started", (lines_traces.STARTED_FILE,), _one(lines_traces.STARTED_FILE, lines_traces.make_started),
               "lines_traces.make_started", lines_traces.OPTIONS, _sched(lines_traces.STARTED_SCHEDULE),

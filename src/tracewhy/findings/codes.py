@@ -54,6 +54,9 @@ class Code(str, Enum):
     SCALAR_READ_PER_STEP = "scalar-read-per-step"
     STEP_TIME_SPIKES = "step-time-spikes"
     TENSOR_CORES_UNUSED = "tensor-cores-unused"
+    OPTIMIZER_SINGLE_TENSOR = "optimizer-single-tensor"
+    ZERO_GRAD_NOT_NONE = "zero-grad-not-none"
+    CONV_BIAS_BEFORE_BATCH_NORM = "conv-bias-before-batch-norm"
     DATA_PARALLEL_NOT_DDP = "data-parallel-not-ddp"
     SLOW_COMM_BACKEND = "slow-comm-backend"
     MEMORY_NEAR_LIMIT = "memory-near-limit"
@@ -155,6 +158,12 @@ _MEANING: Final[dict[Code, str]] = {
     Code.STEP_TIME_SPIKES: "Some steady steps run well over the median step, with or without a visible cause.",
     Code.TENSOR_CORES_UNUSED: "GEMM/convolution kernels that do not run on tensor cores take a material share of "
                               "kernel time.",
+    Code.OPTIMIZER_SINGLE_TENSOR: "The optimizer updates one parameter at a time (no multi-tensor op in its step): "
+                                  "foreach=True or fused=True, priced by the step's replay.",
+    Code.ZERO_GRAD_NOT_NONE: "zero_grad zeroes every gradient instead of setting it to None (set_to_none=False), "
+                             "priced by the step's replay.",
+    Code.CONV_BIAS_BEFORE_BATCH_NORM: "A convolution's bias feeds a batch norm, whose mean subtraction cancels it: "
+                                      "bias=False.",
     Code.DATA_PARALLEL_NOT_DDP: "One process drives several GPUs through torch.nn.DataParallel.",
     Code.SLOW_COMM_BACKEND: "Collectives run on gloo although the job uses GPUs.",
     Code.MEMORY_NEAR_LIMIT: "Reserved GPU memory is near the device's capacity; the ledger at the allocation peak "

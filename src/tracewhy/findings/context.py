@@ -17,7 +17,7 @@ from tracewhy.analyses.syncs import SyncsResult, syncs
 from tracewhy.analyses.throughput import ThroughputOptions
 from tracewhy.analyses.utilization import DeviceBusy
 from tracewhy.analyses.what_if import Prediction, predict, window_edges
-from tracewhy.analyses.what_if_edits import Edit, WindowEdges
+from tracewhy.analyses.what_if_edits import Fix, WindowEdges
 from tracewhy.model.trace import Trace
 
 if TYPE_CHECKING:  # (the TORCH_LOGS parser is imported only where --logs is given)
@@ -111,7 +111,7 @@ class Context:
         windows = self.what_if_windows()
         return round(sum(w.path.window_end - w.path.window_start for w in windows) / max(len(windows), 1))
 
-    def predict(self, edits: tuple[Edit, ...]) -> Prediction:
+    def predict(self, edits: tuple[Fix, ...]) -> Prediction:
         """The steps replayed with these edits at once, each set of edits replayed once per diagnosis
         (a finding and the fixes-together line ask for the same ones)."""
         windows = self.what_if_windows()

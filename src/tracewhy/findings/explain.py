@@ -18,9 +18,10 @@ from typing import Any, Final
 from tracewhy.analyses.account import AccountCol
 from tracewhy.analyses.account_names import PartKind, PartName, avoidable
 from tracewhy.analyses.what_if import fix_for_part
-from tracewhy.analyses.what_if_edits import Edit
+from tracewhy.analyses.what_if_edits import Fix
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.account import HOST_DIRECTIONS
+from tracewhy.findings.anti_patterns import FIXES
 from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding
@@ -119,6 +120,8 @@ EXPLAINS: Final[dict[Code, Callable[[Row, Finding], bool]]] = {
     Code.RECOMPILE: _kind(PartKind.COMPILATION),
     Code.RECOMPILE_LIMIT: _kind(PartKind.COMPILATION),
     Code.COPY_BOUND: _host_transfer,
+    Code.OPTIMIZER_SINGLE_TENSOR: _named(PartName.OPTIMIZER),
+    Code.ZERO_GRAD_NOT_NONE: _named(PartName.OPTIMIZER),
     Code.TENSOR_CORES_UNUSED: lambda row, f: re.match(r"kernels: (gemm|conv)", str(row[AccountCol.PART])) is not None,
 }
 #: Findings that explain one part only: the GPU waits for the host's largest part, not for all of it.
@@ -133,7 +136,7 @@ def explain(ctx: Context, found: list[Finding]) -> Explained:
         return Explained(found, None, None, None)
     rows = [r for r in account.parts.rows(named=True) if r[AccountCol.KIND] != PartKind.UNEXPLAINED]
     out: list[Finding] = []
-    fixes: dict[int, tuple[Edit, ...]] = {}
+    fixes: dict[int, tuple[Fix, ...]] = {}
     claimed: dict[str, list[int]] = {}
     for f in found:
         test = EXPLAINS.get(f.code)
@@ -148,7 +151,9 @@ def explain(ctx: Context, found: list[Finding]) -> Explained:
         # A one-time cost (a recompile paid once) claims its part but predicts no per-step saving;
         # its step is usually left out of the account (a one-time compile), and then it has none.
         one_time = bool(f.evidence.get("one_time_cost"))
-        edits = () if one_time else _fixes(matched)
+        # A finding about how the program does a part's work (an anti-pattern) predicts with its own
+        # fix (findings/anti_patterns.FIXES), also where the part is essential or not on the path.
+        edits = () if one_time else FIXES.get(f.code) or _fixes(matched)
         fixes[len(out)] = edits
         out.append(replace(f, part=None, predicted_step_ns=None, next_bottleneck=None, recoverable_ns_per_step=0)
                    if one_time and not matched else _predicted(ctx, f, matched, edits))
@@ -167,9 +172,9 @@ def explain(ctx: Context, found: list[Finding]) -> Explained:
     return Explained(out, lead, ctx.measured_step_ns(), _together(ctx, out, fixes))
 
 
-def _fixes(matched: list[Row]) -> tuple[Edit, ...]:
+def _fixes(matched: list[Row]) -> tuple[Fix, ...]:
     """The fix of each matched part (one per distinct edit): what the finding predicts with."""
-    edits: dict[str, Edit] = {}
+    edits: dict[str, Fix] = {}
     for r in matched:
         fix = fix_for_part(r[AccountCol.PART], r[AccountCol.KIND], r[AccountCol.ESSENTIAL])
         if fix is not None:
@@ -177,12 +182,12 @@ def _fixes(matched: list[Row]) -> tuple[Edit, ...]:
     return tuple(edits.values())
 
 
-def _predicted(ctx: Context, f: Finding, matched: list[Row], edits: tuple[Edit, ...]) -> Finding:
+def _predicted(ctx: Context, f: Finding, matched: list[Row], edits: tuple[Fix, ...]) -> Finding:
     """The finding with the part it explains and, where a fix applies, the step predicted with it;
     its recoverable time is then the measured step less the predicted one. A time finding whose
     time is on no part of the path recovers nothing there: the replay has nothing to change."""
     part = f.part or (matched[0][AccountCol.PART] if matched else None)
-    if not matched:
+    if not matched and f.code not in FIXES:
         step = ctx.measured_step_ns()
         return replace(f, part=None, predicted_step_ns=step, next_bottleneck=_largest_avoidable(ctx),
                        recoverable_ns_per_step=0,
@@ -205,7 +210,7 @@ def _largest_avoidable(ctx: Context) -> str | None:
     return str(row[AccountCol.PART]) if row is not None else None
 
 
-def _together(ctx: Context, found: list[Finding], fixes: dict[int, tuple[Edit, ...]]) -> FixesTogether | None:
+def _together(ctx: Context, found: list[Finding], fixes: dict[int, tuple[Fix, ...]]) -> FixesTogether | None:
     """The FIXES_TOGETHER findings that save most, their fixes replayed at once (None: fewer than two)."""
     ranked = sorted((i for i, f in enumerate(found) if fixes.get(i) and f.recoverable_ns_per_step > 0),
                     key=lambda i: (-found[i].recoverable_ns_per_step, found[i].code))

@@ -19,6 +19,7 @@ from tracewhy.analyses.steps import StepCol
 from tracewhy.analyses.syncs import compiler_rows
 from tracewhy.findings import source_line as sl
 from tracewhy.findings import thresholds as th
+from tracewhy.findings.anti_patterns import anti_patterns_result
 from tracewhy.findings.applicability import device_allocation_advice, pinned_copy_advice, run_facts
 from tracewhy.findings.codes import Code
 from tracewhy.findings.compile import compile_result
@@ -125,7 +126,13 @@ def _scalar_reads(ctx: Context) -> list[Finding]:
                       + sl.named(line, " (", ")")
                       + ": accumulate losses/metrics on the device and call .item() every N steps (or log "
                         "asynchronously).")
-    if from_optimizer:
+    if from_optimizer and _multi_tensor_optimizer(ctx):
+        # torch/optim/adam.py's _multi_tensor_adam reads each step counter too (``_get_value``)
+        # unless capturable: foreach=True, which this optimizer has, would change nothing.
+        advice.append("The optimizer's reads are its step counters, read once per parameter even on its "
+                      "multi-tensor path: construct it with capturable=True (or fused=True) to keep them on the "
+                      "device; the training loop needs no change for them.")
+    elif from_optimizer:
         advice.append("The optimizer's reads come from its single-tensor path (each parameter's step counter): "
                       "construct it with foreach=True or fused=True (the default for CUDA parameters), or "
                       "capturable=True to keep the counters on the device; the training loop needs no change for "
@@ -144,6 +151,12 @@ def _scalar_reads(ctx: Context) -> list[Finding]:
         evidence={"calls": calls, "per_step": calls / steps, "from_optimizer": from_optimizer,
                   "reads": reads.to_dicts(), **sl.evidence(line)},
     )]
+
+
+def _multi_tensor_optimizer(ctx: Context) -> bool:
+    """Every optimizer step in the trace runs multi-tensor ops (``analyses/anti_patterns``)."""
+    blocks = [b for b in anti_patterns_result(ctx).optimizer if b.is_step]
+    return bool(blocks) and all(b.multi_tensor for b in blocks)
 
 
 def _read_site(where: list[str], line: SourceLine | None) -> str:

@@ -67,6 +67,12 @@ def scalar_read_line(ctx: Context) -> SourceLine | None:
     return _line(ctx, "scalar_reads", ids, within=False)
 
 
+def line_above(ctx: Context, key: str, ids: Callable[[], I64]) -> SourceLine | None:
+    """The user line above these host slices (an optimizer call, a convolution), once per
+    diagnosis for ``key``: the innermost user frame above the most of their time."""
+    return _line(ctx, key, ids, within=False)
+
+
 def sync_line(ctx: Context) -> SourceLine | None:
     """The line above the blocking calls (synchronize, blocking copies, event waits)."""
     return _line(ctx, "syncs", lambda: ctx.syncs().calls.get_column(Col.ID).to_numpy(), within=False)

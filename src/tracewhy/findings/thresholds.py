@@ -247,3 +247,11 @@ PIPELINE_MIN_OVERLAP: Final = 0.30
 #: A chunk whose period exceeds this multiple of the median is a spike worth naming: twice the
 #: period means a whole extra chunk's time, which queueing noise does not produce.
 PIPELINE_SPIKE_RATIO: Final = 2.0
+
+# --- anti-patterns (findings/anti_patterns.py) ------------------------------------------------
+#: An optimizer step runs a per-parameter loop when one op runs at least this many times per
+#: step call with no multi-tensor op inside: with one parameter there is nothing to batch.
+OPTIMIZER_LOOP_MIN_REPEATS: Final = 2.0
+#: An anti-pattern whose predicted saving reaches this share of the step is medium, else low: the
+#: medium line of the GPU idle classes (IDLE_CLASS_MIN_SHARE).
+ANTI_PATTERN_MEDIUM_SHARE: Final = IDLE_CLASS_MIN_SHARE

@@ -18,6 +18,7 @@ from tracewhy.analyses.steps import StepsResult
 from tracewhy.analyses.throughput import Throughput, ThroughputOptions, from_step_stats
 from tracewhy.findings import (
     account,
+    anti_patterns,
     blocks,
     collective_bandwidth,
     host,
@@ -50,7 +51,7 @@ Rule = Callable[[Context], list[Finding]]
 RULES: tuple[Rule, ...] = (
     trust.findings, idle.findings, host.findings, platform.findings, overlap.findings,
     collective_bandwidth.findings, blocks.findings,
-    nsys_rules.findings, memory.findings, torch_compile.findings, account.findings,
+    nsys_rules.findings, memory.findings, torch_compile.findings, account.findings, anti_patterns.findings,
 )
 
 

@@ -1,0 +1,179 @@
+"""Known training-loop mistakes read off one trace's structure: an optimizer that runs its
+update once per parameter (no multi-tensor op under ``Optimizer.step``), gradients zeroed
+rather than set to None (zeroing ops under ``Optimizer.zero_grad``), and a convolution whose
+bias feeds a batch norm directly (the norm's mean subtraction cancels it). Each is measured
+here (calls, per-call repetition, shapes, the slices involved); ``findings/anti_patterns.py``
+judges and prices them with the step account's prediction.
+
+What decides is nesting (the ops an optimizer block holds, the outermost op a Python line
+called), repetition counts per block call, the ops' recorded input types and shapes (a
+``TensorList`` input is a multi-tensor op; a bias is a convolution's third input with a
+shape), and program order on a thread (the op that directly follows). Names only find the
+blocks and ops it reasons about, each list below with its source.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from tracewhy.analyses import api_names
+from tracewhy.analyses.source_lines import HostTree
+from tracewhy.analyses.what_if_host_edits import ZEROING_OPS
+from tracewhy.model.schema import Col, Kind, OpAttrCol
+from tracewhy.model.trace import Trace
+
+I64 = npt.NDArray[np.int64]
+
+#: The input type the profiler records for a list of tensors (record_shapes): a multi-tensor
+#: (``torch._foreach_*``) or fused (``torch._fused_adam_``) op takes all parameters in one.
+TENSOR_LIST: Final = "TensorList"
+#: Name parts of the multi-tensor and fused optimizer ops (aten/src/ATen/native/ForeachOpsKernels.cpp,
+#: FusedAdam.cpp), for traces captured without record_shapes (no input types to read).
+MULTI_TENSOR_NAMES: Final = ("_foreach_", "_fused_")
+#: The convolution ops a Python line calls (torch/nn/modules/conv.py calls F.conv1d/2d/3d;
+#: ``aten::convolution`` where a model calls it itself). Their third input is the bias.
+CONV_OPS: Final = frozenset({"aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution",
+                             "aten::_convolution"})
+#: The batch norm a Python line calls (torch/nn/functional.py's batch_norm -> ``torch.batch_norm``).
+BATCH_NORM_OPS: Final = frozenset({"aten::batch_norm"})
+#: Bias index of CONV_OPS' inputs (input, weight, bias, ...).
+_BIAS_INPUT: Final = 2
+
+
+@dataclass(frozen=True)
+class OptimizerBlock:
+    """One kind of optimizer call (``Optimizer.step#Adam.step``) and what its calls hold."""
+
+    name: str
+    calls: int
+    ids: tuple[int, ...]  # the block slices
+    ops: tuple[int, ...]  # the outermost ops inside them
+    #: Per op name, its calls per block call (the ops repeated most first).
+    per_call: tuple[tuple[str, float], ...]
+    #: Some op inside takes a TensorList (or is named a multi-tensor or fused op).
+    multi_tensor: bool
+    #: Per block call, what the ops that zero gradients write (ZEROING_OPS outermost): tensors zeroed.
+    zeroed_per_call: float
+
+    @property
+    def repeated_per_call(self) -> float:
+        """The most calls per block call of any one op: one per parameter on a per-parameter loop."""
+        return self.per_call[0][1] if self.per_call else 0.0
+
+    @property
+    def is_step(self) -> bool:
+        return api_names.is_optimizer_step(self.name)
+
+
+@dataclass(frozen=True)
+class ConvBias:
+    """Convolutions with a bias whose next op on their thread is a batch norm over their output."""
+
+    conv: str
+    norm: str
+    calls: int
+    channels: int
+    conv_ids: tuple[int, ...]
+    norm_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class AntiPatternsResult:
+    optimizer: tuple[OptimizerBlock, ...]
+    conv_bias: tuple[ConvBias, ...]
+    #: The trace records input shapes and types (record_shapes): without them no conv-bias verdict.
+    has_shapes: bool
+
+
+def anti_patterns(trace: Trace) -> AntiPatternsResult:
+    s = trace.slices
+    tree = HostTree.of(trace)
+    names = s.get_column(Col.NAME).cast(pl.String).to_list()
+    attrs = trace.op_attrs
+    types = dict(attrs.select(OpAttrCol.ID, OpAttrCol.INPUT_TYPES).drop_nulls().iter_rows())
+    dims = dict(attrs.select(OpAttrCol.ID, OpAttrCol.INPUT_DIMS).drop_nulls().iter_rows())
+    return AntiPatternsResult(optimizer=_optimizer_blocks(trace, tree, names, types, dims),
+                              conv_bias=_conv_bias(trace, tree, names, dims), has_shapes=bool(types))
+
+
+def _optimizer_blocks(trace: Trace, tree: HostTree, names: list[str], types: dict[int, str],
+                      dims: dict[int, str]) -> tuple[OptimizerBlock, ...]:
+    kind = trace.slices.get_column(Col.KIND).to_numpy()
+    block = np.array([k == Kind.ANNOTATION.value and api_names.is_optimizer(n) for k, n in zip(kind, names,
+                                                                                             strict=True)],
+                     dtype=bool) if names else np.zeros(0, dtype=bool)
+    if not block.any():
+        return ()
+    at = tree.nearest(block, strict=True)
+    outermost = tree.outermost_op
+    out = []
+    for name in sorted({names[i] for i in np.flatnonzero(block).tolist()}):
+        ids = np.array([i for i in np.flatnonzero(block).tolist() if names[i] == name], dtype=np.int64)
+        inside_ops = np.flatnonzero(tree.is_op & np.isin(at, ids))
+        ops = inside_ops[outermost[inside_ops]]
+        counts = Counter(names[i] for i in ops.tolist())
+        per_call = tuple(sorted(((n, c / ids.size) for n, c in counts.items()), key=lambda kv: (-kv[1], kv[0])))
+        multi = any(TENSOR_LIST in types.get(i, "") or any(p in names[i] for p in MULTI_TENSOR_NAMES)
+                    for i in inside_ops.tolist())
+        zeroed = sum(_tensors(dims.get(i)) for i in ops.tolist() if names[i] in ZEROING_OPS)
+        out.append(OptimizerBlock(name=name, calls=int(ids.size), ids=tuple(ids.tolist()), ops=tuple(ops.tolist()),
+                                  per_call=per_call, multi_tensor=multi, zeroed_per_call=zeroed / ids.size))
+    return tuple(out)
+
+
+def _tensors(dims: str | None) -> int:
+    """Tensors an op's first input holds: a TensorList's length, else one."""
+    first = _parse(dims)[0] if _parse(dims) else []
+    return len(first) if first and isinstance(first[0], list) else 1
+
+
+def _parse(dims: str | None) -> list[list[object]]:
+    if not dims:
+        return []
+    try:
+        value = json.loads(dims)
+    except ValueError:
+        return []
+    return value if isinstance(value, list) else []
+
+
+def _conv_bias(trace: Trace, tree: HostTree, names: list[str], dims: dict[int, str]) -> tuple[ConvBias, ...]:
+    """Each convolution (outermost op) with a shaped bias input whose output next goes to a batch
+    norm: the first later outermost op on its thread whose first input is shaped like that output
+    (the input's rank and batch size, the bias's channels) is a batch norm. (BatchNorm2d's own
+    ``num_batches_tracked.add_(1)`` runs in between: an op on a 0-d tensor, not on the output.)"""
+    s = trace.slices
+    outer = np.flatnonzero(tree.outermost_op)
+    if outer.size == 0 or not dims:
+        return ()
+    pid = s.get_column(Col.PID).fill_null(-1).to_numpy()[outer]
+    tid = s.get_column(Col.TID).fill_null(-1).to_numpy()[outer]
+    order = np.lexsort((tree.ts[outer], tid, pid))
+    outer, pid, tid = outer[order], pid[order], tid[order]
+    found: dict[tuple[str, str, int], tuple[list[int], list[int]]] = {}
+    for k in np.flatnonzero([names[i] in CONV_OPS for i in outer.tolist()]).tolist():
+        conv = int(outer[k])
+        conv_in = _parse(dims.get(conv))
+        if len(conv_in) <= _BIAS_INPUT or len(conv_in[_BIAS_INPUT]) != 1 or len(conv_in[0]) < 2:
+            continue
+        x, channels = conv_in[0], conv_in[_BIAS_INPUT][0]
+        j = k + 1
+        while j < outer.size and (pid[j], tid[j]) == (pid[k], tid[k]):
+            first = (_parse(dims.get(int(outer[j]))) or [[]])[0]
+            if len(first) == len(x) and first[0] == x[0] and first[1] == channels:
+                break
+            j += 1
+        if j >= outer.size or (pid[j], tid[j]) != (pid[k], tid[k]) or names[int(outer[j])] not in BATCH_NORM_OPS:
+            continue
+        got = found.setdefault((names[conv], names[int(outer[j])], int(str(channels))), ([], []))
+        got[0].append(conv)
+        got[1].append(int(outer[j]))
+    return tuple(ConvBias(conv=c, norm=n, calls=len(v[0]), channels=ch, conv_ids=tuple(v[0]), norm_ids=tuple(v[1]))
+                 for (c, n, ch), v in sorted(found.items()))

@@ -1,0 +1,127 @@
+"""Known training-loop mistakes (``analyses/anti_patterns.py`` measures them), each stated with
+its user line when the trace has stacks and priced by the step account's prediction: the
+optimizer's step replayed multi-tensor (``MultiTensorOptimizer``) or with its gradients set to
+None (``SetGradsToNone``), the same replays ``explain`` makes the finding's recoverable time
+from and ``bench/calibrate.py`` measures, so the statement, the ranking and the calibration
+give one number. A convolution bias cancelled by batch norm is stated without a price: its
+time is inside the convolution's and the optimizer's own ops.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tracewhy.analyses.anti_patterns import AntiPatternsResult, ConvBias, OptimizerBlock, anti_patterns
+from tracewhy.analyses.what_if import Prediction
+from tracewhy.analyses.what_if_edits import Fix, MultiTensorOptimizer
+from tracewhy.analyses.what_if_host_edits import SetGradsToNone
+from tracewhy.findings import source_line as sl
+from tracewhy.findings import thresholds as th
+from tracewhy.findings.codes import Code
+from tracewhy.findings.context import Context
+from tracewhy.findings.model import Finding, Severity
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS
+from tracewhy.units import fmt_ns as ms
+from tracewhy.units import fmt_pct
+
+#: The fix each finding predicts with (``explain`` replays the same one for its recoverable time).
+FIXES: dict[Code, tuple[Fix, ...]] = {
+    Code.OPTIMIZER_SINGLE_TENSOR: (MultiTensorOptimizer(),),
+    Code.ZERO_GRAD_NOT_NONE: (SetGradsToNone(),),
+}
+
+
+def anti_patterns_result(ctx: Context) -> AntiPatternsResult:
+    return ctx.cached("anti_patterns", lambda: anti_patterns(ctx.trace))
+
+
+def findings(ctx: Context) -> list[Finding]:
+    r = anti_patterns_result(ctx)
+    steps = max(ctx.steps().table.height, 1)
+    out: list[Finding] = []
+    for block in r.optimizer:
+        if block.is_step and not block.multi_tensor and block.repeated_per_call >= th.OPTIMIZER_LOOP_MIN_REPEATS:
+            out.append(_single_tensor(ctx, block))
+        if not block.is_step and block.zeroed_per_call > 0:
+            out.append(_zero_grad(ctx, block))
+    out += [_conv_bias(ctx, c, steps) for c in r.conv_bias]
+    return out
+
+
+def _single_tensor(ctx: Context, block: OptimizerBlock) -> Finding:
+    top = ", ".join(f"{name} {n:g}" for name, n in block.per_call[:4])
+    line = sl.line_above(ctx, f"anti:{block.name}", lambda: np.asarray(block.ids, dtype=np.int64))
+    ops = len(block.ops) / block.calls
+    p, priced = _priced(ctx, Code.OPTIMIZER_SINGLE_TENSOR, "with a multi-tensor optimizer")
+    return Finding(
+        code=Code.OPTIMIZER_SINGLE_TENSOR, severity=_severity(p),
+        statement=f"{block.name} updates one parameter at a time{sl.named(line, ' (', ')')}: {ops:,.0f} ops per "
+                  f"call, the most repeated {top} times per call, and no op in it takes a tensor list "
+                  f"(a multi-tensor update would).{priced}",
+        next_step="Construct the optimizer with foreach=True (one op per tensor list, any device) or fused=True "
+                  "(one kernel for all parameters; CUDA and, for Adam/AdamW/SGD, CPU)"
+                  + sl.named(line, " at ", "") + ".",
+        evidence={"block": block.name, "calls": block.calls, "ops_per_call": ops,
+                  "repeated_per_call": block.repeated_per_call,
+                  "per_call": [{"op": name, "calls": n} for name, n in block.per_call[:8]], **_prediction(p),
+                  **sl.evidence(line)},
+    )
+
+
+def _zero_grad(ctx: Context, block: OptimizerBlock) -> Finding:
+    line = sl.line_above(ctx, f"anti:{block.name}", lambda: np.asarray(block.ids, dtype=np.int64))
+    p, priced = _priced(ctx, Code.ZERO_GRAD_NOT_NONE, "with the gradients set to None")
+    cpu_only = ctx.trace.of_kind(*GPU_ACTIVITY_KINDS).height == 0
+    if p is not None and p.saved_ns <= 0 and cpu_only:
+        priced += (" On a CPU-only run that is expected: the freed gradients come back on fresh pages that the "
+                   "kernel zeroes on first touch; on a GPU the caching allocator reuses them and the zeroing's "
+                   "time is saved.")
+    return Finding(
+        code=Code.ZERO_GRAD_NOT_NONE, severity=_severity(p),
+        statement=f"{block.name} zeroes {block.zeroed_per_call:,.0f} gradients per call{sl.named(line, ' (', ')')} "
+                  f"instead of setting them to None: zero_grad(set_to_none=False).{priced}",
+        next_step="Call zero_grad() (set_to_none=True, the default since PyTorch 2.0)" + sl.named(line, " at ", "")
+                  + "; code that reads .grad between steps must then accept None.",
+        evidence={"block": block.name, "calls": block.calls, "zeroed_per_call": block.zeroed_per_call,
+                  "cpu_only": cpu_only, **_prediction(p), **sl.evidence(line)},
+    )
+
+
+def _conv_bias(ctx: Context, c: ConvBias, steps: int) -> Finding:
+    line = sl.line_above(ctx, f"anti:{c.conv}:{c.channels}", lambda: np.asarray(c.conv_ids, dtype=np.int64))
+    return Finding(
+        code=Code.CONV_BIAS_BEFORE_BATCH_NORM, severity=Severity.LOW,
+        statement=f"{c.conv} with a bias of {c.channels} channels feeds {c.norm}{sl.named(line, ' (', ')')}, "
+                  f"{c.calls / steps:g} per step: batch norm subtracts each channel's mean, which cancels the "
+                  "bias, so its add, its gradient and its update are wasted. Their time is inside the "
+                  "convolution's and the optimizer's ops, so the trace does not price it apart.",
+        next_step="Construct that convolution with bias=False" + sl.named(line, " (", ")") + ".",
+        evidence={"conv": c.conv, "norm": c.norm, "channels": c.channels, "calls": c.calls,
+                  "calls_per_step": c.calls / steps, **sl.evidence(line)},
+    )
+
+
+def _priced(ctx: Context, code: Code, with_fix: str) -> tuple[Prediction | None, str]:
+    """The step replayed with the finding's fix, and the sentence that says it ("" without an account)."""
+    if ctx.account() is None:
+        return None, ""
+    p = ctx.predict(FIXES[code])
+    if not p.changed:
+        return p, ""
+    if p.saved_ns > 0:
+        return p, (f" Replayed {with_fix}, the step is predicted at {ms(p.predicted_ns)} against "
+                   f"{ms(p.measured_ns)}: {ms(p.saved_ns)} ({fmt_pct(p.saved_ns / max(p.measured_ns, 1))}) "
+                   "saved per step.")
+    return p, f" Replayed {with_fix}, the step is no shorter ({ms(p.predicted_ns)} against {ms(p.measured_ns)})."
+
+
+def _severity(p: Prediction | None) -> Severity:
+    if p is not None and p.saved_ns >= th.ANTI_PATTERN_MEDIUM_SHARE * max(p.measured_ns, 1):
+        return Severity.MEDIUM
+    return Severity.LOW
+
+
+def _prediction(p: Prediction | None) -> dict[str, object]:
+    if p is None:
+        return {}
+    return {"predicted_step_ns": p.predicted_ns, "measured_step_ns": p.measured_ns, "saved_ns": p.saved_ns}

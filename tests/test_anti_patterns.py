@@ -1,0 +1,193 @@
+"""Anti-patterns read off a trace alone (analyses/anti_patterns.py, findings/anti_patterns.py):
+each present in one real capture and absent from its fixed twin (scripts/gen_traces/
+anti_pattern_traces.py), compared with what torch's own pattern matcher (TorchTidy) reported on
+the live profiler of the same run, and checked on real GPU traces from ../shared/traces."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import tracewhy
+from conftest import GENERATED, shared_trace
+from tracewhy.analyses.account import step_model
+from tracewhy.analyses.anti_patterns import AntiPatternsResult, OptimizerBlock, anti_patterns
+from tracewhy.analyses.what_if import predict
+from tracewhy.analyses.what_if_edits import MultiTensorOptimizer
+from tracewhy.analyses.what_if_host_edits import SetGradsToNone
+from tracewhy.findings.codes import Code
+from tracewhy.findings.model import Finding
+from tracewhy.model.trace import Trace
+from tracewhy.reports.diagnose import Report, diagnose
+
+PRESENT = GENERATED / "cpu_anti_present.pt.trace.json.gz"
+ABSENT = GENERATED / "cpu_anti_absent.pt.trace.json.gz"
+RESNET50 = "kineto/resnet50_nw0_span1_worker0.1623143089861.pt.trace.json.gz"
+RESNET18_FOREACH = "tracelens/mi300x_ddp_resnet18_no_pool_train.json.gz"
+ANTI_CODES = {Code.OPTIMIZER_SINGLE_TENSOR, Code.ZERO_GRAD_NOT_NONE, Code.CONV_BIAS_BEFORE_BATCH_NORM}
+#: TorchTidy's pattern names (torch/profiler/_pattern_matcher.py) and the finding that says the
+#: same; None where the pattern does not apply to a CPU-only run.
+TORCHTIDY: dict[str, Code | None] = {
+    "Optimizer Single Tensor Pattern": Code.OPTIMIZER_SINGLE_TENSOR,
+    "Gradient Set To Zero Instead of None Pattern": Code.ZERO_GRAD_NOT_NONE,
+    "Enabling Bias in Conv2d Followed By BatchNorm Pattern": Code.CONV_BIAS_BEFORE_BATCH_NORM,
+    # Its skip test reads torch.cuda.get_arch_list(), empty on a CPU build, as "every GPU has TF32".
+    "FP32 MatMul Pattern": None,
+}
+#: ConvBnNet's parameters with the conv bias (conv weight and bias, norm weight and bias, linear
+#: weight and bias); the fixed twin has no conv bias.
+PRESENT_PARAMS = 6
+
+
+@pytest.fixture(scope="module")
+def present() -> tuple[Trace, Report]:
+    t = tracewhy.load(PRESENT)
+    return t, diagnose(t)
+
+
+@pytest.fixture(scope="module")
+def absent() -> tuple[Trace, Report]:
+    t = tracewhy.load(ABSENT)
+    return t, diagnose(t)
+
+
+@pytest.fixture(scope="module")
+def resnet50() -> tuple[Trace, Report]:
+    t = tracewhy.load(shared_trace(RESNET50))
+    return t, diagnose(t)
+
+
+def _found(report: Report, code: Code) -> Finding | None:
+    return next((f for f in report.findings if f.code == code), None)
+
+
+def _raw_nested(path: Path, outer: str, inner: str) -> tuple[int, int]:
+    """(ranges named ``outer...``, ``inner`` ops inside one of them on the same thread), from the raw file."""
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    ranges = [e for e in events if str(e.get("name", "")).startswith(outer)]
+    inside = sum(1 for e in events if e.get("name") == inner and any(
+        r["tid"] == e["tid"] and r["ts"] <= e["ts"] and e["ts"] + e["dur"] <= r["ts"] + r["dur"] for r in ranges))
+    return len(ranges), inside
+
+
+def _torchtidy(path: Path) -> tuple[dict[str, int], list[tuple[str, int]]]:
+    """TorchTidy's summary (pattern: events matched) and its source locations, from the report the
+    generator stored beside the trace."""
+    text = path.with_name(path.name.replace(".pt.trace.json.gz", ".torchtidy.txt")).read_text(encoding="utf-8")
+    summary = {m[1]: int(m[2]) for m in re.finditer(r"^(.+): (\d+) events matched\.$", text, re.M)}
+    where = [(m[1], int(m[2])) for m in re.finditer(r"^\[Source Code Location\] (.+):(\d+)$", text, re.M)]
+    return summary, where
+
+
+def test_structure_present_and_absent() -> None:
+    on, off = anti_patterns(tracewhy.load(PRESENT)), anti_patterns(tracewhy.load(ABSENT))
+    step_on, zero_on = _blocks(on)
+    step_off, zero_off = _blocks(off)
+    # Single-tensor Adam: each parameter's update is its own ops, none takes a tensor list.
+    assert not step_on.multi_tensor and step_on.repeated_per_call >= PRESENT_PARAMS
+    assert step_off.multi_tensor
+    calls, zeroed = _raw_nested(PRESENT, "Optimizer.zero_grad#", "aten::zero_")
+    assert zero_on.zeroed_per_call == zeroed / calls == PRESENT_PARAMS
+    assert zero_off.zeroed_per_call == 0
+    assert [(c.conv, c.norm, c.channels) for c in on.conv_bias] == [("aten::conv2d", "aten::batch_norm", 8)]
+    assert on.conv_bias[0].calls == calls  # one convolution per step
+    assert off.conv_bias == ()
+
+
+def _blocks(r: AntiPatternsResult) -> tuple[OptimizerBlock, OptimizerBlock]:
+    step = next(b for b in r.optimizer if b.is_step)
+    zero = next(b for b in r.optimizer if not b.is_step)
+    return step, zero
+
+
+def test_findings_present_and_absent(present: tuple[Trace, Report], absent: tuple[Trace, Report]) -> None:
+    assert {f.code for f in present[1].findings} >= ANTI_CODES
+    assert not ANTI_CODES & {f.code for f in absent[1].findings}
+
+
+def test_costs_are_the_step_predictions(present: tuple[Trace, Report]) -> None:
+    """The saving each finding states and ranks by is the replay of its fix (the edit calibration
+    measures), recomputed here on a model of its own; zero where the replay saves nothing."""
+    trace, report = present
+    model = step_model(trace)
+    for code, fix in ((Code.OPTIMIZER_SINGLE_TENSOR, MultiTensorOptimizer()),
+                      (Code.ZERO_GRAD_NOT_NONE, SetGradsToNone())):
+        f = _found(report, code)
+        assert f is not None
+        p = predict(model, [fix])
+        assert p.changed
+        assert f.recoverable_ns_per_step == max(p.saved_ns, 0)
+        assert f.predicted_step_ns == p.predicted_ns
+        assert f.evidence["saved_ns"] == p.saved_ns
+    conv = _found(report, Code.CONV_BIAS_BEFORE_BATCH_NORM)
+    assert conv is not None and conv.recoverable_ns_per_step == 0
+
+
+def test_same_verdicts_as_torchtidy_without_its_false_positive(present: tuple[Trace, Report],
+                                                               absent: tuple[Trace, Report]) -> None:
+    for path, (_, report) in ((PRESENT, present), (ABSENT, absent)):
+        summary, where = _torchtidy(path)
+        assert set(summary) <= set(TORCHTIDY), f"TorchTidy reports a pattern this test does not map: {summary}"
+        codes = {f.code for f in report.findings}
+        expected = {TORCHTIDY[name] for name in summary} - {None}
+        assert expected == codes & ANTI_CODES
+        # TorchTidy flags FP32 matmuls on a CPU-only run; tracewhy says nothing about tensor cores there.
+        assert "FP32 MatMul Pattern" in summary
+        assert Code.TENSOR_CORES_UNUSED not in codes
+        for name, code in TORCHTIDY.items():
+            f = _found(report, code) if code is not None else None
+            if f is None or name not in summary:
+                continue
+            # The events TorchTidy matched are the block calls (or convolutions) tracewhy counted.
+            assert f.evidence["calls"] == summary[name]
+            # The user line tracewhy names is the function holding TorchTidy's calling line.
+            line = f.evidence["line"]
+            assert any(Path(file).name == Path(line["file"]).name and line["line"] <= at for file, at in where)
+
+
+def test_scalar_reads_in_a_loop(present: tuple[Trace, Report], absent: tuple[Trace, Report]) -> None:
+    """The .item() per class in a loop (one read per iteration) is scalar-read-per-step's: four
+    reads per step in the loop, each with the nonzero of its boolean mask; none in the fixed loop."""
+    on, off = _found(present[1], Code.SCALAR_READ_PER_STEP), _found(absent[1], Code.SCALAR_READ_PER_STEP)
+    assert on is not None and on.evidence["calls"] - on.evidence["from_optimizer"] == 8 * present[1].steps.table.height
+    assert off is None or off.evidence["calls"] == off.evidence["from_optimizer"]
+
+
+def test_multi_tensor_optimizer_reads_get_no_foreach_advice(absent: tuple[Trace, Report]) -> None:
+    """Adam with foreach=True still reads each step counter (``_get_value``): the advice is
+    capturable, never the foreach=True it already has."""
+    f = _found(absent[1], Code.SCALAR_READ_PER_STEP)
+    assert f is not None and f.evidence["from_optimizer"] > 0
+    assert "foreach=True" not in f.next_step and "capturable=True" in f.next_step
+
+
+def test_resnet50_gpu_trace(resnet50: tuple[Trace, Report]) -> None:
+    """A 2021 V100 capture (PyTorch 1.9: SGD single-tensor, zero_grad zeroing by default) of
+    torchvision's resnet50, whose convolutions have no bias."""
+    _, report = resnet50
+    calls, zeroed = _raw_nested(shared_trace(RESNET50), "Optimizer.zero_grad#", "aten::zero_")
+    zero = _found(report, Code.ZERO_GRAD_NOT_NONE)
+    single = _found(report, Code.OPTIMIZER_SINGLE_TENSOR)
+    assert zero is not None and single is not None
+    assert zero.evidence["zeroed_per_call"] == zeroed / calls == 161  # resnet50's parameter tensors
+    assert _found(report, Code.CONV_BIAS_BEFORE_BATCH_NORM) is None
+    # On a GPU both fixes save time, and diagnose ranks them by it among the time findings.
+    assert zero.recoverable_ns_per_step > 0 and single.recoverable_ns_per_step > 0
+    timed = [f for f in report.findings if f.recoverable_ns_per_step > 0]
+    assert [f.recoverable_ns_per_step for f in timed] == sorted((f.recoverable_ns_per_step for f in timed),
+                                                                reverse=True)
+    assert zero.evidence["line"]["file"] == single.evidence["line"]["file"] == "resnet50_profiler_api.py"
+
+
+def test_foreach_gpu_trace_has_none() -> None:
+    """An MI300X DDP capture whose SGD runs _foreach_ ops and whose zero_grad sets to None."""
+    r = anti_patterns(tracewhy.load(shared_trace(RESNET18_FOREACH)))
+    step = next(b for b in r.optimizer if b.is_step)
+    assert step.multi_tensor
+    assert all(b.zeroed_per_call == 0 for b in r.optimizer)
+    assert r.conv_bias == ()
