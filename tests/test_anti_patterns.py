@@ -6,6 +6,7 @@ the live profiler of the same run, and checked on real GPU traces from ../shared
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import re
 from pathlib import Path
@@ -18,7 +19,7 @@ from tracewhy.analyses.account import step_model
 from tracewhy.analyses.anti_patterns import AntiPatternsResult, OptimizerBlock, anti_patterns
 from tracewhy.analyses.what_if import predict
 from tracewhy.analyses.what_if_edits import MultiTensorOptimizer
-from tracewhy.analyses.what_if_host_edits import SetGradsToNone
+from tracewhy.analyses.what_if_host_edits import BuildOnDevice, SetGradsToNone
 from tracewhy.findings.codes import Code
 from tracewhy.findings.model import Finding
 from tracewhy.model.trace import Trace
@@ -28,7 +29,9 @@ PRESENT = GENERATED / "cpu_anti_present.pt.trace.json.gz"
 ABSENT = GENERATED / "cpu_anti_absent.pt.trace.json.gz"
 RESNET50 = "kineto/resnet50_nw0_span1_worker0.1623143089861.pt.trace.json.gz"
 RESNET18_FOREACH = "tracelens/mi300x_ddp_resnet18_no_pool_train.json.gz"
-ANTI_CODES = {Code.OPTIMIZER_SINGLE_TENSOR, Code.ZERO_GRAD_NOT_NONE, Code.CONV_BIAS_BEFORE_BATCH_NORM}
+MI250_TOY = "hta/mi250_minitoy_train_rocm6.2.json.gz"
+ANTI_CODES = {Code.OPTIMIZER_SINGLE_TENSOR, Code.ZERO_GRAD_NOT_NONE, Code.CONV_BIAS_BEFORE_BATCH_NORM,
+              Code.TENSOR_BUILT_ON_HOST}
 #: TorchTidy's pattern names (torch/profiler/_pattern_matcher.py) and the finding that says the
 #: same; None where the pattern does not apply to a CPU-only run.
 TORCHTIDY: dict[str, Code | None] = {
@@ -106,8 +109,11 @@ def _blocks(r: AntiPatternsResult) -> tuple[OptimizerBlock, OptimizerBlock]:
 
 
 def test_findings_present_and_absent(present: tuple[Trace, Report], absent: tuple[Trace, Report]) -> None:
-    assert {f.code for f in present[1].findings} >= ANTI_CODES
+    # A tensor built on the host and copied to the device needs a device: not applicable on a CPU-only run.
+    cpu = ANTI_CODES - {Code.TENSOR_BUILT_ON_HOST}
+    assert cpu <= {f.code for f in present[1].findings}
     assert not ANTI_CODES & {f.code for f in absent[1].findings}
+    assert Code.TENSOR_BUILT_ON_HOST not in {f.code for f in present[1].findings}
 
 
 def test_costs_are_the_step_predictions(present: tuple[Trace, Report]) -> None:
@@ -136,6 +142,7 @@ def test_same_verdicts_as_torchtidy_without_its_false_positive(present: tuple[Tr
         codes = {f.code for f in report.findings}
         expected = {TORCHTIDY[name] for name in summary} - {None}
         assert expected == codes & ANTI_CODES
+        assert bool(expected) == (path == PRESENT)
         # TorchTidy flags FP32 matmuls on a CPU-only run; tracewhy says nothing about tensor cores there.
         assert "FP32 MatMul Pattern" in summary
         assert Code.TENSOR_CORES_UNUSED not in codes
@@ -170,11 +177,10 @@ def test_resnet50_gpu_trace(resnet50: tuple[Trace, Report]) -> None:
     """A 2021 V100 capture (PyTorch 1.9: SGD single-tensor, zero_grad zeroing by default) of
     torchvision's resnet50, whose convolutions have no bias."""
     _, report = resnet50
-    calls, zeroed = _raw_nested(shared_trace(RESNET50), "Optimizer.zero_grad#", "aten::zero_")
     zero = _found(report, Code.ZERO_GRAD_NOT_NONE)
     single = _found(report, Code.OPTIMIZER_SINGLE_TENSOR)
     assert zero is not None and single is not None
-    assert zero.evidence["zeroed_per_call"] == zeroed / calls == 161  # resnet50's parameter tensors
+    assert zero.evidence["zeroed_per_call"] == 161  # torchvision resnet50's parameter tensors
     assert _found(report, Code.CONV_BIAS_BEFORE_BATCH_NORM) is None
     # On a GPU both fixes save time, and diagnose ranks them by it among the time findings.
     assert zero.recoverable_ns_per_step > 0 and single.recoverable_ns_per_step > 0
@@ -191,3 +197,37 @@ def test_foreach_gpu_trace_has_none() -> None:
     assert step.multi_tensor
     assert all(b.zeroed_per_call == 0 for b in r.optimizer)
     assert r.conv_bias == ()
+
+
+def _raw_factory_copies(path: Path) -> list[tuple[str, str]]:
+    """(size the creation op was given, shape the next op copies) for each aten::randn directly
+    followed by aten::to on its thread, from the raw events' Concrete Inputs and Input Dims."""
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        ops = sorted((e for e in json.load(f)["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "cpu_op"),
+                     key=lambda e: e["ts"])
+    top = [e for e in ops if not any(o is not e and o["tid"] == e["tid"] and o["ts"] <= e["ts"]
+                                     and e["ts"] + e["dur"] <= o["ts"] + o["dur"] for o in ops)]
+    return [(a["args"]["Concrete Inputs"][0], str(b["args"]["Input Dims"][0]))
+            for a, b in itertools.pairwise(top) if a["name"] == "aten::randn" and b["name"] == "aten::to"]
+
+
+def test_tensor_built_on_host_gpu_trace() -> None:
+    """HTA's MI250 toy draws its input with torch.randn on the host and moves it with .to(device)
+    in each of its two steps; the fix replayed (BuildOnDevice) prices it."""
+    path = shared_trace(MI250_TOY)
+    trace = tracewhy.load(path)
+    report = diagnose(trace)
+    f = _found(report, Code.TENSOR_BUILT_ON_HOST)
+    assert f is not None
+    raw = _raw_factory_copies(path)
+    assert len(raw) == report.steps.table.height == f.evidence["calls"] == 2
+    assert all(size == shape.replace(" ", "").replace(",", ", ") for size, shape in raw)
+    assert [c["shape"] for c in f.evidence["copies"]] == [[5, 128]]
+    ops = tuple(sorted(i for h in anti_patterns(trace).host_built for i in h.copy_ids))
+    p = predict(step_model(trace), [BuildOnDevice(ops)])
+    assert p.saved_ns > 0 and f.recoverable_ns_per_step == p.saved_ns
+
+
+def test_tensor_built_on_host_absent_where_batches_are_copied(resnet50: tuple[Trace, Report]) -> None:
+    """resnet50's HtoD copies move the DataLoader's batches: no creation op makes them."""
+    assert _found(resnet50[1], Code.TENSOR_BUILT_ON_HOST) is None

@@ -1,7 +1,8 @@
 """Known training-loop mistakes read off one trace's structure: an optimizer that runs its
 update once per parameter (no multi-tensor op under ``Optimizer.step``), gradients zeroed
-rather than set to None (zeroing ops under ``Optimizer.zero_grad``), and a convolution whose
-bias feeds a batch norm directly (the norm's mean subtraction cancels it). Each is measured
+rather than set to None (zeroing ops under ``Optimizer.zero_grad``), a convolution whose
+bias feeds a batch norm directly (the norm's mean subtraction cancels it), and a tensor made on
+the host only to be copied to the device (a factory op whose output the next op copies HtoD). Each is measured
 here (calls, per-call repetition, shapes, the slices involved); ``findings/anti_patterns.py``
 judges and prices them with the step account's prediction.
 
@@ -14,6 +15,7 @@ blocks and ops it reasons about, each list below with its source.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import Counter
 from dataclasses import dataclass
@@ -26,7 +28,7 @@ import polars as pl
 from tracewhy.analyses import api_names
 from tracewhy.analyses.source_lines import HostTree
 from tracewhy.analyses.what_if_host_edits import ZEROING_OPS
-from tracewhy.model.schema import Col, Kind, OpAttrCol
+from tracewhy.model.schema import Col, CopyAttrCol, Kind, OpAttrCol
 from tracewhy.model.trace import Trace
 
 I64 = npt.NDArray[np.int64]
@@ -43,6 +45,14 @@ CONV_OPS: Final = frozenset({"aten::conv1d", "aten::conv2d", "aten::conv3d", "at
                              "aten::_convolution"})
 #: The batch norm a Python line calls (torch/nn/functional.py's batch_norm -> ``torch.batch_norm``).
 BATCH_NORM_OPS: Final = frozenset({"aten::batch_norm"})
+#: torch's creation ops (the "Creation Ops" of torch's docs; ``torch.tensor(data)`` records
+#: ``aten::lift_fresh`` since PyTorch 1.13, ``aten::tensor`` before): what a step builds a fresh
+#: host tensor with.
+FACTORY_OPS: Final = frozenset({
+    "aten::tensor", "aten::lift_fresh", "aten::scalar_tensor", "aten::ones", "aten::zeros", "aten::full",
+    "aten::empty", "aten::rand", "aten::randn", "aten::randint", "aten::randperm", "aten::normal", "aten::arange",
+    "aten::linspace", "aten::logspace", "aten::eye", "aten::ones_like", "aten::zeros_like", "aten::full_like",
+    "aten::rand_like", "aten::randn_like", "aten::randint_like"})
 #: Bias index of CONV_OPS' inputs (input, weight, bias, ...).
 _BIAS_INPUT: Final = 2
 
@@ -85,9 +95,24 @@ class ConvBias:
 
 
 @dataclass(frozen=True)
+class HostBuiltCopy:
+    """A host tensor a factory op makes whose next op on its thread copies it to the device
+    (an HtoD copy launched under that op), the copy's input shaped as the factory's fill wrote
+    it where the trace records shapes."""
+
+    factory: str
+    copy_op: str
+    shape: tuple[int, ...] | None  # None: the trace records no shape to match
+    factory_ids: tuple[int, ...]
+    copy_ids: tuple[int, ...]  # the outermost copy ops
+    bytes: int  # the HtoD copies' bytes, all calls
+
+
+@dataclass(frozen=True)
 class AntiPatternsResult:
     optimizer: tuple[OptimizerBlock, ...]
     conv_bias: tuple[ConvBias, ...]
+    host_built: tuple[HostBuiltCopy, ...]
     #: The trace records input shapes and types (record_shapes): without them no conv-bias verdict.
     has_shapes: bool
 
@@ -100,7 +125,8 @@ def anti_patterns(trace: Trace) -> AntiPatternsResult:
     types = dict(attrs.select(OpAttrCol.ID, OpAttrCol.INPUT_TYPES).drop_nulls().iter_rows())
     dims = dict(attrs.select(OpAttrCol.ID, OpAttrCol.INPUT_DIMS).drop_nulls().iter_rows())
     return AntiPatternsResult(optimizer=_optimizer_blocks(trace, tree, names, types, dims),
-                              conv_bias=_conv_bias(trace, tree, names, dims), has_shapes=bool(types))
+                              conv_bias=_conv_bias(trace, tree, names, dims),
+                              host_built=_host_built(trace, tree, names, dims), has_shapes=bool(types))
 
 
 def _optimizer_blocks(trace: Trace, tree: HostTree, names: list[str], types: dict[int, str],
@@ -177,3 +203,64 @@ def _conv_bias(trace: Trace, tree: HostTree, names: list[str], dims: dict[int, s
         got[1].append(int(outer[j]))
     return tuple(ConvBias(conv=c, norm=n, calls=len(v[0]), channels=ch, conv_ids=tuple(v[0]), norm_ids=tuple(v[1]))
                  for (c, n, ch), v in sorted(found.items()))
+
+
+def _host_built(trace: Trace, tree: HostTree, names: list[str], dims: dict[int, str]) -> tuple[HostBuiltCopy, ...]:
+    """Each outermost op that launched an HtoD copy and directly follows, on its thread, a factory
+    op (FACTORY_OPS) whose fill (the op inside it with the largest recorded first input) has the
+    shape of the copy op's input; without recorded shapes, the order alone decides."""
+    s = trace.slices
+    copies = trace.copy_attrs.filter(pl.col(CopyAttrCol.COPY_KIND) == "HtoD")
+    if copies.height == 0:
+        return ()
+    moved = dict(copies.select(CopyAttrCol.ID, CopyAttrCol.BYTES).iter_rows())
+    launch = s.get_column(Col.LAUNCH).fill_null(-1).to_numpy()
+    outermost = tree.outermost_op
+    top = tree.nearest(outermost)
+    by_op: dict[int, int] = {}
+    for copy in moved:
+        call = int(launch[copy])
+        op = int(top[call]) if call >= 0 else -1
+        if op >= 0:
+            by_op[op] = by_op.get(op, 0) + int(moved[copy] or 0)
+    if not by_op:
+        return ()
+    pid = s.get_column(Col.PID).fill_null(-1).to_numpy()
+    tid = s.get_column(Col.TID).fill_null(-1).to_numpy()
+    outer = np.flatnonzero(outermost)
+    outer = outer[np.lexsort((tree.ts[outer], tid[outer], pid[outer]))]
+    before = {int(b): int(a) for a, b in itertools.pairwise(outer)
+              if (pid[a], tid[a]) == (pid[b], tid[b])}
+    fills = _fill_shapes(tree, dims)
+    found: dict[tuple[str, str, tuple[int, ...] | None], tuple[list[int], list[int], int]] = {}
+    for op, nbytes in sorted(by_op.items()):
+        factory = before.get(op, -1)
+        if factory < 0 or names[factory] not in FACTORY_OPS:
+            continue
+        copied = (_parse(dims.get(op)) or [[]])[0]
+        made = fills.get(factory)
+        if copied and made is not None and list(made) != copied:
+            continue
+        shape = tuple(int(str(d)) for d in copied) if copied else None
+        got = found.setdefault((names[factory], names[op], shape), ([], [], 0))
+        got[0].append(factory)
+        got[1].append(op)
+        found[(names[factory], names[op], shape)] = (got[0], got[1], got[2] + nbytes)
+    return tuple(HostBuiltCopy(factory=f, copy_op=c, shape=shape, factory_ids=tuple(v[0]), copy_ids=tuple(v[1]),
+                               bytes=v[2]) for (f, c, shape), v in sorted(found.items(), key=lambda kv: str(kv[0])))
+
+
+def _fill_shapes(tree: HostTree, dims: dict[int, str]) -> dict[int, tuple[int, ...]]:
+    """Per outermost op, the largest first input recorded on an op inside it (a factory's fill:
+    ``aten::normal_`` under ``aten::randn``, ``aten::fill_`` under ``aten::ones``)."""
+    owner = tree.nearest(tree.outermost_op, strict=True)
+    out: dict[int, tuple[int, ...]] = {}
+    for op, text in dims.items():
+        above = int(owner[op]) if op < owner.size else -1
+        first = (_parse(text) or [[]])[0]
+        if above < 0 or not first or not all(isinstance(d, int) for d in first):
+            continue
+        shape = tuple(int(str(d)) for d in first)
+        if len(shape) > len(out.get(above, ())):
+            out[above] = shape
+    return out

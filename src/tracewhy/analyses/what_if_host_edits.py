@@ -1,6 +1,7 @@
 """Edits for fixes that rewrite host work rather than move it: a per-sample loop vectorised, a
-tensor grown by concatenation preallocated, gradients set to None instead of zeroed. Each edits
-one window's dependency graph (``GraphEdit``) as ``what_if_edits``' fixes do; calibrated on the
+tensor grown by concatenation preallocated, gradients set to None instead of zeroed, a tensor
+made on the device instead of copied there. Each edits one window's dependency graph
+(``GraphEdit``) as ``what_if_edits``' fixes do; all but the last are calibrated on the
 before/after pairs of ``tests/data/calibration``.
 """
 
@@ -13,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tracewhy.analyses.account_host import HostPurpose
+from tracewhy.analyses.critical_path_edges import Edge
 from tracewhy.analyses.critical_path_replay import GraphEdit
 from tracewhy.analyses.what_if_edits import I64, RemovePart, WindowEdges
 from tracewhy.analyses.what_if_gaps import untraced_around
@@ -181,3 +183,24 @@ class RemoveCode:
         chosen = w.in_part(self.part) & w.host()
         ops = w.model.rules.ctx.outer_op[np.maximum(w.attr[chosen], 0)]
         return RemovePart(self.part).edit(w) + untraced_around(w, {int(o) for o in np.unique(ops[ops >= 0])})
+
+
+@dataclass(frozen=True)
+class BuildOnDevice:
+    """Tensors a step makes on the host and copies to the device, made on the device instead
+    (``torch.randn(..., device=...)``): the copy ops (``copy_ops``, outermost) leave with all the
+    host time under them (the copy call and any wait in it) and the copies they launched; the
+    factory op stays, its host time standing for the kernel launch it makes instead."""
+
+    copy_ops: tuple[int, ...]
+
+    @property
+    def label(self) -> str:
+        return "tensors made on the device, not copied from the host"
+
+    def edit(self, w: WindowEdges) -> GraphEdit:
+        ctx = w.model.rules.ctx
+        copying = np.isin(ctx.outer_op[np.maximum(w.attr, 0)], self.copy_ops)
+        host = (w.attr >= 0) & copying & (w.kind != int(Edge.GPU))
+        gpu = (w.launch >= 0) & np.isin(ctx.outer_op[np.maximum(w.launch, 0)], self.copy_ops)
+        return w.removing(host, gpu)

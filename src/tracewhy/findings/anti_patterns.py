@@ -9,12 +9,14 @@ time is inside the convolution's and the optimizer's own ops.
 
 from __future__ import annotations
 
+from typing import Final
+
 import numpy as np
 
-from tracewhy.analyses.anti_patterns import AntiPatternsResult, ConvBias, OptimizerBlock, anti_patterns
+from tracewhy.analyses.anti_patterns import AntiPatternsResult, ConvBias, HostBuiltCopy, OptimizerBlock, anti_patterns
 from tracewhy.analyses.what_if import Prediction
 from tracewhy.analyses.what_if_edits import Fix, MultiTensorOptimizer
-from tracewhy.analyses.what_if_host_edits import SetGradsToNone
+from tracewhy.analyses.what_if_host_edits import BuildOnDevice, SetGradsToNone
 from tracewhy.findings import source_line as sl
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.codes import Code
@@ -24,11 +26,21 @@ from tracewhy.model.schema import GPU_ACTIVITY_KINDS
 from tracewhy.units import fmt_ns as ms
 from tracewhy.units import fmt_pct
 
-#: The fix each finding predicts with (``explain`` replays the same one for its recoverable time).
-FIXES: dict[Code, tuple[Fix, ...]] = {
-    Code.OPTIMIZER_SINGLE_TENSOR: (MultiTensorOptimizer(),),
-    Code.ZERO_GRAD_NOT_NONE: (SetGradsToNone(),),
-}
+#: The findings that predict with a fix of their own (``own_fixes``), not their part's.
+OWN_FIX_CODES: Final = frozenset({Code.OPTIMIZER_SINGLE_TENSOR, Code.ZERO_GRAD_NOT_NONE, Code.TENSOR_BUILT_ON_HOST})
+
+
+def own_fixes(ctx: Context, code: Code) -> tuple[Fix, ...]:
+    """The fix a finding of ``code`` predicts with (``explain`` replays the same one for its
+    recoverable time); () for a code not in OWN_FIX_CODES."""
+    if code == Code.OPTIMIZER_SINGLE_TENSOR:
+        return (MultiTensorOptimizer(),)
+    if code == Code.ZERO_GRAD_NOT_NONE:
+        return (SetGradsToNone(),)
+    if code == Code.TENSOR_BUILT_ON_HOST:
+        ops = tuple(sorted(i for h in anti_patterns_result(ctx).host_built for i in h.copy_ids))
+        return (BuildOnDevice(ops),) if ops else ()
+    return ()
 
 
 def anti_patterns_result(ctx: Context) -> AntiPatternsResult:
@@ -45,6 +57,9 @@ def findings(ctx: Context) -> list[Finding]:
         if not block.is_step and block.zeroed_per_call > 0:
             out.append(_zero_grad(ctx, block))
     out += [_conv_bias(ctx, c, steps) for c in r.conv_bias]
+    built = [h for h in r.host_built if len(h.copy_ids) >= steps]  # every step
+    if built:
+        out.append(_host_built(ctx, built, steps))
     return out
 
 
@@ -101,11 +116,30 @@ def _conv_bias(ctx: Context, c: ConvBias, steps: int) -> Finding:
     )
 
 
+def _host_built(ctx: Context, built: list[HostBuiltCopy], steps: int) -> Finding:
+    line = sl.line_above(ctx, "anti:host_built", lambda: np.asarray([i for h in built for i in h.factory_ids],
+                                                                    dtype=np.int64))
+    what = "; ".join(f"{h.factory} then {h.copy_op}" + (f" of a {list(h.shape)} tensor" if h.shape else "")
+                     + f" {len(h.copy_ids) / steps:g} per step" for h in built)
+    p, priced = _priced(ctx, Code.TENSOR_BUILT_ON_HOST, "with those tensors made on the device")
+    return Finding(
+        code=Code.TENSOR_BUILT_ON_HOST, severity=_severity(p),
+        statement=f"Tensors are made on the host and copied to the device every step{sl.named(line, ' (', ')')}: "
+                  f"{what}; the copy op launches an HtoD copy of what the creation op just made.{priced}",
+        next_step="Create them on the device (torch.randn(..., device='cuda'), torch.zeros(..., device=x.device)), "
+                  "or make constant ones once outside the loop" + sl.named(line, " (", ")") + ".",
+        evidence={"copies": [{"factory": h.factory, "copy_op": h.copy_op,
+                              "shape": list(h.shape) if h.shape else None, "calls": len(h.copy_ids),
+                              "bytes": h.bytes} for h in built],
+                  "calls": sum(len(h.copy_ids) for h in built), **_prediction(p), **sl.evidence(line)},
+    )
+
+
 def _priced(ctx: Context, code: Code, with_fix: str) -> tuple[Prediction | None, str]:
     """The step replayed with the finding's fix, and the sentence that says it ("" without an account)."""
     if ctx.account() is None:
         return None, ""
-    p = ctx.predict(FIXES[code])
+    p = ctx.predict(own_fixes(ctx, code))
     if not p.changed:
         return p, ""
     if p.saved_ns > 0:

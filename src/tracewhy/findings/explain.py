@@ -21,7 +21,7 @@ from tracewhy.analyses.what_if import fix_for_part
 from tracewhy.analyses.what_if_edits import Fix
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.account import HOST_DIRECTIONS
-from tracewhy.findings.anti_patterns import FIXES
+from tracewhy.findings.anti_patterns import OWN_FIX_CODES, own_fixes
 from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding
@@ -122,6 +122,7 @@ EXPLAINS: Final[dict[Code, Callable[[Row, Finding], bool]]] = {
     Code.COPY_BOUND: _host_transfer,
     Code.OPTIMIZER_SINGLE_TENSOR: _named(PartName.OPTIMIZER),
     Code.ZERO_GRAD_NOT_NONE: _named(PartName.OPTIMIZER),
+    Code.TENSOR_BUILT_ON_HOST: _host_transfer,
     Code.TENSOR_CORES_UNUSED: lambda row, f: re.match(r"kernels: (gemm|conv)", str(row[AccountCol.PART])) is not None,
 }
 #: Findings that explain one part only: the GPU waits for the host's largest part, not for all of it.
@@ -152,8 +153,8 @@ def explain(ctx: Context, found: list[Finding]) -> Explained:
         # its step is usually left out of the account (a one-time compile), and then it has none.
         one_time = bool(f.evidence.get("one_time_cost"))
         # A finding about how the program does a part's work (an anti-pattern) predicts with its own
-        # fix (findings/anti_patterns.FIXES), also where the part is essential or not on the path.
-        edits = () if one_time else FIXES.get(f.code) or _fixes(matched)
+        # fix (findings/anti_patterns.own_fixes), also where the part is essential or not on the path.
+        edits = () if one_time else own_fixes(ctx, f.code) if f.code in OWN_FIX_CODES else _fixes(matched)
         fixes[len(out)] = edits
         out.append(replace(f, part=None, predicted_step_ns=None, next_bottleneck=None, recoverable_ns_per_step=0)
                    if one_time and not matched else _predicted(ctx, f, matched, edits))
@@ -187,7 +188,7 @@ def _predicted(ctx: Context, f: Finding, matched: list[Row], edits: tuple[Fix, .
     its recoverable time is then the measured step less the predicted one. A time finding whose
     time is on no part of the path recovers nothing there: the replay has nothing to change."""
     part = f.part or (matched[0][AccountCol.PART] if matched else None)
-    if not matched and f.code not in FIXES:
+    if not matched and f.code not in OWN_FIX_CODES:
         step = ctx.measured_step_ns()
         return replace(f, part=None, predicted_step_ns=step, next_bottleneck=_largest_avoidable(ctx),
                        recoverable_ns_per_step=0,
