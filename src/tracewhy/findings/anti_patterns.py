@@ -9,6 +9,7 @@ time is inside the convolution's and the optimizer's own ops.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Final
 
 import numpy as np
@@ -41,6 +42,19 @@ def own_fixes(ctx: Context, code: Code) -> tuple[Fix, ...]:
         ops = tuple(sorted(i for h in anti_patterns_result(ctx).host_built for i in h.copy_ids))
         return (BuildOnDevice(ops),) if ops else ()
     return ()
+
+
+def settled(f: Finding) -> Finding:
+    """``f`` after ``explain`` priced it: a saving under ANTI_PATTERN_MIN_SHARE of the step is
+    said as negligible, with nothing recoverable and severity info (the pattern is still named)."""
+    measured = int(f.evidence.get("measured_step_ns") or 0)
+    if f.predicted_step_ns is None or measured <= 0:
+        return f
+    if f.recoverable_ns_per_step >= th.ANTI_PATTERN_MIN_SHARE * measured:
+        return f
+    return replace(f, severity=Severity.INFO, recoverable_ns_per_step=0,
+                   statement=f"{f.statement} Under {fmt_pct(th.ANTI_PATTERN_MIN_SHARE)} of the step, that is "
+                             "negligible here.")
 
 
 def anti_patterns_result(ctx: Context) -> AntiPatternsResult:
@@ -152,7 +166,8 @@ def _priced(ctx: Context, code: Code, with_fix: str) -> tuple[Prediction | None,
 def _severity(p: Prediction | None) -> Severity:
     if p is not None and p.saved_ns >= th.ANTI_PATTERN_MEDIUM_SHARE * max(p.measured_ns, 1):
         return Severity.MEDIUM
-    return Severity.LOW
+    return Severity.LOW if p is None or p.saved_ns >= th.ANTI_PATTERN_MIN_SHARE * max(p.measured_ns, 1) \
+        else Severity.INFO
 
 
 def _prediction(p: Prediction | None) -> dict[str, object]:

@@ -21,7 +21,7 @@ from tracewhy.analyses.what_if import fix_for_part
 from tracewhy.analyses.what_if_edits import Fix
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.account import HOST_DIRECTIONS
-from tracewhy.findings.anti_patterns import OWN_FIX_CODES, own_fixes
+from tracewhy.findings.anti_patterns import OWN_FIX_CODES, own_fixes, settled
 from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding
@@ -157,7 +157,8 @@ def explain(ctx: Context, found: list[Finding]) -> Explained:
         edits = () if one_time else own_fixes(ctx, f.code) if f.code in OWN_FIX_CODES else _fixes(matched)
         fixes[len(out)] = edits
         out.append(replace(f, part=None, predicted_step_ns=None, next_bottleneck=None, recoverable_ns_per_step=0)
-                   if one_time and not matched else _predicted(ctx, f, matched, edits))
+                   if one_time and not matched else settled(_predicted(ctx, f, matched, edits))
+                   if f.code in OWN_FIX_CODES else _predicted(ctx, f, matched, edits))
     for r in rows:
         if (avoidable(r[AccountCol.PART], r[AccountCol.KIND], r[AccountCol.ESSENTIAL])
                 and r[AccountCol.PART] not in claimed and r[AccountCol.SHARE] >= th.UNEXPLAINED_PART_MIN_SHARE):
