@@ -234,3 +234,50 @@ def test_tensor_built_on_host_gpu_trace() -> None:
 def test_tensor_built_on_host_absent_where_batches_are_copied(resnet50: tuple[Trace, Report]) -> None:
     """resnet50's HtoD copies move the DataLoader's batches: no creation op makes them."""
     assert _found(resnet50[1], Code.TENSOR_BUILT_ON_HOST) is None
+
+
+def _raw_unaligned(path: Path) -> set[tuple[str, int, int, int]]:
+    """(op, M, K, N) of the half-precision mm/addmm/bmm calls whose K or N is not a multiple of 8
+    and neither M nor N is 1, read from the raw events' Input type and Input Dims."""
+    operands = {"aten::mm": (0, 1), "aten::addmm": (1, 2), "aten::bmm": (0, 1), "aten::baddbmm": (1, 2)}
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        events = json.load(f)["traceEvents"]
+    out = set()
+    for e in events:
+        if e.get("ph") != "X" or e.get("name") not in operands:
+            continue
+        a, b = operands[e["name"]]
+        args = e.get("args", {})
+        if args.get("Input type", [None] * 3)[a] not in ("c10::BFloat16", "c10::Half"):
+            continue
+        dims = args["Input Dims"]
+        m, k, n = dims[a][-2], dims[b][-2], dims[b][-1]
+        if (k % 8 or n % 8) and 1 not in (m, n):
+            out.add((e["name"], m, k, n))
+    return out
+
+
+@pytest.mark.parametrize(("name", "flagged"), [
+    ("tracelens/h100_bert-small_bs1_seq512.json.gz", {("aten::addmm", 141, 512, 30522)}),  # the vocabulary
+    ("tracelens/h100_qwen1.5-0.5b_bs16_seq2048.json.gz", set()),
+])
+def test_unaligned_half_gemms(name: str, flagged: set[tuple[str, int, int, int]]) -> None:
+    path = shared_trace(name)
+    r = anti_patterns(tracewhy.load(path))
+    found = {(g.op, g.m, g.k, g.n) for g in r.unaligned_gemms}
+    assert found == flagged == _raw_unaligned(path)
+    assert all(g.kernel_ns > 0 for g in r.unaligned_gemms)
+
+
+def test_unaligned_gemm_finding_states_its_kernel_time_and_claims_nothing() -> None:
+    report = diagnose(tracewhy.load(shared_trace("tracelens/h100_timesformer_video_bs1.json.gz")))
+    f = _found(report, Code.GEMM_DIMS_UNALIGNED)
+    assert f is not None and f.recoverable_ns_per_step == 0
+    assert {(g["m"], g["k"], g["n"]) for g in f.evidence["gemms"]} == {(3137, 64, 3137), (3137, 3137, 64)}
+    assert f.evidence["kernel_ns_per_step"] == sum(g["kernel_ns"] for g in f.evidence["gemms"]) / \
+        report.steps.table.height
+
+
+def test_no_gpu_anti_pattern_on_cpu_traces(present: tuple[Trace, Report]) -> None:
+    r = anti_patterns(present[0])
+    assert r.unaligned_gemms == () and r.host_built == ()

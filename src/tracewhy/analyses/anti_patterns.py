@@ -1,10 +1,11 @@
 """Known training-loop mistakes read off one trace's structure: an optimizer that runs its
 update once per parameter (no multi-tensor op under ``Optimizer.step``), gradients zeroed
 rather than set to None (zeroing ops under ``Optimizer.zero_grad``), a convolution whose
-bias feeds a batch norm directly (the norm's mean subtraction cancels it), and a tensor made on
-the host only to be copied to the device (a factory op whose output the next op copies HtoD). Each is measured
-here (calls, per-call repetition, shapes, the slices involved); ``findings/anti_patterns.py``
-judges and prices them with the step account's prediction.
+bias feeds a batch norm directly (the norm's mean subtraction cancels it), a tensor made on the
+host only to be copied to the device (a factory op whose output the next op copies HtoD), and
+half-precision GEMMs whose K or N is not a multiple of 8. Each is measured here (calls,
+per-call repetition, shapes, the slices involved); ``findings/anti_patterns.py`` judges and
+prices them with the step account's prediction.
 
 What decides is nesting (the ops an optimizer block holds, the outermost op a Python line
 called), repetition counts per block call, the ops' recorded input types and shapes (a
@@ -53,6 +54,17 @@ FACTORY_OPS: Final = frozenset({
     "aten::empty", "aten::rand", "aten::randn", "aten::randint", "aten::randperm", "aten::normal", "aten::arange",
     "aten::linspace", "aten::logspace", "aten::eye", "aten::ones_like", "aten::zeros_like", "aten::full_like",
     "aten::rand_like", "aten::randn_like", "aten::randint_like"})
+#: The GEMM ops that launch the matrix-multiply kernels, with the input positions of A and B
+#: (aten/src/ATen/native/native_functions.yaml: mm(self, mat2), addmm(self, mat1, mat2, ...),
+#: bmm(self, mat2), baddbmm(self, batch1, batch2, ...)). ``aten::linear`` and ``aten::matmul``
+#: call them, so their shapes are read there once.
+GEMM_OPERANDS: Final = {"aten::mm": (0, 1), "aten::addmm": (1, 2), "aten::bmm": (0, 1), "aten::baddbmm": (1, 2)}
+#: The input types the profiler writes for half precision (c10's ScalarType names).
+HALF_TYPES: Final = frozenset({"c10::Half", "c10::BFloat16"})
+#: cuBLAS's tensor-core GEMMs want every leading dimension a multiple of 16 bytes: 8 elements of
+#: 16 bits (cuBLAS docs, "Tensor Core Usage"; NVIDIA's Deep Learning Performance guide, "Matrix
+#: Multiplication Background"). K and N are the leading dimensions of row-major A[M,K], B[K,N], C[M,N].
+GEMM_ALIGN_ELEMENTS: Final = 8
 #: Bias index of CONV_OPS' inputs (input, weight, bias, ...).
 _BIAS_INPUT: Final = 2
 
@@ -109,10 +121,24 @@ class HostBuiltCopy:
 
 
 @dataclass(frozen=True)
+class UnalignedGemm:
+    """Half-precision GEMM calls of one op and shape whose K or N is not a multiple of 8."""
+
+    op: str
+    dtype: str
+    m: int
+    k: int
+    n: int
+    ids: tuple[int, ...]
+    kernel_ns: int  # the GPU time of the kernels they launched, all calls
+
+
+@dataclass(frozen=True)
 class AntiPatternsResult:
     optimizer: tuple[OptimizerBlock, ...]
     conv_bias: tuple[ConvBias, ...]
     host_built: tuple[HostBuiltCopy, ...]
+    unaligned_gemms: tuple[UnalignedGemm, ...]
     #: The trace records input shapes and types (record_shapes): without them no conv-bias verdict.
     has_shapes: bool
 
@@ -126,7 +152,8 @@ def anti_patterns(trace: Trace) -> AntiPatternsResult:
     dims = dict(attrs.select(OpAttrCol.ID, OpAttrCol.INPUT_DIMS).drop_nulls().iter_rows())
     return AntiPatternsResult(optimizer=_optimizer_blocks(trace, tree, names, types, dims),
                               conv_bias=_conv_bias(trace, tree, names, dims),
-                              host_built=_host_built(trace, tree, names, dims), has_shapes=bool(types))
+                              host_built=_host_built(trace, tree, names, dims),
+                              unaligned_gemms=_unaligned_gemms(trace, tree, names, types, dims), has_shapes=bool(types))
 
 
 def _optimizer_blocks(trace: Trace, tree: HostTree, names: list[str], types: dict[int, str],
@@ -264,3 +291,41 @@ def _fill_shapes(tree: HostTree, dims: dict[int, str]) -> dict[int, tuple[int, .
         if len(shape) > len(out.get(above, ())):
             out[above] = shape
     return out
+
+
+def _unaligned_gemms(trace: Trace, tree: HostTree, names: list[str], types: dict[int, str],
+                     dims: dict[int, str]) -> tuple[UnalignedGemm, ...]:
+    """GEMM ops (GEMM_OPERANDS) on half-precision inputs that launched GPU kernels, whose K or N
+    (B's last two dimensions) is not a multiple of GEMM_ALIGN_ELEMENTS; M, the rows of the batch,
+    sets no leading dimension and is left alone; a matrix-vector product (M or N of 1) has no
+    tile to align."""
+    launched = tree.gpu_self  # GPU time of the work each slice launched itself
+    inclusive = tree.inclusive(launched)
+    found: dict[tuple[str, str, int, int, int], tuple[list[int], int]] = {}
+    for op, text in types.items():
+        operands = GEMM_OPERANDS.get(names[op]) if op < len(names) else None
+        if operands is None or inclusive[op] <= 0:
+            continue
+        kinds = _parse_list(text)
+        a_at, b_at = operands
+        if len(kinds) <= b_at or kinds[a_at] not in HALF_TYPES:
+            continue
+        shapes = _parse(dims.get(op))
+        if len(shapes) <= b_at or len(shapes[a_at]) < 2 or len(shapes[b_at]) < 2:
+            continue
+        m, k, n = (int(str(d)) for d in (shapes[a_at][-2], shapes[b_at][-2], shapes[b_at][-1]))
+        if (k % GEMM_ALIGN_ELEMENTS == 0 and n % GEMM_ALIGN_ELEMENTS == 0) or 1 in (m, n):
+            continue
+        key = (names[op], str(kinds[a_at]), m, k, n)
+        ids, ns = found.get(key, ([], 0))
+        found[key] = ([*ids, op], ns + int(inclusive[op]))
+    return tuple(UnalignedGemm(op=o, dtype=d, m=m, k=k, n=n, ids=tuple(v[0]), kernel_ns=v[1])
+                 for (o, d, m, k, n), v in sorted(found.items(), key=lambda kv: -kv[1][1]))
+
+
+def _parse_list(text: str) -> list[object]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return []
+    return value if isinstance(value, list) else []

@@ -3,8 +3,10 @@ its user line when the trace has stacks and priced by the step account's predict
 optimizer's step replayed multi-tensor (``MultiTensorOptimizer``) or with its gradients set to
 None (``SetGradsToNone``), the same replays ``explain`` makes the finding's recoverable time
 from and ``bench/calibrate.py`` measures, so the statement, the ranking and the calibration
-give one number. A convolution bias cancelled by batch norm is stated without a price: its
-time is inside the convolution's and the optimizer's own ops.
+give one number; a tensor made on the host and copied is priced by the step replayed without
+the copy (``BuildOnDevice``). A convolution bias cancelled by batch norm is stated without a
+price (its time is inside the convolution's and the optimizer's own ops), and so are unaligned
+half-precision GEMMs (their kernel time is the bound, not a prediction).
 """
 
 from __future__ import annotations
@@ -14,7 +16,14 @@ from typing import Final
 
 import numpy as np
 
-from tracewhy.analyses.anti_patterns import AntiPatternsResult, ConvBias, HostBuiltCopy, OptimizerBlock, anti_patterns
+from tracewhy.analyses.anti_patterns import (
+    AntiPatternsResult,
+    ConvBias,
+    HostBuiltCopy,
+    OptimizerBlock,
+    UnalignedGemm,
+    anti_patterns,
+)
 from tracewhy.analyses.what_if import Prediction
 from tracewhy.analyses.what_if_edits import Fix, MultiTensorOptimizer
 from tracewhy.analyses.what_if_host_edits import BuildOnDevice, SetGradsToNone
@@ -74,6 +83,8 @@ def findings(ctx: Context) -> list[Finding]:
     built = [h for h in r.host_built if len(h.copy_ids) >= steps]  # every step
     if built:
         out.append(_host_built(ctx, built, steps))
+    if r.unaligned_gemms:
+        out.append(_unaligned(ctx, list(r.unaligned_gemms), steps))
     return out
 
 
@@ -146,6 +157,32 @@ def _host_built(ctx: Context, built: list[HostBuiltCopy], steps: int) -> Finding
                               "shape": list(h.shape) if h.shape else None, "calls": len(h.copy_ids),
                               "bytes": h.bytes} for h in built],
                   "calls": sum(len(h.copy_ids) for h in built), **_prediction(p), **sl.evidence(line)},
+    )
+
+
+def _unaligned(ctx: Context, gemms: list[UnalignedGemm], steps: int) -> Finding:
+    """Their kernels' time per step is the most aligning them could save; no replay says how
+    much less an aligned GEMM takes, so nothing is claimed."""
+    line = sl.line_above(ctx, "anti:gemms", lambda: np.asarray([i for g in gemms for i in g.ids], dtype=np.int64))
+    kernel_ns = sum(g.kernel_ns for g in gemms) / steps
+    step_ns = ctx.measured_step_ns() if ctx.account() is not None else 0
+    share = f" ({fmt_pct(kernel_ns / step_ns)} of the step)" if step_ns else ""
+    shown = "; ".join(f"{g.op} {g.dtype.removeprefix('c10::')} M={g.m} K={g.k} N={g.n} x{len(g.ids) / steps:g} "
+                      f"({ms(g.kernel_ns / steps)})" for g in gemms[:3])
+    more = f"; {len(gemms) - 3} more shapes" if len(gemms) > 3 else ""
+    minor = step_ns > 0 and kernel_ns < th.ANTI_PATTERN_MIN_SHARE * step_ns
+    return Finding(
+        code=Code.GEMM_DIMS_UNALIGNED, severity=Severity.INFO if minor else Severity.LOW,
+        statement=f"Half-precision GEMMs with K or N not a multiple of 8{sl.named(line, ' (', ')')}: {shown}{more}. "
+                  "Tensor-core kernels read 16-byte rows, so cuBLAS falls back to slower kernels for them (on GPUs "
+                  f"before Ampere, to no tensor cores at all). Their kernels take {ms(kernel_ns)} per step{share}, "
+                  "the most aligning them can save; the trace does not say how much less aligned ones would take.",
+        next_step="Pad the dimension to a multiple of 8: a vocabulary or hidden size in the weights (HF "
+                  "resize_token_embeddings(..., pad_to_multiple_of=8)), a sequence length in the inputs "
+                  "(tokenizer pad_to_multiple_of=8), the batch size where it is K (weight gradients).",
+        evidence={"gemms": [{"op": g.op, "dtype": g.dtype, "m": g.m, "k": g.k, "n": g.n, "calls": len(g.ids),
+                             "kernel_ns": g.kernel_ns} for g in gemms],
+                  "calls": sum(len(g.ids) for g in gemms), "kernel_ns_per_step": kernel_ns, **sl.evidence(line)},
     )
 
 

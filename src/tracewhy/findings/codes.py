@@ -58,6 +58,7 @@ class Code(str, Enum):
     ZERO_GRAD_NOT_NONE = "zero-grad-not-none"
     CONV_BIAS_BEFORE_BATCH_NORM = "conv-bias-before-batch-norm"
     TENSOR_BUILT_ON_HOST = "tensor-built-on-host"
+    GEMM_DIMS_UNALIGNED = "gemm-dims-unaligned"
     DATA_PARALLEL_NOT_DDP = "data-parallel-not-ddp"
     SLOW_COMM_BACKEND = "slow-comm-backend"
     MEMORY_NEAR_LIMIT = "memory-near-limit"
@@ -167,6 +168,8 @@ _MEANING: Final[dict[Code, str]] = {
                                       "bias=False.",
     Code.TENSOR_BUILT_ON_HOST: "A tensor is made on the host and copied to the device every step: create it there, "
                                "priced by the step's replay.",
+    Code.GEMM_DIMS_UNALIGNED: "Half-precision GEMMs whose K or N is not a multiple of 8 (slower kernels), with "
+                              "their kernel time per step.",
     Code.DATA_PARALLEL_NOT_DDP: "One process drives several GPUs through torch.nn.DataParallel.",
     Code.SLOW_COMM_BACKEND: "Collectives run on gloo although the job uses GPUs.",
     Code.MEMORY_NEAR_LIMIT: "Reserved GPU memory is near the device's capacity; the ledger at the allocation peak "
