@@ -27,7 +27,9 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses import api_names
+from tracewhy.analyses.shapes import GEMM, OpInputs, estimate
 from tracewhy.analyses.source_lines import HostTree
+from tracewhy.analyses.tensor_sizes import matmul_precision
 from tracewhy.analyses.what_if_host_edits import ZEROING_OPS
 from tracewhy.model.schema import Col, CopyAttrCol, Kind, OpAttrCol
 from tracewhy.model.trace import Trace
@@ -54,13 +56,11 @@ FACTORY_OPS: Final = frozenset({
     "aten::empty", "aten::rand", "aten::randn", "aten::randint", "aten::randperm", "aten::normal", "aten::arange",
     "aten::linspace", "aten::logspace", "aten::eye", "aten::ones_like", "aten::zeros_like", "aten::full_like",
     "aten::rand_like", "aten::randn_like", "aten::randint_like"})
-#: The GEMM ops that launch the matrix-multiply kernels, with the input positions of A and B
-#: (aten/src/ATen/native/native_functions.yaml: mm(self, mat2), addmm(self, mat1, mat2, ...),
-#: bmm(self, mat2), baddbmm(self, batch1, batch2, ...)). ``aten::linear`` and ``aten::matmul``
-#: call them, so their shapes are read there once.
-GEMM_OPERANDS: Final = {"aten::mm": (0, 1), "aten::addmm": (1, 2), "aten::bmm": (0, 1), "aten::baddbmm": (1, 2)}
-#: The input types the profiler writes for half precision (c10's ScalarType names).
-HALF_TYPES: Final = frozenset({"c10::Half", "c10::BFloat16"})
+#: The GEMM ops that launch the matrix-multiply kernels (``aten::linear`` and ``aten::matmul``
+#: call them, so each GEMM is counted once, where its shapes are read by ``shapes.estimate``).
+LAUNCHING_GEMMS: Final = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"})
+#: The peak ``tensor_sizes.matmul_precision`` gives a 16-bit (fp16, bf16) matrix multiply.
+HALF_PRECISION: Final = "fp16_tensor"
 #: cuBLAS's tensor-core GEMMs want every leading dimension a multiple of 16 bytes: 8 elements of
 #: 16 bits (cuBLAS docs, "Tensor Core Usage"; NVIDIA's Deep Learning Performance guide, "Matrix
 #: Multiplication Background"). K and N are the leading dimensions of row-major A[M,K], B[K,N], C[M,N].
@@ -295,37 +295,24 @@ def _fill_shapes(tree: HostTree, dims: dict[int, str]) -> dict[int, tuple[int, .
 
 def _unaligned_gemms(trace: Trace, tree: HostTree, names: list[str], types: dict[int, str],
                      dims: dict[int, str]) -> tuple[UnalignedGemm, ...]:
-    """GEMM ops (GEMM_OPERANDS) on half-precision inputs that launched GPU kernels, whose K or N
-    (B's last two dimensions) is not a multiple of GEMM_ALIGN_ELEMENTS; M, the rows of the batch,
-    sets no leading dimension and is left alone; a matrix-vector product (M or N of 1) has no
-    tile to align."""
-    launched = tree.gpu_self  # GPU time of the work each slice launched itself
-    inclusive = tree.inclusive(launched)
+    """GEMM calls (LAUNCHING_GEMMS, shapes read by ``shapes.estimate``) on 16-bit inputs that
+    launched GPU work, whose K or N is not a multiple of GEMM_ALIGN_ELEMENTS; M, the rows of the
+    batch, sets no leading dimension and is left alone; a matrix-vector product (M or N of 1) has
+    no tile to align."""
+    inclusive = tree.inclusive(tree.gpu_self)  # GPU time of the work each slice launched, nested included
     found: dict[tuple[str, str, int, int, int], tuple[list[int], int]] = {}
     for op, text in types.items():
-        operands = GEMM_OPERANDS.get(names[op]) if op < len(names) else None
-        if operands is None or inclusive[op] <= 0:
+        if op >= len(names) or names[op] not in LAUNCHING_GEMMS or inclusive[op] <= 0:
             continue
-        kinds = _parse_list(text)
-        a_at, b_at = operands
-        if len(kinds) <= b_at or kinds[a_at] not in HALF_TYPES:
+        inputs = OpInputs.parse(dims.get(op), text)
+        cost = estimate(names[op], inputs) if inputs is not None else None
+        if cost is None or cost.category != GEMM or matmul_precision(cost.dtype) != HALF_PRECISION:
             continue
-        shapes = _parse(dims.get(op))
-        if len(shapes) <= b_at or len(shapes[a_at]) < 2 or len(shapes[b_at]) < 2:
-            continue
-        m, k, n = (int(str(d)) for d in (shapes[a_at][-2], shapes[b_at][-2], shapes[b_at][-1]))
+        m, k, n = (int(cost.params[key]) for key in ("M", "K", "N"))
         if (k % GEMM_ALIGN_ELEMENTS == 0 and n % GEMM_ALIGN_ELEMENTS == 0) or 1 in (m, n):
             continue
-        key = (names[op], str(kinds[a_at]), m, k, n)
+        key = (names[op], cost.dtype, m, k, n)
         ids, ns = found.get(key, ([], 0))
         found[key] = ([*ids, op], ns + int(inclusive[op]))
     return tuple(UnalignedGemm(op=o, dtype=d, m=m, k=k, n=n, ids=tuple(v[0]), kernel_ns=v[1])
                  for (o, d, m, k, n), v in sorted(found.items(), key=lambda kv: -kv[1][1]))
-
-
-def _parse_list(text: str) -> list[object]:
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return []
-    return value if isinstance(value, list) else []
