@@ -193,13 +193,19 @@ def test_resnet50_gpu_trace(resnet50: tuple[Trace, Report]) -> None:
     assert zero.evidence["line"]["file"] == single.evidence["line"]["file"] == "resnet50_profiler_api.py"
 
 
-def test_foreach_gpu_trace_has_none() -> None:
-    """An MI300X DDP capture whose SGD runs _foreach_ ops and whose zero_grad sets to None."""
-    r = anti_patterns(tracewhy.load(shared_trace(RESNET18_FOREACH)))
+@pytest.mark.parametrize("name", [
+    RESNET18_FOREACH,  # MI300X DDP: SGD runs _foreach_ ops, zero_grad sets to None
+    # V100 (tracediff): apex's FusedAdam loops over its parameters in Python (one add_ each) and
+    # updates them all in multi_tensor_apply_kernel launches from its extension, outside any aten op;
+    # its copies go into torch.empty buffers on the device.
+    "hta/tracediff_test_v100_rank1of2.json.gz",
+])
+def test_multi_tensor_gpu_traces_have_none(name: str) -> None:
+    r = anti_patterns(tracewhy.load(shared_trace(name)))
     step = next(b for b in r.optimizer if b.is_step)
     assert step.multi_tensor
     assert all(b.zeroed_per_call == 0 for b in r.optimizer)
-    assert r.conv_bias == ()
+    assert r.conv_bias == () and r.host_built == ()
 
 
 def _raw_factory_copies(path: Path) -> list[tuple[str, str]]:

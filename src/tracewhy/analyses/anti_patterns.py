@@ -42,18 +42,23 @@ TENSOR_LIST: Final = "TensorList"
 #: Name parts of the multi-tensor and fused optimizer ops (aten/src/ATen/native/ForeachOpsKernels.cpp,
 #: FusedAdam.cpp), for traces captured without record_shapes (no input types to read).
 MULTI_TENSOR_NAMES: Final = ("_foreach_", "_fused_")
+#: The kernel every multi-tensor update launches: PyTorch's aten/src/ATen/native/cuda/
+#: MultiTensorApply.cuh and apex's csrc/multi_tensor_apply.cuh (apex and DeepSpeed FusedAdam,
+#: which call it from an extension, with no aten op around it) both name it so.
+MULTI_TENSOR_KERNEL: Final = "multi_tensor_apply_kernel"
 #: The convolution ops a Python line calls (torch/nn/modules/conv.py calls F.conv1d/2d/3d;
 #: ``aten::convolution`` where a model calls it itself). Their third input is the bias.
 CONV_OPS: Final = frozenset({"aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution",
                              "aten::_convolution"})
 #: The batch norm a Python line calls (torch/nn/functional.py's batch_norm -> ``torch.batch_norm``).
 BATCH_NORM_OPS: Final = frozenset({"aten::batch_norm"})
-#: torch's creation ops (the "Creation Ops" of torch's docs; ``torch.tensor(data)`` records
-#: ``aten::lift_fresh`` since PyTorch 1.13, ``aten::tensor`` before): what a step builds a fresh
-#: host tensor with.
+#: torch's creation ops that give a tensor values (the "Creation Ops" of torch's docs;
+#: ``torch.tensor(data)`` records ``aten::lift_fresh`` since PyTorch 1.13, ``aten::tensor``
+#: before): what a step builds a fresh host tensor with. ``torch.empty`` is not one: an empty
+#: tensor next to a copy is the copy's destination (a device buffer), not data made on the host.
 FACTORY_OPS: Final = frozenset({
     "aten::tensor", "aten::lift_fresh", "aten::scalar_tensor", "aten::ones", "aten::zeros", "aten::full",
-    "aten::empty", "aten::rand", "aten::randn", "aten::randint", "aten::randperm", "aten::normal", "aten::arange",
+    "aten::rand", "aten::randn", "aten::randint", "aten::randperm", "aten::normal", "aten::arange",
     "aten::linspace", "aten::logspace", "aten::eye", "aten::ones_like", "aten::zeros_like", "aten::full_like",
     "aten::rand_like", "aten::randn_like", "aten::randint_like"})
 #: The GEMM ops that launch the matrix-multiply kernels (``aten::linear`` and ``aten::matmul``
@@ -166,6 +171,8 @@ def _optimizer_blocks(trace: Trace, tree: HostTree, names: list[str], types: dic
         return ()
     at = tree.nearest(block, strict=True)
     outermost = tree.outermost_op
+    launch = trace.slices.get_column(Col.LAUNCH).fill_null(-1).to_numpy()
+    kernels = np.flatnonzero((kind == Kind.KERNEL.value) & (launch >= 0))
     out = []
     for name in sorted({names[i] for i in np.flatnonzero(block).tolist()}):
         ids = np.array([i for i in np.flatnonzero(block).tolist() if names[i] == name], dtype=np.int64)
@@ -174,7 +181,8 @@ def _optimizer_blocks(trace: Trace, tree: HostTree, names: list[str], types: dic
         counts = Counter(names[i] for i in ops.tolist())
         per_call = tuple(sorted(((n, c / ids.size) for n, c in counts.items()), key=lambda kv: (-kv[1], kv[0])))
         multi = any(TENSOR_LIST in types.get(i, "") or any(p in names[i] for p in MULTI_TENSOR_NAMES)
-                    for i in inside_ops.tolist())
+                    for i in inside_ops.tolist()) or any(MULTI_TENSOR_KERNEL in names[k] for k in
+                                                         kernels[np.isin(at[launch[kernels]], ids)].tolist())
         zeroed = sum(_tensors(dims.get(i)) for i in ops.tolist() if names[i] in ZEROING_OPS)
         out.append(OptimizerBlock(name=name, calls=int(ids.size), ids=tuple(ids.tolist()), ops=tuple(ops.tolist()),
                                   per_call=per_call, multi_tensor=multi, zeroed_per_call=zeroed / ids.size))
@@ -259,10 +267,12 @@ def _host_built(trace: Trace, tree: HostTree, names: list[str], dims: dict[int, 
     before = {int(b): int(a) for a, b in itertools.pairwise(outer)
               if (pid[a], tid[a]) == (pid[b], tid[b])}
     fills = _fill_shapes(tree, dims)
+    inclusive = tree.inclusive(tree.gpu_self)
     found: dict[tuple[str, str, tuple[int, ...] | None], tuple[list[int], list[int], int]] = {}
     for op, nbytes in sorted(by_op.items()):
         factory = before.get(op, -1)
-        if factory < 0 or names[factory] not in FACTORY_OPS:
+        # A factory that launched GPU work made its tensor on the device.
+        if factory < 0 or names[factory] not in FACTORY_OPS or inclusive[factory] > 0:
             continue
         copied = (_parse(dims.get(op)) or [[]])[0]
         made = fills.get(factory)
