@@ -25,6 +25,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses import api_names
+from tracewhy.analyses.account_compiled import CompiledFrames
 from tracewhy.analyses.account_host import HostContext, HostPurpose, host_context
 from tracewhy.analyses.account_names import Part, PartKind, PartName
 from tracewhy.analyses.account_unrecorded import FirstGpuWork
@@ -53,12 +54,7 @@ class PartRules:
     def __init__(self, trace: Trace, graph: Graph, labels: EdgeLabels, markers: I64,
                  host: HostIndex | None = None, compiled: dict[int, str] | None = None) -> None:
         self.graph = graph
-        #: Compiled kernel frames (slice id) and the source line each is named by (``kernel_lines``):
-        #: host time inside one is that line's, not the frame's it ran under.
-        self.compiled = compiled or {}
-        self._compiled_ids = np.array(sorted(self.compiled), dtype=np.int64)
-        lines = sorted(set(self.compiled.values()))
-        self._compiled_code = {sid: -2 - lines.index(label) for sid, label in self.compiled.items()}
+        self.compiled = CompiledFrames(compiled)
         self.ctx: HostContext = host_context(trace, markers)
         names, codes = np.unique(labels.category.astype(str), return_inverse=True)
         self.category = np.array([CATEGORY_CODE[c] for c in names.tolist()], dtype=np.int64)[codes.reshape(-1)]
@@ -159,14 +155,10 @@ class PartRules:
 
     def _frame_codes(self, frames: I64) -> I64:
         """Name codes of frames; a compiled kernel frame's is its source line's (below -1)."""
-        codes = self._codes(frames)
-        if self.compiled:
-            at = np.flatnonzero(np.isin(frames, self._compiled_ids))
-            codes[at] = [self._compiled_code[int(f)] for f in frames[at].tolist()]
-        return codes
+        return self.compiled.codes(frames, self._codes(frames))
 
     def _frame_line(self, frame: int) -> str:
-        label = self.compiled.get(frame)
+        label = self.compiled.lines_of.get(frame)
         return label if label is not None else _line(self.ctx, frame)
 
     def _features(self, kind: I64, attr: I64) -> list[I64]:
@@ -245,7 +237,7 @@ class PartRules:
             pos = self.host.innermost(p, t, mid[sel])
             inner = np.where(pos >= 0, self.host.ids[np.maximum(pos, 0)], -1)
             frame = np.where(inner >= 0, self.ctx.user_frame[np.maximum(inner, 0)], -1)
-            out[host_rows[sel]] = np.where(np.isin(inner, self._compiled_ids), inner, frame)
+            out[host_rows[sel]] = self.compiled.frame_or(inner, frame)
         return out
 
     def _decide(self, kind: int, attr: int, category: int, frame: int, own: int) -> tuple[int, int]:
