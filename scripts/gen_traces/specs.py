@@ -17,6 +17,7 @@ import dialect_traces
 import eager_traces
 import iteration_traces
 import lines_traces
+import memory_compare_traces
 import memory_step_traces
 import memory_traces
 import optimizer_traces
@@ -186,6 +187,16 @@ SPECS: tuple[TraceSpec, ...] = (
            "profile_memory=True (rank 0 of 2, gloo on 127.0.0.1)", memory_step_traces.FSDP_SCHEDULE,
            memory_step_traces.PLANTED_FSDP),
       )),
+    TraceSpec(
+        "memory_ranks", memory_compare_traces.RANK_FILES, memory_compare_traces.make_ranks,
+        "memory_compare_traces.make_ranks", memory_compare_traces.RANKS_OPTIONS,
+        _sched(memory_compare_traces.SCHEDULE), memory_compare_traces.PLANTED_RANKS,
+    ),
+    TraceSpec(
+        "memory_vs", (memory_compare_traces.VS_A, memory_compare_traces.VS_A_RERUN, memory_compare_traces.VS_B),
+        memory_compare_traces.make_vs, "memory_compare_traces.make_vs", memory_compare_traces.VS_OPTIONS,
+        _sched(memory_compare_traces.SCHEDULE), memory_compare_traces.PLANTED_VS,
+    ),
     TraceSpec(
         "adam_item", ("cpu_adam_item.pt.trace.json.gz",),
         _one("cpu_adam_item.pt.trace.json.gz", optimizer_traces.make_adam_item),
