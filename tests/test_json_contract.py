@@ -44,6 +44,8 @@ TIMELINE: Final = "gen:memory_timeline/cpu_adam_memory_timeline.json.gz"
 COMPILE: Final = "gen:cpu_compile_break_item"
 LOGS_A, LOGS_B = "gen:pipeline/d1", "gen:pipeline/d2"  # tracewhy.instrument logs
 RANKS: Final = ("gen:ddp_gloo_rank0.pt.trace.json.gz", "gen:ddp_gloo_rank1.pt.trace.json.gz")
+MEMORY_RANKS: Final = ("gen:cpu_memory_ranks_rank0.pt.trace.json.gz", "gen:cpu_memory_ranks_rank1.pt.trace.json.gz")
+MEMORY_VS: Final = ("gen:cpu_memory_vs_a.pt.trace.json.gz", "gen:cpu_memory_vs_b.pt.trace.json.gz")
 DIFF: Final = ("gen:cpu_slow_step_base.pt.trace.json.gz", "gen:cpu_slow_step_planted.pt.trace.json.gz")
 NCU_CSVS: Final = ("ncu/csv_rtx5070_olajide/saxpy.csv", "ncu/csv_rtx5070_olajide/gemm_naive.csv")
 
@@ -71,6 +73,8 @@ RUNS: Final[dict[str, tuple[str, ...]]] = {
     "memory trace": ("memory", MEMORY),
     "memory timeline": ("memory", TIMELINE),
     "memory snapshot": ("memory", "{tmp}/snapshot.pickle"),
+    "memory ranks": ("memory", *MEMORY_RANKS),
+    "memory --vs": ("memory", MEMORY_VS[0], "--vs", MEMORY_VS[1]),
     "report timeline": ("report", TIMELINE),
     "compile": ("compile", f"{COMPILE}.pt.trace.json.gz"),
     "compile --logs": ("compile", f"{COMPILE}.pt.trace.json.gz", "--logs", f"{COMPILE}.torch_logs.txt"),

@@ -19,11 +19,10 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from capture import cpu_profile, export_trace, seed_everything, step_schedule, total_steps
-from ddp_traces import COLLECTIVE_TIMEOUT, LOOPBACK, RUN_TIMEOUT_S, _free_loopback_port
+from ddp_traces import COLLECTIVE_TIMEOUT, LOOPBACK, RUN_TIMEOUT_S, WORLD_SIZE, _spawn
 from torch.nn.parallel import DistributedDataParallel
 from workloads import SmallCNN, train_step
 
-WORLD_SIZE = 2
 RANK_FILES = tuple(f"cpu_memory_ranks_rank{r}.pt.trace.json.gz" for r in range(WORLD_SIZE))
 VS_A, VS_A_RERUN, VS_B = ("cpu_memory_vs_a.pt.trace.json.gz", "cpu_memory_vs_a_rerun.pt.trace.json.gz",
                           "cpu_memory_vs_b.pt.trace.json.gz")
@@ -81,16 +80,7 @@ def _rank_main(rank: int, port: int, dest_dir: str) -> None:
 
 
 def make_ranks(dest_dir: Path) -> None:
-    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
-    ctx = mp.get_context("spawn")
-    port = _free_loopback_port()
-    procs = [ctx.Process(target=_rank_main, args=(rank, port, str(dest_dir))) for rank in range(WORLD_SIZE)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(RUN_TIMEOUT_S)
-        if p.exitcode != 0:
-            raise RuntimeError(f"rank exited with {p.exitcode}")
+    _spawn(_rank_main, dest_dir)
 
 
 def _run(dest: Path, *, lookup: bool) -> None:

@@ -19,7 +19,7 @@ import polars as pl
 from tracewhy.analyses.account_host import PHASE_CONTEXTS, host_context
 from tracewhy.analyses.host_activity import HostIndex, build_host_index
 from tracewhy.analyses.memory_growth import SITES_SCHEMA, StepGrowth, step_growth
-from tracewhy.analyses.memory_ledger import allocation_contexts, ledger_at_peak
+from tracewhy.analyses.memory_ledger import LIVE_SITES_SCHEMA, allocation_contexts, ledger_at_peak, live_sites
 from tracewhy.analyses.source_lines import parse_frame
 from tracewhy.analyses.steps import StepsOptions, StepsResult, WindowCol, step_windows, steps
 from tracewhy.model.memory_timeline import EXPORT_CATEGORIES, MemoryTimeline, TimelineCol
@@ -100,6 +100,11 @@ class DeviceMemory:
     #: which carry only "Bytes") the running sum of event sizes from the trace's start, as
     #: TensorBoard's plugin drew it: memory allocated before the trace is then missing.
     allocated_source: str = "total_allocated"
+    #: The blocks live at the peak by allocation site (LIVE_SITES_SCHEMA); they add up to the peak.
+    live_sites: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=LIVE_SITES_SCHEMA), repr=False)
+    #: The peak of allocated within each steady step, in time order: how much the peak moves
+    #: from one step to the next of the same loop.
+    steady_step_peaks_bytes: tuple[int, ...] = ()
 
     @property
     def slack_at_peak_bytes(self) -> int | None:
@@ -255,7 +260,18 @@ def _device(trace: Trace, index: HostIndex, ev: pl.DataFrame, windows: pl.DataFr
         growth_bytes_per_step=_growth(table),
         growth=_step_growth(ev, windows, table),
         allocated_source=source,
+        live_sites=live_sites(ev, at, int(alloc[at]), op="_op", frame="_frame"),
+        steady_step_peaks_bytes=_steady_peaks(ev, windows, alloc),
     )
+
+
+def _steady_peaks(ev: pl.DataFrame, windows: pl.DataFrame, alloc: I64) -> tuple[int, ...]:
+    """The largest allocated after any event of each steady step window that has events."""
+    if windows.height == 0:
+        return ()
+    w = _window_of(ev, windows)
+    steady = np.flatnonzero(windows.get_column(WindowCol.STEADY).to_numpy())
+    return tuple(int(alloc[w == i].max()) for i in steady.tolist() if (w == i).any())
 
 
 def _python_stack(index: HostIndex, names: pl.Series, inner: int) -> tuple[str, ...]:

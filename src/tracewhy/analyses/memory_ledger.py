@@ -98,12 +98,13 @@ def allocation_contexts(trace: Trace, index: HostIndex, ev: pl.DataFrame) -> All
     return AllocationContext(inner, outer_op, scope_end, opt_end, bits)
 
 
-def ledger_at_peak(ev: pl.DataFrame, at: int, step_starts: I64, peak: int) -> dict[str, int]:
-    """Bytes live at the peak by LEDGER_RULES. Allocations pair with the next event at the same
-    address; one with no free before the peak (``at``, the row in ``ev``) is live there. Events
-    without addresses (PyTorch < 1.10) cannot be paired: all of the peak is then unknown."""
+def live_at(ev: pl.DataFrame, at: int) -> pl.DataFrame | None:
+    """The allocations live after row ``at`` of ``ev``: each allocation pairs with the next event
+    at its address, and one with no free up to ``at`` is live there (``_free_ts``: when it was
+    freed later, null if never). None for events without addresses (PyTorch < 1.10): they
+    cannot be paired."""
     if ev.get_column(MemEventCol.ADDR).null_count():
-        return {LedgerCategory.UNKNOWN.value: peak}
+        return None
     paired = (
         ev.with_columns(pl.int_range(pl.len()).alias("_row"))
         .sort(MemEventCol.ADDR, "_row")
@@ -115,7 +116,15 @@ def ledger_at_peak(ev: pl.DataFrame, at: int, step_starts: I64, peak: int) -> di
         .with_columns(pl.when(pl.col("_next_bytes") < 0).then(pl.col("_next_row")).alias("_free_row"))
         .with_columns(pl.when(pl.col("_next_bytes") < 0).then(pl.col("_free_ts")).alias("_free_ts"))
     )
-    live = paired.filter((pl.col("_row") <= at) & (pl.col("_free_row").is_null() | (pl.col("_free_row") > at)))
+    return paired.filter((pl.col("_row") <= at) & (pl.col("_free_row").is_null() | (pl.col("_free_row") > at)))
+
+
+def ledger_at_peak(ev: pl.DataFrame, at: int, step_starts: I64, peak: int) -> dict[str, int]:
+    """Bytes live at the peak (``at``, the row in ``ev``) by LEDGER_RULES; all of the peak is
+    unknown where the events cannot be paired."""
+    live = live_at(ev, at)
+    if live is None:
+        return {LedgerCategory.UNKNOWN.value: peak}
     first_step = int(step_starts[0]) if step_starts.size else None
     freed = pl.col("_free_ts").is_not_null()
     short = freed & (pl.col("_free_ts") <= pl.col("_scope_end"))
@@ -140,3 +149,56 @@ def ledger_at_peak(ev: pl.DataFrame, at: int, step_starts: I64, peak: int) -> di
     explained = sum(ledger.values())
     ledger[LedgerCategory.PREEXISTING.value] = max(peak - explained, 0)
     return ledger
+
+
+class LiveSiteCol:
+    """Columns of ``DeviceMemory.live_sites``: the blocks live at the peak by allocation site,
+    most bytes first; their bytes add up to the peak."""
+
+    OP: Final = "op"  # outermost CPU op on the allocating thread
+    FRAME: Final = "frame"  # innermost user Python frame ("file:line function"); null without with_stack
+    #: The block sizes' power-of-two class (the smallest power of two not below the size): a
+    #: site's blocks of one shape stay in one row when a trace names no Python frame.
+    SIZE_CLASS: Final = "size_class_bytes"
+    BLOCKS: Final = "blocks"
+    BYTES: Final = "bytes"
+
+
+LIVE_SITES_SCHEMA: Final = pl.Schema({LiveSiteCol.OP: pl.String(), LiveSiteCol.FRAME: pl.String(),
+                                      LiveSiteCol.SIZE_CLASS: pl.Int64(), LiveSiteCol.BLOCKS: pl.Int64(),
+                                      LiveSiteCol.BYTES: pl.Int64()})
+#: The row of ``live_sites`` for the peak's bytes no event in the trace explains.
+BEFORE_TRACE: Final = "(allocated before the trace)"
+#: The row of ``live_sites`` for a peak whose events carry no addresses (PyTorch < 1.10): no
+#: allocation can be paired with its free, so none is known to be live at the peak.
+UNPAIRED: Final = "(events without addresses: no site known)"
+
+
+def size_class(nbytes: pl.Expr) -> pl.Expr:
+    """The smallest power of two not below each size (1 for sizes of 0 or 1)."""
+    return (pl.lit(2, dtype=pl.Int64) ** nbytes.clip(lower_bound=1).log(2).ceil().cast(pl.Int64)).cast(pl.Int64)
+
+
+def live_sites(ev: pl.DataFrame, at: int, peak: int, *, op: str, frame: str) -> pl.DataFrame:
+    """The bytes live at the peak (``at``, the row in ``ev``) by site: the ``op`` and ``frame``
+    columns of each live block's allocation and its size class; the bytes no event explains
+    (allocated before the trace: ``BEFORE_TRACE``; or all of them where events cannot be paired:
+    ``UNPAIRED``) are one row, so that the rows add up to ``peak``."""
+    live = live_at(ev, at)
+    rest_label = BEFORE_TRACE if live is not None else UNPAIRED
+    live = live if live is not None else ev.clear()
+    b = pl.col(MemEventCol.BYTES)
+    sites = (
+        live.group_by(op, frame, size_class(b).alias(LiveSiteCol.SIZE_CLASS))
+        .agg(pl.len().cast(pl.Int64).alias(LiveSiteCol.BLOCKS), b.sum().alias(LiveSiteCol.BYTES))
+        .select(pl.col(op).alias(LiveSiteCol.OP), pl.col(frame).alias(LiveSiteCol.FRAME), LiveSiteCol.SIZE_CLASS,
+                LiveSiteCol.BLOCKS, LiveSiteCol.BYTES)
+        .cast(LIVE_SITES_SCHEMA)
+    )
+    rest = peak - int(sites.get_column(LiveSiteCol.BYTES).sum())
+    if rest > 0:
+        sites = pl.concat([sites, pl.DataFrame({LiveSiteCol.OP: [rest_label], LiveSiteCol.FRAME: [None],
+                                                LiveSiteCol.SIZE_CLASS: [None], LiveSiteCol.BLOCKS: [None],
+                                                LiveSiteCol.BYTES: [rest]}, schema=LIVE_SITES_SCHEMA)])
+    return sites.sort([LiveSiteCol.BYTES, LiveSiteCol.OP, LiveSiteCol.FRAME, LiveSiteCol.SIZE_CLASS],
+                      descending=[True, False, False, False], nulls_last=True)

@@ -65,6 +65,8 @@ class Code(str, Enum):
     MEMORY_PEAK = "memory-peak"
     MEMORY_FRAGMENTATION = "memory-fragmentation"
     MEMORY_GROWTH = "memory-growth"
+    MEMORY_RANK_IMBALANCE = "memory-rank-imbalance"
+    MEMORY_GREW = "memory-grew"
     ALLOCATOR_CHURN = "allocator-churn"
     COMM_EXPOSED = "comm-exposed"
     COLLECTIVE_SLOW_BUS = "collective-slow-bus"
@@ -181,6 +183,10 @@ _MEANING: Final[dict[Code, str]] = {
                                "memory no tensor uses.",
     Code.MEMORY_GROWTH: "Allocated memory rises in every steady step: a leak, with the ops and lines that keep "
                         "bytes each step and the fix.",
+    Code.MEMORY_RANK_IMBALANCE: "One rank's memory peak is well above the ranks' median, with the allocation sites "
+                                "that differ between ranks.",
+    Code.MEMORY_GREW: "Run B's memory peak is above run A's beyond the noise, with the allocation sites that grew "
+                      "most.",
     Code.ALLOCATOR_CHURN: "Reserved memory changes in steady steps: the caching allocator calls cudaMalloc/cudaFree "
                           "again and again.",
     Code.COLLECTIVE_SLOW_BUS: "Large collectives run far below their GPU-to-GPU link's bus bandwidth.",
@@ -225,4 +231,5 @@ _MEANING: Final[dict[Code, str]] = {
 #: their rule judges without recoverable time; every other medium or high finding needs one
 #: (``findings.consolidate``). A capture too small still caps them.
 STRUCTURAL: Final = frozenset({Code.COMPILE_NO_EFFECT, Code.RECOMPILE_LIMIT, Code.DATA_PARALLEL_NOT_DDP,
-                               Code.SLOW_COMM_BACKEND, Code.MEMORY_GROWTH, Code.MEMORY_NEAR_LIMIT})
+                               Code.SLOW_COMM_BACKEND, Code.MEMORY_GROWTH, Code.MEMORY_NEAR_LIMIT,
+                               Code.MEMORY_RANK_IMBALANCE, Code.MEMORY_GREW})

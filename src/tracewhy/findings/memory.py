@@ -1,5 +1,6 @@
 """Memory findings: what the peak consists of and what lowers it, reserved far above allocated,
-allocated growing over the steady steps, and the allocator going back to the driver in steady state.
+allocated growing over the steady steps, and the allocator going back to the driver in steady state;
+across ranks, a rank whose peak stands out; between two runs, a peak that grew.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from tracewhy.findings.model import Finding, Severity
 from tracewhy.units import fmt_bytes, fmt_pct
 
 if TYPE_CHECKING:  # (a snapshot's analysis is imported by the command that reads one)
+    from tracewhy.analyses.memory_compare import MemoryGrowth, MemoryRanks
     from tracewhy.analyses.memory_snapshot import SnapshotDevice, SnapshotResult
 
 #: What lowers each ledger category at the peak, for the memory-peak finding.
@@ -45,6 +47,12 @@ SNAPSHOT_REMEDIES: Final = {
                 "zero_grad(set_to_none=True), gradient sharding (FSDP) or activation checkpointing",
 }
 SNAPSHOT_REMEDY: Final = "Lower the largest holder at the peak (what its frames allocate)"
+#: A rank whose peak is this far above the ranks' median peak stands out: every rank runs the
+#: same batch, so the highest rank's peak is what caps the batch size or model all ranks can take.
+RANK_IMBALANCE_SHARE: Final = 0.05
+#: A growth from A to B of this share of A's peak or more is medium; a smaller one (beyond the
+#: noise still) is told as info.
+GREW_MEDIUM_SHARE: Final = 0.05
 #: Ops that grow a tensor by copying it whole into a larger one.
 _CONCATENATING: Final = ("aten::cat", "aten::stack", "aten::hstack", "aten::vstack", "aten::concat",
                          "aten::concatenate", "aten::pad", "aten::resize_")
@@ -233,4 +241,63 @@ def _snapshot_peak(d: SnapshotDevice) -> list[Finding]:
         if d.peak_phase == "optimizer" else f"{SNAPSHOT_REMEDIES.get(d.peak_phase or '', SNAPSHOT_REMEDY)}; {viewer}",
         evidence={"device": d.device, "peak_allocated_bytes": d.peak_allocated_bytes,
                   "peak_requested_bytes": d.peak_requested_bytes, "ooms": ooms},
+    )]
+
+
+def _site(op: str | None, frame: str | None, size_class: int | None) -> str:
+    parts = [x for x in (op, f"at {frame}" if frame else None,
+                         f"({fmt_bytes(size_class)} class)" if size_class else None) if x]
+    return " ".join(parts) or "(no site)"
+
+
+def memory_ranks_findings(r: MemoryRanks) -> list[Finding]:
+    """A rank whose peak is RANK_IMBALANCE_SHARE above the median, and the sites behind it: those
+    whose bytes at the peak differ most between ranks."""
+    from tracewhy.analyses.memory_compare import RankMemCol, RankSiteCol
+
+    if not r.median_peak_bytes or r.max_peak_bytes - r.median_peak_bytes < RANK_IMBALANCE_SHARE * r.median_peak_bytes:
+        return []
+    excess = r.max_peak_bytes - r.median_peak_bytes
+    low = r.ranks.row(int(r.ranks.get_column(RankMemCol.PEAK_ALLOCATED).arg_min() or 0), named=True)
+    below = r.max_peak_bytes - int(low[RankMemCol.PEAK_ALLOCATED])
+    sites = r.sites.filter(pl.col(RankSiteCol.SPREAD) > 0).head(3).rows(named=True)
+    differ = "; ".join(f"{_site(s[RankSiteCol.OP], s[RankSiteCol.FRAME], s[RankSiteCol.SIZE_CLASS])} "
+                       f"{fmt_bytes(s[RankSiteCol.MAX_BYTES])} on rank {s[RankSiteCol.MAX_RANK]}, "
+                       f"{fmt_bytes(s[RankSiteCol.MIN_BYTES])} on rank {s[RankSiteCol.MIN_RANK]}" for s in sites)
+    return [Finding(
+        code=Code.MEMORY_RANK_IMBALANCE, severity=Severity.MEDIUM,
+        statement=f"rank {r.max_rank} peaks at {fmt_bytes(r.max_peak_bytes)} allocated, {fmt_bytes(int(excess))} "
+                  f"({fmt_pct(excess / r.median_peak_bytes)}) above the ranks' median "
+                  f"{fmt_bytes(int(r.median_peak_bytes))} and {fmt_bytes(below)} above the lowest, "
+                  f"rank {low[RankMemCol.RANK]}"
+                  f"{f'; the sites that differ most: {differ}' if differ else ''}.",
+        next_step=f"Every rank's batch must fit under rank {r.max_rank}'s peak: find why it alone holds more "
+                  "(a rank-dependent buffer, uneven shards, one rank's logging or checkpoint copies) and even it out.",
+        evidence={"max_rank": r.max_rank, "max_peak_bytes": r.max_peak_bytes,
+                  "median_peak_bytes": r.median_peak_bytes, "min_rank": low[RankMemCol.RANK],
+                  "min_peak_bytes": low[RankMemCol.PEAK_ALLOCATED], "sites": sites},
+    )]
+
+
+def memory_growth_findings(g: MemoryGrowth) -> list[Finding]:
+    """B's peak above A's by more than the noise, and the sites that grew most beyond it."""
+    from tracewhy.analyses.memory_compare import GrowthCol
+
+    growth = g.peak_growth_bytes
+    if growth <= g.noise_bytes or not g.a.peak_allocated_bytes:
+        return []
+    share = growth / g.a.peak_allocated_bytes
+    sites = g.sites.filter(pl.col(GrowthCol.BEYOND_NOISE) & (pl.col(GrowthCol.GROWTH) > 0)).head(3).rows(named=True)
+    grew = "; ".join(f"{_site(s[GrowthCol.OP], s[GrowthCol.FRAME], s[GrowthCol.SIZE_CLASS])} "
+                     f"+{fmt_bytes(s[GrowthCol.GROWTH])}" for s in sites)
+    return [Finding(
+        code=Code.MEMORY_GREW, severity=Severity.MEDIUM if share >= GREW_MEDIUM_SHARE else Severity.INFO,
+        statement=f"{g.b.device}: the peak grew by {fmt_bytes(growth)} from A to B "
+                  f"({fmt_bytes(g.a.peak_allocated_bytes)} to {fmt_bytes(g.b.peak_allocated_bytes)}, "
+                  f"+{fmt_pct(share)}; noise {fmt_bytes(g.noise_bytes)})"
+                  f"{f'; grown most at the peak: {grew}' if grew else ''}.",
+        next_step="Look at what B keeps live at its peak from the sites named (tracewhy memory B --json lists them "
+                  "all); a buffer held across steps, a larger batch or a cache are the usual causes.",
+        evidence={"a_peak_bytes": g.a.peak_allocated_bytes, "b_peak_bytes": g.b.peak_allocated_bytes,
+                  "noise_bytes": g.noise_bytes, "sites": sites},
     )]
