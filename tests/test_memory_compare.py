@@ -179,3 +179,15 @@ def test_vs_of_different_kinds_fails_in_one_line(tmp_path: Path, capsys: pytest.
     assert main(["memory", str(VS_A), "--vs", str(timeline)]) not in (0, 70)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "memory-timeline export cannot be compared" in err[0]
+
+
+def test_the_python_api_mirrors_the_command() -> None:
+    import tracewhy as tw
+    from tracewhy.reports.memory import MemoryGrowthReport, MemoryRanksReport
+
+    ranks = tw.memory([str(p) for p in RANKS])
+    assert isinstance(ranks, MemoryRanksReport) and ranks.result.max_rank == 1
+    assert ranks.result.ranks.get_column("peak_allocated_bytes").to_list() == [_raw_peak(p) for p in RANKS]
+    grew = tw.memory(VS_A, vs=VS_B, top=3)
+    assert isinstance(grew, MemoryGrowthReport) and grew.result.peak_growth_bytes == LOOKUP_BYTES
+    assert grew.result.sites.height == 3

@@ -41,10 +41,14 @@ from tracewhy.reports.info import InfoReportOptions, info_report
 from tracewhy.reports.kernels import KernelsReportOptions, kernels_report
 from tracewhy.reports.lines import LinesReportOptions, lines_report
 from tracewhy.reports.memory import (
+    MemoryGrowthReport,
+    MemoryRanksReport,
     MemoryReportOptions,
     SnapshotMemoryReport,
     TimelineMemoryReport,
     TraceMemoryReport,
+    memory_growth_report,
+    memory_ranks_report,
     memory_report,
 )
 from tracewhy.reports.nvtx import nvtx_report
@@ -196,12 +200,29 @@ def compile(trace: TraceLike, *, logs: str | Path | None = None, step: str | Non
     return handed_out(trace, lambda reads: compile_report(trace, options, reads.loader), top)
 
 
-def memory(source: TraceLike, *, step: str | None = None, warmup: int | None = None, top: int | None = None
-           ) -> TraceMemoryReport | SnapshotMemoryReport | TimelineMemoryReport:
+MemoryReport = TraceMemoryReport | SnapshotMemoryReport | TimelineMemoryReport | MemoryRanksReport | MemoryGrowthReport
+
+
+def memory(source: TraceLike | list[str | Path] | tuple[str | Path, ...], *, vs: str | Path | None = None,
+           step: str | None = None, warmup: int | None = None, top: int | None = None) -> MemoryReport:
     """What the run's memory did (``tracewhy memory``), from a profile_memory trace, an allocator
-    snapshot or a memory-timeline export; a timeline's times run from its first sample."""
-    made = handed_out(source, lambda reads: memory_report(source, MemoryReportOptions(step_marker=step,
-                                                                                         warmup=warmup), reads.loader))
+    snapshot or a memory-timeline export; a timeline's times run from its first sample. Several
+    files (a list, or a directory): the ranks of one job compared; ``vs``: what grew from run
+    ``source`` to run ``vs`` (both files)."""
+    options = MemoryReportOptions(step_marker=step, warmup=warmup)
+    if vs is not None:
+        if not isinstance(source, (str, Path)):
+            raise TypeError("memory(vs=...) compares one file with another: give source as a path")
+        a = source
+        return handed_out(None, lambda reads: memory_growth_report(a, vs, options, reads.loader), top)
+    if isinstance(source, (list, tuple)):
+        paths = [str(p) for p in source]
+        return handed_out(None, lambda reads: memory_ranks_report(paths, options, reads.loader), top)
+    if isinstance(source, (str, Path)) and Path(source).is_dir():
+        folder = [str(source)]
+        return handed_out(None, lambda reads: memory_ranks_report(folder, options, reads.loader), top)
+    one = source
+    made = handed_out(one, lambda reads: memory_report(one, options, reads.loader))
     if isinstance(made, TimelineMemoryReport) and made.result.table.height:
         first = int(made.result.table.get_column("ts_ns").min())  # type: ignore[arg-type]
         made = public(made, first)
