@@ -191,3 +191,19 @@ def test_the_python_api_mirrors_the_command() -> None:
     grew = tw.memory(VS_A, vs=VS_B, top=3)
     assert isinstance(grew, MemoryGrowthReport) and grew.result.peak_growth_bytes == LOOKUP_BYTES
     assert grew.result.sites.height == 3
+
+
+def test_snapshots_on_one_device_number_take_their_ranks_from_file_names(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two nodes' local rank 0 both record device 0: the file names tell the ranks apart."""
+    a = _pickle(tmp_path / "node0_rank0.pickle", _snapshot_on(0))
+    b = _pickle(tmp_path / "node1_rank8.pickle", _snapshot_on(0, extra_mib=2))
+    doc = _json([str(a), str(b)], capsys)
+    assert [(r["rank"], r["rank_from"]) for r in doc["ranks"]] == [(0, "file name"), (8, "file name")]
+
+
+def test_two_traces_of_one_rank_are_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "again_rank1.pt.trace.json.gz").symlink_to(RANKS[0])
+    assert main(["memory", str(RANKS[0]), str(tmp_path / "again_rank1.pt.trace.json.gz")]) not in (0, 70)
+    err = [line for line in capsys.readouterr().err.splitlines() if "warning" not in line]
+    assert len(err) == 1 and "rank 0 again" in err[0]

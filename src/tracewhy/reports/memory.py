@@ -154,11 +154,13 @@ def memory_ranks_report(paths: Sequence[str], options: MemoryReportOptions | Non
     kinds = {r.capture.kind for r in read}
     if len(kinds) > 1:
         raise UsageError(f"the rank files mix {' and '.join(sorted(kinds))}s: give one kind")
-    own = [r.rank for r in read]
-    trusted = None not in own and len(set(own)) == len(own)
+    # A trace's distributedInfo rank is the job's global rank; a snapshot's device is a rank only
+    # where the files' devices differ (each node numbers its own GPUs from 0).
+    devices = [r.rank for r in read if r.capture.kind == "snapshot"]
+    distinct_devices = len(set(devices)) == len(devices)
     ranks: list[RankCapture] = []
     for f, r in zip(files, read, strict=True):
-        if trusted and r.rank is not None:
+        if r.rank is not None and (r.capture.kind == "trace" or distinct_devices):
             ranks.append(RankCapture(r.rank, r.rank_from, r.capture))
             continue
         named = rank_from_name(f.name)
