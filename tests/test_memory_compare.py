@@ -207,3 +207,54 @@ def test_two_traces_of_one_rank_are_refused_in_one_line(tmp_path: Path, capsys: 
     assert main(["memory", str(RANKS[0]), str(tmp_path / "again_rank1.pt.trace.json.gz")]) not in (0, 70)
     err = [line for line in capsys.readouterr().err.splitlines() if "warning" not in line]
     assert len(err) == 1 and "rank 0 again" in err[0]
+
+
+def test_vs_on_real_bert_runs_names_the_grown_site_and_the_slack(capsys: pytest.CaptureFixture[str]) -> None:
+    """TraceLens's BERT-small inference, one program on an H100 (A) and an MI300X (B): on the
+    MI300X aten::linear holds a 76 MiB block at the peak that the H100 run does not, and the
+    allocator reserves 55 MiB more above what is allocated."""
+    a = shared_trace("tracelens/h100_bert-small_bs1_seq512.json.gz")
+    b = shared_trace("tracelens/mi300x_bert-small_bs1_seq512.json.gz")
+    doc = _json([str(a), "--vs", str(b)], capsys)
+
+    def at_peak(path: Path) -> tuple[int, int, list[int]]:
+        """Allocated and reserved at the first event at the peak, and the sizes live then."""
+        with gzip.open(path, "rt") as f:
+            events = [e["args"] for e in json.load(f)["traceEvents"]
+                      if e.get("name") == "[memory]" and e["args"].get("Device Type") != 0]
+        at = max(range(len(events)), key=lambda i: (events[i]["Total Allocated"], -i))
+        live: dict[int, int] = {}
+        for e in events[:at + 1]:
+            if e["Bytes"] > 0:
+                live[e["Addr"]] = e["Bytes"]
+            else:
+                live.pop(e["Addr"], None)
+        return int(events[at]["Total Allocated"]), int(events[at]["Total Reserved"]), sorted(live.values())
+
+    (alloc_a, res_a, live_a), (alloc_b, res_b, live_b) = at_peak(a), at_peak(b)
+    assert 76 * MiB in live_b and 76 * MiB not in live_a
+    measures = {m["measure"]: m for m in doc["measures"]}
+    assert (measures["peak_allocated"]["a_bytes"], measures["peak_allocated"]["b_bytes"]) == (alloc_a, alloc_b)
+    assert measures["slack_at_peak"]["growth_bytes"] == (res_b - alloc_b) - (res_a - alloc_a)
+    assert doc["sites"][0]["op"] == "aten::linear" and doc["sites"][0]["growth_bytes"] == 76 * MiB
+    (finding,) = doc["findings"]
+    assert finding["code"] == "memory-grew" and "slack at the peak" in finding["statement"]
+
+
+def test_vs_with_only_the_slack_grown_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """B holds a 64 MiB segment with nothing allocated in it: allocated is the same, the reserved
+    memory above it is not."""
+    b_snap = _snapshot_on(0)
+    addr = 0x7F00_3000_0000
+    b_snap["segments"].append({
+        "device": 0, "address": addr, "total_size": 64 * MiB, "stream": 0, "segment_type": "large",
+        "segment_pool_id": (0, 0), "allocated_size": 0, "active_size": 0, "is_expandable": False,
+        "blocks": [{"address": addr, "size": 64 * MiB, "requested_size": 0, "state": "inactive", "frames": []}]})
+    a = _pickle(tmp_path / "a.pickle", _snapshot_on(0))
+    b = _pickle(tmp_path / "b.pickle", b_snap)
+    doc = _json([str(a), "--vs", str(b)], capsys)
+    measures = {m["measure"]: m for m in doc["measures"]}
+    assert doc["peak_growth_bytes"] == 0 and measures["slack_at_peak"]["growth_bytes"] == 64 * MiB
+    (finding,) = doc["findings"]
+    assert finding["code"] == "memory-grew" and "did not grow" in finding["statement"]
+    assert "expandable_segments" in finding["next_step"]

@@ -185,8 +185,8 @@ _MEANING: Final[dict[Code, str]] = {
                         "bytes each step and the fix.",
     Code.MEMORY_RANK_IMBALANCE: "One rank's memory peak is well above the ranks' median, with the allocation sites "
                                 "that differ between ranks.",
-    Code.MEMORY_GREW: "Run B's memory peak is above run A's beyond the noise, with the allocation sites that grew "
-                      "most.",
+    Code.MEMORY_GREW: "Run B's memory peak, or the reserved memory above it, is above run A's beyond the noise, "
+                      "with the allocation sites that grew most.",
     Code.ALLOCATOR_CHURN: "Reserved memory changes in steady steps: the caching allocator calls cudaMalloc/cudaFree "
                           "again and again.",
     Code.COLLECTIVE_SLOW_BUS: "Large collectives run far below their GPU-to-GPU link's bus bandwidth.",

@@ -280,12 +280,32 @@ def memory_ranks_findings(r: MemoryRanks) -> list[Finding]:
 
 
 def memory_growth_findings(g: MemoryGrowth) -> list[Finding]:
-    """B's peak above A's by more than the noise, and the sites that grew most beyond it."""
-    from tracewhy.analyses.memory_compare import GrowthCol
+    """B's peak above A's by more than the noise, with the sites that grew most beyond it, and the
+    slack (reserved, not allocated, at the peak) where it grew beyond the noise too; the slack alone
+    where only it grew: the allocator holds more cached or fragmented memory for the same tensors."""
+    from tracewhy.analyses.memory_compare import GrowthCol, MeasureCol
 
+    measures = {str(m[MeasureCol.MEASURE]): m for m in g.measures.rows(named=True)}
+    slack = measures["slack_at_peak"]
+    slack_grew = bool(slack[MeasureCol.BEYOND_NOISE]) and (slack[MeasureCol.GROWTH] or 0) > 0
     growth = g.peak_growth_bytes
-    if growth <= g.noise_bytes or not g.a.peak_allocated_bytes:
+    grew_allocated = growth > g.noise_bytes and g.a.peak_allocated_bytes > 0
+    if not grew_allocated and not slack_grew:
         return []
+    slack_text = (f"the slack at the peak (reserved, not allocated) grew by {fmt_bytes(slack[MeasureCol.GROWTH])} "
+                  f"({fmt_bytes(slack[MeasureCol.A_BYTES])} to {fmt_bytes(slack[MeasureCol.B_BYTES])})")
+    evidence = {"a_peak_bytes": g.a.peak_allocated_bytes, "b_peak_bytes": g.b.peak_allocated_bytes,
+                "noise_bytes": g.noise_bytes, "a_slack_bytes": slack[MeasureCol.A_BYTES],
+                "b_slack_bytes": slack[MeasureCol.B_BYTES]}
+    if not grew_allocated:
+        return [Finding(
+            code=Code.MEMORY_GREW, severity=Severity.INFO,
+            statement=f"{g.b.device}: allocated at the peak did not grow beyond the noise ({fmt_bytes(growth)}, noise "
+                      f"{fmt_bytes(g.noise_bytes)}) but {slack_text}: cached free blocks and fragmentation.",
+            next_step="Try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in B, and look for sizes that vary "
+                      "from step to step.",
+            evidence=evidence,
+        )]
     share = growth / g.a.peak_allocated_bytes
     sites = g.sites.filter(pl.col(GrowthCol.BEYOND_NOISE) & (pl.col(GrowthCol.GROWTH) > 0)).head(3).rows(named=True)
     grew = "; ".join(f"{_site(s[GrowthCol.OP], s[GrowthCol.FRAME], s[GrowthCol.SIZE_CLASS])} "
@@ -295,9 +315,8 @@ def memory_growth_findings(g: MemoryGrowth) -> list[Finding]:
         statement=f"{g.b.device}: the peak grew by {fmt_bytes(growth)} from A to B "
                   f"({fmt_bytes(g.a.peak_allocated_bytes)} to {fmt_bytes(g.b.peak_allocated_bytes)}, "
                   f"+{fmt_pct(share)}; noise {fmt_bytes(g.noise_bytes)})"
-                  f"{f'; grown most at the peak: {grew}' if grew else ''}.",
+                  f"{f'; grown most at the peak: {grew}' if grew else ''}{f'; {slack_text}' if slack_grew else ''}.",
         next_step="Look at what B keeps live at its peak from the sites named (tracewhy memory B --json lists them "
                   "all); a buffer held across steps, a larger batch or a cache are the usual causes.",
-        evidence={"a_peak_bytes": g.a.peak_allocated_bytes, "b_peak_bytes": g.b.peak_allocated_bytes,
-                  "noise_bytes": g.noise_bytes, "sites": sites},
+        evidence={**evidence, "sites": sites},
     )]
