@@ -6,6 +6,7 @@ sums computed here from the raw JSON; snapshots are built from torch's documente
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import pickle
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import polars as pl
 import pytest
 
 from conftest import GENERATED, shared_trace
@@ -114,8 +116,27 @@ def test_vs_names_what_grew_against_the_raw_peaks(capsys: pytest.CaptureFixture[
     assert _never_freed(VS_B, LOOKUP_BYTES) == 1 and _never_freed(VS_A, LOOKUP_BYTES) == 0
     assert [s for s in doc["sites"] if s["beyond_noise"]] == [top]
     assert sum(s["growth_bytes"] for s in doc["sites"]) == growth
+    assert doc["ops"][0]["op"] == "aten::zeros" and doc["ops"][0]["growth_bytes"] == LOOKUP_BYTES
+    assert sum(o["growth_bytes"] for o in doc["ops"]) == growth
     (finding,) = doc["findings"]
     assert finding["code"] == "memory-grew" and "build_lookup_table" in finding["statement"]
+
+
+def test_a_run_without_python_frames_is_compared_by_op_and_size_class() -> None:
+    """B captured without with_stack (its frames dropped here): the sites lose their frames on
+    both sides, so the same allocations still meet, and only the planted one grew."""
+    from tracewhy.analyses.memory import analyze_memory
+    from tracewhy.analyses.memory_compare import compare_runs, trace_capture
+    from tracewhy.readers import read_trace
+
+    a, b = (trace_capture(analyze_memory(read_trace(p)), p.name) for p in (VS_A, VS_B))
+    assert a is not None and b is not None
+    b = dataclasses.replace(b, sites=b.sites.with_columns(pl.lit(None, dtype=pl.String).alias("frame")))
+    g = compare_runs(a, b)
+    grown = g.sites.filter(pl.col("beyond_noise"))
+    assert grown.select("op", "frame", "size_class_bytes", "growth_bytes").rows() == [
+        ("aten::zeros", None, LOOKUP_BYTES, LOOKUP_BYTES)]
+    assert g.sites.get_column("frame").null_count() == g.sites.height
 
 
 def test_vs_a_rerun_of_the_same_program_is_noise(capsys: pytest.CaptureFixture[str]) -> None:

@@ -119,6 +119,11 @@ MEASURES_SCHEMA: Final = pl.Schema({MeasureCol.MEASURE: pl.String(), MeasureCol.
                                     MeasureCol.BEYOND_NOISE: pl.Boolean()})
 
 
+OP_GROWTH_SCHEMA: Final = pl.Schema({GrowthCol.OP: pl.String(), GrowthCol.A_BYTES: pl.Int64(),
+                                     GrowthCol.B_BYTES: pl.Int64(), GrowthCol.GROWTH: pl.Int64(),
+                                     GrowthCol.BEYOND_NOISE: pl.Boolean()})
+
+
 @dataclass(frozen=True)
 class MemoryGrowth(Rows, rows="sites"):
     """Run B against run A. ``noise_bytes``: the larger of either run's step-to-step spread of its
@@ -129,6 +134,9 @@ class MemoryGrowth(Rows, rows="sites"):
     noise_bytes: int
     measures: pl.DataFrame  # MEASURES_SCHEMA
     sites: pl.DataFrame  # GROWTH_SCHEMA
+    #: The sites summed per op (OP_GROWTH_SCHEMA), largest growth first: an op whose blocks moved
+    #: to another size class nets out here. Empty for snapshots, which name no ops.
+    ops: pl.DataFrame
 
     @property
     def peak_growth_bytes(self) -> int:
@@ -141,14 +149,28 @@ def _site_key(df: pl.DataFrame) -> pl.DataFrame:
                                          separator="\x1f").alias("_key"))
 
 
+def comparable_sites(tables: Sequence[pl.DataFrame]) -> list[pl.DataFrame]:
+    """``tables`` (LIVE_SITES_SCHEMA) made comparable: where some name Python frames and others
+    name none (captured without with_stack), the frames are dropped from all and the rows they
+    split merged, so that one site is one row on every side."""
+    named = [t.get_column(LiveSiteCol.FRAME).null_count() < t.height for t in tables]
+    if all(named) or not any(named):
+        return list(tables)
+    return [t.group_by(LiveSiteCol.OP, LiveSiteCol.SIZE_CLASS)
+            .agg(pl.col(LiveSiteCol.BLOCKS).sum(), pl.col(LiveSiteCol.BYTES).sum())
+            .with_columns(pl.lit(None, dtype=pl.String).alias(LiveSiteCol.FRAME))
+            .select(list(LIVE_SITES_SCHEMA)).cast(LIVE_SITES_SCHEMA) for t in tables]
+
+
 def compare_runs(a: MemoryCapture, b: MemoryCapture) -> MemoryGrowth:
     """What grew from A to B: the whole-run measures, and per site the bytes live at each peak."""
     noise = max(a.step_spread_bytes, b.step_spread_bytes,
                 int(NOISE_FLOOR_SHARE * max(a.peak_allocated_bytes, b.peak_allocated_bytes)))
     beyond = pl.col(GrowthCol.GROWTH).abs() > noise
+    a_sites, b_sites = comparable_sites([a.sites, b.sites])
     sites = (
-        _site_key(a.sites).select("_key", *SITE_KEY, pl.col(LiveSiteCol.BYTES).alias(GrowthCol.A_BYTES))
-        .join(_site_key(b.sites).select("_key", *SITE_KEY, pl.col(LiveSiteCol.BYTES).alias(GrowthCol.B_BYTES)),
+        _site_key(a_sites).select("_key", *SITE_KEY, pl.col(LiveSiteCol.BYTES).alias(GrowthCol.A_BYTES))
+        .join(_site_key(b_sites).select("_key", *SITE_KEY, pl.col(LiveSiteCol.BYTES).alias(GrowthCol.B_BYTES)),
               on="_key", how="full", coalesce=False)
         .select(*[pl.coalesce(c, f"{c}_right").alias(c) for c in SITE_KEY],
                 pl.col(GrowthCol.A_BYTES).fill_null(0), pl.col(GrowthCol.B_BYTES).fill_null(0))
@@ -165,7 +187,15 @@ def compare_runs(a: MemoryCapture, b: MemoryCapture) -> MemoryGrowth:
                                                                    MeasureCol.B_BYTES], orient="row")
     measures = measures.with_columns((pl.col(MeasureCol.B_BYTES) - pl.col(MeasureCol.A_BYTES)).alias(MeasureCol.GROWTH)
                                      ).with_columns(beyond.fill_null(False).alias(MeasureCol.BEYOND_NOISE))
-    return MemoryGrowth(a, b, noise, measures.cast(MEASURES_SCHEMA), sites)
+    ops = (
+        sites.filter(pl.col(GrowthCol.OP).is_not_null())
+        .group_by(GrowthCol.OP).agg(pl.col(GrowthCol.A_BYTES).sum(), pl.col(GrowthCol.B_BYTES).sum())
+        .with_columns((pl.col(GrowthCol.B_BYTES) - pl.col(GrowthCol.A_BYTES)).alias(GrowthCol.GROWTH))
+        .with_columns(beyond.alias(GrowthCol.BEYOND_NOISE))
+        .cast(OP_GROWTH_SCHEMA)
+        .sort([GrowthCol.GROWTH, GrowthCol.OP], descending=[True, False])
+    )
+    return MemoryGrowth(a, b, noise, measures.cast(MEASURES_SCHEMA), sites, ops)
 
 
 @dataclass(frozen=True)
@@ -252,7 +282,7 @@ def compare_rank_memory(ranks: Sequence[RankCapture]) -> MemoryRanks:
 
 
 def _rank_sites(ranks: Sequence[RankCapture]) -> pl.DataFrame:
-    keyed = [_site_key(r.capture.sites) for r in ranks]
+    keyed = [_site_key(t) for t in comparable_sites([r.capture.sites for r in ranks])]
     names = pl.concat([k.select("_key", *SITE_KEY) for k in keyed]).unique("_key", keep="first")
     wide = names.sort("_key")
     for i, k in enumerate(keyed):

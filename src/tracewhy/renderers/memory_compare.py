@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Final, Literal, TypedDict
 from tracewhy.analyses.memory_compare import (
     GROWTH_SCHEMA,
     MEASURES_SCHEMA,
+    OP_GROWTH_SCHEMA,
     RANK_MEMORY_SCHEMA,
     RANK_SITES_SCHEMA,
     GrowthCol,
@@ -72,6 +73,8 @@ class MemoryGrowthPayload(TypedDict):
                                                             "peak and the slack at it, in A and in B")]
     sites: Annotated[pl.DataFrame, rows(GROWTH_SCHEMA, "bytes live at each run's peak per allocation site, the "
                                                        "largest growth first")]
+    ops: Annotated[pl.DataFrame, rows(OP_GROWTH_SCHEMA, "the sites summed per op, largest growth first (empty "
+                                                        "for snapshots)")]
     findings: list[Finding]
 
 
@@ -87,7 +90,8 @@ def _capture_json(c: MemoryCapture) -> MemoryCaptureJson:
 
 def memory_growth_payload(g: MemoryGrowth, findings: list[Finding]) -> MemoryGrowthPayload:
     return {"input": "vs", "a": _capture_json(g.a), "b": _capture_json(g.b), "noise_bytes": g.noise_bytes,
-            "peak_growth_bytes": g.peak_growth_bytes, "measures": g.measures, "sites": g.sites, "findings": findings}
+            "peak_growth_bytes": g.peak_growth_bytes, "measures": g.measures, "sites": g.sites, "ops": g.ops,
+            "findings": findings}
 
 
 RANKS_TABLE: Final = Layout((label("rank"), label("device"), number("peak allocated"), number("vs median"),
@@ -97,6 +101,7 @@ RANK_SITES_TABLE: Final = Layout((name("site"), number("most"), label("on rank")
                                   number("median")), drop=("median",))
 MEASURES_TABLE: Final = Layout((label("measure"), number("A"), number("B"), number("growth")))
 GROWTH_TABLE: Final = Layout((name("site"), number("A"), number("B"), number("growth")), drop=("A",))
+OPS_TABLE: Final = Layout((name("op"), number("A"), number("B"), number("growth")), drop=("A",))
 
 
 def _site(op: str | None, frame: str | None, size_class: int | None) -> str:
@@ -146,7 +151,15 @@ def render_memory_growth(g: MemoryGrowth, findings: list[Finding], top: int) -> 
         sites.add_row(_site(row[GrowthCol.OP], row[GrowthCol.FRAME], row[GrowthCol.SIZE_CLASS]),
                       fmt_bytes(row[GrowthCol.A_BYTES]), fmt_bytes(row[GrowthCol.B_BYTES]),
                       _signed(row[GrowthCol.GROWTH]))
-    return Group(head, t, sites, *_findings(findings))
+    parts: list[RenderableType] = [head, t, sites]
+    ops = g.ops.filter(g.ops.get_column(GrowthCol.BEYOND_NOISE))
+    if ops.height:
+        by_op = OPS_TABLE.table("the same, summed per op")
+        for row in ops.head(top).iter_rows(named=True):
+            by_op.add_row(row[GrowthCol.OP], fmt_bytes(row[GrowthCol.A_BYTES]), fmt_bytes(row[GrowthCol.B_BYTES]),
+                          _signed(row[GrowthCol.GROWTH]))
+        parts.append(by_op)
+    return Group(*parts, *_findings(findings))
 
 
 def _findings(findings: list[Finding]) -> list[RenderableType]:
