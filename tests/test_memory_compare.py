@@ -186,6 +186,8 @@ def test_snapshots_ranks_by_device_and_vs_by_frame(tmp_path: Path, capsys: pytes
         (0, "snapshot device", "cuda:0"), (1, "snapshot device", "cuda:1")]
     assert doc["ranks"][1]["peak_allocated_bytes"] - doc["ranks"][0]["peak_allocated_bytes"] == 6 * MiB
     assert doc["sites"][0]["frame"] == "e.py:50 keep" and doc["sites"][0]["bytes_by_rank"] == [0, 6 * MiB]
+    (tmp_path / "notes.txt").write_text("not a rank")  # a directory holds other files too
+    assert [r["rank"] for r in _json([str(tmp_path)], capsys)["ranks"]] == [0, 1]
     doc = _json([str(a), "--vs", str(b)], capsys)
     assert doc["peak_growth_bytes"] == 6 * MiB and doc["sites"][0]["frame"] == "e.py:50 keep"
     assert doc["sites"][0]["growth_bytes"] == 6 * MiB

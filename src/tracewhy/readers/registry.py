@@ -108,6 +108,8 @@ FORMATS: Final = (
         sniff="tracewhy.readers.memory.sniff:is_snapshot",
         read="tracewhy.readers.memory.snapshot:read_memory_snapshot",
         hint="a CUDA memory snapshot (pickle), not a profiler trace: run tracewhy memory {path}",
+        # (torch.cuda.memory._dump_snapshot's default is "dump_snapshot.pickle"; its docs use .pickle)
+        suffixes=(".pickle", ".pickle.gz", ".pkl", ".pkl.gz"),
     ),
     InputFormat(
         "instrument-log", InputKind.STAGE_LOGS, "a tracewhy.instrument log (JSON Lines)",
