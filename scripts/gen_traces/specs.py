@@ -15,6 +15,7 @@ import dataloader_traces
 import ddp_traces
 import dialect_traces
 import eager_traces
+import generate_traces
 import iteration_traces
 import lines_traces
 import memory_compare_traces
@@ -239,6 +240,9 @@ SPECS: tuple[TraceSpec, ...] = (
           ("anti_absent", anti_pattern_traces.ABSENT_FILE, anti_pattern_traces.make_absent,
            anti_pattern_traces.PLANTED_ABSENT),
       )),
+    TraceSpec("generate_kv_cache", (generate_traces.GENERATE_FILE,),
+              _one(generate_traces.GENERATE_FILE, generate_traces.make_generate), "generate_traces.make_generate",
+              _SHAPES, _sched(generate_traces.GENERATE_SCHEDULE), generate_traces.GENERATE_PLANTED),
     TraceSpec("lines_started", (lines_traces.STARTED_FILE,), _one(lines_traces.STARTED_FILE, lines_traces.make_started),
               "lines_traces.make_started", lines_traces.OPTIONS, _sched(lines_traces.STARTED_SCHEDULE),
               lines_traces.PLANTED_STARTED),
