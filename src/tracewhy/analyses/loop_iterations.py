@@ -29,6 +29,8 @@ class IterationSource:
     OPTIMIZER: Final = "optimizer"  # one Optimizer.step's end to the next's
     ZERO_GRAD: Final = "zero_grad"  # Optimizer.zero_grad start to the next one's
     ANNOTATION: Final = "annotation"  # a top-level record_function block's start to the next one's
+    #: An inference engine's iteration annotation's own span (``engine_iterations``: not a loop's repeat).
+    ENGINE: Final = "engine"
 
 
 _PREFERENCE: Final = (IterationSource.DATALOADER, IterationSource.OPTIMIZER, IterationSource.ZERO_GRAD,

@@ -202,6 +202,22 @@ def lookup_peaks(device_name: str | None, sm_count: int | None = None) -> Device
     return None
 
 
+#: Devices known by their recorded properties when a profiler writes no name (ROCm 7 builds of
+#: vLLM's traces, 2025: "name": ""): (compute major, minor, SMs/CUs, memory bytes low, high), name.
+_BY_PROPERTIES: Final = (
+    ((9, 4, 304, 190 * 2**30, 200 * 2**30), "mi300x"),  # gfx942, 304 CUs, 192 GiB HBM3
+)
+
+
+def peaks_from_properties(major: int | None, minor: int | None, sms: int | None,
+                          memory_bytes: int | None) -> DevicePeaks | None:
+    """The table's peaks for an unnamed device whose properties match one row of _BY_PROPERTIES."""
+    for (mj, mn, n, lo, hi), name in _BY_PROPERTIES:
+        if (major, minor, sms) == (mj, mn, n) and memory_bytes is not None and lo <= memory_bytes <= hi:
+            return lookup_peaks(name, sms)
+    return None
+
+
 def known_devices() -> tuple[str, ...]:
     return tuple(peaks.name for _, peaks in _TABLE)
 

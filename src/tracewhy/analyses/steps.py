@@ -12,6 +12,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses import api_names
+from tracewhy.analyses.engine_iterations import engine_iterations
 from tracewhy.analyses.intervals import covered_ns
 from tracewhy.analyses.loop_iterations import LoopIterations, loop_iterations
 from tracewhy.analyses.nvtx import nvtx_step_marker
@@ -138,7 +139,8 @@ def steps(trace: Trace, options: StepsOptions = StepsOptions()) -> StepsResult:
                            Col.ID, pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, Col.PID, Col.TID)
         .sort([Col.TS, Col.DUR], descending=[False, True])
     )
-    loop = loop_iterations(trace) if marks.height == 0 and chosen is None and not options.marker else None
+    loop = ((loop_iterations(trace) or engine_iterations(trace)) if marks.height == 0 and chosen is None
+            and not options.marker else None)
     if loop is not None:
         marker, marks = loop.name, _iteration_marks(trace, loop)
     if marks.height == 0:

@@ -21,6 +21,7 @@ from tracewhy.errors import UsageError
 
 #: The units a user may name; frames per second read as FPS.
 UNITS: Final = ("frames", "tokens", "samples", "images")
+TOKENS: Final = "tokens"
 DEFAULT_UNIT: Final = "samples"
 
 
@@ -36,8 +37,14 @@ class ThroughputOptions:
             raise UsageError(f"--unit must be one of {', '.join(UNITS)}, got {self.unit!r}")
 
 
-def requested(items_per_step: float | None, unit: str | None) -> ThroughputOptions | None:
-    """The throughput a user asked for (``--items-per-step N --unit U``); None when not asked."""
+def requested(items_per_step: float | None, unit: str | None,
+              tokens_per_step: float | None = None) -> ThroughputOptions | None:
+    """The throughput a user asked for (``--items-per-step N --unit U``, or ``--tokens-per-step N``
+    for ``--items-per-step N --unit tokens``); None when not asked."""
+    if tokens_per_step is not None:
+        if items_per_step is not None or unit not in (None, TOKENS):
+            raise UsageError("--tokens-per-step N is --items-per-step N --unit tokens: give one or the other")
+        return ThroughputOptions(items_per_step=tokens_per_step, unit=TOKENS)
     if items_per_step is None:
         if unit is not None:
             raise UsageError("--unit needs --items-per-step N (how many of them one step handles)")

@@ -12,9 +12,12 @@ def add_throughput_options(parser: argparse.ArgumentParser, per: str = "step") -
     parser.add_argument("--items-per-step", type=float, default=None, metavar="N",
                         help=f"items one {per} handles (batch size, frames, tokens): adds the throughput, "
                              f"items per second at the median and p90 {per} time")
+    parser.add_argument("--tokens-per-step", type=float, default=None, metavar="N",
+                        help=f"tokens one {per} handles: --items-per-step N --unit tokens (on an inference trace, "
+                             "also the tokens of the classed steps whose tokens the trace does not record)")
     parser.add_argument("--unit", choices=UNITS, default=None,
                         help=f"what an item is (default {DEFAULT_UNIT}); frames/s reads as FPS")
 
 
 def throughput_options(args: argparse.Namespace) -> ThroughputOptions | None:
-    return requested(args.items_per_step, args.unit)
+    return requested(args.items_per_step, args.unit, args.tokens_per_step)

@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # types only: the result comes from the analysis, which the r
     from tracewhy.analyses.steps import STEPS_SCHEMA, StepsResult, StepStats
     from tracewhy.renderers.json_schema import rows
     from tracewhy.renderers.several import ComparisonJson, GroupingJson
+    from tracewhy.renderers.step_classes import InferenceJson
     from tracewhy.renderers.throughput import ThroughputJson
     from tracewhy.reports.several import SeveralReport
     from tracewhy.reports.steps import StepsReport
@@ -38,9 +39,11 @@ class StepsPayload(TypedDict):
 
 
 class StepsThroughputPayload(StepsPayload, total=False):
-    """``steps --items-per-step N``: the same, with the throughput at the steady step times."""
+    """``steps --items-per-step N``: the same, with the throughput at the steady step times; on an
+    inference trace (steps classed prefill, decode or mixed), the steps by class."""
 
     throughput: ThroughputJson | None
+    inference: InferenceJson
 
 
 def steps_payload(r: StepsResult) -> StepsPayload:
@@ -90,9 +93,12 @@ def render_steps(r: StepsResult, top: int) -> RenderableType:
 
 def steps_output(r: StepsReport, top: int) -> tuple[Mapping[str, Any], View]:
     """The payload and the view of ``steps``, with the throughput line when it was asked for."""
+    from tracewhy.renderers.step_classes import with_classes
     from tracewhy.renderers.throughput import with_throughput
 
-    return with_throughput(steps_payload(r.result), lambda: render_steps(r.result, top), r.rate, r.throughput)
+    payload, view = with_throughput(steps_payload(r.result), lambda: render_steps(r.result, top), r.rate,
+                                    r.throughput)
+    return with_classes(payload, view, r.classes, r.decode)
 
 
 class StepsInput(StepsThroughputPayload):

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tracewhy.analyses.step_bytes import DecodeBandwidth, decode_bandwidth
+from tracewhy.analyses.step_classes import StepClasses, step_classes
 from tracewhy.analyses.steps import StepsOptions, StepsResult, steps
 from tracewhy.analyses.throughput import Throughput, ThroughputOptions, from_step_stats
 from tracewhy.reports.inputs import PLAIN, Loader, TraceSource
@@ -25,18 +27,24 @@ class StepsReportOptions:
 
 @dataclass(frozen=True)
 class StepsReport:
-    """The steps, and (with ``rate``) the throughput at the steady step times (None without steady steps)."""
+    """The steps, and (with ``rate``) the throughput at the steady step times (None without steady steps);
+    on an inference trace, the steps by class and the decode steps' memory bandwidth."""
 
     result: StepsResult
     rate: ThroughputOptions | None = None
     throughput: Throughput | None = None
+    classes: StepClasses | None = None
+    decode: DecodeBandwidth | None = None
 
 
 def steps_report(trace: TraceSource, options: StepsReportOptions | None = None, loader: Loader = PLAIN) -> StepsReport:
     options = options or StepsReportOptions()
-    r = steps(loader.trace(trace), StepsOptions(marker=options.step_marker, warmup=options.warmup))
+    t = loader.trace(trace)
+    r = steps(t, StepsOptions(marker=options.step_marker, warmup=options.warmup))
     rate = options.rate
-    return StepsReport(r, rate, from_step_stats(r.stats, rate) if rate is not None else None)
+    classes = step_classes(t, r, rate)
+    return StepsReport(r, rate, from_step_stats(r.stats, rate) if rate is not None else None, classes,
+                       decode_bandwidth(t, classes) if classes is not None else None)
 
 
 def steps_several(sources: Sequence[TraceSource], options: StepsReportOptions | None = None,

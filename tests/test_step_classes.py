@@ -1,0 +1,242 @@
+"""Inference steps classed prefill, decode or mixed, tokens per second and the decode steps'
+memory bandwidth (MBU), on vLLM and SGLang captures and on a generated ``generate`` loop. Every
+expected number is computed here from the raw JSON: the iteration's own annotation, the
+ProfilerStep spans, the GEMM and attention ops' recorded shapes."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tracewhy as tw
+from conftest import GENERATED, shared_trace
+from tracewhy.analyses.step_bytes import DecodeBandwidth, decode_bandwidth
+from tracewhy.analyses.step_classes import ClassCol, StepClasses, step_classes
+from tracewhy.analyses.step_verdicts import Evidence, StepClass, annotation_verdict, shape_verdict
+from tracewhy.analyses.steps import steps
+from tracewhy.analyses.throughput import ThroughputOptions
+from tracewhy.cli import main
+
+GENERATE = GENERATED / "cpu_generate_kv_cache.pt.trace.json.gz"
+MI300X_BYTES_PER_S = 5.3e12  # AMD MI300X datasheet: 5.3 TB/s HBM3
+BYTES = {"c10::BFloat16": 2, "float": 4}
+
+
+def _events(path: Path) -> list[dict[str, Any]]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        events: list[dict[str, Any]] = json.load(f)["traceEvents"]
+    return events
+
+
+def _ns(us: float) -> int:
+    return round(us * 1000)
+
+
+def _classed(path: Path, rate: ThroughputOptions | None = None) -> tuple[StepClasses, DecodeBandwidth | None]:
+    trace = tw.load(path)
+    classes = step_classes(trace, steps(trace), rate)
+    assert classes is not None
+    return classes, decode_bandwidth(trace, classes)
+
+
+def _iteration(events: list[dict[str, Any]], prefix: str) -> dict[str, Any]:
+    """The engine's one iteration annotation on the host (cat user_annotation)."""
+    (hit,) = [e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith(prefix)]
+    return hit
+
+
+def _outermost(events: list[dict[str, Any]], names: set[str], lo: float, hi: float) -> list[dict[str, Any]]:
+    """CPU ops of ``names`` starting in [lo, hi) that no other op of ``names`` on their thread contains."""
+    ops = sorted((e for e in events if e.get("cat") == "cpu_op" and e["name"] in names and lo <= e["ts"] < hi),
+                 key=lambda e: (e["tid"], e["ts"], -e["dur"]))
+    kept: list[dict[str, Any]] = []
+    for e in ops:
+        if kept and kept[-1]["tid"] == e["tid"] and e["ts"] < kept[-1]["ts"] + kept[-1]["dur"]:
+            continue
+        kept.append(e)
+    return kept
+
+
+def _nbytes(dims: list[int], dtype: str) -> int:
+    return math.prod(dims) * BYTES[dtype]
+
+
+# --- the evidence, on its own ---------------------------------------------------------------
+
+@pytest.mark.parametrize(("name", "cls", "tokens"), [
+    ("execute_8192_context_9(sq8155sk8430)_generation_37(sq37sk34489)", StepClass.MIXED, 8192),
+    ("execute_32_context_0(sq0sk0)_generation_32(sq32sk55086)", StepClass.DECODE, 32),
+    ("execute_context_1(888_788544)_generation_0(0)", StepClass.PREFILL, None),
+    ("step[DECODE bs=32]", StepClass.DECODE, 32),
+    ("step[EXTEND bs=4]", StepClass.PREFILL, None),
+])
+def test_engine_annotations_state_the_class(name: str, cls: str, tokens: int | None) -> None:
+    v = annotation_verdict(name)
+    assert v is not None and (v.step_class, v.evidence, v.tokens) == (cls, Evidence.ANNOTATION, tokens)
+
+
+def test_other_annotations_state_nothing() -> None:
+    assert annotation_verdict("execute_model") is None
+    assert annotation_verdict("ProfilerStep#3") is None
+    assert annotation_verdict("execute_0_context_0(x)_generation_0(y)") is None
+
+
+def test_query_length_one_per_sequence_is_a_decode() -> None:
+    assert shape_verdict([(4, 1), (4, 1)]) is not None
+    assert shape_verdict([(4, 1)]).step_class == StepClass.DECODE  # type: ignore[union-attr]
+    assert shape_verdict([(4, 128)]).step_class == StepClass.PREFILL  # type: ignore[union-attr]
+    assert shape_verdict([(4, 128), (8, 1)]).step_class == StepClass.MIXED  # type: ignore[union-attr]
+    assert shape_verdict([]) is None
+
+
+# --- vLLM and SGLang captures (one engine iteration each, no ProfilerStep) ---------------------
+
+@pytest.fixture(scope="module")
+def vllm_mixed() -> tuple[Path, StepClasses, DecodeBandwidth | None]:
+    path = shared_trace("tracelens/mi300x_vllm_prefilldecode_piecewise_graph.json.gz")
+    return (path, *_classed(path))
+
+
+def test_vllm_prefill_and_decode_in_one_iteration_is_mixed(vllm_mixed: tuple[Path, StepClasses, Any]) -> None:
+    path, classes, bandwidth = vllm_mixed
+    events = _events(path)
+    it = _iteration(events, "execute_")
+    (row,) = classes.steps.iter_rows(named=True)
+    assert row[ClassCol.CLASS] == StepClass.MIXED
+    assert row[ClassCol.EVIDENCE] == Evidence.ANNOTATION
+    assert row[ClassCol.TOKENS] == int(it["name"].split("_")[1]) == 8192
+    assert row[ClassCol.WINDOW] == _ns(it["dur"])
+    (mixed,) = classes.classes
+    timed = [e for e in events if "dur" in e and e.get("ph") == "X"]
+    span = max(e["ts"] + e["dur"] for e in timed) - min(e["ts"] for e in timed)
+    assert mixed.share == pytest.approx(it["dur"] / span, rel=1e-3)
+    assert mixed.tokens_per_s == pytest.approx(8192 / (it["dur"] / 1e6), rel=1e-6)
+    assert bandwidth is None  # no decode-only step
+
+
+def test_sglang_decode_iteration_and_why_its_bytes_are_unknown() -> None:
+    path = shared_trace("tracelens/mi300x_sglang_qwen3-8b_decode.json.gz")
+    classes, bandwidth = _classed(path)
+    events = _events(path)
+    it = _iteration(events, "execute_")
+    (decode,) = classes.classes
+    assert (decode.step_class, decode.count, decode.tokens) == (StepClass.DECODE, 1, 32)
+    assert decode.median_ns == _ns(it["dur"])
+    # The whole model ran as one graph replay: no GEMM or attention op with shapes in the window.
+    shaped = _outermost(events, {"aten::mm", "aten::linear", "aten::addmm", "aten::matmul",
+                                 "aten::scaled_dot_product_attention"}, it["ts"], it["ts"] + it["dur"])
+    assert shaped == []
+    assert bandwidth is not None and bandwidth.bytes_read == 0 and bandwidth.mbu is None
+    assert bandwidth.note is not None and "unknown" in bandwidth.note
+    graph = [e for e in events if e.get("cat") == "kernel"]
+    assert bandwidth.unshaped_kernel_ns > 0.9 * sum(_ns(e["dur"]) for e in graph)
+
+
+def test_vllm_full_graph_decode_mbu_is_a_lower_bound_from_the_lm_head() -> None:
+    path = shared_trace("tracelens/mi300x_vllm_decode_fullgraph_replay.json.gz")
+    classes, b = _classed(path)
+    events = _events(path)
+    it = _iteration(events, "execute_")
+    assert classes.classes[0].step_class == StepClass.DECODE
+    gemms = _outermost(events, {"aten::mm", "aten::linear", "aten::addmm", "aten::matmul"},
+                       it["ts"], it["ts"] + it["dur"])
+    weights = sum(_nbytes(g["args"]["Input Dims"][1], g["args"]["Input type"][1]) for g in gemms)
+    assert weights == 2880 * 201088 * 2  # the LM head, bf16: the only GEMM outside the graph
+    assert b is not None
+    assert (b.weight_bytes, b.kv_bytes, b.gemm_calls) == (weights, 0, len(gemms))
+    # The device writes no name; its properties (gfx942, 304 CUs, 192 GiB) are an MI300X's.
+    assert b.peak_bytes_per_s == MI300X_BYTES_PER_S
+    assert b.mbu == pytest.approx(weights / (it["dur"] / 1e6) / MI300X_BYTES_PER_S, rel=1e-6)
+    assert b.unshaped_kernel_ns > 0 and b.note is not None and "lower bound" in b.note
+
+
+def test_b200_vllm_eager_iteration_is_a_prefill() -> None:
+    path = shared_trace("tracelens/b200_vllm_eager_tp8_rank0.json.gz")
+    classes, bandwidth = _classed(path)
+    it = _iteration(_events(path), "execute_")
+    (prefill,) = classes.classes
+    assert (prefill.step_class, prefill.count, prefill.median_ns) == (StepClass.PREFILL, 1, _ns(it["dur"]))
+    assert bandwidth is None
+
+
+# --- a generated generate loop: the shapes decide -------------------------------------------
+
+@pytest.fixture(scope="module")
+def generate_loop() -> tuple[list[dict[str, Any]], StepClasses, DecodeBandwidth | None]:
+    return (_events(GENERATE), *_classed(GENERATE))
+
+
+def _profiler_steps(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted((e for e in events if e["name"].startswith("ProfilerStep#")), key=lambda e: e["ts"])
+
+
+def test_generate_loop_prefill_then_decodes(generate_loop: tuple[list[dict[str, Any]], StepClasses, Any]) -> None:
+    events, classes, _ = generate_loop
+    marks = _profiler_steps(events)
+    table = classes.steps
+    assert table.get_column(ClassCol.CLASS).to_list() == [StepClass.PREFILL] + [StepClass.DECODE] * 6
+    assert set(table.get_column(ClassCol.EVIDENCE).to_list()) == {Evidence.SHAPES}
+    # Tokens: batch x query length of the first attention call (2 x 32 prompt, then 2 x 1).
+    assert table.get_column(ClassCol.TOKENS).to_list() == [64] + [2] * 6
+    windows = [_ns(b["ts"]) - _ns(a["ts"]) for a, b in itertools.pairwise(marks)]
+    decode = classes.classes[1]
+    assert decode.count == 6
+    assert abs(decode.total_ns - (sum(windows[1:]) + _ns(marks[-1]["dur"]))) <= 6
+
+
+def test_generate_loop_decode_bytes_match_the_recorded_shapes(
+        generate_loop: tuple[list[dict[str, Any]], StepClasses, DecodeBandwidth | None]) -> None:
+    events, classes, b = generate_loop
+    marks = _profiler_steps(events)
+    weights = kv = 0
+    for m in marks[1:]:
+        for op in _outermost(events, {"aten::linear", "aten::scaled_dot_product_attention"}, m["ts"],
+                             m["ts"] + 1e12 if m is marks[-1] else marks[marks.index(m) + 1]["ts"]):
+            dims, types = op["args"]["Input Dims"], op["args"]["Input type"]
+            if op["name"] == "aten::linear":
+                weights += sum(_nbytes(dims[i], types[i]) for i in (1, 2) if dims[i])
+            else:
+                kv += _nbytes(dims[1], types[1]) + _nbytes(dims[2], types[2])
+    assert b is not None
+    assert (b.weight_bytes, b.kv_bytes) == (weights, kv)
+    # Per step: 2 layers x (qkv, out, up, down with biases) + the LM head, float32.
+    per_step = 2 * 4 * (64 * 192 + 192 + 64 * 64 + 64 + 64 * 256 + 256 + 256 * 64 + 64) + 4 * 64 * 256
+    assert weights == 6 * per_step
+    assert b.bytes_per_s == pytest.approx((weights + kv) * 1e9 / classes.classes[1].total_ns)
+    assert b.mbu is None  # a CPU capture: no device bandwidth
+
+
+def test_tokens_per_step_fills_the_steps_whose_tokens_are_not_recorded() -> None:
+    path = shared_trace("tracelens/b200_vllm_eager_tp8_rank0.json.gz")
+    classes, _ = _classed(path, ThroughputOptions(888, "tokens"))
+    (prefill,) = classes.classes
+    assert prefill.tokens == 888
+    assert prefill.tokens_per_s == pytest.approx(888e9 / prefill.total_ns)
+
+
+# --- the command --------------------------------------------------------------------------
+
+def test_steps_json_has_the_classes_and_mbu(capsys: pytest.CaptureFixture[str]) -> None:
+    path = shared_trace("tracelens/mi300x_vllm_decode_fullgraph_replay.json.gz")
+    assert main(["steps", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    inference = doc["result"]["inference"] if "result" in doc else doc["inference"]
+    assert [c["step_class"] for c in inference["classes"]] == [StepClass.DECODE]
+    assert inference["decode_bandwidth"]["mbu"] > 0
+
+
+def test_steps_of_a_training_trace_have_no_classes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["steps", str(GENERATED / "cpu_eager_schedule.pt.trace.json.gz"), "--json"]) == 0
+    assert "inference" not in capsys.readouterr().out
+
+
+def test_tokens_per_step_with_items_per_step_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["steps", str(GENERATE), "--tokens-per-step", "2", "--items-per-step", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "--tokens-per-step" in err and "Traceback" not in err
