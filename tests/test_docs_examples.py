@@ -41,6 +41,8 @@ PIPIT = "../shared/traces/nsys/pipit_saxpy_mpi_cuda_a100_2022.2.sqlite.gz"  # ns
 MINIWEATHER = "../shared/traces/ncu/v100_ncar_miniweather_baseline.ncu-rep"  # ncu: all three verdicts
 DEMO = "examples/demo_cpu_training.pt.trace.json.gz"
 GEN = "tests/data/generated"
+GENERATE_LOOP = f"{GEN}/cpu_generate_kv_cache.pt.trace.json.gz"  # one prefill, then 6 decode steps
+VLLM_DECODE = "../shared/traces/tracelens/mi300x_vllm_decode_fullgraph_replay.json.gz"  # one decode iteration
 
 
 def _keys(*names: str, findings: tuple[str, ...] = ()) -> Callable[[dict[str, Any]], dict[str, Any]]:
@@ -96,6 +98,8 @@ EXAMPLES = (
     Example("steps", ("steps", V100), excerpt=_first("steps", "command", "marker", "warmup", "stats")),
     Example("steps-throughput", ("steps", DEMO, "--warmup", "1", "--items-per-step", "32", "--unit", "images",
                                  "--top", "3")),
+    Example("steps-inference", ("steps", GENERATE_LOOP, "--top", "3")),
+    Example("steps-mbu", ("steps", VLLM_DECODE)),
     Example("overlap", ("overlap", A100_DDP)),
     Example("blocks", ("blocks", A100_DDP)),
     Example("blocks-log", ("blocks", f"{GEN}/pipeline/d2")),

@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 
 from tracewhy.analyses.step_verdicts import ORDER, StepOps, shape_verdict
-from tracewhy.analyses.steps import StepsResult, WindowCol, step_windows
+from tracewhy.analyses.steps import StepCol, StepsResult, WindowCol, step_windows
 from tracewhy.analyses.throughput import TOKENS, ThroughputOptions
 from tracewhy.model.trace import Trace
 
@@ -23,6 +23,9 @@ class ClassCol:
     NUMBER: Final = WindowCol.NUMBER
     START: Final = WindowCol.WINDOW_START
     WINDOW: Final = WindowCol.WINDOW
+    #: Union of the GPU work the step launched (``StepCol.GPU_BUSY``): beside a window that also
+    #: holds a wait on GPU work queued before the capture.
+    GPU_BUSY: Final = StepCol.GPU_BUSY
     CLASS: Final = "step_class"
     EVIDENCE: Final = "evidence"
     TOKENS: Final = "tokens"
@@ -31,8 +34,8 @@ class ClassCol:
 
 STEP_CLASSES_SCHEMA: Final = pl.Schema({
     ClassCol.STEP: pl.String(), ClassCol.NUMBER: pl.Int64(), ClassCol.START: pl.Int64(), ClassCol.WINDOW: pl.Int64(),
-    ClassCol.CLASS: pl.String(), ClassCol.EVIDENCE: pl.String(), ClassCol.TOKENS: pl.Int64(),
-    ClassCol.DETAIL: pl.String(),
+    ClassCol.GPU_BUSY: pl.Int64(), ClassCol.CLASS: pl.String(), ClassCol.EVIDENCE: pl.String(),
+    ClassCol.TOKENS: pl.Int64(), ClassCol.DETAIL: pl.String(),
 })
 
 
@@ -47,6 +50,8 @@ class ClassSummary:
     total_ns: int
     #: Its steps' windows over the trace's span.
     share: float
+    #: The GPU work its steps launched (union per step), summed.
+    gpu_busy_ns: int
     #: Summed over the class's steps, when every one of them says; with the rate over their time.
     tokens: int | None
     tokens_per_s: float | None
@@ -69,14 +74,15 @@ def step_classes(trace: Trace, steps_result: StepsResult, rate: ThroughputOption
         return None
     found = StepOps(trace)
     given = round(rate.items_per_step) if rate is not None and rate.unit == TOKENS else None
+    busy = dict(steps_result.table.select(StepCol.TS, StepCol.GPU_BUSY).iter_rows())
     rows = []
     for w in windows.iter_rows(named=True):
         lo, hi, pid = w[WindowCol.WINDOW_START], w[WindowCol.WINDOW_END], w[WindowCol.PID]
         verdict = shape_verdict(found.queries(pid, lo, hi)) or found.annotation(pid, lo, hi)
         if verdict is not None:
             tokens = verdict.tokens if verdict.tokens is not None else given
-            rows.append((w[WindowCol.STEP], w[WindowCol.NUMBER], lo, w[WindowCol.WINDOW], verdict.step_class,
-                         verdict.evidence, tokens, verdict.detail))
+            rows.append((w[WindowCol.STEP], w[WindowCol.NUMBER], lo, w[WindowCol.WINDOW], busy.get(lo, 0),
+                         verdict.step_class, verdict.evidence, tokens, verdict.detail))
     if not rows:
         return None
     table = pl.DataFrame(rows, schema=STEP_CLASSES_SCHEMA, orient="row")
@@ -92,5 +98,5 @@ def _summary(table: pl.DataFrame, cls: str, span: int) -> ClassSummary:
     tokens_col = mine.get_column(ClassCol.TOKENS)
     tokens = None if tokens_col.null_count() else int(tokens_col.sum())
     return ClassSummary(cls, mine.height, round(float(np.median(windows))), total,
-                        total / span if span else 0.0, tokens,
+                        total / span if span else 0.0, int(mine.get_column(ClassCol.GPU_BUSY).sum()), tokens,
                         tokens * 1e9 / total if tokens is not None and total > 0 else None)

@@ -14,7 +14,7 @@ import polars as pl
 from tracewhy.analyses import api_names
 from tracewhy.analyses.engine_iterations import engine_iterations
 from tracewhy.analyses.intervals import covered_ns
-from tracewhy.analyses.loop_iterations import LoopIterations, loop_iterations
+from tracewhy.analyses.loop_iterations import IterationSource, LoopIterations, loop_iterations
 from tracewhy.analyses.nvtx import nvtx_step_marker
 from tracewhy.analyses.stats import nearest_ns
 from tracewhy.analyses.step_marker import annotation_step_marker, numbers_past_int64_note
@@ -187,8 +187,11 @@ def steps(trace: Trace, options: StepsOptions = StepsOptions()) -> StepsResult:
     # with tb_plugin's reference outputs (tests/test_diagnose_real.py).
     starts = marks.get_column(Col.TS).to_list()
     own_ends = _own_ends(marks, rows, launch_ts, launch_pid, g_end)
-    # Iterations end where the next begins, the last one too (its closing fetch or optimizer step).
-    window_ends = [*starts[1:], own_ends[-1] if loop is None else int(loop.ends[-1])]
+    # Iterations end where the next begins, the last one too (its closing fetch or optimizer step);
+    # an engine's last iteration ends with its own time, as a marked step does (a decode step's
+    # annotation closes when its graph is launched, long before the GPU runs it).
+    engine = loop is not None and loop.source == IterationSource.ENGINE
+    window_ends = [*starts[1:], own_ends[-1] if loop is None or engine else int(loop.ends[-1])]
     durations = marks.get_column(Col.DUR).to_list()
     if options.warmup is not None:
         warmup, warmup_reason = max(0, min(options.warmup, n)), f"--warmup {options.warmup}"

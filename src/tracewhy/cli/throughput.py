@@ -21,3 +21,13 @@ def add_throughput_options(parser: argparse.ArgumentParser, per: str = "step") -
 
 def throughput_options(args: argparse.Namespace) -> ThroughputOptions | None:
     return requested(args.items_per_step, args.unit, args.tokens_per_step)
+
+
+def items_and_unit(args: argparse.Namespace) -> tuple[float | None, str | None]:
+    """``--items-per-step`` and ``--unit`` apart (``check`` also reads them from its config), with
+    ``--tokens-per-step N`` read as ``--items-per-step N --unit tokens``."""
+    if args.tokens_per_step is None:
+        return args.items_per_step, args.unit
+    options = requested(args.items_per_step, args.unit, args.tokens_per_step)
+    assert options is not None
+    return options.items_per_step, options.unit

@@ -23,8 +23,10 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from tracewhy.analyses.account import AccountResult
+    from tracewhy.analyses.account_classes import PARTS_BY_CLASS_SCHEMA
     from tracewhy.findings.where_step_goes import AccountLine
     from tracewhy.renderers.json_schema import rows
+    from tracewhy.renderers.step_classes import InferenceJson
     from tracewhy.reports.account import AccountReport
 
 
@@ -71,6 +73,14 @@ class AccountPayload(TypedDict):
     evidence: Annotated[pl.DataFrame, rows(ACCOUNT_EVIDENCE_SCHEMA, "per part, the items behind it")]
 
 
+class AccountInferencePayload(AccountPayload, total=False):
+    """``account`` of an inference trace (steps classed prefill, decode or mixed): the same, with
+    the steps by class and the parts per class (means over the analysed steps of each class)."""
+
+    inference: InferenceJson
+    parts_by_class: Annotated[pl.DataFrame, rows(PARTS_BY_CLASS_SCHEMA, "per class, its parts, largest first")]
+
+
 class ReportAccountStep(TypedDict):
     """One analysed step of the report's account: its window and its parts (ns each)."""
 
@@ -112,14 +122,20 @@ def account_line_json(a: AccountLine) -> AccountLineJson:
             "essential": a.essential, "evidence": a.evidence}
 
 
-def account_payload(r: AccountReport) -> AccountPayload:
+def account_payload(r: AccountReport) -> AccountInferencePayload:
     a = r.account
-    return {
+    doc: AccountInferencePayload = {
         "trace": r.path, "source": a.source, "marker": a.marker, "mean_step_ns": a.mean_step_ns,
         "steps_found": a.steps_found, "steps_steady": a.steps_steady, "steps_analysed": a.steps_analysed,
         "named_share": round(a.named_share, 4), "note": a.note, "lines": [account_line_json(x) for x in r.lines],
         "parts": a.parts, "windows": a.windows, "per_step": a.per_step, "evidence": a.evidence,
     }
+    if r.classes is not None and r.parts_by_class is not None:
+        from tracewhy.renderers.step_classes import inference_json
+
+        doc["inference"] = inference_json(r.classes, r.decode)
+        doc["parts_by_class"] = r.parts_by_class
+    return doc
 
 
 PARTS: Final = Layout((name("part"), label("kind"), number("per step"), number("share"), label("essential"),
@@ -169,6 +185,10 @@ def render_account(r: AccountReport, top: int) -> RenderableType:
             ev.add_row(part, item, fmt_ns(ns), f"{count:,.1f}" if count is not None else None,
                        fmt_bytes(moved) if moved is not None else None, f"{rate:.1f}" if rate is not None else None)
     out.append(ev)
+    if r.classes is not None and r.parts_by_class is not None:
+        from tracewhy.renderers.step_classes import render_classes, render_parts_by_class
+
+        out += [render_classes(r.classes, r.decode), render_parts_by_class(r.parts_by_class)]
     if a.note:
         out.append(Text(f"note: {printable(a.note)}", style="yellow"))
     return Group(*out)

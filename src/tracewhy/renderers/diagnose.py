@@ -22,12 +22,14 @@ from tracewhy.units import fmt_ns, fmt_pct, indented, printable
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
+    from tracewhy.analyses.account_classes import PARTS_BY_CLASS_SCHEMA
     from tracewhy.analyses.steps import STEPS_SCHEMA, StepStats
     from tracewhy.findings.model import Finding
     from tracewhy.findings.where_step_goes import AccountLine
     from tracewhy.renderers.json_schema import rows
     from tracewhy.renderers.ranks import RanksPayload
     from tracewhy.renderers.several import ComparisonJson, GroupingJson
+    from tracewhy.renderers.step_classes import InferenceJson
     from tracewhy.renderers.throughput import ThroughputJson
     from tracewhy.reports.diagnose import DiagnoseReport, Report
     from tracewhy.reports.several import SeveralReport
@@ -100,9 +102,13 @@ class DiagnosePayload(TypedDict):
 
 
 class DiagnoseThroughputPayload(DiagnosePayload, total=False):
-    """``diagnose --items-per-step N``: the same, with the throughput at the steady step times."""
+    """``diagnose --items-per-step N``: the same, with the throughput at the steady step times; on
+    an inference trace (steps classed prefill, decode or mixed), the steps by class and the step
+    account's parts per class."""
 
     throughput: ThroughputJson | None
+    inference: InferenceJson
+    parts_by_class: Annotated[pl.DataFrame, rows(PARTS_BY_CLASS_SCHEMA, "per class, its parts, largest first")]
 
 
 class DiagnoseInput(DiagnoseThroughputPayload):
@@ -196,8 +202,12 @@ def rank_line(report: Report) -> str:
 
 def diagnose_output(r: DiagnoseReport, top: int | None) -> tuple[Mapping[str, Any], View]:
     """The payload and the view of ``diagnose``, with the throughput line when it was asked for."""
+    from tracewhy.renderers.step_classes import with_classes
+
     report = r.report
-    return with_throughput(diagnose_payload(report), lambda: render_diagnose(report, top), r.rate, r.throughput)
+    payload, view = with_throughput(diagnose_payload(report), lambda: render_diagnose(report, top), r.rate,
+                                    r.throughput)
+    return with_classes(payload, view, r.classes, r.decode, r.parts_by_class)
 
 
 def diagnose_payload(report: Report) -> DiagnosePayload:

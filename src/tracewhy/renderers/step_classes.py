@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Any, Final, TypedDict
 
 from tracewhy.renderers import View
-from tracewhy.renderers.layout import Layout, label, number, text
+from tracewhy.renderers.layout import Layout, label, name, number, text
 from tracewhy.units import fmt_bytes, fmt_ns, fmt_pct, printable
 
 if TYPE_CHECKING:  # types only: the results come from the analyses, which the report has loaded
@@ -37,8 +37,8 @@ def inference_json(classes: StepClasses, bandwidth: DecodeBandwidth | None) -> I
 
 
 CLASS_TABLE: Final = Layout(
-    (label("class"), number("steps"), number("median"), number("total"), number("of trace"), number("tokens"),
-     number("tokens/s"), text("decided by")), drop=("total", "decided by"))
+    (label("class"), number("steps"), number("median"), number("total"), number("of trace"), number("GPU busy"),
+     number("tokens"), number("tokens/s"), text("decided by")), drop=("total", "GPU busy", "decided by"))
 
 
 def render_classes(classes: StepClasses, bandwidth: DecodeBandwidth | None) -> RenderableType:
@@ -51,9 +51,11 @@ def render_classes(classes: StepClasses, bandwidth: DecodeBandwidth | None) -> R
                                         .get_column(ClassCol.EVIDENCE).to_list())))
                 for c in (s.step_class for s in classes.classes)}
     t = CLASS_TABLE.table("inference steps by class (warm-up included)",
+                          "time: each step's window (start to the next step's start, or to the end of its GPU work); "
                           "tokens: as the engine's annotation or the attention shapes record them")
     for s in classes.classes:
         t.add_row(s.step_class, str(s.count), fmt_ns(s.median_ns), fmt_ns(s.total_ns), fmt_pct(s.share),
+                  fmt_ns(s.gpu_busy_ns),
                   "-" if s.tokens is None else str(s.tokens),
                   "-" if s.tokens_per_s is None else f"{s.tokens_per_s:,.1f}", evidence[s.step_class])
     parts: list[RenderableType] = [t]
@@ -78,15 +80,40 @@ def bandwidth_line(b: DecodeBandwidth) -> str:
 
 
 def with_classes(payload: dict[str, Any], view: View, classes: StepClasses | None,
-                 bandwidth: DecodeBandwidth | None) -> tuple[dict[str, Any], View]:
-    """``payload`` with ``inference`` and ``view`` with the class table after it; unchanged
-    when no step was classed (not an inference trace)."""
+                 bandwidth: DecodeBandwidth | None,
+                 by_class: pl.DataFrame | None = None) -> tuple[dict[str, Any], View]:
+    """``payload`` with ``inference`` (and ``parts_by_class`` when given) and ``view`` with their
+    tables after it; unchanged when no step was classed (not an inference trace)."""
     if classes is None:
         return payload, view
 
     def with_table() -> RenderableType:
         from rich.console import Group
 
-        return Group(view(), render_classes(classes, bandwidth))
+        tables = [render_classes(classes, bandwidth)]
+        if by_class is not None and by_class.height:
+            tables.append(render_parts_by_class(by_class))
+        return Group(view(), *tables)
 
-    return {**payload, "inference": inference_json(classes, bandwidth)}, with_table
+    doc = {**payload, "inference": inference_json(classes, bandwidth)}
+    if by_class is not None:
+        doc["parts_by_class"] = by_class
+    return doc, with_table
+
+
+#: Parts shown per class in the terminal (``--json`` has them all).
+PARTS_PER_CLASS: Final = 3
+BY_CLASS: Final = Layout((label("class"), number("steps"), name("part"), number("per step"), number("share")), drop=())
+
+
+def render_parts_by_class(table: pl.DataFrame) -> RenderableType:
+    """Each class's largest parts of the step account (``account_classes.parts_by_class``)."""
+    from tracewhy.analyses.account import AccountCol
+    from tracewhy.analyses.step_classes import ClassCol
+
+    t = BY_CLASS.table(f"where each class's step goes (its {PARTS_PER_CLASS} largest parts, analysed steps only)")
+    for (cls,), rows_ in table.group_by(ClassCol.CLASS, maintain_order=True):
+        for n, part, ns, share in rows_.head(PARTS_PER_CLASS).select(
+                "steps", AccountCol.PART, AccountCol.NS_PER_STEP, AccountCol.SHARE).iter_rows():
+            t.add_row(str(cls), str(n), part, fmt_ns(ns), fmt_pct(share))
+    return t

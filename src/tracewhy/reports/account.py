@@ -6,7 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import polars as pl
+
 from tracewhy.analyses.account import AccountOptions, AccountResult, step_account
+from tracewhy.analyses.account_classes import parts_by_class
+from tracewhy.analyses.step_bytes import DecodeBandwidth, decode_bandwidth
+from tracewhy.analyses.step_classes import StepClasses, step_classes
 from tracewhy.analyses.steps import StepsOptions, steps
 from tracewhy.findings.where_step_goes import AccountLine, account_lines
 from tracewhy.readers.torch_logs.provenance import read_kernel_provenance
@@ -33,6 +38,11 @@ class AccountReport(Rows, rows="account.parts", key="part"):
     path: str
     account: AccountResult
     lines: list[AccountLine]
+    #: On an inference trace: the steps by class, the account's parts per class
+    #: (``account_classes.PARTS_BY_CLASS_SCHEMA``) and the decode steps' memory bandwidth.
+    classes: StepClasses | None = None
+    parts_by_class: pl.DataFrame | None = None
+    decode: DecodeBandwidth | None = None
 
 
 def account_report(trace: TraceSource, options: AccountReportOptions | None = None,
@@ -48,4 +58,7 @@ def account_report(trace: TraceSource, options: AccountReportOptions | None = No
     found = steps(t, StepsOptions(marker=options.step_marker, warmup=options.warmup))
     r = step_account(t, AccountOptions(marker=options.step_marker, max_steps=options.max_steps,
                                        provenance=provenance), steps_result=found)
-    return AccountReport(path=t.meta.path, account=r, lines=account_lines(r) if r.mean_step_ns > 0 else [])
+    classes = step_classes(t, found)
+    return AccountReport(path=t.meta.path, account=r, lines=account_lines(r) if r.mean_step_ns > 0 else [],
+                         classes=classes, parts_by_class=parts_by_class(r, classes) if classes else None,
+                         decode=decode_bandwidth(t, classes) if classes else None)

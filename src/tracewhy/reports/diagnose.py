@@ -10,10 +10,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import polars as pl
+
 from tracewhy.analyses.account import AccountResult
+from tracewhy.analyses.account_classes import parts_by_class
 from tracewhy.analyses.compile import CompileResult
 from tracewhy.analyses.gaps import GapsOptions, GapsResult
 from tracewhy.analyses.memory import MemoryResult
+from tracewhy.analyses.step_bytes import DecodeBandwidth, decode_bandwidth
+from tracewhy.analyses.step_classes import StepClasses, step_classes
 from tracewhy.analyses.steps import StepsResult
 from tracewhy.analyses.throughput import Throughput, ThroughputOptions, from_step_stats
 from tracewhy.findings import (
@@ -109,6 +114,10 @@ class DiagnoseReport:
     report: Report
     rate: ThroughputOptions | None = None
     throughput: Throughput | None = None
+    #: On an inference trace: the steps by class, the account's parts per class and the decode MBU.
+    classes: StepClasses | None = None
+    parts_by_class: pl.DataFrame | None = None
+    decode: DecodeBandwidth | None = None
 
 
 def diagnose_report(trace: TraceSource, options: DiagnoseReportOptions | None = None,
@@ -122,10 +131,14 @@ def diagnose_report(trace: TraceSource, options: DiagnoseReportOptions | None = 
         logs = read_compile_logs(options.torch_logs)
         if logs.warnings:
             loader.warn(options.torch_logs, logs.warnings)
-    report = diagnose(loader.trace(trace), DiagnoseOptions(step_marker=options.step_marker, warmup=options.warmup,
-                                                           min_gap_ns=options.min_gap_ns, torch_logs=logs))
+    t = loader.trace(trace)
+    report = diagnose(t, DiagnoseOptions(step_marker=options.step_marker, warmup=options.warmup,
+                                         min_gap_ns=options.min_gap_ns, torch_logs=logs))
     rate = options.rate
-    return DiagnoseReport(report, rate, from_step_stats(report.steps.stats, rate) if rate is not None else None)
+    classes = step_classes(t, report.steps, rate) if t.slices.height else None
+    return DiagnoseReport(report, rate, from_step_stats(report.steps.stats, rate) if rate is not None else None,
+                          classes, parts_by_class(report.account, classes) if classes and report.account else None,
+                          decode_bandwidth(t, classes) if classes else None)
 
 
 def diagnose_several(sources: Sequence[TraceSource], options: DiagnoseReportOptions | None = None,

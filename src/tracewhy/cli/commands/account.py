@@ -4,7 +4,7 @@ import argparse
 from pathlib import Path
 
 from tracewhy.cli.base import Command, add_output_options, emit, loader, positive_int
-from tracewhy.renderers.account import AccountPayload, account_payload, render_account
+from tracewhy.renderers.account import AccountInferencePayload, account_payload, render_account
 from tracewhy.reports.account import AccountReportOptions, account_report
 
 
@@ -15,7 +15,7 @@ class AccountCommand(Command):
     behind it."""
 
     name = "account"
-    json_payloads = (AccountPayload,)
+    json_payloads = (AccountInferencePayload,)
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         add_output_options(parser)

@@ -4,7 +4,7 @@ import argparse
 import sys
 
 from tracewhy.cli.base import Command, emit, flush_warnings, loader, positive_int
-from tracewhy.cli.throughput import add_throughput_options
+from tracewhy.cli.throughput import add_throughput_options, items_and_unit
 from tracewhy.renderers.check import (
     CheckPayload,
     CheckSeveralPayload,
@@ -62,10 +62,11 @@ class CheckCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         limits = {k.removeprefix("limit:"): v for k, v in vars(args).items()
                   if k.startswith("limit:") and v is not None}
+        items_per_step, unit = items_and_unit(args)
         options = CheckReportOptions(
             limits=limits, config=args.config, baseline=args.baseline, step_marker=args.step, warmup=args.warmup,
             allow_unmeasured=args.allow_unmeasured, allow_partial=args.allow_partial,
-            items_per_step=args.items_per_step, unit=args.unit)
+            items_per_step=items_per_step, unit=unit)
         if is_several(args.trace):
             several = check_several(args.trace, options, loader())
             payload, lines, passed = check_several_payload(several), check_several_lines(several), \
