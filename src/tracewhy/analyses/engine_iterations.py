@@ -8,11 +8,11 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tracewhy.analyses.host_activity import build_host_index
 from tracewhy.analyses.loop_iterations import IterationSource, LoopIterations
 from tracewhy.analyses.nvtx import PROFILER_STEP_PREFIX
+from tracewhy.analyses.step_marker import top_level_annotations
 from tracewhy.analyses.step_verdicts import StepOps, annotation_verdict, shape_verdict
-from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, Kind
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col
 from tracewhy.model.trace import KINETO_FORMAT, Trace
 
 
@@ -23,19 +23,11 @@ def engine_iterations(trace: Trace) -> LoopIterations | None:
     marker needs). None when there is no such annotation."""
     if trace.meta.format != KINETO_FORMAT:
         return None
-    host = build_host_index(trace)
-    rows = np.flatnonzero(host.is_kind(Kind.ANNOTATION))
-    if rows.size == 0:
+    found_tops = top_level_annotations(trace)
+    if found_tops is None:
         return None
-    top = host.top_level(rows)
-    s = trace.slices
-    ids = host.ids[top]
-    tops = pl.DataFrame({
-        Col.ID: ids, Col.NAME: s.get_column(Col.NAME).gather(ids).cast(pl.String),
-        Col.PID: s.get_column(Col.PID).gather(ids).fill_null(-1),
-        Col.TID: s.get_column(Col.TID).gather(ids).fill_null(-1),
-        Col.TS: host.ts[top], "end": host.end[top],
-    }).filter(~pl.col(Col.NAME).str.starts_with(PROFILER_STEP_PREFIX)).sort(Col.TS)
+    tops = found_tops.with_columns(pl.col(Col.PID, Col.TID).fill_null(-1)).filter(
+        ~pl.col(Col.NAME).str.starts_with(PROFILER_STEP_PREFIX)).sort(Col.TS)
     launched = _launch_times(trace)
     found = StepOps(trace)
     keep = []

@@ -30,18 +30,10 @@ def annotation_step_marker(trace: Trace) -> StepMarker | None:
     names = trace.slices.get_column(Col.NAME).cast(pl.String)
     if names.str.starts_with(PROFILER_STEP_PREFIX).any():
         return None
-    host = build_host_index(trace)
-    rows = np.flatnonzero(host.is_kind(Kind.ANNOTATION))
-    if rows.size == 0:
+    tops = top_level_annotations(trace)
+    if tops is None:
         return None
-    top = host.top_level(rows)
-    s = trace.slices
-    blocks = pl.DataFrame({
-        Col.NAME: names.gather(host.ids[top]),
-        Col.PID: s.get_column(Col.PID).gather(host.ids[top]),
-        Col.TID: s.get_column(Col.TID).gather(host.ids[top]),
-        Col.TS: host.ts[top], "end": host.end[top],
-    }).filter(~pl.col(Col.NAME).map_elements(_torch_block, return_dtype=pl.Boolean))
+    blocks = tops.drop(Col.ID).filter(~pl.col(Col.NAME).map_elements(_torch_block, return_dtype=pl.Boolean))
     per_thread = blocks.group_by(Col.NAME, Col.PID, Col.TID).agg(
         pl.len().alias("n"), (pl.col("end") - pl.col(Col.TS)).sum().alias("t"),
         (pl.col("end").max() - pl.col(Col.TS).min()).alias("span"),
@@ -54,6 +46,23 @@ def annotation_step_marker(trace: Trace) -> StepMarker | None:
     note = (f"no ProfilerStep# markers: steps are the top-level block {best[Col.NAME]!r}, repeated {best['n']} "
             f"times on one thread with its spans tiling the run{runner}; choose another with --step NAME")
     return StepMarker(name=str(best[Col.NAME]), repeats=int(best["n"]), note=note)
+
+
+def top_level_annotations(trace: Trace) -> pl.DataFrame | None:
+    """The annotations with no annotation or op above them (Python frames aside): their slice id,
+    name, process, thread, start and ``end``; None without annotations."""
+    host = build_host_index(trace)
+    rows = np.flatnonzero(host.is_kind(Kind.ANNOTATION))
+    if rows.size == 0:
+        return None
+    top = host.top_level(rows)
+    s = trace.slices
+    ids = host.ids[top]
+    return pl.DataFrame({
+        Col.ID: ids, Col.NAME: s.get_column(Col.NAME).gather(ids).cast(pl.String),
+        Col.PID: s.get_column(Col.PID).gather(ids), Col.TID: s.get_column(Col.TID).gather(ids),
+        Col.TS: host.ts[top], "end": host.end[top],
+    })
 
 
 def _torch_block(name: str | None) -> bool:
