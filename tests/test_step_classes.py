@@ -198,6 +198,19 @@ def test_b200_vllm_eager_iteration_is_a_prefill() -> None:
     assert bandwidth is None
 
 
+@pytest.mark.parametrize("relative", ["tracelens/h100_bert-small_bs1_seq512.json.gz",
+                                      "tracelens/mi300x_falconsai-vit_bs4_224.json.gz"])
+def test_a_forward_pass_over_whole_sequences_is_no_prefill(relative: str) -> None:
+    """An encoder's (BERT fill-mask) or a ViT's attention reads no KV cache: every call's key is
+    as long as its query. Shapes then class nothing, and the trace has no inference steps."""
+    path = shared_trace(relative)
+    calls = [e["args"]["Input Dims"] for e in _events(path)
+             if e.get("cat") == "cpu_op" and e["name"] == "aten::scaled_dot_product_attention"]
+    assert calls and all(d[0][2] == d[1][2] and d[0][2] > 1 for d in calls)
+    trace = tw.load(path)
+    assert step_classes(trace, steps(trace)) is None
+
+
 # --- a generated generate loop: the shapes decide -------------------------------------------
 
 @pytest.fixture(scope="module")

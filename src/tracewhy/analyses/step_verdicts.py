@@ -1,6 +1,7 @@
 """What an inference step did, and the evidence that says so: the attention ops' recorded
-shapes (a query of one token per sequence is a decode) or the engine's own per-iteration
-annotation (vLLM's ``execute_..._context_N(...)_generation_M(...)``, SGLang's ``step[DECODE bs=N]``)."""
+shapes (a query of one token per sequence is a decode; only in a trace that reads a KV cache) or
+the engine's own per-iteration annotation (vLLM's ``execute_..._context_N(...)_generation_M(...)``,
+SGLang's ``step[DECODE bs=N]``)."""
 
 from __future__ import annotations
 
@@ -89,8 +90,10 @@ def shape_verdict(queries: list[tuple[int, int]]) -> Verdict | None:
 
 
 class StepOps:
-    """The attention ops with recorded shapes and the engine annotations, by process, to look up
-    by step window."""
+    """The attention calls with recorded shapes and the engine annotations, by process, to look up
+    by step window. Shapes class steps only in a trace whose attention reads a KV cache somewhere
+    (a key longer than its query): a forward pass over whole sequences alone (an encoder, a ViT,
+    a training step's forward) is no prefill."""
 
     def __init__(self, trace: Trace) -> None:
         names = trace.kind_columns((Kind.CPU_OP,), pl.col(Col.NAME).cast(pl.String)).get_column(Col.NAME).unique()
@@ -98,31 +101,37 @@ class StepOps:
         ops = (trace.slices_where(pl.col(Col.KIND).eq(Kind.CPU_OP.value) & pl.col(Col.NAME).is_in(attention),
                                   Col.ID, pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, Col.PID, Col.TID)
                .join(trace.op_attrs.select(Col.ID, OpAttrCol.INPUT_DIMS, OpAttrCol.INPUT_TYPES), on=Col.ID, how="left")
-               .sort(Col.TS))
-        self.attention = ops
+               .sort(Col.TID, Col.TS))
+        rows = []
+        open_end: dict[int, int] = {}
+        for name, ts, dur, pid, tid, dims, types in ops.select(
+                Col.NAME, Col.TS, Col.DUR, Col.PID, Col.TID, OpAttrCol.INPUT_DIMS, OpAttrCol.INPUT_TYPES).iter_rows():
+            # A call inside another (SDPA and the kernel-specific op it dispatches to) is the same call.
+            if ts < open_end.get(tid, ts):
+                continue
+            open_end[tid] = ts + dur
+            x = OpInputs.parse(dims, types)
+            q, k = (x.tensor(0), x.tensor(1)) if x else (None, None)
+            if q is None or k is None or len(q[0]) != 4 or len(k[0]) != 4:
+                continue
+            # (batch, seqlen, heads, dim) or (batch, heads, seqlen, dim)
+            seq = 1 if base_name(name) in FLASH_BNHD else 2
+            rows.append((pid, ts, q[0][0], q[0][seq], k[0][seq]))
+        self.attention = pl.DataFrame(rows, schema={Col.PID: pl.Int64, Col.TS: pl.Int64, "batch": pl.Int64,
+                                                    "query": pl.Int64, "key": pl.Int64}, orient="row").sort(Col.TS)
+        self.reads_cache = bool((self.attention.get_column("key") > self.attention.get_column("query")).any())
         notes = trace.slices_where(pl.col(Col.KIND).eq(Kind.ANNOTATION.value),
                                    pl.col(Col.NAME).cast(pl.String), Col.TS, Col.PID)
         engine = [n for n in notes.get_column(Col.NAME).unique().to_list() if n and annotation_verdict(n) is not None]
         self.annotations = notes.filter(pl.col(Col.NAME).is_in(engine)).sort(Col.TS)
 
     def queries(self, pid: int, lo: int, hi: int) -> list[tuple[int, int]]:
-        """(sequences, query length) of each attention call in the window; a call inside another
-        (SDPA and the kernel-specific op it dispatches to) is the same call."""
-        out = []
+        """(sequences, query length) of each attention call in the window; none when the trace's
+        attention never reads a KV cache."""
+        if not self.reads_cache:
+            return []
         mine = self.attention.filter((pl.col(Col.PID) == pid) & (pl.col(Col.TS) >= lo) & (pl.col(Col.TS) < hi))
-        open_end: dict[int, int] = {}
-        for name, ts, dur, tid, dims, types in mine.select(
-                Col.NAME, Col.TS, Col.DUR, Col.TID, OpAttrCol.INPUT_DIMS, OpAttrCol.INPUT_TYPES).iter_rows():
-            if ts < open_end.get(tid, ts):
-                continue
-            open_end[tid] = ts + dur
-            x = OpInputs.parse(dims, types)
-            q = x.tensor(0) if x else None
-            if q is None or len(q[0]) != 4:
-                continue
-            batch, length = (q[0][0], q[0][1]) if base_name(name) in FLASH_BNHD else (q[0][0], q[0][2])
-            out.append((batch, length))
-        return out
+        return [(int(b), int(q)) for b, q in mine.select("batch", "query").iter_rows()]
 
     def annotation(self, pid: int, lo: int, hi: int) -> Verdict | None:
         """The first engine annotation that opens in the window (the outer one of SGLang's two)."""
