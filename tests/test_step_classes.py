@@ -308,3 +308,18 @@ def test_account_and_diagnose_split_the_step_by_class(capsys: pytest.CaptureFixt
     doc = json.loads(capsys.readouterr().out)
     assert [c["step_class"] for c in doc["inference"]["classes"]] == [StepClass.MIXED]
     assert {r["step_class"] for r in doc["parts_by_class"]} == {StepClass.MIXED}
+
+
+def test_a_generate_loops_first_step_is_its_prefill_not_a_cold_start(capsys: pytest.CaptureFixture[str]) -> None:
+    """ProfilerStep#0 is left out of the steady figures (they are the decode steps'), for being the
+    prefill: its attention queries are the 32-token prompt (raw JSON), not for being the run's
+    first iteration."""
+    events = _events(GENERATE)
+    first, second = _profiler_steps(events)[:2]
+    sdpa = [e["args"]["Input Dims"][0][2] for e in events if e["name"] == "aten::scaled_dot_product_attention"
+            and first["ts"] <= e["ts"] < second["ts"]]
+    assert sdpa and set(sdpa) == {32}
+    assert main(["steps", str(GENERATE), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["warmup"] == 1 and "prefill" in doc["warmup_reason"]
+    assert doc["stats"]["count"] == 6

@@ -10,7 +10,7 @@ from typing import Final
 import numpy as np
 import polars as pl
 
-from tracewhy.analyses.step_verdicts import ORDER, StepOps, shape_verdict
+from tracewhy.analyses.step_verdicts import ORDER, StepClass, StepOps, shape_verdict
 from tracewhy.analyses.steps import StepCol, StepsResult, WindowCol, step_windows
 from tracewhy.analyses.throughput import TOKENS, ThroughputOptions
 from tracewhy.model.trace import Trace
@@ -100,3 +100,18 @@ def _summary(table: pl.DataFrame, cls: str, span: int) -> ClassSummary:
     return ClassSummary(cls, mine.height, round(float(np.median(windows))), total,
                         total / span if span else 0.0, int(mine.get_column(ClassCol.GPU_BUSY).sum()), tokens,
                         tokens * 1e9 / total if tokens is not None and total > 0 else None)
+
+
+def prefill_warmup_reason(steps_result: StepsResult, classes: StepClasses) -> str | None:
+    """What the leading steps left out as warm-up are when they are exactly the prefill steps and
+    every steady step decodes (a generate loop's first step is its prompt, not a cold start); None
+    otherwise."""
+    n = steps_result.warmup
+    t = classes.steps
+    if n == 0 or t.height != steps_result.table.height:
+        return None
+    kinds = t.get_column(ClassCol.CLASS).to_list()
+    if set(kinds[:n]) != {StepClass.PREFILL} or set(kinds[n:]) != {StepClass.DECODE}:
+        return None
+    return (f"the first {n} step(s) are the prefill (attention over the prompt) and the rest decode: the "
+            "steady figures are the decode steps'")

@@ -4,11 +4,11 @@ statistics; with ``--items-per-step``, the throughput at the steady step times."
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from tracewhy.analyses.step_bytes import DecodeBandwidth, decode_bandwidth
-from tracewhy.analyses.step_classes import StepClasses, step_classes
+from tracewhy.analyses.step_classes import StepClasses, prefill_warmup_reason, step_classes
 from tracewhy.analyses.steps import StepsOptions, StepsResult, steps
 from tracewhy.analyses.throughput import Throughput, ThroughputOptions, from_step_stats
 from tracewhy.reports.inputs import PLAIN, Loader, TraceSource
@@ -43,6 +43,9 @@ def steps_report(trace: TraceSource, options: StepsReportOptions | None = None, 
     r = steps(t, StepsOptions(marker=options.step_marker, warmup=options.warmup))
     rate = options.rate
     classes = step_classes(t, r, rate)
+    prefill = prefill_warmup_reason(r, classes) if classes is not None else None
+    if prefill is not None:
+        r = replace(r, warmup_reason=prefill)
     return StepsReport(r, rate, from_step_stats(r.stats, rate) if rate is not None else None, classes,
                        decode_bandwidth(t, classes) if classes is not None else None)
 
