@@ -23,6 +23,7 @@ import memory_step_traces
 import memory_traces
 import optimizer_traces
 import provenance_traces
+import torch_trace_logs
 
 
 @dataclass(frozen=True)
@@ -249,6 +250,10 @@ SPECS: tuple[TraceSpec, ...] = (
     TraceSpec("provenance", (provenance_traces.TRACE_FILE,), provenance_traces.make, "provenance_traces.make",
               provenance_traces.OPTIONS, _sched(provenance_traces.SCHEDULE), provenance_traces.PLANTED,
               timeout_s=900.0),
+    *(TraceSpec(c.key, c.traces, functools.partial(torch_trace_logs.make, c), "torch_trace_logs.make",
+                "defaults (no record_shapes, no stacks); TORCH_TRACE and TORCH_LOGS set, inductor caches on in a "
+                "fresh cache dir", _sched(c.schedule), c.planted, timeout_s=900.0)
+      for c in torch_trace_logs.CASES),
 )
 
 DEMO = TraceSpec(
