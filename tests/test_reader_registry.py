@@ -44,6 +44,7 @@ def _samples(tmp_path: Path) -> dict[str, Path]:
         "memory-timeline": GENERATED / "memory_timeline" / "cpu_adam_memory_timeline.raw.json.gz",
         "memory-snapshot": snapshot,
         "instrument-log": GENERATED / "pipeline" / "d1" / "tracewhy-instrument.rank0.jsonl",
+        "torch-trace": GENERATED / "cpu_ttrace_break_item.torch_trace" / "dedicated_log_torch_trace_run.log.gz",
     }
 
 
@@ -87,6 +88,8 @@ def test_the_hint_names_the_file_and_the_command_that_reads_it(tmp_path: Path) -
         f"an Nsight Compute report (kernel metrics), not a timeline trace: run tracewhy roofline {samples['ncu']}")
     assert other_tool_hint(samples["memory-snapshot"]) == (
         f"a CUDA memory snapshot (pickle), not a profiler trace: run tracewhy memory {samples['memory-snapshot']}")
+    assert other_tool_hint(samples["torch-trace"]) == (
+        f"a TORCH_TRACE compile log, not a profiler trace: run tracewhy compile TRACE --logs {samples['torch-trace']}")
     assert other_tool_hint(samples[KINETO_FORMAT]) is None  # a trace: nothing to redirect
     assert other_tool_hint(samples["instrument-log"].parent) is None  # only files are hinted
 

@@ -78,6 +78,7 @@ class Code(str, Enum):
     COMPILE_NO_EFFECT = "compile-no-effect"
     RECOMPILE_LIMIT = "recompile-limit"
     MANY_SMALL_REGIONS = "many-small-regions"
+    COMPILE_RANKS_DIFFER = "compile-ranks-differ"
     # Many ranks (tracewhy ranks).
     RANK_STRAGGLER = "rank-straggler"
     RANK_IMBALANCE = "rank-imbalance"
@@ -205,6 +206,8 @@ _MEANING: Final[dict[Code, str]] = {
                           "recompile limit): it runs eagerly from that step on.",
     Code.MANY_SMALL_REGIONS: "Many short compiled regions per step: the model is cut into small graphs (breaks or "
                              "recompiles).",
+    Code.COMPILE_RANKS_DIFFER: "The TORCH_TRACE logs of several ranks show ranks that compile other graphs, break "
+                               "elsewhere or recompile more than the others.",
     Code.RANK_STRAGGLER: "The rank the others wait for at matched collectives, and what it did meanwhile.",
     Code.RANK_IMBALANCE: "GPU compute per step differs across ranks: every collective waits for the slowest.",
     Code.RANK_COLLECTIVE_MISMATCH: "The ranks did not issue the same collectives: a hang or corruption risk.",

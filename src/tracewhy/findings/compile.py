@@ -13,6 +13,7 @@ from tracewhy.analyses.compile_fallback import FallbackCol
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.codes import Code
 from tracewhy.findings.compile_fallback import fallback_findings
+from tracewhy.findings.compile_ranks import rank_divergence_findings
 from tracewhy.findings.compile_recompiles import every_step_frames, recompile_finding, resume_frames
 from tracewhy.findings.consolidate import severity_for_share
 from tracewhy.findings.context import Context
@@ -41,10 +42,11 @@ def findings(ctx: Context) -> list[Finding]:
 def compile_findings(r: CompileResult, step_p50_ns: float | None, logs: TorchLogs | None = None) -> list[Finding]:
     """Judge a CompileResult; ``step_p50_ns`` (the steady median step) sizes the shares."""
     if not r.has_compile:
-        return []
+        return rank_divergence_findings(logs)
     gave_up = {int(f) for f in r.fallbacks.get_column(FallbackCol.FRAME).to_list()}
     return [*fallback_findings(r, logs), *_graph_breaks(r, step_p50_ns, logs),
-            *recompile_finding(r, step_p50_ns, logs, gave_up), *_cold_start(r), *_many_small_regions(r, step_p50_ns)]
+            *recompile_finding(r, step_p50_ns, logs, gave_up), *_cold_start(r), *_many_small_regions(r, step_p50_ns),
+            *rank_divergence_findings(logs)]
 
 
 def _break_lines(r: CompileResult, logs: TorchLogs | None) -> list[str]:

@@ -35,7 +35,7 @@ class InputKind(Enum):
     KERNEL_METRICS = "kernel metrics"  # an NcuReport (model/ncu.py)
     MEMORY_SNAPSHOT = "a memory snapshot"  # a MemorySnapshot (model/memory_snapshot.py)
     MEMORY_TIMELINE = "a memory timeline"  # a MemoryTimeline (model/memory_timeline.py)
-    COMPILE_LOGS = "compile logs"  # TorchLogs (model/torch_logs.py)
+    COMPILE_LOGS = "compile logs"  # TorchLogs (model/torch_logs.py): TORCH_LOGS or TORCH_TRACE
     STAGE_LOGS = "stage logs"  # an InstrumentLog (model/instrument.py)
 
 
@@ -121,6 +121,13 @@ FORMATS: Final = (
     InputFormat(
         "torch-logs", InputKind.COMPILE_LOGS, 'a TORCH_LOGS="graph_breaks,recompiles" capture',
         sniff=None, read="tracewhy.readers.torch_logs.reader:read_torch_logs",
+    ),
+    # Second, so that a file no sniff takes is still read (and refused) as a TORCH_LOGS capture.
+    InputFormat(
+        "torch-trace", InputKind.COMPILE_LOGS, "a TORCH_TRACE directory (structured compile logs)",
+        sniff="tracewhy.readers.torch_trace.sniff:is_torch_trace",
+        read="tracewhy.readers.torch_trace.reader:read_torch_trace",
+        hint="a TORCH_TRACE compile log, not a profiler trace: run tracewhy compile TRACE --logs {path}",
     ),
 )
 

@@ -20,7 +20,16 @@ from tracewhy.analyses.compile import (
 from tracewhy.analyses.compile_fallback import FALLBACKS_SCHEMA, FallbackCol
 from tracewhy.analyses.torch_logs import JOIN_SCHEMA, JoinCol, join_regions
 from tracewhy.findings.model import Finding
-from tracewhy.model.torch_logs import BREAK_SCHEMA, FALLBACK_SCHEMA, RECOMPILE_SCHEMA, TorchLogs
+from tracewhy.model.torch_logs import (
+    BREAK_SCHEMA,
+    COMPILE_SCHEMA,
+    FALLBACK_SCHEMA,
+    RANK_SCHEMA,
+    RECOMPILE_SCHEMA,
+    LogCompileCol,
+    LogRankCol,
+    TorchLogs,
+)
 from tracewhy.renderers.layout import FitTable, Layout, label, name, number, step, text
 from tracewhy.units import fmt_ns, fmt_pct, printable
 
@@ -65,8 +74,9 @@ class CompilePayload(CompileSummary):
 
 
 class CompileLogsPayload(_CompileTotals):
-    """``compile --logs FILE``: the same, the regions joined to the TORCH_LOGS capture, and its
-    breaks and recompiles."""
+    """``compile --logs FILE|DIR``: the same, the regions joined to the TORCH_LOGS capture or
+    TORCH_TRACE directory, and its breaks and recompiles; from TORCH_TRACE also every compile
+    and every rank."""
 
     regions: Annotated[pl.DataFrame, rows({**REGIONS_SCHEMA, **JOIN_SCHEMA},
                                           "one row per compiled region, with its logged break and guard")]
@@ -75,6 +85,10 @@ class CompileLogsPayload(_CompileTotals):
     logged_recompiles: Annotated[pl.DataFrame, rows(RECOMPILE_SCHEMA, "one row per logged recompile")]
     logged_fallbacks: Annotated[pl.DataFrame, rows(FALLBACK_SCHEMA, "one row per logged frame skip or recompile "
                                                    "limit")]
+    logged_compiles: Annotated[pl.DataFrame, rows(COMPILE_SCHEMA, "TORCH_TRACE: one row per compile id per rank, "
+                                                  "with its phases' times and cache results (empty from TORCH_LOGS)")]
+    logged_ranks: Annotated[pl.DataFrame, rows(RANK_SCHEMA, "TORCH_TRACE: one row per rank log, with how its "
+                                               "compiles differ from most ranks' (empty from TORCH_LOGS)")]
 
 
 def compile_summary(r: CompileResult) -> CompileSummary:
@@ -102,11 +116,14 @@ def compile_payload(r: CompileResult, logs: TorchLogs | None,
                     findings: list[Finding]) -> CompilePayload | CompileLogsPayload:
     """JSON: ``steps[]`` (per step: regions, graph_breaks, recompiles, compile_ns,
     eager_ns_between_regions, ...), the totals, ``regions[]`` by compile id, ``recompiles[]``,
-    ``break_locations[]`` and, with ``--logs``, ``logged_breaks[]`` and ``logged_recompiles[]``."""
+    ``break_locations[]`` and, with ``--logs``, ``logged_breaks[]``, ``logged_recompiles[]`` and
+    (from a TORCH_TRACE directory) ``logged_compiles[]`` and ``logged_ranks[]``."""
     if logs is None:
         return {**compile_summary(r), "findings": findings}
     return {**compile_summary(r), "regions": join_regions(r.regions, logs), "findings": findings,
-            "logged_breaks": logs.breaks, "logged_recompiles": logs.recompiles, "logged_fallbacks": logs.fallbacks}
+            "logged_breaks": logs.breaks, "logged_recompiles": logs.recompiles, "logged_fallbacks": logs.fallbacks,
+            "logged_compiles": logs.compiles if logs.compiles is not None else COMPILE_SCHEMA.to_frame(),
+            "logged_ranks": logs.ranks if logs.ranks is not None else RANK_SCHEMA.to_frame()}
 
 
 def render_compile(r: CompileResult, logs: TorchLogs | None, findings: list[Finding], top: int) -> RenderableType:
@@ -142,6 +159,10 @@ def render_compile(r: CompileResult, logs: TorchLogs | None, findings: list[Find
             t.add_row(row[BreakCol.LOCATION], row[BreakCol.FUNCTION],
                       str(row[BreakCol.CALLS]), str(row[BreakCol.STEPS]))
         parts.append(t)
+    if logs is not None and logs.compiles is not None and logs.compiles.height:
+        parts.append(_logged_compiles_table(logs.compiles, top))
+    if logs is not None and logs.ranks is not None and logs.ranks.height > 1:
+        parts.append(_ranks_table(logs.ranks))
     parts += [Text(f"[{f.code}] {printable(f.statement)} {printable(f.next_step)}") for f in findings]
     return Group(*parts)
 
@@ -165,6 +186,45 @@ RECOMPILES_TABLE: Final = Layout((label("region"), step(), label("steady"), numb
 BREAKS_TABLE: Final = Layout((name("location"), name("function"), number("calls"), number("steps")))
 FALLBACKS_TABLE: Final = Layout((label("compile"), step(), number("compiled before"), name("call site"),
                                  number("eager steps"), number("eager per step")))
+
+
+#: TORCH_TRACE compiles: the id, the total and cache results stay; the phases leave first.
+LOGGED_COMPILES_TABLE: Final = Layout(
+    (label("rank"), label("compile"), name("frame"), number("graphs"), number("breaks"), number("compile"),
+     number("dynamo"), number("aot autograd"), number("inductor"), number("backward"), label("fx cache"),
+     text("recompiled: guard")),
+    drop=("dynamo", "aot autograd", "backward", "breaks", "graphs", "frame"))
+RANKS_TABLE: Final = Layout((label("rank"), number("compiles"), number("graphs"), number("breaks"),
+                             number("recompiles"), number("compile"), text("differs from most ranks")))
+
+
+def _ns_cell(value: int | None) -> str:
+    return "-" if value is None else fmt_ns(value)
+
+
+def _logged_compiles_table(compiles: pl.DataFrame, top: int) -> FitTable:
+    t = LOGGED_COMPILES_TABLE.table("compiles in the TORCH_TRACE logs (compile id F/C; time by phase)")
+    for row in compiles.head(top).iter_rows(named=True):
+        rank = row[LogCompileCol.RANK]
+        t.add_row("-" if rank is None else str(rank), row[LogCompileCol.COMPILE_ID],
+                  printable(f"{row[LogCompileCol.FUNCTION] or '?'} {row[LogCompileCol.LOCATION] or ''}".strip()),
+                  str(row[LogCompileCol.GRAPHS]), str(row[LogCompileCol.GRAPH_BREAKS]),
+                  *(_ns_cell(row[c]) for c in (LogCompileCol.COMPILE_NS, LogCompileCol.DYNAMO_NS,
+                                               LogCompileCol.AOT_AUTOGRAD_NS, LogCompileCol.INDUCTOR_NS,
+                                               LogCompileCol.BACKWARD_NS)),
+                  printable(row[LogCompileCol.FX_GRAPH_CACHE] or "-"),
+                  printable(row[LogCompileCol.RECOMPILE_GUARD] or "-"))
+    return t
+
+
+def _ranks_table(ranks: pl.DataFrame) -> FitTable:
+    t = RANKS_TABLE.table("ranks (TORCH_TRACE): what each compiled")
+    for row in ranks.iter_rows(named=True):
+        rank = row[LogRankCol.RANK]
+        t.add_row("-" if rank is None else str(rank), str(row[LogRankCol.COMPILES]), str(row[LogRankCol.GRAPHS]),
+                  str(row[LogRankCol.GRAPH_BREAKS]), str(row[LogRankCol.RECOMPILES]),
+                  _ns_cell(row[LogRankCol.COMPILE_NS]), printable(row[LogRankCol.DIFFERS] or "-"))
+    return t
 
 
 def _steps_table(r: CompileResult, top: int) -> FitTable:

@@ -11,15 +11,17 @@ from tracewhy.reports.compile import CompileReportOptions, compile_report
 class CompileCommand(Command):
     """torch.compile: compiled regions, graph breaks, recompiles and compile time per step, the
     cold start, and (with --logs) each break's reason and each recompile's failed guard from a
-    TORCH_LOGS="graph_breaks,recompiles" capture."""
+    TORCH_LOGS="graph_breaks,recompiles" capture or a TORCH_TRACE directory (which adds every
+    compile's time by phase and cache results, and the ranks whose compiles differ)."""
 
     name = "compile"
     json_payloads = (CompilePayload, CompileLogsPayload)
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         add_output_options(parser, top=50)
-        parser.add_argument("--logs", type=Path, metavar="FILE",
-                            help='stderr of the run with TORCH_LOGS="graph_breaks,recompiles" (plain or .gz)')
+        parser.add_argument("--logs", type=Path, metavar="FILE|DIR",
+                            help='stderr of the run with TORCH_LOGS="graph_breaks,recompiles" (plain or .gz), '
+                                 "or the directory TORCH_TRACE named (one log per rank)")
         parser.add_argument("--step", metavar="NAME", help="annotation that marks a step (default ProfilerStep)")
         parser.add_argument("--warmup", type=positive_int, default=None, metavar="N",
                             help="steps to exclude as warm-up (default: a first step #0 or outlier)")

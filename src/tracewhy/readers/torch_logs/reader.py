@@ -111,7 +111,8 @@ def _not_readable(path: Path) -> str | None:
     finally:
         os.close(fd)
     if stat.S_ISDIR(info.st_mode):
-        raise TraceError(path, "is a directory, expected a TORCH_LOGS capture")
+        raise TraceError(path, "is a directory with no TORCH_TRACE logs (dedicated_log_torch_trace_*.log) in "
+                               "it; expected a TORCH_LOGS capture file or a TORCH_TRACE directory")
     if not stat.S_ISREG(info.st_mode):
         return "not a regular file (a pipe, socket or device)"
     if info.st_size == 0:
