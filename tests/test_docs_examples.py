@@ -117,6 +117,8 @@ EXAMPLES = (
             exit_code=1),
     Example("compile", ("compile", f"{GEN}/cpu_compile_break_loop.pt.trace.json.gz",
                         "--logs", f"{GEN}/cpu_compile_break_loop.torch_logs.txt")),
+    Example("compile-ttrace", ("compile", f"{GEN}/cpu_ttrace_ranks_rank1.pt.trace.json.gz",
+                               "--logs", f"{GEN}/cpu_ttrace_ranks.torch_trace", "--top", "4")),
     Example("compile-check", ("check", f"{GEN}/cpu_compile_break_loop.pt.trace.json.gz", "--max-graph-breaks", "0",
                               "--max-recompiles", "0"), exit_code=1),
     Example("critical-path", ("critical-path", A100_DDP, "--top", "8")),

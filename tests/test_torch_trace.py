@@ -165,3 +165,17 @@ def test_compile_says_which_rank_compiles_differently(capsys: pytest.CaptureFixt
     single = RANKS / "dedicated_log_torch_trace_rank_0.log.gz"
     assert main(["compile", "--no-cache", str(trace), "--logs", str(single), "--json"]) == 0
     assert not [f for f in json.loads(capsys.readouterr().out)["findings"] if f["code"] == "compile-ranks-differ"]
+
+
+def test_a_rank_s_trace_is_joined_to_that_rank_s_breaks(capsys: pytest.CaptureFixture[str]) -> None:
+    """Rank 1's trace with the whole directory: its break (only rank 1 breaks) names the regions,
+    not the lowest rank's (none)."""
+    source = (ROOT / "scripts/gen_traces/torch_trace_logs.py").read_text(encoding="utf-8").splitlines()
+    line = next(i for i, text in enumerate(source, 1) if text.strip().startswith("torch._dynamo.graph_break()"))
+    trace = GENERATED / "cpu_ttrace_ranks_rank1.pt.trace.json.gz"
+    assert main(["compile", "--no-cache", str(trace), "--logs", str(RANKS), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [b["location"] for b in doc["logged_breaks"]] == [f"scripts/gen_traces/torch_trace_logs.py:{line}"]
+    assert {r["region"]: r["break_location"] for r in doc["regions"]}["0/0"].endswith(f":{line}")
+    graph_breaks = [f for f in doc["findings"] if f["code"] == "graph-breaks"]
+    assert len(graph_breaks) == 1 and f"torch_trace_logs.py:{line}" in graph_breaks[0]["statement"]

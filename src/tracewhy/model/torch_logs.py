@@ -6,7 +6,8 @@ per rank (what it compiled, and how that differs from the other ranks)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 from typing import Final
 
 import polars as pl
@@ -98,7 +99,8 @@ class LogRankCol:
 class TorchLogs:
     """Breaks, recompiles and frames given up on, read from a log, and warnings about lines not
     understood. From a TORCH_TRACE directory of several ranks, the breaks, recompiles and
-    fallbacks are those of ``rank`` (the lowest); ``compiles`` and ``ranks`` hold every rank's."""
+    fallbacks are those of ``rank`` (the lowest; ``for_rank`` picks another); ``compiles`` and
+    ``ranks`` hold every rank's."""
 
     breaks: pl.DataFrame
     recompiles: pl.DataFrame
@@ -108,6 +110,16 @@ class TorchLogs:
     compiles: pl.DataFrame | None = None
     ranks: pl.DataFrame | None = None
     rank: int | None = None
+    #: Each rank's (breaks, recompiles), for ``for_rank``.
+    rank_tables: dict[int, tuple[pl.DataFrame, pl.DataFrame]] = field(default_factory=dict)
+
+    def for_rank(self, rank: int | None) -> TorchLogs:
+        """These logs with the breaks and recompiles of ``rank`` (the rank of the trace they are
+        joined to); unchanged when that rank has no log here."""
+        if rank is None or rank == self.rank or rank not in self.rank_tables:
+            return self
+        breaks, recompiles = self.rank_tables[rank]
+        return dataclasses.replace(self, breaks=breaks, recompiles=recompiles, rank=rank)
 
 
 BREAK_SCHEMA: Final = pl.Schema({c: pl.String() for c in (

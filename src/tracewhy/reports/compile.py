@@ -36,7 +36,8 @@ class CompileReport(Rows, rows="result.per_step"):
 
 def compile_report(trace: TraceSource, options: CompileReportOptions | None = None,
                    loader: Loader = PLAIN) -> CompileReport:
-    """The compile report of ``trace``; the TORCH_LOGS capture, when given, is read first."""
+    """The compile report of ``trace``; the TORCH_LOGS capture or TORCH_TRACE directory, when given,
+    is read first."""
     options = options or CompileReportOptions()
     logs = None
     if options.torch_logs is not None:
@@ -44,6 +45,8 @@ def compile_report(trace: TraceSource, options: CompileReportOptions | None = No
         if logs.warnings:
             loader.warn(options.torch_logs, logs.warnings)
     t = loader.trace(trace)
+    if logs is not None:  # a TORCH_TRACE directory of several ranks: the breaks of this trace's rank
+        logs = logs.for_rank(t.meta.rank)
     steps_result = steps(t, StepsOptions(marker=options.step_marker, warmup=options.warmup))
     result = compile_analysis(t, steps_result)
     return CompileReport(result, logs, compile_findings(result,

@@ -132,6 +132,8 @@ def diagnose_report(trace: TraceSource, options: DiagnoseReportOptions | None = 
         if logs.warnings:
             loader.warn(options.torch_logs, logs.warnings)
     t = loader.trace(trace)
+    if logs is not None:  # a TORCH_TRACE directory of several ranks: the breaks of this trace's rank
+        logs = logs.for_rank(t.meta.rank)
     report = diagnose(t, DiagnoseOptions(step_marker=options.step_marker, warmup=options.warmup,
                                          min_gap_ns=options.min_gap_ns, torch_logs=logs))
     rate = options.rate

@@ -104,16 +104,25 @@ def read_torch_trace(path: Path) -> TorchLogs:
     ranks = _rank_rows(logs)
     if not any(r.compiles for r in logs):
         warnings.append("no compile in these logs: TORCH_TRACE was set, but torch.compile compiled nothing")
+    tables = {r.rank: _rank_tables(r) for r in logs if r.rank is not None}
+    breaks, recompiles = _rank_tables(reference)
     return TorchLogs(
-        breaks=pl.DataFrame(reference.breaks or None, schema=BREAK_SCHEMA, orient="row"),
-        recompiles=pl.DataFrame(_recompile_rows(reference) or None, schema=RECOMPILE_SCHEMA, orient="row"),
+        breaks=breaks,
+        recompiles=recompiles,
         fallbacks=pl.DataFrame(None, schema=FALLBACK_SCHEMA),
         warnings=tuple(warnings),
         lines=sum(r.counts.lines for r in logs),
         compiles=pl.DataFrame(compiles or None, schema=COMPILE_SCHEMA, orient="row"),
         ranks=pl.DataFrame(ranks or None, schema=RANK_SCHEMA, orient="row"),
         rank=reference.rank,
+        rank_tables=tables,
     )
+
+
+def _rank_tables(log: _RankLog) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """A rank's breaks and recompiles, as the TORCH_LOGS reader makes them."""
+    return (pl.DataFrame(log.breaks or None, schema=BREAK_SCHEMA, orient="row"),
+            pl.DataFrame(_recompile_rows(log) or None, schema=RECOMPILE_SCHEMA, orient="row"))
 
 
 def is_log_name(name: str) -> bool:
