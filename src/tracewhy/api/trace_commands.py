@@ -66,7 +66,7 @@ def diagnose(trace: Sources, *, step: str | None = None, warmup: int | None = No
              logs: str | Path | None = None, items_per_step: float | None = None, unit: str | None = None,
              top: int | None = None) -> Diagnosis | SeveralReport[Diagnosis]:
     """Ranked findings, each with evidence and the next step (``tracewhy diagnose``); ``logs``:
-    the TORCH_LOGS capture of the run (``--logs``). Several traces (a list, or a directory): a
+    the TORCH_LOGS capture or TORCH_TRACE directory of the run (``--logs``). Several traces (a list, or a directory): a
     ``SeveralReport`` whose rows are the traces, each with its Diagnosis (``.result``), grouped
     as ranks of one job or runs compared, as the command groups them."""
     options = DiagnoseReportOptions(step_marker=step, warmup=warmup, min_gap_ns=min_gap,
@@ -194,7 +194,7 @@ def account(trace: TraceLike, *, step: str | None = None, warmup: int | None = N
 def compile(trace: TraceLike, *, logs: str | Path | None = None, step: str | None = None,
             warmup: int | None = None, top: int | None = None) -> CompileReport:
     """torch.compile's regions, graph breaks, recompiles and compile time per step, and the
-    findings (``tracewhy compile``); ``logs``: the TORCH_LOGS capture (``--logs``)."""
+    findings (``tracewhy compile``); ``logs``: the TORCH_LOGS capture or TORCH_TRACE directory (``--logs``)."""
     options = CompileReportOptions(step_marker=step, warmup=warmup,
                                    torch_logs=Path(logs) if logs is not None else None)
     return handed_out(trace, lambda reads: compile_report(trace, options, reads.loader), top)

@@ -38,9 +38,10 @@ class DiagnoseCommand(Command):
                             help="steps to exclude as warm-up (default: a first step #0 or outlier)")
         parser.add_argument("--min-gap", type=positive_int, default=DiagnoseReportOptions().min_gap_ns, metavar="NS",
                             help="shortest GPU idle gap counted, in ns (default %(default)s)")
-        parser.add_argument("--logs", type=Path, metavar="FILE",
-                            help='stderr of the run with TORCH_LOGS="graph_breaks,recompiles" (plain or .gz): '
-                                 "names each graph break's reason and each recompile's failed guard")
+        parser.add_argument("--logs", type=Path, metavar="FILE|DIR",
+                            help='stderr of the run with TORCH_LOGS="graph_breaks,recompiles" (plain or .gz), or '
+                                 "the directory TORCH_TRACE named: names each graph break's reason and each "
+                                 "recompile's failed guard")
         add_throughput_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
