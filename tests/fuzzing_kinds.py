@@ -1,6 +1,6 @@
 """Fuzzing the inputs that are not profiler traces: memory-snapshot pickles (mutated opcode by
-opcode), memory-timeline exports, instrument logs (directories of ``*.jsonl``) and TORCH_LOGS
-files (given with ``--logs``), each with the commands that read it. Used by scripts/fuzz.py
+opcode), memory-timeline exports, instrument logs (directories of ``*.jsonl``), TORCH_LOGS
+files and TORCH_TRACE directories (given with ``--logs``), each with the commands that read it. Used by scripts/fuzz.py
 beside tests/fuzzing.py (the profiler traces) and by tests/test_fuzz_kinds.py; the mutations
 themselves are in tests/fuzzing_mutators.py.
 
@@ -28,7 +28,9 @@ from fuzzing_run import Outcome, _debug_env, _last_lines, _native_stderr
 
 GENERATED = Path(__file__).resolve().parent / "data" / "generated"
 #: The input kinds of this module, counted separately by the fuzz run.
-KIND_FORMATS = ("snapshot", "timeline", "instrument", "torch-logs")
+KIND_FORMATS = ("snapshot", "timeline", "instrument", "torch-logs", "torch-trace")
+#: The kinds whose input is a directory of files (rank logs).
+DIRECTORY_KINDS = ("instrument", "torch-trace")
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,8 @@ KIND_SEEDS: tuple[KindSeed, ...] = (
     KindSeed("instrument", "pipeline/d1"), KindSeed("instrument", "pipeline/d2"),
     *(KindSeed("torch-logs", f"cpu_compile_{name}.torch_logs.txt", companion=f"cpu_compile_{name}.pt.trace.json.gz")
       for name in ("break_item", "break_loop", "break_top", "nobreak", "recompile")),
+    KindSeed("torch-trace", "cpu_ttrace_break_item.torch_trace", companion="cpu_ttrace_break_item.pt.trace.json.gz"),
+    KindSeed("torch-trace", "cpu_ttrace_ranks.torch_trace", companion="cpu_ttrace_ranks_rank1.pt.trace.json.gz"),
 )
 
 
@@ -96,9 +100,14 @@ def kind_seed_files(seed: KindSeed) -> dict[str, bytes]:
         return {"snapshot.pickle": pickle.dumps(built_snapshot(int(seed.relative[6:])), protocol=4)}
     path = GENERATED / seed.relative
     if path.is_dir():
-        return {p.name: p.read_bytes() for p in sorted(path.iterdir()) if p.is_file()}
+        return {p.name.removesuffix(".gz"): _inflated(p) for p in sorted(path.iterdir()) if p.is_file()}
     raw = path.read_bytes()
     return {path.name.removesuffix(".gz"): gzip.decompress(raw) if path.name.endswith(".gz") else raw}
+
+
+def _inflated(path: Path) -> bytes:
+    raw = path.read_bytes()
+    return gzip.decompress(raw) if path.name.endswith(".gz") else raw
 
 
 def original_path(seed: KindSeed, work: Path) -> Path:
@@ -129,11 +138,17 @@ def mutate_kind(seed: KindSeed, files: dict[str, bytes], rng: random.Random) -> 
             data, done = mutate_json_doc(data, rng, steps)
         else:
             data, done = mutate_lines(data, rng, steps, as_json=seed.kind == "instrument")
+            if seed.kind == "torch-trace" and rng.random() < 0.3:
+                data = gzip.compress(data, compresslevel=1, mtime=0)
+                del out[name]
+                name += ".gz"
+                done.append("gzip")
     if bytes_only or rng.random() < 0.15:
         mutator = rng.choice(BYTE_MUTATORS)
         data, what = mutator(data, rng)
         done.append(f"{mutator.__name__}: {what}")
-    suffix = {"snapshot": ".pickle", "timeline": ".json", "instrument": ".d", "torch-logs": ".log"}[seed.kind]
+    suffix = {"snapshot": ".pickle", "timeline": ".json", "instrument": ".d", "torch-logs": ".log",
+              "torch-trace": ".d"}[seed.kind]
     if seed.kind in ("snapshot", "timeline") and rng.random() < 0.3:
         data, suffix = gzip.compress(data, compresslevel=1, mtime=0), suffix + ".gz"
         done.append("gzip")
@@ -143,7 +158,10 @@ def mutate_kind(seed: KindSeed, files: dict[str, bytes], rng: random.Random) -> 
             out["tracewhy-instrument.rank9.jsonl"] = rng.choice((b"", b"\x00" * 64, b"not json\n"))
             done.append("added a rank log that is not one")
         done.insert(0, f"in {name}")
-    return KindMutant(out, seed.kind == "instrument", suffix, tuple(done))
+    if seed.kind == "torch-trace" and rng.random() < 0.1:
+        out["dedicated_log_torch_trace_rank_9_x.log"] = rng.choice((b"", b"\x00" * 64, b"not a log\n"))
+        done.append("added a rank log that is not one")
+    return KindMutant(out, seed.kind in DIRECTORY_KINDS, suffix, tuple(done))
 
 
 #: Commands per kind ({input}, {original}, {companion} and {out} filled in), with how often picked.
@@ -154,6 +172,8 @@ KIND_COMMANDS: dict[str, tuple[tuple[tuple[str, ...], int], ...]] = {
                    (("pipeline", "{input}", "--vs", "{original}"), 1), (("info", "{input}"), 1)),
     "torch-logs": ((("compile", "{companion}", "--logs", "{input}"), 5),
                    (("diagnose", "{companion}", "--logs", "{input}"), 2)),
+    "torch-trace": ((("compile", "{companion}", "--logs", "{input}"), 5),
+                    (("diagnose", "{companion}", "--logs", "{input}"), 1)),
 }
 
 
@@ -177,13 +197,14 @@ def check_kind_read(path: Path, kind: str, outcome: Outcome) -> None:
     from tracewhy.readers.memory.snapshot import read_memory_snapshot
     from tracewhy.readers.memory.timeline import read_memory_timeline
     from tracewhy.readers.torch_logs.reader import read_torch_logs
+    from tracewhy.readers.torch_trace.reader import read_torch_trace
 
     with _debug_env(), warnings.catch_warnings(record=True) as caught, _native_stderr() as native:
         warnings.simplefilter("always")
         try:
             result: Any = (read_memory_snapshot(path) if kind == "snapshot" else read_memory_timeline(path)
                            if kind == "timeline" else read_instrument_logs([path]) if kind == "instrument"
-                           else read_torch_logs(path))
+                           else read_torch_trace(path) if kind == "torch-trace" else read_torch_logs(path))
             if callable(getattr(result, "check", None)):
                 result.check()
             if any(outcome.is_new(w) for w in getattr(result, "warnings", ()) or ()):
