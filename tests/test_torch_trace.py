@@ -179,3 +179,16 @@ def test_a_rank_s_trace_is_joined_to_that_rank_s_breaks(capsys: pytest.CaptureFi
     assert {r["region"]: r["break_location"] for r in doc["regions"]}["0/0"].endswith(f":{line}")
     graph_breaks = [f for f in doc["findings"] if f["code"] == "graph-breaks"]
     assert len(graph_breaks) == 1 and f"torch_trace_logs.py:{line}" in graph_breaks[0]["statement"]
+
+
+def test_a_log_with_no_rank_beside_rank_logs_is_listed_not_compared(tmp_path: Path) -> None:
+    """A process that never joined the group (a launcher compiling a helper) writes a log without
+    ``rank``: it is not a rank that compiles differently."""
+    for log in RANKS.iterdir():
+        (tmp_path / log.name).write_bytes(log.read_bytes())
+    single = (BREAK_ITEM / "dedicated_log_torch_trace_run.log.gz").read_bytes()
+    (tmp_path / "dedicated_log_torch_trace_launcher.log.gz").write_bytes(single)
+    logs = read_compile_logs(tmp_path)
+    assert logs.ranks is not None
+    assert [(r[LogRankCol.RANK], r[LogRankCol.DIFFERS] is None) for r in logs.ranks.iter_rows(named=True)] == [
+        (None, True), (0, True), (1, False)]

@@ -26,11 +26,12 @@ def rank_divergence_findings(logs: TorchLogs | None) -> list[Finding]:
     differing = [row for row in logs.ranks.iter_rows(named=True) if row[LogRankCol.DIFFERS]]
     if not differing:
         return []
+    ranked = logs.ranks.drop_nulls(LogRankCol.RANK).height or logs.ranks.height
     named = "; ".join(f"rank {row[LogRankCol.RANK]} {row[LogRankCol.DIFFERS]}" for row in differing[:NAMED_RANKS])
     more = f" (and {len(differing) - NAMED_RANKS} more ranks)" if len(differing) > NAMED_RANKS else ""
     return [Finding(
         code=Code.COMPILE_RANKS_DIFFER, severity=Severity.MEDIUM,
-        statement=f"{len(differing)} of {logs.ranks.height} ranks compile differently from the others (TORCH_TRACE "
+        statement=f"{len(differing)} of {ranked} ranks compile differently from the others (TORCH_TRACE "
                   f"logs): {named}{more}. Ranks that run different graphs take different times to each collective "
                   "(the others wait), and a collective inside graphs that differ can hang.",
         next_step="Make the compiled code the same on every rank: no branch on the rank, on rank-local values or on "

@@ -91,7 +91,8 @@ class LogRankCol:
     RECOMPILES: Final = "recompiles"
     COMPILE_NS: Final = "compile_ns"  # forward and backward compiles, summed
     #: How this rank's compiles differ from those of most ranks (compile ids, graphs, break
-    #: locations, recompiles); null when they are the same.
+    #: locations, recompiles); null when they are the same, and for a log with no rank beside
+    #: ranked ones (another process: it is listed, not compared).
     DIFFERS: Final = "differs"
 
 

@@ -316,19 +316,22 @@ def _signature(log: _RankLog) -> tuple[tuple[str, ...], int, tuple[str, ...], in
 
 def _rank_rows(logs: list[_RankLog]) -> list[dict[str, Any]]:
     signatures = [_signature(r) for r in logs]
-    common = Counter(signatures).most_common()
+    # A log with no rank beside ranked ones is another process (a launcher, a worker that never
+    # joined the group): it is listed, not compared.
+    compared = [r.rank is not None for r in logs] if any(r.rank is not None for r in logs) else [True] * len(logs)
+    common = Counter(s for s, c in zip(signatures, compared, strict=True) if c).most_common()
     # The signature most ranks share; on a tie, the one of the first rank that has a tied one.
     top = [s for s, n in common if n == common[0][1]]
-    reference = next(s for s in signatures if s in top)
-    ref_ranks = [str(r.rank) for r, s in zip(logs, signatures, strict=True) if s == reference]
+    reference = next(s for s, c in zip(signatures, compared, strict=True) if c and s in top)
+    ref_ranks = [str(r.rank) for r, s, c in zip(logs, signatures, compared, strict=True) if c and s == reference]
     rows = []
-    for log, sig in zip(logs, signatures, strict=True):
+    for log, sig, c in zip(logs, signatures, compared, strict=True):
         ns = [v for c in log.compiles.values() for v in (c.times.get(LogCompileCol.COMPILE_NS), c.backward_ns)
               if v is not None]
         rows.append({LogRankCol.RANK: log.rank, LogRankCol.COMPILES: len(log.compiles), LogRankCol.GRAPHS: sig[1],
                      LogRankCol.GRAPH_BREAKS: len(log.breaks), LogRankCol.RECOMPILES: sig[3],
                      LogRankCol.COMPILE_NS: sum(ns) if ns else None,
-                     LogRankCol.DIFFERS: None if sig == reference else _difference(sig, reference, ref_ranks)})
+                     LogRankCol.DIFFERS: None if sig == reference or not c else _difference(sig, reference, ref_ranks)})
     return rows
 
 
