@@ -93,7 +93,8 @@ def write_manifest(
         "path) replaced by the file name and any absolute path of the generating checkout "
         "made repo-relative (torch 2.13 already writes Python frames relative to sys.path, so "
         "in practice only `traceName` changes), then is gzipped with mtime 0. No event is "
-        "added, dropped or edited.",
+        "added, dropped or edited; one file's ops get an arg the profiler computed and its "
+        "export leaves out (`cpu_flops_attention`: `flops`, as its section says).",
         "",
         "Shared model: `SmallCNN` in `scripts/gen_traces/workloads.py` (Conv2d 3->8, ReLU, "
         "MaxPool, Linear 512->64, ReLU, Linear 64->10), SGD with momentum, batch 16 of "

@@ -15,6 +15,7 @@ import dataloader_traces
 import ddp_traces
 import dialect_traces
 import eager_traces
+import flops_traces
 import generate_traces
 import iteration_traces
 import lines_traces
@@ -244,6 +245,10 @@ SPECS: tuple[TraceSpec, ...] = (
     TraceSpec("generate_kv_cache", (generate_traces.GENERATE_FILE,),
               _one(generate_traces.GENERATE_FILE, generate_traces.make_generate), "generate_traces.make_generate",
               _SHAPES, _sched(generate_traces.GENERATE_SCHEDULE), generate_traces.GENERATE_PLANTED),
+
+    TraceSpec("flops_attention", (flops_traces.FILE,), _one(flops_traces.FILE, flops_traces.make_flops_attention),
+              "flops_traces.make_flops_attention", "record_shapes=True, with_flops=True",
+              _sched(flops_traces.SCHEDULE), flops_traces.PLANTED),
     TraceSpec("lines_started", (lines_traces.STARTED_FILE,), _one(lines_traces.STARTED_FILE, lines_traces.make_started),
               "lines_traces.make_started", lines_traces.OPTIONS, _sched(lines_traces.STARTED_SCHEDULE),
               lines_traces.PLANTED_STARTED),
