@@ -20,14 +20,16 @@ SDPA_BHND: Final = frozenset({
 })
 SDPA_BHND_BWD: Final = frozenset({
     "_scaled_dot_product_flash_attention_backward", "_scaled_dot_product_efficient_attention_backward",
-    "_scaled_dot_product_cudnn_attention_backward",
+    "_scaled_dot_product_cudnn_attention_backward", "_scaled_dot_product_flash_attention_for_cpu_backward",
 })
 #: Position of is_causal among each attention op's arguments (aten native_functions.yaml).
 CAUSAL_ARG: Final = {
     "scaled_dot_product_attention": 5, "_scaled_dot_product_flash_attention": 4,
     "_scaled_dot_product_efficient_attention": 6, "_scaled_dot_product_cudnn_attention": 6,
     "_flash_attention_forward": 8, "_scaled_dot_product_flash_attention_backward": 10,
-    "_flash_attention_backward": 10,
+    "_flash_attention_backward": 10, "_scaled_dot_product_flash_attention_for_cpu": 4,
+    "_scaled_dot_product_flash_attention_for_cpu_backward": 7,
+    "_scaled_dot_product_efficient_attention_backward": 11,
 }
 CONV_OPS: Final = frozenset({"convolution", "_convolution", "conv1d", "conv2d", "conv3d",
                              "cudnn_convolution", "miopen_convolution", "conv_transpose1d",

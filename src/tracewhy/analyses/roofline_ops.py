@@ -84,7 +84,7 @@ _INSTANCE_SCHEMA: Final = {
 }
 
 
-def _device_peaks(trace: Trace, options: OpRooflineOptions) -> tuple[str | None, DevicePeaks | None]:
+def device_peaks(trace: Trace, options: OpRooflineOptions) -> tuple[str | None, DevicePeaks | None]:
     d = trace.devices
     name = options.device
     sms = None
@@ -96,7 +96,7 @@ def _device_peaks(trace: Trace, options: OpRooflineOptions) -> tuple[str | None,
     return name, lookup_peaks(name, int(sms) if sms is not None else None)
 
 
-def _precision(cost_precision: str, category: str, kernel: str | None, peaks: DevicePeaks) -> str:
+def op_precision(cost_precision: str, category: str, kernel: str | None, peaks: DevicePeaks) -> str:
     if category == GEMM and cost_precision == "fp32" and kernel and any(h in kernel.lower() for h in _TF32_HINTS):
         return "tf32_tensor"
     if cost_precision == "fp64" and category == GEMM and peaks.flops("fp64_tensor"):
@@ -132,7 +132,7 @@ def _place(cost_flops: float, cost_bytes: float, gpu_ns: int, peak_flops: float 
 
 def measure_op_roofline(trace: Trace, options: OpRooflineOptions = OpRooflineOptions()) -> OpRooflineMeasures:
     trace.require_whole()
-    device, peaks = _device_peaks(trace, options)
+    device, peaks = device_peaks(trace, options)
     s = trace.slices
     gpu = s.filter(pl.col(Col.KIND).is_in([k.value for k in GPU_ACTIVITY_KINDS]))
     gpu_time = int(gpu.get_column(Col.DUR).sum() or 0)
@@ -167,7 +167,7 @@ def measure_op_roofline(trace: Trace, options: OpRooflineOptions = OpRooflineOpt
         if cost is None:
             skipped[r[Col.NAME]] = skipped.get(r[Col.NAME], 0) + r["gpu_ns"]
             continue
-        precision = _precision(cost.precision, cost.category, r["kernel"], peaks) if peaks else cost.precision
+        precision = op_precision(cost.precision, cost.category, r["kernel"], peaks) if peaks else cost.precision
         placed = _place(cost.flops, cost.min_bytes, r["gpu_ns"],
                         peaks.flops(precision) if peaks else None, peaks.dram_bytes_per_s if peaks else None)
         rows.append({

@@ -9,7 +9,8 @@ place an op on the roofline without any hardware counter. Conventions, stated on
   for the bias.
 - Attention forward is ``2*B*H*Nq*Nk*(d_qk + d_v)`` (QK^T then PV); causal masking halves
   it. Backward is 2.5x forward (five matmuls against two).
-- Convolution is ``2 * N * C_out * prod(out_spatial) * C_in/groups * prod(kernel)``.
+- Convolution is ``2 * N * C_out * prod(out_spatial) * C_in/groups * prod(kernel)``; its backward
+  one convolution per gradient it computes (input, weight).
 - Elementwise ops count one FLOP per output element (copies none); reductions one per
   input element; softmax 5 and normalizations 8 per element. These ops are memory-bound by
   orders of magnitude, so the FLOP count only has to be the right size.
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from tracewhy.analyses.op_families import (
@@ -119,7 +120,9 @@ class OpInputs:
             if low in ("True", "False"):
                 return low == "True"
             try:
-                return json.loads(low.replace("(", "[").replace(")", "]"))
+                # bool lists are written as Python prints them: "[False, True, True]"
+                return json.loads(low.replace("(", "[").replace(")", "]").replace("True", "true")
+                                  .replace("False", "false"))
             except json.JSONDecodeError:
                 return low
         return raw
@@ -208,6 +211,8 @@ def estimate(op_name: str, inputs: OpInputs, *, kernel_name: str | None = None) 
             return _attention(base, inputs, kernel_name)
         if base in CONV_OPS:
             return _conv(base, inputs)
+        if base == "convolution_backward":
+            return _conv_backward(inputs)
         if base in NORM_OPS:
             return _pointwise(inputs, NORMALIZATION, NORM_FLOPS_PER_ELEMENT, same_shape_out=True)
         if base in SOFTMAX_OPS:
@@ -323,6 +328,19 @@ def _conv(base: str, x: OpInputs) -> OpCost | None:
                      dilation=dilation if dilation is not None else 1,
                      groups=groups if isinstance(groups, int) else 1, bias=bias,
                      transposed=bool(transposed))
+
+
+def _conv_backward(x: OpInputs) -> OpCost | None:
+    """One convolution per gradient the op computes (input, weight: ``output_mask``), as
+    ``torch.utils.flop_counter`` counts it; its arguments past grad_output are laid out as
+    ``convolution``'s (input, weight, bias sizes, stride, padding, dilation, transposed, ...)."""
+    forward = _conv("convolution", OpInputs(x.dims[1:], x.types[1:], x.concrete[1:] if x.concrete else None))
+    mask = x.value(10)
+    grads = sum(bool(m) for m in mask[:2]) if isinstance(mask, list) else 2
+    if forward is None or grads == 0:
+        return None
+    return replace(forward, flops=forward.flops * grads, min_bytes=forward.min_bytes * grads,
+                   params={**forward.params, "backward": True, "gradients": grads})
 
 
 def _pointwise(x: OpInputs, category: str, flops_per_elem: int, *, same_shape_out: bool) -> OpCost | None:

@@ -152,6 +152,8 @@ class OpAttrCol:
     ID: Final = "id"
     INPUT_DIMS: Final = "input_dims"  # JSON text as written, e.g. "[[8, 3], [3]]"
     INPUT_TYPES: Final = "input_types"
+    #: Scalar arguments' values as written ("Concrete Inputs", torch >= 2.1), JSON text: strides, flags.
+    CONCRETE_INPUTS: Final = "concrete_inputs"
     SEQUENCE: Final = "sequence_number"
     FWD_TID: Final = "fwd_thread_id"
     FLOPS: Final = "flops"
@@ -169,6 +171,7 @@ OP_ATTRS_SCHEMA: Final = pl.Schema(
         OpAttrCol.ID: pl.Int64(),
         OpAttrCol.INPUT_DIMS: pl.String(),
         OpAttrCol.INPUT_TYPES: pl.String(),
+        OpAttrCol.CONCRETE_INPUTS: pl.String(),
         OpAttrCol.SEQUENCE: pl.Int64(),
         OpAttrCol.FWD_TID: pl.Int64(),
         OpAttrCol.FLOPS: pl.Int64(),

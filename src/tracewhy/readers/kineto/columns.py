@@ -225,6 +225,7 @@ def op_attrs_table(rows: npt.NDArray[np.intp], ops: list[OpArgs | None]) -> pl.D
         # Whitespace dropped from shapes so that "[[2, 3]]" and "[[2,3]]" group together.
         "input_dims": _texts([x.input_dims for x in a], squeeze=True),
         "input_types": _texts([x.input_types for x in a]),
+        "concrete_inputs": _texts([x.concrete_inputs for x in a]),
         "sequence_number": [x.sequence for x in a],
         "fwd_thread_id": [x.fwd_tid for x in a],
         "flops": [int(x.flops) if x.flops is not None and fits_i64(x.flops) else None for x in a],

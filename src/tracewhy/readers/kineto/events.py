@@ -78,6 +78,7 @@ class OpArgs(LinkArgs, gc=False):
     # Raw (not decoded) and empty when absent: msgspec cannot put Raw in a union with None.
     input_dims: Raw = field(name="Input Dims", default=NO_RAW)
     input_types: Raw = field(name="Input type", default=NO_RAW)
+    concrete_inputs: Raw = field(name="Concrete Inputs", default=NO_RAW)
     sequence: I64 | None = field(name="Sequence number", default=None)
     fwd_tid: I64 | None = field(name="Fwd thread id", default=None)
     flops: float | None = None
