@@ -364,3 +364,22 @@ def test_account_part_names_stay_text(browser: Any, tmp_path: Path) -> None:
     assert page.page.evaluate("() => typeof window.__pwned") == "undefined" and page.errors == []
     shown = page.page.inner_text("#account") if "account" in page.shown_sections() else ""
     assert any(p in shown for p in PAYLOADS[:4])
+
+
+def test_mfu_section_shows_each_step_and_region(browser: Any, tmp_path: Path) -> None:
+    # TraceLens' H100 BERT run (bf16, with_modules): the section shows the step's MFU as the
+    # page's own JSON has it, and a row per nn.Module region; a CPU trace shows FLOP/s, no MFU.
+    html = _report(shared_trace("tracelens/h100_bert-small_bs1_seq512.json.gz"), tmp_path / "bert.html")
+    page = Page(browser, html)
+    assert page.errors == [] and "mfu" in page.shown_sections()
+    data = json.loads(page.page.text_content("#report-data") or "{}")["mfu"]
+    step = data["steps"][0]
+    note = page.page.inner_text("#mfu-note")
+    assert note.startswith(f"MFU {100 * data['steady_mfu']:.1f}% of the H100 SXM peak")
+    cells = page.page.evaluate("() => Array.from(document.querySelectorAll('#mfu-tables table')).map(t =>"
+                               " Array.from(t.querySelectorAll('tbody tr')).map(r => r.innerText))")
+    assert len(cells) == 2 and len(cells[0]) == 1 and f"{100 * step['mfu']:.1f}%" in cells[0][0]
+    assert len(cells[1]) == min(len(data["regions"]), 50) and "nn.Module: BertLMHeadModel_0" in cells[1][0]
+    cpu = Page(browser, _report(GENERATED / "cpu_flops_attention.pt.trace.json.gz", tmp_path / "cpu.html"))
+    assert cpu.errors == [] and "mfu" in cpu.shown_sections()
+    assert cpu.page.inner_text("#mfu-note").startswith("MFU: none, no GPU work")

@@ -189,3 +189,20 @@ def test_every_shared_trace_with_flops_fields_agrees_with_the_shape_formulas() -
             a = e["args"]
             cost = estimate(e["name"], OpInputs(a["Input Dims"], a["Input type"], a.get("Concrete Inputs")))
             assert cost is not None and cost.flops == pytest.approx(a["flops"], rel=0.05), (path.name, e["name"])
+
+
+def test_steps_and_account_say_mfu(capsys: pytest.CaptureFixture[str]) -> None:
+    from tracewhy.cli import main
+
+    trace = str(shared_trace("tracelens/h100_qwen1.5-0.5b_bs16_seq2048.json.gz"))
+    assert main(["steps", trace, "--json"]) == 0
+    mfu = json.loads(capsys.readouterr().out)["mfu"]
+    assert mfu["peak"] == "H100 SXM" and mfu["steps"][0]["mfu"] == pytest.approx(mfu["steady_mfu"])
+    assert main(["steps", trace]) == 0
+    out = capsys.readouterr().out
+    assert "│ 11.8% │" in out and f"MFU {100 * mfu['steady_mfu']:.1f}% of the H100 SXM peak" in out
+    assert main(["account", str(FLOPS_TRACE), "--json"]) == 0
+    account = json.loads(capsys.readouterr().out)["mfu"]
+    assert account["steady_mfu"] is None and account["steady_flops_per_step"] == 7_151_104
+    assert main(["account", str(FLOPS_TRACE)]) == 0
+    assert "MFU: none, no GPU work in the trace" in capsys.readouterr().out

@@ -97,14 +97,15 @@ def counted_ops(trace: Trace, device: str | None = None) -> MfuOps:
     on_gpu = bool(s.filter(pl.col(Col.KIND).is_in([k.value for k in GPU_ACTIVITY_KINDS])).height)
     attrs = trace.op_attrs.select(OpAttrCol.ID, OpAttrCol.INPUT_DIMS, OpAttrCol.INPUT_TYPES,
                                   OpAttrCol.CONCRETE_INPUTS, OpAttrCol.FLOPS)
-    ops = (s.filter(pl.col(Col.KIND) == Kind.CPU_OP.value)
-           .select(Col.ID, pl.col(Col.NAME).cast(pl.String), Col.PID, Col.TID, Col.TS, Col.DUR, Col.PARENT)
+    cpu_ops = s.filter(pl.col(Col.KIND) == Kind.CPU_OP.value)
+    # Only names of matrix-math ops become strings and rows (a large trace has 1.5 M ops).
+    names = [n for n in cpu_ops.get_column(Col.NAME).unique().cast(pl.String).to_list()
+             if n is not None and base_name(n) in _MATH_OPS]
+    ops = (cpu_ops.filter(pl.col(Col.NAME).is_in(names))
+           .select(Col.ID, pl.col(Col.NAME).cast(pl.String), Col.PID, Col.TID, Col.TS, Col.DUR)
            .join(attrs, on=Col.ID, how="inner"))
     math: dict[int, dict[str, Any]] = {}
     for r in ops.iter_rows(named=True):
-        math_op = base_name(r[Col.NAME]) in _MATH_OPS
-        if not math_op:
-            continue
         inputs = OpInputs.parse(r[OpAttrCol.INPUT_DIMS], r[OpAttrCol.INPUT_TYPES], r[OpAttrCol.CONCRETE_INPUTS])
         cost = estimate(r[Col.NAME], inputs) if inputs else None
         if cost is not None and cost.category not in MATH_CATEGORIES:
@@ -194,8 +195,7 @@ def _peak_note(on_gpu: bool, device: str | None, peaks: DevicePeaks | None) -> s
     if peaks is not None:
         return peaks.scaled_note
     if not on_gpu:
-        return ("no GPU work in the trace: MFU is measured against a GPU's peak, so it is not given; "
-                "FLOPs and FLOP/s are")
+        return "no GPU work in the trace, so no GPU peak to measure MFU against (FLOPs and FLOP/s are given)"
     if device is None:
         return "the trace names no GPU: MFU needs its peak (roofline --device NAME names one)"
     return f"{device} is not in the peak table: MFU needs its peak"

@@ -47,7 +47,7 @@ class MfuStepCol:
 MFU_STEPS_SCHEMA: Final = pl.Schema({
     MfuStepCol.STEP: pl.String(), MfuStepCol.NUMBER: pl.Int64(), MfuStepCol.STEADY: pl.Boolean(),
     MfuStepCol.WINDOW_NS: pl.Int64(), MfuStepCol.FLOPS: pl.Float64(), MfuStepCol.FLOP_PER_S: pl.Float64(),
-    MfuStepCol.IDEAL_NS: pl.Float64(), MfuStepCol.MFU: pl.Float64(), MfuStepCol.SOURCE: pl.String(),
+    MfuStepCol.IDEAL_NS: pl.Int64(), MfuStepCol.MFU: pl.Float64(), MfuStepCol.SOURCE: pl.String(),
 })
 
 
@@ -69,7 +69,7 @@ class MfuRegionCol:
 MFU_REGIONS_SCHEMA: Final = pl.Schema({
     MfuRegionCol.REGION: pl.String(), MfuRegionCol.KIND: pl.String(), MfuRegionCol.INSTANCES: pl.Int64(),
     MfuRegionCol.TIME_NS: pl.Int64(), MfuRegionCol.TIME_BASIS: pl.String(), MfuRegionCol.FLOPS: pl.Float64(),
-    MfuRegionCol.FLOP_PER_S: pl.Float64(), MfuRegionCol.IDEAL_NS: pl.Float64(), MfuRegionCol.MFU: pl.Float64(),
+    MfuRegionCol.FLOP_PER_S: pl.Float64(), MfuRegionCol.IDEAL_NS: pl.Int64(), MfuRegionCol.MFU: pl.Float64(),
     MfuRegionCol.SOURCE: pl.String(),
 })
 
@@ -101,7 +101,9 @@ def measure_mfu(trace: Trace, steps_result: StepsResult, device: str | None = No
     if steady.height:
         steady_flops = float(steady.select(pl.col(MfuStepCol.FLOPS).mean()).item())
         if counted.peaks is not None and steady.get_column(MfuStepCol.IDEAL_NS).null_count() < steady.height:
-            ideal, window = steady.select(pl.col(MfuStepCol.IDEAL_NS).sum(), pl.col(MfuStepCol.WINDOW_NS).sum()).row(0)
+            # (from each step's MFU, not its ideal time rounded to whole ns)
+            ideal, window = steady.select((pl.col(MfuStepCol.MFU) * pl.col(MfuStepCol.WINDOW_NS)).sum(),
+                                          pl.col(MfuStepCol.WINDOW_NS).sum()).row(0)
             steady_mfu = float(ideal) / float(window)
     marker_ids = set(step_windows(trace, steps_result).get_column(WindowCol.STEP_ID).drop_nulls().to_list())
     return MfuResult(counted.device_name, counted.peaks.name if counted.peaks else None, counted.peak_note,
@@ -122,7 +124,7 @@ def _steps(trace: Trace, steps_result: StepsResult, counted: MfuOps) -> pl.DataF
         MfuStepCol.STEADY: w.get_column(WindowCol.STEADY), MfuStepCol.WINDOW_NS: windows,
         MfuStepCol.FLOPS: flops,
         MfuStepCol.FLOP_PER_S: [f / n * 1e9 if n else None for f, n in zip(flops, windows, strict=True)],
-        MfuStepCol.IDEAL_NS: ideal,
+        MfuStepCol.IDEAL_NS: [round(i) if i is not None else None for i in ideal],
         MfuStepCol.MFU: [i / n if i is not None and n else None for i, n in zip(ideal, windows, strict=True)],
         MfuStepCol.SOURCE: sources,
     }, schema=MFU_STEPS_SCHEMA)
@@ -184,7 +186,7 @@ def _regions(trace: Trace, counted: MfuOps, step_ids: set[int]) -> pl.DataFrame:
             MfuRegionCol.REGION: name, MfuRegionCol.KIND: kind, MfuRegionCol.INSTANCES: len(instances),
             MfuRegionCol.TIME_NS: time_ns, MfuRegionCol.TIME_BASIS: DEVICE_SPAN if counted.on_gpu else HOST_SPAN,
             MfuRegionCol.FLOPS: total, MfuRegionCol.FLOP_PER_S: total / time_ns * 1e9 if time_ns else None,
-            MfuRegionCol.IDEAL_NS: ideal,
+            MfuRegionCol.IDEAL_NS: round(ideal) if ideal is not None else None,
             MfuRegionCol.MFU: ideal / time_ns if ideal is not None and time_ns else None,
             MfuRegionCol.SOURCE: flop_source(ops),
         })

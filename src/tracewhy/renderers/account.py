@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from tracewhy.findings.where_step_goes import AccountLine
     from tracewhy.renderers.json_schema import rows
     from tracewhy.renderers.step_classes import InferenceJson
+    from tracewhy.renderers.mfu import MfuJson
     from tracewhy.reports.account import AccountReport
 
 
@@ -71,6 +72,8 @@ class AccountPayload(TypedDict):
     windows: Annotated[pl.DataFrame, rows(ACCOUNT_WINDOWS_SCHEMA, "the analysed steps")]
     per_step: Annotated[pl.DataFrame, rows(ACCOUNT_PER_STEP_SCHEMA, "each analysed step's parts")]
     evidence: Annotated[pl.DataFrame, rows(ACCOUNT_EVIDENCE_SCHEMA, "per part, the items behind it")]
+    #: Each step's and region's model FLOPs utilization; null when it was not measured.
+    mfu: MfuJson | None
 
 
 class AccountInferencePayload(AccountPayload, total=False):
@@ -123,12 +126,15 @@ def account_line_json(a: AccountLine) -> AccountLineJson:
 
 
 def account_payload(r: AccountReport) -> AccountInferencePayload:
+    from tracewhy.renderers.mfu import mfu_json
+
     a = r.account
     doc: AccountInferencePayload = {
         "trace": r.path, "source": a.source, "marker": a.marker, "mean_step_ns": a.mean_step_ns,
         "steps_found": a.steps_found, "steps_steady": a.steps_steady, "steps_analysed": a.steps_analysed,
         "named_share": round(a.named_share, 4), "note": a.note, "lines": [account_line_json(x) for x in r.lines],
         "parts": a.parts, "windows": a.windows, "per_step": a.per_step, "evidence": a.evidence,
+        "mfu": mfu_json(r.mfu) if r.mfu is not None else None,
     }
     if r.classes is not None and r.parts_by_class is not None:
         from tracewhy.renderers.step_classes import inference_json
@@ -154,6 +160,8 @@ def render_account(r: AccountReport, top: int) -> RenderableType:
     from rich.console import Group
     from rich.text import Text
 
+    from tracewhy.renderers.mfu import mfu_line
+
     a = r.account
     if a.parts.height == 0:
         note = printable(a.note or "nothing to account for")
@@ -167,6 +175,9 @@ def render_account(r: AccountReport, top: int) -> RenderableType:
         what = "" if line.kind == "rest" else ("essential" if line.essential else "avoidable"
                                                 if line.part != PartName.UNRECORDED_GPU else "unrecorded")
         out.append(Text(f"  {fmt_pct(line.share):>6}  {fmt_ns(line.ns_per_step):>11}  {printable(line.part)}  {what}"))
+    mfu = mfu_line(r.mfu) if r.mfu is not None else None
+    if mfu:
+        out.append(Text(mfu))
     parts = PARTS.table("parts, largest first")
     columns = (AccountCol.PART, AccountCol.KIND, AccountCol.NS_PER_STEP, AccountCol.SHARE, AccountCol.ESSENTIAL)
     for part, kind, ns, share, essential in a.parts.head(top).select(*columns).iter_rows():

@@ -30,6 +30,7 @@ from tracewhy.renderers.compile import CompileSummary, compile_summary
 from tracewhy.renderers.critical_path import CriticalPathReport, critical_path_report_payload
 from tracewhy.renderers.diagnose import basis_statistic
 from tracewhy.renderers.gaps import GAP_ROWS_SCHEMA, TIME_ORIGIN, gap_rows
+from tracewhy.renderers.mfu import MfuJson, mfu_json
 
 if TYPE_CHECKING:  # types only: a report of one trace needs neither the ranks nor the ncu modules
     from tracewhy.renderers.json_schema import rows, rows_of_either
@@ -179,6 +180,8 @@ class ReportPayload(TypedDict):
     critical_path: CriticalPathReport | None
     #: Where the step goes (the step account); None when the trace has nothing to account for.
     account: ReportAccount | None
+    #: Each step's and region's model FLOPs utilization; None without matrix math in the trace.
+    mfu: MfuJson | None
     #: Set for multi-rank input only.
     ranks: None
 
@@ -252,6 +255,7 @@ def overview_payload(ov: Overview) -> ReportPayload:
         "critical_path": critical_path_report_payload(ov.critical_path, TABLE_ROWS)
         if ov.critical_path is not None else None,
         "account": _account(ov),
+        "mfu": mfu_json(ov.mfu) if ov.mfu is not None else None,
         "ranks": None,  # filled for multi-rank input
     }
     return payload

@@ -12,6 +12,7 @@ from tracewhy.analyses.account import AccountOptions, AccountResult, step_accoun
 from tracewhy.analyses.account_classes import parts_by_class
 from tracewhy.analyses.step_bytes import DecodeBandwidth, decode_bandwidth
 from tracewhy.analyses.step_classes import StepClasses, step_classes
+from tracewhy.analyses.mfu_steps import MfuResult, measure_mfu
 from tracewhy.analyses.steps import StepsOptions, steps
 from tracewhy.findings.where_step_goes import AccountLine, account_lines
 from tracewhy.readers.torch_logs.provenance import read_kernel_provenance
@@ -32,8 +33,8 @@ class AccountReportOptions:
 
 @dataclass(frozen=True)
 class AccountReport(Rows, rows="account.parts", key="part"):
-    """The account of ``path``, and the lines that say where the step goes (largest parts to 80%
-    of the step, the rest summed)."""
+    """The account of ``path``, the lines that say where the step goes (largest parts to 80%
+    of the step, the rest summed), and how much of the step the matrix math would take at peak (MFU)."""
 
     path: str
     account: AccountResult
@@ -43,6 +44,7 @@ class AccountReport(Rows, rows="account.parts", key="part"):
     classes: StepClasses | None = None
     parts_by_class: pl.DataFrame | None = None
     decode: DecodeBandwidth | None = None
+    mfu: MfuResult | None = None
 
 
 def account_report(trace: TraceSource, options: AccountReportOptions | None = None,
@@ -61,4 +63,4 @@ def account_report(trace: TraceSource, options: AccountReportOptions | None = No
     classes = step_classes(t, found)
     return AccountReport(path=t.meta.path, account=r, lines=account_lines(r) if r.mean_step_ns > 0 else [],
                          classes=classes, parts_by_class=parts_by_class(r, classes) if classes else None,
-                         decode=decode_bandwidth(t, classes) if classes else None)
+                         decode=decode_bandwidth(t, classes) if classes else None, mfu=measure_mfu(t, found))

@@ -12,6 +12,7 @@ from tracewhy.analyses.blocks import BlocksResult
 from tracewhy.analyses.critical_path import CriticalPathOptions, CriticalPathResult, critical_path
 from tracewhy.analyses.info import InfoResult, info
 from tracewhy.analyses.kernels import KernelsResult
+from tracewhy.analyses.mfu_steps import MfuResult, measure_mfu
 from tracewhy.analyses.nvtx import gpu_projection
 from tracewhy.analyses.nvtx_work import GpuWork
 from tracewhy.analyses.ops import OpsResult, ops
@@ -54,6 +55,7 @@ class Overview:
     op_roofline: OpRooflineResult | None
     device_pids: dict[int, int]
     critical_path: CriticalPathResult | None = None  # None without steps
+    mfu: MfuResult | None = None  # None without matrix math
 
     @property
     def steady_window_ns(self) -> tuple[int, int] | None:
@@ -79,7 +81,11 @@ def overview(trace: Trace, options: DiagnoseOptions | None = None) -> Overview:
         roof = op_roofline(trace) if has_gpu and trace.op_attrs.height else None
         return roof if roof is not None and roof.ops.height else None
 
-    (report, info_, utilization_, projection, ops_, kernels_, overlap_, blocks_, roof, path_) = at_once.run([
+    def mfu() -> MfuResult | None:
+        r = measure_mfu(trace, ctx.steps())
+        return r if r.flops_source is not None else None
+
+    (report, info_, utilization_, projection, ops_, kernels_, overlap_, blocks_, roof, path_, mfu_) = at_once.run([
         lambda: diagnose_in(ctx),
         # The diagnosis' steps, when info would compute the same ones (the default warm-up).
         lambda: info(trace, options.step_marker, ctx.steps() if options.warmup is None else None),
@@ -91,6 +97,7 @@ def overview(trace: Trace, options: DiagnoseOptions | None = None) -> Overview:
         lambda: blocks_result(ctx),
         roofline,
         path,
+        mfu,
     ], together=at_once.small(trace), name="tracewhy-view")
     return Overview(
         info=info_,
@@ -105,6 +112,7 @@ def overview(trace: Trace, options: DiagnoseOptions | None = None) -> Overview:
         device_pids={int(d): int(p) for d, p in gpu.group_by(Col.DEVICE).agg(pl.col(Col.PID).mode().first())
                      .select(Col.DEVICE, Col.PID).iter_rows() if p is not None},
         critical_path=path_,
+        mfu=mfu_,
     )
 
 

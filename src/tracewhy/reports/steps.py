@@ -1,5 +1,6 @@
-"""``steps``: every step's span and GPU work, the warm-up left out, and the steady window's
-statistics; with ``--items-per-step``, the throughput at the steady step times."""
+"""``steps``: every step's span and GPU work, the warm-up left out, the steady window's
+statistics and each step's and region's MFU; with ``--items-per-step``, the throughput at the
+steady step times."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from tracewhy.analyses.step_bytes import DecodeBandwidth, decode_bandwidth
 from tracewhy.analyses.step_classes import StepClasses, prefill_warmup_reason, step_classes
+from tracewhy.analyses.mfu_steps import MfuResult, measure_mfu
 from tracewhy.analyses.steps import StepsOptions, StepsResult, steps
 from tracewhy.analyses.throughput import Throughput, ThroughputOptions, from_step_stats
 from tracewhy.reports.inputs import PLAIN, Loader, TraceSource
@@ -27,14 +29,16 @@ class StepsReportOptions:
 
 @dataclass(frozen=True)
 class StepsReport:
-    """The steps, and (with ``rate``) the throughput at the steady step times (None without steady steps);
-    on an inference trace, the steps by class and the decode steps' memory bandwidth."""
+    """The steps, their MFU, and (with ``rate``) the throughput at the steady step times (None
+    without steady steps); on an inference trace, the steps by class and the decode steps' memory
+    bandwidth."""
 
     result: StepsResult
     rate: ThroughputOptions | None = None
     throughput: Throughput | None = None
     classes: StepClasses | None = None
     decode: DecodeBandwidth | None = None
+    mfu: MfuResult | None = None
 
 
 def steps_report(trace: TraceSource, options: StepsReportOptions | None = None, loader: Loader = PLAIN) -> StepsReport:
@@ -47,7 +51,7 @@ def steps_report(trace: TraceSource, options: StepsReportOptions | None = None, 
     if prefill is not None:
         r = replace(r, warmup_reason=prefill)
     return StepsReport(r, rate, from_step_stats(r.stats, rate) if rate is not None else None, classes,
-                       decode_bandwidth(t, classes) if classes is not None else None)
+                       decode_bandwidth(t, classes) if classes is not None else None, measure_mfu(t, r))
 
 
 def steps_several(sources: Sequence[TraceSource], options: StepsReportOptions | None = None,

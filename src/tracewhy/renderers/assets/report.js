@@ -511,6 +511,48 @@
     ], b));
   }
 
+  /* MFU: the matrix math of each step and region at the device's peak over its time (FLOP/s alone
+     on a trace without GPU work, which has no peak to measure against). */
+  function fmtFlops(x) {
+    if (x === null || x === undefined) { return "-"; }
+    var units = [[1e15, "P"], [1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]];
+    for (var i = 0; i < units.length; i++) {
+      if (x >= units[i][0]) { return (x / units[i][0]).toPrecision(3) + " " + units[i][1] + "FLOP"; }
+    }
+    return Math.round(x) + " FLOP";
+  }
+  function mfuSection() {
+    var m = data.mfu;
+    if (!m || !m.steps) { return; }
+    show("mfu");
+    byId("mfu-note").textContent = (m.steady_mfu !== null ? "MFU " + fmtPct(m.steady_mfu) + " of the " + m.peak +
+      " peak over the steady steps" : "MFU: none, " + m.note) + " · " + fmtFlops(m.steady_flops_per_step) +
+      " of matrix math (GEMMs, convolutions, attention) per steady step, FLOPs from " + m.flops_source +
+      (m.steady_mfu !== null && m.note ? " · " + m.note : "");
+    var rate = { key: "flop_per_s", label: "FLOP/s", fmt: function (v) { return v === null ? "-" : fmtFlops(v) + "/s"; } };
+    var target = byId("mfu-tables");
+    target.appendChild(sortableTable([
+      { key: "step", label: "step", text: true },
+      { key: "steady", label: "steady", fmt: function (v) { return v ? "yes" : "no"; } },
+      { key: "window_ns", label: "window", fmt: fmtNs },
+      { key: "flops", label: "FLOPs", fmt: fmtFlops },
+      rate,
+      { key: "mfu", label: "MFU", fmt: fmtPct }
+    ], m.steps));
+    if (m.regions && m.regions.length) {
+      target.appendChild(el("h3", "", "Per region (time: each instance's " + m.regions[0].time_basis + ", summed)"));
+      target.appendChild(sortableTable([
+        { key: "region", label: "region", text: true },
+        { key: "kind", label: "kind", text: true },
+        { key: "instances", label: "instances" },
+        { key: "time_ns", label: "time", fmt: fmtNs },
+        { key: "flops", label: "FLOPs", fmt: fmtFlops },
+        rate,
+        { key: "mfu", label: "MFU", fmt: fmtPct }
+      ], m.regions.slice(0, 50)));
+    }
+  }
+
   /* torch.compile: regions, breaks, recompiles and compile time per step; where the breaks are. */
   function compileSection() {
     var c = data.compile;
@@ -816,7 +858,7 @@
   }
 
   header();
-  [findings, accountSection, stepsChart, utilizationChart, memorySection, gapsTable, overlapTable, criticalPathSection, compileSection, blocksTable, ranksHeatmap,
+  [findings, accountSection, mfuSection, stepsChart, utilizationChart, memorySection, gapsTable, overlapTable, criticalPathSection, compileSection, blocksTable, ranksHeatmap,
    rooflineChart,
    verdictsTable, opsTable, kernelsTable].forEach(function (render) {
     try { render(); } catch (e) { console.error("tracewhy report: " + render.name + ": " + e); }
