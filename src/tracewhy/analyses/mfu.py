@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import numpy as np
+import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses.op_families import (
@@ -149,46 +150,64 @@ def _first_dtype(inputs: OpInputs | None) -> str | None:
     return tensors[0][1] if tensors else None
 
 
+def parent_of(trace: Trace) -> npt.NDArray[np.int64]:
+    """Each slice's enclosing host slice (slice ids are row numbers; -1: none), kept once per Trace."""
+    kept: npt.NDArray[np.int64] | None = trace.__dict__.get("_parent_of")
+    if kept is None:
+        kept = trace.slices.get_column(Col.PARENT).fill_null(-1).cast(pl.Int64).to_numpy()
+        trace.__dict__["_parent_of"] = kept
+    return kept
+
+
+#: Deeper than any real stack: a parent chain this long is a cycle in a malformed file.
+_MAX_DEPTH: Final = 10_000
+
+
+def ancestors(parents: npt.NDArray[np.int64], rows: npt.NDArray[np.int64], marked: npt.NDArray[np.bool_]) -> tuple[
+        npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Every marked slice at or above each of ``rows`` on its stack: (index into rows, slice id,
+    level), innermost first for each row (level 0 is the row itself)."""
+    idx = np.arange(rows.size, dtype=np.int64)
+    cur = rows.astype(np.int64)
+    found: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], int]] = []
+    for level in range(_MAX_DEPTH):
+        if cur.size == 0:
+            break
+        hit = marked[cur]
+        found.append((idx[hit], cur[hit], level))
+        cur = parents[cur]
+        keep = cur >= 0
+        idx, cur = idx[keep], cur[keep]
+    if not found:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    return (np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found]),
+            np.concatenate([np.full(f[0].size, f[2], dtype=np.int64) for f in found]))
+
+
 def _outermost(trace: Trace, math: dict[int, dict[str, Any]]) -> dict[int, int]:
     """Each math op and the outermost math op at or above it on its thread's stack."""
-    parents = _parents(trace)
-    out: dict[int, int] = {}
-    for op_id in math:
-        top, cur = op_id, parents.get(op_id)
-        while cur is not None:
-            if cur in math:
-                top = cur
-            cur = parents.get(cur)
-        out[op_id] = top
-    return out
-
-
-def _parents(trace: Trace) -> dict[int, int]:
-    """Host slice id -> its enclosing host slice id (kept once per Trace: regions ask again)."""
-    kept: dict[int, int] | None = trace.__dict__.get("_mfu_parents")
-    if kept is None:
-        p = trace.slices.filter(pl.col(Col.PARENT).is_not_null()).select(Col.ID, Col.PARENT)
-        kept = dict(zip(p.get_column(Col.ID).to_list(), p.get_column(Col.PARENT).to_list(), strict=True))
-        trace.__dict__["_mfu_parents"] = kept
-    return kept
+    ids = np.fromiter(math, dtype=np.int64, count=len(math))
+    marked = np.zeros(trace.slices.height, dtype=np.bool_)
+    marked[ids] = True
+    row, above, _ = ancestors(parent_of(trace), ids, marked)
+    top = ids.copy()
+    top[row] = above  # pairs run innermost first: the outermost, assigned last, stays
+    return dict(zip(ids.tolist(), top.tolist(), strict=True))
 
 
 def _longest_kernels(trace: Trace, outermost: dict[int, int]) -> dict[int, str]:
     """Per counted op, the name of the longest kernel launched under it (its TF32 hint)."""
     k = (trace.slices.filter((pl.col(Col.KIND) == Kind.KERNEL.value) & pl.col(Col.OP).is_not_null())
          .select(Col.OP, pl.col(Col.NAME).cast(pl.String), Col.DUR))
-    parents = _parents(trace)
-    best: dict[int, tuple[int, str]] = {}
-    for op, kname, dur in k.iter_rows():
-        cur: int | None = op
-        while cur is not None and cur not in outermost:
-            cur = parents.get(cur)
-        if cur is None:
-            continue
-        top = outermost[cur]
-        if top not in best or dur > best[top][0]:
-            best[top] = (dur, kname)
-    return {op: kname for op, (_, kname) in best.items()}
+    counted = np.zeros(trace.slices.height, dtype=np.bool_)
+    counted[np.fromiter(set(outermost.values()), dtype=np.int64)] = True
+    row, op, _ = ancestors(parent_of(trace), k.get_column(Col.OP).to_numpy(), counted)
+    # Stable: of kernels equally long, the first launched names the op on every run.
+    best = (pl.DataFrame({"op": op, "row": row, "dur": k.get_column(Col.DUR).to_numpy()[row]})
+            .sort("dur", descending=True, maintain_order=True).group_by("op", maintain_order=True).first())
+    names = k.get_column(Col.NAME).gather(best.get_column("row")).to_list()
+    return dict(zip(best.get_column("op").to_list(), names, strict=True))
 
 
 def _peak_note(on_gpu: bool, device: str | None, peaks: DevicePeaks | None) -> str | None:

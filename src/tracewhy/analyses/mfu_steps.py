@@ -11,13 +11,14 @@ instances' host spans.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
+import numpy as np
+import numpy.typing as npt
 import polars as pl
 
-from tracewhy.analyses.mfu import MfuOp, MfuOps, counted_ops, flop_source, window_sums
+from tracewhy.analyses.mfu import MfuOp, MfuOps, ancestors, counted_ops, flop_source, parent_of, window_sums
 from tracewhy.analyses.steps import StepsResult, WindowCol, step_windows
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, Kind
 from tracewhy.model.trace import Trace
@@ -136,76 +137,57 @@ def _regions(trace: Trace, counted: MfuOps, step_ids: set[int]) -> pl.DataFrame:
         ((pl.col(Col.KIND) == Kind.ANNOTATION.value)
          | ((pl.col(Col.KIND) == Kind.PYTHON.value) & pl.col(Col.NAME).cast(pl.String).str.starts_with(MODULE_PREFIX)))
         & ~pl.col(Col.ID).is_in(list(step_ids))
-    ).select(Col.ID, pl.col(Col.NAME).cast(pl.String), Col.KIND, Col.DUR)
+    ).select(Col.ID, pl.col(Col.NAME).cast(pl.String), pl.col(Col.KIND).cast(pl.String), Col.DUR)
     if candidates.height == 0 or counted.ops.height == 0:
         return pl.DataFrame(schema=MFU_REGIONS_SCHEMA)
-    region_name = dict(zip(candidates.get_column(Col.ID).to_list(), candidates.get_column(Col.NAME).to_list(),
-                           strict=True))
-    parents: dict[int, int] = trace.__dict__["_mfu_parents"]  # filled by counted_ops
-    memo: dict[int, tuple[int, ...]] = {}
-
-    def above(host_id: int) -> tuple[int, ...]:
-        """Region instances at or above a host slice, each name once (the outermost instance)."""
-        chain: list[int] = []
-        cur: int | None = host_id
-        while cur is not None and cur not in memo:
-            chain.append(cur)
-            cur = parents.get(cur)
-        found = memo[cur] if cur is not None else ()
-        for node in reversed(chain):
-            name = region_name.get(node)
-            if name is not None and all(region_name[r] != name for r in found):
-                found = (*found, node)
-            memo[node] = found
-        return found
-
-    per_instance_ops: dict[int, list[int]] = {}
-    for i, op_id in enumerate(counted.ops.get_column(MfuOp.ID).to_list()):
-        for inst in above(op_id):
-            per_instance_ops.setdefault(inst, []).append(i)
-    times = _device_spans(trace, above, per_instance_ops) if counted.on_gpu else {
-        inst: int(d) for inst, d in zip(candidates.get_column(Col.ID).to_list(),
-                                        candidates.get_column(Col.DUR).to_list(), strict=True)
-        if inst in per_instance_ops}
-    kinds = dict(zip(candidates.get_column(Col.ID).to_list(), candidates.get_column(Col.KIND).cast(pl.String).to_list(),
-                     strict=True))
-    by_name: dict[str, tuple[str, list[int], list[int]]] = {}
-    for inst, rows in per_instance_ops.items():
-        kind, instances, op_rows = by_name.setdefault(region_name[inst], (
-            REGION_MODULE if kinds[inst] == Kind.PYTHON.value else REGION_ANNOTATION, [], []))
-        instances.append(inst)
-        op_rows.extend(rows)
-    out = []
-    for name, (kind, instances, op_rows) in by_name.items():
-        ops = counted.ops[sorted(set(op_rows))]
-        total = float(ops.get_column(MfuOp.FLOPS).sum() or 0.0)
-        known = ops.get_column(MfuOp.IDEAL_NS).drop_nulls()
-        ideal = float(known.sum()) if known.len() else None
-        time_ns = sum(times.get(i, 0) for i in instances)
-        out.append({
-            MfuRegionCol.REGION: name, MfuRegionCol.KIND: kind, MfuRegionCol.INSTANCES: len(instances),
-            MfuRegionCol.TIME_NS: time_ns, MfuRegionCol.TIME_BASIS: DEVICE_SPAN if counted.on_gpu else HOST_SPAN,
-            MfuRegionCol.FLOPS: total, MfuRegionCol.FLOP_PER_S: total / time_ns * 1e9 if time_ns else None,
-            MfuRegionCol.IDEAL_NS: round(ideal) if ideal is not None else None,
-            MfuRegionCol.MFU: ideal / time_ns if ideal is not None and time_ns else None,
-            MfuRegionCol.SOURCE: flop_source(ops),
-        })
-    return (pl.DataFrame(out, schema=MFU_REGIONS_SCHEMA)
+    marked = np.zeros(s.height, dtype=np.bool_)
+    marked[candidates.get_column(Col.ID).to_numpy()] = True
+    regions = candidates.rename({Col.ID: "region_id", Col.NAME: "region"})
+    op_rows = _outermost_instances(trace, counted.ops.get_column(MfuOp.ID).to_numpy(), marked, regions)
+    if op_rows.height == 0:
+        return pl.DataFrame(schema=MFU_REGIONS_SCHEMA)
+    if counted.on_gpu:
+        gpu = s.filter(pl.col(Col.KIND).is_in([k.value for k in GPU_ACTIVITY_KINDS]) & pl.col(Col.LAUNCH).is_not_null()
+                       ).select(Col.LAUNCH, Col.TS, (pl.col(Col.TS) + pl.col(Col.DUR)).alias("end"))
+        spans = (_outermost_instances(trace, gpu.get_column(Col.LAUNCH).to_numpy(), marked, regions)
+                 .join(gpu.with_row_index("row").with_columns(pl.col("row").cast(pl.Int64)), on="row")
+                 .group_by("region_id").agg((pl.col("end").max() - pl.col(Col.TS).min()).alias("time_ns")))
+    else:
+        spans = regions.select("region_id", pl.col(Col.DUR).alias("time_ns"))
+    ops = counted.ops.with_row_index("row").with_columns(pl.col("row").cast(pl.Int64))
+    by_ops = op_rows.join(ops, on="row").group_by("region").agg(
+        pl.col(MfuOp.FLOPS).sum().alias(MfuRegionCol.FLOPS),
+        pl.when(pl.col(MfuOp.IDEAL_NS).is_not_null().any()).then(pl.col(MfuOp.IDEAL_NS).sum()).alias("ideal"),
+        pl.col(MfuOp.SOURCE).unique().sort(descending=True).str.join("+").alias(MfuRegionCol.SOURCE))
+    by_instances = (op_rows.select("region_id").unique()
+                    .join(regions.select("region_id", "region", Col.KIND), on="region_id")
+                    .join(spans, on="region_id", how="left")
+                    .group_by("region").agg(pl.len().cast(pl.Int64).alias(MfuRegionCol.INSTANCES),
+                                            pl.col("time_ns").fill_null(0).sum().cast(pl.Int64),
+                                            pl.col(Col.KIND).first()))
+    time, ideal = pl.col(MfuRegionCol.TIME_NS), pl.col("ideal")
+    return (by_ops.join(by_instances, on="region")
+            .select(
+                pl.col("region").alias(MfuRegionCol.REGION),
+                pl.when(pl.col(Col.KIND) == Kind.PYTHON.value).then(pl.lit(REGION_MODULE))
+                .otherwise(pl.lit(REGION_ANNOTATION)).alias(MfuRegionCol.KIND),
+                MfuRegionCol.INSTANCES, time.alias(MfuRegionCol.TIME_NS),
+                pl.lit(DEVICE_SPAN if counted.on_gpu else HOST_SPAN).alias(MfuRegionCol.TIME_BASIS),
+                MfuRegionCol.FLOPS,
+                pl.when(time > 0).then(pl.col(MfuRegionCol.FLOPS) / time * 1e9).alias(MfuRegionCol.FLOP_PER_S),
+                ideal.round().cast(pl.Int64).alias(MfuRegionCol.IDEAL_NS),
+                pl.when(time > 0).then(ideal / time).alias(MfuRegionCol.MFU),
+                MfuRegionCol.SOURCE)
+            .cast(MFU_REGIONS_SCHEMA)
             .sort([MfuRegionCol.FLOPS, MfuRegionCol.REGION], descending=[True, False]))
 
 
-def _device_spans(trace: Trace, above: Callable[[int], tuple[int, ...]],
-                  instances: dict[int, list[int]]) -> dict[int, int]:
-    """Per region instance, first start to last end of the device work launched under it."""
-    gpu = trace.slices.filter(pl.col(Col.KIND).is_in([k.value for k in GPU_ACTIVITY_KINDS])
-                              & pl.col(Col.LAUNCH).is_not_null()).select(Col.LAUNCH, Col.TS, Col.DUR)
-    lo: dict[int, int] = {}
-    hi: dict[int, int] = {}
-    ts = gpu.get_column(Col.TS).to_list()
-    ends = (gpu.get_column(Col.TS) + gpu.get_column(Col.DUR)).to_list()
-    for li, t0, t1 in zip(gpu.get_column(Col.LAUNCH).to_list(), ts, ends, strict=True):
-        for inst in above(li):
-            if inst in instances:
-                lo[inst] = min(lo.get(inst, t0), t0)
-                hi[inst] = max(hi.get(inst, t1), t1)
-    return {inst: hi[inst] - lo[inst] for inst in lo}
+def _outermost_instances(trace: Trace, rows: npt.NDArray[np.int64], marked: npt.NDArray[np.bool_],
+                         regions: pl.DataFrame) -> pl.DataFrame:
+    """Per row (its index in ``rows``), the region instances above it on its stack: of several
+    instances of one name (a range nested in itself), the outermost, so nothing counts twice."""
+    row, region_id, level = ancestors(parent_of(trace), rows, marked)
+    return (pl.DataFrame({"row": row, "region_id": region_id, "level": level})
+            .join(regions.select("region_id", "region"), on="region_id")
+            .sort("level").group_by(["row", "region"]).last()
+            .select("row", "region_id", "region"))
