@@ -206,3 +206,30 @@ def test_steps_and_account_say_mfu(capsys: pytest.CaptureFixture[str]) -> None:
     assert account["steady_mfu"] is None and account["steady_flops_per_step"] == 7_151_104
     assert main(["account", str(FLOPS_TRACE)]) == 0
     assert "MFU: none, no GPU work in the trace" in capsys.readouterr().out
+
+
+def test_nested_math_counts_once_from_the_trace_field_and_regions_time_their_device_work(tmp_path: Path) -> None:
+    # linear holds addmm (PyTorch's flops field is on addmm): one op counted, from the field, at
+    # the H100's BF16 peak. The step's window is 1 ms; the region's device span is its one
+    # kernel's 200 us, whatever its host range (0.5 ms) says.
+    from builders import KinetoBuilder
+
+    flops = 2 * 1024 * 4096 * 4096
+    shapes = {"Input Dims": [[1024, 4096], [4096, 4096], [4096]],
+              "Input type": ["c10::BFloat16", "c10::BFloat16", "c10::BFloat16"]}
+    b = KinetoBuilder(header={"schemaVersion": 1, "deviceProperties": [
+        {"id": 0, "name": "NVIDIA H100 80GB HBM3", "numSms": 132}]})
+    b.annotation("ProfilerStep#3", 0, 1000).annotation("block", 5, 500)
+    b.op("aten::linear", 10, 90, **shapes)
+    b.op("aten::addmm", 20, 70, **{"Input Dims": [[4096], [1024, 4096], [4096, 4096]],
+                                  "Input type": shapes["Input type"], "flops": flops})
+    b.launch("sm90_xmma_gemm_bf16bf16_bf16f32", 30, 5, 200, 200)
+    t = tracewhy.load(b.write(tmp_path / "t.json"))
+    r = measure_mfu(t, steps(t))
+    assert r.ops.select("name", "source", "flops").rows() == [("aten::linear", "trace", float(flops))]
+    ideal_s = flops / H100_BF16_DENSE
+    step = r.steps.row(0, named=True)
+    assert step["flops"] == flops and step["mfu"] == pytest.approx(ideal_s / 1e-3, rel=1e-6)
+    region = r.regions.row(0, named=True)
+    assert (region["region"], region["time_ns"], region["time_basis"]) == ("block", 200_000, DEVICE_SPAN)
+    assert region["mfu"] == pytest.approx(ideal_s / 200e-6, rel=1e-6)
