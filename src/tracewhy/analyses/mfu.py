@@ -18,6 +18,7 @@ MFU is not.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -105,26 +106,26 @@ def counted_ops(trace: Trace, device: str | None = None) -> MfuOps:
     ops = (cpu_ops.filter(pl.col(Col.NAME).is_in(names))
            .select(Col.ID, pl.col(Col.NAME).cast(pl.String), Col.PID, Col.TID, Col.TS, Col.DUR)
            .join(attrs, on=Col.ID, how="inner"))
-    math: dict[int, dict[str, Any]] = {}
+    matrix: dict[int, dict[str, Any]] = {}
     for r in ops.iter_rows(named=True):
         inputs = OpInputs.parse(r[OpAttrCol.INPUT_DIMS], r[OpAttrCol.INPUT_TYPES], r[OpAttrCol.CONCRETE_INPUTS])
         cost = estimate(r[Col.NAME], inputs) if inputs else None
-        if cost is not None and cost.category not in MATH_CATEGORIES:
-            cost = None
+        if cost is not None and (cost.category not in MATH_CATEGORIES or not 0 < cost.flops < math.inf):
+            cost = None  # (a hostile file's negative or absurd shapes give no count)
         flops_field = r[OpAttrCol.FLOPS] if r[OpAttrCol.FLOPS] and r[OpAttrCol.FLOPS] > 0 else None
         if cost is None and flops_field is None:
             continue
         dtype = cost.dtype if cost else _first_dtype(inputs)
-        math[r[Col.ID]] = {**r, "cost": cost, "field": flops_field, "dtype": dtype}
-    outermost = _outermost(trace, math)
+        matrix[r[Col.ID]] = {**r, "cost": cost, "field": flops_field, "dtype": dtype}
+    outermost = _outermost(trace, matrix)
     kernels = _longest_kernels(trace, outermost) if peaks else {}
     trace_sums: dict[int, float] = {}
     for op_id, top in outermost.items():
-        if math[op_id]["field"] is not None:
-            trace_sums[top] = trace_sums.get(top, 0.0) + float(math[op_id]["field"])
+        if matrix[op_id]["field"] is not None:
+            trace_sums[top] = trace_sums.get(top, 0.0) + float(matrix[op_id]["field"])
     rows = []
     for op_id in sorted(set(outermost.values())):
-        r = math[op_id]
+        r = matrix[op_id]
         cost = r["cost"]
         shapes_flops = cost.flops if cost else None
         trace_flops = trace_sums.get(op_id)
@@ -185,14 +186,17 @@ def ancestors(parents: npt.NDArray[np.int64], rows: npt.NDArray[np.int64], marke
             np.concatenate([np.full(f[0].size, f[2], dtype=np.int64) for f in found]))
 
 
-def _outermost(trace: Trace, math: dict[int, dict[str, Any]]) -> dict[int, int]:
+def _outermost(trace: Trace, matrix: dict[int, dict[str, Any]]) -> dict[int, int]:
     """Each math op and the outermost math op at or above it on its thread's stack."""
-    ids = np.fromiter(math, dtype=np.int64, count=len(math))
+    ids = np.fromiter(matrix, dtype=np.int64, count=len(matrix))
     marked = np.zeros(trace.slices.height, dtype=np.bool_)
     marked[ids] = True
-    row, above, _ = ancestors(parent_of(trace), ids, marked)
+    row, above, level = ancestors(parent_of(trace), ids, marked)
+    order = np.lexsort((level, row))  # by row, then outward: each row's last pair is its outermost
+    row, above = row[order], above[order]
+    last = np.r_[row[1:] != row[:-1], True] if row.size else np.zeros(0, dtype=np.bool_)
     top = ids.copy()
-    top[row] = above  # pairs run innermost first: the outermost, assigned last, stays
+    top[row[last]] = above[last]
     return dict(zip(ids.tolist(), top.tolist(), strict=True))
 
 
