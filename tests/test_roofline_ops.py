@@ -144,13 +144,16 @@ def test_h100_gemm_throughput_agrees_with_tracelens() -> None:
         assert ours.get_column("flops")[0] / 1e9 == pytest.approx(gflops, rel=1e-9)
 
 
-def test_h100_attention_is_causal_from_the_kernel_name() -> None:
-    # The trace records no scalar arguments in tracewhy's model, so is_causal comes from the
-    # FlashAttention kernel's template arguments; TraceLens read "True" from Concrete Inputs.
+def test_h100_attention_is_causal_as_recorded_and_as_its_kernel_says() -> None:
+    # is_causal comes from the op's Concrete Inputs, where TraceLens read "True" too; the
+    # FlashAttention kernel's template arguments (the fallback without them) say the same.
+    from tracewhy.analyses.op_families import causal_from_kernel
+
     r = _real("h100_qwen1.5-0.5b_bs16_seq2048")
     attention = r.instances.filter(pl.col("category") == "attention")
     assert attention.height == 24
     assert all("causal=True" in p for p in attention.get_column("params").to_list())
+    assert all(causal_from_kernel(k) is True for k in attention.get_column("kernel").to_list())
     ref = _tracelens("SDPA_fwd.csv")[0]
     assert attention.get_column("flops")[0] / 1e9 == pytest.approx(float(ref["GFLOPS_first"]), rel=1e-9)
 

@@ -142,7 +142,7 @@ def counted_ops(trace: Trace, device: str | None = None) -> MfuOps:
             MfuOp.TRACE_FLOPS: trace_flops, MfuOp.SHAPES_FLOPS: shapes_flops, MfuOp.DTYPE: r["dtype"],
             MfuOp.PRECISION: precision, MfuOp.IDEAL_NS: flops / peak * 1e9 if peak else None,
         })
-    table = pl.DataFrame(rows, schema=OPS_SCHEMA).sort(MfuOp.TS)
+    table = pl.DataFrame(rows, schema=OPS_SCHEMA).sort([MfuOp.TS, MfuOp.ID])
     return MfuOps(name, peaks, table, on_gpu, _peak_note(on_gpu, name, peaks))
 
 

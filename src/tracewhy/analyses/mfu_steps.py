@@ -155,7 +155,8 @@ def _regions(trace: Trace, counted: MfuOps, step_ids: set[int]) -> pl.DataFrame:
     else:
         spans = regions.select("region_id", pl.col(Col.DUR).alias("time_ns"))
     ops = counted.ops.with_row_index("row").with_columns(pl.col("row").cast(pl.Int64))
-    by_ops = op_rows.join(ops, on="row").group_by("region").agg(
+    # Sorted first: float sums in one order on every run (a join's output order is not fixed).
+    by_ops = op_rows.join(ops, on="row").sort(["region", "row"]).group_by("region", maintain_order=True).agg(
         pl.col(MfuOp.FLOPS).sum().alias(MfuRegionCol.FLOPS),
         pl.when(pl.col(MfuOp.IDEAL_NS).is_not_null().any()).then(pl.col(MfuOp.IDEAL_NS).sum()).alias("ideal"),
         pl.col(MfuOp.SOURCE).unique().sort(descending=True).str.join("+").alias(MfuRegionCol.SOURCE))
