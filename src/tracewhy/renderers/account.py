@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from tracewhy.analyses.account_classes import PARTS_BY_CLASS_SCHEMA
     from tracewhy.findings.where_step_goes import AccountLine
     from tracewhy.renderers.json_schema import rows
-    from tracewhy.renderers.step_classes import InferenceJson
     from tracewhy.renderers.mfu import MfuJson
+    from tracewhy.renderers.step_classes import InferenceJson
     from tracewhy.reports.account import AccountReport
 
 

@@ -10,9 +10,9 @@ import polars as pl
 
 from tracewhy.analyses.account import AccountOptions, AccountResult, step_account
 from tracewhy.analyses.account_classes import parts_by_class
+from tracewhy.analyses.mfu_steps import MfuResult, measure_mfu
 from tracewhy.analyses.step_bytes import DecodeBandwidth, decode_bandwidth
 from tracewhy.analyses.step_classes import StepClasses, step_classes
-from tracewhy.analyses.mfu_steps import MfuResult, measure_mfu
 from tracewhy.analyses.steps import StepsOptions, steps
 from tracewhy.findings.where_step_goes import AccountLine, account_lines
 from tracewhy.readers.torch_logs.provenance import read_kernel_provenance

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from tracewhy.analyses.mfu_steps import MfuResult, measure_mfu
 from tracewhy.analyses.step_bytes import DecodeBandwidth, decode_bandwidth
 from tracewhy.analyses.step_classes import StepClasses, prefill_warmup_reason, step_classes
-from tracewhy.analyses.mfu_steps import MfuResult, measure_mfu
 from tracewhy.analyses.steps import StepsOptions, StepsResult, steps
 from tracewhy.analyses.throughput import Throughput, ThroughputOptions, from_step_stats
 from tracewhy.reports.inputs import PLAIN, Loader, TraceSource
