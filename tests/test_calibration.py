@@ -64,10 +64,6 @@ def predicted_saving_ns(path: Path, edits: tuple[Fix, ...]) -> float:
 
 
 MISSES = {
-    # On CPU the foreach kernels loop over the per-tensor ops (each still recorded, nested in
-    # the after trace), so the ops' time stays and the saving is the optimizer's Python loop;
-    # the edit prices a GPU's saved launches instead: 1.59 ms predicted of 1.07 measured.
-    "foreach_optimizer": "on CPU foreach saves the Python loop, not the per-tensor ops the edit removes",
     # The first touch of the new gradients' pages is priced at 12x the zeroing (this 2-core
     # machine's bench/first_touch.py); the pairs were captured on another machine, where the
     # measured loss implies about 5x: the sign is right, the size 3x too large.

@@ -22,7 +22,7 @@ from tracewhy.analyses.critical_path_graph import Graph
 from tracewhy.analyses.critical_path_replay import GraphEdit, ReplayWindow
 from tracewhy.analyses.critical_path_walk import Category
 from tracewhy.analyses.what_if_comm import reduced_by_hand
-from tracewhy.analyses.what_if_gaps import checkpoint_entries, untraced_around
+from tracewhy.analyses.what_if_gaps import checkpoint_entries, loop_between, untraced_around
 from tracewhy.model.schema import Kind
 
 I64 = npt.NDArray[np.int64]
@@ -204,9 +204,13 @@ class PrefetchData:
 
 @dataclass(frozen=True)
 class MultiTensorOptimizer:
-    """One launch per ``chunk`` tensors instead of one per parameter (``foreach=True``): each op
-    the optimizer repeats per parameter keeps one call per chunk, every other call saving what
-    the trace's cheapest call of that op took (its fixed cost: dispatch and launch)."""
+    """The optimizer's per-parameter loop replaced by one multi-tensor (``foreach=True``) call
+    per op. With GPU activity in the trace, one launch per ``chunk`` tensors instead of one per
+    parameter: each op the optimizer repeats per parameter keeps one call per chunk, every other
+    call saving what the trace's cheapest call of that op took (its fixed cost: dispatch and
+    launch). On a CPU-only trace the foreach op loops over the same per-tensor ops in C++ (each
+    still runs, nested under it), so their time stays and what leaves is the Python loop that
+    called them one by one (``what_if_gaps.loop_between``)."""
 
     chunk: int = FOREACH_CHUNK
 
@@ -215,7 +219,10 @@ class MultiTensorOptimizer:
         return "multi-tensor (foreach) optimizer"
 
     def edit(self, w: WindowEdges) -> GraphEdit:
-        return w.fewer_calls(w.host() & (w.context == int(HostPurpose.OPTIMIZER)), self.chunk)[0]
+        optimizer = w.host() & (w.context == int(HostPurpose.OPTIMIZER))
+        if w.model.rules.cpu_only:
+            return loop_between(w, optimizer)
+        return w.fewer_calls(optimizer, self.chunk)[0]
 
 
 @dataclass(frozen=True)

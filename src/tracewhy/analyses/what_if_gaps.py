@@ -7,12 +7,14 @@ the op after them in the gap two neighbouring ops usually leave. Also the forwar
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING, Final
 
 import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from tracewhy.analyses import api_names
 from tracewhy.analyses.critical_path_replay import GraphEdit
 from tracewhy.model.schema import OpAttrCol
 
@@ -68,6 +70,38 @@ def untraced_around(w: WindowEdges, removed: set[int]) -> GraphEdit:
                 chosen |= span
                 factors[span] = typical / spent
     return GraphEdit(scaled=w.ids[chosen], factor=factors[chosen])
+
+
+def loop_between(w: WindowEdges, host: B) -> GraphEdit:
+    """Among these host edges, per thread, the untraced time (edges outside every op) between
+    two consecutive outermost ops that both repeat in the window (one call per parameter, by
+    name) takes none: the Python of a per-parameter loop, gone when one multi-tensor call per op
+    replaces it. A read into Python (``api_names.is_scalar_read``: a value per parameter that no
+    multi-tensor op returns) stays with the untraced time on both sides of it; the ops' own time
+    stays."""
+    rules, g = w.model.rules, w.model.graph
+    ctx = rules.ctx
+    attr = np.maximum(w.attr, 0)
+    outer = ctx.outer_op[attr]
+    untraced = host & (outer < 0)
+    src_ts, dst_ts = g.node_ts[w.src], g.node_ts[w.dst]
+    chosen = np.zeros(w.ids.size, dtype=bool)
+    for tid in np.unique(ctx.tid[attr[host]]).tolist():
+        ops = np.unique(outer[host & (outer >= 0) & (ctx.tid[attr] == tid)])
+        ops = ops[np.argsort(rules.slice_ts[ops], kind="stable")]
+        names = [ctx.name(int(o)) for o in ops.tolist()]
+        counts = Counter(names)
+        looped = np.array([counts[n] > 1 and not api_names.is_scalar_read(n) for n in names], dtype=bool)
+        pairs = np.flatnonzero(looped[:-1] & looped[1:])
+        if pairs.size == 0:
+            continue
+        on_thread = untraced & (ctx.tid[attr] == tid)
+        lo, hi = rules.slice_end[ops[pairs]], rules.slice_ts[ops[pairs + 1]]
+        # The gap an edge lies in: the last op ending at or before the edge's start.
+        at = np.searchsorted(lo, src_ts[on_thread], side="right") - 1
+        inside = (at >= 0) & (dst_ts[on_thread] <= hi[np.maximum(at, 0)])
+        chosen[np.flatnonzero(on_thread)[inside]] = True
+    return GraphEdit(scaled=w.ids[chosen], factor=np.zeros(int(chosen.sum())))
 
 
 def checkpoint_entries(w: WindowEdges) -> GraphEdit:
