@@ -33,10 +33,10 @@ from tracewhy.analyses.what_if_edits import (
     MultiTensorOptimizer,
     PrefetchData,
     RemoveCompile,
-    RemovePart,
     RemoveRecompute,
 )
 from tracewhy.analyses.what_if_host_edits import BatchLoop, Preallocate, RemoveCode, SetGradsToNone
+from tracewhy.analyses.what_if_removals import RemovePart
 from tracewhy.readers import read_trace
 
 BENCH = Path(__file__).resolve().parent

@@ -15,7 +15,8 @@ import pytest
 import tracewhy
 from conftest import GENERATED, TRACES, shared_trace
 from tracewhy.analyses.mfu_steps import DEVICE_SPAN, HOST_SPAN, MfuResult, measure_mfu
-from tracewhy.analyses.shapes import OpInputs, estimate
+from tracewhy.analyses.op_inputs import OpInputs
+from tracewhy.analyses.shapes import estimate
 from tracewhy.analyses.steps import steps
 
 FLOPS_TRACE = GENERATED / "cpu_flops_attention.pt.trace.json.gz"

@@ -25,11 +25,10 @@ from tracewhy.analyses.what_if_edits import (
     OverlapCopies,
     PrefetchData,
     RemoveCompile,
-    RemovePart,
     RemoveRecompute,
-    RemoveSlices,
     WindowEdges,
 )
+from tracewhy.analyses.what_if_removals import RemovePart, RemoveSlices
 from tracewhy.readers import read_trace
 
 US = 1000

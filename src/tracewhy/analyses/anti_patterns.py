@@ -27,7 +27,8 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses import api_names
-from tracewhy.analyses.shapes import GEMM, OpInputs, estimate
+from tracewhy.analyses.op_inputs import OpInputs
+from tracewhy.analyses.shapes import GEMM, estimate
 from tracewhy.analyses.source_lines import HostTree
 from tracewhy.analyses.tensor_sizes import matmul_precision
 from tracewhy.analyses.what_if_host_edits import ZEROING_OPS

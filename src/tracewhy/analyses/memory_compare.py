@@ -104,7 +104,7 @@ GROWTH_SCHEMA: Final = pl.Schema({GrowthCol.OP: pl.String(), GrowthCol.FRAME: pl
                                   GrowthCol.BEYOND_NOISE: pl.Boolean()})
 
 
-class MeasureCol:
+class MemoryMeasureCol:
     """Columns of ``MemoryGrowth.measures``: the whole-run measures of A and B."""
 
     MEASURE: Final = "measure"  # "peak_allocated", "peak_reserved", "reserved_at_peak", "slack_at_peak"
@@ -114,9 +114,9 @@ class MeasureCol:
     BEYOND_NOISE: Final = GrowthCol.BEYOND_NOISE
 
 
-MEASURES_SCHEMA: Final = pl.Schema({MeasureCol.MEASURE: pl.String(), MeasureCol.A_BYTES: pl.Int64(),
-                                    MeasureCol.B_BYTES: pl.Int64(), MeasureCol.GROWTH: pl.Int64(),
-                                    MeasureCol.BEYOND_NOISE: pl.Boolean()})
+MEASURES_SCHEMA: Final = pl.Schema({MemoryMeasureCol.MEASURE: pl.String(), MemoryMeasureCol.A_BYTES: pl.Int64(),
+                                    MemoryMeasureCol.B_BYTES: pl.Int64(), MemoryMeasureCol.GROWTH: pl.Int64(),
+                                    MemoryMeasureCol.BEYOND_NOISE: pl.Boolean()})
 
 
 OP_GROWTH_SCHEMA: Final = pl.Schema({GrowthCol.OP: pl.String(), GrowthCol.A_BYTES: pl.Int64(),
@@ -183,10 +183,10 @@ def compare_runs(a: MemoryCapture, b: MemoryCapture) -> MemoryGrowth:
             ("peak_reserved", a.peak_reserved_bytes, b.peak_reserved_bytes),
             ("reserved_at_peak", a.reserved_at_peak_bytes, b.reserved_at_peak_bytes),
             ("slack_at_peak", a.slack_at_peak_bytes, b.slack_at_peak_bytes)]
-    measures = pl.DataFrame([(m, x, y) for m, x, y in rows], schema=[MeasureCol.MEASURE, MeasureCol.A_BYTES,
-                                                                   MeasureCol.B_BYTES], orient="row")
-    measures = measures.with_columns((pl.col(MeasureCol.B_BYTES) - pl.col(MeasureCol.A_BYTES)).alias(MeasureCol.GROWTH)
-                                     ).with_columns(beyond.fill_null(False).alias(MeasureCol.BEYOND_NOISE))
+    m_ = MemoryMeasureCol
+    measures = pl.DataFrame([(m, x, y) for m, x, y in rows], schema=[m_.MEASURE, m_.A_BYTES, m_.B_BYTES], orient="row")
+    measures = measures.with_columns((pl.col(m_.B_BYTES) - pl.col(m_.A_BYTES)).alias(m_.GROWTH)
+                                     ).with_columns(beyond.fill_null(False).alias(m_.BEYOND_NOISE))
     ops = (
         sites.filter(pl.col(GrowthCol.OP).is_not_null())
         .group_by(GrowthCol.OP).agg(pl.col(GrowthCol.A_BYTES).sum(), pl.col(GrowthCol.B_BYTES).sum())

@@ -35,9 +35,10 @@ from tracewhy.analyses.op_families import (
     SDPA_BHND_BWD,
     base_name,
 )
+from tracewhy.analyses.op_inputs import OpInputs
 from tracewhy.analyses.peaks import DevicePeaks
 from tracewhy.analyses.roofline_ops import OpRooflineOptions, device_peaks, op_precision
-from tracewhy.analyses.shapes import ATTENTION, CONVOLUTION, GEMM, OpInputs, estimate
+from tracewhy.analyses.shapes import ATTENTION, CONVOLUTION, GEMM, estimate
 from tracewhy.analyses.tensor_sizes import matmul_precision
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, Kind, OpAttrCol
 from tracewhy.model.trace import Trace

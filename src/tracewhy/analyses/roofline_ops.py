@@ -16,8 +16,9 @@ from typing import Any, Final
 
 import polars as pl
 
+from tracewhy.analyses.op_inputs import OpInputs
 from tracewhy.analyses.peaks import DevicePeaks, lookup_peaks
-from tracewhy.analyses.shapes import GEMM, OpInputs, estimate
+from tracewhy.analyses.shapes import GEMM, estimate
 from tracewhy.analyses.stats import whole_ns
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, DeviceCol, Kind, OpAttrCol
 from tracewhy.model.trace import Trace

@@ -14,8 +14,8 @@ import polars as pl
 
 from tracewhy.analyses.host_activity import build_host_index
 from tracewhy.analyses.op_families import FLASH_BNHD, SDPA_BHND, base_name
+from tracewhy.analyses.op_inputs import OpInputs
 from tracewhy.analyses.peaks import DevicePeaks, lookup_peaks, peaks_from_properties
-from tracewhy.analyses.shapes import OpInputs
 from tracewhy.analyses.step_classes import ClassCol, StepClasses
 from tracewhy.analyses.step_verdicts import StepClass
 from tracewhy.analyses.tensor_sizes import nbytes

@@ -12,7 +12,7 @@ from typing import Final
 import polars as pl
 
 from tracewhy.analyses.op_families import FLASH_BNHD, SDPA_BHND, base_name
-from tracewhy.analyses.shapes import OpInputs
+from tracewhy.analyses.op_inputs import OpInputs
 from tracewhy.model.schema import Col, Kind, OpAttrCol
 from tracewhy.model.trace import Trace
 

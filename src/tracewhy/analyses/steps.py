@@ -18,6 +18,7 @@ from tracewhy.analyses.loop_iterations import IterationSource, LoopIterations, l
 from tracewhy.analyses.nvtx import nvtx_step_marker
 from tracewhy.analyses.stats import nearest_ns
 from tracewhy.analyses.step_marker import annotation_step_marker, numbers_past_int64_note
+from tracewhy.analyses.step_notes import unlinked_kernels_note
 from tracewhy.analyses.warmup import default_warmup
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, Kind
 from tracewhy.model.trace import Trace
@@ -188,10 +189,10 @@ def steps(trace: Trace, options: StepsOptions = StepsOptions()) -> StepsResult:
     starts = marks.get_column(Col.TS).to_list()
     own_ends = _own_ends(marks, rows, launch_ts, launch_pid, g_end)
     # Iterations end where the next begins, the last one too (its closing fetch or optimizer step);
-    # an engine's last iteration ends with its own time, as a marked step does (a decode step's
-    # annotation closes when its graph is launched, long before the GPU runs it).
-    engine = loop is not None and loop.source == IterationSource.ENGINE
-    window_ends = [*starts[1:], own_ends[-1] if loop is None or engine else int(loop.ends[-1])]
+    # an engine's last one with its own time, as a marked step (a decode's annotation closes at its
+    # graph's launch, long before the GPU runs it).
+    window_ends = [*starts[1:], own_ends[-1] if loop is None or loop.source == IterationSource.ENGINE
+                   else int(loop.ends[-1])]
     durations = marks.get_column(Col.DUR).to_list()
     if options.warmup is not None:
         warmup, warmup_reason = max(0, min(options.warmup, n)), f"--warmup {options.warmup}"
@@ -228,7 +229,7 @@ def steps(trace: Trace, options: StepsOptions = StepsOptions()) -> StepsResult:
     short = _short_markers(table)
     if short is not None:
         note = short if note is None else f"{note}; {short}"
-    unlinked = _unlinked_kernels(s, starts[0], window_ends[-1])
+    unlinked = unlinked_kernels_note(s, starts[0], window_ends[-1])
     if unlinked is not None:
         note = unlinked if note is None else f"{note}; {unlinked}"
     huge = numbers_past_int64_note(marks.get_column(Col.NAME).to_list(), numbers, pattern)
@@ -286,19 +287,6 @@ def _short_markers(table: pl.DataFrame) -> str | None:
     return (f"the markers cover {100 * span / period:.2g}% of each step's period (median {span / 1e6:.3f} ms "
             f"of {period / 1e6:.3f} ms between starts): the statistics are of the markers' CPU span, not "
             "the step time; the period is the step time")
-
-
-def _unlinked_kernels(s: pl.DataFrame, lo: int, hi: int) -> str | None:
-    """Say how many kernels ran inside the steps with no launch call in the trace: they count in
-    no step's GPU work (``gaps`` and ``overlap``, which go by time, do include them)."""
-    k = s.filter((pl.col(Col.KIND) == Kind.KERNEL.value) & pl.col(Col.LAUNCH).is_null()
-                 & (pl.col(Col.TS) >= lo) & (pl.col(Col.TS) < hi))
-    if k.height == 0:
-        return None
-    total = int(k.get_column(Col.DUR).sum())
-    return (f"{k.height} kernels ({total / 1e6:.3f} ms) ran inside the steps with no launch call in the "
-            "trace (launched before the capture began, or the runtime events were not recorded): they "
-            "count in no step's GPU work")
 
 
 def _drop_nested_duplicates(marks: pl.DataFrame) -> pl.DataFrame:

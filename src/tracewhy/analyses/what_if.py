@@ -31,10 +31,10 @@ from tracewhy.analyses.what_if_edits import (
     OverlapCopies,
     PrefetchData,
     RemoveCompile,
-    RemovePart,
     RemoveRecompute,
     WindowEdges,
 )
+from tracewhy.analyses.what_if_removals import RemovePart
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS
 
 F64 = npt.NDArray[np.float64]

@@ -23,6 +23,7 @@ from tracewhy.analyses.critical_path_replay import GraphEdit, ReplayWindow
 from tracewhy.analyses.critical_path_walk import Category
 from tracewhy.analyses.what_if_comm import reduced_by_hand
 from tracewhy.analyses.what_if_gaps import checkpoint_entries, loop_between, untraced_around
+from tracewhy.analyses.what_if_removals import RemovePart, RemoveSlices
 from tracewhy.model.schema import Kind
 
 I64 = npt.NDArray[np.int64]
@@ -341,40 +342,6 @@ class HideCollective:
             return True
         part = w.model.rules.parts[w.model.rules.gpu_part(activity, Category.COMMUNICATION)].name
         return part == f"communication: {self.collective}"
-
-
-@dataclass(frozen=True)
-class RemoveSlices:
-    """These slices take no time (as the critical path's gains replay an item): the edges of
-    these Edge kinds spent in them weigh nothing."""
-
-    ids: tuple[int, ...]
-    kinds: tuple[Edge, ...] = (Edge.HOST,)
-
-    @property
-    def label(self) -> str:
-        return f"without {len(self.ids)} slice(s)"
-
-    def edit(self, w: WindowEdges) -> GraphEdit:
-        chosen = np.isin(w.attr, list(self.ids)) & np.isin(w.kind, [int(k) for k in self.kinds])
-        return GraphEdit(scaled=w.ids[chosen], factor=np.zeros(int(chosen.sum())))
-
-
-@dataclass(frozen=True)
-class RemovePart:
-    """The work of one part of the account leaves the step (logging moved out of the loop, a
-    sleep removed): the edges the account puts in that part weigh nothing, waits among them go."""
-
-    part: str
-
-    @property
-    def label(self) -> str:
-        return f"without {self.part}"
-
-    def edit(self, w: WindowEdges) -> GraphEdit:
-        chosen = w.in_part(self.part)
-        gpu = chosen & (w.kind == int(Edge.GPU))
-        return w.removing(chosen & ~gpu, gpu)
 
 
 class Fix(Protocol):

@@ -283,20 +283,21 @@ def memory_growth_findings(g: MemoryGrowth) -> list[Finding]:
     """B's peak above A's by more than the noise, with the sites that grew most beyond it, and the
     slack (reserved, not allocated, at the peak) where it grew beyond the noise too; the slack alone
     where only it grew: the allocator holds more cached or fragmented memory for the same tensors."""
-    from tracewhy.analyses.memory_compare import GrowthCol, MeasureCol
+    from tracewhy.analyses.memory_compare import GrowthCol, MemoryMeasureCol
 
-    measures = {str(m[MeasureCol.MEASURE]): m for m in g.measures.rows(named=True)}
+    measures = {str(m[MemoryMeasureCol.MEASURE]): m for m in g.measures.rows(named=True)}
     slack = measures["slack_at_peak"]
-    slack_grew = bool(slack[MeasureCol.BEYOND_NOISE]) and (slack[MeasureCol.GROWTH] or 0) > 0
+    slack_grew = bool(slack[MemoryMeasureCol.BEYOND_NOISE]) and (slack[MemoryMeasureCol.GROWTH] or 0) > 0
     growth = g.peak_growth_bytes
     grew_allocated = growth > g.noise_bytes and g.a.peak_allocated_bytes > 0
     if not grew_allocated and not slack_grew:
         return []
-    slack_text = (f"the slack at the peak (reserved, not allocated) grew by {fmt_bytes(slack[MeasureCol.GROWTH])} "
-                  f"({fmt_bytes(slack[MeasureCol.A_BYTES])} to {fmt_bytes(slack[MeasureCol.B_BYTES])})")
+    slack_text = ("the slack at the peak (reserved, not allocated) grew by "
+                  f"{fmt_bytes(slack[MemoryMeasureCol.GROWTH])} "
+                  f"({fmt_bytes(slack[MemoryMeasureCol.A_BYTES])} to {fmt_bytes(slack[MemoryMeasureCol.B_BYTES])})")
     evidence = {"a_peak_bytes": g.a.peak_allocated_bytes, "b_peak_bytes": g.b.peak_allocated_bytes,
-                "noise_bytes": g.noise_bytes, "a_slack_bytes": slack[MeasureCol.A_BYTES],
-                "b_slack_bytes": slack[MeasureCol.B_BYTES]}
+                "noise_bytes": g.noise_bytes, "a_slack_bytes": slack[MemoryMeasureCol.A_BYTES],
+                "b_slack_bytes": slack[MemoryMeasureCol.B_BYTES]}
     if not grew_allocated:
         return [Finding(
             code=Code.MEMORY_GREW, severity=Severity.INFO,

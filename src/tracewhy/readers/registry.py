@@ -21,6 +21,7 @@ from tracewhy.model.trace import KINETO_FORMAT, NSYS_FORMAT
 
 if TYPE_CHECKING:  # the model types the readers of each kind return
     from tracewhy.model.instrument import InstrumentLog
+    from tracewhy.model.kernel_provenance import KernelProvenance
     from tracewhy.model.memory_snapshot import MemorySnapshot
     from tracewhy.model.memory_timeline import MemoryTimeline
     from tracewhy.model.ncu import NcuReport
@@ -202,6 +203,12 @@ def read_memory_timeline(path: Path, fmt: InputFormat | None = None) -> MemoryTi
 
 def read_compile_logs(path: Path, fmt: InputFormat | None = None) -> TorchLogs:
     return cast("TorchLogs", (fmt or _format_of(InputKind.COMPILE_LOGS, path)).reader()(path))
+
+
+def read_kernel_provenance(path: Path) -> KernelProvenance:
+    """Which source lines each compiled kernel fuses: a TORCH_TRACE directory or log, or a
+    TORCH_LOGS output-code capture (the compile record ``--logs`` names)."""
+    return cast("KernelProvenance", _function("tracewhy.readers.torch_logs.provenance:read_kernel_provenance")(path))
 
 
 def read_stage_logs(paths: list[Path], fmt: InputFormat | None = None) -> InstrumentLog:

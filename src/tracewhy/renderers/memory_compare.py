@@ -12,9 +12,9 @@ from tracewhy.analyses.memory_compare import (
     RANK_MEMORY_SCHEMA,
     RANK_SITES_SCHEMA,
     GrowthCol,
-    MeasureCol,
     MemoryCapture,
     MemoryGrowth,
+    MemoryMeasureCol,
     MemoryRanks,
     RankMemCol,
     RankSiteCol,
@@ -139,8 +139,8 @@ def render_memory_growth(g: MemoryGrowth, findings: list[Finding], top: int) -> 
     devices = g.a.device if g.a.device == g.b.device else f"{g.a.device} (A), {g.b.device} (B)"
     t = MEASURES_TABLE.table(f"{devices}: B against A (noise {fmt_bytes(g.noise_bytes)})")
     for row in g.measures.iter_rows(named=True):
-        t.add_row(row[MeasureCol.MEASURE].replace("_", " "), fmt_bytes(row[MeasureCol.A_BYTES]),
-                  fmt_bytes(row[MeasureCol.B_BYTES]), _signed(row[MeasureCol.GROWTH]))
+        t.add_row(row[MemoryMeasureCol.MEASURE].replace("_", " "), fmt_bytes(row[MemoryMeasureCol.A_BYTES]),
+                  fmt_bytes(row[MemoryMeasureCol.B_BYTES]), _signed(row[MemoryMeasureCol.GROWTH]))
     grown = g.sites.filter(g.sites.get_column(GrowthCol.BEYOND_NOISE))
     if grown.height == 0:
         return Group(head, t, Text(f"live at the peak: no allocation site changed beyond the noise "

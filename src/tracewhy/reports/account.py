@@ -15,7 +15,7 @@ from tracewhy.analyses.step_bytes import DecodeBandwidth, decode_bandwidth
 from tracewhy.analyses.step_classes import StepClasses, step_classes
 from tracewhy.analyses.steps import StepsOptions, steps
 from tracewhy.findings.where_step_goes import AccountLine, account_lines
-from tracewhy.readers.torch_logs.provenance import read_kernel_provenance
+from tracewhy.readers.registry import read_kernel_provenance
 from tracewhy.reports.inputs import PLAIN, Loader, TraceSource
 from tracewhy.rows import Rows
 

@@ -10,7 +10,7 @@ from typing import Final
 
 from tracewhy.analyses.lines import SORT_KEYS, LinesOptions, LinesResult, lines
 from tracewhy.analyses.steps import StepsOptions, steps
-from tracewhy.readers.torch_logs.provenance import read_kernel_provenance
+from tracewhy.readers.registry import read_kernel_provenance
 from tracewhy.reports.inputs import PLAIN, Loader, TraceSource
 
 #: The columns the rows may be sorted by (``--sort``).

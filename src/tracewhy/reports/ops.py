@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Final
 
 from tracewhy.analyses.ops import SORT_KEYS, OpsOptions, OpsResult, ops
-from tracewhy.readers.torch_logs.provenance import read_kernel_provenance
+from tracewhy.readers.registry import read_kernel_provenance
 from tracewhy.reports.inputs import PLAIN, Loader, TraceSource
 
 #: The columns the rows may be sorted by (``--sort``).

@@ -1,0 +1,67 @@
+"""One op's recorded inputs as ``record_shapes`` writes them: dims and dtypes per argument and,
+in newer PyTorch, the concrete values of scalar arguments (``Concrete Inputs``), parsed once for
+the shape formulas (``shapes``) and the step classes and bytes that read them."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from tracewhy.analyses.tensor_sizes import DTYPE_BYTES
+
+
+@dataclass(frozen=True)
+class OpInputs:
+    """One op's recorded inputs: dims and types per argument, concrete values when recorded."""
+
+    dims: list[Any]
+    types: list[str]
+    concrete: list[Any] | None = None
+
+    @staticmethod
+    def parse(dims_json: str | None, types_json: str | None, concrete_json: str | None = None) -> OpInputs | None:
+        try:
+            dims = json.loads(dims_json) if dims_json else None
+            types = json.loads(types_json) if types_json else []
+            concrete = json.loads(concrete_json) if concrete_json else None
+        except (json.JSONDecodeError, TypeError):
+            return None
+        if not isinstance(dims, list):
+            return None
+        types = [str(t) for t in types] if isinstance(types, list) else []
+        return OpInputs(dims, types, concrete if isinstance(concrete, list) else None)
+
+    def tensor(self, i: int) -> tuple[list[int], str] | None:
+        """Argument ``i`` as (shape, dtype) if it is a tensor (a list of ints with a dtype)."""
+        if i >= len(self.dims):
+            return None
+        shape = self.dims[i]
+        dtype = self.types[i] if i < len(self.types) else ""
+        if not isinstance(shape, list) or not all(isinstance(x, int) for x in shape):
+            return None
+        if dtype in ("", "Scalar", "ScalarList", "TensorList", "GenericList") or dtype not in DTYPE_BYTES:
+            return None
+        return shape, dtype
+
+    def tensors(self) -> list[tuple[list[int], str]]:
+        return [t for i in range(len(self.dims)) if (t := self.tensor(i)) is not None]
+
+    def value(self, i: int) -> Any:
+        """The concrete value of argument ``i`` ("True", "2", "[1, 1]" parsed), or None."""
+        if self.concrete is None or i >= len(self.concrete):
+            return None
+        raw = self.concrete[i]
+        if raw in ("", None):
+            return None
+        if isinstance(raw, str):
+            low = raw.strip()
+            if low in ("True", "False"):
+                return low == "True"
+            try:
+                # bool lists are written as Python prints them: "[False, True, True]"
+                return json.loads(low.replace("(", "[").replace(")", "]").replace("True", "true")
+                                  .replace("False", "false"))
+            except json.JSONDecodeError:
+                return low
+        return raw
