@@ -11,6 +11,7 @@ from pathlib import Path
 import anti_pattern_traces
 import compile_trace
 import compile_traces
+import copy_traces
 import dataloader_traces
 import ddp_traces
 import dialect_traces
@@ -249,6 +250,12 @@ SPECS: tuple[TraceSpec, ...] = (
     TraceSpec("flops_attention", (flops_traces.FILE,), _one(flops_traces.FILE, flops_traces.make_flops_attention),
               "flops_traces.make_flops_attention", "record_shapes=True, with_flops=True",
               _sched(flops_traces.SCHEDULE), flops_traces.PLANTED),
+    *(TraceSpec(key, (name,), _one(name, make), f"copy_traces.{make.__name__}", copy_traces.OPTIONS,
+                _sched(copy_traces.SCHEDULE), planted)
+      for key, name, make, planted in (
+          ("copies_present", copy_traces.PRESENT_FILE, copy_traces.make_present, copy_traces.PLANTED_PRESENT),
+          ("copies_absent", copy_traces.ABSENT_FILE, copy_traces.make_absent, copy_traces.PLANTED_ABSENT),
+      )),
     TraceSpec("lines_started", (lines_traces.STARTED_FILE,), _one(lines_traces.STARTED_FILE, lines_traces.make_started),
               "lines_traces.make_started", lines_traces.OPTIONS, _sched(lines_traces.STARTED_SCHEDULE),
               lines_traces.PLANTED_STARTED),

@@ -59,6 +59,7 @@ class Code(str, Enum):
     CONV_BIAS_BEFORE_BATCH_NORM = "conv-bias-before-batch-norm"
     TENSOR_BUILT_ON_HOST = "tensor-built-on-host"
     GEMM_DIMS_UNALIGNED = "gemm-dims-unaligned"
+    EXTRA_COPIES = "extra-copies"
     DATA_PARALLEL_NOT_DDP = "data-parallel-not-ddp"
     SLOW_COMM_BACKEND = "slow-comm-backend"
     MEMORY_NEAR_LIMIT = "memory-near-limit"
@@ -173,6 +174,8 @@ _MEANING: Final[dict[Code, str]] = {
                                "priced by the step's replay.",
     Code.GEMM_DIMS_UNALIGNED: "Half-precision GEMMs whose K or N is not a multiple of 8 (slower kernels), with "
                               "their kernel time per step.",
+    Code.EXTRA_COPIES: "contiguous() copies before ops that read strided tensors, and dtype casts there and "
+                       "back, on the step's path every step, priced by the step's replay without them.",
     Code.DATA_PARALLEL_NOT_DDP: "One process drives several GPUs through torch.nn.DataParallel.",
     Code.SLOW_COMM_BACKEND: "Collectives run on gloo although the job uses GPUs.",
     Code.MEMORY_NEAR_LIMIT: "Reserved GPU memory is near the device's capacity; the ledger at the allocation peak "

@@ -26,6 +26,7 @@ from tracewhy.findings import (
     anti_patterns,
     blocks,
     collective_bandwidth,
+    extra_copies,
     host,
     idle,
     memory,
@@ -57,6 +58,7 @@ RULES: tuple[Rule, ...] = (
     trust.findings, idle.findings, host.findings, platform.findings, overlap.findings,
     collective_bandwidth.findings, blocks.findings,
     nsys_rules.findings, memory.findings, torch_compile.findings, account.findings, anti_patterns.findings,
+    extra_copies.findings,
 )
 
 
