@@ -25,8 +25,7 @@ import polars as pl
 
 from tracewhy.analyses import api_names
 from tracewhy.analyses.shapes import (
-    ATTENTION,
-    CONVOLUTION,
+    COPY,
     ELEMENTWISE,
     GEMM,
     NORMALIZATION,
@@ -52,10 +51,11 @@ CAST_OPS: Final = frozenset({"aten::to", "aten::_to_copy"})
 #: The write under a cast: ``copy_(self=destination, src)``, so its recorded input types are the
 #: destination's dtype then the source's, and its first input dims the copied shape.
 WRITE_OP: Final = "aten::copy_"
-#: ``shapes.estimate`` categories that end a round trip: work whose result is not the cast
-#: tensor element by element (a matmul, a convolution, a reduction, a norm), so a cast on each
-#: side of it is each side's own precision choice.
-ROUND_TRIP_BREAKERS: Final = frozenset({GEMM, ATTENTION, CONVOLUTION, REDUCTION, NORMALIZATION})
+#: ``shapes.estimate`` categories of the work a round trip may have between its casts: element by
+#: element on a tensor of the cast's shape. Anything else (a matmul, a reduction, a view, an op
+#: estimate does not model, work on other shapes) makes a cast on each side of it each side's
+#: own precision choice, or about another tensor.
+ELEMENTWISE_WORK: Final = frozenset({ELEMENTWISE, COPY})
 #: ``shapes.estimate`` categories of consumers that read strided tensors as they are (BLAS takes
 #: a transposed operand, TensorIterator any strides). Not fused attention (its kernels require a
 #: unit stride on the last dim) nor a copy or cast (it keeps the strides it is given, so the
@@ -124,7 +124,8 @@ def extra_copies(trace: Trace, starts: I64, ends: I64) -> ExtraCopiesResult:
             consumer = _consumer(op, got[0] if got else None, ops, lane, step, tid, tree, names, inputs)
             if got is not None and consumer is not None:
                 found[(CONTIGUOUS, tuple(got[0]), (got[1],), consumer)].append(op)
-    for first, second in _round_trips(top, ops, lane, step, tid, tree, names, inputs, children):
+    wrappers = set(np.flatnonzero(node | body).tolist())
+    for first, second in _round_trips(top, ops, lane, step, tid, tree, names, inputs, children, wrappers):
         cast = _cast(first, children, names, inputs)
         if cast is not None:
             found[(ROUND_TRIP, cast[0], (cast[1], cast[2]), names[first])] += [first, second]
@@ -191,9 +192,10 @@ def _cast(op: int, children: dict[int, list[int]], names: list[str],
 
 def _round_trips(top: list[int], ops: I64, lane: dict[int, int], step: I64, tid: I64, tree: HostTree,
                  names: list[str], inputs: dict[int, OpInputs],
-                 children: dict[int, list[int]]) -> list[tuple[int, int]]:
+                 children: dict[int, list[int]], wrappers: set[int]) -> list[tuple[int, int]]:
     """Pairs of casts A -> B then B -> A of one shape in a step on a thread, the second the next
-    cast back after the first with no ROUND_TRIP_BREAKERS op in between; each cast pairs once."""
+    cast back after the first with only ELEMENTWISE_WORK in between (an autograd node's ranges,
+    ``wrappers``, hold backward's work and are looked into); each cast pairs once."""
     casts = {op: c for op in top if names[op] in CAST_OPS and (c := _cast(op, children, names, inputs))}
     paired: set[int] = set()
     out = []
@@ -212,11 +214,23 @@ def _round_trips(top: list[int], ops: I64, lane: dict[int, int], step: I64, tid:
                 paired |= {first, nxt}
                 out.append((first, nxt))
                 break
-            x = inputs.get(nxt)
-            cost = estimate(names[nxt], x) if x is not None else None
-            if cost is not None and cost.category in ROUND_TRIP_BREAKERS:
+            if nxt in wrappers:
+                continue
+            if not _elementwise_on(nxt, list(shape), names, inputs):
                 break
+            end = max(end, tree.ts[nxt] + tree.dur[nxt])  # what runs inside it is its own work
     return out
+
+
+def _elementwise_on(op: int, shape: list[int], names: list[str], inputs: dict[int, OpInputs]) -> bool:
+    """``op`` takes no tensor (an autograd node's range, a factory) or is elementwise work
+    (ELEMENTWISE_WORK) on a tensor of ``shape``: what may sit between the two casts of a round trip."""
+    x = inputs.get(op)
+    tensors = x.tensors() if x is not None else []
+    if not tensors or x is None:
+        return True
+    cost = estimate(names[op], x)
+    return cost is not None and cost.category in ELEMENTWISE_WORK and any(s == shape for s, _ in tensors)
 
 
 def _removed(trace: Trace, tree: HostTree, ids: list[int]) -> tuple[int, ...]:
