@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from tracewhy.analyses.critical_path_edges import Edge
-from tracewhy.analyses.extra_copies import CONTIGUOUS, ExtraCopiesResult, ExtraCopy, extra_copies
+from tracewhy.analyses.extra_copies import CONTIGUOUS, ROUND_TRIP, ExtraCopiesResult, ExtraCopy, extra_copies
 from tracewhy.analyses.steps import StepCol
 from tracewhy.analyses.what_if_edits import RemoveSlices
 from tracewhy.findings import source_line as sl
@@ -36,8 +36,7 @@ def findings(ctx: Context) -> list[Finding]:
     every = [c for c in r.copies if c.calls >= steps]  # every step, not a one-off
     if not every or ctx.account() is None:
         return []
-    removed = tuple(i for i in r.removed)
-    p = ctx.predict((RemoveSlices(removed, kinds=(Edge.HOST, Edge.LAUNCH, Edge.GPU)),))
+    p = ctx.predict((RemoveSlices(r.removed, kinds=(Edge.HOST, Edge.LAUNCH, Edge.GPU)),))
     if not p.changed or p.saved_ns <= 0:
         return []  # off the step's critical path: other work hides them
     ids = np.asarray([i for c in every for i in c.ids], dtype=np.int64)
@@ -53,9 +52,7 @@ def findings(ctx: Context) -> list[Finding]:
                   f"({fmt_pct(p.saved_ns / max(p.measured_ns, 1))}) saved per step."
                   + ("" if claimed else f" Under {fmt_pct(th.ANTI_PATTERN_MIN_SHARE)} of the step, that is "
                                         "negligible here."),
-        next_step="Drop the .contiguous() before an op that takes the strided view (matmul, elementwise), and "
-                  "keep a tensor in one dtype instead of casting it there and back (under autocast, let it "
-                  "cast)" + sl.named(line, " at ", "") + ".",
+        next_step=_advice({c.kind for c in every}) + sl.named(line, " at ", "") + ".",
         recoverable_ns_per_step=p.saved_ns if claimed else 0,
         predicted_step_ns=p.predicted_ns,
         evidence={"copies": [{"kind": c.kind, "shape": list(c.shape), "dtypes": list(c.dtypes),
@@ -82,3 +79,13 @@ def _severity(saved_ns: int, measured_ns: int) -> Severity:
     if saved_ns >= th.ANTI_PATTERN_MEDIUM_SHARE * max(measured_ns, 1):
         return Severity.MEDIUM
     return Severity.LOW if saved_ns >= th.ANTI_PATTERN_MIN_SHARE * max(measured_ns, 1) else Severity.INFO
+
+
+def _advice(kinds: set[str]) -> str:
+    said = []
+    if CONTIGUOUS in kinds:
+        said.append("drop the .contiguous() before an op that takes the strided view (a matmul, elementwise work)")
+    if ROUND_TRIP in kinds:
+        said.append("keep the tensor in one dtype instead of casting it there and back (under autocast, let "
+                    "autocast cast)")
+    return "; ".join(said).capitalize()
