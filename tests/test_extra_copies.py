@@ -7,6 +7,7 @@ contiguous layout fused attention or a later cast needs)."""
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -171,7 +172,7 @@ def test_a_back_to_back_round_trip_on_a_real_capture_is_named_and_not_claimed() 
     writes = [e["args"]["Input type"][:2] for e in ops if e["name"] == "aten::copy_"
               and e["args"]["Input Dims"][0] == [1024] and e["args"]["Input type"][0] != e["args"]["Input type"][1]]
     assert ["int", "long"] in writes and ["long", "int"] in writes
-    back_to_back = [(a, b) for a, b in zip(writes, writes[1:], strict=False) if a == ["int", "long"]]
+    back_to_back = [(a, b) for a, b in itertools.pairwise(writes) if a == ["int", "long"]]
     assert back_to_back == [(["int", "long"], ["long", "int"])]
     report = diagnose(tracewhy.load(path))
     f = next(f for f in report.findings if f.code == Code.EXTRA_COPIES)
