@@ -20,7 +20,7 @@ from tracewhy.analyses.account import step_model
 from tracewhy.analyses.critical_path_edges import Edge
 from tracewhy.analyses.extra_copies import CONTIGUOUS, ROUND_TRIP, ExtraCopiesResult
 from tracewhy.analyses.what_if import predict
-from tracewhy.analyses.what_if_edits import RemoveSlices
+from tracewhy.analyses.what_if_removals import RemoveSlices
 from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context, DiagnoseOptions
 from tracewhy.findings.extra_copies import extra_copies_result

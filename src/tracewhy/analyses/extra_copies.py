@@ -24,13 +24,13 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses import api_names
+from tracewhy.analyses.op_inputs import OpInputs
 from tracewhy.analyses.shapes import (
     COPY,
     ELEMENTWISE,
     GEMM,
     NORMALIZATION,
     REDUCTION,
-    OpInputs,
     estimate,
 )
 from tracewhy.analyses.source_lines import HostTree

@@ -11,7 +11,7 @@ import numpy as np
 from tracewhy.analyses.critical_path_edges import Edge
 from tracewhy.analyses.extra_copies import CONTIGUOUS, ROUND_TRIP, ExtraCopiesResult, ExtraCopy, extra_copies
 from tracewhy.analyses.steps import StepCol
-from tracewhy.analyses.what_if_edits import RemoveSlices
+from tracewhy.analyses.what_if_removals import RemoveSlices
 from tracewhy.findings import source_line as sl
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.codes import Code
