@@ -56,6 +56,16 @@ def test_every_command_is_a_function_with_the_commands_long_options() -> None:
                 assert renamed.get(name, name) in keywords, f"tw.{function.__name__} lacks {long[0]}"
 
 
+
+def test_tokens_per_step_is_items_per_step_in_tokens() -> None:
+    """``tokens_per_step=N`` is the command's ``--tokens-per-step N``: ``--items-per-step N --unit tokens``."""
+    trace = tw.load(Path(__file__).parent / "data" / "generated" / "cpu_generate_kv_cache.pt.trace.json.gz")
+    by_tokens = tw.steps(trace, tokens_per_step=64).throughput
+    by_items = tw.steps(trace, items_per_step=64, unit="tokens").throughput
+    assert by_tokens is not None and by_tokens == by_items and by_tokens.unit == "tokens"
+    with pytest.raises(UsageError):
+        tw.steps(trace, tokens_per_step=64, items_per_step=64)
+
 def test_diagnose() -> None:
     doc = cli_json("diagnose", str(shared_trace(A100)))
     d = result("diagnose")

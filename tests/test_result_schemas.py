@@ -64,6 +64,7 @@ def _each_table() -> Iterator[tuple[str, pl.DataFrame, pl.Schema]]:
     yield "overlap.collectives", o.collectives, overlap.OVERLAP_COLLECTIVES_SCHEMA
     yield "overlap.streams", o.streams, overlap.OVERLAP_STREAMS_SCHEMA
     yield "overlap.concurrency", o.concurrency, overlap.OVERLAP_CONCURRENCY_SCHEMA
+    yield "overlap.bandwidth", o.bandwidth, overlap.BANDWIDTH_SCHEMA
     k = kernels.kernels(trace)
     yield "kernels.by_name", k.by_name, kernels.KERNELS_BY_NAME_SCHEMA
     yield "kernels.by_family", k.by_family, kernels.KERNELS_BY_FAMILY_SCHEMA
@@ -85,7 +86,8 @@ def _each_table() -> Iterator[tuple[str, pl.DataFrame, pl.Schema]]:
 
 @pytest.mark.parametrize("name", [
     "steps", "step_windows", "gaps.gaps", "gaps.per_step", "gaps.short", "overlap.devices", "overlap.steps",
-    "overlap.steady", "overlap.collectives", "overlap.streams", "overlap.concurrency", "kernels.by_name",
+    "overlap.steady", "overlap.collectives", "overlap.streams", "overlap.concurrency", "overlap.bandwidth",
+    "kernels.by_name",
     "kernels.by_family", "ops", "ops by shapes", "blocks.table", "blocks.instances", "account.windows",
     "account.parts", "account.per_step", "account.evidence", "what_if.table", "what_if.part_gains",
 ])

@@ -39,10 +39,12 @@ Paths = str | Path | Sequence[str | Path]
 
 
 def diff(a: TraceLike, b: TraceLike, *, step: str | None = None, warmup: int | None = None,
-         items_per_step: float | None = None, unit: str | None = None, top: int | None = None) -> Diff:
+         items_per_step: float | None = None, unit: str | None = None, tokens_per_step: float | None = None,
+         top: int | None = None) -> Diff:
     """Run B against baseline A: faster, slower or within noise, and what changed (``tracewhy
     diff``); its rows are the operators' changes per step, largest first."""
-    options = DiffReportOptions(step_marker=step, warmup=warmup, rate=requested(items_per_step, unit))
+    options = DiffReportOptions(step_marker=step, warmup=warmup,
+                                rate=requested(items_per_step, unit, tokens_per_step))
 
     def make(reads: Reads) -> Diff:
         r = diff_report(a, b, options, reads.loader)
@@ -54,6 +56,7 @@ def diff(a: TraceLike, b: TraceLike, *, step: str | None = None, warmup: int | N
 def check(trace: Sources, *, baseline: TraceLike | None = None, config: str | Path | None = None,
           step: str | None = None, warmup: int | None = None, allow_unmeasured: bool = False,
           allow_partial: bool = False, items_per_step: float | None = None, unit: str | None = None,
+          tokens_per_step: float | None = None,
           **limits: str | float) -> CheckReport | SeveralReport[CheckReport]:
     """The CI gate (``tracewhy check``): ``max_gpu_idle="20%"``, ``max_step_p50="120ms"``, ... are
     the command's ``--max-gpu-idle 20%``, ``--max-step-p50 120ms``; ``report.passed`` is its exit
@@ -62,6 +65,9 @@ def check(trace: Sources, *, baseline: TraceLike | None = None, config: str | Pa
     Results come in the command's order (that of its ``--help``), whatever the keywords' order.
     Several traces (a list, or a directory): a ``SeveralReport`` with each trace's gate
     (``all(t.result.passed for t in report)`` is the command's exit status)."""
+    if tokens_per_step is not None:  # --tokens-per-step N: --items-per-step N --unit tokens
+        asked = requested(items_per_step, unit, tokens_per_step)
+        items_per_step, unit = (asked.items_per_step, asked.unit) if asked is not None else (None, None)
     typed = {key.replace("_", "-"): str(text) for key, text in limits.items()}
     order = {f"{bound}-{m.name}": i for i, m in enumerate(METRICS.values()) for bound in m.bounds}
     typed = dict(sorted(typed.items(), key=lambda kv: order.get(kv[0], len(order))))
@@ -90,11 +96,13 @@ def ranks(*paths: Paths, step: str | None = None, warmup: int | None = None, wor
 
 def pipeline(*logs: Paths, warmup: int = WARMUP_CHUNKS, min_overlap: float = MIN_OVERLAP, stages: str | None = None,
              period: str | None = None, vs: Paths = (), items_per_step: float | None = None, unit: str | None = None,
-             top: int | None = None, allow_unmeasured: bool = False) -> PipelineReport:
+             tokens_per_step: float | None = None, top: int | None = None,
+             allow_unmeasured: bool = False) -> PipelineReport:
     """Pipeline stages from instrument logs (``tracewhy pipeline``): period, stage work, hidden
     time and OverlapScore per chunk, and the gate (``report.gate_failed`` is its exit status)."""
     options = PipelineReportOptions(spec=stage_spec(stages, period), warmup=warmup, min_overlap=min_overlap,
-                                    vs=tuple(Path(p) for p in _flat((vs,))), rate=requested(items_per_step, unit),
+                                    vs=tuple(Path(p) for p in _flat((vs,))),
+                                    rate=requested(items_per_step, unit, tokens_per_step),
                                     allow_unmeasured=allow_unmeasured)
     paths = [Path(p) for p in _flat(logs)]
     return handed_out(None, lambda reads: pipeline_report(paths, options, reads.loader), top)

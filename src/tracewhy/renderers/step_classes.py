@@ -109,11 +109,12 @@ BY_CLASS: Final = Layout((label("class"), number("steps"), name("part"), number(
 def render_parts_by_class(table: pl.DataFrame) -> RenderableType:
     """Each class's largest parts of the step account (``account_classes.parts_by_class``)."""
     from tracewhy.analyses.account import AccountCol
+    from tracewhy.analyses.account_classes import STEPS
     from tracewhy.analyses.step_classes import ClassCol
 
     t = BY_CLASS.table(f"where each class's step goes (its {PARTS_PER_CLASS} largest parts, analysed steps only)")
     for (cls,), rows_ in table.group_by(ClassCol.CLASS, maintain_order=True):
         for n, part, ns, share in rows_.head(PARTS_PER_CLASS).select(
-                "steps", AccountCol.PART, AccountCol.NS_PER_STEP, AccountCol.SHARE).iter_rows():
+                STEPS, AccountCol.PART, AccountCol.NS_PER_STEP, AccountCol.SHARE).iter_rows():
             t.add_row(str(cls), str(n), part, fmt_ns(ns), fmt_pct(share))
     return t
