@@ -169,6 +169,26 @@ def test_sglang_decode_iteration_and_why_its_bytes_are_unknown() -> None:
     assert bandwidth.unshaped_kernel_ns > 0.9 * sum(_ns(e["dur"]) for e in graph)
 
 
+
+def test_sglang_decode_mbu_from_the_bytes_the_user_gives(capsys: pytest.CaptureFixture[str]) -> None:
+    """Where a graph replay hides the shapes, ``--decode-bytes`` (the model's weights plus its KV
+    cache, which the user knows) gives the MBU: those bytes over the iteration's own time (from the
+    raw JSON) against the MI300X's 5.3 TB/s; not a lower bound, and the line says they were given."""
+    path = shared_trace("tracelens/mi300x_sglang_qwen3-8b_decode.json.gz")
+    events = _events(path)
+    given = 17_000_000_000  # Qwen3-8B in bf16 (~16.4 GB) plus a KV cache: a size the user states
+    step_ns = _step_ns(events, _iteration(events, "execute_"))
+    assert main(["steps", str(path), "--decode-bytes", "17GB", "--json", "--no-cache"]) == 0
+    b = json.loads(capsys.readouterr().out)["inference"]["decode_bandwidth"]
+    assert b["given_bytes_per_step"] == given and b["time_ns"] == pytest.approx(step_ns, abs=2)
+    assert b["bytes_per_s"] == pytest.approx(given * 1e9 / step_ns, rel=1e-6)
+    assert b["mbu"] == pytest.approx(given * 1e9 / step_ns / MI300X_BYTES_PER_S, rel=1e-6)
+    assert main(["steps", str(path), "--decode-bytes", "17GB", "--no-cache"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(as given)" in text and "at least" not in text and "--decode-bytes" in text
+    assert main(["steps", str(path), "--decode-bytes", "12"]) == 2  # a size needs its unit
+    assert "expected a size with its unit" in capsys.readouterr().err
+
 def test_vllm_full_graph_decode_mbu_is_a_lower_bound_from_the_lm_head() -> None:
     path = shared_trace("tracelens/mi300x_vllm_decode_fullgraph_replay.json.gz")
     classes, b = _classed(path)

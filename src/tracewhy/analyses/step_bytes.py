@@ -54,14 +54,26 @@ class DecodeBandwidth:
     unshaped_kernel_ns: int
     how: str
     note: str | None
+    #: Bytes one decode step reads as the user gave them (``--decode-bytes``: the model's weights
+    #: plus its KV cache); they replace the shapes' estimate, which a graph replay hides.
+    given_bytes_per_step: int | None = None
 
     @property
     def bytes_read(self) -> int:
+        if self.given_bytes_per_step is not None:
+            return self.given_bytes_per_step * self.steps
         return self.weight_bytes + self.kv_bytes
 
+    @property
+    def lower_bound(self) -> bool:
+        """The bytes (and MBU) are a lower bound: estimated from shapes while graph replays ran
+        kernels no op with shapes launched."""
+        return self.given_bytes_per_step is None and self.unshaped_kernel_ns > 0
 
-def decode_bandwidth(trace: Trace, classes: StepClasses) -> DecodeBandwidth | None:
-    """MBU over the decode steps; None without a decode step."""
+
+def decode_bandwidth(trace: Trace, classes: StepClasses, given_bytes: int | None = None) -> DecodeBandwidth | None:
+    """MBU over the decode steps; None without a decode step. ``given_bytes``: what one decode step
+    reads, as the user knows it (``--decode-bytes``), in place of the shapes' estimate."""
     decode = classes.steps.filter(pl.col(ClassCol.CLASS) == StepClass.DECODE)
     if decode.height == 0:
         return None
@@ -91,13 +103,18 @@ def decode_bandwidth(trace: Trace, classes: StepClasses) -> DecodeBandwidth | No
         k, u = _kernel_time(trace, lo, hi, pid)
         kernel_ns, unshaped_ns = kernel_ns + k, unshaped_ns + u
     device, peaks = _device(trace)
-    total = weight + kv
+    total = weight + kv if given_bytes is None else given_bytes * decode.height
     rate = total * 1e9 / time_ns if time_ns > 0 and total else None
     peak = peaks.dram_bytes_per_s if peaks else None
     note = None
-    if total == 0:
+    how = HOW_ESTIMATED
+    if given_bytes is not None:
+        how = (f"bytes read = {given_bytes:,} per decode step, as given (--decode-bytes); the shapes "
+               f"recorded {weight + kv:,} bytes over the decode steps")
+    elif total == 0:
         note = ("no GEMM or attention call with recorded shapes in the decode steps (captured without "
-                "record_shapes, or the model ran as a graph replay): the bytes they read are unknown")
+                "record_shapes, or the model ran as a graph replay): the bytes they read are unknown (give "
+                "them: --decode-bytes SIZE)")
     elif unshaped_ns:
         note = (f"{unshaped_ns / max(kernel_ns, 1):.0%} of the decode steps' kernel time ran from no op with "
                 "recorded shapes (a graph replay): bytes and MBU are a lower bound")
@@ -105,7 +122,7 @@ def decode_bandwidth(trace: Trace, classes: StepClasses) -> DecodeBandwidth | No
         steps=decode.height, weight_bytes=weight, kv_bytes=kv, gemm_calls=gemms, attention_calls=attention,
         time_ns=time_ns, bytes_per_s=rate, device=device, peak_bytes_per_s=peak,
         mbu=rate / peak if rate is not None and peak else None, kernel_ns=kernel_ns, unshaped_kernel_ns=unshaped_ns,
-        how=HOW_ESTIMATED, note=note,
+        how=how, note=note, given_bytes_per_step=given_bytes,
     )
 
 

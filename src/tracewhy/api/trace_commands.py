@@ -64,14 +64,15 @@ _GAINS = CriticalPathReportOptions().gain_items
 
 def diagnose(trace: Sources, *, step: str | None = None, warmup: int | None = None, min_gap: int = _MIN_GAP_NS,
              logs: str | Path | None = None, items_per_step: float | None = None, unit: str | None = None,
-             tokens_per_step: float | None = None, top: int | None = None) -> Diagnosis | SeveralReport[Diagnosis]:
+             tokens_per_step: float | None = None, decode_bytes: int | None = None,
+             top: int | None = None) -> Diagnosis | SeveralReport[Diagnosis]:
     """Ranked findings, each with evidence and the next step (``tracewhy diagnose``); ``logs``:
     the TORCH_LOGS capture or TORCH_TRACE directory of the run (``--logs``). Several traces (a list, or a directory): a
     ``SeveralReport`` whose rows are the traces, each with its Diagnosis (``.result``), grouped
     as ranks of one job or runs compared, as the command groups them."""
     options = DiagnoseReportOptions(step_marker=step, warmup=warmup, min_gap_ns=min_gap,
                                     torch_logs=Path(logs) if logs is not None else None,
-                                    rate=requested(items_per_step, unit, tokens_per_step))
+                                    rate=requested(items_per_step, unit, tokens_per_step), decode_bytes=decode_bytes)
 
     def shown(r: DiagnoseReport) -> Diagnosis:
         return extended(Diagnosis, r.report, throughput=r.throughput)
@@ -83,12 +84,12 @@ def diagnose(trace: Sources, *, step: str | None = None, warmup: int | None = No
 
 def steps(trace: Sources, *, step: str | None = None, warmup: int | None = None,
           items_per_step: float | None = None, unit: str | None = None,
-          tokens_per_step: float | None = None,
+          tokens_per_step: float | None = None, decode_bytes: int | None = None,
           top: int | None = None) -> Steps | SeveralReport[Steps]:
     """Steps with their span, GPU work and steady-window statistics (``tracewhy steps``); several
     traces (a list, or a directory): a ``SeveralReport`` with each trace's Steps."""
     options = StepsReportOptions(step_marker=step, warmup=warmup,
-                                 rate=requested(items_per_step, unit, tokens_per_step))
+                                 rate=requested(items_per_step, unit, tokens_per_step), decode_bytes=decode_bytes)
 
     def shown(r: StepsReport) -> Steps:
         return extended(Steps, r.result, throughput=r.throughput)
@@ -184,12 +185,12 @@ def critical_path(trace: TraceLike, *, step: str | None = None, window: tuple[in
 
 def account(trace: TraceLike, *, step: str | None = None, warmup: int | None = None,
             max_steps: int = AccountReportOptions().max_steps, logs: str | Path | None = None,
-            top: int | None = None) -> AccountReport:
+            decode_bytes: int | None = None, top: int | None = None) -> AccountReport:
     """Where the step goes (``tracewhy account``): each analysed steady step's critical path split
     into named parts that add up to the step; its rows are the parts, largest first. ``logs``:
     the run's TORCH_TRACE or TORCH_LOGS=output_code, for compiled kernels' source lines."""
     options = AccountReportOptions(step_marker=step, warmup=warmup, max_steps=max_steps,
-                                   logs=Path(logs) if logs is not None else None)
+                                   logs=Path(logs) if logs is not None else None, decode_bytes=decode_bytes)
     return handed_out(trace, lambda reads: account_report(trace, options, reads.loader), top)
 
 

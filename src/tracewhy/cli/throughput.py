@@ -19,6 +19,25 @@ def add_throughput_options(parser: argparse.ArgumentParser, per: str = "step") -
                         help=f"what an item is (default {DEFAULT_UNIT}); frames/s reads as FPS")
 
 
+def _size(text: str) -> int:
+    from tracewhy.reports.check_metrics import parse_size
+
+    try:
+        value = parse_size(text, "--decode-bytes")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).partition(": ")[2]) from None
+    if not 0 < value < 2**63:
+        raise argparse.ArgumentTypeError(f"--decode-bytes: expected a positive size, got {text!r}")
+    return int(value)
+
+
+def add_decode_bytes_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--decode-bytes", type=_size, default=None, metavar="SIZE",
+                        help="bytes one decode step reads (the model's weights plus its KV cache, e.g. 16GB): "
+                             "the decode MBU uses them in place of the recorded shapes' estimate, which a "
+                             "graph replay hides")
+
+
 def throughput_options(args: argparse.Namespace) -> ThroughputOptions | None:
     return requested(args.items_per_step, args.unit, args.tokens_per_step)
 

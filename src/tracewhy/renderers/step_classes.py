@@ -68,10 +68,12 @@ def bandwidth_line(b: DecodeBandwidth) -> str:
     """One line: the decode steps' bytes, rate and MBU, and how the bytes were estimated."""
     if b.bytes_per_s is None:
         return f"decode MBU: not estimated: {printable(b.note or 'no bytes')}"
-    bound = "at least " if b.unshaped_kernel_ns else ""
-    head = (f"decode memory traffic: {bound}{fmt_bytes(b.bytes_read)} over {b.steps} step(s) "
-            f"(weights {fmt_bytes(b.weight_bytes)} from {b.gemm_calls} GEMM call(s), KV {fmt_bytes(b.kv_bytes)} from "
-            f"{b.attention_calls} attention call(s)) in {fmt_ns(b.time_ns)}: {bound}{b.bytes_per_s / 1e9:,.1f} GB/s")
+    bound = "at least " if b.lower_bound else ""
+    source = ("as given" if b.given_bytes_per_step is not None else
+              f"weights {fmt_bytes(b.weight_bytes)} from {b.gemm_calls} GEMM call(s), KV {fmt_bytes(b.kv_bytes)} from "
+              f"{b.attention_calls} attention call(s)")
+    head = (f"decode memory traffic: {bound}{fmt_bytes(b.bytes_read)} over {b.steps} step(s) ({source}) in "
+            f"{fmt_ns(b.time_ns)}: {bound}{b.bytes_per_s / 1e9:,.1f} GB/s")
     if b.mbu is not None and b.peak_bytes_per_s:
         head += f", MBU {bound}{fmt_pct(b.mbu)} of {b.device}'s {b.peak_bytes_per_s / 1e12:.2f} TB/s"
     else:

@@ -29,6 +29,8 @@ class AccountReportOptions:
     max_steps: int = AccountOptions().max_steps
     #: A TORCH_TRACE directory (or log) or TORCH_LOGS=output_code capture of the same run.
     logs: Path | None = None
+    #: Bytes one decode step reads, as the user gave them (``--decode-bytes``).
+    decode_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -63,4 +65,5 @@ def account_report(trace: TraceSource, options: AccountReportOptions | None = No
     classes = step_classes(t, found)
     return AccountReport(path=t.meta.path, account=r, lines=account_lines(r) if r.mean_step_ns > 0 else [],
                          classes=classes, parts_by_class=parts_by_class(r, classes) if classes else None,
-                         decode=decode_bandwidth(t, classes) if classes else None, mfu=measure_mfu(t, found))
+                         decode=decode_bandwidth(t, classes, options.decode_bytes) if classes else None,
+                         mfu=measure_mfu(t, found))

@@ -238,6 +238,14 @@ _SIZE_UNITS = {"b": 1, **{f"{p}ib": 1 << (10 * i) for i, p in enumerate("kmgt", 
 _NUMBER = r"[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?"
 
 
+def parse_size(raw: str, what: str) -> float:
+    """Bytes from a size with its unit ("40GiB", "512MB", "1000000B"); ValueError naming ``what``."""
+    m = re.fullmatch(rf"({_NUMBER})\s*([a-z]+)", raw.strip(), re.IGNORECASE)
+    if not m or m.group(2).lower() not in _SIZE_UNITS:
+        raise ValueError(f"{what}: expected a size with its unit, like 40GiB, 512MB or 1000000B, got {raw!r}")
+    return float(m.group(1)) * float(_SIZE_UNITS[m.group(2).lower()])
+
+
 def parse_limit(key: str, text: object) -> Limit:
     """``key`` like "max-gpu-idle"; ``text`` like "20%", "0.2", "120ms", 3. Raises ValueError."""
     bound, _, name = key.partition("-")
@@ -270,10 +278,7 @@ def parse_limit(key: str, text: object) -> Limit:
             raise ValueError(f"{key}: expected items per second, like 20/s, 20 FPS or 1200 tokens/s, got {raw!r}")
         value = float(m.group(1))
     elif metric.unit == BYTES:
-        m = re.fullmatch(rf"({_NUMBER})\s*([a-z]+)", raw, re.IGNORECASE)
-        if not m or m.group(2).lower() not in _SIZE_UNITS:
-            raise ValueError(f"{key}: expected a size with its unit, like 40GiB, 512MB or 1000000B, got {raw!r}")
-        value = float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]
+        value = parse_size(raw, key)
     else:
         m = re.fullmatch(_NUMBER, raw)
         if not m:

@@ -106,6 +106,8 @@ class DiagnoseReportOptions:
     torch_logs: Path | None = None
     #: Items per step, to say the steady step times as throughput.
     rate: ThroughputOptions | None = None
+    #: Bytes one decode step reads, as the user gave them (``--decode-bytes``).
+    decode_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -142,7 +144,7 @@ def diagnose_report(trace: TraceSource, options: DiagnoseReportOptions | None = 
     classes = step_classes(t, report.steps, rate) if t.slices.height else None
     return DiagnoseReport(report, rate, from_step_stats(report.steps.stats, rate) if rate is not None else None,
                           classes, parts_by_class(report.account, classes) if classes and report.account else None,
-                          decode_bandwidth(t, classes) if classes else None)
+                          decode_bandwidth(t, classes, options.decode_bytes) if classes else None)
 
 
 def diagnose_several(sources: Sequence[TraceSource], options: DiagnoseReportOptions | None = None,

@@ -25,6 +25,8 @@ class StepsReportOptions:
     warmup: int | None = None
     #: Items per step, to say the steady step times as throughput.
     rate: ThroughputOptions | None = None
+    #: Bytes one decode step reads, as the user gave them (``--decode-bytes``).
+    decode_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,8 @@ def steps_report(trace: TraceSource, options: StepsReportOptions | None = None, 
     if prefill is not None:
         r = replace(r, warmup_reason=prefill)
     return StepsReport(r, rate, from_step_stats(r.stats, rate) if rate is not None else None, classes,
-                       decode_bandwidth(t, classes) if classes is not None else None, measure_mfu(t, r))
+                       decode_bandwidth(t, classes, options.decode_bytes) if classes is not None else None,
+                       measure_mfu(t, r))
 
 
 def steps_several(sources: Sequence[TraceSource], options: StepsReportOptions | None = None,

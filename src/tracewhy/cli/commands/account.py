@@ -4,6 +4,7 @@ import argparse
 from pathlib import Path
 
 from tracewhy.cli.base import Command, add_output_options, emit, loader, positive_int
+from tracewhy.cli.throughput import add_decode_bytes_option
 from tracewhy.renderers.account import AccountInferencePayload, account_payload, render_account
 from tracewhy.reports.account import AccountReportOptions, account_report
 
@@ -27,9 +28,11 @@ class AccountCommand(Command):
         parser.add_argument("--logs", type=Path, metavar="PATH",
                             help="TORCH_TRACE directory or TORCH_LOGS=output_code capture of the same run: a "
                                  "compiled kernel's host time is a part named by its source line")
+        add_decode_bytes_option(parser)
 
     def run(self, args: argparse.Namespace) -> int:
         r = account_report(args.trace, AccountReportOptions(step_marker=args.step, warmup=args.warmup,
-                                                            max_steps=args.max_steps, logs=args.logs), loader())
+                                                            max_steps=args.max_steps, logs=args.logs,
+                                                            decode_bytes=args.decode_bytes), loader())
         emit(args, self.name, account_payload(r), lambda: render_account(r, args.top))
         return 0

@@ -4,7 +4,7 @@ import argparse
 from pathlib import Path
 
 from tracewhy.cli.base import Command, add_output_options, emit, loader, positive_int
-from tracewhy.cli.throughput import add_throughput_options, throughput_options
+from tracewhy.cli.throughput import add_decode_bytes_option, add_throughput_options, throughput_options
 from tracewhy.renderers.diagnose import (
     DiagnoseSeveralPayload,
     DiagnoseThroughputPayload,
@@ -43,10 +43,12 @@ class DiagnoseCommand(Command):
                                  "the directory TORCH_TRACE named: names each graph break's reason and each "
                                  "recompile's failed guard")
         add_throughput_options(parser)
+        add_decode_bytes_option(parser)
 
     def run(self, args: argparse.Namespace) -> int:
         options = DiagnoseReportOptions(step_marker=args.step, warmup=args.warmup, min_gap_ns=args.min_gap,
-                                        torch_logs=args.logs, rate=throughput_options(args))
+                                        torch_logs=args.logs, rate=throughput_options(args),
+                                        decode_bytes=args.decode_bytes)
         if is_several(args.trace):
             emit(args, self.name, *diagnose_several_output(diagnose_several(args.trace, options, loader()), args.top))
         else:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import argparse
 
 from tracewhy.cli.base import Command, add_output_options, emit, loader, positive_int
-from tracewhy.cli.throughput import add_throughput_options, throughput_options
+from tracewhy.cli.throughput import add_decode_bytes_option, add_throughput_options, throughput_options
 from tracewhy.renderers.steps import StepsSeveralPayload, StepsThroughputPayload, steps_output, steps_several_output
 from tracewhy.reports.inputs import is_several
 from tracewhy.reports.steps import StepsReportOptions, steps_report, steps_several
@@ -26,9 +26,11 @@ class StepsCommand(Command):
         parser.add_argument("--warmup", type=positive_int, default=None, metavar="N",
                             help="steps to exclude as warm-up (default: a first step #0 or outlier)")
         add_throughput_options(parser)
+        add_decode_bytes_option(parser)
 
     def run(self, args: argparse.Namespace) -> int:
-        options = StepsReportOptions(step_marker=args.step, warmup=args.warmup, rate=throughput_options(args))
+        options = StepsReportOptions(step_marker=args.step, warmup=args.warmup, rate=throughput_options(args),
+                                     decode_bytes=args.decode_bytes)
         if is_several(args.trace):
             emit(args, self.name, *steps_several_output(steps_several(args.trace, options, loader()), args.top))
         else:
