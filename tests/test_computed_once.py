@@ -17,13 +17,14 @@ from typing import Any
 import pytest
 
 from conftest import shared_trace
-from tracewhy.analyses import kernels, nvtx, steps
+from tracewhy.analyses import host_activity, kernels, nvtx, steps
 from tracewhy.reports import overview
 from tracewhy.reports.export import ExportOptions, export_report
 from tracewhy.reports.report import report_contents
 
 COUNTED: tuple[tuple[Any, str], ...] = (
     (steps, "steps"), (kernels, "kernels"), (nvtx, "gpu_projection"), (overview, "overview"),
+    (host_activity, "build_host_index"),
 )
 
 
@@ -50,13 +51,22 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[collections.Counter[str]]
 ])
 def test_report_computes_each_analysis_once(trace: str, calls: collections.Counter[str]) -> None:
     report_contents(shared_trace(trace))
-    assert dict(calls) == {"steps": 1, "kernels": 1, "gpu_projection": 1, "overview": 1}
+    assert dict(calls) == {"steps": 1, "kernels": 1, "gpu_projection": 1, "overview": 1, "build_host_index": 1}
+
+
+def test_a_trace_without_step_markers_builds_its_host_index_once(calls: collections.Counter[str]) -> None:
+    # No step marker in this export: the step search looks for the loop's own repeats in the host
+    # index (and finds none), the index the diagnosis' rules read too; one build serves both.
+    contents = report_contents(shared_trace("nsys/nsysai_h100_2gpu_1s.sqlite.gz"))
+    assert isinstance(contents, overview.Overview) and contents.report.steps.table.height == 0
+    assert contents.report.steps.note is not None and "no step markers" in contents.report.steps.note
+    assert dict(calls) == {"steps": 1, "kernels": 1, "gpu_projection": 1, "overview": 1, "build_host_index": 1}
 
 
 def test_export_computes_each_analysis_once(calls: collections.Counter[str]) -> None:
     export = export_report(shared_trace("tracelens/h100_bert-small_bs1_seq512.json.gz"), ExportOptions())
     assert export.overview is not None and export.overview.kernels.total_time_ns > 0
-    assert dict(calls) == {"steps": 1, "kernels": 1, "gpu_projection": 1, "overview": 1}
+    assert dict(calls) == {"steps": 1, "kernels": 1, "gpu_projection": 1, "overview": 1, "build_host_index": 1}
 
 
 def test_a_warmup_of_its_own_keeps_the_step_count_right(calls: collections.Counter[str]) -> None:

@@ -4,10 +4,13 @@ launched the model's GPU work."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from tracewhy.analyses.host_activity import HostIndex
 from tracewhy.analyses.loop_iterations import IterationSource, LoopIterations
 from tracewhy.analyses.nvtx import PROFILER_STEP_PREFIX
 from tracewhy.analyses.step_marker import top_level_annotations
@@ -16,14 +19,15 @@ from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col
 from tracewhy.model.trace import KINETO_FORMAT, Trace
 
 
-def engine_iterations(trace: Trace) -> LoopIterations | None:
+def engine_iterations(trace: Trace, host: Callable[[], HostIndex] | None = None) -> LoopIterations | None:
     """The engine's iterations, when nothing else marks steps: the top-level annotations of one
     thread that launched GPU work and whose class the shapes inside them or their own name
     states (a vLLM or SGLang capture often holds one or two iterations, fewer than a repeated
-    marker needs). None when there is no such annotation."""
+    marker needs). None when there is no such annotation. ``host`` gives the trace's host index
+    (``host_index_once``)."""
     if trace.meta.format != KINETO_FORMAT:
         return None
-    found_tops = top_level_annotations(trace)
+    found_tops = top_level_annotations(trace, host() if host is not None else None)
     if found_tops is None:
         return None
     tops = found_tops.with_columns(pl.col(Col.PID, Col.TID).fill_null(-1)).filter(

@@ -6,6 +6,8 @@ Built once per trace; queries are vectorized over many instants.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Final
@@ -81,6 +83,13 @@ class HostIndex:
             keep = cur >= 0
             todo, cur = todo[keep], cur[keep]
         return out
+
+
+def host_index_once(trace: Trace) -> Callable[[], HostIndex]:
+    """``build_host_index(trace)`` on the first call, the same index after: the step search asks
+    for it only on a trace without step markers, and its marker search, loop iterations and engine
+    iterations share one (on a 2 MB nsys export one build is about 0.1 s of CPU)."""
+    return functools.cache(lambda: build_host_index(trace))
 
 
 def build_host_index(trace: Trace) -> HostIndex:

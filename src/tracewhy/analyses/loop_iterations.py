@@ -13,7 +13,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses import api_names
-from tracewhy.analyses.host_activity import build_host_index
+from tracewhy.analyses.host_activity import HostIndex, build_host_index
 from tracewhy.analyses.nvtx import PROFILER_STEP_PREFIX
 from tracewhy.model.schema import Col, Kind
 from tracewhy.model.trace import KINETO_FORMAT, Trace
@@ -65,14 +65,14 @@ class LoopIterations:
     rule: str
 
 
-def loop_iterations(trace: Trace) -> LoopIterations | None:
+def loop_iterations(trace: Trace, host: HostIndex | None = None) -> LoopIterations | None:
     """The iterations, or None when nothing qualifies. A candidate is a name (a torch block of
     IterationSource; in a Kineto trace, also a user's annotation) with its spans at the top level
     of one thread (no op or annotation above them; Python frames aside), repeated at least
     MIN_REPEATS times, evenly spaced (EVEN_SHARE of the intervals after the first within
     SPACING_FACTOR of their median). Among candidates: by IterationSource preference, then most
-    repeats, then the earliest."""
-    host = build_host_index(trace)
+    repeats, then the earliest. ``host``: the trace's host index, when the caller has it."""
+    host = host if host is not None else build_host_index(trace)
     rows = np.flatnonzero(host.is_kind(Kind.ANNOTATION) | host.is_kind(Kind.CPU_OP))
     if rows.size == 0:
         return None

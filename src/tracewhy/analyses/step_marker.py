@@ -5,13 +5,14 @@ a training loop's iteration block does. The nsys counterpart is ``nvtx.nvtx_step
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Final
 
 import numpy as np
 import polars as pl
 
 from tracewhy.analyses import api_names
-from tracewhy.analyses.host_activity import build_host_index
+from tracewhy.analyses.host_activity import HostIndex, build_host_index
 from tracewhy.analyses.nvtx import PROFILER_STEP_PREFIX, TILING_SHARE, StepMarker
 from tracewhy.model.schema import Col, Kind
 from tracewhy.model.trace import KINETO_FORMAT, Trace
@@ -20,17 +21,18 @@ from tracewhy.model.trace import KINETO_FORMAT, Trace
 MIN_ITERATIONS: Final = 3
 
 
-def annotation_step_marker(trace: Trace) -> StepMarker | None:
+def annotation_step_marker(trace: Trace, host: Callable[[], HostIndex] | None = None) -> StepMarker | None:
     """The top-level annotation (no annotation or op above it; Python frames aside) repeated at
     least MIN_ITERATIONS times on one thread whose spans tile the run; most repeats, then most
     time. torch's own blocks are never the step: the DataLoader fetch and the optimizer's step
-    are record_functions PyTorch opens inside the loop (api_names holds their names)."""
+    are record_functions PyTorch opens inside the loop (api_names holds their names). ``host``
+    gives the trace's host index (``host_index_once``), asked for only when annotations are searched."""
     if trace.meta.format != KINETO_FORMAT:
         return None
     names = trace.slices.get_column(Col.NAME).cast(pl.String)
     if names.str.starts_with(PROFILER_STEP_PREFIX).any():
         return None
-    tops = top_level_annotations(trace)
+    tops = top_level_annotations(trace, host() if host is not None else None)
     if tops is None:
         return None
     blocks = tops.drop(Col.ID).filter(~pl.col(Col.NAME).map_elements(_torch_block, return_dtype=pl.Boolean))
@@ -48,10 +50,11 @@ def annotation_step_marker(trace: Trace) -> StepMarker | None:
     return StepMarker(name=str(best[Col.NAME]), repeats=int(best["n"]), note=note)
 
 
-def top_level_annotations(trace: Trace) -> pl.DataFrame | None:
+def top_level_annotations(trace: Trace, host: HostIndex | None = None) -> pl.DataFrame | None:
     """The annotations with no annotation or op above them (Python frames aside): their slice id,
-    name, process, thread, start and ``end``; None without annotations."""
-    host = build_host_index(trace)
+    name, process, thread, start and ``end``; None without annotations. ``host``: the trace's host
+    index, when the caller has it."""
+    host = host if host is not None else build_host_index(trace)
     rows = np.flatnonzero(host.is_kind(Kind.ANNOTATION))
     if rows.size == 0:
         return None

@@ -4,6 +4,7 @@ steady-window statistics with warm-up excluded."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -13,6 +14,7 @@ import polars as pl
 
 from tracewhy.analyses import api_names
 from tracewhy.analyses.engine_iterations import engine_iterations
+from tracewhy.analyses.host_activity import HostIndex, host_index_once
 from tracewhy.analyses.intervals import covered_ns
 from tracewhy.analyses.loop_iterations import IterationSource, LoopIterations, loop_iterations
 from tracewhy.analyses.nvtx import nvtx_step_marker
@@ -123,10 +125,14 @@ class StepsResult(Rows, rows="table", key="name"):
     iteration_ids: tuple[int, ...] = ()
 
 
-def steps(trace: Trace, options: StepsOptions = StepsOptions()) -> StepsResult:
+def steps(trace: Trace, options: StepsOptions = StepsOptions(),
+          host: Callable[[], HostIndex] | None = None) -> StepsResult:
+    """``host`` gives the trace's host index where the caller keeps one (a diagnosis does); it is
+    built only for a trace without step markers, once for the marker and iteration searches."""
     # nsys input without ProfilerStep# ranges: the most repeated top-level NVTX range.
     trace.require_whole()
-    chosen = None if options.marker else (nvtx_step_marker(trace) or annotation_step_marker(trace))
+    host_index = host if host is not None else host_index_once(trace)
+    chosen = None if options.marker else (nvtx_step_marker(trace) or annotation_step_marker(trace, host_index))
     marker = options.marker or (chosen.name if chosen else PROFILER_STEP)
     # "--step aten::to" also finds emit_nvtx's "aten::to, seq = 3, op_id = 999599" ranges.
     pattern = re.compile(rf"^{re.escape(marker)}(?:#?(\d+))?(?:{api_names.OP_RANGE_SUFFIX[:-1]})?$")
@@ -140,8 +146,8 @@ def steps(trace: Trace, options: StepsOptions = StepsOptions()) -> StepsResult:
                            Col.ID, pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, Col.PID, Col.TID)
         .sort([Col.TS, Col.DUR], descending=[False, True])
     )
-    loop = ((loop_iterations(trace) or engine_iterations(trace)) if marks.height == 0 and chosen is None
-            and not options.marker else None)
+    loop = ((loop_iterations(trace, host_index()) or engine_iterations(trace, host_index))
+            if marks.height == 0 and chosen is None and not options.marker else None)
     if loop is not None:
         marker, marks = loop.name, _iteration_marks(trace, loop)
     if marks.height == 0:

@@ -64,7 +64,7 @@ class Context:
 
     def steps(self) -> StepsResult:
         options = StepsOptions(marker=self.options.step_marker, warmup=self.options.warmup)
-        return self.cached("steps", lambda: steps(self.trace, options))
+        return self.cached("steps", lambda: steps(self.trace, options, host=self.host))
 
     def kernels(self) -> KernelsResult:
         """Kernel time per name and family: a rule and the report's kernel table share it."""
