@@ -2,7 +2,9 @@
 
 The overview runs the diagnosis beside its views; the views (``info``'s step count, the kernel
 table) and the rules (the platform rule's kernel time) ask for the same steps and kernel table
-the diagnosis' context holds, so each is computed once. Calls are counted by replacing every
+the diagnosis' context holds, so each is computed once; so do the host index (the step search
+and the rules) and the host tree (the step account, memory, source-line, anti-pattern and
+extra-copy analyses). Calls are counted by replacing every
 module's binding of the analysis (``from x import f`` copies the name), on every thread.
 """
 
@@ -18,10 +20,15 @@ import pytest
 
 from conftest import shared_trace
 from tracewhy.analyses import host_activity, kernels, nvtx, steps
+from tracewhy.analyses.source_lines import HostTree
 from tracewhy.reports import overview
 from tracewhy.reports.export import ExportOptions, export_report
 from tracewhy.reports.report import report_contents
 
+#: Each counted analysis, computed once.
+ONCE: dict[str, int] = {
+    "steps": 1, "kernels": 1, "gpu_projection": 1, "overview": 1, "build_host_index": 1, "HostTree.of": 1,
+}
 COUNTED: tuple[tuple[Any, str], ...] = (
     (steps, "steps"), (kernels, "kernels"), (nvtx, "gpu_projection"), (overview, "overview"),
     (host_activity, "build_host_index"),
@@ -43,6 +50,14 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[collections.Counter[str]]
         for loaded in list(sys.modules.values()):
             if getattr(loaded, "__name__", "").startswith("tracewhy") and getattr(loaded, name, None) is real:
                 monkeypatch.setattr(loaded, name, counting)
+    real_tree = HostTree.of
+
+    def counting_tree(trace: Any) -> HostTree:
+        with lock:
+            counts["HostTree.of"] += 1
+        return real_tree(trace)
+
+    monkeypatch.setattr(HostTree, "of", staticmethod(counting_tree))
     yield counts
 
 
@@ -51,7 +66,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[collections.Counter[str]]
 ])
 def test_report_computes_each_analysis_once(trace: str, calls: collections.Counter[str]) -> None:
     report_contents(shared_trace(trace))
-    assert dict(calls) == {"steps": 1, "kernels": 1, "gpu_projection": 1, "overview": 1, "build_host_index": 1}
+    assert dict(calls) == ONCE
 
 
 def test_a_trace_without_step_markers_builds_its_host_index_once(calls: collections.Counter[str]) -> None:
@@ -60,13 +75,13 @@ def test_a_trace_without_step_markers_builds_its_host_index_once(calls: collecti
     contents = report_contents(shared_trace("nsys/nsysai_h100_2gpu_1s.sqlite.gz"))
     assert isinstance(contents, overview.Overview) and contents.report.steps.table.height == 0
     assert contents.report.steps.note is not None and "no step markers" in contents.report.steps.note
-    assert dict(calls) == {"steps": 1, "kernels": 1, "gpu_projection": 1, "overview": 1, "build_host_index": 1}
+    assert dict(calls) == ONCE
 
 
 def test_export_computes_each_analysis_once(calls: collections.Counter[str]) -> None:
     export = export_report(shared_trace("tracelens/h100_bert-small_bs1_seq512.json.gz"), ExportOptions())
     assert export.overview is not None and export.overview.kernels.total_time_ns > 0
-    assert dict(calls) == {"steps": 1, "kernels": 1, "gpu_projection": 1, "overview": 1, "build_host_index": 1}
+    assert dict(calls) == ONCE
 
 
 def test_a_warmup_of_its_own_keeps_the_step_count_right(calls: collections.Counter[str]) -> None:

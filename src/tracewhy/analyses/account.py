@@ -29,6 +29,7 @@ from tracewhy.analyses.critical_path_walk import EdgeLabels, nodes_by_pid, walk
 from tracewhy.analyses.host_activity import HostIndex
 from tracewhy.analyses.iterations import AccountWindows, account_windows
 from tracewhy.analyses.kernel_lines import compiled_frame_lines
+from tracewhy.analyses.source_lines import HostTree
 from tracewhy.analyses.steps import StepsOptions, StepsResult, WindowCol, steps
 from tracewhy.model.kernel_provenance import KernelProvenance
 from tracewhy.model.schema import HOST_KINDS, Col
@@ -124,9 +125,10 @@ class StepModel:
 
 
 def step_model(trace: Trace, options: AccountOptions = AccountOptions(), steps_result: StepsResult | None = None,
-               graph: Graph | None = None, host: HostIndex | None = None) -> StepModel:
-    """``steps_result``, ``graph`` (``build_graph``) and ``host`` (``build_host_index``): what the
-    caller has computed already (a diagnosis has the steps and the host index, a report the graph)."""
+               graph: Graph | None = None, host: HostIndex | None = None, tree: HostTree | None = None) -> StepModel:
+    """``steps_result``, ``graph`` (``build_graph``), ``host`` (``build_host_index``) and ``tree``
+    (``HostTree.of``): what the caller has computed already (a diagnosis has the steps and the
+    host index and tree, a report the graph)."""
     trace.require_whole()
     graph = graph if graph is not None else build_graph(trace)
     steps_result = steps_result or steps(trace, StepsOptions(marker=options.marker))
@@ -134,7 +136,7 @@ def step_model(trace: Trace, options: AccountOptions = AccountOptions(), steps_r
     labels = EdgeLabels(trace, graph)
     markers = found.windows.get_column(WindowCol.STEP_ID).drop_nulls().to_numpy()
     rules = PartRules(trace, graph, labels, markers, host,
-                      None if options.provenance is None else compiled_frame_lines(trace, options.provenance))
+                      None if options.provenance is None else compiled_frame_lines(trace, options.provenance), tree)
     by_pid = nodes_by_pid(graph)
     paths = []
     for i, ws, we, pid in _analysed(found.windows, options.max_steps).iter_rows():

@@ -88,11 +88,12 @@ class HostContext:
         return reads[1][i] if j >= len(barriers) or barriers[j] > reads[0][i] else None
 
 
-def host_context(trace: Trace, markers: I64) -> HostContext:
-    """The context arrays of every slice; ``markers``: the step markers' slice ids (never a block)."""
+def host_context(trace: Trace, markers: I64, tree: HostTree | None = None) -> HostContext:
+    """The context arrays of every slice; ``markers``: the step markers' slice ids (never a block);
+    ``tree``: the trace's ``HostTree``, when the caller has it."""
     s = trace.slices
     n = s.height
-    tree = HostTree.of(trace)
+    tree = tree if tree is not None else HostTree.of(trace)
     kind = s.get_column(Col.KIND).to_physical().to_numpy()
     host = np.isin(kind, [KIND_CODE[k.value] for k in HOST_KINDS])
     runtime = np.isin(kind, [KIND_CODE[k.value] for k in LAUNCH_KINDS])

@@ -34,7 +34,7 @@ from tracewhy.analyses.critical_path_graph import Graph
 from tracewhy.analyses.critical_path_walk import CATEGORIES, Category, EdgeLabels
 from tracewhy.analyses.families import Family, classify_kernels, collective_op
 from tracewhy.analyses.host_activity import HostIndex, build_host_index
-from tracewhy.analyses.source_lines import parse_frame
+from tracewhy.analyses.source_lines import HostTree, parse_frame
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, CopyAttrCol, Kind
 from tracewhy.model.trace import Trace
 
@@ -52,10 +52,11 @@ class PartRules:
     """Parts and evidence items of edges, for the account's paths and for edited graphs' paths."""
 
     def __init__(self, trace: Trace, graph: Graph, labels: EdgeLabels, markers: I64,
-                 host: HostIndex | None = None, compiled: dict[int, str] | None = None) -> None:
+                 host: HostIndex | None = None, compiled: dict[int, str] | None = None,
+                 tree: HostTree | None = None) -> None:
         self.graph = graph
         self.compiled = CompiledFrames(compiled)
-        self.ctx: HostContext = host_context(trace, markers)
+        self.ctx: HostContext = host_context(trace, markers, tree)
         names, codes = np.unique(labels.category.astype(str), return_inverse=True)
         self.category = np.array([CATEGORY_CODE[c] for c in names.tolist()], dtype=np.int64)[codes.reshape(-1)]
         s = trace.slices

@@ -149,9 +149,10 @@ class AntiPatternsResult:
     has_shapes: bool
 
 
-def anti_patterns(trace: Trace) -> AntiPatternsResult:
+def anti_patterns(trace: Trace, tree: HostTree | None = None) -> AntiPatternsResult:
+    """``tree``: the trace's ``HostTree``, when the caller has it (a diagnosis does)."""
     s = trace.slices
-    tree = HostTree.of(trace)
+    tree = tree if tree is not None else HostTree.of(trace)
     names = s.get_column(Col.NAME).cast(pl.String).to_list()
     attrs = trace.op_attrs
     types = dict(attrs.select(OpAttrCol.ID, OpAttrCol.INPUT_TYPES).drop_nulls().iter_rows())

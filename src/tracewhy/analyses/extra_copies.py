@@ -89,10 +89,11 @@ class ExtraCopiesResult:
     has_shapes: bool
 
 
-def extra_copies(trace: Trace, starts: I64, ends: I64) -> ExtraCopiesResult:
-    """The extra copies inside the windows [starts, ends) (one per step)."""
+def extra_copies(trace: Trace, starts: I64, ends: I64, tree: HostTree | None = None) -> ExtraCopiesResult:
+    """The extra copies inside the windows [starts, ends) (one per step); ``tree``: the trace's
+    ``HostTree``, when the caller has it."""
     s = trace.slices
-    tree = HostTree.of(trace)
+    tree = tree if tree is not None else HostTree.of(trace)
     names = s.get_column(Col.NAME).cast(pl.String).fill_null("").to_list()
     attrs = trace.op_attrs.select(OpAttrCol.ID, OpAttrCol.INPUT_DIMS, OpAttrCol.INPUT_TYPES)
     inputs = {int(i): x for i, d, t in attrs.iter_rows() if (x := OpInputs.parse(d, t)) is not None}

@@ -246,7 +246,8 @@ def call_stacks(trace: Trace) -> pl.DataFrame:
         pl.col(OpAttrCol.CALL_STACK).is_not_null() & (pl.col(OpAttrCol.CALL_STACK) != ""))
 
 
-def line_of(trace: Trace, slice_ids: list[int] | I64, *, within: bool = False) -> SourceLine | None:
+def line_of(trace: Trace, slice_ids: list[int] | I64, *, within: bool = False,
+            tree: HostTree | None = None) -> SourceLine | None:
     """The user source line behind these host slices, for a finding to name; None when no user
     frame is found (no ``with_stack``, or only library code).
 
@@ -255,12 +256,12 @@ def line_of(trace: Trace, slice_ids: list[int] | I64, *, within: bool = False) -
     frame inside them with the most self time, else the one above. Legacy ``Call stack``
     traces: the innermost user entry of the stacks at or above (inside) the slices. ``kind``
     says what the number is: with ``with_stack`` it is mostly where the function starts, the
-    calling line being nowhere in the trace.
+    calling line being nowhere in the trace. ``tree``: the trace's ``HostTree``, when the caller has it.
     """
     ids = np.asarray(slice_ids, dtype=np.int64)
     if ids.size == 0:
         return None
-    tree = HostTree.of(trace)
+    tree = tree if tree is not None else HostTree.of(trace)
     chosen = np.zeros(tree.parent.size, dtype=bool)
     chosen[ids] = True
     inside = tree.nearest(chosen) >= 0

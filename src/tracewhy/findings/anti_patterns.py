@@ -67,7 +67,7 @@ def settled(f: Finding) -> Finding:
 
 
 def anti_patterns_result(ctx: Context) -> AntiPatternsResult:
-    return ctx.cached("anti_patterns", lambda: anti_patterns(ctx.trace))
+    return ctx.cached("anti_patterns", lambda: anti_patterns(ctx.trace, ctx.host_tree()))
 
 
 def findings(ctx: Context) -> list[Finding]:

@@ -12,6 +12,7 @@ from tracewhy.analyses.critical_path_graph import Graph, build_graph
 from tracewhy.analyses.gaps import GapsOptions, GapsResult, gaps
 from tracewhy.analyses.host_activity import HostIndex, build_host_index
 from tracewhy.analyses.kernels import KernelsResult, kernels
+from tracewhy.analyses.source_lines import HostTree
 from tracewhy.analyses.steps import StepsOptions, StepsResult, steps
 from tracewhy.analyses.syncs import SyncsResult, syncs
 from tracewhy.analyses.throughput import ThroughputOptions
@@ -73,6 +74,11 @@ class Context:
     def host(self) -> HostIndex:
         return self.cached("host", lambda: build_host_index(self.trace))
 
+    def host_tree(self) -> HostTree:
+        """The host nesting by slice id: the step account, the source-line findings and the
+        anti-pattern and extra-copy analyses share it."""
+        return self.cached("host_tree", lambda: HostTree.of(self.trace))
+
     def syncs(self) -> SyncsResult:
         return self.cached("syncs", lambda: syncs(self.trace, self.steps(), self.host()))
 
@@ -91,7 +97,7 @@ class Context:
     def step_model(self) -> StepModel:
         return self.cached("step_model", lambda: step_model(
             self.trace, AccountOptions(marker=self.options.step_marker), steps_result=self.steps(),
-            graph=self.graph(), host=self.host()))
+            graph=self.graph(), host=self.host(), tree=self.host_tree()))
 
     def account(self) -> AccountResult | None:
         """The step account (None for a trace with no slices or no window to account for)."""

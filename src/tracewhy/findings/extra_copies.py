@@ -26,7 +26,8 @@ def extra_copies_result(ctx: Context) -> ExtraCopiesResult:
     steady = table.filter(table.get_column(StepCol.STEADY)) if table.height else table
     steps = steady if steady.height else table
     return ctx.cached("extra_copies", lambda: extra_copies(
-        ctx.trace, steps.get_column(StepCol.TS).to_numpy(), steps.get_column(StepCol.WINDOW_END).to_numpy()))
+        ctx.trace, steps.get_column(StepCol.TS).to_numpy(), steps.get_column(StepCol.WINDOW_END).to_numpy(),
+        ctx.host_tree()))
 
 
 def findings(ctx: Context) -> list[Finding]:

@@ -63,7 +63,8 @@ def memory_result(ctx: Context) -> MemoryResult | None:
     without ``[memory]`` events (a capture without profile_memory)."""
     if ctx.trace.memory.height == 0:
         return None
-    return ctx.cached("memory", lambda: analyze_memory(ctx.trace, host=ctx.host(), steps_result=ctx.steps()))
+    return ctx.cached("memory", lambda: analyze_memory(ctx.trace, host=ctx.host(), steps_result=ctx.steps(),
+                                                       tree=ctx.host_tree()))
 
 
 def findings(ctx: Context) -> list[Finding]:

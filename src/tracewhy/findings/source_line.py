@@ -48,7 +48,7 @@ def _line(ctx: Context, key: str, ids: Callable[[], I64], within: bool) -> Sourc
     """``line_of`` these slices, once per diagnosis; None (nothing computed) without stacks."""
     if not has_stacks(ctx):
         return None
-    return ctx.cached(f"source_line:{key}", lambda: line_of(ctx.trace, ids(), within=within))
+    return ctx.cached(f"source_line:{key}", lambda: line_of(ctx.trace, ids(), within=within, tree=ctx.host_tree()))
 
 
 def scalar_read_line(ctx: Context) -> SourceLine | None:
