@@ -2,10 +2,11 @@
 
 The overview runs the diagnosis beside its views; the views (``info``'s step count, the kernel
 table) and the rules (the platform rule's kernel time) ask for the same steps and kernel table
-the diagnosis' context holds, so each is computed once; so do the host index (the step search
-and the rules) and the host tree (the step account, memory, source-line, anti-pattern and
-extra-copy analyses). Calls are counted by replacing every
-module's binding of the analysis (``from x import f`` copies the name), on every thread.
+the diagnosis' context holds, so each is computed once; so are the host index (the step search
+and the rules), the host tree (the step account, memory, source-line, anti-pattern and
+extra-copy analyses) and the compile-marked slices (the step account, memory and the compile
+analysis). Calls are counted by replacing every module's binding of the analysis (``from x
+import f`` copies the name), on every thread.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 
 from conftest import shared_trace
-from tracewhy.analyses import host_activity, kernels, nvtx, steps
+from tracewhy.analyses import compile_slices, host_activity, kernels, nvtx, steps
 from tracewhy.analyses.source_lines import HostTree
 from tracewhy.reports import overview
 from tracewhy.reports.export import ExportOptions, export_report
@@ -28,10 +29,11 @@ from tracewhy.reports.report import report_contents
 #: Each counted analysis, computed once.
 ONCE: dict[str, int] = {
     "steps": 1, "kernels": 1, "gpu_projection": 1, "overview": 1, "build_host_index": 1, "HostTree.of": 1,
+    "marked_slices": 1,
 }
 COUNTED: tuple[tuple[Any, str], ...] = (
     (steps, "steps"), (kernels, "kernels"), (nvtx, "gpu_projection"), (overview, "overview"),
-    (host_activity, "build_host_index"),
+    (host_activity, "build_host_index"), (compile_slices, "marked_slices"),
 )
 
 

@@ -125,10 +125,11 @@ class StepModel:
 
 
 def step_model(trace: Trace, options: AccountOptions = AccountOptions(), steps_result: StepsResult | None = None,
-               graph: Graph | None = None, host: HostIndex | None = None, tree: HostTree | None = None) -> StepModel:
-    """``steps_result``, ``graph`` (``build_graph``), ``host`` (``build_host_index``) and ``tree``
-    (``HostTree.of``): what the caller has computed already (a diagnosis has the steps and the
-    host index and tree, a report the graph)."""
+               graph: Graph | None = None, host: HostIndex | None = None, tree: HostTree | None = None,
+               marked: pl.DataFrame | None = None) -> StepModel:
+    """``steps_result``, ``graph`` (``build_graph``), ``host`` (``build_host_index``), ``tree``
+    (``HostTree.of``) and ``marked`` (``marked_slices``): what the caller has computed already (a
+    diagnosis has the steps, the host index and tree and the compile markers, a report the graph)."""
     trace.require_whole()
     graph = graph if graph is not None else build_graph(trace)
     steps_result = steps_result or steps(trace, StepsOptions(marker=options.marker))
@@ -136,7 +137,8 @@ def step_model(trace: Trace, options: AccountOptions = AccountOptions(), steps_r
     labels = EdgeLabels(trace, graph)
     markers = found.windows.get_column(WindowCol.STEP_ID).drop_nulls().to_numpy()
     rules = PartRules(trace, graph, labels, markers, host,
-                      None if options.provenance is None else compiled_frame_lines(trace, options.provenance), tree)
+                      None if options.provenance is None else compiled_frame_lines(trace, options.provenance),
+                      tree, marked)
     by_pid = nodes_by_pid(graph)
     paths = []
     for i, ws, we, pid in _analysed(found.windows, options.max_steps).iter_rows():

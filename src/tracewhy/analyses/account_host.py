@@ -88,9 +88,10 @@ class HostContext:
         return reads[1][i] if j >= len(barriers) or barriers[j] > reads[0][i] else None
 
 
-def host_context(trace: Trace, markers: I64, tree: HostTree | None = None) -> HostContext:
+def host_context(trace: Trace, markers: I64, tree: HostTree | None = None,
+                 marked: pl.DataFrame | None = None) -> HostContext:
     """The context arrays of every slice; ``markers``: the step markers' slice ids (never a block);
-    ``tree``: the trace's ``HostTree``, when the caller has it."""
+    ``tree`` and ``marked``: the trace's ``HostTree`` and ``marked_slices``, when the caller has them."""
     s = trace.slices
     n = s.height
     tree = tree if tree is not None else HostTree.of(trace)
@@ -111,7 +112,8 @@ def host_context(trace: Trace, markers: I64, tree: HostTree | None = None) -> Ho
     foreign = np.zeros(n, dtype=bool)
     foreign[trace.op_attrs.filter(pl.col(OpAttrCol.FWD_TID) > 0).get_column(OpAttrCol.ID).to_numpy()] = True
     seq |= flags["seq_range"] & op_range  # emit_nvtx: "aten::mul, seq = 3, op_id = 7"
-    compile_ids = marked_slices(trace).filter(pl.col(ROLE) == Role.COMPILE).get_column(Col.ID).to_numpy()
+    marked = marked if marked is not None else marked_slices(trace)
+    compile_ids = marked.filter(pl.col(ROLE) == Role.COMPILE).get_column(Col.ID).to_numpy()
     compiling = np.zeros(n, dtype=bool)
     compiling[compile_ids] = True
     pid = s.get_column(Col.PID).fill_null(-1).to_numpy()

@@ -53,10 +53,10 @@ class PartRules:
 
     def __init__(self, trace: Trace, graph: Graph, labels: EdgeLabels, markers: I64,
                  host: HostIndex | None = None, compiled: dict[int, str] | None = None,
-                 tree: HostTree | None = None) -> None:
+                 tree: HostTree | None = None, marked: pl.DataFrame | None = None) -> None:
         self.graph = graph
         self.compiled = CompiledFrames(compiled)
-        self.ctx: HostContext = host_context(trace, markers, tree)
+        self.ctx: HostContext = host_context(trace, markers, tree, marked)
         names, codes = np.unique(labels.category.astype(str), return_inverse=True)
         self.category = np.array([CATEGORY_CODE[c] for c in names.tolist()], dtype=np.int64)[codes.reshape(-1)]
         s = trace.slices

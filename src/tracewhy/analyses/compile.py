@@ -303,12 +303,14 @@ def _median(table: pl.DataFrame, column: str) -> float | None:
     return float(steady.get_column(column).median()) if steady.height else None  # type: ignore[arg-type]
 
 
-def compile_analysis(trace: Trace, steps_result: StepsResult | None = None) -> CompileResult:
-    """Regions, breaks, recompiles and compile time per step (see the module docstring)."""
+def compile_analysis(trace: Trace, steps_result: StepsResult | None = None,
+                     marked: pl.DataFrame | None = None) -> CompileResult:
+    """Regions, breaks, recompiles and compile time per step (see the module docstring); ``marked``:
+    the trace's ``marked_slices``, when the caller has them."""
     trace.require_whole()
     steps_result = steps(trace) if steps_result is None else steps_result
     windows = _windows(trace, steps_result)
-    marked = marked_slices(trace)
+    marked = marked if marked is not None else marked_slices(trace)
     regions = _regions(marked, windows)
     work = _compile_work(marked, windows)
     recompiles, cold = _recompiles(marked, regions, work, windows)

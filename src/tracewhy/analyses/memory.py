@@ -162,10 +162,11 @@ def device_label(device_type: int, device_id: int) -> str:
 
 
 def analyze_memory(trace: Trace, options: MemoryOptions = MemoryOptions(), *, host: HostIndex | None = None,
-                   steps_result: StepsResult | None = None, tree: HostTree | None = None) -> MemoryResult:
-    """``host``, ``steps_result`` and ``tree``: the host index, steps and ``HostTree`` already built
-    for the trace (a diagnosis has them), so they are not built twice; else they are built here
-    from ``options``."""
+                   steps_result: StepsResult | None = None, tree: HostTree | None = None,
+                   marked: pl.DataFrame | None = None) -> MemoryResult:
+    """``host``, ``steps_result``, ``tree`` and ``marked``: the host index, steps, ``HostTree`` and
+    compile-marked slices already built for the trace (a diagnosis has them), so they are not built
+    twice; else they are built here from ``options``."""
     trace.require_whole()
     ev = trace.memory.sort(MemEventCol.TS, maintain_order=True).with_row_index("_seq")
     if ev.height == 0:
@@ -181,7 +182,8 @@ def analyze_memory(trace: Trace, options: MemoryOptions = MemoryOptions(), *, ho
     ctx = allocation_contexts(trace, index, ev)
     op_names = trace.slices.get_column(Col.NAME).gather(np.maximum(ctx.outermost_op, 0)).cast(pl.String)
     op_names = pl.select(pl.when(pl.Series(ctx.outermost_op >= 0)).then(op_names).otherwise(pl.lit(NO_OP))).to_series()
-    ev = ev.with_columns(op_names.alias("_op"), *_phase_and_frame(trace, ctx.innermost, index, steps_result, tree),
+    phase_and_frame = _phase_and_frame(trace, ctx.innermost, index, steps_result, tree, marked)
+    ev = ev.with_columns(op_names.alias("_op"), *phase_and_frame,
                          pl.Series("_scope_end", ctx.scope_end), pl.Series("_opt_end", ctx.optimizer_end),
                          *[pl.Series(f"_{k}", v) for k, v in ctx.bits.items()],
                          pl.Series("_inner", ctx.innermost))
@@ -193,12 +195,12 @@ def analyze_memory(trace: Trace, options: MemoryOptions = MemoryOptions(), *, ho
 
 
 def _phase_and_frame(trace: Trace, innermost: I64, index: HostIndex, found: StepsResult,
-                     tree: HostTree | None) -> list[pl.Series]:
+                     tree: HostTree | None, marked: pl.DataFrame | None) -> list[pl.Series]:
     """Per event: the step phase of the slice open at it (the account's host contexts, so the
     optimizer's, backward's and forward's bounds are the account's), and the innermost user Python
     frame above it as "file:line function" (null without with_stack)."""
     markers = step_windows(trace, found).get_column(WindowCol.STEP_ID).drop_nulls().to_numpy()
-    hc = host_context(trace, markers, tree)
+    hc = host_context(trace, markers, tree, marked)
     slice_id = np.where(innermost >= 0, index.ids[np.maximum(innermost, 0)], -1)
     names = {int(p): p.name.lower() for p in PHASE_CONTEXTS}
     phase = [None if i < 0 else names.get(int(hc.context[i])) for i in slice_id.tolist()]

@@ -30,7 +30,7 @@ NAMED: Final = 3
 def compile_result(ctx: Context) -> CompileResult:
     """The compile analysis of a diagnosis, made once per Context on its steps (the step-time
     spikes, check and the report read it too)."""
-    return ctx.cached("compile", lambda: compile_analysis(ctx.trace, ctx.steps()))
+    return ctx.cached("compile", lambda: compile_analysis(ctx.trace, ctx.steps(), ctx.compile_marked()))
 
 
 def findings(ctx: Context) -> list[Finding]:

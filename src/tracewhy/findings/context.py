@@ -7,7 +7,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import polars as pl
+
 from tracewhy.analyses.account import AccountOptions, AccountResult, StepModel, step_account, step_model
+from tracewhy.analyses.compile_slices import marked_slices
 from tracewhy.analyses.critical_path_graph import Graph, build_graph
 from tracewhy.analyses.gaps import GapsOptions, GapsResult, gaps
 from tracewhy.analyses.host_activity import HostIndex, build_host_index
@@ -79,6 +82,11 @@ class Context:
         anti-pattern and extra-copy analyses share it."""
         return self.cached("host_tree", lambda: HostTree.of(self.trace))
 
+    def compile_marked(self) -> pl.DataFrame:
+        """The host slices with a compile role (``marked_slices``): the step account's host
+        contexts and the compile analysis share them."""
+        return self.cached("compile_marked", lambda: marked_slices(self.trace))
+
     def syncs(self) -> SyncsResult:
         return self.cached("syncs", lambda: syncs(self.trace, self.steps(), self.host()))
 
@@ -97,7 +105,8 @@ class Context:
     def step_model(self) -> StepModel:
         return self.cached("step_model", lambda: step_model(
             self.trace, AccountOptions(marker=self.options.step_marker), steps_result=self.steps(),
-            graph=self.graph(), host=self.host(), tree=self.host_tree()))
+            graph=self.graph(), host=self.host(), tree=self.host_tree(),
+            marked=self.compile_marked()))
 
     def account(self) -> AccountResult | None:
         """The step account (None for a trace with no slices or no window to account for)."""

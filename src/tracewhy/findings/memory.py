@@ -64,7 +64,7 @@ def memory_result(ctx: Context) -> MemoryResult | None:
     if ctx.trace.memory.height == 0:
         return None
     return ctx.cached("memory", lambda: analyze_memory(ctx.trace, host=ctx.host(), steps_result=ctx.steps(),
-                                                       tree=ctx.host_tree()))
+                                                       tree=ctx.host_tree(), marked=ctx.compile_marked()))
 
 
 def findings(ctx: Context) -> list[Finding]:
