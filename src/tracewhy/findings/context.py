@@ -78,13 +78,13 @@ class Context:
         return self.cached("host", lambda: build_host_index(self.trace))
 
     def host_tree(self) -> HostTree:
-        """The host nesting by slice id: the step account, the source-line findings and the
+        """The host nesting by slice id: the step account, memory, the source-line findings and the
         anti-pattern and extra-copy analyses share it."""
         return self.cached("host_tree", lambda: HostTree.of(self.trace))
 
     def compile_marked(self) -> pl.DataFrame:
-        """The host slices with a compile role (``marked_slices``): the step account's host
-        contexts and the compile analysis share them."""
+        """The host slices with a compile role (``marked_slices``): the step account's and memory's
+        host contexts and the compile analysis share them."""
         return self.cached("compile_marked", lambda: marked_slices(self.trace))
 
     def syncs(self) -> SyncsResult:
