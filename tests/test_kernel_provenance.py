@@ -23,7 +23,8 @@ from tracewhy.cli import main
 from tracewhy.errors import TraceError
 from tracewhy.model.kernel_provenance import ProvenanceCol
 from tracewhy.model.trace import Trace
-from tracewhy.readers.torch_logs.provenance import read_kernel_provenance, torch_trace_records
+from tracewhy.readers.torch_logs.provenance import read_kernel_provenance
+from tracewhy.readers.torch_trace.lines import iter_torch_trace
 from tracewhy.reports.account import AccountReportOptions, account_report
 from tracewhy.reports.lines import LinesReportOptions, lines_report
 from tracewhy.reports.ops import OpsReportOptions, ops_report
@@ -122,9 +123,9 @@ def test_kernel_time_moves_from_the_forward_frame(with_logs: LinesResult, withou
     assert forward_self(without_logs) - forward_self(with_logs) == kernels_ns
 
 
-def test_torch_trace_records_pair_envelopes_and_payloads() -> None:
+def test_the_torch_trace_reader_pairs_envelopes_and_payloads() -> None:
     text = gzip.decompress(TORCH_TRACE.read_bytes()).decode()
-    records = list(torch_trace_records(TORCH_TRACE))
+    records = list(iter_torch_trace(TORCH_TRACE))
     codes = [(e, p) for e, p in records if "inductor_output_code" in e]
     assert len(codes) == 1 and "def call(" in codes[0][1]
     assert sum(1 for line in text.splitlines() if not line.startswith("\t") and '] {"' in line) == len(records)

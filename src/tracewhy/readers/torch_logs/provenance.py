@@ -24,7 +24,7 @@ import json
 import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +33,7 @@ import polars as pl
 from tracewhy.errors import TraceError
 from tracewhy.model.kernel_provenance import PROVENANCE_SCHEMA, KernelProvenance, ProvenanceCol
 from tracewhy.readers.source import content_head, read_bytes, refuse_special
+from tracewhy.readers.torch_trace.lines import iter_torch_trace
 
 #: A TORCH_TRACE log or TORCH_LOGS capture bigger than this is not one job's compile record.
 MAX_LOG_BYTES = 512 * 1024**2
@@ -41,7 +42,6 @@ MAX_WARNINGS = 5
 
 # TORCH_TRACE (torch/_logging/_internal.py, structured logging): a glog prefix, then the JSON
 # envelope on one line; its payload, if any, follows as lines that start with a tab.
-_GLOG_PREFIX = re.compile(r"^[VIWEDC]\d{4} [\d:.]+\s+\d+ \S+\] ")
 # TORCH_LOGS lines of one artifact: "V1128 20:03:04.974000 31579 torch/_inductor/graph.py:2722]
 # [0/0] [__output_code] text".
 _LOG_LINE = re.compile(r"^[VIWEDC]\d{4} [\d:.]+\s+\d+ \S+\] (?:\[(?:!\d+/)?(\d+/\d+)(?:_\d+)?\] )?"
@@ -86,32 +86,6 @@ class _Call:
     source_nodes: tuple[str, ...]
 
 
-def torch_trace_records(path: Path) -> Iterator[tuple[dict[str, object], str]]:
-    """(envelope, payload) of each record of a TORCH_TRACE log (plain or gzip); the payload is
-    "" when none. The one place that reads the structured-log framing: the general TORCH_TRACE
-    reader (``iter_torch_trace(path)``) takes its place unchanged."""
-    envelope: dict[str, object] | None = None
-    payload: list[str] = []
-    for line in _text(path).splitlines():
-        if line.startswith("\t"):
-            payload.append(line[1:])
-            continue
-        if envelope is not None:
-            yield envelope, "\n".join(payload)
-        envelope, payload = None, []
-        m = _GLOG_PREFIX.match(line)
-        if m is None:
-            continue
-        try:
-            parsed = json.loads(line[m.end():])
-        except ValueError:
-            continue
-        if isinstance(parsed, dict):
-            envelope = parsed
-    if envelope is not None:
-        yield envelope, "\n".join(payload)
-
-
 def read_kernel_provenance(path: Path) -> KernelProvenance:
     """Read a TORCH_TRACE directory, one TORCH_TRACE log, or a TORCH_LOGS capture (plain or gz)."""
     files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
@@ -122,7 +96,7 @@ def read_kernel_provenance(path: Path) -> KernelProvenance:
         if b"\x00" in head[:65536]:
             raise TraceError(f, "not a TORCH_TRACE or TORCH_LOGS text file (binary data)")
         structured = b'] {"' in head
-        graphs += _from_torch_trace(torch_trace_records(f)) if structured else _from_torch_logs(_text(f))
+        graphs += _from_torch_trace(iter_torch_trace(f)) if structured else _from_torch_logs(_text(f))
     if not graphs:
         raise TraceError(path, "no inductor output code in it (capture TORCH_TRACE=DIR, or TORCH_LOGS=output_code)")
     return _provenance(graphs)
