@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 from enum import IntEnum
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -44,6 +44,24 @@ def no_edges() -> EdgeParts:
     """No edges (a kind of wait the trace has none of)."""
     empty = np.zeros(0, dtype=np.int64)
     return empty, empty, empty, empty
+
+
+def way_out_of_cycle(times: I64, src: I64, dst: I64, kind: npt.NDArray[np.signedinteger[Any]], v: int,
+                     seen: set[int]) -> int:
+    """The in-edge (an index into ``src``/``dst``) by which a walk back along releasing edges leaves
+    the cycle that closed at instant ``v``: of the edges into instants already walked at ``v``'s
+    time, the one whose source happened last before that time (ties: the higher kind); -1 when
+    none is earlier. Such cycles need instants that share a time and timelines that order them
+    differently (a host thread, a stream and the launches between them with every time collapsed
+    to one instant); the walk would go round one for ever. Rare: an O(edges) search per cycle met.
+    ``times`` is per instant (measured, or replayed); both the critical path's walk and the
+    replay's walk use it."""
+    at = times[v]
+    walked = np.fromiter(seen, dtype=np.int64, count=len(seen))
+    into = np.flatnonzero(np.isin(dst, walked[times[walked] == at]) & (times[src] < at))
+    if into.size == 0:
+        return -1
+    return int(into[np.lexsort((kind[into], times[src[into]]))[-1]])
 
 
 def edges(src: I64, dst: I64, kind: Edge, attr: I64) -> EdgeParts:

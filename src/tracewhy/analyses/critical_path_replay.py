@@ -14,7 +14,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from tracewhy.analyses.critical_path_edges import Edge
+from tracewhy.analyses.critical_path_edges import Edge, way_out_of_cycle
 from tracewhy.analyses.critical_path_graph import Graph
 
 I64 = npt.NDArray[np.int64]
@@ -209,7 +209,7 @@ class ReplayWindow:
         while times[v] > ws and not fixed[v] and best[v] >= 0:
             e = best[v]
             if v in seen:  # a cycle of equal-time edges (see ``critical_path_walk``): leave it
-                e = _way_out(t, ps, pd, kind, v, seen)
+                e = way_out_of_cycle(t, ps, pd, kind, v, seen)
                 if e < 0:
                     break
             seen.add(v)
@@ -219,18 +219,6 @@ class ReplayWindow:
             v = u
         return EditedPath(end_ns=times[at], edges=np.asarray(path[::-1], dtype=np.int64),
                           dur_ns=np.asarray(lengths[::-1], dtype=np.int64), start_ns=max(times[v], ws))
-
-
-def _way_out(t: I64, ps: I64, pd: I64, kind: I64, v: int, seen: set[int]) -> int:
-    """The in-edge (an index into ``ps``/``pd``) by which a walk leaves the cycle that closed at
-    instant ``v``: of the edges into instants already walked at ``v``'s time, the one whose source
-    is latest before that time (ties: the higher kind); -1 when none is earlier."""
-    at = t[v]
-    walked = np.fromiter(seen, dtype=np.int64, count=len(seen))
-    into = np.flatnonzero(np.isin(pd, walked[t[walked] == at]) & (t[ps] < at))
-    if into.size == 0:
-        return -1
-    return int(into[np.lexsort((kind[into], t[ps[into]]))[-1]])
 
 
 def _replay_times(times: list[int], ps: list[int], pd: list[int], w: list[int], fixed: list[bool]) -> list[int]:

@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tracewhy.analyses import api_names
-from tracewhy.analyses.critical_path_edges import KERNEL_GAP_MAX_NS, Edge
+from tracewhy.analyses.critical_path_edges import KERNEL_GAP_MAX_NS, Edge, way_out_of_cycle
 from tracewhy.analyses.critical_path_graph import Graph
 from tracewhy.analyses.families import Family, classify_kernels
 from tracewhy.model.schema import KIND_CODE, Col, Kind
@@ -73,30 +73,13 @@ def walk(graph: Graph, nodes: tuple[I64, I64] | None, ws: int, we: int) -> tuple
     while ts[v] > ws:
         e = int(bind[v])
         if v in seen:  # a cycle of equal-time edges: leave it by its latest earlier in-edge
-            e = _earlier_in_edge(graph, path, v)
+            e = way_out_of_cycle(ts, src, graph.dst, graph.kind, v, seen)
         if e < 0:
             break
         seen.add(v)
         path.append(e)
         v = int(src[e])
     return path, int(ts[v]), sink
-
-
-def _earlier_in_edge(graph: Graph, path: list[int], v: int) -> int:
-    """The way out of a cycle of releasing edges that closed at ``v``: among the in-edges of the
-    cycle's instants (all at one time), the one whose source happened last before that time
-    (ties: the higher Edge value); -1 when none did. Such cycles need instants that share a time
-    and edges of several timelines that order them differently (a host thread, a stream and the
-    launches between them with every time collapsed to one instant); the walk would go round
-    one for ever. Rare: an O(edges) search per cycle met."""
-    at = path.index(next(e for e in path if int(graph.dst[e]) == v))
-    cycle = np.unique(graph.dst[np.asarray(path[at:], dtype=np.int64)])
-    t = graph.node_ts[v]
-    into = np.flatnonzero(np.isin(graph.dst, cycle) & (graph.node_ts[graph.src] < t))
-    if into.size == 0:
-        return -1
-    best = into[np.lexsort((graph.kind[into], graph.node_ts[graph.src[into]]))[-1]]
-    return int(best)
 
 
 #: Each Edge value's name, lower-cased (the segments' ``edge`` column).
