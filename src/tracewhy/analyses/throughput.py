@@ -52,6 +52,17 @@ def requested(items_per_step: float | None, unit: str | None,
     return ThroughputOptions(items_per_step=items_per_step, unit=unit or DEFAULT_UNIT)
 
 
+def items_and_unit(items_per_step: float | None, unit: str | None,
+                   tokens_per_step: float | None) -> tuple[float | None, str | None]:
+    """Items per step and unit apart (``check`` also reads them from its config, so neither is
+    required here), with ``tokens_per_step`` N read as N items of the unit tokens."""
+    if tokens_per_step is None:
+        return items_per_step, unit
+    options = requested(items_per_step, unit, tokens_per_step)
+    assert options is not None
+    return options.items_per_step, options.unit
+
+
 @dataclass(frozen=True)
 class Throughput:
     """Items per second at the steady step times; ``per`` is "step" or "chunk". The step times are

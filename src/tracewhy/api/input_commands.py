@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from tracewhy.analyses.throughput import requested
+from tracewhy.analyses.throughput import items_and_unit, requested
 from tracewhy.api.results import Diff, extended
 from tracewhy.api.tables import Reads, Sources, TraceLike, handed_out, handed_out_one_or_several
 from tracewhy.findings.roofline_ops import OpRooflineResult
@@ -65,9 +65,7 @@ def check(trace: Sources, *, baseline: TraceLike | None = None, config: str | Pa
     Results come in the command's order (that of its ``--help``), whatever the keywords' order.
     Several traces (a list, or a directory): a ``SeveralReport`` with each trace's gate
     (``all(t.result.passed for t in report)`` is the command's exit status)."""
-    if tokens_per_step is not None:  # --tokens-per-step N: --items-per-step N --unit tokens
-        asked = requested(items_per_step, unit, tokens_per_step)
-        items_per_step, unit = (asked.items_per_step, asked.unit) if asked is not None else (None, None)
+    items_per_step, unit = items_and_unit(items_per_step, unit, tokens_per_step)
     typed = {key.replace("_", "-"): str(text) for key, text in limits.items()}
     order = {f"{bound}-{m.name}": i for i, m in enumerate(METRICS.values()) for bound in m.bounds}
     typed = dict(sorted(typed.items(), key=lambda kv: order.get(kv[0], len(order))))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from tracewhy.analyses import throughput
 from tracewhy.analyses.throughput import DEFAULT_UNIT, UNITS, ThroughputOptions, requested
 
 
@@ -45,8 +46,4 @@ def throughput_options(args: argparse.Namespace) -> ThroughputOptions | None:
 def items_and_unit(args: argparse.Namespace) -> tuple[float | None, str | None]:
     """``--items-per-step`` and ``--unit`` apart (``check`` also reads them from its config), with
     ``--tokens-per-step N`` read as ``--items-per-step N --unit tokens``."""
-    if args.tokens_per_step is None:
-        return args.items_per_step, args.unit
-    options = requested(args.items_per_step, args.unit, args.tokens_per_step)
-    assert options is not None
-    return options.items_per_step, options.unit
+    return throughput.items_and_unit(args.items_per_step, args.unit, args.tokens_per_step)
