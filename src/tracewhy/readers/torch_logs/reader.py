@@ -15,7 +15,6 @@ import dataclasses
 import os
 import re
 import stat
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
@@ -26,12 +25,18 @@ from tracewhy.model.torch_logs import (
     FALLBACK_SCHEMA,
     RECOMPILE_SCHEMA,
     FallbackKind,
-    LogBreakCol,
     LogFallbackCol,
     LogRecompileCol,
     TorchLogs,
 )
 from tracewhy.readers.source import os_error, read_bytes
+from tracewhy.readers.torch_logs.records import (
+    BREAK_START,
+    LogRecord,
+    break_row,
+    compile_region,
+    without_comment,
+)
 
 #: A log bigger than this is not a TORCH_LOGS capture of a profiled job.
 MAX_LOG_BYTES = 512 * 1024**2
@@ -51,13 +56,8 @@ _GLOG = re.compile(r"^[VIWEDC]\d{4} [\d:.]+\s+\d+ \S+\] (?:\[([!\d/_]+)\] )?\[__
 # torch 2.0/2.1 (Python logging): "[2023-05-01 10:00:00,000] torch._dynamo.symbolic_convert.
 # __graph_breaks: [DEBUG] Graph break: ...".
 _PYLOG = re.compile(r"^(?:\[[^\]]*\] )?torch\.\S*\.__(graph_breaks|recompiles): \[\w+\] ?(.*)$")
-_ID = re.compile(r"(?:!\d+/)?(\d+)/(\d+)")
-# "(user stack suppressed due to duplicate graph break)" precedes the location on repeats.
-_BREAK_START = re.compile(r"^Graph break(?: \([^)]*\))?(?: in user code at (\S+):(\d+)|:? ?(.*))")
 _RECOMPILE_START = re.compile(r"^Recompiling function (\S+) in (\S+):(\d+)")
-_REASON = re.compile(r"^(?:Graph Break )?Reason: ?(.*)")
-_FILE_LINE = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
-# The guard's text runs to the end; its "  # source" tail is cut by ``_without_comment``, not by
+# The guard's text runs to the end; its "  # source" tail is cut by ``without_comment``, not by
 # the pattern: a lazy group before an optional "\s{2,}#" tail tried every split of a run of
 # spaces (300,000 spaces took over 60 s).
 _GUARD = re.compile(r"^\s*- (?:(\d+/\d+): )?(.*)$")
@@ -73,13 +73,6 @@ _LIMIT_REASON = re.compile(r"^\s*last reason: (?:\d+/\d+: )?(.*)$")
 # torch/_dynamo/symbolic_convert.py (raise_loop_graph_break, torch 2.8+): the break record's
 # debug context "frame skipped: forward file.py line 104)" names the frame run eagerly instead.
 _SKIPPED = re.compile(r"frame skipped: (\S+) (\S+) line (\d+)")
-
-
-@dataclass
-class _Record:
-    artifact: str
-    compile_id: str | None
-    lines: list[str] = field(default_factory=list)
 
 
 def read_torch_logs(path: Path) -> TorchLogs:
@@ -120,20 +113,6 @@ def _not_readable(path: Path) -> str | None:
     return None
 
 
-def _without_comment(text: str) -> str:
-    """``text`` up to a "  # ..." tail (two or more blanks before a '#'), in one pass: the
-    first '#' with two blanks before it starts the tail, and the blanks go with it."""
-    at = text.find("#")
-    while at != -1:
-        start = at
-        while start > 0 and text[start - 1].isspace():
-            start -= 1
-        if at - start >= 2:
-            return text[:start]
-        at = text.find("#", at + 1)
-    return text
-
-
 def _cut_long_lines(lines: list[str]) -> int:
     """Cut every line longer than ``MAX_LINE_CHARS`` in place; the number cut."""
     cut = 0
@@ -153,19 +132,19 @@ def _tagged(line: str) -> tuple[str, str | None, str] | None:
     return None
 
 
-def _records(lines: list[str]) -> tuple[list[_Record], list[str]]:
+def _records(lines: list[str]) -> tuple[list[LogRecord], list[str]]:
     """Group tagged lines into records; tagged lines before any record start are not understood."""
-    records: list[_Record] = []
+    records: list[LogRecord] = []
     stray: list[str] = []
-    current: _Record | None = None
+    current: LogRecord | None = None
     for number, line in enumerate(lines, 1):
         tag = _tagged(line.rstrip("\r"))
         if tag is None:
             continue
         artifact, cid, message = tag
-        starts = _BREAK_START.match(message) if artifact == "graph_breaks" else _RECOMPILE_START.match(message)
+        starts = BREAK_START.match(message) if artifact == "graph_breaks" else _RECOMPILE_START.match(message)
         if starts:
-            current = _Record(artifact, cid)
+            current = LogRecord(artifact, cid)
             records.append(current)
         elif current is None or current.artifact != artifact or (cid is not None and current.compile_id != cid):
             if message.strip():
@@ -175,33 +154,7 @@ def _records(lines: list[str]) -> tuple[list[_Record], list[str]]:
     return records, stray
 
 
-def _region(cid: str | None) -> str | None:
-    m = _ID.fullmatch(cid) if cid else None
-    return f"{m.group(1)}/{m.group(2)}" if m else None
-
-
-def _break_row(r: _Record) -> dict[str, str | None]:
-    head = _BREAK_START.match(r.lines[0])
-    location = f"{head.group(1)}:{head.group(2)}" if head and head.group(1) else None
-    reason = head.group(3) if head and head.group(3) else None
-    function = None
-    for i, line in enumerate(r.lines[1:], 1):
-        if (m := _REASON.match(line.strip())) and reason is None:
-            # torch 2.6+ puts the graph-break type on the first non-empty line after the header.
-            following = next((x.strip() for x in r.lines[i + 1:] if x.strip()), "")
-            reason = following if following and not following.startswith(("Explanation", "User code")) else m.group(1)
-        elif m := _FILE_LINE.match(line):
-            function = m.group(3)
-            location = location or f"{m.group(1)}:{m.group(2)}"
-    if location is None:  # torch 2.0-2.5 name the user frame last in "from user code at:"
-        frames = [m for x in r.lines if (m := _FILE_LINE.match(x))]
-        if frames:
-            location = f"{frames[-1].group(1)}:{frames[-1].group(2)}"
-    return {LogBreakCol.COMPILE_ID: r.compile_id, LogBreakCol.REGION: _region(r.compile_id),
-            LogBreakCol.FUNCTION: function, LogBreakCol.LOCATION: location, LogBreakCol.REASON: reason}
-
-
-def _recompile_row(r: _Record) -> dict[str, str | int | None]:
+def _recompile_row(r: LogRecord) -> dict[str, str | int | None]:
     head = _RECOMPILE_START.match(r.lines[0])
     assert head is not None  # a recompile record starts with its header
     guards: list[str] = []
@@ -210,12 +163,12 @@ def _recompile_row(r: _Record) -> dict[str, str | int | None]:
         if _TRIGGERED in line:
             in_guards = True
         elif in_guards and (m := _GUARD.match(line)):
-            text = _without_comment(m.group(2)).strip()
+            text = without_comment(m.group(2)).strip()
             if text.startswith(("User stack trace", "File ")) or not text:
                 in_guards = not text.startswith("User stack trace")
                 continue
             guards.append(text)
-    return {LogRecompileCol.COMPILE_ID: r.compile_id, LogRecompileCol.REGION: _region(r.compile_id),
+    return {LogRecompileCol.COMPILE_ID: r.compile_id, LogRecompileCol.REGION: compile_region(r.compile_id),
             LogRecompileCol.FUNCTION: head.group(1), LogRecompileCol.LOCATION: f"{head.group(2)}:{head.group(3)}",
             LogRecompileCol.GUARD: guards[0] if guards else None, LogRecompileCol.GUARDS: len(guards)}
 
@@ -230,7 +183,7 @@ def _limit_rows(lines: list[str]) -> list[dict[str, str | None]]:
             continue
         cid, message = m.group(1), m.group(2)
         if head := _LIMIT_HEAD.search(message):
-            current = {LogFallbackCol.COMPILE_ID: cid, LogFallbackCol.REGION: _region(cid),
+            current = {LogFallbackCol.COMPILE_ID: cid, LogFallbackCol.REGION: compile_region(cid),
                        LogFallbackCol.KIND: FallbackKind.RECOMPILE_LIMIT, LogFallbackCol.FUNCTION: None,
                        LogFallbackCol.LOCATION: None,
                        LogFallbackCol.REASON: f"hit config.{head.group(1)} ({head.group(2)})"}
@@ -238,19 +191,19 @@ def _limit_rows(lines: list[str]) -> list[dict[str, str | None]]:
         elif current is not None and current[LogFallbackCol.COMPILE_ID] == cid:
             if f := _LIMIT_FUNCTION.match(message):
                 current[LogFallbackCol.FUNCTION], current[LogFallbackCol.LOCATION] = f.group(1), f.group(2)
-            elif (r := _LIMIT_REASON.match(message)) and (reason := _without_comment(r.group(1))):
+            elif (r := _LIMIT_REASON.match(message)) and (reason := without_comment(r.group(1))):
                 current[LogFallbackCol.REASON] = f"{current[LogFallbackCol.REASON]}; last guard failure: {reason}"
     return rows
 
 
-def _skip_row(r: _Record) -> dict[str, str | None] | None:
+def _skip_row(r: LogRecord) -> dict[str, str | None] | None:
     """A break record that says the frame was skipped: the frame and the break type behind it
     (the header line before the ``Explanation:`` that says so)."""
     for i, line in enumerate(r.lines):
         if m := _SKIPPED.search(line):
             kind = next((r.lines[j - 1].strip() for j in range(i, 0, -1)
                          if r.lines[j].strip().startswith("Explanation:") and r.lines[j - 1].strip()), None)
-            return {LogFallbackCol.COMPILE_ID: r.compile_id, LogFallbackCol.REGION: _region(r.compile_id),
+            return {LogFallbackCol.COMPILE_ID: r.compile_id, LogFallbackCol.REGION: compile_region(r.compile_id),
                     LogFallbackCol.KIND: FallbackKind.FRAME_SKIPPED, LogFallbackCol.FUNCTION: m.group(1),
                     LogFallbackCol.LOCATION: f"{m.group(2)}:{m.group(3)}", LogFallbackCol.REASON: kind}
     return None
@@ -261,7 +214,7 @@ def parse_torch_logs(text: str) -> TorchLogs:
     lines = text.splitlines()
     cut = _cut_long_lines(lines)
     records, stray = _records(lines)
-    breaks = [_break_row(r) for r in records if r.artifact == "graph_breaks"]
+    breaks = [break_row(r) for r in records if r.artifact == "graph_breaks"]
     recompiles = [_recompile_row(r) for r in records if r.artifact == "recompiles"]
     skips = [row for r in records if r.artifact == "graph_breaks" and (row := _skip_row(r)) is not None]
     fallbacks = skips + _limit_rows(lines)

@@ -38,7 +38,8 @@ from tracewhy.model.torch_logs import (
 )
 from tracewhy.readers.limits import INT64_MAX
 from tracewhy.readers.source import os_error
-from tracewhy.readers.torch_logs.reader import MAX_LINE_CHARS, _break_row, _Record, _without_comment
+from tracewhy.readers.torch_logs.reader import MAX_LINE_CHARS
+from tracewhy.readers.torch_logs.records import LogRecord, break_row, without_comment
 from tracewhy.readers.torch_trace.lines import LineCounts, iter_torch_trace
 from tracewhy.readers.torch_trace.sniff import LOG_PREFIX
 
@@ -196,7 +197,7 @@ def _take_artifact(log: _RankLog, c: _Compile, name: str, payload: str) -> None:
         user_part = payload.split("\nTraceback (most recent call last):", 1)[0]
         lines = [line[:MAX_LINE_CHARS] for line in user_part.split("\n")]
         if lines and lines[0].startswith("Graph break"):
-            log.breaks.append(_break_row(_Record("graph_breaks", c.compile_id, lines)))
+            log.breaks.append(break_row(LogRecord("graph_breaks", c.compile_id, lines)))
         return
     if name == "recompile_reasons" and c.recompile_reason is None and payload:
         c.recompile_reason = payload[:MAX_LINE_CHARS]
@@ -274,7 +275,7 @@ def _guards(reason: str) -> list[str]:
     for line in reason.split("\n"):
         if line.startswith("User stack trace") or line.startswith(" "):
             break
-        text = _without_comment(line[_GUARD_ID.match(line).end():]).strip()  # type: ignore[union-attr]
+        text = without_comment(line[_GUARD_ID.match(line).end():]).strip()  # type: ignore[union-attr]
         if text:
             guards.append(text)
     return guards
