@@ -10,8 +10,10 @@ from pathlib import Path
 
 from builders import KinetoBuilder
 from tracewhy.analyses.account import StepModel, step_model
+from tracewhy.analyses.critical_path_replay import GraphEdit
 from tracewhy.analyses.what_if import predict
 from tracewhy.analyses.what_if_edits import Fix, RemoveRecompute, WindowEdges
+from tracewhy.analyses.what_if_gaps import forward_at_rerun_cost
 from tracewhy.analyses.what_if_host_edits import BatchLoop, Preallocate, RemoveCode, SetGradsToNone
 from tracewhy.readers import read_trace
 
@@ -169,3 +171,32 @@ def test_the_node_that_reruns_the_forward_loses_its_hook_time(tmp_path: Path) ->
     b.op("aten::mm", 620, 100)
     m = _model(tmp_path, b)
     assert _first_step(m, RemoveRecompute()) == 1000 - 100 - (290 - 40)
+
+
+def _reduction_us(m: StepModel, edit: GraphEdit) -> float:
+    """The host time an edit's scaled edges lose, µs."""
+    g = m.graph
+    dur = (g.node_ts[g.dst[edit.scaled]] - g.node_ts[g.src[edit.scaled]]).astype(float)
+    return float((dur * (1.0 - edit.factor)).sum()) / US
+
+
+def test_a_checkpointed_regions_forward_ops_cost_what_their_rerun_costs(tmp_path: Path) -> None:
+    # A region entered with _NoopSaveInputs runs aten::linear (150 µs), aten::gelu (60) and
+    # aten::linear (150) under the checkpoint's saved-tensor hooks; backward reruns them in one
+    # node: 100, 70 and 90 µs. Each forward op keeps the smaller of its two times: the linears
+    # lose 50 and 60 µs, the gelu (cheaper in the forward) nothing. A forward op after the
+    # region (aten::mean) is no region's.
+    b = _steps(KinetoBuilder(), 2000)
+    seq = {"Sequence number": 1, "Fwd thread id": 0}
+    b.op("_NoopSaveInputs", 0, 30, **seq)
+    b.op("aten::linear", 40, 150, **seq).op("aten::gelu", 200, 60, **seq).op("aten::linear", 270, 150, **seq)
+    b.op("aten::mean", 430, 50, **seq)
+    b.op("autograd::engine::evaluate_function: AddmmBackward0", 500, 600).op("AddmmBackward0", 505, 590)
+    b.op("aten::linear", 520, 100, **seq).op("aten::gelu", 630, 70, **seq).op("aten::linear", 710, 90, **seq)
+    b.op("aten::mm", 900, 100)
+    m = _model(tmp_path, b)
+    w = WindowEdges(m, m.paths[0])
+    assert round(_reduction_us(m, forward_at_rerun_cost(w))) == 50 + 60
+    without_rerun = _steps(KinetoBuilder(), 2000).op("_NoopSaveInputs", 0, 30, **seq).op("aten::linear", 40, 150, **seq)
+    m = _model(tmp_path, without_rerun)
+    assert forward_at_rerun_cost(WindowEdges(m, m.paths[0])).empty

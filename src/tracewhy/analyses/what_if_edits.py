@@ -22,7 +22,7 @@ from tracewhy.analyses.critical_path_graph import Graph
 from tracewhy.analyses.critical_path_replay import GraphEdit, ReplayWindow
 from tracewhy.analyses.critical_path_walk import Category
 from tracewhy.analyses.what_if_comm import reduced_by_hand
-from tracewhy.analyses.what_if_gaps import checkpoint_entries, loop_between, untraced_around
+from tracewhy.analyses.what_if_gaps import checkpoint_entries, forward_at_rerun_cost, loop_between, untraced_around
 from tracewhy.analyses.what_if_removals import RemovePart, RemoveSlices
 from tracewhy.model.schema import Kind
 
@@ -240,7 +240,7 @@ class RemoveRecompute:
         recompute = w.model.rules.ctx.recompute
         host = (w.attr >= 0) & (recompute[np.maximum(w.attr, 0)] >= 0) & (w.kind != int(Edge.GPU))
         gpu = (w.launch >= 0) & (recompute[np.maximum(w.launch, 0)] >= 0)
-        return w.removing(host, gpu) + self._hooks(w, host) + checkpoint_entries(w)
+        return w.removing(host, gpu) + self._hooks(w, host) + checkpoint_entries(w) + forward_at_rerun_cost(w)
 
     @staticmethod
     def _hooks(w: WindowEdges, recomputed: B) -> GraphEdit:

@@ -2,7 +2,8 @@
 hook, checkpoint()'s wrapper) runs between ops, where the profiler records nothing but the gap.
 When the ops go, that Python goes with them, and the thread passes from the op before them to
 the op after them in the gap two neighbouring ops usually leave. Also the forward-side ops
-``checkpoint()`` records, which leave with checkpointing.
+``checkpoint()`` records, which leave with checkpointing, and what its saved-tensor hooks add to
+the region's forward ops, priced by the same ops run again in backward.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import polars as pl
 
 from tracewhy.analyses import api_names
 from tracewhy.analyses.critical_path_replay import GraphEdit
-from tracewhy.model.schema import OpAttrCol
+from tracewhy.model.schema import Col, OpAttrCol
 
 if TYPE_CHECKING:  # what_if_edits imports this module
     from tracewhy.analyses.what_if_edits import WindowEdges
@@ -131,6 +132,53 @@ def checkpoint_entries(w: WindowEdges) -> GraphEdit:
             removed.add(before)
     chosen = w.host() & np.isin(outer, list(removed))
     return w.removing(chosen, np.zeros(w.ids.size, dtype=bool)) + untraced_around(w, removed)
+
+
+def forward_at_rerun_cost(w: WindowEdges) -> GraphEdit:
+    """Each forward op of a checkpointed region priced at what the same op cost when backward
+    ran it again: ``checkpoint(use_reentrant=False)`` runs the region's forward ops under its
+    saved-tensor hooks (Python called inside each op for every tensor autograd saves, untraced,
+    so it shows as the op's own time), and without checkpointing the same ops run once with
+    no hook. The rerun computes the same ops on the same inputs, under the recompute's hooks
+    only: its time is what the op costs there, an upper bound on the hook-free one, so an op
+    keeps the smaller of its two times. A region is the ops that follow its entry op
+    (``CHECKPOINT_FORWARD_OPS``) on its thread; it pairs with a rerun (the outermost recomputed
+    ops under one backward slice) whose ops' names match its first ops in order (a rerun may
+    stop early), the latest such region first (backward runs the regions in reverse)."""
+    rules = w.model.rules
+    ctx = rules.ctx
+    attr = np.maximum(w.attr, 0)
+    outer = ctx.outer_op[attr]
+    host = w.host()
+    ops = np.unique(outer[host & (outer >= 0)])
+    entries = [int(o) for o in ops.tolist() if ctx.name(int(o)) in CHECKPOINT_FORWARD_OPS]
+    rerun = np.unique(ctx.recompute[attr[host & (w.attr >= 0) & (ctx.recompute[attr] >= 0)]])
+    if not entries or rerun.size == 0:
+        return GraphEdit()
+    parent = w.model.trace.slices.get_column(Col.PARENT).fill_null(-1).to_numpy()
+    up = parent[rerun]
+    rerun = rerun[(up < 0) | (ctx.recompute[np.maximum(up, 0)] < 0)]  # outermost recomputed ops
+    groups: dict[int, list[int]] = {}
+    for r in rerun[np.argsort(rules.slice_ts[rerun], kind="stable")].tolist():
+        groups.setdefault(int(parent[r]), []).append(int(r))
+    forward = ops[np.argsort(rules.slice_ts[ops], kind="stable")]
+    factor: dict[int, float] = {}
+    unmatched = sorted(entries, key=lambda e: -int(rules.slice_ts[e]))
+    for group in sorted(groups.values(), key=lambda g: int(rules.slice_ts[g[0]])):
+        names = [ctx.name(r) for r in group]
+        for entry in unmatched:
+            after = forward[(rules.slice_ts[forward] > rules.slice_ts[entry]) & (ctx.tid[forward] == ctx.tid[entry])]
+            region = after[:len(group)].tolist()
+            if [ctx.name(int(f)) for f in region] != names:
+                continue
+            unmatched.remove(entry)
+            for f, r in zip(region, group, strict=True):
+                own = float(rules.slice_end[f] - rules.slice_ts[f])
+                if own > 0:
+                    factor[int(f)] = min(1.0, float(rules.slice_end[r] - rules.slice_ts[r]) / own)
+            break
+    chosen = host & np.isin(outer, list(factor))
+    return GraphEdit(scaled=w.ids[chosen], factor=np.array([factor[int(o)] for o in outer[chosen]], dtype=np.float64))
 
 
 def _runs(flags: B) -> list[tuple[int, int]]:
