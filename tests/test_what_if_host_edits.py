@@ -72,6 +72,23 @@ def test_a_preallocated_buffer_makes_each_growth_cost_the_first(tmp_path: Path) 
     assert _first_step(m, Preallocate("aten::stack")) == 1000
 
 
+def test_a_preallocated_buffer_is_never_released_while_it_grows(tmp_path: Path) -> None:
+    # Each token: aten::cat (20, 40, 60 µs), 30 µs of Python (the replaced tensor dropped),
+    # aten::bmm (50), 10 µs, aten::softmax (10), 10 µs. After the loop's last op (440) the step
+    # waits 560 µs, untraced, to its end (the grown tensor dropped as the code returns). Written
+    # in place: the growth as before (20 + 40 less), and each release down to the typical gap
+    # between two other ops (bmm to softmax: 10 µs): 3 x 20 after the cats, 550 at the end.
+    b = _steps(KinetoBuilder())
+    for start, dur in ((0, 20), (130, 40), (280, 60)):
+        b.op("aten::cat", start, dur).op("aten::bmm", start + dur + 30, 50).op("aten::softmax", start + dur + 90, 10)
+    m = _model(tmp_path, b)
+    assert _first_step(m, Preallocate("aten::cat")) == 1000 - (20 + 40) - 3 * 20 - 550
+    # An op the loop does not repeat runs after it: the step's end is not where the grown tensor
+    # is dropped, so that wait stays.
+    m = _model(tmp_path, b.op("aten::sum", 600, 10))
+    assert _first_step(m, Preallocate("aten::cat")) == 1000 - (20 + 40) - 3 * 20
+
+
 def test_gradients_set_to_none_are_not_zeroed(tmp_path: Path) -> None:
     # zero_grad (700-900) zeroes two gradients (2 x 60 µs); the optimizer's step (100-500)
     # stays.

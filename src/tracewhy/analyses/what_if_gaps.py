@@ -73,6 +73,47 @@ def untraced_around(w: WindowEdges, removed: set[int]) -> GraphEdit:
     return GraphEdit(scaled=w.ids[chosen], factor=factors[chosen])
 
 
+def released_after(w: WindowEdges, calls: list[int]) -> GraphEdit:
+    """The untraced time where a grown tensor is released, which a buffer allocated once never
+    is: after each growth call (``calls``, outermost ops of one thread) up to the next op (the
+    Python drops the tensor the call replaced), and, when the loop ends the step (every op after
+    the last call repeats in the window at least once per growth), after the window's last op
+    up to its end (the grown tensor dropped as the code returns). Each such stretch shrinks to
+    the window's typical gap (the median gap between two neighbouring ops neither of which is a
+    growth call); the stretches take what the trace shows there, nothing where it shows none."""
+    rules, g = w.model.rules, w.model.graph
+    ctx = rules.ctx
+    attr = np.maximum(w.attr, 0)
+    outer = ctx.outer_op[attr]
+    host = w.host()
+    tid = ctx.tid[calls[0]]
+    on_thread = host & (ctx.tid[attr] == tid)
+    ops = np.unique(outer[on_thread & (outer >= 0)])
+    ops = ops[np.argsort(rules.slice_ts[ops], kind="stable")]
+    growth = np.isin(ops, calls)
+    starts, ends = rules.slice_ts[ops], rules.slice_end[ops]
+    kept_pairs = ~growth[:-1] & ~growth[1:]
+    if ops.size < 3 or not kept_pairs.any() or not growth[:-1].any():
+        return GraphEdit()
+    typical = float(np.median(np.maximum(starts[1:] - ends[:-1], 0)[kept_pairs]))
+    spans = [(int(ends[i]), int(starts[i + 1])) for i in np.flatnonzero(growth[:-1]).tolist()]
+    last = int(np.flatnonzero(growth)[-1])
+    counts = Counter(ctx.name(int(o)) for o in ops.tolist())
+    if all(counts[ctx.name(int(o))] >= len(calls) - 1 for o in ops[last + 1:].tolist()):
+        spans.append((int(ends[-1]), w.path.window_end))
+    untraced = on_thread & (outer < 0)
+    src_ts, dst_ts = g.node_ts[w.src], g.node_ts[w.dst]
+    chosen = np.zeros(w.ids.size, dtype=bool)
+    factors = np.ones(w.ids.size, dtype=np.float64)
+    for lo, hi in spans:
+        span: B = untraced & (src_ts >= lo) & (dst_ts <= hi)
+        spent = float((dst_ts[span] - src_ts[span]).sum())
+        if spent > typical:
+            chosen |= span
+            factors[span] = typical / spent
+    return GraphEdit(scaled=w.ids[chosen], factor=factors[chosen])
+
+
 def loop_between(w: WindowEdges, host: B) -> GraphEdit:
     """Among these host edges, per thread, the untraced time (edges outside every op) between
     two consecutive outermost ops that both repeat in the window (one call per parameter, by

@@ -17,7 +17,7 @@ from tracewhy.analyses.account_host import HostPurpose
 from tracewhy.analyses.critical_path_edges import Edge
 from tracewhy.analyses.critical_path_replay import GraphEdit
 from tracewhy.analyses.what_if_edits import I64, WindowEdges
-from tracewhy.analyses.what_if_gaps import untraced_around
+from tracewhy.analyses.what_if_gaps import released_after, untraced_around
 from tracewhy.analyses.what_if_removals import RemovePart
 
 #: The ops ``zero_grad(set_to_none=False)`` runs per gradient (PyTorch's torch/optim/optimizer.py
@@ -107,7 +107,8 @@ class Preallocate:
         dur = (rules.slice_end[calls] - rules.slice_ts[calls]).astype(np.float64)
         factor = dict(zip(calls, (dur.min() / np.maximum(dur, 1)).tolist(), strict=True))
         chosen = w.host() & np.isin(outer, calls)
-        return GraphEdit(scaled=w.ids[chosen], factor=np.array([factor[int(o)] for o in outer[chosen]]))
+        cheaper = GraphEdit(scaled=w.ids[chosen], factor=np.array([factor[int(o)] for o in outer[chosen]]))
+        return cheaper + released_after(w, calls)
 
 
 @dataclass(frozen=True)
