@@ -1,19 +1,24 @@
-"""Activation checkpointing off: the region's forward ops priced at what backward's rerun of the
-same ops cost (``what_if_gaps.forward_at_rerun_cost``), checked on a real checkpointed capture
-against its own raw events, paired by position rather than by name."""
+"""Activation checkpointing off, checked on a real checkpointed capture against its own raw
+events: the region's forward ops priced at what backward's rerun of the same ops cost
+(``what_if_gaps.forward_at_rerun_cost``; regions and reruns paired here by position, not by
+name), and the untraced time after each node that reran a region down to its twins'
+(``what_if_gaps.after_rerun_nodes``)."""
 
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tracewhy.analyses.account import StepModel, step_model
+from tracewhy.analyses.critical_path_replay import GraphEdit
 from tracewhy.analyses.what_if import window_edges
-from tracewhy.analyses.what_if_gaps import forward_at_rerun_cost
+from tracewhy.analyses.what_if_gaps import after_rerun_nodes, forward_at_rerun_cost
 from tracewhy.readers import read_trace
 
 CHECKPOINTED = Path(__file__).parent / "data" / "calibration" / "checkpointing_before_2.pt.trace.json.gz"
@@ -60,13 +65,44 @@ def _hook_excess_ns(path: Path) -> dict[int, float]:
     return out
 
 
+def _lost_ns(model: StepModel, edit: GraphEdit) -> float:
+    g = model.graph
+    dur = (g.node_ts[g.dst[edit.scaled]] - g.node_ts[g.src[edit.scaled]]).astype(float)
+    return float((dur * (1.0 - edit.factor)).sum())
+
+
+def _gap_excess_ns(path: Path) -> dict[int, float]:
+    """Per ProfilerStep (its start, ns): after each AddmmBackward0 node holding a rerun op, the
+    gap to the next outermost op beyond the median gap after the nodes of that name holding none."""
+    with gzip.open(path) as f:
+        events: list[dict[str, Any]] = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    out = {}
+    for step in (e for e in events if e["name"].startswith("ProfilerStep#")):
+        t0, t1 = step["ts"], step["ts"] + step["dur"]
+        inside = [e for e in events if e is not step and t0 <= e["ts"] < t1]
+        outer = _outermost(inside)
+        held, plain = [], []
+        for a, b in itertools.pairwise(outer):
+            if a["name"] == NODE + "AddmmBackward0":
+                reran = any(e["name"] == "aten::linear" and a["ts"] < e["ts"] < a["ts"] + a["dur"] for e in inside)
+                (held if reran else plain).append(b["ts"] - a["ts"] - a["dur"])
+        assert len(held) == len(plain) == 8
+        out[round(t0 * 1000)] = 1000 * sum(max(0.0, gap - statistics.median(plain)) for gap in held)
+    return out
+
+
+def test_the_gap_after_a_node_that_reran_falls_to_its_twins(model: StepModel) -> None:
+    expected = _gap_excess_ns(CHECKPOINTED)
+    for w in window_edges(model, max_steps=len(model.paths)):
+        lost = _lost_ns(model, after_rerun_nodes(w))
+        assert lost > 50_000  # 11 to 12 µs per rerunning node beyond its twins in this capture
+        assert abs(lost - expected[w.path.window_start]) < 1_000
+
+
 def test_forward_ops_lose_what_they_took_beyond_their_rerun(model: StepModel) -> None:
     expected = _hook_excess_ns(CHECKPOINTED)
-    g = model.graph
     for w in window_edges(model, max_steps=len(model.paths)):
-        edit = forward_at_rerun_cost(w)
-        dur = (g.node_ts[g.dst[edit.scaled]] - g.node_ts[g.src[edit.scaled]]).astype(float)
-        lost = float((dur * (1.0 - edit.factor)).sum())
+        lost = _lost_ns(model, forward_at_rerun_cost(w))
         # 0.5 to 0.8 ms per step on this capture (the hooks' Python inside each forward op)
         assert lost > 300_000
         assert abs(lost - expected[w.path.window_start]) < 1_000  # within 1 µs (times rounded to ns)
@@ -74,4 +110,5 @@ def test_forward_ops_lose_what_they_took_beyond_their_rerun(model: StepModel) ->
 
 def test_a_capture_without_checkpointing_has_nothing_to_price() -> None:
     plain = step_model(read_trace(CHECKPOINTED.with_name("checkpointing_after_2.pt.trace.json.gz")))
-    assert all(forward_at_rerun_cost(w).empty for w in window_edges(plain, max_steps=len(plain.paths)))
+    windows = window_edges(plain, max_steps=len(plain.paths))
+    assert all(forward_at_rerun_cost(w).empty and after_rerun_nodes(w).empty for w in windows)

@@ -13,7 +13,7 @@ from tracewhy.analyses.account import StepModel, step_model
 from tracewhy.analyses.critical_path_replay import GraphEdit
 from tracewhy.analyses.what_if import predict
 from tracewhy.analyses.what_if_edits import Fix, RemoveRecompute, WindowEdges
-from tracewhy.analyses.what_if_gaps import forward_at_rerun_cost
+from tracewhy.analyses.what_if_gaps import after_rerun_nodes, forward_at_rerun_cost
 from tracewhy.analyses.what_if_host_edits import BatchLoop, Preallocate, RemoveCode, SetGradsToNone
 from tracewhy.readers import read_trace
 
@@ -217,3 +217,19 @@ def test_a_checkpointed_regions_forward_ops_cost_what_their_rerun_costs(tmp_path
     without_rerun = _steps(KinetoBuilder(), 2000).op("_NoopSaveInputs", 0, 30, **seq).op("aten::linear", 40, 150, **seq)
     m = _model(tmp_path, without_rerun)
     assert forward_at_rerun_cost(WindowEdges(m, m.paths[0])).empty
+
+
+def test_the_python_after_a_node_that_reran_falls_to_its_twins(tmp_path: Path) -> None:
+    # Three AddmmBackward0 nodes (100 µs each, the first rerunning aten::linear); after the
+    # first 60 µs pass, untraced, before the next op, after the second 20, after the third 30
+    # (then aten::sum). Without checkpointing the gap after the first falls to the median of its
+    # twins' gaps that reran nothing: 25.
+    b = _steps(KinetoBuilder())
+    node = "autograd::engine::evaluate_function: AddmmBackward0"
+    b.op(node, 0, 100).op("aten::linear", 10, 50, **{"Sequence number": 5, "Fwd thread id": 0})
+    b.op(node, 160, 100).op(node, 280, 100).op("aten::sum", 410, 10)
+    m = _model(tmp_path, b)
+    w = WindowEdges(m, m.paths[0])
+    assert round(_reduction_us(m, after_rerun_nodes(w))) == 60 - 25
+    plain = _model(tmp_path, _steps(KinetoBuilder()).op(node, 0, 100).op(node, 160, 100).op("aten::sum", 300, 10))
+    assert after_rerun_nodes(WindowEdges(plain, plain.paths[0])).empty

@@ -22,7 +22,13 @@ from tracewhy.analyses.critical_path_graph import Graph
 from tracewhy.analyses.critical_path_replay import GraphEdit, ReplayWindow
 from tracewhy.analyses.critical_path_walk import Category
 from tracewhy.analyses.what_if_comm import reduced_by_hand
-from tracewhy.analyses.what_if_gaps import checkpoint_entries, forward_at_rerun_cost, loop_between, untraced_around
+from tracewhy.analyses.what_if_gaps import (
+    after_rerun_nodes,
+    checkpoint_entries,
+    forward_at_rerun_cost,
+    loop_between,
+    untraced_around,
+)
 from tracewhy.analyses.what_if_removals import RemovePart, RemoveSlices
 from tracewhy.model.schema import Kind
 
@@ -229,8 +235,11 @@ class MultiTensorOptimizer:
 @dataclass(frozen=True)
 class RemoveRecompute:
     """Activation checkpointing off: the forward ops run again inside backward leave, with the
-    GPU work they launch, and so does what ``checkpoint()`` costs in the forward where the
-    trace marks it (``what_if_gaps.checkpoint_entries``)."""
+    GPU work they launch, and so does what ``checkpoint()`` costs where the trace marks it: in
+    the forward, each region's entry (``what_if_gaps.checkpoint_entries``) and what its
+    saved-tensor hooks add to the region's ops (``what_if_gaps.forward_at_rerun_cost``); in
+    backward, the hook's Python in and after each node that reruns a region (``_hooks``,
+    ``what_if_gaps.after_rerun_nodes``)."""
 
     @property
     def label(self) -> str:
@@ -240,7 +249,8 @@ class RemoveRecompute:
         recompute = w.model.rules.ctx.recompute
         host = (w.attr >= 0) & (recompute[np.maximum(w.attr, 0)] >= 0) & (w.kind != int(Edge.GPU))
         gpu = (w.launch >= 0) & (recompute[np.maximum(w.launch, 0)] >= 0)
-        return w.removing(host, gpu) + self._hooks(w, host) + checkpoint_entries(w) + forward_at_rerun_cost(w)
+        return (w.removing(host, gpu) + self._hooks(w, host) + after_rerun_nodes(w) + checkpoint_entries(w)
+                + forward_at_rerun_cost(w))
 
     @staticmethod
     def _hooks(w: WindowEdges, recomputed: B) -> GraphEdit:

@@ -222,6 +222,46 @@ def forward_at_rerun_cost(w: WindowEdges) -> GraphEdit:
     return GraphEdit(scaled=w.ids[chosen], factor=np.array([factor[int(o)] for o in outer[chosen]], dtype=np.float64))
 
 
+def after_rerun_nodes(w: WindowEdges) -> GraphEdit:
+    """The untraced time after each backward node that reran a checkpointed region (the
+    outermost op around a rerun op) up to the next op, where the checkpoint's Python finishes
+    with the rerun (most likely dropping the tensors it made): it shrinks to the median gap
+    after the window's nodes of the same name that reran nothing (none: it stays), as the
+    node's own time does in ``RemoveRecompute``."""
+    rules, g = w.model.rules, w.model.graph
+    ctx = rules.ctx
+    attr = np.maximum(w.attr, 0)
+    outer = ctx.outer_op[attr]
+    host = w.host()
+    rerun = np.unique(ctx.recompute[attr[host & (w.attr >= 0) & (ctx.recompute[attr] >= 0)]])
+    nodes = set(np.unique(ctx.outer_op[rerun]).tolist()) - {-1}
+    if not nodes:
+        return GraphEdit()
+    untraced = host & (outer < 0)
+    src_ts, dst_ts = g.node_ts[w.src], g.node_ts[w.dst]
+    chosen = np.zeros(w.ids.size, dtype=bool)
+    factors = np.ones(w.ids.size, dtype=np.float64)
+    for tid in np.unique(ctx.tid[list(nodes)]).tolist():
+        on_thread = host & (ctx.tid[attr] == tid)
+        ops = np.unique(outer[on_thread & (outer >= 0)])
+        ops = ops[np.argsort(rules.slice_ts[ops], kind="stable")]
+        gaps = np.maximum(rules.slice_ts[ops[1:]] - rules.slice_end[ops[:-1]], 0)
+        names = [ctx.name(int(o)) for o in ops[:-1].tolist()]
+        held = np.isin(ops[:-1], list(nodes))
+        for i in np.flatnonzero(held).tolist():
+            same = [j for j, n in enumerate(names) if n == names[i] and not held[j]]
+            if not same:
+                continue
+            reference = float(np.median(gaps[same]))
+            span: B = untraced & (ctx.tid[attr] == tid) & (src_ts >= rules.slice_end[ops[i]]) & (
+                dst_ts <= rules.slice_ts[ops[i + 1]])
+            spent = float((dst_ts[span] - src_ts[span]).sum())
+            if spent > reference:
+                chosen |= span
+                factors[span] = reference / spent
+    return GraphEdit(scaled=w.ids[chosen], factor=factors[chosen])
+
+
 def _runs(flags: B) -> list[tuple[int, int]]:
     """(first, last) index of each run of True."""
     edges = np.diff(np.concatenate(([0], flags.astype(np.int8), [0])))
