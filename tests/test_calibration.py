@@ -68,11 +68,11 @@ MISSES = {
     # machine's bench/first_touch.py); the pairs were captured on another machine, where the
     # measured loss implies about 5x: the sign is right, the size 3x too large.
     "zero_grad_none": "the first-touch price is this machine's; the pairs come from a machine where it was lower",
-    # The logging's ops and Python leave (3.2 to 3.5 ms predicted per pair); in two of the five
-    # before captures the model's own backward also ran 1.4 to 1.6 ms slower (4.4 and 4.6 ms per
-    # step against 3.0 to 3.2 in the other three and in the afters), which nothing in one before
-    # trace prices: 3.53 predicted of 4.89 (of 3.84 paired, 8%).
-    "host_logging": "backward ran slower in two before captures; one before trace has no logging-free twin",
+    # The logging's ops and Python leave (3.2 to 3.5 ms predicted per pair); in three of the five
+    # before captures and one of the afters backward's weight-gradient mm ran 2x slower (4.1 to
+    # 4.5 ms of mm per step against 2.8 to 3.0), with or without the logging: noise that moves the
+    # medians' before. 3.53 predicted of 4.89 (of 3.84 paired, 8%).
+    "host_logging": "backward's mm ran 2x slower in three before captures (and one after), with or without logging",
     # The edit hides all the reduction (35 ms per step between backward's last gemm and the
     # optimizer); with DDP 15 ms of it still follows backward (the last bucket), and gloo's thread
     # took 44 ms per step instead of 30 beside backward, both ranks on two cores: 37 of 18 ms.

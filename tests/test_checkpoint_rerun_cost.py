@@ -6,6 +6,7 @@ name), and the untraced time after each node that reran a region down to its twi
 
 from __future__ import annotations
 
+import functools
 import gzip
 import itertools
 import json
@@ -30,6 +31,15 @@ def model() -> StepModel:
     return step_model(read_trace(CHECKPOINTED))
 
 
+@functools.cache
+def _steps(path: Path) -> list[tuple[float, list[dict[str, Any]]]]:
+    """Per ProfilerStep in the raw file: its start (µs) and the complete events inside it."""
+    with gzip.open(path) as f:
+        events: list[dict[str, Any]] = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    return [(step["ts"], [e for e in events if e is not step and step["ts"] <= e["ts"] < step["ts"] + step["dur"]])
+            for step in events if step["name"].startswith("ProfilerStep#")]
+
+
 def _outermost(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for e in sorted(events, key=lambda e: (e["ts"], -e["dur"])):
@@ -43,12 +53,8 @@ def _hook_excess_ns(path: Path) -> dict[int, float]:
     its _NoopSaveInputs: Linear, GELU, Linear) against the same ops rerun in backward (the
     outermost recorded ops under a backward node's function, three per region), the k-th rerun
     the k-th region from the last; the sum of what the forward op took beyond its rerun."""
-    with gzip.open(path) as f:
-        events: list[dict[str, Any]] = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
     out = {}
-    for step in (e for e in events if e["name"].startswith("ProfilerStep#")):
-        t0, t1 = step["ts"], step["ts"] + step["dur"]
-        inside = [e for e in events if e is not step and t0 <= e["ts"] < t1]
+    for t0, inside in _steps(path):
         nodes = [e for e in inside if e["name"].startswith(NODE)]
         first_node = min(n["ts"] for n in nodes)
         forward = _outermost([e for e in inside if e["ts"] < first_node])
@@ -74,12 +80,8 @@ def _lost_ns(model: StepModel, edit: GraphEdit) -> float:
 def _gap_excess_ns(path: Path) -> dict[int, float]:
     """Per ProfilerStep (its start, ns): after each AddmmBackward0 node holding a rerun op, the
     gap to the next outermost op beyond the median gap after the nodes of that name holding none."""
-    with gzip.open(path) as f:
-        events: list[dict[str, Any]] = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
     out = {}
-    for step in (e for e in events if e["name"].startswith("ProfilerStep#")):
-        t0, t1 = step["ts"], step["ts"] + step["dur"]
-        inside = [e for e in events if e is not step and t0 <= e["ts"] < t1]
+    for t0, inside in _steps(path):
         outer = _outermost(inside)
         held, plain = [], []
         for a, b in itertools.pairwise(outer):

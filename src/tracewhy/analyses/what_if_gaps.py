@@ -65,11 +65,7 @@ def untraced_around(w: WindowEdges, removed: set[int]) -> GraphEdit:
             # bound on that side: the code that ran it ends (or starts) the step.
             lo = ends[first - 1] if first > 0 else w.path.window_start
             hi = starts[last + 1] if last < ops.size - 1 else w.path.window_end
-            span: B = on_thread & (src_ts >= lo) & (dst_ts <= hi)
-            spent = float((dst_ts[span] - src_ts[span]).sum())
-            if spent > typical:
-                chosen |= span
-                factors[span] = typical / spent
+            _shrink(on_thread & (src_ts >= lo) & (dst_ts <= hi), typical, src_ts, dst_ts, chosen, factors)
     return GraphEdit(scaled=w.ids[chosen], factor=factors[chosen])
 
 
@@ -106,11 +102,7 @@ def released_after(w: WindowEdges, calls: list[int]) -> GraphEdit:
     chosen = np.zeros(w.ids.size, dtype=bool)
     factors = np.ones(w.ids.size, dtype=np.float64)
     for lo, hi in spans:
-        span: B = untraced & (src_ts >= lo) & (dst_ts <= hi)
-        spent = float((dst_ts[span] - src_ts[span]).sum())
-        if spent > typical:
-            chosen |= span
-            factors[span] = typical / spent
+        _shrink(untraced & (src_ts >= lo) & (dst_ts <= hi), typical, src_ts, dst_ts, chosen, factors)
     return GraphEdit(scaled=w.ids[chosen], factor=factors[chosen])
 
 
@@ -252,14 +244,20 @@ def after_rerun_nodes(w: WindowEdges) -> GraphEdit:
             same = [j for j, n in enumerate(names) if n == names[i] and not held[j]]
             if not same:
                 continue
-            reference = float(np.median(gaps[same]))
             span: B = untraced & (ctx.tid[attr] == tid) & (src_ts >= rules.slice_end[ops[i]]) & (
                 dst_ts <= rules.slice_ts[ops[i + 1]])
-            spent = float((dst_ts[span] - src_ts[span]).sum())
-            if spent > reference:
-                chosen |= span
-                factors[span] = reference / spent
+            _shrink(span, float(np.median(gaps[same])), src_ts, dst_ts, chosen, factors)
     return GraphEdit(scaled=w.ids[chosen], factor=factors[chosen])
+
+
+def _shrink(span: B, to_ns: float, src_ts: npt.NDArray[np.int64], dst_ts: npt.NDArray[np.int64], chosen: B,
+            factors: npt.NDArray[np.float64]) -> None:
+    """Scale these untraced edges so that together they take ``to_ns``, where they take more:
+    marks them in ``chosen`` and sets their ``factors``."""
+    spent = float((dst_ts[span] - src_ts[span]).sum())
+    if spent > to_ns:
+        chosen |= span
+        factors[span] = to_ns / spent
 
 
 def _runs(flags: B) -> list[tuple[int, int]]:
