@@ -5,7 +5,7 @@ files' own step markers (the spacing of ``ProfilerStep#N``, read here without tr
 
 The tolerance is the one the bench shows is honest: the larger of 25% of the measured saving
 and the noise of the repeats, on both sides (half the range of the pairs' own savings, plus half
-the range of the savings predicted from each before trace); the sign always. Four fixes miss and
+the range of the savings predicted from each before trace); the sign always. Three fixes miss and
 are marked so, with why (docs/account.md, "Calibration"); every fix's sign is right."""
 
 from __future__ import annotations
