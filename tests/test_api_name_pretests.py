@@ -1,0 +1,93 @@
+"""The name rules' quick pre-tests (a prefix, a substring, an ASCII lower-case look) answer
+exactly as the bare patterns do: on every name of two real traces, read from the raw files, on
+names built to sit at each pattern's edges, and on generated text."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Callable
+from functools import cache
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import shared_trace
+from nsys_support import raw_db
+from tracewhy.analyses import api_names as a
+
+#: Each rule and what its pattern alone says (the definitions before the pre-tests).
+BARE: dict[str, tuple[Callable[[str], object], Callable[[str], object]]] = {
+    "sync": (a.is_sync_call, lambda n: a._SYNC.match(n) is not None),
+    "alloc": (a.is_alloc_call, lambda n: a._ALLOC.match(n) is not None),
+    "launch": (a.is_launch_call, lambda n: a._LAUNCH.match(n) is not None or a._GRAPH.match(n) is not None),
+    "graph": (a.is_graph_launch, lambda n: a._GRAPH.match(n) is not None),
+    "dataloader": (a.is_dataloader, lambda n: a._DATALOADER.search(n) is not None),
+    "comm": (a.is_comm, lambda n: a._COMM.search(n) is not None),
+    "autograd": (a.is_autograd_node, lambda n: n[:35] == "autograd::engine::evaluate_function"),
+    "op_range_name": (a.op_range_name, lambda n: a._OP_RANGE_SUFFIX.sub("", n)),
+    "phase": (a.annotation_phase, lambda n: None if a._OP_RANGE_SUFFIX.search(n) else next(
+        (phase for phase, word in a._PHASE_WORDS if word.search(n)), None)),
+}
+
+EDGES = [
+    "cudaDeviceSynchronize", "cuStreamSynchronize", "hipMemcpy", "cuMemcpyDtoH_v2", "cudaMalloc", "cuMemAlloc_v2",
+    "cudaLaunchKernel", "cuLaunchKernelEx", "hipExtLaunchKernelGGL", "cudaGraphLaunch", "cuGraphLaunch",
+    "xcudaLaunchKernel", "CUDALaunchKernel", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+    "DataLoader.__next__", "dataloader.__next__", "nccl:all_reduce", "ncclAllReduce", "ncclx", "gloo:broadcast",
+    "mpi:send", "ucc:x", "rccl:x", "c10d::allreduce_", "record_param_comms", "record_param_comms_x",
+    "ProcessGroupNCCL::allreduce", "my ProcessGroup", "autograd::engine::evaluate_function: MulBackward0",
+    "autograd::engine::evaluate_functio", "## forward ##", "## Backward ##", "backwards", "feedforward",
+    "zero_grad", "Optimizer.step#SGD.step", "OPTIMIZER", "aten::mul, seq = 3, op_id = 7", "forward, op_id = 1",
+    "aten::to, op_id = 999599", "x, seq = 1\n", "forward\n", "\u212aackward", "backward\u0131", "forw\u0131rd",
+    "optim\u0130zer", "zero_grad\u017f", "", "=", "a, op_id = ", "backward, op_id = 2",
+]
+
+
+def _uncached(rule: Callable[[str], object]) -> Callable[[str], object]:
+    """The rule itself, past its cache (which would answer a name seen before from memory)."""
+    inner: Callable[[str], object] = getattr(rule, "__wrapped__", rule)
+    return inner
+
+
+@cache
+def _real_names() -> list[str]:
+    """Every name in the nsys export's string table and NVTX texts, and every event name of the
+    BERT Kineto trace, read straight from the files."""
+    db = raw_db("nsysai_h100_2gpu_1s")
+    names = {row[0] for row in db.execute("SELECT value FROM StringIds")}
+    names |= {row[0] for row in db.execute("SELECT DISTINCT text FROM NVTX_EVENTS WHERE text IS NOT NULL")}
+    kineto = json.loads(gzip.decompress(shared_trace("tracelens/h100_bert-small_bs1_seq512.json.gz").read_bytes()))
+    names |= {e["name"] for e in kineto["traceEvents"] if isinstance(e.get("name"), str)}
+    return sorted(n for n in names if isinstance(n, str))
+
+
+@pytest.mark.parametrize("rule", sorted(BARE))
+def test_real_names_answer_as_the_bare_pattern(rule: str) -> None:
+    names = _real_names()
+    assert len(names) > 16_000  # the export's emit_nvtx ranges are there
+    quick, bare = BARE[rule]
+    wrong = [n for n in names if _uncached(quick)(n) != bare(n)]
+    assert wrong == []
+
+
+@pytest.mark.parametrize("rule", sorted(BARE))
+def test_edge_names_answer_as_the_bare_pattern(rule: str) -> None:
+    quick, bare = BARE[rule]
+    hits = [n for n in EDGES if bare(n) not in (None, False, n)]
+    assert hits  # the edges reach both answers of every rule
+    assert [(n, quick(n)) for n in EDGES] == [(n, bare(n)) for n in EDGES]
+
+
+_PIECES = st.sampled_from(["cu", "hip", "da", "Launch", "Kernel", "nccl", "A", ":", "c10d::", "ProcessGroup",
+                           "DataLoader", "__next__", "forward", "BACKWARD", "optimizer", "zero_grad", ", seq = 1",
+                           ", op_id = 2", " ", "\n", "\u212a", "\u0130", "\u0131", "x", "autograd::engine::",
+                           "evaluate_function", "record_param_comms"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_PIECES | st.text(max_size=3), max_size=6).map("".join))
+def test_generated_names_answer_as_the_bare_pattern(name: str) -> None:
+    for rule, (quick, bare) in BARE.items():
+        assert _uncached(quick)(name) == bare(name), rule
