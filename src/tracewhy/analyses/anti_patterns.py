@@ -165,12 +165,16 @@ def anti_patterns(trace: Trace, tree: HostTree | None = None) -> AntiPatternsRes
 
 def _optimizer_blocks(trace: Trace, tree: HostTree, names: list[str], types: dict[int, str],
                       dims: dict[int, str]) -> tuple[OptimizerBlock, ...]:
-    kind = trace.slices.get_column(Col.KIND).to_numpy()
-    block = np.array([k == Kind.ANNOTATION.value and api_names.is_optimizer(n) for k, n in zip(kind, names,
-                                                                                             strict=True)],
-                     dtype=bool) if names else np.zeros(0, dtype=bool)
-    if not block.any():
+    # Each distinct annotation name tested once (a test per row was 0.03 s on an nsys export of
+    # 17 k ranges, nearly all of them distinct op ranges).
+    s = trace.slices
+    is_annotation = s.get_column(Col.KIND) == Kind.ANNOTATION.value
+    annotation_names = s.get_column(Col.NAME).filter(is_annotation).unique().drop_nulls().cast(pl.String)
+    block_names = [n for n in annotation_names.to_list() if api_names.is_optimizer(n)]
+    if not block_names:
         return ()
+    block = (is_annotation & s.get_column(Col.NAME).cast(pl.String).is_in(block_names)).fill_null(False).to_numpy()
+    kind = s.get_column(Col.KIND).to_numpy()
     at = tree.nearest(block, strict=True)
     outermost = tree.outermost_op
     launch = trace.slices.get_column(Col.LAUNCH).fill_null(-1).to_numpy()
