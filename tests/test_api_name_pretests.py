@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from collections.abc import Callable
 from functools import cache
 
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 from conftest import shared_trace
 from nsys_support import raw_db
 from tracewhy.analyses import api_names as a
+from tracewhy.analyses import compile_markers as cm
 
 #: Each rule and what its pattern alone says (the definitions before the pre-tests).
 BARE: dict[str, tuple[Callable[[str], object], Callable[[str], object]]] = {
@@ -29,7 +31,13 @@ BARE: dict[str, tuple[Callable[[str], object], Callable[[str], object]]] = {
     "op_range_name": (a.op_range_name, lambda n: a._OP_RANGE_SUFFIX.sub("", n)),
     "phase": (a.annotation_phase, lambda n: None if a._OP_RANGE_SUFFIX.search(n) else next(
         (phase for phase, word in a._PHASE_WORDS if word.search(n)), None)),
+    "compile_data": (lambda n: _groups(cm.compile_data(n)), lambda n: _groups(cm.COMPILE_DATA.match(n))),
+    "resume": (lambda n: _groups(cm.resume(n)), lambda n: _groups(cm.RESUME.match(n))),
 }
+
+def _groups(match: re.Match[str] | None) -> tuple[str | None, ...] | None:
+    return match.groups() if match else None
+
 
 EDGES = [
     "cudaDeviceSynchronize", "cuStreamSynchronize", "hipMemcpy", "cuMemcpyDtoH_v2", "cudaMalloc", "cuMemAlloc_v2",
@@ -42,6 +50,9 @@ EDGES = [
     "zero_grad", "Optimizer.step#SGD.step", "OPTIMIZER", "aten::mul, seq = 3, op_id = 7", "forward, op_id = 1",
     "aten::to, op_id = 999599", "x, seq = 1\n", "forward\n", "\u212aackward", "backward\u0131", "forw\u0131rd",
     "optim\u0130zer", "zero_grad\u017f", "", "=", "a, op_id = ", "backward, op_id = 2",
+    "inductor_compile_data: {'compile_id': '0/0'}", "aot_collect_metadata_data: compile_id=0/1, x",
+    "x_data: compile_id=!1/2/3", "f.py(12): torch_dynamo_resume_in_forward_at_65", "torch_dynamo_resume_in_f_at_1",
+    "torch_dynamo_resume_in_", "compile_id=1/2",
 ]
 
 
@@ -83,7 +94,8 @@ def test_edge_names_answer_as_the_bare_pattern(rule: str) -> None:
 _PIECES = st.sampled_from(["cu", "hip", "da", "Launch", "Kernel", "nccl", "A", ":", "c10d::", "ProcessGroup",
                            "DataLoader", "__next__", "forward", "BACKWARD", "optimizer", "zero_grad", ", seq = 1",
                            ", op_id = 2", " ", "\n", "\u212a", "\u0130", "\u0131", "x", "autograd::engine::",
-                           "evaluate_function", "record_param_comms"])
+                           "evaluate_function", "record_param_comms", "_data: ", "compile_id=", "1/2",
+                           "torch_dynamo_resume_in_", "_at_", "(3): "])
 
 
 @settings(max_examples=300, deadline=None)

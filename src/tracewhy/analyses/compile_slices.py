@@ -37,7 +37,7 @@ class Role:
 
 def _roles(names: list[str]) -> dict[str, str]:
     """Each marker name's role; names that are none are left out."""
-    data_owners = frozenset(m.group(1) for n in names if (m := M.COMPILE_DATA.match(n)))
+    data_owners = frozenset(m.group(1) for n in names if (m := M.compile_data(n)))
     roles: dict[str, str] = {}
     for n in names:
         if M.REGION.match(n):
@@ -48,7 +48,7 @@ def _roles(names: list[str]) -> dict[str, str]:
             roles[n] = Role.GRAPH_CALL
         elif M.is_compile_phase(n, data_owners):
             roles[n] = Role.COMPILE
-        elif M.RESUME.match(n):
+        elif M.resume(n):
             roles[n] = Role.RESUME
         elif n in M.GRAPH_LAUNCH:
             roles[n] = Role.LAUNCH

@@ -100,7 +100,7 @@ def compiler_rows(host_names: pl.Series, host: HostIndex) -> npt.NDArray[np.bool
     compiler's, once per compile, not a read the loop makes every step. ``host_names``: the
     name of each host row."""
     names = [n for n in host_names.unique().to_list() if n is not None]
-    owners = frozenset(m.group(1) for n in names if (m := cm.COMPILE_DATA.match(n)))
+    owners = frozenset(m.group(1) for n in names if (m := cm.compile_data(n)))
     phases = [n for n in names if cm.is_compile_phase(n, owners)]
     if not phases:
         return np.zeros(host.ids.size, dtype=bool)
