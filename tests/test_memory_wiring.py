@@ -99,11 +99,15 @@ def test_diagnose_names_the_memory_findings(name: Path | str, codes: set[str],
 
 
 def test_diagnosis_memory_is_the_memory_commands(v100: Report) -> None:
-    """The analysis diagnose caches (on its own host index and steps) gives what memory gives alone."""
+    """The analysis diagnose caches (on its own host index and steps, and the step account's host
+    contexts) gives what memory gives alone; the peak's phase and frame come from those contexts."""
     alone = analyze_memory(read_trace(shared_trace(V100)))
     assert v100.memory is not None
-    assert [(d.device, d.peak_allocated_bytes, d.peak_step, d.peak_op, d.ledger) for d in v100.memory.devices] == \
-        [(d.device, d.peak_allocated_bytes, d.peak_step, d.peak_op, d.ledger) for d in alone.devices]
+    assert [(d.device, d.peak_allocated_bytes, d.peak_step, d.peak_op, d.ledger, d.peak_phase, d.peak_frame)
+            for d in v100.memory.devices] == \
+        [(d.device, d.peak_allocated_bytes, d.peak_step, d.peak_op, d.ledger, d.peak_phase, d.peak_frame)
+         for d in alone.devices]
+    assert v100.memory.top_ops.equals(alone.top_ops)
 
 
 def test_no_memory_events_no_memory_findings() -> None:

@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tracewhy.analyses.account_host import PHASE_CONTEXTS, host_context
+from tracewhy.analyses.account_host import PHASE_CONTEXTS, HostContext, host_context
 from tracewhy.analyses.host_activity import HostIndex, build_host_index
 from tracewhy.analyses.memory_growth import SITES_SCHEMA, StepGrowth, step_growth
 from tracewhy.analyses.memory_ledger import LIVE_SITES_SCHEMA, allocation_contexts, ledger_at_peak, live_sites
@@ -163,10 +163,11 @@ def device_label(device_type: int, device_id: int) -> str:
 
 def analyze_memory(trace: Trace, options: MemoryOptions = MemoryOptions(), *, host: HostIndex | None = None,
                    steps_result: StepsResult | None = None, tree: HostTree | None = None,
-                   marked: pl.DataFrame | None = None) -> MemoryResult:
-    """``host``, ``steps_result``, ``tree`` and ``marked``: the host index, steps, ``HostTree`` and
-    compile-marked slices already built for the trace (a diagnosis has them), so they are not built
-    twice; else they are built here from ``options``."""
+                   marked: pl.DataFrame | None = None, contexts: HostContext | None = None) -> MemoryResult:
+    """``host``, ``steps_result``, ``tree``, ``marked`` and ``contexts``: the host index, steps,
+    ``HostTree``, compile-marked slices and the step account's ``host_context`` already built for
+    the trace (a diagnosis has them), so they are not built twice; else they are built here from
+    ``options``."""
     trace.require_whole()
     ev = trace.memory.sort(MemEventCol.TS, maintain_order=True).with_row_index("_seq")
     if ev.height == 0:
@@ -182,7 +183,8 @@ def analyze_memory(trace: Trace, options: MemoryOptions = MemoryOptions(), *, ho
     ctx = allocation_contexts(trace, index, ev)
     op_names = trace.slices.get_column(Col.NAME).gather(np.maximum(ctx.outermost_op, 0)).cast(pl.String)
     op_names = pl.select(pl.when(pl.Series(ctx.outermost_op >= 0)).then(op_names).otherwise(pl.lit(NO_OP))).to_series()
-    phase_and_frame = _phase_and_frame(trace, ctx.innermost, index, steps_result, tree, marked)
+    phase_and_frame = _phase_and_frame(trace, ctx.innermost, index, contexts or _contexts(trace, steps_result, tree,
+                                                                                          marked))
     ev = ev.with_columns(op_names.alias("_op"), *phase_and_frame,
                          pl.Series("_scope_end", ctx.scope_end), pl.Series("_opt_end", ctx.optimizer_end),
                          *[pl.Series(f"_{k}", v) for k, v in ctx.bits.items()],
@@ -194,13 +196,18 @@ def analyze_memory(trace: Trace, options: MemoryOptions = MemoryOptions(), *, ho
     return MemoryResult(devices, _top_ops(ev), "inferred")
 
 
-def _phase_and_frame(trace: Trace, innermost: I64, index: HostIndex, found: StepsResult,
-                     tree: HostTree | None, marked: pl.DataFrame | None) -> list[pl.Series]:
+def _contexts(trace: Trace, found: StepsResult, tree: HostTree | None, marked: pl.DataFrame | None) -> HostContext:
+    """The host contexts of the trace's slices, as the step account finds them. (The step markers
+    decide only the outermost blocks, which the phase and the frame do not read: a diagnosis
+    passes the account's own contexts, found with the account's markers.)"""
+    markers = step_windows(trace, found).get_column(WindowCol.STEP_ID).drop_nulls().to_numpy()
+    return host_context(trace, markers, tree, marked)
+
+
+def _phase_and_frame(trace: Trace, innermost: I64, index: HostIndex, hc: HostContext) -> list[pl.Series]:
     """Per event: the step phase of the slice open at it (the account's host contexts, so the
     optimizer's, backward's and forward's bounds are the account's), and the innermost user Python
     frame above it as "file:line function" (null without with_stack)."""
-    markers = step_windows(trace, found).get_column(WindowCol.STEP_ID).drop_nulls().to_numpy()
-    hc = host_context(trace, markers, tree, marked)
     slice_id = np.where(innermost >= 0, index.ids[np.maximum(innermost, 0)], -1)
     names = {int(p): p.name.lower() for p in PHASE_CONTEXTS}
     phase = [None if i < 0 else names.get(int(hc.context[i])) for i in slice_id.tolist()]

@@ -64,7 +64,8 @@ def memory_result(ctx: Context) -> MemoryResult | None:
     if ctx.trace.memory.height == 0:
         return None
     return ctx.cached("memory", lambda: analyze_memory(ctx.trace, host=ctx.host(), steps_result=ctx.steps(),
-                                                       tree=ctx.host_tree(), marked=ctx.compile_marked()))
+                                                       tree=ctx.host_tree(), marked=ctx.compile_marked(),
+                                                       contexts=ctx.step_model().rules.ctx))
 
 
 def findings(ctx: Context) -> list[Finding]:
