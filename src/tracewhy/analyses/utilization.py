@@ -40,6 +40,18 @@ class DeviceBusy:
         e = np.clip(self.ends, lo, hi)
         return int((e - s).sum())
 
+    def busy_before(self, times: I64) -> I64:
+        """Busy nanoseconds before each of ``times``: the intervals that start at or before it, all
+        whole but the last (sorted and disjoint, the others end before it starts), and the last up
+        to it. ``busy_before(z) - busy_before(a)`` is ``busy_in(a, z)``: many bins in one pass."""
+        if self.starts.size == 0:
+            return np.zeros(len(times), dtype=np.int64)
+        whole = np.concatenate([[0], np.cumsum(self.ends - self.starts)])
+        k = np.searchsorted(self.starts, times, side="right")
+        last = np.maximum(k - 1, 0)
+        before: I64 = np.where(k > 0, whole[last] + np.minimum(self.ends[last], times) - self.starts[last], 0)
+        return before
+
 
 #: ``UtilizationResult.devices``: one row per device; span_ns is the trace's (``trace_span``).
 UTILIZATION_DEVICES_SCHEMA: Final = pl.Schema({Col.DEVICE: pl.Int32(), "busy_ns": pl.Int64(), "span_ns": pl.Int64(),
@@ -100,11 +112,14 @@ def utilization(trace: Trace, bins: int = DEFAULT_BINS) -> UtilizationResult:
         total = int((b.ends - b.starts).sum())
         rows.append((device, total, hi - lo, total / span))
         edges = np.linspace(lo, hi, bins + 1).astype(np.int64)
+        # Each series' busy time in every bin from its running total at the edges (one clip of
+        # every interval per bin and series was most of a report's utilization time).
+        per_bin = [np.diff(x.busy_before(edges)).tolist() if x is not None else None
+                   for x in (b, *(p.get(device) for p in by_part))]
         for k in range(bins):
             a, z = int(edges[k]), int(edges[k + 1])
             span_ab = max(z - a, 1)
-            series.append((device, a, z, b.busy_in(a, z) / span_ab,
-                           *(p[device].busy_in(a, z) / span_ab if device in p else 0.0 for p in by_part)))
+            series.append((device, a, z, *(busy[k] / span_ab if busy is not None else 0.0 for busy in per_bin)))
     devices = pl.DataFrame(rows, schema=UTILIZATION_DEVICES_SCHEMA, orient="row")
     table = pl.DataFrame(series, schema=UTILIZATION_SERIES_SCHEMA, orient="row")
     return UtilizationResult(busy=busy, devices=devices, series=table)
