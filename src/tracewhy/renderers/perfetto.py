@@ -70,6 +70,14 @@ def us(ns: int) -> msgspec.Raw:
     return msgspec.Raw(f"{sign}{ns // 1000}.{ns % 1000:03d}".encode())
 
 
+def us_column(ns: pl.Expr) -> pl.Expr:
+    """``us`` of every value of an integer column, as text: one polars pass instead of a Python
+    call per row (two per slice of a trace written from the model)."""
+    whole = ns.abs()
+    return (pl.when(ns < 0).then(pl.lit("-")).otherwise(pl.lit("")) + (whole // 1000).cast(pl.String) + pl.lit(".")
+            + (whole % 1000).cast(pl.String).str.zfill(3))
+
+
 def render_perfetto(ov: Overview, source: RawEvents | None, trace: Trace | None = None, *,
                     gz: bool = True) -> bytes:
     """The annotated trace document. ``source``: the original Kineto events; without it
@@ -246,7 +254,8 @@ def model_events(trace: Trace) -> list[dict[str, Any]]:
     cols = (Col.ID, Col.KIND, Col.NAME, Col.TS, Col.DUR, Col.PID, Col.TID, Col.DEVICE, Col.STREAM,
             Col.CORRELATION, Col.EXTERNAL_ID)
     for sid, kind, name, ts, dur, pid, tid, device, stream, corr, ext in s.select(
-        Col.ID, pl.col(Col.KIND).cast(pl.String), pl.col(Col.NAME).cast(pl.String), *cols[3:]
+        Col.ID, pl.col(Col.KIND).cast(pl.String), pl.col(Col.NAME).cast(pl.String),
+        us_column(pl.col(Col.TS)).alias(Col.TS), us_column(pl.col(Col.DUR)).alias(Col.DUR), *cols[5:]
     ).iter_rows():
         args: dict[str, Any] = {}
         if kind in _GPU_ROW_KINDS and device is not None:
@@ -271,7 +280,7 @@ def model_events(trace: Trace) -> list[dict[str, Any]]:
         if c is not None and c[CopyAttrCol.BYTES] is not None:
             args["bytes"] = c[CopyAttrCol.BYTES]
         out.append({"ph": "X", "cat": _KINETO_CAT.get(kind, "other"), "name": name, "pid": pid or 0,
-                    "tid": tid or 0, "ts": us(ts), "dur": us(dur), "args": args})
+                    "tid": tid or 0, "ts": msgspec.Raw(ts.encode()), "dur": msgspec.Raw(dur.encode()), "args": args})
     for pid in sorted(gpu_pids):
         out.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": f"GPU {pid}"}})
     for pid, tid, name in trace.threads.select(Col.PID, Col.TID, "name").iter_rows():
