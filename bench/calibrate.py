@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +39,9 @@ from tracewhy.analyses.what_if_edits import (
 from tracewhy.analyses.what_if_host_edits import BatchLoop, Preallocate, RemoveCode, SetGradsToNone
 from tracewhy.analyses.what_if_removals import RemovePart
 from tracewhy.readers import read_trace
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pages import write_between_markers  # bench/ is a folder of scripts, not a package
 
 BENCH = Path(__file__).resolve().parent
 DATA = BENCH.parent / "tests" / "data" / "calibration"
@@ -181,13 +185,6 @@ def short_table(rows: list[Calibration]) -> list[str]:
     return [*lines, "", table(rows)[-1]]
 
 
-def _write_between_markers(page: Path, lines: list[str]) -> None:
-    text = page.read_text(encoding="utf-8")
-    head, rest = text.split(MARKERS[0], 1)
-    _, tail = rest.split(MARKERS[1], 1)
-    page.write_text("\n".join([head + MARKERS[0], *lines, MARKERS[1]]) + tail, encoding="utf-8")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=DATA)
@@ -199,8 +196,8 @@ def main() -> None:
     if not args.no_write:
         RESULTS.write_text("<!-- written by bench/calibrate.py: rerun it, do not edit -->\n" + "\n".join(lines) + "\n",
                            encoding="utf-8")
-        _write_between_markers(DOCS, lines)
-        _write_between_markers(README, short_table(rows))
+        write_between_markers(DOCS, MARKERS, lines)
+        write_between_markers(README, MARKERS, short_table(rows))
 
 
 if __name__ == "__main__":

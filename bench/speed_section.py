@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pages import write_between_markers  # bench/ is a folder of scripts, not a package
 
 BENCH = Path(__file__).resolve().parent
 README = BENCH.parent / "README.md"
@@ -202,13 +206,6 @@ def section(bench: Path = BENCH) -> list[str]:
             "`python bench/speed_section.py` from the pages named, do not edit."]
 
 
-def write(lines: list[str], page: Path = README) -> None:
-    text = page.read_text(encoding="utf-8")
-    head, rest = text.split(MARKERS[0], 1)
-    _, tail = rest.split(MARKERS[1], 1)
-    page.write_text("\n".join([head + MARKERS[0], *lines, MARKERS[1]]) + tail, encoding="utf-8")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--no-write", action="store_true")
@@ -216,7 +213,7 @@ def main() -> None:
     lines = section()
     print("\n".join(lines))
     if not args.no_write:
-        write(lines)
+        write_between_markers(README, MARKERS, lines)
 
 
 if __name__ == "__main__":
