@@ -211,7 +211,8 @@ class Builder:
         # A kernel or copy written as an instant has no duration: it is not GPU work, and a file
         # of them would otherwise read as "0 kernels" without a word.
         self._problem("GPU activity written as an instant (ph 'i', no duration): not read as GPU work",
-                      sum(1 for e in evs if e.cat and category_kind(e.cat.lower()).value in _GPU_KIND_NAMES))
+                      sum(n for cat, n in Counter([e.cat for e in evs]).items()
+                          if cat and category_kind(cat.lower()).value in _GPU_KIND_NAMES))
         # Every other instant counts as one, a [memory] event without usable args included.
         self._count("instant", len(evs) - len(mem) - no_ts)
         if not mem:

@@ -101,6 +101,21 @@ def _triple(values: list[int] | str | None) -> tuple[int | None, int | None, int
     return None, None, None
 
 
+def _xyz(values: list[list[int] | str | None]) -> tuple[npt.NDArray[np.int64] | list[int | None], ...]:
+    """The x, y and z columns of grids or blocks, null where one is not three integers. When every
+    one is (as CUDA writes them), numpy splits them in one call; a string (numpy would read "7" as
+    7, but never makes rows of three of them), a missing one or another length leaves it to
+    ``_triple``, one at a time."""
+    try:
+        table = np.array(values, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        table = None
+    if table is not None and table.shape == (len(values), 3):
+        return table[:, 0], table[:, 1], table[:, 2]
+    triples = [_triple(v) for v in values]
+    return [t[0] for t in triples], [t[1] for t in triples], [t[2] for t in triples]
+
+
 class Ids:
     """The correlation and external ids of a batch's slices, ``NULL_ID`` where not known."""
 
@@ -166,12 +181,12 @@ def kernel_attrs_table(rows: npt.NDArray[np.intp], codes: npt.NDArray[np.uint8],
     if not pick:
         return EMPTY_KERNEL_ATTRS
     a = [x for _, _, x in pick]
-    grid = [_triple(x.grid) for x in a]
-    block = [_triple(x.block) for x in a]
+    grid_x, grid_y, grid_z = _xyz([x.grid for x in a])
+    block_x, block_y, block_z = _xyz([x.block for x in a])
     return pl.DataFrame({
         "id": [i for i, _, _ in pick],
-        "grid_x": [g[0] for g in grid], "grid_y": [g[1] for g in grid], "grid_z": [g[2] for g in grid],
-        "block_x": [b[0] for b in block], "block_y": [b[1] for b in block], "block_z": [b[2] for b in block],
+        "grid_x": grid_x, "grid_y": grid_y, "grid_z": grid_z,
+        "block_x": block_x, "block_y": block_y, "block_z": block_z,
         "registers_per_thread": [x.registers for x in a],
         "shared_mem_bytes": [x.shared_memory for x in a],
         "blocks_per_sm": [x.blocks_per_sm for x in a],
@@ -215,12 +230,15 @@ def _known(value: str | None, allowed: tuple[str, ...]) -> str:
 
 
 def op_attrs_table(rows: npt.NDArray[np.intp], ops: list[OpArgs | None]) -> pl.DataFrame:
-    """The attributes of the ops and annotations at ``rows``: one row for each that has any."""
-    pick = [(i, x) for i, x in zip(rows.tolist(), ops, strict=True) if x is not None]
+    """The attributes of the ops and annotations at ``rows``: one row for each that carries one of
+    input shapes, a sequence number, flops, a call stack or a collective name (the other columns
+    come with one of them). Most ops carry none (only their ids): they are passed over before any
+    column is built."""
+    pick = [(i, x) for i, x in zip(rows.tolist(), ops, strict=True) if x is not None and _has_attrs(x)]
     if not pick:
         return EMPTY_OP_ATTRS
     a = [x for _, x in pick]
-    table = pl.DataFrame({
+    return pl.DataFrame({
         "id": [i for i, _ in pick],
         # Whitespace dropped from shapes so that "[[2, 3]]" and "[[2,3]]" group together.
         "input_dims": _texts([x.input_dims for x in a], squeeze=True),
@@ -237,9 +255,14 @@ def op_attrs_table(rows: npt.NDArray[np.intp], ops: list[OpArgs | None]) -> pl.D
         "dtype": [x.dtype for x in a],
         "process_group": [x.pg_name for x in a],
     }, schema=OP_ATTRS_SCHEMA)
-    # Only ops that carry one of these are rows (the others come with one of them).
-    return table.filter(pl.any_horizontal(pl.col(c).is_not_null() for c in (
-        "input_dims", "sequence_number", "flops", "call_stack", "collective_name")))
+
+
+def _has_attrs(x: OpArgs) -> bool:
+    """Whether an op's args give its row of ``op_attrs`` a value in one of the columns that make
+    a row: ``input_dims`` (any raw value: only an absent one is null), ``sequence_number``,
+    ``flops`` (one that fits int64), ``call_stack`` or ``collective_name``."""
+    return bool(x.input_dims) or x.sequence is not None or x.call_stack is not None or x.collective is not None \
+        or (x.flops is not None and fits_i64(x.flops))
 
 
 def _texts(raws: list[msgspec.Raw], *, squeeze: bool = False) -> list[str | None]:

