@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import mmap
-import multiprocessing
 import os
 import pickle
 import select
@@ -34,21 +33,15 @@ from pathlib import Path
 from typing import Final
 
 from tracewhy.errors import TraceError
+from tracewhy.read_helpers import ENV_IN_HELPER as ENV_IN_HELPER
+from tracewhy.read_helpers import ENV_WORKERS as ENV_WORKERS
+from tracewhy.read_helpers import PARALLEL_MIN_BYTES as PARALLEL_MIN_BYTES
+from tracewhy.read_helpers import spawn
+from tracewhy.read_helpers import worker_count as worker_count
 from tracewhy.readers.kineto.builder import Builder
 from tracewhy.readers.kineto.document import BadCut, Body
 from tracewhy.readers.kineto.pieces import Span
 
-#: Below this many (uncompressed) bytes a helper's start-up (an interpreter and its imports,
-#: about 0.4 s of CPU) costs more than it saves.
-PARALLEL_MIN_BYTES: Final = 256 * 1024 * 1024
-#: ``TRACEWHY_READ_WORKERS=N``: N processes decode (1: no helpers), whatever the file's size.
-ENV_WORKERS: Final = "TRACEWHY_READ_WORKERS"
-#: Set in a helper's environment: a helper never starts helpers of its own, and a process pool
-#: worker (``tracewhy ranks``) can set it to keep to one core per file.
-ENV_IN_HELPER: Final = "TRACEWHY_READ_HELPER"
-#: Default ceiling on processes: each helper holds about 200 MB, and the memory target is twice
-#: the file in all.
-DEFAULT_MAX_WORKERS: Final = 2
 #: Batches queued for one helper beyond the one it is working on.
 _QUEUED_PER_HELPER: Final = 1
 #: A batch file's suffix once the helper has claimed it, and once this process has.
@@ -56,32 +49,6 @@ _TAKEN: Final = ".taken"
 _HERE: Final = ".here"
 #: A helper's answer for a batch this process claimed first.
 _SKIPPED: Final = "-"
-#: What a helper runs. Not ``-m`` this module: the package imports it before ``-m`` would run
-#: it, and it would then be loaded twice.
-_SERVE: Final = f"from {__name__} import serve; serve()"
-
-
-def worker_count(nbytes: int, requested: int | None = None) -> int:
-    """How many processes should decode a file of ``nbytes`` (1 means this one alone).
-
-    ``requested`` (or ``$TRACEWHY_READ_WORKERS``) wins; otherwise two for a large file when two
-    CPUs are ours to use and this process is not itself a helper.
-    """
-    if requested is None:
-        env = os.environ.get(ENV_WORKERS, "").strip()
-        if env.isdigit():
-            requested = int(env)
-    if requested is not None:
-        return max(1, requested)
-    if nbytes < PARALLEL_MIN_BYTES or os.environ.get(ENV_IN_HELPER):
-        return 1
-    if multiprocessing.parent_process() is not None:
-        return 1  # a pool worker (``tracewhy ranks`` reads a file per process): its cores are spoken for
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cpus = os.cpu_count() or 1
-    return max(1, min(cpus, DEFAULT_MAX_WORKERS))
 
 
 class Helper:
@@ -104,10 +71,7 @@ class Helper:
         self.in_flight: deque[tuple[int, Path, int]] = deque()
         self._answers = bytearray()  # what has come from stdout and not yet been taken
         self._ended = False
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", _SERVE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, env=dict(os.environ, **{ENV_IN_HELPER: "1"}),
-        )
+        self.proc: subprocess.Popen[bytes] = spawn()  # (the one the command started early, if it did)
         #: Whether its answers can be looked for without waiting (no select on pipes on Windows).
         self.pollable = True
         self._poll()
