@@ -19,11 +19,19 @@ Each measurement is repeated (default 3) and the median reported. Results go to 
 to ``bench/results.md`` (``--results`` names another file).
 
 Usage: python bench/bench_read.py [--repeats 3] [--hta-timeout-s 900] [--skip-hta]
+       python bench/bench_read.py --throughput [--sizes 271M,1G,5G] [--file 271M=PATH]
+           [--baseline-src WORKTREE/src --baseline-label main]
+
+``--throughput`` measures the whole ``tracewhy kernels FILE --no-cache --json`` process instead
+(MB/s, CPU seconds, peak RSS over the file's size) on the V100 DDP trace inflated to 271 MB,
+1 GB and 5 GB, beside json.loads of the same bytes (not run above 1.2 GB: it would hold 5x
+the file), writing ``bench/results_read_throughput.md``.
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import contextlib
 import datetime
 import gzip
@@ -91,6 +99,8 @@ class Run:
     ok: bool
     note: str = ""
     report: dict[str, object] = field(default_factory=dict)
+    #: User + system CPU seconds of the child and the children it waited for (its read helpers).
+    cpu_s: float = 0.0
 
 
 def run_child(
@@ -133,17 +143,18 @@ def _run_child(
     done.set()
     sampler.join()
     peak = max(usage.ru_maxrss * 1024, sampled[0])
+    cpu = usage.ru_utime + usage.ru_stime
     out.seek(0)
     err.seek(0)
     stdout, stderr = out.read(), err.read()
     if timed_out.is_set():
-        return Run(wall, peak, False, f"timed out after {timeout_s:.0f} s")
+        return Run(wall, peak, False, f"timed out after {timeout_s:.0f} s", cpu_s=cpu)
     if proc.returncode != 0:
         tail = stderr.decode(errors="replace").strip().splitlines()[-1:] or ["?"]
         if b"MemoryError" in stderr or b"out of memory" in stderr or proc.returncode == -9:
-            return Run(wall, peak, False, f"out of memory (exit {proc.returncode}): {tail[0][:120]}")
-        return Run(wall, peak, False, f"exit {proc.returncode}: {tail[0][:160]}")
-    return Run(wall, peak, True, report=_last_json(stdout))
+            return Run(wall, peak, False, f"out of memory (exit {proc.returncode}): {tail[0][:120]}", cpu_s=cpu)
+        return Run(wall, peak, False, f"exit {proc.returncode}: {tail[0][:160]}", cpu_s=cpu)
+    return Run(wall, peak, True, report=_last_json(stdout), cpu_s=cpu)
 
 
 def _sample_tree(pid: int, peak: list[int], done: threading.Event) -> None:
@@ -473,6 +484,113 @@ def _hta_ratio(hta: float | None, tw: float | None, failed: list[Run], runs: lis
     return _ratio(hta, tw)
 
 
+# --- throughput: the whole command's MB/s at 271 MB, 1 GB and 5 GB ------------------------
+
+#: The throughput rows: the V100 DDP memory-profile trace (many [memory] instants with args)
+#: inflated to each size (bytes aimed at; inflate.py lands a little under).
+THROUGHPUT_SOURCE = REPO.parent / "shared/traces/hta/v100_ddp2_rank1_memprofile.json.gz"
+THROUGHPUT_SIZES = {"271M": 285_000_000, "1G": 1_000_000_000, "5G": 5_000_000_000}
+THROUGHPUT_RESULTS = BENCH / "results_read_throughput.md"
+#: The targets: MB/s of the whole command, and its peak RSS (process tree) over the file's size.
+TARGET_MB_S, TARGET_RSS_RATIO = 200, 1.5
+#: json.loads holds about 5.4x the file (measured at 1 GB): above this size it is not run.
+LOADS_MAX_BYTES = 1.2e9
+
+
+def throughput_file(label: str, folder: Path, given: dict[str, Path]) -> Path:
+    """The file of a throughput row: as given (``--file LABEL=PATH``), else made once in ``folder``."""
+    if label in given:
+        return given[label]
+    path = folder / f"{THROUGHPUT_SOURCE.name.removesuffix('.json.gz')}.{label}.json"
+    if not path.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        log(f"making {path} (once)")
+        partial = path.with_suffix(".partial")
+        plan = inflate.inflate(THROUGHPUT_SOURCE, partial, THROUGHPUT_SIZES[label], log=log)
+        problems = inflate.check(THROUGHPUT_SOURCE, partial, plan.repeats, log=log)
+        if problems:
+            partial.unlink()
+            raise SystemExit("inflated trace failed its check: " + "; ".join(problems))
+        partial.replace(path)
+    return path
+
+
+def command_run(path: Path, src: Path | None, timeout_s: float) -> Run:
+    """``python -m tracewhy kernels FILE --no-cache --json``, the whole process (interpreter start
+    to exit), importing tracewhy from ``src`` when given."""
+    env = {**NO_CACHE, **({"PYTHONPATH": str(src)} if src else {})}
+    return run_child([sys.executable, "-m", "tracewhy", "kernels", str(path), "--no-cache", "--json"],
+                     timeout_s, env=env)
+
+
+def throughput(args: argparse.Namespace) -> int:
+    given = dict((label, Path(p)) for label, _, p in (f.partition("=") for f in args.file))
+    labels = [s.strip() for s in args.sizes.split(",") if s.strip()]
+    files = {label: throughput_file(label, args.dir, given) for label in labels}
+    tools: list[tuple[str, Callable[[Path], Run]]] = [
+        ("tracewhy", lambda f: command_run(f, None, args.timeout_s))]
+    if args.baseline_src:
+        compileall.compile_dir(args.baseline_src, quiet=1)  # (as pyc_cache does for this tree)
+        tools.append((f"tracewhy at {args.baseline_label}",
+                      lambda f: command_run(f, args.baseline_src, args.timeout_s)))
+    tools.append(("json.loads (read + loads)", lambda f: json_loads_run(f, args.timeout_s)))
+    loads = [os.getloadavg()]
+    results: dict[tuple[str, str], list[Run]] = {}
+    for label, path in files.items():
+        size = path.stat().st_size
+        repeats = 1 if size > LOADS_MAX_BYTES else args.repeats  # (5 GB: minutes a run)
+        for i in range(repeats):
+            for tool, measure in tools:  # interleaved: a change in load hits every tool alike
+                if tool.startswith("json.loads") and size > LOADS_MAX_BYTES:
+                    continue
+                r = measure(path)
+                results.setdefault((label, tool), []).append(r)
+                log(f"{label} | {tool} | run {i + 1}: {r.wall_s:.2f} s wall, {r.cpu_s:.2f} s CPU, "
+                    f"{r.peak_rss_bytes / MB:,.0f} MB, {'ok' if r.ok else 'FAILED ' + r.note}")
+                loads.append(os.getloadavg())
+    table = throughput_table(files, results, loads, tools)
+    print(table)
+    if not args.no_write:
+        args.results.write_text(table)
+        log(f"written to {args.results}")
+    return 0
+
+
+def throughput_table(files: dict[str, Path], results: dict[tuple[str, str], list[Run]],
+                     loads: list[tuple[float, float, float]], tools: list[tuple[str, object]]) -> str:
+    lines = [
+        "# Reading a Kineto trace: the whole command's throughput",
+        "",
+        "Made by `python bench/bench_read.py --throughput`. Each row: `python -m tracewhy kernels FILE "
+        "--no-cache --json`, a fresh process from interpreter start to exit (parse cache off, warm OS "
+        "file cache), beside a plain `json.loads` of the same bytes (read + loads: the floor a "
+        "Python reader starts from), runs interleaved, medians. CPU = user + system seconds of the "
+        "process and its read helper. Peak RSS = max of ru_maxrss and the process tree's RSS "
+        f"sampled every 100 ms. Targets: >= {TARGET_MB_S} MB/s, peak RSS <= {TARGET_RSS_RATIO}x the file.",
+        "",
+        *machine_facts(tracewhy_provenance()),
+        "- load average (1/5/15 min) at start: {:.2f} / {:.2f} / {:.2f}; at end: {:.2f} / {:.2f} / {:.2f} "
+        "(wall times need a quiet machine; CPU seconds are steadier)".format(*loads[0], *loads[-1]),
+        "",
+        "| file | MB | what | runs ok | wall s | MB/s | CPU s | peak RSS MB | RSS / file |",
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for label, path in files.items():
+        size = path.stat().st_size
+        for tool, _ in tools:
+            runs = results.get((label, tool), [])
+            if not runs:
+                lines.append(f"| {label} | {size / MB:,.0f} | {tool} | not run (about 5.4x the file in memory) "
+                             "| | | | | |")
+                continue
+            wall, rss = _median(runs, "wall_s"), _median(runs, "peak_rss_bytes")
+            lines.append(
+                f"| {label} | {size / MB:,.0f} | {tool} | {sum(r.ok for r in runs)}/{len(runs)} | {_fmt_s(wall)} | "
+                f"{'-' if not wall else f'{size / MB / wall:,.0f}'} | {_fmt_s(_median(runs, 'cpu_s'))} | "
+                f"{_fmt_mb(rss)} | {_ratio(rss, size)} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--source", type=Path, default=inflate.DEFAULT_SOURCE,
@@ -495,8 +613,22 @@ def main(argv: list[str] | None = None) -> int:
                    help="where the table goes (default bench/results.md; the 271 MB comparison: results_271.md)")
     p.add_argument("--tracewhy-commit", metavar="REV", default=None,
                    help="measure src/ as committed at REV instead of the installed tracewhy")
+    p.add_argument("--throughput", action="store_true",
+                   help="measure the whole command's MB/s and peak RSS at --sizes instead (results_read_throughput.md)")
+    p.add_argument("--sizes", default="271M,1G,5G", help="throughput rows, of " + ", ".join(THROUGHPUT_SIZES))
+    p.add_argument("--file", action="append", default=[], metavar="LABEL=PATH",
+                   help="a throughput row's file, already made (else made once in --dir)")
+    p.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "tracewhy-bench-read",
+                   help="where throughput files are made")
+    p.add_argument("--baseline-src", type=Path, default=None,
+                   help="also measure the tracewhy whose src/ this is (a worktree of the baseline), side by side")
+    p.add_argument("--baseline-label", default="baseline", help="the baseline's name in the table")
     args = p.parse_args(argv)
     pyc_cache.as_installed()
+    if args.throughput:
+        if args.results == RESULTS:
+            args.results = THROUGHPUT_RESULTS
+        return throughput(args)
     with tempfile.TemporaryDirectory(prefix="bench-tracewhy-") as tmp:
         return _main(args, Path(tmp))
 
