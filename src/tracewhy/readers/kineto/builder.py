@@ -40,6 +40,7 @@ from tracewhy.readers.kineto.columns import (
     as_int,
     copy_attrs_table,
     device_event_kinds,
+    float_array,
     int_array,
     kernel_attrs_table,
     op_attrs_table,
@@ -183,7 +184,7 @@ class Builder:
             self._slices(xs)
 
     def _flows(self, evs: list[Event]) -> None:
-        ts = np.array([e.ts for e in evs], dtype=np.float64)
+        ts = float_array([e.ts for e in evs])
         usable = np.abs(ts) < _US_MAX
         if not usable.all():
             self._problem("flow event without usable ts skipped", len(evs) - int(usable.sum()))
@@ -246,7 +247,7 @@ class Builder:
             evs, codes = [evs[i] for i in np.flatnonzero(keep).tolist()], codes[keep]
         if legacy:
             self._legacy_annotations(evs, codes)
-        ts = np.array([e.ts for e in evs], dtype=np.float64)
+        ts = float_array([e.ts for e in evs])
         bad_ts = ~(np.abs(ts) < _US_MAX)  # (NaN: none was written)
         if bad_ts.any():
             self._problem("slice without ts skipped", int(np.isnan(ts).sum()))
@@ -264,7 +265,7 @@ class Builder:
             fractional = far[far != np.floor(far)]
             if fractional.size:
                 self.quantised_us = max(self.quantised_us, float(np.abs(fractional).max()))
-        dur = np.array([e.dur for e in evs], dtype=np.float64)
+        dur = float_array([e.dur for e in evs])
         no_dur = np.isnan(dur)
         if no_dur.any():
             self._problem("slice without dur taken as 0", int(no_dur.sum()))

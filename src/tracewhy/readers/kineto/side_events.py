@@ -9,7 +9,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.model.schema import FLOWS_SCHEMA, MEMORY_SCHEMA
-from tracewhy.readers.kineto.columns import int_array, us_to_ns
+from tracewhy.readers.kineto.columns import float_array, int_array, us_to_ns
 from tracewhy.readers.kineto.events import Event, MemoryArgs
 
 
@@ -28,7 +28,7 @@ def flow_frame(evs: list[Event], ts_us: npt.NDArray[np.float64], kinds: list[str
 def memory_frame(mem: list[Event], args: list[MemoryArgs]) -> pl.DataFrame:
     """One row per ``[memory]`` instant with usable args: where, how many bytes, and the totals."""
     return pl.DataFrame({
-        "ts_ns": us_to_ns(np.array([e.ts for e in mem], dtype=np.float64)),
+        "ts_ns": us_to_ns(float_array([e.ts for e in mem])),
         "pid": int_array([e.pid for e in mem]),
         "tid": int_array([e.tid for e in mem]),
         "device_type": [a.device_type for a in args],
