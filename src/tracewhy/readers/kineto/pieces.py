@@ -36,9 +36,14 @@ from tracewhy.readers.source import is_gzip, iter_content
 #: at a time (8 MB of events are about 20 MB as Python objects); each piece also costs a fixed
 #: ~5 ms (its columns, its round trip to a helper). Measured on the 56 MB trace: 8 MB pieces
 #: peak at 2.1-2.6x the file above the imports, 2-4 MB pieces at 1.4-1.9x and no slower; on
-#: the 1 GB one, 2 MB pieces take 7-10 s, 16 MB pieces 5.2-5.7 s (two processes).
+#: the 1 GB one, 2 MB pieces take 7-10 s, 16 MB pieces 5.2-5.7 s (two processes). Later, on
+#: the V100 DDP trace's 271 MB inflation (whole command, two processes, load 3.5): 16 MB pieces
+#: 3.2-3.3 CPU s and 408-413 MB for the two processes together at the peak, 8 MB pieces 2.9-3.0
+#: s and 373-381 MB (fewer page faults, and the peak is then the joining of the columns, after
+#: the helper has gone), 4 MB as 8; on its 1 GB inflation 4, 8 and 16 MB pieces are within the
+#: noise (10.5-11 CPU s).
 PIECE_MIN_BYTES: Final = 2 * 1024 * 1024
-PIECE_BYTES: Final = 16 * 1024 * 1024
+PIECE_BYTES: Final = 8 * 1024 * 1024
 
 
 #: With ``taper``, the pieces within this many piece lengths of a plain file's end are cut this
