@@ -186,8 +186,7 @@ def cache_hit(page: Path) -> Iterator[Line]:
 
 #: (page, reader) in the order the section lists them; a missing page is an error, not a skip.
 SOURCES: tuple[tuple[str, Callable[[Path], Iterator[Line]]], ...] = (
-    ("results_271.md", kineto_read),
-    ("results.md", kineto_read),
+    ("results_read_throughput.md", kineto_read),
     ("results.md", hta_ratio),
     ("results_nsys_scale.md", nsys_large),
     ("results_startup.md", small_trace),
