@@ -46,6 +46,8 @@ _DEVICE_COPIES: Final = frozenset({"DtoD", "memset", "copy kernels"})
 _PHASE_PARTS: Final = {HostPurpose.OPTIMIZER: PartName.OPTIMIZER, HostPurpose.BACKWARD: PartName.BACKWARD,
                        HostPurpose.FORWARD: PartName.FORWARD}
 CATEGORY_CODE: Final = {c: i for i, c in enumerate(CATEGORIES)}
+#: Each kind's name at its code (the kind column's physical value).
+_KIND_NAMES: Final = np.array([k.value for k in Kind], dtype=object)
 
 
 class PartRules:
@@ -57,10 +59,12 @@ class PartRules:
         self.graph = graph
         self.compiled = CompiledFrames(compiled)
         self.ctx: HostContext = host_context(trace, markers, tree, marked)
-        names, codes = np.unique(labels.category.astype(str), return_inverse=True)
-        self.category = np.array([CATEGORY_CODE[c] for c in names.tolist()], dtype=np.int64)[codes.reshape(-1)]
+        self.category = labels.category_code.astype(np.int64)
         s = trace.slices
-        self.kind = s.get_column(Col.KIND).cast(pl.String).to_numpy()
+        # Kind names through one array of the few names, not a string object per slice (8 M
+        # slices of a large export: 0.7 GB).
+        self.kind_code = s.get_column(Col.KIND).to_physical().to_numpy().astype(np.int64)
+        self.kind = _KIND_NAMES[self.kind_code]
         self.slice_ts = s.get_column(Col.TS).to_numpy()
         self.launch = s.get_column(Col.LAUNCH).fill_null(-1).to_numpy()
         self.slice_end = self.slice_ts + np.maximum(s.get_column(Col.DUR).to_numpy(), 0)
@@ -72,7 +76,6 @@ class PartRules:
         self.copies = {row[0]: row[1:] for row in trace.copy_attrs.select(
             CopyAttrCol.ID, pl.col(CopyAttrCol.COPY_KIND).cast(pl.String), pl.col(CopyAttrCol.SRC_MEM).cast(pl.String),
             pl.col(CopyAttrCol.DST_MEM).cast(pl.String), CopyAttrCol.BYTES).iter_rows()}
-        self.kind_code = s.get_column(Col.KIND).to_physical().to_numpy().astype(np.int64)
         self.parts: list[Part] = []
         # Each key decided once (predictions walk the same edges again); each op's scalar read found once.
         self._decided: dict[tuple[int, ...], tuple[int, int]] = {}
@@ -122,7 +125,7 @@ class PartRules:
         columns = [kind.astype(np.int64), category, own, self._frame_codes(frame), *self._features(kind, attr)]
         first, inverse = _distinct_rows(columns)
         decided = []
-        for at, row in zip(first.tolist(), np.stack(columns)[:, first].T.tolist(), strict=True):
+        for at, row in zip(first.tolist(), np.stack([c[first] for c in columns], axis=1).tolist(), strict=True):
             key = tuple(row)
             got = self._decided.get(key)
             if got is None:
@@ -374,13 +377,16 @@ class PartRules:
 
 def _distinct_rows(columns: list[I64]) -> tuple[I64, I64]:
     """The first row of each distinct row of these columns, and each row's distinct index (a
-    hash join: numpy's unique over rows sorts them whole, 0.5 s on 100 k edges)."""
+    hash grouping: numpy's unique over rows sorts them whole, 0.5 s on 100 k edges). Each row
+    is numbered by the first row like it; the rows that are their own first, in order, are the
+    distinct ones. (A unique then a join back on every column held the rows three times over:
+    2 GB for the 6.7 M edges of a large export's whole-trace window.)"""
     names = [str(i) for i in range(len(columns))]
     rows = pl.DataFrame(dict(zip(names, columns, strict=True))).with_row_index("_row")
-    distinct = rows.unique(subset=names, keep="first", maintain_order=True).with_row_index("_group")
-    joined = rows.join(distinct.select(*names, "_group"), on=names, how="left", maintain_order="left")
-    return (distinct.get_column("_row").to_numpy().astype(np.int64),
-            joined.get_column("_group").to_numpy().astype(np.int64))
+    first_like = rows.select(pl.col("_row").first().over(names)).to_series().to_numpy().astype(np.int64)
+    del rows
+    first = np.flatnonzero(first_like == np.arange(first_like.size))
+    return first, np.searchsorted(first, first_like).astype(np.int64)
 
 
 def _line(ctx: HostContext, frame: int) -> str:

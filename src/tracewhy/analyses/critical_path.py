@@ -13,6 +13,7 @@ to what was measured.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -209,14 +210,14 @@ def _one_window(graph: Graph, start_ns: int, end_ns: int) -> pl.DataFrame:
                                 WindowCol.PID: pl.Int64, WindowCol.NUMBER: pl.Int64, WindowCol.STEADY: pl.Boolean})
 
 
-def _segments(labels: EdgeLabels, path: list[int], ws: int) -> pl.DataFrame:
+def _segments(labels: EdgeLabels, path: Sequence[int], ws: int) -> pl.DataFrame:
     """The path's edges in time order, the first clipped at the window's start."""
     e = np.asarray(path[::-1], dtype=np.int64)
     g = labels.graph
     start = np.maximum(g.node_ts[g.src[e]], ws)
     return pl.DataFrame({
         Col.TS: start, Col.DUR: g.node_ts[g.dst[e]] - start,
-        PathCol.CATEGORY: labels.category[e].tolist(), PathCol.FAMILY: labels.family[e].tolist(),
+        PathCol.CATEGORY: labels.category(e).tolist(), PathCol.FAMILY: labels.family(e).tolist(),
         PathCol.EDGE: EDGE_NAMES[g.kind[e]].tolist(),
         Col.ID: pl.Series(g.attr[e]).replace(-1, None), "_edge": e,
     }, schema={Col.TS: pl.Int64, Col.DUR: pl.Int64, PathCol.CATEGORY: pl.String, PathCol.FAMILY: pl.String,

@@ -6,10 +6,12 @@ the step account both walk with these; the graph itself is ``critical_path_graph
 from __future__ import annotations
 
 import itertools
+from array import array
 from typing import Final
 
 import numpy as np
 import numpy.typing as npt
+import polars as pl
 
 from tracewhy.analyses import api_names
 from tracewhy.analyses.critical_path_edges import KERNEL_GAP_MAX_NS, Edge, way_out_of_cycle
@@ -55,22 +57,29 @@ def nodes_by_pid(graph: Graph) -> dict[int, tuple[I64, I64]]:
     return {int(pids[lo]): (order[lo:hi], graph.node_ts[order[lo:hi]]) for lo, hi in itertools.pairwise(cut)}
 
 
-def walk(graph: Graph, nodes: tuple[I64, I64] | None, ws: int, we: int) -> tuple[list[int], int, int]:
+def walk(graph: Graph, nodes: tuple[I64, I64] | None, ws: int, we: int) -> tuple[array[int], int, int]:
     """The path's edges (last first), the time it starts, and its last node (-1: no node in the
     window): from the process's last instant at or before the window's end, back along each
-    instant's releasing edge until the window's start or an instant nothing released."""
+    instant's releasing edge until the window's start or an instant nothing released.
+
+    The edges are kept as machine integers and only the instants of the time being walked are
+    remembered: a whole-trace window of a large export walks millions of edges, and a list of
+    them with a set of every instant passed held 0.5 GB. Times never increase along the walk
+    (edges run forward in time), so an instant met twice was met at the same time: that set
+    holds all the walk needs to see a cycle."""
+    path: array[int] = array("q")
     if nodes is None:
-        return [], we, -1
+        return path, we, -1
     order, times = nodes
     i = int(np.searchsorted(times, we, side="right")) - 1
     if i < 0 or times[i] <= ws:
-        return [], we, -1
+        return path, we, -1
     sink = int(order[i])
     bind, src, ts = graph.bind_edge, graph.src, graph.node_ts
-    path: list[int] = []
     seen: set[int] = set()
     v = sink
-    while ts[v] > ws:
+    now = int(ts[v])
+    while now > ws:
         e = int(bind[v])
         if v in seen:  # a cycle of equal-time edges: leave it by its latest earlier in-edge
             e = way_out_of_cycle(ts, src, graph.dst, graph.kind, v, seen)
@@ -79,7 +88,11 @@ def walk(graph: Graph, nodes: tuple[I64, I64] | None, ws: int, we: int) -> tuple
         seen.add(v)
         path.append(e)
         v = int(src[e])
-    return path, int(ts[v]), sink
+        at = int(ts[v])
+        if at != now:
+            seen.clear()
+            now = at
+    return path, now, sink
 
 
 #: Each Edge value's name, lower-cased (the segments' ``edge`` column).
@@ -87,10 +100,15 @@ EDGE_NAMES: Final = np.array([e.name.lower() for e in sorted(Edge)], dtype=objec
 
 
 class EdgeLabels:
-    """Category, kernel family and attributed slice of every edge, computed once per trace."""
+    """Category, kernel family and attributed slice of every edge, computed once per trace.
+
+    Categories are held as codes (positions in CATEGORIES, one byte an edge) and named only for
+    the edges asked about: a large export's graph has 17 M edges, and a name per edge held as an
+    object array, then as fixed-width strings to encode it, took 1.6 GB at the account's peak."""
 
     def __init__(self, trace: Trace, graph: Graph) -> None:
         self.graph = graph
+        self._trace = trace
         s = trace.slices
         attr = graph.attr
         kind = s.get_column(Col.KIND).to_physical().to_numpy()
@@ -104,25 +122,47 @@ class EdgeLabels:
         a_names = names.gather(np.maximum(attr, 0))
         is_sync = is_runtime & a_names.is_in(sync_names).to_numpy()
         is_launch = is_runtime & a_names.is_in(launch_names).to_numpy()
-        family = np.full(attr.size, None, dtype=object)
+        del a_names
         classes = classify_kernels(trace)
-        fam_of = dict(zip(classes.get_column(Col.ID).to_list(), classes.get_column("family").to_list(), strict=True))
         k = graph.kind
         gpu = k == Edge.GPU
         is_kernel = gpu & (a_kind == code[Kind.KERNEL.value])
-        family[is_kernel] = [fam_of.get(int(a), Family.OTHER.value) for a in attr[is_kernel]]
-        cat = np.full(attr.size, Category.HOST_OPS, dtype=object)
-        cat[(k == Edge.HOST) & (attr < 0)] = Category.IDLE
-        cat[(k == Edge.HOST) & is_launch] = Category.LAUNCH
-        cat[(k == Edge.HOST) & is_sync] = Category.SYNC
-        cat[k == Edge.LAUNCH] = Category.LAUNCH
-        cat[gpu] = Category.COPIES
-        cat[is_kernel] = Category.KERNELS
-        cat[is_kernel & (family == Family.COMMUNICATION.value)] = Category.COMMUNICATION
-        cat[is_kernel & (family == Family.COPY.value)] = Category.COPIES
-        family[is_kernel & np.isin(cat, [Category.COMMUNICATION, Category.COPIES])] = None
-        cat[k == Edge.GAP] = Category.KERNEL_GAP
-        cat[(k == Edge.GAP) & (graph.elapsed > KERNEL_GAP_MAX_NS)] = Category.IDLE
-        cat[(k == Edge.SYNC) | (k == Edge.EVENT_WAIT) | (k == Edge.HANDOFF)] = Category.SYNC
-        self.category = cat
-        self.family = family
+        del a_kind
+        kernel_edges = np.flatnonzero(is_kernel)
+        kernel_family = np.array(_families_of(classes, attr[kernel_edges]), dtype=object)
+        at = {c: np.int8(i) for i, c in enumerate(CATEGORIES)}
+        cat = np.full(attr.size, at[Category.HOST_OPS], dtype=np.int8)
+        cat[(k == Edge.HOST) & (attr < 0)] = at[Category.IDLE]
+        cat[(k == Edge.HOST) & is_launch] = at[Category.LAUNCH]
+        cat[(k == Edge.HOST) & is_sync] = at[Category.SYNC]
+        cat[k == Edge.LAUNCH] = at[Category.LAUNCH]
+        cat[gpu] = at[Category.COPIES]
+        cat[is_kernel] = at[Category.KERNELS]
+        cat[kernel_edges[kernel_family == Family.COMMUNICATION.value]] = at[Category.COMMUNICATION]
+        cat[kernel_edges[kernel_family == Family.COPY.value]] = at[Category.COPIES]
+        cat[k == Edge.GAP] = at[Category.KERNEL_GAP]
+        cat[(k == Edge.GAP) & (graph.elapsed > KERNEL_GAP_MAX_NS)] = at[Category.IDLE]
+        cat[(k == Edge.SYNC) | (k == Edge.EVENT_WAIT) | (k == Edge.HANDOFF)] = at[Category.SYNC]
+        #: Each edge's category, as its position in CATEGORIES.
+        self.category_code = cat
+
+    def category(self, edges: I64) -> npt.NDArray[np.object_]:
+        """The category names of these edges."""
+        return _CATEGORY_NAMES[self.category_code[edges]]
+
+    def family(self, edges: I64) -> npt.NDArray[np.object_]:
+        """The kernel family of these edges: None but for compute kernels (communication and
+        copy kernels are their categories)."""
+        out = np.full(edges.size, None, dtype=object)
+        compute = self.category_code[edges] == CATEGORIES.index(Category.KERNELS)
+        out[compute] = _families_of(classify_kernels(self._trace), self.graph.attr[edges[compute]])
+        return out
+
+
+_CATEGORY_NAMES: Final = np.array(CATEGORIES, dtype=object)
+
+
+def _families_of(classes: pl.DataFrame, kernel_ids: I64) -> list[str]:
+    """The family of each of these kernel slices (OTHER for one the classes do not hold)."""
+    fam_of = dict(zip(classes.get_column(Col.ID).to_list(), classes.get_column("family").to_list(), strict=True))
+    return [fam_of.get(int(a), Family.OTHER.value) for a in kernel_ids]
