@@ -8,8 +8,9 @@ there (``critical_path`` picks the items whose removal it replays; ``what_if`` b
 from __future__ import annotations
 
 import bisect
+from array import array
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -116,16 +117,16 @@ class ReplayWindow:
         live = np.flatnonzero(~fixed & (indeg > 0))
         first = np.r_[0, np.cumsum(indeg)]
         self.g, self.replay, self.edges, self.order = g, replay, edges, order
-        self.times = ts[order].tolist()
+        self.times = _ints(ts[order])
         # Per live position: its one in-edge (source position, edge position), or for the few
         # with several (-1, k): the k-th list of such pairs.
-        self.live = live.tolist()
+        self.live = _ints(live)
         one = indeg[live] == 1
         src_of = np.where(one, ps[by_dst[first[live]]], -1)
         edge_of = by_dst[first[live]].copy()
         many = np.flatnonzero(~one)
         edge_of[many] = np.arange(many.size)
-        self.src_of, self.edge_of = src_of.tolist(), edge_of.tolist()
+        self.src_of, self.edge_of = _ints(src_of), _ints(edge_of)
         self.many = [list(zip(ps[by_dst[first[i]:first[i + 1]]].tolist(), by_dst[first[i]:first[i + 1]].tolist(),
                               strict=True)) for i in live[many].tolist()]
         self.sink_pos = pos
@@ -142,8 +143,8 @@ class ReplayWindow:
         if not hit.any():
             return 0
         weight[hit] = 0
-        w = weight.tolist()
-        times = list(self.times)
+        w = _ints(weight)
+        times = array("q", self.times)
         many = self.many
         # Instants ordered before the first one a removed edge leads to replay as measured.
         k = bisect.bisect_left(self.live, int(self.dst_pos[hit].min()))
@@ -183,11 +184,11 @@ class ReplayWindow:
         touched = np.r_[self.dst_pos[~keep], add_pd[added],
                         self.dst_pos[np.isin(self.edges, edit.scaled)]] if not edit.empty else np.zeros(0, np.int64)
         lo = int(np.searchsorted(pd, touched.min())) if touched.size else pd.size
-        times = _replay_times(list(self.times), ps[lo:].tolist(), pd[lo:].tolist(), w[lo:].tolist(),
-                              self.fixed.tolist())
+        times = _replay_times(array("q", self.times), _ints(ps[lo:]), _ints(pd[lo:]), _ints(w[lo:]),
+                              self.fixed.tobytes())
         return self._walk_back(int(pos[sink]), times, ps, pd, w, ids, np.r_[edit.add_kind, 0])
 
-    def _walk_back(self, at: int, times: list[int], ps: I64, pd: I64, w: I64, ids: I64, add_kind: I64
+    def _walk_back(self, at: int, times: array[int], ps: I64, pd: I64, w: I64, ids: I64, add_kind: I64
                    ) -> EditedPath:
         g, n_graph = self.g, self.g.src.size
         if at < 0:
@@ -201,18 +202,20 @@ class ReplayWindow:
         last = order[np.r_[pd[order][1:] != pd[order][:-1], True]] if order.size else order
         released_by = np.full(t.size, -1, dtype=np.int64)
         released_by[pd[last]] = last
-        best, src, edge, fixed, ws = released_by.tolist(), ps.tolist(), ids.tolist(), self.fixed.tolist(), self.ws
-        path: list[int] = []
-        lengths: list[int] = []
-        seen: set[int] = set()
+        best, src, edge, fixed, ws = _ints(released_by), _ints(ps), _ints(ids), self.fixed.tobytes(), self.ws
+        path, lengths = array("q"), array("q")
+        # The instants walked, in order and as flags: a set of them held 0.5 GB on a whole-trace
+        # window of a large export; the cycle search (rare) gets them as a set.
+        walked, seen = array("q"), bytearray(len(times))
         v = at
         while times[v] > ws and not fixed[v] and best[v] >= 0:
             e = best[v]
-            if v in seen:  # a cycle of equal-time edges (see ``critical_path_walk``): leave it
-                e = way_out_of_cycle(t, ps, pd, kind, v, seen)
+            if seen[v]:  # a cycle of equal-time edges (see ``critical_path_walk``): leave it
+                e = way_out_of_cycle(t, ps, pd, kind, v, set(walked))
                 if e < 0:
                     break
-            seen.add(v)
+            seen[v] = 1
+            walked.append(v)
             u = src[e]
             path.append(edge[e])
             lengths.append(times[v] - max(times[u], ws))
@@ -221,7 +224,7 @@ class ReplayWindow:
                           dur_ns=np.asarray(lengths[::-1], dtype=np.int64), start_ns=max(times[v], ws))
 
 
-def _replay_times(times: list[int], ps: list[int], pd: list[int], w: list[int], fixed: list[bool]) -> list[int]:
+def _replay_times(times: array[int], ps: array[int], pd: array[int], w: array[int], fixed: bytes) -> array[int]:
     """Each instant (by position, edges sorted by their end's) at the latest of its in-edges;
     fixed instants and those without an in-edge keep their measured times. A source later in
     the order than its end (a contradicting tie) counts at its measured time."""
@@ -236,6 +239,15 @@ def _replay_times(times: list[int], ps: list[int], pd: list[int], w: list[int], 
     if cur >= 0 and not fixed[cur]:
         times[cur] = best
     return times
+
+
+def _ints(values: npt.NDArray[np.integer[Any]]) -> array[int]:
+    """Integers as machine integers the replay's loops read one by one: a list of Python ints is
+    4.5 times the memory (a whole-trace window of a large export has 16 M instants, whose lists
+    held 4 GB)."""
+    out = array("q")
+    out.frombytes(np.ascontiguousarray(values, dtype=np.int64).tobytes())
+    return out
 
 
 #: Rounds of ordering instants that share a time (equal-time edges: integer-microsecond traces);
