@@ -18,7 +18,7 @@ what its time was spent in, first by the edge and its category (``critical_path_
 from __future__ import annotations
 
 import posixpath
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -59,7 +59,8 @@ class PartRules:
         self.graph = graph
         self.compiled = CompiledFrames(compiled)
         self.ctx: HostContext = host_context(trace, markers, tree, marked)
-        self.category = labels.category_code.astype(np.int64)
+        #: Each edge's category code (CATEGORY_CODE), one byte an edge.
+        self.category = labels.category_code
         s = trace.slices
         # Kind names through one array of the few names, not a string object per slice (8 M
         # slices of a large export: 0.7 GB).
@@ -109,12 +110,13 @@ class PartRules:
 
     # --- edges -----------------------------------------------------------------------------------
 
-    def of_edges(self, kind: I64, attr: I64, category: I64, src: I64, dst: I64) -> tuple[I64, I64, I64]:
+    def of_edges(self, kind: I64, attr: I64, category: npt.NDArray[np.integer[Any]], src: I64, dst: I64
+                 ) -> tuple[I64, I64, I64]:
         """Part, evidence item and the item's slice (-1: none) of each edge (kind: an Edge value;
         category: CATEGORY_CODE): the slices tell how many of an item a step holds."""
         if kind.size == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
-        kind, attr, category = self._handoffs_as_host(kind, attr, category, src, dst)
+        kind, attr, category = self._handoffs_as_host(kind, attr, category.astype(np.int64), src, dst)
         frame = self._user_frames(kind, attr, src, dst)
         # A launch call that waited: for its own copy (cudaMemcpyAsync from pageable memory), or
         # for a free slot in a full launch queue (another activity's end released it).
@@ -379,14 +381,43 @@ def _distinct_rows(columns: list[I64]) -> tuple[I64, I64]:
     """The first row of each distinct row of these columns, and each row's distinct index (a
     hash grouping: numpy's unique over rows sorts them whole, 0.5 s on 100 k edges). Each row
     is numbered by the first row like it; the rows that are their own first, in order, are the
-    distinct ones. (A unique then a join back on every column held the rows three times over:
-    2 GB for the 6.7 M edges of a large export's whole-trace window.)"""
-    names = [str(i) for i in range(len(columns))]
-    rows = pl.DataFrame(dict(zip(names, columns, strict=True))).with_row_index("_row")
-    first_like = rows.select(pl.col("_row").first().over(names)).to_series().to_numpy().astype(np.int64)
+    distinct ones. The columns are packed into as few integers as hold them (a unique and a join
+    back on 13 columns held the rows three times over: 2 GB for the 6.7 M edges of a large
+    export's whole-trace window, and more for its 17 M edges a what-if edits)."""
+    keys = _packed(columns)
+    names = [str(i) for i in range(len(keys))]
+    rows = pl.DataFrame(dict(zip(names, keys, strict=True)))
+    del keys
+    first_like = rows.with_row_index("_row").select(
+        pl.col("_row").first().over(names)).to_series().to_numpy().astype(np.int64)
     del rows
     first = np.flatnonzero(first_like == np.arange(first_like.size))
     return first, np.searchsorted(first, first_like).astype(np.int64)
+
+
+_PACKED_ROOM: Final = 2**62
+
+
+def _packed(columns: list[I64]) -> list[I64]:
+    """The columns as fewer integer columns, equal rows staying equal and different ones
+    different: each column, less its least value, is a digit of a mixed-radix number kept under
+    2^62."""
+    keys: list[I64] = []
+    key: I64 | None = None
+    room = 1
+    for column in columns:
+        lo = int(column.min()) if column.size else 0
+        span = int(column.max()) - lo + 1 if column.size else 1
+        if key is not None and room * span < _PACKED_ROOM:
+            key = key * span + (column - lo)
+            room *= span
+        else:
+            if key is not None:
+                keys.append(key)
+            key, room = column - lo, span
+    if key is not None:
+        keys.append(key)
+    return keys
 
 
 def _line(ctx: HostContext, frame: int) -> str:
