@@ -103,7 +103,8 @@ def main() -> int:
                             "--copies", str(args.copies)], check=True, stdout=subprocess.DEVNULL)
         size_mb = export.stat().st_size / 1e6
         counts = _counts(export)
-        env = {**os.environ, "TRACEWHY_NO_CACHE": "1"}
+        # This tree's tracewhy, whatever the environment's install points at.
+        env = {**os.environ, "TRACEWHY_NO_CACHE": "1", "PYTHONPATH": str(REPO / "src")}
         plain = {**env, "TRACEWHY_NSYS_ADBC": "0"}
         tw = [sys.executable, "-m", "tracewhy"]
         common = ["--force-export=false", "--force-overwrite=true"]
