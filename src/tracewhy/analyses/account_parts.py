@@ -32,6 +32,7 @@ from tracewhy.analyses.account_unrecorded import FirstGpuWork
 from tracewhy.analyses.critical_path_edges import Edge
 from tracewhy.analyses.critical_path_graph import Graph
 from tracewhy.analyses.critical_path_walk import CATEGORIES, Category, EdgeLabels
+from tracewhy.analyses.distinct_rows import distinct_rows
 from tracewhy.analyses.families import Family, classify_kernels, collective_op
 from tracewhy.analyses.host_activity import HostIndex, build_host_index
 from tracewhy.analyses.source_lines import HostTree, parse_frame
@@ -125,7 +126,7 @@ class PartRules:
         # slice (its kind, name, context, outer op, block, scalar read, collective, GPU label),
         # not the slice itself; each key is decided once, on its first edge's slice.
         columns = [kind.astype(np.int64), category, own, self._frame_codes(frame), *self._features(kind, attr)]
-        first, inverse = _distinct_rows(columns)
+        first, inverse = distinct_rows(columns)
         decided = []
         for at, row in zip(first.tolist(), np.stack([c[first] for c in columns], axis=1).tolist(), strict=True):
             key = tuple(row)
@@ -375,49 +376,6 @@ class PartRules:
         if self.kind[slice_id] in (Kind.RUNTIME.value, Kind.DRIVER.value):
             return self.part(f"host: {ctx.name(slice_id)}", PartKind.HOST), item
         return self.part(PartName.UNTRACED, PartKind.IDLE), self.item("nothing but the step open")
-
-
-def _distinct_rows(columns: list[I64]) -> tuple[I64, I64]:
-    """The first row of each distinct row of these columns, and each row's distinct index (a
-    hash grouping: numpy's unique over rows sorts them whole, 0.5 s on 100 k edges). Each row
-    is numbered by the first row like it; the rows that are their own first, in order, are the
-    distinct ones. The columns are packed into as few integers as hold them (a unique and a join
-    back on 13 columns held the rows three times over: 2 GB for the 6.7 M edges of a large
-    export's whole-trace window, and more for its 17 M edges a what-if edits)."""
-    keys = _packed(columns)
-    names = [str(i) for i in range(len(keys))]
-    rows = pl.DataFrame(dict(zip(names, keys, strict=True)))
-    del keys
-    first_like = rows.with_row_index("_row").select(
-        pl.col("_row").first().over(names)).to_series().to_numpy().astype(np.int64)
-    del rows
-    first = np.flatnonzero(first_like == np.arange(first_like.size))
-    return first, np.searchsorted(first, first_like).astype(np.int64)
-
-
-_PACKED_ROOM: Final = 2**62
-
-
-def _packed(columns: list[I64]) -> list[I64]:
-    """The columns as fewer integer columns, equal rows staying equal and different ones
-    different: each column, less its least value, is a digit of a mixed-radix number kept under
-    2^62."""
-    keys: list[I64] = []
-    key: I64 | None = None
-    room = 1
-    for column in columns:
-        lo = int(column.min()) if column.size else 0
-        span = int(column.max()) - lo + 1 if column.size else 1
-        if key is not None and room * span < _PACKED_ROOM:
-            key = key * span + (column - lo)
-            room *= span
-        else:
-            if key is not None:
-                keys.append(key)
-            key, room = column - lo, span
-    if key is not None:
-        keys.append(key)
-    return keys
 
 
 def _line(ctx: HostContext, frame: int) -> str:
