@@ -77,9 +77,12 @@ def test_small_trace_row_fails_on_any_command_over_half_a_second(tmp_path: Path)
                     "| --- | ---: | ---: | ---: | ---: |\n"
                     "| info | 0.30 | 0.40 | 0.31 | 0.40 |\n"
                     "| export | 0.49 | 0.60 |  |  |\n"
-                    "| diff | 0.45 | 0.60 | 0.52 | 0.70 |\n", encoding="utf-8")
+                    "| diff | 0.45 | 0.60 | 0.52 | 0.70 |\n"
+                    "| roofline | 0.90 (rc 3) | 0.20 | 0.80 (rc 3) | 0.20 |\n", encoding="utf-8")
     (row,) = speed.small_trace(page)
     assert not row.met and "1 over" in row.tracewhy and "diff 0.52 s" in row.tracewhy
+    # A command that refused the bench's input did no work to time: named, not counted.
+    assert row.tracewhy.startswith("3 commands") and "roofline: input refused" in row.tracewhy
     assert "0.25 s" in row.peer and "t.json.gz (1.00 MB)" in row.workload
 
 
