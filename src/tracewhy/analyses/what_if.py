@@ -121,7 +121,8 @@ def predict(model: StepModel, edits: Sequence[Fix], windows: list[WindowEdges] |
             continue
         edit = reduce(lambda a, b: a + b, (e.edit(w) for e in edits), GraphEdit())
         changed |= not edit.empty
-        replayed = w.replay.edited(p.sink, edit + _drain(model, p))
+        replayed = (w.unedited(lambda: _drain(model, p)) if edit.empty  # noqa: B023 (called at once)
+                    else w.replay.edited(p.sink, edit + _drain(model, p)))
         shortened = int(g.node_ts[p.sink]) - replayed.end_ns
         predicted.append(window - shortened)
         real = replayed.edges < g.src.size

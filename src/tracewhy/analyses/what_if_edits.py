@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -19,7 +20,7 @@ from tracewhy.analyses.account_host import HostPurpose, top_collective
 from tracewhy.analyses.account_parts import CATEGORY_CODE
 from tracewhy.analyses.critical_path_edges import Edge
 from tracewhy.analyses.critical_path_graph import Graph
-from tracewhy.analyses.critical_path_replay import GraphEdit, ReplayWindow
+from tracewhy.analyses.critical_path_replay import EditedPath, GraphEdit, ReplayWindow
 from tracewhy.analyses.critical_path_walk import Category
 from tracewhy.analyses.what_if_comm import reduced_by_hand
 from tracewhy.analyses.what_if_gaps import (
@@ -63,6 +64,15 @@ class WindowEdges:
         self.launch = np.where(gpu & (self.attr >= 0), rules.launch[safe], -1)
         self.launch_context = np.where(self.launch >= 0, rules.ctx.context[np.maximum(self.launch, 0)],
                                        int(HostPurpose.NONE))
+        self._unedited: EditedPath | None = None
+
+    def unedited(self, drain: Callable[[], GraphEdit]) -> EditedPath:
+        """The window replayed with ``drain`` alone, once: every prediction whose edits change
+        nothing here replays exactly this (a replay is a function of the window and the edit),
+        and on a whole-trace window of a large export one replay takes seconds."""
+        if self._unedited is None:
+            self._unedited = self.replay.edited(self.path.sink, drain())
+        return self._unedited
 
     def host(self) -> B:
         mask: B = np.isin(self.kind, _HOST_EDGES) & (self.attr >= 0)
