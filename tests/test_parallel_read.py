@@ -18,6 +18,7 @@ from polars.testing import assert_frame_equal
 from tests.builders import KinetoBuilder
 from tests.conftest import shared_trace
 
+from tracewhy import read_helpers
 from tracewhy.model.trace import Trace
 from tracewhy.readers import source
 from tracewhy.readers.kineto import document as kineto_document
@@ -124,16 +125,16 @@ def test_scratch_files_are_removed(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
 
 
 def test_worker_count(monkeypatch: pytest.MonkeyPatch) -> None:
-    big = kineto_parallel.PARALLEL_MIN_BYTES
-    monkeypatch.delenv(kineto_parallel.ENV_WORKERS, raising=False)
-    monkeypatch.delenv(kineto_parallel.ENV_IN_HELPER, raising=False)
-    assert kineto_parallel.worker_count(big - 1) == 1
-    assert kineto_parallel.worker_count(10, requested=3) == 3
-    monkeypatch.setenv(kineto_parallel.ENV_IN_HELPER, "1")
-    assert kineto_parallel.worker_count(big) == 1  # a helper never starts helpers
-    monkeypatch.delenv(kineto_parallel.ENV_IN_HELPER)
-    monkeypatch.setenv(kineto_parallel.ENV_WORKERS, "1")
-    assert kineto_parallel.worker_count(big) == 1
+    big = read_helpers.PARALLEL_MIN_BYTES
+    monkeypatch.delenv(read_helpers.ENV_WORKERS, raising=False)
+    monkeypatch.delenv(read_helpers.ENV_IN_HELPER, raising=False)
+    assert read_helpers.worker_count(big - 1) == 1
+    assert read_helpers.worker_count(10, requested=3) == 3
+    monkeypatch.setenv(read_helpers.ENV_IN_HELPER, "1")
+    assert read_helpers.worker_count(big) == 1  # a helper never starts helpers
+    monkeypatch.delenv(read_helpers.ENV_IN_HELPER)
+    monkeypatch.setenv(read_helpers.ENV_WORKERS, "1")
+    assert read_helpers.worker_count(big) == 1
 
 
 def _read_whole(path: Path) -> Trace:

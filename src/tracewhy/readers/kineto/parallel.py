@@ -33,11 +33,7 @@ from pathlib import Path
 from typing import Final
 
 from tracewhy.errors import TraceError
-from tracewhy.read_helpers import ENV_IN_HELPER as ENV_IN_HELPER
-from tracewhy.read_helpers import ENV_WORKERS as ENV_WORKERS
-from tracewhy.read_helpers import PARALLEL_MIN_BYTES as PARALLEL_MIN_BYTES
 from tracewhy.read_helpers import spawn
-from tracewhy.read_helpers import worker_count as worker_count
 from tracewhy.readers.kineto.builder import Builder
 from tracewhy.readers.kineto.document import BadCut, Body
 from tracewhy.readers.kineto.pieces import Span

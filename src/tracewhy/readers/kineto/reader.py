@@ -16,6 +16,7 @@ from pathlib import Path
 from tracewhy.errors import TraceError
 from tracewhy.model.schema import Kind
 from tracewhy.model.trace import Trace
+from tracewhy.read_helpers import worker_count
 from tracewhy.readers.kineto import document, parallel, pieces
 from tracewhy.readers.kineto.builder import Builder
 from tracewhy.readers.kineto.document import BadCut, Body, first_byte, split_document
@@ -58,7 +59,7 @@ def _read(path: Path, progress: Progress | None, batch_size: int, max_inflated_b
     size = content_size(path)
     whole_max, piece = document.ONE_PASS_MAX_BYTES, pieces.piece_size(size)
     # Helpers start before the read, so that their start-up overlaps it.
-    count = parallel.worker_count(size, workers) if size > whole_max or workers else 1
+    count = worker_count(size, workers) if size > whole_max or workers else 1
     scratch = parallel.scratch_dir() if count > 1 else None
     helpers = parallel.start_helpers(count, scratch) if scratch is not None else []
     # The cyclic collector would walk every decoded event object again and again while the
