@@ -20,6 +20,7 @@ from tracewhy.analyses import api_names
 from tracewhy.analyses.compile_slices import ROLE, Role, marked_slices
 from tracewhy.analyses.critical_path_edges import backward_threads
 from tracewhy.analyses.families import collective_op, collective_range
+from tracewhy.analyses.name_codes import NameCodes, distinct_names
 from tracewhy.analyses.source_lines import HostTree, chain_top, parse_frame, running_at_start
 from tracewhy.model.schema import HOST_KINDS, KIND_CODE, LAUNCH_KINDS, Col, Kind, OpAttrCol
 from tracewhy.model.trace import Trace
@@ -234,10 +235,7 @@ def _name_flags(names: pl.Series, host: B) -> dict[str, B]:
     left out: False there). Each name's op range and phase are parsed once, and each test is one
     list comprehension of direct calls (16 k distinct names in an emit_nvtx export: ten
     generator-and-lambda tests of them took 0.08 s)."""
-    codes = names.to_physical()
-    unique = names.filter(pl.Series(host)).unique().drop_nulls()
-    unique_codes = unique.to_physical().to_numpy()
-    texts: list[str] = unique.cast(pl.String).to_list()
+    unique_codes, texts = distinct_names(names, host)
     op_names = [api_names.op_range_name(t) for t in texts]
     phases = [api_names.annotation_phase(t) for t in texts]
     answers: dict[str, list[bool]] = {
@@ -252,15 +250,8 @@ def _name_flags(names: pl.Series, host: B) -> dict[str, B]:
         **{phase: [p == phase for p in phases] for phase in (api_names.Phase.FORWARD, api_names.Phase.BACKWARD,
                                                                api_names.Phase.OPTIMIZER)},
     }
-    physical = codes.drop_nulls().to_numpy()
-    size = int(physical.max()) + 2 if physical.size else 1  # (the last slot is null's)
-    row_codes = codes.fill_null(size - 1).to_numpy()
-    out: dict[str, B] = {}
-    for key, values in answers.items():
-        table = np.zeros(size, dtype=bool)
-        table[unique_codes] = values
-        out[key] = table[row_codes]
-    return out
+    rows = NameCodes.of(names)
+    return {key: rows.spread(unique_codes, values, False, bool) for key, values in answers.items()}
 
 
 #: emit_nvtx writes "seq = N" into the range of an op autograd records.

@@ -35,6 +35,7 @@ from tracewhy.analyses.critical_path_walk import CATEGORIES, Category, EdgeLabel
 from tracewhy.analyses.distinct_rows import distinct_rows
 from tracewhy.analyses.families import Family, classify_kernels, collective_op
 from tracewhy.analyses.host_activity import HostIndex, build_host_index
+from tracewhy.analyses.name_codes import NameCodes, distinct_names
 from tracewhy.analyses.source_lines import HostTree, parse_frame
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, CopyAttrCol, Kind
 from tracewhy.model.trace import Trace
@@ -285,14 +286,10 @@ class PartRules:
     def _display_codes(self, names: pl.Series) -> I64:
         """Per slice, a code of its name as shown (emit_nvtx's "aten::mul, op_id = 7" ranges,
         one name per call, as "aten::mul"); -1 without a name."""
-        unique = names.unique().drop_nulls()
-        texts = unique.cast(pl.String).to_list()
-        codes = unique.to_physical().to_numpy()
-        table = np.full(int(codes.max()) + 1 if codes.size else 1, -1, dtype=np.int64)
-        table[codes] = [self.item(api_names.op_range_name(t)) for t in texts]
-        physical = names.to_physical().to_numpy()
-        valid = names.is_not_null().to_numpy()
-        return np.where(valid, table[np.where(valid, physical, 0)], -1)
+        codes, texts = distinct_names(names)
+        out: I64 = NameCodes.of(names).spread(codes, [self.item(api_names.op_range_name(t)) for t in texts], -1,
+                                                np.int64)
+        return out
 
     def _gpu_labels(self, trace: Trace, classes: pl.DataFrame) -> I64:
         """Per GPU activity, a code for what names its part: a kernel's family (a collective's

@@ -27,6 +27,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses import api_names
+from tracewhy.analyses.name_codes import NameCodes, distinct_names
 from tracewhy.analyses.op_inputs import OpInputs
 from tracewhy.analyses.shapes import GEMM, estimate
 from tracewhy.analyses.source_lines import HostTree
@@ -153,8 +154,10 @@ def anti_patterns(trace: Trace, tree: HostTree | None = None) -> AntiPatternsRes
     """``tree``: the trace's ``HostTree``, when the caller has it (a diagnosis does)."""
     s = trace.slices
     tree = tree if tree is not None else HostTree.of(trace)
-    name_table, name_code = _name_table(s.get_column(Col.NAME))
-    names: list[str] = name_table[name_code].tolist()
+    # A string per distinct name, shared by its rows (a string per slice was 0.6 GB for the 8 M
+    # slices of a large export).
+    column = s.get_column(Col.NAME)
+    names: list[str] = NameCodes.of(column).spread(*distinct_names(column), None, object).tolist()
     attrs = trace.op_attrs
     types = dict(attrs.select(OpAttrCol.ID, OpAttrCol.INPUT_TYPES).drop_nulls().iter_rows())
     dims = dict(attrs.select(OpAttrCol.ID, OpAttrCol.INPUT_DIMS).drop_nulls().iter_rows())
@@ -162,16 +165,6 @@ def anti_patterns(trace: Trace, tree: HostTree | None = None) -> AntiPatternsRes
                               conv_bias=_conv_bias(trace, tree, names, dims),
                               host_built=_host_built(trace, tree, names, dims),
                               unaligned_gemms=_unaligned_gemms(trace, tree, names, types, dims), has_shapes=bool(types))
-
-
-def _name_table(column: pl.Series) -> tuple[npt.NDArray[np.object_], npt.NDArray[np.int64]]:
-    """Each distinct name at its code (None: no name, at the last code), and each slice's code:
-    a name string per slice was 0.6 GB for the 8 M slices of a large export."""
-    unique = column.unique().drop_nulls()
-    codes = unique.to_physical().to_numpy().astype(np.int64)
-    table = np.full(int(codes.max()) + 2 if codes.size else 1, None, dtype=object)
-    table[codes] = unique.cast(pl.String).to_list()
-    return table, column.to_physical().cast(pl.Int64).fill_null(table.size - 1).to_numpy()
 
 
 def _optimizer_blocks(trace: Trace, tree: HostTree, names: list[str], types: dict[int, str],

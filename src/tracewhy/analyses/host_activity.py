@@ -17,6 +17,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses import api_names
+from tracewhy.analyses.name_codes import NameCodes, distinct_names
 from tracewhy.model.schema import HOST_KINDS, KIND_CODE, LAUNCH_KINDS, Col, Kind
 from tracewhy.model.trace import Trace
 
@@ -187,24 +188,13 @@ def _name_flags(names: pl.Series, is_runtime: B) -> dict[Flag, B]:
     over 6.6 M host rows took 0.56 s). The tests of ``_RUNTIME_FLAGS`` see the runtime calls'
     names alone, so their answer is False on a row of another kind whose name is no call's:
     a few dozen names where an nsys emit_nvtx export has 16 k distinct range names."""
-    codes = names.to_physical()
-    every = _distinct(names)
-    size = int(every[0].max()) + 2 if every[0].size else 1  # (the last slot is null's)
-    row_codes = codes.fill_null(size - 1).to_numpy()
-    calls = _distinct(names.filter(pl.Series(is_runtime)))
+    rows = NameCodes.of(names)
+    every, calls = distinct_names(names), distinct_names(names, is_runtime)
     out: dict[Flag, B] = {}
     for flag, test in _NAME_TESTS.items():
         unique_codes, texts = calls if flag in _RUNTIME_FLAGS else every
-        table = np.zeros(size, dtype=bool)
-        table[unique_codes] = np.fromiter((bool(test(text)) for text in texts), dtype=bool, count=len(texts))
-        out[flag] = table[row_codes]
+        out[flag] = rows.spread(unique_codes, [bool(test(text)) for text in texts], False, bool)
     return out
-
-
-def _distinct(names: pl.Series) -> tuple[I64, list[str]]:
-    """The distinct names of ``names`` (nulls aside): their categorical codes and their texts."""
-    unique = names.unique().drop_nulls()
-    return unique.to_physical().to_numpy().astype(np.int64, copy=False), unique.cast(pl.String).to_list()
 
 
 def _levels(depth: npt.NDArray[np.int32], parent: I64) -> list[tuple[I64, I64]]:
