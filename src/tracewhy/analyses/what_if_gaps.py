@@ -47,10 +47,9 @@ def untraced_around(w: WindowEdges, removed: set[int]) -> GraphEdit:
     chosen = np.zeros(w.ids.size, dtype=bool)
     factors = np.ones(w.ids.size, dtype=np.float64)
     for tid in np.unique(ctx.tid[attr[host]]).tolist():
-        ops = np.unique(outer[host & (outer >= 0) & (ctx.tid[attr] == tid)])
+        ops = _ops_in_order(w, host & (ctx.tid[attr] == tid))
         if ops.size < 3:
             continue
-        ops = ops[np.argsort(rules.slice_ts[ops], kind="stable")]
         gone = np.isin(ops, list(removed))
         if not gone.any():
             continue
@@ -84,8 +83,7 @@ def released_after(w: WindowEdges, calls: list[int]) -> GraphEdit:
     host = w.host()
     tid = ctx.tid[calls[0]]
     on_thread = host & (ctx.tid[attr] == tid)
-    ops = np.unique(outer[on_thread & (outer >= 0)])
-    ops = ops[np.argsort(rules.slice_ts[ops], kind="stable")]
+    ops = _ops_in_order(w, on_thread)
     growth = np.isin(ops, calls)
     starts, ends = rules.slice_ts[ops], rules.slice_end[ops]
     kept_pairs = ~growth[:-1] & ~growth[1:]
@@ -121,8 +119,7 @@ def loop_between(w: WindowEdges, host: B) -> GraphEdit:
     src_ts, dst_ts = g.node_ts[w.src], g.node_ts[w.dst]
     chosen = np.zeros(w.ids.size, dtype=bool)
     for tid in np.unique(ctx.tid[attr[host]]).tolist():
-        ops = np.unique(outer[host & (outer >= 0) & (ctx.tid[attr] == tid)])
-        ops = ops[np.argsort(rules.slice_ts[ops], kind="stable")]
+        ops = _ops_in_order(w, host & (ctx.tid[attr] == tid))
         names = [ctx.name(int(o)) for o in ops.tolist()]
         counts = Counter(names)
         looped = np.array([counts[n] > 1 and not api_names.is_scalar_read(n) for n in names], dtype=bool)
@@ -183,9 +180,9 @@ def forward_at_rerun_cost(w: WindowEdges) -> GraphEdit:
     attr = np.maximum(w.attr, 0)
     outer = ctx.outer_op[attr]
     host = w.host()
-    ops = np.unique(outer[host & (outer >= 0)])
-    entries = [int(o) for o in ops.tolist() if ctx.name(int(o)) in CHECKPOINT_FORWARD_OPS]
-    rerun = np.unique(ctx.recompute[attr[host & (w.attr >= 0) & (ctx.recompute[attr] >= 0)]])
+    forward = _ops_in_order(w, host)
+    entries = [int(o) for o in np.sort(forward).tolist() if ctx.name(int(o)) in CHECKPOINT_FORWARD_OPS]
+    rerun = _rerun_ops(w, host)
     if not entries or rerun.size == 0:
         return GraphEdit()
     parent = w.model.trace.slices.get_column(Col.PARENT).fill_null(-1).to_numpy()
@@ -194,7 +191,6 @@ def forward_at_rerun_cost(w: WindowEdges) -> GraphEdit:
     groups: dict[int, list[int]] = {}
     for r in rerun[np.argsort(rules.slice_ts[rerun], kind="stable")].tolist():
         groups.setdefault(int(parent[r]), []).append(int(r))
-    forward = ops[np.argsort(rules.slice_ts[ops], kind="stable")]
     factor: dict[int, float] = {}
     unmatched = sorted(entries, key=lambda e: -int(rules.slice_ts[e]))
     for group in sorted(groups.values(), key=lambda g: int(rules.slice_ts[g[0]])):
@@ -225,7 +221,7 @@ def after_rerun_nodes(w: WindowEdges) -> GraphEdit:
     attr = np.maximum(w.attr, 0)
     outer = ctx.outer_op[attr]
     host = w.host()
-    rerun = np.unique(ctx.recompute[attr[host & (w.attr >= 0) & (ctx.recompute[attr] >= 0)]])
+    rerun = _rerun_ops(w, host)
     nodes = set(np.unique(ctx.outer_op[rerun]).tolist()) - {-1}
     if not nodes:
         return GraphEdit()
@@ -235,19 +231,39 @@ def after_rerun_nodes(w: WindowEdges) -> GraphEdit:
     factors = np.ones(w.ids.size, dtype=np.float64)
     for tid in np.unique(ctx.tid[list(nodes)]).tolist():
         on_thread = host & (ctx.tid[attr] == tid)
-        ops = np.unique(outer[on_thread & (outer >= 0)])
-        ops = ops[np.argsort(rules.slice_ts[ops], kind="stable")]
+        ops = _ops_in_order(w, on_thread)
         gaps = np.maximum(rules.slice_ts[ops[1:]] - rules.slice_end[ops[:-1]], 0)
         names = [ctx.name(int(o)) for o in ops[:-1].tolist()]
         held = np.isin(ops[:-1], list(nodes))
+        # Each name's gaps after its nodes that reran nothing, gathered once for every held node.
+        free: dict[str, list[int]] = {}
+        for j in np.flatnonzero(~held).tolist():
+            free.setdefault(names[j], []).append(j)
         for i in np.flatnonzero(held).tolist():
-            same = [j for j, n in enumerate(names) if n == names[i] and not held[j]]
+            same = free.get(names[i])
             if not same:
                 continue
             span: B = untraced & (ctx.tid[attr] == tid) & (src_ts >= rules.slice_end[ops[i]]) & (
                 dst_ts <= rules.slice_ts[ops[i + 1]])
             _shrink(span, float(np.median(gaps[same])), src_ts, dst_ts, chosen, factors)
     return GraphEdit(scaled=w.ids[chosen], factor=factors[chosen])
+
+
+def _ops_in_order(w: WindowEdges, rows: B) -> npt.NDArray[np.int64]:
+    """The outermost ops of the slices these edges (``rows``) are spent in, in start order."""
+    rules = w.model.rules
+    outer = rules.ctx.outer_op[np.maximum(w.attr, 0)]
+    ops = np.unique(outer[rows & (outer >= 0)])
+    ordered: npt.NDArray[np.int64] = ops[np.argsort(rules.slice_ts[ops], kind="stable")]
+    return ordered
+
+
+def _rerun_ops(w: WindowEdges, host: B) -> npt.NDArray[np.int64]:
+    """The recomputed ops (activation checkpointing's rerun in backward) these host edges are in."""
+    recompute = w.model.rules.ctx.recompute
+    at = recompute[np.maximum(w.attr, 0)]
+    rerun: npt.NDArray[np.int64] = np.unique(at[host & (w.attr >= 0) & (at >= 0)])
+    return rerun
 
 
 def _shrink(span: B, to_ns: float, src_ts: npt.NDArray[np.int64], dst_ts: npt.NDArray[np.int64], chosen: B,
