@@ -108,7 +108,6 @@ class EdgeLabels:
 
     def __init__(self, trace: Trace, graph: Graph) -> None:
         self.graph = graph
-        self._trace = trace
         s = trace.slices
         attr = graph.attr
         kind = s.get_column(Col.KIND).to_physical().to_numpy()
@@ -124,6 +123,8 @@ class EdgeLabels:
         is_launch = is_runtime & a_names.is_in(launch_names).to_numpy()
         del a_names
         classes = classify_kernels(trace)
+        #: Each kernel's family (ID, family): ``family`` names the edges asked about from it.
+        self._classes = classes.select(Col.ID, "family")
         k = graph.kind
         gpu = k == Edge.GPU
         is_kernel = gpu & (a_kind == code[Kind.KERNEL.value])
@@ -155,7 +156,7 @@ class EdgeLabels:
         copy kernels are their categories)."""
         out = np.full(edges.size, None, dtype=object)
         compute = self.category_code[edges] == CATEGORIES.index(Category.KERNELS)
-        out[compute] = _families_of(classify_kernels(self._trace), self.graph.attr[edges[compute]])
+        out[compute] = _families_of(self._classes, self.graph.attr[edges[compute]])
         return out
 
 
