@@ -123,10 +123,11 @@ def render(files: list[bench_read.BenchFile], results: dict[str, dict[str, list[
         f"Made by `python bench/bench_cache.py`. Medians of {repeats} rounds of fresh processes, the five modes "
         "interleaved in each round (warm OS file cache). *read* is `read_trace` timed inside the process after "
         "its imports; *wall* is the whole process (interpreter start and imports, about 0.3-0.5 s, which no "
-        "cache removes). A first run and a hit both hash every byte of the trace (xxh3-128, 1 MiB reads: "
-        "`model/cache.py`), a hit in a thread beside loading the entry; a first run also hashes again after "
-        "the read, checks the Trace and writes the entry. *entry load*: the hit's tables loaded without the hash; "
-        "*hash's cost to a hit* = hit - entry load.",
+        "cache removes). A first run hashes every byte of the trace (xxh3-128, 1 MiB reads: `model/cache.py`), "
+        "reads it, hashes again, checks the Trace and writes the entry; a hit whose file has the stored identity "
+        "(device, inode, size, mtime and ctime) loads the entry without hashing (*hash alone* is what a hit adds "
+        "when the identity changed: a `touch`, a copy). *entry load*: the hit's tables loaded alone; "
+        "*hash's cost to a hit* = hit - entry load (about zero when the identity holds).",
         "",
         *bench_read.machine_facts(bench_read.tracewhy_provenance()),
         "- load average (1/5/15 min) at start: {:.2f} / {:.2f} / {:.2f}; at end: {:.2f} / {:.2f} / {:.2f} "

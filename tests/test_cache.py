@@ -227,3 +227,25 @@ def test_cli_no_cache(tmp_path: Path, cache_dir: Path, capsys: pytest.CaptureFix
     assert len(list(cache_dir.iterdir())) == 1
     assert main(["steps", "--json", str(path)]) == 0  # served from the cache, same output
     assert capsys.readouterr().out == uncached
+
+
+def test_the_fingerprint_covers_every_module_the_readers_import() -> None:
+    """An entry is keyed by the code that made it: every package module the readers and the
+    model import must be fingerprinted, or its change would serve a Trace the new code would not
+    build. Found from the imports themselves, so a new helper module outside the two folders
+    fails here until it is added (the errors and the version hold no reading logic)."""
+    import ast
+
+    from tracewhy.model import cache
+
+    package = Path(cache.__file__).resolve().parent.parent
+    covered = {p for p in cache._FINGERPRINTED}
+    imported: set[str] = set()
+    for folder in ("readers", "model"):
+        for f in (package / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(f.read_text())):
+                if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tracewhy."):
+                    imported.add(node.module.split(".")[1])
+    outside = {m for m in imported if m not in covered and f"{m}.py" not in covered} - {"errors", "_version"}
+    assert not outside, f"imported by the readers or the model but not fingerprinted: {sorted(outside)}"
+    assert "read_helpers" in imported  # the check sees the imports at all

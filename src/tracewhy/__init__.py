@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     )
     from tracewhy.model import Trace
 
-__version__ = "0.1.0"
+from tracewhy._version import __version__
 
 #: ``Trace``, ``load`` and the version are here; the rest is ``tracewhy.api``, imported on first
 #: use: the CLI imports this package for ``__version__``, and importing every analysis up front

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import importlib.metadata
 import mmap
 import os
 import shutil
@@ -34,6 +33,7 @@ import msgspec
 import polars as pl
 import xxhash
 
+from tracewhy._version import __version__
 from tracewhy.model.schema import TABLE_SCHEMAS
 from tracewhy.model.trace import Trace, TraceMeta
 
@@ -52,8 +52,9 @@ _HASH_CHUNK_BYTES: Final = 1024 * 1024
 #: file times tick coarsely (2 s on FAT), so a write just after the identity was taken could
 #: leave it unchanged. A trace is rarely read within 2 s of being written; such an entry is hashed.
 RACY_WINDOW_NS: Final = 2_000_000_000
-#: The code whose output the cache stores: a change to any of these files invalidates entries.
-_FINGERPRINTED: Final = ("readers", "model")
+#: The code whose output the cache stores, folders and files of the package: a change to any of
+#: these files invalidates entries. ``read_helpers.py`` splits a large read between processes.
+_FINGERPRINTED: Final = ("readers", "model", "read_helpers.py")
 
 
 @dataclass(frozen=True)
@@ -191,7 +192,7 @@ def _key(path: Path, st: os.stat_result) -> dict[str, Any]:
         "path": str(path.resolve()),
         "size": st.st_size,
         "mtime_ns": st.st_mtime_ns,
-        "tool_version": _tool_version(),
+        "tool_version": __version__,
         "code": _code_fingerprint(),
         "polars": pl.__version__,
     }
@@ -220,15 +221,6 @@ def _content_hash(path: Path) -> str:
     return h.hexdigest()
 
 
-def _tool_version() -> str:
-    # From the installed metadata: the model layer must not import the package root (it imports
-    # the readers). The code fingerprint below covers edits that do not bump the version.
-    try:
-        return importlib.metadata.version("tracewhy")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
-
-
 _fingerprint: str | None = None
 
 
@@ -239,7 +231,7 @@ def _code_fingerprint() -> str:
         package = Path(__file__).resolve().parent.parent
         h = hashlib.sha256()
         for sub in _FINGERPRINTED:
-            for f in sorted((package / sub).rglob("*.py")):
+            for f in sorted((package / sub).rglob("*.py")) if (package / sub).is_dir() else [package / sub]:
                 st = f.stat()
                 h.update(f"{f.relative_to(package)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
         _fingerprint = h.hexdigest()[:16]
