@@ -98,3 +98,40 @@ def test_a_helper_no_read_takes_is_stopped(small_threshold: None, plain_trace: P
     (early,) = read_helpers._early
     read_helpers._stop_early()
     assert early.poll() is not None and not read_helpers._early
+
+
+def test_no_helper_for_a_read_the_parse_cache_will_serve(small_threshold: None, plain_trace: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once the cache holds an entry whose stored identity the file still has, the read will not
+    decode: no helper is started for it, unless the command line or the environment turns the
+    cache off. Before the entry exists, and after the file changes, one is."""
+    from tracewhy import cache_place
+    from tracewhy.model import cache
+    from tracewhy.readers import read_trace
+
+    monkeypatch.setenv(cache_place.ENV_DIR, str(tmp_path / "cache"))
+    monkeypatch.delenv(cache_place.ENV_DISABLE, raising=False)
+    monkeypatch.setattr(cache, "RACY_WINDOW_NS", -1)  # the file was written a moment ago
+    monkeypatch.setattr(cache_place, "RACY_WINDOW_NS", -1)
+    trace = tmp_path / "trace.json"
+    trace.write_bytes(plain_trace.read_bytes())
+
+    def starts(args: list[str]) -> bool:
+        read_helpers._stop_early()
+        read_helpers.start_early(args)
+        return bool(read_helpers._early)
+
+    assert starts(["diagnose", str(trace)])  # no entry yet
+    with monkeypatch.context() as m:
+        m.setenv(read_helpers.ENV_WORKERS, "1")  # the read itself on one core: no helper to hand over
+        read_trace(trace)
+    assert list((tmp_path / "cache").iterdir())
+    assert not starts(["diagnose", str(trace)])
+    assert starts(["diagnose", "--no-cache", str(trace)])
+    monkeypatch.setenv(cache_place.ENV_DISABLE, "1")
+    assert starts(["diagnose", str(trace)])
+    monkeypatch.delenv(cache_place.ENV_DISABLE)
+    with trace.open("ab") as f:  # a write changes the size and the ctime: the entry no longer vouches
+        f.write(b"\n")
+    assert starts(["diagnose", str(trace)])
+    read_helpers._stop_early()

@@ -20,41 +20,43 @@ import mmap
 import os
 import shutil
 import stat
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Final
+from typing import Any, Final
 
 import msgspec
 import polars as pl
 import xxhash
 
 from tracewhy._version import __version__
+from tracewhy.cache_place import (
+    ENV_DISABLE,
+    META_FILE,
+    RACY_WINDOW_NS,
+    default_cache_dir,
+    identity,
+    identity_trusted,
+    open_regular,
+    path_hash,
+)
 from tracewhy.model.schema import TABLE_SCHEMAS
 from tracewhy.model.trace import Trace, TraceMeta
 
 #: Bumped when the layout of an entry changes; old entries are then simply never found.
 CACHE_FORMAT: Final = 5
-ENV_DIR: Final = "TRACEWHY_CACHE_DIR"
-ENV_DISABLE: Final = "TRACEWHY_NO_CACHE"
 #: Files smaller than this are not cached: they read in well under 0.1 s, about what writing and
 #: later opening ten Parquet files costs, and tests read hundreds of them.
 MIN_CACHED_BYTES: Final = 256 * 1024
-_META_FILE: Final = "meta.json"
 #: Read size when hashing a trace: memory stays flat at any file size, and a buffer that fits the
 #: CPU's cache hashed 1 GB as fast as 8 or 16 MiB ones here (0.07 s from the page cache).
 _HASH_CHUNK_BYTES: Final = 1024 * 1024
-#: A stored identity is trusted only if taken this long after the file's last change (its ctime):
-#: file times tick coarsely (2 s on FAT), so a write just after the identity was taken could
-#: leave it unchanged. A trace is rarely read within 2 s of being written; such an entry is hashed.
-RACY_WINDOW_NS: Final = 2_000_000_000
 #: The code whose output the cache stores, folders and files of the package: a change to any of
 #: these files invalidates entries. ``read_helpers.py`` splits a large read between processes.
-_FINGERPRINTED: Final = ("readers", "model", "read_helpers.py")
+_FINGERPRINTED: Final = ("readers", "model", "read_helpers.py", "cache_place.py")
 
 
 @dataclass(frozen=True)
@@ -65,24 +67,6 @@ class CacheOptions:
     directory: Path | None = None
     beside_trace: bool = False  # put entries in ``<trace>.tracewhy-cache/`` next to the file
     min_bytes: int = MIN_CACHED_BYTES
-
-
-def default_cache_dir() -> Path:
-    """``$TRACEWHY_CACHE_DIR``, else the platform's per-user cache directory plus ``tracewhy``.
-
-    Raises RuntimeError when there is no home directory to put it in (a uid without a passwd
-    entry and no ``$HOME``) or ``~user`` in ``$TRACEWHY_CACHE_DIR`` names no user."""
-    env = os.environ.get(ENV_DIR)
-    if env:
-        return Path(env).expanduser()
-    home = Path.home()
-    if sys.platform == "darwin":
-        return home / "Library" / "Caches" / "tracewhy"
-    if sys.platform == "win32":
-        base = os.environ.get("LOCALAPPDATA")
-        return (Path(base) if base else home / "AppData" / "Local") / "tracewhy" / "Cache"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else home / ".cache") / "tracewhy"
 
 
 def cached_read(path: Path, read: Callable[[Path], Trace], options: CacheOptions | None = None) -> Trace:
@@ -96,10 +80,10 @@ def cached_read(path: Path, read: Callable[[Path], Trace], options: CacheOptions
     place = _place(path, options)
     if place is None:
         return read(path)
-    root, key, identity = place
+    root, key, current = place
     entry = root / _entry_name(key)
     manifest = _read_manifest(entry)
-    if manifest is not None and _identity_trusted(manifest, identity):
+    if manifest is not None and identity_trusted(manifest, current, RACY_WINDOW_NS):
         # Same inode, size, mtime and ctime as when the bytes were hashed: the kernel sets ctime
         # on every write and no call sets it back, so the file has not been written since.
         trusted = _load(entry, manifest, key, path)
@@ -130,28 +114,6 @@ def cached_read(path: Path, read: Callable[[Path], Trace], options: CacheOptions
     return trace
 
 
-def _identity(st: os.stat_result) -> dict[str, int]:
-    """What the kernel says about the file without reading it; ``ctime_ns`` changes on every
-    write and metadata change, and unlike mtime no system call can put an old value back."""
-    return {
-        "dev": st.st_dev, "ino": st.st_ino, "size": st.st_size,
-        "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns,
-    }
-
-
-def _identity_trusted(manifest: dict[str, Any], identity: dict[str, int]) -> bool:
-    """The file is the one whose bytes the entry's hash describes, without reading it: the same
-    identity, recorded long enough after the file's last change. File times come from a coarse
-    clock (a few ms on Linux before 6.13, 2 s on FAT), so a write landing just after the
-    identity was taken can leave every time unchanged; such "racy" entries (git's word for its
-    index) are always hashed."""
-    stored = manifest.get("identity")
-    if not isinstance(stored, dict) or stored.get("identity") != identity:
-        return False
-    recorded_at_ns = stored.get("recorded_at_ns")
-    return isinstance(recorded_at_ns, int) and recorded_at_ns - identity["ctime_ns"] > RACY_WINDOW_NS
-
-
 def _place(path: Path, options: CacheOptions) -> tuple[Path, dict[str, Any], dict[str, int]] | None:
     """The cache directory, the key of ``path``'s entry and the file's identity; None when this
     read is not cached.
@@ -167,7 +129,7 @@ def _place(path: Path, options: CacheOptions) -> tuple[Path, dict[str, Any], dic
             root = path.parent / f"{path.name}.tracewhy-cache"
         else:
             root = options.directory or default_cache_dir()
-        return root, _key(path, st), _identity(st)
+        return root, _key(path, st), identity(st)
     except (OSError, RuntimeError, ValueError):  # RuntimeError: no home, or a symlink loop (3.10-3.12)
         return None
 
@@ -181,7 +143,7 @@ def _unchanged(path: Path, key: dict[str, Any], content: str) -> dict[str, Any] 
         recorded_at_ns = time.time_ns()
         if (st.st_size, st.st_mtime_ns) != (key["size"], key["mtime_ns"]) or _content_hash(path) != content:
             return None
-        return {"identity": _identity(st), "recorded_at_ns": recorded_at_ns}
+        return {"identity": identity(st), "recorded_at_ns": recorded_at_ns}
     except OSError:
         return None
 
@@ -200,9 +162,8 @@ def _key(path: Path, st: os.stat_result) -> dict[str, Any]:
 
 def _entry_name(key: dict[str, Any]) -> str:
     # The path's own hash first, so that storing a new entry can drop stale ones of the same file.
-    path_hash = hashlib.sha256(key["path"].encode()).hexdigest()[:16]
     full_hash = hashlib.sha256(msgspec.json.encode(key, order="sorted")).hexdigest()[:24]
-    return f"{path_hash}-{full_hash}"
+    return f"{path_hash(key['path'])}-{full_hash}"
 
 
 def _content_hash(path: Path) -> str:
@@ -245,7 +206,7 @@ def _table_names() -> list[str]:
 def _read_manifest(entry: Path) -> dict[str, Any] | None:
     """The entry's manifest, or None when there is no entry (a broken one is removed)."""
     try:
-        with _open_regular(entry / _META_FILE) as f:
+        with open_regular(entry / META_FILE) as f:
             manifest = msgspec.json.decode(f.read())
         if not isinstance(manifest, dict):
             raise ValueError("manifest is not an object")
@@ -287,22 +248,11 @@ def _load(entry: Path, manifest: dict[str, Any], key: dict[str, Any], path: Path
         return None
 
 
-def _open_regular(file: Path) -> BinaryIO:
-    """``file`` opened for reading if it is a regular file; OSError otherwise. Opened without
-    blocking and checked on the open descriptor: a FIFO or device planted in the cache (under
-    the entry's name, or a link to one) would block or never end a plain read."""
-    fd = os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise OSError(f"{file.name}: not a regular file")
-    return os.fdopen(fd, "rb")
-
-
 def _verify(file: Path, info: dict[str, Any]) -> None:
     """The table file has the size and xxh3-64 the manifest recorded, hashed through a map of
     the file (no copy: 0.005 s for 64 MB). A file of the cache is only ever renamed or unlinked,
     never truncated in place, so the map cannot lose its pages under the hash."""
-    with _open_regular(file) as f:
+    with open_regular(file) as f:
         size = os.fstat(f.fileno()).st_size
         if size != info["bytes"]:
             raise ValueError(f"{file.name}: size differs from the manifest")
@@ -335,7 +285,7 @@ def _store(
         manifest = {
             "key": key, "content_xxh3_128": content, "identity": identity, "tables": tables, "meta": trace.meta,
         }
-        (tmp / _META_FILE).write_bytes(msgspec.json.encode(manifest))
+        (tmp / META_FILE).write_bytes(msgspec.json.encode(manifest))
         prefix = entry.name.split("-", 1)[0] + "-"
         try:
             os.rename(tmp, entry)  # atomic; fails if another run already put the entry there

@@ -15,8 +15,8 @@ import subprocess
 from pathlib import Path
 from typing import Final
 
+from tracewhy.cache_place import default_cache_dir
 from tracewhy.errors import TraceError
-from tracewhy.model.cache import default_cache_dir
 from tracewhy.readers.nsys.sniff import SQLITE_MAGIC
 
 NSYS_ENV: Final = "TRACEWHY_NSYS"
