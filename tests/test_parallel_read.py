@@ -295,6 +295,25 @@ def test_slices_left_open_are_counted_whole_and_in_pieces(piece: int | None, tmp
     assert any("7 events were still open" in w for w in trace.meta.warnings)
 
 
+def test_slices_left_open_are_counted_when_other_args_do_not_decode(tmp_path: Path) -> None:
+    """When one op's args are of the wrong shape (an external id that is not a number), the ops'
+    args are decoded one by one: the open ones among the others are counted all the same, the
+    wrong ones are dropped with a warning, and an open slice whose args were dropped is not
+    counted (its "finished" was never read)."""
+    b = KinetoBuilder()
+    for i in range(5):
+        b.op(f"op{i}", i * 10, 5)
+    b.events += [{"ph": "X", "cat": "cpu_op", "name": f"open{i}", "pid": 1, "tid": 1, "ts": 100 + i, "dur": 1,
+                  "args": {"External id": external, "finished": False}}
+                 for i, external in enumerate([7, 8, "not a number", 9])]
+    trace = read_kineto(b.write(tmp_path / "open.json"), workers=1)
+    expected = sum(1 for e in b.events if e.get("args", {}).get("finished") is False
+                   and isinstance(e["args"].get("External id"), int))
+    assert expected == 3
+    assert trace.meta.unfinished_events == expected
+    assert any("args ignored" in w for w in trace.meta.warnings)
+
+
 def test_a_bare_event_array_is_refused_at_its_first_byte(tmp_path: Path) -> None:
     """A bare array (some writers drop the object around the events) goes to the whole read at
     once: the piece reader must not scan 64 MB for a traceEvents key it cannot find."""
