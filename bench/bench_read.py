@@ -20,12 +20,14 @@ to ``bench/results.md`` (``--results`` names another file).
 
 Usage: python bench/bench_read.py [--repeats 3] [--hta-timeout-s 900] [--skip-hta]
        python bench/bench_read.py --throughput [--sizes 271M,1G,5G] [--file 271M=PATH]
-           [--baseline-src WORKTREE/src --baseline-label main]
+           [--baseline-src WORKTREE/src --baseline-label main] [--skip-loads]
 
 ``--throughput`` measures the whole ``tracewhy kernels FILE --no-cache --json`` process instead
 (MB/s, CPU seconds, peak RSS over the file's size) on the V100 DDP trace inflated to 271 MB,
 1 GB and 5 GB, beside json.loads of the same bytes (not run above 1.2 GB: it would hold 5x
-the file), writing ``bench/results_read_throughput.md``.
+the file), writing ``bench/results_read_throughput.md``. ``--skip-loads`` leaves json.loads out
+(a change measured against its baseline tree alone, in a third of the time and without json.loads'
+5x-the-file peak).
 """
 
 from __future__ import annotations
@@ -533,7 +535,8 @@ def throughput(args: argparse.Namespace) -> int:
         compileall.compile_dir(args.baseline_src, quiet=1)  # (as pyc_cache does for this tree)
         tools.append((f"tracewhy at {args.baseline_label}",
                       lambda f: command_run(f, args.baseline_src, args.timeout_s)))
-    tools.append(("json.loads", lambda f: json_loads_run(f, args.timeout_s)))
+    if not args.skip_loads:
+        tools.append(("json.loads", lambda f: json_loads_run(f, args.timeout_s)))
     loads = [os.getloadavg()]
     results: dict[tuple[str, str], list[Run]] = {}
     for label, path in files.items():
@@ -591,7 +594,28 @@ def throughput_table(files: dict[str, Path], results: dict[tuple[str, str], list
     if skipped:
         lines += ["", f"Not run: {', '.join(skipped)} (json.loads holds about 5.4x the file; above "
                   f"{LOADS_MAX_BYTES / 1e9:.1f} GB it would not fit beside other work)."]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _against_baseline(files, results, tools)) + "\n"
+
+
+def _against_baseline(files: dict[str, Path], results: dict[tuple[str, str], list[Run]],
+                      tools: list[tuple[str, object]]) -> list[str]:
+    """tracewhy over its baseline tree, run by run: each pair ran one after the other, so a change
+    in the machine's load weighs on both alike (the medians above can pair different moments)."""
+    baseline = next((tool for tool, _ in tools if tool.startswith("tracewhy at ")), None)
+    if baseline is None:
+        return []
+    lines = ["", f"tracewhy / {baseline}, the median of the ratios of runs made side by side "
+             "(below 1: this tree is quicker or smaller):", "",
+             "| file | pairs | wall | CPU | peak RSS |", "| --- | ---: | ---: | ---: | ---: |"]
+    for label in files:
+        pairs = [(a, b) for a, b in zip(results.get((label, "tracewhy"), []), results.get((label, baseline), []),
+                                        strict=False) if a.ok and b.ok]
+        if not pairs:
+            continue
+        ratios = [statistics.median(getattr(a, attr) / getattr(b, attr) for a, b in pairs if getattr(b, attr))
+                  for attr in ("wall_s", "cpu_s", "peak_rss_bytes")]
+        lines.append(f"| {label} | {len(pairs)} | " + " | ".join(f"{r:.3f}" for r in ratios) + " |")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -626,6 +650,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--baseline-src", type=Path, default=None,
                    help="also measure the tracewhy whose src/ this is (a worktree of the baseline), side by side")
     p.add_argument("--baseline-label", default="baseline", help="the baseline's name in the table")
+    p.add_argument("--skip-loads", action="store_true",
+                   help="throughput: leave out the json.loads rows (tracewhy beside its baseline only)")
     args = p.parse_args(argv)
     pyc_cache.as_installed()
     if args.throughput:
