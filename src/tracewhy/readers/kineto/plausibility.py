@@ -25,14 +25,17 @@ _LAUNCH_KINDS: Final = (Kind.RUNTIME.value, Kind.DRIVER.value)
 def link_warnings(slices: pl.DataFrame) -> list[str]:
     """One warning per kind of implausible link in the linked slices table."""
     out: list[str] = []
-    launches = slices.filter(pl.col(Col.KIND).is_in(_LAUNCH_KINDS) & pl.col(Col.CORRELATION).is_not_null())
+    # The columns each test reads are taken before the rows: an eager filter copies every column
+    # it is given (271 MB trace, 617k slices: 25 against 15 ms, on the reader's serial tail).
+    launches = slices.select(Col.KIND, Col.CORRELATION).filter(
+        pl.col(Col.KIND).is_in(_LAUNCH_KINDS) & pl.col(Col.CORRELATION).is_not_null())
     shared = launches.filter(pl.col(Col.CORRELATION).is_duplicated())
     if shared.height:
         ids = shared.get_column(Col.CORRELATION).n_unique()
         out.append(f"{shared.height} runtime launches share {ids} correlation id(s) with other launches: their GPU "
                    "work cannot be told apart, so GPU time per operator and launch delays are not attributed")
-    gpu = slices.filter(pl.col(Col.KIND).is_in([k.value for k in GPU_ACTIVITY_KINDS])
-                        & pl.col(Col.LAUNCH).is_not_null()).select(Col.TS, Col.LAUNCH)
+    gpu = slices.select(Col.KIND, Col.TS, Col.LAUNCH).filter(
+        pl.col(Col.KIND).is_in([k.value for k in GPU_ACTIVITY_KINDS]) & pl.col(Col.LAUNCH).is_not_null())
     if gpu.height:
         lead = gpu.get_column(Col.TS) - slices.get_column(Col.TS).gather(gpu.get_column(Col.LAUNCH))
         early, late = int((lead < -EARLY_NS).sum()), int((lead > LATE_NS).sum())
