@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+from collections import Counter
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,18 @@ def _us_to_ns(value: Any) -> int:
     return int((Decimal(value) * 1000).to_integral_value())
 
 
+def _number(value: Any) -> int:
+    """A pid or tid as a number: Kineto wrote some as text ("stream 7" in 2021 traces)."""
+    if isinstance(value, int):
+        return value
+    last = str(value).split(" ")[-1]
+    return int(last) if last.isdigit() else -1
+
+
 STEP = re.compile(r"^ProfilerStep#\d+$")
+#: A flow's kind by its category, as PyTorch versions wrote it (any other category: "other").
+FLOW_KIND = {"ac2g": "correlation", "async": "correlation", "async_gpu": "correlation",
+             "async_cpu_to_gpu": "correlation", "fwdbwd": "fwdbwd"}
 
 
 @pytest.mark.parametrize("rel", _kineto_files())
@@ -73,6 +85,10 @@ def test_real_trace_matches_raw_sums(rel: str) -> None:
     }
     linkable = sum(1 for e in kernel_events if (e.get("args") or {}).get("correlation") in launch_corr)
     memory = sum(1 for e in events if e.get("ph") in ("i", "I") and e.get("name") == "[memory]")
+    flow_events = [e for e in events if e.get("ph") in ("s", "t", "f")]
+    flows = Counter((FLOW_KIND.get(e.get("cat") or "", "other"), e["ph"], e["id"], _number(e["pid"]), _number(e["tid"]))
+                    for e in flow_events)
+    flow_starts = sorted(_us_to_ns(e["ts"]) for e in flow_events)
 
     trace = tracewhy.load(path)
     trace.check()
@@ -87,6 +103,12 @@ def test_real_trace_matches_raw_sums(rel: str) -> None:
     linked = trace.of_kind(Kind.KERNEL).get_column(Col.LAUNCH).is_not_null().sum()
     assert linked == linkable
     assert trace.memory.height == memory
+    # Every flow arrow with its kind, phase, id and thread; their starts (sorted, each within the
+    # float64 step the reader reports for fractional epoch times, else exact).
+    assert Counter(trace.flows.select(pl.col("kind").cast(pl.String), pl.col("phase").cast(pl.String), "flow_id",
+                                      "pid", "tid").iter_rows()) == flows
+    starts = sorted(trace.flows.get_column("ts_ns").to_list())
+    assert all(abs(a - b) <= trace.meta.ts_step_ns for a, b in zip(starts, flow_starts, strict=True))
     assert not trace.meta.warnings or all("open when the profiler stopped" in w for w in trace.meta.warnings)
 
 
