@@ -40,6 +40,9 @@ class DiagnoseOptions:
     #: A parsed TORCH_LOGS="graph_breaks,recompiles" capture (``--logs``): names the compile
     #: findings' break reasons and failed guards.
     torch_logs: TorchLogs | None = None
+    #: Whether the top fixes are also replayed together (``Report.together``): only ``diagnose``
+    #: shows them; diff, report, export, sql and check leave this off and skip that replay.
+    fixes_together: bool = True
 
 
 @dataclass

@@ -131,7 +131,7 @@ _ONE_PART: Final = {Code.GPU_IDLE_HOST}
 
 def explain(ctx: Context, found: list[Finding]) -> Explained:
     """``found`` with parts and predictions, the unexplained parts added (``unexplained-part``),
-    the lead, and the top fixes together."""
+    the lead, and the top fixes together (when the options ask for them)."""
     account = ctx.account()
     if account is None:
         return Explained(found, None, None, None)
@@ -171,7 +171,8 @@ def explain(ctx: Context, found: list[Finding]) -> Explained:
     if largest is not None and str(largest[AccountCol.PART]) in claimed:
         lead = max((out[i] for i in claimed[str(largest[AccountCol.PART])]),
                    key=lambda f: (f.recoverable_ns_per_step, not str(f.code).startswith("nsys-"))).code
-    return Explained(out, lead, ctx.measured_step_ns(), _together(ctx, out, fixes))
+    together = _together(ctx, out, fixes) if ctx.options.fixes_together else None
+    return Explained(out, lead, ctx.measured_step_ns(), together)
 
 
 def _fixes(matched: list[Row]) -> tuple[Fix, ...]:

@@ -126,7 +126,7 @@ class CheckOptions:
 
 def check(trace: Trace, options: CheckOptions, baseline: Trace | None = None) -> CheckReport:
     ctx = Context(trace, DiagnoseOptions(step_marker=options.step_marker, warmup=options.warmup,
-                                         throughput=options.throughput))
+                                         throughput=options.throughput, fixes_together=False))
     # Asked only where a speed figure is gated (blocks over millions of NVTX ranges is seconds):
     # a count, a size or a compile figure means the same on a capture timed block by block.
     speed = baseline is not None or any(METRICS[limit.metric].speed for limit in options.limits)

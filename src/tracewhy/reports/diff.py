@@ -56,8 +56,9 @@ def compare(a: Trace, b: Trace, options: DiffOptions | None = None, *, with_find
     options = options or DiffOptions(confidence=th.DIFF_CONFIDENCE)
     if not with_findings:
         return judge(diff(a, b, options))
+    # (A diff shows the findings that appear or disappear, not the fixes replayed together.)
     report_a, report_b = _diagnose_both(a, b, DiagnoseOptions(step_marker=options.step_marker,
-                                                              warmup=options.warmup))
+                                                              warmup=options.warmup, fixes_together=False))
     return judge(diff(a, b, options, memory=(report_a.memory, report_b.memory),
                       compiled=(report_a.compile, report_b.compile), step_results=(report_a.steps, report_b.steps)),
                  report_a.findings, report_b.findings)

@@ -47,7 +47,7 @@ class ExportReport:
 def export_report(source: TraceSource, options: ExportOptions | None = None, loader: Loader = PLAIN) -> ExportReport:
     options = options or ExportOptions()
     trace = loader.trace(source)
-    diagnose_options = DiagnoseOptions(step_marker=options.step_marker, warmup=options.warmup)
+    diagnose_options = DiagnoseOptions(step_marker=options.step_marker, warmup=options.warmup, fixes_together=False)
     if not options.annotated:
         return ExportReport(trace, diagnose(trace, diagnose_options))
     ov = overview(trace, diagnose_options)

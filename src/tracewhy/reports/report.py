@@ -80,7 +80,8 @@ def report_contents(source: TraceSource, options: ReportOptions | None = None,
 
             tl = read_memory_timeline(path, fmt)
             return MemoryTimelineReport(analyze_timeline(tl), str(source), tl.layout.value)
-    return overview(loader.trace(source), DiagnoseOptions(step_marker=options.step_marker, warmup=options.warmup))
+    return overview(loader.trace(source), DiagnoseOptions(step_marker=options.step_marker, warmup=options.warmup,
+                                                          fixes_together=False))
 
 
 def report_several(sources: Sequence[TraceSource], options: ReportOptions | None = None,
@@ -91,7 +92,7 @@ def report_several(sources: Sequence[TraceSource], options: ReportOptions | None
     from tracewhy.reports.several import PerTrace, SeveralOptions, SeveralReport, read_several  # (several only)
 
     options = options or ReportOptions()
-    diagnose_options = DiagnoseOptions(step_marker=options.step_marker, warmup=options.warmup)
+    diagnose_options = DiagnoseOptions(step_marker=options.step_marker, warmup=options.warmup, fixes_together=False)
     several = read_several(sources, SeveralOptions(options.step_marker, options.warmup),
                            lambda t: None if _may_be_a_rank(t) else overview(t, diagnose_options), loader,
                            compare_ranks_too=True)

@@ -47,7 +47,7 @@ def sql_report(trace: TraceSource, query: str, options: SqlReportOptions | None 
     options = options or SqlReportOptions()
     wanted = referenced_tables(query)
     t = loader.trace(trace)
-    diagnose_options = DiagnoseOptions(step_marker=options.step_marker, warmup=options.warmup)
+    diagnose_options = DiagnoseOptions(step_marker=options.step_marker, warmup=options.warmup, fixes_together=False)
     return run_query(query, table_builders(t, diagnose_options, findings_wanted=Table.FINDINGS in wanted))
 
 
