@@ -129,9 +129,12 @@ EXPLAINS: Final[dict[Code, Callable[[Row, Finding], bool]]] = {
 _ONE_PART: Final = {Code.GPU_IDLE_HOST}
 
 
-def explain(ctx: Context, found: list[Finding]) -> Explained:
+def explain(ctx: Context, found: list[Finding], *, replay: bool = True) -> Explained:
     """``found`` with parts and predictions, the unexplained parts added (``unexplained-part``),
-    the lead, and the top fixes together (when the options ask for them)."""
+    the lead, and the top fixes together (when the options ask for them). Without ``replay``:
+    the same findings in the same order as with it, as the rules and ``unexplained_part`` made
+    them, nothing predicted, no lead (``diff`` first asks which codes each run has: where they are the
+    same, it shows no finding, and no fix need be replayed)."""
     account = ctx.account()
     if account is None:
         return Explained(found, None, None, None)
@@ -149,6 +152,9 @@ def explain(ctx: Context, found: list[Finding]) -> Explained:
             matched = [r for r in matched if not r[AccountCol.ESSENTIAL]][:1]
         for r in matched:
             claimed.setdefault(r[AccountCol.PART], []).append(len(out))
+        if not replay:
+            out.append(f)
+            continue
         # A one-time cost (a recompile paid once) claims its part but predicts no per-step saving;
         # its step is usually left out of the account (a one-time compile), and then it has none.
         one_time = bool(f.evidence.get("one_time_cost"))
@@ -162,10 +168,15 @@ def explain(ctx: Context, found: list[Finding]) -> Explained:
     for r in rows:
         if (avoidable(r[AccountCol.PART], r[AccountCol.KIND], r[AccountCol.ESSENTIAL])
                 and r[AccountCol.PART] not in claimed and r[AccountCol.SHARE] >= th.UNEXPLAINED_PART_MIN_SHARE):
-            edits = _fixes([r])
             claimed[r[AccountCol.PART]] = [len(out)]
+            if not replay:
+                out.append(unexplained_part(ctx, account, r))
+                continue
+            edits = _fixes([r])
             fixes[len(out)] = edits
             out.append(_predicted(ctx, unexplained_part(ctx, account, r), [r], edits))
+    if not replay:
+        return Explained(out, None, ctx.measured_step_ns(), None)
     largest = account.largest_avoidable()
     lead = None
     if largest is not None and str(largest[AccountCol.PART]) in claimed:

@@ -165,18 +165,18 @@ def diagnose(trace: Trace, options: DiagnoseOptions | None = None) -> Report:
     return diagnose_in(Context(trace, options or DiagnoseOptions()))
 
 
-def diagnose_in(ctx: Context) -> Report:
+def diagnose_in(ctx: Context, found: list[Finding] | None = None, *, replay: bool = True) -> Report:
     """``diagnose`` on a context the caller keeps: the report and the export ask the same
     context for blocks, overlap and the GPU work per range afterwards, which the rules have
-    already computed there."""
+    already computed there. ``found``: the rules' findings on this context, when the caller has
+    them (``rule_findings``); without ``replay`` no fix is replayed (``explain``): the findings
+    have the same codes, but no predictions (so no recoverable time to rank by) and no lead."""
     trace = ctx.trace
-    empty = trust.empty_trace(trace)
-    found: list[Finding] = [empty] if empty is not None else []
-    for rule_found in _run_rules(ctx) if trace.slices.height else ():
-        found += rule_found
+    if found is None:
+        found = rule_findings(ctx)
     b = basis(ctx)
     stats = ctx.steps().stats
-    explained = explain(ctx, found) if trace.slices.height else None
+    explained = explain(ctx, found, replay=replay) if trace.slices.height else None
     # What recoverable times are shares of: the step predictions start from, else the GPU's step
     # window, else the host's median step.
     window = b.window_ns if b.device is not None and b.window_ns > 0 else (stats.p50_ns if stats else None)
@@ -189,6 +189,15 @@ def diagnose_in(ctx: Context) -> Report:
                   basis=b, memory=memory.memory_result(ctx) if trace.slices.height else None,
                   compile=_compile(ctx), account=ctx.account() if trace.slices.height else None, lead=lead,
                   together=explained.together if explained is not None else None)
+
+
+def rule_findings(ctx: Context) -> list[Finding]:
+    """Every rule's findings on ``ctx``, before ``explain`` joins them to the step account."""
+    empty = trust.empty_trace(ctx.trace)
+    found: list[Finding] = [empty] if empty is not None else []
+    for rule_found in _run_rules(ctx) if ctx.trace.slices.height else ():
+        found += rule_found
+    return found
 
 
 def _lead_first(findings: list[Finding], lead: Code | None) -> list[Finding]:

@@ -10,10 +10,10 @@ from tracewhy.analyses.diff import DiffOptions, diff
 from tracewhy.analyses.throughput import Throughput, ThroughputOptions, from_durations
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.compare import Comparison, judge
-from tracewhy.findings.context import DiagnoseOptions
+from tracewhy.findings.context import Context, DiagnoseOptions
 from tracewhy.model.trace import Trace
 from tracewhy.reports import at_once
-from tracewhy.reports.diagnose import Report, diagnose
+from tracewhy.reports.diagnose import Report, diagnose_in, rule_findings
 from tracewhy.reports.inputs import PLAIN, Loader, TraceSource
 
 
@@ -66,7 +66,16 @@ def compare(a: Trace, b: Trace, options: DiffOptions | None = None, *, with_find
 
 def _diagnose_both(a: Trace, b: Trace, options: DiagnoseOptions) -> tuple[Report, Report]:
     """Both runs' diagnoses, at once when the runs are small (``reports/at_once.py``): each
-    reads only its own trace and keeps its results in its own context."""
-    report_a, report_b = at_once.run([lambda: diagnose(a, options), lambda: diagnose(b, options)],
-                                     together=at_once.small(a, b), name="tracewhy-diagnose")
+    reads only its own trace and keeps its results in its own context. A diff shows only the
+    findings whose code one run has and the other lacks, so where both runs have the same codes
+    no fix is replayed (``explain``'s predictions are most of a diagnosis after its rules)."""
+    together = at_once.small(a, b)
+    ctx_a, ctx_b = Context(a, options), Context(b, options)
+    found_a, found_b = at_once.run([lambda: rule_findings(ctx_a), lambda: rule_findings(ctx_b)],
+                                   together=together, name="tracewhy-diagnose")
+    unpriced = diagnose_in(ctx_a, found_a, replay=False), diagnose_in(ctx_b, found_b, replay=False)
+    if {f.code for f in unpriced[0].findings} == {f.code for f in unpriced[1].findings}:
+        return unpriced
+    report_a, report_b = at_once.run([lambda: diagnose_in(ctx_a, found_a), lambda: diagnose_in(ctx_b, found_b)],
+                                     together=together, name="tracewhy-diagnose")
     return report_a, report_b
