@@ -1,6 +1,7 @@
 """The name rules' quick pre-tests (a prefix, a substring, an ASCII lower-case look) answer
-exactly as the bare patterns do: on every name of two real traces, read from the raw files, on
-names built to sit at each pattern's edges, and on generated text."""
+exactly as the bare patterns do, and so do their column pre-tests (``api_names.PRETESTS``, run
+over many names at once by ``name_codes.decide``): on every name of two real traces, read from
+the raw files, on names built to sit at each pattern's edges, and on generated text."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from conftest import shared_trace
 from nsys_support import raw_db
 from tracewhy.analyses import api_names as a
 from tracewhy.analyses import compile_markers as cm
+from tracewhy.analyses.name_codes import decide
 
 #: Each rule and what its pattern alone says (the definitions before the pre-tests).
 BARE: dict[str, tuple[Callable[[str], object], Callable[[str], object]]] = {
@@ -103,3 +105,29 @@ _PIECES = st.sampled_from(["cu", "hip", "da", "Launch", "Kernel", "nccl", "A", "
 def test_generated_names_answer_as_the_bare_pattern(name: str) -> None:
     for rule, (quick, bare) in BARE.items():
         assert _uncached(quick)(name) == bare(name), rule
+
+
+def _decided_as_one_by_one(names: list[str]) -> dict[str, list[tuple[str, object]]]:
+    """Per rule with a column pre-test, the names ``decide`` answers otherwise than the rule does."""
+    wrong: dict[str, list[tuple[str, object]]] = {}
+    for test, pretest in a.PRETESTS.items():
+        fill = None if test is a.annotation_phase else False
+        one_by_one = [_uncached(test)(n) for n in names]
+        decided = decide(names, test, pretest, fill)
+        bad = [(n, got) for n, got, want in zip(names, decided, one_by_one, strict=True) if got != want]
+        if bad:
+            wrong[getattr(test, "__name__", repr(test))] = bad
+    return wrong
+
+
+def test_column_pretests_answer_every_real_and_edge_name_as_the_rule() -> None:
+    names = [*_real_names(), *EDGES, "aten::item", "aten::items", "Optimizer.zero_grad#SGD.zero_grad"]
+    assert _decided_as_one_by_one(names) == {}
+    for test in a.PRETESTS:  # every rule answers some name other than its fill
+        assert any(_uncached(test)(n) not in (None, False) for n in names), test
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(_PIECES | st.text(max_size=3), max_size=6).map("".join), max_size=20))
+def test_column_pretests_answer_generated_names_as_the_rule(names: list[str]) -> None:
+    assert _decided_as_one_by_one(names) == {}

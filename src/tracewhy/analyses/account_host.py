@@ -20,7 +20,7 @@ from tracewhy.analyses import api_names
 from tracewhy.analyses.compile_slices import ROLE, Role, marked_slices
 from tracewhy.analyses.critical_path_edges import backward_threads
 from tracewhy.analyses.families import collective_op, collective_range
-from tracewhy.analyses.name_codes import NameCodes, distinct_names
+from tracewhy.analyses.name_codes import NameCodes, decide, distinct_names
 from tracewhy.analyses.source_lines import HostTree, chain_top, parse_frame, running_at_start
 from tracewhy.model.schema import HOST_KINDS, KIND_CODE, LAUNCH_KINDS, Col, Kind, OpAttrCol
 from tracewhy.model.trace import Trace
@@ -232,19 +232,21 @@ def _reads_and_barriers(names: pl.Series, outer_op: I64, read: B, blocks: B, pid
 def _name_flags(names: pl.Series, host: B) -> dict[str, B]:
     """Per row, what its name says: each distinct name of a host slice tested once, rows mapped by
     their code (every use ands a flag with a host kind, so other slices' names, the kernels', are
-    left out: False there). Each name's op range and phase are parsed once, and each test is one
-    list comprehension of direct calls (16 k distinct names in an emit_nvtx export: ten
-    generator-and-lambda tests of them took 0.08 s)."""
+    left out: False there). Each name's op range and phase are parsed once, and each test runs on
+    the names its literal pre-test passes (``api_names.PRETESTS``; 16 k distinct names in an
+    emit_nvtx export: ten generator-and-lambda tests of them took 0.08 s, a list comprehension of
+    direct calls per test 0.03 s)."""
     unique_codes, texts = distinct_names(names, host)
     op_names = [api_names.op_range_name(t) for t in texts]
-    phases = [api_names.annotation_phase(t) for t in texts]
+    phases = decide(texts, api_names.annotation_phase, api_names.PRETESTS[api_names.annotation_phase], None)
+    pretests = api_names.PRETESTS
     answers: dict[str, list[bool]] = {
         # (No is_optimizer answer: its key, "optimizer", is Phase.OPTIMIZER's too, and the phase's
         # answer, which replaced it in this table, is what every use reads.)
-        "dataloader": [api_names.is_dataloader(t) for t in texts],
-        "comm": [api_names.is_comm(t) for t in texts],
-        "autograd": [api_names.is_autograd_node(t) for t in texts],
-        "scalar_read": [api_names.is_scalar_read(o) for o in op_names],
+        "dataloader": decide(texts, api_names.is_dataloader, pretests[api_names.is_dataloader], False),
+        "comm": decide(texts, api_names.is_comm, pretests[api_names.is_comm], False),
+        "autograd": decide(texts, api_names.is_autograd_node, pretests[api_names.is_autograd_node], False),
+        "scalar_read": decide(op_names, api_names.is_scalar_read, pretests[api_names.is_scalar_read], False),
         "op_range": [o != t for o, t in zip(op_names, texts, strict=True)],
         "seq_range": [_SEQ_RANGE in t for t in texts],
         **{phase: [p == phase for p in phases] for phase in (api_names.Phase.FORWARD, api_names.Phase.BACKWARD,

@@ -16,6 +16,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses import api_names
+from tracewhy.analyses.name_codes import decide
 from tracewhy.model.schema import KIND_CODE, Col, Kind, OpAttrCol, SyncCol
 from tracewhy.model.trace import Trace
 
@@ -233,7 +234,9 @@ def backward_threads(trace: Trace) -> set[tuple[int, int]]:
     s = trace.slices
     host = s.filter(pl.col(Col.KIND).is_in([Kind.CPU_OP.value, Kind.ANNOTATION.value]))
     names = host.get_column(Col.NAME)
-    hits = [n for n in names.unique().drop_nulls().cast(pl.String).to_list() if api_names.is_autograd_node(n)]
+    texts = names.unique().drop_nulls().cast(pl.String).to_list()
+    is_node = decide(texts, api_names.is_autograd_node, api_names.PRETESTS[api_names.is_autograd_node], False)
+    hits = [n for n, yes in zip(texts, is_node, strict=True) if yes]
     nodes = host.filter(pl.col(Col.NAME).is_in(hits)).select(Col.PID, Col.TID)
     foreign = trace.op_attrs.filter(pl.col(OpAttrCol.FWD_TID) > 0).select(OpAttrCol.ID)
     top = host.filter((pl.col(Col.DEPTH) == 0) & pl.col(Col.ID).is_in(foreign.get_column(OpAttrCol.ID).implode()))

@@ -3,13 +3,15 @@
 The trace's name columns are categorical: a large nsys export has millions of slices but tens of
 thousands of distinct names, so a name test (a pattern, a parse) runs once per distinct name and
 every row takes its name's answer through its categorical code. ``distinct_names`` gives the
-names to decide; ``NameCodes.spread`` hands each row its name's answer.
+names to decide, ``decide`` decides them (a test's literal pre-test over all of them at once
+first, where it has one); ``NameCodes.spread`` hands each row its name's answer.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -17,6 +19,7 @@ import polars as pl
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
+T = TypeVar("T")
 
 
 def distinct_names(names: pl.Series, rows: B | None = None) -> tuple[I64, list[str]]:
@@ -25,6 +28,19 @@ def distinct_names(names: pl.Series, rows: B | None = None) -> tuple[I64, list[s
     chosen = names if rows is None else names.filter(pl.Series(rows))
     unique = chosen.unique().drop_nulls()
     return unique.to_physical().to_numpy().astype(np.int64, copy=False), unique.cast(pl.String).to_list()
+
+
+def decide(texts: list[str], test: Callable[[str], T], pretest: Callable[[pl.Series], pl.Series] | None,
+           fill: T) -> list[T]:
+    """``test`` of each text. With a ``pretest`` (a test of a whole column at once, which every
+    text that ``test`` answers other than ``fill`` passes), ``test`` is asked only of the texts
+    the pre-test passes, and the others get ``fill``."""
+    if pretest is None:
+        return [test(text) for text in texts]
+    out = [fill] * len(texts)
+    for i in np.flatnonzero(pretest(pl.Series(texts, dtype=pl.String)).to_numpy()).tolist():
+        out[i] = test(texts[i])
+    return out
 
 
 @dataclass(frozen=True)

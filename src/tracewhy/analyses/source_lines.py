@@ -20,6 +20,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses import api_names
+from tracewhy.analyses.name_codes import decide
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, HOST_KINDS, Col, Kind, OpAttrCol
 from tracewhy.model.trace import Trace
 
@@ -119,8 +120,11 @@ class HostTree:
         parent = np.where(host, s.get_column(Col.PARENT).fill_null(-1).to_numpy(), -1)
         depth = np.where(host, s.get_column(Col.DEPTH).fill_null(0).to_numpy(), -1).astype(np.int64)
         names = s.get_column(Col.NAME)
-        reads = [u for u in names.unique().drop_nulls().cast(pl.String).to_list()
-                 if api_names.is_scalar_read(u) or api_names.is_sync_call(u)]
+        texts = names.unique().drop_nulls().cast(pl.String).to_list()
+        pretests = api_names.PRETESTS
+        scalar = decide(texts, api_names.is_scalar_read, pretests[api_names.is_scalar_read], False)
+        call = decide(texts, api_names.is_sync_call, pretests[api_names.is_sync_call], False)
+        reads = [u for u, a, b in zip(texts, scalar, call, strict=True) if a or b]
         sync = names.is_in(reads).to_numpy() & host if reads else np.zeros(n, dtype=bool)
         gpu = s.filter(kind.is_in([k.value for k in GPU_ACTIVITY_KINDS]) & pl.col(Col.LAUNCH).is_not_null())
         gpu_self = np.bincount(gpu.get_column(Col.LAUNCH).to_numpy(), weights=gpu.get_column(Col.DUR).to_numpy(),
