@@ -27,7 +27,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses import api_names
-from tracewhy.analyses.name_codes import NameCodes, distinct_names
+from tracewhy.analyses.name_codes import NameCodes, decide, distinct_names
 from tracewhy.analyses.op_inputs import OpInputs
 from tracewhy.analyses.shapes import GEMM, estimate
 from tracewhy.analyses.source_lines import HostTree
@@ -174,7 +174,9 @@ def _optimizer_blocks(trace: Trace, tree: HostTree, names: list[str], types: dic
     s = trace.slices
     is_annotation = s.get_column(Col.KIND) == Kind.ANNOTATION.value
     annotation_names = s.get_column(Col.NAME).filter(is_annotation).unique().drop_nulls().cast(pl.String)
-    block_names = [n for n in annotation_names.to_list() if api_names.is_optimizer(n)]
+    texts = annotation_names.to_list()
+    is_block = decide(texts, api_names.is_optimizer, api_names.PRETESTS[api_names.is_optimizer], False)
+    block_names = [n for n, yes in zip(texts, is_block, strict=True) if yes]
     if not block_names:
         return ()
     block = (is_annotation & s.get_column(Col.NAME).cast(pl.String).is_in(block_names)).fill_null(False).to_numpy()

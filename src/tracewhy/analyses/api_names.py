@@ -41,7 +41,8 @@ _OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
 #: "autograd::engine::evaluate_function: <Node>"): a thread that runs it is a backward thread.
 _AUTOGRAD_NODE: Final = "autograd::engine::evaluate_function"
 # aten ops that copy a device value to the host and therefore wait for the device.
-_SCALAR_READ = re.compile(r"^aten::(item|_local_scalar_dense|nonzero|is_nonzero|equal|allclose|tolist)$")
+_SCALAR_READ_START: Final = r"^aten::(item|_local_scalar_dense|nonzero|is_nonzero|equal|allclose|tolist)"
+_SCALAR_READ = re.compile(_SCALAR_READ_START + "$")
 
 
 @lru_cache(maxsize=8192)
@@ -161,6 +162,14 @@ def _literal(prefixes: tuple[str, ...] = (), holding: str | None = None) -> Pret
     return pretest
 
 
+def _beginning(pattern: str) -> Pretest:
+    """Whether each name of a column matches ``pattern``, a literal alternation anchored at the
+    start (the same in polars' regex dialect as in Python's)."""
+    def pretest(names: pl.Series) -> pl.Series:
+        return names.str.contains(pattern)
+    return pretest
+
+
 def _may_open_phase(names: pl.Series) -> pl.Series:
     """``annotation_phase``'s own pre-test over a column: not ASCII, or a phase word in lower case."""
     low = names.str.to_lowercase()
@@ -183,6 +192,7 @@ PRETESTS: Final[dict[Callable[[str], object], Pretest]] = {
     is_comm: _literal(_COMM_PREFIXES, holding="ProcessGroup"),
     is_optimizer: _literal(("Optimizer.",)),
     is_autograd_node: _literal((_AUTOGRAD_NODE,)),
-    is_scalar_read: _literal(("aten::",)),
+    # (Not "aten::" alone: nearly every name of an emit_nvtx export begins so.)
+    is_scalar_read: _beginning(_SCALAR_READ_START),
     annotation_phase: _may_open_phase,
 }

@@ -13,6 +13,7 @@ import polars as pl
 from tracewhy.analyses import api_names
 from tracewhy.analyses import compile_markers as cm
 from tracewhy.analyses.host_activity import Flag, HostIndex
+from tracewhy.analyses.name_codes import decide
 from tracewhy.analyses.source_lines import nearest_marked
 from tracewhy.analyses.steps import StepCol, StepsResult
 from tracewhy.model.schema import Col, Kind
@@ -73,7 +74,9 @@ def syncs(trace: Trace, steps: StepsResult, host: HostIndex) -> SyncsResult:
     # Scalar reads, one per outermost call (aten::item wraps aten::_local_scalar_dense: one read,
     # not two). Names are tested once each (hundreds of names over millions of host slices).
     host_names = name_col.gather(host.ids)
-    read_names = [n for n in host_names.unique().to_list() if n is not None and api_names.is_scalar_read(n)]
+    texts = host_names.unique().drop_nulls().cast(pl.String).to_list()
+    is_read_name = decide(texts, api_names.is_scalar_read, api_names.PRETESTS[api_names.is_scalar_read], False)
+    read_names = [n for n, yes in zip(texts, is_read_name, strict=True) if yes]
     is_read = host_names.is_in(read_names).to_numpy() if read_names else np.zeros(host.ids.size, dtype=bool)
     if is_read.any():
         is_read &= ~compiler_rows(host_names, host)
