@@ -237,7 +237,7 @@ def _name_flags(names: pl.Series, host: B) -> dict[str, B]:
     emit_nvtx export: ten generator-and-lambda tests of them took 0.08 s, a list comprehension of
     direct calls per test 0.03 s)."""
     unique_codes, texts = distinct_names(names, host)
-    op_names = [api_names.op_range_name(t) for t in texts]
+    op_names = api_names.op_range_names(texts)
     phases = decide(texts, api_names.annotation_phase, api_names.PRETESTS[api_names.annotation_phase], None)
     pretests = api_names.PRETESTS
     answers: dict[str, list[bool]] = {

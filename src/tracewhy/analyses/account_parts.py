@@ -287,7 +287,7 @@ class PartRules:
         """Per slice, a code of its name as shown (emit_nvtx's "aten::mul, op_id = 7" ranges,
         one name per call, as "aten::mul"); -1 without a name."""
         codes, texts = distinct_names(names)
-        out: I64 = NameCodes.of(names).spread(codes, [self.item(api_names.op_range_name(t)) for t in texts], -1,
+        out: I64 = NameCodes.of(names).spread(codes, [self.item(t) for t in api_names.op_range_names(texts)], -1,
                                                 np.int64)
         return out
 
