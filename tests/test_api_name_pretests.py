@@ -19,6 +19,7 @@ from conftest import shared_trace
 from nsys_support import raw_db
 from tracewhy.analyses import api_names as a
 from tracewhy.analyses import compile_markers as cm
+from tracewhy.analyses import name_codes
 from tracewhy.analyses.name_codes import decide
 
 #: Each rule and what its pattern alone says (the definitions before the pre-tests).
@@ -137,5 +138,8 @@ def test_column_pretests_answer_every_real_and_edge_name_as_the_rule() -> None:
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.lists(_PIECES | st.text(max_size=3), max_size=6).map("".join), max_size=20))
 def test_column_pretests_answer_generated_names_as_the_rule(names: list[str]) -> None:
-    assert _decided_as_one_by_one(names) == {}
-    assert a.op_range_names(names) == [_uncached(a.op_range_name)(n) for n in names]
+    with pytest.MonkeyPatch.context() as few_names_too:  # the column path also for these few names
+        few_names_too.setattr(name_codes, "PRETEST_MIN_NAMES", 0)
+        few_names_too.setattr(a, "_AT_ONCE_MIN_NAMES", 0)
+        assert _decided_as_one_by_one(names) == {}
+        assert a.op_range_names(names) == [_uncached(a.op_range_name)(n) for n in names]
