@@ -149,7 +149,9 @@ def main() -> int:
     args = p.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="tracewhy-startup-"))
     bytecode = not args.no_bytecode_cache
-    env = child_env(scratch, bytecode)
+    # This tree's src first on the path, whatever PYTHONPATH says: an editable install of another
+    # checkout would otherwise be what the "after" runs import.
+    env = child_env(scratch, bytecode, REPO / "src")
     base_env = child_env(scratch, bytecode, baseline_tree(args.baseline, scratch)) if args.baseline else None
     source: Path = args.trace
     suffixes = [x for x in source.suffixes[-2:] if x != ".gz"] or [".json"]
