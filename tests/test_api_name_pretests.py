@@ -11,16 +11,18 @@ import re
 from collections.abc import Callable
 from functools import cache
 
+import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import shared_trace
+from conftest import GENERATED, shared_trace
 from nsys_support import raw_db
 from tracewhy.analyses import api_names as a
 from tracewhy.analyses import compile_markers as cm
-from tracewhy.analyses import name_codes
+from tracewhy.analyses import compile_slices, name_codes
 from tracewhy.analyses.name_codes import decide
+from tracewhy.readers import read_trace
 
 #: Each rule and what its pattern alone says (the definitions before the pre-tests).
 BARE: dict[str, tuple[Callable[[str], object], Callable[[str], object]]] = {
@@ -143,3 +145,19 @@ def test_column_pretests_answer_generated_names_as_the_rule(names: list[str]) ->
         few_names_too.setattr(a, "_AT_ONCE_MIN_NAMES", 0)
         assert _decided_as_one_by_one(names) == {}
         assert a.op_range_names(names) == [_uncached(a.op_range_name)(n) for n in names]
+
+
+def test_compile_roles_are_all_among_the_names_the_column_keeps() -> None:
+    """``compile_slices._may_have_a_role`` drops only names ``_roles`` gives none: over the real
+    names and the markers of two compiled runs (a generated CPU capture, TraceLens' MI300X one)."""
+    compiled = [read_trace(GENERATED / "cpu_compile.pt.trace.json.gz"),
+                read_trace(shared_trace("tracelens/mi300x_torch_compile_triton_small.json.gz"))]
+    names = sorted({*_real_names(), *EDGES, *(n for t in compiled
+                                             for n in t.slices.get_column("name").cast(pl.String).drop_nulls())})
+    with pytest.MonkeyPatch.context() as every_size:
+        every_size.setattr(compile_slices, "PRETEST_MIN_NAMES", 0)
+        kept = compile_slices._may_have_a_role(pl.Series(names, dtype=pl.String)).to_list()
+    roles = compile_slices._roles(names)
+    assert compile_slices._roles(kept) == roles
+    assert len(kept) < len(names) // 10
+    assert set(roles.values()) >= {"region", "wrapper", "compile"}

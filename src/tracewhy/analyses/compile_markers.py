@@ -35,6 +35,7 @@ PREGRAPH: Final = "Pregraph bytecode"
 #: ##"``, one per call of an inductor graph (forward or backward); the key is ``None`` when
 #: the FX graph cache is off.
 GRAPH_CALL: Final = re.compile(r"^## Call CompiledFxGraph (\S+) ##")
+GRAPH_CALL_PREFIX: Final = "## Call CompiledFxGraph "
 
 #: Markers that wrap compiled code being run (not compiled): eager aten ops under none of them
 #: but inside a region are the graph break's eager code.
