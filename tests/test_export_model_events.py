@@ -54,15 +54,11 @@ def _reference(trace: Trace) -> list[bytes]:
             args["bytes"] = c[CopyAttrCol.BYTES]
         out.append({"ph": "X", "cat": _KINETO_CAT.get(kind, "other"), "name": name, "pid": pid or 0,
                     "tid": tid or 0, "ts": msgspec.Raw(ts.encode()), "dur": msgspec.Raw(dur.encode()), "args": args})
-    for pid in sorted(gpu_pids):
-        out.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": f"GPU {pid}"}})
-    for pid, tid, name in trace.threads.select(Col.PID, Col.TID, "name").iter_rows():
-        if pid is None or pid in gpu_pids:
-            continue
-        if tid is None:
-            out.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name}})
-        else:
-            out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
+    out += [{"ph": "M", "name": "process_name", "pid": p, "args": {"name": f"GPU {p}"}} for p in sorted(gpu_pids)]
+    out += [{"ph": "M", "name": "process_name" if t is None else "thread_name", "pid": p,
+             **({} if t is None else {"tid": t}), "args": {"name": n}}
+            for p, t, n in trace.threads.select(Col.PID, Col.TID, "name").iter_rows()
+            if p is not None and p not in gpu_pids]
     return [msgspec.json.encode(e) for e in out]
 
 
