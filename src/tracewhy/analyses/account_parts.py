@@ -48,6 +48,9 @@ _DEVICE_COPIES: Final = frozenset({"DtoD", "memset", "copy kernels"})
 _PHASE_PARTS: Final = {HostPurpose.OPTIMIZER: PartName.OPTIMIZER, HostPurpose.BACKWARD: PartName.BACKWARD,
                        HostPurpose.FORWARD: PartName.FORWARD}
 CATEGORY_CODE: Final = {c: i for i, c in enumerate(CATEGORIES)}
+#: Edges decided at once (``PartRules.of_edges``): thirteen int64 key columns of a million edges
+#: are 0.1 GB.
+DECIDE_CHUNK = 1 << 20
 #: Each kind's name at its code (the kind column's physical value).
 _KIND_NAMES: Final = np.array([k.value for k in Kind], dtype=object)
 
@@ -123,9 +126,26 @@ class PartRules:
         # A launch call that waited: for its own copy (cudaMemcpyAsync from pageable memory), or
         # for a free slot in a full launch queue (another activity's end released it).
         own = ((kind == int(Edge.SYNC)) & (self.launch[self.graph.node_slice[src]] == attr)).astype(np.int64)
-        # Edges whose part and item are decided alike share a key: what the rules read of the
-        # slice (its kind, name, context, outer op, block, scalar read, collective, GPU label),
-        # not the slice itself; each key is decided once, on its first edge's slice.
+        # The keys' thirteen columns are alive at once: decided a chunk of edges at a time (17 M
+        # edges of a large export's whole-trace window held 2 GB of them). The items the
+        # features name are numbered first, over all edges, and each key is decided at its
+        # first edge, so every part and item gets the number one pass would give it.
+        self._feature_items(kind, attr)
+        part, item = np.empty(kind.size, np.int64), np.empty(kind.size, np.int64)
+        for lo in range(0, kind.size, DECIDE_CHUNK):
+            at = slice(lo, lo + DECIDE_CHUNK)
+            part[at], item[at] = self._decided_parts(kind[at], attr[at], category[at], frame[at], own[at])
+        part, item = self._unrecorded(kind, attr, src, dst, part, item)
+        host = (kind == int(Edge.HOST)) & (attr >= 0)
+        outer = np.where(host, self.ctx.outer_op[np.maximum(attr, 0)], -1)
+        owner = np.where(frame >= 0, frame, np.where(outer >= 0, outer, attr))
+        return part, item, owner
+
+    def _decided_parts(self, kind: I64, attr: I64, category: I64, frame: I64, own: I64) -> tuple[I64, I64]:
+        """Part and item of each edge, through keys: edges whose part and item are decided alike
+        share a key (what the rules read of the slice: its kind, name, context, outer op, block,
+        scalar read, collective, GPU label; not the slice itself); each key is decided once, on
+        its first edge's slice."""
         columns = [kind.astype(np.int64), category, own, self._frame_codes(frame), *self._features(kind, attr)]
         first, inverse = distinct_rows(columns)
         decided = []
@@ -136,13 +156,10 @@ class PartRules:
                 got = self._decided[key] = self._decide(int(kind[at]), int(attr[at]), int(category[at]),
                                                         int(frame[at]), int(own[at]))
             decided.append(got)
+        del columns
         part = np.array([d[0] for d in decided], dtype=np.int64)[inverse.reshape(-1)]
         item = np.array([d[1] for d in decided], dtype=np.int64)[inverse.reshape(-1)]
-        part, item = self._unrecorded(kind, attr, src, dst, part, item)
-        host = (kind == int(Edge.HOST)) & (attr >= 0)
-        outer = np.where(host, self.ctx.outer_op[np.maximum(attr, 0)], -1)
-        owner = np.where(frame >= 0, frame, np.where(outer >= 0, outer, attr))
-        return part, item, owner
+        return part, item
 
     def _unrecorded(self, kind: I64, attr: I64, src: I64, dst: I64, part: I64, item: I64) -> tuple[I64, I64]:
         """Launch edges issued long before their device's first recorded work (``account_unrecorded``)
@@ -171,25 +188,46 @@ class PartRules:
 
     def _features(self, kind: I64, attr: I64) -> list[I64]:
         """What the rules read of each edge's slice, as codes (see ``of_edges``)."""
-        ctx = self.ctx
         has = attr >= 0
         safe = np.maximum(attr, 0)
         gpu = kind == int(Edge.GPU)
-        context = np.where(has & ~gpu, ctx.context[safe], int(HostPurpose.NONE)).astype(np.int64)
-        outer = np.where(has, ctx.outer_op[safe], -1)
-        block = np.where(has, ctx.outer_block[safe], -1)
-        alone = (context == int(HostPurpose.NONE)) & (outer >= 0) & (block < 0)
+        context, outer, block, alone, comm = self._contexts(kind, attr)
         reads = np.full(attr.size, -1, dtype=np.int64)
         ops, at = np.unique(outer[alone], return_inverse=True)
         reads[alone] = np.array([self._read_code(op) for op in ops.tolist()], dtype=np.int64)[at.reshape(-1)]
-        comm = context == int(HostPurpose.COMMUNICATION)
         collective = np.full(attr.size, -1, dtype=np.int64)
         slices, at = np.unique(attr[comm], return_inverse=True)
-        collective[comm] = np.array([self.item(ctx.collective[s] or "") for s in slices.tolist()],
+        collective[comm] = np.array([self.item(self.ctx.collective[s] or "") for s in slices.tolist()],
                                     dtype=np.int64)[at.reshape(-1)]
         return [np.where(has, self.kind_code[safe], -1), self._codes(attr), context, self._codes(outer),
                 (outer == attr).astype(np.int64), self._codes(block), reads, collective,
                 np.where(gpu & has, self.gpu_label[safe], -1)]
+
+    def _contexts(self, kind: I64, attr: I64) -> tuple[I64, I64, I64, npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+        """Per edge: its slice's context, outer op and block, and whether a scalar read (ops
+        alone, outside the phases) or a collective (communication) names it."""
+        ctx = self.ctx
+        has = attr >= 0
+        safe = np.maximum(attr, 0)
+        context = np.where(has & (kind != int(Edge.GPU)), ctx.context[safe], int(HostPurpose.NONE)).astype(np.int64)
+        outer = np.where(has, ctx.outer_op[safe], -1)
+        block = np.where(has, ctx.outer_block[safe], -1)
+        alone = (context == int(HostPurpose.NONE)) & (outer >= 0) & (block < 0)
+        return context, outer, block, alone, context == int(HostPurpose.COMMUNICATION)
+
+    def _feature_items(self, kind: I64, attr: I64) -> None:
+        """Numbers the items these edges' features name (scalar reads, then collectives, each in
+        slice order) as ``_features`` over all of them at once would, a chunk at a time."""
+        ops, slices = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+        for lo in range(0, kind.size, DECIDE_CHUNK):
+            at = slice(lo, lo + DECIDE_CHUNK)
+            _, outer, _, alone, comm = self._contexts(kind[at], attr[at])
+            ops.append(np.unique(outer[alone]))
+            slices.append(np.unique(attr[at][comm]))
+        for op in np.unique(np.concatenate(ops)).tolist():
+            self._read_code(op)
+        for s in np.unique(np.concatenate(slices)).tolist():
+            self.item(self.ctx.collective[s] or "")
 
     def _read_code(self, op: int) -> int:
         """The scalar read an op outside the phases leads up to, as an item code (-1: none)."""
@@ -296,7 +334,7 @@ class PartRules:
         name for communication), a copy's direction and host memory."""
         s = trace.slices
         out = np.full(s.height, -1, dtype=np.int64)
-        for family, ids in classes.group_by("family").agg(pl.col(Col.ID)).iter_rows():
+        for family, ids in classes.group_by("family", maintain_order=True).agg(pl.col(Col.ID)).iter_rows():
             if family == Family.COMMUNICATION.value:
                 for i in ids:
                     launch = int(self.launch[i])
