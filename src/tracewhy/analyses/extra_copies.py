@@ -94,11 +94,13 @@ def extra_copies(trace: Trace, starts: I64, ends: I64, tree: HostTree | None = N
     ``HostTree``, when the caller has it."""
     s = trace.slices
     tree = tree if tree is not None else HostTree.of(trace)
-    names = s.get_column(Col.NAME).cast(pl.String).fill_null("").to_list()
     attrs = trace.op_attrs.select(OpAttrCol.ID, OpAttrCol.INPUT_DIMS, OpAttrCol.INPUT_TYPES)
     inputs = {int(i): x for i, d, t in attrs.iter_rows() if (x := OpInputs.parse(d, t)) is not None}
     if not inputs or starts.size == 0:
         return ExtraCopiesResult((), (), bool(inputs))
+    # (Every slice's name as a string, once there are shapes to read: an nsys export has none,
+    # and its 8 M names were 0.5 GB.)
+    names = s.get_column(Col.NAME).cast(pl.String).fill_null("").to_list()
     step = np.searchsorted(starts, tree.ts, side="right") - 1
     inside = (step >= 0) & (tree.ts < ends[np.maximum(step, 0)])
     tid = s.get_column(Col.TID).fill_null(-1).to_numpy()
