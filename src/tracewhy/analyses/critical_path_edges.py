@@ -47,8 +47,8 @@ def no_edges() -> EdgeParts:
     return empty, empty, empty, empty
 
 
-def way_out_of_cycle(times: I64, src: I64, dst: I64, kind: npt.NDArray[np.signedinteger[Any]], v: int,
-                     seen: set[int]) -> int:
+def way_out_of_cycle(times: I64, src: npt.NDArray[np.signedinteger[Any]], dst: npt.NDArray[np.signedinteger[Any]],
+                     kind: npt.NDArray[np.signedinteger[Any]], v: int, seen: set[int]) -> int:
     """The in-edge (an index into ``src``/``dst``) by which a walk back along releasing edges leaves
     the cycle that closed at instant ``v``: of the edges into instants already walked at ``v``'s
     time, the one whose source happened last before that time (ties: the higher kind); -1 when

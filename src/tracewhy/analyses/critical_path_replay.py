@@ -19,6 +19,7 @@ from tracewhy.analyses.critical_path_edges import Edge, way_out_of_cycle
 from tracewhy.analyses.critical_path_graph import Graph
 
 I64 = npt.NDArray[np.int64]
+I32 = npt.NDArray[np.int32]
 F64 = npt.NDArray[np.float64]
 
 
@@ -107,7 +108,10 @@ class ReplayWindow:
         bind = g.bind_edge[nodes]
         fixed_nodes = nodes[(bind < 0) | ~inside[g.src[np.maximum(bind, 0)]]]
         order = _order(nodes, g.src[edges], g.dst[edges], ts)
-        pos = np.full(ts.size, -1, dtype=np.int64)
+        # Positions (of instants and of edges in the window) as int32 and array("i"): they are
+        # most of what a window holds, 16 M instants and 17 M edges on a large export's
+        # whole-trace window.
+        pos = np.full(ts.size, -1, dtype=np.int32)
         pos[order] = np.arange(order.size)
         ps, pd = pos[g.src[edges]], pos[g.dst[edges]]
         by_dst = np.argsort(pd, kind="stable")
@@ -119,24 +123,24 @@ class ReplayWindow:
         indeg = np.bincount(pd, minlength=order.size)
         live = np.flatnonzero(~fixed & (indeg > 0))
         first = np.r_[0, np.cumsum(indeg)]
-        self.g, self.replay, self.edges, self.order = g, replay, edges, order
+        self.g, self.replay, self.edges, self.order = g, replay, edges, order.astype(np.int32)
         self.times = _ints(ts[order])
         # Per live position: its one in-edge (source position, edge position), or for the few
         # with several (-1, k): the k-th group of such pairs (below).
-        self.live = _ints(live)
+        self.live = _positions(live)
         one = indeg[live] == 1
         src_of = np.where(one, ps[by_dst[first[live]]], -1)
         edge_of = by_dst[first[live]].copy()
         many = np.flatnonzero(~one)
         edge_of[many] = np.arange(many.size)
-        self.src_of, self.edge_of = _ints(src_of), _ints(edge_of)
+        self.src_of, self.edge_of = _positions(src_of), _positions(edge_of)
         # The in-edges of the k-th such position: (source position, edge position) at
         # many_first[k] to many_first[k + 1] (flat arrays: 1.3 M lists of pairs were 0.3 GB).
         lo, hi = first[live[many]], first[live[many] + 1]
         offsets = np.r_[0, np.cumsum(hi - lo)]
         at = np.repeat(lo - offsets[:-1], hi - lo) + np.arange(int(offsets[-1]))
-        self.many_first = _ints(offsets)
-        self.many_src, self.many_edge = _ints(ps[by_dst[at]]), _ints(by_dst[at])
+        self.many_first = _positions(offsets)
+        self.many_src, self.many_edge = _positions(ps[by_dst[at]]), _positions(by_dst[at])
         self.sink_pos = pos
         self.dst_pos = pd
         self.src_pos = ps
@@ -203,7 +207,7 @@ class ReplayWindow:
                               self.fixed.tobytes())
         return self._walk_back(int(pos[sink]), times, ps, pd, w, ids, np.r_[edit.add_kind, 0])
 
-    def _walk_back(self, at: int, times: array[int], ps: I64, pd: I64, w: I64, ids: I64, add_kind: I64
+    def _walk_back(self, at: int, times: array[int], ps: I32, pd: I32, w: I64, ids: I64, add_kind: I64
                    ) -> EditedPath:
         g, n_graph = self.g, self.g.src.size
         if at < 0:
@@ -265,6 +269,13 @@ def _ints(values: npt.NDArray[np.integer[Any]]) -> array[int]:
     held 4 GB)."""
     out = array("q")
     out.frombytes(np.ascontiguousarray(values, dtype=np.int64).data.cast("B"))  # (no copy between)
+    return out
+
+
+def _positions(values: npt.NDArray[np.integer[Any]]) -> array[int]:
+    """Positions in a window (under 2^31) as the replay's loops read them, half of ``_ints``."""
+    out = array("i")
+    out.frombytes(np.ascontiguousarray(values, dtype=np.int32).data.cast("B"))
     return out
 
 

@@ -54,17 +54,33 @@ class WindowEdges:
         self.replay: ReplayWindow = model.replay.window(path.window_start, path.window_end)
         g, rules = model.graph, model.rules
         self.ids = self.replay.edges
-        self.kind = g.kind[self.ids].astype(np.int64)
+        # (Kinds as the graph's bytes; ends and launch calls gathered when an edit asks: a
+        # whole-trace window of a large export has 17 M edges, 136 MB an int64 column.)
+        self.kind = g.kind[self.ids]
         self.attr = g.attr[self.ids]
-        self.src, self.dst = g.src[self.ids], g.dst[self.ids]
         self.category = rules.category[self.ids]
         safe = np.maximum(self.attr, 0)
         self.context = np.where(self.attr >= 0, rules.ctx.context[safe], int(HostPurpose.NONE))
-        gpu = self.kind == int(Edge.GPU)
-        self.launch = np.where(gpu & (self.attr >= 0), rules.launch[safe], -1)
-        self.launch_context = np.where(self.launch >= 0, rules.ctx.context[np.maximum(self.launch, 0)],
-                                       int(HostPurpose.NONE))
+        launch = self.launch
+        self.launch_context = np.where(launch >= 0, rules.ctx.context[np.maximum(launch, 0)], int(HostPurpose.NONE))
         self._unedited: EditedPath | None = None
+
+    @property
+    def src(self) -> I64:
+        out: I64 = self.model.graph.src[self.ids]
+        return out
+
+    @property
+    def dst(self) -> I64:
+        out: I64 = self.model.graph.dst[self.ids]
+        return out
+
+    @property
+    def launch(self) -> I64:
+        """Per edge, the launch call of the GPU activity it runs (-1: none)."""
+        gpu = (self.kind == int(Edge.GPU)) & (self.attr >= 0)
+        out: I64 = np.where(gpu, self.model.rules.launch[np.maximum(self.attr, 0)], -1)
+        return out
 
     def unedited(self, drain: Callable[[], GraphEdit]) -> EditedPath:
         """The window replayed with ``drain`` alone, once: every prediction whose edits change
@@ -81,7 +97,7 @@ class WindowEdges:
     def in_part(self, name: str) -> B:
         """The edges the account puts in the part ``name``."""
         rules = self.model.rules
-        part, _, _ = rules.of_edges(self.kind, self.attr, self.category, self.src, self.dst)
+        part, _, _ = rules.of_edges(self.kind.astype(np.int64), self.attr, self.category, self.src, self.dst)
         names = np.array([p.name for p in rules.parts], dtype=object)
         mask: B = names[part] == name if part.size else np.zeros(0, dtype=bool)
         return mask
