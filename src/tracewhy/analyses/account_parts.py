@@ -28,6 +28,7 @@ from tracewhy.analyses import api_names
 from tracewhy.analyses.account_compiled import CompiledFrames
 from tracewhy.analyses.account_host import HostContext, HostPurpose, host_context
 from tracewhy.analyses.account_names import Part, PartKind, PartName
+from tracewhy.analyses.account_slices import KernelFamilies, KindNames
 from tracewhy.analyses.account_unrecorded import FirstGpuWork
 from tracewhy.analyses.critical_path_edges import Edge
 from tracewhy.analyses.critical_path_graph import Graph
@@ -51,8 +52,6 @@ CATEGORY_CODE: Final = {c: i for i, c in enumerate(CATEGORIES)}
 #: Edges decided at once (``PartRules.of_edges``): thirteen int64 key columns of 256 k edges are
 #: 27 MB, and a chunk decides its few hundred keys in milliseconds.
 DECIDE_CHUNK = 1 << 18
-#: Each kind's name at its code (the kind column's physical value).
-_KIND_NAMES: Final = np.array([k.value for k in Kind], dtype=object)
 
 
 class PartRules:
@@ -67,18 +66,16 @@ class PartRules:
         #: Each edge's category code (CATEGORY_CODE), one byte an edge.
         self.category = labels.category_code
         s = trace.slices
-        # Kind names through one array of the few names, not a string object per slice (8 M
-        # slices of a large export: 0.7 GB).
+        # Kind names through their codes (``account_slices``).
         self.kind_code = s.get_column(Col.KIND).to_physical().to_numpy().astype(np.int64)
-        self.kind = _KIND_NAMES[self.kind_code]
+        self.kind = KindNames(self.kind_code)
         self.slice_ts = s.get_column(Col.TS).to_numpy()
         self.launch = s.get_column(Col.LAUNCH).fill_null(-1).to_numpy()
         self.slice_end = self.slice_ts + np.maximum(s.get_column(Col.DUR).to_numpy(), 0)
         self.cpu_only = trace.kind_columns(GPU_ACTIVITY_KINDS, Col.ID).height == 0
         self.host: HostIndex = host if host is not None else build_host_index(trace)
         classes = classify_kernels(trace)
-        self.family = dict(zip(classes.get_column(Col.ID).to_list(), classes.get_column("family").to_list(),
-                               strict=True))
+        self.family = KernelFamilies(classes)
         self.copies = {row[0]: row[1:] for row in trace.copy_attrs.select(
             CopyAttrCol.ID, pl.col(CopyAttrCol.COPY_KIND).cast(pl.String), pl.col(CopyAttrCol.SRC_MEM).cast(pl.String),
             pl.col(CopyAttrCol.DST_MEM).cast(pl.String), CopyAttrCol.BYTES).iter_rows()}
@@ -349,7 +346,7 @@ class PartRules:
 
     def gpu_part(self, activity: int, cat: str) -> int:
         if cat == Category.KERNELS:
-            family = self.family.get(activity, Family.OTHER.value)
+            family = self.family.of(activity)
             return self.part(f"kernels: {family}", PartKind.KERNELS, essential=True)
         if cat == Category.COMMUNICATION:
             # The kernel's name ("ncclDevKernel_AllReduce_..."), else the collective it was
