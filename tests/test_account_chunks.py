@@ -1,11 +1,12 @@
 """The step account decides its edges a chunk at a time (``account_parts.DECIDE_CHUNK``) so that a
 whole-trace window of a large export does not hold every edge's key columns at once. Chunking
 changes nothing: on real traces the account, the parts and items in the order they were
-numbered, each edge's part and item, and a prediction are the same with chunks of a few dozen
-edges as in one pass."""
+numbered, and each edge's part, item and owner on a whole window are the same with chunks of a
+few dozen edges as in one pass."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -14,25 +15,27 @@ import pytest
 from conftest import shared_trace
 from tracewhy.analyses import account_parts
 from tracewhy.analyses.account import step_account, step_model
-from tracewhy.analyses.what_if import predict, suggested_edits
+from tracewhy.model.trace import Trace
 from tracewhy.readers import read_trace
 
-TRACES = ("nsys/nsysai_mfu_2gpu_before.sqlite.gz", "hta/a100_ddp2_rank0_nccl2.17.json.gz",
-          "hta/gp100_step_sync_gpu_user_annotation_2023.json.gz")
+#: An nsys export (NVTX ranges and runtime calls) and a DDP rank (ops, collectives).
+TRACES = ("nsys/nsysai_mfu_2gpu_before.sqlite.gz", "hta/a100_ddp2_rank0_nccl2.17.json.gz")
+
+
+@functools.cache
+def _trace(path: str) -> Trace:
+    return read_trace(shared_trace(path))
 
 
 def _everything(path: str) -> tuple[Any, ...]:
-    trace = read_trace(shared_trace(path))
+    trace = _trace(path)
     model = step_model(trace)
     account = step_account(trace, model=model)
-    edits = suggested_edits(model, account)
-    prediction = predict(model, edits)
     rules, g = model.rules, model.graph
     e = model.replay.window(model.paths[0].window_start, model.paths[0].window_end).edges
     part, item, owner = rules.of_edges(g.kind[e].astype(np.int64), g.attr[e], rules.category[e], g.src[e], g.dst[e])
     return (account.parts.rows(), account.per_step.rows(), account.evidence.rows(), list(rules.parts),
-            list(rules.items), part.tolist(), item.tolist(), owner.tolist(),
-            prediction.predicted_ns, prediction.parts)
+            list(rules.items), part.tolist(), item.tolist(), owner.tolist())
 
 
 @pytest.mark.parametrize("path", TRACES)
