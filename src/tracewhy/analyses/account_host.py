@@ -8,6 +8,7 @@ numbers); names only find the slices it reasons about (``api_names``, ``compile_
 from __future__ import annotations
 
 import bisect
+import posixpath
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Final
@@ -273,3 +274,15 @@ def top_collective(trace: Trace, context: npt.NDArray[np.int8], ids: I64) -> I64
         top = np.where((up >= 0) & (context[np.maximum(up, 0)] == comm), up, top)
         up = np.where(up >= 0, parent[np.maximum(up, 0)], -1)
     return top
+
+
+def frame_line(ctx: HostContext, frame: int) -> str:
+    """A user frame as "file.py:52 function" (the file's base name: the path is in the frame). A
+    frame already running when the profiler started is named without its line, which is the
+    profiler's start (a prof.step() line), where none of the frame's own time is."""
+    file, line, function, _ = parse_frame(ctx.name(frame))
+    if not file:
+        return function
+    if ctx.running_at_start[frame]:
+        return f"{posixpath.basename(file)} {function} (running at start)"
+    return f"{posixpath.basename(file)}:{line} {function}"

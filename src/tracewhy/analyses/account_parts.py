@@ -17,7 +17,6 @@ what its time was spent in, first by the edge and its category (``critical_path_
 
 from __future__ import annotations
 
-import posixpath
 from typing import Any, Final
 
 import numpy as np
@@ -26,9 +25,9 @@ import polars as pl
 
 from tracewhy.analyses import api_names
 from tracewhy.analyses.account_compiled import CompiledFrames
-from tracewhy.analyses.account_host import HostContext, HostPurpose, host_context
+from tracewhy.analyses.account_host import HostContext, HostPurpose, frame_line, host_context
 from tracewhy.analyses.account_names import Part, PartKind, PartName
-from tracewhy.analyses.account_slices import KernelFamilies, KindNames
+from tracewhy.analyses.account_slices import KernelFamilies, KindNames, copy_label
 from tracewhy.analyses.account_unrecorded import FirstGpuWork
 from tracewhy.analyses.critical_path_edges import Edge
 from tracewhy.analyses.critical_path_graph import Graph
@@ -37,7 +36,7 @@ from tracewhy.analyses.distinct_rows import distinct_rows
 from tracewhy.analyses.families import Family, classify_kernels, collective_op
 from tracewhy.analyses.host_activity import HostIndex, build_host_index
 from tracewhy.analyses.name_codes import NameCodes, distinct_names
-from tracewhy.analyses.source_lines import HostTree, parse_frame
+from tracewhy.analyses.source_lines import HostTree
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, CopyAttrCol, Kind
 from tracewhy.model.trace import Trace
 
@@ -181,7 +180,7 @@ class PartRules:
 
     def _frame_line(self, frame: int) -> str:
         label = self.compiled.lines_of.get(frame)
-        return label if label is not None else _line(self.ctx, frame)
+        return label if label is not None else frame_line(self.ctx, frame)
 
     def _features(self, kind: I64, attr: I64) -> list[I64]:
         """What the rules read of each edge's slice, as codes (see ``of_edges``)."""
@@ -334,9 +333,7 @@ class PartRules:
         for family, ids in classes.group_by("family", maintain_order=True).agg(pl.col(Col.ID)).iter_rows():
             if family == Family.COMMUNICATION.value:
                 for i in ids:
-                    launch = int(self.launch[i])
-                    out[i] = self.item(collective_op(self.ctx.name(i))
-                                       or (self.ctx.collective[launch] if launch >= 0 else None) or "collective")
+                    out[i] = self.item(self._collective(i))
             else:
                 out[np.asarray(ids, dtype=np.int64)] = self.item(str(family))
         copies = s.filter(pl.col(Col.KIND).is_in([Kind.MEMCPY.value, Kind.MEMSET.value])).get_column(Col.ID).to_numpy()
@@ -349,27 +346,19 @@ class PartRules:
             family = self.family.of(activity)
             return self.part(f"kernels: {family}", PartKind.KERNELS, essential=True)
         if cat == Category.COMMUNICATION:
-            # The kernel's name ("ncclDevKernel_AllReduce_..."), else the collective it was
-            # launched under (RCCL's ncclDevKernel_Generic names none).
-            launch = int(self.launch[activity])
-            collective = (collective_op(self.ctx.name(activity))
-                          or (self.ctx.collective[launch] if launch >= 0 else None) or "collective")
-            return self.part(f"communication: {collective}", PartKind.COMMUNICATION)
+            return self.part(f"communication: {self._collective(activity)}", PartKind.COMMUNICATION)
         what = self._copy(activity)
         return self.part(f"copies: {what}", PartKind.COPIES, essential=what in _DEVICE_COPIES)
 
+    def _collective(self, activity: int) -> str:
+        """The kernel's name ("ncclDevKernel_AllReduce_..."), else the collective it was launched
+        under (RCCL's ncclDevKernel_Generic names none)."""
+        launch = int(self.launch[activity])
+        return (collective_op(self.ctx.name(activity)) or (self.ctx.collective[launch] if launch >= 0 else None)
+                or "collective")
+
     def _copy(self, activity: int) -> str:
-        """A copy's direction and, for a host transfer, the host memory's kind ("HtoD pinned")."""
-        kind = self.kind[activity]
-        if kind == Kind.MEMSET.value:
-            return "memset"
-        if kind == Kind.KERNEL.value:
-            return "copy kernels"
-        direction, src_mem, dst_mem, _ = self.copies.get(activity, (None, None, None, None))
-        if direction is None:
-            return "unknown"
-        host_mem = src_mem if direction.startswith("H") else dst_mem if direction.endswith("H") else None
-        return f"{direction} {host_mem.lower()}" if host_mem else direction
+        return copy_label(self.kind[activity], self.copies.get(activity))
 
     def copy_bytes(self, activity: int) -> int:
         got = self.copies.get(activity)
@@ -409,14 +398,3 @@ class PartRules:
             return self.part(f"host: {ctx.name(slice_id)}", PartKind.HOST), item
         return self.part(PartName.UNTRACED, PartKind.IDLE), self.item("nothing but the step open")
 
-
-def _line(ctx: HostContext, frame: int) -> str:
-    """A user frame as "file.py:52 function" (the file's base name: the path is in the frame). A
-    frame already running when the profiler started is named without its line, which is the
-    profiler's start (a prof.step() line), where none of the frame's own time is."""
-    file, line, function, _ = parse_frame(ctx.name(frame))
-    if not file:
-        return function
-    if ctx.running_at_start[frame]:
-        return f"{posixpath.basename(file)} {function} (running at start)"
-    return f"{posixpath.basename(file)}:{line} {function}"

@@ -46,3 +46,17 @@ class KernelFamilies:
         """A kernel's family (the other family for a slice not classified); the last row of an id."""
         at = int(np.searchsorted(self.ids, kernel, side="right")) - 1
         return self.names[int(self.codes[at])] if at >= 0 and self.ids[at] == kernel else Family.OTHER.value
+
+
+def copy_label(kind: Any, attrs: tuple[Any, ...] | None) -> str:
+    """A copy's direction and, for a host transfer, the host memory's kind ("HtoD pinned"), from
+    its slice kind and its copy attributes (direction, source and destination memory, ...)."""
+    if kind == Kind.MEMSET.value:
+        return "memset"
+    if kind == Kind.KERNEL.value:
+        return "copy kernels"
+    direction, src_mem, dst_mem = attrs[:3] if attrs is not None else (None, None, None)
+    if direction is None:
+        return "unknown"
+    host_mem = src_mem if direction.startswith("H") else dst_mem if direction.endswith("H") else None
+    return f"{direction} {host_mem.lower()}" if host_mem else str(direction)

@@ -78,3 +78,16 @@ def reduced_by_hand(w: WindowEdges, optimizer_start: int) -> npt.NDArray[np.bool
     calls = w.model.rules.ctx.outer_op[np.maximum(w.attr, 0)]
     chosen: npt.NDArray[np.bool_] = comm & after & ~np.isin(calls, ctx.outer_op[launching])
     return chosen
+
+
+def optimizer_start(w: WindowEdges) -> int:
+    """The start node of the first optimizer-context slice in the window (-1: none): what reads
+    the gradients a collective reduced."""
+    g = w.model.graph
+    opt = w.host() & (w.context == int(HostPurpose.OPTIMIZER))
+    if not opt.any():
+        return -1
+    starts = w.src[opt][w.src[opt] % 2 == 0]
+    if starts.size == 0:
+        return -1
+    return int(starts[np.argmin(g.node_ts[starts])])

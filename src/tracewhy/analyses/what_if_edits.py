@@ -22,7 +22,7 @@ from tracewhy.analyses.critical_path_edges import Edge
 from tracewhy.analyses.critical_path_graph import Graph
 from tracewhy.analyses.critical_path_replay import EditedPath, GraphEdit, ReplayWindow
 from tracewhy.analyses.critical_path_walk import Category
-from tracewhy.analyses.what_if_comm import reduced_by_hand
+from tracewhy.analyses.what_if_comm import optimizer_start, reduced_by_hand
 from tracewhy.analyses.what_if_gaps import (
     after_rerun_nodes,
     checkpoint_entries,
@@ -351,7 +351,7 @@ class HideCollective:
         backward = comm & (w.launch >= 0) & ctx.in_backward[np.maximum(w.launch, 0)]
         moved = {int(a) for a in w.attr[backward].tolist() if self._matches(w, a)}
         host = w.host() & (w.context == int(HostPurpose.COMMUNICATION)) & ctx.in_backward[np.maximum(w.attr, 0)]
-        by_hand = reduced_by_hand(w, _optimizer_start(w))
+        by_hand = reduced_by_hand(w, optimizer_start(w))
         host |= by_hand
         if self.collective is not None:
             rows = np.flatnonzero(host)
@@ -366,7 +366,7 @@ class HideCollective:
             return edit
         ends = np.asarray(sorted(2 * _node_of(g, a) + 1 for a in moved), dtype=np.int64)
         waits = np.isin(w.src, ends) & np.isin(w.kind, [int(Edge.EVENT_WAIT), int(Edge.SYNC)])
-        consumer = _optimizer_start(w)
+        consumer = optimizer_start(w)
         read = ends[g.node_ts[ends] <= g.node_ts[consumer]] if consumer >= 0 else ends[:0]
         return edit + w.off_stream(moved) + GraphEdit(
             drop=w.ids[waits], add_src=read, add_dst=np.full(read.size, consumer, dtype=np.int64),
@@ -396,15 +396,3 @@ Edit = (DropSync | OverlapCopies | PrefetchData | MultiTensorOptimizer | RemoveR
 def _node_of(graph: Graph, slice_id: int) -> int:
     """i such that nodes 2i and 2i + 1 are the slice's start and end (graph slices are in id order)."""
     return int(np.searchsorted(graph.node_slice[0::2], slice_id))
-
-
-def _optimizer_start(w: WindowEdges) -> int:
-    """The start node of the first optimizer-context slice in the window (-1: none)."""
-    g = w.model.graph
-    opt = w.host() & (w.context == int(HostPurpose.OPTIMIZER))
-    if not opt.any():
-        return -1
-    starts = w.src[opt][w.src[opt] % 2 == 0]
-    if starts.size == 0:
-        return -1
-    return int(starts[np.argmin(g.node_ts[starts])])
