@@ -66,6 +66,10 @@ class Graph:
         out: I64 = ts[self.dst] - ts[self.src]
         return out
 
+    def end_node(self, slice_id: int) -> int:
+        """The node where this slice ends (the graph's slices are in id order)."""
+        return 2 * int(np.searchsorted(self.node_slice[0::2], slice_id)) + 1
+
 
 def build_graph(trace: Trace) -> Graph:
     """The graph of a whole trace; see the module docstring for what its edges are."""

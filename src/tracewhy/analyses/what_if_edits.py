@@ -19,7 +19,6 @@ from tracewhy.analyses.account import StepModel, WindowPath
 from tracewhy.analyses.account_host import HostPurpose, top_collective
 from tracewhy.analyses.account_parts import CATEGORY_CODE
 from tracewhy.analyses.critical_path_edges import Edge
-from tracewhy.analyses.critical_path_graph import Graph
 from tracewhy.analyses.critical_path_replay import EditedPath, GraphEdit, ReplayWindow
 from tracewhy.analyses.critical_path_walk import Category
 from tracewhy.analyses.what_if_comm import optimizer_start, reduced_by_hand
@@ -64,6 +63,7 @@ class WindowEdges:
         launch = self.launch
         self.launch_context = np.where(launch >= 0, rules.ctx.context[np.maximum(launch, 0)], int(HostPurpose.NONE))
         self._unedited: EditedPath | None = None
+        self._parts: I64 | None = None
 
     @property
     def src(self) -> I64:
@@ -95,11 +95,13 @@ class WindowEdges:
         return mask
 
     def in_part(self, name: str) -> B:
-        """The edges the account puts in the part ``name``."""
+        """The edges the account puts in the part ``name`` (each edge's part decided once per
+        window: 5 s for a whole-trace window's 17 M edges, once per edit that removes a part)."""
         rules = self.model.rules
-        part, _, _ = rules.of_edges(self.kind.astype(np.int64), self.attr, self.category, self.src, self.dst)
+        if self._parts is None:
+            self._parts = rules.of_edges(self.kind.astype(np.int64), self.attr, self.category, self.src, self.dst)[0]
         names = np.array([p.name for p in rules.parts], dtype=object)
-        mask: B = names[part] == name if part.size else np.zeros(0, dtype=bool)
+        mask: B = names[self._parts] == name if self._parts.size else np.zeros(0, dtype=bool)
         return mask
 
     def removing(self, host: B, gpu: B) -> GraphEdit:
@@ -364,7 +366,7 @@ class HideCollective:
         edit = w.removing(host, np.zeros(w.ids.size, dtype=bool)) + untraced_around(w, set(calls.tolist()))
         if not moved:
             return edit
-        ends = np.asarray(sorted(2 * _node_of(g, a) + 1 for a in moved), dtype=np.int64)
+        ends = np.asarray(sorted(g.end_node(a) for a in moved), dtype=np.int64)
         waits = np.isin(w.src, ends) & np.isin(w.kind, [int(Edge.EVENT_WAIT), int(Edge.SYNC)])
         consumer = optimizer_start(w)
         read = ends[g.node_ts[ends] <= g.node_ts[consumer]] if consumer >= 0 else ends[:0]
@@ -391,8 +393,3 @@ class Fix(Protocol):
 
 Edit = (DropSync | OverlapCopies | PrefetchData | MultiTensorOptimizer | RemoveRecompute | RemoveCompile
         | HideCollective | RemoveSlices | RemovePart)
-
-
-def _node_of(graph: Graph, slice_id: int) -> int:
-    """i such that nodes 2i and 2i + 1 are the slice's start and end (graph slices are in id order)."""
-    return int(np.searchsorted(graph.node_slice[0::2], slice_id))
