@@ -81,6 +81,16 @@ def open_regular(file: Path) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
+def read_manifest(entry: Path) -> dict[str, Any]:
+    """An entry's manifest (its key, content hash, identity, tables and metadata); OSError or
+    ValueError when the entry has no readable one."""
+    with open_regular(entry / META_FILE) as f:
+        manifest = json.loads(f.read())
+    if not isinstance(manifest, dict):
+        raise ValueError("manifest is not an object")
+    return manifest
+
+
 def trusted_entry_exists(path: str) -> bool:
     """Whether the default cache directory holds an entry of the file ``path`` names whose
     stored identity the file still has: a read of it will most likely be served from there. Not
@@ -93,9 +103,7 @@ def trusted_entry_exists(path: str) -> bool:
         current = identity(file.stat())
         root = default_cache_dir()
         for entry in root.glob(path_hash(str(file.resolve())) + "-*"):
-            with open_regular(entry / META_FILE) as f:
-                manifest = json.loads(f.read())
-            if isinstance(manifest, dict) and identity_trusted(manifest, current):
+            if identity_trusted(read_manifest(entry), current):
                 return True
     except (OSError, RuntimeError, ValueError):  # no cache here, or an entry that is not one
         return False

@@ -42,6 +42,7 @@ from tracewhy.cache_place import (
     identity_trusted,
     open_regular,
     path_hash,
+    read_manifest,
 )
 from tracewhy.model.schema import TABLE_SCHEMAS
 from tracewhy.model.trace import Trace, TraceMeta
@@ -206,12 +207,8 @@ def _table_names() -> list[str]:
 def _read_manifest(entry: Path) -> dict[str, Any] | None:
     """The entry's manifest, or None when there is no entry (a broken one is removed)."""
     try:
-        with open_regular(entry / META_FILE) as f:
-            manifest = msgspec.json.decode(f.read())
-        if not isinstance(manifest, dict):
-            raise ValueError("manifest is not an object")
-        return manifest
-    except (OSError, ValueError, msgspec.DecodeError):
+        return read_manifest(entry)
+    except (OSError, ValueError):
         if os.path.lexists(entry):  # unlike Path.exists, never raises (an unsearchable directory)
             _discard(entry)  # a directory without a readable manifest is broken
         return None
