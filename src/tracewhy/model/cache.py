@@ -261,7 +261,7 @@ def _verify(file: Path, info: dict[str, Any]) -> None:
 
 
 def _store(
-    root: Path, entry: Path, key: dict[str, Any], content: str, identity: dict[str, Any], trace: Trace
+    root: Path, entry: Path, key: dict[str, Any], content: str, stored_identity: dict[str, Any], trace: Trace
 ) -> None:
     """Write ``trace`` (already checked by the reader's caller) as a new entry."""
     tmp: Path | None = None
@@ -280,7 +280,8 @@ def _store(
                 "file": file.name, "bytes": len(data), "xxh3_64": xxhash.xxh3_64_intdigest(data), "rows": df.height,
             }
         manifest = {
-            "key": key, "content_xxh3_128": content, "identity": identity, "tables": tables, "meta": trace.meta,
+            "key": key, "content_xxh3_128": content, "identity": stored_identity, "tables": tables,
+            "meta": trace.meta,
         }
         (tmp / META_FILE).write_bytes(msgspec.json.encode(manifest))
         prefix = entry.name.split("-", 1)[0] + "-"
