@@ -73,10 +73,6 @@ MISSES = {
     # 4.5 ms of mm per step against 2.8 to 3.0), with or without the logging: noise that moves the
     # medians' before. 3.53 predicted of 4.89 (of 3.84 paired, 8%).
     "host_logging": "backward's mm ran 2x slower in three before captures (and one after), with or without logging",
-    # The edit hides all the reduction (35 ms per step between backward's last gemm and the
-    # optimizer); with DDP 15 ms of it still follows backward (the last bucket), and gloo's thread
-    # took 44 ms per step instead of 30 beside backward, both ranks on two cores: 37 of 18 ms.
-    "grad_allreduce": "on two shared cores gloo's thread competes with backward and the last bucket follows it",
 }
 
 

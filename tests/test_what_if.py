@@ -181,8 +181,11 @@ def test_gradients_reduced_by_hand_after_backward_are_hidden_with_their_waits(tm
     # gloo on CPU, the gradients all-reduced by hand once backward (10-300) is done: each
     # c10d::allreduce_ (20 µs) is followed by its untraced wait (to 600, to 800) before the
     # division; then the optimizer (820-990, two aten::add_). Hidden (as DDP would issue them
-    # from backward), the calls leave and their waits shrink to the gap two kept ops leave
-    # (10 µs): 1000 - 40 - (280 - 10) - (170 - 10).
+    # from backward), the calls leave the thread and their waits shrink to the gap two kept ops
+    # leave (10 µs): 40 + (280 - 10) + (170 - 10) = 470 µs off the thread. That data movement
+    # still takes its time, on gloo's thread, from backward's start (no AccumulateGrad here):
+    # the optimizer starts at 10 + 470 = 480, not 820, and the step ends 340 µs sooner. Had the
+    # reduction not been on the clock, the step would have lost all 470 (its old prediction).
     b = _steps(KinetoBuilder())
     b.op("autograd::engine::evaluate_function: AddmmBackward0", 10, 290)
     b.op("c10d::allreduce_", 310, 20).op("aten::div_", 600, 10)
@@ -190,8 +193,25 @@ def test_gradients_reduced_by_hand_after_backward_are_hidden_with_their_waits(tm
     b.annotation("Optimizer.step#SGD.step", 820, 170).op("aten::add_", 820, 70).op("aten::add_", 900, 80)
     m = _model(tmp_path, b)
     assert _first_step(m) == 1000
-    assert _first_step(m, HideCollective("all_reduce")) == 1000 - 40 - 270 - 160
+    assert _first_step(m, HideCollective("all_reduce")) == 1000 - (820 - (10 + 470))
     assert _first_step(m, HideCollective("broadcast")) == 1000
+
+
+def test_a_reduction_on_the_backends_thread_is_counted_once(tmp_path: Path) -> None:
+    # The same by-hand reduction, with gloo's own thread recording its work (a gloo:all_reduce
+    # range, 330-590, while the caller waits untraced): hidden, what the lane carries is the
+    # time the data moved on the clock, 470 µs as above, not that plus the 260 µs range. The
+    # optimizer still starts at 480, and what it waited for is communication.
+    b = _steps(KinetoBuilder())
+    b.op("autograd::engine::evaluate_function: AddmmBackward0", 10, 290)
+    b.op("c10d::allreduce_", 310, 20).annotation("gloo:all_reduce", 330, 260, tid=2).op("aten::div_", 600, 10)
+    b.op("c10d::allreduce_", 620, 20).annotation("gloo:all_reduce", 640, 150, tid=2).op("aten::div_", 800, 10)
+    b.annotation("Optimizer.step#SGD.step", 820, 170).op("aten::add_", 820, 70).op("aten::add_", 900, 80)
+    m = _model(tmp_path, b)
+    assert _first_step(m, HideCollective("all_reduce")) == 1000 - (820 - (10 + 470))
+    p = predict(m, [HideCollective("all_reduce")], [WindowEdges(m, m.paths[0])])
+    assert p.next_bottleneck == "communication: all_reduce"
+    assert p.parts["communication: all_reduce"] == 470 * US
 
 
 def test_a_collective_before_backward_is_no_gradient_reduction(tmp_path: Path) -> None:

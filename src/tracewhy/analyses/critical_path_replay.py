@@ -32,7 +32,10 @@ class GraphEdit:
     """A change to a window's graph: edges dropped (a wait that no longer happens), edges whose
     replay weight is scaled (0: the work leaves; a fraction: it gets cheaper), and edges added
     between existing instants (a new dependency), each with its weight, Edge kind and attributed
-    slice. Added edges must run forward in time (their source no later than their end)."""
+    slice. Added edges must run forward in time (their source no later than their end). An added
+    edge with weight stands for work moved off the graph's timelines (a collective a CPU backend
+    would run on its own thread): ``add_like`` names, per added edge, the graph edge whose part
+    the account gives its time (-1 or none given: no part)."""
 
     drop: I64 = field(default_factory=_none)
     scaled: I64 = field(default_factory=_none)
@@ -42,6 +45,7 @@ class GraphEdit:
     add_weight: I64 = field(default_factory=_none)
     add_kind: I64 = field(default_factory=_none)
     add_attr: I64 = field(default_factory=_none)
+    add_like: I64 = field(default_factory=_none)
 
     def __add__(self, other: GraphEdit) -> GraphEdit:
         """Both edits at once: drops united, factors multiplied, additions kept."""
@@ -49,7 +53,15 @@ class GraphEdit:
             drop=np.union1d(self.drop, other.drop), scaled=np.r_[self.scaled, other.scaled],
             factor=np.r_[self.factor, other.factor], add_src=np.r_[self.add_src, other.add_src],
             add_dst=np.r_[self.add_dst, other.add_dst], add_weight=np.r_[self.add_weight, other.add_weight],
-            add_kind=np.r_[self.add_kind, other.add_kind], add_attr=np.r_[self.add_attr, other.add_attr])
+            add_kind=np.r_[self.add_kind, other.add_kind], add_attr=np.r_[self.add_attr, other.add_attr],
+            add_like=np.r_[self.like, other.like])
+
+    @property
+    def like(self) -> I64:
+        """``add_like`` with one entry per added edge (-1 where none was given)."""
+        if self.add_like.size == self.add_src.size:
+            return self.add_like
+        return np.full(self.add_src.size, -1, dtype=np.int64)
 
     @property
     def empty(self) -> bool:

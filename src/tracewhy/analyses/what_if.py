@@ -125,8 +125,13 @@ def predict(model: StepModel, edits: Sequence[Fix], windows: list[WindowEdges] |
                     else w.replay.edited(p.sink, edit + _drain(model, p)))
         shortened = int(g.node_ts[p.sink]) - replayed.end_ns
         predicted.append(window - shortened)
-        real = replayed.edges < g.src.size
-        e = replayed.edges[real]
+        # An added edge's time goes to the part of the graph edge it stands for (work moved off
+        # the timelines: ``GraphEdit.add_like``); the drain's edges weigh nothing.
+        added = replayed.edges - g.src.size
+        like = np.r_[edit.like, -1]
+        as_edge = np.where(added < 0, replayed.edges, like[np.clip(added, 0, like.size - 1)])
+        real = as_edge >= 0
+        e = as_edge[real]
         part, _, _ = rules.of_edges(g.kind[e].astype(np.int64), g.attr[e], rules.category[e], g.src[e], g.dst[e])
         totals = _add(totals, np.bincount(part, weights=replayed.dur_ns[real], minlength=len(rules.parts)).astype(
             np.float64))

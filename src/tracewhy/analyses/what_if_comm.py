@@ -2,14 +2,15 @@
 compute (``what_if_edits.HideCollective``) can save: exposed communication (no compute kernel
 beside it on the GPU) that runs while the path is on the host, or on compute the collectives
 run beside, is off the path, and hiding it changes nothing. Also which collective calls reduce
-gradients by hand (after backward, before the optimizer), which that edit hides as well.
+gradients by hand (after backward, before the optimizer), which that edit hides as well, and
+where the time of a collective run on the host (a CPU backend) goes when it is hidden.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -18,6 +19,7 @@ from tracewhy.analyses.account import StepModel, WindowPath
 from tracewhy.analyses.account_host import HostPurpose
 from tracewhy.analyses.account_names import PartKind
 from tracewhy.analyses.critical_path_edges import Edge
+from tracewhy.analyses.critical_path_replay import GraphEdit
 
 if TYPE_CHECKING:  # what_if_edits imports this module
     from tracewhy.analyses.what_if_edits import WindowEdges
@@ -91,3 +93,75 @@ def optimizer_start(w: WindowEdges) -> int:
     if starts.size == 0:
         return -1
     return int(starts[np.argmin(g.node_ts[starts])])
+
+
+#: The autograd node that hands a parameter its gradient (its RecordFunction name ends so:
+#: ``torch::autograd::AccumulateGrad``, under ``autograd::engine::evaluate_function: ...``).
+ACCUMULATE_NODE: Final = "AccumulateGrad"
+
+
+def host_collectives_lane(w: WindowEdges, removed: GraphEdit, consumer: int) -> GraphEdit:
+    """Where the time of collectives run on the host goes when they are hidden. A CPU backend
+    (gloo) moves and sums the data itself, in the call and the untraced waits after it
+    (``removed``: the edit that takes that time off the calling thread); hidden under backward
+    (DDP's gradient hooks) the same work runs on the backend's own thread, one collective after
+    another, from when the first gradient exists (the end of backward's first ``AccumulateGrad``
+    node, else backward's start; or the first call's start, for calls from backward) to what
+    reads the gradients (``consumer``, the optimizer's start; -1: the window's end). So one edge
+    of that much time joins the two: the step is no shorter than backward's first gradient plus
+    all the data moved. That time is the removed
+    edges' on the clock, not their sum: the calling thread waits while the backend's thread
+    works (``gloo:all_reduce`` ranges on its own threads), the same time on two threads."""
+    g = w.model.graph
+    if removed.scaled.size == 0:
+        return GraphEdit()
+    moved = _wall_time(g.node_ts[g.src[removed.scaled]],
+                       w.model.replay.weight[removed.scaled] * (1.0 - removed.factor))
+    in_calls = w.host() & np.isin(w.ids, removed.scaled) & (w.context == int(HostPurpose.COMMUNICATION))
+    calls = w.ids[in_calls]
+    # A call from backward's hooks had its gradient when it started.
+    starts = np.r_[_first_gradient(w), w.src[in_calls]]
+    starts = starts[starts >= 0]
+    start = int(starts[np.argmin(g.node_ts[starts])]) if starts.size else -1
+    end = consumer if consumer >= 0 else w.path.sink
+    if moved <= 0 or start < 0 or end < 0 or g.node_ts[start] > g.node_ts[end]:
+        return GraphEdit()
+    # The time is the collective's: the part of its call's longest edge.
+    like = int(calls[np.argmax(w.model.replay.weight[calls])]) if calls.size else -1
+    attr = int(g.attr[like]) if like >= 0 else -1
+    return GraphEdit(add_src=np.array([start]), add_dst=np.array([end]), add_weight=np.array([moved]),
+                     add_kind=np.array([int(Edge.HOST)]), add_attr=np.array([attr]), add_like=np.array([like]))
+
+
+def _first_gradient(w: WindowEdges) -> int:
+    """The node where backward's first ``AccumulateGrad`` node ends (else backward's first
+    instant); -1 without backward in the window."""
+    g, ctx = w.model.graph, w.model.rules.ctx
+    backward = w.host() & (w.context == int(HostPurpose.BACKWARD))
+    if not backward.any():
+        return -1
+    outer = ctx.outer_op[np.maximum(w.attr, 0)]
+    ops = np.unique(outer[backward & (outer >= 0)])
+    accumulate = [int(o) for o in ops.tolist() if ctx.name(int(o)).endswith(ACCUMULATE_NODE)]
+    if not accumulate:
+        src = w.src[backward]
+        return int(src[np.argmin(g.node_ts[src])])
+    first = min(accumulate, key=lambda o: int(w.model.rules.slice_ts[o]))
+    dst = w.dst[backward & (outer == first)]
+    return int(dst[np.argmax(g.node_ts[dst])])
+
+
+def _wall_time(start: npt.NDArray[np.int64], length: npt.NDArray[np.float64]) -> int:
+    """How long the intervals [start, start + length) cover together (their union's length)."""
+    keep = length > 0
+    lo = start[keep].astype(np.float64)
+    hi = lo + length[keep]
+    order = np.argsort(lo, kind="stable")
+    lo, hi = lo[order], hi[order]
+    reach = np.maximum.accumulate(hi)
+    # An interval opens a new run where it starts after every earlier one has ended.
+    opens = np.r_[True, lo[1:] > reach[:-1]] if lo.size else np.zeros(0, dtype=bool)
+    run = np.cumsum(opens) - 1
+    ends = np.zeros(int(opens.sum()), dtype=np.float64)
+    np.maximum.at(ends, run, hi)
+    return round(float((ends - lo[opens]).sum()))

@@ -21,7 +21,7 @@ from tracewhy.analyses.account_parts import CATEGORY_CODE
 from tracewhy.analyses.critical_path_edges import Edge
 from tracewhy.analyses.critical_path_replay import EditedPath, GraphEdit, ReplayWindow
 from tracewhy.analyses.critical_path_walk import Category
-from tracewhy.analyses.what_if_comm import optimizer_start, reduced_by_hand
+from tracewhy.analyses.what_if_comm import host_collectives_lane, optimizer_start, reduced_by_hand
 from tracewhy.analyses.what_if_gaps import (
     after_rerun_nodes,
     checkpoint_entries,
@@ -334,10 +334,10 @@ class HideCollective:
     call in backward that launches GPU kernels stays: issuing an asynchronous collective (NCCL's
     c10d::allreduce_, record_param_comms, its launches) costs the host the same hidden or not;
     only its waits on the kernels go. A collective call in backward that launches nothing (a CPU
-    backend such as gloo moves the data inside the call) leaves with its time, and so do such
-    calls made by hand between backward and the optimizer (``what_if_comm.reduced_by_hand``),
-    with the untraced waits after them. ``collective``: only this one (``all_reduce``); None:
-    every one."""
+    backend such as gloo moves the data inside the call) leaves the thread with its time, and so
+    do such calls made by hand between backward and the optimizer (``reduced_by_hand``), with
+    the untraced waits after them: that time runs beside backward, and the optimizer waits for
+    it (``host_collectives_lane``). ``collective``: only this one; None: every one."""
 
     collective: str | None = None
 
@@ -364,11 +364,11 @@ class HideCollective:
             host[rows] = ~np.isin(top_collective(m.trace, ctx.context, w.attr[rows]), issuing[issuing >= 0])
         calls = ctx.outer_op[np.maximum(w.attr[host & by_hand], 0)]
         edit = w.removing(host, np.zeros(w.ids.size, dtype=bool)) + untraced_around(w, set(calls.tolist()))
-        if not moved:
-            return edit
+        consumer = optimizer_start(w)
+        if not moved:  # the backend runs the collectives on the host (gloo): their time moves
+            return edit + host_collectives_lane(w, edit, consumer)
         ends = np.asarray(sorted(g.end_node(a) for a in moved), dtype=np.int64)
         waits = np.isin(w.src, ends) & np.isin(w.kind, [int(Edge.EVENT_WAIT), int(Edge.SYNC)])
-        consumer = optimizer_start(w)
         read = ends[g.node_ts[ends] <= g.node_ts[consumer]] if consumer >= 0 else ends[:0]
         return edit + w.off_stream(moved) + GraphEdit(
             drop=w.ids[waits], add_src=read, add_dst=np.full(read.size, consumer, dtype=np.int64),

@@ -16,6 +16,7 @@ import numpy.typing as npt
 from tracewhy.analyses.account_host import HostPurpose
 from tracewhy.analyses.critical_path_edges import Edge
 from tracewhy.analyses.critical_path_replay import GraphEdit
+from tracewhy.analyses.what_if_comm import ACCUMULATE_NODE
 from tracewhy.analyses.what_if_edits import I64, WindowEdges
 from tracewhy.analyses.what_if_gaps import released_after, untraced_around
 from tracewhy.analyses.what_if_removals import RemovePart
@@ -23,9 +24,6 @@ from tracewhy.analyses.what_if_removals import RemovePart
 #: The ops ``zero_grad(set_to_none=False)`` runs per gradient (PyTorch's torch/optim/optimizer.py
 #: zeroes each grad with ``zero_()`` or, grouped by device and dtype, ``torch._foreach_zero_``).
 ZEROING_OPS: Final = frozenset({"aten::zero_", "aten::_foreach_zero_"})
-#: The autograd node that hands a parameter its gradient (its RecordFunction name ends so:
-#: ``torch::autograd::AccumulateGrad``, under ``autograd::engine::evaluate_function: ...``).
-ACCUMULATE_NODE: Final = "AccumulateGrad"
 #: What AccumulateGrad runs to add a new gradient into an existing one (``variable_grad +=
 #: new_grad`` in torch/csrc/autograd/functions/accumulate_grad.h).
 ACCUMULATION_OPS: Final = frozenset({"aten::add_"})
