@@ -96,3 +96,26 @@ def test_a_warmup_of_its_own_keeps_the_step_count_right(calls: collections.Count
     with_warmup = report_contents(path, ReportOptions(warmup=0))
     assert isinstance(plain, overview.Overview) and isinstance(with_warmup, overview.Overview)
     assert with_warmup.info.step_count == plain.info.step_count == plain.report.steps.table.height > 0
+
+
+def test_the_annotated_trace_is_the_same_from_the_exports_fewer_views() -> None:
+    # export computes only what the annotated trace draws (no op roofline, no MFU, no replayed
+    # critical-path gains): the file drawn from the report's every view is byte for byte the same.
+    from pathlib import Path
+
+    from tracewhy.findings.context import DiagnoseOptions
+    from tracewhy.readers import read_trace
+    from tracewhy.readers.registry import read_raw_events
+    from tracewhy.renderers.perfetto import render_perfetto
+
+    path = shared_trace("tracelens/h100_bert-small_bs1_seq512.json.gz")
+    trace = read_trace(path)
+    raw = read_raw_events(trace.meta.format, Path(path))
+    options = DiagnoseOptions(fixes_together=False)
+    every = overview.overview(trace, options)
+    drawn = overview.overview(trace, options, overview.ANNOTATED_TRACE_VIEWS)
+    assert every.mfu is not None and every.op_roofline is not None and drawn.mfu is None and drawn.op_roofline is None
+    assert every.critical_path is not None and drawn.critical_path is not None
+    assert every.critical_path.gains.get_column("gain_ns").drop_nulls().len() > 0
+    assert drawn.critical_path.gains.get_column("gain_ns").drop_nulls().len() == 0
+    assert render_perfetto(drawn, raw, trace) == render_perfetto(every, raw, trace)

@@ -15,7 +15,7 @@ from tracewhy.model.raw_events import RawEvents
 from tracewhy.model.trace import Trace
 from tracewhy.reports.diagnose import Report, diagnose
 from tracewhy.reports.inputs import PLAIN, Loader, TraceSource
-from tracewhy.reports.overview import Overview, overview
+from tracewhy.reports.overview import ANNOTATED_TRACE_VIEWS, Overview, overview
 from tracewhy.reports.sql import report_tables
 
 
@@ -50,7 +50,7 @@ def export_report(source: TraceSource, options: ExportOptions | None = None, loa
     diagnose_options = DiagnoseOptions(step_marker=options.step_marker, warmup=options.warmup, fixes_together=False)
     if not options.annotated:
         return ExportReport(trace, diagnose(trace, diagnose_options))
-    ov = overview(trace, diagnose_options)
+    ov = overview(trace, diagnose_options, ANNOTATED_TRACE_VIEWS)
     raw = None
     if isinstance(source, (str, PurePath)):
         from tracewhy.readers.registry import read_raw_events

@@ -5,6 +5,7 @@ renderings of this; neither computes anything itself."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 import polars as pl
 
@@ -37,12 +38,34 @@ CRITICAL_PATH_STEPS = 3
 
 
 @dataclass(frozen=True)
+class OverviewViews:
+    """The views an overview computes beyond those every rendering draws (the diagnosis, info,
+    utilization, the projection, ops, kernels, overlap, blocks and the critical path's walk)."""
+
+    #: The ops' roofline table and the MFU (the report's sections; the annotated trace has no track
+    #: for them).
+    op_roofline_and_mfu: bool = True
+    #: The step time the critical path's top items would save (a replay each: the report's items
+    #: table; the annotated trace draws the path's segments alone).
+    path_gains: bool = True
+
+
+#: What the HTML report draws: every view.
+REPORT_VIEWS: Final = OverviewViews()
+#: What the annotated trace for Perfetto draws (``renderers/perfetto.py``): no op roofline, no MFU
+#: and no critical-path gains (on the BERT trace 15-20 ms of CPU that nothing showed).
+ANNOTATED_TRACE_VIEWS: Final = OverviewViews(op_roofline_and_mfu=False, path_gains=False)
+
+
+@dataclass(frozen=True)
 class Overview:
     """``projection``: annotations projected onto the GPU (nvtx.gpu_projection's table), with
     ``device``, the device most of each range's work ran on. ``device_pids``: the pid each
     device's rows carry in the trace (Kineto writes the device index). ``blocks``: the block table
     alone (its ``instances`` are empty, as in diagnose). Optional parts are None when the trace
-    has no data for them (no GPU, no shapes)."""
+    has no data for them (no GPU, no shapes) or when the overview was not asked for them
+    (``OverviewViews``: then ``op_roofline`` and ``mfu`` are None and the critical path's
+    ``gain_ns`` null)."""
 
     info: InfoResult
     report: Report
@@ -63,8 +86,9 @@ class Overview:
         return steady_span(self.report.steps.table, start=StepCol.TS)
 
 
-def overview(trace: Trace, options: DiagnoseOptions | None = None) -> Overview:
-    """The diagnosis and every view the report and the export draw. The views do not depend on
+def overview(trace: Trace, options: DiagnoseOptions | None = None, views: OverviewViews = REPORT_VIEWS) -> Overview:
+    """The diagnosis and the views the report (``REPORT_VIEWS``) or the export
+    (``ANNOTATED_TRACE_VIEWS``) draws. The views do not depend on
     each other, so on small traces they run at once with the diagnosis (``reports/at_once.py``);
     blocks, overlap and the GPU work per range come from the diagnosis' own context, computed once."""
     options = options or DiagnoseOptions()
@@ -74,14 +98,20 @@ def overview(trace: Trace, options: DiagnoseOptions | None = None) -> Overview:
 
     def path() -> CriticalPathResult | None:
         steps_result = ctx.steps()
-        return critical_path(trace, CriticalPathOptions(marker=options.step_marker, max_steps=CRITICAL_PATH_STEPS),
-                             steps_result, graph=ctx.graph()) if steps_result.table.height else None
+        if not steps_result.table.height:
+            return None
+        path_options = CriticalPathOptions(marker=options.step_marker, max_steps=CRITICAL_PATH_STEPS,
+                                           gain_items=CriticalPathOptions.gain_items if views.path_gains else 0)
+        return critical_path(trace, path_options, steps_result, graph=ctx.graph())
 
     def roofline() -> OpRooflineResult | None:
-        roof = op_roofline(trace) if has_gpu and trace.op_attrs.height else None
+        drawn = views.op_roofline_and_mfu and has_gpu and trace.op_attrs.height
+        roof = op_roofline(trace) if drawn else None
         return roof if roof is not None and roof.ops.height else None
 
     def mfu() -> MfuResult | None:
+        if not views.op_roofline_and_mfu:
+            return None
         r = measure_mfu(trace, ctx.steps())
         return r if r.flops_source is not None else None
 
