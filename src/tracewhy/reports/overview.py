@@ -5,7 +5,7 @@ renderings of this; neither computes anything itself."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import polars as pl
 
@@ -13,7 +13,6 @@ from tracewhy.analyses.blocks import BlocksResult
 from tracewhy.analyses.critical_path import CriticalPathOptions, CriticalPathResult, critical_path
 from tracewhy.analyses.info import InfoResult, info
 from tracewhy.analyses.kernels import KernelsResult
-from tracewhy.analyses.mfu_steps import MfuResult, measure_mfu
 from tracewhy.analyses.nvtx import gpu_projection
 from tracewhy.analyses.nvtx_work import GpuWork
 from tracewhy.analyses.ops import OpsResult, ops
@@ -23,11 +22,14 @@ from tracewhy.analyses.utilization import UtilizationResult, utilization
 from tracewhy.findings.blocks import blocks_result, gpu_work_result
 from tracewhy.findings.context import Context, DiagnoseOptions
 from tracewhy.findings.overlap import overlap_result
-from tracewhy.findings.roofline_ops import OpRooflineResult, op_roofline
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col
 from tracewhy.model.trace import Trace
 from tracewhy.reports import at_once
 from tracewhy.reports.diagnose import Report, diagnose_in
+
+if TYPE_CHECKING:  # (loaded by the views that compute them: the export computes neither)
+    from tracewhy.analyses.mfu_steps import MfuResult
+    from tracewhy.findings.roofline_ops import OpRooflineResult
 
 #: Bins of the GPU-utilization series over the whole trace (a point per ~0.5% of its span).
 UTILIZATION_BINS = 200
@@ -105,13 +107,18 @@ def overview(trace: Trace, options: DiagnoseOptions | None = None, views: Overvi
         return critical_path(trace, path_options, steps_result, graph=ctx.graph())
 
     def roofline() -> OpRooflineResult | None:
-        drawn = views.op_roofline_and_mfu and has_gpu and trace.op_attrs.height
-        roof = op_roofline(trace) if drawn else None
-        return roof if roof is not None and roof.ops.height else None
+        if not (views.op_roofline_and_mfu and has_gpu and trace.op_attrs.height):
+            return None
+        from tracewhy.findings.roofline_ops import op_roofline
+
+        roof = op_roofline(trace)
+        return roof if roof.ops.height else None
 
     def mfu() -> MfuResult | None:
         if not views.op_roofline_and_mfu:
             return None
+        from tracewhy.analyses.mfu_steps import measure_mfu
+
         r = measure_mfu(trace, ctx.steps())
         return r if r.flops_source is not None else None
 
