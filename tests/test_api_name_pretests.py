@@ -10,18 +10,23 @@ import json
 import re
 from collections.abc import Callable
 from functools import cache
+from pathlib import Path
 
 import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from builders import KinetoBuilder
 from conftest import GENERATED, shared_trace
 from nsys_support import raw_db
 from tracewhy.analyses import api_names as a
 from tracewhy.analyses import compile_markers as cm
 from tracewhy.analyses import compile_slices, name_codes
 from tracewhy.analyses.name_codes import decide
+from tracewhy.findings import applicability, platform
+from tracewhy.findings.codes import Code
+from tracewhy.findings.context import Context, DiagnoseOptions
 from tracewhy.readers import read_trace
 
 #: Each rule and what its pattern alone says (the definitions before the pre-tests).
@@ -161,3 +166,49 @@ def test_compile_roles_are_all_among_the_names_the_column_keeps() -> None:
     assert compile_slices._roles(kept) == roles
     assert len(kept) < len(names) // 10
     assert set(roles.values()) >= {"region", "wrapper", "compile"}
+
+
+#: The rules' name searches a column test of literals precedes (every match holds one of them):
+#: DataParallel's ops (findings/platform.py) and the DataLoader's iterators (findings/applicability.py).
+LITERAL_SEARCHES: dict[str, tuple[re.Pattern[str], tuple[str, ...]]] = {
+    "data_parallel": (platform._DATA_PARALLEL, platform._DATA_PARALLEL_LITERALS),
+    "with_workers": (applicability._WITH_WORKERS, applicability._WITH_WORKERS_LITERALS),
+    "without_workers": (applicability._WITHOUT_WORKERS, applicability._WITHOUT_WORKERS_LITERALS),
+}
+#: A name each literal alone lets through, and names near them that the patterns refuse.
+LITERAL_EDGES = ["Broadcast", "ReduceAddCoalescedBackward", "Gather", "ScatterBackward", "GatherBackward\n",
+                 "torch.nn.DataParallel.forward", "Gathering", "xScatter", "DataParallel.forward2", "Broad cast",
+                 "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", "_worker_loop",
+                 "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "_worker_loo", "_SingleProcess"]
+
+
+@pytest.mark.parametrize("search", sorted(LITERAL_SEARCHES))
+def test_literal_pretests_find_what_the_patterns_find(search: str) -> None:
+    pattern, literals = LITERAL_SEARCHES[search]
+    names = [*_real_names(), *EDGES, *LITERAL_EDGES]
+    bare = [pattern.search(n) is not None for n in names]
+    for literal in literals:  # each literal lets through a name the pattern finds and no other literal does
+        assert any(hit and sum(other in n for other in literals) == 1 and literal in n
+                   for n, hit in zip(names, bare, strict=True)), literal
+    with pytest.MonkeyPatch.context() as few_names_too:
+        few_names_too.setattr(name_codes, "PRETEST_MIN_NAMES", 0)
+        assert decide(names, lambda n: pattern.search(n) is not None, a.holding_any(literals), False) == bare
+
+
+def test_the_run_facts_and_the_data_parallel_rule_find_names_through_the_column_test(tmp_path: Path) -> None:
+    # Over 2,000 distinct names (the column test's threshold): a trace of one process driving two
+    # GPUs, whose names are the edges above and many plain ops.
+    b = KinetoBuilder()
+    names = [*LITERAL_EDGES, *(f"aten::op{i}" for i in range(name_codes.PRETEST_MIN_NAMES))]
+    for i, name in enumerate(names):
+        b.op(name, ts=10.0 * i, dur=5.0)
+    b.launch("k0", 0.0, 2.0, 5.0, 3.0, device=0).launch("k1", 10.0, 2.0, 15.0, 3.0, device=1)
+    found = [f for f in platform.findings(Context(read_trace(b.write(tmp_path / "t.json")), DiagnoseOptions()))
+             if f.code == Code.DATA_PARALLEL_NOT_DDP]
+    assert [f.evidence["ops"] for f in found] == [
+        sorted(n for n in LITERAL_EDGES if platform._DATA_PARALLEL.search(n))]
+    assert found[0].evidence["ops"] == ["Broadcast", "Gather", "GatherBackward\n", "ReduceAddCoalescedBackward",
+                                        "ScatterBackward", "torch.nn.DataParallel.forward"]
+    assert applicability._loader_workers(names)[0] is True
+    assert applicability._loader_workers(names[12:])[0] is False
+    assert applicability._loader_workers(names[15:])[0] is None

@@ -186,6 +186,14 @@ def _literal(prefixes: tuple[str, ...] = (), holding: str | None = None) -> Pret
     return pretest
 
 
+def holding_any(literals: tuple[str, ...]) -> Pretest:
+    """Whether each name of a column holds one of ``literals`` (a pre-test for a pattern every
+    match of which holds one of them)."""
+    def pretest(names: pl.Series) -> pl.Series:
+        return names.str.contains_any(list(literals))
+    return pretest
+
+
 def _beginning(pattern: str) -> Pretest:
     """Whether each name of a column matches ``pattern``, a literal alternation anchored at the
     start (the same in polars' regex dialect as in Python's)."""

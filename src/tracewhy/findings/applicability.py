@@ -11,6 +11,8 @@ from typing import Any, Final
 
 import polars as pl
 
+from tracewhy.analyses.api_names import holding_any
+from tracewhy.analyses.name_codes import decide
 from tracewhy.findings.context import Context
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, Col, DeviceCol, Kind
 from tracewhy.model.trace import KINETO_FORMAT, NSYS_FORMAT, Trace
@@ -42,8 +44,10 @@ _TORCH_FRAME: Final = re.compile(r"(^|[/\\])torch[/\\]")
 #: The DataLoader's iterator class says whether it has workers (torch names the __next__
 #: annotation "enumerate(DataLoader)#<Iterator>.__next__"); a worker's own loop appears only
 #: when the worker process is in the capture (nsys with Python sampling).
-_WITH_WORKERS: Final = re.compile(r"_MultiProcessingDataLoaderIter|_worker_loop")
-_WITHOUT_WORKERS: Final = re.compile(r"_SingleProcessDataLoaderIter")
+_WITH_WORKERS_LITERALS: Final = ("_MultiProcessingDataLoaderIter", "_worker_loop")
+_WITHOUT_WORKERS_LITERALS: Final = ("_SingleProcessDataLoaderIter",)
+_WITH_WORKERS: Final = re.compile("|".join(map(re.escape, _WITH_WORKERS_LITERALS)))
+_WITHOUT_WORKERS: Final = re.compile("|".join(map(re.escape, _WITHOUT_WORKERS_LITERALS)))
 
 
 @dataclass(frozen=True)
@@ -172,13 +176,22 @@ def _pytorch(trace: Trace, names: list[str]) -> tuple[bool, str]:
 
 
 def _loader_workers(names: list[str]) -> tuple[bool | None, str]:
-    with_workers = next((n for n in names if _WITH_WORKERS.search(n)), None)
+    # Each name's iterator ("with" or "without" workers), searched only where a column test finds
+    # one of the literals every match holds (an nsys export's 16.6 k distinct names: 3.6 ms of
+    # searches one by one).
+    iterators = decide(names, _iterator, holding_any(_WITH_WORKERS_LITERALS + _WITHOUT_WORKERS_LITERALS), None)
+    with_workers = next((n for n, it in zip(names, iterators, strict=True) if it == "with"), None)
     if with_workers is not None:
         return True, f"{with_workers[:80]} (a DataLoader with worker processes)"
-    without = next((n for n in names if _WITHOUT_WORKERS.search(n)), None)
+    without = next((n for n, it in zip(names, iterators, strict=True) if it == "without"), None)
     if without is not None:
         return False, f"{without[:80]} (a DataLoader without workers, num_workers=0)"
     return None, "no DataLoader iterator in the trace"
+
+
+def _iterator(name: str) -> str | None:
+    """"with" for a name of the DataLoader's iterator with workers, "without" for the one without."""
+    return "with" if _WITH_WORKERS.search(name) else "without" if _WITHOUT_WORKERS.search(name) else None
 
 
 def pinned_copy_advice(facts: RunFacts) -> str:
