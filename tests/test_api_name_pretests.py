@@ -212,3 +212,24 @@ def test_the_run_facts_and_the_data_parallel_rule_find_names_through_the_column_
     assert applicability._loader_workers(names)[0] is True
     assert applicability._loader_workers(names[12:])[0] is False
     assert applicability._loader_workers(names[15:])[0] is None
+
+
+def test_collective_ranges_are_parsed_where_the_column_test_finds_a_backend() -> None:
+    # analyses/collectives.py parses a name as a process-group range ("nccl:all_reduce") only
+    # where it holds "<backend>:"; each backend is needed for a name the parse finds.
+    from tracewhy.analyses import collectives, families
+
+    starts = collectives._RANGE_STARTS
+    edges = [f"{b}:{op}" for b in families.COLLECTIVE_BACKENDS for op in ("all_reduce", "Broadcast_", "_x")]
+    names = [*_real_names(), *EDGES, *edges, "xnccl:all_reduce", "nccl::all_reduce", "NCCL:all_reduce", "nccl:"]
+    bare = [_uncached(families.collective_range)(n) for n in names]
+    for start in starts:
+        assert any(p is not None and n.startswith(start) for n, p in zip(names, bare, strict=True)), start
+    with pytest.MonkeyPatch.context() as few_names_too:
+        few_names_too.setattr(name_codes, "PRETEST_MIN_NAMES", 0)
+        assert decide(names, families.collective_range, a.holding_any(starts), None) == bare
+    ddp = read_trace(shared_trace("hta/a100_ddp2_rank0_nccl2.17.json.gz"))
+    one_by_one = collectives._collective_ranges(ddp)
+    with pytest.MonkeyPatch.context() as few_names_too:
+        few_names_too.setattr(name_codes, "PRETEST_MIN_NAMES", 0)
+        assert collectives._collective_ranges(ddp).equals(one_by_one) and one_by_one.height > 0

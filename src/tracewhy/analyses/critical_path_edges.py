@@ -319,7 +319,9 @@ def full_queue_edges(s: pl.DataFrame, chosen: pl.DataFrame, is_gpu: npt.NDArray[
     process (or of one launched before the capture) within the call, to the call's end."""
     rows = np.flatnonzero(~is_gpu)
     names = chosen.get_column(Col.NAME).gather(rows)
-    launches = [n for n in names.unique().to_list() if n is not None and api_names.is_launch_call(n)]
+    texts = names.unique().drop_nulls().to_list()
+    is_launch = decide(texts, api_names.is_launch_call, api_names.PRETESTS[api_names.is_launch_call], False)
+    launches = [n for n, hit in zip(texts, is_launch, strict=True) if hit]
     dur = chosen.get_column(Col.DUR).to_numpy()
     calls = rows[names.is_in(launches).to_numpy() & (dur[rows] > QUEUE_WAIT_MIN_NS)]
     if calls.size == 0:

@@ -243,7 +243,9 @@ def _launching_collective(trace: Trace, k: pl.DataFrame) -> pl.Series:
 # --- collectives ------------------------------------------------------------------------------
 # PyTorch >= 1.13 wraps each process-group call in a ``<backend>:<op>`` range (Kineto
 # user_annotation; with emit_nvtx nsys shows it as "nccl:all_reduce, op_id = N").
-_COLLECTIVE_RANGE = re.compile(r"^(nccl|gloo|mpi|ucc|xccl|hccl|rccl|mccl):([A-Za-z_]+)")
+#: The backends a process-group range's name begins with, before a colon ("nccl:all_reduce").
+COLLECTIVE_BACKENDS: Final = ("nccl", "gloo", "mpi", "ucc", "xccl", "hccl", "rccl", "mccl")
+_COLLECTIVE_RANGE = re.compile(rf"^({'|'.join(COLLECTIVE_BACKENDS)}):([A-Za-z_]+)")
 # Normalized op per spelling, tried in order on the name lower-cased with non-letters removed:
 # "all_reduce" (ranges), "allreduce" (record_param_comms' Collective name), "AllReduce"
 # (ncclKernel_AllReduce_*, ncclDevKernel_AllReduce_*), "multimem_all_reduce" (symm_mem).
