@@ -30,7 +30,7 @@ from tracewhy.analyses.what_if_gaps import (
     untraced_around,
 )
 from tracewhy.analyses.what_if_removals import RemovePart, RemoveSlices
-from tracewhy.model.schema import Kind
+from tracewhy.model.schema import KIND_CODE, Kind
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
@@ -216,8 +216,11 @@ class OverlapCopies:
     def edit(self, w: WindowEdges) -> GraphEdit:
         rules = w.model.rules
         gpu = (w.kind == int(Edge.GPU)) & (w.attr >= 0)
-        moved = {int(a) for a in w.attr[gpu].tolist()
-                 if rules.kind[a] == Kind.MEMCPY.value and rules.copies.get(a, (None,))[0] == self.direction}
+        # The copies among the activities, by kind code in numpy (a Python test per GPU edge, 17 k
+        # on the nsys export, was most of this edit), then each copy's direction.
+        activities = np.unique(w.attr[gpu])
+        copies = activities[rules.kind_code[activities] == KIND_CODE[Kind.MEMCPY.value]]
+        moved = {a for a in copies.tolist() if rules.copies.get(a, (None,))[0] == self.direction}
         return w.off_stream(moved) if moved else GraphEdit()
 
 
