@@ -39,7 +39,8 @@ class WrittenReport(Rows, rows="files", key="path"):
 @dataclass(frozen=True)
 class WrittenExport(Rows, rows="files", key="path"):
     """The files ``export`` wrote (the annotated trace first, then a Parquet file per table), the
-    overview the annotated trace draws (None without one) and the diagnosis the tables hold."""
+    overview the annotated trace draws (None without one; without the op roofline, the MFU and
+    the critical path's gains, which only the report draws) and the diagnosis the tables hold."""
 
     files: list[WrittenFile]
     overview: Overview | None
