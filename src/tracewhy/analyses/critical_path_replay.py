@@ -221,33 +221,56 @@ class ReplayWindow:
 
     def _walk_back(self, at: int, times: array[int], ps: I32, pd: I32, w: I64, ids: I64, add_kind: I64
                    ) -> EditedPath:
+        """From instant ``at`` back along, at each instant, the in-edge that released it: the
+        latest arrival; then the measured path's edge; then the latest source; then the higher
+        kind; then the later edge. Decided only for the instants walked, from each one's run of
+        in-edges (``pd`` is sorted): a sort of every edge of the window by those keys took 1.5 GB
+        and most of a replay's time on a whole-trace window of a large export, for a path that
+        passes a few percent of its instants."""
         g, n_graph = self.g, self.g.src.size
         if at < 0:
             return EditedPath(0, _none(), _none(), 0)
-        t = np.asarray(times, dtype=np.int64)
-        kind = np.where(ids < n_graph, g.kind[np.minimum(ids, n_graph - 1)], add_kind[np.maximum(ids - n_graph, 0)])
-        measured = ids == g.bind_edge[self.order][pd]
-        # Per instant, the in-edge that released it: the latest arrival; then the measured path's
-        # edge; then the latest source; then the higher kind (the last of each group so sorted).
-        order = np.lexsort((kind, t[ps], measured, t[ps] + w, pd))
-        last = order[np.r_[pd[order][1:] != pd[order][:-1], True]] if order.size else order
-        released_by = np.full(t.size, -1, dtype=np.int64)
-        released_by[pd[last]] = last
-        del order, last, measured
-        best = _ints(released_by)
-        del released_by
-        src, edge, fixed, ws = _ints(ps), _ints(ids), self.fixed.tobytes(), self.ws
+        first = _positions(np.r_[0, np.cumsum(np.bincount(pd, minlength=len(times)))])
+        src, edge, length, fixed, ws = _positions(ps), _ints(ids), _ints(w), self.fixed.tobytes(), self.ws
+        g_kind, bind_edge, order = g.kind, g.bind_edge, self.order
+
+        def released_by(v: int, lo: int, hi: int) -> int:
+            best, latest, tie = lo, times[src[lo]] + length[lo], False
+            for j in range(lo + 1, hi):
+                arrival = times[src[j]] + length[j]
+                if arrival > latest:
+                    best, latest, tie = j, arrival, False
+                elif arrival == latest:
+                    tie = True
+            if not tie:  # one latest arrival (most instants): the other keys need not be read
+                return best
+            bound = int(bind_edge[order[v]])
+            best, best_key = -1, (0, False, 0, 0)
+            for j in range(lo, hi):
+                i, t_src = edge[j], times[src[j]]
+                kind = int(g_kind[i]) if i < n_graph else int(add_kind[i - n_graph])
+                key = (t_src + length[j], i == bound, t_src, kind)
+                if best < 0 or key >= best_key:
+                    best, best_key = j, key
+            return best
+
         path, lengths = array("q"), array("q")
         # The instants walked, in order and as flags: a set of them held 0.5 GB on a whole-trace
         # window of a large export; the cycle search (rare) gets them as a set.
         walked, seen = array("q"), bytearray(len(times))
         v = at
-        while times[v] > ws and not fixed[v] and best[v] >= 0:
-            e = best[v]
+        while times[v] > ws and not fixed[v]:
+            lo, hi = first[v], first[v + 1]
+            if lo == hi:
+                break
             if seen[v]:  # a cycle of equal-time edges (see ``critical_path_walk``): leave it
-                e = way_out_of_cycle(t, ps, pd, kind, v, set(walked))
+                kind = np.where(ids < n_graph, g_kind[np.minimum(ids, n_graph - 1)],
+                                add_kind[np.maximum(ids - n_graph, 0)])
+                e = way_out_of_cycle(np.asarray(times, dtype=np.int64), ps, pd, kind, v, set(walked))
                 if e < 0:
                     break
+            else:
+                e = lo if hi - lo == 1 else released_by(v, lo, hi)
             seen[v] = 1
             walked.append(v)
             u = src[e]
