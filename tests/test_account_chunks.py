@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 
 from conftest import shared_trace
-from tracewhy.analyses import account_parts
+from tracewhy.analyses import account_parts, what_if_removals
 from tracewhy.analyses.account import step_account, step_model
+from tracewhy.analyses.what_if import window_edges
+from tracewhy.analyses.what_if_removals import window_parts
 from tracewhy.model.trace import Trace
 from tracewhy.readers import read_trace
 
@@ -43,4 +45,25 @@ def test_small_chunks_give_what_one_pass_gives(path: str, monkeypatch: pytest.Mo
     one_pass = _everything(path)
     monkeypatch.setattr(account_parts, "DECIDE_CHUNK", 37)
     chunked = _everything(path)
+    assert chunked == one_pass
+
+
+def _window_part_names(path: str) -> list[str]:
+    model = step_model(_trace(path))
+    w = window_edges(model)[0]
+    parts = window_parts(w)
+    names = [p.name for p in model.rules.parts]
+    assert w.in_part(names[int(parts[0])]).sum() == (parts == parts[0]).sum()
+    return [names[p] for p in parts.tolist()]
+
+
+@pytest.mark.parametrize("path", TRACES)
+def test_a_windows_parts_in_chunks_are_one_passs(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The what-if predictions decide a window's edges' parts a chunk at a time (each on a model
+    of its own, so neither pass finds the other's decisions)."""
+    monkeypatch.setattr(what_if_removals, "PART_CHUNK", 1 << 40)
+    one_pass = _window_part_names(path)
+    monkeypatch.setattr(what_if_removals, "PART_CHUNK", 1000)
+    chunked = _window_part_names(path)
+    assert len(one_pass) > 3000 and len(set(one_pass)) > 3
     assert chunked == one_pass

@@ -9,7 +9,7 @@ import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -29,7 +29,7 @@ from tracewhy.analyses.what_if_gaps import (
     loop_between,
     untraced_around,
 )
-from tracewhy.analyses.what_if_removals import RemovePart, RemoveSlices
+from tracewhy.analyses.what_if_removals import RemovePart, RemoveSlices, window_parts
 from tracewhy.model.schema import KIND_CODE, Kind
 
 I64 = npt.NDArray[np.int64]
@@ -63,7 +63,7 @@ class WindowEdges:
         launch = self.launch
         self.launch_context = np.where(launch >= 0, rules.ctx.context[np.maximum(launch, 0)], int(HostPurpose.NONE))
         self._unedited: EditedPath | None = None
-        self._parts: I64 | None = None
+        self._parts: npt.NDArray[np.integer[Any]] | None = None
 
     @property
     def src(self) -> I64:
@@ -97,11 +97,10 @@ class WindowEdges:
     def in_part(self, name: str) -> B:
         """The edges the account puts in the part ``name`` (each edge's part decided once per
         window: 5 s for a whole-trace window's 17 M edges, once per edit that removes a part)."""
-        rules = self.model.rules
         if self._parts is None:
-            self._parts = rules.of_edges(self.kind.astype(np.int64), self.attr, self.category, self.src, self.dst)[0]
-        names = np.array([p.name for p in rules.parts], dtype=object)
-        mask: B = names[self._parts] == name if self._parts.size else np.zeros(0, dtype=bool)
+            self._parts = window_parts(self)
+        index = self.model.rules.index_of(name)
+        mask: B = self._parts == index if index is not None else np.zeros(self._parts.size, dtype=bool)
         return mask
 
     def removing(self, host: B, gpu: B) -> GraphEdit:

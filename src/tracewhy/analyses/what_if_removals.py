@@ -4,15 +4,20 @@ gains) and a part of the step account (``what_if`` falls back to it for a part n
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
+import numpy.typing as npt
 
 from tracewhy.analyses.critical_path_edges import Edge
 from tracewhy.analyses.critical_path_replay import GraphEdit
 
 if TYPE_CHECKING:  # what_if_edits imports this module
     from tracewhy.analyses.what_if_edits import WindowEdges
+
+#: A window's edges whose parts are decided at once (``window_parts``): a whole-trace window of a
+#: large export has 17 M, and one call over them all held 1.3 GB of per-edge columns at once.
+PART_CHUNK: Final = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -47,3 +52,18 @@ class RemovePart:
         chosen = w.in_part(self.part)
         gpu = chosen & (w.kind == int(Edge.GPU))
         return w.removing(chosen & ~gpu, gpu)
+
+
+def window_parts(w: WindowEdges) -> npt.NDArray[np.integer[Any]]:
+    """The part (``PartRules.of_edges``) of each of the window's edges, as its number in the
+    fewest bytes (held for the rest of the run). Edges that share a key are decided alike, so a
+    chunk of edges gets the parts one call over them all gives."""
+    rules, g = w.model.rules, w.model.graph
+    chunks = []
+    for lo in range(0, w.ids.size, PART_CHUNK):
+        at, ids = slice(lo, lo + PART_CHUNK), w.ids[lo:lo + PART_CHUNK]
+        chunks.append(rules.of_edges(w.kind[at].astype(np.int64), w.attr[at], w.category[at], g.src[ids],
+                                     g.dst[ids])[0].astype(np.int32))
+    parts = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int32)
+    out: npt.NDArray[np.integer[Any]] = parts.astype(np.min_scalar_type(max(len(rules.parts), 1)))
+    return out
