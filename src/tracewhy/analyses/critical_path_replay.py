@@ -215,7 +215,7 @@ class ReplayWindow:
                         self.dst_pos[np.isin(self.edges, edit.scaled)]] if not edit.empty else np.zeros(0, np.int64)
         del dropped
         lo = int(np.searchsorted(pd, touched.min())) if touched.size else pd.size
-        times = _replay_times(array("q", self.times), _ints(ps[lo:]), _ints(pd[lo:]), _ints(w[lo:]),
+        times = _replay_times(array("q", self.times), _positions(ps[lo:]), _positions(pd[lo:]), _ints(w[lo:]),
                               self.fixed.tobytes())
         return self._walk_back(int(pos[sink]), times, ps, pd, w, ids, np.r_[edit.add_kind, 0])
 
