@@ -136,3 +136,15 @@ def test_walk_back_picks_each_instants_edge_as_sorting_every_edge(name: str) -> 
             assert (got.end_ns, got.start_ns) == (want.end_ns, want.start_ns)
             assert np.array_equal(got.edges, want.edges) and np.array_equal(got.dur_ns, want.dur_ns)
             assert got.edges.size > 0
+
+
+def test_edges_among_ids_as_numpys_membership(model: StepModel) -> None:
+    """A window finds which of its edges an edit names by searching its edges (in id order)."""
+    path = model.paths[0]
+    w = model.replay.window(path.window_start, path.window_end)
+    rng = np.random.default_rng(3)
+    ids = np.r_[rng.choice(w.edges, 500), rng.integers(-5, model.graph.src.size + 50, 500), w.edges[-1]]
+    got = w._among(ids)
+    assert got.sum() > 400
+    assert np.array_equal(got, np.isin(w.edges, ids))
+    assert not w._among(np.zeros(0, np.int64)).any()

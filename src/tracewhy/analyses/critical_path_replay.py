@@ -195,7 +195,7 @@ class ReplayWindow:
             np.multiply.at(scaled, at[ok], edit.factor[ok])
             weight = np.round(weight * scaled).astype(np.int64)
             del scaled
-        dropped = np.isin(self.edges, edit.drop)
+        dropped = self._among(edit.drop)
         pos = self.sink_pos
         add_ps, add_pd = pos[edit.add_src], pos[edit.add_dst]
         added = np.flatnonzero((add_ps >= 0) & (add_pd >= 0) & (add_ps < add_pd))
@@ -212,12 +212,24 @@ class ReplayWindow:
             w, ids = np.insert(w, at, edit.add_weight[added]), np.insert(ids, at, n_graph + added)
         # Instants before the first one an edit reaches replay as measured (as in ``saved``).
         touched = np.r_[self.dst_pos[dropped], add_pd[added],
-                        self.dst_pos[np.isin(self.edges, edit.scaled)]] if not edit.empty else np.zeros(0, np.int64)
+                        self.dst_pos[self._among(edit.scaled)]] if not edit.empty else np.zeros(0, np.int64)
         del dropped
         lo = int(np.searchsorted(pd, touched.min())) if touched.size else pd.size
         times = _replay_times(array("q", self.times), _positions(ps[lo:]), _positions(pd[lo:]), _ints(w[lo:]),
                               self.fixed.tobytes())
         return self._walk_back(int(pos[sink]), times, ps, pd, w, ids, np.r_[edit.add_kind, 0])
+
+    def _among(self, ids: I64) -> npt.NDArray[np.bool_]:
+        """Per edge of the window, whether it is one of ``ids``: found by a search in the window's
+        edges (in id order) rather than ``np.isin`` over them all, 0.2 s a call on a whole-trace
+        window of 17 M edges."""
+        out = np.zeros(self.edges.size, dtype=bool)
+        if ids.size and self.edges.size:
+            at = np.searchsorted(self.edges, ids)
+            found = at < self.edges.size
+            at = at[found]
+            out[at[self.edges[at] == ids[found]]] = True
+        return out
 
     def _walk_back(self, at: int, times: array[int], ps: I32, pd: I32, w: I64, ids: I64, add_kind: I64
                    ) -> EditedPath:
