@@ -29,6 +29,7 @@ from tracewhy.analyses.account_host import HostContext, HostPurpose, frame_line,
 from tracewhy.analyses.account_names import Part, PartKind, PartName
 from tracewhy.analyses.account_slices import KernelFamilies, KindNames, copy_label
 from tracewhy.analyses.account_unrecorded import FirstGpuWork
+from tracewhy.analyses.account_waits import waits_on_collectives
 from tracewhy.analyses.critical_path_edges import Edge
 from tracewhy.analyses.critical_path_graph import Graph
 from tracewhy.analyses.critical_path_walk import CATEGORIES, Category, EdgeLabels
@@ -131,7 +132,7 @@ class PartRules:
         for lo in range(0, kind.size, DECIDE_CHUNK):
             at = slice(lo, lo + DECIDE_CHUNK)
             part[at], item[at] = self._decided_parts(kind[at], attr[at], category[at], frame[at], own[at])
-        part, item = self._unrecorded(kind, attr, src, dst, part, item)
+        part, item = waits_on_collectives(self, kind, src, dst, *self._unrecorded(kind, attr, src, dst, part, item))
         host = (kind == int(Edge.HOST)) & (attr >= 0)
         outer = np.where(host, self.ctx.outer_op[np.maximum(attr, 0)], -1)
         owner = np.where(frame >= 0, frame, np.where(outer >= 0, outer, attr))
@@ -233,8 +234,7 @@ class PartRules:
             code = self._reads[op] = self.item(read) if read is not None else -1
         return code
 
-    def _handoffs_as_host(self, kind: I64, attr: I64, category: I64, src: I64, dst: I64
-                          ) -> tuple[I64, I64, I64]:
+    def _handoffs_as_host(self, kind: I64, attr: I64, category: I64, src: I64, dst: I64) -> tuple[I64, I64, I64]:
         """A hand-off between the thread that called backward() and the autograd thread is time
         the caller spent waiting (from a start on it, handing work over; or from the autograd
         thread's last top-level end, into its own waiting stretch): host time on the caller, in
