@@ -209,7 +209,10 @@ def _predicted(ctx: Context, f: Finding, matched: list[Row], edits: tuple[Fix, .
     if not edits:  # essential work: no edit says what would change
         return replace(f, part=part)
     p = ctx.predict(edits)
-    if f.code == Code.UNEXPLAINED_PART and p.saved_ns <= 0:  # other work ran beside it and takes its place
+    if f.code == Code.UNEXPLAINED_PART and not p.changed:  # the edit finds nothing to change here
+        f = replace(f, statement=f"{f.statement} The fix's replay ({p.label}) finds nothing to change in this "
+                                 "trace: the step it predicts is the one measured, not a saving.")
+    elif f.code == Code.UNEXPLAINED_PART and p.saved_ns <= 0:  # other work ran beside it and takes its place
         f = replace(f, statement=f"{f.statement} Replayed without it the step is no shorter ({ms(p.measured_ns)}): "
                                  "other work runs beside it, so it costs nothing now.")
     return replace(f, part=part, predicted_step_ns=p.predicted_ns, next_bottleneck=p.next_bottleneck,
