@@ -21,6 +21,7 @@ import numpy.typing as npt
 from tracewhy.analyses.account_host import HostPurpose
 from tracewhy.analyses.account_names import PartKind, PartName
 from tracewhy.analyses.critical_path_edges import Edge
+from tracewhy.analyses.intervals import union
 
 if TYPE_CHECKING:  # account_parts calls this module
     from tracewhy.analyses.account_parts import PartRules
@@ -55,7 +56,10 @@ def waits_on_collectives(rules: PartRules, kind: I64, src: I64, dst: I64, part: 
         rows = np.flatnonzero((pid == p) & (tid == t))
         if mine.size == 0:
             continue
-        lo, hi, first = _union(rules.slice_ts[mine], rules.slice_end[mine], mine)
+        lo, hi = union(rules.slice_ts[mine], rules.slice_end[mine])
+        # Each run is named by its first range (the earliest start; ties in id order).
+        by_start = mine[np.argsort(rules.slice_ts[mine], kind="stable")]
+        first = by_start[np.searchsorted(rules.slice_ts[by_start], lo)]
         covered = _covered(lo, hi, b[rows]) - _covered(lo, hi, a[rows])
         length = b[rows] - a[rows]
         waits = (length > 0) & (covered >= WAIT_COVER_MIN * length)
@@ -67,18 +71,6 @@ def waits_on_collectives(rules: PartRules, kind: I64, src: I64, dst: I64, part: 
             part[chosen[r]] = rules.part(f"communication: {collective}", PartKind.COMMUNICATION)
             item[chosen[r]] = rules.item(ctx.name(range_id))
     return part, item
-
-
-def _union(start: I64, end: I64, ids: I64) -> tuple[I64, I64, I64]:
-    """The ranges' union as disjoint runs in time order: starts, ends, and each run's first range."""
-    order = np.argsort(start, kind="stable")
-    start, end, ids = start[order], end[order], ids[order]
-    reach = np.maximum.accumulate(end)
-    opens = np.r_[True, start[1:] > reach[:-1]]
-    run = np.cumsum(opens) - 1
-    ends = np.zeros(int(opens.sum()), dtype=np.int64)
-    np.maximum.at(ends, run, end)
-    return start[opens], ends, ids[opens]
 
 
 def _covered(lo: I64, hi: I64, t: I64) -> I64:

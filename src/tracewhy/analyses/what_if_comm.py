@@ -20,6 +20,7 @@ from tracewhy.analyses.account_host import HostPurpose
 from tracewhy.analyses.account_names import PartKind
 from tracewhy.analyses.critical_path_edges import Edge
 from tracewhy.analyses.critical_path_replay import GraphEdit
+from tracewhy.analyses.intervals import covered_ns
 
 if TYPE_CHECKING:  # what_if_edits imports this module
     from tracewhy.analyses.what_if_edits import WindowEdges
@@ -109,14 +110,15 @@ def host_collectives_lane(w: WindowEdges, removed: GraphEdit, consumer: int) -> 
     node, else backward's start; or the first call's start, for calls from backward) to what
     reads the gradients (``consumer``, the optimizer's start; -1: the window's end). So one edge
     of that much time joins the two: the step is no shorter than backward's first gradient plus
-    all the data moved. That time is the removed
-    edges' on the clock, not their sum: the calling thread waits while the backend's thread
-    works (``gloo:all_reduce`` ranges on its own threads), the same time on two threads."""
+    all the data moved. That time is the removed edges' on the clock, not their sum: the calling
+    thread waits while the backend's thread works (``gloo:all_reduce`` ranges on its own
+    threads), the same time on two threads."""
     g = w.model.graph
     if removed.scaled.size == 0:
         return GraphEdit()
-    moved = _wall_time(g.node_ts[g.src[removed.scaled]],
-                       w.model.replay.weight[removed.scaled] * (1.0 - removed.factor))
+    start_ns = g.node_ts[g.src[removed.scaled]]
+    left = np.round(w.model.replay.weight[removed.scaled] * (1.0 - removed.factor)).astype(np.int64)
+    moved = covered_ns(start_ns, start_ns + left)
     in_calls = w.host() & np.isin(w.ids, removed.scaled) & (w.context == int(HostPurpose.COMMUNICATION))
     calls = w.ids[in_calls]
     # A call from backward's hooks had its gradient when it started.
@@ -150,18 +152,3 @@ def _first_gradient(w: WindowEdges) -> int:
     dst = w.dst[backward & (outer == first)]
     return int(dst[np.argmax(g.node_ts[dst])])
 
-
-def _wall_time(start: npt.NDArray[np.int64], length: npt.NDArray[np.float64]) -> int:
-    """How long the intervals [start, start + length) cover together (their union's length)."""
-    keep = length > 0
-    lo = start[keep].astype(np.float64)
-    hi = lo + length[keep]
-    order = np.argsort(lo, kind="stable")
-    lo, hi = lo[order], hi[order]
-    reach = np.maximum.accumulate(hi)
-    # An interval opens a new run where it starts after every earlier one has ended.
-    opens = np.r_[True, lo[1:] > reach[:-1]] if lo.size else np.zeros(0, dtype=bool)
-    run = np.cumsum(opens) - 1
-    ends = np.zeros(int(opens.sum()), dtype=np.float64)
-    np.maximum.at(ends, run, hi)
-    return round(float((ends - lo[opens]).sum()))
