@@ -7,9 +7,11 @@ Per trace, the step is the median of its analysed steady windows (``step_model``
 median over the before traces of the median predicted window (each window replayed alone with
 the edit); the savings are before minus after; the spread is the range of the pairs' own
 savings (before and after of the same repeat, captured one after the other). The error is
-|predicted - measured saving| as a share of the measured saving. Beside it, the *paired* saving
-(the median of the pairs' own savings) and the error against it: a capture that drifts or
-runs slow as a whole moves one pair, not the medians of both sides apart. *picked* says whether
+|predicted - measured saving| as a share of the measured saving. Beside it, the *paired*
+savings: the median of the pairs' own savings, against the median of the savings each before
+trace predicts for itself (its step minus its predicted step), and the error between the two: a
+capture that drifts or runs slow as a whole moves one pair, and both sides of it, rather than
+the medians of both sides apart. *picked* says whether
 ``suggested_edits`` proposes that edit by itself from each before trace's account.
 
 Usage: python bench/calibrate.py [--data DIR] [--no-write]
@@ -80,6 +82,7 @@ class Calibration:
     predicted_ns: int
     measured_ns: int
     pair_savings_ns: tuple[int, ...]  # per repeat: its before minus its after
+    pair_predictions_ns: tuple[int, ...]  # per repeat: its before minus the step it predicts
     picked: int  # before traces whose suggested edits hold the fix's edit
     repeats: int
 
@@ -110,8 +113,14 @@ class Calibration:
         return round(statistics.median(self.pair_savings_ns))
 
     @property
+    def paired_prediction_ns(self) -> int:
+        return round(statistics.median(self.pair_predictions_ns))
+
+    @property
     def paired_error(self) -> float:
-        return abs(self.predicted_saving_ns - self.paired_saving_ns) / max(abs(self.paired_saving_ns), 1)
+        """|paired prediction - paired saving| / paired saving: each side a median over the
+        pairs, so a before trace's own step is on both sides of its saving."""
+        return abs(self.paired_prediction_ns - self.paired_saving_ns) / max(abs(self.paired_saving_ns), 1)
 
 
 def step_ns(path: Path, edits: tuple[Fix, ...] = ()) -> tuple[int, int, bool]:
@@ -147,6 +156,7 @@ def calibrate(key: str, data: Path = DATA) -> Calibration:
                        predicted_ns=round(statistics.median(b[1] for b in before)),
                        measured_ns=round(statistics.median(after)),
                        pair_savings_ns=tuple(b[0] - a for b, a in zip(before, after, strict=True)),
+                       pair_predictions_ns=tuple(b[0] - b[1] for b in before),
                        picked=sum(b[2] for b in before), repeats=len(befores))
 
 
@@ -156,15 +166,16 @@ def _ms(ns: int) -> str:
 
 def table(rows: list[Calibration]) -> list[str]:
     lines = ["| fix | before (ms) | predicted after | measured after | predicted saving | measured saving "
-             "(pairs' range) | error (% of measured saving) | paired saving | error (% of paired) | "
-             "picked by `what_if` |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "(pairs' range) | error (% of measured saving) | paired prediction | paired saving | "
+             "error (% of paired) | picked by `what_if` |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         spread = f"{_ms(min(r.pair_savings_ns))} to {_ms(max(r.pair_savings_ns))}"
         sign = "" if r.sign_right else " (sign wrong)"
         lines.append(f"| {r.fix} | {_ms(r.before_ns)} | {_ms(r.predicted_ns)} | {_ms(r.measured_ns)} | "
                      f"{_ms(r.predicted_saving_ns)} | {_ms(r.measured_saving_ns)} ({spread}) | "
-                     f"{r.error:.0%}{sign} | {_ms(r.paired_saving_ns)} | {r.paired_error:.0%} | "
+                     f"{r.error:.0%}{sign} | {_ms(r.paired_prediction_ns)} | {_ms(r.paired_saving_ns)} | "
+                     f"{r.paired_error:.0%} | "
                      f"{r.picked} of {r.repeats} |")
     errors = [r.error for r in rows]
     paired = [r.paired_error for r in rows]
