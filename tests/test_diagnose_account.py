@@ -202,3 +202,26 @@ def test_host_links_are_one_way_halves_of_the_datasheets(device: str, link: str,
     found = host_link(device)
     assert found is not None and found.name == link and found.bytes_per_s == gb_per_s * 1e9
     assert host_link("Some Future GPU") is None and host_link(None) is None
+
+
+def test_the_steps_the_fixes_replay_are_named_where_they_differ(capsys: pytest.CaptureFixture[str],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The demo's account walks 16 steps, its predictions replay 4 of them: each finding's
+    "step X -> Y" starts from those 4 steps' mean (its evidence's measured step), which is not
+    the account's mean; the header says so, with that mean, so the two figures are not read as
+    one. The 4 replayed steps are the account's windows picked evenly (read from account --json)."""
+    path = Path(__file__).resolve().parents[1] / "examples" / "demo_cpu_training.pt.trace.json.gz"
+    monkeypatch.setenv("COLUMNS", "400")
+    text = _run(["diagnose", str(path)], capsys)
+    d = _diagnose(path, capsys)
+    windows = [w["window_ns"] for w in json.loads(_run(["account", str(path), "--json"], capsys))["windows"]]
+    assert len(windows) == 16
+    picked = [windows[i] for i in (0, 5, 10, 15)]  # evenly spread over 16, ends included
+    replayed_mean = round(sum(picked) / len(picked))
+    measured = {f["evidence"]["measured_step_ns"] for f in d["findings"] if f["predicted_step_ns"] is not None
+                and "measured_step_ns" in f["evidence"]}
+    assert measured == {replayed_mean}
+    header = next(line for line in text.splitlines() if line.startswith("Where the step goes"))
+    assert "mean of 16 analysed steps" in header and "fixes replayed on 4 of them" in header
+    f = next(f for f in d["findings"] if f["predicted_step_ns"] is not None and f["recoverable_ns_per_step"])
+    assert f["predicted_step_ns"] + f["recoverable_ns_per_step"] == replayed_mean

@@ -55,6 +55,8 @@ class Explained:
     lead: Code | None
     step_ns: int | None
     together: FixesTogether | None
+    #: How many of the account's analysed steps the predictions replay (``step_ns`` is their mean).
+    replayed_steps: int = 0
 
 
 def _kind(*kinds: str) -> Callable[[Row, Finding], bool]:
@@ -176,14 +178,14 @@ def explain(ctx: Context, found: list[Finding], *, replay: bool = True) -> Expla
             fixes[len(out)] = edits
             out.append(_predicted(ctx, unexplained_part(ctx, account, r), [r], edits))
     if not replay:
-        return Explained(out, None, ctx.measured_step_ns(), None)
+        return Explained(out, None, ctx.measured_step_ns(), None, len(ctx.what_if_windows()))
     largest = account.largest_avoidable()
     lead = None
     if largest is not None and str(largest[AccountCol.PART]) in claimed:
         lead = max((out[i] for i in claimed[str(largest[AccountCol.PART])]),
                    key=lambda f: (f.recoverable_ns_per_step, not str(f.code).startswith("nsys-"))).code
     together = _together(ctx, out, fixes) if ctx.options.fixes_together else None
-    return Explained(out, lead, ctx.measured_step_ns(), together)
+    return Explained(out, lead, ctx.measured_step_ns(), together, len(ctx.what_if_windows()))
 
 
 def _fixes(matched: list[Row]) -> tuple[Fix, ...]:

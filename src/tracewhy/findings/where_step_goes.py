@@ -73,8 +73,8 @@ def part_evidence(account: AccountResult, part: str) -> str:
         name = printable(str(item))
         name = name if len(name) <= _ITEM_CHARS else name[:_ITEM_CHARS - 1] + "…"
         text = f"{name} {ms(ns)}"
-        if count:
-            text += f" ({count:,.0f}x"
+        if count:  # per step: a slice open over several steps (a frame running at start) is under 1
+            text += f" ({count:,.0f}x" if count >= 0.5 else f" ({count:.2g}x"
             text += f", {fmt_bytes(moved)} at {rate:.1f} GB/s)" if moved and rate else ")"
         said.append(text)
     more = items.height - len(said)

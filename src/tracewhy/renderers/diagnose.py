@@ -321,6 +321,10 @@ def _where_step_goes(report: Report) -> list[RenderableType]:
         return []
     over = (f"mean of {account.steps_analysed} analysed steps, {fmt_ns(account.mean_step_ns)} each"
             if account.source != "whole_trace" else f"the whole trace, {fmt_ns(account.mean_step_ns)}")
+    replayed = report.replayed
+    if replayed is not None and account.source != "whole_trace" and 0 < replayed[0] < account.steps_analysed:
+        # The fixes' "step X -> Y" below start from these steps' mean, not the account's.
+        over += f"; fixes replayed on {replayed[0]} of them, {fmt_ns(replayed[1])} mean"
     if account.one_time:
         over += "; left out as one-time compiles: " + ", ".join(
             f"{printable(s.name)} ({fmt_ns(s.window_ns)})" for s in account.one_time)

@@ -81,6 +81,9 @@ class Report(Rows, rows="findings", key="code"):
     lead: Code | None = None
     #: The fixes of the findings that save most, predicted together (None: fewer than two).
     together: FixesTogether | None = None
+    #: The steps the predictions replay, of the account's analysed ones, and their mean (ns):
+    #: what every finding's "step X -> Y" starts from (None: nothing replayed).
+    replayed: tuple[int, int] | None = None
 
     @property
     def healthy(self) -> bool:
@@ -188,7 +191,9 @@ def diagnose_in(ctx: Context, found: list[Finding] | None = None, *, replay: boo
     return Report(path=trace.meta.path, findings=_lead_first(ranked, lead), steps=ctx.steps(), gaps=ctx.gaps(),
                   basis=b, memory=memory.memory_result(ctx) if trace.slices.height else None,
                   compile=_compile(ctx), account=ctx.account() if trace.slices.height else None, lead=lead,
-                  together=explained.together if explained is not None else None)
+                  together=explained.together if explained is not None else None,
+                  replayed=(explained.replayed_steps, explained.step_ns)
+                  if explained is not None and explained.step_ns else None)
 
 
 def rule_findings(ctx: Context) -> list[Finding]:
