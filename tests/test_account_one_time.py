@@ -56,3 +56,23 @@ def test_diagnose_names_the_step_it_left_out(capsys: pytest.CaptureFixture[str])
     where = next(line for line in out.splitlines() if line.startswith("Where the step goes"))
     assert "left out as one-time compiles: ProfilerStep#2" in where
     assert "compilation" not in out.split("Where the step goes", 1)[1].split("\n2.", 1)[0]
+
+
+def test_a_branch_compiled_once_is_no_per_step_spike(capsys: pytest.CaptureFixture[str]) -> None:
+    """compile_traces.py's branch case: step 3 takes the other side of a data-dependent branch
+    for the first time and compiles its resume function (a new compile id, so no recompile
+    finding claims it). The raw file says step 3 is seconds long and the others about a
+    millisecond; the account leaves it out as a one-time compile, and the spikes rule must not
+    then charge its compile to every step: it had, as the whole replayed step recoverable
+    ('~930.9 µs per step', high) and the first cause of the diagnosis."""
+    raw = _raw_steps("cpu_compile_branch_once")
+    others = [d for n, d in raw.items() if n not in ("ProfilerStep#0", "ProfilerStep#3")]
+    assert raw["ProfilerStep#3"] > 100 * max(others)
+    path = GENERATED / "cpu_compile_branch_once.pt.trace.json.gz"
+    assert [s.name for s in step_account(read_trace(path)).one_time] == ["ProfilerStep#3"]
+    assert main(["diagnose", str(path), "--json", "--no-cache"]) == 0
+    findings = json.loads(capsys.readouterr().out)["findings"]
+    spikes = [f for f in findings if f["code"] == "step-time-spikes"]
+    assert all(f["recoverable_ns_per_step"] == 0 and 3 not in f["evidence"]["spike_steps"] for f in spikes), spikes
+    first_cause = next(f for f in findings if f["severity"] != "trust")
+    assert first_cause["code"] != "step-time-spikes"

@@ -34,7 +34,7 @@ from tracewhy.readers import read_trace
 from tracewhy.readers.torch_logs.reader import parse_torch_logs, read_torch_logs
 
 CASES = ("nobreak", "break_top", "break_item", "break_loop", "recompile", "loop_skip", "recompile_limit",
-         "recompile_every", "recompile_once", "item_every")
+         "recompile_every", "recompile_once", "item_every", "branch_once")
 _PLANTED = re.compile(r"graph breaks per step \[([\d, ]*)\], recompiles per step \[([\d, ]*)\]")
 
 

@@ -116,6 +116,19 @@ class ScaledNet(TinyNet):
         return super().forward(x) * n
 
 
+class BranchNet(TinyNet):
+    """TinyNet that takes one of two paths by the sign of the batch's mean: a data-dependent
+    branch, so Dynamo breaks the graph there and compiles the rest of forward once per branch
+    target (a resume function each), the first time that branch is taken."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.mean() > 0:  # noqa: SIM108 (a statement per branch, as the captured run had: its log names the lines)
+            x = x * 2.0
+        else:
+            x = x - 1.0
+        return super().forward(x)
+
+
 class PerBlockNet(TinyNet):
     """Each block compiled on its own (the model's forward stays eager), with an eager
     layer norm between blocks: compiled regions separated by eager aten ops."""
@@ -144,6 +157,7 @@ class Case:
     small_batch_from: int | None = None  # 0-based trace step from which every batch is SMALL_LAST_BATCH
     int_argument: bool = False  # forward(x, n) with n = the trace step + 2, a new int every step
     dynamo_config: tuple[tuple[str, int], ...] = ()  # torch._dynamo.config values set first
+    negative_from: int | None = None  # 0-based trace step from which the inputs' mean is negative
 
     def trace_name(self) -> str:
         return f"{file_prefix()}_{self.key}.pt.trace.json.gz"
@@ -233,6 +247,11 @@ CASES += (
          f"a one-time recompile: batches of {BATCH} in steps 0-1, then {SMALL_LAST_BATCH} from "
          "step 2 on; Dynamo recompiles forward once (0/1, tensor size guard on x) with a "
          "dynamic batch dimension and every later step reuses it.", small_batch_from=2),
+    Case("compile_branch_once", lambda: _compiled(BranchNet()), LONG, False, 1, (),
+         "`if x.mean() > 0` at the top of BranchNet.forward, inputs shifted by +1 in steps 0-2 and "
+         "by -1 from step 3 on: a data-dependent branch, so a graph break every step; step 3 takes "
+         "the other branch for the first time and compiles its resume function (a new compile "
+         "id, not a recompile of one), once: the later steps reuse it.", negative_from=3),
     Case("compile_item_every", lambda: _compiled(TinyNet(item_break=True), dynamic=False), LONG, False, 1,  # type: ignore[arg-type]
          tuple(range(1, LONG["active"])),
          "x.abs().mean().item() in TinyNet.forward before the head, compiled with dynamic=False: "
@@ -267,6 +286,8 @@ def _train(case: Case, dest: Path) -> None:
         for i in range(skipped + sched["active"]):
             n = case.batch_size(i - skipped)
             x = torch.randn(n, WIDTH, generator=g).to(dev)
+            if case.negative_from is not None:
+                x = x + (-1.0 if i - skipped >= case.negative_from else 1.0)
             y = torch.randint(0, NUM_CLASSES, (n,), generator=g).to(dev)
             with record_function("forward"):
                 out = model(x, i - skipped + 2) if case.int_argument else model(x)

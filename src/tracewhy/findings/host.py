@@ -185,8 +185,9 @@ def _own_time(ctx: Context, names: list[str]) -> float:
 def _spikes(ctx: Context) -> list[Finding]:
     sp = spikes(ctx.trace, ctx.steps(), ctx.host())
     # A step that recompiles (or gives up compiling) is the compile findings' to state, once or
-    # every step: it is not repeated here as a spike.
-    sp = replace(sp, spikes=sp.spikes.filter(~pl.col("step").is_in(_recompile_steps(ctx))))
+    # every step: it is not repeated here as a spike; nor is a step the step account left out as a
+    # one-time compile (a branch compiled the first time it is taken): it does not recur per step.
+    sp = replace(sp, spikes=sp.spikes.filter(~pl.col("step").is_in(_recompile_steps(ctx) + _one_time_steps(ctx))))
     if sp.spikes.height == 0:
         return []
     extra_cols = [c for c in sp.spikes.columns if c.startswith("extra_")]
@@ -240,6 +241,16 @@ def _spike_contents(parts: list[str], grown: tuple[SourceLine, int] | None) -> t
         return f"{events}; {took}", next_step
     return took, (f"See what {sl.where(line)} does differently in those steps (tracewhy lines TRACE lists its "
                   "time); rerun to see whether the spikes repeat.")
+
+
+def _one_time_steps(ctx: Context) -> list[int]:
+    """Indexes (in the steps table) of the steps the step account left out as one-time compiles."""
+    account = ctx.account()
+    if account is None or not account.one_time:
+        return []
+    names = {s.name for s in account.one_time}
+    return [i for i, name in enumerate(ctx.steps().table.get_column(StepCol.NAME).cast(pl.String).to_list())
+            if name in names]
 
 
 def _recompile_steps(ctx: Context) -> list[int]:
