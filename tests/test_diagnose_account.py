@@ -225,3 +225,24 @@ def test_the_steps_the_fixes_replay_are_named_where_they_differ(capsys: pytest.C
     assert "mean of 16 analysed steps" in header and "fixes replayed on 4 of them" in header
     f = next(f for f in d["findings"] if f["predicted_step_ns"] is not None and f["recoverable_ns_per_step"])
     assert f["predicted_step_ns"] + f["recoverable_ns_per_step"] == replayed_mean
+
+
+def test_untraced_time_is_said_in_words_and_looked_into_by_what_the_trace_has(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The gloo rank (no Python frames): its untraced part is said by what was open ('with only
+    the step's own range open'), not as an item named `nothing but the step open`, and the next
+    step is a capture with stacks, since `tracewhy lines` has no frames to show there; a trace
+    with frames is sent to `lines` instead."""
+    from tracewhy.findings.applicability import run_facts
+    from tracewhy.findings.context import Context
+    from tracewhy.findings.unexplained import _advice
+
+    path = GENERATED / "ddp_gloo_rank1.pt.trace.json.gz"
+    trace = read_trace(path)
+    assert "python_function" not in trace.slices.get_column("kind").cast(str).unique().to_list()
+    f = next(f for f in _diagnose(path, capsys)["findings"]
+             if f["code"] == "unexplained-part" and f["evidence"]["kind"] == "idle")
+    assert "with only the step's own range open" in f["statement"] and "`nothing" not in f["statement"]
+    assert "no Python frames" in f["next_step"] and "with_stack=True" in f["next_step"]
+    facts = run_facts(Context(trace))
+    assert "tracewhy lines TRACE shows the source lines" in _advice("idle", "", facts, stacks=True)
