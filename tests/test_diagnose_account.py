@@ -246,3 +246,39 @@ def test_untraced_time_is_said_in_words_and_looked_into_by_what_the_trace_has(
     assert "no Python frames" in f["next_step"] and "with_stack=True" in f["next_step"]
     facts = run_facts(Context(trace))
     assert "tracewhy lines TRACE shows the source lines" in _advice("idle", "", facts, stacks=True)
+
+
+def _raw_frames(path: Path, needle: str) -> list[float]:
+    """Durations (µs) of the raw file's Python frames whose name holds ``needle``."""
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        events = json.load(f)["traceEvents"]
+    return [float(e["dur"]) for e in events if e.get("ph") == "X" and e.get("cat") == "python_function"
+            and needle in str(e.get("name", ""))]
+
+
+def test_a_user_lines_host_time_is_split_by_the_library_functions_it_calls(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """cpu_lines_item: the account's 'host: workloads.py:78 train_step' is mostly one call of
+    record_function's constructor (torch/autograd/profiler.py line 904) that the raw file shows
+    lasting over 2 ms in one step: the finding says the library holds most of it, names that
+    function with no more time than the raw frames last, and sends the user to time the step
+    without the profiler. cpu_provenance: torch.compile's runtime leads, and on a CPU-only run
+    the advice names no CUDA graphs. A trace without frames gets no split."""
+    path = GENERATED / "cpu_lines_item.pt.trace.json.gz"
+    steps = _diagnose(path, capsys)["steps"]
+    f = next(f for f in _diagnose(path, capsys)["findings"] if f["code"] == "unexplained-part"
+             and f["part"] == "host: workloads.py:78 train_step")
+    lead = f["evidence"]["library"][0]
+    assert lead["frame"] == "torch/autograd/profiler.py:904 __init__"
+    raw = _raw_frames(path, "torch/autograd/profiler.py(904): __init__")
+    steady = sum(1 for s in steps if s["steady"])
+    assert max(raw) > 2000 and lead["ns_per_step"] <= sum(raw) * 1e3 / steady
+    assert 0.5 * f["evidence"]["part_ns_per_step"] <= f["evidence"]["library_ns_per_step"] <= \
+        f["evidence"]["part_ns_per_step"]
+    assert "profiler's own Python" in f["next_step"] and "torch/autograd/profiler.py:904 __init__" in f["statement"]
+    compiled = next(f for f in _diagnose(GENERATED / "cpu_provenance.pt.trace.json.gz", capsys)["findings"]
+                    if f["code"] == "unexplained-part" and "library" in f["evidence"])
+    assert compiled["evidence"]["library"][0]["frame"].startswith("torch/_dynamo/")
+    assert "torch.compile's own per-call work" in compiled["next_step"] and "CUDA graphs" not in compiled["next_step"]
+    for f in _diagnose(GENERATED / "ddp_gloo_rank1.pt.trace.json.gz", capsys)["findings"]:
+        assert "library" not in f["evidence"]

@@ -4,6 +4,7 @@ share of the step, and that no rule explains. It is reported with what the accou
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Final
 
 import polars as pl
@@ -11,6 +12,7 @@ import polars as pl
 from tracewhy.analyses.account import AccountCol, AccountResult
 from tracewhy.analyses.account_names import PartKind, PartName
 from tracewhy.analyses.iterations import WindowSource
+from tracewhy.analyses.library_frames import part_frames
 from tracewhy.findings.applicability import RunFacts, run_facts
 from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
@@ -21,6 +23,15 @@ from tracewhy.units import fmt_pct
 
 #: Items of the part named in the statement (the evidence has the account's top items).
 _NAMED_ITEMS: Final = 2
+
+#: A user line's host part is said to be library work from this share of it.
+LIBRARY_MIN_SHARE: Final = 0.2
+#: Library code whose time says what to do, by where torch's own source tree (torch 2.x) keeps
+#: it: torch.compile's runtime (Dynamo's frame evaluation and guards, AOT autograd's runtime
+#: wrappers, inductor's compiled-code wrappers), and the profiler's own Python (record_function,
+#: the profiler's step bookkeeping), which is measurement, not the job.
+COMPILE_RUNTIME_DIRS: Final = ("torch/_dynamo/", "torch/_functorch/_aot_autograd/", "torch/_inductor/")
+PROFILER_DIRS: Final = ("torch/autograd/profiler.py", "torch/profiler/")
 
 #: Untraced time's items (account_parts: what the thread had open), in words.
 _UNTRACED_WHERE: Final = {"nothing open": "with no op or range open", "nothing but the step open":
@@ -52,16 +63,81 @@ def unexplained_part(ctx: Context, account: AccountResult, row: dict[str, Any]) 
     where = f", most of it {_where(named)}" if named else ""
     what = _describe(part, kind)
     per = "over the trace" if account.source == WindowSource.WHOLE_TRACE else "per step"
+    library = _library(ctx, account, part, kind, ns)
+    facts = run_facts(ctx)
+    next_step = _advice(kind, str(items.row(0)[1]) if items.height else "", facts, has_stacks(ctx))
+    if library is not None and library.leader == _COMPILE_RUNTIME:
+        next_step = _compile_runtime_advice(facts)
+    elif library is not None and library.leader == _PROFILER:
+        next_step = _PROFILER_ADVICE
     return Finding(
         code=Code.UNEXPLAINED_PART, severity=Severity.MEDIUM,
-        statement=f"{fmt_pct(share)} {unit} is {what} ({ms(ns)} {per} on the critical path){where}, and no "
-                  "other finding explains it.",
-        next_step=_advice(kind, str(items.row(0)[1]) if items.height else "", run_facts(ctx), has_stacks(ctx)),
+        statement=f"{fmt_pct(share)} {unit} is {what} ({ms(ns)} {per} on the critical path){where}"
+                  f"{library.clause if library is not None else ''}, and no other finding explains it.",
+        next_step=next_step,
         part=part,
         evidence={"part": part, "kind": kind, "part_ns_per_step": ns, "share": round(share, 4),
                   "items": [{"item": i, "ns_per_step": t} for i, t in
-                            items.select(AccountCol.ITEM, AccountCol.NS_PER_STEP).iter_rows()]},
+                            items.select(AccountCol.ITEM, AccountCol.NS_PER_STEP).iter_rows()],
+                  **({} if library is None else {"library_ns_per_step": library.ns_per_step,
+                                                 "library": library.top})},
     )
+
+
+@dataclass(frozen=True)
+class _Library:
+    """The library Python inside a user line's host part: per step in all, its largest functions
+    (label and ns per step), the clause that says so, and whether torch.compile's runtime leads."""
+
+    ns_per_step: int
+    top: list[dict[str, Any]]
+    clause: str
+    #: Whose code the largest function is, where that says what to do (_COMPILE_RUNTIME,
+    #: _PROFILER), else None.
+    leader: str | None
+
+
+def _library(ctx: Context, account: AccountResult, part: str, kind: str, ns: int) -> _Library | None:
+    """For host work named by a user frame, on a trace with Python frames: how much of its time on
+    the path the library functions that frame calls hold in their own Python (``library_frames``),
+    when that is at least LIBRARY_MIN_SHARE of the part."""
+    if kind != PartKind.HOST or not part.startswith("host: ") or ns <= 0 or not has_stacks(ctx):
+        return None
+    split = part_frames(ctx.step_model(), part)
+    if not split.library or split.library_share < LIBRARY_MIN_SHARE:
+        return None
+    largest = [(f.label, f.ns_per_step) for f in split.library[:_NAMED_ITEMS + 3]]
+    top: list[dict[str, Any]] = [{"frame": label, "ns_per_step": t} for label, t in largest]
+    # The second and later only where they are a tenth of the library time or more.
+    named = ", ".join(f"`{label}` {ms(t)}" for i, (label, t) in enumerate(largest[:_NAMED_ITEMS])
+                      if i == 0 or t >= 0.1 * split.library_ns)
+    clause = (f"; {fmt_pct(split.library_share)} of it ({ms(split.library_ns)}) runs in the library functions "
+              f"that line calls, most in {named}")
+    first = split.library[0].path
+    leader = (_COMPILE_RUNTIME if any(d in first for d in COMPILE_RUNTIME_DIRS) else
+              _PROFILER if any(d in first for d in PROFILER_DIRS) else None)
+    return _Library(split.library_ns, top, clause, leader)
+
+
+_COMPILE_RUNTIME: Final = "compile runtime"
+_PROFILER: Final = "profiler"
+_PROFILER_ADVICE: Final = (
+    "The library time is led by the profiler's own Python (torch.autograd.profiler's record_function, the "
+    "profiler's bookkeeping): that is the measurement, not the job, and it is gone when the job runs unprofiled. "
+    "Time the step again without the profiler (or with fewer record_function blocks in the loop) before changing "
+    "the code; tracewhy lines TRACE --all lists the library functions.")
+
+
+def _compile_runtime_advice(facts: RunFacts) -> str:
+    """torch.compile's runtime leads the library time: fewer, larger regions; CUDA graphs where a
+    GPU runs the step."""
+    graphs = "" if facts.cpu_only else (", and mode='reduce-overhead' (CUDA graphs) takes most of it off the "
+                                        "host")
+    return ("The library time is led by torch.compile's own per-call work (Dynamo's frame wrapper and guards, AOT "
+            "autograd's and inductor's runtime wrappers), paid on every call of a compiled region: make fewer, "
+            f"larger compiled regions per step (remove graph breaks; compile the whole step, not pieces){graphs}. "
+            "with_stack inflates Python time: time the step again without it. tracewhy lines TRACE --all lists "
+            "the library functions.")
 
 
 def _where(named: list[tuple[str, int]]) -> str:
