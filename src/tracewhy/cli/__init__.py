@@ -25,6 +25,7 @@ from tracewhy import __version__
 from tracewhy.cli.base import Warnings, add_common_options, run_command, write_json_document
 from tracewhy.cli.commands import ALL_MODULES, load_command
 from tracewhy.errors import TraceError, UsageError
+from tracewhy.input_size import small_inputs
 from tracewhy.read_helpers import start_early
 from tracewhy.units import printable
 
@@ -246,23 +247,35 @@ def _signals_raise() -> Iterator[None]:
 #: Allocations between two collections of the garbage collector's youngest generation while the
 #: command runs (Python's default is 700; see ``as_command``).
 _GC_YOUNGEST_THRESHOLD: Final = 50_000
+#: polars' pool size (read once, when polars starts its pool; see ``as_command``).
+_POLARS_THREADS: Final = "POLARS_MAX_THREADS"
+#: Commands that keep polars' default pool whatever their arguments: ``capture`` starts the
+#: user's job, ``mcp`` serves traces of any size for as long as it runs.
+_OTHER_PROGRAMS_OR_MANY_TRACES: Final = frozenset({"capture", "mcp"})
 
 
 def console_main() -> None:
     """The ``tracewhy`` command: ``main`` in a process set up and ended as ``as_command`` and
     ``end_command`` say."""
-    as_command()
+    as_command(sys.argv[1:])
     end_command(main())
 
 
-def as_command() -> None:
-    """Settings of a process that runs one command. The cyclic garbage collector starts its
+def as_command(argv: Sequence[str] = ()) -> None:
+    """Settings of a process that runs one command (``argv``). The cyclic garbage collector starts its
     youngest generation every 50,000 container allocations instead of every 700: a command on a
     1 MB trace made ~110 collections (37-46 ms of 0.45 s) walking the objects its imports made,
     where the memory a command holds is columns, which the collector does not look into, and
-    cycles among the rest are few. Only the command sets it: a program that imports tracewhy
-    keeps its own settings."""
+    cycles among the rest are few. On small inputs (``input_size.small_inputs``) polars runs its
+    queries on one thread, unless the user chose a pool size: set before polars is imported,
+    which sizes its pool once. Not for the commands that start other programs (``capture``
+    runs the user's job, which would inherit the setting) or serve many traces (``mcp``). Only
+    the command sets these: a program that imports tracewhy keeps its own settings."""
     gc.set_threshold(_GC_YOUNGEST_THRESHOLD, *gc.get_threshold()[1:])
+    word = _command_word(argv)
+    if word is not None and word not in _OTHER_PROGRAMS_OR_MANY_TRACES and "polars" not in sys.modules \
+            and small_inputs(argv[argv.index(word) + 1:]):
+        os.environ.setdefault(_POLARS_THREADS, "1")
 
 
 def end_command(code: int) -> NoReturn:

@@ -1,0 +1,68 @@
+"""The command line tells small inputs before its imports (``input_size``): a file's content
+size (gzip inflated, from its trailer, checked against the inflated bytes), what counts as
+small, and the one-thread polars pool a command on small inputs gets (``cli.as_command``, in a
+fresh interpreter that has not imported polars)."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tests.conftest import shared_trace
+
+from tracewhy.input_size import content_size, small_inputs
+
+BERT = "tracelens/h100_bert-small_bs1_seq512.json.gz"
+
+
+def test_content_size_reads_the_gzip_trailer(tmp_path: Path) -> None:
+    gz = shared_trace(BERT)
+    assert content_size(gz) == len(gzip.decompress(gz.read_bytes()))
+    plain = tmp_path / "plain.json"
+    plain.write_bytes(b'{"traceEvents": []}')
+    assert content_size(plain) == 19
+    assert content_size(tmp_path / "missing.json") == 0
+
+
+def test_small_inputs_takes_only_regular_files_within_the_bound(tmp_path: Path) -> None:
+    gz = str(shared_trace(BERT))
+    inflated = content_size(gz)
+    assert small_inputs([gz])
+    # Words that are no path (a query, a step name, options) are passed over.
+    assert small_inputs(["--json", gz, "SELECT count(*) FROM kernels", "ProfilerStep"])
+    # Inflated, not compressed, bytes count; two files count together.
+    assert not small_inputs([gz], max_bytes=inflated - 1)
+    assert small_inputs([gz, gz], max_bytes=2 * inflated)
+    assert not small_inputs([gz, gz], max_bytes=2 * inflated - 1)
+    # No file at all, or a directory (ranks DIR): not told small.
+    assert not small_inputs(["which", "idle"])
+    assert not small_inputs([gz, str(tmp_path)])
+
+
+def _pool_after(argv: list[str], env: dict[str, str] | None = None) -> str:
+    """POLARS_MAX_THREADS after ``as_command(argv)`` in a fresh interpreter, and polars' pool size."""
+    code = ("import os, sys; from tracewhy.cli import as_command; as_command(sys.argv[1:]); "
+            "v = os.environ.get('POLARS_MAX_THREADS'); import polars as pl; print(v, pl.thread_pool_size())")
+    base = {k: v for k, v in os.environ.items() if k != "POLARS_MAX_THREADS"}
+    done = subprocess.run([sys.executable, "-c", code, *argv], env={**base, **(env or {})}, capture_output=True,
+                          text=True, timeout=60, check=True)
+    return done.stdout.strip()
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: polars' default pool is one thread already")
+def test_a_command_on_small_inputs_gets_a_one_thread_pool(tmp_path: Path) -> None:
+    gz = str(shared_trace(BERT))
+    assert _pool_after(["diagnose", gz]) == "1 1"
+    assert _pool_after(["diff", gz, gz, "--json"]) == "1 1"
+    # The user's choice stands; capture (the user's job would inherit it) and large or unknown
+    # inputs keep polars' default.
+    assert _pool_after(["diagnose", gz], {"POLARS_MAX_THREADS": "2"}) == "2 2"
+    script = tmp_path / "train.py"
+    script.write_text("pass\n")
+    assert _pool_after(["capture", str(script)]).startswith("None ")
+    assert _pool_after(["ranks", str(tmp_path)]).startswith("None ")
+    assert _pool_after(["diagnose", str(tmp_path / "missing.json")]).startswith("None ")
