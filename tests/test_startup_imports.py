@@ -64,6 +64,31 @@ def test_gaps_imports_no_rules() -> None:
     assert not {"tracewhy.reports.diagnose", "tracewhy.findings.idle", "tracewhy.findings.host"} & modules
 
 
+#: What a diagnosis needs beyond steps, gaps and blocks: its rules, the step account and its
+#: dependency graph, the what-if replays, and the comparison of two runs.
+DIAGNOSIS_ONLY = {"tracewhy.reports.diagnose", "tracewhy.findings.idle", "tracewhy.analyses.account",
+                  "tracewhy.analyses.critical_path_graph", "tracewhy.analyses.what_if", "tracewhy.reports.diff"}
+
+
+@pytest.mark.parametrize("argv", [
+    ("check", "{trace}", "--max-gpu-idle", "100%", "--max-step-p50", "10s"),
+    ("blocks", "{trace}", "--json"),
+])
+def test_a_command_that_needs_no_diagnosis_imports_none(argv: tuple[str, ...]) -> None:
+    # The diagnosis context imports the step account and the replays where they are asked for;
+    # check's metrics import the rules, memory, compile and the baseline's comparison likewise.
+    modules = loaded(*(a.format(trace=str(shared_trace(TRACE))) for a in argv))
+    assert "tracewhy.findings.context" in modules  # it measured through the diagnosis' context
+    assert not DIAGNOSIS_ONLY & modules
+    assert "tracewhy.analyses.memory" not in modules
+
+
+def test_check_imports_what_its_metrics_measure_with() -> None:
+    trace = str(shared_trace(TRACE))
+    modules = loaded("check", trace, "--max-high-findings", "100", "--baseline", trace)
+    assert {"tracewhy.reports.diagnose", "tracewhy.analyses.account", "tracewhy.reports.diff"} <= modules
+
+
 def test_ranks_on_small_files_starts_no_pool() -> None:
     pair = [str(shared_trace(f"hta/sampled_128rank_job_rank{r}.json.gz")) for r in (0, 1)]
     modules = loaded("ranks", *pair, "--json")

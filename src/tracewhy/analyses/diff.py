@@ -12,19 +12,21 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 import polars as pl
 
 from tracewhy.analyses import api_names
-from tracewhy.analyses.compile import CompileResult
-from tracewhy.analyses.memory import MemoryResult, analyze_memory
 from tracewhy.analyses.shift import Shift, hodges_lehmann, in_whole_ns
 from tracewhy.analyses.steps import StepCol, StepsOptions, StepsResult, steps
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, DeviceCol, Kind
 from tracewhy.model.trace import Trace
 from tracewhy.rows import Rows
+
+if TYPE_CHECKING:  # (memory is analysed here only when a caller has no memory analysis to give)
+    from tracewhy.analyses.compile import CompileResult
+    from tracewhy.analyses.memory import MemoryResult
 
 
 @dataclass(frozen=True)
@@ -192,6 +194,8 @@ def diff(a: Trace, b: Trace, options: DiffOptions = DiffOptions(), *,
 
 
 def _memory(t: Trace, s: StepsResult) -> MemoryResult | None:
+    from tracewhy.analyses.memory import analyze_memory
+
     return analyze_memory(t, steps_result=s) if t.memory.height else None
 
 

@@ -9,22 +9,25 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import polars as pl
 
-from tracewhy.analyses.account import AccountOptions, AccountResult, StepModel, step_account, step_model
-from tracewhy.analyses.compile_slices import marked_slices
-from tracewhy.analyses.critical_path_graph import Graph, build_graph
 from tracewhy.analyses.gaps import GapsOptions, GapsResult, gaps
 from tracewhy.analyses.host_activity import HostIndex, build_host_index
-from tracewhy.analyses.kernels import KernelsResult, kernels
 from tracewhy.analyses.source_lines import HostTree
 from tracewhy.analyses.steps import StepsOptions, StepsResult, steps
-from tracewhy.analyses.syncs import SyncsResult, syncs
 from tracewhy.analyses.throughput import ThroughputOptions
 from tracewhy.analyses.utilization import DeviceBusy
-from tracewhy.analyses.what_if import Prediction, predict, window_edges
-from tracewhy.analyses.what_if_edits import Fix, WindowEdges
 from tracewhy.model.trace import Trace
 
-if TYPE_CHECKING:  # (the TORCH_LOGS parser is imported only where --logs is given)
+if TYPE_CHECKING:
+    # The step account, its graph and the what-if replays, the kernel table, the syncs and the
+    # compile markers are imported by the methods that compute them: a command that asks the
+    # context for steps, gaps or blocks alone (check --max-gpu-idle, blocks, memory) imports none
+    # of their ~40 modules. The TORCH_LOGS parser is imported only where --logs is given.
+    from tracewhy.analyses.account import AccountResult, StepModel
+    from tracewhy.analyses.critical_path_graph import Graph
+    from tracewhy.analyses.kernels import KernelsResult
+    from tracewhy.analyses.syncs import SyncsResult
+    from tracewhy.analyses.what_if import Prediction
+    from tracewhy.analyses.what_if_edits import Fix, WindowEdges
     from tracewhy.model.torch_logs import TorchLogs
 
 T = TypeVar("T")
@@ -75,6 +78,8 @@ class Context:
 
     def kernels(self) -> KernelsResult:
         """Kernel time per name and family: a rule and the report's kernel table share it."""
+        from tracewhy.analyses.kernels import kernels
+
         return self.cached("kernels", lambda: kernels(self.trace))
 
     def host(self) -> HostIndex:
@@ -88,9 +93,13 @@ class Context:
     def compile_marked(self) -> pl.DataFrame:
         """The host slices with a compile role (``marked_slices``): the step account's and memory's
         host contexts and the compile analysis share them."""
+        from tracewhy.analyses.compile_slices import marked_slices
+
         return self.cached("compile_marked", lambda: marked_slices(self.trace))
 
     def syncs(self) -> SyncsResult:
+        from tracewhy.analyses.syncs import syncs
+
         return self.cached("syncs", lambda: syncs(self.trace, self.steps(), self.host()))
 
     def busy(self) -> dict[int, DeviceBusy]:
@@ -103,9 +112,13 @@ class Context:
 
     def graph(self) -> Graph:
         """The step's dependency graph, built once: the step account and the critical path share it."""
+        from tracewhy.analyses.critical_path_graph import build_graph
+
         return self.cached("graph", lambda: build_graph(self.trace))
 
     def step_model(self) -> StepModel:
+        from tracewhy.analyses.account import AccountOptions, step_model
+
         return self.cached("step_model", lambda: step_model(
             self.trace, AccountOptions(marker=self.options.step_marker), steps_result=self.steps(),
             graph=self.graph(), host=self.host(), tree=self.host_tree(),
@@ -113,6 +126,8 @@ class Context:
 
     def account(self) -> AccountResult | None:
         """The step account (None for a trace with no slices or no window to account for)."""
+        from tracewhy.analyses.account import step_account
+
         def compute() -> AccountResult | None:
             if self.trace.slices.height == 0:
                 return None
@@ -122,6 +137,8 @@ class Context:
 
     def what_if_windows(self) -> list[WindowEdges]:
         """The analysed windows predictions replay (at most what_if.PREDICTED_STEPS of them)."""
+        from tracewhy.analyses.what_if import window_edges
+
         return self.cached("what_if_windows", lambda: window_edges(self.step_model()))
 
     def measured_step_ns(self) -> int:
@@ -132,6 +149,8 @@ class Context:
     def predict(self, edits: tuple[Fix, ...]) -> Prediction:
         """The steps replayed with these edits at once, each set of edits replayed once per diagnosis
         (a finding and the fixes-together line ask for the same ones)."""
+        from tracewhy.analyses.what_if import predict
+
         windows = self.what_if_windows()
         key = "predict:" + " + ".join(sorted(repr(e) for e in edits))
         return self.cached(key, lambda: predict(self.step_model(), edits, windows))

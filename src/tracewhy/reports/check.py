@@ -31,7 +31,6 @@ from tracewhy.findings.context import Context, DiagnoseOptions
 from tracewhy.findings.model import Finding
 from tracewhy.model.trace import Trace
 from tracewhy.reports.check_metrics import METRICS, Limit, fmt_value, parse_limit
-from tracewhy.reports.diff import compare
 from tracewhy.reports.inputs import PLAIN, Loader, TraceSource
 from tracewhy.rows import Rows
 
@@ -137,6 +136,8 @@ def check(trace: Trace, options: CheckOptions, baseline: Trace | None = None) ->
     if baseline is not None:
         diff_options = DiffOptions(step_marker=options.step_marker, warmup=options.warmup,
                                    confidence=th.DIFF_CONFIDENCE)
+        from tracewhy.reports.diff import compare  # (with a baseline only: it imports the diagnosis)
+
         comparison = compare(baseline, trace, diff_options, with_findings=False)
         notes += [CheckNote("baseline", baseline.meta.path, f)
                   for f in (_synchronized(Context(baseline, ctx.options)),) if f is not None]

@@ -5,6 +5,8 @@ it in ``METRICS``; ``check`` gains the option ``--max-NAME`` (or ``--min-NAME``)
 
 A metric reads the diagnosis' own context, so that the analyses the rules also use run once;
 ``high-findings`` runs the diagnosis itself, which is why the metrics are a report's, not a rule's.
+A metric imports what only it measures with (the diagnosis' rules, the step account behind the
+overlap figures, memory, compile) when it is measured: ``check --max-gpu-idle`` imports none of it.
 """
 
 from __future__ import annotations
@@ -17,21 +19,16 @@ from typing import Final
 import numpy as np
 import polars as pl
 
-from tracewhy.analyses.compile import RecompileCol
 from tracewhy.analyses.overlap import OverlapCol
 from tracewhy.analyses.steps import StepCol
 from tracewhy.analyses.throughput import UNITS, from_step_stats
 from tracewhy.findings.basis import basis
 from tracewhy.findings.codes import Code
-from tracewhy.findings.compile import compile_result
 from tracewhy.findings.context import Context
-from tracewhy.findings.memory import memory_result
 from tracewhy.findings.model import Severity
-from tracewhy.findings.overlap import overlap_result
 from tracewhy.findings.sync_count import COUNTED, blocking_syncs
 from tracewhy.findings.throughput import describe, fmt_rate, gated_rate
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Kind
-from tracewhy.reports.diagnose import diagnose_in
 from tracewhy.units import fmt_ns, fmt_pct
 
 SHARE, DURATION, COUNT, BYTES, RATE = "share", "duration", "count", "bytes", "rate"
@@ -96,6 +93,8 @@ def _gpu_idle(ctx: Context) -> Measured:
 
 
 def _comm_rows(ctx: Context) -> tuple[pl.DataFrame, str] | None:
+    from tracewhy.findings.overlap import overlap_result
+
     r = overlap_result(ctx)
     if r.devices.height == 0:
         return None
@@ -140,6 +139,8 @@ def _kernels_per_step(ctx: Context) -> Measured:
 
 
 def _high_findings(ctx: Context) -> Measured:
+    from tracewhy.reports.diagnose import diagnose_in
+
     report = diagnose_in(ctx)  # on check's context: the analyses check measured are not redone
     high = [f.code for f in report.findings if f.severity is Severity.HIGH]
     return Measured(float(len(high)), ", ".join(high) or None)
@@ -148,6 +149,8 @@ def _high_findings(ctx: Context) -> Measured:
 def _peak_memory(ctx: Context) -> Measured:
     """The highest allocation peak over the GPUs (the host's when the trace has no GPU memory
     events), as ``memory`` reports it: the allocator's own Total Allocated."""
+    from tracewhy.findings.memory import memory_result
+
     r = memory_result(ctx)
     if r is None or not r.devices:
         return Measured(None, "no [memory] events: profile with profile_memory=True")
@@ -161,6 +164,8 @@ def _peak_memory(ctx: Context) -> Measured:
 def _graph_breaks(ctx: Context) -> Measured:
     """torch.compile graph breaks per steady step (median), as the graph-breaks finding states them;
     without steady steps, those of every captured step."""
+    from tracewhy.findings.compile import compile_result
+
     r = compile_result(ctx)
     if not r.has_compile:
         return Measured(0.0, "no torch.compile markers in the trace")
@@ -171,6 +176,9 @@ def _graph_breaks(ctx: Context) -> Measured:
 
 def _recompiles(ctx: Context) -> Measured:
     """Recompiles (compile ids F/C with C > 0) first compiled in the captured steps."""
+    from tracewhy.analyses.compile import RecompileCol
+    from tracewhy.findings.compile import compile_result
+
     r = compile_result(ctx)
     if not r.has_compile:
         return Measured(0.0, "no torch.compile markers in the trace")
