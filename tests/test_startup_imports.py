@@ -73,6 +73,7 @@ DIAGNOSIS_ONLY = {"tracewhy.reports.diagnose", "tracewhy.findings.idle", "tracew
 @pytest.mark.parametrize("argv", [
     ("check", "{trace}", "--max-gpu-idle", "100%", "--max-step-p50", "10s"),
     ("blocks", "{trace}", "--json"),
+    ("overlap", "{trace}", "--json"),
 ])
 def test_a_command_that_needs_no_diagnosis_imports_none(argv: tuple[str, ...]) -> None:
     # The diagnosis context imports the step account and the replays where they are asked for;

@@ -6,18 +6,19 @@ hiding it under compute saves nothing of it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import polars as pl
 
-from tracewhy.analyses.account import AccountCol, AccountResult
-from tracewhy.analyses.account_names import PartKind
 from tracewhy.analyses.overlap import OverlapCol, OverlapOptions, OverlapResult, overlap
-from tracewhy.analyses.what_if import fix_for_part
-from tracewhy.analyses.what_if_comm import CommOnPath, comm_on_path
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding, Severity
+
+if TYPE_CHECKING:  # (the step account and the replays: imported where diagnose asks, see _on_path)
+    from tracewhy.analyses.account import AccountResult
+    from tracewhy.analyses.what_if_comm import CommOnPath
 
 #: Collectives named in a statement; the evidence keeps them all.
 _NAMED: int = 3
@@ -59,7 +60,14 @@ def findings(ctx: Context) -> list[Finding]:
 def _on_path(ctx: Context, account: AccountResult) -> OnPath | None:
     """Communication on the replayed steps' critical paths, and the replay of hiding it: the fix
     the step account's communication parts predict with (``what_if.fix_for_part``), replayed as
-    the diagnosis replays it, against the same steps unedited."""
+    the diagnosis replays it, against the same steps unedited. (Its imports are the step
+    account's and the replays': the overlap command and check's overlap metrics, which read
+    ``overlap_result`` alone, import none of them.)"""
+    from tracewhy.analyses.account import AccountCol
+    from tracewhy.analyses.account_names import PartKind
+    from tracewhy.analyses.what_if import fix_for_part
+    from tracewhy.analyses.what_if_comm import comm_on_path
+
     rows = account.parts.select(AccountCol.PART, AccountCol.KIND, AccountCol.ESSENTIAL).rows()
     edits = {repr(f): f for part, kind, essential in rows if kind == PartKind.COMMUNICATION
              for f in [fix_for_part(part, kind, essential)] if f is not None}
