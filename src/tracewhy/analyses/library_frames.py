@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses.account import StepModel
@@ -65,7 +66,8 @@ def part_frames(model: StepModel, part: str) -> PartFrames:
     names = model.trace.slices.get_column(Col.NAME)
     kinds = model.trace.slices.get_column(Col.KIND)
     total = 0
-    per_slice_ns: dict[int, int] = {}
+    inner_ids: list[npt.NDArray[np.int64]] = []
+    inner_ns: list[npt.NDArray[np.int64]] = []
     for p in model.paths:
         e = p.edges
         if e.size == 0:
@@ -84,15 +86,15 @@ def part_frames(model: StepModel, part: str) -> PartFrames:
             on = np.flatnonzero((pid == pt[0]) & (tid == pt[1]))
             pos = host.innermost(pt[0], pt[1], mid[on])
             inner = np.where(pos >= 0, host.ids[np.maximum(pos, 0)], -1)
-            for slice_id, ns in zip(inner.tolist(), dur[on].tolist(), strict=True):
-                if slice_id >= 0:
-                    per_slice_ns[slice_id] = per_slice_ns.get(slice_id, 0) + int(ns)
+            inner_ids.append(inner[inner >= 0])
+            inner_ns.append(dur[on][inner >= 0].astype(np.int64))
     n = len(model.paths)
-    if not per_slice_ns:
+    if not inner_ids or sum(a.size for a in inner_ids) == 0:
         return PartFrames(round(total / n), [])
-    ids = np.fromiter(per_slice_ns, dtype=np.int64, count=len(per_slice_ns))
+    ids, at = np.unique(np.concatenate(inner_ids), return_inverse=True)
+    summed = np.bincount(at, weights=np.concatenate(inner_ns), minlength=ids.size).astype(np.int64)
     frames = pl.DataFrame({"name": names.gather(ids).cast(pl.String), "kind": kinds.gather(ids).cast(pl.String),
-                           "ns": np.fromiter(per_slice_ns.values(), dtype=np.int64, count=ids.size)}).filter(
+                           "ns": summed}).filter(
         pl.col("kind") == Kind.PYTHON.value).group_by("name").agg(pl.col("ns").sum()).sort(
         ["ns", "name"], descending=[True, False])
     library = []
