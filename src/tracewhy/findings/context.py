@@ -136,7 +136,7 @@ class Context:
         return self.cached("account", compute)
 
     def what_if_windows(self) -> list[WindowEdges]:
-        """The analysed windows predictions replay (at most what_if.PREDICTED_STEPS of them)."""
+        """The analysed windows predictions replay (``what_if.window_edges``'s choice)."""
         from tracewhy.analyses.what_if import window_edges
 
         return self.cached("what_if_windows", lambda: window_edges(self.step_model()))
