@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tracewhy.analyses.account import AccountOptions, step_account, step_model
-from tracewhy.analyses.what_if import PREDICTED_STEPS, what_if
+from tracewhy.analyses.what_if import PREDICTED_STEPS, REPLAY_ALL_MAX_EDGES, what_if
 from tracewhy.findings.context import Context, DiagnoseOptions
 from tracewhy.readers import read_trace
 from tracewhy.reports.diagnose import diagnose_in
@@ -84,8 +84,9 @@ def main() -> None:
         "`diagnose`: today's diagnosis, without the account; `account`: step_model + step_account (at "
         f"most {AccountOptions().max_steps} steady steps) alone; `shared`: the same with the steps and "
         "the host index the diagnosis has computed, as the wiring will run it; `what-if`: what_if with "
-        f"the suggested edits, each alone and the top three together, replayed on at most {PREDICTED_STEPS} "
-        "of the analysed steps; in brackets, each as a share of `diagnose`.",
+        "the suggested edits, each alone and the top three together, replayed on every analysed step of a "
+        f"graph of up to {REPLAY_ALL_MAX_EDGES:,} edges, else on {PREDICTED_STEPS} of them; in brackets, each "
+        "as a share of `diagnose`.",
         "",
         "| trace | slices | steps analysed | diagnose s | account s | shared s | predictions | what-if s |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
