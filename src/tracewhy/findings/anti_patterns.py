@@ -25,7 +25,7 @@ from tracewhy.analyses.anti_patterns import (
     anti_patterns,
 )
 from tracewhy.analyses.what_if import Prediction
-from tracewhy.analyses.what_if_edits import Fix, MultiTensorOptimizer
+from tracewhy.analyses.what_if_edits import Fix, MultiTensorOptimizer, RemoveRecompute
 from tracewhy.analyses.what_if_host_edits import BuildOnDevice, SetGradsToNone
 from tracewhy.findings import source_line as sl
 from tracewhy.findings import thresholds as th
@@ -37,7 +37,8 @@ from tracewhy.units import fmt_ns as ms
 from tracewhy.units import fmt_pct
 
 #: The findings that predict with a fix of their own (``own_fixes``), not their part's.
-OWN_FIX_CODES: Final = frozenset({Code.OPTIMIZER_SINGLE_TENSOR, Code.ZERO_GRAD_NOT_NONE, Code.TENSOR_BUILT_ON_HOST})
+OWN_FIX_CODES: Final = frozenset({Code.OPTIMIZER_SINGLE_TENSOR, Code.ZERO_GRAD_NOT_NONE, Code.TENSOR_BUILT_ON_HOST,
+                                  Code.ACTIVATION_RECOMPUTE})
 
 
 def own_fixes(ctx: Context, code: Code) -> tuple[Fix, ...]:
@@ -47,6 +48,8 @@ def own_fixes(ctx: Context, code: Code) -> tuple[Fix, ...]:
         return (MultiTensorOptimizer(),)
     if code == Code.ZERO_GRAD_NOT_NONE:
         return (SetGradsToNone(),)
+    if code == Code.ACTIVATION_RECOMPUTE:
+        return (RemoveRecompute(),)
     if code == Code.TENSOR_BUILT_ON_HOST:
         ops = tuple(sorted(i for h in anti_patterns_result(ctx).host_built for i in h.copy_ids))
         return (BuildOnDevice(ops),) if ops else ()

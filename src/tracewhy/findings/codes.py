@@ -58,6 +58,7 @@ class Code(str, Enum):
     ZERO_GRAD_NOT_NONE = "zero-grad-not-none"
     CONV_BIAS_BEFORE_BATCH_NORM = "conv-bias-before-batch-norm"
     TENSOR_BUILT_ON_HOST = "tensor-built-on-host"
+    ACTIVATION_RECOMPUTE = "activation-recompute"
     GEMM_DIMS_UNALIGNED = "gemm-dims-unaligned"
     EXTRA_COPIES = "extra-copies"
     DATA_PARALLEL_NOT_DDP = "data-parallel-not-ddp"
@@ -168,6 +169,8 @@ _MEANING: Final[dict[Code, str]] = {
                                   "foreach=True or fused=True, priced by the step's replay.",
     Code.ZERO_GRAD_NOT_NONE: "zero_grad zeroes every gradient instead of setting it to None (set_to_none=False), "
                              "priced by the step's replay.",
+    Code.ACTIVATION_RECOMPUTE: "Backward runs forward ops again (activation checkpointing): their time on the "
+                               "critical path, priced by the step's replay without them.",
     Code.CONV_BIAS_BEFORE_BATCH_NORM: "A convolution's bias feeds a batch norm, whose mean subtraction cancels it: "
                                       "bias=False.",
     Code.TENSOR_BUILT_ON_HOST: "A tensor is made on the host and copied to the device every step: create it there, "

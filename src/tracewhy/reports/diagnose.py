@@ -33,6 +33,7 @@ from tracewhy.findings import (
     nsys_rules,
     overlap,
     platform,
+    recompute,
     trust,
 )
 from tracewhy.findings import compile as torch_compile
@@ -58,7 +59,7 @@ RULES: tuple[Rule, ...] = (
     trust.findings, idle.findings, host.findings, platform.findings, overlap.findings,
     collective_bandwidth.findings, blocks.findings,
     nsys_rules.findings, memory.findings, torch_compile.findings, account.findings, anti_patterns.findings,
-    extra_copies.findings,
+    extra_copies.findings, recompute.findings,
 )
 
 
