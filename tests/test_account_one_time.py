@@ -55,6 +55,9 @@ def test_diagnose_names_the_step_it_left_out(capsys: pytest.CaptureFixture[str])
     out = capsys.readouterr().out
     where = next(line for line in out.splitlines() if line.startswith("Where the step goes"))
     assert "left out as one-time compiles: ProfilerStep#2" in where
+    # The steps' own statistics keep that step, and the line above says so.
+    stats = next(line for line in out.splitlines() if "steady steps: duration" in line)
+    assert "ProfilerStep#2 included: a one-time compile" in stats
     assert "compilation" not in out.split("Where the step goes", 1)[1].split("\n2.", 1)[0]
 
 

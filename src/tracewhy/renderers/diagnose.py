@@ -263,7 +263,11 @@ def render_diagnose(report: Report, top: int | None = None) -> RenderableType:
     head = Text(f"{printable(report.path)}\n", style="bold")
     if stats is not None:
         head.append(f"{stats.count} steady steps: duration p50 {fmt_ns(stats.p50_ns)}, p90 {fmt_ns(stats.p90_ns)}, "
-                    f"mean {fmt_ns(stats.mean_ns)}. ")
+                    f"mean {fmt_ns(stats.mean_ns)}")
+        one_time = report.account.one_time if report.account is not None else ()
+        # The account leaves such a step out; these statistics keep it, and say so.
+        head.append(f" ({', '.join(s.name for s in one_time)} included: a one-time compile, which the account "
+                    "below leaves out). " if one_time else ". ")
     if b.device is not None:
         head.append(f"GPU {b.device} active {fmt_pct(b.active_share)} ({basis_statistic(report)}).")
     parts.append(head)
