@@ -8,6 +8,7 @@ there (``critical_path`` picks the items whose removal it replays; ``what_if`` b
 from __future__ import annotations
 
 import bisect
+import itertools
 from array import array
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -106,6 +107,31 @@ class Replay:
         return ReplayWindow(self, ws, we)
 
 
+class _LiveInEdges:
+    """Per live position of a window (not fixed, with an in-edge; ascending): its one in-edge
+    (source position, edge position), or for the few with several (-1, k): the k-th group of
+    such pairs, at many_first[k] to many_first[k + 1] (flat arrays: 1.3 M lists of pairs were
+    0.3 GB). ``ps``, ``pd``: the window's edges' source and end positions; ``by_dst``: the
+    edges in the order of their ends."""
+
+    def __init__(self, ps: I32, pd: I32, by_dst: I32, fixed: npt.NDArray[np.bool_]) -> None:
+        indeg = np.bincount(pd, minlength=fixed.size)
+        live = np.flatnonzero(~fixed & (indeg > 0))
+        first = np.r_[0, np.cumsum(indeg)]
+        self.live = _positions(live)
+        one = indeg[live] == 1
+        src_of = np.where(one, ps[by_dst[first[live]]], -1)
+        edge_of = by_dst[first[live]].astype(np.int64)
+        many = np.flatnonzero(~one)
+        edge_of[many] = np.arange(many.size)
+        self.src_of, self.edge_of = _positions(src_of), _positions(edge_of)
+        lo, hi = first[live[many]], first[live[many] + 1]
+        offsets = np.r_[0, np.cumsum(hi - lo)]
+        at = np.repeat(lo - offsets[:-1], hi - lo) + np.arange(int(offsets[-1]))
+        self.many_first = _positions(offsets)
+        self.many_src, self.many_edge = _positions(ps[by_dst[at]]), _positions(by_dst[at])
+
+
 class ReplayWindow:
     """The replay restricted to a step's window: its nodes in an order every edge respects
     (``_order``), instants whose releasing edge starts outside the window fixed at their times."""
@@ -132,32 +158,22 @@ class ReplayWindow:
         self.by_dst = by_dst.astype(np.int32)
         fixed = np.zeros(order.size, dtype=bool)
         fixed[pos[fixed_nodes]] = True
-        indeg = np.bincount(pd, minlength=order.size)
-        live = np.flatnonzero(~fixed & (indeg > 0))
-        first = np.r_[0, np.cumsum(indeg)]
         self.g, self.replay, self.edges, self.order = g, replay, edges, order.astype(np.int32)
         self.times = _ints(ts[order])
-        # Per live position: its one in-edge (source position, edge position), or for the few
-        # with several (-1, k): the k-th group of such pairs (below).
-        self.live = _positions(live)
-        one = indeg[live] == 1
-        src_of = np.where(one, ps[by_dst[first[live]]], -1)
-        edge_of = by_dst[first[live]].copy()
-        many = np.flatnonzero(~one)
-        edge_of[many] = np.arange(many.size)
-        self.src_of, self.edge_of = _positions(src_of), _positions(edge_of)
-        # The in-edges of the k-th such position: (source position, edge position) at
-        # many_first[k] to many_first[k + 1] (flat arrays: 1.3 M lists of pairs were 0.3 GB).
-        lo, hi = first[live[many]], first[live[many] + 1]
-        offsets = np.r_[0, np.cumsum(hi - lo)]
-        at = np.repeat(lo - offsets[:-1], hi - lo) + np.arange(int(offsets[-1]))
-        self.many_first = _positions(offsets)
-        self.many_src, self.many_edge = _positions(ps[by_dst[at]]), _positions(by_dst[at])
         self.sink_pos = pos
         self.dst_pos = pd
         self.src_pos = ps
         self.fixed = fixed
         self.ws = ws
+        self._in_edges: _LiveInEdges | None = None
+
+    def _live_in_edges(self) -> _LiveInEdges:
+        """``saved``'s view of the window's in-edges, built at its first call: a diagnosis replays
+        with ``edited`` alone, and on a whole-trace window of a large export (16 M instants) these
+        arrays were 0.3 GB, built for every window."""
+        if self._in_edges is None:
+            self._in_edges = _LiveInEdges(self.src_pos, self.dst_pos, self.by_dst, self.fixed)
+        return self._in_edges
 
     def saved(self, sink: int, ids: I64, kinds: tuple[Edge, ...]) -> int:
         """Step time saved when the edges of these kinds spent in these slices take no time."""
@@ -169,10 +185,11 @@ class ReplayWindow:
         weight[hit] = 0
         w = _ints(weight)
         times = array("q", self.times)
-        many_first, many_src, many_edge = self.many_first, self.many_src, self.many_edge
+        live = self._live_in_edges()
+        many_first, many_src, many_edge = live.many_first, live.many_src, live.many_edge
         # Instants ordered before the first one a removed edge leads to replay as measured.
-        k = bisect.bisect_left(self.live, int(self.dst_pos[hit].min()))
-        for i, u, e in zip(self.live[k:], self.src_of[k:], self.edge_of[k:], strict=True):
+        k = bisect.bisect_left(live.live, int(self.dst_pos[hit].min()))
+        for i, u, e in zip(live.live[k:], live.src_of[k:], live.edge_of[k:], strict=True):
             if u >= 0:
                 times[i] = times[u] + w[e]
             else:
@@ -191,10 +208,7 @@ class ReplayWindow:
         if edit.scaled.size and self.edges.size:
             at = np.searchsorted(self.edges, edit.scaled)
             ok = (at < self.edges.size) & (self.edges[np.minimum(at, self.edges.size - 1)] == edit.scaled)
-            scaled = np.ones(self.edges.size, dtype=np.float64)
-            np.multiply.at(scaled, at[ok], edit.factor[ok])
-            weight = np.round(weight * scaled).astype(np.int64)
-            del scaled
+            _scale(weight, at[ok], edit.factor[ok])
         dropped = self._among(edit.drop)
         pos = self.sink_pos
         add_ps, add_pd = pos[edit.add_src], pos[edit.add_dst]
@@ -215,9 +229,10 @@ class ReplayWindow:
                         self.dst_pos[self._among(edit.scaled)]] if not edit.empty else np.zeros(0, np.int64)
         del dropped
         lo = int(np.searchsorted(pd, touched.min())) if touched.size else pd.size
-        times = _replay_times(array("q", self.times), _positions(ps[lo:]), _positions(pd[lo:]), _ints(w[lo:]),
-                              self.fixed.tobytes())
-        return self._walk_back(int(pos[sink]), times, ps, pd, w, ids, np.r_[edit.add_kind, 0])
+        # Sources and lengths as machine integers once, for the replay (from ``lo``) and the walk.
+        src, length = _positions(ps), _ints(w)
+        times = _replay_times(array("q", self.times), src, _positions(pd[lo:]), length, self.fixed.tobytes(), lo)
+        return self._walk_back(int(pos[sink]), times, ps, pd, w, ids, np.r_[edit.add_kind, 0], src, length)
 
     def _among(self, ids: I64) -> npt.NDArray[np.bool_]:
         """Per edge of the window, whether it is one of ``ids``: found by a search in the window's
@@ -231,19 +246,23 @@ class ReplayWindow:
             out[at[self.edges[at] == ids[found]]] = True
         return out
 
-    def _walk_back(self, at: int, times: array[int], ps: I32, pd: I32, w: I64, ids: I64, add_kind: I64
-                   ) -> EditedPath:
+    def _walk_back(self, at: int, times: array[int], ps: I32, pd: I32, w: I64, ids: I64, add_kind: I64,
+                   src: array[int] | None = None, length: array[int] | None = None) -> EditedPath:
         """From instant ``at`` back along, at each instant, the in-edge that released it: the
         latest arrival; then the measured path's edge; then the latest source; then the higher
         kind; then the later edge. Decided only for the instants walked, from each one's run of
         in-edges (``pd`` is sorted): a sort of every edge of the window by those keys took 1.5 GB
         and most of a replay's time on a whole-trace window of a large export, for a path that
-        passes a few percent of its instants."""
+        passes a few percent of its instants. ``src``, ``length``: ``ps`` and ``w`` as machine
+        integers, where the caller has them. The path is walked as positions in the arrays, and
+        named by ``ids`` at the end (a copy of them took 136 MB on that window)."""
         g, n_graph = self.g, self.g.src.size
         if at < 0:
             return EditedPath(0, _none(), _none(), 0)
         first = _positions(np.r_[0, np.cumsum(np.bincount(pd, minlength=len(times)))])
-        src, edge, length, fixed, ws = _positions(ps), _ints(ids), _ints(w), self.fixed.tobytes(), self.ws
+        src = src if src is not None else _positions(ps)
+        length = length if length is not None else _ints(w)
+        fixed, ws = self.fixed.tobytes(), self.ws
         g_kind, bind_edge, order = g.kind, g.bind_edge, self.order
 
         def released_by(v: int, lo: int, hi: int) -> int:
@@ -259,14 +278,14 @@ class ReplayWindow:
             bound = int(bind_edge[order[v]])
             best, best_key = -1, (0, False, 0, 0)
             for j in range(lo, hi):
-                i, t_src = edge[j], times[src[j]]
+                i, t_src = int(ids[j]), times[src[j]]
                 kind = int(g_kind[i]) if i < n_graph else int(add_kind[i - n_graph])
                 key = (t_src + length[j], i == bound, t_src, kind)
                 if best < 0 or key >= best_key:
                     best, best_key = j, key
             return best
 
-        path, lengths = array("q"), array("q")
+        path = array("q")
         # The instants walked, in order and as flags: a set of them held 0.5 GB on a whole-trace
         # window of a large export; the cycle search (rare) gets them as a set.
         walked, seen = array("q"), bytearray(len(times))
@@ -285,20 +304,40 @@ class ReplayWindow:
                 e = lo if hi - lo == 1 else released_by(v, lo, hi)
             seen[v] = 1
             walked.append(v)
-            u = src[e]
-            path.append(edge[e])
-            lengths.append(times[v] - max(times[u], ws))
-            v = u
-        return EditedPath(end_ns=times[at], edges=np.asarray(path[::-1], dtype=np.int64),
-                          dur_ns=np.asarray(lengths[::-1], dtype=np.int64), start_ns=max(times[v], ws))
+            path.append(e)
+            v = src[e]
+        # Each edge's length: its end's time less its source's (or the window's start). (An edge
+        # that leaves a cycle ends at an instant walked at the time of the one it was taken at.)
+        on = np.frombuffer(path, dtype=np.int64)[::-1]
+        t = np.frombuffer(times, dtype=np.int64)
+        lengths = t[pd[on]] - np.maximum(t[ps[on]], ws)
+        return EditedPath(end_ns=times[at], edges=ids[on].astype(np.int64), dur_ns=lengths.astype(np.int64),
+                          start_ns=max(times[v], ws))
 
 
-def _replay_times(times: array[int], ps: array[int], pd: array[int], w: array[int], fixed: bytes) -> array[int]:
+def _scale(weight: I64, at: I64, factor: F64) -> None:
+    """``weight`` (in place) with the entries ``at`` multiplied by their ``factor`` (an entry
+    named several times: by each, in order, as ``np.multiply.at`` over a column of ones would)
+    and rounded: only the scaled entries are touched (a column of factors, its product and its
+    rounding were three float64 copies of every edge's weight, 136 MB each on a whole-trace
+    window of a large export)."""
+    if at.size == 0:
+        return
+    order = np.argsort(at, kind="stable")
+    at, factor = at[order], factor[order]
+    first = np.flatnonzero(np.r_[True, at[1:] != at[:-1]])
+    hit = at[first]
+    weight[hit] = np.round(weight[hit] * np.multiply.reduceat(factor, first)).astype(np.int64)
+
+
+def _replay_times(times: array[int], ps: array[int], pd: array[int], w: array[int], fixed: bytes, lo: int = 0
+                  ) -> array[int]:
     """Each instant (by position, edges sorted by their end's) at the latest of its in-edges;
     fixed instants and those without an in-edge keep their measured times. A source later in
-    the order than its end (a contradicting tie) counts at its measured time."""
+    the order than its end (a contradicting tie) counts at its measured time. Edges from ``lo``
+    on in ``ps`` and ``w``, all of ``pd`` (its tail from ``lo``)."""
     cur, best = -1, 0
-    for u, v, length in zip(ps, pd, w, strict=True):
+    for u, v, length in zip(itertools.islice(ps, lo, None), pd, itertools.islice(w, lo, None), strict=True):
         if v != cur:
             if cur >= 0 and not fixed[cur]:
                 times[cur] = best
