@@ -75,20 +75,22 @@ def walk(graph: Graph, nodes: tuple[I64, I64] | None, ws: int, we: int) -> tuple
     if i < 0 or times[i] <= ws:
         return path, we, -1
     sink = int(order[i])
-    bind, src, ts = graph.bind_edge, graph.src, graph.node_ts
+    # Read through memoryviews (.data), which give Python ints without a numpy scalar between: half
+    # the walk's time (a whole-trace window of a large export walks millions of instants).
+    bind, src, ts = graph.bind_edge.data, graph.src.data, graph.node_ts.data
     seen: set[int] = set()
     v = sink
-    now = int(ts[v])
+    now: int = ts[v]
     while now > ws:
-        e = int(bind[v])
+        e: int = bind[v]
         if v in seen:  # a cycle of equal-time edges: leave it by its latest earlier in-edge
-            e = way_out_of_cycle(ts, src, graph.dst, graph.kind, v, seen)
+            e = way_out_of_cycle(graph.node_ts, graph.src, graph.dst, graph.kind, v, seen)
         if e < 0:
             break
         seen.add(v)
         path.append(e)
-        v = int(src[e])
-        at = int(ts[v])
+        v = src[e]
+        at: int = ts[v]
         if at != now:
             seen.clear()
             now = at
