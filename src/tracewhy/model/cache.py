@@ -56,8 +56,9 @@ MIN_CACHED_BYTES: Final = 256 * 1024
 #: CPU's cache hashed 1 GB as fast as 8 or 16 MiB ones here (0.07 s from the page cache).
 _HASH_CHUNK_BYTES: Final = 1024 * 1024
 #: The code whose output the cache stores, folders and files of the package: a change to any of
-#: these files invalidates entries. ``read_helpers.py`` splits a large read between processes.
-_FINGERPRINTED: Final = ("readers", "model", "read_helpers.py", "cache_place.py")
+#: these files invalidates entries. ``read_helpers.py`` splits a large read between processes;
+#: ``input_size.py`` measures the content a reader reads (``readers.source`` takes it from there).
+_FINGERPRINTED: Final = ("readers", "model", "read_helpers.py", "cache_place.py", "input_size.py")
 
 
 @dataclass(frozen=True)
