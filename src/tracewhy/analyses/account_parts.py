@@ -251,17 +251,22 @@ class PartRules:
         category[hand] = np.where(attr[hand] >= 0, CATEGORY_CODE[Category.HOST_OPS], CATEGORY_CODE[Category.IDLE])
         return kind, attr, category
 
-    def _open_at(self, on_thread_of: I64, times: I64) -> I64:
-        """The innermost recorded slice (Python frames aside) open at each instant on the thread
-        of each given slice; -1 where nothing is."""
+    def innermost_open(self, on_thread_of: I64, times: I64) -> I64:
+        """The innermost host slice open at each instant on the thread of each given slice; -1
+        where nothing is."""
         out = np.full(times.size, -1, dtype=np.int64)
         pid, tid = self.ctx.pid[on_thread_of], self.ctx.tid[on_thread_of]
         for p, t in set(zip(pid.tolist(), tid.tolist(), strict=True)):
             sel = np.flatnonzero((pid == p) & (tid == t))
             pos = self.host.innermost(p, t, times[sel])
-            inner = np.where(pos >= 0, self.host.ids[np.maximum(pos, 0)], -1)
-            out[sel] = np.where(inner >= 0, self.ctx.recorded[np.maximum(inner, 0)], -1)
+            out[sel] = np.where(pos >= 0, self.host.ids[np.maximum(pos, 0)], -1)
         return out
+
+    def _open_at(self, on_thread_of: I64, times: I64) -> I64:
+        """The innermost recorded slice (Python frames aside) open at each instant on the thread
+        of each given slice; -1 where nothing is."""
+        inner = self.innermost_open(on_thread_of, times)
+        return np.where(inner >= 0, self.ctx.recorded[np.maximum(inner, 0)], -1)
 
     def _user_frames(self, kind: I64, attr: I64, src: I64, dst: I64) -> I64:
         """The innermost user frame open at each host edge's midpoint (-1: none, or not a host edge)."""
@@ -272,14 +277,9 @@ class PartRules:
         g = self.graph
         # The thread: the attributed slice's, else the later instant's (a hand-off's caller).
         owner = np.where(attr[host_rows] >= 0, attr[host_rows], g.node_slice[dst[host_rows]])
-        pid, tid = self.ctx.pid[owner], self.ctx.tid[owner]
-        mid = (g.node_ts[src[host_rows]] + g.node_ts[dst[host_rows]]) // 2
-        for p, t in set(zip(pid.tolist(), tid.tolist(), strict=True)):
-            sel = np.flatnonzero((pid == p) & (tid == t))
-            pos = self.host.innermost(p, t, mid[sel])
-            inner = np.where(pos >= 0, self.host.ids[np.maximum(pos, 0)], -1)
-            frame = np.where(inner >= 0, self.ctx.user_frame[np.maximum(inner, 0)], -1)
-            out[host_rows[sel]] = self.compiled.frame_or(inner, frame)
+        inner = self.innermost_open(owner, (g.node_ts[src[host_rows]] + g.node_ts[dst[host_rows]]) // 2)
+        frame = np.where(inner >= 0, self.ctx.user_frame[np.maximum(inner, 0)], -1)
+        out[host_rows] = self.compiled.frame_or(inner, frame)
         return out
 
     def _decide(self, kind: int, attr: int, category: int, frame: int, own: int) -> tuple[int, int]:

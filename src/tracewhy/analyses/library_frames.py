@@ -62,7 +62,6 @@ def part_frames(model: StepModel, part: str) -> PartFrames:
     index = next((i for i, p in enumerate(rules.parts) if p.name == part), None)
     if index is None or not model.paths:
         return PartFrames(0, [])
-    ctx, host = rules.ctx, rules.host
     names = model.trace.slices.get_column(Col.NAME)
     kinds = model.trace.slices.get_column(Col.KIND)
     total = 0
@@ -80,14 +79,9 @@ def part_frames(model: StepModel, part: str) -> PartFrames:
         total += int(dur.sum())
         # The thread: the attributed slice's, else the later instant's (as the account decides).
         owner = np.where(g.attr[sel] >= 0, g.attr[sel], g.node_slice[g.dst[sel]])
-        pid, tid = ctx.pid[owner], ctx.tid[owner]
-        mid = (g.node_ts[g.src[sel]] + g.node_ts[g.dst[sel]]) // 2
-        for pt in set(zip(pid.tolist(), tid.tolist(), strict=True)):
-            on = np.flatnonzero((pid == pt[0]) & (tid == pt[1]))
-            pos = host.innermost(pt[0], pt[1], mid[on])
-            inner = np.where(pos >= 0, host.ids[np.maximum(pos, 0)], -1)
-            inner_ids.append(inner[inner >= 0])
-            inner_ns.append(dur[on][inner >= 0].astype(np.int64))
+        inner = rules.innermost_open(owner, (g.node_ts[g.src[sel]] + g.node_ts[g.dst[sel]]) // 2)
+        inner_ids.append(inner[inner >= 0])
+        inner_ns.append(dur[inner >= 0].astype(np.int64))
     n = len(model.paths)
     if not inner_ids or sum(a.size for a in inner_ids) == 0:
         return PartFrames(round(total / n), [])

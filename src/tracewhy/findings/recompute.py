@@ -32,6 +32,7 @@ def findings(ctx: Context) -> list[Finding]:
     parent = model.trace.slices.get_column(Col.PARENT).fill_null(-1).to_numpy()
     rows = np.arange(recompute.size)
     outermost = (recompute == rows) & ((parent < 0) | (recompute[np.maximum(parent, 0)] < 0))
+    ts = model.rules.slice_ts
     on_path = 0
     ops = 0
     for p in model.paths:
@@ -45,7 +46,6 @@ def findings(ctx: Context) -> list[Finding]:
         gpu = (g.kind[e] == int(Edge.GPU)) & (launched_by >= 0) & (recompute[np.maximum(launched_by, 0)] >= 0)
         dur = g.node_ts[g.dst[e]] - np.maximum(g.node_ts[g.src[e]], p.window_start)
         on_path += int(dur[host | gpu].sum())
-        ts = model.rules.slice_ts
         ops += int(np.count_nonzero(outermost & (ts >= p.window_start) & (ts < p.window_end)))
     n = len(model.paths)
     per_step = round(on_path / n)
