@@ -15,7 +15,8 @@ import struct
 from collections.abc import Sequence
 from typing import Final
 
-_GZIP_MAGIC: Final = b"\x1f\x8b"
+#: The first two bytes of a gzip file (RFC 1952), the one copy the package tests files against.
+GZIP_MAGIC: Final = b"\x1f\x8b"
 #: Up to this many bytes of input in all (gzip counted inflated), a command runs its polars
 #: queries on one thread (``POLARS_MAX_THREADS=1``). Such a trace is a few tens of thousands of
 #: slices, and a command on it is ~1,000 short queries (~0.1 ms each), each of which wakes the
@@ -33,7 +34,7 @@ def content_size(path: str | os.PathLike[str]) -> int:
     try:
         size = os.stat(path).st_size
         with open(path, "rb") as f:
-            if f.read(2) != _GZIP_MAGIC:
+            if f.read(2) != GZIP_MAGIC:
                 return size
             if size < 18:
                 return 0

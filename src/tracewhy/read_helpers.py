@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
 from tracewhy.cache_place import trusted_entry_exists
+from tracewhy.input_size import GZIP_MAGIC
 
 if TYPE_CHECKING:
     import subprocess
@@ -40,7 +41,6 @@ DEFAULT_MAX_WORKERS: Final = 2
 #: What a helper runs. Not ``-m`` the parallel module: the package imports it before ``-m``
 #: would run it, and it would then be loaded twice.
 _SERVE: Final = "from tracewhy.readers.kineto.parallel import serve; serve()"
-_GZIP_MAGIC: Final = b"\x1f\x8b"
 
 #: The helper started early, until a read takes it.
 _early: list[subprocess.Popen[bytes]] = []
@@ -119,7 +119,7 @@ def _json_content_size(arg: str) -> int | None:
             return None
         with open(arg, "rb") as f:
             head = f.read(4096)
-            if head[:2] != _GZIP_MAGIC:
+            if head[:2] != GZIP_MAGIC:
                 return _if_object(head, os.fstat(f.fileno()).st_size)
             f.seek(-4, os.SEEK_END)
             size = int.from_bytes(f.read(4), "little")
