@@ -89,6 +89,26 @@ def test_a_preallocated_buffer_is_never_released_while_it_grows(tmp_path: Path) 
     assert _first_step(m, Preallocate("aten::cat")) == 1000 - (20 + 40) - 3 * 20
 
 
+def test_a_preallocated_buffer_makes_each_growth_kernel_cost_the_first(tmp_path: Path) -> None:
+    # On a GPU the growth is the copy kernels: three aten::cat calls (10 µs each on the host)
+    # launch copies of 100, 200 and 300 µs, back to back from 100 µs; the host waits for them
+    # in cudaDeviceSynchronize (70-710), then adds for 270 µs. Written in place, each copy costs
+    # what the first did: the GPU is done at 400, not 700, and the step 300 µs shorter. The
+    # host calls, all alike, keep their time.
+    b = _steps(KinetoBuilder())
+    for i, copy in enumerate((100, 200, 300)):
+        b.op("aten::cat", 10 + 20 * i, 10)
+        b.launch("CatArrayBatchedCopy", 12 + 20 * i, 5, 100 + (0, 100, 300)[i], copy)
+    b.op("cudaDeviceSynchronize", 70, 640, cat="cuda_runtime").op("aten::add", 720, 270)
+    m = _model(tmp_path, b)
+    assert _first_step(m, Preallocate("aten::cat")) == 1000 - 300
+    # Given the growing calls, only theirs: the first two grow (their copies 100 and 200 µs),
+    # the third's copy stays.
+    first_two = tuple(sorted(int(i) for i in m.trace.slices.filter(
+        m.trace.slices["name"].cast(str) == "aten::cat")["id"].to_list()))[:2]
+    assert _first_step(m, Preallocate("aten::cat", first_two)) == 1000 - 100
+
+
 def test_gradients_set_to_none_are_not_zeroed(tmp_path: Path) -> None:
     # zero_grad (700-900) zeroes two gradients (2 x 60 µs); the optimizer's step (100-500)
     # stays.

@@ -18,6 +18,7 @@ import dialect_traces
 import eager_traces
 import flops_traces
 import generate_traces
+import growth_traces
 import iteration_traces
 import lines_traces
 import memory_compare_traces
@@ -255,6 +256,16 @@ SPECS: tuple[TraceSpec, ...] = (
       for key, name, make, planted in (
           ("copies_present", copy_traces.PRESENT_FILE, copy_traces.make_present, copy_traces.PLANTED_PRESENT),
           ("copies_absent", copy_traces.ABSENT_FILE, copy_traces.make_absent, copy_traces.PLANTED_ABSENT),
+      )),
+    *(TraceSpec(key, (name,), _one(name, make), f"growth_traces.{make.__name__}", options,
+                _sched(growth_traces.SCHEDULE), planted)
+      for key, name, make, options, planted in (
+          ("growth_kv_cache", growth_traces.KV_FILE, growth_traces.make_kv_cache, growth_traces.OPTIONS_SHAPES,
+           growth_traces.PLANTED_KV),
+          ("growth_static_cache", growth_traces.STATIC_FILE, growth_traces.make_static_cache,
+           growth_traces.OPTIONS_SHAPES, growth_traces.PLANTED_STATIC),
+          ("growth_collect", growth_traces.COLLECT_FILE, growth_traces.make_collect, growth_traces.OPTIONS_DEFAULT,
+           growth_traces.PLANTED_COLLECT),
       )),
     TraceSpec("lines_started", (lines_traces.STARTED_FILE,), _one(lines_traces.STARTED_FILE, lines_traces.make_started),
               "lines_traces.make_started", lines_traces.OPTIONS, _sched(lines_traces.STARTED_SCHEDULE),

@@ -87,9 +87,12 @@ class Preallocate:
     """A tensor grown by ``op`` (``torch.cat`` of the old tensor and the new rows) allocated
     once and written in place: each call then costs what the window's cheapest call of ``op``
     took (the first, smallest growth: a copy of the new rows and the op's fixed cost), instead
-    of copying everything grown so far."""
+    of copying everything grown so far; so do the copy kernels the calls launch, against the
+    cheapest of them. ``calls``: the growing calls (``analyses/tensor_growth``), where the
+    window holds other calls of ``op`` that grow nothing; empty: every call of ``op``."""
 
     op: str = "aten::cat"
+    calls: tuple[int, ...] = ()
 
     @property
     def label(self) -> str:
@@ -98,15 +101,30 @@ class Preallocate:
     def edit(self, w: WindowEdges) -> GraphEdit:
         rules = w.model.rules
         outer = rules.ctx.outer_op[np.maximum(w.attr, 0)]
-        ops = np.unique(outer[w.host() & (outer >= 0)]).tolist()
-        calls = [int(o) for o in ops if rules.ctx.name(int(o)) == self.op]
+        ops = np.unique(outer[w.host() & (outer >= 0)])
+        if self.calls:
+            calls = np.intersect1d(ops, np.asarray(self.calls, dtype=np.int64)).tolist()
+        else:
+            calls = [int(o) for o in ops.tolist() if rules.ctx.name(int(o)) == self.op]
         if len(calls) < 2:
             return GraphEdit()
-        dur = (rules.slice_end[calls] - rules.slice_ts[calls]).astype(np.float64)
-        factor = dict(zip(calls, (dur.min() / np.maximum(dur, 1)).tolist(), strict=True))
-        chosen = w.host() & np.isin(outer, calls)
-        cheaper = GraphEdit(scaled=w.ids[chosen], factor=np.array([factor[int(o)] for o in outer[chosen]]))
-        return cheaper + released_after(w, calls)
+        cheaper = self._cheapest(w, w.host() & np.isin(outer, calls), outer)
+        launched = w.launch
+        by_call = np.where(launched >= 0, rules.ctx.outer_op[np.maximum(launched, 0)], -1)
+        kernels = (w.kind == int(Edge.GPU)) & np.isin(by_call, calls)
+        return cheaper + self._cheapest(w, kernels, w.attr) + released_after(w, calls)
+
+    @staticmethod
+    def _cheapest(w: WindowEdges, chosen: npt.NDArray[np.bool_], unit: I64) -> GraphEdit:
+        """The ``chosen`` edges scaled so that each ``unit`` (a call, a kernel) takes what the
+        cheapest of them takes."""
+        units = np.unique(unit[chosen])
+        if units.size < 2:
+            return GraphEdit()
+        rules = w.model.rules
+        dur = (rules.slice_end[units] - rules.slice_ts[units]).astype(np.float64)
+        factor = np.minimum(dur.min() / np.maximum(dur, 1), 1.0)
+        return GraphEdit(scaled=w.ids[chosen], factor=factor[np.searchsorted(units, unit[chosen])])
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from tracewhy.units import fmt_pct
 
 #: The findings that predict with a fix of their own (``own_fixes``), not their part's.
 OWN_FIX_CODES: Final = frozenset({Code.OPTIMIZER_SINGLE_TENSOR, Code.ZERO_GRAD_NOT_NONE, Code.TENSOR_BUILT_ON_HOST,
-                                  Code.ACTIVATION_RECOMPUTE})
+                                  Code.ACTIVATION_RECOMPUTE, Code.TENSOR_GROWN_BY_CONCAT})
 
 
 def own_fixes(ctx: Context, code: Code) -> tuple[Fix, ...]:
@@ -50,6 +50,10 @@ def own_fixes(ctx: Context, code: Code) -> tuple[Fix, ...]:
         return (SetGradsToNone(),)
     if code == Code.ACTIVATION_RECOMPUTE:
         return (RemoveRecompute(),)
+    if code == Code.TENSOR_GROWN_BY_CONCAT:
+        from tracewhy.findings.tensor_growth import fix  # it prices with priced() from here
+
+        return fix(ctx)
     if code == Code.TENSOR_BUILT_ON_HOST:
         ops = tuple(sorted(i for h in anti_patterns_result(ctx).host_built for i in h.copy_ids))
         return (BuildOnDevice(ops),) if ops else ()
@@ -95,38 +99,38 @@ def _single_tensor(ctx: Context, block: OptimizerBlock) -> Finding:
     top = ", ".join(f"{name} {n:g}" for name, n in block.per_call[:4])
     line = sl.line_above(ctx, f"anti:{block.name}", lambda: np.asarray(block.ids, dtype=np.int64))
     ops = len(block.ops) / block.calls
-    p, priced = _priced(ctx, Code.OPTIMIZER_SINGLE_TENSOR, "with a multi-tensor optimizer")
+    p, saving = priced(ctx, Code.OPTIMIZER_SINGLE_TENSOR, "with a multi-tensor optimizer")
     return Finding(
-        code=Code.OPTIMIZER_SINGLE_TENSOR, severity=_severity(p),
+        code=Code.OPTIMIZER_SINGLE_TENSOR, severity=priced_severity(p),
         statement=f"{block.name} updates one parameter at a time{sl.named(line, ' (', ')')}: {ops:,.0f} ops per "
                   f"call, the most repeated {top} times per call, and no op in it takes a tensor list "
-                  f"(a multi-tensor update would).{priced}",
+                  f"(a multi-tensor update would).{saving}",
         next_step="Construct the optimizer with foreach=True (one op per tensor list, any device) or fused=True "
                   "(one kernel for all parameters; CUDA and, for Adam/AdamW/SGD, CPU)"
                   + sl.named(line, " at ", "") + ".",
         evidence={"block": block.name, "calls": block.calls, "ops_per_call": ops,
                   "repeated_per_call": block.repeated_per_call,
-                  "per_call": [{"op": name, "calls": n} for name, n in block.per_call[:8]], **_prediction(p),
+                  "per_call": [{"op": name, "calls": n} for name, n in block.per_call[:8]], **prediction_evidence(p),
                   **sl.evidence(line)},
     )
 
 
 def _zero_grad(ctx: Context, block: OptimizerBlock) -> Finding:
     line = sl.line_above(ctx, f"anti:{block.name}", lambda: np.asarray(block.ids, dtype=np.int64))
-    p, priced = _priced(ctx, Code.ZERO_GRAD_NOT_NONE, "with the gradients set to None")
+    p, saving = priced(ctx, Code.ZERO_GRAD_NOT_NONE, "with the gradients set to None")
     cpu_only = ctx.trace.of_kind(*GPU_ACTIVITY_KINDS).height == 0
     if p is not None and p.saved_ns <= 0 and cpu_only:
-        priced += (" On a CPU-only run that is expected: the freed gradients come back on fresh pages that the "
+        saving += (" On a CPU-only run that is expected: the freed gradients come back on fresh pages that the "
                    "kernel zeroes on first touch; on a GPU the caching allocator reuses them and the zeroing's "
                    "time is saved.")
     return Finding(
-        code=Code.ZERO_GRAD_NOT_NONE, severity=_severity(p),
+        code=Code.ZERO_GRAD_NOT_NONE, severity=priced_severity(p),
         statement=f"{block.name} zeroes {block.zeroed_per_call:,.0f} gradients per call{sl.named(line, ' (', ')')} "
-                  f"instead of setting them to None: zero_grad(set_to_none=False).{priced}",
+                  f"instead of setting them to None: zero_grad(set_to_none=False).{saving}",
         next_step="Call zero_grad() (set_to_none=True, the default since PyTorch 2.0)" + sl.named(line, " at ", "")
                   + "; code that reads .grad between steps must then accept None.",
         evidence={"block": block.name, "calls": block.calls, "zeroed_per_call": block.zeroed_per_call,
-                  "cpu_only": cpu_only, **_prediction(p), **sl.evidence(line)},
+                  "cpu_only": cpu_only, **prediction_evidence(p), **sl.evidence(line)},
     )
 
 
@@ -149,17 +153,17 @@ def _host_built(ctx: Context, built: list[HostBuiltCopy], steps: int) -> Finding
                                                                     dtype=np.int64))
     what = "; ".join(f"{h.factory} then {h.copy_op}" + (f" of a {list(h.shape)} tensor" if h.shape else "")
                      + f" {len(h.copy_ids) / steps:g} per step" for h in built)
-    p, priced = _priced(ctx, Code.TENSOR_BUILT_ON_HOST, "with those tensors made on the device")
+    p, saving = priced(ctx, Code.TENSOR_BUILT_ON_HOST, "with those tensors made on the device")
     return Finding(
-        code=Code.TENSOR_BUILT_ON_HOST, severity=_severity(p),
+        code=Code.TENSOR_BUILT_ON_HOST, severity=priced_severity(p),
         statement=f"Tensors are made on the host and copied to the device every step{sl.named(line, ' (', ')')}: "
-                  f"{what}; the copy op launches an HtoD copy of what the creation op just made.{priced}",
+                  f"{what}; the copy op launches an HtoD copy of what the creation op just made.{saving}",
         next_step="Create them on the device (torch.randn(..., device='cuda'), torch.zeros(..., device=x.device)), "
                   "or make constant ones once outside the loop" + sl.named(line, " (", ")") + ".",
         evidence={"copies": [{"factory": h.factory, "copy_op": h.copy_op,
                               "shape": list(h.shape) if h.shape else None, "calls": len(h.copy_ids),
                               "bytes": h.bytes} for h in built],
-                  "calls": sum(len(h.copy_ids) for h in built), **_prediction(p), **sl.evidence(line)},
+                  "calls": sum(len(h.copy_ids) for h in built), **prediction_evidence(p), **sl.evidence(line)},
     )
 
 
@@ -189,8 +193,9 @@ def _unaligned(ctx: Context, gemms: list[UnalignedGemm], steps: int) -> Finding:
     )
 
 
-def _priced(ctx: Context, code: Code, with_fix: str) -> tuple[Prediction | None, str]:
-    """The step replayed with the finding's fix, and the sentence that says it ("" without an account)."""
+def priced(ctx: Context, code: Code, with_fix: str) -> tuple[Prediction | None, str]:
+    """The step replayed with the finding's fix (``own_fixes``), and the sentence that says it
+    ("" without an account): every finding in OWN_FIX_CODES prices itself so."""
     if ctx.account() is None:
         return None, ""
     p = ctx.predict(own_fixes(ctx, code))
@@ -203,14 +208,14 @@ def _priced(ctx: Context, code: Code, with_fix: str) -> tuple[Prediction | None,
     return p, f" Replayed {with_fix}, the step is no shorter ({ms(p.predicted_ns)} against {ms(p.measured_ns)})."
 
 
-def _severity(p: Prediction | None) -> Severity:
+def priced_severity(p: Prediction | None) -> Severity:
     if p is not None and p.saved_ns >= th.ANTI_PATTERN_MEDIUM_SHARE * max(p.measured_ns, 1):
         return Severity.MEDIUM
     return Severity.LOW if p is None or p.saved_ns >= th.ANTI_PATTERN_MIN_SHARE * max(p.measured_ns, 1) \
         else Severity.INFO
 
 
-def _prediction(p: Prediction | None) -> dict[str, object]:
+def prediction_evidence(p: Prediction | None) -> dict[str, object]:
     if p is None:
         return {}
     return {"predicted_step_ns": p.predicted_ns, "measured_step_ns": p.measured_ns, "saved_ns": p.saved_ns}

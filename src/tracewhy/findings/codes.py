@@ -59,6 +59,7 @@ class Code(str, Enum):
     CONV_BIAS_BEFORE_BATCH_NORM = "conv-bias-before-batch-norm"
     TENSOR_BUILT_ON_HOST = "tensor-built-on-host"
     ACTIVATION_RECOMPUTE = "activation-recompute"
+    TENSOR_GROWN_BY_CONCAT = "tensor-grown-by-concat"
     GEMM_DIMS_UNALIGNED = "gemm-dims-unaligned"
     EXTRA_COPIES = "extra-copies"
     DATA_PARALLEL_NOT_DDP = "data-parallel-not-ddp"
@@ -171,6 +172,8 @@ _MEANING: Final[dict[Code, str]] = {
                              "priced by the step's replay.",
     Code.ACTIVATION_RECOMPUTE: "Backward runs forward ops again (activation checkpointing): their time on the "
                                "critical path, priced by the step's replay without them.",
+    Code.TENSOR_GROWN_BY_CONCAT: "A tensor grown one piece at a time by torch.cat, each call copying everything "
+                                 "grown so far: preallocate it, priced by the step's replay.",
     Code.CONV_BIAS_BEFORE_BATCH_NORM: "A convolution's bias feeds a batch norm, whose mean subtraction cancels it: "
                                       "bias=False.",
     Code.TENSOR_BUILT_ON_HOST: "A tensor is made on the host and copied to the device every step: create it there, "

@@ -34,6 +34,7 @@ from tracewhy.findings import (
     overlap,
     platform,
     recompute,
+    tensor_growth,
     trust,
 )
 from tracewhy.findings import compile as torch_compile
@@ -59,7 +60,7 @@ RULES: tuple[Rule, ...] = (
     trust.findings, idle.findings, host.findings, platform.findings, overlap.findings,
     collective_bandwidth.findings, blocks.findings,
     nsys_rules.findings, memory.findings, torch_compile.findings, account.findings, anti_patterns.findings,
-    extra_copies.findings, recompute.findings,
+    extra_copies.findings, recompute.findings, tensor_growth.findings,
 )
 
 
