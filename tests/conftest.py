@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,6 +25,20 @@ def shared_trace(relative: str) -> Path:
     path = TRACES / relative
     assert path.exists(), f"missing shared trace {relative}"
     return path
+
+
+def diagnose_json(path: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    """``tracewhy diagnose PATH --json --no-cache``'s document (the command must succeed)."""
+    from tracewhy.cli import main
+
+    assert main(["diagnose", str(path), "--json", "--no-cache"]) == 0
+    doc: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return doc
+
+
+def finding_of(doc: dict[str, Any], code: str) -> dict[str, Any] | None:
+    """The document's first finding of ``code``, or None."""
+    return next((f for f in doc["findings"] if f["code"] == code), None)
 
 
 @pytest.fixture(scope="session")

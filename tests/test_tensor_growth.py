@@ -16,9 +16,8 @@ from typing import Any
 
 import pytest
 
-from conftest import GENERATED, ROOT, shared_trace
+from conftest import GENERATED, ROOT, diagnose_json, finding_of, shared_trace
 from tracewhy.analyses import tensor_growth
-from tracewhy.cli import main
 from tracewhy.readers import read_trace
 
 CALIBRATION = ROOT / "tests" / "data" / "calibration"
@@ -36,14 +35,11 @@ def _raw_steps(path: Path) -> list[list[dict[str, Any]]]:
 
 
 def _diagnose(path: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
-    assert main(["diagnose", str(path), "--json", "--no-cache"]) == 0
-    doc: dict[str, Any] = json.loads(capsys.readouterr().out)
-    return doc
+    return diagnose_json(path, capsys)
 
 
 def _finding(doc: dict[str, Any]) -> dict[str, Any] | None:
-    found = [f for f in doc["findings"] if f["code"] == CODE]
-    return found[0] if found else None
+    return finding_of(doc, CODE)
 
 
 def test_a_growing_kv_cache_is_found_from_its_shapes(capsys: pytest.CaptureFixture[str]) -> None:

@@ -21,6 +21,7 @@ import generate_traces
 import growth_traces
 import iteration_traces
 import lines_traces
+import loop_traces
 import memory_compare_traces
 import memory_step_traces
 import memory_traces
@@ -267,6 +268,8 @@ SPECS: tuple[TraceSpec, ...] = (
           ("growth_collect", growth_traces.COLLECT_FILE, growth_traces.make_collect, growth_traces.OPTIONS_DEFAULT,
            growth_traces.PLANTED_COLLECT),
       )),
+    TraceSpec("loop_augment", (loop_traces.FILE,), _one(loop_traces.FILE, loop_traces.make), "loop_traces.make",
+              loop_traces.OPTIONS, _sched(loop_traces.SCHEDULE), loop_traces.PLANTED),
     TraceSpec("lines_started", (lines_traces.STARTED_FILE,), _one(lines_traces.STARTED_FILE, lines_traces.make_started),
               "lines_traces.make_started", lines_traces.OPTIONS, _sched(lines_traces.STARTED_SCHEDULE),
               lines_traces.PLANTED_STARTED),

@@ -23,7 +23,7 @@ from tracewhy.analyses.critical_path_edges import backward_threads
 from tracewhy.analyses.families import collective_op, collective_range
 from tracewhy.analyses.name_codes import NameCodes, decide, distinct_names
 from tracewhy.analyses.source_lines import HostTree, chain_top, parse_frame, running_at_start
-from tracewhy.model.schema import HOST_KINDS, KIND_CODE, LAUNCH_KINDS, Col, Kind, OpAttrCol
+from tracewhy.model.schema import HOST_KINDS, KIND_CODE, LAUNCH_KINDS, Col, FlowCol, Kind, OpAttrCol
 from tracewhy.model.trace import Trace
 
 I64 = npt.NDArray[np.int64]
@@ -137,13 +137,17 @@ def host_context(trace: Trace, markers: I64, tree: HostTree | None = None,
         OpAttrCol.ID, OpAttrCol.COLLECTIVE).iter_rows())
     comm_by_args = np.zeros(n, dtype=bool)
     comm_by_args[list(named_collective)] = True
+    # A block (a user annotation) that runs ops in grad mode but makes no autograd node, in a
+    # trace whose forward ops link to their backward ones (fwdbwd flows), is not the model's
+    # forward: a per-sample preprocessing loop, metrics on detached outputs.
+    forward_op = recorded_op & ~(tree.nearest(annotation & ~op_range & ~_makes_nodes(trace, tree)) >= 0)
     marks = [
         (HostPurpose.COMPILATION, compiling),
         (HostPurpose.DATA_LOADING, flags["dataloader"] & host),
         (HostPurpose.COMMUNICATION, (flags["comm"] | comm_by_args) & host & ~runtime),
         (HostPurpose.OPTIMIZER, (flags["optimizer"] & host) | phase[api_names.Phase.OPTIMIZER]),
         (HostPurpose.BACKWARD, autograd | foreign | phase[api_names.Phase.BACKWARD]),
-        (HostPurpose.FORWARD, phase[api_names.Phase.FORWARD] | recorded_op),
+        (HostPurpose.FORWARD, phase[api_names.Phase.FORWARD] | forward_op),
     ]
     context = np.full(n, int(HostPurpose.NONE), dtype=np.int8)
     undecided = host.copy()
@@ -186,6 +190,28 @@ def host_context(trace: Trace, markers: I64, tree: HostTree | None = None,
         has_phases=bool(np.logical_or.reduce([*phase.values(), flags["optimizer"] & host, autograd]).any()),
         names=names.cast(pl.String), reads=reads, barriers=barriers, pid=pid, tid=tid,
     )
+
+
+def _makes_nodes(trace: Trace, tree: HostTree) -> B:
+    """Per slice, whether it or a slice inside it is a forward op that made an autograd node:
+    where a fwdbwd flow starts (Kineto links such an op to its backward node; the flow starts at
+    the op's own start on its thread). Every slice, where the trace has no such flow (older or
+    non-Kineto traces): nothing is told apart there."""
+    s = trace.slices
+    flows = trace.flows.filter((pl.col(FlowCol.KIND) == "fwdbwd") & (pl.col(FlowCol.PHASE) == "s"))
+    if flows.height == 0:
+        return np.ones(s.height, dtype=bool)
+    ops = s.filter(pl.col(Col.KIND) == Kind.CPU_OP.value).select(Col.ID, Col.PID, Col.TID, Col.TS)
+    linked = ops.join(flows.select(pl.col(FlowCol.PID).alias(Col.PID), pl.col(FlowCol.TID).alias(Col.TID),
+                                   pl.col(FlowCol.TS).alias(Col.TS)).unique(), on=[Col.PID, Col.TID, Col.TS])
+    makes = np.zeros(s.height, dtype=bool)
+    at = linked.get_column(Col.ID).to_numpy()
+    while at.size:  # each linked op and every slice above it
+        makes[at] = True
+        at = tree.parent[at]
+        at = np.unique(at[at >= 0])
+        at = at[~makes[at]]
+    return makes
 
 
 def collective_name(text: str) -> str:

@@ -38,7 +38,7 @@ from tracewhy.units import fmt_pct
 
 #: The findings that predict with a fix of their own (``own_fixes``), not their part's.
 OWN_FIX_CODES: Final = frozenset({Code.OPTIMIZER_SINGLE_TENSOR, Code.ZERO_GRAD_NOT_NONE, Code.TENSOR_BUILT_ON_HOST,
-                                  Code.ACTIVATION_RECOMPUTE, Code.TENSOR_GROWN_BY_CONCAT})
+                                  Code.ACTIVATION_RECOMPUTE, Code.TENSOR_GROWN_BY_CONCAT, Code.PER_SAMPLE_LOOP})
 
 
 def own_fixes(ctx: Context, code: Code) -> tuple[Fix, ...]:
@@ -54,6 +54,10 @@ def own_fixes(ctx: Context, code: Code) -> tuple[Fix, ...]:
         from tracewhy.findings.tensor_growth import fix  # it prices with priced() from here
 
         return fix(ctx)
+    if code == Code.PER_SAMPLE_LOOP:
+        from tracewhy.findings import sample_loops
+
+        return sample_loops.fix(ctx)
     if code == Code.TENSOR_BUILT_ON_HOST:
         ops = tuple(sorted(i for h in anti_patterns_result(ctx).host_built for i in h.copy_ids))
         return (BuildOnDevice(ops),) if ops else ()

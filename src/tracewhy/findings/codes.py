@@ -60,6 +60,7 @@ class Code(str, Enum):
     TENSOR_BUILT_ON_HOST = "tensor-built-on-host"
     ACTIVATION_RECOMPUTE = "activation-recompute"
     TENSOR_GROWN_BY_CONCAT = "tensor-grown-by-concat"
+    PER_SAMPLE_LOOP = "per-sample-loop"
     GEMM_DIMS_UNALIGNED = "gemm-dims-unaligned"
     EXTRA_COPIES = "extra-copies"
     DATA_PARALLEL_NOT_DDP = "data-parallel-not-ddp"
@@ -174,6 +175,8 @@ _MEANING: Final[dict[Code, str]] = {
                                "critical path, priced by the step's replay without them.",
     Code.TENSOR_GROWN_BY_CONCAT: "A tensor grown one piece at a time by torch.cat, each call copying everything "
                                  "grown so far: preallocate it, priced by the step's replay.",
+    Code.PER_SAMPLE_LOOP: "A block loops over a batch in Python, the same ops once per item: vectorise it, "
+                          "priced by the step's replay.",
     Code.CONV_BIAS_BEFORE_BATCH_NORM: "A convolution's bias feeds a batch norm, whose mean subtraction cancels it: "
                                       "bias=False.",
     Code.TENSOR_BUILT_ON_HOST: "A tensor is made on the host and copied to the device every step: create it there, "

@@ -12,7 +12,7 @@ import polars as pl
 from tracewhy.analyses.gaps import GapsOptions, GapsResult, gaps
 from tracewhy.analyses.host_activity import HostIndex, build_host_index
 from tracewhy.analyses.source_lines import HostTree
-from tracewhy.analyses.steps import StepsOptions, StepsResult, steps
+from tracewhy.analyses.steps import StepCol, StepsOptions, StepsResult, steps
 from tracewhy.analyses.throughput import ThroughputOptions
 from tracewhy.analyses.utilization import DeviceBusy
 from tracewhy.model.trace import Trace
@@ -75,6 +75,14 @@ class Context:
     def steps(self) -> StepsResult:
         options = StepsOptions(marker=self.options.step_marker, warmup=self.options.warmup)
         return self.cached("steps", lambda: steps(self.trace, options, host=self.host))
+
+    def steady_windows(self) -> list[tuple[int, int]]:
+        """The steady steps' windows, [start, end) in ns: where the per-step rules look."""
+        def compute() -> list[tuple[int, int]]:
+            steady = self.steps().table.filter(pl.col(StepCol.STEADY))
+            return list(zip(steady.get_column(StepCol.TS).to_list(), steady.get_column(StepCol.WINDOW_END).to_list(),
+                            strict=True))
+        return self.cached("steady_windows", compute)
 
     def kernels(self) -> KernelsResult:
         """Kernel time per name and family: a rule and the report's kernel table share it."""

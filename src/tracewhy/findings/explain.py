@@ -127,6 +127,7 @@ EXPLAINS: Final[dict[Code, Callable[[Row, Finding], bool]]] = {
     Code.TENSOR_BUILT_ON_HOST: _host_transfer,
     Code.ACTIVATION_RECOMPUTE: _named(PartName.BACKWARD),
     Code.TENSOR_GROWN_BY_CONCAT: lambda row, f: row[AccountCol.PART] == f"host: {f.evidence.get('op')}",
+    Code.PER_SAMPLE_LOOP: lambda row, f: row[AccountCol.PART] == f"host: {f.evidence.get('block')}",
     Code.TENSOR_CORES_UNUSED: lambda row, f: re.match(r"kernels: (gemm|conv)", str(row[AccountCol.PART])) is not None,
 }
 #: Findings that explain one part only: the GPU waits for the host's largest part, not for all of it.

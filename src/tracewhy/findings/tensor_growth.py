@@ -9,9 +9,7 @@ holds the op's time (``host: aten::cat`` where the account names host work by op
 from __future__ import annotations
 
 import numpy as np
-import polars as pl
 
-from tracewhy.analyses.steps import StepCol
 from tracewhy.analyses.tensor_growth import GrownTensors, tensor_growth
 from tracewhy.analyses.what_if_host_edits import Preallocate
 from tracewhy.findings import source_line as sl
@@ -24,12 +22,7 @@ from tracewhy.units import fmt_ns as ms
 
 def grown(ctx: Context) -> list[GrownTensors]:
     """The growing concatenations of the steady steps, once per diagnosis."""
-    def compute() -> list[GrownTensors]:
-        steady = ctx.steps().table.filter(pl.col(StepCol.STEADY))
-        windows = list(zip(steady.get_column(StepCol.TS).to_list(), steady.get_column(StepCol.WINDOW_END).to_list(),
-                           strict=True))
-        return tensor_growth(ctx.trace, windows)
-    return ctx.cached("tensor_growth", compute)
+    return ctx.cached("tensor_growth", lambda: tensor_growth(ctx.trace, ctx.steady_windows()))
 
 
 def fix(ctx: Context) -> tuple[Preallocate, ...]:

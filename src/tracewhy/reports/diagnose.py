@@ -34,6 +34,7 @@ from tracewhy.findings import (
     overlap,
     platform,
     recompute,
+    sample_loops,
     tensor_growth,
     trust,
 )
@@ -61,6 +62,7 @@ RULES: tuple[Rule, ...] = (
     collective_bandwidth.findings, blocks.findings,
     nsys_rules.findings, memory.findings, torch_compile.findings, account.findings, anti_patterns.findings,
     extra_copies.findings, recompute.findings, tensor_growth.findings,
+    sample_loops.findings,
 )
 
 
