@@ -39,8 +39,6 @@ _UNTRACED_WHERE: Final = {"nothing open": "with no op or range open", "nothing b
 
 #: What to try first, by the part's kind (the part's own name says where).
 _ADVICE: Final = {
-    PartKind.HOST: "Move this host work out of the step, make it cheaper, or run it beside the GPU work (a side "
-                   "thread, a DataLoader worker); tracewhy lines TRACE shows its source lines.",
     PartKind.SYNC: "Remove the wait or move it out of the loop: tracewhy gaps TRACE shows what the host waited for.",
     PartKind.COPIES: "Copy from pinned memory with non_blocking=True so the copy runs beside compute, or move fewer "
                      "bytes: tracewhy account TRACE lists them.",
@@ -156,18 +154,27 @@ def _advice(kind: str, top_item: str, facts: RunFacts, stacks: bool) -> str:
     """What to try first; launch time held by one copy call is that copy's wait, not many launches
     (TraceLens' MI300X decode step: one hipMemcpyAsync holds the host for 7.8 ms). Host work on a
     CPU-only run has no GPU work to hide under, and only a PyTorch program has DataLoader workers.
-    Untraced time is looked into with the trace's Python frames where it has them (``lines``),
-    else with a capture that records them."""
+    Untraced time and host work are looked into with the trace's Python frames where it has them
+    (``lines``), else with a capture that records them. Communication on a run with no GPU runs on
+    the backend's threads, which the overlap analysis (device streams) does not see: a late rank
+    or collectives that outlast their compute."""
     if kind == PartKind.IDLE:
         return ("Find what the thread did while nothing was recorded (untraced Python, a sleep, an input wait): "
                 + ("tracewhy lines TRACE shows the source lines that ran there." if stacks else
                    "this trace has no Python frames, so capture again with with_stack=True (then tracewhy lines "
                    "TRACE), or py-spy the job."))
-    if kind == PartKind.HOST and (facts.cpu_only or not facts.pytorch):
+    lines = ("tracewhy lines TRACE shows its source lines." if stacks else
+             "capture with with_stack=True to see its source lines (tracewhy lines TRACE).")
+    if kind == PartKind.HOST:
         beside = "beside the step's compute" if facts.cpu_only else "beside the GPU work"
         worker = ", a DataLoader worker" if facts.pytorch else ""
-        return (f"Move this host work out of the step, make it cheaper, or run it {beside} (a side thread{worker}); "
-                "tracewhy lines TRACE shows its source lines.")
+        return (f"Move this host work out of the step, make it cheaper, or run it {beside} (a side "
+                f"thread{worker}); {lines}")
+    if kind == PartKind.COMMUNICATION and facts.cpu_only:
+        return ("See whether another rank makes this one wait: tracewhy ranks on every rank's trace gives each "
+                "collective's arrival skew. If none arrives late, the collectives outlast the compute they could "
+                "run beside: all-reduce less often (gradient accumulation, DDP's no_sync()) or fewer bytes (a "
+                "compression comm hook).")
     if kind == PartKind.LAUNCH and "Memcpy" in top_item:
         return (f"The launch time is mostly `{top_item}` calls, a copy the host waits in: copy from pinned memory "
                 "with non_blocking=True, or move the copy out of the step; tracewhy gaps TRACE shows what it "

@@ -28,6 +28,7 @@ from tracewhy.findings import (
     collective_bandwidth,
     extra_copies,
     host,
+    host_collectives,
     idle,
     memory,
     nsys_rules,
@@ -62,7 +63,7 @@ RULES: tuple[Rule, ...] = (
     collective_bandwidth.findings, blocks.findings,
     nsys_rules.findings, memory.findings, torch_compile.findings, account.findings, anti_patterns.findings,
     extra_copies.findings, recompute.findings, tensor_growth.findings,
-    sample_loops.findings,
+    sample_loops.findings, host_collectives.findings,
 )
 
 
