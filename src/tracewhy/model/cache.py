@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import json
 import mmap
 import os
 import shutil
@@ -44,6 +45,7 @@ from tracewhy.cache_place import (
     path_hash,
     read_manifest,
 )
+from tracewhy.model.cache_seal import sealed_manifest, write_seal
 from tracewhy.model.schema import TABLE_SCHEMAS
 from tracewhy.model.trace import Trace, TraceMeta
 
@@ -72,16 +74,24 @@ class CacheOptions:
 
 
 def cached_read(path: Path, read: Callable[[Path], Trace], options: CacheOptions | None = None) -> Trace:
-    """``read(path)``, or the Trace it returned last time for the same file and code.
+    """``read(path)``, checked (``Trace.check()``), or the Trace it returned last time for the
+    same file and code.
 
     Only whole Traces are stored; a cached whole Trace also answers a reader that would have
-    returned a partial one (it holds everything the partial one would)."""
+    returned a partial one (it holds everything the partial one would). What ``read`` returns is
+    checked here, before it is stored, so that an entry's seal can say it was."""
     options = options or CacheOptions()
+
+    def read_checked(p: Path) -> Trace:
+        trace = read(p)
+        trace.check()  # a ModelError is a bug in the reader, never the file's fault: it propagates
+        return trace
+
     if not options.enabled or os.environ.get(ENV_DISABLE):
-        return read(path)
+        return read_checked(path)
     place = _place(path, options)
     if place is None:
-        return read(path)
+        return read_checked(path)
     root, key, current = place
     entry = root / _entry_name(key)
     manifest = _read_manifest(entry)
@@ -100,13 +110,13 @@ def cached_read(path: Path, read: Callable[[Path], Trace], options: CacheOptions
         try:
             content = hashing.result()
         except Exception:  # unreadable now (the reader names the problem); caching never raises
-            return read(path)
+            return read_checked(path)
     if loaded is not None:
         trace, entry_content = loaded
         if entry_content == content:
             return trace
         _discard(entry)  # same path, size and mtime, other bytes: ``touch -r`` after an edit
-    trace = read(path)
+    trace = read_checked(path)
     # A partial Trace served as a whole one would answer wrongly; and a file rewritten since it
     # was hashed may have been read half old, half new: store only what the hash describes.
     if not trace.is_partial:
@@ -237,13 +247,23 @@ def _load(entry: Path, manifest: dict[str, Any], key: dict[str, Any], path: Path
         if meta.kinds_read is not None:
             raise ValueError("a partial Trace is never a cache entry")
         trace = Trace(meta=dataclasses.replace(meta, path=str(path)), **tables)
-        # Checked like a fresh read (0.03-0.04 s on 1.9M slices): an entry that breaks an invariant
-        # (damaged, or written by code the fingerprint did not see change) is rebuilt, not served.
-        trace.check()
+        # A valid seal says that this cache's store wrote exactly this manifest for a checked
+        # Trace, and the manifest gives the bytes of every table (verified above): the check
+        # would find what it found then. Any other entry is checked like a fresh read (0.03-0.07 s
+        # on 1.9M slices), so one that breaks an invariant (written by hand, or by code that
+        # recomputed the checksums) is rebuilt, not served (model/cache_seal.py).
+        if not _sealed(entry, manifest):
+            trace.check()
         return trace, str(manifest["content_xxh3_128"])
     except Exception:  # any damage at all: ignore the entry and rebuild it
         _discard(entry)
         return None
+
+
+def _sealed(entry: Path, manifest: dict[str, Any]) -> bool:
+    """The manifest the load used is the one the entry's valid seal covers."""
+    manifest_bytes = sealed_manifest(entry)
+    return manifest_bytes is not None and json.loads(manifest_bytes) == manifest
 
 
 def _verify(file: Path, info: dict[str, Any]) -> None:
@@ -264,7 +284,7 @@ def _verify(file: Path, info: dict[str, Any]) -> None:
 def _store(
     root: Path, entry: Path, key: dict[str, Any], content: str, stored_identity: dict[str, Any], trace: Trace
 ) -> None:
-    """Write ``trace`` (already checked by the reader's caller) as a new entry."""
+    """Write ``trace`` (checked by ``cached_read``) as a new entry, sealed as checked."""
     tmp: Path | None = None
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -284,7 +304,9 @@ def _store(
             "key": key, "content_xxh3_128": content, "identity": stored_identity, "tables": tables,
             "meta": trace.meta,
         }
-        (tmp / META_FILE).write_bytes(msgspec.json.encode(manifest))
+        manifest_bytes = msgspec.json.encode(manifest)
+        (tmp / META_FILE).write_bytes(manifest_bytes)
+        write_seal(tmp, manifest_bytes)
         prefix = entry.name.split("-", 1)[0] + "-"
         try:
             os.rename(tmp, entry)  # atomic; fails if another run already put the entry there

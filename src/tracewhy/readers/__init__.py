@@ -35,25 +35,19 @@ def read_trace(
     ``kinds``: the slice kinds the caller needs. Formats stored in tables (nsys) then read only
     those tables and return a partial Trace (``Trace.is_partial``), which is never cached; a
     cached whole Trace, or a format that must be parsed whole anyway (Kineto), answers with
-    the whole Trace. The Trace returned has passed ``Trace.check()``.
+    the whole Trace. The Trace returned has passed ``Trace.check()`` (``cached_read`` checks what
+    the reader returns, and every hit whose entry its own store did not seal).
     """
     refuse_special(Path(path))
     if has_companions(Path(path)):
         cache = CacheOptions(enabled=False)
     try:
-        return cached_read(Path(path), lambda p: _checked(_read_uncached(p, progress, kinds)), cache)
+        return cached_read(Path(path), lambda p: _read_uncached(p, progress, kinds), cache)
     except TraceError as e:
         hint = other_tool_hint(Path(path))
         if hint is None:
             raise
         raise TraceError(path, hint) from e
-
-
-def _checked(trace: Trace) -> Trace:
-    """Every Trace a reader returns keeps the model's invariants, or ``ModelError`` (a bug in
-    the reader, never the file's fault) says which broke; the cache checks its hits the same way."""
-    trace.check()
-    return trace
 
 
 def _read_uncached(path: Path, progress: Progress | None, kinds: Collection[Kind] | None) -> Trace:
