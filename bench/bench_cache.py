@@ -54,7 +54,7 @@ import tracewhy.readers.kineto.reader  # imported by any cold read; imports are 
 t1 = time.perf_counter()
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 path, mode = Path(sys.argv[1]), sys.argv[2]
-t2 = time.perf_counter()
+t2, c2 = time.perf_counter(), time.process_time()
 if mode == "hash":
     digest = _content_hash(path)
 elif mode == "entry load":  # what a hit costs without the hash: the entry's tables alone
@@ -64,14 +64,15 @@ elif mode == "entry load":  # what a hit costs without the hash: the entry's tab
     loaded = _load(entry, manifest, key, path) if manifest is not None else None
 else:
     trace = read_trace(path, cache=CacheOptions(enabled=mode != "no cache"))
-t3 = time.perf_counter()
+t3, c3 = time.perf_counter(), time.process_time()
 if mode == "hash":
     out = {"digest": digest}
 elif mode == "entry load":
     out = {"found": loaded is not None}
 else:
     out = {"slices": trace.slices.height, "kernel_dur_ns": int(trace.of_kind(Kind.KERNEL)["dur_ns"].sum())}
-print(json.dumps({**out, "import_s": t1 - t0, "work_s": t3 - t2, "rss_after_imports_bytes": base}))
+print(json.dumps({**out, "import_s": t1 - t0, "work_s": t3 - t2, "work_cpu_s": c3 - c2,
+                  "rss_after_imports_bytes": base}))
 """
 
 
@@ -100,7 +101,8 @@ def measure(f: bench_read.BenchFile, repeats: int, work_dir: Path, timeout_s: fl
                     r = run_mode(f.path, mode, cache, timeout_s, tree_env)
                     runs[mode].append(r)
                     bench_read.log(f"{f.label}{label} | {mode} | round {i + 1}: "
-                                   f"work {float(r.report['work_s']):.3f} s, "  # type: ignore[arg-type]
+                                   f"work {float(r.report['work_s']):.3f} s "  # type: ignore[arg-type]
+                                   f"({float(r.report['work_cpu_s']):.3f} CPU s), "  # type: ignore[arg-type]
                                    f"wall {r.wall_s:.2f} s, CPU {r.cpu_s:.2f} s, "
                                    f"peak RSS {r.peak_rss_bytes / bench_read.MB:,.0f} MB")
             cold, hit = runs["no cache"][-1].report, runs["cache hit"][-1].report
@@ -113,8 +115,8 @@ def measure(f: bench_read.BenchFile, repeats: int, work_dir: Path, timeout_s: fl
     return by_tree
 
 
-def _work(runs: list[bench_read.Run]) -> float:
-    return statistics.median(float(r.report["work_s"]) for r in runs)  # type: ignore[arg-type]
+def _work(runs: list[bench_read.Run], field: str = "work_s") -> float:
+    return statistics.median(float(r.report[field]) for r in runs)  # type: ignore[arg-type]
 
 
 def _wall(runs: list[bench_read.Run]) -> float:
@@ -148,9 +150,10 @@ def render(files: list[bench_read.BenchFile], results: dict[str, dict[str, dict[
         "| file | MB on disk | slices | read: no cache | read: first run | read: cache hit | entry load | "
         "hash alone | hash GB/s | hash's cost to a hit | **no cache / hit** (target >= 20 on 1 GB) | "
         "first run / hit | no cache / entry load | wall: no cache | wall: hit | CPU s: hit (whole process) | "
+        "read CPU s: no cache / hit | "
         "hash peak RSS above imports |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-        "| ---: | ---: |",
+        "| ---: | ---: | ---: |",
     ]
     for f, tree, runs in ((bf, tree, runs) for bf in files for tree, runs in results[bf.label].items()):
         size = f.path.stat().st_size
@@ -162,6 +165,7 @@ def render(files: list[bench_read.BenchFile], results: dict[str, dict[str, dict[
             f"{cold / load:.1f}x | "
             f"{_wall(runs['no cache']):.2f} s | {_wall(runs['cache hit']):.2f} s | "
             f"{statistics.median(r.cpu_s for r in runs['cache hit']):.2f} s | "
+            f"{_work(runs['no cache'], 'work_cpu_s'):.2f} s / {_work(runs['cache hit'], 'work_cpu_s'):.3f} s | "
             f"{_above_imports_mb(runs['hash']):.1f} MB |"
         )
     big = [f for f in files if f.inflated]

@@ -15,24 +15,18 @@ import polars as pl
 import pytest
 import xxhash
 
+import test_cache
 from conftest import shared_trace
-from tracewhy.model.cache import CacheOptions, cached_read
+from test_cache import ALWAYS, FRESH, _entry
+from tracewhy.model.cache import cached_read
 from tracewhy.model.cache_seal import SEAL_FILE
 from tracewhy.model.schema import TABLE_SCHEMAS
 from tracewhy.model.trace import ModelError, Trace
 from tracewhy.readers import read_trace
 
-ALWAYS = CacheOptions(min_bytes=0)
-FRESH = CacheOptions(enabled=False)
+cache_dir = test_cache.cache_dir  # autouse: each test reads and writes its own cache directory
+
 TRACE = "hta/a100_alexnet_critical_path.json.gz"
-
-
-@pytest.fixture(autouse=True)
-def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    d = tmp_path / "cache"
-    monkeypatch.setenv("TRACEWHY_CACHE_DIR", str(d))
-    monkeypatch.delenv("TRACEWHY_NO_CACHE", raising=False)
-    return d
 
 
 @pytest.fixture
@@ -55,11 +49,6 @@ def path(tmp_path: Path) -> Path:
     dst.parent.mkdir()
     shutil.copyfile(shared_trace(TRACE), dst)
     return dst
-
-
-def _entry(cache_dir: Path) -> Path:
-    (entry,) = [p for p in cache_dir.iterdir() if not p.name.startswith(".")]
-    return entry
 
 
 def _same(a: Trace, b: Trace) -> bool:

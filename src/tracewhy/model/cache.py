@@ -17,7 +17,6 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import mmap
 import os
 import shutil
 import stat
@@ -41,16 +40,15 @@ from tracewhy.cache_place import (
     default_cache_dir,
     identity,
     identity_trusted,
-    open_regular,
     path_hash,
     read_manifest,
 )
 from tracewhy.model.cache_seal import sealed_manifest, write_seal
-from tracewhy.model.schema import TABLE_SCHEMAS
+from tracewhy.model.cache_tables import load_table, write_table
 from tracewhy.model.trace import Trace, TraceMeta
 
 #: Bumped when the layout of an entry changes; old entries are then simply never found.
-CACHE_FORMAT: Final = 5
+CACHE_FORMAT: Final = 6
 #: Files smaller than this are not cached: they read in well under 0.1 s, about what writing and
 #: later opening ten Parquet files costs, and tests read hundreds of them.
 MIN_CACHED_BYTES: Final = 256 * 1024
@@ -230,19 +228,7 @@ def _load(entry: Path, manifest: dict[str, Any], key: dict[str, Any], path: Path
     try:
         if manifest.get("key") != key:
             raise ValueError("key mismatch")
-        tables: dict[str, pl.DataFrame] = {}
-        for name in _table_names():
-            info = manifest["tables"][name]
-            file = entry / info["file"]
-            _verify(file, info)
-            # Uncompressed Parquet read by path: polars maps the file and copies the columns
-            # straight out (0.03 s for 1.9M slices, where lz4 from bytes took 0.07 s).
-            df = pl.read_parquet(file)
-            if df.height != info["rows"]:
-                raise ValueError(f"{name}: row count differs from the manifest")
-            # Parquet keeps Enum and Categorical as dictionaries; the cast restores the exact
-            # declared dtypes (and fails, rejecting the entry, if a value does not fit).
-            tables[name] = df.cast(TABLE_SCHEMAS[name], strict=True).select(list(TABLE_SCHEMAS[name]))
+        tables = {name: load_table(entry, name, manifest["tables"][name]) for name in _table_names()}
         meta = msgspec.convert(manifest["meta"], TraceMeta)
         if meta.kinds_read is not None:
             raise ValueError("a partial Trace is never a cache entry")
@@ -266,21 +252,6 @@ def _sealed(entry: Path, manifest: dict[str, Any]) -> bool:
     return manifest_bytes is not None and json.loads(manifest_bytes) == manifest
 
 
-def _verify(file: Path, info: dict[str, Any]) -> None:
-    """The table file has the size and xxh3-64 the manifest recorded, hashed through a map of
-    the file (no copy: 0.005 s for 64 MB). A file of the cache is only ever renamed or unlinked,
-    never truncated in place, so the map cannot lose its pages under the hash."""
-    with open_regular(file) as f:
-        size = os.fstat(f.fileno()).st_size
-        if size != info["bytes"]:
-            raise ValueError(f"{file.name}: size differs from the manifest")
-        if size == 0:
-            raise ValueError(f"{file.name}: empty")
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-            if xxhash.xxh3_64_intdigest(mapped) != info["xxh3_64"]:
-                raise ValueError(f"{file.name}: checksum differs from the manifest")
-
-
 def _store(
     root: Path, entry: Path, key: dict[str, Any], content: str, stored_identity: dict[str, Any], trace: Trace
 ) -> None:
@@ -291,15 +262,7 @@ def _store(
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
         tables: dict[str, dict[str, Any]] = {}
         for name in _table_names():
-            df = trace.table(name)
-            file = tmp / f"{name}.parquet"
-            # Uncompressed: a third larger than lz4 (0.07 of the trace's size for Kineto JSON)
-            # and read twice as fast, and the hit's speed is what the cache is for.
-            df.write_parquet(file, compression="uncompressed", statistics=False)
-            data = file.read_bytes()
-            tables[name] = {
-                "file": file.name, "bytes": len(data), "xxh3_64": xxhash.xxh3_64_intdigest(data), "rows": df.height,
-            }
+            tables[name] = write_table(trace.table(name), name, tmp)
         manifest = {
             "key": key, "content_xxh3_128": content, "identity": stored_identity, "tables": tables,
             "meta": trace.meta,
