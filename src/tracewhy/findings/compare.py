@@ -6,12 +6,19 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+import polars as pl
+
+from tracewhy.analyses.account_diff import ACCOUNT_DELTAS_SCHEMA, account_changes
 from tracewhy.analyses.diff import Difference, DiffResult
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.model import Finding
 from tracewhy.rows import Rows
 from tracewhy.units import fmt_ns
+
+if TYPE_CHECKING:
+    from tracewhy.analyses.account import AccountResult
 
 FASTER = "faster"
 SLOWER = "slower"
@@ -41,6 +48,10 @@ class Comparison(Rows, rows="diff.ops", key="name"):
     findings_compared: bool
     findings_appeared: list[Finding] = field(default_factory=list)
     findings_disappeared: list[Finding] = field(default_factory=list)
+    #: Part by part, the step accounts' change (``account_diff.ACCOUNT_DELTAS_SCHEMA``; empty
+    #: unless both runs were diagnosed with an account), and each account's mean step.
+    account: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ACCOUNT_DELTAS_SCHEMA))
+    account_steps_ns: tuple[int, int] | None = None
 
     @property
     def compile_statement(self) -> str | None:
@@ -55,7 +66,8 @@ class Comparison(Rows, rows="diff.ops", key="name"):
 
 
 def judge(d: DiffResult, findings_a: list[Finding] | None = None,
-          findings_b: list[Finding] | None = None) -> Comparison:
+          findings_b: list[Finding] | None = None,
+          accounts: tuple[AccountResult | None, AccountResult | None] = (None, None)) -> Comparison:
     verdict, statement, relative = _verdict(d)
     breaking: list[str] = []
     caveats: list[str] = []
@@ -75,6 +87,9 @@ def judge(d: DiffResult, findings_a: list[Finding] | None = None,
         diff=d, verdict=verdict, statement=statement, relative_change=relative,
         comparable=not breaking, not_comparable_because=breaking, caveats=caveats,
         findings_compared=compared, findings_appeared=appeared, findings_disappeared=disappeared,
+        account=account_changes(*accounts),
+        account_steps_ns=(accounts[0].mean_step_ns, accounts[1].mean_step_ns)
+        if accounts[0] is not None and accounts[1] is not None else None,
     )
 
 

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, TypedDict
 
 import polars as pl
 
+from tracewhy.analyses.account_diff import ACCOUNT_DELTAS_SCHEMA, AccountDeltaCol
 from tracewhy.analyses.diff import DELTAS_SCHEMA, OP_DELTAS_SCHEMA, Difference, MemoryChange, RunSummary
 from tracewhy.analyses.shift import Shift
 from tracewhy.findings.compare import FASTER, SLOWER, Comparison
@@ -79,6 +80,11 @@ class DiffPayload(TypedDict):
     a_step_durations_ns: list[int]
     b_step_durations_ns: list[int]
     differences: list[Difference]
+    #: Each run's step account's mean step (null unless both runs have an account).
+    a_account_step_ns: int | None
+    b_account_step_ns: int | None
+    account: Annotated[pl.DataFrame, rows(ACCOUNT_DELTAS_SCHEMA, "per part of the step accounts: ns per analysed step "
+                                                                 "in each run and B - A, largest change first")]
     ops: Annotated[pl.DataFrame, rows(OP_DELTAS_SCHEMA, "per operator: CPU self and GPU time per steady step, "
                                                         "largest change first")]
     annotations: Annotated[pl.DataFrame, rows(DELTAS_SCHEMA, "per annotated block, largest change first")]
@@ -127,6 +133,9 @@ def comparison_payload(c: Comparison) -> DiffPayload:
         "a_step_durations_ns": d.a_step_durations_ns,
         "b_step_durations_ns": d.b_step_durations_ns,
         "differences": d.differences,
+        "a_account_step_ns": c.account_steps_ns[0] if c.account_steps_ns else None,
+        "b_account_step_ns": c.account_steps_ns[1] if c.account_steps_ns else None,
+        "account": c.account,
         "ops": d.ops,
         "annotations": d.annotations,
         "kernels": d.kernels,
@@ -155,6 +164,8 @@ def render_comparison(c: Comparison, top: int) -> RenderableType:
         parts.append(Text("not comparable: " + "; ".join(c.not_comparable_because), style="yellow"))
     for caveat in c.caveats:
         parts.append(Text(f"note: {caveat}", style="dim"))
+    if c.account.height and c.account_steps_ns is not None:
+        parts += [Text(_account_sentence(c.account, *c.account_steps_ns)), _account_table(c.account, top)]
     for title, table, gpu in (("operators (CPU self time)", d.ops, True),
                               ("annotated blocks", d.annotations, False),
                               ("kernels", d.kernels, False)):
@@ -219,6 +230,31 @@ DELTA_TABLE: Final = Layout(
     (name("name"), number("calls A"), number("calls B"), number("A"), number("B"), number("B - A"),
      number("GPU A"), number("GPU B"), number("GPU B - A")),
     drop=("calls A", "calls B", "GPU A", "GPU B", "A", "B"))
+ACCOUNT_TABLE: Final = Layout((name("part"), label("kind"), number("A"), number("B"), number("B - A")),
+                              drop=("kind", "A", "B"))
+
+
+def _account_sentence(changes: pl.DataFrame, a_ns: int, b_ns: int) -> str:
+    """The parts that carry the change, largest first: up to three, each after the first only
+    when it moved a tenth of the mean step's change or more."""
+    total = b_ns - a_ns
+    named: list[str] = []
+    for row in changes.head(3).iter_rows(named=True):
+        delta = row[AccountDeltaCol.DELTA]
+        if named and abs(delta) < 0.1 * abs(total):
+            break
+        named.append(f"{row[AccountDeltaCol.PART]} {fmt_ns(row[AccountDeltaCol.A])} -> "
+                     f"{fmt_ns(row[AccountDeltaCol.B])} ({_signed(delta)})")
+    return (f"Where the step changed (step account, mean analysed step {fmt_ns(a_ns)} -> {fmt_ns(b_ns)}, "
+            f"{_signed(total)}): " + ", ".join(named) + ".")
+
+
+def _account_table(changes: pl.DataFrame, top: int) -> FitTable:
+    t = ACCOUNT_TABLE.table("step account: per analysed step, largest change first")
+    for row in changes.head(top).iter_rows(named=True):
+        t.add_row(row[AccountDeltaCol.PART], row[AccountDeltaCol.KIND], fmt_ns(row[AccountDeltaCol.A]),
+                  fmt_ns(row[AccountDeltaCol.B]), _signed(row[AccountDeltaCol.DELTA]))
+    return t
 
 
 def _delta_table(title: str, table: pl.DataFrame, top: int, gpu: bool) -> FitTable:

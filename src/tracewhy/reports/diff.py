@@ -61,7 +61,7 @@ def compare(a: Trace, b: Trace, options: DiffOptions | None = None, *, with_find
                                                               warmup=options.warmup, fixes_together=False))
     return judge(diff(a, b, options, memory=(report_a.memory, report_b.memory),
                       compiled=(report_a.compile, report_b.compile), step_results=(report_a.steps, report_b.steps)),
-                 report_a.findings, report_b.findings)
+                 report_a.findings, report_b.findings, accounts=(report_a.account, report_b.account))
 
 
 def _diagnose_both(a: Trace, b: Trace, options: DiagnoseOptions) -> tuple[Report, Report]:
