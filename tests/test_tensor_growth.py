@@ -134,3 +134,15 @@ def test_many_concatenations_per_step_that_grow_nothing(name: str, monkeypatch: 
     assert tensor_growth.tensor_growth(trace, windows) == []
     monkeypatch.setattr(tensor_growth, "_by_shapes", lambda *a: (False, None))
     assert tensor_growth.tensor_growth(trace, windows) == []
+
+
+def test_the_account_line_points_at_the_fix(capsys: pytest.CaptureFixture[str]) -> None:
+    """The account calls the concatenations essential work (their copies are the op's own); the
+    "Where the step goes" line says which finding makes that work cheaper, by how much."""
+    from tracewhy.cli import main
+
+    assert main(["diagnose", str(GENERATED / "cpu_growth_collect.pt.trace.json.gz"), "--no-cache"]) == 0
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if "host: aten::cat" in ln and "%" in ln)
+    number = next(ln for ln in out.splitlines() if f"] {CODE}" in ln).strip().split(".")[0]
+    assert "essential" in line and f"see {number}. {CODE}: step " in line and " shorter" in line

@@ -334,11 +334,15 @@ def _where_step_goes(report: Report) -> list[RenderableType]:
             f"{printable(s.name)} ({fmt_ns(s.window_ns)})" for s in account.one_time)
     out: list[RenderableType] = [Text(f"Where the step goes ({over}):", style="bold")]
     width = max(len(printable(a.part)) for a in lines)
+    fixes = _fixing(report)
     for a in lines:
         what = "" if a.kind == "rest" else ("essential" if a.essential else "avoidable"
                                                 if a.part != PartName.UNRECORDED_GPU else "unrecorded")
+        fix = fixes.get(a.part) if a.essential else None
         row = Text(f"{fmt_pct(a.share):>6}  {fmt_ns(a.ns_per_step):>11}  {printable(a.part):<{width}}  {what:<9}",
-                   style="" if a.essential or a.kind == "rest" else "bold")
+                   style="" if (a.essential and fix is None) or a.kind == "rest" else "bold")
+        if fix is not None:  # essential work done a wasteful way: the finding says how much less
+            row.append(f"  see {fix[0]}. {fix[1]}: step {fmt_ns(fix[2])} shorter", style="bold")
         if a.evidence:
             row.append(f"  {printable(a.evidence)}", style="dim")
         out.append(indented(row, 3))
@@ -348,6 +352,17 @@ def _where_step_goes(report: Report) -> list[RenderableType]:
         out.append(indented(Text(f"The top {len(t.codes)} fixes together ({', '.join(t.codes)}): "
                                  f"{fmt_ns(t.measured_step_ns)} -> {fmt_ns(t.predicted_step_ns)}{after}.",
                                  style="bold"), 3))
+    return out
+
+
+def _fixing(report: Report) -> dict[str, tuple[int, str, int]]:
+    """Per part of the account, the first finding (its number as printed, its code, the time
+    its fix saves per step) that explains it and recovers time: shown beside an essential part,
+    whose work is needed but done a costly way (a per-parameter optimizer, a grown tensor)."""
+    out: dict[str, tuple[int, str, int]] = {}
+    for i, f in enumerate(report.findings, 1):
+        if f.part is not None and f.recoverable_ns_per_step > 0 and f.severity is not Severity.INFO:
+            out.setdefault(f.part, (i, str(f.code), f.recoverable_ns_per_step))
     return out
 
 
