@@ -22,6 +22,8 @@ from typing import Final
 import numpy as np
 
 from tracewhy.analyses.account_host import HostContext
+from tracewhy.model.schema import Col
+from tracewhy.model.trace import Trace
 
 #: ``for x in batch`` calls ``Tensor.__iter__``, which is ``iter(self.unbind(0))``
 #: (torch/_tensor.py): one ``aten::unbind`` before the loop's first iteration.
@@ -51,7 +53,7 @@ class SampleLoop:
         return len(self.ids) / max(self.steps, 1)
 
 
-def sample_loops(host: HostContext, slice_ts: np.ndarray, slice_end: np.ndarray,
+def sample_loops(trace: Trace, host: HostContext, slice_ts: np.ndarray, slice_end: np.ndarray,
                  windows: list[tuple[int, int]]) -> list[SampleLoop]:
     """The blocks that loop over a batch in these step windows ([start, end) ns), most time first:
     a block name counts when at least half its calls in the windows loop."""
@@ -65,15 +67,22 @@ def sample_loops(host: HostContext, slice_ts: np.ndarray, slice_end: np.ndarray,
     for start, end in windows:
         in_window |= (slice_ts[blocks] >= start) & (slice_ts[blocks] < end)
     outermost, blocks = outermost[in_window], blocks[in_window]
+    # Only block calls with enough ops and an op that walks a tensor can loop over one: found with
+    # whole-array steps, so the per-op Python below sees those calls alone.
+    walks = trace.slices.get_column(Col.NAME).is_in(list(ITERATING_OPS | INDEXING_OPS)).fill_null(False).to_numpy()
+    calls_in, at, sizes = np.unique(blocks, return_inverse=True, return_counts=True)
+    keep = np.isin(blocks, blocks[walks[outermost]]) & (sizes[at] >= MIN_ITERATIONS)
+    if not keep.any():
+        return []
+    all_calls = Counter(host.name(int(b)) for b in calls_in.tolist())
+    outermost, blocks = outermost[keep], blocks[keep]
     order = np.lexsort((slice_ts[outermost], blocks))
     by_block: dict[int, list[int]] = defaultdict(list)
     for b, op in zip(blocks[order].tolist(), outermost[order].tolist(), strict=True):
         by_block[b].append(op)
     calls: dict[str, list[tuple[int, float, tuple[str, ...], str]]] = defaultdict(list)
-    all_calls: Counter[str] = Counter()
     for b, ops in by_block.items():
         name = host.name(b)
-        all_calls[name] += 1
         loop = _loop(host, ops, slice_ts, slice_end)
         if loop is not None:
             calls[name].append((b, *loop))

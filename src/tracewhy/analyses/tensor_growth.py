@@ -78,10 +78,12 @@ class GrownTensors:
 def tensor_growth(trace: Trace, windows: list[tuple[int, int]]) -> list[GrownTensors]:
     """The concatenation ops that grow tensors in these step windows ([start, end) ns), most
     time first."""
+    if not windows:
+        return []
     s = trace.slices
-    calls = s.filter(pl.col(Col.NAME).cast(pl.String).is_in(list(CONCAT_OPS))
-                     & (pl.col(Col.KIND).cast(pl.String) == Kind.CPU_OP.value))
-    if calls.height == 0 or not windows:
+    # Names compared as the categorical's own strings, not a cast of every row.
+    calls = s.filter(pl.col(Col.NAME).is_in(list(CONCAT_OPS)) & (pl.col(Col.KIND) == Kind.CPU_OP.value))
+    if calls.height == 0:
         return []
     parent = s.get_column(Col.PARENT).fill_null(-1).to_numpy()
     concat_ids = set(calls.get_column(Col.ID).to_list())

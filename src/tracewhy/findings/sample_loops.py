@@ -26,7 +26,8 @@ def loops(ctx: Context) -> list[SampleLoop]:
         if ctx.account() is None:
             return []
         model = ctx.step_model()
-        return sample_loops(model.rules.ctx, model.rules.slice_ts, model.rules.slice_end, ctx.steady_windows())
+        return sample_loops(ctx.trace, model.rules.ctx, model.rules.slice_ts, model.rules.slice_end,
+                            ctx.steady_windows())
     return ctx.cached("sample_loops", compute)
 
 
