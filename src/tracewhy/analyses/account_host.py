@@ -140,7 +140,8 @@ def host_context(trace: Trace, markers: I64, tree: HostTree | None = None,
     # A block (a user annotation) that runs ops in grad mode but makes no autograd node, in a
     # trace whose forward ops link to their backward ones (fwdbwd flows), is not the model's
     # forward: a per-sample preprocessing loop, metrics on detached outputs.
-    forward_op = recorded_op & ~(tree.nearest(annotation & ~op_range & ~_makes_nodes(trace, tree)) >= 0)
+    quiet = annotation & ~op_range & ~_makes_nodes(trace, tree)
+    forward_op = recorded_op & ~(tree.nearest(quiet) >= 0) if quiet.any() else recorded_op
     marks = [
         (HostPurpose.COMPILATION, compiling),
         (HostPurpose.DATA_LOADING, flags["dataloader"] & host),
