@@ -39,7 +39,6 @@ from tracewhy.analyses.what_if_edits import (
     RemoveRecompute,
 )
 from tracewhy.analyses.what_if_host_edits import BatchLoop, Preallocate, RemoveCode, SetGradsToNone
-from tracewhy.analyses.what_if_removals import RemovePart
 from tracewhy.readers import read_trace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -134,13 +133,7 @@ def step_ns(path: Path, edits: tuple[Fix, ...] = ()) -> tuple[int, int, bool]:
         return round(measured), round(measured), False
     predicted = statistics.median(predict(model, list(edits), [w]).predicted_ns for w in windows)
     labels = {e.label for e in suggested_edits(model, step_account(trace, model=model))}
-    return round(measured), round(predicted), any(_suggested_label(e) in labels for e in edits)
-
-
-def _suggested_label(edit: Fix) -> str:
-    """The label ``suggested_edits`` would give this fix: it proposes the part removed
-    (``RemovePart``), which the calibration replays with the code that runs it (``RemoveCode``)."""
-    return RemovePart(edit.part).label if isinstance(edit, RemoveCode) else edit.label
+    return round(measured), round(predicted), any(e.label in labels for e in edits)
 
 
 def calibrate(key: str, data: Path = DATA) -> Calibration:

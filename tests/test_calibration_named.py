@@ -41,7 +41,7 @@ def _proposing(doc: dict[str, Any], labels: set[str]) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("key", list(BENCH.EDITS))
 def test_diagnose_proposes_the_calibrated_fix(key: str, capsys: pytest.CaptureFixture[str]) -> None:
     _, edits = BENCH.EDITS[key]
-    labels = {BENCH._suggested_label(e) for e in edits}
+    labels = {e.label for e in edits}
     before = _proposing(diagnose_json(DATA / f"{key}_before_1.pt.trace.json.gz", capsys), labels)
     assert before, f"no finding proposes {labels}"
     claimed = max(f["recoverable_ns_per_step"] for f in before)

@@ -24,7 +24,6 @@ from tracewhy.analyses.critical_path_edges import Edge
 from tracewhy.analyses.critical_path_replay import GraphEdit
 from tracewhy.analyses.what_if_edits import (
     DropSync,
-    Edit,
     Fix,
     HideCollective,
     MultiTensorOptimizer,
@@ -34,6 +33,7 @@ from tracewhy.analyses.what_if_edits import (
     RemoveRecompute,
     WindowEdges,
 )
+from tracewhy.analyses.what_if_host_edits import RemoveCode
 from tracewhy.analyses.what_if_removals import RemovePart
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS
 
@@ -174,13 +174,13 @@ def what_if(model: StepModel, account: AccountResult, edits: Sequence[Fix] | Non
     return WhatIfResult(table=table, predictions=tuple(p for p, _ in rows))
 
 
-def suggested_edits(model: StepModel, account: AccountResult, top: int = 6) -> list[Edit]:
+def suggested_edits(model: StepModel, account: AccountResult, top: int = 6) -> list[Fix]:
     """The edit that addresses each of the largest avoidable parts, largest first: data loading
     -> workers prefetch; compilation -> no compile in the step; a blocking call -> no wait under
     its op; a host transfer -> pinned, non_blocking copies; exposed communication -> hidden under
     compute; optimizer -> multi-tensor; other host work -> that work leaves the step. Activation
     recompute, where the trace has any, is always tried."""
-    out: dict[str, Edit] = {}
+    out: dict[str, Fix] = {}
     for part, kind in account.parts.filter(~pl.col(AccountCol.ESSENTIAL)).select(
             AccountCol.PART, AccountCol.KIND).iter_rows():
         edit = _edit_for(part, kind)
@@ -193,7 +193,7 @@ def suggested_edits(model: StepModel, account: AccountResult, top: int = 6) -> l
     return list(out.values())
 
 
-def fix_for_part(part: str, kind: str, essential: bool) -> Edit | None:
+def fix_for_part(part: str, kind: str, essential: bool) -> Fix | None:
     """The fix a finding that explains this part predicts: the edit ``suggested_edits`` tries for
     it, else (launch overhead, waits, idle, other host time) the part's work leaving the step.
     None for essential work and ``unexplained``: no edit says what would change there."""
@@ -230,7 +230,12 @@ PART_GAINS_SCHEMA: Final = pl.Schema({
     PathCol.COUNT: pl.Int64(), PathCol.ON_PATH: pl.Int64(), PathCol.GAIN: pl.Int64()})
 
 
-def _edit_for(part: str, kind: str) -> Edit | None:
+#: The account's part for the host ops that lead up to a scalar read ("host: up to aten::item":
+#: ``account_parts``, ``HostContext.read_after``).
+READ_PART_PREFIX: Final = "host: up to "
+
+
+def _edit_for(part: str, kind: str) -> Fix | None:
     if kind == PartKind.DATA_LOADING:
         return PrefetchData()
     if kind == PartKind.COMPILATION:
@@ -244,6 +249,10 @@ def _edit_for(part: str, kind: str) -> Edit | None:
         return HideCollective(part.removeprefix("communication: "))
     if part == PartName.OPTIMIZER:
         return MultiTensorOptimizer()
+    if kind == PartKind.HOST and part.startswith(READ_PART_PREFIX):
+        # The ops a scalar read forces go with the Python that calls them (calibrated on the
+        # .item() and logging pairs: the ops alone gave about half the measured saving).
+        return RemoveCode(part)
     if kind == PartKind.HOST and part.startswith("host: "):
         return RemovePart(part)
     return None

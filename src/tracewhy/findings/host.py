@@ -142,8 +142,9 @@ def _scalar_reads(ctx: Context) -> list[Finding]:
         severity=Severity.MEDIUM if has_gpu else Severity.LOW,
         statement=f"{calls / steps:.1f} scalar reads per step ({names}): {'; '.join(parts)}"
                   + (", each blocked on the GPU." if has_gpu else
-                     ". On this CPU-only trace they cost little, but on a GPU a read of a device value waits for "
-                     "all queued work and drains the pipeline"
+                     ". On this CPU-only trace a read waits for nothing: what the reads cost here is the work that "
+                     "computes the values read and the code around it; on a GPU each read of a device value would "
+                     "also wait for all queued work and drain the pipeline"
                      + (" (the optimizer's step counters stay on the host there too unless capturable=True, so "
                         "its reads would not)." if from_optimizer else ".")),
         next_step=" ".join(advice),
