@@ -13,6 +13,7 @@ predictions (``what_if``) to edit and replay.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Final
 
 import numpy as np
@@ -26,6 +27,7 @@ from tracewhy.analyses.collectives import call_messages
 from tracewhy.analyses.critical_path_graph import Graph, build_graph
 from tracewhy.analyses.critical_path_replay import Replay
 from tracewhy.analyses.critical_path_walk import EdgeLabels, nodes_by_pid, walk
+from tracewhy.analyses.edge_parts import EdgeParts
 from tracewhy.analyses.host_activity import HostIndex
 from tracewhy.analyses.iterations import AccountWindows, account_windows
 from tracewhy.analyses.kernel_lines import compiled_frame_lines
@@ -122,6 +124,11 @@ class StepModel:
     paths: tuple[WindowPath, ...]
     #: Analysed steps left out of the account and the predictions: one-time compiles.
     one_time: tuple[OneTimeCompileStep, ...] = ()
+
+    @cached_property
+    def edge_parts(self) -> EdgeParts:
+        """Each edge's part, decided once for the account and the predictions."""
+        return EdgeParts(self.rules, self.graph)
 
 
 def step_model(trace: Trace, options: AccountOptions = AccountOptions(), steps_result: StepsResult | None = None,
@@ -233,6 +240,7 @@ def step_account(trace: Trace, options: AccountOptions = AccountOptions(), model
     for p in m.paths:
         e = p.edges
         part, item, owner = rules.of_edges(g.kind[e].astype(np.int64), g.attr[e], rules.category[e], g.src[e], g.dst[e])
+        m.edge_parts.remember(e, part)
         found_unrecorded = found_unrecorded or _unrecorded(m, p, part)
         start = np.maximum(g.node_ts[g.src[e]], p.window_start)
         dur = g.node_ts[g.dst[e]] - start

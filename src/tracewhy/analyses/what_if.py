@@ -17,10 +17,9 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tracewhy.analyses.account import AccountCol, AccountResult, StepModel, WindowPath
+from tracewhy.analyses.account import AccountCol, AccountResult, StepModel
 from tracewhy.analyses.account_names import PartKind, PartName, avoidable
 from tracewhy.analyses.critical_path import PathCol
-from tracewhy.analyses.critical_path_edges import Edge
 from tracewhy.analyses.critical_path_replay import GraphEdit
 from tracewhy.analyses.what_if_edits import (
     DropSync,
@@ -31,11 +30,10 @@ from tracewhy.analyses.what_if_edits import (
     PrefetchData,
     RemoveCompile,
     RemoveRecompute,
-    WindowEdges,
 )
 from tracewhy.analyses.what_if_host_edits import RemoveCode
 from tracewhy.analyses.what_if_removals import RemovePart
-from tracewhy.model.schema import GPU_ACTIVITY_KINDS
+from tracewhy.analyses.what_if_window import WindowEdges
 
 F64 = npt.NDArray[np.float64]
 
@@ -126,10 +124,9 @@ def predict(model: StepModel, edits: Sequence[Fix], windows: list[WindowEdges] |
         if p.sink < 0:
             predicted.append(window)
             continue
-        edit = reduce(lambda a, b: a + b, (e.edit(w) for e in edits), GraphEdit())
+        edit = reduce(lambda a, b: a + b, (w.edit_of(e) for e in edits), GraphEdit())
         changed |= not edit.empty
-        replayed = (w.unedited(lambda: _drain(model, p)) if edit.empty  # noqa: B023 (called at once)
-                    else w.replay.edited(p.sink, edit + _drain(model, p)))
+        replayed = w.unedited() if edit.empty else w.replay.edited(p.sink, edit + w.drain())
         shortened = int(g.node_ts[p.sink]) - replayed.end_ns
         predicted.append(window - shortened)
         # An added edge's time goes to the part of the graph edge it stands for (work moved off
@@ -139,7 +136,7 @@ def predict(model: StepModel, edits: Sequence[Fix], windows: list[WindowEdges] |
         as_edge = np.where(added < 0, replayed.edges, like[np.clip(added, 0, like.size - 1)])
         real = as_edge >= 0
         e = as_edge[real]
-        part, _, _ = rules.of_edges(g.kind[e].astype(np.int64), g.attr[e], rules.category[e], g.src[e], g.dst[e])
+        part = model.edge_parts.of(e)
         totals = _add(totals, np.bincount(part, weights=replayed.dur_ns[real], minlength=len(rules.parts)).astype(
             np.float64))
         uncovered = window - shortened - int(replayed.dur_ns.sum())
@@ -256,19 +253,6 @@ def _edit_for(part: str, kind: str) -> Fix | None:
     if kind == PartKind.HOST and part.startswith("host: "):
         return RemovePart(part)
     return None
-
-
-def _drain(model: StepModel, p: WindowPath) -> GraphEdit:
-    """The step ends after the GPU work of its process that ended in its window: an edge of no
-    weight from each such activity's end to the window's last instant."""
-    g = model.graph
-    ends = np.flatnonzero((g.node_ts >= p.window_start) & (g.node_ts <= g.node_ts[p.sink]) & (g.node_pid == p.pid))
-    ends = ends[ends % 2 == 1]
-    gpu = np.isin(model.rules.kind[g.node_slice[ends]], [k.value for k in GPU_ACTIVITY_KINDS])
-    ends = ends[gpu & (ends != p.sink)]
-    n = ends.size
-    return GraphEdit(add_src=ends, add_dst=np.full(n, p.sink, dtype=np.int64), add_weight=np.zeros(n, dtype=np.int64),
-                     add_kind=np.full(n, int(Edge.GPU), dtype=np.int64), add_attr=g.node_slice[ends])
 
 
 def _essential(model: StepModel, name: str) -> bool:

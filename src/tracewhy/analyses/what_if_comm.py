@@ -23,7 +23,7 @@ from tracewhy.analyses.critical_path_replay import GraphEdit
 from tracewhy.analyses.intervals import covered_ns
 
 if TYPE_CHECKING:  # what_if_edits imports this module
-    from tracewhy.analyses.what_if_edits import WindowEdges
+    from tracewhy.analyses.what_if_window import WindowEdges
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def comm_on_path(model: StepModel, paths: Sequence[WindowPath] | None = None) ->
         e = p.edges
         if e.size == 0:
             continue
-        part, _, _ = rules.of_edges(g.kind[e].astype(np.int64), g.attr[e], rules.category[e], g.src[e], g.dst[e])
+        part = model.edge_parts.of(e)
         comm_parts = [i for i, x in enumerate(rules.parts) if x.kind == PartKind.COMMUNICATION]
         comm = np.isin(part, comm_parts)
         dur = g.node_ts[g.dst[e]] - np.maximum(g.node_ts[g.src[e]], p.window_start)

@@ -5,21 +5,17 @@ scaled, added). ``what_if`` replays them; this module says which edges each fix 
 
 from __future__ import annotations
 
-import itertools
-import math
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from tracewhy.analyses import api_names
-from tracewhy.analyses.account import StepModel, WindowPath
 from tracewhy.analyses.account_host import HostPurpose, top_collective
 from tracewhy.analyses.account_parts import CATEGORY_CODE
 from tracewhy.analyses.critical_path_edges import Edge
-from tracewhy.analyses.critical_path_replay import EditedPath, GraphEdit, ReplayWindow
+from tracewhy.analyses.critical_path_replay import GraphEdit
 from tracewhy.analyses.critical_path_walk import Category
 from tracewhy.analyses.what_if_comm import host_collectives_lane, optimizer_start, reduced_by_hand
 from tracewhy.analyses.what_if_gaps import (
@@ -29,7 +25,8 @@ from tracewhy.analyses.what_if_gaps import (
     loop_between,
     untraced_around,
 )
-from tracewhy.analyses.what_if_removals import RemovePart, RemoveSlices, window_parts
+from tracewhy.analyses.what_if_removals import RemovePart, RemoveSlices
+from tracewhy.analyses.what_if_window import WindowEdges
 from tracewhy.model.schema import KIND_CODE, Kind
 
 I64 = npt.NDArray[np.int64]
@@ -39,133 +36,6 @@ B = npt.NDArray[np.bool_]
 #: aten/src/ATen/native/cuda/MultiTensorApply.cuh, ``depth_to_max_tensors[5] = {110, 64, 48, 36,
 #: 30}``, for 1 to 5 tensor lists; 36 is Adam's depth (params, grads, exp_avg, exp_avg_sq).
 FOREACH_CHUNK: Final = 36
-#: Host edges: program order, and the launch call's own time.
-_HOST_EDGES: Final = (int(Edge.HOST), int(Edge.LAUNCH))
-
-
-class WindowEdges:
-    """The edges of one analysed window with what the edits select them by: Edge kind, the
-    attributed slice, its context (``account_host.HostPurpose``) and, for a GPU activity, its
-    launch call."""
-
-    def __init__(self, model: StepModel, path: WindowPath) -> None:
-        self.model, self.path = model, path
-        self.replay: ReplayWindow = model.replay.window(path.window_start, path.window_end)
-        g, rules = model.graph, model.rules
-        self.ids = self.replay.edges
-        # (Kinds as the graph's bytes; ends and launch calls gathered when an edit asks: a
-        # whole-trace window of a large export has 17 M edges, 136 MB an int64 column.)
-        self.kind = g.kind[self.ids]
-        self.attr = g.attr[self.ids]
-        self.category = rules.category[self.ids]
-        safe = np.maximum(self.attr, 0)
-        self.context = np.where(self.attr >= 0, rules.ctx.context[safe], int(HostPurpose.NONE))
-        launch = self.launch
-        self.launch_context = np.where(launch >= 0, rules.ctx.context[np.maximum(launch, 0)], int(HostPurpose.NONE))
-        self._unedited: EditedPath | None = None
-        self._parts: npt.NDArray[np.integer[Any]] | None = None
-
-    @property
-    def src(self) -> I64:
-        out: I64 = self.model.graph.src[self.ids]
-        return out
-
-    @property
-    def dst(self) -> I64:
-        out: I64 = self.model.graph.dst[self.ids]
-        return out
-
-    @property
-    def launch(self) -> I64:
-        """Per edge, the launch call of the GPU activity it runs (-1: none)."""
-        gpu = (self.kind == int(Edge.GPU)) & (self.attr >= 0)
-        out: I64 = np.where(gpu, self.model.rules.launch[np.maximum(self.attr, 0)], -1)
-        return out
-
-    def unedited(self, drain: Callable[[], GraphEdit]) -> EditedPath:
-        """The window replayed with ``drain`` alone, once: every prediction whose edits change
-        nothing here replays exactly this (a replay is a function of the window and the edit),
-        and on a whole-trace window of a large export one replay takes seconds."""
-        if self._unedited is None:
-            self._unedited = self.replay.edited(self.path.sink, drain())
-        return self._unedited
-
-    def host(self) -> B:
-        mask: B = np.isin(self.kind, _HOST_EDGES) & (self.attr >= 0)
-        return mask
-
-    def in_part(self, name: str) -> B:
-        """The edges the account puts in the part ``name`` (each edge's part decided once per
-        window: 5 s for a whole-trace window's 17 M edges, once per edit that removes a part)."""
-        if self._parts is None:
-            self._parts = window_parts(self)
-        index = self.model.rules.index_of(name)
-        mask: B = self._parts == index if index is not None else np.zeros(self._parts.size, dtype=bool)
-        return mask
-
-    def removing(self, host: B, gpu: B) -> GraphEdit:
-        """These host and GPU edges take no time; the blocking calls among them no longer wait."""
-        sync = (self.kind == int(Edge.SYNC)) & host
-        scaled = self.ids[(host & ~sync) | gpu]
-        return GraphEdit(drop=self.ids[sync], scaled=scaled, factor=np.zeros(scaled.size))
-
-    def fewer_calls(self, host: B, chunk: int | None) -> tuple[GraphEdit, int, int]:
-        """Each op that runs more than once among these host edges (by its outermost op's name)
-        keeps one call per ``chunk`` (None: one call in all), every other call saving what the
-        window's cheapest call of that op took (its fixed cost: dispatch, launch); the work the
-        calls do together stays. Returns the edit, and the calls there were and are left."""
-        ctx, rules = self.model.rules.ctx, self.model.rules
-        outer = ctx.outer_op[np.maximum(self.attr, 0)]
-        by_name: dict[str, list[int]] = {}
-        for op in np.unique(outer[host & (outer >= 0)]).tolist():
-            by_name.setdefault(ctx.name(op), []).append(op)
-        factor: dict[int, float] = {}
-        before = after = 0
-        for name, calls in by_name.items():
-            fused = "_foreach_" in name or "_fused_" in name
-            kept = len(calls) if fused else math.ceil(len(calls) / (chunk or len(calls)))
-            before, after = before + len(calls), after + kept
-            if kept == len(calls):
-                continue
-            dur = rules.slice_end[calls] - rules.slice_ts[calls]
-            total = float(dur.sum())
-            saved = (len(calls) - kept) * float(dur.min())
-            for op in calls:
-                factor[op] = (total - saved) / total if total > 0 else 1.0
-        chosen = host & np.isin(outer, list(factor))
-        edit = GraphEdit(scaled=self.ids[chosen], factor=np.array([factor[int(o)] for o in outer[chosen]],
-                                                                  dtype=np.float64))
-        return edit, before, after
-
-    def off_stream(self, moved: set[int]) -> GraphEdit:
-        """These GPU activities leave their stream for one of their own, in their order: the
-        stream-order edges between one of them and another activity go, each of the two streams
-        is linked anew where it skipped over the other's activities, and a blocking call no
-        longer waits for them."""
-        slice_of = self.model.graph.node_slice
-        gap = self.kind == int(Edge.GAP)
-        src_in = np.isin(slice_of[self.src], list(moved))
-        dst_in = np.isin(slice_of[self.dst], list(moved))
-        drop = (gap & (src_in ^ dst_in)) | ((self.kind == int(Edge.SYNC)) & src_in)
-        following = {int(a): int(b) for a, b in zip(self.src[gap], self.dst[gap], strict=True)}  # end -> start
-        heads = sorted({e - 1 for e in following} - set(following.values()))
-        add_src: list[int] = []
-        add_dst: list[int] = []
-        for head in heads:
-            chain = [head]
-            while chain[-1] + 1 in following:
-                chain.append(following[chain[-1] + 1])
-            for keep in (True, False):
-                part = [a for a in chain if (int(slice_of[a]) in moved) == keep]
-                for a, b in itertools.pairwise(part):
-                    if following.get(a + 1) != b:
-                        add_src.append(a + 1)
-                        add_dst.append(b)
-        n = len(add_src)
-        return GraphEdit(drop=self.ids[drop], add_src=np.asarray(add_src, dtype=np.int64),
-                         add_dst=np.asarray(add_dst, dtype=np.int64), add_weight=np.zeros(n, dtype=np.int64),
-                         add_kind=np.full(n, int(Edge.GAP), dtype=np.int64), add_attr=np.full(n, -1, dtype=np.int64))
-
 
 @dataclass(frozen=True)
 class DropSync:
@@ -181,23 +51,34 @@ class DropSync:
         return f"no blocking wait under {self.under}" if self.under else "no blocking waits"
 
     def edit(self, w: WindowEdges) -> GraphEdit:
-        ctx = w.model.rules.ctx
+        # The blocking calls' edges are found once per window, for every op they may be under.
+        chosen, inside = w.once("blocking_waits", lambda: self._blocking(w))
+        if self.under is not None:
+            ctx = w.model.rules.ctx
+            rows = np.flatnonzero(chosen | inside)
+            outer = ctx.outer_op[np.maximum(w.attr[rows], 0)]
+            # Named once per distinct op, then matched in numpy: a Python test per edge took most
+            # of a small trace's prediction (65 k edges, six edits).
+            named = [o for o in np.unique(outer).tolist() if o >= 0 and ctx.name(int(o)) == self.under]
+            under = np.zeros(w.ids.size, dtype=bool)
+            under[rows[np.isin(outer, named)]] = True
+            chosen, inside = chosen & under, inside & under
+        return GraphEdit(drop=w.ids[chosen], scaled=w.ids[inside], factor=np.zeros(int(inside.sum())))
+
+    @staticmethod
+    def _blocking(w: WindowEdges) -> tuple[B, B]:
+        """The window's sync edges into blocking calls (or from the copy a call launched and waits
+        for), and the blocking calls' own host time."""
+        ctx, g = w.model.rules.ctx, w.model.graph
         sync = (w.kind == int(Edge.SYNC)) & (w.attr >= 0)
         in_call = (w.kind == int(Edge.HOST)) & (w.category == CATEGORY_CODE[Category.SYNC])
         calls = np.unique(w.attr[sync | in_call])
-        blocking = {int(c) for c in calls.tolist() if api_names.is_sync_call(ctx.name(int(c)))}
-        own_copy = w.model.rules.launch[w.model.graph.node_slice[w.src]] == w.attr
-        chosen = sync & (np.isin(w.attr, list(blocking)) | own_copy)
-        inside = (w.kind == int(Edge.HOST)) & np.isin(w.attr, list(blocking))
-        if self.under is not None:
-            outer = ctx.outer_op[np.maximum(w.attr, 0)]
-            # Named once per distinct op, then matched in numpy: a Python test per edge took most
-            # of a small trace's prediction (65 k edges, six edits).
-            named = [o for o in np.unique(outer[chosen | inside]).tolist() if o >= 0 and ctx.name(int(o)) == self.under]
-            under = np.isin(outer, named)
-            chosen &= under
-            inside &= under
-        return GraphEdit(drop=w.ids[chosen], scaled=w.ids[inside], factor=np.zeros(int(inside.sum())))
+        blocking = np.isin(w.attr, [int(c) for c in calls.tolist() if api_names.is_sync_call(ctx.name(int(c)))])
+        chosen = sync & blocking
+        rows = np.flatnonzero(sync)
+        chosen[rows[w.model.rules.launch[g.node_slice[g.src[w.ids[rows]]]] == w.attr[rows]]] = True  # its own copy
+        inside: B = (w.kind == int(Edge.HOST)) & blocking
+        return chosen, inside
 
 
 @dataclass(frozen=True)
@@ -351,12 +232,14 @@ class HideCollective:
         m = w.model
         rules, g = m.rules, m.graph
         ctx = rules.ctx
-        comm = (w.kind == int(Edge.GPU)) & (w.category == CATEGORY_CODE[Category.COMMUNICATION])
-        backward = comm & (w.launch >= 0) & ctx.in_backward[np.maximum(w.launch, 0)]
+        # What no collective's name changes is found once per window: the window's gradient
+        # collectives, the host's time in collective calls, and the optimizer that reads them.
+        consumer = w.once("optimizer_start", lambda: optimizer_start(w))
+        backward = w.once("comm_in_backward", lambda: self._in_backward(w))
         moved = {int(a) for a in w.attr[backward].tolist() if self._matches(w, a)}
-        host = w.host() & (w.context == int(HostPurpose.COMMUNICATION)) & ctx.in_backward[np.maximum(w.attr, 0)]
-        by_hand = reduced_by_hand(w, optimizer_start(w))
-        host |= by_hand
+        by_hand = w.once("reduced_by_hand", lambda: reduced_by_hand(w, consumer))
+        host = w.once("comm_host", lambda: w.host() & (w.context == int(HostPurpose.COMMUNICATION))
+                      & ctx.in_backward[np.maximum(w.attr, 0)] | by_hand).copy()
         if self.collective is not None:
             rows = np.flatnonzero(host)
             host[rows] = [ctx.collective[int(a)] == self.collective for a in w.attr[rows].tolist()]
@@ -366,7 +249,6 @@ class HideCollective:
             host[rows] = ~np.isin(top_collective(m.trace, ctx.context, w.attr[rows]), issuing[issuing >= 0])
         calls = ctx.outer_op[np.maximum(w.attr[host & by_hand], 0)]
         edit = w.removing(host, np.zeros(w.ids.size, dtype=bool)) + untraced_around(w, set(calls.tolist()))
-        consumer = optimizer_start(w)
         if not moved:  # the backend runs the collectives on the host (gloo): their time moves
             return edit + host_collectives_lane(w, edit, consumer)
         ends = np.asarray(sorted(g.end_node(a) for a in moved), dtype=np.int64)
@@ -376,6 +258,14 @@ class HideCollective:
             drop=w.ids[waits], add_src=read, add_dst=np.full(read.size, consumer, dtype=np.int64),
             add_weight=np.zeros(read.size, dtype=np.int64), add_kind=np.full(read.size, int(Edge.GPU), dtype=np.int64),
             add_attr=g.node_slice[read])
+
+    @staticmethod
+    def _in_backward(w: WindowEdges) -> B:
+        """The window's communication kernels launched in backward."""
+        launch, ctx = w.launch, w.model.rules.ctx
+        comm = (w.kind == int(Edge.GPU)) & (w.category == CATEGORY_CODE[Category.COMMUNICATION])
+        mask: B = comm & (launch >= 0) & ctx.in_backward[np.maximum(launch, 0)]
+        return mask
 
     def _matches(self, w: WindowEdges, activity: int) -> bool:
         if self.collective is None:

@@ -20,7 +20,7 @@ from tracewhy.analyses.critical_path_replay import GraphEdit
 from tracewhy.model.schema import Col, OpAttrCol
 
 if TYPE_CHECKING:  # what_if_edits imports this module
-    from tracewhy.analyses.what_if_edits import WindowEdges
+    from tracewhy.analyses.what_if_window import WindowEdges
 
 B = npt.NDArray[np.bool_]
 

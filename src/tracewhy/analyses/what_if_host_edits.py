@@ -17,9 +17,10 @@ from tracewhy.analyses.account_host import HostPurpose
 from tracewhy.analyses.critical_path_edges import Edge
 from tracewhy.analyses.critical_path_replay import GraphEdit
 from tracewhy.analyses.what_if_comm import ACCUMULATE_NODE
-from tracewhy.analyses.what_if_edits import I64, WindowEdges
+from tracewhy.analyses.what_if_edits import I64
 from tracewhy.analyses.what_if_gaps import released_after, untraced_around
 from tracewhy.analyses.what_if_removals import RemovePart
+from tracewhy.analyses.what_if_window import WindowEdges
 
 #: The ops ``zero_grad(set_to_none=False)`` runs per gradient (PyTorch's torch/optim/optimizer.py
 #: zeroes each grad with ``zero_()`` or, grouped by device and dtype, ``torch._foreach_zero_``).

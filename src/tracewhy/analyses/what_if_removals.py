@@ -11,13 +11,13 @@ import numpy.typing as npt
 
 from tracewhy.analyses.critical_path_edges import Edge
 from tracewhy.analyses.critical_path_replay import GraphEdit
+from tracewhy.analyses.edge_parts import EDGES_AT_ONCE
 
-if TYPE_CHECKING:  # what_if_edits imports this module
-    from tracewhy.analyses.what_if_edits import WindowEdges
+if TYPE_CHECKING:  # what_if_window imports this module
+    from tracewhy.analyses.what_if_window import WindowEdges
 
-#: A window's edges whose parts are decided at once (``window_parts``): a whole-trace window of a
-#: large export has 17 M, and one call over them all held 1.3 GB of per-edge columns at once.
-PART_CHUNK: Final = 1 << 20
+#: A window's edges whose parts are decided at once (``window_parts``).
+PART_CHUNK: Final = EDGES_AT_ONCE
 
 
 @dataclass(frozen=True)
@@ -56,14 +56,9 @@ class RemovePart:
 
 def window_parts(w: WindowEdges) -> npt.NDArray[np.integer[Any]]:
     """The part (``PartRules.of_edges``) of each of the window's edges, as its number in the
-    fewest bytes (held for the rest of the run). Edges that share a key are decided alike, so a
-    chunk of edges gets the parts one call over them all gives."""
-    rules, g = w.model.rules, w.model.graph
-    chunks = []
-    for lo in range(0, w.ids.size, PART_CHUNK):
-        at, ids = slice(lo, lo + PART_CHUNK), w.ids[lo:lo + PART_CHUNK]
-        chunks.append(rules.of_edges(w.kind[at].astype(np.int64), w.attr[at], w.category[at], g.src[ids],
-                                     g.dst[ids])[0].astype(np.int32))
-    parts = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int32)
-    out: npt.NDArray[np.integer[Any]] = parts.astype(np.min_scalar_type(max(len(rules.parts), 1)))
+    fewest bytes (held for the rest of the run), decided PART_CHUNK edges at a time where the
+    account or a prediction has not decided them already (``StepModel.edge_parts``). Edges that
+    share a key are decided alike, so a chunk of edges gets the parts one call over them all gives."""
+    parts = w.model.edge_parts.of(w.ids, PART_CHUNK)
+    out: npt.NDArray[np.integer[Any]] = parts.astype(np.min_scalar_type(max(len(w.model.rules.parts), 1)))
     return out

@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from tracewhy.analyses.kernels import KernelsResult
     from tracewhy.analyses.syncs import SyncsResult
     from tracewhy.analyses.what_if import Prediction
-    from tracewhy.analyses.what_if_edits import Fix, WindowEdges
+    from tracewhy.analyses.what_if_edits import Fix
+    from tracewhy.analyses.what_if_window import WindowEdges
     from tracewhy.model.torch_logs import TorchLogs
 
 T = TypeVar("T")
