@@ -217,7 +217,10 @@ class ReplayWindow:
         # added one after the kept ones that end where it does: a stable sort of them all, without
         # sorting every edge of the window again (a whole-trace window of a large export has 17 M).
         by_dst = self.by_dst[~dropped[self.by_dst]] if edit.drop.size else self.by_dst
-        ps, pd, w, ids = self.src_pos[by_dst], self.dst_pos[by_dst], weight[by_dst], self.edges[by_dst]
+        # (The edges' ids as int32, as their positions: under 2^31 in any graph; 68 MB, not 136,
+        # on a whole-trace window of a large export.)
+        ps, pd, w, ids = (self.src_pos[by_dst], self.dst_pos[by_dst], weight[by_dst],
+                          self.edges[by_dst].astype(np.int32))
         del by_dst, weight
         if added.size:
             added = added[np.argsort(add_pd[added], kind="stable")]
@@ -229,10 +232,13 @@ class ReplayWindow:
                         self.dst_pos[self._among(edit.scaled)]] if not edit.empty else np.zeros(0, np.int64)
         del dropped
         lo = int(np.searchsorted(pd, touched.min())) if touched.size else pd.size
-        # Sources and lengths as machine integers once, for the replay (from ``lo``) and the walk.
+        # Sources and lengths as machine integers once, for the replay (from ``lo``) and the walk,
+        # which reads them as arrays through the same memory (the numpy copies are let go first).
         src, length = _positions(ps), _ints(w)
+        del ps, w
         times = _replay_times(array("q", self.times), src, _positions(pd[lo:]), length, self.fixed.tobytes(), lo)
-        return self._walk_back(int(pos[sink]), times, ps, pd, w, ids, np.r_[edit.add_kind, 0], src, length)
+        return self._walk_back(int(pos[sink]), times, np.frombuffer(src, dtype=np.int32), pd,
+                               np.frombuffer(length, dtype=np.int64), ids, np.r_[edit.add_kind, 0], src, length)
 
     def _among(self, ids: I64) -> npt.NDArray[np.bool_]:
         """Per edge of the window, whether it is one of ``ids``: found by a search in the window's
@@ -246,7 +252,7 @@ class ReplayWindow:
             out[at[self.edges[at] == ids[found]]] = True
         return out
 
-    def _walk_back(self, at: int, times: array[int], ps: I32, pd: I32, w: I64, ids: I64, add_kind: I64,
+    def _walk_back(self, at: int, times: array[int], ps: I32, pd: I32, w: I64, ids: I32 | I64, add_kind: I64,
                    src: array[int] | None = None, length: array[int] | None = None) -> EditedPath:
         """From instant ``at`` back along, at each instant, the in-edge that released it: the
         latest arrival; then the measured path's edge; then the latest source; then the higher
@@ -259,7 +265,13 @@ class ReplayWindow:
         g, n_graph = self.g, self.g.src.size
         if at < 0:
             return EditedPath(0, _none(), _none(), 0)
-        first = _positions(np.r_[0, np.cumsum(np.bincount(pd, minlength=len(times)))])
+        # Each instant's first in-edge, counted in int32 (each int64 step of it was 128 MB there).
+        counts = np.bincount(pd, minlength=len(times))
+        starts = np.zeros(counts.size + 1, dtype=np.int32)
+        np.cumsum(counts, out=starts[1:])
+        del counts
+        first = _positions(starts)
+        del starts
         src = src if src is not None else _positions(ps)
         length = length if length is not None else _ints(w)
         fixed, ws = self.fixed.tobytes(), self.ws
@@ -286,9 +298,10 @@ class ReplayWindow:
             return best
 
         path = array("q")
-        # The instants walked, in order and as flags: a set of them held 0.5 GB on a whole-trace
-        # window of a large export; the cycle search (rare) gets them as a set.
-        walked, seen = array("q"), bytearray(len(times))
+        # The instants walked, as flags: a set of them held 0.5 GB on a whole-trace window of a
+        # large export; the cycle search (rare) gets them as a set, read off the path's edges'
+        # ends (each edge taken is an in-edge of the instant it was taken at).
+        seen = bytearray(len(times))
         v = at
         while times[v] > ws and not fixed[v]:
             lo, hi = first[v], first[v + 1]
@@ -297,13 +310,13 @@ class ReplayWindow:
             if seen[v]:  # a cycle of equal-time edges (see ``critical_path_walk``): leave it
                 kind = np.where(ids < n_graph, g_kind[np.minimum(ids, n_graph - 1)],
                                 add_kind[np.maximum(ids - n_graph, 0)])
-                e = way_out_of_cycle(np.asarray(times, dtype=np.int64), ps, pd, kind, v, set(walked))
+                walked = set(pd[np.frombuffer(path, dtype=np.int64)].tolist())
+                e = way_out_of_cycle(np.asarray(times, dtype=np.int64), ps, pd, kind, v, walked)
                 if e < 0:
                     break
             else:
                 e = lo if hi - lo == 1 else released_by(v, lo, hi)
             seen[v] = 1
-            walked.append(v)
             path.append(e)
             v = src[e]
         # Each edge's length: its end's time less its source's (or the window's start). (An edge
