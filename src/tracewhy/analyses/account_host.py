@@ -123,7 +123,9 @@ def host_context(trace: Trace, markers: I64, tree: HostTree | None = None,
     # runs nodes on the calling thread, so a thread with blocks or forward ops at its top level
     # (the step, the loop's own code) is the caller, not a backward thread.
     recorded = host & ~tree.is_python
-    top_level = recorded & (tree.nearest(recorded, strict=True) < 0)  # (Python frames above aside)
+    recorded_at = tree.nearest(recorded)
+    # (Python frames above aside; ``tree.nearest(recorded, strict=True)``, from ``recorded_at``.)
+    top_level = recorded & (np.where(tree.parent >= 0, recorded_at[np.maximum(tree.parent, 0)], -1) < 0)
     callers_work = top_level & (annotation | (op_like & seq & ~autograd & ~foreign))
     on_backward_thread = np.zeros(n, dtype=bool)
     for p, t in backward_threads(trace):
@@ -165,9 +167,13 @@ def host_context(trace: Trace, markers: I64, tree: HostTree | None = None,
             in_backward = host & ((at >= 0) | on_backward_thread)
     names = s.get_column(Col.NAME)
     collective: list[str | None] = [None] * n
-    for i in np.flatnonzero(context == int(HostPurpose.COMMUNICATION)).tolist():
-        owner = int(comm_at[i])
-        collective[i] = collective_name(named_collective.get(owner) or str(names[owner]))
+    # Each slice in a collective's context takes the name of the slice that set it, named once
+    # (a name read per slice was 380 k Series lookups on a large export).
+    rows = np.flatnonzero(context == int(HostPurpose.COMMUNICATION))
+    owners, inverse = np.unique(comm_at[rows], return_inverse=True)
+    owner_names = [collective_name(named_collective.get(o) or str(names[o])) for o in owners.tolist()]
+    for i, k in zip(rows.tolist(), inverse.reshape(-1).tolist(), strict=True):
+        collective[i] = owner_names[k]
     marker = np.zeros(n, dtype=bool)
     marker[markers[markers >= 0]] = True
     block = annotation & ~op_range & ~marker & ~flags["dataloader"] & ~flags["optimizer"] & ~np.logical_or.reduce(
@@ -184,7 +190,7 @@ def host_context(trace: Trace, markers: I64, tree: HostTree | None = None,
         user[py[texts.is_in(user_names).to_numpy()]] = True
     return HostContext(
         context=context, outer_op=outer_op, outer_block=_outermost(tree, block), user_frame=tree.nearest(user),
-        running_at_start=running_at_start(trace, tree), recorded=tree.nearest(recorded),
+        running_at_start=running_at_start(trace, tree), recorded=recorded_at,
         recompute=tree.nearest(recorded_op & ((tree.nearest(autograd | foreign) >= 0) | on_backward_thread)),
         in_backward=in_backward,
         collective=collective, has_frames=bool(tree.is_python.any()),
@@ -226,7 +232,7 @@ def _outermost(tree: HostTree, mark: B) -> I64:
     chain of marked slices above its nearest one (one whole-array step per marked level took
     depth squared steps on deeply nested ops; ``chain_top`` jumps)."""
     at = tree.nearest(mark)
-    above = tree.nearest(mark, strict=True)
+    above = np.where(tree.parent >= 0, at[np.maximum(tree.parent, 0)], -1)  # nearest(mark, strict=True), from ``at``
     top = chain_top(np.where(mark, above, -1))
     outer: I64 = np.where(at >= 0, top[np.maximum(at, 0)], -1)
     return outer
