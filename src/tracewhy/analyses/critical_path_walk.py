@@ -87,13 +87,15 @@ def walk(graph: Graph, nodes: tuple[I64, I64] | None, ws: int, we: int) -> tuple
             e = way_out_of_cycle(graph.node_ts, graph.src, graph.dst, graph.kind, v, seen)
         if e < 0:
             break
-        seen.add(v)
         path.append(e)
-        v = src[e]
-        at: int = ts[v]
-        if at != now:
+        u: int = src[e]
+        at: int = ts[u]
+        if at != now:  # (``v`` is remembered only when the next instant is at its time)
             seen.clear()
             now = at
+        else:
+            seen.add(v)
+        v = u
     return path, now, sink
 
 
@@ -172,4 +174,5 @@ _CATEGORY_NAMES: Final = np.array(CATEGORIES, dtype=object)
 def _families_of(classes: pl.DataFrame, kernel_ids: I64) -> list[str]:
     """The family of each of these kernel slices (OTHER for one the classes do not hold)."""
     fam_of = dict(zip(classes.get_column(Col.ID).to_list(), classes.get_column("family").to_list(), strict=True))
-    return [fam_of.get(int(a), Family.OTHER.value) for a in kernel_ids]
+    other = Family.OTHER.value  # (read once: an enum member's value per kernel was 1 M lookups on a large export)
+    return [fam_of.get(int(a), other) for a in kernel_ids.tolist()]
