@@ -11,13 +11,14 @@ import bisect
 import itertools
 from array import array
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
 
 from tracewhy.analyses.critical_path_edges import Edge, way_out_of_cycle
 from tracewhy.analyses.critical_path_graph import Graph
+from tracewhy.analyses.replay_edges import LiveInEdges, _ints, _positions, process_edges
 
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
@@ -111,31 +112,6 @@ class Replay:
         return ReplayWindow(self, ws, we)
 
 
-class _LiveInEdges:
-    """Per live position of a window (not fixed, with an in-edge; ascending): its one in-edge
-    (source position, edge position), or for the few with several (-1, k): the k-th group of
-    such pairs, at many_first[k] to many_first[k + 1] (flat arrays: 1.3 M lists of pairs were
-    0.3 GB). ``ps``, ``pd``: the window's edges' source and end positions; ``by_dst``: the
-    edges in the order of their ends."""
-
-    def __init__(self, ps: I32, pd: I32, by_dst: I32, fixed: npt.NDArray[np.bool_]) -> None:
-        indeg = np.bincount(pd, minlength=fixed.size)
-        live = np.flatnonzero(~fixed & (indeg > 0))
-        first = np.r_[0, np.cumsum(indeg)]
-        self.live = _positions(live)
-        one = indeg[live] == 1
-        src_of = np.where(one, ps[by_dst[first[live]]], -1)
-        edge_of = by_dst[first[live]].astype(np.int64)
-        many = np.flatnonzero(~one)
-        edge_of[many] = np.arange(many.size)
-        self.src_of, self.edge_of = _positions(src_of), _positions(edge_of)
-        lo, hi = first[live[many]], first[live[many] + 1]
-        offsets = np.r_[0, np.cumsum(hi - lo)]
-        at = np.repeat(lo - offsets[:-1], hi - lo) + np.arange(int(offsets[-1]))
-        self.many_first = _positions(offsets)
-        self.many_src, self.many_edge = _positions(ps[by_dst[at]]), _positions(by_dst[at])
-
-
 class ReplayWindow:
     """The replay restricted to a step's window: its nodes in an order every edge respects
     (``_order``), instants whose releasing edge starts outside the window fixed at their times."""
@@ -169,14 +145,15 @@ class ReplayWindow:
         self.src_pos = ps
         self.fixed = fixed
         self.ws = ws
-        self._in_edges: _LiveInEdges | None = None
+        self._in_edges: LiveInEdges | None = None
+        self._of_process: dict[int, I32 | None] = {}
 
-    def _live_in_edges(self) -> _LiveInEdges:
+    def _live_in_edges(self) -> LiveInEdges:
         """``saved``'s view of the window's in-edges, built at its first call: a diagnosis replays
         with ``edited`` alone, and on a whole-trace window of a large export (16 M instants) these
         arrays were 0.3 GB, built for every window."""
         if self._in_edges is None:
-            self._in_edges = _LiveInEdges(self.src_pos, self.dst_pos, self.by_dst, self.fixed)
+            self._in_edges = LiveInEdges(self.src_pos, self.dst_pos, self.by_dst, self.fixed)
         return self._in_edges
 
     def saved(self, sink: int, ids: I64, kinds: tuple[Edge, ...]) -> int:
@@ -220,7 +197,17 @@ class ReplayWindow:
         # The kept edges by their end's position (the window's order, less the dropped), then each
         # added one after the kept ones that end where it does: a stable sort of them all, without
         # sorting every edge of the window again (a whole-trace window of a large export has 17 M).
-        by_dst = self.by_dst[~dropped[self.by_dst]] if edit.drop.size else self.by_dst
+        # Only the edges into the sink's process, where no edge (nor an added one) joins two
+        # processes: nothing else reaches the sink (``process_edges``).
+        pid_of, pid = self.g.node_pid, int(self.g.node_pid[sink])
+        if pid not in self._of_process:
+            self._of_process[pid] = process_edges(self.g, self.edges, self.by_dst, pid)
+        mine = self._of_process[pid]
+        if mine is None or sink < 0 or (pid_of[edit.add_src[added]] != pid_of[edit.add_dst[added]]).any():
+            mine = self.by_dst
+        else:
+            added = added[pid_of[edit.add_dst[added]] == pid]
+        by_dst = mine[~dropped[mine]] if edit.drop.size else mine
         # (The edges' ids as int32, as their positions: 68 MB, not 136, on a large export's window.)
         ps, pd, w, ids = self.src_pos[by_dst], self.dst_pos[by_dst], weight[by_dst], self.edges[by_dst].astype(np.int32)
         del by_dst, weight
@@ -360,22 +347,6 @@ def _replay_times(times: array[int], ps: array[int], pd: array[int], w: array[in
     if cur >= 0 and not fixed[cur]:
         times[cur] = best
     return times
-
-
-def _ints(values: npt.NDArray[np.integer[Any]]) -> array[int]:
-    """Integers as machine integers the replay's loops read one by one: a list of Python ints is
-    4.5 times the memory (a whole-trace window of a large export has 16 M instants, whose lists
-    held 4 GB)."""
-    out = array("q")
-    out.frombytes(np.ascontiguousarray(values, dtype=np.int64).data.cast("B"))  # (no copy between)
-    return out
-
-
-def _positions(values: npt.NDArray[np.integer[Any]]) -> array[int]:
-    """Positions in a window (under 2^31) as the replay's loops read them, half of ``_ints``."""
-    out = array("i")
-    out.frombytes(np.ascontiguousarray(values, dtype=np.int32).data.cast("B"))
-    return out
 
 
 #: Rounds of ordering instants that share a time (equal-time edges: integer-microsecond traces);

@@ -1,0 +1,71 @@
+"""Which of a replayed window's edges a replay reads, and how its loops hold them: ``saved``'s
+view of each live instant's in-edges (``LiveInEdges``), the edges that end in one process
+(``process_edges``), and positions and times as machine integers (``_positions``, ``_ints``).
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from tracewhy.analyses.critical_path_graph import Graph
+
+I64 = npt.NDArray[np.int64]
+I32 = npt.NDArray[np.int32]
+
+
+class LiveInEdges:
+    """Per live position of a window (not fixed, with an in-edge; ascending): its one in-edge
+    (source position, edge position), or for the few with several (-1, k): the k-th group of
+    such pairs, at many_first[k] to many_first[k + 1] (flat arrays: 1.3 M lists of pairs were
+    0.3 GB). ``ps``, ``pd``: the window's edges' source and end positions; ``by_dst``: the
+    edges in the order of their ends."""
+
+    def __init__(self, ps: I32, pd: I32, by_dst: I32, fixed: npt.NDArray[np.bool_]) -> None:
+        indeg = np.bincount(pd, minlength=fixed.size)
+        live = np.flatnonzero(~fixed & (indeg > 0))
+        first = np.r_[0, np.cumsum(indeg)]
+        self.live = _positions(live)
+        one = indeg[live] == 1
+        src_of = np.where(one, ps[by_dst[first[live]]], -1)
+        edge_of = by_dst[first[live]].astype(np.int64)
+        many = np.flatnonzero(~one)
+        edge_of[many] = np.arange(many.size)
+        self.src_of, self.edge_of = _positions(src_of), _positions(edge_of)
+        lo, hi = first[live[many]], first[live[many] + 1]
+        offsets = np.r_[0, np.cumsum(hi - lo)]
+        at = np.repeat(lo - offsets[:-1], hi - lo) + np.arange(int(offsets[-1]))
+        self.many_first = _positions(offsets)
+        self.many_src, self.many_edge = _positions(ps[by_dst[at]]), _positions(by_dst[at])
+
+
+def process_edges(g: Graph, edges: I64, by_dst: I32, pid: int) -> I32 | None:
+    """Of a window's edges (``by_dst``: positions in ``edges``, by their ends' order), those that
+    end in process ``pid``; None when an edge of the window joins two processes. Else a replay
+    from one of its instants depends on its own process's alone (half the edges of a
+    two-process export's whole-trace window, whose steps are one process's)."""
+    ids = edges[by_dst]
+    ends = g.node_pid[g.dst[ids]]
+    if (ends != g.node_pid[g.src[ids]]).any():
+        return None
+    out: I32 = by_dst[ends == pid]
+    return out
+
+
+def _ints(values: npt.NDArray[np.integer[Any]]) -> array[int]:
+    """Integers as machine integers the replay's loops read one by one: a list of Python ints is
+    4.5 times the memory (a whole-trace window of a large export has 16 M instants, whose lists
+    held 4 GB)."""
+    out = array("q")
+    out.frombytes(np.ascontiguousarray(values, dtype=np.int64).data.cast("B"))  # (no copy between)
+    return out
+
+
+def _positions(values: npt.NDArray[np.integer[Any]]) -> array[int]:
+    """Positions in a window (under 2^31) as the replay's loops read them, half of ``_ints``."""
+    out = array("i")
+    out.frombytes(np.ascontiguousarray(values, dtype=np.int32).data.cast("B"))
+    return out
