@@ -72,3 +72,20 @@ def test_read_regular_bytes_bounds_the_size(tmp_path: Path) -> None:
     assert limits.object_budget(100, 10) == 11
     with pytest.raises(TraceError, match="more than a file of this size"):
         limits.refuse_over_budget(f, 12, 11, "records")
+
+
+def test_bad_utf8_is_told_apart_under_both_msgspec_behaviours() -> None:
+    """msgspec before 0.23 let Python's UnicodeDecodeError through for bytes that are not UTF-8;
+    0.23 raises its own DecodeError saying so. Both are the same failure to the readers (they
+    repair the bytes and count it); a truncated document or a wrongly typed value is not."""
+    bad_utf8 = limits.bad_utf8
+    try:
+        msgspec.json.decode(b'{"name": "\xff\xfe"}')
+    except (msgspec.DecodeError, UnicodeDecodeError) as e:
+        assert bad_utf8(e)
+    else:
+        raise AssertionError("invalid UTF-8 decoded")
+    assert bad_utf8(UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"))
+    assert bad_utf8(msgspec.DecodeError("Invalid UTF-8 encoded string"))
+    assert not bad_utf8(msgspec.DecodeError("Input data was truncated"))
+    assert not bad_utf8(msgspec.ValidationError("Expected `str`, got `int`"))

@@ -103,6 +103,13 @@ MAX_JSON_DEPTH: Final = 64
 _Decoded = TypeVar("_Decoded")
 
 
+def bad_utf8(e: BaseException) -> bool:
+    """Whether a decode failed on bytes that are not UTF-8: Python's UnicodeDecodeError, which
+    msgspec let through before 0.23, or msgspec's own DecodeError saying so (0.23 and later; a
+    ValidationError, its subclass, is never this)."""
+    return isinstance(e, UnicodeDecodeError) or (type(e) is msgspec.DecodeError and "UTF-8" in str(e))
+
+
 def decode_json_bounded(decoder: msgspec.json.Decoder[_Decoded], buf: bytes | bytearray | memoryview,
                         path: str | Path) -> _Decoded:
     """``decoder.decode(buf)`` with nesting past Python's recursion limit and invalid UTF-8 as a
@@ -113,6 +120,10 @@ def decode_json_bounded(decoder: msgspec.json.Decoder[_Decoded], buf: bytes | by
         raise TraceError(path, "JSON nested too deeply to be a trace (thousands of brackets)") from None
     except UnicodeDecodeError as e:
         raise TraceError(path, f"not UTF-8 text (byte {e.start})") from None
+    except msgspec.DecodeError as e:
+        if bad_utf8(e):
+            raise TraceError(path, "not UTF-8 text") from None
+        raise
 
 
 def object_budget(size_bytes: int, min_bytes_per_object: int) -> int:

@@ -23,7 +23,7 @@ import polars as pl
 from tracewhy.errors import TraceError
 from tracewhy.model.instrument import LOG_BLOCKS_SCHEMA, MARKS_SCHEMA, InstrumentLog, LogBlockCol, MarkCol, RankHeader
 from tracewhy.readers.instrument.sniff import LOG_SUFFIX
-from tracewhy.readers.limits import Int64, NonNegativeInt64, read_regular_bytes, refuse_outside_int64
+from tracewhy.readers.limits import Int64, NonNegativeInt64, bad_utf8, read_regular_bytes, refuse_outside_int64
 
 _RANK_IN_NAME: Final = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 #: Larger files are refused: a log is ~150 bytes a record, so this is ~7M records.
@@ -117,7 +117,7 @@ def _read_one(path: Path) -> tuple[RankHeader, list[dict[str, object]], list[dic
             rec = _DECODER.decode(line)
         except msgspec.DecodeError as e:
             bad += 1
-            first_bad = first_bad or f"line {number}: {_reason(e)}"
+            first_bad = first_bad or f"line {number}: {'not UTF-8' if bad_utf8(e) else _reason(e)}"
             continue
         except (UnicodeDecodeError, RecursionError) as e:  # msgspec raises these, not a DecodeError
             bad += 1

@@ -29,6 +29,7 @@ from tracewhy.readers.kineto.events import (
     Event,
 )
 from tracewhy.readers.kineto.repair import has_non_finite_mark, merge_counts, non_finite_values, repair_json
+from tracewhy.readers.limits import bad_utf8
 
 #: Files up to this size are decoded in one typed pass (their events as objects fit easily).
 ONE_PASS_MAX_BYTES = 8 * 1024 * 1024
@@ -148,8 +149,9 @@ def _split(path: Path, buf: bytes | bytearray, one_pass: bool, *, repaired: bool
     except (msgspec.DecodeError, UnicodeDecodeError) as e:
         if not repaired and _may_repair(buf, e):
             raise _Unreadable from None
-        if isinstance(e, UnicodeDecodeError):  # (never after a repair: it replaced every bad byte)
-            raise TraceError(path, f"not valid UTF-8 ({e.reason} at byte {e.start})") from None
+        if bad_utf8(e):  # (never after a repair: it replaced every bad byte)
+            where = f"{e.reason} at byte {e.start}" if isinstance(e, UnicodeDecodeError) else str(e)
+            raise TraceError(path, f"not valid UTF-8 ({where})") from None
         if "truncated" not in str(e):
             raise TraceError(path, f"not valid JSON ({e})") from None
         return _recover_truncated(path, buf, first == b"[")
@@ -158,7 +160,7 @@ def _split(path: Path, buf: bytes | bytearray, one_pass: bool, *, repaired: bool
 def _may_repair(buf: bytes | bytearray, e: Exception) -> bool:
     """Whether a failed decode may be one ``repair_json`` mends: cheap checks on the bytes, so
     that a file that is only cut off (the common failure) is not scanned for nothing."""
-    if isinstance(e, UnicodeDecodeError) or b"\\ud" in buf or b"\\uD" in buf:
+    if bad_utf8(e) or b"\\ud" in buf or b"\\uD" in buf:
         return True
     content = _CONTENT.search(buf)
     if content is not None and b"\xef" in buf[: content.start()]:  # a BOM before the JSON

@@ -19,6 +19,7 @@ import msgspec
 from msgspec import Raw, Struct, field
 
 from tracewhy.readers.kineto.repair import has_non_finite_mark, merge_counts, repair_json
+from tracewhy.readers.limits import bad_utf8
 
 NO_RAW = Raw(b"")
 #: Integers are read as int64, as the tables hold them: a larger one (a hostile or corrupt
@@ -228,24 +229,32 @@ def decode_args_marked(raws: Sequence[Raw], shape: type[A], problems: dict[str, 
         try:
             decoded: list[A | None] = _DECODERS[shape].decode_lines(joined)
             return decoded, marked
-        except (msgspec.ValidationError, UnicodeDecodeError):
-            pass
+        except (msgspec.DecodeError, UnicodeDecodeError) as e:
+            if not (isinstance(e, msgspec.ValidationError) or bad_utf8(e)):
+                raise
     return [_decode_one(r, shape, problems) if r else None for r in raws], marked
 
 
 def _decode_one(raw: Raw, shape: type[A], problems: dict[str, int]) -> Any:
     try:
         return _DECODERS[shape].decode(raw)
-    except UnicodeDecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError) as e:
+        if not bad_utf8(e):
+            if isinstance(e, msgspec.ValidationError):
+                return _invalid_args(raw, shape, problems, e)
+            raise
         # Invalid UTF-8 in a string of the args (the event's own fields decoded, so its bytes
         # were never repaired): replaced, counted, and decoded again.
         fixed = repair_json(raw)
         merge_counts(problems, fixed.counts)
         return _decode_one(Raw(fixed.data), shape, problems) if fixed.counts else None
-    except msgspec.ValidationError as e:
-        if has_non_finite_mark(raw):  # a repaired NaN/Infinity: a float field takes it
-            with contextlib.suppress(msgspec.ValidationError):
-                return _LAX_DECODERS[shape].decode(raw)
-        key = f"args ignored: {e}"
-        problems[key] = problems.get(key, 0) + 1
-        return None
+
+
+def _invalid_args(raw: Raw, shape: type[A], problems: dict[str, int], e: msgspec.ValidationError) -> Any:
+    """Args of the wrong types: a repaired NaN/Infinity a lax decoder takes, else skipped and counted."""
+    if has_non_finite_mark(raw):  # a repaired NaN/Infinity: a float field takes it
+        with contextlib.suppress(msgspec.ValidationError):
+            return _LAX_DECODERS[shape].decode(raw)
+    key = f"args ignored: {e}"
+    problems[key] = problems.get(key, 0) + 1
+    return None

@@ -10,6 +10,7 @@ import polars as pl
 
 from tracewhy.model.schema import DEVICES_SCHEMA, DeviceCol
 from tracewhy.readers.kineto.repair import DEVICE_RANGE, merge_counts, repair_json
+from tracewhy.readers.limits import bad_utf8
 
 _DEVICE_KEYS: Final = {
     DeviceCol.DEVICE: "id",
@@ -31,12 +32,12 @@ def decode_value(raw: msgspec.Raw, problems: dict[str, int]) -> Any:
     keeps the header raw, so it was never repaired) is replaced and counted."""
     try:
         return msgspec.json.decode(raw)
-    except UnicodeDecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError) as e:
+        if not bad_utf8(e):
+            return None
         fixed = repair_json(raw)
         merge_counts(problems, fixed.counts)
         return decode_value(msgspec.Raw(fixed.data), problems) if fixed.counts else None
-    except msgspec.DecodeError:
-        return None
 
 
 def device_table(header: dict[str, msgspec.Raw], problems: dict[str, int]) -> pl.DataFrame:

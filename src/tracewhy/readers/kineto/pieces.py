@@ -30,6 +30,7 @@ from tracewhy.errors import TraceError
 from tracewhy.readers.kineto.document import EVENTS_KEY, BadCut, content_start, first_byte
 from tracewhy.readers.kineto.events import EVENTS_DECODER, RAW_DOCUMENT_DECODER
 from tracewhy.readers.kineto.repair import repair_json
+from tracewhy.readers.limits import bad_utf8
 from tracewhy.readers.source import is_gzip, iter_content
 
 #: Pieces of a sixteenth of the file, within these bounds. Small pieces keep few events alive
@@ -353,7 +354,10 @@ def _ends_with_events(data: bytearray, first: int, close: int) -> bool:
         try:
             try:
                 events = EVENTS_DECODER.decode(body)
-            except UnicodeDecodeError:  # invalid UTF-8 in a name: the piece's decode repairs it
+            except (msgspec.DecodeError, UnicodeDecodeError) as e:
+                if not bad_utf8(e):
+                    raise
+                # Invalid UTF-8 in a name: the piece's decode repairs it.
                 events = EVENTS_DECODER.decode(repair_json(body).data)
         except msgspec.DecodeError:
             continue
