@@ -51,6 +51,9 @@ class PartName:
     #: offset. Nothing on the host shortens it.
     UNRECORDED_GPU: Final = "idle: GPU work before the trace"
     UNEXPLAINED: Final = "unexplained"
+    #: Before a scalar read's name: the host ops outside the phases that lead up to that read
+    #: ("host: up to aten::item"), the work a logging line forces.
+    READ_PREFIX: Final = "host: up to "
 
 
 @dataclass(frozen=True)

@@ -392,8 +392,8 @@ class PartRules:
             return self.part(f"host: {ctx.name(block)}", PartKind.HOST, essential), item
         if op >= 0:
             read = ctx.read_after(op, self.slice_ts, self.slice_end)
-            label = f"up to {read}" if read is not None else ctx.name(op)
-            return self.part(f"host: {label}", PartKind.HOST, essential), item
+            name = f"{PartName.READ_PREFIX}{read}" if read is not None else f"host: {ctx.name(op)}"
+            return self.part(name, PartKind.HOST, essential), item
         if self.kind[slice_id] in (Kind.RUNTIME.value, Kind.DRIVER.value):
             return self.part(f"host: {ctx.name(slice_id)}", PartKind.HOST), item
         return self.part(PartName.UNTRACED, PartKind.IDLE), self.item("nothing but the step open")

@@ -227,11 +227,6 @@ PART_GAINS_SCHEMA: Final = pl.Schema({
     PathCol.COUNT: pl.Int64(), PathCol.ON_PATH: pl.Int64(), PathCol.GAIN: pl.Int64()})
 
 
-#: The account's part for the host ops that lead up to a scalar read ("host: up to aten::item":
-#: ``account_parts``, ``HostContext.read_after``).
-READ_PART_PREFIX: Final = "host: up to "
-
-
 def _edit_for(part: str, kind: str) -> Fix | None:
     if kind == PartKind.DATA_LOADING:
         return PrefetchData()
@@ -246,7 +241,7 @@ def _edit_for(part: str, kind: str) -> Fix | None:
         return HideCollective(part.removeprefix("communication: "))
     if part == PartName.OPTIMIZER:
         return MultiTensorOptimizer()
-    if kind == PartKind.HOST and part.startswith(READ_PART_PREFIX):
+    if kind == PartKind.HOST and part.startswith(PartName.READ_PREFIX):
         # The ops a scalar read forces go with the Python that calls them (calibrated on the
         # .item() and logging pairs: the ops alone gave about half the measured saving).
         return RemoveCode(part)

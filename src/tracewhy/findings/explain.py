@@ -76,7 +76,7 @@ def _scalar_read(row: Row, f: Finding) -> bool:
     """The waits under the reads the finding counted, and the host work that leads up to them."""
     reads = {str(r.get("name")) for r in f.evidence.get("reads", []) if isinstance(r, dict)}
     part = str(row[AccountCol.PART])
-    return any(part.endswith(f" under {name}") or part == f"host: up to {name}" for name in reads)
+    return any(part.endswith(f" under {name}") or part == f"{PartName.READ_PREFIX}{name}" for name in reads)
 
 
 def _memcpy_wait(row: Row, f: Finding, synchronous: bool) -> bool:

@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Final
 
 import numpy as np
-import polars as pl
 
 from tracewhy.analyses.account import AccountCol
 from tracewhy.analyses.account_host import HostPurpose
@@ -25,7 +24,7 @@ from tracewhy.findings import thresholds as th
 from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding, Severity
-from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, Kind
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, KIND_CODE, Kind
 from tracewhy.units import fmt_ns as ms
 
 #: Collectives issued one by one after backward: what DDP does instead, or a loop can do itself.
@@ -75,8 +74,8 @@ def _structure(ctx: Context) -> tuple[float, float, bool]:
     # Each collective call: an op in a collective's context none of whose ancestors is one (DDP's
     # reducer calls them from inside backward's nodes, so they need not be outermost).
     in_comm = hc.context == int(HostPurpose.COMMUNICATION)
-    parent = ctx.trace.slices.get_column(Col.PARENT).fill_null(-1).to_numpy()
-    ops = ctx.trace.slices.get_column(Col.KIND).cast(pl.String).to_numpy() == Kind.CPU_OP.value
+    parent = ctx.host_tree().parent
+    ops = model.rules.kind_code == KIND_CODE[Kind.CPU_OP.value]
     comm = ids[in_comm & ops & ~in_comm[np.maximum(parent, 0)] | (in_comm & ops & (parent < 0))]
     backward = outermost[hc.in_backward[outermost]]
     accumulate = backward[np.array([hc.name(int(b)).endswith(ACCUMULATE_NODE) for b in backward], dtype=bool)] \
