@@ -22,6 +22,8 @@ The table goes to stdout, to ``bench/results_calibration.md``, into docs/account
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import re
 import statistics
 import sys
 from dataclasses import dataclass
@@ -69,6 +71,39 @@ EDITS: dict[str, tuple[str, tuple[Fix, ...]]] = {
     "host_logging": ("logging moved off the step", (RemoveCode("host: up to aten::item"),)),
     "grad_allreduce": ("all-reduce hidden (DDP)", (HideCollective("all_reduce"),)),
 }
+
+
+#: captures.log's line for the machine's first-touch cost (scripts/gen_traces/calibration.py's
+#: ``first_touch_line``), under the line of the interpreter that measured it.
+_FIRST_TOUCH = re.compile(r"^\s+first touch (\d+(?:\.\d+)?)x")
+
+
+def capture_first_touch(key: str, data: Path = DATA) -> float | None:
+    """The first-touch ratio the machine that captured ``key``'s pairs measured beside them:
+    from the last interpreter in captures.log that wrote ``key``'s traces; None where it
+    measured none."""
+    log = data / "captures.log"
+    ratio: float | None = None
+    if not log.is_file():
+        return None
+    mine = False
+    for line in log.read_text(encoding="utf-8").splitlines():
+        if line and not line[0].isspace() and not line.startswith("#"):
+            mine = f"{key}_before_1.pt.trace.json.gz" in line.split("\t", 1)[0]
+            if mine:
+                ratio = None
+        elif mine and (found := _FIRST_TOUCH.match(line)):
+            ratio = float(found.group(1))
+    return ratio
+
+
+def edits_for(key: str, data: Path = DATA) -> tuple[Fix, ...]:
+    """``key``'s edits as its pairs' machine prices them: ``SetGradsToNone`` charges a first
+    touch at the ratio the capturing machine measured (a cost of the machine, not of the trace;
+    left at its default where none was recorded)."""
+    ratio = capture_first_touch(key, data)
+    return tuple(dataclasses.replace(e, first_touch_per_zeroing=ratio)
+                 if isinstance(e, SetGradsToNone) and ratio is not None else e for e in EDITS[key][1])
 
 
 @dataclass(frozen=True)
@@ -137,7 +172,8 @@ def step_ns(path: Path, edits: tuple[Fix, ...] = ()) -> tuple[int, int, bool]:
 
 
 def calibrate(key: str, data: Path = DATA) -> Calibration:
-    fix, edits = EDITS[key]
+    fix = EDITS[key][0]
+    edits = edits_for(key, data)
     befores = sorted(data.glob(f"{key}_before_*.pt.trace.json.gz"))
     afters = sorted(data.glob(f"{key}_after_*.pt.trace.json.gz"))
     if not befores or len(befores) != len(afters):

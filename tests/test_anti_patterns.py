@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import tracewhy
-from conftest import GENERATED, shared_trace
+from conftest import GENERATED, diagnose_json, finding_of, shared_trace
 from tracewhy.analyses.account import step_model
 from tracewhy.analyses.anti_patterns import AntiPatternsResult, OptimizerBlock, anti_patterns
 from tracewhy.analyses.what_if import predict
@@ -287,3 +287,50 @@ def test_unaligned_gemm_finding_states_its_kernel_time_and_claims_nothing() -> N
 def test_no_gpu_anti_pattern_on_cpu_traces(present: tuple[Trace, Report]) -> None:
     r = anti_patterns(present[0])
     assert r.unaligned_gemms == () and r.host_built == ()
+
+
+CALIBRATION = Path(__file__).parent / "data" / "calibration"
+
+
+def _raw_zeroing_and_accumulation_us(path: Path) -> tuple[float, float]:
+    """Per ProfilerStep: the time of the outermost ops under Optimizer.zero_grad (the zeroing)
+    and of the aten::add_ directly under AccumulateGrad (the accumulation), from the raw events
+    by containment on the main thread."""
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    main = max({e["tid"] for e in events}, key=lambda t: sum(1 for e in events if e["tid"] == t))
+    ops = sorted((e for e in events if e["tid"] == main and e.get("cat") == "cpu_op"), key=lambda e: e["ts"])
+
+    def inside(outer: dict[str, object], e: dict[str, object]) -> bool:
+        return outer["ts"] <= e["ts"] and e["ts"] + e["dur"] <= outer["ts"] + outer["dur"]  # type: ignore[operator]
+
+    zeroing = sum(o["dur"] for z in events if str(z.get("name", "")).startswith("Optimizer.zero_grad#")
+                  for o in ops if inside(z, o) and o["name"] in {"aten::zero_", "aten::_foreach_zero_"})
+    accumulating = sum(a["dur"] for g in ops if g["name"] == "torch::autograd::AccumulateGrad"
+                       for a in ops if a["name"] == "aten::add_" and inside(g, a) and a is not g)
+    steps = sum(1 for e in events if str(e.get("name", "")).startswith("ProfilerStep#"))
+    return zeroing / steps, accumulating / steps
+
+
+def test_cpu_zero_grad_prices_both_allocator_outcomes(capsys: pytest.CaptureFixture[str]) -> None:
+    """A CPU-only run's fix is priced twice: with the gradients faulted back in on fresh pages
+    (the replay the finding ranks by: no shorter on this pair) and with them kept in the
+    process, which saves what the trace's own zeroing and accumulation ops took (raw events,
+    not the replay's graph), and the next step names the glibc settings that keep them."""
+    path = CALIBRATION / "zero_grad_none_before_1.pt.trace.json.gz"
+    f = finding_of(diagnose_json(path, capsys), Code.ZERO_GRAD_NOT_NONE.value)
+    assert f is not None and f["recoverable_ns_per_step"] == 0 and f["severity"] == "info"
+    ev = f["evidence"]
+    assert ev["predicted_step_ns"] >= ev["measured_step_ns"]
+    assert "negligible" not in f["statement"] and "faulted every gradient page" in f["statement"]
+    zeroing_us, accumulating_us = _raw_zeroing_and_accumulation_us(path)
+    kept_saving_us = (ev["measured_step_ns"] - ev["predicted_step_ns_without_faults"]) / 1e3
+    assert kept_saving_us == pytest.approx(zeroing_us + accumulating_us, rel=0.25)
+    assert "MALLOC_MMAP_THRESHOLD_" in f["next_step"] and "MALLOC_TRIM_THRESHOLD_" in f["next_step"]
+
+
+def test_gpu_zero_grad_names_no_allocator_setting(resnet50: tuple[Trace, Report]) -> None:
+    """On a GPU the caching allocator keeps the freed gradients: one price, no glibc advice."""
+    zero = _found(resnet50[1], Code.ZERO_GRAD_NOT_NONE)
+    assert zero is not None and "predicted_step_ns_without_faults" not in zero.evidence
+    assert "MALLOC_" not in zero.next_step

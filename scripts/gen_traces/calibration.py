@@ -28,6 +28,7 @@ import os
 import queue
 import resource
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -43,6 +44,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from capture import cpu_profile, export_trace, seed_everything, step_schedule, total_steps
+from first_touch import MIB, first_touch_ratio
 from torch import nn
 from torch.autograd.profiler import record_function
 from torch.nn.parallel import DistributedDataParallel
@@ -402,6 +404,9 @@ class Fix:
     env: dict[str, str]
     isolated: bool = False  # each capture in a fresh interpreter (state would carry over)
     ranks: int = 1  # more: each capture spawns this many gloo ranks (``_run_ranks``), rank 0's trace kept
+    #: its edit charges a cost of the machine, not of the trace (``SetGradsToNone``'s first touch):
+    #: the interpreter measures it before its captures and the log keeps it for bench/calibrate.py
+    machine_constant: bool = False
 
 
 FIXES: tuple[Fix, ...] = (
@@ -440,7 +445,7 @@ FIXES: tuple[Fix, ...] = (
     Fix("zero_grad_none", zero_grad_none,
         "optimizer.zero_grad(set_to_none=False) after each step: 12 Linear(512, 512) + ReLU (3.2 M parameters), "
         "SGD, batch 4",
-        "zero_grad(set_to_none=True)", SCHEDULE, {}),
+        "zero_grad(set_to_none=True)", SCHEDULE, {}, machine_constant=True),
     Fix("host_logging", host_logging,
         f"after each step the loop logs metrics: the outputs' mean, std, max, share positive and 32-bin histogram, "
         f"the loss, each parameter's norm (.item() each) and a sha256 of the parameters, written as one line; "
@@ -523,16 +528,36 @@ def _capture_here(fix: Fix, after: bool, dest: Path) -> float:
     step = fix.build(after, n)
     busy, total = _cpu_jiffies()
     own = time.process_time()
+    faults: list[int] = []  # per step: the pages it faulted in (each a first touch of a fresh page)
     with cpu_profile(schedule=step_schedule(**fix.sched)) as prof:
         for _ in range(n):
+            faulted = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             step()
+            faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faulted)
             prof.step()
         for thread in threading.enumerate():  # the step's background work (a logger) ends in the capture
             if thread is not threading.main_thread():
                 thread.join()
     during = _others_cores(busy, total, time.process_time() - own)
     export_trace(prof, dest)
+    if fix.machine_constant:  # the pages the steps faulted in: whether the machine's cost was paid
+        active = faults[-fix.sched["active"]:]
+        print(f"{FAULTS}{dest.name}\tminor page faults per traced step: median {statistics.median(active):,.0f}, "
+              f"{min(active):,} to {max(active):,}", flush=True)
     return during
+
+
+#: How captures.log names the machine's first-touch ratio (bench/calibrate.py reads it back).
+FIRST_TOUCH = "first touch "
+#: How it names the page faults a capture's steps took (each a first touch of a fresh page).
+FAULTS = "faults "
+
+
+def first_touch_line() -> str:
+    """The machine's first-touch cost against a warm ``zero_()``, measured in this interpreter
+    before its captures (``first_touch.py``)."""
+    first, warm, ratio = first_touch_ratio()
+    return f"{FIRST_TOUCH}{ratio:.2f}x a warm zero_() ({MIB} MiB: {first:.2f} ms against {warm:.2f} ms)"
 
 
 def _loadavg() -> str:
@@ -549,7 +574,8 @@ def _run(fix: Fix, runs: list[tuple[str, Path]]) -> tuple[str, str, float, list[
         child = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--one", fix.key,
                                 *(f"{variant}={dest}" for variant, dest in runs)],
                                env=env, check=True, timeout=1800, stdout=subprocess.PIPE, text=True)
-        lines = [line for line in child.stdout.splitlines() if ".pt.trace.json.gz\t" in line]
+        lines = [line for line in child.stdout.splitlines()
+                 if ".pt.trace.json.gz\t" in line or line.startswith((FIRST_TOUCH, FAULTS))]
         return load_before, _loadavg(), time.monotonic() - started, lines
 
 
@@ -574,6 +600,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("runs", nargs="*", help=argparse.SUPPRESS)  # child mode: VARIANT=TRACE ...
     args = parser.parse_args(argv)
     if args.one:  # child mode, see _run
+        if BY_KEY[args.one].machine_constant:
+            print(first_touch_line(), flush=True)
         for run in args.runs:
             variant, dest = run.split("=", 1)
             print(capture(BY_KEY[args.one], variant == "after", Path(dest)), flush=True)

@@ -26,7 +26,7 @@ from tracewhy.analyses.anti_patterns import (
 )
 from tracewhy.analyses.what_if import Prediction
 from tracewhy.analyses.what_if_edits import Fix, MultiTensorOptimizer, RemoveRecompute
-from tracewhy.analyses.what_if_host_edits import BuildOnDevice, SetGradsToNone
+from tracewhy.analyses.what_if_host_edits import FIRST_TOUCH_PER_ZEROING, BuildOnDevice, SetGradsToNone
 from tracewhy.findings import source_line as sl
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.codes import Code
@@ -66,12 +66,15 @@ def own_fixes(ctx: Context, code: Code) -> tuple[Fix, ...]:
 
 def settled(f: Finding) -> Finding:
     """``f`` after ``explain`` priced it: a saving under ANTI_PATTERN_MIN_SHARE of the step is
-    said as negligible, with nothing recoverable and severity info (the pattern is still named)."""
+    said as negligible, with nothing recoverable and severity info (the pattern is still named);
+    one the replay makes no shorter gets the same, its statement having said so."""
     measured = int(f.evidence.get("measured_step_ns") or 0)
     if f.predicted_step_ns is None or measured <= 0:
         return f
     if f.recoverable_ns_per_step >= th.ANTI_PATTERN_MIN_SHARE * measured:
         return f
+    if f.predicted_step_ns >= measured:  # the statement says the step is no shorter
+        return replace(f, severity=Severity.INFO, recoverable_ns_per_step=0)
     return replace(f, severity=Severity.INFO, recoverable_ns_per_step=0,
                    statement=f"{f.statement} Under {fmt_pct(th.ANTI_PATTERN_MIN_SHARE)} of the step, that is "
                              "negligible here.")
@@ -123,19 +126,45 @@ def _zero_grad(ctx: Context, block: OptimizerBlock) -> Finding:
     line = sl.line_above(ctx, f"anti:{block.name}", lambda: np.asarray(block.ids, dtype=np.int64))
     p, saving = priced(ctx, Code.ZERO_GRAD_NOT_NONE, "with the gradients set to None")
     cpu_only = ctx.trace.of_kind(*GPU_ACTIVITY_KINDS).height == 0
-    if p is not None and p.saved_ns <= 0 and cpu_only:
-        saving += (" On a CPU-only run that is expected: the freed gradients come back on fresh pages that the "
-                   "kernel zeroes on first touch; on a GPU the caching allocator reuses them and the zeroing's "
-                   "time is saved.")
+    kept = None
+    allocator = ""
+    if p is not None and p.changed and cpu_only:
+        kept, saving = _kept_in_process(ctx, p, saving)
+        allocator = ("; on a CPU run, keep the freed gradients in the process so that they come back without page "
+                     f"faults: {ALLOCATOR_ENV}, or jemalloc or tcmalloc through LD_PRELOAD")
     return Finding(
         code=Code.ZERO_GRAD_NOT_NONE, severity=priced_severity(p),
         statement=f"{block.name} zeroes {block.zeroed_per_call:,.0f} gradients per call{sl.named(line, ' (', ')')} "
                   f"instead of setting them to None: zero_grad(set_to_none=False).{saving}",
         next_step="Call zero_grad() (set_to_none=True, the default since PyTorch 2.0)" + sl.named(line, " at ", "")
-                  + "; code that reads .grad between steps must then accept None.",
+                  + "; code that reads .grad between steps must then accept None" + allocator + ".",
         evidence={"block": block.name, "calls": block.calls, "zeroed_per_call": block.zeroed_per_call,
-                  "cpu_only": cpu_only, **prediction_evidence(p), **sl.evidence(line)},
+                  "cpu_only": cpu_only, **prediction_evidence(p), **sl.evidence(line),
+                  **({"predicted_step_ns_without_faults": kept.predicted_ns} if kept is not None else {})},
     )
+
+
+#: glibc's malloc settings that keep freed memory in the process: a fixed mmap threshold (32 MiB,
+#: its largest on 64-bit) keeps large blocks on the heap instead of mapping and unmapping them,
+#: and a trim threshold above the gradients keeps free() from handing the heap's top back. Both:
+#: with either alone the calibration program (scripts/gen_traces/calibration.py, zero_grad_none)
+#: still faulted pages every step (docs/account.md, Calibration).
+ALLOCATOR_ENV: Final = "MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=268435456"
+
+
+def _kept_in_process(ctx: Context, p: Prediction, saving: str) -> tuple[Prediction, str]:
+    """On a CPU-only trace the replay charges the gradients' pages faulted in again
+    (``SetGradsToNone``); whether they are depends on glibc's heap, which the trace does not
+    show. The same replay with no fault says what the fix saves when the memory stays."""
+    kept = ctx.predict((SetGradsToNone(first_touch_per_zeroing=0.0),))
+    return kept, saving + (
+        " That replay assumes what a CPU run may or may not do: that the freed gradients come back on fresh pages, "
+        f"each 4 KiB page a fault the kernel zeroes, priced at {FIRST_TOUCH_PER_ZEROING:g}x a warm zero_() of "
+        "the same bytes (bench/first_touch.py measures a machine). Whether they do depends on glibc's heap: "
+        "in one process the first run of the calibration program faulted every gradient page each step and the "
+        f"later runs none. With the memory kept in the process the step is predicted at {ms(kept.predicted_ns)}"
+        f" ({ms(p.measured_ns - kept.predicted_ns)} saved: the zeroing and the accumulation into old gradients). "
+        "On a GPU the caching allocator keeps the freed blocks.")
 
 
 def _conv_bias(ctx: Context, c: ConvBias, steps: int) -> Finding:
