@@ -25,7 +25,7 @@ from tracewhy.findings.anti_patterns import OWN_FIX_CODES, own_fixes, settled
 from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding
-from tracewhy.findings.unexplained import unexplained_part
+from tracewhy.findings.unexplained import Shared, unexplained_part
 from tracewhy.units import fmt_ns as ms
 
 Row = dict[str, Any]
@@ -178,8 +178,16 @@ def explain(ctx: Context, found: list[Finding], *, replay: bool = True) -> Expla
                 out.append(unexplained_part(ctx, account, r))
                 continue
             edits = _fixes([r])
+            shared = _shared(ctx, out, fixes, str(r[AccountCol.PART]))
+            if shared is not None:  # their fixes take part of it: they may lead on it
+                sharers = [i for i, f in enumerate(out) if str(f.code) in shared.codes]
+                if shared.taken_ns >= (1 - SHARED_MIN_SHARE) * shared.part_ns:
+                    claimed[r[AccountCol.PART]] = sharers
+                    continue  # those fixes take (nearly) all of it: explained, by them
+                claimed[r[AccountCol.PART]] += sharers
             fixes[len(out)] = edits
-            out.append(_predicted(ctx, unexplained_part(ctx, account, r), [r], edits))
+            out.append(_beyond(ctx, _predicted(ctx, unexplained_part(ctx, account, r, shared), [r], edits),
+                               shared, edits))
     if not replay:
         return Explained(out, None, ctx.measured_step_ns(), None, len(ctx.what_if_windows()))
     largest = account.largest_avoidable()
@@ -224,6 +232,51 @@ def _predicted(ctx: Context, f: Finding, matched: list[Row], edits: tuple[Fix, .
                    recoverable_ns_per_step=max(p.saved_ns, 0),
                    evidence={**f.evidence, "measured_step_ns": p.measured_ns, "fix": p.label,
                              "parts": [r[AccountCol.PART] for r in matched]})
+
+
+#: Another finding's fix is said to take some of an unexplained part from this share of it on;
+#: fixes that leave less than this share of it explain it, and no unexplained-part is made.
+SHARED_MIN_SHARE: Final = 0.1
+
+
+def _shared(ctx: Context, found: list[Finding], fixes: dict[int, tuple[Fix, ...]], part: str) -> Shared | None:
+    """How much of ``part`` (an avoidable part no rule claimed) the fixes of the findings already
+    made remove as well: a fix's replay also takes the untraced Python around the ops it removes
+    (``RemoveCode``), which the account counts in the untraced part. Each saving finding whose
+    replay shrinks the part by SHARED_MIN_SHARE of it or more, with what it takes (ns per step,
+    over the replayed steps); None where none does."""
+    base = ctx.predict(()).parts.get(part, 0)
+    if base <= 0:
+        return None
+    taken: list[tuple[str, int]] = []
+    edits: dict[str, Fix] = {}
+    for i, f in enumerate(found):
+        if not fixes.get(i) or f.recoverable_ns_per_step <= 0:
+            continue
+        removed = base - ctx.predict(fixes[i]).parts.get(part, 0)
+        if removed >= SHARED_MIN_SHARE * base:
+            taken.append((str(f.code), removed))
+            edits.update((repr(e), e) for e in fixes[i])
+    if not taken:
+        return None
+    together = ctx.predict(tuple(edits.values())).parts.get(part, 0)
+    return Shared(codes=tuple(c for c, _ in taken), taken_ns=base - together, part_ns=base,
+                  fixes=tuple(edits.values()))
+
+
+def _beyond(ctx: Context, f: Finding, shared: Shared | None, edits: tuple[Fix, ...]) -> Finding:
+    """An unexplained part some of which other findings' fixes take: what removing it saves once
+    those fixes are made (their replay against theirs with this part's edit added), so that the
+    ranking and the fixes-together line count the shared time once."""
+    if shared is None or not edits or f.predicted_step_ns is None:
+        return f
+    made = ctx.predict(shared.fixes)
+    beyond = max(made.predicted_ns - ctx.predict(shared.fixes + edits).predicted_ns, 0)
+    measured = int(f.evidence["measured_step_ns"])
+    return replace(f, recoverable_ns_per_step=beyond, predicted_step_ns=measured - beyond,
+                   statement=f"{f.statement} Those fixes made, removing the rest saves {ms(beyond)} per step "
+                             f"(alone, the whole part: {ms(f.recoverable_ns_per_step)}).",
+                   evidence={**f.evidence, "saved_alone_ns": f.recoverable_ns_per_step})
 
 
 def _largest_avoidable(ctx: Context) -> str | None:

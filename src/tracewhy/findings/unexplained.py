@@ -13,6 +13,7 @@ from tracewhy.analyses.account import AccountCol, AccountResult
 from tracewhy.analyses.account_names import PartKind, PartName
 from tracewhy.analyses.iterations import WindowSource
 from tracewhy.analyses.library_frames import part_frames
+from tracewhy.analyses.what_if_edits import Fix
 from tracewhy.findings.applicability import RunFacts, run_facts
 from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
@@ -50,8 +51,27 @@ _ADVICE: Final = {
 _DEFAULT_ADVICE: Final = "See what the part is made of: tracewhy account TRACE."
 
 
-def unexplained_part(ctx: Context, account: AccountResult, row: dict[str, Any]) -> Finding:
-    """The finding for one ``parts`` row of the account that no rule's finding claimed."""
+@dataclass(frozen=True)
+class Shared:
+    """What of an unexplained part other findings' fixes remove too (``explain._shared``): their
+    codes, the time their fixes together take from the part, of the part's time over the same
+    replayed steps, and those fixes."""
+
+    codes: tuple[str, ...]
+    taken_ns: int
+    part_ns: int
+    fixes: tuple[Fix, ...]
+
+    def clause(self) -> str:
+        whose = " and ".join(self.codes)
+        return (f"; {ms(self.taken_ns)} of it ({fmt_pct(self.taken_ns / max(self.part_ns, 1))}) goes with "
+                f"{whose}'s {'fixes' if len(self.codes) > 1 else 'fix'} too, and no other finding explains the rest.")
+
+
+def unexplained_part(ctx: Context, account: AccountResult, row: dict[str, Any], shared: Shared | None = None
+                     ) -> Finding:
+    """The finding for one ``parts`` row of the account that no rule's finding claimed; ``shared``:
+    what other findings' fixes take of it (said, and in the evidence)."""
     part, kind = str(row[AccountCol.PART]), str(row[AccountCol.KIND])
     ns, share = int(row[AccountCol.NS_PER_STEP]), float(row[AccountCol.SHARE])
     items = account.evidence.filter(pl.col(AccountCol.PART) == part).sort(AccountCol.NS_PER_STEP, descending=True)
@@ -71,14 +91,17 @@ def unexplained_part(ctx: Context, account: AccountResult, row: dict[str, Any]) 
     return Finding(
         code=Code.UNEXPLAINED_PART, severity=Severity.MEDIUM,
         statement=f"{fmt_pct(share)} {unit} is {what} ({ms(ns)} {per} on the critical path){where}"
-                  f"{library.clause if library is not None else ''}, and no other finding explains it.",
+                  f"{library.clause if library is not None else ''}"
+                  + (shared.clause() if shared is not None else ", and no other finding explains it."),
         next_step=next_step,
         part=part,
         evidence={"part": part, "kind": kind, "part_ns_per_step": ns, "share": round(share, 4),
                   "items": [{"item": i, "ns_per_step": t} for i, t in
                             items.select(AccountCol.ITEM, AccountCol.NS_PER_STEP).iter_rows()],
                   **({} if library is None else {"library_ns_per_step": library.ns_per_step,
-                                                 "library": library.top})},
+                                                 "library": library.top}),
+                  **({} if shared is None else {"shared_with": list(shared.codes),
+                                                "shared_ns_per_step": shared.taken_ns})},
     )
 
 
