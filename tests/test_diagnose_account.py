@@ -220,6 +220,7 @@ def test_the_steps_the_fixes_replay_are_named_where_they_differ(capsys: pytest.C
                 if f["predicted_step_ns"] is not None and "measured_step_ns" in f["evidence"]}
     assert measured and all(abs(m - mean) <= 1 for m in measured)
     assert "fixes replayed" not in _run(["diagnose", str(demo)], capsys)
+    assert _diagnose(demo, capsys)["replayed"] == {"steps": 16, "of_steps": 16, "mean_step_ns": mean}
 
     path = shared_trace("hta/v100_ddp2_rank1_memprofile.json.gz")
     windows = [w["window_ns"] for w in json.loads(_run(["account", str(path), "--json"], capsys))["windows"]]
@@ -229,6 +230,7 @@ def test_the_steps_the_fixes_replay_are_named_where_they_differ(capsys: pytest.C
     measured = {f["evidence"]["measured_step_ns"] for f in d["findings"] if f["predicted_step_ns"] is not None
                 and "measured_step_ns" in f["evidence"]}
     assert measured == {replayed_mean}
+    assert d["replayed"] == {"steps": 4, "of_steps": 5, "mean_step_ns": replayed_mean}  # the HTML report's note
     header = next(line for line in _run(["diagnose", str(path)], capsys).splitlines()
                   if line.startswith("Where the step goes"))
     assert "mean of 5 analysed steps" in header and "fixes replayed on 4 of them" in header

@@ -383,3 +383,23 @@ def test_mfu_section_shows_each_step_and_region(browser: Any, tmp_path: Path) ->
     cpu = Page(browser, _report(GENERATED / "cpu_flops_attention.pt.trace.json.gz", tmp_path / "cpu.html"))
     assert cpu.errors == [] and "mfu" in cpu.shown_sections()
     assert cpu.page.inner_text("#mfu-note").startswith("MFU: none, no GPU work")
+
+
+def test_a_findings_step_names_the_replayed_steps_where_they_differ(browser: Any, tmp_path: Path) -> None:
+    """HTA's V100 DDP rank: 5 analysed steps, of which the fixes replay 4 (a graph of over 100 k
+    edges); each finding's "step X → Y" starts from their mean, and the page says so, as the
+    terminal's header does (the page's own JSON gives the steps). The demo replays all 16: no note."""
+    html = _report(shared_trace("hta/v100_ddp2_rank1_memprofile.json.gz"), tmp_path / "v100.html")
+    page = Page(browser, html)
+    assert page.errors == []
+    replayed = json.loads(page.page.text_content("#report-data") or "{}")["replayed"]
+    assert (replayed["steps"], replayed["of_steps"]) == (4, 5)
+    spans = page.page.evaluate("() => Array.from(document.querySelectorAll('#findings-list .recover'))"
+                               ".map(s => s.textContent)")
+    stepped = [s for s in spans if "with the fix" in s]
+    assert stepped and all("the 4 of 5 analysed steps the fixes were replayed on" in s for s in stepped)
+    demo = Path(__file__).resolve().parents[1] / "examples" / "demo_cpu_training.pt.trace.json.gz"
+    page = Page(browser, _report(demo, tmp_path / "demo.html"))
+    spans = page.page.evaluate("() => Array.from(document.querySelectorAll('#findings-list .recover'))"
+                               ".map(s => s.textContent)")
+    assert any("with the fix" in s for s in spans) and not any("replayed on" in s for s in spans)

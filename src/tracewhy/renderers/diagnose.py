@@ -78,6 +78,17 @@ class FixesTogetherJson(TypedDict):
     next_bottleneck: str | None
 
 
+class ReplayedJson(TypedDict):
+    """What every finding's "step X -> Y" starts from: the analysed steps the fixes were
+    replayed on (on a dependency graph of over 100 k edges, a few spread over the run) and
+    their mean."""
+
+    steps: int
+    #: The step account's analysed steps (the whole trace: 1).
+    of_steps: int
+    mean_step_ns: int
+
+
 class DiagnosePayload(TypedDict):
     """``diagnose``: the ranked findings, each with evidence and the next step, and the
     measurements they rest on."""
@@ -93,6 +104,8 @@ class DiagnosePayload(TypedDict):
     account: list[AccountLineJson]
     #: The top three fixes predicted together; null when fewer than two findings predict one.
     fixes_together: FixesTogetherJson | None
+    #: The steps the predictions replayed; null when nothing was replayed.
+    replayed: ReplayedJson | None
     #: What a finding's recoverable time is measured over: "per step" or "over the trace".
     recoverable_unit: str
     steps: Annotated[pl.DataFrame, rows(STEPS_SCHEMA, "one row per step, in time order")]
@@ -228,12 +241,21 @@ def diagnose_payload(report: Report) -> DiagnosePayload:
         "fixes_together": None if t is None else {
             "codes": list(t.codes), "fixes": list(t.fixes), "measured_step_ns": t.measured_step_ns,
             "predicted_step_ns": t.predicted_step_ns, "next_bottleneck": t.next_bottleneck},
+        "replayed": replayed_json(report),
         "recoverable_unit": recoverable_unit(report),
         "steps": report.steps.table,
         "step_stats": report.steps.stats,
         "per_step_idle": report.gaps.per_step,
         "top_gaps": report.gaps.gaps.sort("dur_ns", descending=True).head(TOP_GAPS),
     }
+
+
+def replayed_json(report: Report) -> ReplayedJson | None:
+    """The steps the findings' predictions replayed, of the account's analysed ones."""
+    if report.replayed is None or report.account is None or report.replayed[0] <= 0:
+        return None
+    return {"steps": report.replayed[0], "of_steps": report.account.steps_analysed,
+            "mean_step_ns": report.replayed[1]}
 
 
 def _account_lines(report: Report) -> list[AccountLine]:

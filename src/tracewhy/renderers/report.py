@@ -28,7 +28,7 @@ from tracewhy.model.trace import Capture
 from tracewhy.renderers.account import ReportAccount, account_report_payload
 from tracewhy.renderers.compile import CompileSummary, compile_summary
 from tracewhy.renderers.critical_path import CriticalPathReport, critical_path_report_payload
-from tracewhy.renderers.diagnose import basis_statistic
+from tracewhy.renderers.diagnose import ReplayedJson, basis_statistic, replayed_json
 from tracewhy.renderers.gaps import GAP_ROWS_SCHEMA, TIME_ORIGIN, gap_rows
 from tracewhy.renderers.mfu import MfuJson, mfu_json
 
@@ -161,6 +161,8 @@ class ReportPayload(TypedDict):
 
     trace: ReportTrace
     findings: list[Finding]
+    #: The steps the findings' predictions replayed; null when nothing was replayed.
+    replayed: ReplayedJson | None
     #: What a finding's recoverable time is measured over.
     recoverable_unit: str
     basis_statistic: str
@@ -228,6 +230,7 @@ def overview_payload(ov: Overview) -> ReportPayload:
             "versions": info.versions, "span_ns": info.span_ns, "warnings": list(info.warnings),
         },
         "findings": report.findings,
+        "replayed": replayed_json(report),
         # What a finding's recoverable time is measured over (a trace without steps: all of it).
         "recoverable_unit": recoverable_unit(report),
         "basis_statistic": basis_statistic(report),

@@ -159,8 +159,10 @@
       head.appendChild(el("span", "sev sev-" + f.severity, f.severity));
       head.appendChild(el("span", "code", f.code));
       if (f.predicted_step_ns !== null && f.predicted_step_ns !== undefined && f.recoverable_ns_per_step) {
+        var r = data.replayed, subset = r && r.steps < r.of_steps ?
+          " (mean of the " + r.steps + " of " + r.of_steps + " analysed steps the fixes were replayed on)" : "";
         head.appendChild(el("span", "recover", "  step " + fmtNs(f.predicted_step_ns + f.recoverable_ns_per_step) +
-          " → " + fmtNs(f.predicted_step_ns) + " with the fix (−" + fmtNs(f.recoverable_ns_per_step) + ")"));
+          " → " + fmtNs(f.predicted_step_ns) + " with the fix (−" + fmtNs(f.recoverable_ns_per_step) + ")" + subset));
       } else if (f.recoverable_ns_per_step) {
         head.appendChild(el("span", "recover", "  ~" + fmtNs(f.recoverable_ns_per_step) + " " + (data.recoverable_unit || "per step") + " recoverable"));
       }
