@@ -89,7 +89,7 @@ def test_attribution_statement(tmp_path: Path) -> None:
     assert f is not None
     # The outermost blocks only (attn is inside denoise).
     assert f.statement.startswith(
-        "GPU time per step by annotated block (the top 2 of 2 tabled): denoise leads with 0.25 ms (62.5%).")
+        "GPU time per step by annotated block (the top 2 of 2 tabled): denoise leads with 250.0 µs (62.5%).")
     assert [(b["name"], b["gpu_share"]) for b in f.evidence["blocks"]] == [("denoise", 0.625), ("decode", 0.25)]
 
 
@@ -104,7 +104,7 @@ def test_cli_blocks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = str(tmp_path / "pipeline.json")
     assert main(["blocks", path, "--warmup", "0", "--names", "denoise,decode"]) == 0
     out = capsys.readouterr().out
-    assert "denoise leads with 0.25 ms (62.5%)" in out
+    assert "denoise leads with 250.0 µs (62.5%)" in out
     assert "attribution, not throughput" in out
     assert main(["blocks", path, "--warmup", "0", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)

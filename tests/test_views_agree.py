@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -160,3 +161,32 @@ def test_collectives_per_step_column_is_per_step(capsys: pytest.CaptureFixture[s
 def test_a_payload_cannot_overwrite_the_envelope() -> None:
     with pytest.raises(ValueError, match="warnings"):
         envelope("steps", {"warnings": ["mine"]}, [])
+
+
+def _raw_runtime_calls(path: Path, tmp_path: Path, name: str) -> int:
+    """How many CUDA runtime calls of ``name`` (any version suffix) the export holds, by SQL."""
+    db = tmp_path / "export.sqlite"
+    with gzip.open(path, "rb") as src:
+        db.write_bytes(src.read())
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
+        return int(con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s "
+                               "ON r.nameId = s.id WHERE s.value LIKE ?", (name + "%",)).fetchone()[0])
+
+
+def test_a_trace_without_steps_counts_blocking_calls_over_the_trace(capsys: pytest.CaptureFixture[str],
+                                                                    tmp_path: Path) -> None:
+    """nsys-ai's H100 export has no step markers: its blocking calls are counted over the whole
+    trace, and the statement and the advice say so rather than "per step" (the raw file's
+    cudaStreamSynchronize calls); the blocks it tables read in the units of every other time."""
+    path = shared_trace("nsys/nsysai_h100_2gpu_1s.sqlite.gz")
+    diagnose = _json(capsys, "diagnose", str(path))
+    finding = _finding(diagnose, "nsys-sync-api")
+    n = _raw_runtime_calls(path, tmp_path, "cudaStreamSynchronize")
+    assert finding["evidence"]["blocking_calls_per_step"] == n == 8
+    assert finding["statement"].startswith(f"{n} blocking calls over the trace (no step markers; "
+                                           f"cudaStreamSynchronize {n}; ")
+    assert "per step" not in finding["statement"] and "per step" not in finding["next_step"]
+    blocks = _finding(diagnose, "block-attribution")
+    top = blocks["evidence"]["blocks"][0]
+    assert f"leads with {fmt_ns(top['gpu_time_ns_per_step'])} (" in blocks["statement"]
+    assert "e+" not in blocks["statement"]

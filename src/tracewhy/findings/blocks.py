@@ -15,6 +15,7 @@ from tracewhy.findings import thresholds as th
 from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding, Severity
+from tracewhy.units import fmt_ns as ms
 
 #: Blocks named in the attribution statement.
 _NAMED: int = 5
@@ -74,7 +75,8 @@ def attribution(r: BlocksResult) -> Finding | None:
 
 
 def _ms(ns: Any) -> str:
-    return f"{float(ns or 0) / 1e6:.3g} ms"
+    """A block's time as every finding gives times (1.041 s, 279.0 ms), never 1.04e+03 ms."""
+    return ms(int(ns or 0))
 
 
 def synchronized_blocks(r: BlocksResult) -> Finding | None:

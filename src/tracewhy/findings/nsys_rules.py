@@ -75,13 +75,17 @@ def findings(ctx: Context) -> list[Finding]:
         breakdown = count.breakdown()
         out.append(Finding(
             code=Code.NSYS_SYNC_API, severity=severity_for_share(blocked_share),
-            statement=f"{count.per_step:.3g} blocking calls per step ({count.statistic}"
-                      + (f": {breakdown}" if breakdown else "") + "; as check --max-syncs-per-step counts). "
+            statement=(f"{count.per_step:.3g} blocking calls per step ({count.statistic}"
+                       + (f": {breakdown}" if breakdown else "") if count.steps else
+                       f"{count.per_step:.3g} blocking calls over the trace (no step markers"
+                       + (f"; {breakdown}" if breakdown else ""))
+                      + "; as check --max-syncs-per-step counts). "
                       f"Over the whole trace, nsys rule cuda_api_sync (device and stream synchronize only) finds "
                       f"{sync_api.height}, blocking the host for {ms(sum_of(sync_api['dur_ns']))} ("
                       + ", ".join(f"{a} x{n}" for a, n in names.iter_rows()) + ").",
-            next_step="Keep at most one synchronize per step; tracewhy gaps TRACE --class sync shows the ones that "
-                      "drain the GPU.",
+            next_step=("Keep at most one synchronize per step" if count.steps else
+                       "Keep at most one synchronize per iteration")
+                      + "; tracewhy gaps TRACE --class sync shows the ones that drain the GPU.",
             evidence={"rule": "cuda_api_sync", "count": sync_api.height, "longest": _rows(sync_api),
                       "share_of_trace": round(blocked_share, 4), "blocking_calls_per_step": count.per_step,
                       "blocking_calls_statistic": count.statistic, "blocking_calls_counted": COUNTED},
