@@ -103,7 +103,8 @@ def edits_for(key: str, data: Path = DATA) -> tuple[Fix, ...]:
     left at its default where none was recorded)."""
     ratio = capture_first_touch(key, data)
     return tuple(dataclasses.replace(e, first_touch_per_zeroing=ratio)
-                 if isinstance(e, SetGradsToNone) and ratio is not None else e for e in EDITS[key][1])
+                 if isinstance(e, SetGradsToNone) and e.first_touch_per_zeroing and ratio is not None else e
+                 for e in EDITS[key][1])
 
 
 @dataclass(frozen=True)

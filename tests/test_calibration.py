@@ -123,7 +123,7 @@ def test_the_tables_in_the_readme_and_the_docs_are_the_benchs() -> None:
         assert between.strip("\n") == "\n".join(lines), f"{page.name}: run python bench/calibrate.py"
 
 
-def test_a_pair_is_priced_at_its_machines_first_touch(tmp_path: Path) -> None:
+def test_a_pair_is_priced_at_its_machines_first_touch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``SetGradsToNone`` charges a cost of the machine: a pair is priced at the first-touch ratio
     its capturing interpreter logged (scripts/gen_traces/calibration.py's line, as it wrote it on
     this project's machine), the last run of that pair winning; none logged keeps the default."""
@@ -140,3 +140,8 @@ def test_a_pair_is_priced_at_its_machines_first_touch(tmp_path: Path) -> None:
     log.write_text(log.read_text(encoding="utf-8") + f"{names}\tload 0.1 -> 0.2\t5.0 s\n", encoding="utf-8")
     assert bench.capture_first_touch("zero_grad_none", tmp_path) is None
     assert bench.edits_for("zero_grad_none", tmp_path) == (SetGradsToNone(),)
+    # An edit that charges no first touch (the step with the memory kept) stays so.
+    log.write_text(f"{names}\tload 0.1 -> 0.2\t5.0 s\n  first touch 4.42x a warm zero_()\n", encoding="utf-8")
+    kept = (SetGradsToNone(first_touch_per_zeroing=0.0),)
+    monkeypatch.setitem(bench.EDITS, "zero_grad_none", ("kept", kept))
+    assert bench.edits_for("zero_grad_none", tmp_path) == kept
