@@ -84,6 +84,20 @@ def test_the_decode_diagnosis_says_what_the_trace_shows_not_host_advice() -> Non
     assert shares["attention"] == pytest.approx(100 * attention / gpu_ns, abs=0.2)
 
 
+def test_the_unrecorded_wait_is_not_called_a_dependency() -> None:
+    """The gap classifier calls the first copy's 7.8 ms wait dependency idle (work queued, GPU idle);
+    the idle findings give it as GPU work before the trace instead, so no gpu-idle-dependency sends
+    the user to cross-stream waits the run never had, and the utilization line's breakdown names
+    it (the first copy's delay, from the raw JSON)."""
+    delay_ns, _ = _first_launch_delay_ns(_raw(DECODE))
+    report = diagnose(tracewhy.load(shared_trace(DECODE)))
+    assert report.basis.class_ns["dependency"] >= delay_ns - 20_000  # what the classifier says
+    assert "gpu-idle-dependency" not in [f.code for f in report.findings]
+    low = next(f for f in report.findings if f.code == "gpu-low-utilization")
+    assert "GPU work before the trace" in low.statement and "dependency" not in low.statement
+    assert abs(low.evidence["idle_by_class_ns"]["before_trace"] - delay_ns) <= 20_000
+
+
 def test_a_long_launch_delay_with_gpu_work_recorded_stays_launch_time() -> None:
     """BERT's launch-bound trace: every launch edge on its path is either short or overlaps the
     device's recorded work, so none goes to the unrecorded part and launch overhead stays."""

@@ -38,8 +38,12 @@ CLASS_FINDINGS = (Code.GPU_IDLE_INPUT, Code.GPU_IDLE_SYNC, Code.GPU_IDLE_LAUNCH,
 SHORT = "short"
 #: The part of idle time before the device's first activity and after its last (without steps).
 OUTSIDE = "outside"
+#: The part of dependency idle that is the wait of the window's first launch on GPU work the
+#: trace did not record (``gpu-work-before-trace``, the account's ``unrecorded``): no stream,
+#: event or copy engine of the run to look at.
+BEFORE_TRACE = "before_trace"
 #: How a part of idle time reads in a statement, where its key alone would not say what it is.
-PART_LABEL = {OUTSIDE: "before or after all GPU work"}
+PART_LABEL = {OUTSIDE: "before or after all GPU work", BEFORE_TRACE: "GPU work before the trace"}
 
 
 def findings(ctx: Context) -> list[Finding]:
@@ -48,8 +52,10 @@ def findings(ctx: Context) -> list[Finding]:
         return _input_without_gpu(ctx)
     out: list[Finding] = []
     idle_share = b.share(b.idle_ns)
+    before = _before_trace_ns(ctx, b)
+    class_ns = {**b.class_ns, GapClass.DEPENDENCY.value: b.class_ns[GapClass.DEPENDENCY.value] - before}
     # Idle in gaps too short to explain one by one is a part of its own, so the parts add up.
-    idle_parts = {**b.class_ns, SHORT: b.short_ns, OUTSIDE: b.outside_ns}
+    idle_parts = {**class_ns, SHORT: b.short_ns, OUTSIDE: b.outside_ns, BEFORE_TRACE: before}
     breakdown = {c: round(v) for c, v in idle_parts.items() if v > 0}
     if b.active_share < th.LOW_UTILIZATION:
         parts = sorted(((v, c) for c, v in idle_parts.items() if v > 0), reverse=True)[:3]
@@ -77,7 +83,7 @@ def findings(ctx: Context) -> list[Finding]:
         (GapClass.ALLOCATOR, _allocator), (GapClass.COMM, _comm), (GapClass.GRAPH, _graph),
         (GapClass.DEPENDENCY, _dependency), (GapClass.OTHER, _other),
     ):
-        ns = b.class_ns[cls.value]
+        ns = class_ns[cls.value]
         if ns >= th.IDLE_CLASS_MIN_NS and b.share(ns) >= th.IDLE_CLASS_MIN_SHARE:
             f = make(ctx, b, ns)
             # The largest gaps of the class, for the Perfetto export and the report to draw.
@@ -85,6 +91,22 @@ def findings(ctx: Context) -> list[Finding]:
     if b.short_ns >= th.IDLE_CLASS_MIN_NS and b.share(b.short_ns) >= th.IDLE_CLASS_MIN_SHARE:
         out.append(_short(ctx, b))
     return out
+
+
+def _before_trace_ns(ctx: Context, b: Basis) -> int:
+    """The basis device's dependency idle (per step, on the basis' footing) inside the wait of the
+    window's first launch on GPU work the trace did not record: from that launch to the device's
+    first recorded work, where the account found one (0 elsewhere)."""
+    account = ctx.account()
+    u = account.unrecorded if account is not None else None
+    if u is None or u.device != b.device:
+        return 0
+    gaps = ctx.gaps().gaps.filter((pl.col(GapCol.DEVICE) == b.device)
+                                  & (pl.col(GapCol.GAP_CLASS) == GapClass.DEPENDENCY.value))
+    starts = gaps.get_column(GapCol.START).to_numpy()
+    ends = starts + gaps.get_column(GapCol.DUR).to_numpy()
+    inside = int(np.clip(np.minimum(ends, u.first_gpu_ns) - np.maximum(starts, u.launch_ns), 0, None).sum())
+    return min(round(inside / b.steps), b.class_ns[GapClass.DEPENDENCY.value])
 
 
 def _short(ctx: Context, b: Basis) -> Finding:
