@@ -61,6 +61,12 @@ INPUT_MIN_SHARE: Final = 0.05
 #: Host dispatch time at least this share of GPU busy time means the host struggles to keep
 #: the GPU fed (at 1.0 it cannot keep up at all).
 LAUNCH_DISPATCH_RATIO: Final = 0.5
+#: Host idle is the model's own op-by-op dispatch, not a stretch of CPU work, when a step's
+#: host-class gaps number at least this many and no one of them holds DISPATCH_MAX_GAP_SHARE of
+#: their time: the GPU idles between the step's own launches, a little each time, rather than
+#: once while the host does something else (BERT-small inference: 51 gaps, the largest 14%).
+DISPATCH_MIN_GAPS: Final = 8
+DISPATCH_MAX_GAP_SHARE: Final = 0.5
 #: Share of kernels shorter than one launch call above which CUDA graphs pay off clearly.
 SHORT_KERNEL_SHARE: Final = 0.5
 
