@@ -230,7 +230,11 @@ def collective_name(text: str) -> str:
 def _outermost(tree: HostTree, mark: B) -> I64:
     """Per slice, the outermost slice with ``mark`` at or above it (-1: none): the top of the
     chain of marked slices above its nearest one (one whole-array step per marked level took
-    depth squared steps on deeply nested ops; ``chain_top`` jumps)."""
+    depth squared steps on deeply nested ops; ``chain_top`` jumps). A tree whose depths count
+    its parent chains settles it a level at a time (``HostTree.outermost``)."""
+    outer_by_level = tree.outermost(mark)
+    if outer_by_level is not None:
+        return outer_by_level
     at = tree.nearest(mark)
     above = np.where(tree.parent >= 0, at[np.maximum(tree.parent, 0)], -1)  # nearest(mark, strict=True), from ``at``
     top = chain_top(np.where(mark, above, -1))
