@@ -34,9 +34,9 @@ def test_predictions_that_change_nothing_replay_each_window_once(model: StepMode
     replays = []
     real = critical_path_replay.ReplayWindow.edited
 
-    def counting(self: Any, sink: int, edit: Any) -> Any:
+    def counting(self: Any, sink: int, edit: Any, known: Any = None) -> Any:
         replays.append(sink)
-        return real(self, sink, edit)
+        return real(self, sink, edit, known)
 
     monkeypatch.setattr(critical_path_replay.ReplayWindow, "edited", counting)
     windows = window_edges(model)

@@ -19,6 +19,7 @@ import numpy.typing as npt
 from tracewhy.analyses.critical_path_edges import Edge, way_out_of_cycle
 from tracewhy.analyses.critical_path_graph import Graph
 from tracewhy.analyses.replay_edges import LiveInEdges, _ints, _positions, process_edges
+from tracewhy.analyses.replay_measured import MeasuredStretches
 
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
@@ -147,6 +148,7 @@ class ReplayWindow:
         self.ws = ws
         self._in_edges: LiveInEdges | None = None
         self._of_process: dict[int, I32 | None] = {}
+        self._measured: dict[int, tuple[I32, I64, MeasuredStretches]] = {}
 
     def _live_in_edges(self) -> LiveInEdges:
         """``saved``'s view of the window's in-edges, built at its first call: a diagnosis replays
@@ -180,10 +182,23 @@ class ReplayWindow:
         return measured - times[at] if at >= 0 else 0
 
 
-    def edited(self, sink: int, edit: GraphEdit) -> EditedPath:
+    def _stretches(self, mine: I32, known: I64) -> MeasuredStretches:
+        """``known`` as stretches for the walks of replays that read the edges ``mine``, made
+        once per window for the replays that share them."""
+        kept = self._measured.get(id(mine))
+        if kept is None or kept[0] is not mine or kept[1] is not known:
+            stretches = MeasuredStretches(self.g, known, self.sink_pos, self.fixed,
+                                          np.frombuffer(self.times, dtype=np.int64), self.ws, self.edges,
+                                          self.src_pos, self.dst_pos, mine)
+            kept = self._measured[id(mine)] = (mine, known, stretches)
+        return kept[2]
+
+    def edited(self, sink: int, edit: GraphEdit, known: I64 | None = None) -> EditedPath:
         """The window replayed with ``edit`` applied, and its critical path walked back from
         ``sink`` (at each instant, the in-edge that released it last; on a tie, the measured
-        path's edge, then the latest source, then the higher Edge kind)."""
+        path's edge, then the latest source, then the higher Edge kind). ``known``: the window's
+        measured critical path (edge ids in time order, walked by binding edges), which the walk
+        takes as it is below the first instant the edit reaches (``MeasuredStretches``)."""
         n_graph = self.g.src.size
         weight = self.replay.weight[self.edges]
         if edit.scaled.size and self.edges.size:
@@ -207,6 +222,7 @@ class ReplayWindow:
             mine = self.by_dst
         else:
             added = added[pid_of[edit.add_dst[added]] == pid]
+        stretches = self._stretches(mine, known) if known is not None and known.size else None
         by_dst = mine[~dropped[mine]] if edit.drop.size else mine
         # (The edges' ids as int32, as their positions: 68 MB, not 136, on a large export's window.)
         ps, pd, w, ids = self.src_pos[by_dst], self.dst_pos[by_dst], weight[by_dst], self.edges[by_dst].astype(np.int32)
@@ -226,8 +242,10 @@ class ReplayWindow:
         src, length = _positions(ps), _ints(w)
         del ps, w
         times = _replay_times(array("q", self.times), src, _positions(pd[lo:]), length, self.fixed.tobytes(), lo)
+        below = int(touched.min()) if touched.size else len(times)
         return self._walk_back(int(pos[sink]), times, np.frombuffer(src, dtype=np.int32), pd,
-                               np.frombuffer(length, dtype=np.int64), ids, np.r_[edit.add_kind, 0], src, length)
+                               np.frombuffer(length, dtype=np.int64), ids, np.r_[edit.add_kind, 0], src, length,
+                               (stretches, below) if stretches is not None else None)
 
     def _among(self, ids: I64) -> npt.NDArray[np.bool_]:
         """Per edge of the window, whether it is one of ``ids``: found by a search in the window's
@@ -242,7 +260,8 @@ class ReplayWindow:
         return out
 
     def _walk_back(self, at: int, times: array[int], ps: I32, pd: I32, w: I64, ids: I32 | I64, add_kind: I64,
-                   src: array[int] | None = None, length: array[int] | None = None) -> EditedPath:
+                   src: array[int] | None = None, length: array[int] | None = None,
+                   measured: tuple[MeasuredStretches, int] | None = None) -> EditedPath:
         """From instant ``at`` back along, at each instant, the in-edge that released it: the
         latest arrival; then the measured path's edge; then the latest source; then the higher
         kind; then the later edge. Decided only for the instants walked, from each one's run of
@@ -250,7 +269,9 @@ class ReplayWindow:
         and most of a replay's time on a whole-trace window of a large export, for a path that
         passes a few percent of its instants. ``src``, ``length``: ``ps`` and ``w`` as machine
         integers, where the caller has them. The path is walked as positions in the arrays, and
-        named by ``ids`` at the end (a copy of them took 136 MB on that window)."""
+        named by ``ids`` at the end (a copy of them took 136 MB on that window). ``measured``:
+        the measured path's stretches, and the first instant the replay changed (below it the
+        walk takes them whole)."""
         g, n_graph = self.g, self.g.src.size
         if at < 0:
             return EditedPath(0, _none(), _none(), 0)
@@ -289,8 +310,13 @@ class ReplayWindow:
         # large export; the cycle search (rare) gets them as a set, read off the path's edges'
         # ends (each edge taken is an in-edge of the instant it was taken at).
         seen = bytearray(len(times))
+        stretches, below = measured if measured is not None else (None, -1)
+        on_path = stretches.on if stretches is not None else b""
         v = at
         while times[v] > ws and not fixed[v]:
+            if v < below and on_path[v] and not seen[v] and stretches is not None:
+                v = stretches.take(v, path, seen)
+                continue
             lo, hi = first[v], first[v + 1]
             if lo == hi:
                 break

@@ -126,7 +126,7 @@ def predict(model: StepModel, edits: Sequence[Fix], windows: list[WindowEdges] |
             continue
         edit = reduce(lambda a, b: a + b, (w.edit_of(e) for e in edits), GraphEdit())
         changed |= not edit.empty
-        replayed = w.unedited() if edit.empty else w.replay.edited(p.sink, edit + w.drain())
+        replayed = w.unedited() if edit.empty else w.replay.edited(p.sink, edit + w.drain(), p.edges)
         shortened = int(g.node_ts[p.sink]) - replayed.end_ns
         predicted.append(window - shortened)
         # An added edge's time goes to the part of the graph edge it stands for (work moved off

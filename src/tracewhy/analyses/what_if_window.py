@@ -116,7 +116,7 @@ class WindowEdges:
         nothing here replays exactly this (a replay is a function of the window and the edit),
         and on a whole-trace window of a large export one replay takes seconds."""
         if self._unedited is None:
-            self._unedited = self.replay.edited(self.path.sink, self.drain())
+            self._unedited = self.replay.edited(self.path.sink, self.drain(), self.path.edges)
         return self._unedited
 
     def host(self) -> B:
