@@ -337,8 +337,17 @@ class PartRules:
             else:
                 out[np.asarray(ids, dtype=np.int64)] = self.item(str(family))
         copies = s.filter(pl.col(Col.KIND).is_in([Kind.MEMCPY.value, Kind.MEMSET.value])).get_column(Col.ID).to_numpy()
+        # A copy's label is its kind's and its direction's and memories' (not its bytes'): made
+        # once per distinct one (a large export has 0.3 M copies).
+        labels: dict[tuple[object, ...], int] = {}
+        kinds, attrs_of = self.kind, self.copies.get
         for i in copies.tolist():
-            out[i] = self.item(self._copy(i))
+            attrs = attrs_of(i)
+            key = (kinds[i], attrs[:3] if attrs is not None else None)
+            code = labels.get(key)
+            if code is None:
+                code = labels[key] = self.item(copy_label(kinds[i], attrs))
+            out[i] = code
         return out
 
     def gpu_part(self, activity: int, cat: str) -> int:
