@@ -243,6 +243,18 @@ def _binding(node_ts: I64, src: I64, dst: I64, kind: npt.NDArray[np.int8]) -> I6
     bind = np.full(node_ts.size, -1, dtype=np.int64)
     if dst.size == 0:
         return bind
+    at = node_ts[src]
+    low = int(at.min())
+    if int(at.max()) - low < 1 << 58 and int(kind.min()) >= 0 and int(kind.max()) < 1 << 4:
+        # Per node the greatest (source time, kind) packed in one integer, then the last edge
+        # that has it: two passes in edge order, where a lexsort by node, time and kind took
+        # 2.2 s over a large export's 17 M edges.
+        key = ((at - low) << 4) | kind.astype(np.int64)
+        del at
+        best = np.full(node_ts.size, -1, dtype=np.int64)
+        np.maximum.at(best, dst, key)
+        np.maximum.at(bind, dst, np.where(key == best[dst], np.arange(dst.size), -1))
+        return bind
     order = np.lexsort((kind, node_ts[src], dst))
     d = dst[order]
     last = np.r_[d[1:] != d[:-1], True]
