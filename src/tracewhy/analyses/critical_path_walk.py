@@ -83,7 +83,7 @@ def walk(graph: Graph, nodes: tuple[I64, I64] | None, ws: int, we: int) -> tuple
     now: int = ts[v]
     while now > ws:
         e: int = bind[v]
-        if v in seen:  # a cycle of equal-time edges: leave it by its latest earlier in-edge
+        if seen and v in seen:  # a cycle of equal-time edges: leave it by its latest earlier in-edge
             e = way_out_of_cycle(graph.node_ts, graph.src, graph.dst, graph.kind, v, seen)
         if e < 0:
             break
@@ -91,7 +91,8 @@ def walk(graph: Graph, nodes: tuple[I64, I64] | None, ws: int, we: int) -> tuple
         u: int = src[e]
         at: int = ts[u]
         if at != now:  # (``v`` is remembered only when the next instant is at its time)
-            seen.clear()
+            if seen:  # (most steps go back in time with nothing remembered: no call to clear)
+                seen.clear()
             now = at
         else:
             seen.add(v)
