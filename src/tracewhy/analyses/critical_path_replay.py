@@ -26,6 +26,12 @@ I32 = npt.NDArray[np.int32]
 F64 = npt.NDArray[np.float64]
 
 
+#: The first instant an edit reaches (a position in the window) from which a replay's walk takes
+#: the measured path's stretches (``MeasuredStretches``): before it the walk's steps below that
+#: instant cost less than making them (0.3 s on a large export's whole-trace window).
+STRETCHES_FROM: Final = 1 << 16
+
+
 def _none() -> I64:
     return np.zeros(0, dtype=np.int64)
 
@@ -148,7 +154,6 @@ class ReplayWindow:
         self.ws = ws
         self._in_edges: LiveInEdges | None = None
         self._of_process: dict[int, I32 | None] = {}
-        self._measured: dict[int, tuple[I32, I64, MeasuredStretches]] = {}
 
     def _live_in_edges(self) -> LiveInEdges:
         """``saved``'s view of the window's in-edges, built at its first call: a diagnosis replays
@@ -182,23 +187,14 @@ class ReplayWindow:
         return measured - times[at] if at >= 0 else 0
 
 
-    def _stretches(self, mine: I32, known: I64) -> MeasuredStretches:
-        """``known`` as stretches for the walks of replays that read the edges ``mine``, made
-        once per window for the replays that share them."""
-        kept = self._measured.get(id(mine))
-        if kept is None or kept[0] is not mine or kept[1] is not known:
-            stretches = MeasuredStretches(self.g, known, self.sink_pos, self.fixed,
-                                          np.frombuffer(self.times, dtype=np.int64), self.ws, self.edges,
-                                          self.src_pos, self.dst_pos, mine)
-            kept = self._measured[id(mine)] = (mine, known, stretches)
-        return kept[2]
-
     def edited(self, sink: int, edit: GraphEdit, known: I64 | None = None) -> EditedPath:
         """The window replayed with ``edit`` applied, and its critical path walked back from
         ``sink`` (at each instant, the in-edge that released it last; on a tie, the measured
         path's edge, then the latest source, then the higher Edge kind). ``known``: the window's
         measured critical path (edge ids in time order, walked by binding edges), which the walk
-        takes as it is below the first instant the edit reaches (``MeasuredStretches``)."""
+        takes as it is below the first instant the edit reaches (``MeasuredStretches``: made for
+        this replay alone, where that instant is STRETCHES_FROM or later; kept for the window,
+        they were 124 MB at a large export's peak in a replay that could not use them)."""
         n_graph = self.g.src.size
         weight = self.replay.weight[self.edges]
         if edit.scaled.size and self.edges.size:
@@ -222,7 +218,13 @@ class ReplayWindow:
             mine = self.by_dst
         else:
             added = added[pid_of[edit.add_dst[added]] == pid]
-        stretches = self._stretches(mine, known) if known is not None and known.size else None
+        # Instants before the first one an edit reaches replay as measured (as in ``saved``).
+        touched = np.r_[self.dst_pos[dropped], add_pd[added],
+                        self.dst_pos[self._among(edit.scaled)]] if not edit.empty else np.zeros(0, np.int64)
+        below = int(touched.min()) if touched.size else self.order.size
+        stretches = MeasuredStretches(self.g, known, pos, self.fixed, np.frombuffer(self.times, dtype=np.int64),
+                                      self.ws, self.edges, self.src_pos, self.dst_pos, mine) \
+            if known is not None and known.size and below >= STRETCHES_FROM else None
         by_dst = mine[~dropped[mine]] if edit.drop.size else mine
         # (The edges' ids as int32, as their positions: 68 MB, not 136, on a large export's window.)
         ps, pd, w, ids = self.src_pos[by_dst], self.dst_pos[by_dst], weight[by_dst], self.edges[by_dst].astype(np.int32)
@@ -232,17 +234,13 @@ class ReplayWindow:
             at = np.searchsorted(pd, add_pd[added], side="right")
             ps, pd = np.insert(ps, at, add_ps[added]), np.insert(pd, at, add_pd[added])
             w, ids = np.insert(w, at, edit.add_weight[added]), np.insert(ids, at, n_graph + added)
-        # Instants before the first one an edit reaches replay as measured (as in ``saved``).
-        touched = np.r_[self.dst_pos[dropped], add_pd[added],
-                        self.dst_pos[self._among(edit.scaled)]] if not edit.empty else np.zeros(0, np.int64)
         del dropped
-        lo = int(np.searchsorted(pd, touched.min())) if touched.size else pd.size
+        lo = int(np.searchsorted(pd, below)) if touched.size else pd.size
         # Sources and lengths as machine integers once, for the replay (from ``lo``) and the walk,
         # which reads them as arrays through the same memory (the numpy copies are let go first).
         src, length = _positions(ps), _ints(w)
         del ps, w
         times = _replay_times(array("q", self.times), src, _positions(pd[lo:]), length, self.fixed.tobytes(), lo)
-        below = int(touched.min()) if touched.size else len(times)
         return self._walk_back(int(pos[sink]), times, np.frombuffer(src, dtype=np.int32), pd,
                                np.frombuffer(length, dtype=np.int64), ids, np.r_[edit.add_kind, 0], src, length,
                                (stretches, below) if stretches is not None else None)
