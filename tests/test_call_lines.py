@@ -23,8 +23,9 @@ import tracewhy
 from conftest import GENERATED, ROOT, shared_trace
 from test_lines import _load
 from tracewhy.analyses.account import AccountCol, step_account
+from tracewhy.analyses.host_tree import HostTree
 from tracewhy.analyses.lines import LineCol, LinesResult, lines
-from tracewhy.analyses.source_lines import HostTree, LineKind, line_of, parse_frame, running_at_start
+from tracewhy.analyses.source_lines import LineKind, line_of, parse_frame, running_at_start
 from tracewhy.findings import source_line
 from tracewhy.findings.codes import Code
 from tracewhy.model.schema import Col

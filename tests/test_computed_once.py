@@ -21,7 +21,7 @@ import pytest
 
 from conftest import shared_trace
 from tracewhy.analyses import compile_slices, host_activity, kernels, nvtx, steps
-from tracewhy.analyses.source_lines import HostTree
+from tracewhy.analyses.host_tree import HostTree
 from tracewhy.reports import overview
 from tracewhy.reports.export import ExportOptions, export_report
 from tracewhy.reports.report import report_contents

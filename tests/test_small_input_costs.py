@@ -51,7 +51,7 @@ def test_nesting_queries_take_log_depth_rounds_not_depth_squared() -> None:
     code = """
 import numpy as np
 from tracewhy.analyses.account_host import _outermost
-from tracewhy.analyses.source_lines import HostTree
+from tracewhy.analyses.host_tree import HostTree
 from tracewhy.analyses.syncs import _under
 n = 300_000
 parent = np.arange(-1, n - 1, dtype=np.int64)

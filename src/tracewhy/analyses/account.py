@@ -29,9 +29,9 @@ from tracewhy.analyses.critical_path_replay import Replay
 from tracewhy.analyses.critical_path_walk import EdgeLabels, nodes_by_pid, walk
 from tracewhy.analyses.edge_parts import EdgeParts
 from tracewhy.analyses.host_activity import HostIndex
+from tracewhy.analyses.host_tree import HostTree
 from tracewhy.analyses.iterations import AccountWindows, account_windows
 from tracewhy.analyses.kernel_lines import compiled_frame_lines
-from tracewhy.analyses.source_lines import HostTree
 from tracewhy.analyses.steps import StepsOptions, StepsResult, WindowCol, steps
 from tracewhy.model.kernel_provenance import KernelProvenance
 from tracewhy.model.schema import HOST_KINDS, Col

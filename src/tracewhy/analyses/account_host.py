@@ -21,8 +21,9 @@ from tracewhy.analyses import api_names
 from tracewhy.analyses.compile_slices import ROLE, Role, marked_slices
 from tracewhy.analyses.critical_path_edges import backward_threads
 from tracewhy.analyses.families import collective_op, collective_range
+from tracewhy.analyses.host_tree import HostTree, chain_top
 from tracewhy.analyses.name_codes import NameCodes, decide, distinct_names
-from tracewhy.analyses.source_lines import HostTree, chain_top, parse_frame, running_at_start
+from tracewhy.analyses.source_lines import parse_frame, running_at_start
 from tracewhy.model.schema import HOST_KINDS, KIND_CODE, LAUNCH_KINDS, Col, FlowCol, Kind, OpAttrCol
 from tracewhy.model.trace import Trace
 

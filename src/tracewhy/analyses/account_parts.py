@@ -27,7 +27,7 @@ from tracewhy.analyses import api_names
 from tracewhy.analyses.account_compiled import CompiledFrames
 from tracewhy.analyses.account_host import HostContext, HostPurpose, frame_line, host_context
 from tracewhy.analyses.account_names import Part, PartKind, PartName
-from tracewhy.analyses.account_slices import KernelFamilies, KindNames, copy_label
+from tracewhy.analyses.account_slices import KernelFamilies, KindNames, copy_label, label_copies
 from tracewhy.analyses.account_unrecorded import FirstGpuWork
 from tracewhy.analyses.account_waits import waits_on_collectives
 from tracewhy.analyses.critical_path_edges import Edge
@@ -36,8 +36,8 @@ from tracewhy.analyses.critical_path_walk import CATEGORIES, Category, EdgeLabel
 from tracewhy.analyses.distinct_rows import distinct_rows
 from tracewhy.analyses.families import Family, classify_kernels, collective_op
 from tracewhy.analyses.host_activity import HostIndex, build_host_index
+from tracewhy.analyses.host_tree import HostTree
 from tracewhy.analyses.name_codes import NameCodes, distinct_names
-from tracewhy.analyses.source_lines import HostTree
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, CopyAttrCol, Kind
 from tracewhy.model.trace import Trace
 
@@ -337,17 +337,7 @@ class PartRules:
             else:
                 out[np.asarray(ids, dtype=np.int64)] = self.item(str(family))
         copies = s.filter(pl.col(Col.KIND).is_in([Kind.MEMCPY.value, Kind.MEMSET.value])).get_column(Col.ID).to_numpy()
-        # A copy's label is its kind's and its direction's and memories' (not its bytes'): made
-        # once per distinct one (a large export has 0.3 M copies).
-        labels: dict[tuple[object, ...], int] = {}
-        kinds, attrs_of = self.kind, self.copies.get
-        for i in copies.tolist():
-            attrs = attrs_of(i)
-            key = (kinds[i], attrs[:3] if attrs is not None else None)
-            code = labels.get(key)
-            if code is None:
-                code = labels[key] = self.item(copy_label(kinds[i], attrs))
-            out[i] = code
+        label_copies(out, copies.tolist(), self.kind, self.copies.get, self.item)
         return out
 
     def gpu_part(self, activity: int, cat: str) -> int:

@@ -3,6 +3,7 @@ each kernel's family by slice id, held as codes rather than a Python object per 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 import numpy as np
@@ -46,6 +47,21 @@ class KernelFamilies:
         """A kernel's family (the other family for a slice not classified); the last row of an id."""
         at = int(np.searchsorted(self.ids, kernel, side="right")) - 1
         return self.names[int(self.codes[at])] if at >= 0 and self.ids[at] == kernel else Family.OTHER.value
+
+
+def label_copies(out: npt.NDArray[np.int64], copies: list[int], kinds: KindNames,
+                 attrs_of: Callable[[int], tuple[Any, ...] | None], item: Callable[[str], int]) -> None:
+    """Each copy's code in ``out``: ``item`` of its ``copy_label``, made once per distinct label. A
+    copy's label is its kind's, direction's and memories' (not its bytes'); a large export has
+    0.3 M copies and a few labels."""
+    labels: dict[tuple[object, ...], int] = {}
+    for i in copies:
+        attrs = attrs_of(i)
+        key = (kinds[i], attrs[:3] if attrs is not None else None)
+        code = labels.get(key)
+        if code is None:
+            code = labels[key] = item(copy_label(kinds[i], attrs))
+        out[i] = code
 
 
 def copy_label(kind: Any, attrs: tuple[Any, ...] | None) -> str:

@@ -27,10 +27,10 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses import api_names
+from tracewhy.analyses.host_tree import HostTree
 from tracewhy.analyses.name_codes import NameCodes, decide, distinct_names
 from tracewhy.analyses.op_inputs import OpInputs
 from tracewhy.analyses.shapes import GEMM, estimate
-from tracewhy.analyses.source_lines import HostTree
 from tracewhy.analyses.tensor_sizes import matmul_precision
 from tracewhy.analyses.what_if_host_edits import ZEROING_OPS
 from tracewhy.model.schema import Col, CopyAttrCol, Kind, OpAttrCol

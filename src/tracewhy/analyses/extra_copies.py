@@ -24,6 +24,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses import api_names
+from tracewhy.analyses.host_tree import HostTree
 from tracewhy.analyses.op_inputs import OpInputs
 from tracewhy.analyses.shapes import (
     COPY,
@@ -33,7 +34,6 @@ from tracewhy.analyses.shapes import (
     REDUCTION,
     estimate,
 )
-from tracewhy.analyses.source_lines import HostTree
 from tracewhy.analyses.tensor_sizes import nbytes
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, OpAttrCol
 from tracewhy.model.trace import Trace

@@ -20,7 +20,8 @@ import numpy as np
 import polars as pl
 
 from tracewhy.analyses import compile_markers as M
-from tracewhy.analyses.source_lines import HostTree, parse_frame
+from tracewhy.analyses.host_tree import HostTree
+from tracewhy.analyses.source_lines import parse_frame
 from tracewhy.model.kernel_provenance import KernelProvenance, ProvenanceCol
 from tracewhy.model.schema import Col, Kind
 from tracewhy.model.trace import Trace

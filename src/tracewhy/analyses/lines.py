@@ -12,11 +12,11 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from tracewhy.analyses.host_tree import HostTree
 from tracewhy.analyses.kernel_lines import CompiledLines, compiled_lines
 from tracewhy.analyses.source_lines import (
     I64,
     B,
-    HostTree,
     LineKind,
     call_stacks,
     parse_frame,

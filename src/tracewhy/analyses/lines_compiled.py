@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import polars as pl
 
+from tracewhy.analyses.host_tree import HostTree
 from tracewhy.analyses.kernel_lines import KernelRunCol
 from tracewhy.analyses.lines import LineCol, steady_ns
-from tracewhy.analyses.source_lines import I64, HostTree, LineKind, is_library
+from tracewhy.analyses.source_lines import I64, LineKind, is_library
 
 
 def with_compiled(table: pl.DataFrame, runs: pl.DataFrame, owner_frame: I64, include_library: bool,

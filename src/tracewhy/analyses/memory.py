@@ -18,9 +18,10 @@ import polars as pl
 
 from tracewhy.analyses.account_host import PHASE_CONTEXTS, HostContext, host_context
 from tracewhy.analyses.host_activity import HostIndex, build_host_index
+from tracewhy.analyses.host_tree import HostTree
 from tracewhy.analyses.memory_growth import SITES_SCHEMA, StepGrowth, step_growth
 from tracewhy.analyses.memory_ledger import LIVE_SITES_SCHEMA, allocation_contexts, ledger_at_peak, live_sites
-from tracewhy.analyses.source_lines import HostTree, parse_frame
+from tracewhy.analyses.source_lines import parse_frame
 from tracewhy.analyses.steps import StepsOptions, StepsResult, WindowCol, step_windows, steps
 from tracewhy.model.memory_timeline import EXPORT_CATEGORIES, MemoryTimeline, TimelineCol
 from tracewhy.model.schema import KIND_CODE, Col, Kind, MemEventCol

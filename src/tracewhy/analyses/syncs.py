@@ -13,8 +13,8 @@ import polars as pl
 from tracewhy.analyses import api_names
 from tracewhy.analyses import compile_markers as cm
 from tracewhy.analyses.host_activity import Flag, HostIndex
+from tracewhy.analyses.host_tree import nearest_marked
 from tracewhy.analyses.name_codes import decide
-from tracewhy.analyses.source_lines import nearest_marked
 from tracewhy.analyses.steps import StepCol, StepsResult
 from tracewhy.model.schema import Col, Kind
 from tracewhy.model.trace import Trace

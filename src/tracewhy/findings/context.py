@@ -11,7 +11,7 @@ import polars as pl
 
 from tracewhy.analyses.gaps import GapsOptions, GapsResult, gaps
 from tracewhy.analyses.host_activity import HostIndex, build_host_index
-from tracewhy.analyses.source_lines import HostTree
+from tracewhy.analyses.host_tree import HostTree
 from tracewhy.analyses.steps import StepCol, StepsOptions, StepsResult, steps
 from tracewhy.analyses.throughput import ThroughputOptions
 from tracewhy.analyses.utilization import DeviceBusy

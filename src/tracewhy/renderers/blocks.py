@@ -155,3 +155,16 @@ def blocks_output(r: BlocksReport | LogBlocksReport, top: int) -> tuple[BlocksPa
         return log_blocks_payload(log, found), lambda: render_log_blocks(log, found, top)
     trace = r.result
     return blocks_payload(trace, found), lambda: render_blocks(trace, found, top)
+
+
+#: The block-attribution finding's table: its top blocks, GPU time per step and share.
+ATTRIBUTION_TABLE: Final = Layout((name("block"), number("GPU time"), number("share")), look="simple")
+
+
+def attribution_table(f: Finding) -> RenderableType:
+    """The top blocks of a ``block-attribution`` finding (its evidence), one row each."""
+    per_step = f.evidence.get("unit") == "per step"
+    t = ATTRIBUTION_TABLE.table(rename={"GPU time": "GPU time/step" if per_step else "GPU time (trace)"})
+    for b in f.evidence["blocks"]:
+        t.add_row(str(b["name"]), fmt_ns(round(b[BlockCol.GPU_TIME_PER_STEP])), fmt_pct(b[BlockCol.GPU_SHARE]))
+    return t

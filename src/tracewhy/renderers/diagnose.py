@@ -9,13 +9,11 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, TypedDict
 import polars as pl
 
 from tracewhy.analyses.account_names import PartName
-from tracewhy.analyses.blocks import BlockCol
 from tracewhy.analyses.gaps import GAP_STEPS_SCHEMA, GAPS_SCHEMA
 from tracewhy.findings.codes import Code
 from tracewhy.findings.model import Severity
 from tracewhy.renderers import View
 from tracewhy.renderers.account import AccountLineJson, account_line_json
-from tracewhy.renderers.layout import Layout, name, number
 from tracewhy.renderers.throughput import with_throughput
 from tracewhy.units import fmt_ns, fmt_pct, indented, printable
 
@@ -324,7 +322,9 @@ def _finding(report: Report, i: int, f: Finding) -> list[RenderableType]:
     if f.code == Code.BLOCK_ATTRIBUTION and f.evidence.get("blocks"):
         from rich.padding import Padding
 
-        out.append(Padding(block_table(f), (0, 0, 0, 3)))
+        from tracewhy.renderers.blocks import attribution_table
+
+        out.append(Padding(attribution_table(f), (0, 0, 0, 3)))
     if f.part is not None:
         predicted = ""
         if f.predicted_step_ns is not None and f.recoverable_ns_per_step:
@@ -396,16 +396,3 @@ def _healthy_line(report: Report) -> str:
     if said is None:
         return "Nothing here costs a meaningful share of the step: no high or medium findings."
     return f"Nothing here costs a meaningful share of the step: {said}; no high or medium findings."
-
-
-#: The block-attribution finding's table: its top blocks, GPU time per step and share.
-BLOCKS_TABLE: Final = Layout((name("block"), number("GPU time"), number("share")), look="simple")
-
-
-def block_table(f: Finding) -> RenderableType:
-    """The top blocks of a ``block-attribution`` finding (its evidence), one row each."""
-    per_step = f.evidence.get("unit") == "per step"
-    t = BLOCKS_TABLE.table(rename={"GPU time": "GPU time/step" if per_step else "GPU time (trace)"})
-    for b in f.evidence["blocks"]:
-        t.add_row(str(b["name"]), fmt_ns(round(b[BlockCol.GPU_TIME_PER_STEP])), fmt_pct(b[BlockCol.GPU_SHARE]))
-    return t
