@@ -23,7 +23,7 @@ from tracewhy.findings.applicability import device_allocation_advice, gpu_vendor
 from tracewhy.findings.basis import Basis, basis, busy_parts, busy_phrase
 from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
-from tracewhy.findings.idle_host import host_finding
+from tracewhy.findings.idle_host import before_trace_ns, host_reading
 from tracewhy.findings.input_advice import loader_advice, loader_evidence
 from tracewhy.findings.model import Finding, Severity
 from tracewhy.findings.overlap import overlap_result
@@ -53,7 +53,7 @@ def findings(ctx: Context) -> list[Finding]:
         return _input_without_gpu(ctx)
     out: list[Finding] = []
     idle_share = b.share(b.idle_ns)
-    before = _before_trace_ns(ctx, b)
+    before = before_trace_ns(ctx, b)
     class_ns = {**b.class_ns, GapClass.DEPENDENCY.value: b.class_ns[GapClass.DEPENDENCY.value] - before}
     # Idle in gaps too short to explain one by one is a part of its own, so the parts add up.
     idle_parts = {**class_ns, SHORT: b.short_ns, OUTSIDE: b.outside_ns, BEFORE_TRACE: before}
@@ -92,22 +92,6 @@ def findings(ctx: Context) -> list[Finding]:
     if b.short_ns >= th.IDLE_CLASS_MIN_NS and b.share(b.short_ns) >= th.IDLE_CLASS_MIN_SHARE:
         out.append(_short(ctx, b))
     return out
-
-
-def _before_trace_ns(ctx: Context, b: Basis) -> int:
-    """The basis device's dependency idle (per step, on the basis' footing) inside the wait of the
-    window's first launch on GPU work the trace did not record: from that launch to the device's
-    first recorded work, where the account found one (0 elsewhere)."""
-    account = ctx.account()
-    u = account.unrecorded if account is not None else None
-    if u is None or u.device != b.device:
-        return 0
-    gaps = ctx.gaps().gaps.filter((pl.col(GapCol.DEVICE) == b.device)
-                                  & (pl.col(GapCol.GAP_CLASS) == GapClass.DEPENDENCY.value))
-    starts = gaps.get_column(GapCol.START).to_numpy()
-    ends = starts + gaps.get_column(GapCol.DUR).to_numpy()
-    inside = int(np.clip(np.minimum(ends, u.first_gpu_ns) - np.maximum(starts, u.launch_ns), 0, None).sum())
-    return min(round(inside / b.steps), b.class_ns[GapClass.DEPENDENCY.value])
 
 
 def _short(ctx: Context, b: Basis) -> Finding:
@@ -269,8 +253,21 @@ def _launch(ctx: Context, b: Basis, ns: float) -> Finding:
 
 
 def _host(ctx: Context, b: Basis, ns: float) -> Finding:
-    return host_finding(ctx, b, ns, _severity(b, ns), _top_gaps(ctx, GapClass.HOST, "host_op"),
-                        _top_gaps(ctx, GapClass.HOST, "host_python"), _top_gaps(ctx, GapClass.HOST, "host_annotation"))
+    ops = _top_gaps(ctx, GapClass.HOST, "host_op")
+    py = _top_gaps(ctx, GapClass.HOST, "host_python")
+    ann = _top_gaps(ctx, GapClass.HOST, "host_annotation")
+    line = sl.host_line(ctx)
+    read = host_reading(ctx, b)
+    return Finding(
+        code=Code.GPU_IDLE_HOST, severity=_severity(b, ns),
+        statement=f"The GPU waits while the host computes: {ms(ns)} {b.unit} ({b.of_window(ns)}) of idle time with "
+                  "the host in Python or CPU ops and no launch in flight "
+                  f"(mostly {', '.join(py or ops or ann) or 'unnamed code'}{sl.named(line, '; ')}){read.clause}.",
+        next_step=read.next_step,
+        recoverable_ns_per_step=round(ns),
+        evidence={"idle_host_ns": round(ns), "ops": ops, "python": py, "annotations": ann, **sl.evidence(line),
+                  **read.evidence},
+    )
 
 
 def _allocator(ctx: Context, b: Basis, ns: float) -> Finding:

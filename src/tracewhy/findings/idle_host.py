@@ -1,12 +1,15 @@
-"""``gpu-idle-host``: GPU idle while the host computes, told apart by how its gaps fall. Many
-short gaps between the step's own launches, none holding most of their time, are the model's
-op-by-op dispatch (each op's Python and dispatch outlast its kernel): cut the host's cost per op
-as fits what already runs the step. Fewer, or one dominant, are a stretch of CPU work: move it off
-the step (docs/decisions.md, "Why the GPU was idle")."""
+"""How the idle findings (``findings/idle.py``) read the gaps beyond their classes. For
+``gpu-idle-host``, how its gaps fall: many short ones between the step's own launches, none
+holding most of their time, are the model's op-by-op dispatch (each op's Python and dispatch
+outlast its kernel): cut the host's cost per op as fits what already runs the step; fewer, or one
+dominant, are a stretch of CPU work: move it off the step (docs/decisions.md, "Why the GPU was
+idle"). For the dependency class, the part that is the wait on GPU work the trace did not record
+(docs/decisions.md, "A launch delay the trace cannot explain")."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -18,19 +21,24 @@ from tracewhy.analyses.steps import StepCol
 from tracewhy.findings import source_line as sl
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.basis import Basis
-from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
-from tracewhy.findings.model import Finding, Severity
 from tracewhy.model.schema import Col, Kind
 from tracewhy.units import fmt_ns as ms
 from tracewhy.units import fmt_pct as pct
 
 
-def host_finding(ctx: Context, b: Basis, ns: float, severity: Severity, ops: list[str], py: list[str],
-                 ann: list[str]) -> Finding:
-    """``gpu-idle-host``: ``ns`` of host-class idle (per step on the basis' footing), named by the
-    gaps' top ops, Python frames and annotations."""
-    where = py or ops or ann
+@dataclass(frozen=True)
+class HostReading:
+    """What the host-class gaps say for ``gpu-idle-host``: the clause that says how they fall
+    (empty unless they are op-by-op dispatch), the next step that fits, and the evidence."""
+
+    clause: str
+    next_step: str
+    evidence: dict[str, Any]
+
+
+def host_reading(ctx: Context, b: Basis) -> HostReading:
+    """The gaps' spread read (``host_spread``) into the finding's words (``idle._host``)."""
     line = sl.host_line(ctx)
     spread = host_spread(ctx, b)
     dispatch = spread is not None and spread.dispatch
@@ -45,20 +53,27 @@ def host_finding(ctx: Context, b: Basis, ns: float, severity: Severity, ops: lis
                  f"Move that work{sl.named(line, ' (', ')')} off the critical path (precompute, do it on the GPU, "
                  "or overlap it with the next step); profile the Python with py-spy record -o host.svg -- python "
                  "train.py, and list the gaps with tracewhy gaps TRACE --class host.")
-    return Finding(
-        code=Code.GPU_IDLE_HOST, severity=severity,
-        statement=f"The GPU waits while the host computes: {ms(ns)} {b.unit} ({b.of_window(ns)}) of idle time with "
-                  "the host in Python or CPU ops and no launch in flight "
-                  f"(mostly {', '.join(where) or 'unnamed code'}{sl.named(line, '; ')}){how}.",
-        next_step=next_step,
-        recoverable_ns_per_step=round(ns),
-        evidence={"idle_host_ns": round(ns), "ops": ops, "python": py, "annotations": ann, **sl.evidence(line),
-                  **({} if spread is None else {"host_gaps_per_step": round(spread.gaps_per_step, 2),
-                                                "kernels_per_step": round(spread.kernels_per_step, 2),
-                                                "median_host_gap_ns": spread.median_gap_ns,
-                                                "largest_host_gap_share": round(spread.largest_share, 4),
-                                                "op_by_op_dispatch": dispatch})},
-    )
+    evidence: dict[str, Any] = {} if spread is None else {
+        "host_gaps_per_step": round(spread.gaps_per_step, 2), "kernels_per_step": round(spread.kernels_per_step, 2),
+        "median_host_gap_ns": spread.median_gap_ns, "largest_host_gap_share": round(spread.largest_share, 4),
+        "op_by_op_dispatch": dispatch}
+    return HostReading(how, next_step, evidence)
+
+
+def before_trace_ns(ctx: Context, b: Basis) -> int:
+    """The basis device's dependency idle (per step, on the basis' footing) inside the wait of the
+    window's first launch on GPU work the trace did not record: from that launch to the device's
+    first recorded work, where the account found one (0 elsewhere)."""
+    account = ctx.account()
+    u = account.unrecorded if account is not None else None
+    if u is None or u.device != b.device:
+        return 0
+    gaps = ctx.gaps().gaps.filter((pl.col(GapCol.DEVICE) == b.device)
+                                  & (pl.col(GapCol.GAP_CLASS) == GapClass.DEPENDENCY.value))
+    starts = gaps.get_column(GapCol.START).to_numpy()
+    ends = starts + gaps.get_column(GapCol.DUR).to_numpy()
+    inside = int(np.clip(np.minimum(ends, u.first_gpu_ns) - np.maximum(starts, u.launch_ns), 0, None).sum())
+    return min(round(inside / b.steps), b.class_ns[GapClass.DEPENDENCY.value])
 
 
 def per_op_fix(ctx: Context) -> str:
