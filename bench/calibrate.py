@@ -83,9 +83,9 @@ def capture_first_touch(key: str, data: Path = DATA) -> float | None:
     from the last interpreter in captures.log that wrote ``key``'s traces; None where it
     measured none."""
     log = data / "captures.log"
-    ratio: float | None = None
     if not log.is_file():
         return None
+    ratio: float | None = None
     mine = False
     for line in log.read_text(encoding="utf-8").splitlines():
         if line and not line[0].isspace() and not line.startswith("#"):

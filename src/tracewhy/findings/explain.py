@@ -178,9 +178,8 @@ def explain(ctx: Context, found: list[Finding], *, replay: bool = True) -> Expla
                 out.append(unexplained_part(ctx, account, r))
                 continue
             edits = _fixes([r])
-            shared = _shared(ctx, out, fixes, str(r[AccountCol.PART]))
+            shared, sharers = _shared(ctx, out, fixes, str(r[AccountCol.PART]))
             if shared is not None:  # their fixes take part of it: they may lead on it
-                sharers = [i for i, f in enumerate(out) if str(f.code) in shared.codes]
                 if shared.taken_ns >= (1 - SHARED_MIN_SHARE) * shared.part_ns:
                     claimed[r[AccountCol.PART]] = sharers
                     continue  # those fixes take (nearly) all of it: explained, by them
@@ -239,29 +238,25 @@ def _predicted(ctx: Context, f: Finding, matched: list[Row], edits: tuple[Fix, .
 SHARED_MIN_SHARE: Final = 0.1
 
 
-def _shared(ctx: Context, found: list[Finding], fixes: dict[int, tuple[Fix, ...]], part: str) -> Shared | None:
+def _shared(ctx: Context, found: list[Finding], fixes: dict[int, tuple[Fix, ...]], part: str
+            ) -> tuple[Shared | None, list[int]]:
     """How much of ``part`` (an avoidable part no rule claimed) the fixes of the findings already
     made remove as well: a fix's replay also takes the untraced Python around the ops it removes
-    (``RemoveCode``), which the account counts in the untraced part. Each saving finding whose
-    replay shrinks the part by SHARED_MIN_SHARE of it or more, with what it takes (ns per step,
-    over the replayed steps); None where none does."""
+    (``RemoveCode``), which the account counts in the untraced part. The saving findings whose
+    replay shrinks the part by SHARED_MIN_SHARE of it or more, with what their fixes together
+    take (ns per step, over the replayed steps), and their indices in ``found``; (None, []) where
+    none does."""
     base = ctx.predict(()).parts.get(part, 0)
     if base <= 0:
-        return None
-    taken: list[tuple[str, int]] = []
-    edits: dict[str, Fix] = {}
-    for i, f in enumerate(found):
-        if not fixes.get(i) or f.recoverable_ns_per_step <= 0:
-            continue
-        removed = base - ctx.predict(fixes[i]).parts.get(part, 0)
-        if removed >= SHARED_MIN_SHARE * base:
-            taken.append((str(f.code), removed))
-            edits.update((repr(e), e) for e in fixes[i])
-    if not taken:
-        return None
+        return None, []
+    sharers = [i for i, f in enumerate(found) if fixes.get(i) and f.recoverable_ns_per_step > 0
+               and base - ctx.predict(fixes[i]).parts.get(part, 0) >= SHARED_MIN_SHARE * base]
+    if not sharers:
+        return None, []
+    edits = {repr(e): e for i in sharers for e in fixes[i]}
     together = ctx.predict(tuple(edits.values())).parts.get(part, 0)
-    return Shared(codes=tuple(c for c, _ in taken), taken_ns=base - together, part_ns=base,
-                  fixes=tuple(edits.values()))
+    return Shared(codes=tuple(str(found[i].code) for i in sharers), taken_ns=base - together, part_ns=base,
+                  fixes=tuple(edits.values())), sharers
 
 
 def _beyond(ctx: Context, f: Finding, shared: Shared | None, edits: tuple[Fix, ...]) -> Finding:

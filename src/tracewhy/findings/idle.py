@@ -257,7 +257,7 @@ def _host(ctx: Context, b: Basis, ns: float) -> Finding:
     py = _top_gaps(ctx, GapClass.HOST, "host_python")
     ann = _top_gaps(ctx, GapClass.HOST, "host_annotation")
     line = sl.host_line(ctx)
-    read = host_reading(ctx, b)
+    read = host_reading(ctx, b, line)
     return Finding(
         code=Code.GPU_IDLE_HOST, severity=_severity(b, ns),
         statement=f"The GPU waits while the host computes: {ms(ns)} {b.unit} ({b.of_window(ns)}) of idle time with "

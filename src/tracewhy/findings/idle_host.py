@@ -16,6 +16,7 @@ import polars as pl
 
 from tracewhy.analyses.compile_slices import ROLE, Role
 from tracewhy.analyses.gaps import GapClass, GapCol
+from tracewhy.analyses.source_lines import SourceLine
 from tracewhy.analyses.stats import max_of, sum_of
 from tracewhy.analyses.steps import StepCol
 from tracewhy.findings import source_line as sl
@@ -37,9 +38,9 @@ class HostReading:
     evidence: dict[str, Any]
 
 
-def host_reading(ctx: Context, b: Basis) -> HostReading:
-    """The gaps' spread read (``host_spread``) into the finding's words (``idle._host``)."""
-    line = sl.host_line(ctx)
+def host_reading(ctx: Context, b: Basis, line: SourceLine | None) -> HostReading:
+    """The gaps' spread read (``host_spread``) into the finding's words (``idle._host``), naming
+    ``line``, the user line above the host work."""
     spread = host_spread(ctx, b)
     dispatch = spread is not None and spread.dispatch
     how = ("" if spread is None or not dispatch else
@@ -109,14 +110,14 @@ class HostSpread:
 
 def host_spread(ctx: Context, b: Basis) -> HostSpread | None:
     """The host-class gaps of the basis' device over the basis' steps (None: none)."""
-    steps = ctx.steps().table.with_row_index("step")
     gaps = ctx.gaps().gaps.filter((pl.col(GapCol.DEVICE) == b.device)
                                   & (pl.col(GapCol.GAP_CLASS) == GapClass.HOST.value))
-    kernels = float(ctx.trace.of_kind(Kind.KERNEL).filter(pl.col(Col.DEVICE) == b.device).height)
-    if b.per_steps:
-        steady = steps.filter(pl.col(StepCol.STEADY))
-        gaps = gaps.filter(pl.col("step").is_in(steady.get_column("step").cast(pl.Int64).implode()))
+    if b.per_steps:  # a gap's step is its step's row in the steps table
+        steady = ctx.steps().table.with_row_index(GapCol.STEP).filter(pl.col(StepCol.STEADY))
+        gaps = gaps.filter(pl.col(GapCol.STEP).is_in(steady.get_column(GapCol.STEP).cast(pl.Int64).implode()))
         kernels = float(sum_of(steady.get_column(StepCol.KERNEL_COUNT)))
+    else:
+        kernels = float(ctx.trace.of_kind(Kind.KERNEL).filter(pl.col(Col.DEVICE) == b.device).height)
     if not gaps.height:
         return None
     dur = gaps.get_column(GapCol.DUR)

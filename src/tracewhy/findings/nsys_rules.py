@@ -73,19 +73,21 @@ def findings(ctx: Context) -> list[Finding]:
         # statement's first figure count every blocking call per step (findings/sync_count.py).
         count = blocking_syncs(ctx)
         breakdown = count.breakdown()
+        # Without step markers the count is the whole trace's, and is said so, not "per step".
+        if count.steps:
+            counted = f"{count.per_step:.3g} blocking calls per step ({count.statistic}"
+            counted += f": {breakdown}" if breakdown else ""
+        else:
+            counted = f"{count.per_step:.3g} blocking calls over the trace (no step markers"
+            counted += f"; {breakdown}" if breakdown else ""
         out.append(Finding(
             code=Code.NSYS_SYNC_API, severity=severity_for_share(blocked_share),
-            statement=(f"{count.per_step:.3g} blocking calls per step ({count.statistic}"
-                       + (f": {breakdown}" if breakdown else "") if count.steps else
-                       f"{count.per_step:.3g} blocking calls over the trace (no step markers"
-                       + (f"; {breakdown}" if breakdown else ""))
-                      + "; as check --max-syncs-per-step counts). "
+            statement=counted + "; as check --max-syncs-per-step counts). "
                       f"Over the whole trace, nsys rule cuda_api_sync (device and stream synchronize only) finds "
                       f"{sync_api.height}, blocking the host for {ms(sum_of(sync_api['dur_ns']))} ("
                       + ", ".join(f"{a} x{n}" for a, n in names.iter_rows()) + ").",
-            next_step=("Keep at most one synchronize per step" if count.steps else
-                       "Keep at most one synchronize per iteration")
-                      + "; tracewhy gaps TRACE --class sync shows the ones that drain the GPU.",
+            next_step=f"Keep at most one synchronize per {'step' if count.steps else 'iteration'}; tracewhy gaps "
+                      "TRACE --class sync shows the ones that drain the GPU.",
             evidence={"rule": "cuda_api_sync", "count": sync_api.height, "longest": _rows(sync_api),
                       "share_of_trace": round(blocked_share, 4), "blocking_calls_per_step": count.per_step,
                       "blocking_calls_statistic": count.statistic, "blocking_calls_counted": COUNTED},
