@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from tracewhy.findings.codes import Code
+    from tracewhy.findings.model import Finding
+    from tracewhy.reports.diagnose import Report
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The shared folder lives beside the clone (CI puts it there too).
@@ -39,6 +45,24 @@ def diagnose_json(path: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, A
 def finding_of(doc: dict[str, Any], code: str) -> dict[str, Any] | None:
     """The document's first finding of ``code``, or None."""
     return next((f for f in doc["findings"] if f["code"] == code), None)
+
+
+@cache
+def checked_report(path: Path) -> Report:
+    """``diagnose`` of the trace at ``path``, its model checked first; once per path a session."""
+    import tracewhy
+    from tracewhy.reports.diagnose import diagnose
+
+    trace = tracewhy.load(path)
+    trace.check()
+    return diagnose(trace)
+
+
+def the_finding(path: Path, code: Code) -> Finding:
+    """The one finding of ``code`` in ``checked_report(path)`` (exactly one must be there)."""
+    found = [f for f in checked_report(path).findings if f.code == code]
+    assert len(found) == 1, [f.code for f in checked_report(path).findings]
+    return found[0]
 
 
 @pytest.fixture(scope="session")

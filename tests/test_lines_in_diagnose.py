@@ -17,13 +17,12 @@ from typing import Any
 import pytest
 
 import tracewhy
-from conftest import GENERATED, ROOT, shared_trace
+from conftest import GENERATED, ROOT, checked_report, shared_trace, the_finding
 from tracewhy.analyses.source_lines import line_of
 from tracewhy.findings import source_line
 from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
-from tracewhy.findings.model import Finding
-from tracewhy.reports.diagnose import Report, diagnose
+from tracewhy.reports.diagnose import diagnose
 
 SCRIPT = ROOT / "scripts" / "gen_traces" / "lines_traces.py"
 BERT_MI300X = "tracelens/mi300x_bert-small_bs1_seq512.json.gz"
@@ -32,19 +31,6 @@ NO_STACKS = ("hta/mi250_minitoy_train_rocm6.2.json.gz", "hta/gp100_step_sync_gpu
              "hta/a100_cuda_event_sync_small.json.gz")
 DEMO = ROOT / "examples" / "demo_cpu_training.pt.trace.json.gz"
 NAMED = (Code.SCALAR_READ_PER_STEP, Code.GPU_IDLE_SYNC, Code.GPU_IDLE_INPUT, Code.INPUT_BOUND, Code.GPU_IDLE_HOST)
-
-
-@cache
-def _report(path: Path) -> Report:
-    trace = tracewhy.load(path)
-    trace.check()
-    return diagnose(trace)
-
-
-def _finding(path: Path, code: Code) -> Finding:
-    found = [f for f in _report(path).findings if f.code == code]
-    assert len(found) == 1, [f.code for f in _report(path).findings]
-    return found[0]
 
 
 def _planted(function: str) -> dict[str, Any]:
@@ -65,21 +51,21 @@ def _named(line: dict[str, Any]) -> str:
     ("item", Code.SCALAR_READ_PER_STEP, "read_metrics"),
 ])
 def test_the_finding_names_the_planted_line(name: str, code: Code, function: str) -> None:
-    f = _finding(GENERATED / f"cpu_lines_{name}.pt.trace.json.gz", code)
+    f = the_finding(GENERATED / f"cpu_lines_{name}.pt.trace.json.gz", code)
     planted = _planted(function)
     assert f.evidence["line"] == planted
     assert _named(planted) in f.statement
 
 
 def test_the_scalar_read_advice_points_at_the_line() -> None:
-    f = _finding(GENERATED / "cpu_lines_item.pt.trace.json.gz", Code.SCALAR_READ_PER_STEP)
+    f = the_finding(GENERATED / "cpu_lines_item.pt.trace.json.gz", Code.SCALAR_READ_PER_STEP)
     assert f.next_step.startswith(f"Stop reading values back every step ({_named(_planted('read_metrics'))}):")
 
 
 def test_a_spike_names_the_line_its_extra_time_went_to() -> None:
     """In the sleep trace's one spike step a single ``__getitem__`` call slept 64 ms instead of
     1 ms (read from the raw events): the spike's extra time is under the planted line."""
-    f = _finding(GENERATED / "cpu_lines_sleep.pt.trace.json.gz", Code.STEP_TIME_SPIKES)
+    f = the_finding(GENERATED / "cpu_lines_sleep.pt.trace.json.gz", Code.STEP_TIME_SPIKES)
     assert f.evidence["line"] == _planted("__getitem__")
     assert _named(_planted("__getitem__")) in f.statement
     assert f.evidence["line_extra_ns"] >= 0.5 * f.evidence["excess_ns"] / len(f.evidence["spike_steps"])
@@ -88,7 +74,7 @@ def test_a_spike_names_the_line_its_extra_time_went_to() -> None:
 def test_the_optimizers_own_reads_name_no_line_of_the_loop() -> None:
     """cpu_adam_item: Adam's single-tensor path reads its step counters under optimizer.step();
     the loop's one read is log_loss's, which is the line named."""
-    f = _finding(GENERATED / "cpu_adam_item.pt.trace.json.gz", Code.SCALAR_READ_PER_STEP)
+    f = the_finding(GENERATED / "cpu_adam_item.pt.trace.json.gz", Code.SCALAR_READ_PER_STEP)
     assert f.evidence["from_optimizer"] > 0
     assert f.evidence["line"]["function"] == "log_loss"
 
@@ -123,7 +109,7 @@ def test_the_line_is_the_frame_the_raw_events_put_above_the_blocking_calls(code:
     events = _raw(path)
     expected = {_user_frame_above(events, e) for e in events if e["name"] == inner}
     assert len(expected) == 1
-    line = _finding(path, code).evidence["line"]
+    line = the_finding(path, code).evidence["line"]
     assert {f"{line['file']}({line['line']}): {line['function']}"} == expected
 
 
@@ -134,16 +120,16 @@ def test_legacy_call_stacks_name_the_line_that_iterates_the_loader() -> None:
     stacks = {e["args"]["Call stack"] for e in _raw(path) if e["name"].endswith("DataLoaderIter.__next__")}
     assert len(stacks) == 1
     innermost_user = next(entry for entry in stacks.pop().split(";") if "site-packages" not in entry)
-    line = _finding(path, Code.GPU_IDLE_INPUT).evidence["line"]
+    line = the_finding(path, Code.GPU_IDLE_INPUT).evidence["line"]
     assert f"{line['file']}({line['line']}): {line['function']}" == innermost_user
     assert line["kind"] == "call"  # a Call stack entry is the line being run: the call itself
-    assert f"user line {line['file']}:{line['line']} in {line['function']}" in _finding(path,
+    assert f"user line {line['file']}:{line['line']} in {line['function']}" in the_finding(path,
                                                                                     Code.GPU_IDLE_INPUT).statement
 
 
 @pytest.mark.parametrize("relative", NO_STACKS)
 def test_without_stacks_no_finding_names_a_line(relative: str) -> None:
-    report = _report(shared_trace(relative))
+    report = checked_report(shared_trace(relative))
     assert {f.code for f in report.findings} & set(NAMED)
     for f in report.findings:
         assert "line" not in f.evidence

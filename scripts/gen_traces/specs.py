@@ -27,6 +27,7 @@ import memory_step_traces
 import memory_traces
 import optimizer_traces
 import provenance_traces
+import spike_traces
 import torch_trace_logs
 
 
@@ -270,6 +271,10 @@ SPECS: tuple[TraceSpec, ...] = (
       )),
     TraceSpec("loop_augment", (loop_traces.FILE,), _one(loop_traces.FILE, loop_traces.make), "loop_traces.make",
               loop_traces.OPTIONS, _sched(loop_traces.SCHEDULE), loop_traces.PLANTED),
+    TraceSpec("spikes_eval", (spike_traces.EVAL_FILE,), _one(spike_traces.EVAL_FILE, spike_traces.make_eval),
+              "spike_traces.make_eval", spike_traces.OPTIONS, _sched(spike_traces.SCHEDULE), spike_traces.PLANTED_EVAL),
+    TraceSpec("spikes_save", (spike_traces.SAVE_FILE,), _one(spike_traces.SAVE_FILE, spike_traces.make_save),
+              "spike_traces.make_save", spike_traces.OPTIONS, _sched(spike_traces.SCHEDULE), spike_traces.PLANTED_SAVE),
     TraceSpec("lines_started", (lines_traces.STARTED_FILE,), _one(lines_traces.STARTED_FILE, lines_traces.make_started),
               "lines_traces.make_started", lines_traces.OPTIONS, _sched(lines_traces.STARTED_SCHEDULE),
               lines_traces.PLANTED_STARTED),

@@ -1,20 +1,15 @@
 """Host-side signatures that cost time even when they are not the biggest gap: copies from
-pageable memory, synchronous copies, allocator calls in steady state, per-step scalar reads,
-and step-time spikes."""
+pageable memory, synchronous copies, allocator calls in steady state and per-step scalar reads
+(step-time spikes are ``findings/spikes.py``'s)."""
 
 from __future__ import annotations
-
-from dataclasses import replace
 
 import numpy as np
 import polars as pl
 
-from tracewhy.analyses.compile import CompileStepCol, RecompileCol
-from tracewhy.analyses.compile_fallback import FallbackCol
 from tracewhy.analyses.copies import copies
 from tracewhy.analyses.host_activity import Flag
 from tracewhy.analyses.source_lines import SourceLine
-from tracewhy.analyses.spikes import spikes
 from tracewhy.analyses.steps import StepCol
 from tracewhy.analyses.syncs import compiler_rows
 from tracewhy.findings import source_line as sl
@@ -22,7 +17,6 @@ from tracewhy.findings import thresholds as th
 from tracewhy.findings.anti_patterns import anti_patterns_result
 from tracewhy.findings.applicability import device_allocation_advice, pinned_copy_advice, run_facts
 from tracewhy.findings.codes import Code
-from tracewhy.findings.compile import compile_result
 from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding, Severity
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col
@@ -59,7 +53,6 @@ def findings(ctx: Context) -> list[Finding]:
         ))
     out += _allocator(ctx)
     out += _scalar_reads(ctx)
-    out += _spikes(ctx)
     return out
 
 
@@ -181,101 +174,3 @@ def _own_time(ctx: Context, names: list[str]) -> float:
     enclosing = s.get_column(Col.OP).fill_null(-1).to_numpy()[ids]
     outer = ~np.isin(enclosing, ids)
     return float(s.get_column(Col.DUR).to_numpy()[ids][outer].sum())
-
-
-def _spikes(ctx: Context) -> list[Finding]:
-    sp = spikes(ctx.trace, ctx.steps(), ctx.host())
-    # A step that recompiles (or gives up compiling) is the compile findings' to state, once or
-    # every step: it is not repeated here as a spike; nor is a step the step account left out as a
-    # one-time compile (a branch compiled the first time it is taken): it does not recur per step.
-    sp = replace(sp, spikes=sp.spikes.filter(~pl.col("step").is_in(_recompile_steps(ctx) + _one_time_steps(ctx))))
-    if sp.spikes.height == 0:
-        return []
-    extra_cols = [c for c in sp.spikes.columns if c.startswith("extra_")]
-    causes: dict[str, float] = {}
-    for c in extra_cols:
-        v = float(sp.spikes.get_column(c).mean())  # type: ignore[arg-type]
-        if v > 0:
-            causes[c.removeprefix("extra_")] = v
-    steady = sp.per_step.filter(pl.col(StepCol.STEADY))
-    excess = int(sp.spikes.get_column("excess_ns").sum())
-    in_steps, recompiled_ns = _compile_in_spikes(ctx, sp.spikes.get_column("step").to_list())
-    compiling = sum(in_steps.values())
-    parts = [f"+{v:.1f} {k.replace('_', ' ')}" for k, v in causes.items()]
-    if compiling:
-        parts.insert(0, "torch.compile work (Dynamo, AOT autograd, inductor: "
-                     + ", ".join(f"{ms(ns)} in {step}" for step, ns in in_steps.items()) + ")")
-    explained = bool(parts)
-    # Compile time the recompile finding already claims is not recoverable twice; with compile work
-    # the only cause, the other spikes' excess is as unexplained as below.
-    recoverable = max((excess if causes else compiling) - min(compiling, recompiled_ns), 0) if explained else 0
-    spike_steps = sp.spikes.get_column("step").to_list()
-    grown = sl.spike_line(ctx, spike_steps, excess)
-    contents, next_step = _spike_contents(parts, grown)
-    return [Finding(
-        code=Code.STEP_TIME_SPIKES, severity=Severity.MEDIUM if explained else Severity.LOW,
-        statement=f"{sp.spikes.height} of {steady.height} steady steps run over {100 * (1 + sp.margin):.0f}% of the "
-                  f"median ({ms(excess / sp.spikes.height)} extra each); {contents}",
-        next_step=next_step,
-        # Unexplained spikes are not recoverable by any change we can name; a line that takes the
-        # extra time names where to look, not a change that recovers it.
-        recoverable_ns_per_step=round(recoverable / max(steady.height, 1)),
-        evidence={"spike_steps": spike_steps, "excess_ns": excess, "causes": causes, "compile_ns": compiling,
-                  **({} if grown is None else {**sl.evidence(grown[0]), "line_extra_ns": grown[1]})},
-        see=(Code.RECOMPILE,) if compiling else (),
-    )]
-
-
-def _spike_contents(parts: list[str], grown: tuple[SourceLine, int] | None) -> tuple[str, str]:
-    """What the spikes contain that a median step lacks (events, compile work, the user line
-    their extra time went to), and what to do about it."""
-    events = f"they contain {', '.join(parts)} over a median step" if parts else ""
-    next_step = ("Remove the per-step source of those events (recompiles: mark dynamic shapes or pad; allocator: "
-                 "stable shapes; syncs: tracewhy gaps TRACE --class sync)." if parts else
-                 "Rerun to see whether the spikes repeat; if they do, capture with with_stack=True around them.")
-    if grown is None:
-        return (events or "they contain nothing a median step lacks (machine noise, GC or I/O outside the trace)"
-                ) + ".", next_step
-    line, extra_ns = grown
-    took = sl.named(line, after=f" takes {ms(extra_ns)} more in each than in the other steady steps.")
-    if parts:
-        return f"{events}; {took}", next_step
-    return took, (f"See what {sl.where(line)} does differently in those steps (tracewhy lines TRACE lists its "
-                  "time); rerun to see whether the spikes repeat.")
-
-
-def _one_time_steps(ctx: Context) -> list[int]:
-    """Indexes (in the steps table) of the steps the step account left out as one-time compiles."""
-    account = ctx.account()
-    if account is None or not account.one_time:
-        return []
-    names = {s.name for s in account.one_time}
-    return [i for i, name in enumerate(ctx.steps().table.get_column(StepCol.NAME).cast(pl.String).to_list())
-            if name in names]
-
-
-def _recompile_steps(ctx: Context) -> list[int]:
-    """Indexes (in the steps table) of the steps holding a recompile or a compile that gave up."""
-    r = compile_result(ctx)
-    if r.per_step.height != ctx.steps().table.height:
-        return []
-    names = r.per_step.get_column(CompileStepCol.STEP).to_list()
-    marked = set(r.recompiles.get_column(RecompileCol.STEP).drop_nulls().to_list())
-    marked |= set(r.fallbacks.get_column(FallbackCol.STEP).drop_nulls().to_list())
-    return [i for i, name in enumerate(names) if name in marked]
-
-
-def _compile_in_spikes(ctx: Context, spike_steps: list[int]) -> tuple[dict[str, int], int]:
-    """Per spike step that compiles more than the steady median step, that extra torch.compile
-    work (nested phases once, wherever they sit under the step); and the cost of the steady
-    recompiles. The compile analysis' steps are the step windows, in the steps table's order."""
-    r = compile_result(ctx)
-    if r.compile_ns == 0 or r.per_step.height != ctx.steps().table.height:
-        return {}, 0
-    compile_ns = r.per_step.get_column(CompileStepCol.COMPILE_NS).to_list()
-    names = r.per_step.get_column(CompileStepCol.STEP).to_list()
-    median = r.per_step.filter(pl.col(CompileStepCol.STEADY)).get_column(CompileStepCol.COMPILE_NS).median()
-    base = float(median) if isinstance(median, (int, float)) else 0.0
-    extra = {str(names[i]): round(compile_ns[i] - base) for i in spike_steps if compile_ns[i] > base}
-    recompiled = int(r.recompiles.filter(pl.col(RecompileCol.STEADY)).get_column(RecompileCol.COST_NS).sum())
-    return extra, recompiled

@@ -86,6 +86,12 @@ HIGH_SEVERITY_MIN_STEPS: Final = 2
 #: A user line explains the spikes when its self time in them grows by at least this share of
 #: their excess over the median step: most of the extra time is then under that one line.
 SPIKE_LINE_MIN_SHARE: Final = 0.5
+#: Ops the spikes call more often than a median step are named when their extra time is at
+#: least this share of the spikes' excess (up to three): smaller ones are a spike's noise.
+SPIKE_OPS_MIN_SHARE: Final = 0.1
+#: Untraced time, or the same ops running slower, is named when it grows by at least this share
+#: of the excess.
+SPIKE_PART_MIN_SHARE: Final = 0.25
 
 # --- copies --------------------------------------------------------------------------------
 #: Pageable copies worth mentioning: fewer than this per step are not worth pinning memory for.

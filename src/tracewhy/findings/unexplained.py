@@ -13,6 +13,8 @@ from tracewhy.analyses.account import AccountCol, AccountResult
 from tracewhy.analyses.account_names import PartKind, PartName
 from tracewhy.analyses.iterations import WindowSource
 from tracewhy.analyses.library_frames import part_frames
+from tracewhy.analyses.step_units import untraced_by_place
+from tracewhy.analyses.steps import StepCol
 from tracewhy.analyses.what_if_edits import Fix
 from tracewhy.findings.applicability import RunFacts, run_facts
 from tracewhy.findings.codes import Code
@@ -22,6 +24,13 @@ from tracewhy.findings.source_line import has_stacks
 from tracewhy.units import fmt_ns as ms
 from tracewhy.units import fmt_pct
 
+#: A part is said to sit in a few steps when at least this share of its time falls in at most a
+#: third of the analysed steps.
+CONCENTRATED_SHARE: Final = 0.8
+#: An untraced stretch's place (the op it follows) is named from this share of the part...
+PLACE_MIN_SHARE: Final = 0.15
+#: ...when the step thread's untraced time per step is within these bounds of the part's.
+PLACE_SAME_TIME: Final = (0.8, 1.25)
 #: Items of the part named in the statement (the evidence has the account's top items).
 _NAMED_ITEMS: Final = 2
 
@@ -91,6 +100,7 @@ def unexplained_part(ctx: Context, account: AccountResult, row: dict[str, Any], 
     return Finding(
         code=Code.UNEXPLAINED_PART, severity=Severity.MEDIUM,
         statement=f"{fmt_pct(share)} {unit} is {what} ({ms(ns)} {per} on the critical path){where}"
+                  f"{_concentrated(account, part)}{_untraced_places(ctx, part, ns)}"
                   f"{library.clause if library is not None else ''}"
                   + (shared.clause() if shared is not None else ", and no other finding explains it."),
         next_step=next_step,
@@ -159,6 +169,51 @@ def _compile_runtime_advice(facts: RunFacts) -> str:
             f"larger compiled regions per step (remove graph breaks; compile the whole step, not pieces){graphs}. "
             "with_stack inflates Python time: time the step again without it. tracewhy lines TRACE --all lists "
             "the library functions.")
+
+
+def _concentrated(account: AccountResult, part: str) -> str:
+    """"; 95% of it in 3 of the 13 analysed steps (#4, #8, #12)" when most of the part's time
+    (``CONCENTRATED_SHARE``) falls in at most a third of the analysed steps: a mean per step that
+    most steps do not pay (a spike's work, such as an evaluation every few steps)."""
+    steps = account.windows.select(AccountCol.STEP, AccountCol.NUMBER).rows()
+    if len(steps) < 3:
+        return ""
+    spent = dict(account.per_step.filter(pl.col(AccountCol.PART) == part)
+                 .select(AccountCol.STEP, AccountCol.NS).rows())
+    ranked = sorted(((int(spent.get(step, 0)), step, number) for step, number in steps), key=lambda r: (-r[0], r[1]))
+    total = sum(r[0] for r in ranked)
+    held, top = 0, []
+    for ns, step, number in ranked:
+        if held >= CONCENTRATED_SHARE * total:
+            break
+        held += ns
+        top.append(step if number is None else number)
+    if total <= 0 or len(top) > len(steps) // 3:
+        return ""
+    return (f"; {fmt_pct(held / total)} of it in {len(top)} of the {len(steps)} analysed steps "
+            f"({', '.join(f'#{n}' for n in sorted(top))})")
+
+
+def _untraced_places(ctx: Context, part: str, ns: int) -> str:
+    """"; on the step's thread it falls most at the step's start (3.282 ms per step) and after
+    `aten::empty` (1.921 ms)" for the untraced part: the op or annotation each untraced stretch of
+    the steady steps follows, those with at least ``PLACE_MIN_SHARE`` of the part, up to two:
+    where to look in the code when the trace has no Python frames. Only where the thread's
+    untraced time is about the part's (``PLACE_SAME_TIME``)."""
+    if part != PartName.UNTRACED or ns <= 0:
+        return ""
+    steady = [i for i, s in enumerate(ctx.steps().table.get_column(StepCol.STEADY).to_list()) if s]
+    by_place = untraced_by_place(ctx.trace, ctx.steps(), ctx.host(), steady)
+    # The thread's untraced time is the part's only where the two agree (on a GPU run the thread
+    # also waits untraced while the GPU holds the critical path: that time is no part of this).
+    if not PLACE_SAME_TIME[0] * ns <= sum(t for _, t in by_place) <= PLACE_SAME_TIME[1] * ns:
+        return ""
+    places = [(name, t) for name, t in by_place if t >= PLACE_MIN_SHARE * ns][:2]
+    if not places:
+        return ""
+    said = [("at the step's start" if name is None else f"after `{name}`") + f" ({ms(round(t))}"
+            + (" per step)" if i == 0 else ")") for i, (name, t) in enumerate(places)]
+    return f"; on the step's thread it falls most {' and '.join(said)}"
 
 
 def _where(named: list[tuple[str, int]]) -> str:

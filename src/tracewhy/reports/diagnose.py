@@ -36,6 +36,7 @@ from tracewhy.findings import (
     platform,
     recompute,
     sample_loops,
+    spikes,
     tensor_growth,
     trust,
 )
@@ -59,7 +60,7 @@ Rule = Callable[[Context], list[Finding]]
 
 #: Every rule module; each returns the findings it can make for one trace.
 RULES: tuple[Rule, ...] = (
-    trust.findings, idle.findings, host.findings, platform.findings, overlap.findings,
+    trust.findings, idle.findings, host.findings, spikes.findings, platform.findings, overlap.findings,
     collective_bandwidth.findings, blocks.findings,
     nsys_rules.findings, memory.findings, torch_compile.findings, account.findings, anti_patterns.findings,
     extra_copies.findings, recompute.findings, tensor_growth.findings,
