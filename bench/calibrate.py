@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tracewhy.analyses.account import step_account, step_model
+from tracewhy.analyses.backward_passes import ReduceOnce
 from tracewhy.analyses.what_if import predict, suggested_edits, window_edges
 from tracewhy.analyses.what_if_edits import (
     DropSync,
@@ -70,6 +71,7 @@ EDITS: dict[str, tuple[str, tuple[Fix, ...]]] = {
     "zero_grad_none": ("zero_grad(set_to_none)", (SetGradsToNone(),)),
     "host_logging": ("logging moved off the step", (RemoveCode("host: up to aten::item"),)),
     "grad_allreduce": ("all-reduce hidden (DDP)", (HideCollective("all_reduce"),)),
+    "grad_accumulation": ("no_sync() while accumulating (DDP)", (ReduceOnce(),)),
 }
 
 

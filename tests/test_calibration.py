@@ -77,6 +77,11 @@ MISSES = {
     # 4.5 ms of mm per step against 2.8 to 3.0), with or without the logging: noise that moves the
     # medians' before. 3.53 predicted of 4.89 (of 3.84 paired, 8%).
     "host_logging": "backward's mm ran 2x slower in three before captures (and one after), with or without logging",
+    # ReduceOnce takes the earlier passes' communication and the DDP reducer's ops there (66.6 ms
+    # predicted); DDP's gradient hook in every AccumulateGrad node (55.3 against 27.4 ms per step)
+    # and backward's gemms beside gloo's threads on the two cores (55.6 against 39.5 ms) also fall
+    # with no_sync(), and the before trace has no pass without them to price them from.
+    "grad_accumulation": "DDP's gradient hooks and the cores gloo shares with backward: no reference in the trace",
 }
 
 

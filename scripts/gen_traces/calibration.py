@@ -343,6 +343,33 @@ def grad_allreduce(after: bool, steps: int) -> Step:
     return step
 
 
+#: Gradient accumulation: micro-batches per optimizer step, each of this many samples.
+ACCUM_MICRO, ACCUM_BATCH = 4, 8
+
+
+def grad_accumulation(after: bool, steps: int) -> Step:
+    """Built in each rank once its process group is up. DistributedDataParallel over the same MLP,
+    gradients accumulated over ACCUM_MICRO micro-batches per optimizer step. Before: every
+    backward all-reduces (no no_sync()); after: the micro-batches before the last run under
+    ddp.no_sync(), so only the last backward all-reduces."""
+    model = _mlp(depth=DDP_LAYERS, width=DDP_WIDTH)
+    ddp = DistributedDataParallel(model, bucket_cap_mb=DDP_BUCKET_MB)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(dist.get_rank())
+    batches = [torch.randn(ACCUM_BATCH, DDP_WIDTH, generator=g) for _ in range(ACCUM_MICRO)]
+
+    def step() -> None:
+        for i, x in enumerate(batches):
+            if after and i < ACCUM_MICRO - 1:
+                with ddp.no_sync():
+                    ddp(x).square().mean().backward()
+            else:
+                ddp(x).square().mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return step
+
+
 def _rank_capture(rank: int, port: int, key: str, after: bool, dest: str) -> None:
     """One rank of a distributed fix: both ranks run and profile the same loop; rank 0's trace
     is written."""
@@ -456,6 +483,12 @@ FIXES: tuple[Fix, ...] = (
         f"two gloo ranks on loopback, {DDP_LAYERS} Linear({DDP_WIDTH}, {DDP_WIDTH}) + ReLU, SGD, batch {DDP_BATCH}: "
         "after backward, one synchronous dist.all_reduce per gradient (then divided by the world size)",
         f"DistributedDataParallel(bucket_cap_mb={DDP_BUCKET_MB:g}): bucketed all-reduces launched during backward",
+        SCHEDULE, {}, ranks=WORLD_SIZE),
+    Fix("grad_accumulation", grad_accumulation,
+        f"two gloo ranks on loopback, DistributedDataParallel(bucket_cap_mb={DDP_BUCKET_MB:g}) over {DDP_LAYERS} "
+        f"Linear({DDP_WIDTH}, {DDP_WIDTH}) + ReLU, SGD; gradients accumulated over {ACCUM_MICRO} micro-batches of "
+        f"{ACCUM_BATCH} per optimizer step, every backward all-reducing",
+        f"the first {ACCUM_MICRO - 1} micro-batches under ddp.no_sync(): only the last backward all-reduces",
         SCHEDULE, {}, ranks=WORLD_SIZE),
 )
 BY_KEY = {f.key: f for f in FIXES}

@@ -228,3 +228,22 @@ PRETESTS: Final[dict[Callable[[str], object], Pretest]] = {
     is_scalar_read: _beginning(_SCALAR_READ_START),
     annotation_phase: _may_open_phase,
 }
+
+
+#: The data-parallel wrapper a forward runs in, by a block it opens (each from its source, torch
+#: 2.x): DDP's record_function("DistributedDataParallel.forward") (torch/nn/parallel/
+#: distributed.py); FSDP2's "FSDP::root_pre_forward" (torch/distributed/fsdp/_fully_shard/
+#: _fsdp_state.py); FSDP1's "FullyShardedDataParallel._pre_forward" (torch/distributed/fsdp/
+#: _runtime_utils.py).
+DATA_PARALLEL_WRAPPERS: Final = (("DistributedDataParallel.forward", "DDP"), ("FSDP::root_pre_forward", "FSDP2"),
+                                 ("FullyShardedDataParallel._pre_forward", "FSDP"))
+
+#: The DDP reducer's own recorded work (torch/csrc/distributed/c10d/reducer.cpp's RECORD_FUNCTION
+#: names, torch 2.x): copying a reduced bucket back into the gradients, dividing it by the world
+#: size, the unused-parameter search. It runs only in a backward that synchronizes gradients.
+DDP_REDUCER_PREFIXES: Final = ("torch.distributed.ddp.reducer::", "torch::distributed::reducer::")
+
+
+def is_ddp_reducer(name: str) -> bool:
+    """Whether an op is the DDP reducer's own work (``DDP_REDUCER_PREFIXES``)."""
+    return name.startswith(DDP_REDUCER_PREFIXES)

@@ -38,7 +38,8 @@ from tracewhy.units import fmt_pct
 
 #: The findings that predict with a fix of their own (``own_fixes``), not their part's.
 OWN_FIX_CODES: Final = frozenset({Code.OPTIMIZER_SINGLE_TENSOR, Code.ZERO_GRAD_NOT_NONE, Code.TENSOR_BUILT_ON_HOST,
-                                  Code.ACTIVATION_RECOMPUTE, Code.TENSOR_GROWN_BY_CONCAT, Code.PER_SAMPLE_LOOP})
+                                  Code.ACTIVATION_RECOMPUTE, Code.TENSOR_GROWN_BY_CONCAT, Code.PER_SAMPLE_LOOP,
+                                  Code.REDUCE_EVERY_MICROBATCH})
 
 
 def own_fixes(ctx: Context, code: Code) -> tuple[Fix, ...]:
@@ -50,6 +51,10 @@ def own_fixes(ctx: Context, code: Code) -> tuple[Fix, ...]:
         return (SetGradsToNone(),)
     if code == Code.ACTIVATION_RECOMPUTE:
         return (RemoveRecompute(),)
+    if code == Code.REDUCE_EVERY_MICROBATCH:
+        from tracewhy.analyses.backward_passes import ReduceOnce
+
+        return (ReduceOnce(),)
     if code == Code.TENSOR_GROWN_BY_CONCAT:
         from tracewhy.findings.tensor_growth import fix  # it prices with priced() from here
 

@@ -61,6 +61,7 @@ class Code(str, Enum):
     ACTIVATION_RECOMPUTE = "activation-recompute"
     TENSOR_GROWN_BY_CONCAT = "tensor-grown-by-concat"
     PER_SAMPLE_LOOP = "per-sample-loop"
+    REDUCE_EVERY_MICROBATCH = "reduce-every-microbatch"
     GEMM_DIMS_UNALIGNED = "gemm-dims-unaligned"
     EXTRA_COPIES = "extra-copies"
     DATA_PARALLEL_NOT_DDP = "data-parallel-not-ddp"
@@ -177,6 +178,9 @@ _MEANING: Final[dict[Code, str]] = {
                                  "grown so far: preallocate it, priced by the step's replay.",
     Code.PER_SAMPLE_LOOP: "A block loops over a batch in Python, the same ops once per item: vectorise it, "
                           "priced by the step's replay.",
+    Code.REDUCE_EVERY_MICROBATCH: "Gradients accumulated over micro-batches are all-reduced after every backward "
+                                  "pass, where the last one alone needs it (DDP's no_sync()), priced by the step's "
+                                  "replay.",
     Code.CONV_BIAS_BEFORE_BATCH_NORM: "A convolution's bias feeds a batch norm, whose mean subtraction cancels it: "
                                       "bias=False.",
     Code.TENSOR_BUILT_ON_HOST: "A tensor is made on the host and copied to the device every step: create it there, "

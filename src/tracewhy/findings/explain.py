@@ -113,6 +113,7 @@ EXPLAINS: Final[dict[Code, Callable[[Row, Finding], bool]]] = {
     Code.ALLOCATOR_IN_STEADY_STATE: lambda row, f: str(row[AccountCol.PART]).startswith("allocator: "),
     Code.GPU_IDLE_COMM_WAIT: _kind(PartKind.COMMUNICATION),
     Code.COMM_EXPOSED: _kind(PartKind.COMMUNICATION),
+    Code.REDUCE_EVERY_MICROBATCH: _kind(PartKind.COMMUNICATION),
     Code.GPU_IDLE_DEPENDENCY: _named(PartName.STREAM_WAIT, PartName.GPU_WAIT),
     Code.GPU_IDLE_UNTRACED: _named(PartName.UNTRACED),
     Code.PAGEABLE_MEMCPY: lambda row, f: (row[AccountCol.KIND] == PartKind.COPIES

@@ -27,6 +27,7 @@ from tracewhy.findings import (
     blocks,
     collective_bandwidth,
     extra_copies,
+    grad_sync,
     host,
     host_collectives,
     idle,
@@ -64,7 +65,7 @@ RULES: tuple[Rule, ...] = (
     collective_bandwidth.findings, blocks.findings,
     nsys_rules.findings, memory.findings, torch_compile.findings, account.findings, anti_patterns.findings,
     extra_copies.findings, recompute.findings, tensor_growth.findings,
-    sample_loops.findings, host_collectives.findings,
+    sample_loops.findings, host_collectives.findings, grad_sync.findings,
 )
 
 
