@@ -73,3 +73,22 @@ def test_one_backward_per_step_is_no_accumulation() -> None:
     path = GENERATED / "ddp_gloo_rank0.pt.trace.json.gz"
     assert set(_per_step(path, "DistributedDataParallel.forward")) <= {0, 1}
     assert Code.REDUCE_EVERY_MICROBATCH not in [x.code for x in checked_report(path).findings]
+
+
+def test_fsdp2_is_told_its_switch_and_its_gathers_are_not_reductions() -> None:
+    """FSDP2 re-gathers the parameters in every backward (all-gathers it needs either way): only
+    the reduce-scatters count. Without set_requires_gradient_sync(False) every backward
+    reduce-scatters (raw JSON: the reduce-scatter calls per step are the micro-batches times one
+    pass's); with it, only the last does, and the rule is quiet."""
+    sync = GENERATED / "cpu_fsdp2_accumulate_sync_rank0.pt.trace.json.gz"
+    fixed = GENERATED / "cpu_fsdp2_accumulate_fixed_rank0.pt.trace.json.gz"
+    f = the_finding(sync, Code.REDUCE_EVERY_MICROBATCH)
+    assert f.evidence["wrapper"] == "FSDP2" and "set_requires_gradient_sync(False)" in f.next_step
+    assert f.evidence["collectives"] == ["c10d::_reduce_scatter_base_"]
+    scatters = statistics.median(_per_step(sync, "c10d::_reduce_scatter_base_"))
+    assert f.evidence["collective_calls_per_step"] == scatters
+    assert statistics.median(_per_step(fixed, "c10d::_reduce_scatter_base_")) * f.evidence["backward_passes_per_step"] \
+        == scatters
+    assert statistics.median(_per_step(fixed, "c10d::_allgather_base_")) > 0  # gathers in every pass
+    assert f.part == "communication: reduce_scatter"
+    assert Code.REDUCE_EVERY_MICROBATCH not in [x.code for x in checked_report(fixed).findings]

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import accumulation_traces
 import anti_pattern_traces
 import compile_trace
 import compile_traces
@@ -275,6 +276,12 @@ SPECS: tuple[TraceSpec, ...] = (
               "spike_traces.make_eval", spike_traces.OPTIONS, _sched(spike_traces.SCHEDULE), spike_traces.PLANTED_EVAL),
     TraceSpec("spikes_save", (spike_traces.SAVE_FILE,), _one(spike_traces.SAVE_FILE, spike_traces.make_save),
               "spike_traces.make_save", spike_traces.OPTIONS, _sched(spike_traces.SCHEDULE), spike_traces.PLANTED_SAVE),
+    TraceSpec("fsdp2_accumulate_sync", (accumulation_traces.SYNC_FILE,),
+              _one(accumulation_traces.SYNC_FILE, accumulation_traces.make_sync), "accumulation_traces.make_sync",
+              accumulation_traces.OPTIONS, _sched(accumulation_traces.SCHEDULE), accumulation_traces.PLANTED_SYNC),
+    TraceSpec("fsdp2_accumulate_fixed", (accumulation_traces.FIXED_FILE,),
+              _one(accumulation_traces.FIXED_FILE, accumulation_traces.make_fixed), "accumulation_traces.make_fixed",
+              accumulation_traces.OPTIONS, _sched(accumulation_traces.SCHEDULE), accumulation_traces.PLANTED_FIXED),
     TraceSpec("lines_started", (lines_traces.STARTED_FILE,), _one(lines_traces.STARTED_FILE, lines_traces.make_started),
               "lines_traces.make_started", lines_traces.OPTIONS, _sched(lines_traces.STARTED_SCHEDULE),
               lines_traces.PLANTED_STARTED),

@@ -247,3 +247,10 @@ DDP_REDUCER_PREFIXES: Final = ("torch.distributed.ddp.reducer::", "torch::distri
 def is_ddp_reducer(name: str) -> bool:
     """Whether an op is the DDP reducer's own work (``DDP_REDUCER_PREFIXES``)."""
     return name.startswith(DDP_REDUCER_PREFIXES)
+
+
+def is_reduction(collective: str) -> bool:
+    """Whether a collective (its name as the communication analysis gives it: all_reduce,
+    reduce_scatter, all_gather, ...) sums across ranks, as a gradient's reduction does; gathers,
+    broadcasts and all-to-alls move data without it."""
+    return "reduce" in collective.lower()

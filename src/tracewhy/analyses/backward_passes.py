@@ -5,8 +5,10 @@ after every one of them, where only the last is needed.
 
 A backward pass is a run of the autograd engine's outermost nodes (``HostContext.in_backward``,
 on whichever thread the engine runs them) that no forward work of the step's own thread
-interrupts; a pass's collectives are the collective calls (their context: communication, none
-of their ancestors one) that start between the pass's first node and the next pass's.
+interrupts; a pass's collectives are the reducing collective calls (their context:
+communication, none of their ancestors one; all-reduce, reduce-scatter: ``api_names.is_reduction``)
+that start between the pass's first node and the next pass's. FSDP's all-gathers in backward
+(parameters gathered again) are needed in every pass and are not counted.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ def backward_passes(model: StepModel, path: WindowPath, parent: I64 | None) -> B
     in_comm = hc.context == int(HostPurpose.COMMUNICATION)
     comm = ids[:0] if parent is None else ids[in_comm & ops & in_window
                                              & ((parent < 0) | ~in_comm[np.maximum(parent, 0)])]
+    comm = comm[[api_names.is_reduction(hc.collective[int(c)] or "") for c in comm.tolist()]] if comm.size else comm
     # Forward work: the step thread's outermost ops outside backward that are no collective (a
     # reducer's call, a wait) and not the optimizer's.
     candidates = outermost & ~hc.in_backward & ~in_comm & (hc.context != int(HostPurpose.OPTIMIZER))
@@ -86,9 +89,10 @@ def backward_passes(model: StepModel, path: WindowPath, parent: I64 | None) -> B
 @dataclass(frozen=True)
 class ReduceOnce:
     """Gradients accumulated over a step's micro-batches and reduced once, after the last
-    backward (DDP's ``no_sync()`` around the others): what the account puts in communication
-    parts from a step's first backward pass to the start of its last (the collective calls, the
-    waits on them, the backend's work on the critical path, the GPU's collective kernels) leaves,
+    backward (DDP's ``no_sync()`` around the others): what the account puts in the reducing
+    collectives' communication parts from a step's first backward pass to the start of its last
+    (the calls, the waits on them, the backend's work on the critical path, the GPU's collective
+    kernels) leaves,
     with the DDP reducer's own ops there (``api_names.is_ddp_reducer``: the reduced buckets
     copied back into the gradients), which a pass that does not synchronize does not run. The
     wrapper's gradient hooks stay: they run in every pass, inside the autograd nodes, and the
@@ -104,7 +108,7 @@ class ReduceOnce:
             return GraphEdit()
         comm = np.zeros(w.ids.size, dtype=bool)
         for part in w.model.rules.parts:
-            if part.kind == PartKind.COMMUNICATION:
+            if part.kind == PartKind.COMMUNICATION and api_names.is_reduction(part.name):
                 comm |= w.in_part(part.name)
         ctx = w.model.rules.ctx
         outer = ctx.outer_op[np.maximum(w.attr, 0)]

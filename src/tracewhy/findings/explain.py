@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
+from tracewhy.analyses import api_names
 from tracewhy.analyses.account import AccountCol
 from tracewhy.analyses.account_names import PartKind, PartName, avoidable
 from tracewhy.analyses.what_if import fix_for_part
@@ -113,7 +114,8 @@ EXPLAINS: Final[dict[Code, Callable[[Row, Finding], bool]]] = {
     Code.ALLOCATOR_IN_STEADY_STATE: lambda row, f: str(row[AccountCol.PART]).startswith("allocator: "),
     Code.GPU_IDLE_COMM_WAIT: _kind(PartKind.COMMUNICATION),
     Code.COMM_EXPOSED: _kind(PartKind.COMMUNICATION),
-    Code.REDUCE_EVERY_MICROBATCH: _kind(PartKind.COMMUNICATION),
+    Code.REDUCE_EVERY_MICROBATCH: lambda row, f: (row[AccountCol.KIND] == PartKind.COMMUNICATION
+                                                  and api_names.is_reduction(str(row[AccountCol.PART]))),
     Code.GPU_IDLE_DEPENDENCY: _named(PartName.STREAM_WAIT, PartName.GPU_WAIT),
     Code.GPU_IDLE_UNTRACED: _named(PartName.UNTRACED),
     Code.PAGEABLE_MEMCPY: lambda row, f: (row[AccountCol.KIND] == PartKind.COPIES
