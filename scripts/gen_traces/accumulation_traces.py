@@ -7,15 +7,16 @@ every backward (the all-gathers FSDP needs either way)."""
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from capture import cpu_profile, export_trace, seed_everything, step_schedule, total_steps
-from ddp_traces import COLLECTIVE_TIMEOUT, LOOPBACK, RUN_TIMEOUT_S, _free_loopback_port
+from ddp_traces import COLLECTIVE_TIMEOUT, LOOPBACK, _spawn
 from torch import nn
+from torch.profiler import profile
 
 SYNC_FILE = "cpu_fsdp2_accumulate_sync_rank0.pt.trace.json.gz"
 FIXED_FILE = "cpu_fsdp2_accumulate_fixed_rank0.pt.trace.json.gz"
@@ -31,57 +32,49 @@ PLANTED_FIXED = (f"the same loop with model.set_requires_gradient_sync(k == {ACC
                  "only the last backward reduce-scatters")
 
 
-def _rank(rank: int, port: int, dest: str, fixed: bool) -> None:
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-
+def _rank(rank: int, port: int, dest: str, *, fixed: bool) -> None:
     os.environ.update(MASTER_ADDR=LOOPBACK, MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=WORLD_SIZE, timeout=COLLECTIVE_TIMEOUT,
                             init_method=f"tcp://{LOOPBACK}:{port}")
     try:
-        seed_everything()
-        torch.use_deterministic_algorithms(False)
-        model = nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
-        mesh = init_device_mesh("cpu", (WORLD_SIZE,))
-        for layer in model:
-            if isinstance(layer, nn.Linear):
-                fully_shard(layer, mesh=mesh)
-        fully_shard(model, mesh=mesh)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-        g = torch.Generator().manual_seed(rank)
-        x, y = torch.randn(8, 512, generator=g), torch.randint(0, 10, (8,), generator=g)
-        with cpu_profile(schedule=step_schedule(**SCHEDULE)) as prof:
-            for _ in range(total_steps(**SCHEDULE)):
-                for k in range(ACCUMULATE):
-                    if fixed:
-                        model.set_requires_gradient_sync(k == ACCUMULATE - 1)
-                    nn.functional.cross_entropy(model(x), y).backward()
-                optimizer.step()
-                optimizer.zero_grad()
-                prof.step()
-        if rank == 0:
-            export_trace(prof, Path(dest))
-        dist.barrier()
+        prof = _train(rank, fixed)
+        dist.barrier()  # both ranks done before rank 0 writes
     finally:
         dist.destroy_process_group()
+    if rank == 0:
+        export_trace(prof, Path(dest))
 
 
-def _spawn(dest: Path, fixed: bool) -> None:
-    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
-    ctx = mp.get_context("spawn")
-    port = _free_loopback_port()
-    procs = [ctx.Process(target=_rank, args=(rank, port, str(dest), fixed)) for rank in range(WORLD_SIZE)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(RUN_TIMEOUT_S)
-        if p.exitcode != 0:
-            raise RuntimeError(f"FSDP rank exited with {p.exitcode}")
+def _train(rank: int, fixed: bool) -> profile:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    seed_everything()
+    torch.use_deterministic_algorithms(False)
+    model = nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
+    mesh = init_device_mesh("cpu", (WORLD_SIZE,))
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    g = torch.Generator().manual_seed(rank)
+    x, y = torch.randn(8, 512, generator=g), torch.randint(0, 10, (8,), generator=g)
+    with cpu_profile(schedule=step_schedule(**SCHEDULE)) as prof:
+        for _ in range(total_steps(**SCHEDULE)):
+            for k in range(ACCUMULATE):
+                if fixed:
+                    model.set_requires_gradient_sync(k == ACCUMULATE - 1)
+                nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            prof.step()
+    return prof
 
 
 def make_sync(dest: Path) -> None:
-    _spawn(dest, fixed=False)
+    _spawn(functools.partial(_rank, fixed=False), dest)
 
 
 def make_fixed(dest: Path) -> None:
-    _spawn(dest, fixed=True)
+    _spawn(functools.partial(_rank, fixed=True), dest)
