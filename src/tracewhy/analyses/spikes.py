@@ -15,7 +15,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses.host_activity import Flag, HostIndex
-from tracewhy.analyses.step_units import StepUnits, stretches
+from tracewhy.analyses.step_units import StepUnits, spread, stretches
 from tracewhy.analyses.steps import StepCol, StepsResult
 from tracewhy.model.schema import Col, Kind
 from tracewhy.model.trace import Trace
@@ -104,9 +104,6 @@ class SpikeContents:
     slower: tuple[tuple[str, float], ...]
 
 
-#: At most this many steps of each side are read (spread evenly): the means over them hold, and
-#: a trace of thousands of steps is not scanned thousands of times.
-CONTENTS_MAX_STEPS: Final = 32
 #: A spike holds untraced time as a cause when that time's growth is at least this share of the
 #: spike's own extra time (over the other steady steps' mean).
 UNTRACED_MIN_SHARE: Final = 0.25
@@ -115,11 +112,12 @@ UNTRACED_MIN_SHARE: Final = 0.25
 def spike_contents(trace: Trace, steps: StepsResult, host: HostIndex, spike_steps: list[int],
                    base_steps: list[int]) -> SpikeContents | None:
     """The contents of ``spike_steps`` against ``base_steps`` (indexes into ``steps.table``: the
-    steady steps that are no spike), over each step's own span (as recorded); None without
-    either. Means on both sides: a step's causes then add up to its extra time."""
+    steady steps that are no spike; at most ``step_units.MAX_STEPS`` of each, spread), over each
+    step's own span (as recorded); None without either. Means on both sides: a step's causes then
+    add up to its extra time."""
     table = steps.table
-    base = _spread(base_steps)
-    spiked = _spread(spike_steps)
+    base = spread(base_steps)
+    spiked = spread(spike_steps)
     if not base or not spiked:
         return None
     starts = table.get_column(StepCol.TS).to_numpy()
@@ -172,12 +170,6 @@ def spike_contents(trace: Trace, steps: StepsResult, host: HostIndex, spike_step
         hole = SpikeCause(None, tuple(holders), 0.0, mean(untraced, holders) - base_untraced, after=after,
                           at_end=at_end)
     return SpikeContents(tuple(more), hole, tuple(sorted(same, key=lambda g: -g[1])))
-
-
-def _spread(steps: list[int]) -> list[int]:
-    if len(steps) <= CONTENTS_MAX_STEPS:
-        return steps
-    return [steps[i] for i in np.unique(np.linspace(0, len(steps) - 1, CONTENTS_MAX_STEPS).round().astype(int))]
 
 
 def _untraced(host: HostIndex, rows: npt.NDArray[np.int64], names: pl.Series, lo: int,

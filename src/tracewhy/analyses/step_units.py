@@ -22,6 +22,16 @@ I64 = npt.NDArray[np.int64]
 #: any op (a cudaDeviceSynchronize from Python); Python frames are where the time went, not work.
 LAUNCHES: Final = tuple(KIND_CODE[k.value] for k in LAUNCH_KINDS)
 UNITS: Final = (KIND_CODE[Kind.CPU_OP.value], KIND_CODE[Kind.ANNOTATION.value], *LAUNCHES)
+#: At most this many steps are read (spread evenly over the run): the means over them hold, and a
+#: trace of thousands of steps is not scanned thousands of times.
+MAX_STEPS: Final = 32
+
+
+def spread(steps: list[int]) -> list[int]:
+    """At most ``MAX_STEPS`` of these steps, spread evenly over them."""
+    if len(steps) <= MAX_STEPS:
+        return steps
+    return [steps[i] for i in np.unique(np.linspace(0, len(steps) - 1, MAX_STEPS).round().astype(int))]
 
 
 class StepUnits:
@@ -89,9 +99,10 @@ def stretches(host: HostIndex, rows: I64, lo: int, hi: int) -> tuple[npt.NDArray
 
 def untraced_by_place(trace: Trace, steps: StepsResult, host: HostIndex, step_indexes: list[int]
                       ) -> list[tuple[str | None, float]]:
-    """Over these steps (indexes into ``steps.table``), the untraced time on the step's thread by
-    the op, annotation or call each stretch follows (None: the step's start), as a mean per step,
-    largest first."""
+    """Over these steps (indexes into ``steps.table``; at most ``MAX_STEPS`` of them, spread), the
+    untraced time on the step's thread by the op, annotation or call each stretch follows (None:
+    the step's start), as a mean per step, largest first."""
+    step_indexes = spread(step_indexes)
     if not step_indexes:
         return []
     table = steps.table
