@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import statistics
 
+import numpy as np
+
 from tracewhy.analyses import api_names
 from tracewhy.analyses.backward_passes import backward_passes
+from tracewhy.findings import source_line as sl
 from tracewhy.findings.anti_patterns import prediction_evidence, priced, priced_severity
 from tracewhy.findings.applicability import run_facts
 from tracewhy.findings.codes import Code
@@ -46,6 +49,8 @@ def findings(ctx: Context) -> list[Finding]:
     calls = statistics.median(sum(len(c) for c in bp.calls) for bp in hits)
     names = sorted({model.rules.ctx.name(c) for bp in hits for cs in bp.calls for c in cs})
     wrapper = _wrapper(ctx)
+    line = sl.line_above(ctx, "grad_sync", lambda: np.asarray([c for bp in hits for cs in bp.calls for c in cs],
+                                                                dtype=np.int64))
     reducer = " and the DDP reducer's work there" if wrapper == "DDP" else ""
     p, saving = priced(ctx, Code.REDUCE_EVERY_MICROBATCH, f"with the earlier passes' collectives{reducer} gone")
     beside = (" On this CPU run the backend's threads share the cores with backward, and the wrapper's gradient "
@@ -56,12 +61,14 @@ def findings(ctx: Context) -> list[Finding]:
         code=Code.REDUCE_EVERY_MICROBATCH, severity=priced_severity(p),
         statement=f"Each step runs backward {backward:g} times (gradient accumulation over micro-batches) and "
                   f"{who}reduces the gradients after {reducing:g} of them ({calls:g} collective calls per step: "
-                  f"{', '.join(names[:3])}), where the optimizer step needs them reduced once, after the last."
+                  f"{', '.join(names[:3])}{sl.named(line, '; under ', '')}), where the optimizer step needs them "
+                  "reduced once, after the last."
                   f"{saving}{beside}",
         next_step=_SWITCH.get(wrapper or "", "Skip the collectives on the micro-batches before the last (accumulate "
-                              "the gradients locally, reduce them once before the optimizer step)") + ".",
+                              "the gradients locally, reduce them once before the optimizer step)")
+        + sl.named(line, " (the backward at ", ")") + ".",
         evidence={"backward_passes_per_step": backward, "reducing_passes_per_step": reducing,
-                  "collective_calls_per_step": calls, "collectives": names, "wrapper": wrapper,
+                  "collective_calls_per_step": calls, "collectives": names, "wrapper": wrapper, **sl.evidence(line),
                   **prediction_evidence(p)},
     )]
 
