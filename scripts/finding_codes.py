@@ -9,8 +9,9 @@ source, so the table cannot drift from them: the ``Severity`` members in each
 the expression calls (``_severity``, ``severity_for_share``). ``diagnose`` re-grades a high,
 medium or low finding that recovers time by the share of the step it recovers
 (``findings.consolidate``), so such a finding of a diagnose rule can take all three (one that
-``explain`` prices with its own fix, ``anti_patterns.OWN_FIX_CODES``, recovers time too); medium and
-high need recoverable time and a capture that supports them, else they are low (``_capped``).
+``explain`` prices with its own fix, ``anti_patterns.OWN_FIX_CODES`` less ``UNPRICED_CODES``,
+recovers time too); medium and high need recoverable time and a capture that supports them,
+else they are low (``_capped``).
 A severity the source does not name shows as "?".
 """
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tracewhy.findings.anti_patterns import OWN_FIX_CODES
+from tracewhy.findings.anti_patterns import OWN_FIX_CODES, UNPRICED_CODES
 from tracewhy.findings.codes import STRUCTURAL, Code
 from tracewhy.findings.consolidate import SEVERITY_FLOOR
 from tracewhy.findings.explain import EXPLAINS
@@ -72,7 +73,7 @@ def severities_by_code() -> dict[Code, set[Severity]]:
             found = _named_severities(severity)
             for inner in (n for n in ast.walk(severity) if isinstance(n, ast.Call)):
                 found |= functions.get(_callee(inner) or "", set())
-            priced = any(Code[name] in OWN_FIX_CODES for name in _members(code, "Code"))
+            priced = any(Code[name] in OWN_FIX_CODES - UNPRICED_CODES for name in _members(code, "Code"))
             if module in diagnosed and found & BY_SHARE and (_recovers_time(kw) or priced):
                 found |= BY_SHARE
             for name in _members(code, "Code"):  # code=Code.A if ... else Code.B names both

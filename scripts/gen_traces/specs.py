@@ -20,6 +20,7 @@ import eager_traces
 import flops_traces
 import generate_traces
 import growth_traces
+import inference_traces
 import iteration_traces
 import lines_traces
 import loop_traces
@@ -282,6 +283,13 @@ SPECS: tuple[TraceSpec, ...] = (
     TraceSpec("fsdp2_accumulate_fixed", (accumulation_traces.FIXED_FILE,),
               _one(accumulation_traces.FIXED_FILE, accumulation_traces.make_fixed), "accumulation_traces.make_fixed",
               accumulation_traces.OPTIONS, _sched(accumulation_traces.SCHEDULE), accumulation_traces.PLANTED_FIXED),
+    TraceSpec("inference_recorded", (inference_traces.RECORDED_FILE,),
+              _one(inference_traces.RECORDED_FILE, inference_traces.make_recorded), "inference_traces.make_recorded",
+              inference_traces.OPTIONS, _sched(inference_traces.SCHEDULE), inference_traces.PLANTED_RECORDED),
+    TraceSpec("inference_mode", (inference_traces.INFERENCE_MODE_FILE,),
+              _one(inference_traces.INFERENCE_MODE_FILE, inference_traces.make_inference_mode),
+              "inference_traces.make_inference_mode", inference_traces.OPTIONS, _sched(inference_traces.SCHEDULE),
+              inference_traces.PLANTED_INFERENCE_MODE),
     TraceSpec("lines_started", (lines_traces.STARTED_FILE,), _one(lines_traces.STARTED_FILE, lines_traces.make_started),
               "lines_traces.make_started", lines_traces.OPTIONS, _sched(lines_traces.STARTED_SCHEDULE),
               lines_traces.PLANTED_STARTED),

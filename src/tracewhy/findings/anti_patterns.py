@@ -39,7 +39,11 @@ from tracewhy.units import fmt_pct
 #: The findings that predict with a fix of their own (``own_fixes``), not their part's.
 OWN_FIX_CODES: Final = frozenset({Code.OPTIMIZER_SINGLE_TENSOR, Code.ZERO_GRAD_NOT_NONE, Code.TENSOR_BUILT_ON_HOST,
                                   Code.ACTIVATION_RECOMPUTE, Code.TENSOR_GROWN_BY_CONCAT, Code.PER_SAMPLE_LOOP,
-                                  Code.REDUCE_EVERY_MICROBATCH})
+                                  Code.REDUCE_EVERY_MICROBATCH, Code.AUTOGRAD_IN_INFERENCE})
+#: Of those, the ones ``own_fixes`` gives no fix: they name their part and are never priced, so
+#: never graded by a saving (the time autograd's recording takes is inside each op, and the trace
+#: has no op run without it).
+UNPRICED_CODES: Final = frozenset({Code.AUTOGRAD_IN_INFERENCE})
 
 
 def own_fixes(ctx: Context, code: Code) -> tuple[Fix, ...]:

@@ -62,6 +62,7 @@ class Code(str, Enum):
     TENSOR_GROWN_BY_CONCAT = "tensor-grown-by-concat"
     PER_SAMPLE_LOOP = "per-sample-loop"
     REDUCE_EVERY_MICROBATCH = "reduce-every-microbatch"
+    AUTOGRAD_IN_INFERENCE = "autograd-in-inference"
     GEMM_DIMS_UNALIGNED = "gemm-dims-unaligned"
     EXTRA_COPIES = "extra-copies"
     DATA_PARALLEL_NOT_DDP = "data-parallel-not-ddp"
@@ -178,6 +179,8 @@ _MEANING: Final[dict[Code, str]] = {
                                  "grown so far: preallocate it, priced by the step's replay.",
     Code.PER_SAMPLE_LOOP: "A block loops over a batch in Python, the same ops once per item: vectorise it, "
                           "priced by the step's replay.",
+    Code.AUTOGRAD_IN_INFERENCE: "A loop that never runs backward records autograd in its forward ops: "
+                                "torch.inference_mode().",
     Code.REDUCE_EVERY_MICROBATCH: "Gradients accumulated over micro-batches are all-reduced after every backward "
                                   "pass, where the last one alone needs it (DDP's no_sync()), priced by the step's "
                                   "replay.",

@@ -114,6 +114,7 @@ EXPLAINS: Final[dict[Code, Callable[[Row, Finding], bool]]] = {
     Code.ALLOCATOR_IN_STEADY_STATE: lambda row, f: str(row[AccountCol.PART]).startswith("allocator: "),
     Code.GPU_IDLE_COMM_WAIT: _kind(PartKind.COMMUNICATION),
     Code.COMM_EXPOSED: _kind(PartKind.COMMUNICATION),
+    Code.AUTOGRAD_IN_INFERENCE: _named(PartName.FORWARD),
     Code.REDUCE_EVERY_MICROBATCH: lambda row, f: (row[AccountCol.KIND] == PartKind.COMMUNICATION
                                                   and api_names.is_reduction(str(row[AccountCol.PART]))),
     Code.GPU_IDLE_DEPENDENCY: _named(PartName.STREAM_WAIT, PartName.GPU_WAIT),

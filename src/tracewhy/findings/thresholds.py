@@ -271,3 +271,8 @@ ANTI_PATTERN_MEDIUM_SHARE: Final = IDLE_CLASS_MIN_SHARE
 #: a 4 us saving of a 3 ms step (a compiled CPU model's four-parameter SGD) is below the step
 #: time's run-to-run spread and must not rank above a cause that costs seconds once.
 ANTI_PATTERN_MIN_SHARE: Final = 0.01
+
+# --- autograd in inference -----------------------------------------------------------------
+#: A loop without backward is told its forward records autograd when the forward is at least
+#: this share of the step (a loop whose forward is a sliver has other work to look at first).
+INFERENCE_AUTOGRAD_MIN_SHARE: Final = 0.2

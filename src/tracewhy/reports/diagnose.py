@@ -31,6 +31,7 @@ from tracewhy.findings import (
     host,
     host_collectives,
     idle,
+    inference_autograd,
     memory,
     nsys_rules,
     overlap,
@@ -65,7 +66,7 @@ RULES: tuple[Rule, ...] = (
     collective_bandwidth.findings, blocks.findings,
     nsys_rules.findings, memory.findings, torch_compile.findings, account.findings, anti_patterns.findings,
     extra_copies.findings, recompute.findings, tensor_growth.findings,
-    sample_loops.findings, host_collectives.findings, grad_sync.findings,
+    sample_loops.findings, host_collectives.findings, grad_sync.findings, inference_autograd.findings,
 )
 
 
