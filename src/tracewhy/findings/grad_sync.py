@@ -53,9 +53,10 @@ def findings(ctx: Context) -> list[Finding]:
                                                                 dtype=np.int64))
     reducer = " and the DDP reducer's work there" if wrapper == "DDP" else ""
     p, saving = priced(ctx, Code.REDUCE_EVERY_MICROBATCH, f"with the earlier passes' collectives{reducer} gone")
-    beside = (" On this CPU run the backend's threads share the cores with backward, and the wrapper's gradient "
-              "hooks run in every pass: the replay keeps both, so the saving may be larger."
-              if run_facts(ctx).cpu_only and p is not None and p.saved_ns > 0 else "")
+    hooks = (f", and {wrapper}'s gradient hooks run in every pass: the replay keeps both" if wrapper else
+             ": the replay keeps that")
+    beside = (f" On this CPU run the backend's threads share the cores with backward{hooks}, so the saving may be "
+              "larger." if run_facts(ctx).cpu_only and p is not None and p.saved_ns > 0 else "")
     who = f"{wrapper} " if wrapper else ""
     return [Finding(
         code=Code.REDUCE_EVERY_MICROBATCH, severity=priced_severity(p),
