@@ -141,7 +141,7 @@ def spike_contents(trace: Trace, steps: StepsResult, host: HostIndex, spike_step
             spent[i][n] += d
             if on:
                 spent_here[i][n] += d
-        untraced[i], gaps[i] = _untraced(host, np.sort(rows[here]), names, lo, hi)
+        untraced[i], gaps[i] = _untraced(host, units.on_thread(rows, thread), names, lo, hi)
 
     def mean(values: dict[int, float] | dict[int, int], of: list[int]) -> float:
         return float(np.mean([values[i] for i in of])) if of else 0.0

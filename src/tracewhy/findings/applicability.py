@@ -107,11 +107,22 @@ class RunFacts:
 
 def run_facts(ctx: Context) -> RunFacts:
     """The facts of the context's trace, computed once per diagnosis."""
-    return ctx.cached("run_facts", lambda: facts_of(ctx.trace))
+    return ctx.cached("run_facts", lambda: facts_of(ctx.trace, slice_names(ctx)))
 
 
-def facts_of(trace: Trace) -> RunFacts:
-    names = [n for n in trace.slices.get_column(Col.NAME).cast(pl.String).unique().to_list() if n]
+def slice_names(ctx: Context) -> list[str]:
+    """Every distinct non-empty slice name of the context's trace, listed once per diagnosis: the
+    run's facts read them, and so do the rules that look for a wrapper's block or a backward node."""
+    return ctx.cached("slice_names", lambda: distinct_slice_names(ctx.trace))
+
+
+def distinct_slice_names(trace: Trace) -> list[str]:
+    return [n for n in trace.slices.get_column(Col.NAME).cast(pl.String).unique().to_list() if n]
+
+
+def facts_of(trace: Trace, names: list[str] | None = None) -> RunFacts:
+    """``names``: the trace's distinct slice names where the caller has them."""
+    names = distinct_slice_names(trace) if names is None else names
     cc, cc_rule = _compute_capability(trace)
     vendor, vendor_rule = gpu_vendor(trace)
     pytorch, pytorch_rule = _pytorch(trace, names)

@@ -17,11 +17,10 @@ from tracewhy.analyses import api_names
 from tracewhy.analyses.backward_passes import backward_passes
 from tracewhy.findings import source_line as sl
 from tracewhy.findings.anti_patterns import prediction_evidence, priced, priced_severity
-from tracewhy.findings.applicability import run_facts
+from tracewhy.findings.applicability import run_facts, slice_names
 from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding
-from tracewhy.model.schema import Col
 
 #: What to do, per wrapper (``api_names.DATA_PARALLEL_WRAPPERS``), for the passes before the last.
 _SWITCH = {
@@ -77,8 +76,6 @@ def findings(ctx: Context) -> list[Finding]:
 def _wrapper(ctx: Context) -> str | None:
     """The data-parallel wrapper whose forward block the trace holds (the first of
     ``api_names.DATA_PARALLEL_WRAPPERS`` found), None for none."""
-    names = ctx.trace.slices.get_column(Col.NAME).cast(str).unique().to_list()
-    for block, wrapper in api_names.DATA_PARALLEL_WRAPPERS:
-        if any(n == block or (n or "").startswith(block) for n in names):
-            return wrapper
-    return None
+    names = slice_names(ctx)
+    return next((wrapper for block, wrapper in api_names.DATA_PARALLEL_WRAPPERS
+                 if any(n.startswith(block) for n in names)), None)

@@ -11,6 +11,9 @@ capture of one window may hold a forward whose backward it missed.
 
 from __future__ import annotations
 
+import re
+from typing import Final
+
 import numpy as np
 import polars as pl
 
@@ -19,12 +22,16 @@ from tracewhy.analyses.account_names import PartName
 from tracewhy.analyses.iterations import WindowSource
 from tracewhy.findings import source_line as sl
 from tracewhy.findings import thresholds as th
+from tracewhy.findings.applicability import slice_names
 from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
 from tracewhy.findings.model import Finding, Severity
-from tracewhy.model.schema import Col, OpAttrCol
+from tracewhy.model.schema import OpAttrCol
 from tracewhy.units import fmt_ns as ms
 from tracewhy.units import fmt_pct
+
+#: The name torch gives a backward node's function ("AddmmBackward0").
+_BACKWARD_NODE: Final = re.compile(r"Backward\d*$")
 
 
 def findings(ctx: Context) -> list[Finding]:
@@ -65,5 +72,4 @@ def _backward_nodes(ctx: Context) -> bool:
     """Whether any slice is an autograd node of backward by the name torch gives it
     (``XxxBackward0``): the structural test's safety net for a capture whose engine marks are
     not where ``in_backward`` looks."""
-    names = ctx.trace.slices.get_column(Col.NAME).cast(pl.String).unique()
-    return bool(names.str.contains(r"Backward\d*$").any())
+    return any(_BACKWARD_NODE.search(n) for n in slice_names(ctx))

@@ -72,7 +72,7 @@ def findings(ctx: Context) -> list[Finding]:
         # extra time names where to look, not a change that recovers it.
         recoverable_ns_per_step=round(recoverable / max(steady.height, 1)),
         evidence={"spike_steps": spike_steps, "excess_ns": excess, "causes": causes, "compile_ns": compiling,
-                  **({} if held is None else _held_evidence(ctx, held)),
+                  **({} if held is None else _held_evidence(reading.names, held)),
                   **({} if grown is None else {**sl.evidence(grown[0]), "line_extra_ns": grown[1]})},
         see=(Code.RECOMPILE,) if compiling else (),
     )]
@@ -184,8 +184,8 @@ class _SpikeReading:
                                   "rerun to see whether the spikes repeat.")
 
 
-def _held_evidence(ctx: Context, held: SpikeContents) -> dict[str, object]:
-    names = ctx.steps().table.get_column(StepCol.NAME).cast(pl.String).to_list()
+def _held_evidence(names: list[str], held: SpikeContents) -> dict[str, object]:
+    """The spikes' contents for the evidence; ``names``: the steps table's names."""
 
     def cause(c: SpikeCause) -> dict[str, object]:
         return {"name": c.name, "steps": [names[i] for i in c.steps], "extra_calls": round(c.calls, 2),
