@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import GENERATED, ROOT, checked_report, the_finding
+from conftest import GENERATED, ROOT, checked_report, shared_trace, the_finding
 from tracewhy.findings.codes import Code
 
 SCRIPT = ROOT / "scripts" / "gen_traces" / "spike_traces.py"
@@ -46,14 +46,18 @@ def _planted() -> dict[str, int]:
     return out
 
 
+#: The host work the raw reading counts: ops, annotations and runtime/driver calls, in torch 2.x's
+#: categories and in the 2021 Kineto ones ("Operator" for ops and annotations, "Runtime").
+_HOST_CATEGORIES = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver", "Operator", "Runtime")
+
+
 @cache
 def _raw_steps(path: Path) -> dict[str, dict[str, Any]]:
     """Per ProfilerStep in the raw JSON: its duration, its aten::linear calls and their time,
     and the time on its thread outside every op or annotation that starts inside it (its
     outermost ones: the step's own marker aside)."""
     with gzip.open(path, "rt", encoding="utf-8") as f:
-        events = [e for e in json.load(f)["traceEvents"]
-                  if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation")]
+        events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X" and e.get("cat") in _HOST_CATEGORIES]
     steps = {e["name"]: e for e in events if re.fullmatch(r"ProfilerStep#\d+", e["name"])}
     out = {}
     for name, step in steps.items():
@@ -130,6 +134,22 @@ def test_a_checkpoint_save_every_few_steps_is_untraced_time_at_the_step_end() ->
     assert abs(hole["extra_ns"] - extra_ns) <= 0.01 * extra_ns
     assert "outside every recorded op" in f.statement and "at the step's end" in f.statement
     assert "py-spy" in f.next_step and "nothing a median step lacks" not in f.statement
+
+
+def test_a_real_trace_it_was_not_written_for() -> None:
+    """kineto/resnet50_nw4_span2 (a 2021 GPU capture, old category names): one long step,
+    ProfilerStep#21; its extra time is untraced on the training thread after the optimizer step,
+    as the raw JSON gives it (the step less its outermost ops and runtime calls, against the
+    other steady steps)."""
+    path = shared_trace("kineto/resnet50_nw4_span2_worker0.1623213129365.pt.trace.json.gz")
+    f = the_finding(path, Code.STEP_TIME_SPIKES)
+    hole = f.evidence["untraced"]
+    assert hole["steps"] == ["ProfilerStep#21"] and hole["after"] == "Optimizer.step#SGD.step" and hole["at_end"]
+    raw = _raw_steps(path)
+    base = [raw[n]["untraced_us"] for n in _base_steps(path)]
+    extra_ns = (raw["ProfilerStep#21"]["untraced_us"] - np.mean(base)) * 1e3
+    assert abs(hole["extra_ns"] - extra_ns) <= 0.01 * extra_ns
+    assert "after Optimizer.step#SGD.step, at the step's end" in f.statement
 
 
 def test_untraced_time_says_where_it_falls_in_the_step() -> None:
