@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 from functools import cache
@@ -45,6 +47,42 @@ def diagnose_json(path: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, A
 def finding_of(doc: dict[str, Any], code: str) -> dict[str, Any] | None:
     """The document's first finding of ``code``, or None."""
     return next((f for f in doc["findings"] if f["code"] == code), None)
+
+
+#: The test files that share their diagnoses of the same traces (``cli_output``,
+#: ``checked_report``: each made once per worker); they run on one worker. The test command's
+#: ``--dist loadgroup`` sends every other file to a worker whole, a group of its own.
+SHARED_DIAGNOSES: frozenset[str] = frozenset({
+    "test_diagnose_account", "test_small_captures", "test_platform_advice", "test_diagnose_real",
+    "test_spike_contents", "test_grad_sync", "test_inference_autograd"})
+#: What a command's standard output depends on beside its arguments: the terminal's size and colour.
+OUTPUT_ENVIRONMENT = ("COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR", "TERM")
+
+
+@pytest.hookimpl(tryfirst=True)  # (before pytest-xdist's own hook reads the groups)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        file = item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group("shared-diagnoses" if Path(file).stem in SHARED_DIAGNOSES else file))
+
+
+def cli_output(*argv: str) -> str:
+    """``tracewhy ARGV --no-cache``'s standard output (the command must succeed). Made once per
+    worker for each argument list and terminal setting (``OUTPUT_ENVIRONMENT``): a command's
+    output depends on nothing else, so a test that patches tracewhy's own code runs ``main``
+    itself. The first run's warnings reach the test's captured stderr, later ones none."""
+    return _cli_output(argv, tuple(os.environ.get(name) for name in OUTPUT_ENVIRONMENT))
+
+
+@cache
+def _cli_output(argv: tuple[str, ...], environment: tuple[str | None, ...]) -> str:
+    from tracewhy.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main([*argv, "--no-cache"])
+    assert code == 0, (argv, code)
+    return out.getvalue()
 
 
 @cache

@@ -13,11 +13,10 @@ from typing import Any
 
 import pytest
 
-from conftest import GENERATED, shared_trace
+from conftest import GENERATED, cli_output, shared_trace
 from test_account_real import _path, _traces
 from tracewhy.analyses.account import AccountCol, step_account
 from tracewhy.analyses.iterations import WindowSource
-from tracewhy.cli import main
 from tracewhy.errors import TraceError
 from tracewhy.findings import thresholds as th
 from tracewhy.readers import read_trace
@@ -25,13 +24,12 @@ from tracewhy.readers import read_trace
 HEALTHY = "Nothing here costs a meaningful share"
 
 
-def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    assert main([*argv, "--no-cache"]) == 0
-    return capsys.readouterr().out
+def _run(argv: list[str]) -> str:
+    return cli_output(*argv)
 
 
-def _diagnose(path: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
-    out: dict[str, Any] = json.loads(_run(["diagnose", str(path), "--json"], capsys))
+def _diagnose(path: Path) -> dict[str, Any]:
+    out: dict[str, Any] = json.loads(_run(["diagnose", str(path), "--json"]))
     return out
 
 
@@ -40,7 +38,7 @@ def _first_cause(d: dict[str, Any]) -> dict[str, Any]:
     return first
 
 
-def test_the_copy_bound_window_leads_with_its_copies(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_the_copy_bound_window_leads_with_its_copies(tmp_path: Path) -> None:
     """nsys-ai's H100 window: the export's own memcpy rows (read here with sqlite3) hold 223
     pinned HtoD copies per process, 25.5 GB in 921 ms; the diagnosis leads with them: bytes,
     GB/s and memory kind, the GPU's busy time split into kernels and copies."""
@@ -53,7 +51,7 @@ def test_the_copy_bound_window_leads_with_its_copies(capsys: pytest.CaptureFixtu
             "JOIN ENUM_CUDA_MEM_KIND k ON k.id = m.srcKind WHERE m.copyKind = 1 AND k.label = 'Pinned' "
             "GROUP BY m.globalPid").fetchall()
     count, moved, busy = pinned[0]
-    d = _diagnose(path, capsys)
+    d = _diagnose(path)
     f = _first_cause(d)
     assert f["code"] == "copy-bound" and f["severity"] == "high" and f["part"] == "copies: HtoD pinned"
     copies = f["evidence"]["copies"][0]
@@ -83,9 +81,9 @@ PLANTED = {
 
 
 @pytest.mark.parametrize("name", sorted(PLANTED))
-def test_each_planted_cause_leads_with_a_prediction(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_each_planted_cause_leads_with_a_prediction(name: str) -> None:
     code, word = PLANTED[name]
-    d = _diagnose(GENERATED / f"{name}.pt.trace.json.gz", capsys)
+    d = _diagnose(GENERATED / f"{name}.pt.trace.json.gz")
     f = _first_cause(d)
     assert f["code"] == code and word in f["part"], (f["code"], f["part"])
     measured = f["evidence"]["measured_step_ns"]
@@ -95,11 +93,11 @@ def test_each_planted_cause_leads_with_a_prediction(name: str, capsys: pytest.Ca
     assert any(word in a["part"] for a in d["account"])
 
 
-def test_a_one_time_recompile_leads_without_a_per_step_prediction(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_one_time_recompile_leads_without_a_per_step_prediction() -> None:
     """The recompile of cpu_compile_recompile happens once (the last step's new batch size): its
     step is left out of the account as a one-time compile (no compilation part in the steady
     mean), and the finding says it is a one-time cost, with no per-step saving predicted."""
-    d = _diagnose(GENERATED / "cpu_compile_recompile.pt.trace.json.gz", capsys)
+    d = _diagnose(GENERATED / "cpu_compile_recompile.pt.trace.json.gz")
     f = _first_cause(d)
     assert f["code"] == "recompile" and "one-time" in f["statement"]
     assert f["predicted_step_ns"] is None and f["recoverable_ns_per_step"] == 0
@@ -113,12 +111,12 @@ AGREE = ("tracelens/h100_bert-small_bs1_seq512.json.gz", "generated/cpu_dataload
 
 
 @pytest.mark.parametrize("relative", AGREE)
-def test_critical_path_gains_are_diagnose_recoverable(relative: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_critical_path_gains_are_diagnose_recoverable(relative: str) -> None:
     """A finding that explains one part with one fix recovers what ``critical-path`` says the
     fix of that part saves (the same replay of the same steps: equal up to rounding the mean)."""
     path = _path(relative)
-    d = _diagnose(path, capsys)
-    cp = json.loads(_run(["critical-path", str(path), "--json"], capsys))
+    d = _diagnose(path)
+    cp = json.loads(_run(["critical-path", str(path), "--json"]))
     gains: dict[str, list[int]] = {}
     for g in (g for step in cp["steps"] for g in step["gains"]):
         if g["category"] == "part" and g["gain_ns"] is not None:
@@ -135,15 +133,15 @@ def test_critical_path_gains_are_diagnose_recoverable(relative: str, capsys: pyt
     assert compared >= 1, "no finding explains a part critical-path replays"
 
 
-def test_launch_overhead_is_one_number_on_bert(capsys: pytest.CaptureFixture[str]) -> None:
+def test_launch_overhead_is_one_number_on_bert() -> None:
     """Launch overhead on BERT was 1.034 ms recoverable in diagnose and 339 µs in critical-path:
     now the finding recovers what the replay without the launch time saves."""
     path = shared_trace("tracelens/h100_bert-small_bs1_seq512.json.gz")
-    d = _diagnose(path, capsys)
+    d = _diagnose(path)
     launch = next(f for f in d["findings"] if f["code"] == "gpu-idle-launch")
     assert launch["part"] == "launch overhead"
     assert "1.034 ms" in launch["statement"]  # its own measurement is kept
-    cp = json.loads(_run(["critical-path", str(path), "--json"], capsys))
+    cp = json.loads(_run(["critical-path", str(path), "--json"]))
     gain = next(g["gain_ns"] for step in cp["steps"] for g in step["gains"]
                 if g["category"] == "part" and g["name"] == "launch overhead")
     assert launch["recoverable_ns_per_step"] == gain < 1_000_000
@@ -151,8 +149,7 @@ def test_launch_overhead_is_one_number_on_bert(capsys: pytest.CaptureFixture[str
 
 @pytest.mark.slow
 @pytest.mark.parametrize("relative", _traces())
-def test_every_diagnosis_opens_with_where_the_step_goes(relative: str, capsys: pytest.CaptureFixture[str],
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_diagnosis_opens_with_where_the_step_goes(relative: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """On every trace with steps or iterations, the lines before the first cause say where at
     least 80% of the step goes (the account computed apart here), and no trace is called healthy
     while an avoidable part takes UNEXPLAINED_PART_MIN_SHARE of the step."""
@@ -161,8 +158,8 @@ def test_every_diagnosis_opens_with_where_the_step_goes(relative: str, capsys: p
     except TraceError as e:
         pytest.skip(f"not a profiler trace: {e}")
     monkeypatch.setenv("COLUMNS", "400")  # (a part's name on one line)
-    text = _run(["diagnose", str(_path(relative))], capsys)
-    d = _diagnose(_path(relative), capsys)
+    text = _run(["diagnose", str(_path(relative))])
+    d = _diagnose(_path(relative))
     avoidable = account.avoidable_parts()
     if avoidable.height and float(avoidable.get_column(AccountCol.SHARE).max()) >= th.UNEXPLAINED_PART_MIN_SHARE:  # type: ignore[arg-type]
         assert HEALTHY not in text and not d["healthy"]
@@ -178,13 +175,13 @@ def test_every_diagnosis_opens_with_where_the_step_goes(relative: str, capsys: p
         assert a["part"][:40] in text[where:], a["part"]
 
 
-def test_busy_is_kernels_copies_and_memsets_apart(capsys: pytest.CaptureFixture[str]) -> None:
+def test_busy_is_kernels_copies_and_memsets_apart() -> None:
     """Every busy statement splits the busy time: the overlap summary and diagnose's utilization
     findings say the copies' 97% apart from the kernels' 2.3% on nsys-ai's H100 window."""
     path = shared_trace("nsys/nsysai_h100_2gpu_1s.sqlite.gz")
-    overlap = _run(["overlap", str(path)], capsys)
+    overlap = _run(["overlap", str(path)])
     assert "GPU 0 busy 99.3%: compute kernels 2.3%, communication 0.0%, copies and memsets 97.0%" in overlap
-    ddp = _diagnose(shared_trace("hta/a100_ddp2_rank0_nccl2.17.json.gz"), capsys)
+    ddp = _diagnose(shared_trace("hta/a100_ddp2_rank0_nccl2.17.json.gz"))
     low = next(f for f in ddp["findings"] if f["code"] == "gpu-low-utilization")
     split = low["evidence"]["busy_by_kind_ns"]
     assert set(split) == {"kernels", "copies", "memsets"} and split["kernels"] > split["copies"] > 0
@@ -204,8 +201,7 @@ def test_host_links_are_one_way_halves_of_the_datasheets(device: str, link: str,
     assert host_link("Some Future GPU") is None and host_link(None) is None
 
 
-def test_the_steps_the_fixes_replay_are_named_where_they_differ(capsys: pytest.CaptureFixture[str],
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_steps_the_fixes_replay_are_named_where_they_differ(monkeypatch: pytest.MonkeyPatch) -> None:
     """On a small graph (the demo's 16 steps, 10 k edges) every analysed step is replayed, so each
     finding's "step X -> Y" starts from the account's own mean step. On a large one (HTA's V100
     DDP rank, 5 steps of 54 k edges each) 4 are, picked evenly (steps 0, 1, 3 and 4 of the
@@ -213,31 +209,30 @@ def test_the_steps_the_fixes_replay_are_named_where_they_differ(capsys: pytest.C
     account's, and the header says so with that mean, so the two figures are not read as one."""
     monkeypatch.setenv("COLUMNS", "400")
     demo = Path(__file__).resolve().parents[1] / "examples" / "demo_cpu_training.pt.trace.json.gz"
-    account = json.loads(_run(["account", str(demo), "--json"], capsys))
+    account = json.loads(_run(["account", str(demo), "--json"]))
     assert len(account["windows"]) == 16
     mean = round(sum(w["window_ns"] for w in account["windows"]) / 16)
-    measured = {f["evidence"]["measured_step_ns"] for f in _diagnose(demo, capsys)["findings"]
+    measured = {f["evidence"]["measured_step_ns"] for f in _diagnose(demo)["findings"]
                 if f["predicted_step_ns"] is not None and "measured_step_ns" in f["evidence"]}
     assert measured and all(abs(m - mean) <= 1 for m in measured)
-    assert "fixes replayed" not in _run(["diagnose", str(demo)], capsys)
-    assert _diagnose(demo, capsys)["replayed"] == {"steps": 16, "of_steps": 16, "mean_step_ns": mean}
+    assert "fixes replayed" not in _run(["diagnose", str(demo)])
+    assert _diagnose(demo)["replayed"] == {"steps": 16, "of_steps": 16, "mean_step_ns": mean}
 
     path = shared_trace("hta/v100_ddp2_rank1_memprofile.json.gz")
-    windows = [w["window_ns"] for w in json.loads(_run(["account", str(path), "--json"], capsys))["windows"]]
+    windows = [w["window_ns"] for w in json.loads(_run(["account", str(path), "--json"]))["windows"]]
     assert len(windows) == 5
     replayed_mean = round(sum(windows[i] for i in (0, 1, 3, 4)) / 4)
-    d = _diagnose(path, capsys)
+    d = _diagnose(path)
     measured = {f["evidence"]["measured_step_ns"] for f in d["findings"] if f["predicted_step_ns"] is not None
                 and "measured_step_ns" in f["evidence"]}
     assert measured == {replayed_mean}
     assert d["replayed"] == {"steps": 4, "of_steps": 5, "mean_step_ns": replayed_mean}  # the HTML report's note
-    header = next(line for line in _run(["diagnose", str(path)], capsys).splitlines()
+    header = next(line for line in _run(["diagnose", str(path)]).splitlines()
                   if line.startswith("Where the step goes"))
     assert "mean of 5 analysed steps" in header and "fixes replayed on 4 of them" in header
 
 
-def test_untraced_time_is_said_in_words_and_looked_into_by_what_the_trace_has(
-        capsys: pytest.CaptureFixture[str]) -> None:
+def test_untraced_time_is_said_in_words_and_looked_into_by_what_the_trace_has() -> None:
     """The gloo rank (no Python frames): its untraced part is said by what was open ('with only
     the step's own range open'), not as an item named `nothing but the step open`, and the next
     step is a capture with stacks, since `tracewhy lines` has no frames to show there; a trace
@@ -249,7 +244,7 @@ def test_untraced_time_is_said_in_words_and_looked_into_by_what_the_trace_has(
     path = GENERATED / "ddp_gloo_rank1.pt.trace.json.gz"
     trace = read_trace(path)
     assert "python_function" not in trace.slices.get_column("kind").cast(str).unique().to_list()
-    f = next(f for f in _diagnose(path, capsys)["findings"]
+    f = next(f for f in _diagnose(path)["findings"]
              if f["code"] == "unexplained-part" and f["evidence"]["kind"] == "idle")
     assert "with only the step's own range open" in f["statement"] and "`nothing" not in f["statement"]
     assert "no Python frames" in f["next_step"] and "with_stack=True" in f["next_step"]
@@ -265,8 +260,7 @@ def _raw_frames(path: Path, needle: str) -> list[float]:
             and needle in str(e.get("name", ""))]
 
 
-def test_a_user_lines_host_time_is_split_by_the_library_functions_it_calls(
-        capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_user_lines_host_time_is_split_by_the_library_functions_it_calls() -> None:
     """cpu_lines_item: the account's 'host: workloads.py:78 train_step' is mostly one call of
     record_function's constructor (torch/autograd/profiler.py line 904) that the raw file shows
     lasting over 2 ms in one step: the finding says the library holds most of it, names that
@@ -274,8 +268,8 @@ def test_a_user_lines_host_time_is_split_by_the_library_functions_it_calls(
     without the profiler. cpu_provenance: torch.compile's runtime leads, and on a CPU-only run
     the advice names no CUDA graphs. A trace without frames gets no split."""
     path = GENERATED / "cpu_lines_item.pt.trace.json.gz"
-    steps = _diagnose(path, capsys)["steps"]
-    f = next(f for f in _diagnose(path, capsys)["findings"] if f["code"] == "unexplained-part"
+    steps = _diagnose(path)["steps"]
+    f = next(f for f in _diagnose(path)["findings"] if f["code"] == "unexplained-part"
              and f["part"] == "host: workloads.py:78 train_step")
     lead = f["evidence"]["library"][0]
     assert lead["frame"] == "torch/autograd/profiler.py:904 __init__"
@@ -285,9 +279,9 @@ def test_a_user_lines_host_time_is_split_by_the_library_functions_it_calls(
     assert 0.5 * f["evidence"]["part_ns_per_step"] <= f["evidence"]["library_ns_per_step"] <= \
         f["evidence"]["part_ns_per_step"]
     assert "profiler's own Python" in f["next_step"] and "torch/autograd/profiler.py:904 __init__" in f["statement"]
-    compiled = next(f for f in _diagnose(GENERATED / "cpu_provenance.pt.trace.json.gz", capsys)["findings"]
+    compiled = next(f for f in _diagnose(GENERATED / "cpu_provenance.pt.trace.json.gz")["findings"]
                     if f["code"] == "unexplained-part" and "library" in f["evidence"])
     assert compiled["evidence"]["library"][0]["frame"].startswith("torch/_dynamo/")
     assert "torch.compile's own per-call work" in compiled["next_step"] and "CUDA graphs" not in compiled["next_step"]
-    for f in _diagnose(GENERATED / "ddp_gloo_rank1.pt.trace.json.gz", capsys)["findings"]:
+    for f in _diagnose(GENERATED / "ddp_gloo_rank1.pt.trace.json.gz")["findings"]:
         assert "library" not in f["evidence"]

@@ -15,7 +15,7 @@ import pytest
 from rich.console import Console
 
 import tracewhy
-from conftest import GENERATED, ROOT, TRACES, shared_trace
+from conftest import GENERATED, ROOT, TRACES, checked_report, shared_trace
 from tracewhy.analyses.gaps import gaps
 from tracewhy.analyses.steps import MARKED, steps
 from tracewhy.findings.model import Severity
@@ -31,7 +31,7 @@ from tracewhy.units import fmt_ns
 def _top_codes(path: Path, n: int = 1) -> list[str]:
     """The first cause findings: trust findings and summaries (gpu-low-utilization, printed before
     the idle classes it sums up) are not causes."""
-    report = diagnose(tracewhy.load(path))
+    report = checked_report(path)
     return [f.code for f in report.findings if f.severity is not Severity.TRUST and not f.parts][:n]
 
 
@@ -45,7 +45,7 @@ def test_resnet_num_workers_0_is_input_bound(span: str) -> None:
 @pytest.mark.parametrize("span", ["span1_worker0.1623212756351", "span2_worker0.1623213129365"])
 def test_resnet_num_workers_4_is_not_input_bound(span: str) -> None:
     # With 4 workers DataLoader is 0.8% / 0.2% of the step (tb_plugin): no input finding.
-    report = diagnose(tracewhy.load(shared_trace(f"kineto/resnet50_nw4_{span}.pt.trace.json.gz")))
+    report = checked_report(shared_trace(f"kineto/resnet50_nw4_{span}.pt.trace.json.gz"))
     assert "gpu-idle-input" not in [f.code for f in report.findings]
 
 
@@ -155,8 +155,8 @@ def test_planted_slow_dataset_is_the_top_finding() -> None:
     assert _top_codes(GENERATED / "cpu_dataloader_slow.pt.trace.json.gz") == ["input-bound"]
     # The contrast run without the sleep spends ~10% in DataLoader on a loaded machine: if
     # flagged at all, it is far smaller than the slow run's.
-    fast = diagnose(tracewhy.load(GENERATED / "cpu_dataloader_fast.pt.trace.json.gz"))
-    slow = diagnose(tracewhy.load(GENERATED / "cpu_dataloader_slow.pt.trace.json.gz"))
+    fast = checked_report(GENERATED / "cpu_dataloader_fast.pt.trace.json.gz")
+    slow = checked_report(GENERATED / "cpu_dataloader_slow.pt.trace.json.gz")
     rec = {f.code: f.recoverable_ns_per_step for f in slow.findings}
     rec_fast = {f.code: f.recoverable_ns_per_step for f in fast.findings}
     assert rec["input-bound"] > 10 * rec_fast.get("input-bound", 0) + 1
@@ -169,20 +169,20 @@ def test_planted_item_per_step_is_the_top_finding() -> None:
 def test_no_schedule_is_a_trust_warning() -> None:
     # Without prof.step() the steps are inferred from the repeated 'train_step' block: diagnose
     # says so, as a trust finding, instead of giving up on per-step figures.
-    report = diagnose(tracewhy.load(GENERATED / "cpu_eager_noschedule.pt.trace.json.gz"))
+    report = checked_report(GENERATED / "cpu_eager_noschedule.pt.trace.json.gz")
     trust = {f.code: f for f in report.findings if f.severity is Severity.TRUST}
     assert "step-marker-inferred" in trust and "'train_step'" in trust["step-marker-inferred"].statement
 
 
 def test_heavy_capture_is_flagged_first() -> None:
-    report = diagnose(tracewhy.load(GENERATED / "cpu_with_stack_memory.pt.trace.json.gz"))
+    report = checked_report(GENERATED / "cpu_with_stack_memory.pt.trace.json.gz")
     assert report.findings[0].severity is Severity.TRUST
     assert "capture-heavy-options" in [f.code for f in report.findings]
 
 
 def test_gp100_step_sync_trace_names_its_sync_site() -> None:
     # hta MANIFEST: 10 cudaStreamSynchronize + cudaMemcpyAsync per step, no ProfilerStep markers.
-    report = diagnose(tracewhy.load(shared_trace("hta/gp100_step_sync_gpu_user_annotation_2023.json.gz")))
+    report = checked_report(shared_trace("hta/gp100_step_sync_gpu_user_annotation_2023.json.gz"))
     codes = [f.code for f in report.findings]
     # No ProfilerStep: the steps are the iterations between its 5 Optimizer.step spans.
     assert "step-marker-inferred" in codes and "gpu-idle-sync" in codes
@@ -197,7 +197,7 @@ def test_gp100_step_sync_trace_names_its_sync_site() -> None:
     "hta/cpu_only_gloo_rank34of300.json.gz", "hta/a100_cupti_profiler_counters.json.gz",
 ])
 def test_diagnose_runs_and_every_finding_is_complete(rel: str) -> None:
-    report = diagnose(tracewhy.load(shared_trace(rel)))
+    report = checked_report(shared_trace(rel))
     for f in report.findings:
         assert f.code and f.code == f.code.lower() and " " not in f.code
         assert f.statement and f.next_step and f.recoverable_ns_per_step >= 0
@@ -237,7 +237,7 @@ def test_idle_shares_name_what_they_are_shares_of(rel: str) -> None:
 def test_diagnose_without_steps_says_over_the_trace() -> None:
     # The alexnet trace has no step markers: recoverable time is over the whole trace, and the
     # headline must not call it "per step".
-    report = diagnose(tracewhy.load(shared_trace("hta/a100_alexnet_critical_path.json.gz")))
+    report = checked_report(shared_trace("hta/a100_alexnet_critical_path.json.gz"))
     assert not report.basis.per_steps
     console = Console(width=200, record=True, file=io.StringIO())
     console.print(render_diagnose(report))
@@ -295,7 +295,7 @@ def test_incomplete_only_when_events_are_missing(tmp_path: Path) -> None:
     # A sweep found the complete nsys-ai capture called "incomplete" because its reader noted a
     # clock-domain difference. Reader notes on a whole file are "reader-warnings"; a file cut
     # mid-event (here the DDP trace cut at 70% of its bytes) is "incomplete-trace".
-    whole = diagnose(tracewhy.load(shared_trace("nsys/nsysai_mock_rtx3080.sqlite.gz")))
+    whole = checked_report(shared_trace("nsys/nsysai_mock_rtx3080.sqlite.gz"))
     codes = [f.code for f in whole.findings]
     assert "reader-warnings" in codes and "incomplete-trace" not in codes
     raw = gzip.decompress(shared_trace("hta/a100_ddp2_rank0_nccl2.17.json.gz").read_bytes())
@@ -346,5 +346,5 @@ def test_graph_replay_counts_every_graph_launch_in_the_raw_trace() -> None:
     raw = sum(1 for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")
               and re.fullmatch(r"(cuda|hip|cu)GraphLaunch", str(e.get("name"))))
     assert raw > 0
-    found = [f for f in diagnose(tracewhy.load(path)).findings if f.code == "cuda-graph-replay"]
+    found = [f for f in checked_report(path).findings if f.code == "cuda-graph-replay"]
     assert len(found) == 1 and found[0].statement.startswith(f"{raw} CUDA/HIP graph launches")

@@ -15,7 +15,7 @@ import pytest
 
 import tracewhy
 from builders import KinetoBuilder
-from conftest import GENERATED, shared_trace
+from conftest import GENERATED, checked_report, shared_trace
 from tracewhy.findings.applicability import facts_of
 from tracewhy.findings.input_advice import loader_advice
 from tracewhy.reports.diagnose import diagnose
@@ -47,7 +47,7 @@ def _header(path: Path) -> dict[str, Any]:
 
 def _texts(path: Path) -> dict[str, str]:
     """Each finding's statement and next step, by code."""
-    return {f.code: f"{f.statement} || {f.next_step}" for f in diagnose(tracewhy.load(path)).findings}
+    return {f.code: f"{f.statement} || {f.next_step}" for f in checked_report(path).findings}
 
 
 def _advising(texts: dict[str, str], words: tuple[str, ...]) -> dict[str, list[str]]:
@@ -65,7 +65,7 @@ def test_a_cpu_only_run_gets_no_gpu_advice(path: str) -> None:
     texts = _texts(file)
     assert _advising(texts, GPU_ADVICE) == {}
     # No next step speaks of the GPU at all (host work "beside the GPU work" has none to hide under).
-    assert [f.code for f in diagnose(tracewhy.load(file)).findings if "GPU" in f.next_step] == []
+    assert [f.code for f in checked_report(file).findings if "GPU" in f.next_step] == []
     assert "CPU-only capture" in texts["cpu-only-trace"]
     assert "no GPU advice" in texts["cpu-only-trace"]
 
@@ -169,14 +169,14 @@ def test_workers_on_and_still_waiting_is_per_batch_work_not_turn_on_workers() ->
     few_workers, per_batch_s = 2, 0.032
     manifest = (GENERATED / "MANIFEST.md").read_text(encoding="utf-8")
     assert f"about {per_batch_s * 1e3:g} ms of per-batch work) behind DataLoader(num_workers={few_workers})" in manifest
-    report = diagnose(tracewhy.load(GENERATED / "cpu_dataloader_few_workers.pt.trace.json.gz"))
+    report = checked_report(GENERATED / "cpu_dataloader_few_workers.pt.trace.json.gz")
     f = next(f for f in report.findings if f.code == "input-bound")
     assert "per-batch work" in f.next_step
     assert "Load batches in worker processes" not in f.next_step
     assert "pin_memory" not in f.next_step  # a CPU-only run
     # The sizing against the plant: workers needed = per-batch work / the step's own compute,
     # the compute taken from the same loop without the sleep (cpu_dataloader_fast).
-    fast = diagnose(tracewhy.load(GENERATED / "cpu_dataloader_fast.pt.trace.json.gz"))
+    fast = checked_report(GENERATED / "cpu_dataloader_fast.pt.trace.json.gz")
     compute_ns = next(x for x in fast.findings if x.code == "input-bound").evidence
     step_compute_ns = compute_ns["mean_window_ns"] - compute_ns["mean_dataloader_ns_per_step"]
     needed = per_batch_s * 1e9 / step_compute_ns

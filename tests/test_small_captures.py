@@ -14,11 +14,10 @@ from typing import Any
 import pytest
 
 from builders import KinetoBuilder
-from conftest import GENERATED, shared_trace
+from conftest import GENERATED, cli_output, shared_trace
 from test_account_real import _path, _traces
 from tracewhy.analyses.info import info
 from tracewhy.analyses.utilization import utilization
-from tracewhy.cli import main
 from tracewhy.errors import TraceError
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.codes import STRUCTURAL, Code
@@ -30,9 +29,8 @@ SERIOUS = ("high", "medium")
 TINY = "hta/legacy_2022_inference_rank1_tiny.json.gz"
 
 
-def _diagnose(path: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
-    assert main(["diagnose", str(path), "--json", "--no-cache"]) == 0
-    doc: dict[str, Any] = json.loads(capsys.readouterr().out)
+def _diagnose(path: Path) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(cli_output("diagnose", str(path), "--json"))
     return doc
 
 
@@ -62,14 +60,13 @@ def _raw_span_ns(events: list[dict[str, Any]]) -> int:
 
 
 @pytest.mark.parametrize("name", ["cpu_dataloader_slow", "cpu_compile", "cpu_lines_sleep", "ddp_gloo_rank0"])
-def test_a_seven_event_fragment_gets_no_serious_finding(name: str, tmp_path: Path,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_seven_event_fragment_gets_no_serious_finding(name: str, tmp_path: Path) -> None:
     """Seven events of a real CPU capture: one step marker and the first ops in it. Whatever
     the step's parts, seven events cannot show what the job repeats: nothing above low, each
     capped finding says why, and no recoverable time exceeds the fragment's own span."""
     path, kept = _fragment(GENERATED / f"{name}.pt.trace.json.gz", 7, tmp_path / f"{name}_first7.json")
     assert len(kept) == 7
-    d = _diagnose(path, capsys)
+    d = _diagnose(path)
     span = _raw_span_ns(kept)
     timed = [f for f in d["findings"] if f["severity"] != "trust"]
     assert timed, d["findings"]  # the rules still speak; they are only not called serious
@@ -80,8 +77,7 @@ def test_a_seven_event_fragment_gets_no_serious_finding(name: str, tmp_path: Pat
     assert capped and all(f"{th.MIN_EVENTS_FOR_SEVERITY}" in f["evidence"]["severity_capped"] for f in capped)
 
 
-def test_the_tiny_legacy_trace_is_low_and_its_utilization_is_over_the_info_span(capsys: pytest.CaptureFixture[str],
-                                                                                 ) -> None:
+def test_the_tiny_legacy_trace_is_low_and_its_utilization_is_over_the_info_span() -> None:
     """HTA's 12-event inference fragment: 4 kernels and 8 launches. Its utilization is a share of
     the span info reports (first event to last end, 1.641 ms in the raw file), not of the first
     to last kernel; and 12 events support no finding above low."""
@@ -91,30 +87,30 @@ def test_the_tiny_legacy_trace_is_low_and_its_utilization_is_over_the_info_span(
     assert info(trace).span_ns == raw_span == 1_641_000
     devices = utilization(trace).devices
     assert devices.get_column("span_ns").to_list() == [raw_span]
-    d = _diagnose(path, capsys)
+    d = _diagnose(path)
     low = next(f for f in d["findings"] if f["code"] == "gpu-low-utilization")
     assert low["evidence"]["window_ns"] == raw_span
     assert "of 1.641 ms" in low["statement"]
     assert not [f["code"] for f in d["findings"] if f["severity"] in SERIOUS]
 
 
-def test_a_summary_without_time_of_its_own_is_not_serious(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_summary_without_time_of_its_own_is_not_serious() -> None:
     """HTA's 5-step DDP capture on 16 ranks (67k events): gpu-low-utilization sums up the idle
     findings below it and gives back no time itself; its parts carry the severity."""
-    d = _diagnose(shared_trace("hta/a100_16rank_rank0_alltoall.json.gz"), capsys)
+    d = _diagnose(shared_trace("hta/a100_16rank_rank0_alltoall.json.gz"))
     summary = next(f for f in d["findings"] if f["code"] == "gpu-low-utilization")
     assert summary["recoverable_ns_per_step"] == 0 and summary["severity"] == "info"
     assert any(f["severity"] in SERIOUS and f["recoverable_ns_per_step"] > 0 for f in d["findings"])
 
 
-def test_one_step_supports_at_most_medium(capsys: pytest.CaptureFixture[str]) -> None:
+def test_one_step_supports_at_most_medium() -> None:
     """TraceLens' H100 BERT capture holds one ProfilerStep (2,059 events): a cost seen once is
     worth fixing, but one sample cannot say it recurs in every step, so nothing is high."""
     path = shared_trace("tracelens/h100_bert-small_bs1_seq512.json.gz")
     steps = [e for e in _raw(path)["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")
              and e.get("cat") == "user_annotation"]  # (the host's marker; Kineto copies it to the GPU timeline)
     assert len(steps) == 1
-    d = _diagnose(path, capsys)
+    d = _diagnose(path)
     assert d["step_stats"]["count"] == 1
     assert not [f["code"] for f in d["findings"] if f["severity"] == "high"]
     medium = [f for f in d["findings"] if f["severity"] == "medium"]
@@ -171,14 +167,13 @@ def test_severity_needs_time_and_a_capture_that_supports_it() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("relative", _traces())
-def test_no_serious_finding_without_time_and_no_time_above_the_window(relative: str,
-                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_no_serious_finding_without_time_and_no_time_above_the_window(relative: str) -> None:
     try:
         trace = read_trace(_path(relative))
     except TraceError as e:
         pytest.skip(f"not a profiler trace: {e}")
     span = info(trace).span_ns
-    d = _diagnose(_path(relative), capsys)
+    d = _diagnose(_path(relative))
     stats = d["step_stats"]
     for f in d["findings"]:
         recoverable = f["recoverable_ns_per_step"]
