@@ -14,7 +14,8 @@ from conftest import shared_trace
 from tracewhy.analyses import critical_path_replay
 from tracewhy.analyses.account import StepModel, step_model
 from tracewhy.analyses.critical_path_edges import Edge
-from tracewhy.analyses.critical_path_replay import GraphEdit, _scale
+from tracewhy.analyses.critical_path_replay import GraphEdit
+from tracewhy.analyses.replay_edges import scale_weights
 from tracewhy.readers import read_trace
 
 
@@ -38,7 +39,7 @@ def test_scaling_in_place_equals_a_column_of_factors() -> None:
         factor = rng.uniform(0, 1.5, at.size)
         want, got = weight.copy(), weight.copy()
         _dense_scale(want, at, factor)
-        _scale(got, at, factor)
+        scale_weights(got, at, factor)
         assert np.array_equal(got, want)
 
 
@@ -51,7 +52,7 @@ def test_a_window_replays_scaled_edits_and_saves_as_before(model: StepModel, mon
     got = w.edited(path.sink, edit)
     assert w._in_edges is None  # (``edited`` alone does not build ``saved``'s index)
     with monkeypatch.context() as m:
-        m.setattr(critical_path_replay, "_scale", _dense_scale)
+        m.setattr(critical_path_replay, "scale_weights", _dense_scale)
         want = w.edited(path.sink, edit)
     assert (got.end_ns, got.start_ns) == (want.end_ns, want.start_ns)
     assert np.array_equal(got.edges, want.edges) and np.array_equal(got.dur_ns, want.dur_ns)

@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from tracewhy.analyses.critical_path_edges import Edge, way_out_of_cycle
 from tracewhy.analyses.critical_path_graph import Graph
-from tracewhy.analyses.replay_edges import LiveInEdges, _ints, _positions, process_edges
+from tracewhy.analyses.replay_edges import LiveInEdges, _ints, _positions, one_way_in, process_edges, scale_weights
 from tracewhy.analyses.replay_measured import MeasuredStretches
 
 I64 = npt.NDArray[np.int64]
@@ -200,7 +200,7 @@ class ReplayWindow:
         if edit.scaled.size and self.edges.size:
             at = np.searchsorted(self.edges, edit.scaled)
             ok = (at < self.edges.size) & (self.edges[np.minimum(at, self.edges.size - 1)] == edit.scaled)
-            _scale(weight, at[ok], edit.factor[ok])
+            scale_weights(weight, at[ok], edit.factor[ok])
         dropped = self._among(edit.drop)
         pos = self.sink_pos
         add_ps, add_pd = pos[edit.add_src], pos[edit.add_dst]
@@ -277,6 +277,9 @@ class ReplayWindow:
         starts = np.zeros(counts.size + 1, dtype=np.int32)
         np.cumsum(counts, out=starts[1:])
         first = _positions(starts)
+        stretches, below = measured if measured is not None else (None, -1)
+        through = one_way_in(starts, np.frombuffer(times, dtype=np.int64), self.ws, self.fixed,
+                             stretches.on if stretches is not None else None, below)
         del counts, starts
         src = src if src is not None else _positions(ps)
         length = length if length is not None else _ints(w)
@@ -308,10 +311,17 @@ class ReplayWindow:
         # large export; the cycle search (rare) gets them as a set, read off the path's edges'
         # ends (each edge taken is an in-edge of the instant it was taken at).
         seen = bytearray(len(times))
-        stretches, below = measured if measured is not None else (None, -1)
         on_path = stretches.on if stretches is not None else b""
         v = at
         while times[v] > ws and not fixed[v]:
+            e = through[v]
+            while e >= 0 and not seen[v]:  # (the instants most of a path passes: ``one_way_in``)
+                seen[v] = 1
+                path.append(e)
+                v = src[e]
+                e = through[v]
+            if not (times[v] > ws and not fixed[v]):
+                break
             if v < below and on_path[v] and not seen[v] and stretches is not None:
                 v = stretches.take(v, path, seen)
                 continue
@@ -337,21 +347,6 @@ class ReplayWindow:
         lengths = t[pd[on]] - np.maximum(t[ps[on]], ws)
         return EditedPath(end_ns=times[at], edges=ids[on].astype(np.int64), dur_ns=lengths.astype(np.int64),
                           start_ns=max(times[v], ws))
-
-
-def _scale(weight: I64, at: I64, factor: F64) -> None:
-    """``weight`` (in place) with the entries ``at`` multiplied by their ``factor`` (an entry
-    named several times: by each, in order, as ``np.multiply.at`` over a column of ones would)
-    and rounded: only the scaled entries are touched (a column of factors, its product and its
-    rounding were three float64 copies of every edge's weight, 136 MB each on a whole-trace
-    window of a large export)."""
-    if at.size == 0:
-        return
-    order = np.argsort(at, kind="stable")
-    at, factor = at[order], factor[order]
-    first = np.flatnonzero(np.r_[True, at[1:] != at[:-1]])
-    hit = at[first]
-    weight[hit] = np.round(weight[hit] * np.multiply.reduceat(factor, first)).astype(np.int64)
 
 
 def _replay_times(times: array[int], ps: array[int], pd: array[int], w: array[int], fixed: bytes, lo: int = 0
