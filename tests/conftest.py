@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    from tracewhy.analyses.account import AccountResult
     from tracewhy.findings.codes import Code
     from tracewhy.findings.model import Finding
     from tracewhy.reports.diagnose import Report
@@ -54,7 +55,7 @@ def finding_of(doc: dict[str, Any], code: str) -> dict[str, Any] | None:
 #: ``--dist loadgroup`` sends every other file to a worker whole, a group of its own.
 SHARED_DIAGNOSES: frozenset[str] = frozenset({
     "test_diagnose_account", "test_small_captures", "test_platform_advice", "test_diagnose_real",
-    "test_spike_contents", "test_grad_sync", "test_inference_autograd", "test_sync_blocks"})
+    "test_spike_contents", "test_grad_sync", "test_inference_autograd", "test_sync_blocks", "test_account_real"})
 #: What a command's standard output depends on beside its arguments: the terminal's size and colour.
 OUTPUT_ENVIRONMENT = ("COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR", "TERM")
 
@@ -94,6 +95,16 @@ def checked_report(path: Path) -> Report:
     trace = tracewhy.load(path)
     trace.check()
     return diagnose(trace)
+
+
+@cache
+def account_of(path: Path) -> AccountResult:
+    """``step_account`` of the trace at ``path`` with the default options; once per path a
+    session (a file that is no profiler trace raises TraceError each time)."""
+    from tracewhy.analyses.account import step_account
+    from tracewhy.readers import read_trace
+
+    return step_account(read_trace(path))
 
 
 def the_finding(path: Path, code: Code) -> Finding:

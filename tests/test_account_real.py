@@ -17,12 +17,11 @@ from typing import Any
 import polars as pl
 import pytest
 
-from conftest import GENERATED, SHARED, TRACES
+from conftest import GENERATED, SHARED, TRACES, account_of
 from tracewhy.analyses import api_names
-from tracewhy.analyses.account import AccountCol, AccountResult, step_account
+from tracewhy.analyses.account import AccountCol, AccountResult
 from tracewhy.analyses.iterations import WindowSource
 from tracewhy.errors import TraceError
-from tracewhy.readers import read_trace
 
 US = 1000
 #: Files beside the traces that are no profiler trace (reference outputs, an execution trace,
@@ -49,10 +48,9 @@ def _path(relative: str) -> Path:
 
 def _account(relative: str) -> AccountResult:
     try:
-        trace = read_trace(_path(relative))
+        return account_of(_path(relative))
     except TraceError as e:
         pytest.skip(f"not a profiler trace: {e}")
-    return step_account(trace)
 
 
 @pytest.mark.slow

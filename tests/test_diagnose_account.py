@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from conftest import GENERATED, cli_output, shared_trace
+from conftest import GENERATED, account_of, cli_output, shared_trace
 from test_account_real import _path, _traces
-from tracewhy.analyses.account import AccountCol, step_account
+from tracewhy.analyses.account import AccountCol
 from tracewhy.analyses.iterations import WindowSource
 from tracewhy.errors import TraceError
 from tracewhy.findings import thresholds as th
@@ -154,7 +154,7 @@ def test_every_diagnosis_opens_with_where_the_step_goes(relative: str, monkeypat
     least 80% of the step goes (the account computed apart here), and no trace is called healthy
     while an avoidable part takes UNEXPLAINED_PART_MIN_SHARE of the step."""
     try:
-        account = step_account(read_trace(_path(relative)))
+        account = account_of(_path(relative))
     except TraceError as e:
         pytest.skip(f"not a profiler trace: {e}")
     monkeypatch.setenv("COLUMNS", "400")  # (a part's name on one line)
