@@ -55,7 +55,8 @@ def finding_of(doc: dict[str, Any], code: str) -> dict[str, Any] | None:
 #: ``--dist loadgroup`` sends every other file to a worker whole, a group of its own.
 SHARED_DIAGNOSES: frozenset[str] = frozenset({
     "test_diagnose_account", "test_small_captures", "test_platform_advice", "test_diagnose_real",
-    "test_spike_contents", "test_grad_sync", "test_inference_autograd", "test_sync_blocks", "test_account_real"})
+    "test_spike_contents", "test_grad_sync", "test_inference_autograd", "test_account_real",
+    "test_memory_wiring"})
 #: What a command's standard output depends on beside its arguments: the terminal's size and colour.
 OUTPUT_ENVIRONMENT = ("COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR", "TERM")
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from builders import PID, TID, KinetoBuilder
-from conftest import GENERATED, shared_trace
+from conftest import GENERATED, checked_report, cli_output, shared_trace
 from test_html_report import PAYLOADS, Page, browser  # noqa: F401  (browser is a fixture)
 from tracewhy.analyses.memory import analyze_memory
 from tracewhy.cli import main
@@ -73,7 +73,7 @@ def _json(argv: list[str], capsys: pytest.CaptureFixture[str], code: int = 0) ->
 
 @pytest.fixture(scope="module")
 def v100() -> Report:
-    return diagnose(read_trace(shared_trace(V100)))
+    return checked_report(shared_trace(V100))
 
 
 # --- diagnose --------------------------------------------------------------------------------------
@@ -82,10 +82,9 @@ def v100() -> Report:
     (ADAM, {"memory-peak"}),
     (V100, {"memory-peak", "memory-fragmentation"}),
 ], ids=["adam", "v100-ddp"])
-def test_diagnose_names_the_memory_findings(name: Path | str, codes: set[str],
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_diagnose_names_the_memory_findings(name: Path | str, codes: set[str]) -> None:
     path = _path(name)
-    out = _json(["diagnose", str(path)], capsys)
+    out = json.loads(cli_output("diagnose", str(path), "--json"))
     found = {f["code"]: f for f in out["findings"] if f["code"] in MEMORY_CODES}
     assert set(found) == codes
     peaks = _peaks(path)
@@ -111,7 +110,7 @@ def test_diagnosis_memory_is_the_memory_commands(v100: Report) -> None:
 
 
 def test_no_memory_events_no_memory_findings() -> None:
-    report = diagnose(read_trace(NO_MEMORY))
+    report = checked_report(NO_MEMORY)
     assert report.memory is None
     assert not {f.code for f in report.findings} & MEMORY_CODES
 
