@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import json
 import os
@@ -66,6 +67,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         file = item.nodeid.split("::")[0]
         item.add_marker(pytest.mark.xdist_group("shared-diagnoses" if Path(file).stem in SHARED_DIAGNOSES else file))
+
+
+def _shares(item: pytest.Item | None) -> bool:
+    return item is not None and Path(item.nodeid.split("::")[0]).stem in SHARED_DIAGNOSES
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """After the last test of the files that share diagnoses, the shared ones are let go: the
+    worker goes on with other files, whose every collection would otherwise walk them."""
+    if _shares(item) and not _shares(nextitem):
+        for shared in (_cli_output, checked_report, account_of):
+            shared.cache_clear()
+        gc.collect()
 
 
 def cli_output(*argv: str) -> str:
