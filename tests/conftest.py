@@ -52,7 +52,8 @@ def finding_of(doc: dict[str, Any], code: str) -> dict[str, Any] | None:
 
 
 #: The test files that share their diagnoses of the same traces (``cli_output``,
-#: ``checked_report``: each made once per worker); they run on one worker. The test command's
+#: ``checked_report``, ``account_of``: each made once per worker, let go after the last of these
+#: files); they run on one worker. The test command's
 #: ``--dist loadgroup`` sends every other file to a worker whole, a group of its own.
 SHARED_DIAGNOSES: frozenset[str] = frozenset({
     "test_diagnose_account", "test_small_captures", "test_platform_advice", "test_diagnose_real",
@@ -103,7 +104,8 @@ def _cli_output(argv: tuple[str, ...], environment: tuple[str | None, ...]) -> s
 
 @cache
 def checked_report(path: Path) -> Report:
-    """``diagnose`` of the trace at ``path``, its model checked first; once per path a session."""
+    """``diagnose`` of the trace at ``path``, its model checked first; once per path (until the
+    files of SHARED_DIAGNOSES are done)."""
     import tracewhy
     from tracewhy.reports.diagnose import diagnose
 
@@ -114,8 +116,8 @@ def checked_report(path: Path) -> Report:
 
 @cache
 def account_of(path: Path) -> AccountResult:
-    """``step_account`` of the trace at ``path`` with the default options; once per path a
-    session (a file that is no profiler trace raises TraceError each time)."""
+    """``step_account`` of the trace at ``path`` with the default options; once per path (as
+    ``checked_report``; a file that is no profiler trace raises TraceError each time)."""
     from tracewhy.analyses.account import step_account
     from tracewhy.readers import read_trace
 
