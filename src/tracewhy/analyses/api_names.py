@@ -230,6 +230,17 @@ PRETESTS: Final[dict[Callable[[str], object], Pretest]] = {
 }
 
 
+#: The name torch gives a backward node's function: the op's name, "Backward" and an index
+#: ("AddmmBackward0"; torch's tools/autograd/gen_autograd_functions.py, ``{op}Backward{i}``).
+BACKWARD_NODE: Final = r"Backward\d*$"
+_BACKWARD_NODE = re.compile(BACKWARD_NODE)
+
+
+def is_backward_node(name: str) -> bool:
+    """Whether a slice is an autograd node of backward by its name (``BACKWARD_NODE``)."""
+    return _BACKWARD_NODE.search(name) is not None
+
+
 #: The data-parallel wrapper a forward runs in, by a block it opens (each from its source, torch
 #: 2.x): DDP's record_function("DistributedDataParallel.forward") (torch/nn/parallel/
 #: distributed.py); FSDP2's "FSDP::root_pre_forward" (torch/distributed/fsdp/_fully_shard/

@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from tracewhy.analyses import api_names
 from tracewhy.analyses.host_activity import Flag, HostIndex
 from tracewhy.model.memory_timeline import LedgerCategory
 from tracewhy.model.schema import KIND_CODE, Col, Kind, MemEventCol
@@ -36,7 +37,7 @@ LEDGER_RULES: Final = (
     ("activations", "allocated in forward and live beyond its op (freed in backward, or never)"),
     ("preexisting", "allocated before the trace began (the peak's bytes that no event in the trace explains)"),
 )
-_BACKWARD = re.compile(r"^autograd::engine::evaluate_function|Backward\d*$|^backward$", re.IGNORECASE)
+_BACKWARD = re.compile(rf"^autograd::engine::evaluate_function|{api_names.BACKWARD_NODE}|^backward$", re.IGNORECASE)
 _ACCUMULATE_GRAD = re.compile(r"AccumulateGrad")
 _COMM_BUCKET = re.compile(r"Reducer|flat_?param|FlatParam")
 _KV_CACHE = re.compile(r"kv_?cache|past_key_values|KVCache", re.IGNORECASE)

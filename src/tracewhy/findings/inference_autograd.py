@@ -11,12 +11,10 @@ capture of one window may hold a forward whose backward it missed.
 
 from __future__ import annotations
 
-import re
-from typing import Final
-
 import numpy as np
 import polars as pl
 
+from tracewhy.analyses import api_names
 from tracewhy.analyses.account import AccountCol
 from tracewhy.analyses.account_names import PartName
 from tracewhy.analyses.iterations import WindowSource
@@ -29,9 +27,6 @@ from tracewhy.findings.model import Finding, Severity
 from tracewhy.model.schema import OpAttrCol
 from tracewhy.units import fmt_ns as ms
 from tracewhy.units import fmt_pct
-
-#: The name torch gives a backward node's function ("AddmmBackward0").
-_BACKWARD_NODE: Final = re.compile(r"Backward\d*$")
 
 
 def findings(ctx: Context) -> list[Finding]:
@@ -70,6 +65,6 @@ def findings(ctx: Context) -> list[Finding]:
 
 def _backward_nodes(ctx: Context) -> bool:
     """Whether any slice is an autograd node of backward by the name torch gives it
-    (``XxxBackward0``): the structural test's safety net for a capture whose engine marks are
-    not where ``in_backward`` looks."""
-    return any(_BACKWARD_NODE.search(n) for n in slice_names(ctx))
+    (``api_names.BACKWARD_NODE``: ``XxxBackward0``): the structural test's safety net for a
+    capture whose engine marks are not where ``in_backward`` looks."""
+    return any(api_names.is_backward_node(n) for n in slice_names(ctx))
