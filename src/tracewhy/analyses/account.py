@@ -32,6 +32,7 @@ from tracewhy.analyses.host_activity import HostIndex
 from tracewhy.analyses.host_tree import HostTree
 from tracewhy.analyses.iterations import AccountWindows, account_windows
 from tracewhy.analyses.kernel_lines import compiled_frame_lines
+from tracewhy.analyses.step_units import spread_picks
 from tracewhy.analyses.steps import StepsOptions, StepsResult, WindowCol, steps
 from tracewhy.model.kernel_provenance import KernelProvenance
 from tracewhy.model.schema import HOST_KINDS, Col
@@ -166,8 +167,7 @@ def _analysed(windows: pl.DataFrame, max_steps: int) -> pl.DataFrame:
     steady = w.filter(pl.col(WindowCol.STEADY))
     chosen = steady if steady.height else w
     if chosen.height > max_steps:
-        picks = np.unique(np.linspace(0, chosen.height - 1, max_steps).round().astype(np.int64))
-        chosen = chosen[picks.tolist()]
+        chosen = chosen[spread_picks(chosen.height, max_steps)]
     return chosen.select("_i", WindowCol.WINDOW_START, WindowCol.WINDOW_END, WindowCol.PID)
 
 

@@ -27,11 +27,18 @@ UNITS: Final = (KIND_CODE[Kind.CPU_OP.value], KIND_CODE[Kind.ANNOTATION.value], 
 MAX_STEPS: Final = 32
 
 
+def spread_picks(count: int, at_most: int) -> list[int]:
+    """Indexes of at most ``at_most`` of ``count`` items, spread evenly over them (all of them
+    when they are no more): the steps a reading, the account or a replay takes from a long run."""
+    if count <= at_most:
+        return list(range(count))
+    picks: list[int] = np.unique(np.linspace(0, count - 1, at_most).round().astype(np.int64)).tolist()
+    return picks
+
+
 def spread(steps: list[int]) -> list[int]:
     """At most ``MAX_STEPS`` of these steps, spread evenly over them."""
-    if len(steps) <= MAX_STEPS:
-        return steps
-    return [steps[i] for i in np.unique(np.linspace(0, len(steps) - 1, MAX_STEPS).round().astype(int))]
+    return steps if len(steps) <= MAX_STEPS else [steps[i] for i in spread_picks(len(steps), MAX_STEPS)]
 
 
 class StepUnits:

@@ -21,6 +21,7 @@ from tracewhy.analyses.account import AccountCol, AccountResult, StepModel
 from tracewhy.analyses.account_names import PartKind, PartName, avoidable
 from tracewhy.analyses.critical_path import PathCol
 from tracewhy.analyses.critical_path_replay import GraphEdit
+from tracewhy.analyses.step_units import spread_picks
 from tracewhy.analyses.what_if_edits import (
     DropSync,
     Fix,
@@ -103,8 +104,7 @@ def window_edges(model: StepModel, max_steps: int | None = None) -> list[WindowE
     if max_steps is None:
         max_steps = len(paths) if model.graph.src.size <= REPLAY_ALL_MAX_EDGES else PREDICTED_STEPS
     if len(paths) > max_steps:
-        picks = np.unique(np.linspace(0, len(paths) - 1, max_steps).round().astype(np.int64)).tolist()
-        paths = tuple(paths[i] for i in picks)
+        paths = tuple(paths[i] for i in spread_picks(len(paths), max_steps))
     return [WindowEdges(model, p) for p in paths]
 
 
