@@ -304,13 +304,17 @@ def _fill_shapes(tree: HostTree, dims: dict[int, str]) -> dict[int, tuple[int, .
     ``aten::normal_`` under ``aten::randn``, ``aten::fill_`` under ``aten::ones``)."""
     owner = tree.nearest(tree.outermost_op, strict=True)
     out: dict[int, tuple[int, ...]] = {}
+    shapes: dict[str, tuple[int, ...] | None] = {}  # (a text once: most ops repeat another's dims)
     for op, text in dims.items():
         above = int(owner[op]) if op < owner.size else -1
-        first = (_parse(text) or [[]])[0]
-        if above < 0 or not first or not all(isinstance(d, int) for d in first):
+        if above < 0:
             continue
-        shape = tuple(int(str(d)) for d in first)
-        if len(shape) > len(out.get(above, ())):
+        if text not in shapes:
+            first = (_parse(text) or [[]])[0]
+            shapes[text] = tuple(int(str(d)) for d in first) \
+                if first and all(isinstance(d, int) for d in first) else None
+        shape = shapes[text]
+        if shape is not None and len(shape) > len(out.get(above, ())):
             out[above] = shape
     return out
 

@@ -25,7 +25,7 @@ import polars as pl
 
 from tracewhy.analyses import api_names
 from tracewhy.analyses.host_tree import HostTree
-from tracewhy.analyses.op_inputs import OpInputs
+from tracewhy.analyses.op_inputs import InputsById
 from tracewhy.analyses.shapes import (
     COPY,
     ELEMENTWISE,
@@ -95,9 +95,10 @@ def extra_copies(trace: Trace, starts: I64, ends: I64, tree: HostTree | None = N
     s = trace.slices
     tree = tree if tree is not None else HostTree.of(trace)
     attrs = trace.op_attrs.select(OpAttrCol.ID, OpAttrCol.INPUT_DIMS, OpAttrCol.INPUT_TYPES)
-    inputs = {int(i): x for i, d, t in attrs.iter_rows() if (x := OpInputs.parse(d, t)) is not None}
-    if not inputs or starts.size == 0:
-        return ExtraCopiesResult((), (), bool(inputs))
+    inputs = InputsById(*(attrs.get_column(c).to_list() for c in attrs.columns))
+    has_shapes = inputs.any()
+    if not has_shapes or starts.size == 0:
+        return ExtraCopiesResult((), (), has_shapes)
     # (Every slice's name as a string, once there are shapes to read: an nsys export has none,
     # and its 8 M names were 0.5 GB.)
     names = s.get_column(Col.NAME).cast(pl.String).fill_null("").to_list()
@@ -155,7 +156,7 @@ def _copied(op: int, children: dict[int, list[int]], names: list[str], gpu_launc
 
 
 def _consumer(op: int, shape: list[int] | None, ops: I64, lane: dict[int, int], step: I64, tid: I64,
-              tree: HostTree, names: list[str], inputs: dict[int, OpInputs]) -> str | None:
+              tree: HostTree, names: list[str], inputs: InputsById) -> str | None:
     """The op that read the copy when it reads strided tensors as well (READS_STRIDED: a matmul,
     an elementwise op), else None: the first op after ``op`` ends, in its step on its thread,
     that takes a tensor of the copy's shape. A view, fused attention, a custom kernel or a
@@ -179,7 +180,7 @@ def _consumer(op: int, shape: list[int] | None, ops: I64, lane: dict[int, int], 
 
 
 def _cast(op: int, children: dict[int, list[int]], names: list[str],
-          inputs: dict[int, OpInputs]) -> tuple[tuple[int, ...], str, str] | None:
+          inputs: InputsById) -> tuple[tuple[int, ...], str, str] | None:
     """(shape, source dtype, destination dtype) of the write under a cast; None: it copied nothing."""
     stack = list(children.get(op, ()))
     while stack:
@@ -194,7 +195,7 @@ def _cast(op: int, children: dict[int, list[int]], names: list[str],
 
 
 def _round_trips(top: list[int], ops: I64, lane: dict[int, int], step: I64, tid: I64, tree: HostTree,
-                 names: list[str], inputs: dict[int, OpInputs],
+                 names: list[str], inputs: InputsById,
                  children: dict[int, list[int]], wrappers: set[int]) -> list[tuple[int, int]]:
     """Pairs of casts A -> B then B -> A of one shape in a step on a thread, the second the next
     cast back after the first with only ELEMENTWISE_WORK in between (an autograd node's ranges,
@@ -225,7 +226,7 @@ def _round_trips(top: list[int], ops: I64, lane: dict[int, int], step: I64, tid:
     return out
 
 
-def _elementwise_on(op: int, shape: list[int], names: list[str], inputs: dict[int, OpInputs]) -> bool:
+def _elementwise_on(op: int, shape: list[int], names: list[str], inputs: InputsById) -> bool:
     """``op`` takes no tensor (an autograd node's range, a factory) or is elementwise work
     (ELEMENTWISE_WORK) on a tensor of ``shape``: what may sit between the two casts of a round trip."""
     x = inputs.get(op)

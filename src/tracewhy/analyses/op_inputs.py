@@ -65,3 +65,28 @@ class OpInputs:
             except json.JSONDecodeError:
                 return low
         return raw
+
+
+class InputsById:
+    """Each op's ``OpInputs`` by slice id, parsed when first asked for and once per distinct
+    recorded text: an analysis that reads a few ops' shapes parses those alone (parsing all 23 k
+    ops of a ResNet-50 trace up front took 0.45 s of its 1.7 s diagnosis), and ops recorded with
+    the same dims and types share one parse, which is read, never changed."""
+
+    def __init__(self, ids: list[int], dims: list[str | None], types: list[str | None]) -> None:
+        self._raw = dict(zip(ids, zip(dims, types, strict=True), strict=True))
+        self._parsed: dict[tuple[str | None, str | None], OpInputs | None] = {}
+
+    def get(self, op: int) -> OpInputs | None:
+        """The recorded inputs of op ``op``; None where it has none, or they do not parse."""
+        raw = self._raw.get(op)
+        return self._parse_once(raw) if raw is not None else None
+
+    def any(self) -> bool:
+        """Whether any op's inputs parse (the trace recorded shapes)."""
+        return any(self._parse_once(raw) is not None for raw in dict.fromkeys(self._raw.values()))
+
+    def _parse_once(self, raw: tuple[str | None, str | None]) -> OpInputs | None:
+        if raw not in self._parsed:
+            self._parsed[raw] = OpInputs.parse(*raw)
+        return self._parsed[raw]
