@@ -10,6 +10,7 @@ import os
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from unittest import mock
 
 import pytest
 
@@ -17,7 +18,8 @@ if TYPE_CHECKING:
     from tracewhy.analyses.account import AccountResult
     from tracewhy.findings.codes import Code
     from tracewhy.findings.model import Finding
-    from tracewhy.reports.diagnose import Report
+    from tracewhy.reports.diagnose import DiagnoseReport, DiagnoseReportOptions, Report
+    from tracewhy.reports.inputs import Loader, TraceSource
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The shared folder lives beside the clone (CI puts it there too).
@@ -58,7 +60,7 @@ def finding_of(doc: dict[str, Any], code: str) -> dict[str, Any] | None:
 SHARED_DIAGNOSES: frozenset[str] = frozenset({
     "test_diagnose_account", "test_small_captures", "test_platform_advice", "test_diagnose_real",
     "test_spike_contents", "test_grad_sync", "test_inference_autograd", "test_account_real",
-    "test_memory_wiring"})
+    "test_memory_wiring", "test_sync_blocks"})
 #: What a command's standard output depends on beside its arguments: the terminal's size and colour.
 OUTPUT_ENVIRONMENT = ("COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR", "TERM")
 
@@ -80,6 +82,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if _shares(item) and not _shares(nextitem):
         for shared in (_cli_output, checked_report, account_of):
             shared.cache_clear()
+        _DIAGNOSES.clear()
         gc.collect()
 
 
@@ -94,24 +97,65 @@ def cli_output(*argv: str) -> str:
 @cache
 def _cli_output(argv: tuple[str, ...], environment: tuple[str | None, ...]) -> str:
     from tracewhy.cli import main
+    from tracewhy.cli.commands import diagnose
 
     out = io.StringIO()
-    with contextlib.redirect_stdout(out):
+    with contextlib.redirect_stdout(out), mock.patch.object(diagnose, "diagnose_report", _diagnosed_once):
         code = main([*argv, "--no-cache"])
     assert code == 0, (argv, code)
     return out.getvalue()
 
 
+#: One diagnosis per trace file and options, whichever of ``diagnose PATH``, ``diagnose PATH
+#: --json`` (``cli_output``) and ``checked_report`` asks first; with the warnings it said, which
+#: a later ask says again (a command's ``--json`` document carries them).
+_DIAGNOSES: dict[tuple[str, DiagnoseReportOptions], tuple[DiagnoseReport, list[tuple[str, list[str]]]]] = {}
+
+
+def _diagnosed_once(source: TraceSource, options: DiagnoseReportOptions | None = None,
+                    loader: Loader | None = None) -> DiagnoseReport:
+    """``reports.diagnose.diagnose_report`` for the commands ``cli_output`` runs, made once per
+    file and options (``_DIAGNOSES``); a Trace given as such is diagnosed each time."""
+    from tracewhy.reports.diagnose import DiagnoseReportOptions, diagnose_report
+    from tracewhy.reports.inputs import PLAIN, Loader
+
+    loader = loader or PLAIN
+    if not isinstance(source, (str, os.PathLike)):
+        return diagnose_report(source, options, loader)
+    key = (str(source), options or DiagnoseReportOptions())
+    if key in _DIAGNOSES:
+        for said_of, lines in _DIAGNOSES[key][1]:
+            loader.warn(said_of, lines)
+        return _DIAGNOSES[key][0]
+    said: list[tuple[str, list[str]]] = []
+
+    def read(path: str, kinds: Any) -> Any:
+        trace = loader.read(path, kinds)  # (the command's reader says the trace's warnings itself)
+        said.append((path, list(trace.meta.warnings)))
+        return trace
+
+    def warn(said_of: str | Path, lines: Any) -> None:
+        said.append((str(said_of), list(lines)))
+        loader.warn(said_of, said[-1][1])
+
+    _DIAGNOSES[key] = (diagnose_report(source, options, Loader(read=read, warn=warn)), said)
+    return _DIAGNOSES[key][0]
+
+
 @cache
 def checked_report(path: Path) -> Report:
     """``diagnose`` of the trace at ``path``, its model checked first; once per path (until the
-    files of SHARED_DIAGNOSES are done)."""
+    files of SHARED_DIAGNOSES are done), and the same diagnosis ``cli_output``'s ``diagnose PATH``
+    prints (made once for both, by whichever asks first: the model is checked either way)."""
     import tracewhy
-    from tracewhy.reports.diagnose import diagnose
+    from tracewhy.reports.diagnose import DiagnoseReportOptions, diagnose_report
 
     trace = tracewhy.load(path)
     trace.check()
-    return diagnose(trace)
+    key = (str(path), DiagnoseReportOptions())
+    if key not in _DIAGNOSES:
+        _DIAGNOSES[key] = (diagnose_report(trace), [(str(path), list(trace.meta.warnings))])
+    return _DIAGNOSES[key][0].report
 
 
 @cache

@@ -12,6 +12,7 @@ import pytest
 
 import tracewhy
 from builders import KinetoBuilder
+from conftest import checked_report
 from tracewhy.analyses.blocks import SYNC_AFTER_BLOCK_NS, BlocksOptions, blocks
 from tracewhy.cli import main
 from tracewhy.errors import TraceError
@@ -21,7 +22,6 @@ from tracewhy.findings.codes import Code
 from tracewhy.model import Kind
 from tracewhy.reports.check import CheckOptions, check
 from tracewhy.reports.check_metrics import parse_limit
-from tracewhy.reports.diagnose import diagnose
 
 STEP_US = 10_000.0
 #: Block starts in a step (µs); each block is 400 µs and launches two kernels.
@@ -141,7 +141,7 @@ def test_check_says_it_of_a_synchronized_baseline(tmp_path: Path, capsys: pytest
     assert doc["attribution_only"] is False and [n["about"] for n in doc["notes"]] == ["baseline"]
 
 
-@pytest.mark.slow  # a diagnosis of each of 51 traces: 15 s of CPU, 20 s on a shared 2-core machine
+@pytest.mark.slow  # a diagnosis of each of 51 traces, shared with the files of conftest.SHARED_DIAGNOSES
 def test_the_three_agree_on_every_real_annotated_trace(traces_dir: Path) -> None:
     """Same verdict from the one function on each real trace with annotations, through the
     Python API of each command. None of them was timed block by block: the PARAM benchmark
@@ -156,7 +156,7 @@ def test_the_three_agree_on_every_real_annotated_trace(traces_dir: Path) -> None
             continue
         said = {
             "blocks": synchronized_blocks(blocks(trace, BlocksOptions())) is not None,
-            "diagnose": Code.BLOCKS_SYNCHRONIZED in {f.code for f in diagnose(trace).findings},
+            "diagnose": Code.BLOCKS_SYNCHRONIZED in {f.code for f in checked_report(path).findings},
             "check": check(trace, CheckOptions(limits=(parse_limit("max-step-p50", "1s"),))).attribution_only,
         }
         assert len(set(said.values())) == 1, (path.name, said)
