@@ -55,8 +55,8 @@ def finding_of(doc: dict[str, Any], code: str) -> dict[str, Any] | None:
 
 #: The test files that share their diagnoses of the same traces (``cli_output``,
 #: ``checked_report``, ``account_of``: each made once per worker, let go after the last of these
-#: files); they run on one worker. The test command's
-#: ``--dist loadgroup`` sends every other file to a worker whole, a group of its own.
+#: files); they run on one worker. The test command's ``--dist loadgroup`` sends every other
+#: file to a worker whole, a group of its own (``pytest_xdist_make_scheduler``).
 SHARED_DIAGNOSES: frozenset[str] = frozenset({
     "test_diagnose_account", "test_small_captures", "test_platform_advice", "test_diagnose_real",
     "test_spike_contents", "test_grad_sync", "test_inference_autograd", "test_account_real",
@@ -65,15 +65,31 @@ SHARED_DIAGNOSES: frozenset[str] = frozenset({
 OUTPUT_ENVIRONMENT = ("COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR", "TERM")
 
 
-@pytest.hookimpl(tryfirst=True)  # (before pytest-xdist's own hook reads the groups)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        file = item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group("shared-diagnoses" if Path(file).stem in SHARED_DIAGNOSES else file))
+def _group(nodeid: str) -> str:
+    """The work unit a test belongs to: the files of SHARED_DIAGNOSES together, any other file whole."""
+    file = nodeid.split("::")[0]
+    return "shared-diagnoses" if Path(file).stem in SHARED_DIAGNOSES else file
+
+
+@pytest.hookimpl(optionalhook=True)  # (pytest-xdist's hook: a run without it has no such hook)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` by ``_group``, read off each test's id by the controller. (Not by
+    ``xdist_group`` marks: pytest-xdist 3.8 passes them to the controller by appending them to
+    the test's id, which pytest 9.2 ignores, pytest-dev/pytest-xdist#1386; the tests were then
+    dealt out one by one, and each worker diagnosed the shared traces again.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _group(nodeid)
+
+    return ByGroup(config, log)
 
 
 def _shares(item: pytest.Item | None) -> bool:
-    return item is not None and Path(item.nodeid.split("::")[0]).stem in SHARED_DIAGNOSES
+    return item is not None and _group(item.nodeid) == "shared-diagnoses"
 
 
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
