@@ -71,15 +71,29 @@ def _group(nodeid: str) -> str:
     return "shared-diagnoses" if Path(file).stem in SHARED_DIAGNOSES else file
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The work units with a slow test first, then the others, each unit's tests together, in
+    the order collected: a worker that took a minute of fuzzing last would leave the other idle
+    that long. (The order is the same in every worker, as pytest-xdist requires.)"""
+    first: dict[str, int] = {}
+    for k, item in enumerate(items):
+        first.setdefault(_group(item.nodeid), k)
+    slow = {_group(item.nodeid) for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: (_group(item.nodeid) not in slow, first[_group(item.nodeid)]))
+
+
 @pytest.hookimpl(optionalhook=True)  # (pytest-xdist's hook: a run without it has no such hook)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """``--dist loadgroup`` by ``_group``, read off each test's id by the controller. (Not by
-    ``xdist_group`` marks: pytest-xdist 3.8 passes them to the controller by appending them to
-    the test's id, which pytest 9.2 ignores, pytest-dev/pytest-xdist#1386; the tests were then
-    dealt out one by one, and each worker diagnosed the shared traces again.)"""
+    """``--dist loadgroup`` by ``_group``, read off each test's id by the controller, the units
+    dealt in the order collected (``pytest_collection_modifyitems``), not by their number of
+    tests. (Not by ``xdist_group`` marks: pytest-xdist 3.8 passes them to the controller by
+    appending them to the test's id, which pytest 9.2 ignores, pytest-dev/pytest-xdist#1386;
+    the tests were then dealt out one by one, and each worker diagnosed the shared traces again.)"""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
+
+    config.option.loadscopereorder = False
 
     class ByGroup(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:

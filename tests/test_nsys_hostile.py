@@ -140,6 +140,7 @@ def _nullable_cells() -> list[tuple[str, str]]:
     return [(t, r[1]) for t in tables for r in conn.execute(f'PRAGMA table_info("{t}")')]
 
 
+@pytest.mark.slow  # a diagnosis per column: about 200
 def test_null_in_any_column_never_breaks_diagnose(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # diagnose runs gaps, overlap and the nsys rules. Every other row keeps its values, so each
     # table still has rows to read (about a minute: one diagnose per column).
