@@ -120,7 +120,8 @@ def cli_output(*argv: str) -> str:
     """``tracewhy ARGV --no-cache``'s standard output (the command must succeed). Made once per
     worker for each argument list and terminal setting (``OUTPUT_ENVIRONMENT``): a command's
     output depends on nothing else, so a test that patches tracewhy's own code runs ``main``
-    itself. The first run's warnings reach the test's captured stderr, later ones none."""
+    itself. The first run's warnings reach the test's captured stderr, later ones none.
+    ``diagnose PATH`` and ``diagnose PATH --json`` print one diagnosis (``_diagnosed_once``)."""
     return _cli_output(argv, tuple(os.environ.get(name) for name in OUTPUT_ENVIRONMENT))
 
 
