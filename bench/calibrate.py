@@ -22,12 +22,13 @@ The table goes to stdout, to ``bench/results_calibration.md``, into docs/account
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import re
 import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from tracewhy.analyses.account import step_account, step_model
 from tracewhy.analyses.backward_passes import ReduceOnce
@@ -104,7 +105,7 @@ def edits_for(key: str, data: Path = DATA) -> tuple[Fix, ...]:
     touch at the ratio the capturing machine measured (a cost of the machine, not of the trace;
     left at its default where none was recorded)."""
     ratio = capture_first_touch(key, data)
-    return tuple(dataclasses.replace(e, first_touch_per_zeroing=ratio)
+    return tuple(msgspec.structs.replace(e, first_touch_per_zeroing=ratio)
                  if isinstance(e, SetGradsToNone) and e.first_touch_per_zeroing and ratio is not None else e
                  for e in EDITS[key][1])
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Final
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 import polars as pl
@@ -96,8 +97,7 @@ class AccountOptions:
     provenance: KernelProvenance | None = None
 
 
-@dataclass(frozen=True)
-class WindowPath:
+class WindowPath(msgspec.Struct, frozen=True):
     """One analysed window and its critical path: ``edges`` in time order, ``start`` the instant
     the path begins (after ``window_start`` when the path does not cover the window), ``sink``
     its last node (-1: no node of the process in the window)."""
@@ -171,8 +171,7 @@ def _analysed(windows: pl.DataFrame, max_steps: int) -> pl.DataFrame:
     return chosen.select("_i", WindowCol.WINDOW_START, WindowCol.WINDOW_END, WindowCol.PID)
 
 
-@dataclass(frozen=True)
-class UnrecordedGpu:
+class UnrecordedGpu(msgspec.Struct, frozen=True):
     """The first launch on an analysed path that waited on a device recording no GPU work
     (``account_unrecorded``): the launch call's start, how long it waited, and the device's first
     recorded work."""

@@ -5,8 +5,9 @@ each stretch of a path goes to; renderers and findings read these names.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
+
+import msgspec
 
 from tracewhy.analyses import api_names
 
@@ -56,8 +57,7 @@ class PartName:
     READ_PREFIX: Final = "host: up to "
 
 
-@dataclass(frozen=True)
-class Part:
+class Part(msgspec.Struct, frozen=True):
     name: str
     kind: str
     #: Work the step must do: compute kernels and device-side copies; on a CPU-only trace, the

@@ -10,8 +10,7 @@ per-step cost and stays in (``compile`` and ``diagnose``'s ``recompile`` judge i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from tracewhy.analyses.account_names import PartKind
@@ -24,8 +23,7 @@ from tracewhy.units import fmt_ns
 ONE_TIME_COMPILE_MIN_SHARE = 0.5
 
 
-@dataclass(frozen=True)
-class OneTimeCompileStep:
+class OneTimeCompileStep(msgspec.Struct, frozen=True):
     """An analysed step left out: its index among the trace's steps, its name, its duration and
     the compilation on its critical path."""
 

@@ -22,6 +22,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Final
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 import polars as pl
@@ -76,8 +77,7 @@ GEMM_ALIGN_ELEMENTS: Final = 8
 _BIAS_INPUT: Final = 2
 
 
-@dataclass(frozen=True)
-class OptimizerBlock:
+class OptimizerBlock(msgspec.Struct, frozen=True):
     """One kind of optimizer call (``Optimizer.step#Adam.step``) and what its calls hold."""
 
     name: str
@@ -101,8 +101,7 @@ class OptimizerBlock:
         return api_names.is_optimizer_step(self.name)
 
 
-@dataclass(frozen=True)
-class ConvBias:
+class ConvBias(msgspec.Struct, frozen=True):
     """Convolutions with a bias whose next op on their thread is a batch norm over their output."""
 
     conv: str
@@ -113,8 +112,7 @@ class ConvBias:
     norm_ids: tuple[int, ...]
 
 
-@dataclass(frozen=True)
-class HostBuiltCopy:
+class HostBuiltCopy(msgspec.Struct, frozen=True):
     """A host tensor a factory op makes whose next op on its thread copies it to the device
     (an HtoD copy launched under that op), the copy's input shaped as the factory's fill wrote
     it where the trace records shapes."""
@@ -127,8 +125,7 @@ class HostBuiltCopy:
     bytes: int  # the HtoD copies' bytes, all calls
 
 
-@dataclass(frozen=True)
-class UnalignedGemm:
+class UnalignedGemm(msgspec.Struct, frozen=True):
     """Half-precision GEMM calls of one op and shape whose K or N is not a multiple of 8."""
 
     op: str

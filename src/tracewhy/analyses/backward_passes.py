@@ -13,9 +13,9 @@ that start between the pass's first node and the next pass's. FSDP's all-gathers
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -34,8 +34,7 @@ if TYPE_CHECKING:
 I64 = npt.NDArray[np.int64]
 
 
-@dataclass(frozen=True)
-class BackwardPasses:
+class BackwardPasses(msgspec.Struct, frozen=True):
     """One analysed window's backward passes: ``starts`` (each pass's first node's start, in time
     order) and, per pass, the collective calls that start in it (``calls``, slice ids)."""
 
@@ -86,8 +85,7 @@ def backward_passes(model: StepModel, path: WindowPath, parent: I64 | None) -> B
     return BackwardPasses(tuple(int(s) for s in starts), calls)
 
 
-@dataclass(frozen=True)
-class ReduceOnce:
+class ReduceOnce(msgspec.Struct, frozen=True):
     """Gradients accumulated over a step's micro-batches and reduced once, after the last
     backward (DDP's ``no_sync()`` around the others): what the account puts in the reducing
     collectives' communication parts from a step's first backward pass to the start of its last

@@ -13,9 +13,9 @@ this module builds the nodes and the edges along one timeline (a thread, a strea
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 import polars as pl
@@ -44,8 +44,7 @@ I64 = npt.NDArray[np.int64]
 GRAPH_HOST_KINDS: Final = (Kind.CPU_OP, Kind.ANNOTATION, Kind.RUNTIME, Kind.DRIVER)
 
 
-@dataclass(frozen=True)
-class Graph:
+class Graph(msgspec.Struct, frozen=True):
     """Nodes ``2i`` (start) and ``2i + 1`` (end) belong to slice ``node_slice[2i]``; edges are
     parallel arrays. ``bind_edge[v]`` is the edge that released node v (-1: nothing in the trace
     did: the first instant of a thread or stream)."""

@@ -10,9 +10,9 @@ from __future__ import annotations
 import bisect
 import itertools
 from array import array
-from dataclasses import dataclass, field
 from typing import Final
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -36,8 +36,7 @@ def _none() -> I64:
     return np.zeros(0, dtype=np.int64)
 
 
-@dataclass(frozen=True)
-class GraphEdit:
+class GraphEdit(msgspec.Struct, frozen=True):
     """A change to a window's graph: edges dropped (a wait that no longer happens), edges whose
     replay weight is scaled (0: the work leaves; a fraction: it gets cheaper), and edges added
     between existing instants (a new dependency), each with its weight, Edge kind and attributed
@@ -46,15 +45,15 @@ class GraphEdit:
     would run on its own thread): ``add_like`` names, per added edge, the graph edge whose part
     the account gives its time (-1 or none given: no part)."""
 
-    drop: I64 = field(default_factory=_none)
-    scaled: I64 = field(default_factory=_none)
-    factor: F64 = field(default_factory=lambda: np.zeros(0, dtype=np.float64))
-    add_src: I64 = field(default_factory=_none)
-    add_dst: I64 = field(default_factory=_none)
-    add_weight: I64 = field(default_factory=_none)
-    add_kind: I64 = field(default_factory=_none)
-    add_attr: I64 = field(default_factory=_none)
-    add_like: I64 = field(default_factory=_none)
+    drop: I64 = msgspec.field(default_factory=_none)
+    scaled: I64 = msgspec.field(default_factory=_none)
+    factor: F64 = msgspec.field(default_factory=lambda: np.zeros(0, dtype=np.float64))
+    add_src: I64 = msgspec.field(default_factory=_none)
+    add_dst: I64 = msgspec.field(default_factory=_none)
+    add_weight: I64 = msgspec.field(default_factory=_none)
+    add_kind: I64 = msgspec.field(default_factory=_none)
+    add_attr: I64 = msgspec.field(default_factory=_none)
+    add_like: I64 = msgspec.field(default_factory=_none)
 
     def __add__(self, other: GraphEdit) -> GraphEdit:
         """Both edits at once: drops united, factors multiplied, additions kept."""
@@ -77,8 +76,7 @@ class GraphEdit:
         return not (self.drop.size or self.scaled.size or self.add_src.size)
 
 
-@dataclass(frozen=True)
-class EditedPath:
+class EditedPath(msgspec.Struct, frozen=True):
     """A window replayed with an edit: the time of its last instant, and the critical path to it,
     edges in time order with their replayed lengths (the first clipped at the window's start).
     An edge the edit added is numbered ``graph.src.size + k`` (its k-th addition)."""

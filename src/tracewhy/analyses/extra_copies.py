@@ -19,6 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Final
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 import polars as pl
@@ -66,8 +67,7 @@ CONTIGUOUS: Final = "contiguous"
 ROUND_TRIP: Final = "cast round trip"
 
 
-@dataclass(frozen=True)
-class ExtraCopy:
+class ExtraCopy(msgspec.Struct, frozen=True):
     """Copies of one kind, shape and dtype(s) in the step windows."""
 
     kind: str  # CONTIGUOUS or ROUND_TRIP

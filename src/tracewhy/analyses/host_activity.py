@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
 from enum import Enum
 from typing import Final
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 import polars as pl
@@ -37,8 +37,7 @@ class Flag(str, Enum):
     OPTIMIZER = "optimizer"
 
 
-@dataclass(frozen=True)
-class HostIndex:
+class HostIndex(msgspec.Struct, frozen=True):
     """Host slices sorted by (thread, start); ``pos`` arrays index into these sorted rows."""
 
     ids: I64  # slice id per sorted row

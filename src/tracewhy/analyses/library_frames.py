@@ -11,8 +11,7 @@ Traces with Python frames only (``with_stack``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 import numpy.typing as npt
 import polars as pl
@@ -23,8 +22,7 @@ from tracewhy.analyses.source_lines import parse_frame
 from tracewhy.model.schema import Col, Kind
 
 
-@dataclass(frozen=True)
-class LibraryTime:
+class LibraryTime(msgspec.Struct, frozen=True):
     """A library function on the part's path: ``path``/``line``/``function`` as its frame name
     gives them, and its time there, per analysed step (ns)."""
 
@@ -38,8 +36,7 @@ class LibraryTime:
         return f"{self.path}:{self.line} {self.function}"
 
 
-@dataclass(frozen=True)
-class PartFrames:
+class PartFrames(msgspec.Struct, frozen=True):
     """A host part's time on the analysed paths per step (``part_ns``) and the library functions
     that hold it, largest first (the rest is the user line's own code, or no frame at all)."""
 

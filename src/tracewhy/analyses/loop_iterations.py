@@ -5,9 +5,9 @@ one thread, such as the DataLoader fetch or ``Optimizer.step`` (``steps`` takes 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 import polars as pl
@@ -49,8 +49,7 @@ SPACING_FACTOR: Final = 2.0
 EVEN_SHARE: Final = 0.75
 
 
-@dataclass(frozen=True)
-class LoopIterations:
+class LoopIterations(msgspec.Struct, frozen=True):
     """``starts``/``ends``: each iteration's span in ns, in time order, contiguous; ``boundary_ids``:
     per iteration the slice it was found from (the fetch that opens it, the optimizer step that
     closes it, the block that opens it); ``rule``: which rule decided, in a phrase."""

@@ -7,9 +7,9 @@ buckets, a KV cache) and the rules (``LEDGER_RULES``) that file each live block 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Final
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 import polars as pl
@@ -42,8 +42,7 @@ _ACCUMULATE_GRAD = re.compile(r"AccumulateGrad")
 _COMM_BUCKET = re.compile(r"Reducer|flat_?param|FlatParam")
 _KV_CACHE = re.compile(r"kv_?cache|past_key_values|KVCache", re.IGNORECASE)
 
-@dataclass(frozen=True)
-class AllocationContext:
+class AllocationContext(msgspec.Struct, frozen=True):
     """Per memory event (rows of the sorted events table): what the allocating stack held."""
 
     innermost: I64  # HostIndex row, -1 when no slice is open

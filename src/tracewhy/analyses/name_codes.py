@@ -10,9 +10,9 @@ first, where it has one); ``NameCodes.spread`` hands each row its name's answer.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 import polars as pl
@@ -48,8 +48,7 @@ def decide(texts: list[str], test: Callable[[str], T], pretest: Callable[[pl.Ser
     return out
 
 
-@dataclass(frozen=True)
-class NameCodes:
+class NameCodes(msgspec.Struct, frozen=True):
     """Each row's name code (``row``), nulls at the last of ``size`` slots."""
 
     row: I64

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 import polars as pl
@@ -277,8 +278,7 @@ def _projection_summary(table: pl.DataFrame) -> pl.DataFrame:
 # --- default step marker ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class StepMarker:
+class StepMarker(msgspec.Struct, frozen=True):
     name: str
     repeats: int
     note: str

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 import polars as pl
@@ -183,8 +184,7 @@ def on_threads(rng: pl.DataFrame, calls: pl.DataFrame) -> tuple[pl.DataFrame, pl
 _PROJECT_CHUNK: Final = 1 << 19
 
 
-@dataclass(frozen=True)
-class _Ops:
+class _Ops(msgspec.Struct, frozen=True):
     """The operations sorted by their call's position among the calls sorted by (thread, start),
     and where each call's operations begin (``first``, one more than the calls). Times are also
     kept as ranks among all their start and end times (``times``), for the busy-time sweep."""

@@ -5,14 +5,14 @@ the shape formulas (``shapes``) and the step classes and bytes that read them.""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from tracewhy.analyses.tensor_sizes import DTYPE_BYTES
 
 
-@dataclass(frozen=True)
-class OpInputs:
+class OpInputs(msgspec.Struct, frozen=True):
     """One op's recorded inputs: dims and types per argument, concrete values when recorded."""
 
     dims: list[Any]

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter, defaultdict
-from dataclasses import dataclass
 from typing import Final
 
+import msgspec
 import numpy as np
 
 from tracewhy.analyses.account_host import HostContext
@@ -36,8 +36,7 @@ MIN_ITERATIONS: Final = 8
 MIN_REPEATED_SHARE: Final = 0.5
 
 
-@dataclass(frozen=True)
-class SampleLoop:
+class SampleLoop(msgspec.Struct, frozen=True):
     """A block whose calls loop over a batch, in the steady steps."""
 
     block: str

@@ -22,8 +22,9 @@ dtype sizes and shape arithmetic are ``tensor_sizes``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
 from typing import Any, Final
+
+import msgspec
 
 from tracewhy.analyses.op_families import (
     CAUSAL_ARG,
@@ -59,8 +60,7 @@ NORMALIZATION: Final = "normalization"
 COPY: Final = "copy"
 
 
-@dataclass(frozen=True)
-class OpCost:
+class OpCost(msgspec.Struct, frozen=True):
     """What an op must compute and move, and which peak bounds its math."""
 
     category: str
@@ -68,7 +68,7 @@ class OpCost:
     min_bytes: float
     precision: str  # key into DevicePeaks.flop_per_s
     dtype: str
-    params: dict[str, Any] = field(default_factory=dict)
+    params: dict[str, Any] = msgspec.field(default_factory=dict)
     note: str | None = None  # an assumption the estimate had to make
 
 
@@ -283,7 +283,7 @@ def _conv_backward(x: OpInputs) -> OpCost | None:
     grads = sum(bool(m) for m in mask[:2]) if isinstance(mask, list) else 2
     if forward is None or grads == 0:
         return None
-    return replace(forward, flops=forward.flops * grads, min_bytes=forward.min_bytes * grads,
+    return msgspec.structs.replace(forward, flops=forward.flops * grads, min_bytes=forward.min_bytes * grads,
                    params={**forward.params, "backward": True, "gradients": grads})
 
 

@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Final
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 import polars as pl
@@ -64,8 +65,7 @@ def spikes(trace: Trace, steps: StepsResult, host: HostIndex, margin: float = SP
     return SpikesResult(per_step=per_step, spikes=found, margin=margin)
 
 
-@dataclass(frozen=True)
-class SpikeCause:
+class SpikeCause(msgspec.Struct, frozen=True):
     """One thing spike steps hold beyond the other steady steps: an op or annotation called more
     often (``name``), or time outside every op and annotation on the step's thread (``name``
     None: Python, I/O or a wait the profiler does not record). ``steps``: the spike steps that
@@ -89,8 +89,7 @@ class SpikeCause:
         return int(diffs[0]) if len(self.steps) >= 3 and diffs[0] >= 2 and (diffs == diffs[0]).all() else None
 
 
-@dataclass(frozen=True)
-class SpikeContents:
+class SpikeContents(msgspec.Struct, frozen=True):
     """What the spike steps hold beyond the other steady steps. ``more``: the outermost ops,
     annotations and runtime calls (none above them but the step's own marker) that some spikes
     call more often,

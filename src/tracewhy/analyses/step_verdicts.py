@@ -6,9 +6,9 @@ SGLang's ``step[DECODE bs=N]``)."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Final
 
+import msgspec
 import polars as pl
 
 from tracewhy.analyses.op_families import FLASH_BNHD, SDPA_BHND, base_name
@@ -48,8 +48,7 @@ _SGLANG_CLASS: Final = {"DECODE": StepClass.DECODE, "EXTEND": StepClass.PREFILL,
                         "MIXED": StepClass.MIXED}
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(msgspec.Struct, frozen=True):
     step_class: str
     evidence: str
     #: Tokens the step handled (query tokens over all sequences), where the evidence says.

@@ -24,9 +24,9 @@ it with the step replayed with a preallocated buffer (``what_if_host_edits.Preal
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass
 from typing import Final
 
+import msgspec
 import numpy as np
 import polars as pl
 
@@ -50,8 +50,7 @@ MIN_RANK_CORRELATION: Final = 0.6
 MIN_LATE_OVER_EARLY: Final = 3.0
 
 
-@dataclass(frozen=True)
-class GrownTensors:
+class GrownTensors(msgspec.Struct, frozen=True):
     """Calls of one concatenation op that grow tensors, over the steps looked at."""
 
     op: str
@@ -145,8 +144,7 @@ def _by_durations(op: str, steps: list[list[tuple[int, int, int, int]]], n: int)
                         early_ns=early, late_ns=late, rank_correlation=rho)
 
 
-@dataclass(frozen=True)
-class _Concat:
+class _Concat(msgspec.Struct, frozen=True):
     id: int
     dur: int
     shapes: tuple[tuple[int, ...], ...]

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+import msgspec
 import numpy as np
 
 from tracewhy.analyses.stats import nearest_ns
@@ -63,8 +64,7 @@ def items_and_unit(items_per_step: float | None, unit: str | None,
     return options.items_per_step, options.unit
 
 
-@dataclass(frozen=True)
-class Throughput:
+class Throughput(msgspec.Struct, frozen=True):
     """Items per second at the steady step times; ``per`` is "step" or "chunk". The step times are
     whole nanoseconds (the nearest to the statistic), and each rate is items over its step time."""
 

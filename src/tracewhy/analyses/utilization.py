@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 import polars as pl
@@ -24,8 +25,7 @@ MAX_SERIES_ROWS = 5_000
 MIN_BINS = 2
 
 
-@dataclass(frozen=True)
-class DeviceBusy:
+class DeviceBusy(msgspec.Struct, frozen=True):
     """Merged busy intervals of one device, sorted and disjoint."""
 
     device: int

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import Final
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 import polars as pl
@@ -60,8 +61,7 @@ WHAT_IF_SCHEMA: Final = pl.Schema({
 })
 
 
-@dataclass(frozen=True)
-class Prediction:
+class Prediction(msgspec.Struct, frozen=True):
     """Means over the replayed steps (at most PREDICTED_STEPS of the account's). ``parts``: the
     edited steps' parts (ns per step), the account of the predicted step."""
 

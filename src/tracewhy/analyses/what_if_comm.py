@@ -9,9 +9,9 @@ where the time of a collective run on the host (a CPU backend) goes when it is h
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -26,8 +26,7 @@ if TYPE_CHECKING:  # what_if_edits imports this module
     from tracewhy.analyses.what_if_window import WindowEdges
 
 
-@dataclass(frozen=True)
-class CommOnPath:
+class CommOnPath(msgspec.Struct, frozen=True):
     """Means per analysed step (the account's): the collective kernels' time on the critical path,
     and the rest of communication's time there (host time in the collective calls, their launches,
     waits on them)."""

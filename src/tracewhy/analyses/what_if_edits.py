@@ -5,9 +5,9 @@ scaled, added). ``what_if`` replays them; this module says which edges each fix 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final, Protocol
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -37,8 +37,7 @@ B = npt.NDArray[np.bool_]
 #: 30}``, for 1 to 5 tensor lists; 36 is Adam's depth (params, grads, exp_avg, exp_avg_sq).
 FOREACH_CHUNK: Final = 36
 
-@dataclass(frozen=True)
-class DropSync:
+class DropSync(msgspec.Struct, frozen=True):
     """A blocking call no longer waits (``.item()`` or ``synchronize`` removed): its sync edges
     go, the copy it waited for (a DtoH read) no longer holds it, and its own time on the host
     (the wait where the trace links it to no GPU work) leaves. ``under``: only blocking calls
@@ -81,8 +80,7 @@ class DropSync:
         return chosen, inside
 
 
-@dataclass(frozen=True)
-class OverlapCopies:
+class OverlapCopies(msgspec.Struct, frozen=True):
     """Pinned memory and ``non_blocking=True``: the host call does not wait for the copy, and
     the copy runs on a stream of its own beside compute (still one after another, and the step
     still ends after its copies end)."""
@@ -104,8 +102,7 @@ class OverlapCopies:
         return w.off_stream(moved) if moved else GraphEdit()
 
 
-@dataclass(frozen=True)
-class PrefetchData:
+class PrefetchData(msgspec.Struct, frozen=True):
     """DataLoader workers prefetch: the fetch's own time (the dataset's Python, waiting on I/O)
     leaves the main thread; what a batch still costs the main process stays: the CPU ops it
     runs under the fetch (collating, pinning)."""
@@ -120,8 +117,7 @@ class PrefetchData:
         return w.removing(fetch & (w.host() | (w.kind == int(Edge.SYNC))), np.zeros(w.ids.size, dtype=bool))
 
 
-@dataclass(frozen=True)
-class MultiTensorOptimizer:
+class MultiTensorOptimizer(msgspec.Struct, frozen=True):
     """The optimizer's per-parameter loop replaced by one multi-tensor (``foreach=True``) call
     per op. With GPU activity in the trace, one launch per ``chunk`` tensors instead of one per
     parameter: each op the optimizer repeats per parameter keeps one call per chunk, every other
@@ -143,8 +139,7 @@ class MultiTensorOptimizer:
         return w.fewer_calls(optimizer, self.chunk)[0]
 
 
-@dataclass(frozen=True)
-class RemoveRecompute:
+class RemoveRecompute(msgspec.Struct, frozen=True):
     """Activation checkpointing off: the forward ops run again inside backward leave, with the
     GPU work they launch, and so does what ``checkpoint()`` costs where the trace marks it: in
     the forward, each region's entry (``what_if_gaps.checkpoint_entries``) and what its
@@ -194,8 +189,7 @@ class RemoveRecompute:
         return GraphEdit(scaled=w.ids[chosen], factor=np.array([factor[int(a)] for a in w.attr[chosen]]))
 
 
-@dataclass(frozen=True)
-class RemoveCompile:
+class RemoveCompile(msgspec.Struct, frozen=True):
     """No compilation in the step (warm the cache, mark dynamic shapes): compile phases leave,
     with the GPU work they launch (autotuning); running the compiled code stays."""
 
@@ -208,8 +202,7 @@ class RemoveCompile:
         return w.removing(host, w.launch_context == int(HostPurpose.COMPILATION))
 
 
-@dataclass(frozen=True)
-class HideCollective:
+class HideCollective(msgspec.Struct, frozen=True):
     """A gradient collective hidden under compute: its kernels leave the compute stream's order
     and nothing waits for them but the optimizer step that reads the gradients (or, without one
     in the window, the step's end). A collective outside backward is read by the work that waits

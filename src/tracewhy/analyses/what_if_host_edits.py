@@ -7,9 +7,9 @@ before/after pairs of ``tests/data/calibration``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -34,8 +34,7 @@ ACCUMULATION_OPS: Final = frozenset({"aten::add_"})
 FIRST_TOUCH_PER_ZEROING: Final = 12.0
 
 
-@dataclass(frozen=True)
-class BatchLoop:
+class BatchLoop(msgspec.Struct, frozen=True):
     """A per-sample Python loop in a named block vectorised over the batch: each op the block
     repeats keeps one call (the work of all samples, at the cost of the cheapest call: the
     ops' fixed cost is what the loop multiplied), the loop's split and join leave (the op run
@@ -83,8 +82,7 @@ class BatchLoop:
         return {int(calls[i]) for i in ends if 0 <= i < len(calls) and counts[named[i]] == 1}
 
 
-@dataclass(frozen=True)
-class Preallocate:
+class Preallocate(msgspec.Struct, frozen=True):
     """A tensor grown by ``op`` (``torch.cat`` of the old tensor and the new rows) allocated
     once and written in place: each call then costs what the window's cheapest call of ``op``
     took (the first, smallest growth: a copy of the new rows and the op's fixed cost), instead
@@ -128,8 +126,7 @@ class Preallocate:
         return GraphEdit(scaled=w.ids[chosen], factor=factor[np.searchsorted(units, unit[chosen])])
 
 
-@dataclass(frozen=True)
-class SetGradsToNone:
+class SetGradsToNone(msgspec.Struct, frozen=True):
     """``zero_grad(set_to_none=True)``: the optimizer no longer zeroes the gradients (the
     zeroing ops under the optimizer leave).
 
@@ -186,8 +183,7 @@ def _durations(w: WindowEdges) -> npt.NDArray[np.float64]:
     return (g.node_ts[w.dst] - g.node_ts[w.src]).astype(np.float64)
 
 
-@dataclass(frozen=True)
-class RemoveCode:
+class RemoveCode(msgspec.Struct, frozen=True):
     """Code that runs ops removed (a monitoring hook's ``.item()`` reads, logging): the part's
     work leaves (``RemovePart``) and so does the Python that called it, the untraced time
     between those ops and around them (``what_if_gaps.untraced_around``)."""
@@ -204,8 +200,7 @@ class RemoveCode:
         return RemovePart(self.part).edit(w) + untraced_around(w, {int(o) for o in np.unique(ops[ops >= 0])})
 
 
-@dataclass(frozen=True)
-class BuildOnDevice:
+class BuildOnDevice(msgspec.Struct, frozen=True):
     """Tensors a step makes on the host and copies to the device, made on the device instead
     (``torch.randn(..., device=...)``): the copy ops (``copy_ops``, outermost) leave with all the
     host time under them (the copy call and any wait in it) and the copies they launched; the

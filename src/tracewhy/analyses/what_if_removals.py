@@ -3,9 +3,9 @@ gains) and a part of the step account (``what_if`` falls back to it for a part n
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -20,8 +20,7 @@ if TYPE_CHECKING:  # what_if_window imports this module
 PART_CHUNK: Final = EDGES_AT_ONCE
 
 
-@dataclass(frozen=True)
-class RemoveSlices:
+class RemoveSlices(msgspec.Struct, frozen=True):
     """These slices take no time (as the critical path's gains replay an item): the edges of
     these Edge kinds spent in them weigh nothing."""
 
@@ -37,8 +36,7 @@ class RemoveSlices:
         return GraphEdit(scaled=w.ids[chosen], factor=np.zeros(int(chosen.sum())))
 
 
-@dataclass(frozen=True)
-class RemovePart:
+class RemovePart(msgspec.Struct, frozen=True):
     """The work of one part of the account leaves the step (logging moved out of the loop, a
     sleep removed): the edges the account puts in that part weigh nothing, waits among them go."""
 

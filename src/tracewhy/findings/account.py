@@ -4,9 +4,9 @@ the words that name a part and its evidence, which the other findings and ``diag
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
 
+import msgspec
 import polars as pl
 
 from tracewhy.analyses.account import AccountCol, AccountResult
@@ -28,8 +28,7 @@ from tracewhy.units import fmt_ns as ms
 HOST_DIRECTIONS: Final = ("HtoD", "DtoH")
 
 
-@dataclass(frozen=True)
-class CopyPart:
+class CopyPart(msgspec.Struct, frozen=True):
     """One part of host-device copies on the path, with what its copies moved."""
 
     part: str

@@ -6,9 +6,9 @@ before giving advice that only fits some platforms, so no advice names a feature
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any, Final
 
+import msgspec
 import polars as pl
 
 from tracewhy.analyses.api_names import holding_any
@@ -50,8 +50,7 @@ _WITH_WORKERS: Final = re.compile("|".join(map(re.escape, _WITH_WORKERS_LITERALS
 _WITHOUT_WORKERS: Final = re.compile("|".join(map(re.escape, _WITHOUT_WORKERS_LITERALS)))
 
 
-@dataclass(frozen=True)
-class RunFacts:
+class RunFacts(msgspec.Struct, frozen=True):
     """The run's platform and program, each fact with the rule that decided it."""
 
     gpu_activity: bool

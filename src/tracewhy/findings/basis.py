@@ -4,8 +4,7 @@ statements say so)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import polars as pl
 
 from tracewhy.analyses.gaps import CLASSES, GapCol, class_col
@@ -16,8 +15,7 @@ from tracewhy.findings.context import Context
 from tracewhy.units import fmt_pct
 
 
-@dataclass(frozen=True)
-class Basis:
+class Basis(msgspec.Struct, frozen=True):
     """Idle time per class per step on the primary device (the one with most busy time). The
     times are means over the steady steps (or the whole trace's totals), each rounded to the
     nearest nanosecond."""

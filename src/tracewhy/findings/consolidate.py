@@ -4,8 +4,10 @@ of the step a fix would recover, within what the capture can support (``CaptureS
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Final
+
+import msgspec
 
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.codes import STRUCTURAL, Code
@@ -32,8 +34,7 @@ SEVERITY_FLOOR: Final = {Code.GRAPH_BREAKS: Severity.MEDIUM, Code.RECOMPILE: Sev
 _BY_SHARE: Final = (Severity.HIGH, Severity.MEDIUM, Severity.LOW)
 
 
-@dataclass(frozen=True)
-class CaptureSize:
+class CaptureSize(msgspec.Struct, frozen=True):
     """How much the capture holds, which bounds the severity it can support: its events (slices
     of every kind) and its analysed steps (None: no step markers, the trace is one window)."""
 

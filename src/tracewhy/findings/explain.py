@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Final
+
+import msgspec
 
 from tracewhy.analyses import api_names
 from tracewhy.analyses.account import AccountCol
@@ -32,8 +34,7 @@ from tracewhy.units import fmt_ns as ms
 Row = dict[str, Any]
 
 
-@dataclass(frozen=True)
-class FixesTogether:
+class FixesTogether(msgspec.Struct, frozen=True):
     """The fixes of the findings that save most, replayed at once."""
 
     #: The findings whose fixes these are, most saved alone first.
@@ -46,8 +47,7 @@ class FixesTogether:
     next_bottleneck: str | None
 
 
-@dataclass(frozen=True)
-class Explained:
+class Explained(msgspec.Struct, frozen=True):
     """The findings with their parts and predictions; ``lead``: the finding that explains the
     account's largest avoidable part (None: none does); ``step_ns``: the measured step the
     predictions start from."""

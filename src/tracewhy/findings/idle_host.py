@@ -8,9 +8,9 @@ idle"). For the dependency class, the part that is the wait on GPU work the trac
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 import polars as pl
 
@@ -28,8 +28,7 @@ from tracewhy.units import fmt_ns as ms
 from tracewhy.units import fmt_pct as pct
 
 
-@dataclass(frozen=True)
-class HostReading:
+class HostReading(msgspec.Struct, frozen=True):
     """What the host-class gaps say for ``gpu-idle-host``: the clause that says how they fall
     (empty unless they are op-by-op dispatch), the next step that fits, and the evidence."""
 
@@ -92,8 +91,7 @@ def per_op_fix(ctx: Context) -> str:
             "step of fixed shapes), or torch.compile it to fuse ops")
 
 
-@dataclass(frozen=True)
-class HostSpread:
+class HostSpread(msgspec.Struct, frozen=True):
     """How the basis device's host-class idle falls: gaps and kernel launches per step (steady
     steps, or the whole trace), the median gap, and the largest gap's share of their time."""
 

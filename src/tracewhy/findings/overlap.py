@@ -5,9 +5,9 @@ hiding it under compute saves nothing of it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import msgspec
 import polars as pl
 
 from tracewhy.analyses.overlap import OverlapCol, OverlapOptions, OverlapResult, overlap
@@ -33,8 +33,7 @@ def overlap_result(ctx: Context) -> OverlapResult:
     ))
 
 
-@dataclass(frozen=True)
-class OnPath:
+class OnPath(msgspec.Struct, frozen=True):
     """What the step account and the replay say of the exposed communication: its time on the
     critical path of the replayed steps (``on_path``), the step time hiding it saves there
     (``saved_ns``), its time left on the path then (``kept_ns``: the host's time issuing

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Final
+
+import msgspec
 
 from tracewhy.findings.codes import Code
 
@@ -48,8 +49,7 @@ TORCH_PROFILE: Final = (
 )
 
 
-@dataclass(frozen=True)
-class Answer:
+class Answer(msgspec.Struct, frozen=True):
     """What to run for a symptom: the tool, the capture, and what to look for in the result."""
 
     symptom: str

@@ -4,9 +4,9 @@ same calls (analyses/syncs.py finds them), with the statistic named."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
 
+import msgspec
 import polars as pl
 
 from tracewhy.analyses.steps import StepCol
@@ -18,8 +18,7 @@ COUNTED: Final = ("device, stream, event and context synchronize and synchronous
                   "calls, CUDA or HIP, runtime or driver; each call once")
 
 
-@dataclass(frozen=True)
-class SyncCount:
+class SyncCount(msgspec.Struct, frozen=True):
     """``per_step``: blocking calls per steady step (their mean), or over the whole trace when it
     has no steady steps (``steps`` is 0 then); ``by_name``: the same figure per call name."""
 

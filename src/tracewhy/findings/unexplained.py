@@ -4,9 +4,9 @@ share of the step, and that no rule explains. It is reported with what the accou
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Final
 
+import msgspec
 import polars as pl
 
 from tracewhy.analyses.account import AccountCol, AccountResult
@@ -60,8 +60,7 @@ _ADVICE: Final = {
 _DEFAULT_ADVICE: Final = "See what the part is made of: tracewhy account TRACE."
 
 
-@dataclass(frozen=True)
-class Shared:
+class Shared(msgspec.Struct, frozen=True):
     """What of an unexplained part other findings' fixes remove too (``explain._shared``): their
     codes, the time their fixes together take from the part, of the part's time over the same
     replayed steps, and those fixes."""
@@ -115,8 +114,7 @@ def unexplained_part(ctx: Context, account: AccountResult, row: dict[str, Any], 
     )
 
 
-@dataclass(frozen=True)
-class _Library:
+class _Library(msgspec.Struct, frozen=True):
     """The library Python inside a user line's host part: per step in all, its largest functions
     (label and ns per step), the clause that says so, and whether torch.compile's runtime leads."""
 

@@ -5,9 +5,9 @@ essential work."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
 
+import msgspec
 import polars as pl
 
 from tracewhy.analyses.account import AccountCol, AccountResult
@@ -26,8 +26,7 @@ _EVIDENCE_ITEMS: Final = 2
 _ITEM_CHARS: Final = 60
 
 
-@dataclass(frozen=True)
-class AccountLine:
+class AccountLine(msgspec.Struct, frozen=True):
     """One line of where the step goes: a part, or (kind ``rest``) the parts not listed summed."""
 
     part: str

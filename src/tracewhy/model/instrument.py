@@ -3,9 +3,10 @@ format) recorded, one row per block and per stage mark, every rank's records on 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
+import msgspec
 import polars as pl
 
 
@@ -46,8 +47,7 @@ MARKS_SCHEMA: Final = pl.Schema({
 })
 
 
-@dataclass(frozen=True)
-class RankHeader:
+class RankHeader(msgspec.Struct, frozen=True):
     """A rank's ``header`` record; ``present`` False when the log had none (hand-written logs)."""
 
     rank: int
@@ -58,7 +58,7 @@ class RankHeader:
     sync: bool = False
     cuda_events: bool | None = None
     device: str | None = None
-    versions: dict[str, str] = field(default_factory=dict)
+    versions: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 @dataclass(frozen=True)

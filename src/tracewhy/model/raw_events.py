@@ -4,13 +4,10 @@ re-serialized. A format whose reader can give them registers a raw-events reader
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import msgspec
 
 
-@dataclass(frozen=True)
-class RawEvents:
+class RawEvents(msgspec.Struct, frozen=True):
     """``header``: every top-level field but ``traceEvents``, in file order, as written;
     ``events``: each event's bytes exactly as in the file. ``truncated``: the file was cut off
     and ``events`` are the complete ones before the cut."""

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, cast
+
+import msgspec
 
 from tracewhy.model.trace import KINETO_FORMAT, NSYS_FORMAT
 
@@ -40,8 +41,7 @@ class InputKind(Enum):
     STAGE_LOGS = "stage logs"  # an InstrumentLog (model/instrument.py)
 
 
-@dataclass(frozen=True)
-class InputFormat:
+class InputFormat(msgspec.Struct, frozen=True):
     """One input format. Functions are ``"module:function"`` paths, imported on first use."""
 
     name: str

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +24,7 @@ _VERSION_KEYS = ("cuda_runtime_version", "cuda_driver_version", "cupti_version",
 _CAPTURE_KEYS = ("record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules")
 
 
-@dataclass(frozen=True)
-class Tally:
+class Tally(msgspec.Struct, frozen=True):
     """What a read counted on its way through the events, as the metadata reports it."""
 
     #: Problems by kind, with their counts: the header's values add theirs as they are decoded.
@@ -44,7 +42,7 @@ class Tally:
     #: Whether any Python frame (with_stack) was among the slices.
     saw_python: bool
     #: Slices left out for an unreadable start time, by kind.
-    dropped: dict[str, int] = field(default_factory=dict)
+    dropped: dict[str, int] = msgspec.field(default_factory=dict)
 
 
 def trace_meta(path: Path, header: dict[str, msgspec.Raw], truncation: Truncation | None, tally: Tally,

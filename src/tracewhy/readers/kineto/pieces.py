@@ -20,7 +20,6 @@ import contextlib
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Final
 
@@ -86,8 +85,7 @@ def open_pieces(path: Path, piece_bytes: int, max_inflated_bytes: int, *,
     return PieceStream(iter_content(path, READ_BYTES, max_inflated_bytes), piece_bytes, path)
 
 
-@dataclass(frozen=True)
-class Span:
+class Span(msgspec.Struct, frozen=True):
     """Where the events of a piece of a plain file lie in it: ``length`` bytes from ``offset``
     (the piece is those bytes in brackets), with the file's size and change time as it was
     read. Another process can read the piece from the file itself (``read``), and a span is
