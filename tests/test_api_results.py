@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import json
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -150,3 +151,40 @@ def test_every_table_of_every_result_has_names_as_plain_strings(name: str) -> No
         kept = [c for c, t in table.schema.items() if isinstance(t, (pl.Categorical, pl.Enum))
                 or (isinstance(t, pl.List) and isinstance(t.inner, (pl.Categorical, pl.Enum)))]
         assert not kept, f"{name}: {kept} are not plain strings"
+
+
+def _records(value: Any, seen: set[int]) -> list[object]:
+    """Every object of a tracewhy class in a result: nested results, records and the items of its
+    lists, tuples and dicts (a Trace and tables are not walked into)."""
+    import dataclasses
+
+    if id(value) in seen or isinstance(value, (pl.DataFrame, tw.Trace, str, bytes, int, float, type)):
+        return []
+    seen.add(id(value))
+    if isinstance(value, (list, tuple)):
+        return [r for v in value for r in _records(v, seen)]
+    if isinstance(value, dict):
+        return [r for v in value.values() for r in _records(v, seen)]
+    if not type(value).__module__.startswith("tracewhy"):
+        return []
+    held = [getattr(value, f.name) for f in dataclasses.fields(value)] if dataclasses.is_dataclass(value) else []
+    return [value, *(r for v in held for r in _records(v, seen))]
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_every_record_a_result_holds_is_a_frozen_dataclass(name: str) -> None:
+    """docs/python-api.md promises frozen dataclasses: dataclasses.replace, fields and asdict work
+    on a result and on every record in it. (Records the package keeps to itself are msgspec
+    Structs, cheaper to define at import; none of them may leak into a result.)"""
+    import dataclasses
+
+    import msgspec
+
+    for record in _records(result(name), set()):
+        kind = type(record).__qualname__
+        if isinstance(record, Enum):
+            continue
+        assert not isinstance(record, msgspec.Struct), f"{name}: a {kind} in the result is a msgspec Struct"
+        assert dataclasses.is_dataclass(record), f"{name}: a {kind} in the result is not a dataclass"
+        params = type(record).__dataclass_params__  # type: ignore[attr-defined]
+        assert params.frozen, f"{name}: {kind} is not frozen"

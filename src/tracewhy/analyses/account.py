@@ -171,7 +171,8 @@ def _analysed(windows: pl.DataFrame, max_steps: int) -> pl.DataFrame:
     return chosen.select("_i", WindowCol.WINDOW_START, WindowCol.WINDOW_END, WindowCol.PID)
 
 
-class UnrecordedGpu(msgspec.Struct, frozen=True):
+@dataclass(frozen=True)
+class UnrecordedGpu:
     """The first launch on an analysed path that waited on a device recording no GPU work
     (``account_unrecorded``): the launch call's start, how long it waited, and the device's first
     recorded work."""

@@ -10,7 +10,8 @@ per-step cost and stays in (``compile`` and ``diagnose``'s ``recompile`` judge i
 
 from __future__ import annotations
 
-import msgspec
+from dataclasses import dataclass
+
 import numpy as np
 
 from tracewhy.analyses.account_names import PartKind
@@ -23,7 +24,8 @@ from tracewhy.units import fmt_ns
 ONE_TIME_COMPILE_MIN_SHARE = 0.5
 
 
-class OneTimeCompileStep(msgspec.Struct, frozen=True):
+@dataclass(frozen=True)
+class OneTimeCompileStep:
     """An analysed step left out: its index among the trace's steps, its name, its duration and
     the compilation on its critical path."""
 

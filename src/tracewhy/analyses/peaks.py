@@ -11,6 +11,7 @@ Kineto traces, which name the GPU but carry no peaks.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 import msgspec
@@ -24,14 +25,15 @@ GB: Final = 1e9
 PRECISIONS: Final = ("fp64", "fp64_tensor", "fp32", "tf32_tensor", "fp16_tensor", "fp8_tensor")
 
 
-class DevicePeaks(msgspec.Struct, frozen=True):
+@dataclass(frozen=True)
+class DevicePeaks:
     """Peaks of one device model; ``flop_per_s`` maps precision keys to dense FLOP/s."""
 
     name: str
     sm_count: int  # SMs (NVIDIA) or CUs (AMD)
     boost_clock_hz: float
     dram_bytes_per_s: float
-    flop_per_s: dict[str, float] = msgspec.field(default_factory=dict)
+    flop_per_s: dict[str, float] = field(default_factory=dict)
     source: str = ""
     scaled_note: str | None = None  # set when peaks were scaled to a partition of the device
 
@@ -190,7 +192,7 @@ def lookup_peaks(device_name: str | None, sm_count: int | None = None) -> Device
         if pattern.search(low):
             if sm_count and sm_count < PARTITION_SM_FRACTION * peaks.sm_count:
                 share = sm_count / peaks.sm_count
-                return msgspec.structs.replace(
+                return replace(
                     peaks,
                     sm_count=sm_count,
                     dram_bytes_per_s=peaks.dram_bytes_per_s * share,

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-import msgspec
 import numpy as np
 
 from tracewhy.analyses.stats import nearest_ns
@@ -64,7 +63,8 @@ def items_and_unit(items_per_step: float | None, unit: str | None,
     return options.items_per_step, options.unit
 
 
-class Throughput(msgspec.Struct, frozen=True):
+@dataclass(frozen=True)
+class Throughput:
     """Items per second at the steady step times; ``per`` is "step" or "chunk". The step times are
     whole nanoseconds (the nearest to the statistic), and each rate is items over its step time."""
 

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-import msgspec
 import numpy as np
 import numpy.typing as npt
 import polars as pl
@@ -25,7 +24,8 @@ MAX_SERIES_ROWS = 5_000
 MIN_BINS = 2
 
 
-class DeviceBusy(msgspec.Struct, frozen=True):
+@dataclass(frozen=True)
+class DeviceBusy:
     """Merged busy intervals of one device, sorted and disjoint."""
 
     device: int

@@ -4,7 +4,8 @@ statements say so)."""
 
 from __future__ import annotations
 
-import msgspec
+from dataclasses import dataclass
+
 import polars as pl
 
 from tracewhy.analyses.gaps import CLASSES, GapCol, class_col
@@ -15,7 +16,8 @@ from tracewhy.findings.context import Context
 from tracewhy.units import fmt_pct
 
 
-class Basis(msgspec.Struct, frozen=True):
+@dataclass(frozen=True)
+class Basis:
     """Idle time per class per step on the primary device (the one with most busy time). The
     times are means over the steady steps (or the whole trace's totals), each rounded to the
     nearest nanosecond."""

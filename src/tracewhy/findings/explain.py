@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 import msgspec
@@ -34,7 +34,8 @@ from tracewhy.units import fmt_ns as ms
 Row = dict[str, Any]
 
 
-class FixesTogether(msgspec.Struct, frozen=True):
+@dataclass(frozen=True)
+class FixesTogether:
     """The fixes of the findings that save most, replayed at once."""
 
     #: The findings whose fixes these are, most saved alone first.

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Final
-
-import msgspec
 
 from tracewhy.findings.codes import Code
 
@@ -49,7 +48,8 @@ TORCH_PROFILE: Final = (
 )
 
 
-class Answer(msgspec.Struct, frozen=True):
+@dataclass(frozen=True)
+class Answer:
     """What to run for a symptom: the tool, the capture, and what to look for in the result."""
 
     symptom: str

@@ -5,9 +5,9 @@ essential work."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Final
 
-import msgspec
 import polars as pl
 
 from tracewhy.analyses.account import AccountCol, AccountResult
@@ -26,7 +26,8 @@ _EVIDENCE_ITEMS: Final = 2
 _ITEM_CHARS: Final = 60
 
 
-class AccountLine(msgspec.Struct, frozen=True):
+@dataclass(frozen=True)
+class AccountLine:
     """One line of where the step goes: a part, or (kind ``rest``) the parts not listed summed."""
 
     part: str
