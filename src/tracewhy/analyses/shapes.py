@@ -284,7 +284,7 @@ def _conv_backward(x: OpInputs) -> OpCost | None:
     if forward is None or grads == 0:
         return None
     return msgspec.structs.replace(forward, flops=forward.flops * grads, min_bytes=forward.min_bytes * grads,
-                   params={**forward.params, "backward": True, "gradients": grads})
+                                   params={**forward.params, "backward": True, "gradients": grads})
 
 
 def _pointwise(x: OpInputs, category: str, flops_per_elem: int, *, same_shape_out: bool) -> OpCost | None:
