@@ -193,7 +193,7 @@ def forward_at_rerun_cost(w: WindowEdges) -> GraphEdit:
     groups: dict[int, list[int]] = {}
     for r in rerun[np.argsort(rules.slice_ts[rerun], kind="stable")].tolist():
         groups.setdefault(int(parent[r]), []).append(int(r))
-    factor: dict[int, float] = {}
+    pairs: list[tuple[int, int]] = []
     unmatched = sorted(entries, key=lambda e: -int(rules.slice_ts[e]))
     for group in sorted(groups.values(), key=lambda g: int(rules.slice_ts[g[0]])):
         names = [ctx.name(r) for r in group]
@@ -203,13 +203,50 @@ def forward_at_rerun_cost(w: WindowEdges) -> GraphEdit:
             if [ctx.name(int(f)) for f in region] != names:
                 continue
             unmatched.remove(entry)
-            for f, r in zip(region, group, strict=True):
-                own = float(rules.slice_end[f] - rules.slice_ts[f])
-                if own > 0:
-                    factor[int(f)] = min(1.0, float(rules.slice_end[r] - rules.slice_ts[r]) / own)
+            pairs.extend((int(f), int(r)) for f, r in zip(region, group, strict=True))
             break
+    hooks = _rerun_hook_ns(w, pairs, parent)
+    factor: dict[int, float] = {}
+    for f, r in pairs:
+        own = float(rules.slice_end[f] - rules.slice_ts[f])
+        if own > 0:
+            factor[f] = min(1.0, (float(rules.slice_end[r] - rules.slice_ts[r]) - hooks[r]) / own)
     chosen = host & np.isin(outer, list(factor))
     return GraphEdit(scaled=w.ids[chosen], factor=np.array([factor[int(o)] for o in outer[chosen]], dtype=np.float64))
+
+
+def _rerun_hook_ns(w: WindowEdges, pairs: list[tuple[int, int]], parent: npt.NDArray[np.int64]) -> dict[int, float]:
+    """Per rerun op of these (forward op, rerun op) pairs: the time of the ops nested in it under
+    a name that nothing nested in its forward twin has, outermost ones only. They are the
+    recompute's saved-tensor hook's, not the op's: it detaches each tensor it keeps that
+    requires grad (``aten::detach`` in the rerun ``aten::addmm`` and ``aten::gelu``, none in
+    their forward twins), which the op run without checkpointing never does."""
+    if not pairs:
+        return {}
+    rules, ctx = w.model.rules, w.model.rules.ctx
+    twins = np.array(sorted({op for pair in pairs for op in pair}), dtype=np.int64)
+    is_twin = np.zeros(parent.size, dtype=bool)
+    is_twin[twins] = True
+    # Every slice under the twins' outermost ops, then each one's nearest twin above it.
+    nested = np.flatnonzero(np.isin(ctx.outer_op, np.unique(ctx.outer_op[twins])) & ~is_twin)
+    owner = np.full(nested.size, -1, dtype=np.int64)
+    up = parent[nested]
+    todo = np.arange(nested.size)
+    while todo.size:
+        at = up[todo]
+        found = (at >= 0) & is_twin[np.maximum(at, 0)]
+        owner[todo[found]] = at[found]
+        todo = todo[(at >= 0) & ~found]
+        up[todo] = parent[up[todo]]
+    under: dict[int, list[int]] = {}
+    for s, o in zip(nested[owner >= 0].tolist(), owner[owner >= 0].tolist(), strict=True):
+        under.setdefault(o, []).append(s)
+    hooks: dict[int, float] = {}
+    for f, r in pairs:
+        known = {ctx.name(s) for s in under.get(f, [])}
+        extra = {s for s in under.get(r, []) if ctx.name(s) not in known}
+        hooks[r] = float(sum(int(rules.slice_end[s] - rules.slice_ts[s]) for s in extra if int(parent[s]) not in extra))
+    return hooks
 
 
 def after_rerun_nodes(w: WindowEdges) -> GraphEdit:
