@@ -127,6 +127,10 @@ def test_the_tables_in_the_readme_and_the_docs_are_the_benchs() -> None:
         text = page.read_text(encoding="utf-8")
         between = text.split(bench.MARKERS[0], 1)[1].split(bench.MARKERS[1], 1)[0]
         assert between.strip("\n") == "\n".join(lines), f"{page.name}: run python bench/calibrate.py"
+    held = bench.table([bench.calibrate(key, bench.HOLDOUT_DATA) for key in bench.HOLDOUT])[:-2]
+    text = bench.DOCS.read_text(encoding="utf-8")
+    between = text.split(bench.HOLDOUT_MARKERS[0], 1)[1].split(bench.HOLDOUT_MARKERS[1], 1)[0]
+    assert between.strip("\n") == "\n".join(held), "account.md's held-out table: run python bench/calibrate.py"
 
 
 def test_a_pair_is_priced_at_its_machines_first_touch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,8 +1,8 @@
 """Activation checkpointing off, checked on a real checkpointed capture against its own raw
 events: the region's forward ops priced at what backward's rerun of the same ops cost
-(``what_if_gaps.forward_at_rerun_cost``; regions and reruns paired here by position, not by
+(``what_if_checkpoint.forward_at_rerun_cost``; regions and reruns paired here by position, not by
 name), and the untraced time after each node that reran a region down to its twins'
-(``what_if_gaps.after_rerun_nodes``)."""
+(``what_if_checkpoint.after_rerun_nodes``)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import pytest
 from tracewhy.analyses.account import StepModel, step_model
 from tracewhy.analyses.critical_path_replay import GraphEdit
 from tracewhy.analyses.what_if import window_edges
-from tracewhy.analyses.what_if_gaps import after_rerun_nodes, forward_at_rerun_cost
+from tracewhy.analyses.what_if_checkpoint import after_rerun_nodes, forward_at_rerun_cost
 from tracewhy.readers import read_trace
 
 CHECKPOINTED = Path(__file__).parent / "data" / "calibration" / "checkpointing_before_2.pt.trace.json.gz"

@@ -12,8 +12,8 @@ from builders import KinetoBuilder
 from tracewhy.analyses.account import StepModel, step_model
 from tracewhy.analyses.critical_path_replay import GraphEdit
 from tracewhy.analyses.what_if import predict
+from tracewhy.analyses.what_if_checkpoint import after_rerun_nodes, forward_at_rerun_cost
 from tracewhy.analyses.what_if_edits import Fix, RemoveRecompute, WindowEdges
-from tracewhy.analyses.what_if_gaps import after_rerun_nodes, forward_at_rerun_cost
 from tracewhy.analyses.what_if_host_edits import BatchLoop, Preallocate, RemoveCode, SetGradsToNone
 from tracewhy.readers import read_trace
 

@@ -4,6 +4,7 @@ loop per fix type, captured once as written (*before*) and once with that one fi
 machine hit both sides alike.
 
     python scripts/gen_traces/calibration.py --out tests/data/calibration [--repeats 3] [--only KEY ...]
+    python scripts/gen_traces/calibration.py --out tests/data/holdout --holdout
 
 The captures of one fix run in one interpreter, before and after in turn, each from a freshly
 built model on one intra-op thread, seeded: a process's own speed (where the OS placed it, what
@@ -186,6 +187,34 @@ def checkpointing(after: bool, steps: int) -> Step:
     model = Checkpointed(blocks, on=not after)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     x = torch.randn(32, 128)
+    return lambda: _train(model, optimizer, x)
+
+
+class PreNormLayer(nn.Module):
+    """One pre-norm transformer layer: causal attention and an MLP, each on a residual."""
+
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.qkv, self.out = nn.Linear(width, 3 * width), nn.Linear(width, width)
+        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        attended = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.out(attended.transpose(1, 2).reshape(b, t, c))
+        return x + self.mlp(self.norm2(x))
+
+
+def checkpointing_transformer(after: bool, steps: int) -> Step:
+    """Held out (``HOLDOUT``): not calibrated on, only checked against (a model the edit was not
+    written for: layer norms, attention, residual adds, AdamW)."""
+    layers = nn.ModuleList(PreNormLayer(128, 4) for _ in range(3))
+    model = Checkpointed(layers, on=not after)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randn(8, 64, 128)
     return lambda: _train(model, optimizer, x)
 
 
@@ -491,7 +520,17 @@ FIXES: tuple[Fix, ...] = (
         f"the first {ACCUM_MICRO - 1} micro-batches under ddp.no_sync(): only the last backward all-reduces",
         SCHEDULE, {}, ranks=WORLD_SIZE),
 )
-BY_KEY = {f.key: f for f in FIXES}
+#: Pairs held out of the calibration: ``bench/calibrate.py`` never reads them, and a test checks
+#: the fix's prediction on them (``tests/test_holdout.py``): each a fix type the calibration has,
+#: on a program its edit was not written for. Written to their own directory (``--holdout``).
+HOLDOUT: tuple[Fix, ...] = (
+    Fix("checkpointing_transformer", checkpointing_transformer,
+        "3 pre-norm transformer layers (LayerNorm, causal scaled_dot_product_attention, residual adds, "
+        "Linear(128, 512) GELU Linear(512, 128)), width 128, 4 heads, each under "
+        "torch.utils.checkpoint(use_reentrant=False); AdamW, batch 8 x 64 tokens",
+        "the same layers without checkpoint", SHORT_SCHEDULE, {}),
+)
+BY_KEY = {f.key: f for f in (*FIXES, *HOLDOUT)}
 
 
 def trace_name(key: str, variant: str, repeat: int) -> str:
@@ -629,6 +668,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="directory for the traces")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--only", nargs="+", choices=sorted(BY_KEY))
+    parser.add_argument("--holdout", action="store_true", help="the held-out pairs (HOLDOUT) instead")
     parser.add_argument("--one", choices=sorted(BY_KEY), help=argparse.SUPPRESS)
     parser.add_argument("runs", nargs="*", help=argparse.SUPPRESS)  # child mode: VARIANT=TRACE ...
     args = parser.parse_args(argv)
@@ -641,7 +681,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     with open(args.out / "captures.log", "a", encoding="utf-8") as log:
-        for fix, order in captures(args.only or [f.key for f in FIXES], args.repeats):
+        for fix, order in captures(args.only or [f.key for f in (HOLDOUT if args.holdout else FIXES)], args.repeats):
             runs = [(variant, args.out / trace_name(fix.key, variant, repeat)) for variant, repeat in order]
             before, after, seconds, lines = _run(fix, runs)
             line = f"{' '.join(d.name for _, d in runs)}\tload {before} -> {after}\t{seconds:.1f} s"

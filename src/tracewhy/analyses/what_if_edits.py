@@ -17,14 +17,9 @@ from tracewhy.analyses.account_parts import CATEGORY_CODE
 from tracewhy.analyses.critical_path_edges import Edge
 from tracewhy.analyses.critical_path_replay import GraphEdit
 from tracewhy.analyses.critical_path_walk import Category
+from tracewhy.analyses.what_if_checkpoint import after_rerun_nodes, checkpoint_entries, forward_at_rerun_cost
 from tracewhy.analyses.what_if_comm import host_collectives_lane, optimizer_start, reduced_by_hand
-from tracewhy.analyses.what_if_gaps import (
-    after_rerun_nodes,
-    checkpoint_entries,
-    forward_at_rerun_cost,
-    loop_between,
-    untraced_around,
-)
+from tracewhy.analyses.what_if_gaps import loop_between, untraced_around
 from tracewhy.analyses.what_if_removals import RemovePart, RemoveSlices
 from tracewhy.analyses.what_if_window import WindowEdges
 from tracewhy.model.schema import KIND_CODE, Kind
@@ -142,10 +137,10 @@ class MultiTensorOptimizer(msgspec.Struct, frozen=True):
 class RemoveRecompute(msgspec.Struct, frozen=True):
     """Activation checkpointing off: the forward ops run again inside backward leave, with the
     GPU work they launch, and so does what ``checkpoint()`` costs where the trace marks it: in
-    the forward, each region's entry (``what_if_gaps.checkpoint_entries``) and what its
-    saved-tensor hooks add to the region's ops (``what_if_gaps.forward_at_rerun_cost``); in
+    the forward, each region's entry (``what_if_checkpoint.checkpoint_entries``) and what its
+    saved-tensor hooks add to the region's ops (``what_if_checkpoint.forward_at_rerun_cost``); in
     backward, the hook's Python in and after each node that reruns a region (``_hooks``,
-    ``what_if_gaps.after_rerun_nodes``)."""
+    ``what_if_checkpoint.after_rerun_nodes``)."""
 
     @property
     def label(self) -> str:
