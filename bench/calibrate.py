@@ -84,6 +84,7 @@ EDITS: dict[str, tuple[str, tuple[Fix, ...]]] = {
 #: Held-out pairs (scripts/gen_traces/calibration.py's HOLDOUT), with the edit of their fix type.
 HOLDOUT: dict[str, tuple[str, tuple[Fix, ...]]] = {
     "checkpointing_transformer": ("checkpointing off, transformer layers (torch 2.13)", (RemoveRecompute(),)),
+    "dataloader_tokens": ("DataLoader worker, CPU-bound tokenising", (PrefetchData(),)),
 }
 
 

@@ -218,6 +218,38 @@ def checkpointing_transformer(after: bool, steps: int) -> Step:
     return lambda: _train(model, optimizer, x)
 
 
+TOKENS_PER_SAMPLE = 256
+
+
+class Tokenised(Dataset[torch.Tensor]):
+    """Text split into words and hashed into token ids in Python: CPU work per sample (the
+    calibration's dataset waits on a slow read instead)."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        words = " ".join(f"w{(index * 7919 + i * 104729) % 5003}" for i in range(TOKENS_PER_SAMPLE)).split()
+        return torch.tensor([hash(w) % 1000 for w in words]).float() / 1000
+
+
+def dataloader_tokens(after: bool, steps: int) -> Step:
+    """Held out (``HOLDOUT``): DataLoader workers where the fetch is CPU work, one worker (a
+    second core for it on a 2-core machine, the main process on one intra-op thread)."""
+    model = _mlp(depth=4, width=TOKENS_PER_SAMPLE, hidden=1024)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    workers = {"num_workers": 1, "prefetch_factor": 4, "persistent_workers": True} if after else {}
+    loader = DataLoader(Tokenised(steps * LOADER_BATCH), batch_size=LOADER_BATCH, **workers)  # type: ignore[arg-type]
+    batches = iter(loader)
+
+    def step() -> None:
+        _train(model, optimizer, next(batches))
+    return step
+
+
 # --- recompiles -----------------------------------------------------------------------------------
 
 
@@ -529,6 +561,12 @@ HOLDOUT: tuple[Fix, ...] = (
         "Linear(128, 512) GELU Linear(512, 128)), width 128, 4 heads, each under "
         "torch.utils.checkpoint(use_reentrant=False); AdamW, batch 8 x 64 tokens",
         "the same layers without checkpoint", SHORT_SCHEDULE, {}),
+    Fix("dataloader_tokens", dataloader_tokens,
+        f"DataLoader(num_workers=0) over a dataset that builds {TOKENS_PER_SAMPLE} words per sample and hashes "
+        f"them into token ids in Python (CPU work); batch {LOADER_BATCH}; a 4-block MLP of width "
+        f"{TOKENS_PER_SAMPLE} (hidden 1024) trained with SGD",
+        "num_workers=1, prefetch_factor=4, persistent_workers=True (the worker started before the trace)",
+        SCHEDULE, {}, isolated=True),
 )
 BY_KEY = {f.key: f for f in (*FIXES, *HOLDOUT)}
 
@@ -608,7 +646,7 @@ def _capture_here(fix: Fix, after: bool, dest: Path) -> float:
             faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faulted)
             prof.step()
         for thread in threading.enumerate():  # the step's background work (a logger) ends in the capture
-            if thread is not threading.main_thread():
+            if thread is not threading.main_thread() and not thread.daemon:  # (not a DataLoader queue's feeder)
                 thread.join()
     during = _others_cores(busy, total, time.process_time() - own)
     export_trace(prof, dest)
