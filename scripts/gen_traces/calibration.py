@@ -106,10 +106,15 @@ class SlowImages(Dataset[torch.Tensor]):
 def dataloader_workers(after: bool, steps: int) -> Step:
     model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(16, 16, 3, padding=1),
                           nn.ReLU(), nn.Flatten(), nn.Linear(16 * 16 * 16, 10))
+    return _loader_step(model, SlowImages(steps * LOADER_BATCH), workers=2 if after else 0)
+
+
+def _loader_step(model: nn.Module, dataset: Dataset[torch.Tensor], workers: int) -> Step:
+    """One SGD step per batch the DataLoader hands over; with workers, prefetching 4 batches
+    each and kept between epochs (started before the trace)."""
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    workers = {"num_workers": 2, "prefetch_factor": 4, "persistent_workers": True} if after else {}
-    loader = DataLoader(SlowImages(steps * LOADER_BATCH), batch_size=LOADER_BATCH, **workers)  # type: ignore[arg-type]
-    batches = iter(loader)
+    options = {"num_workers": workers, "prefetch_factor": 4, "persistent_workers": True} if workers else {}
+    batches = iter(DataLoader(dataset, batch_size=LOADER_BATCH, **options))  # type: ignore[arg-type]
 
     def step() -> None:
         _train(model, optimizer, next(batches))
@@ -239,15 +244,8 @@ class Tokenised(Dataset[torch.Tensor]):
 def dataloader_tokens(after: bool, steps: int) -> Step:
     """Held out (``HOLDOUT``): DataLoader workers where the fetch is CPU work, one worker (a
     second core for it on a 2-core machine, the main process on one intra-op thread)."""
-    model = _mlp(depth=4, width=TOKENS_PER_SAMPLE, hidden=1024)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    workers = {"num_workers": 1, "prefetch_factor": 4, "persistent_workers": True} if after else {}
-    loader = DataLoader(Tokenised(steps * LOADER_BATCH), batch_size=LOADER_BATCH, **workers)  # type: ignore[arg-type]
-    batches = iter(loader)
-
-    def step() -> None:
-        _train(model, optimizer, next(batches))
-    return step
+    return _loader_step(_mlp(depth=4, width=TOKENS_PER_SAMPLE, hidden=1024), Tokenised(steps * LOADER_BATCH),
+                        workers=1 if after else 0)
 
 
 # --- recompiles -----------------------------------------------------------------------------------
