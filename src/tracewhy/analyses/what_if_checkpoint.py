@@ -143,11 +143,13 @@ def _after_entries(w: WindowEdges, forward: npt.NDArray[np.int64], entries: list
 def _by_names(w: WindowEdges, forward: npt.NDArray[np.int64], reruns: list[list[int]]) -> list[Pairs]:
     """Where the trace marks no region's entry (torch 2.13's checkpoint saves the region's
     inputs without recording an op): each rerun (in time order) with the latest run of
-    consecutive outermost ops of one thread, before backward began and not yet paired, whose
-    names are the rerun's in order."""
+    consecutive outermost ops of one thread, starting before the rerun and not yet paired,
+    whose names are the rerun's in order (in a window of several iterations, each backward's
+    reruns find their own forward's regions)."""
     rules, ctx = w.model.rules, w.model.rules.ctx
-    ops = forward[rules.slice_ts[forward] < min(rules.slice_ts[g[0]] for g in reruns)]
+    ops = forward[rules.slice_ts[forward] < max(rules.slice_ts[g[0]] for g in reruns)]
     names = [ctx.name(int(o)) for o in ops.tolist()]
+    ts = rules.slice_ts[ops]
     tids = ctx.tid[ops]
     free = np.ones(ops.size, dtype=bool)
     starts: dict[str, list[int]] = {}
@@ -158,6 +160,8 @@ def _by_names(w: WindowEdges, forward: npt.NDArray[np.int64], reruns: list[list[
         want = [ctx.name(r) for r in group]
         k = len(want)
         for i in reversed(starts.get(want[0], [])):
+            if ts[i] >= rules.slice_ts[group[0]]:
+                continue
             if names[i:i + k] == want and free[i:i + k].all() and (tids[i:i + k] == tids[i]).all():
                 free[i:i + k] = False
                 out.append([(int(f), int(r)) for f, r in zip(ops[i:i + k].tolist(), group, strict=True)])
