@@ -372,9 +372,10 @@ _MAX_TIE_ROUNDS: Final = 64
 
 
 def _order(nodes: I64, src: I64, dst: I64, ts: I64) -> I64:
-    """These nodes in an order every edge respects: by time, and among equal times by the number
-    of equal-time edges leading to each (an edge between equal times that contradicts another
-    leaves its nodes in time order: their replayed times stay as measured)."""
+    """These nodes (ascending) in an order every edge respects: by time, and among equal times by
+    the number of equal-time edges leading to each, then by node (an edge between equal times
+    that contradicts another leaves its nodes in time order: their replayed times stay as
+    measured)."""
     tie = ts[src] == ts[dst]
     ts_, td = src[tie], dst[tie]
     level = np.zeros(ts.size, dtype=np.int64)
@@ -383,5 +384,6 @@ def _order(nodes: I64, src: I64, dst: I64, ts: I64) -> I64:
         np.maximum.at(level, td, level[ts_] + 1)
         if np.array_equal(before, level[td]):
             break
-    result: I64 = nodes[np.lexsort((nodes, level[nodes], ts[nodes]))]
+    # (``nodes`` ascend and np.lexsort is stable: ties stay in node order without a third key.)
+    result: I64 = nodes[np.lexsort((level[nodes], ts[nodes]))]
     return result

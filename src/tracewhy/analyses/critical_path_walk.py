@@ -51,7 +51,9 @@ def nodes_by_pid(graph: Graph) -> dict[int, tuple[I64, I64]]:
     """Per owning process: its nodes sorted by time, and their times."""
     if graph.node_ts.size == 0:
         return {}
-    order = np.lexsort((np.arange(graph.node_ts.size), graph.node_ts, graph.node_pid))
+    # (np.lexsort is stable: nodes of one time stay in node order without a third key, one pass
+    # fewer over 16 M nodes on a large export.)
+    order = np.lexsort((graph.node_ts, graph.node_pid))
     pids = graph.node_pid[order]
     cut = np.flatnonzero(np.r_[True, pids[1:] != pids[:-1], True])
     return {int(pids[lo]): (order[lo:hi], graph.node_ts[order[lo:hi]]) for lo, hi in itertools.pairwise(cut)}
