@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
 from typing import Final, NamedTuple
 
 import numpy as np
@@ -98,7 +99,26 @@ def is_library(path: str) -> bool:
     return top in _LIBRARY_ROOTS or top in sys.stdlib_module_names
 
 
+def _per_tree(name: str, trace: Trace, tree: HostTree, compute: Callable[[], B]) -> B:
+    """``compute()`` once per (trace, tree): a diagnosis asks for the same frames from several
+    rules (a source line per finding, the step account), each a pass over every Python frame's
+    name. Kept on the tree, read-only, as ``Trace.of_kind`` keeps its tables on the trace."""
+    kept: dict[tuple[str, int], B] = tree.__dict__.setdefault("_per_tree", {})
+    key = (name, id(trace.slices))
+    if key not in kept:
+        value = compute()
+        value.flags.writeable = False
+        kept[key] = value
+    return kept[key]
+
+
 def running_at_start(trace: Trace, tree: HostTree) -> B:
+    """Python frames that were already open when the profiler started (``_running_at_start``,
+    once per trace and tree)."""
+    return _per_tree("running_at_start", trace, tree, lambda: _running_at_start(trace, tree))
+
+
+def _running_at_start(trace: Trace, tree: HostTree) -> B:
     """Python frames that were already open when the profiler started. The tracer records each
     thread's stack as it starts, outermost frame first, before it is installed (torch's
     ``PythonTracer::start``), so on a thread they are its leading chain: its first root frame,
@@ -262,7 +282,11 @@ def user_self_by_window(trace: Trace, starts: I64, ends: I64) -> pl.DataFrame:
 
 
 def _user_frames(trace: Trace, tree: HostTree) -> B:
-    """Which slices are Python frames of user code."""
+    """Which slices are Python frames of user code (once per trace and tree)."""
+    return _per_tree("user_frames", trace, tree, lambda: _find_user_frames(trace, tree))
+
+
+def _find_user_frames(trace: Trace, tree: HostTree) -> B:
     py = np.flatnonzero(tree.is_python)
     names = trace.slices.get_column(Col.NAME).gather(py).cast(pl.String)
     user_names = [u for u in names.unique().to_list() if parse_frame(u)[3]]
