@@ -163,11 +163,17 @@ def _boundary_order(pid: I64, tid: I64, ts: I64, group: I64, level: I64, row: I6
 def _graph_parent(s: pl.DataFrame, ids: I64, node_of: I64) -> I64:
     """Per id: the nearest enclosing slice that is a graph node (-1: none)."""
     parent = s.get_column(Col.PARENT).fill_null(-1).to_numpy()
-    cur = parent[ids]
-    todo = np.flatnonzero((cur >= 0) & (node_of[np.maximum(cur, 0)] < 0))
+    return nearest_marked(parent, parent[ids], node_of >= 0)
+
+
+def nearest_marked(parent: I64, at: I64, marked: npt.NDArray[np.bool_]) -> I64:
+    """Per slice of ``at`` (-1: none): the nearest slice at or above it, following ``parent``,
+    that is ``marked`` (-1: none). Only the slices not yet settled climb, a level per round."""
+    cur: I64 = at.copy()
+    todo = np.flatnonzero((cur >= 0) & ~marked[np.maximum(cur, 0)])
     while todo.size:
         cur[todo] = parent[cur[todo]]
-        todo = todo[(cur[todo] >= 0) & (node_of[np.maximum(cur[todo], 0)] < 0)]
+        todo = todo[(cur[todo] >= 0) & ~marked[np.maximum(cur[todo], 0)]]
     return cur
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from tracewhy.analyses.critical_path_graph import nearest_marked
 from tracewhy.analyses.critical_path_replay import GraphEdit
 from tracewhy.analyses.what_if_gaps import ops_in_order, shrink, untraced_around, untraced_before
 from tracewhy.model.schema import Col, OpAttrCol
@@ -94,8 +95,9 @@ def _regions(w: WindowEdges) -> list[Pairs]:
 
 
 def _parents(w: WindowEdges) -> npt.NDArray[np.int64]:
-    out: npt.NDArray[np.int64] = w.model.trace.slices.get_column(Col.PARENT).fill_null(-1).to_numpy()
-    return out
+    """Each slice's parent (-1: none), read once per window for the regions and their prices."""
+    return w.once("checkpoint:parents",
+                  lambda: w.model.trace.slices.get_column(Col.PARENT).fill_null(-1).to_numpy())
 
 
 def forward_at_rerun_cost(w: WindowEdges) -> GraphEdit:
@@ -183,15 +185,7 @@ def _rerun_hook_ns(w: WindowEdges, pairs: list[tuple[int, int]], parent: npt.NDA
     is_twin[twins] = True
     # Every slice under the twins' outermost ops, then each one's nearest twin above it.
     nested = np.flatnonzero(np.isin(ctx.outer_op, np.unique(ctx.outer_op[twins])) & ~is_twin)
-    owner = np.full(nested.size, -1, dtype=np.int64)
-    up = parent[nested]
-    todo = np.arange(nested.size)
-    while todo.size:
-        at = up[todo]
-        found = (at >= 0) & is_twin[np.maximum(at, 0)]
-        owner[todo[found]] = at[found]
-        todo = todo[(at >= 0) & ~found]
-        up[todo] = parent[up[todo]]
+    owner = nearest_marked(parent, parent[nested], is_twin)
     under: dict[int, list[int]] = {}
     for s, o in zip(nested[owner >= 0].tolist(), owner[owner >= 0].tolist(), strict=True):
         under.setdefault(o, []).append(s)
