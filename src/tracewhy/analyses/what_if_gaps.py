@@ -22,6 +22,42 @@ if TYPE_CHECKING:  # what_if_edits imports this module
 B = npt.NDArray[np.bool_]
 
 
+class _Untraced:
+    """A window's untraced host edges (outside every op), and what shrinking chose of them."""
+
+    def __init__(self, w: WindowEdges) -> None:
+        rules, g = w.model.rules, w.model.graph
+        attr = np.maximum(w.attr, 0)
+        self.w = w
+        self.tid = rules.ctx.tid[attr]  # the thread each edge's time is spent on
+        self.host = w.host()
+        self.edges = self.host & (rules.ctx.outer_op[attr] < 0)
+        self.src_ts, self.dst_ts = g.node_ts[w.src], g.node_ts[w.dst]
+        self.chosen = np.zeros(w.ids.size, dtype=bool)
+        self.factors = np.ones(w.ids.size, dtype=np.float64)
+
+    def shrink(self, span: B, to_ns: float) -> None:
+        """These untraced edges together take ``to_ns`` at most (``shrink``)."""
+        shrink(span, to_ns, self.src_ts, self.dst_ts, self.chosen, self.factors)
+
+    def between(self, tid: int, lo: int, hi: int) -> B:
+        """This thread's untraced edges from ``lo`` to ``hi``."""
+        span: B = self.edges & (self.tid == tid) & (self.src_ts >= lo) & (self.dst_ts <= hi)
+        return span
+
+    def edit(self) -> GraphEdit:
+        return GraphEdit(scaled=self.w.ids[self.chosen], factor=self.factors[self.chosen])
+
+
+def typical_gap(starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64], marked: B) -> float | None:
+    """The median gap between two neighbouring ops (in start order) neither of which is
+    ``marked``; None without such a pair."""
+    kept_pairs = ~marked[:-1] & ~marked[1:]
+    if not kept_pairs.any():
+        return None
+    return float(np.median(np.maximum(starts[1:] - ends[:-1], 0)[kept_pairs]))
+
+
 def untraced_around(w: WindowEdges, removed: set[int]) -> GraphEdit:
     """Per thread, each run of consecutive outermost ops that are all in ``removed``: the
     untraced host time (edges outside every op) from the end of the op before the run (or the
@@ -30,35 +66,25 @@ def untraced_around(w: WindowEdges, removed: set[int]) -> GraphEdit:
     removed). Untraced time only ever shrinks."""
     if not removed:  # no run to shrink around (every call on an nsys export: each scanned 17 M edges)
         return GraphEdit()
-    rules, g = w.model.rules, w.model.graph
-    ctx = rules.ctx
-    attr = np.maximum(w.attr, 0)
-    outer = ctx.outer_op[attr]
-    host = w.host()
-    untraced = host & (outer < 0)
-    src_ts, dst_ts = g.node_ts[w.src], g.node_ts[w.dst]
-    chosen = np.zeros(w.ids.size, dtype=bool)
-    factors = np.ones(w.ids.size, dtype=np.float64)
-    for tid in np.unique(ctx.tid[attr[host]]).tolist():
-        ops = ops_in_order(w, host & (ctx.tid[attr] == tid))
+    rules, u = w.model.rules, _Untraced(w)
+    for tid in np.unique(u.tid[u.host]).tolist():
+        ops = ops_in_order(w, u.host & (u.tid == tid))
         if ops.size < 3:
             continue
         gone = np.isin(ops, list(removed))
         if not gone.any():
             continue
         starts, ends = rules.slice_ts[ops], rules.slice_end[ops]
-        kept_pairs = ~gone[:-1] & ~gone[1:]
-        if not kept_pairs.any():
+        typical = typical_gap(starts, ends, gone)
+        if typical is None:
             continue
-        typical = float(np.median(np.maximum(starts[1:] - ends[:-1], 0)[kept_pairs]))
-        on_thread = untraced & (ctx.tid[attr] == tid)
         for first, last in _runs(gone):
             # A run at the window's edge (logging at the step's end) reaches to the window's
             # bound on that side: the code that ran it ends (or starts) the step.
             lo = ends[first - 1] if first > 0 else w.path.window_start
             hi = starts[last + 1] if last < ops.size - 1 else w.path.window_end
-            shrink(on_thread & (src_ts >= lo) & (dst_ts <= hi), typical, src_ts, dst_ts, chosen, factors)
-    return GraphEdit(scaled=w.ids[chosen], factor=factors[chosen])
+            u.shrink(u.between(tid, lo, hi), typical)
+    return u.edit()
 
 
 def untraced_before(w: WindowEdges, firsts: set[int]) -> GraphEdit:
@@ -69,27 +95,17 @@ def untraced_before(w: WindowEdges, firsts: set[int]) -> GraphEdit:
     own work the trace records as no op). Untraced time only ever shrinks."""
     if not firsts:
         return GraphEdit()
-    rules, g = w.model.rules, w.model.graph
-    ctx = rules.ctx
-    attr = np.maximum(w.attr, 0)
-    host = w.host()
-    untraced = host & (ctx.outer_op[attr] < 0)
-    src_ts, dst_ts = g.node_ts[w.src], g.node_ts[w.dst]
-    chosen = np.zeros(w.ids.size, dtype=bool)
-    factors = np.ones(w.ids.size, dtype=np.float64)
-    for tid in np.unique(ctx.tid[list(firsts)]).tolist():
-        ops = ops_in_order(w, host & (ctx.tid[attr] == tid))
+    rules, u = w.model.rules, _Untraced(w)
+    for tid in np.unique(rules.ctx.tid[list(firsts)]).tolist():
+        ops = ops_in_order(w, u.host & (u.tid == tid))
         at = np.isin(ops, list(firsts))
-        kept_pairs = ~at[1:] & ~at[:-1]
-        if ops.size < 3 or not kept_pairs.any():
-            continue
         starts, ends = rules.slice_ts[ops], rules.slice_end[ops]
-        typical = float(np.median(np.maximum(starts[1:] - ends[:-1], 0)[kept_pairs]))
+        typical = typical_gap(starts, ends, at)
+        if ops.size < 3 or typical is None:
+            continue
         for i in np.flatnonzero(at).tolist():
-            lo = ends[i - 1] if i > 0 else w.path.window_start
-            shrink(untraced & (ctx.tid[attr] == tid) & (src_ts >= lo) & (dst_ts <= starts[i]), typical, src_ts,
-                   dst_ts, chosen, factors)
-    return GraphEdit(scaled=w.ids[chosen], factor=factors[chosen])
+            u.shrink(u.between(tid, ends[i - 1] if i > 0 else w.path.window_start, starts[i]), typical)
+    return u.edit()
 
 
 def released_after(w: WindowEdges, calls: list[int]) -> GraphEdit:
@@ -100,32 +116,23 @@ def released_after(w: WindowEdges, calls: list[int]) -> GraphEdit:
     up to its end (the grown tensor dropped as the code returns). Each such stretch shrinks to
     the window's typical gap (the median gap between two neighbouring ops neither of which is a
     growth call); the stretches take what the trace shows there, nothing where it shows none."""
-    rules, g = w.model.rules, w.model.graph
+    rules, u = w.model.rules, _Untraced(w)
     ctx = rules.ctx
-    attr = np.maximum(w.attr, 0)
-    outer = ctx.outer_op[attr]
-    host = w.host()
     tid = ctx.tid[calls[0]]
-    on_thread = host & (ctx.tid[attr] == tid)
-    ops = ops_in_order(w, on_thread)
+    ops = ops_in_order(w, u.host & (u.tid == tid))
     growth = np.isin(ops, calls)
     starts, ends = rules.slice_ts[ops], rules.slice_end[ops]
-    kept_pairs = ~growth[:-1] & ~growth[1:]
-    if ops.size < 3 or not kept_pairs.any() or not growth[:-1].any():
+    typical = typical_gap(starts, ends, growth)
+    if ops.size < 3 or typical is None or not growth[:-1].any():
         return GraphEdit()
-    typical = float(np.median(np.maximum(starts[1:] - ends[:-1], 0)[kept_pairs]))
     spans = [(int(ends[i]), int(starts[i + 1])) for i in np.flatnonzero(growth[:-1]).tolist()]
     last = int(np.flatnonzero(growth)[-1])
     counts = Counter(ctx.name(int(o)) for o in ops.tolist())
     if all(counts[ctx.name(int(o))] >= len(calls) - 1 for o in ops[last + 1:].tolist()):
         spans.append((int(ends[-1]), w.path.window_end))
-    untraced = on_thread & (outer < 0)
-    src_ts, dst_ts = g.node_ts[w.src], g.node_ts[w.dst]
-    chosen = np.zeros(w.ids.size, dtype=bool)
-    factors = np.ones(w.ids.size, dtype=np.float64)
     for lo, hi in spans:
-        shrink(untraced & (src_ts >= lo) & (dst_ts <= hi), typical, src_ts, dst_ts, chosen, factors)
-    return GraphEdit(scaled=w.ids[chosen], factor=factors[chosen])
+        u.shrink(u.between(tid, lo, hi), typical)
+    return u.edit()
 
 
 def loop_between(w: WindowEdges, host: B) -> GraphEdit:
@@ -159,12 +166,6 @@ def loop_between(w: WindowEdges, host: B) -> GraphEdit:
     return GraphEdit(scaled=w.ids[chosen], factor=np.zeros(int(chosen.sum())))
 
 
-
-
-
-
-
-
 def ops_in_order(w: WindowEdges, rows: B) -> npt.NDArray[np.int64]:
     """The outermost ops of the slices these edges (``rows``) are spent in, in start order."""
     rules = w.model.rules
@@ -172,7 +173,6 @@ def ops_in_order(w: WindowEdges, rows: B) -> npt.NDArray[np.int64]:
     ops = np.unique(outer[rows & (outer >= 0)])
     ordered: npt.NDArray[np.int64] = ops[np.argsort(rules.slice_ts[ops], kind="stable")]
     return ordered
-
 
 
 def shrink(span: B, to_ns: float, src_ts: npt.NDArray[np.int64], dst_ts: npt.NDArray[np.int64], chosen: B,
