@@ -7,6 +7,7 @@ import gc
 import io
 import json
 import os
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -213,6 +214,17 @@ def traces_dir() -> Path:
             pytest.fail(f"CI must have the shared traces beside the clone ({TRACES} is missing)")
         pytest.skip("../shared is absent: the real-trace tests need the shared traces beside the clone")
     return TRACES
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fixed_inputs_parsed_once() -> Iterator[None]:
+    """The shared traces and the project's own test and example traces are parsed once per
+    worker; each later read is a new Trace over the same tables (``read_once``)."""
+    import read_once
+
+    undo = read_once.install((TRACES, ROOT / "tests" / "data", ROOT / "examples"))
+    yield
+    undo()
 
 
 @pytest.fixture(autouse=True)
