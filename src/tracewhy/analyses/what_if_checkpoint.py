@@ -19,7 +19,7 @@ import polars as pl
 
 from tracewhy.analyses.critical_path_graph import nearest_marked
 from tracewhy.analyses.critical_path_replay import GraphEdit
-from tracewhy.analyses.what_if_gaps import ops_in_order, shrink, untraced_around, untraced_before
+from tracewhy.analyses.what_if_gaps import Untraced, ops_in_order, untraced_around, untraced_before
 from tracewhy.model.schema import Col, OpAttrCol
 
 if TYPE_CHECKING:  # what_if_edits imports this module
@@ -203,22 +203,15 @@ def after_rerun_nodes(w: WindowEdges) -> GraphEdit:
     with the rerun (most likely dropping the tensors it made): it shrinks to the median gap
     after the window's nodes of the same name that reran nothing (none: it stays), as the
     node's own time does in ``RemoveRecompute``."""
-    rules, g = w.model.rules, w.model.graph
+    rules = w.model.rules
     ctx = rules.ctx
-    attr = np.maximum(w.attr, 0)
-    outer = ctx.outer_op[attr]
-    host = w.host()
-    rerun = _rerun_ops(w, host)
+    rerun = _rerun_ops(w, w.host())
     nodes = set(np.unique(ctx.outer_op[rerun]).tolist()) - {-1}
     if not nodes:
         return GraphEdit()
-    untraced = host & (outer < 0)
-    src_ts, dst_ts = g.node_ts[w.src], g.node_ts[w.dst]
-    chosen = np.zeros(w.ids.size, dtype=bool)
-    factors = np.ones(w.ids.size, dtype=np.float64)
+    u = Untraced(w)
     for tid in np.unique(ctx.tid[list(nodes)]).tolist():
-        on_thread = host & (ctx.tid[attr] == tid)
-        ops = ops_in_order(w, on_thread)
+        ops = ops_in_order(w, u.host & (u.tid == tid))
         gaps = np.maximum(rules.slice_ts[ops[1:]] - rules.slice_end[ops[:-1]], 0)
         names = [ctx.name(int(o)) for o in ops[:-1].tolist()]
         held = np.isin(ops[:-1], list(nodes))
@@ -230,10 +223,8 @@ def after_rerun_nodes(w: WindowEdges) -> GraphEdit:
             same = free.get(names[i])
             if not same:
                 continue
-            span: B = untraced & (ctx.tid[attr] == tid) & (src_ts >= rules.slice_end[ops[i]]) & (
-                dst_ts <= rules.slice_ts[ops[i + 1]])
-            shrink(span, float(np.median(gaps[same])), src_ts, dst_ts, chosen, factors)
-    return GraphEdit(scaled=w.ids[chosen], factor=factors[chosen])
+            u.shrink(u.between(tid, rules.slice_end[ops[i]], rules.slice_ts[ops[i + 1]]), float(np.median(gaps[same])))
+    return u.edit()
 
 
 def _rerun_ops(w: WindowEdges, host: B) -> npt.NDArray[np.int64]:

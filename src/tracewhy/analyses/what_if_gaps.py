@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # what_if_edits imports this module
 B = npt.NDArray[np.bool_]
 
 
-class _Untraced:
+class Untraced:
     """A window's untraced host edges (outside every op), and what shrinking chose of them."""
 
     def __init__(self, w: WindowEdges) -> None:
@@ -37,8 +37,11 @@ class _Untraced:
         self.factors = np.ones(w.ids.size, dtype=np.float64)
 
     def shrink(self, span: B, to_ns: float) -> None:
-        """These untraced edges together take ``to_ns`` at most (``shrink``)."""
-        shrink(span, to_ns, self.src_ts, self.dst_ts, self.chosen, self.factors)
+        """Scale these untraced edges so that together they take ``to_ns``, where they take more."""
+        spent = float((self.dst_ts[span] - self.src_ts[span]).sum())
+        if spent > to_ns:
+            self.chosen |= span
+            self.factors[span] = to_ns / spent
 
     def between(self, tid: int, lo: int, hi: int) -> B:
         """This thread's untraced edges from ``lo`` to ``hi``."""
@@ -66,7 +69,7 @@ def untraced_around(w: WindowEdges, removed: set[int]) -> GraphEdit:
     removed). Untraced time only ever shrinks."""
     if not removed:  # no run to shrink around (every call on an nsys export: each scanned 17 M edges)
         return GraphEdit()
-    rules, u = w.model.rules, _Untraced(w)
+    rules, u = w.model.rules, Untraced(w)
     for tid in np.unique(u.tid[u.host]).tolist():
         ops = ops_in_order(w, u.host & (u.tid == tid))
         if ops.size < 3:
@@ -95,7 +98,7 @@ def untraced_before(w: WindowEdges, firsts: set[int]) -> GraphEdit:
     own work the trace records as no op). Untraced time only ever shrinks."""
     if not firsts:
         return GraphEdit()
-    rules, u = w.model.rules, _Untraced(w)
+    rules, u = w.model.rules, Untraced(w)
     for tid in np.unique(rules.ctx.tid[list(firsts)]).tolist():
         ops = ops_in_order(w, u.host & (u.tid == tid))
         at = np.isin(ops, list(firsts))
@@ -116,7 +119,7 @@ def released_after(w: WindowEdges, calls: list[int]) -> GraphEdit:
     up to its end (the grown tensor dropped as the code returns). Each such stretch shrinks to
     the window's typical gap (the median gap between two neighbouring ops neither of which is a
     growth call); the stretches take what the trace shows there, nothing where it shows none."""
-    rules, u = w.model.rules, _Untraced(w)
+    rules, u = w.model.rules, Untraced(w)
     ctx = rules.ctx
     tid = ctx.tid[calls[0]]
     ops = ops_in_order(w, u.host & (u.tid == tid))
@@ -173,16 +176,6 @@ def ops_in_order(w: WindowEdges, rows: B) -> npt.NDArray[np.int64]:
     ops = np.unique(outer[rows & (outer >= 0)])
     ordered: npt.NDArray[np.int64] = ops[np.argsort(rules.slice_ts[ops], kind="stable")]
     return ordered
-
-
-def shrink(span: B, to_ns: float, src_ts: npt.NDArray[np.int64], dst_ts: npt.NDArray[np.int64], chosen: B,
-            factors: npt.NDArray[np.float64]) -> None:
-    """Scale these untraced edges so that together they take ``to_ns``, where they take more:
-    marks them in ``chosen`` and sets their ``factors``."""
-    spent = float((dst_ts[span] - src_ts[span]).sum())
-    if spent > to_ns:
-        chosen |= span
-        factors[span] = to_ns / spent
 
 
 def _runs(flags: B) -> list[tuple[int, int]]:
