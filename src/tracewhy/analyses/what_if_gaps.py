@@ -35,6 +35,7 @@ class Untraced:
         self.src_ts, self.dst_ts = g.node_ts[w.src], g.node_ts[w.dst]
         self.chosen = np.zeros(w.ids.size, dtype=bool)
         self.factors = np.ones(w.ids.size, dtype=np.float64)
+        self._on_thread: dict[int, B] = {}
 
     def shrink(self, span: B, to_ns: float) -> None:
         """Scale these untraced edges so that together they take ``to_ns``, where they take more."""
@@ -44,8 +45,12 @@ class Untraced:
             self.factors[span] = to_ns / spent
 
     def between(self, tid: int, lo: int, hi: int) -> B:
-        """This thread's untraced edges from ``lo`` to ``hi``."""
-        span: B = self.edges & (self.tid == tid) & (self.src_ts >= lo) & (self.dst_ts <= hi)
+        """This thread's untraced edges from ``lo`` to ``hi`` (the thread's, made once per thread:
+        a window's runs and stretches on one thread are many)."""
+        on = self._on_thread.get(tid)
+        if on is None:
+            on = self._on_thread[tid] = self.edges & (self.tid == tid)
+        span: B = on & (self.src_ts >= lo) & (self.dst_ts <= hi)
         return span
 
     def edit(self) -> GraphEdit:
