@@ -11,7 +11,8 @@ as given, not resolved), and a read given a progress callback, are read every ti
 fixed inputs' tables together are about 240 MB, so the memo keeps every one.
 
 What a read depends on besides the file is part of the memo's key, so that a test that changes
-it reads afresh: the file's inode, size, mtime and ctime; the kinds asked for; every
+it reads afresh: the file's identity as the parse cache sees it (device, inode, size, mtime
+and ctime: ``cache_place.identity``); the kinds asked for; every
 ``TRACEWHY_*`` environment variable; and which optional readers' modules import (a test makes a
 driver unimportable). While a test has patched the reading code (``tracewhy.readers``,
 ``model``, ``read_helpers``, ``input_size``: a module attribute, or an attribute of a class they
@@ -96,9 +97,10 @@ def _import_reading_code() -> None:
 
 def keys(path: Path, kinds: Collection[Any] | None) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     """(the file and kinds, everything else a read depends on)."""
-    st = path.stat()
+    from tracewhy.cache_place import identity  # (the parse cache's own view of a file unchanged)
+
     return ((os.path.abspath(path), None if kinds is None else frozenset(str(k) for k in kinds)),
-            (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+            (tuple(identity(path.stat()).items()),
              tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("TRACEWHY_"))),
              tuple(id(sys.modules.get(m)) for m in _OPTIONAL)))
 
