@@ -64,7 +64,7 @@ class HostContext:
     collective: list[str | None]  # per slice id with COMMUNICATION context: the collective's name
     has_frames: bool
     has_phases: bool  # some slice of the trace opens a phase
-    names: pl.Series  # slice names as strings, gathered lazily (``name``)
+    names: pl.Series  # slice names, categorical as the model holds them, looked up one at a time (``name``)
     reads: dict[tuple[int, int], tuple[list[int], list[str]]]  # per thread: scalar-read ops' starts, names
     barriers: dict[tuple[int, int], list[int]]  # per thread: starts of the blocks that end a run of ops
     pid: I64
@@ -196,7 +196,7 @@ def host_context(trace: Trace, markers: I64, tree: HostTree | None = None,
         in_backward=in_backward,
         collective=collective, has_frames=bool(tree.is_python.any()),
         has_phases=bool(np.logical_or.reduce([*phase.values(), flags["optimizer"] & host, autograd]).any()),
-        names=names.cast(pl.String), reads=reads, barriers=barriers, pid=pid, tid=tid,
+        names=names, reads=reads, barriers=barriers, pid=pid, tid=tid,
     )
 
 
