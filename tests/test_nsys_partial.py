@@ -11,7 +11,7 @@ import pytest
 from nsys_support import FIXTURES, export_path, load
 from tracewhy.analyses.kernels import kernels
 from tracewhy.model.cache import CacheOptions
-from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, Kind
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, Col, Kind
 from tracewhy.model.trace import PartialTraceError, Trace
 from tracewhy.readers import read_trace
 from tracewhy.readers.nsys.reader import read_nsys
@@ -53,6 +53,19 @@ def test_a_partial_trace_refuses_kinds_it_was_read_without() -> None:
         part.of_kind(*GPU_ACTIVITY_KINDS)
     with pytest.raises(PartialTraceError, match="runtime"):
         part.require(Kind.RUNTIME)
+    # count is of_kind's height without the rows, and refuses the same kinds.
+    assert part.count(Kind.KERNEL, Kind.MEMCPY) == part.of_kind(Kind.KERNEL, Kind.MEMCPY).height > 0
+    with pytest.raises(PartialTraceError, match="memset"):
+        part.count(*GPU_ACTIVITY_KINDS)
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_count_is_the_height_of_the_kinds_rows(name: str) -> None:
+    whole = load(name)
+    by_kind = dict(whole.slices.group_by(Col.KIND).len().iter_rows())
+    for kinds in ([Kind.KERNEL], list(LAUNCH_KINDS), list(GPU_ACTIVITY_KINDS), [Kind.CPU_OP, Kind.PYTHON]):
+        expected = sum(by_kind.get(k.value, 0) for k in kinds)
+        assert whole.count(*kinds) == expected == whole.of_kind(*kinds).height
 
 
 def test_sync_records_bring_the_calls_that_name_them() -> None:

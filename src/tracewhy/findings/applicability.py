@@ -129,7 +129,7 @@ def facts_of(trace: Trace, names: list[str] | None = None) -> RunFacts:
     backend = trace.meta.distributed.get("backend")
     return RunFacts(
         gpu_activity=trace.of_kind(*GPU_ACTIVITY_KINDS).height > 0, device_properties=trace.devices.height,
-        device_runtime_calls=trace.of_kind(*LAUNCH_KINDS).height > 0, compute_capability=cc,
+        device_runtime_calls=trace.count(*LAUNCH_KINDS) > 0, compute_capability=cc,
         compute_capability_rule=cc_rule, vendor=vendor, vendor_rule=vendor_rule,
         accelerator=trace.meta.accelerator, world_size=trace.meta.world_size,
         backend=backend if isinstance(backend, str) else None, pytorch=pytorch, pytorch_rule=pytorch_rule,

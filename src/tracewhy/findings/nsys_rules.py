@@ -28,7 +28,7 @@ _TOP = 5
 
 def findings(ctx: Context) -> list[Finding]:
     t = ctx.trace
-    if t.of_kind(*LAUNCH_KINDS).height == 0 or t.of_kind(*GPU_ACTIVITY_KINDS).height == 0:
+    if t.count(*LAUNCH_KINDS) == 0 or t.of_kind(*GPU_ACTIVITY_KINDS).height == 0:
         return []
     out: list[Finding] = []
     facts = run_facts(ctx)

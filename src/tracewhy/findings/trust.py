@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import polars as pl
-
 from tracewhy.analyses.steps import MARKED, PROFILER_STEP
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.applicability import run_facts
@@ -11,7 +9,7 @@ from tracewhy.findings.codes import Code
 from tracewhy.findings.context import Context
 from tracewhy.findings.graph_replay import graph_replay_finding
 from tracewhy.findings.model import Finding, Severity
-from tracewhy.model.schema import GPU_ACTIVITY_KINDS, HOST_KINDS, Col, Kind
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, HOST_KINDS, Kind
 from tracewhy.model.trace import Trace
 
 #: The torch.profiler activity that records each backend's device work.
@@ -51,10 +49,10 @@ def findings(ctx: Context) -> list[Finding]:
             evidence={"options": heavy, "source": c.source},
         ))
     n_gpu = t.of_kind(*GPU_ACTIVITY_KINDS).height
-    n_host = _rows(t, *HOST_KINDS)
+    n_host = t.count(*HOST_KINDS)
     if n_gpu == 0:
         out.append(_no_gpu_activity(ctx, n_host))
-    elif _rows(t, Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON) == 0:
+    elif t.count(Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON) == 0:
         out.append(Finding(
             code=Code.GPU_ONLY_TRACE, severity=Severity.TRUST,
             statement="The trace has GPU activity but no CPU ops: idle gaps cannot be explained by host activity.",
@@ -164,10 +162,3 @@ def _no_gpu_activity(ctx: Context, n_host: int) -> Finding:
                   "to see the device.",
         evidence=evidence,
     )
-
-
-def _rows(trace: Trace, *kinds: Kind) -> int:
-    """How many slices are of these kinds: ``of_kind(...).height`` without copying the rows
-    (6.6 M host slices in a 600 MB nsys export)."""
-    trace.require(*kinds)
-    return int(trace.slices.select(pl.col(Col.KIND).is_in([k.value for k in kinds]).sum()).item())
