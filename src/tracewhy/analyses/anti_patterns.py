@@ -176,7 +176,7 @@ def _optimizer_blocks(trace: Trace, tree: HostTree, names: list[str], types: dic
     block_names = [n for n, yes in zip(texts, is_block, strict=True) if yes]
     if not block_names:
         return ()
-    block = (is_annotation & s.get_column(Col.NAME).cast(pl.String).is_in(block_names)).fill_null(False).to_numpy()
+    block = (is_annotation & s.get_column(Col.NAME).is_in(block_names)).fill_null(False).to_numpy()
     kind = s.get_column(Col.KIND).to_numpy()
     at = tree.nearest(block, strict=True)
     outermost = tree.outermost_op

@@ -38,8 +38,8 @@ def copies(trace: Trace) -> CopiesResult:
         .sort("time_ns", descending=True)
     )
     pageable = c.filter((pl.col(CopyAttrCol.SRC_MEM) == "Pageable") | (pl.col(CopyAttrCol.DST_MEM) == "Pageable"))
-    calls = trace.of_kind(*LAUNCH_KINDS).select(pl.col(Col.NAME).cast(pl.String), Col.DUR)
-    sync_names = [n for n in calls.get_column(Col.NAME).unique().to_list()
+    calls = trace.kind_columns(LAUNCH_KINDS, Col.NAME, Col.DUR)  # (the distinct names become strings)
+    sync_names = [n for n in calls.get_column(Col.NAME).unique().drop_nulls().cast(pl.String).to_list()
                   if api_names.is_sync_call(n) and "Memcpy" in n]
     sync_calls = calls.filter(pl.col(Col.NAME).is_in(sync_names))
     return CopiesResult(

@@ -223,9 +223,11 @@ def sync_edges(trace: Trace, chosen: pl.DataFrame, is_gpu: npt.NDArray[np.bool_]
                 if waiter >= 0:
                     wait(awaited, 2 * waiter, Edge.EVENT_WAIT, call)
     # Blocking calls no sync record describes: every stream of the process.
+    # (Names stay categorical: only the distinct ones become strings, not 1.9 M calls' of a large export.)
     host_sync = s.filter(pl.col(Col.KIND).is_in([Kind.RUNTIME.value, Kind.DRIVER.value])).select(
-        Col.ID, pl.col(Col.NAME).cast(pl.String), Col.PID, Col.TS)
-    names = [n for n in host_sync.get_column(Col.NAME).unique().to_list() if n and api_names.is_sync_call(n)]
+        Col.ID, Col.NAME, Col.PID, Col.TS)
+    names = [n for n in host_sync.get_column(Col.NAME).unique().drop_nulls().cast(pl.String).to_list()
+             if n and api_names.is_sync_call(n)]
     for call, _, pid, call_ts in host_sync.filter(pl.col(Col.NAME).is_in(names)).iter_rows():
         if call in seen or node_of[call] < 0:
             continue

@@ -116,7 +116,11 @@ def slice_names(ctx: Context) -> list[str]:
 
 
 def distinct_slice_names(trace: Trace) -> list[str]:
-    return [n for n in trace.slices.get_column(Col.NAME).cast(pl.String).unique().to_list() if n]
+    """In the order each name first appears. The distinct names are found among the names'
+    codes and only they become strings: a String copy of every name first was 0.45 GB and
+    0.5 s on a 600 MB nsys export's 8 M slices, and listed the names in no fixed order."""
+    names = trace.slices.get_column(Col.NAME).unique(maintain_order=True).drop_nulls()
+    return [n for n in names.cast(pl.String).to_list() if n]
 
 
 def facts_of(trace: Trace, names: list[str] | None = None) -> RunFacts:
