@@ -140,13 +140,17 @@ class SyncApiResult:
 def sync_api_calls(trace: Trace, patterns: tuple[str, ...] = SYNC_APIS) -> SyncApiResult:
     """CUDA API calls whose name matches one of the LIKE ``patterns`` (nsys ``cuda_api_sync``:
     device and stream synchronize; cudaEventSynchronize is what nsys recommends instead)."""
-    calls = trace.of_kind(Kind.RUNTIME, Kind.DRIVER).select(
-        Col.ID, Col.TS, Col.DUR, Col.PID, Col.TID, pl.col(Col.NAME).cast(pl.String).alias("api")
-    )
+    calls = trace.kind_columns((Kind.RUNTIME, Kind.DRIVER), Col.ID, Col.TS, Col.DUR, Col.PID, Col.TID,
+                               pl.col(Col.NAME).alias("api"))
+    # The patterns are matched on the distinct names, and only the calls kept get their name as a
+    # string (1.9 M calls on a 600 MB export).
+    names = calls.select(pl.col("api").unique().drop_nulls().cast(pl.String))
     hit = pl.lit(False)
     for p in patterns:
         hit = hit | _matches(pl.col("api"), p)
-    return SyncApiResult(_longest_first(calls.filter(hit)), patterns)
+    matching = names.filter(hit).get_column("api")
+    kept = calls.filter(pl.col("api").is_in(matching.implode())).with_columns(pl.col("api").cast(pl.String))
+    return SyncApiResult(_longest_first(kept), patterns)
 
 
 # --- GPU idle time ------------------------------------------------------------------------------

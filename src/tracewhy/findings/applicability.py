@@ -6,6 +6,7 @@ before giving advice that only fits some platforms, so no advice names a feature
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any, Final
 
 import msgspec
@@ -123,6 +124,13 @@ def distinct_slice_names(trace: Trace) -> list[str]:
     return [n for n in names.cast(pl.String).to_list() if n]
 
 
+def _distinct_names(trace: Trace, kinds: Sequence[Kind]) -> list[str]:
+    """The distinct names of these kinds' slices (only they become strings)."""
+    names: list[str] = trace.kind_columns(kinds, Col.NAME).get_column(Col.NAME).unique().drop_nulls().cast(
+        pl.String).to_list()
+    return names
+
+
 def facts_of(trace: Trace, names: list[str] | None = None) -> RunFacts:
     """``names``: the trace's distinct slice names where the caller has them."""
     names = distinct_slice_names(trace) if names is None else names
@@ -151,7 +159,7 @@ def gpu_vendor(trace: Trace) -> tuple[str | None, str]:
         keys = [k for k in trace.meta.versions if k.lower().startswith(prefixes)]
         if keys:
             return vendor, f"the trace header's {keys[0]}"
-    launches = trace.of_kind(*LAUNCH_KINDS).get_column(Col.NAME).cast(pl.String).unique().to_list()
+    launches = _distinct_names(trace, LAUNCH_KINDS)
     for vendor, prefix in (("amd", "hip"), ("nvidia", "cu")):
         if any(isinstance(n, str) and n.startswith(prefix) for n in launches):
             return vendor, f"{prefix}* runtime calls"
@@ -183,7 +191,7 @@ def _pytorch(trace: Trace, names: list[str]) -> tuple[bool, str]:
         return True, "a PyTorch profiler (Kineto) trace"
     if any(_TORCH_NAME.search(n) for n in names):
         return True, "PyTorch ops (aten::) in the capture"
-    frames = trace.of_kind(Kind.PYTHON).get_column(Col.NAME).cast(pl.String).unique().to_list()
+    frames = _distinct_names(trace, [Kind.PYTHON])
     if any(isinstance(n, str) and _TORCH_FRAME.search(n) for n in frames):
         return True, "Python frames from torch in the capture"
     return False, "no PyTorch ops (aten::), ProfilerStep ranges or torch Python frames in the capture"
