@@ -91,3 +91,22 @@ def test_a_page_without_the_expected_table_is_an_error_not_a_skip(tmp_path: Path
     page.write_text("| a | b |\n| --- | --- |\n| 1 | 2 |\n", encoding="utf-8")
     with pytest.raises(LookupError, match=r"results_y\.md"):
         list(speed.nsys_large(page))
+
+
+def test_nsys_rows_kept_from_an_earlier_run_are_read_and_said_so(tmp_path: Path) -> None:
+    """bench_nsys_scale.py keeps nsys's rows from the page it replaces when nsys is not installed,
+    marking their label; the section reads them under their plain label and says the peer's figure
+    is from an earlier run, while a row of this run is shown plain."""
+    page = tmp_path / "results_nsys_scale.md"
+    kept = " (earlier run, kept: nsys not installed)"
+    page.write_text(
+        "Export: x 250: 606 MB\n\n"
+        "| what | median wall s | best wall s | median CPU s (user+sys) | peak RSS MB (max) | RSS / file |\n"
+        "| --- | ---: | ---: | ---: | ---: | ---: |\n"
+        f"| nsys stats --report cuda_gpu_kern_sum{kept} | 3.00 | 3.00 | 3.00 | 341 | 0.56 |\n"
+        "| tracewhy kernels --json | 1.50 | 1.50 | 2.00 | 437 | 0.72 |\n"
+        "| nsys analyze (6 rules) | 100.00 | 100.00 | 100.00 | 392 | 0.65 |\n"
+        "| tracewhy diagnose --json | 10.00 | 10.00 | 12.00 | 1000 | 1.65 |\n", encoding="utf-8")
+    kernels, diagnose = speed.nsys_large(page)
+    assert kernels.met and "3.00 s (an earlier run" in kernels.peer and "606 MB" in kernels.workload
+    assert diagnose.met and diagnose.peer == "`nsys analyze` 100.0 s"
