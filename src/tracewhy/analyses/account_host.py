@@ -209,7 +209,7 @@ def _makes_nodes(trace: Trace, tree: HostTree) -> B:
     flows = trace.flows.filter((pl.col(FlowCol.KIND) == "fwdbwd") & (pl.col(FlowCol.PHASE) == "s"))
     if flows.height == 0:
         return np.ones(s.height, dtype=bool)
-    ops = s.filter(pl.col(Col.KIND) == Kind.CPU_OP.value).select(Col.ID, Col.PID, Col.TID, Col.TS)
+    ops = trace.kind_columns((Kind.CPU_OP,), Col.ID, Col.PID, Col.TID, Col.TS)
     linked = ops.join(flows.select(pl.col(FlowCol.PID).alias(Col.PID), pl.col(FlowCol.TID).alias(Col.TID),
                                    pl.col(FlowCol.TS).alias(Col.TS)).unique(), on=[Col.PID, Col.TID, Col.TS])
     makes = np.zeros(s.height, dtype=bool)

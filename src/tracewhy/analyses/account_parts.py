@@ -336,7 +336,7 @@ class PartRules:
                     out[i] = self.item(self._collective(i))
             else:
                 out[np.asarray(ids, dtype=np.int64)] = self.item(str(family))
-        copies = s.filter(pl.col(Col.KIND).is_in([Kind.MEMCPY.value, Kind.MEMSET.value])).get_column(Col.ID).to_numpy()
+        copies = trace.kind_columns((Kind.MEMCPY, Kind.MEMSET), Col.ID).get_column(Col.ID).to_numpy()
         label_copies(out, copies.tolist(), self.kind, self.copies.get, self.item)
         return out
 

@@ -34,8 +34,7 @@ class FirstGpuWork:
     """Each GPU activity's device, and each device's first recorded GPU work."""
 
     def __init__(self, trace: Trace) -> None:
-        gpu = trace.slices.filter(pl.col(Col.KIND).is_in([k.value for k in GPU_ACTIVITY_KINDS])).select(
-            Col.ID, pl.col(Col.DEVICE).fill_null(-1).cast(pl.Int64), Col.TS)
+        gpu = trace.kind_columns(GPU_ACTIVITY_KINDS, Col.ID, pl.col(Col.DEVICE).fill_null(-1).cast(pl.Int64), Col.TS)
         self.device = np.full(trace.slices.height, -1, dtype=np.int64)
         self.device[gpu.get_column(Col.ID).to_numpy()] = gpu.get_column(Col.DEVICE).to_numpy()
         first = gpu.group_by(Col.DEVICE).agg(pl.col(Col.TS).min())

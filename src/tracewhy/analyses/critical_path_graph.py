@@ -75,8 +75,11 @@ def build_graph(trace: Trace) -> Graph:
     trace.require_whole()
     s = trace.slices
     gpu_kinds = [k.value for k in GPU_ACTIVITY_KINDS]
-    chosen = s.filter(pl.col(Col.KIND).is_in([k.value for k in GRAPH_HOST_KINDS] + gpu_kinds)).select(
-        Col.ID, Col.KIND, Col.NAME, Col.TS, Col.DUR, Col.PID, Col.TID, Col.DEVICE, Col.STREAM, Col.DEPTH, Col.LAUNCH)
+    # (Rows filtered before the eleven columns are copied: filtering first copied all fifteen of
+    # a large export's 8 M graph slices.)
+    chosen = trace.slices_where(pl.col(Col.KIND).is_in([k.value for k in GRAPH_HOST_KINDS] + gpu_kinds),
+                                Col.ID, Col.KIND, Col.NAME, Col.TS, Col.DUR, Col.PID, Col.TID, Col.DEVICE, Col.STREAM,
+                                Col.DEPTH, Col.LAUNCH)
     ids = chosen.get_column(Col.ID).to_numpy()
     n = ids.size
     node_of = np.full(s.height, -1, dtype=np.int64)

@@ -97,7 +97,7 @@ def counted_ops(trace: Trace, device: str | None = None) -> MfuOps:
     trace.require_whole()
     name, peaks = device_peaks(trace, OpRooflineOptions(device=device))
     s = trace.slices
-    on_gpu = bool(s.filter(pl.col(Col.KIND).is_in([k.value for k in GPU_ACTIVITY_KINDS])).height)
+    on_gpu = trace.count(*GPU_ACTIVITY_KINDS) > 0
     attrs = trace.op_attrs.select(OpAttrCol.ID, OpAttrCol.INPUT_DIMS, OpAttrCol.INPUT_TYPES,
                                   OpAttrCol.CONCRETE_INPUTS, OpAttrCol.FLOPS)
     cpu_ops = s.filter(pl.col(Col.KIND) == Kind.CPU_OP.value)
