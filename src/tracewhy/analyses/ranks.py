@@ -214,7 +214,7 @@ def _with_steps(table: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
 
 def _input_ns(trace: Trace, steady: pl.DataFrame, pid: int | None) -> int:
     """Union of DataLoader fetch spans inside the steady windows (whole capture without steps)."""
-    h = trace.of_kind(*HOST_KINDS).select(pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, Col.PID)
+    h = trace.kind_columns(HOST_KINDS, pl.col(Col.NAME).cast(pl.String), Col.TS, Col.DUR, Col.PID)
     names = [n for n in h.get_column(Col.NAME).unique().to_list() if is_dataloader(n)]
     h = h.filter(pl.col(Col.NAME).is_in(names))
     if pid is not None:

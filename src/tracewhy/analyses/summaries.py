@@ -64,7 +64,7 @@ def kernel_summary(trace: Trace) -> Summary:
 
 def api_summary(trace: Trace) -> Summary:
     """CUDA runtime and driver API time per call name (nsys ``cuda_api_sum``)."""
-    calls = trace.of_kind(Kind.RUNTIME, Kind.DRIVER).select(pl.col(Col.NAME).cast(pl.String), Col.DUR)
+    calls = trace.kind_columns((Kind.RUNTIME, Kind.DRIVER), pl.col(Col.NAME).cast(pl.String), Col.DUR)
     return summarize(calls, Col.NAME)
 
 
