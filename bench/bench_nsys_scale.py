@@ -38,6 +38,8 @@ from pathlib import Path
 import pyc_cache
 
 REPO = Path(__file__).resolve().parent.parent
+#: How a row of nsys kept from an earlier results file is labelled (bench/speed_section.py reads it).
+KEPT_MARK = " (earlier run, kept: nsys not installed)"
 RULES = "cuda_memcpy_async,cuda_memcpy_sync,cuda_memset_sync,cuda_api_sync,gpu_gaps,gpu_time_util"
 
 
@@ -153,10 +155,11 @@ def main() -> int:
 
 
 def _kept_nsys_rows(md: Path) -> dict[str, str]:
-    """The nsys rows of an earlier results file, by label."""
+    """The nsys rows of an earlier results file, by label, unmarked: a row that file kept from a
+    file before it keeps its figures and is marked once when written again."""
     if not md.exists():
         return {}
-    rows = [line for line in md.read_text().splitlines() if line.startswith("| nsys ")]
+    rows = [line.replace(KEPT_MARK, "") for line in md.read_text().splitlines() if line.startswith("| nsys ")]
     return {row.split("|")[1].strip(): row for row in rows}
 
 
@@ -217,7 +220,7 @@ def _markdown(runs: list[Run], size_mb: float, counts: dict[str, int], load: lis
     ]
     for r in runs:
         if r.kept_row is not None:
-            lines.append(r.kept_row.replace(f"| {r.label} |", f"| {r.label} (earlier run, kept: nsys not installed) |"))
+            lines.append(r.kept_row.replace(f"| {r.label} |", f"| {r.label}{KEPT_MARK} |"))
             continue
         failed = f" (failed in {len(r.failed)} of {len(r.times)} runs: exit {r.failed[-1]})" if r.failed else ""
         lines.append(f"| {r.label}{failed} | {r.median:.2f} | {min(r.times):.2f} | {statistics.median(r.cpu):.2f} | "
