@@ -186,9 +186,9 @@ def host_context(trace: Trace, markers: I64, tree: HostTree | None = None,
     user = np.zeros(n, dtype=bool)
     if tree.is_python.any():
         py = np.flatnonzero(tree.is_python)
-        texts = names.gather(py).cast(pl.String)
-        user_names = [u for u in texts.unique().drop_nulls().to_list() if parse_frame(u)[3]]
-        user[py[texts.is_in(user_names).to_numpy()]] = True
+        frames = names.gather(py)  # (strings are made of the distinct frame names only)
+        user_names = [u for u in frames.unique().drop_nulls().cast(pl.String).to_list() if parse_frame(u)[3]]
+        user[py[frames.is_in(user_names).to_numpy()]] = True
     return HostContext(
         context=context, outer_op=outer_op, outer_block=_outermost(tree, block), user_frame=tree.nearest(user),
         running_at_start=running_at_start(trace, tree), recorded=recorded_at,

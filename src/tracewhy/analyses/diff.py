@@ -259,7 +259,7 @@ def _op_times(t: Trace, window: tuple[int, int] | None) -> pl.DataFrame:
         pl.len().cast(pl.Int64).alias("calls"), pl.col("_self").sum().alias("ns")
     )
     gpu = _launched(t, window).filter(pl.col(Col.OP).is_not_null())
-    op_names = s.get_column(Col.NAME).cast(pl.String).gather(gpu.get_column(Col.OP))
+    op_names = s.get_column(Col.NAME).gather(gpu.get_column(Col.OP)).cast(pl.String)
     gpu_by_op = pl.DataFrame({Col.NAME: op_names, "gpu_ns": gpu.get_column(Col.DUR)}).group_by(Col.NAME).agg(
         pl.col("gpu_ns").sum()
     )

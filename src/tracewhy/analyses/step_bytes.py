@@ -137,10 +137,11 @@ def _outermost_ops(trace: Trace) -> pl.DataFrame:
     """The GEMM and attention calls with no call of either family above them (``linear`` over its
     ``addmm``, SDPA over its flash kernel op), with their recorded shapes."""
     wanted = set(_WEIGHT_ARG) | _ATTENTION
-    s = trace.slices
-    cpu = s.filter(pl.col(Col.KIND) == Kind.CPU_OP.value)
-    names = [n for n in cpu.get_column(Col.NAME).cast(pl.String).unique().to_list() if n and base_name(n) in wanted]
-    ids = cpu.filter(pl.col(Col.NAME).cast(pl.String).is_in(names)).get_column(Col.ID).to_numpy()
+    # Two columns of the ops, and strings of their distinct names only (a large trace has 1.5 M ops).
+    cpu = trace.kind_columns((Kind.CPU_OP,), Col.ID, Col.NAME)
+    names = [n for n in cpu.get_column(Col.NAME).unique().drop_nulls().cast(pl.String).to_list()
+             if n and base_name(n) in wanted]
+    ids = cpu.filter(pl.col(Col.NAME).is_in(names)).get_column(Col.ID).to_numpy()
     host = build_host_index(trace)
     pos = np.flatnonzero(np.isin(host.ids, ids))
     family = np.zeros(host.ids.size, dtype=bool)
