@@ -269,8 +269,11 @@ def handoff_edges(chosen: pl.DataFrame, host: npt.NDArray[np.bool_], node_ts: I6
     rows = np.flatnonzero(host)
     pid = chosen.get_column(Col.PID).fill_null(-1).to_numpy()
     tid = chosen.get_column(Col.TID).fill_null(-1).to_numpy()
+    # A thread at a time (a few threads), not a tuple per host slice (1 M of them: 0.28 s).
     on_backward = np.zeros(pid.size, dtype=bool)
-    on_backward[rows] = [(int(p), int(t)) in threads for p, t in zip(pid[rows], tid[rows], strict=True)]
+    row_pid, row_tid = pid[rows], tid[rows]
+    for p, t in threads:
+        on_backward[rows[(row_pid == p) & (row_tid == t)]] = True
     depth = chosen.get_column(Col.DEPTH).fill_null(0).to_numpy()
     src, dst, _, attr = chain
     idle = attr < 0
@@ -284,18 +287,22 @@ def handoff_edges(chosen: pl.DataFrame, host: npt.NDArray[np.bool_], node_ts: I6
     worker = np.flatnonzero(idle & on_backward[stretch_row])
     others = rows[~on_backward[rows]]
     b = _latest_within(2 * others, pid[others], node_ts, src[worker], dst[worker], pid[stretch_row[worker]])
-    c = _first_handoffs(rows[on_backward[rows]], others, pid, tid, node_ts)
+    c = _first_handoffs(rows[on_backward[rows]], others, pid, tid, node_ts, threads)
     out_src, out_dst = np.r_[a[0], b[0], c[0]], np.r_[a[1], b[1], c[1]]
     return edges(out_src, out_dst, Edge.HANDOFF, np.full(out_src.size, -1, dtype=np.int64))
 
 
-def _first_handoffs(backward: I64, others: I64, pid: I64, tid: I64, node_ts: I64) -> tuple[I64, I64]:
+def _first_handoffs(backward: I64, others: I64, pid: I64, tid: I64, node_ts: I64,
+                    threads: set[tuple[int, int]]) -> tuple[I64, I64]:
     """Each backward thread's first slice in the trace (it has no idle stretch before it): from
-    the latest start on another thread of its process at or before it."""
+    the latest start on another thread of its process at or before it. ``backward``: the slices
+    on the ``threads``."""
     out_src: list[int] = []
     out_dst: list[int] = []
-    for p, t in sorted({(int(a), int(b)) for a, b in zip(pid[backward], tid[backward], strict=True)}):
+    for p, t in sorted(threads):
         mine = backward[(pid[backward] == p) & (tid[backward] == t)]
+        if mine.size == 0:  # a backward thread with no graph slice
+            continue
         first = int(mine[np.argmin(node_ts[2 * mine])])
         cand = others[(pid[others] == p) & (node_ts[2 * others] <= node_ts[2 * first])]
         if cand.size:

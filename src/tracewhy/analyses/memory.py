@@ -211,7 +211,9 @@ def _phase_and_frame(trace: Trace, innermost: I64, index: HostIndex, hc: HostCon
     frame above it as "file:line function" (null without with_stack)."""
     slice_id = np.where(innermost >= 0, index.ids[np.maximum(innermost, 0)], -1)
     names = {int(p): p.name.lower() for p in PHASE_CONTEXTS}
-    phase = [None if i < 0 else names.get(int(hc.context[i])) for i in slice_id.tolist()]
+    # Each event's context code in one gather (-1: no slice open, which no phase has).
+    context = np.where(slice_id >= 0, hc.context[np.maximum(slice_id, 0)], -1).tolist()
+    phase = [names.get(c) for c in context]
     frame_id = np.where(slice_id >= 0, hc.user_frame[np.maximum(slice_id, 0)], -1)
     text: dict[int, str] = {}
     for f in np.unique(frame_id[frame_id >= 0]).tolist():

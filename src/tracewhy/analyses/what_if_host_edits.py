@@ -154,7 +154,8 @@ class SetGradsToNone(msgspec.Struct, frozen=True):
         ctx = w.model.rules.ctx
         outer = ctx.outer_op[np.maximum(w.attr, 0)]
         names = {int(o): ctx.name(int(o)) for o in np.unique(outer[outer >= 0]).tolist()}
-        zeroing = np.array([names.get(int(o)) in ZEROING_OPS for o in outer], dtype=bool)
+        # (Each op named once, each edge tested in one pass, not a lookup per edge.)
+        zeroing = np.isin(outer, [o for o, name in names.items() if name in ZEROING_OPS])
         chosen = w.host() & (w.context == int(HostPurpose.OPTIMIZER)) & zeroing
         edit = w.removing(chosen, np.zeros(w.ids.size, dtype=bool))
         if not w.model.rules.cpu_only or not chosen.any():
