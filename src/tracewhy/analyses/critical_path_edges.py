@@ -223,10 +223,9 @@ def sync_edges(trace: Trace, chosen: pl.DataFrame, is_gpu: npt.NDArray[np.bool_]
                 if waiter >= 0:
                     wait(awaited, 2 * waiter, Edge.EVENT_WAIT, call)
     # Blocking calls no sync record describes: every stream of the process.
-    # (Names stay categorical: only the distinct ones become strings, not 1.9 M calls' of a large export.)
     host_sync = trace.kind_columns((Kind.RUNTIME, Kind.DRIVER), Col.ID, Col.NAME, Col.PID, Col.TS)
-    names = [n for n in host_sync.get_column(Col.NAME).unique().drop_nulls().cast(pl.String).to_list()
-             if n and api_names.is_sync_call(n)]
+    distinct = host_sync.get_column(Col.NAME).unique().drop_nulls().cast(pl.String).to_list()  # (only they)
+    names = [n for n in distinct if n and api_names.is_sync_call(n)]
     for call, _, pid, call_ts in host_sync.filter(pl.col(Col.NAME).is_in(names)).iter_rows():
         if call in seen or node_of[call] < 0:
             continue
@@ -295,8 +294,7 @@ def handoff_edges(chosen: pl.DataFrame, host: npt.NDArray[np.bool_], node_ts: I6
 def _first_handoffs(backward: I64, others: I64, pid: I64, tid: I64, node_ts: I64,
                     threads: set[tuple[int, int]]) -> tuple[I64, I64]:
     """Each backward thread's first slice in the trace (it has no idle stretch before it): from
-    the latest start on another thread of its process at or before it. ``backward``: the slices
-    on the ``threads``."""
+    the latest start on another thread of its process at or before it (``backward``: their slices)."""
     out_src: list[int] = []
     out_dst: list[int] = []
     for p, t in sorted(threads):
