@@ -187,7 +187,7 @@ def host_context(trace: Trace, markers: I64, tree: HostTree | None = None,
     if tree.is_python.any():
         py = np.flatnonzero(tree.is_python)
         frames = names.gather(py)  # (strings are made of the distinct frame names only)
-        user_names = [u for u in frames.unique().drop_nulls().cast(pl.String).to_list() if parse_frame(u)[3]]
+        user_names = [u for u in distinct_names(frames)[1] if parse_frame(u)[3]]
         user[py[frames.is_in(user_names).to_numpy()]] = True
     return HostContext(
         context=context, outer_op=outer_op, outer_block=_outermost(tree, block), user_frame=tree.nearest(user),

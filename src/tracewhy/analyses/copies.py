@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from tracewhy.analyses import api_names
+from tracewhy.analyses.name_codes import distinct_names
 from tracewhy.model.schema import LAUNCH_KINDS, Col, CopyAttrCol, Kind
 from tracewhy.model.trace import Trace
 
@@ -39,7 +40,7 @@ def copies(trace: Trace) -> CopiesResult:
     )
     pageable = c.filter((pl.col(CopyAttrCol.SRC_MEM) == "Pageable") | (pl.col(CopyAttrCol.DST_MEM) == "Pageable"))
     calls = trace.kind_columns(LAUNCH_KINDS, Col.NAME, Col.DUR)  # (the distinct names become strings)
-    sync_names = [n for n in calls.get_column(Col.NAME).unique().drop_nulls().cast(pl.String).to_list()
+    sync_names = [n for n in distinct_names(calls.get_column(Col.NAME))[1]
                   if api_names.is_sync_call(n) and "Memcpy" in n]
     sync_calls = calls.filter(pl.col(Col.NAME).is_in(sync_names))
     return CopiesResult(

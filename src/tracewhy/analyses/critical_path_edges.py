@@ -16,7 +16,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses import api_names
-from tracewhy.analyses.name_codes import decide
+from tracewhy.analyses.name_codes import decide, distinct_names
 from tracewhy.model.schema import KIND_CODE, Col, Kind, OpAttrCol, SyncCol
 from tracewhy.model.trace import Trace
 
@@ -224,7 +224,7 @@ def sync_edges(trace: Trace, chosen: pl.DataFrame, is_gpu: npt.NDArray[np.bool_]
                     wait(awaited, 2 * waiter, Edge.EVENT_WAIT, call)
     # Blocking calls no sync record describes: every stream of the process.
     host_sync = trace.kind_columns((Kind.RUNTIME, Kind.DRIVER), Col.ID, Col.NAME, Col.PID, Col.TS)
-    distinct = host_sync.get_column(Col.NAME).unique().drop_nulls().cast(pl.String).to_list()  # (only they)
+    _, distinct = distinct_names(host_sync.get_column(Col.NAME))
     names = [n for n in distinct if n and api_names.is_sync_call(n)]
     for call, _, pid, call_ts in host_sync.filter(pl.col(Col.NAME).is_in(names)).iter_rows():
         if call in seen or node_of[call] < 0:

@@ -22,6 +22,7 @@ import polars as pl
 
 from tracewhy.analyses import api_names
 from tracewhy.analyses.families import Family, classify_kernels
+from tracewhy.analyses.name_codes import distinct_names
 from tracewhy.model.linking import first_flagged
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, Col, Kind
 from tracewhy.model.trace import Trace
@@ -88,8 +89,7 @@ def graph_launch_rows(trace: Trace) -> I64:
     # (Only the distinct names become strings: a String copy of every call's name was 1.9 M
     # strings on a 600 MB nsys export.)
     names = calls.get_column(Col.NAME)
-    distinct = names.unique().drop_nulls().cast(pl.String).to_list()
-    graph_names = [n for n in distinct if api_names.is_graph_launch(n)]
+    graph_names = [n for n in distinct_names(names)[1] if api_names.is_graph_launch(n)]
     if not graph_names:
         return np.zeros(0, dtype=np.int64)
     return np.asarray(calls.filter(names.is_in(graph_names)).get_column(Col.ID).to_numpy(), dtype=np.int64)

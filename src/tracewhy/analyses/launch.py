@@ -9,6 +9,7 @@ import numpy as np
 import polars as pl
 
 from tracewhy.analyses import api_names
+from tracewhy.analyses.name_codes import distinct_names
 from tracewhy.analyses.stats import nearest_ns
 from tracewhy.analyses.steps import StepCol, StepsResult
 from tracewhy.analyses.utilization import DeviceBusy
@@ -38,8 +39,7 @@ def launch(trace: Trace, steps: StepsResult, busy: dict[int, DeviceBusy]) -> Lau
     trace.require_whole()
     # The distinct names become strings, not every call's (1.9 M on a 600 MB nsys export).
     calls = trace.kind_columns(LAUNCH_KINDS, Col.ID, Col.NAME, Col.TS, Col.DUR)
-    names = [n for n in calls.get_column(Col.NAME).unique().drop_nulls().cast(pl.String).to_list()
-             if api_names.is_launch_call(n)]
+    names = [n for n in distinct_names(calls.get_column(Col.NAME))[1] if api_names.is_launch_call(n)]
     calls = calls.filter(pl.col(Col.NAME).is_in(names))
     k = trace.of_kind(Kind.KERNEL).filter(pl.col(Col.LAUNCH).is_not_null()).select(Col.TS, Col.DUR, Col.LAUNCH)
     s_ts = trace.slices.get_column(Col.TS).to_numpy()

@@ -13,6 +13,7 @@ import numpy as np
 import polars as pl
 
 from tracewhy.analyses.host_activity import build_host_index
+from tracewhy.analyses.name_codes import distinct_names
 from tracewhy.analyses.op_families import FLASH_BNHD, SDPA_BHND, base_name
 from tracewhy.analyses.op_inputs import OpInputs
 from tracewhy.analyses.peaks import DevicePeaks, lookup_peaks, peaks_from_properties
@@ -139,8 +140,7 @@ def _outermost_ops(trace: Trace) -> pl.DataFrame:
     wanted = set(_WEIGHT_ARG) | _ATTENTION
     # Two columns of the ops, and strings of their distinct names only (a large trace has 1.5 M ops).
     cpu = trace.kind_columns((Kind.CPU_OP,), Col.ID, Col.NAME)
-    names = [n for n in cpu.get_column(Col.NAME).unique().drop_nulls().cast(pl.String).to_list()
-             if n and base_name(n) in wanted]
+    names = [n for n in distinct_names(cpu.get_column(Col.NAME))[1] if n and base_name(n) in wanted]
     ids = cpu.filter(pl.col(Col.NAME).is_in(names)).get_column(Col.ID).to_numpy()
     host = build_host_index(trace)
     pos = np.flatnonzero(np.isin(host.ids, ids))

@@ -13,7 +13,7 @@ import msgspec
 import polars as pl
 
 from tracewhy.analyses.api_names import holding_any
-from tracewhy.analyses.name_codes import decide
+from tracewhy.analyses.name_codes import decide, distinct_names
 from tracewhy.findings.context import Context
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, Col, DeviceCol, Kind
 from tracewhy.model.trace import KINETO_FORMAT, NSYS_FORMAT, Trace
@@ -126,9 +126,7 @@ def distinct_slice_names(trace: Trace) -> list[str]:
 
 def _distinct_names(trace: Trace, kinds: Sequence[Kind]) -> list[str]:
     """The distinct names of these kinds' slices (only they become strings)."""
-    names: list[str] = trace.kind_columns(kinds, Col.NAME).get_column(Col.NAME).unique().drop_nulls().cast(
-        pl.String).to_list()
-    return names
+    return distinct_names(trace.kind_columns(kinds, Col.NAME).get_column(Col.NAME))[1]
 
 
 def facts_of(trace: Trace, names: list[str] | None = None) -> RunFacts:
