@@ -199,6 +199,17 @@ def _counts(export: Path) -> dict[str, int]:
     return out
 
 
+def _numba_note() -> str:
+    """Whether this tree's runs had numba (the ``fast`` extra), which compiles the critical path's
+    loops on large windows (src/tracewhy/analyses/compiled.py); a "before" tree may not use it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"numba {version('numba')} installed (the `fast` extra: compiled replay and walk on large windows)."
+    except PackageNotFoundError:
+        return "numba not installed (the `fast` extra): the critical path's loops run in Python."
+
+
 def _markdown(runs: list[Run], size_mb: float, counts: dict[str, int], load: list[float],
               args: argparse.Namespace) -> list[str]:
     by = {r.label: r for r in runs}
@@ -213,7 +224,7 @@ def _markdown(runs: list[Run], size_mb: float, counts: dict[str, int], load: lis
         + ", ".join(f"{t.removeprefix('CUPTI_ACTIVITY_KIND_').lower()} {n:,}" for t, n in counts.items()) + ".",
         f"python {platform.python_version()}, {os.cpu_count()} CPUs shared with other work: load average "
         f"{min(load):.1f} to {max(load):.1f} (median {statistics.median(load):.1f}) during the runs; "
-        f"{args.repeat} interleaved runs each, whole processes, tracewhy without its cache.",
+        f"{args.repeat} interleaved runs each, whole processes, tracewhy without its cache. {_numba_note()}",
         "",
         "| what | median wall s | best wall s | median CPU s (user+sys) | peak RSS MB (max) | RSS / file |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",

@@ -16,6 +16,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from tracewhy.analyses import compiled
 from tracewhy.analyses.critical_path_edges import Edge, way_out_of_cycle
 from tracewhy.analyses.critical_path_graph import Graph
 from tracewhy.analyses.replay_edges import LiveInEdges, _ints, _positions, one_way_in, process_edges, scale_weights
@@ -352,7 +353,14 @@ def _replay_times(times: array[int], ps: array[int], pd: array[int], w: array[in
     """Each instant (by position, edges sorted by their end's) at the latest of its in-edges;
     fixed instants and those without an in-edge keep their measured times. A source later in
     the order than its end (a contradicting tie) counts at its measured time. Edges from ``lo``
-    on in ``ps`` and ``w``, all of ``pd`` (its tail from ``lo``)."""
+    on in ``ps`` and ``w``, all of ``pd`` (its tail from ``lo``). A long pass runs compiled
+    (``compiled.loops``), on views of the same arrays."""
+    fast = compiled.loops(len(pd))
+    if fast is not None:
+        fast.replay_times(np.frombuffer(times, dtype=np.int64), np.frombuffer(ps, dtype=np.int32),
+                          np.frombuffer(pd, dtype=np.int32), np.frombuffer(w, dtype=np.int64),
+                          np.frombuffer(fixed, dtype=np.bool_), lo)
+        return times
     cur, best = -1, 0
     for u, v, length in zip(itertools.islice(ps, lo, None), pd, itertools.islice(w, lo, None), strict=True):
         if v != cur:

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import itertools
 from array import array
+from types import ModuleType
 from typing import Final
 
 import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tracewhy.analyses import api_names
+from tracewhy.analyses import api_names, compiled
 from tracewhy.analyses.critical_path_edges import KERNEL_GAP_MAX_NS, Edge, way_out_of_cycle
 from tracewhy.analyses.critical_path_graph import Graph
 from tracewhy.analyses.families import Family, classify_kernels
@@ -77,6 +78,10 @@ def walk(graph: Graph, nodes: tuple[I64, I64] | None, ws: int, we: int) -> tuple
     if i < 0 or times[i] <= ws:
         return path, we, -1
     sink = int(order[i])
+    fast = compiled.loops(order.size)
+    if fast is not None:
+        path, start = _compiled_walk(fast, graph, sink, ws)
+        return path, start, sink
     # Read through memoryviews (.data), which give Python ints without a numpy scalar between: half
     # the walk's time (a whole-trace window of a large export walks millions of instants).
     bind, src, ts = graph.bind_edge.data, graph.src.data, graph.node_ts.data
@@ -100,6 +105,33 @@ def walk(graph: Graph, nodes: tuple[I64, I64] | None, ws: int, we: int) -> tuple
             seen.add(v)
         v = u
     return path, now, sink
+
+
+def _compiled_walk(fast: ModuleType, graph: Graph, v: int, ws: int) -> tuple[array[int], int]:
+    """``walk``'s steps from ``v`` by the compiled loop, which stops at each cycle it meets (rare) for
+    this one to leave it as ``walk`` does; the path and the time it starts."""
+    path: array[int] = array("q")
+    ts, src = graph.node_ts, graph.src
+    out = np.empty(min(ts.size, _WALK_BUFFER), dtype=np.int64)
+    walked = np.zeros(0, dtype=np.int64)  # the instants walked at v's time
+    while True:
+        n, v, status, walked = fast.walk(graph.bind_edge, src, ts, v, ws, walked, out)
+        path.frombytes(out[:n].tobytes())
+        if status == fast.WALK_FULL:
+            continue
+        if status == fast.WALK_DONE:
+            return path, int(ts[v])
+        e = way_out_of_cycle(ts, src, graph.dst, graph.kind, v, set(walked.tolist()))
+        if e < 0:
+            return path, int(ts[v])
+        path.append(e)
+        u = int(src[e])
+        walked = np.r_[walked, v] if ts[u] == ts[v] else walked[:0]
+        v = u
+
+
+#: Edges the compiled walk writes before handing them over (8 MB).
+_WALK_BUFFER: Final = 1 << 20
 
 
 #: Each Edge value's name, lower-cased (the segments' ``edge`` column).

@@ -1,0 +1,97 @@
+"""The replay's pass over a window's edges, compiled by numba (imported only through
+``compiled.loops``, which falls back to the Python loop without numba)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numba
+import numpy as np
+import numpy.typing as npt
+
+
+# cache: compiled once per machine and numba version, then loaded from numba's cache. nogil:
+# nothing in it touches Python objects.
+@numba.njit(cache=True, nogil=True)
+def replay_times(times: npt.NDArray[np.int64], ps: npt.NDArray[np.int32], pd: npt.NDArray[np.int32],
+                 w: npt.NDArray[np.int64], fixed: npt.NDArray[np.bool_], lo: int) -> Any:
+    """``critical_path_replay._replay_times``, on numpy views of the same arrays (``times`` is
+    changed in place): each instant at the latest of its in-edges, edges sorted by their end's
+    position; fixed instants and those without an in-edge keep their times."""
+    cur = -1
+    best = 0
+    for i in range(pd.shape[0]):
+        v = pd[i]
+        if v != cur and cur >= 0 and not fixed[cur]:
+            times[cur] = best  # (before the arrival is read: its source may be that instant)
+        arrival = times[ps[lo + i]] + w[lo + i]
+        if v != cur:
+            cur = v
+            best = arrival
+        elif arrival > best:
+            best = arrival
+    if cur >= 0 and not fixed[cur]:
+        times[cur] = best
+    return times
+
+
+#: How a compiled walk stopped: at the window's start or an instant nothing released; at an instant
+#: already walked at its time (a cycle, which the caller leaves); with its buffer full.
+WALK_DONE, WALK_CYCLE, WALK_FULL = 0, 1, 2
+
+
+@numba.njit(cache=True, nogil=True)
+def walk(bind: npt.NDArray[np.int64], src: npt.NDArray[np.int64], ts: npt.NDArray[np.int64], v: int, ws: int,
+         walked: npt.NDArray[np.int64], out: npt.NDArray[np.int64]) -> Any:
+    """``critical_path_walk.walk``'s steps from instant ``v``: back along each instant's releasing
+    edge (``bind``) while its time is after ``ws``, the edges taken written to ``out``. ``walked``:
+    the instants already walked at ``v``'s time. Returns (edges written, the instant reached, how it
+    stopped, the instants walked at that instant's time)."""
+    marks = np.zeros(ts.shape[0], dtype=np.bool_)
+    run = np.empty(max(16, 2 * walked.shape[0]), dtype=np.int64)
+    k = 0
+    for x in walked:
+        marks[x] = True
+        run[k] = x
+        k += 1
+    n = 0
+    status = WALK_DONE
+    now = ts[v]
+    while now > ws:
+        if k > 0 and marks[v]:
+            status = WALK_CYCLE
+            break
+        e = bind[v]
+        if e < 0:
+            break
+        if n == out.shape[0]:
+            status = WALK_FULL
+            break
+        out[n] = e
+        n += 1
+        u = src[e]
+        at = ts[u]
+        if at != now:
+            for j in range(k):
+                marks[run[j]] = False
+            k = 0
+            now = at
+        else:
+            marks[v] = True
+            if k == run.shape[0]:
+                grown = np.empty(2 * k, dtype=np.int64)
+                grown[:k] = run
+                run = grown
+            run[k] = v
+            k += 1
+        v = u
+    return n, v, status, run[:k].copy()
+
+
+def warm() -> None:
+    """Compile (or load from numba's cache) both loops for the array types the callers pass, so
+    that whatever numba has to say or raise doing it happens where ``compiled`` can catch it."""
+    one = np.zeros(1, dtype=np.int64)
+    positions = np.zeros(1, dtype=np.int32)
+    replay_times(one.copy(), positions, positions.copy(), one.copy(), np.frombuffer(b"\x00", dtype=np.bool_), 0)
+    walk(np.full(1, -1, dtype=np.int64), one.copy(), one.copy(), 0, 0, one[:0], one.copy())
