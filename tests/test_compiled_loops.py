@@ -129,6 +129,7 @@ def test_compiled_walk_of_real_graphs(relative: str) -> None:
     from tracewhy import load
 
     graph = build_graph(load(shared_trace(relative)))
+    assert {a.dtype for a in (graph.src, graph.dst, graph.attr, graph.node_slice, graph.bind_edge)} == {np.dtype(np.int32)}
     by_pid = critical_path_walk.nodes_by_pid(graph)
     lo, hi = int(graph.node_ts.min()), int(graph.node_ts.max())
     windows = [(lo + (hi - lo) * k // 10, lo + (hi - lo) * (k + 1) // 10) for k in range(10)] + [(lo - 1, hi)]
@@ -143,6 +144,16 @@ def test_compiled_walk_of_real_graphs(relative: str) -> None:
                 assert critical_path_walk.walk(graph, nodes, ws, we) == expected
             walked += len(expected[0])
     assert walked > 1000
+
+
+def test_graph_ids_narrow_only_where_they_fit() -> None:
+    from tracewhy.analyses.critical_path_graph import _narrow
+
+    assert _narrow(np.array([-1, 0, 2**31 - 1])).dtype == np.int32
+    wide = np.array([-1, 2**31])
+    assert _narrow(wide) is wide
+    assert _narrow(np.array([-2, 5])).dtype == np.int64
+    assert _narrow(np.zeros(0, dtype=np.int64)).dtype == np.int32
 
 
 def test_short_passes_and_turned_off_stay_in_python(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -41,8 +41,8 @@ WALK_DONE, WALK_CYCLE, WALK_FULL = 0, 1, 2
 
 
 @numba.njit(cache=True, nogil=True)
-def walk(bind: npt.NDArray[np.int64], src: npt.NDArray[np.int64], ts: npt.NDArray[np.int64], v: int, ws: int,
-         walked: npt.NDArray[np.int64], out: npt.NDArray[np.int64]) -> Any:
+def walk(bind: npt.NDArray[np.signedinteger[Any]], src: npt.NDArray[np.signedinteger[Any]], ts: npt.NDArray[np.int64],
+         v: int, ws: int, walked: npt.NDArray[np.int64], out: npt.NDArray[np.int64]) -> Any:
     """``critical_path_walk.walk``'s steps from instant ``v``: back along each instant's releasing
     edge (``bind``) while its time is after ``ws``, the edges taken written to ``out``. ``walked``:
     the instants already walked at ``v``'s time. Returns (edges written, the instant reached, how it
@@ -94,4 +94,4 @@ def warm() -> None:
     one = np.zeros(1, dtype=np.int64)
     positions = np.zeros(1, dtype=np.int32)
     replay_times(one.copy(), positions, positions.copy(), one.copy(), np.frombuffer(b"\x00", dtype=np.bool_), 0)
-    walk(np.full(1, -1, dtype=np.int64), one.copy(), one.copy(), 0, 0, one[:0], one.copy())
+    walk(np.full(1, -1, dtype=np.int32), positions.copy(), one.copy(), 0, 0, one[:0], one.copy())  # (graph ids: int32)
