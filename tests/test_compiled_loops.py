@@ -129,7 +129,8 @@ def test_compiled_walk_of_real_graphs(relative: str) -> None:
     from tracewhy import load
 
     graph = build_graph(load(shared_trace(relative)))
-    assert {a.dtype for a in (graph.src, graph.dst, graph.attr, graph.node_slice, graph.bind_edge)} == {np.dtype(np.int32)}
+    ids = (graph.src, graph.dst, graph.attr, graph.node_slice, graph.bind_edge)
+    assert {a.dtype for a in ids} == {np.dtype(np.int32)}
     by_pid = critical_path_walk.nodes_by_pid(graph)
     lo, hi = int(graph.node_ts.min()), int(graph.node_ts.max())
     windows = [(lo + (hi - lo) * k // 10, lo + (hi - lo) * (k + 1) // 10) for k in range(10)] + [(lo - 1, hi)]
@@ -154,6 +155,21 @@ def test_graph_ids_narrow_only_where_they_fit() -> None:
     assert _narrow(wide) is wide
     assert _narrow(np.array([-2, 5])).dtype == np.int64
     assert _narrow(np.zeros(0, dtype=np.int64)).dtype == np.int32
+
+
+def test_without_numba_the_python_loops_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plain install (no ``fast`` extra): numba does not import, and the loops stay in Python."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "numba", None)  # (import numba now raises ImportError)
+    monkeypatch.delitem(sys.modules, "tracewhy.analyses.compiled_loops", raising=False)
+    monkeypatch.delattr(sys.modules["tracewhy.analyses"], "compiled_loops", raising=False)
+    monkeypatch.setattr(compiled, "_loaded", [])
+    assert compiled.loops(compiled.MIN_ITEMS) is None
+    times = array("q", [5, 0, 0])
+    got = critical_path_replay._replay_times(times, array("i", [0, 1]), array("i", [1, 2]), array("q", [3, 4]),
+                                             bytes(3), 0)
+    assert got == array("q", [5, 8, 12])
 
 
 def test_short_passes_and_turned_off_stay_in_python(monkeypatch: pytest.MonkeyPatch) -> None:
