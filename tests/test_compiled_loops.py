@@ -1,9 +1,11 @@
-"""The replay's compiled pass (``analyses/compiled``, numba) gives the times the Python loop gives:
-on generated windows, integer for integer, and on real traces, the same diagnosis. The Python loop
-is the reference: it is the replay every earlier test and figure was made with."""
+"""The compiled replay pass and walk (``analyses/compiled``, numba) give what the Python loops give:
+on generated windows and graphs, integer for integer, on real traces' graphs and diagnoses the same.
+The Python loops are the reference: every earlier test and figure was made with them. Also: a
+plain install (no numba) keeps them in Python, and the graph's ids are int32 where they fit."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from array import array
 from pathlib import Path
@@ -18,7 +20,9 @@ from tests.conftest import shared_trace
 from tracewhy.analyses import compiled, critical_path_replay, critical_path_walk
 from tracewhy.analyses.critical_path_graph import Graph, build_graph
 
-numba = pytest.importorskip("numba")
+#: The tests that run the compiled loops need numba (the ``test`` extra has it: CI runs them).
+needs_numba = pytest.mark.skipif(importlib.util.find_spec("numba") is None,
+                                 reason="numba (the fast extra) is not installed")
 
 
 def compile_every_pass(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -61,6 +65,7 @@ def windows(draw: st.DrawFn) -> tuple[array[int], array[int], array[int], array[
     return array("q", times), ps, pd, w, fixed, lo
 
 
+@needs_numba
 @settings(max_examples=300, deadline=None)
 @given(windows())
 def test_compiled_pass_replays_as_the_python_loop(window: tuple[array[int], array[int], array[int], array[int],
@@ -106,6 +111,7 @@ def graphs(draw: st.DrawFn) -> tuple[Graph, int, int]:
     return graph, draw(st.integers(-1, 2)), draw(st.integers(0, 2))
 
 
+@needs_numba
 @settings(max_examples=400, deadline=None)
 @given(graphs())
 def test_compiled_walk_walks_as_the_python_walk(case: tuple[Graph, int, int]) -> None:
@@ -122,6 +128,7 @@ def test_compiled_walk_walks_as_the_python_walk(case: tuple[Graph, int, int]) ->
     assert passes or sink < 0
 
 
+@needs_numba
 @pytest.mark.parametrize("relative", ["nsys/nsysai_mfu_2gpu_before.sqlite.gz", "hta/a100_ddp2_rank0_nccl2.17.json.gz",
                                       "kineto/resnet50_nw4_span1_worker0.1623212756351.pt.trace.json.gz"])
 def test_compiled_walk_of_real_graphs(relative: str) -> None:
@@ -197,6 +204,7 @@ def _diagnosis(path: Path, capsys: pytest.CaptureFixture[str]) -> str:
     return json.dumps(json.loads(capsys.readouterr().out), sort_keys=True)
 
 
+@needs_numba
 @pytest.mark.parametrize("relative", REPLAYED)
 def test_real_diagnosis_is_the_same_with_every_pass_compiled(relative: str, capsys: pytest.CaptureFixture[str],
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
