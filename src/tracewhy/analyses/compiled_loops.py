@@ -1,5 +1,5 @@
-"""The replay's pass over a window's edges, compiled by numba (imported only through
-``compiled.loops``, which falls back to the Python loop without numba)."""
+"""The replay's pass over a window's edges and the walk back along the critical path, compiled by
+numba (imported only through ``compiled.loops``, which falls back to the Python loops without it)."""
 
 from __future__ import annotations
 
