@@ -308,12 +308,14 @@ def test_same_correlation_id_in_two_processes(tmp_path: Path) -> None:
         assert names[row[Col.LAUNCH]] == api
 
 
-def test_nvtx_open_cross_thread_and_per_process_domains(tmp_path: Path) -> None:
+# Domain ids that pack with the pid into one lookup key, and one too large to (then joined).
+@pytest.mark.parametrize("domain", [1, 1 << 40])
+def test_nvtx_open_cross_thread_and_per_process_domains(tmp_path: Path, domain: int) -> None:
     b = ExportBuilder()
-    b.nvtx("A", 10, 0, event_type=75, pid=1, domain=1)  # domain 1 of process 1 is "A"
-    b.nvtx("B", 10, 0, event_type=75, pid=2, domain=1)  # domain 1 of process 2 is "B"
-    b.nvtx("step", 100, 500, pid=1, tid=1, domain=1, registered=True)
-    b.nvtx("step", 100, 500, pid=2, tid=2, domain=1)
+    b.nvtx("A", 10, 0, event_type=75, pid=1, domain=domain)  # this domain of process 1 is "A"
+    b.nvtx("B", 10, 0, event_type=75, pid=2, domain=domain)  # the same id in process 2 is "B"
+    b.nvtx("step", 100, 500, pid=1, tid=1, domain=domain, registered=True)
+    b.nvtx("step", 100, 500, pid=2, tid=2, domain=domain)
     b.nvtx("open", 600, None, pid=1, tid=1)  # still open at the end of the capture
     b.nvtx("io", 50, 900, event_type=60, pid=1, tid=1, end_tid=3)  # ended on thread 3
     b.nvtx("here", 700, None, event_type=34, pid=1, tid=1)  # a mark

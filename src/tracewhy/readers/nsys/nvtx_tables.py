@@ -78,10 +78,7 @@ def nvtx_part(db: Db, strs: Strings, offset: int) -> tuple[pl.DataFrame, pl.Data
     del e
     if ev.get_column(NvtxCol.STYLE).null_count():
         ev = ev.filter(pl.col(NvtxCol.STYLE).is_not_null())
-    keys = ["pid", NvtxCol.DOMAIN_ID]
-    ev = ev.with_columns(
-        ev.select(keys).join(domains, on=keys, how="left", maintain_order="left").get_column(NvtxCol.DOMAIN)
-    )
+    ev = ev.with_columns(_domain_names(ev, domains))
     open_ranges = ev.filter(pl.col("end").is_null() & (pl.col(NvtxCol.STYLE) != "Mark")).height
     if open_ranges:
         db.problems[f"{open_ranges} NVTX ranges never ended; they run to the last NVTX timestamp"] += 1
@@ -97,6 +94,33 @@ def nvtx_part(db: Db, strs: Strings, offset: int) -> tuple[pl.DataFrame, pl.Data
     attrs = ev.select(part.get_column(KEY), pl.col("rowid").alias(NvtxCol.RANGE_ID), NvtxCol.STYLE,
                       NvtxCol.DOMAIN_ID, NvtxCol.DOMAIN, NvtxCol.CATEGORY, NvtxCol.END_TID)
     return part, attrs, thread_names
+
+
+def _domain_names(ev: pl.DataFrame, domains: pl.DataFrame) -> pl.Series:
+    """Each event's domain name (null: none, or the default domain), looked up by its process
+    and domain id in ``domains`` (pid, domain_id, domain; the pair unique).
+
+    Where the pair packs into one integer (a pid is 24 bits, ``PID_SQL``; domain ids are small
+    counters) it is one lookup per event: a join on the two columns took 1.1 s of a 4.8 M-range
+    table's read, the lookup 0.1 s. Any other ids are joined."""
+    keys = ["pid", NvtxCol.DOMAIN_ID]
+    if all(_within(frame.get_column(name), limit) for frame in (ev, domains)
+           for name, limit in (("pid", _PID_LIMIT), (NvtxCol.DOMAIN_ID, _DOMAIN_ID_LIMIT))):
+        packed = pl.col("pid") * _DOMAIN_ID_LIMIT + pl.col(NvtxCol.DOMAIN_ID)
+        known = domains.select(packed).to_series()
+        return ev.select(packed.replace_strict(known, domains.get_column(NvtxCol.DOMAIN), default=None,
+                                               return_dtype=pl.String()).alias(NvtxCol.DOMAIN)).to_series()
+    return ev.select(keys).join(domains, on=keys, how="left", maintain_order="left").get_column(NvtxCol.DOMAIN)
+
+
+def _within(column: pl.Series, limit: int) -> bool:
+    """Whether every value of an integer column (nulls aside) is in [0, limit)."""
+    low, high = column.min(), column.max()
+    return low is None or (low >= 0 and high < limit)  # type: ignore[operator]
+
+
+_PID_LIMIT: Final = 1 << 24
+_DOMAIN_ID_LIMIT: Final = 1 << 38
 
 
 #: Rowids of NVTX_EVENTS fetched at once (``nvtx_part``): a million rows are about 0.1 GB of
