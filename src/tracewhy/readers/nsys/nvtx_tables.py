@@ -116,7 +116,7 @@ def _domain_names(ev: pl.DataFrame, domains: pl.DataFrame) -> pl.Series:
 def _within(column: pl.Series, limit: int) -> bool:
     """Whether every value of an integer column (nulls aside) is in [0, limit)."""
     low, high = column.min(), column.max()
-    return low is None or (low >= 0 and high < limit)  # type: ignore[operator]
+    return low is None or (int(low) >= 0 and int(high) < limit)  # type: ignore[arg-type]
 
 
 _PID_LIMIT: Final = 1 << 24
