@@ -1,7 +1,8 @@
 """The orders the dependency graph is built in, each computed a cheaper way than it was first
 written and compared with that way: a GPU row's stream key is the rank of its (pid, device,
 stream) among the distinct triples in sorted order (numpy's distinct rows over the triples), and
-the host boundaries are ordered by their seven keys (one sort over all seven), on real traces."""
+the host boundaries are ordered by their seven keys (one sort over all seven), on real traces;
+the pair (pid, tid) as one integer keeps the pairs' order."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from conftest import shared_trace
 from tracewhy.analyses.critical_path_edges import stream_keys
-from tracewhy.analyses.critical_path_graph import _boundary_order
+from tracewhy.analyses.critical_path_graph import _boundary_order, _thread_ranks
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col
 from tracewhy.readers import read_trace
 
@@ -59,6 +60,17 @@ def test_host_boundaries_in_the_order_of_their_seven_keys(name: str) -> None:
             is_end)
     want = np.lexsort(keys[::-1])
     assert depth.max() > 0 and (dur == 0).any()
-    assert np.array_equal(_boundary_order(*keys), want)
+    thread = _thread_ranks(pid, tid)
+    assert np.array_equal(_boundary_order(thread, ts, dur, depth), want)
     deep = (*keys[:4], keys[4] * (1 << 40), *keys[5:])  # no room to pack the last four keys
-    assert np.array_equal(_boundary_order(*deep), np.lexsort(deep[::-1]))
+    assert np.array_equal(_boundary_order(thread, ts, dur, depth * (1 << 40)), np.lexsort(deep[::-1]))
+
+
+def test_thread_ranks_keep_the_order_of_the_pairs() -> None:
+    pid = np.array([5, -1, 5, 2**40, 5, -1], dtype=np.int64)  # one pid too large to share an integer
+    tid = np.array([9, 3, 2, 0, 9, 3], dtype=np.int64)
+    ranks = _thread_ranks(pid, tid)
+    assert ranks.tolist() == [2, 0, 1, 3, 2, 0]
+    packed = _thread_ranks(pid[[0, 1, 2, 4]], tid[[0, 1, 2, 4]])  # these fit: both in one integer
+    assert np.array_equal(np.argsort(packed, kind="stable"), np.lexsort((tid[[0, 1, 2, 4]], pid[[0, 1, 2, 4]])))
+    assert len(set(packed.tolist())) == 3
