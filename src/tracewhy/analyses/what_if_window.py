@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # what_if_edits imports this module
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
 T = TypeVar("T")
+D = TypeVar("D", bound=np.generic)
 
 #: Host edges: program order, and the launch call's own time.
 HOST_EDGES: Final = (int(Edge.HOST), int(Edge.LAUNCH))
@@ -47,10 +48,9 @@ class WindowEdges:
         g, rules = model.graph, model.rules
         self.ids = self.replay.edges
         # (Kinds as the graph's bytes; ends gathered when an edit asks: a whole-trace window of
-        # a large export has 17 M edges, 136 MB an int64 column.)
-        self.kind = g.kind[self.ids]
-        self.attr = g.attr[self.ids]
-        self.category = rules.category[self.ids]
+        # a large export has 17 M edges, 136 MB an int64 column. A window of every edge reads
+        # the columns themselves, through read-only views.)
+        self.kind, self.attr, self.category = (self.of_edges(c) for c in (g.kind, g.attr, rules.category))
         safe = np.maximum(self.attr, 0)
         self.context = np.where(self.attr >= 0, rules.ctx.context[safe], int(HostPurpose.NONE))
         launch = self.launch
@@ -93,15 +93,23 @@ class WindowEdges:
                          add_weight=np.zeros(n, dtype=np.int64), add_kind=np.full(n, int(Edge.GPU), dtype=np.int64),
                          add_attr=g.node_slice[ends])
 
+    def of_edges(self, column: npt.NDArray[D]) -> npt.NDArray[D]:
+        """A per-edge column of the graph, for this window's edges: a read-only view of it where the
+        window holds every edge (a trace accounted as one window), else the window's rows."""
+        if self.ids.size < column.size:
+            rows: npt.NDArray[D] = column[self.ids]
+            return rows
+        view: npt.NDArray[D] = column.view()
+        view.flags.writeable = False
+        return view
+
     @property
     def src(self) -> I64:
-        out: I64 = self.model.graph.src[self.ids]
-        return out
+        return self.of_edges(self.model.graph.src)
 
     @property
     def dst(self) -> I64:
-        out: I64 = self.model.graph.dst[self.ids]
-        return out
+        return self.of_edges(self.model.graph.dst)
 
     @property
     def launch(self) -> I64:
