@@ -312,12 +312,14 @@ def _launch_key(slices: pl.DataFrame, per_process: bool) -> I64:
     if not per_process:
         return np.asarray(correlation.to_numpy(), dtype=np.int64)
     pid = slices.get_column(Col.PID).fill_null(0).cast(pl.Int64)
-    if _within(pid, 2**31) and _within(correlation, 2**32):
+    if within(pid, 2**31) and within(correlation, 2**32):
         return np.asarray((pid.to_numpy() << 32) | correlation.to_numpy(), dtype=np.int64)
     pair = pl.struct(pid.alias(Col.PID), correlation.alias(Col.CORRELATION))
     return np.asarray(pl.select(pair.rank("dense")).to_series().to_numpy(), dtype=np.int64)
 
 
-def _within(values: pl.Series, bound: int) -> bool:
-    """Whether every value lies in [0, bound)."""
-    return not values.len() or (int(values.min()) >= 0 and int(values.max()) < bound)  # type: ignore[arg-type]
+def within(values: pl.Series, bound: int) -> bool:
+    """Whether every value of an integer column (nulls aside) lies in [0, bound): whether it packs
+    into ``bound.bit_length() - 1`` bits of a key."""
+    low, high = values.min(), values.max()
+    return low is None or (int(low) >= 0 and int(high) < bound)  # type: ignore[arg-type]
