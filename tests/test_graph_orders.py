@@ -64,6 +64,10 @@ def test_host_boundaries_in_the_order_of_their_seven_keys(name: str) -> None:
     assert np.array_equal(_boundary_order(thread, ts, dur, depth), want)
     deep = (*keys[:4], keys[4] * (1 << 40), *keys[5:])  # no room to pack the last four keys
     assert np.array_equal(_boundary_order(thread, ts, dur, depth * (1 << 40)), np.lexsort(deep[::-1]))
+    # A depth below zero (no reader makes one) packs as the seven keys order it: here a slice's end
+    # (group 0) and the next one's start at the same instant, the end first.
+    one = np.zeros(2, dtype=np.int64)
+    assert _boundary_order(one, np.array([0, 10]), np.array([10, 5]), np.array([-5, 0])).tolist() == [0, 2, 1, 3]
 
 
 def test_thread_ranks_keep_the_order_of_the_pairs() -> None:

@@ -181,7 +181,7 @@ def _boundary_order(thread: I64, ts: I64, dur: I64, depth: I64) -> I64:
     The last four keys are one integer where it fits: each key of a sort is a pass over every
     boundary, 13 M of them on a large export."""
     n = ts.size
-    top = int(depth.max()) if n else 0
+    top = int(np.abs(depth).max()) if n else 0
     b_thread, b_ts = np.r_[thread, thread], np.r_[ts, ts + dur]
     zero = dur == 0
     if 2 * (2 * top + 1) * max(n, 1) * 2 >= 1 << 62:
