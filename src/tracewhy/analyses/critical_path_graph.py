@@ -33,6 +33,7 @@ from tracewhy.analyses.critical_path_edges import (
     sync_edges,
     unrecorded_wait_edges,
 )
+from tracewhy.model.linking import pair_key
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, Kind
 from tracewhy.model.trace import Trace
 
@@ -165,10 +166,11 @@ def _host_chain(s: pl.DataFrame, chosen: pl.DataFrame, host: npt.NDArray[np.bool
 
 
 def _thread_ranks(pid: I64, tid: I64) -> I64:
-    """One integer per (pid, tid) pair, in the pairs' order: both in one where they fit (pids
-    and tids are 32-bit or less in every format; -1 stands for none), else the pair's rank."""
-    if pid.size == 0 or (pid.min() >= -1 and pid.max() < 2**31 - 1 and tid.min() >= -1 and tid.max() < 2**32 - 1):
-        return ((pid + 1) << 32) | (tid + 1)
+    """One integer per (pid, tid) pair, in the pairs' order: both in one where they fit
+    (``linking.pair_key``), else the pair's rank."""
+    key = pair_key(pid, tid)
+    if key is not None:
+        return key
     _, rank = np.unique(np.stack([pid, tid], axis=1), axis=0, return_inverse=True)
     out: I64 = rank.reshape(-1).astype(np.int64)
     return out

@@ -47,7 +47,7 @@ def nest_host_slices(
         return empty, empty.copy(), empty.copy()
     # (Temporaries are dropped as soon as they are used: on a 1 GB trace each is 15 MB, on a
     # 600 MB nsys export 53 MB.)
-    thread_key = _thread_key(pid, tid)
+    thread_key = pair_key(pid, tid)
     threads: list[I64] = [thread_key] if thread_key is not None else [pid, tid]
     del pid, tid, thread_key
     # By thread, start, longest first, then input order (polars' multi-key sort: about twice
@@ -108,9 +108,9 @@ def _index_dtype(n: int) -> type[np.signedinteger[Any]]:
     return np.int32 if n < 2**31 - 1 else np.int64
 
 
-def _thread_key(pid: I64, tid: I64) -> I64 | None:
-    """One integer per (pid, tid) pair, equal for equal pairs, or None where the two do not fit
-    one int64 (nsys ids are 24 bits; -1 stands for none)."""
+def pair_key(pid: I64, tid: I64) -> I64 | None:
+    """One integer per (pid, tid) pair, equal for equal pairs and in the pairs' order, or None
+    where the two do not fit one int64 (nsys ids are 24 bits; -1 stands for none)."""
     if not (pid.min() >= -1 and pid.max() < 2**31 - 1 and tid.min() >= -1 and tid.max() < 2**32 - 1):
         return None
     key = pid + 1
