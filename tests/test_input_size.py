@@ -66,3 +66,26 @@ def test_a_command_on_small_inputs_gets_a_one_thread_pool(tmp_path: Path) -> Non
     assert _pool_after(["capture", str(script)]).startswith("None ")
     assert _pool_after(["ranks", str(tmp_path)]).startswith("None ")
     assert _pool_after(["diagnose", str(tmp_path / "missing.json")]).startswith("None ")
+
+
+def _allocator_after(argv: list[str], env: dict[str, str] | None = None) -> str:
+    """Polars' allocator settings after ``as_command(argv)`` in a fresh interpreter."""
+    code = ("import os, sys; from tracewhy.cli import as_command; as_command(sys.argv[1:]); "
+            "print(os.environ.get('_RJEM_MALLOC_CONF'), 'polars' in sys.modules)")
+    base = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
+    done = subprocess.run([sys.executable, "-c", code, *argv], env={**base, **(env or {})}, capture_output=True,
+                          text=True, timeout=60, check=True)
+    return done.stdout.strip()
+
+
+def test_a_command_gets_its_freed_pages_returned_soon(tmp_path: Path) -> None:
+    """Set before polars is loaded (jemalloc reads it then), for any input size; the user's own
+    setting stands; not for the commands that start or serve other programs."""
+    gz = str(shared_trace(BERT))
+    assert _allocator_after(["kernels", gz]) == "dirty_decay_ms:100,muzzy_decay_ms:0 False"
+    assert _allocator_after(["diagnose", str(tmp_path / "large.json")]).startswith("dirty_decay_ms:100,")
+    assert _allocator_after(["kernels", gz], {"_RJEM_MALLOC_CONF": "narenas:1"}) == "narenas:1 False"
+    script = tmp_path / "train.py"
+    script.write_text("pass\n")
+    assert _allocator_after(["capture", str(script)]).startswith("None ")
+    assert _allocator_after([]).startswith("None ")
