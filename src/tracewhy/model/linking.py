@@ -6,7 +6,8 @@ Readers call ``link_slices`` once on their finished slices table; analyses rely 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
 import numpy as np
@@ -219,42 +220,40 @@ def _nearest_flagged(parent: Index, flag: npt.NDArray[np.bool_]) -> I64:
     return nearest
 
 
-def link_slices(slices: pl.DataFrame, *, per_process: bool = False) -> pl.DataFrame:
+#: Depth, parent row and innermost enclosing CPU op row of every row of a slices table (-1: none).
+Nesting = tuple[I64, I64, I64]
+
+
+def link_slices(slices: pl.DataFrame, *, per_process: bool = False,
+                nesting: Callable[[], Nesting] | None = None) -> pl.DataFrame:
     """Fill depth, parent_id, launch_id and op_id on a slices table whose ids are row numbers.
 
     ``per_process``: a GPU row's launch is found in its own process, runtime calls before driver
     calls, for a capture of several processes, whose correlation ids repeat across processes
     (311 collisions in nsysai_mfu_2gpu_after). Otherwise on the correlation id alone, the first
     call in the table's order, as in one Kineto process.
+
+    ``nesting``: gives what ``nest_rows`` makes of this table's host slices, when the caller
+    started it beside work of its own (the Kineto reader, as soon as the rows' time order is
+    known); it is asked for once the launches are found. Without it the nesting is made here: from
+    ``NEST_APART_ROWS`` host slices on, on a second thread while this one finds the launches. Both
+    are numpy and polars work that lets the GIL go, and readers call this on their serial tail,
+    where the second core has nothing else to do.
     """
-    kind = slices.get_column(Col.KIND)
-    host_mask = kind.is_in([k.value for k in HOST_KINDS]).to_numpy()
-    host_idx = np.flatnonzero(host_mask)
-    del host_mask
-    n = slices.height
-
-    # Column by column: gathering whole host rows would copy every column of the table.
-    def host(name: str) -> npt.NDArray[np.int64]:
-        values = slices.get_column(name).gather(host_idx)
-        return np.asarray((values.fill_null(-1) if values.null_count() else values).to_numpy(), dtype=np.int64)
-
-    d, p, o = nest_host_slices(
-        host(Col.PID), host(Col.TID), host(Col.TS), host(Col.DUR),
-        (kind.gather(host_idx) == Kind.CPU_OP.value).to_numpy(),
-    )
-    # (The whole-table columns are made after the nesting, whose peak they would add to.)
-    depth = np.full(n, -1, dtype=np.int64)
-    depth[host_idx] = d
-    del d
-    parent = np.full(n, -1, dtype=np.int64)
-    parent[host_idx] = np.where(p >= 0, host_idx[np.maximum(p, 0)], -1)
-    del p
-    op = np.full(n, -1, dtype=np.int64)
-    op[host_idx] = np.where(o >= 0, host_idx[np.maximum(o, 0)], -1)
-    del o
-
-    launch = np.full(n, -1, dtype=np.int64)
-    gids, lids = _launch_links(slices, per_process)
+    if nesting is not None:
+        gids, lids = _launch_links(slices, per_process)
+        depth, parent, op = nesting()
+    else:
+        host_idx = np.flatnonzero(slices.get_column(Col.KIND).is_in([k.value for k in HOST_KINDS]).to_numpy())
+        if host_idx.size < NEST_APART_ROWS:
+            depth, parent, op = _nesting(slices, host_idx)
+            gids, lids = _launch_links(slices, per_process)
+        else:
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tracewhy-nest") as pool:
+                nested = pool.submit(_nesting, slices, host_idx)
+                gids, lids = _launch_links(slices, per_process)
+                depth, parent, op = nested.result()
+    launch = np.full(slices.height, -1, dtype=np.int64)
     launch[gids] = lids
     op[gids] = op[lids]
     del gids, lids
@@ -269,6 +268,42 @@ def link_slices(slices: pl.DataFrame, *, per_process: bool = False) -> pl.DataFr
         col(launch, Col.LAUNCH, pl.Int64()),
         col(op, Col.OP, pl.Int64()),
     )
+
+
+#: From this many host slices on, the nesting runs on a second thread (``link_slices``).
+NEST_APART_ROWS: Final = 100_000
+
+
+def _nesting(slices: pl.DataFrame, host_idx: npt.NDArray[np.intp]) -> Nesting:
+    """``nest_rows`` of the rows of ``slices`` at ``host_idx``."""
+    kind = slices.get_column(Col.KIND)
+
+    # Column by column: gathering whole host rows would copy every column of the table.
+    def host(name: str) -> npt.NDArray[np.int64]:
+        values = slices.get_column(name).gather(host_idx)
+        return np.asarray((values.fill_null(-1) if values.null_count() else values).to_numpy(), dtype=np.int64)
+
+    return nest_rows(slices.height, host_idx, host(Col.PID), host(Col.TID), host(Col.TS), host(Col.DUR),
+                     (kind.gather(host_idx) == Kind.CPU_OP.value).to_numpy())
+
+
+def nest_rows(n: int, host_idx: npt.NDArray[np.intp], pid: I64, tid: I64, ts: I64, dur: I64,
+              is_op: npt.NDArray[np.bool_]) -> Nesting:
+    """Depth, parent row and innermost enclosing CPU op row of each of a table's ``n`` rows (-1:
+    none, and for every row not at ``host_idx``), ``nest_host_slices`` of the host rows at
+    ``host_idx`` (ascending), whose columns the other arguments are."""
+    d, p, o = nest_host_slices(pid, tid, ts, dur, is_op)
+    del pid, tid, ts, dur, is_op
+    # (The whole-table columns are made after the nesting, whose peak they would add to.)
+    depth = np.full(n, -1, dtype=np.int64)
+    depth[host_idx] = d
+    del d
+    parent = np.full(n, -1, dtype=np.int64)
+    parent[host_idx] = np.where(p >= 0, host_idx[np.maximum(p, 0)], -1)
+    del p
+    op = np.full(n, -1, dtype=np.int64)
+    op[host_idx] = np.where(o >= 0, host_idx[np.maximum(o, 0)], -1)
+    return depth, parent, op
 
 
 def _launch_links(slices: pl.DataFrame, per_process: bool) -> tuple[I64, I64]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
@@ -21,10 +22,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.model.schema import (
-    FLOWS_SCHEMA,
     KIND_CODE,
-    MEMORY_SCHEMA,
-    THREADS_SCHEMA,
     Col,
     Kind,
 )
@@ -67,7 +65,7 @@ from tracewhy.readers.kineto.events import (
 from tracewhy.readers.kineto.header import device_table
 from tracewhy.readers.kineto.meta import Tally, trace_meta
 from tracewhy.readers.kineto.side_events import FLOW_KIND_CODE, flow_frame, memory_frame
-from tracewhy.readers.kineto.tables import Batch, join_batches
+from tracewhy.readers.kineto.tables import Batch, join_batches, join_events
 
 # Launch arrows: "ac2g" since PyTorch 1.11; "async" (1.8-1.9), "async_gpu" (2022 builds) and
 # "async_cpu_to_gpu" (Meta-internal 2022) before that.
@@ -106,6 +104,8 @@ _EXACT_US = float(2**43)
 _LEGACY_ANNOTATION = re.compile(r"^(ProfilerStep#\d+|enumerate\(DataLoader\)#|Optimizer\.(step|zero_grad)#)")
 _FINISHED = b'"finished"'  # PyTorch >= 2.4 marks slices left open with "finished": false
 _SYNC_CODE = KIND_CODE[Kind.GPU_SYNC.value]
+#: From this many events on, ``finish`` joins the memory events, flows and threads beside the slices.
+_APART_ROWS = 100_000
 
 
 @dataclass
@@ -374,12 +374,14 @@ class Builder:
 
     def finish(self, header: dict[str, msgspec.Raw], truncation: Truncation | None) -> Trace:
         """The Trace of every batch taken, with the file's header and how it was cut (if it was)."""
-        slices, side = join_batches(self.batches)
-        memory = pl.concat(self.memory).sort("ts_ns", maintain_order=True) if self.memory \
-            else pl.DataFrame(schema=MEMORY_SCHEMA)
-        flows = pl.concat(self.flows).sort("ts_ns", maintain_order=True) if self.flows \
-            else pl.DataFrame(schema=FLOWS_SCHEMA)
-        threads = pl.DataFrame(self.thread_rows, schema=THREADS_SCHEMA, orient="row").unique(maintain_order=True)
+        if self.rows_seen < _APART_ROWS:
+            slices, side = join_batches(self.batches)
+            memory, flows, threads = join_events(self.memory, self.flows, self.thread_rows)
+        else:  # (polars lets the GIL go while it joins and sorts: the second core joins these meanwhile)
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tracewhy-join") as pool:
+                apart = pool.submit(join_events, self.memory, self.flows, self.thread_rows)
+                slices, side = join_batches(self.batches)
+                memory, flows, threads = apart.result()
         devices = device_table(header, self.problems)  # (before the warnings are written)
         tally = Tally(problems=self.problems, counts=self.counts, categories=self.kind_cache.keys(),
                       spans=tuple(self.spans), unfinished=self.unfinished, quantised_us=self.quantised_us,

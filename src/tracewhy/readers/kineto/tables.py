@@ -3,28 +3,38 @@ follow time and their links made, and the side tables re-keyed from batch rows t
 
 from __future__ import annotations
 
+import contextlib
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tracewhy.model.linking import link_slices
+from tracewhy.model.linking import NEST_APART_ROWS, Nesting, link_slices, nest_rows
 from tracewhy.model.schema import (
     COPY_ATTRS_SCHEMA,
+    FLOWS_SCHEMA,
+    HOST_KINDS,
     KERNEL_ATTRS_SCHEMA,
     KIND_CODE,
     KIND_DTYPE,
+    MEMORY_SCHEMA,
     OP_ATTRS_SCHEMA,
     SLICES_SCHEMA,
     SYNC_ATTRS_SCHEMA,
+    THREADS_SCHEMA,
     Col,
+    Kind,
 )
 from tracewhy.readers.kineto.columns import EMPTY_SYNC_ATTRS, NULL_ID
 
 #: A batch's kinds are a uint8 array of their codes (KIND_CODE): gathered from this, they are kinds.
 _KIND_SERIES = pl.Series(tuple(KIND_CODE), dtype=KIND_DTYPE)
 _EMPTY_FRAME = pl.DataFrame()
+#: Whether each kind code (a batch's kinds, KIND_CODE) is one of the host kinds the nesting takes.
+_HOST_CODES = np.zeros(256, dtype=np.bool_)
+_HOST_CODES[[KIND_CODE[k.value] for k in HOST_KINDS]] = True
 #: The side tables, by their name in the Trace (and in a Batch).
 _SIDE_SCHEMAS = (("kernel_attrs", KERNEL_ATTRS_SCHEMA), ("copy_attrs", COPY_ATTRS_SCHEMA),
                  ("sync_attrs", SYNC_ATTRS_SCHEMA), ("op_attrs", OP_ATTRS_SCHEMA))
@@ -43,29 +53,80 @@ class Batch:
 
 def join_batches(batches: list[Batch]) -> tuple[pl.DataFrame, dict[str, pl.DataFrame]]:
     """The slices table and the side tables (by their name in the Trace) of ``batches``, which
-    are in file order; the list is emptied, so that the batches' columns go once joined."""
-    offsets = np.cumsum([0] + [b.frame.height for b in batches])
-    slices, remap = _slices_table(batches)
-    side = {name: _side_table([getattr(b, name) for b in batches], offsets, remap, schema)
-            for name, schema in _SIDE_SCHEMAS}
-    batches.clear()
-    return slices, side
+    are in file order; the list is emptied, so that the batches' columns go once joined.
 
-
-def _slices_table(batches: list[Batch]) -> tuple[pl.DataFrame, npt.NDArray[np.int64]]:
+    The slices are put in time order and linked (``link_slices``). From ``NEST_APART_ROWS`` host
+    slices on, their nesting, which needs only their threads and times, starts as soon as the
+    order is known, on a second thread, while this one puts the whole table in order, joins the
+    side tables and finds the launches: numpy and polars work that lets the GIL go, on the
+    reader's serial tail, where the second core has nothing else to do (271 MB trace, 505 k host
+    slices: the tail takes 0.22 s instead of 0.30)."""
     if not batches:
-        return pl.DataFrame(schema=SLICES_SCHEMA), np.zeros(0, dtype=np.int64)
+        return pl.DataFrame(schema=SLICES_SCHEMA), {name: pl.DataFrame(schema=schema) for name, schema in _SIDE_SCHEMAS}
+    offsets = np.cumsum([0] + [b.frame.height for b in batches])
     # One copy of the columns at a time: the batches' frames are joined without copying
     # (chunked), the sort makes the one contiguous copy, and the batches let theirs go.
     frame = pl.concat([b.frame for b in batches], rechunk=False)
     for b in batches:
         b.frame = _EMPTY_FRAME
     # Sort by start time (file order breaks ties) so that ids follow time.
-    order = np.argsort(frame.get_column(Col.TS).to_numpy(), kind="stable")
-    frame = _in_order(frame, order)
-    remap = np.empty_like(order)
+    ts = frame.get_column(Col.TS).to_numpy()
+    order = np.argsort(ts, kind="stable")
+    codes = frame.get_column(Col.KIND).to_numpy()[order]
+    host_idx = np.flatnonzero(_HOST_CODES[codes])
+    with contextlib.ExitStack() as stack:
+        nesting: Future[Nesting] | None = None
+        if host_idx.size >= NEST_APART_ROWS:
+            # (The nesting's columns are copied out of the batches' chunks first, so that those go
+            # once the table is in order.)
+            columns = [frame.get_column(Col.PID).to_numpy(), frame.get_column(Col.TID).to_numpy(), ts,
+                       frame.get_column(Col.DUR).to_numpy()]
+            pool = stack.enter_context(ThreadPoolExecutor(max_workers=1, thread_name_prefix="tracewhy-nest"))
+            nesting = pool.submit(_nest_in_order, columns, order[host_idx], host_idx,
+                                  codes[host_idx] == KIND_CODE[Kind.CPU_OP.value], frame.height)
+            del columns
+        del ts, codes
+        ordered = _ordered(frame, order)
+        del frame
+        remap = _remap(order)
+        del order
+        side = {name: _side_table([getattr(b, name) for b in batches], offsets, remap, schema)
+                for name, schema in _SIDE_SCHEMAS}
+        batches.clear()
+        slices = link_slices(ordered, nesting=None if nesting is None else nesting.result)
+    return slices, side
+
+
+def join_events(memory: list[pl.DataFrame], flows: list[pl.DataFrame], thread_rows: list[tuple[int, int | None, str]]
+                ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """The batches' memory events, flows and thread names, each joined in time order."""
+    return (pl.concat(memory).sort("ts_ns", maintain_order=True) if memory else pl.DataFrame(schema=MEMORY_SCHEMA),
+            pl.concat(flows).sort("ts_ns", maintain_order=True) if flows else pl.DataFrame(schema=FLOWS_SCHEMA),
+            pl.DataFrame(thread_rows, schema=THREADS_SCHEMA, orient="row").unique(maintain_order=True))
+
+
+def _remap(order: npt.NDArray[np.intp]) -> npt.NDArray[np.int64]:
+    """Each row's place once the rows are in ``order``."""
+    remap = np.empty(order.size, dtype=np.int64)
     remap[order] = np.arange(order.size)
-    frame = frame.with_columns(
+    return remap
+
+
+def _nest_in_order(columns: list[npt.NDArray[np.int64]], rows: npt.NDArray[np.intp], host_idx: npt.NDArray[np.intp],
+                   is_op: npt.NDArray[np.bool_], n: int) -> Nesting:
+    """``nest_rows`` of a table of ``n`` rows whose host rows, at ``host_idx``, are the ``rows`` of
+    ``columns`` (pid, tid, ts and dur of the joined batches, without nulls: the builder writes
+    every one). The list is emptied as the rows are taken."""
+    pid, tid, ts, dur = (np.take(values, rows) for values in columns)
+    columns.clear()
+    return nest_rows(n, host_idx, pid, tid, ts, dur, is_op)
+
+
+def _ordered(frame: pl.DataFrame, order: npt.NDArray[np.intp]) -> pl.DataFrame:
+    """The joined batches in ``order``, with ids, kinds and nulls as the Trace holds them (the
+    links still to be made)."""
+    frame = _in_order(frame, order)
+    return frame.with_columns(
         pl.Series(Col.ID, np.arange(frame.height, dtype=np.int64)),
         _KIND_SERIES.gather(frame.get_column(Col.KIND)).alias(Col.KIND),
         *(pl.when(pl.col(c) != NULL_ID).then(pl.col(c)).alias(c)
@@ -76,7 +137,6 @@ def _slices_table(batches: list[Batch]) -> tuple[pl.DataFrame, npt.NDArray[np.in
         pl.lit(None, dtype=pl.Int64).alias(Col.LAUNCH),
         pl.lit(None, dtype=pl.Int64).alias(Col.OP),
     ).select(list(SLICES_SCHEMA))
-    return link_slices(frame), remap.astype(np.int64)
 
 
 def _in_order(frame: pl.DataFrame, order: npt.NDArray[np.intp]) -> pl.DataFrame:

@@ -1,0 +1,89 @@
+"""The readers' serial tail run on two threads: a large table's host nesting starts beside the
+rest of the join (``readers/kineto/tables.join_batches``, ``model/linking.link_slices``), and a
+Kineto read joins its memory events, flows and threads beside the slices (``Builder.finish``).
+
+What either order makes must be the same Trace, table for table and row for row. Real traces,
+read twice: with every threshold at 0 (each tail on two threads, whatever its size) and out of
+reach (one thread, as before the change). The V100 DDP rank is above the default thresholds
+(101 k host slices) and is also read as the command reads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+from tests.conftest import shared_trace
+
+import tracewhy.model.linking as linking
+import tracewhy.readers.kineto.builder as builder
+import tracewhy.readers.kineto.tables as tables
+from tracewhy.model.linking import NEST_APART_ROWS
+from tracewhy.model.schema import HOST_KINDS
+from tracewhy.model.trace import TABLE_SCHEMAS, Trace
+from tracewhy.readers import CacheOptions, read_trace
+
+V100 = "hta/v100_ddp2_rank1_memprofile.json.gz"
+TRACES = (
+    V100,
+    "tracelens/h100_owlv2-large_zero-shot.json.gz",  # slices that overrun the one they began in
+    "hta/a100_16rank_rank0_alltoall.json.gz",
+    "nsys/nsysai_mfu_2gpu_before.sqlite.gz",  # link_slices per process, from the nsys reader
+)
+
+
+@contextmanager
+def _apart_from(rows: int) -> Iterator[None]:
+    """Every two-thread tail from ``rows`` rows on."""
+    saved = linking.NEST_APART_ROWS, tables.NEST_APART_ROWS, builder._APART_ROWS
+    linking.NEST_APART_ROWS = tables.NEST_APART_ROWS = builder._APART_ROWS = rows
+    try:
+        yield
+    finally:
+        linking.NEST_APART_ROWS, tables.NEST_APART_ROWS, builder._APART_ROWS = saved
+
+
+def _read(path: Path, apart_from: int) -> Trace:
+    with _apart_from(apart_from):
+        return read_trace(path, cache=CacheOptions(enabled=False))
+
+
+def _assert_same(a: Trace, b: Trace) -> None:
+    for name in TABLE_SCHEMAS:
+        assert_frame_equal(a.table(name), b.table(name), check_exact=True)
+    assert a.meta == b.meta
+
+
+@pytest.mark.parametrize("relative", TRACES)
+def test_two_threads_make_the_trace_one_thread_makes(relative: str) -> None:
+    path = shared_trace(relative)
+    one = _read(path, 2**62)
+    _assert_same(_read(path, 0), one)
+    assert one.slices.get_column("depth").max() > 0  # (nested: the comparison says something)
+
+
+def test_the_large_rank_takes_the_two_thread_tail_by_default() -> None:
+    path = shared_trace(V100)
+    trace = read_trace(path, cache=CacheOptions(enabled=False))
+    hosts = trace.slices.filter(pl.col("depth").is_not_null()).height
+    assert hosts >= NEST_APART_ROWS  # (else the default path below is the one-thread one)
+    _assert_same(trace, _read(path, 2**62))
+
+
+def test_a_given_nesting_is_the_one_link_slices_makes() -> None:
+    """``link_slices(nesting=...)`` takes the caller's nesting as its own: given the one it would
+    make, the table is the same; given another, the other shows (so it is not ignored)."""
+    slices = _read(shared_trace(V100), 2**62).slices
+    bare = slices.with_columns(pl.lit(None, dtype=c.dtype).alias(c.name)
+                               for c in slices.select("depth", "parent_id", "launch_id", "op_id").iter_columns())
+    host_idx = np.flatnonzero(bare.get_column("kind").is_in([k.value for k in HOST_KINDS]).to_numpy())
+    made = linking._nesting(bare, host_idx)
+    assert_frame_equal(linking.link_slices(bare, nesting=lambda: made), slices, check_exact=True)
+    flat = tuple(a.copy() for a in made)
+    flat[0][flat[0] > 0] = 0
+    assert not linking.link_slices(bare, nesting=lambda: flat).equals(slices)
