@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -89,3 +90,40 @@ def test_a_command_gets_its_freed_pages_returned_soon(tmp_path: Path) -> None:
     script.write_text("pass\n")
     assert _allocator_after(["capture", str(script)]).startswith("None ")
     assert _allocator_after([]).startswith("None ")
+
+
+_ARENAS = """
+import ctypes, sys, threading
+from tracewhy.cli import as_command
+as_command(sys.argv[1:])
+keep = []
+def work():
+    keep.append([bytearray(4096) for _ in range(200)])
+threads = [threading.Thread(target=work) for _ in range(4)]
+for t in threads: t.start()
+for t in threads: t.join()
+ctypes.CDLL(None).malloc_stats()
+"""
+
+
+def _arenas_after(argv: list[str], env: dict[str, str] | None = None) -> int:
+    """How many glibc arenas a fresh interpreter has after ``as_command(argv)`` and four threads
+    that allocate (``malloc_stats`` writes a section per arena)."""
+    base = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    done = subprocess.run([sys.executable, "-c", _ARENAS, *argv], env={**base, **(env or {})}, capture_output=True,
+                          text=True, timeout=60, check=True)
+    return done.stderr.count("Arena ")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or "glibc" not in " ".join(platform.libc_ver()),
+                    reason="glibc's arenas")
+def test_a_large_read_keeps_one_malloc_arena(tmp_path: Path) -> None:
+    """A command on large (or unknown) inputs has every thread allocate from one glibc arena;
+    small inputs, other programs and the user's own setting keep glibc's default."""
+    large = str(tmp_path / "large.json")
+    assert _arenas_after(["kernels", large]) == 1
+    assert _arenas_after(["kernels", str(shared_trace(BERT))]) > 1
+    assert _arenas_after(["kernels", large], {"MALLOC_ARENA_MAX": "4"}) > 1
+    script = tmp_path / "train.py"
+    script.write_text("pass\n")
+    assert _arenas_after(["capture", str(script)]) > 1
