@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -87,3 +88,24 @@ def test_a_given_nesting_is_the_one_link_slices_makes() -> None:
     flat = tuple(a.copy() for a in made)
     flat[0][flat[0] > 0] = 0
     assert not linking.link_slices(bare, nesting=lambda: flat).equals(slices)
+
+
+@pytest.mark.parametrize("relative", (V100, "tracelens/h100_owlv2-large_zero-shot.json.gz"))
+def test_the_metadata_made_beside_the_nesting_is_the_finished_tables(relative: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The builder makes the metadata while the nesting is being made, from the table whose
+    launches are linked: what it gives is what the finished table gives (``trace_meta`` reads no
+    nesting column), and the table it was given had none yet (so the check is not vacuous)."""
+    calls: list[tuple[tuple[Any, ...], pl.DataFrame]] = []
+    made = builder.trace_meta
+
+    def recording(*args: Any) -> Any:
+        calls.append((args[:-1], args[-1]))
+        return made(*args)
+
+    monkeypatch.setattr(builder, "trace_meta", recording)
+    trace = _read(shared_trace(relative), 0)
+    (others, given), = calls
+    assert given.get_column("depth").null_count() == given.height
+    assert given.get_column("launch_id").null_count() < given.height
+    assert made(*others, trace.slices) == trace.meta

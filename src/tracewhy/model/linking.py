@@ -6,8 +6,9 @@ Readers call ``link_slices`` once on their finished slices table; analyses rely 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Final
 
 import numpy as np
@@ -224,8 +225,8 @@ def _nearest_flagged(parent: Index, flag: npt.NDArray[np.bool_]) -> I64:
 Nesting = tuple[I64, I64, I64]
 
 
-def link_slices(slices: pl.DataFrame, *, per_process: bool = False,
-                nesting: Callable[[], Nesting] | None = None) -> pl.DataFrame:
+def link_slices(slices: pl.DataFrame, *, per_process: bool = False, nesting: Callable[[], Nesting] | None = None,
+                meanwhile: Callable[[pl.DataFrame], None] | None = None) -> pl.DataFrame:
     """Fill depth, parent_id, launch_id and op_id on a slices table whose ids are row numbers.
 
     ``per_process``: a GPU row's launch is found in its own process, runtime calls before driver
@@ -238,36 +239,38 @@ def link_slices(slices: pl.DataFrame, *, per_process: bool = False,
     known); it is asked for once the launches are found. Without it the nesting is made here: from
     ``NEST_APART_ROWS`` host slices on, on a second thread while this one finds the launches. Both
     are numpy and polars work that lets the GIL go, and readers call this on their serial tail,
-    where the second core has nothing else to do.
+    where the second core has nothing else to do. ``meanwhile``: the caller's own work on the
+    table once its launches are linked (depth, parent and op still null), done before the
+    nesting is waited for.
     """
-    if nesting is not None:
+    with contextlib.ExitStack() as stack:
+        if nesting is None:
+            host_idx = np.flatnonzero(slices.get_column(Col.KIND).is_in([k.value for k in HOST_KINDS]).to_numpy())
+            if host_idx.size < NEST_APART_ROWS:
+                made: Future[Nesting] = Future()
+                made.set_result(_nesting(slices, host_idx))
+                nesting = made.result
+            else:
+                pool = stack.enter_context(ThreadPoolExecutor(max_workers=1, thread_name_prefix="tracewhy-nest"))
+                nesting = pool.submit(_nesting, slices, host_idx).result
         gids, lids = _launch_links(slices, per_process)
+        launch_ids = np.full(slices.height, -1, dtype=np.int64)
+        launch_ids[gids] = lids
+        launch = _linked(launch_ids, Col.LAUNCH, pl.Int64())
+        del launch_ids
+        if meanwhile is not None:
+            meanwhile(slices.with_columns(launch))
         depth, parent, op = nesting()
-    else:
-        host_idx = np.flatnonzero(slices.get_column(Col.KIND).is_in([k.value for k in HOST_KINDS]).to_numpy())
-        if host_idx.size < NEST_APART_ROWS:
-            depth, parent, op = _nesting(slices, host_idx)
-            gids, lids = _launch_links(slices, per_process)
-        else:
-            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tracewhy-nest") as pool:
-                nested = pool.submit(_nesting, slices, host_idx)
-                gids, lids = _launch_links(slices, per_process)
-                depth, parent, op = nested.result()
-    launch = np.full(slices.height, -1, dtype=np.int64)
-    launch[gids] = lids
     op[gids] = op[lids]
     del gids, lids
+    return slices.with_columns(_linked(depth, Col.DEPTH, pl.Int32()), _linked(parent, Col.PARENT, pl.Int64()),
+                               launch, _linked(op, Col.OP, pl.Int64()))
 
-    def col(values: I64, name: str, dtype: pl.DataType) -> pl.Series:
-        raw = pl.Series(name, values)
-        return pl.select(pl.when(raw >= 0).then(raw).cast(dtype)).to_series().alias(name)
 
-    return slices.with_columns(
-        col(depth, Col.DEPTH, pl.Int32()),
-        col(parent, Col.PARENT, pl.Int64()),
-        col(launch, Col.LAUNCH, pl.Int64()),
-        col(op, Col.OP, pl.Int64()),
-    )
+def _linked(values: I64, name: str, dtype: pl.DataType) -> pl.Series:
+    """A link column of row numbers (-1: none, null in the table)."""
+    raw = pl.Series(name, values)
+    return pl.select(pl.when(raw >= 0).then(raw).cast(dtype)).to_series().alias(name)
 
 
 #: From this many host slices on, the nesting runs on a second thread (``link_slices``).

@@ -5,9 +5,9 @@ joins them into the Trace. A helper process (``parallel``) builds its batches wi
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
@@ -26,7 +26,7 @@ from tracewhy.model.schema import (
     Col,
     Kind,
 )
-from tracewhy.model.trace import Trace, Truncation
+from tracewhy.model.trace import Trace, TraceMeta, Truncation
 from tracewhy.readers.kineto.categories import category_kind, not_exported
 from tracewhy.readers.kineto.columns import (
     EMPTY_COPY_ATTRS,
@@ -373,21 +373,23 @@ class Builder:
         codes[scopes] = KIND_CODE[Kind.ANNOTATION.value]
 
     def finish(self, header: dict[str, msgspec.Raw], truncation: Truncation | None) -> Trace:
-        """The Trace of every batch taken, with the file's header and how it was cut (if it was)."""
-        if self.rows_seen < _APART_ROWS:
-            slices, side = join_batches(self.batches)
-            memory, flows, threads = join_events(self.memory, self.flows, self.thread_rows)
-        else:  # (polars lets the GIL go while it joins and sorts: the second core joins these meanwhile)
-            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tracewhy-join") as pool:
-                apart = pool.submit(join_events, self.memory, self.flows, self.thread_rows)
-                slices, side = join_batches(self.batches)
-                memory, flows, threads = apart.result()
+        """The Trace of every batch taken, with the file's header and how it was cut (if it was).
+        From ``_APART_ROWS`` events on, the memory events, flows and threads are joined on a
+        second thread beside the slices (polars lets the GIL go while it joins and sorts). The
+        metadata is made while the slices' nesting is (``join_batches``): it reads the launches,
+        kinds, names and times, never the nesting's columns."""
         devices = device_table(header, self.problems)  # (before the warnings are written)
         tally = Tally(problems=self.problems, counts=self.counts, categories=self.kind_cache.keys(),
                       spans=tuple(self.spans), unfinished=self.unfinished, quantised_us=self.quantised_us,
                       saw_python=self.saw_python, dropped=self.dropped)
-        meta = trace_meta(self.path, header, truncation, tally, side["op_attrs"], memory, slices)
-        return Trace(meta=meta, slices=slices, memory=memory, flows=flows, threads=threads,
+        metas: list[TraceMeta] = []
+        with contextlib.ExitStack() as stack:
+            events = join_events(self.memory, self.flows, self.thread_rows,
+                                 stack if self.rows_seen >= _APART_ROWS else None)
+            slices, side = join_batches(self.batches, lambda launched, side: metas.append(trace_meta(
+                self.path, header, truncation, tally, side["op_attrs"], events.result()[0], launched)))
+            memory, flows, threads = events.result()
+        return Trace(meta=metas[0], slices=slices, memory=memory, flows=flows, threads=threads,
                      devices=devices, **side)
 
 

@@ -47,7 +47,9 @@ class Tally(msgspec.Struct, frozen=True):
 
 def trace_meta(path: Path, header: dict[str, msgspec.Raw], truncation: Truncation | None, tally: Tally,
                op_attrs: pl.DataFrame, memory: pl.DataFrame, slices: pl.DataFrame) -> TraceMeta:
-    """The Trace's metadata: the header's values, what the read counted, and warnings for both."""
+    """The Trace's metadata: the header's values, what the read counted, and warnings for both.
+    Of ``slices`` it reads the kinds, names, times, correlation ids and launches, never the
+    nesting's columns: the builder makes it while the nesting is being made."""
     values = {k: decode_value(v, tally.problems) for k, v in header.items()
               if k not in ("deviceProperties", "computeProperties")}
     warnings: list[str] = []
