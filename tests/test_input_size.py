@@ -44,14 +44,22 @@ def test_small_inputs_takes_only_regular_files_within_the_bound(tmp_path: Path) 
     assert not small_inputs([gz, str(tmp_path)])
 
 
+_AS_COMMAND = "import os, sys; from tracewhy.cli import as_command; as_command(sys.argv[1:]); "
+
+
+def _after(code: str, argv: list[str], unset: str, env: dict[str, str] | None) -> subprocess.CompletedProcess[str]:
+    """A fresh interpreter running ``code`` on ``argv``, with ``unset`` out of its environment
+    and ``env`` in it."""
+    base = {k: v for k, v in os.environ.items() if k != unset}
+    return subprocess.run([sys.executable, "-c", code, *argv], env={**base, **(env or {})}, capture_output=True,
+                          text=True, timeout=60, check=True)
+
+
 def _pool_after(argv: list[str], env: dict[str, str] | None = None) -> str:
     """POLARS_MAX_THREADS after ``as_command(argv)`` in a fresh interpreter, and polars' pool size."""
-    code = ("import os, sys; from tracewhy.cli import as_command; as_command(sys.argv[1:]); "
-            "v = os.environ.get('POLARS_MAX_THREADS'); import polars as pl; print(v, pl.thread_pool_size())")
-    base = {k: v for k, v in os.environ.items() if k != "POLARS_MAX_THREADS"}
-    done = subprocess.run([sys.executable, "-c", code, *argv], env={**base, **(env or {})}, capture_output=True,
-                          text=True, timeout=60, check=True)
-    return done.stdout.strip()
+    code = _AS_COMMAND + ("v = os.environ.get('POLARS_MAX_THREADS'); import polars as pl; "
+                          "print(v, pl.thread_pool_size())")
+    return _after(code, argv, "POLARS_MAX_THREADS", env).stdout.strip()
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: polars' default pool is one thread already")
@@ -71,12 +79,8 @@ def test_a_command_on_small_inputs_gets_a_one_thread_pool(tmp_path: Path) -> Non
 
 def _allocator_after(argv: list[str], env: dict[str, str] | None = None) -> str:
     """Polars' allocator settings after ``as_command(argv)`` in a fresh interpreter."""
-    code = ("import os, sys; from tracewhy.cli import as_command; as_command(sys.argv[1:]); "
-            "print(os.environ.get('_RJEM_MALLOC_CONF'), 'polars' in sys.modules)")
-    base = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
-    done = subprocess.run([sys.executable, "-c", code, *argv], env={**base, **(env or {})}, capture_output=True,
-                          text=True, timeout=60, check=True)
-    return done.stdout.strip()
+    code = _AS_COMMAND + "print(os.environ.get('_RJEM_MALLOC_CONF'), 'polars' in sys.modules)"
+    return _after(code, argv, "_RJEM_MALLOC_CONF", env).stdout.strip()
 
 
 def test_a_command_gets_its_freed_pages_returned_soon(tmp_path: Path) -> None:
@@ -92,10 +96,8 @@ def test_a_command_gets_its_freed_pages_returned_soon(tmp_path: Path) -> None:
     assert _allocator_after([]).startswith("None ")
 
 
-_ARENAS = """
-import ctypes, sys, threading
-from tracewhy.cli import as_command
-as_command(sys.argv[1:])
+_ARENAS = _AS_COMMAND + """
+import ctypes, threading
 keep = []
 def work():
     keep.append([bytearray(4096) for _ in range(200)])
@@ -109,10 +111,7 @@ ctypes.CDLL(None).malloc_stats()
 def _arenas_after(argv: list[str], env: dict[str, str] | None = None) -> int:
     """How many glibc arenas a fresh interpreter has after ``as_command(argv)`` and four threads
     that allocate (``malloc_stats`` writes a section per arena)."""
-    base = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
-    done = subprocess.run([sys.executable, "-c", _ARENAS, *argv], env={**base, **(env or {})}, capture_output=True,
-                          text=True, timeout=60, check=True)
-    return done.stderr.count("Arena ")
+    return _after(_ARENAS, argv, "MALLOC_ARENA_MAX", env).stderr.count("Arena ")
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux") or "glibc" not in " ".join(platform.libc_ver()),
