@@ -286,17 +286,17 @@ def _nesting(slices: pl.DataFrame, host_idx: npt.NDArray[np.intp]) -> Nesting:
         values = slices.get_column(name).gather(host_idx)
         return np.asarray((values.fill_null(-1) if values.null_count() else values).to_numpy(), dtype=np.int64)
 
-    return nest_rows(slices.height, host_idx, host(Col.PID), host(Col.TID), host(Col.TS), host(Col.DUR),
+    return nest_rows(slices.height, host_idx, [host(Col.PID), host(Col.TID), host(Col.TS), host(Col.DUR)],
                      (kind.gather(host_idx) == Kind.CPU_OP.value).to_numpy())
 
 
-def nest_rows(n: int, host_idx: npt.NDArray[np.intp], pid: I64, tid: I64, ts: I64, dur: I64,
-              is_op: npt.NDArray[np.bool_]) -> Nesting:
+def nest_rows(n: int, host_idx: npt.NDArray[np.intp], columns: list[I64], is_op: npt.NDArray[np.bool_]) -> Nesting:
     """Depth, parent row and innermost enclosing CPU op row of each of a table's ``n`` rows (-1:
     none, and for every row not at ``host_idx``), ``nest_host_slices`` of the host rows at
-    ``host_idx`` (ascending), whose columns the other arguments are."""
-    d, p, o = nest_host_slices(pid, tid, ts, dur, is_op)
-    del pid, tid, ts, dur, is_op
+    ``host_idx`` (ascending): ``columns`` are their pid, tid, ts and dur, handed over (the list is
+    emptied, so that the nesting lets each go once it is used: 16 MB at its peak on 505 k rows)."""
+    d, p, o = nest_host_slices(columns.pop(0), columns.pop(0), columns.pop(0), columns.pop(0), is_op)
+    del is_op
     # (The whole-table columns are made after the nesting, whose peak they would add to.)
     depth = np.full(n, -1, dtype=np.int64)
     depth[host_idx] = d

@@ -137,9 +137,9 @@ def _nest_in_order(columns: list[npt.NDArray[np.int64]], rows: npt.NDArray[np.in
     """``nest_rows`` of a table of ``n`` rows whose host rows, at ``host_idx``, are the ``rows`` of
     ``columns`` (pid, tid, ts and dur of the joined batches, without nulls: the builder writes
     every one). The list is emptied as the rows are taken."""
-    pid, tid, ts, dur = (np.take(values, rows) for values in columns)
+    taken = [np.take(values, rows) for values in columns]
     columns.clear()
-    return nest_rows(n, host_idx, pid, tid, ts, dur, is_op)
+    return nest_rows(n, host_idx, taken, is_op)
 
 
 def _ordered(frame: pl.DataFrame, order: npt.NDArray[np.intp]) -> pl.DataFrame:
