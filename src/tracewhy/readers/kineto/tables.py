@@ -64,7 +64,7 @@ def join_batches(batches: list[Batch], meanwhile: Callable[[pl.DataFrame, dict[s
     order is known, on a second thread, while this one puts the whole table in order, joins the
     side tables and finds the launches: numpy and polars work that lets the GIL go, on the
     reader's serial tail, where the second core has nothing else to do (271 MB trace, 505 k host
-    slices: the tail takes 0.22 s instead of 0.30)."""
+    slices: the tail, the metadata made ``meanwhile`` included, takes 0.20 s instead of 0.30)."""
     if not batches:
         empty = pl.DataFrame(schema=SLICES_SCHEMA)
         none = {name: pl.DataFrame(schema=schema) for name, schema in _SIDE_SCHEMAS}
@@ -94,7 +94,8 @@ def join_batches(batches: list[Batch], meanwhile: Callable[[pl.DataFrame, dict[s
                                   codes[host_idx] == KIND_CODE[Kind.CPU_OP.value], frame.height)
             del columns
         del ts, codes
-        ordered = _ordered(frame, order)
+        frame = _in_order(frame, order)  # (the batches' chunks go here)
+        ordered = _as_slices(frame)
         del frame
         remap = _remap(order)
         del order
@@ -142,10 +143,9 @@ def _nest_in_order(columns: list[npt.NDArray[np.int64]], rows: npt.NDArray[np.in
     return nest_rows(n, host_idx, taken, is_op)
 
 
-def _ordered(frame: pl.DataFrame, order: npt.NDArray[np.intp]) -> pl.DataFrame:
-    """The joined batches in ``order``, with ids, kinds and nulls as the Trace holds them (the
+def _as_slices(frame: pl.DataFrame) -> pl.DataFrame:
+    """The joined batches, in time order, with ids, kinds and nulls as the Trace holds them (the
     links still to be made)."""
-    frame = _in_order(frame, order)
     return frame.with_columns(
         pl.Series(Col.ID, np.arange(frame.height, dtype=np.int64)),
         _KIND_SERIES.gather(frame.get_column(Col.KIND)).alias(Col.KIND),
