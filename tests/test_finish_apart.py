@@ -24,9 +24,10 @@ from tests.conftest import shared_trace
 import tracewhy.model.linking as linking
 import tracewhy.readers.kineto.builder as builder
 import tracewhy.readers.kineto.tables as tables
+from test_cache import _assert_same
 from tracewhy.model.linking import NEST_APART_ROWS
 from tracewhy.model.schema import HOST_KINDS
-from tracewhy.model.trace import TABLE_SCHEMAS, Trace
+from tracewhy.model.trace import Trace
 from tracewhy.readers import CacheOptions, read_trace
 
 V100 = "hta/v100_ddp2_rank1_memprofile.json.gz"
@@ -52,12 +53,6 @@ def _apart_from(rows: int) -> Iterator[None]:
 def _read(path: Path, apart_from: int) -> Trace:
     with _apart_from(apart_from):
         return read_trace(path, cache=CacheOptions(enabled=False))
-
-
-def _assert_same(a: Trace, b: Trace) -> None:
-    for name in TABLE_SCHEMAS:
-        assert_frame_equal(a.table(name), b.table(name), check_exact=True)
-    assert a.meta == b.meta
 
 
 @pytest.mark.parametrize("relative", TRACES)

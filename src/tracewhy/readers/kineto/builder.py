@@ -36,6 +36,7 @@ from tracewhy.readers.kineto.columns import (
     NULL_ID,
     Ids,
     as_int,
+    code_set,
     copy_attrs_table,
     device_event_kinds,
     float_array,
@@ -80,17 +81,11 @@ _SPAN = 255  # cat "Trace": the profiler's own capture window, not a slice
 _INSTANT = 254
 
 
-def _code_set(*kinds: Kind) -> npt.NDArray[np.bool_]:
-    table = np.zeros(256, dtype=np.bool_)
-    table[[KIND_CODE[k.value] for k in kinds]] = True
-    return table
-
-
 #: Device activity: args decoded as GpuArgs. Ops and annotations: OpArgs. The rest: LinkArgs.
-_GPU_CODES = _code_set(Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.GPU_ANNOTATION, Kind.GPU_SYNC,
+_GPU_CODES = code_set(Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.GPU_ANNOTATION, Kind.GPU_SYNC,
                        Kind.PROFILER_RANGE)
 _GPU_KIND_NAMES = frozenset(k.value for k in (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET))
-_OP_CODES = _code_set(Kind.CPU_OP, Kind.ANNOTATION)
+_OP_CODES = code_set(Kind.CPU_OP, Kind.ANNOTATION)
 _I32_MIN, _I32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)
 #: Times and durations (microseconds) at or beyond this, or not finite, are not usable: a start
 #: plus a duration must fit int64 nanoseconds. Epoch microseconds are 1.8e15 in 2026.

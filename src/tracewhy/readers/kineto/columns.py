@@ -31,6 +31,14 @@ _I64_MIN, _I64_MAX = int(np.iinfo(np.int64).min), int(np.iinfo(np.int64).max)
 _COPY_NAME = re.compile(r"Memcpy\s+(\w+)\s*(?:\((\w+)\s*->\s*(\w+)\))?")
 
 
+def code_set(*kinds: Kind) -> npt.NDArray[np.bool_]:
+    """Whether each kind code (a batch's kinds are a uint8 array of KIND_CODE) is one of ``kinds``:
+    a table indexed by code."""
+    table = np.zeros(256, dtype=np.bool_)
+    table[[KIND_CODE[k.value] for k in kinds]] = True
+    return table
+
+
 def to_int(value: object) -> int:
     """pid/tid as int: Kineto writes strings for some ("25738", "stream 7", "Spans")."""
     if isinstance(value, int) and not isinstance(value, bool):

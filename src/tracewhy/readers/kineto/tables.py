@@ -28,14 +28,13 @@ from tracewhy.model.schema import (
     Col,
     Kind,
 )
-from tracewhy.readers.kineto.columns import EMPTY_SYNC_ATTRS, NULL_ID
+from tracewhy.readers.kineto.columns import EMPTY_SYNC_ATTRS, NULL_ID, code_set
 
 #: A batch's kinds are a uint8 array of their codes (KIND_CODE): gathered from this, they are kinds.
 _KIND_SERIES = pl.Series(tuple(KIND_CODE), dtype=KIND_DTYPE)
 _EMPTY_FRAME = pl.DataFrame()
-#: Whether each kind code (a batch's kinds, KIND_CODE) is one of the host kinds the nesting takes.
-_HOST_CODES = np.zeros(256, dtype=np.bool_)
-_HOST_CODES[[KIND_CODE[k.value] for k in HOST_KINDS]] = True
+#: Whether each kind code is one of the host kinds the nesting takes.
+_HOST_CODES = code_set(*HOST_KINDS)
 #: The side tables, by their name in the Trace (and in a Batch).
 _SIDE_SCHEMAS = (("kernel_attrs", KERNEL_ATTRS_SCHEMA), ("copy_attrs", COPY_ATTRS_SCHEMA),
                  ("sync_attrs", SYNC_ATTRS_SCHEMA), ("op_attrs", OP_ATTRS_SCHEMA))
