@@ -201,7 +201,7 @@ def _counts(export: Path) -> dict[str, int]:
 
 def _numba_note() -> str:
     """Whether this tree's runs had numba (the ``fast`` extra), which compiles the critical path's
-    loops on large windows (src/tracewhy/analyses/compiled.py); a "before" tree may not use it."""
+    loops on large windows (src/tracewhy/model/compiled.py); a "before" tree may not use it."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:

@@ -1,4 +1,4 @@
-"""The compiled replay pass and walk (``analyses/compiled``, numba) give what the Python loops give:
+"""The compiled replay pass and walk (``model/compiled``, numba) give what the Python loops give:
 on generated windows and graphs, integer for integer, on real traces' graphs and diagnoses the same.
 The Python loops are the reference: every earlier test and figure was made with them. Also: a
 plain install (no numba) keeps them in Python, and the graph's ids are int32 where they fit."""
@@ -17,8 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.conftest import shared_trace
 
-from tracewhy.analyses import compiled, critical_path_replay, critical_path_walk
+from tracewhy.analyses import critical_path_replay, critical_path_walk
 from tracewhy.analyses.critical_path_graph import Graph, build_graph
+from tracewhy.model import compiled
 
 #: The tests that run the compiled loops need numba (the ``test`` extra has it: CI runs them).
 needs_numba = pytest.mark.skipif(importlib.util.find_spec("numba") is None,
@@ -169,8 +170,8 @@ def test_without_numba_the_python_loops_run(monkeypatch: pytest.MonkeyPatch) -> 
     import sys
 
     monkeypatch.setitem(sys.modules, "numba", None)  # (import numba now raises ImportError)
-    monkeypatch.delitem(sys.modules, "tracewhy.analyses.compiled_loops", raising=False)
-    monkeypatch.delattr(sys.modules["tracewhy.analyses"], "compiled_loops", raising=False)
+    monkeypatch.delitem(sys.modules, "tracewhy.model.compiled_loops", raising=False)
+    monkeypatch.delattr(sys.modules["tracewhy.model"], "compiled_loops", raising=False)
     monkeypatch.setattr(compiled, "_loaded", [])
     assert compiled.loops(compiled.MIN_ITEMS) is None
     times = array("q", [5, 0, 0])

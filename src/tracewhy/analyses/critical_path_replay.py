@@ -16,11 +16,11 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from tracewhy.analyses import compiled
 from tracewhy.analyses.critical_path_edges import Edge, way_out_of_cycle
 from tracewhy.analyses.critical_path_graph import Graph
 from tracewhy.analyses.replay_edges import LiveInEdges, _ints, _positions, one_way_in, process_edges, scale_weights
 from tracewhy.analyses.replay_measured import MeasuredStretches
+from tracewhy.model import compiled
 
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]

@@ -14,10 +14,11 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tracewhy.analyses import api_names, compiled
+from tracewhy.analyses import api_names
 from tracewhy.analyses.critical_path_edges import KERNEL_GAP_MAX_NS, Edge, way_out_of_cycle
 from tracewhy.analyses.critical_path_graph import Graph
 from tracewhy.analyses.families import Family, classify_kernels
+from tracewhy.model import compiled
 from tracewhy.model.schema import KIND_CODE, Col, Kind
 from tracewhy.model.trace import Trace
 

@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from tracewhy.model import compiled
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, HOST_KINDS, KIND_CODE, KIND_DTYPE, LAUNCH_KINDS, Col, Kind
 
 I64 = npt.NDArray[np.int64]
@@ -41,7 +42,9 @@ def nest_host_slices(
     All of it is vectorized: rows sorted by thread, start and length first, the parent is the
     nearest earlier row whose end reaches this row's end (a previous-greater-element search by
     pointer jumping), and depth is the length of the parent chain (list ranking by pointer
-    jumping). Both take a number of rounds logarithmic in the chain lengths.
+    jumping). Both take a number of rounds logarithmic in the chain lengths. From
+    ``compiled.MIN_ITEMS`` rows on, where numba is installed, the sorted rows take one compiled
+    pass with a stack instead (``compiled_loops.nest``), which gives the same rows.
     """
     n = ts.shape[0]
     if n == 0:
@@ -90,12 +93,21 @@ def nest_host_slices(
     # slice that ends at my start is no longer open then).
     reach = end_key + (o_dur == 0)
     del o_dur
-    parent = _previous_reaching(end_key, reach)
-    del end_key, reach
+    fast = compiled.loops(n)
+    if fast is not None:  # (numba: the three in one pass)
+        dtype = _index_dtype(n)
+        parent, depth, op = np.empty(n, dtype=dtype), np.empty(n, dtype=dtype), np.empty(n, dtype=dtype)
+        fast.nest(end_key, reach, o_is_op, parent, depth, op)
+        del end_key, reach, o_is_op
+    else:
+        parent = _previous_reaching(end_key, reach)
+        del end_key, reach
+        depth = _chain_length(parent)
+        op = first_flagged(parent, parent, o_is_op)
+        del o_is_op
     out_depth = np.empty(n, dtype=np.int64)
-    out_depth[order] = _chain_length(parent)
-    op = first_flagged(parent, parent, o_is_op)
-    del o_is_op
+    out_depth[order] = depth
+    del depth
     out_op = np.empty(n, dtype=np.int64)
     out_op[order] = np.where(op >= 0, order[np.maximum(op, 0)], -1)
     del op

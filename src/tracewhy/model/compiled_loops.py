@@ -1,5 +1,6 @@
-"""The replay's pass over a window's edges and the walk back along the critical path, compiled by
-numba (imported only through ``compiled.loops``, which falls back to the Python loops without it)."""
+"""The replay's pass over a window's edges, the walk back along the critical path and the nesting
+of host slices, compiled by numba (imported only through ``compiled.loops``, which falls back to
+the Python and numpy loops without it)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,17 @@ def replay_times(times: npt.NDArray[np.int64], ps: npt.NDArray[np.int32], pd: np
     if cur >= 0 and not fixed[cur]:
         times[cur] = best
     return times
+
+
+@numba.njit(cache=True, nogil=True)
+def _push(stack: npt.NDArray[np.int64], k: int, value: int) -> Any:
+    """``stack`` with ``value`` at ``k``: itself, or a copy twice as long when it is full."""
+    if k == stack.shape[0]:
+        grown = np.empty(2 * k, dtype=np.int64)
+        grown[:k] = stack
+        stack = grown
+    stack[k] = value
+    return stack
 
 
 #: How a compiled walk stopped: at the window's start or an instant nothing released; at an instant
@@ -78,20 +90,47 @@ def walk(bind: npt.NDArray[np.signedinteger[Any]], src: npt.NDArray[np.signedint
             now = at
         else:
             marks[v] = True
-            if k == run.shape[0]:
-                grown = np.empty(2 * k, dtype=np.int64)
-                grown[:k] = run
-                run = grown
-            run[k] = v
+            run = _push(run, k, v)
             k += 1
         v = u
     return n, v, status, run[:k].copy()
 
 
+@numba.njit(cache=True, nogil=True)
+def nest(end: npt.NDArray[np.int64], reach: npt.NDArray[np.int64], flag: npt.NDArray[np.bool_],
+         parent: npt.NDArray[np.signedinteger[Any]], depth: npt.NDArray[np.signedinteger[Any]],
+         op: npt.NDArray[np.signedinteger[Any]]) -> None:
+    """``linking.nest_host_slices``' parent, depth and innermost flagged proper ancestor of each row
+    (-1: none), written into ``parent``, ``depth`` and ``op``, in one pass over rows sorted as it
+    sorts them. A row's parent is the nearest earlier row whose ``end`` reaches its ``reach``: a
+    stack of the rows that may still be someone's parent, from which a row first drops those that
+    fall short of it (a row that falls short of row i falls short of every later row that i itself
+    does not reach, ``_previous_reaching``'s invariant), so each row is pushed and dropped once."""
+    stack = np.empty(64, dtype=np.int64)
+    k = 0
+    for i in range(end.shape[0]):
+        r = reach[i]
+        while k > 0 and end[stack[k - 1]] < r:
+            k -= 1
+        if k == 0:
+            parent[i] = -1
+            depth[i] = 0
+            op[i] = -1
+        else:
+            p = stack[k - 1]
+            parent[i] = p
+            depth[i] = depth[p] + 1
+            op[i] = p if flag[p] else op[p]
+        stack = _push(stack, k, i)
+        k += 1
+
+
 def warm() -> None:
-    """Compile (or load from numba's cache) both loops for the array types the callers pass, so
+    """Compile (or load from numba's cache) the loops for the array types the callers pass, so
     that whatever numba has to say or raise doing it happens where ``compiled`` can catch it."""
     one = np.zeros(1, dtype=np.int64)
     positions = np.zeros(1, dtype=np.int32)
     replay_times(one.copy(), positions, positions.copy(), one.copy(), np.frombuffer(b"\x00", dtype=np.bool_), 0)
     walk(np.full(1, -1, dtype=np.int32), positions.copy(), one.copy(), 0, 0, one[:0], one.copy())  # (graph ids: int32)
+    # (row numbers: int32 below 2**31 rows, linking._index_dtype)
+    nest(one, one.copy(), np.zeros(1, dtype=np.bool_), positions.copy(), positions.copy(), positions.copy())
