@@ -541,7 +541,7 @@ def throughput(args: argparse.Namespace) -> int:
     results: dict[tuple[str, str], list[Run]] = {}
     for label, path in files.items():
         size = path.stat().st_size
-        repeats = 1 if size > LOADS_MAX_BYTES else args.repeats  # (5 GB: minutes a run)
+        repeats = args.repeats_large if size > LOADS_MAX_BYTES else args.repeats  # (5 GB: 25 s or more a run)
         for i in range(repeats):
             for tool, measure in tools:  # interleaved: a change in load hits every tool alike
                 if tool.startswith("json.loads") and size > LOADS_MAX_BYTES:
@@ -643,6 +643,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--throughput", action="store_true",
                    help="measure the whole command's MB/s and peak RSS at --sizes instead (results_read_throughput.md)")
     p.add_argument("--sizes", default="271M,1G,5G", help="throughput rows, of " + ", ".join(THROUGHPUT_SIZES))
+    p.add_argument("--repeats-large", type=int, default=1,
+                   help="throughput: runs per tool of a file over 1.2 GB (the 5 GB one), where json.loads is not run")
     p.add_argument("--file", action="append", default=[], metavar="LABEL=PATH",
                    help="a throughput row's file, already made (else made once in --dir)")
     p.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "tracewhy-bench-read",
