@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from typing import Final, NoReturn
 
-from tracewhy import __version__
+from tracewhy import __version__, code_cache
 from tracewhy.cli.base import Warnings, add_common_options, run_command, write_json_document
 from tracewhy.cli.commands import ALL_MODULES, load_command
 from tracewhy.errors import TraceError, UsageError
@@ -288,6 +288,8 @@ def as_command(argv: Sequence[str] = ()) -> None:
     word = _command_word(argv)
     if word is None or word in _OTHER_PROGRAMS_OR_MANY_TRACES or "polars" in sys.modules:
         return
+    if word in ALL_MODULES:
+        code_cache.start(word)
     os.environ.setdefault(_POLARS_ALLOCATOR, f"dirty_decay_ms:{_FREED_PAGES_KEPT_MS},muzzy_decay_ms:0")
     if small_inputs(argv[argv.index(word) + 1:]):
         os.environ.setdefault(_POLARS_THREADS, "1")
@@ -317,6 +319,7 @@ def end_command(code: int) -> NoReturn:
     took 35-45 ms of a 0.5 s command on a 1 MB trace, only to free memory that the operating
     system frees at once. Under a tracer or a profiler (coverage, cProfile) it exits the
     ordinary way, so that they write their results."""
+    code_cache.finish()
     if sys.gettrace() is not None or sys.getprofile() is not None:
         sys.exit(code)
     for stream in (sys.stdout, sys.stderr):
