@@ -13,7 +13,9 @@ matplotlib, everything else), so a command that pays for an import it does not u
 Import times under ``-X importtime`` are a little inflated by the measuring itself.
 
 Python's bytecode cache is on, in a scratch folder, filled by one untimed run of each command:
-an installed tracewhy has its .pyc files (pip compiles them). Where PYTHONDONTWRITEBYTECODE is
+an installed tracewhy has its .pyc files (pip compiles them). So is the command's own table of
+compiled dataclass methods (``tracewhy/code_cache.py``), under a scratch cache directory: a
+user's first run of a command fills it, as their first import fills ``__pycache__``. Where PYTHONDONTWRITEBYTECODE is
 set (this machine's shell sets it), every run would otherwise compile each tracewhy module it
 imports, about 0.1 s of a command's time; ``--no-bytecode-cache`` measures that way.
 
@@ -80,14 +82,18 @@ def has_json(argv: list[str]) -> bool:
 
 
 def child_env(scratch: Path, bytecode: bool, src: Path | None = None) -> dict[str, str]:
-    """The runs' environment: parse cache off; the bytecode cache in ``scratch`` (or none);
-    ``src`` first on the path (a baseline tree)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
+    """The runs' environment: parse cache off; the bytecode cache, and the command's table of
+    compiled dataclass methods (``code_cache``), in ``scratch`` (or neither); ``src`` first on
+    the path (a baseline tree)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX", "TRACEWHY_NO_CODE_CACHE")}
     env["TRACEWHY_NO_CACHE"] = "1"
+    env["TRACEWHY_CACHE_DIR"] = str(scratch / "cache")
     if bytecode:
         env["PYTHONPYCACHEPREFIX"] = str(scratch / "pycache")
     else:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
+        env["TRACEWHY_NO_CODE_CACHE"] = "1"
     if src is not None:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(src), env.get("PYTHONPATH")) if p)
     return env
@@ -194,8 +200,9 @@ def main() -> int:
         f"Made by `python bench/bench_startup.py`. Trace: {source.name} decompressed "
         f"({trace_mb:.2f} MB). "
         f"Parse cache off; medians of {args.repeats} fresh processes; target <= {TARGET_S} s whole-process. "
-        + ("Python's bytecode cache on (as installed)." if bytecode else
-           "No bytecode cache: every run compiles the modules it imports."), "",
+        + ("Python's bytecode cache on (as installed), and the command's table of compiled dataclass "
+           "methods, both filled by an untimed run." if bytecode else
+           "No bytecode cache and no table of dataclass methods: every run compiles what it imports."), "",
         f"- machine: {os.cpu_count()} logical cores, Python {platform.python_version()}",
         f"- load average (1/5/15 min) at start: {' / '.join(f'{v:.2f}' for v in load_start)}; at end: "
         f"{' / '.join(f'{v:.2f}' for v in load_end)} (shared machine: timings are noisy)",
