@@ -79,11 +79,13 @@ def start(command: str) -> None:
     dataclasses.exec = _exec  # type: ignore[attr-defined]  # (a module global shadows the builtin there)
 
 
-def _exec(source: Any, namespace: dict[str, Any] | None = None, local: dict[str, Any] | None = None) -> None:
-    """``exec`` as ``dataclasses`` calls it, its source text compiled through the table."""
+def _exec(source: Any, namespace: dict[str, Any] | None = None, local: dict[str, Any] | None = None,
+          **rest: Any) -> None:
+    """``exec`` as ``dataclasses`` calls it, its source text compiled through the table (anything
+    else it may pass goes on to ``exec`` as it came)."""
     if type(source) is str and _active:
         source = _active[0].code(source)
-    builtins.exec(source, namespace, local)
+    builtins.exec(source, namespace, local, **rest)
 
 
 def finish() -> None:
