@@ -136,6 +136,9 @@ def test_a_table_others_could_write_is_not_read(cache_dir: Path) -> None:
     link = table.with_name("linked.marshal")
     link.symlink_to(table)
     assert code_cache._read(link) == {}
+    fifo = table.with_name("fifo.marshal")
+    os.mkfifo(fifo, 0o600)
+    assert code_cache._read(fifo) == {}, "a FIFO in the table's place must not block the command"
     for content in (b"not marshal at all", marshal.dumps({"source": 1}), marshal.dumps(["a list"]), b""):
         other = table.with_name("other.marshal")
         other.write_bytes(content)

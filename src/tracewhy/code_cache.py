@@ -34,7 +34,7 @@ import types
 from pathlib import Path
 from typing import Any, Final
 
-from tracewhy.cache_place import default_cache_dir
+from tracewhy.cache_place import default_cache_dir, open_regular
 
 ENV_DISABLE: Final = "TRACEWHY_NO_CODE_CACHE"
 #: Under the cache directory: one table per interpreter bytecode and command.
@@ -108,8 +108,8 @@ def _read(path: Path) -> dict[str, types.CodeType]:
     try:
         if not (_private(path.parent) and _private(path)):
             return {}
-        with open(path, "rb") as f:
-            if not _private_fd(f.fileno()):
+        with open_regular(path) as f:  # (a FIFO or device in its place would block a plain open)
+            if not _private_stat(os.fstat(f.fileno())):
                 return {}
             table = marshal.load(f)
     except (OSError, EOFError, ValueError, TypeError):
@@ -124,18 +124,13 @@ def _private(path: Path) -> bool:
     return _private_stat(os.lstat(path))
 
 
-def _private_fd(fd: int) -> bool:
-    st = os.fstat(fd)
-    return stat.S_ISREG(st.st_mode) and _private_stat(st)
-
-
 def _private_stat(st: os.stat_result) -> bool:
     return st.st_uid == os.getuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not stat.S_ISLNK(st.st_mode)
 
 
 def _write(path: Path, codes: dict[str, types.CodeType]) -> None:
     """``codes`` written to ``path`` at once (a new file moved into place), in a directory only
-    this user can enter."""
+    this user can write to."""
     import tempfile  # (only when a table is written: most runs read theirs)
 
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
