@@ -274,9 +274,11 @@ def as_command(argv: Sequence[str] = ()) -> None:
     where the memory a command holds is columns, which the collector does not look into, and
     cycles among the rest are few. On small inputs (``input_size.small_inputs``) polars runs its
     queries on one thread, unless the user chose a pool size: set before polars is imported,
-    which sizes its pool once. Not for the commands that start other programs (``capture``
-    runs the user's job, which would inherit the setting) or serve many traces (``mcp``). Only
-    the command sets these: a program that imports tracewhy keeps its own settings.
+    which sizes its pool once. The methods of the dataclasses its imports make are compiled
+    through the command's table (``code_cache``: kept compiled from earlier runs). Not for the
+    commands that start other programs (``capture`` runs the user's job, which would inherit the
+    setting) or serve many traces (``mcp``). Only the command sets these: a program that imports
+    tracewhy keeps its own settings.
 
     Polars' allocator (jemalloc) is told to give the pages it frees back to the system after
     ``_FREED_PAGES_KEPT_MS`` instead of its default 10 s, unless the user configured it: a
