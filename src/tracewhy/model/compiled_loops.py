@@ -1,5 +1,6 @@
-"""The replay's pass over a window's edges, the walk back along the critical path and the nesting
-of host slices, compiled by numba (imported only through ``compiled.loops``, which falls back to
+"""The replay's pass over a window's edges, the walk back along the critical path, the nesting
+of host slices, the host tree's nearest and outermost marked slices, the graph's binding edges
+and the replay window's order of edges, compiled by numba (imported only through ``compiled.loops``, which falls back to
 the Python and numpy loops without it)."""
 
 from __future__ import annotations
@@ -125,6 +126,73 @@ def nest(end: npt.NDArray[np.int64], reach: npt.NDArray[np.int64], flag: npt.NDA
         k += 1
 
 
+@numba.njit(cache=True, nogil=True)
+def nearest_by_level(mark: npt.NDArray[np.bool_], rows: npt.NDArray[np.int32], parents: npt.NDArray[np.int32],
+                     out: npt.NDArray[np.int64]) -> Any:
+    """``host_tree._nearest_by_level`` in one pass, written into ``out``: each slice itself when
+    marked (else -1), then, over ``rows`` in level order (a parent's level before its children's),
+    an unmarked one takes its parent's answer, settled before it."""
+    for i in range(mark.shape[0]):
+        out[i] = i if mark[i] else -1
+    for j in range(rows.shape[0]):
+        r = rows[j]
+        if not mark[r]:
+            out[r] = out[parents[j]]
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def outermost_by_level(mark: npt.NDArray[np.bool_], rows: npt.NDArray[np.int32], parents: npt.NDArray[np.int32],
+                       out: npt.NDArray[np.int64]) -> Any:
+    """``HostTree.outermost`` in one pass, written into ``out``: each slice itself when marked
+    (else -1), then, over ``rows`` in level order, a slice takes its parent's answer where the
+    parent has one."""
+    for i in range(mark.shape[0]):
+        out[i] = i if mark[i] else -1
+    for j in range(rows.shape[0]):
+        above = out[parents[j]]
+        if above >= 0:
+            out[rows[j]] = above
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def stable_by_key(keys: npt.NDArray[np.int32], size: int) -> Any:
+    """``np.argsort(keys, kind="stable")`` as int32 for keys in [0, size): a counting sort, two
+    passes over the keys where a comparison sort takes log n."""
+    first = np.zeros(size + 1, dtype=np.int64)
+    for i in range(keys.shape[0]):
+        first[keys[i] + 1] += 1
+    for k in range(size):
+        first[k + 1] += first[k]
+    out = np.empty(keys.shape[0], dtype=np.int32)
+    for i in range(keys.shape[0]):
+        k = keys[i]
+        out[first[k]] = i
+        first[k] += 1
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def binding(node_ts: npt.NDArray[np.int64], src: npt.NDArray[np.int64], dst: npt.NDArray[np.int64],
+            kind: npt.NDArray[np.int8], bind: npt.NDArray[np.int64]) -> Any:
+    """``critical_path_graph._binding`` in one pass over the edges, written into ``bind`` (-1 where
+    no edge ends): per node, the in-edge whose source happened last, on a tie the higher kind,
+    then the later edge."""
+    best_at = np.empty(bind.shape[0], dtype=np.int64)
+    best_kind = np.empty(bind.shape[0], dtype=np.int8)
+    for e in range(dst.shape[0]):
+        v = dst[e]
+        at = node_ts[src[e]]
+        k = kind[e]
+        b = bind[v]
+        if b < 0 or at > best_at[v] or (at == best_at[v] and k >= best_kind[v]):
+            bind[v] = e
+            best_at[v] = at
+            best_kind[v] = k
+    return bind
+
+
 def warm() -> None:
     """Compile (or load from numba's cache) the loops for the array types the callers pass, so
     that whatever numba has to say or raise doing it happens where ``compiled`` can catch it."""
@@ -134,3 +202,8 @@ def warm() -> None:
     walk(np.full(1, -1, dtype=np.int32), positions.copy(), one.copy(), 0, 0, one[:0], one.copy())  # (graph ids: int32)
     # (row numbers: int32 below 2**31 rows, linking._index_dtype)
     nest(one, one.copy(), np.zeros(1, dtype=np.bool_), positions.copy(), positions.copy(), positions.copy())
+    # (the host tree's levels: int32 slice ids, HostTree._by_level)
+    nearest_by_level(np.zeros(1, dtype=np.bool_), positions[:0], positions[:0], one.copy())
+    outermost_by_level(np.zeros(1, dtype=np.bool_), positions[:0], positions[:0], one.copy())
+    stable_by_key(positions.copy(), 1)  # (a replay window's positions: int32)
+    binding(one.copy(), one.copy(), one.copy(), np.zeros(1, dtype=np.int8), np.full(1, -1, dtype=np.int64))
