@@ -171,3 +171,17 @@ def test_real_trees_and_windows_are_the_same_compiled(relative: str) -> None:
     assert "stable_by_key" in ran
     np.testing.assert_array_equal(window.by_dst, expected_window.by_dst)
     assert window.by_dst.dtype == expected_window.by_dst.dtype == np.int32
+
+
+def test_the_tree_passes_do_not_load_the_loops(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loading numba costs about 0.6 s, more than the tree's passes save: they take the compiled
+    loops only where something else has loaded them."""
+    monkeypatch.setattr(compiled, "MIN_ITEMS", 0)
+    monkeypatch.setattr(compiled, "_loaded", [])
+    parent = np.array([-1, 0, 1, 0], dtype=I64)
+    tree = HostTree(parent=parent, depth=np.array([0, 1, 2, 1], dtype=I64), ts=parent * 0, dur=parent * 0,
+                    is_python=np.zeros(4, dtype=bool), is_op=np.array([True, False, False, False]),
+                    is_sync=np.zeros(4, dtype=bool), gpu_self=parent * 0)
+    assert tree.nearest(tree.is_op).tolist() == [0, 0, 0, 0]
+    assert tree.outermost(tree.is_op) is not None
+    assert compiled._loaded == []

@@ -89,7 +89,7 @@ class HostTree:
         if by_level is None:
             return None
         rows, parents, cuts = by_level
-        fast = compiled.loops(mark.size)
+        fast = compiled.loops(mark.size, load=False)
         if fast is not None:
             done: I64 = fast.outermost_by_level(np.ascontiguousarray(mark, dtype=np.bool_), rows, parents,
                                                 np.empty(mark.size, dtype=np.int64))
@@ -147,11 +147,11 @@ def nearest_marked(parent: I64, mark: B) -> I64:
 
 def _nearest_by_level(mark: B, rows: I32, parents: I32, cuts: list[int]) -> I64:
     """``nearest_marked`` a level at a time (``HostTree._by_level``): a row takes itself when
-    marked, else its parent's answer, settled in the level before. Compiled where numba is
-    installed and the tree is large (``model/compiled.py``): one pass over the rows in level order
+    marked, else its parent's answer, settled in the level before. Compiled where the tree is large
+    and the compiled loops are loaded (``model/compiled.py``): one pass over the rows in level order
     instead of five numpy passes a level (ten calls a diagnosis took 2.5 s on a 606 MB export's
     8 M slices)."""
-    fast = compiled.loops(mark.size)
+    fast = compiled.loops(mark.size, load=False)
     if fast is not None:
         done: I64 = fast.nearest_by_level(np.ascontiguousarray(mark, dtype=np.bool_), rows, parents,
                                           np.empty(mark.size, dtype=np.int64))

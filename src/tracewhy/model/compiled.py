@@ -15,7 +15,10 @@ host slices of a 5 GB Kineto trace, 2.5 s against 0.25 s. Loading numba and the 
 a process about 0.6 s (the first run on a machine also compiles, and numba keeps the result in its
 cache), so only loops of ``MIN_ITEMS`` edges, instants or rows or more take it. The one-pass
 versions of numpy chains gain less each (on a 606 MB export: the ten nearest-slice lookups of a
-step account 2.5 -> 1.4 s, the binding edges 1.2 -> 0.3 s) and run where the loops are loaded anyway. Without numba, with
+step account 2.5 -> 1.4 s, the binding edges 1.2 -> 0.3 s). The graph's and the replay window's
+run in commands that walk or replay that graph, and so load the loops anyway; the host tree's
+take them only where something has loaded them (``load=False``: the reader's nesting of 4 M
+host slices, a graph). Without numba, with
 ``TRACEWHY_JIT=0``, or where numba fails to load, the numpy and Python loops run; both give the
 same result, integer for integer.
 """
@@ -43,10 +46,14 @@ _loaded: list[ModuleType | None] = []
 _loading = threading.Lock()
 
 
-def loops(items: int) -> ModuleType | None:
+def loops(items: int, *, load: bool = True) -> ModuleType | None:
     """The compiled loops (``compiled_loops``) for a loop over ``items`` edges, instants or rows, or
-    None: the loop is too short to pay for them, numba is not installed, or they are turned off."""
+    None: the loop is too short to pay for them, numba is not installed, or they are turned off.
+    ``load=False``: only if something has loaded them already (a pass that saves less than the
+    0.6 s loading costs)."""
     if items < MIN_ITEMS:
+        return None
+    if not load and not _loaded:
         return None
     with _loading:
         if not _loaded:
