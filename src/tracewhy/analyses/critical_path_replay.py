@@ -391,6 +391,12 @@ def _order(nodes: I64, src: I64, dst: I64, ts: I64) -> I64:
     the number of equal-time edges leading to each, then by node (an edge between equal times that
     contradicts another leaves its nodes in time order: their replayed times stay as measured)."""
     tie = ts[src] == ts[dst]
+    whole = nodes.size == ts.size  # (ascending and every node: nodes is arange, gathers through it copies)
+    if not tie.any():
+        # No equal-time edge: by time alone, one stable sort (a nanosecond clock's export has none;
+        # on a 606 MB one's 16 M instants the two-key lexsort and its gathers took twice as long).
+        by_time: I64 = np.argsort(ts if whole else ts[nodes], kind="stable")
+        return by_time if whole else nodes[by_time]
     ts_, td = src[tie], dst[tie]
     level = np.zeros(ts.size, dtype=np.int64)
     for _ in range(_MAX_TIE_ROUNDS):
@@ -399,4 +405,7 @@ def _order(nodes: I64, src: I64, dst: I64, ts: I64) -> I64:
         if np.array_equal(before, level[td]):
             break
     # (``nodes`` ascend and np.lexsort is stable: ties stay in node order without a third key.)
+    if whole:
+        everything: I64 = np.lexsort((level, ts))
+        return everything
     return nodes[np.lexsort((level[nodes], ts[nodes]))]
