@@ -185,3 +185,36 @@ def test_the_tree_passes_do_not_load_the_loops(monkeypatch: pytest.MonkeyPatch) 
     assert tree.nearest(tree.is_op).tolist() == [0, 0, 0, 0]
     assert tree.outermost(tree.is_op) is not None
     assert compiled._loaded == []
+
+
+def _order_by_lexsort(nodes: np.ndarray[Any, Any], src: np.ndarray[Any, Any], dst: np.ndarray[Any, Any],
+                      ts: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """``critical_path_replay._order`` as it was before its shortcuts: levels of equal-time edges,
+    then a two-key lexsort of every node gathered through ``nodes``."""
+    tie = ts[src] == ts[dst]
+    level = np.zeros(ts.size, dtype=I64)
+    for _ in range(64):
+        before = level[dst[tie]].copy()
+        np.maximum.at(level, dst[tie], level[src[tie]] + 1)
+        if np.array_equal(before, level[dst[tie]]):
+            break
+    out: np.ndarray[Any, Any] = nodes[np.lexsort((level[nodes], ts[nodes]))]
+    return out
+
+
+@settings(max_examples=400, deadline=None)
+@given(edge_lists(), st.booleans(), st.booleans(), st.data())
+def test_window_order_is_the_two_key_lexsort(case: tuple[np.ndarray[Any, Any], ...], distinct: bool, whole: bool,
+                                             data: st.DataObject) -> None:
+    """With and without equal-time edges (``distinct``: every node at its own time, the edges
+    between equal times dropped), for a whole-trace window and for some nodes."""
+    node_ts, src, dst, _ = case
+    if distinct:
+        node_ts = np.array(data.draw(st.permutations(range(node_ts.size))), dtype=I64) * 1000
+        keep = node_ts[src] != node_ts[dst]
+        src, dst = src[keep], dst[keep]
+    nodes = (np.arange(node_ts.size, dtype=I64) if whole else
+             np.flatnonzero(np.array(data.draw(st.lists(st.booleans(), min_size=node_ts.size,
+                                                         max_size=node_ts.size)), dtype=bool)))
+    np.testing.assert_array_equal(critical_path_replay._order(nodes, src, dst, node_ts),
+                                  _order_by_lexsort(nodes, src, dst, node_ts))
