@@ -228,9 +228,13 @@ def _lead_first(findings: list[Finding], lead: Code | None) -> list[Finding]:
 
 def _run_rules(ctx: Context) -> list[list[Finding]]:
     """Every rule's findings, in the order of ``RULES``; at once on small traces
-    (``reports/at_once.py``), where the context computes each analysis they share once."""
-    return at_once.run([functools.partial(rule, ctx) for rule in RULES], together=at_once.small(ctx.trace),
-                       name="tracewhy-rule")
+    (``reports/at_once.py``), where the context computes each analysis they share once. On a
+    large trace they run in turn, the step account's graph built beside them from the start
+    (``Context.start_graph``)."""
+    together = at_once.small(ctx.trace)
+    if not together:
+        ctx.start_graph()
+    return at_once.run([functools.partial(rule, ctx) for rule in RULES], together=together, name="tracewhy-rule")
 
 
 def _compile(ctx: Context) -> CompileResult | None:

@@ -1,0 +1,76 @@
+"""On a large trace the diagnosis builds the step account's graph on a thread of its own while its
+first rules run (``Context.start_graph``): the output is the diagnosis built in turn, the graph is
+built once and on that thread, and a build that fails there is built again where the account asks,
+with nothing printed from the thread."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.conftest import shared_trace
+
+from tracewhy.analyses import critical_path_graph
+from tracewhy.reports import at_once
+
+#: An exception escaping the graph's thread is an error here (pytest reports it as this warning).
+pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+
+# An nsys export (NVTX ranges around runtime calls) and a Kineto trace with two streams.
+TRACES = ("nsys/nsysai_mfu_2gpu_before.sqlite.gz", "hta/a100_cuda_event_sync_multistream.json.gz")
+
+
+def _diagnosis(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[str, str]:
+    from tracewhy.cli import main
+
+    assert main(["diagnose", str(path), "--json", "--no-cache"]) == 0
+    out = capsys.readouterr()
+    return json.dumps(json.loads(out.out), sort_keys=True), out.err
+
+
+def _recording_builds(monkeypatch: pytest.MonkeyPatch, fail_on_thread: bool = False) -> list[str]:
+    """``build_graph`` recording the name of each thread that builds; ``fail_on_thread``: it raises
+    on the graph's own thread."""
+    threads: list[str] = []
+    build = critical_path_graph.build_graph
+
+    def recorded(trace: Any) -> Any:
+        name = threading.current_thread().name
+        threads.append(name)
+        if fail_on_thread and name == "tracewhy-graph":
+            raise RuntimeError("a build that fails on the graph's thread")
+        return build(trace)
+
+    monkeypatch.setattr(critical_path_graph, "build_graph", recorded)
+    return threads
+
+
+@pytest.mark.parametrize("relative", TRACES)
+def test_the_graph_built_beside_the_rules_gives_the_same_diagnosis(relative: str, capsys: pytest.CaptureFixture[str],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    path = shared_trace(relative)
+    at_once_threads = _recording_builds(monkeypatch)
+    expected, _ = _diagnosis(path, capsys)
+    assert at_once_threads and "tracewhy-graph" not in at_once_threads  # (small: the rules run at once)
+    monkeypatch.undo()
+    monkeypatch.setattr(at_once, "MAX_SLICES", -1)  # every trace large: rules in turn, graph beside them
+    threads = _recording_builds(monkeypatch)
+    got, err = _diagnosis(path, capsys)
+    assert got == expected
+    assert threads == ["tracewhy-graph"]
+    assert "Exception in thread" not in err
+
+
+def test_a_build_that_fails_on_its_thread_is_built_again_where_asked(capsys: pytest.CaptureFixture[str],
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    path = shared_trace(TRACES[0])
+    expected, _ = _diagnosis(path, capsys)
+    monkeypatch.setattr(at_once, "MAX_SLICES", -1)
+    threads = _recording_builds(monkeypatch, fail_on_thread=True)
+    got, err = _diagnosis(path, capsys)
+    assert got == expected
+    assert threads[0] == "tracewhy-graph" and len(threads) == 2 and threads[1] != "tracewhy-graph"
+    assert "Exception in thread" not in err and "a build that fails" not in err
