@@ -144,10 +144,11 @@ class Context:
     def step_model(self) -> StepModel:
         from tracewhy.analyses.account import AccountOptions, step_model
 
+        # (The graph asked last: where ``start_graph`` builds it on its own thread, the host tree
+        # and the compile markers are made here meanwhile.)
         return self.cached("step_model", lambda: step_model(
             self.trace, AccountOptions(marker=self.options.step_marker), steps_result=self.steps(),
-            graph=self.graph(), host=self.host(), tree=self.host_tree(),
-            marked=self.compile_marked()))
+            host=self.host(), tree=self.host_tree(), marked=self.compile_marked(), graph=self.graph()))
 
     def account(self) -> AccountResult | None:
         """The step account (None for a trace with no slices or no window to account for)."""
