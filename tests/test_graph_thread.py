@@ -74,3 +74,34 @@ def test_a_build_that_fails_on_its_thread_is_built_again_where_asked(capsys: pyt
     assert got == expected
     assert threads[0] == "tracewhy-graph" and len(threads) == 2 and threads[1] != "tracewhy-graph"
     assert "Exception in thread" not in err and "a build that fails" not in err
+
+
+@pytest.mark.parametrize("done_first", [False, True])
+def test_meanwhile_runs_only_while_the_graph_is_being_built(done_first: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``graph`` computes the ``meanwhile`` analyses before it waits for the graph's thread, and
+    not at all when the graph is already there; each once."""
+    from tracewhy.findings.context import Context
+    from tracewhy.readers import CacheOptions, read_trace
+
+    trace = read_trace(shared_trace(TRACES[1]), cache=CacheOptions(enabled=False))
+    release = threading.Event()
+    build = critical_path_graph.build_graph
+
+    def held(t: Any) -> Any:
+        release.wait(timeout=30)
+        return build(t)
+
+    monkeypatch.setattr(critical_path_graph, "build_graph", held)
+    ctx = Context(trace)
+    ran: list[str] = []
+
+    def meanwhile() -> None:
+        ran.append("meanwhile")
+        release.set()  # (the graph's thread was waiting until now: it was still being built)
+
+    if done_first:
+        release.set()
+        ctx.cached("graph", lambda: build(trace))
+    ctx.start_graph(meanwhile=[meanwhile])
+    assert ctx.graph() is ctx.graph()
+    assert ran == ([] if done_first else ["meanwhile"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -64,6 +64,8 @@ class Context:
     _cache: dict[str, Any] = field(default_factory=dict)
     _computing: dict[str, threading.Lock] = field(default_factory=dict)
     _guard: threading.Lock = field(default_factory=threading.Lock)
+    #: What ``graph`` does before it waits for ``start_graph``'s thread (``start_graph``).
+    _meanwhile: list[Callable[[], object]] = field(default_factory=list)
 
     def cached(self, key: str, compute: Callable[[], T]) -> T:
         if key not in self._cache:
@@ -125,19 +127,28 @@ class Context:
         """The step's dependency graph, built once: the step account and the critical path share it."""
         from tracewhy.analyses.critical_path_graph import build_graph
 
+        if self._meanwhile and "graph" not in self._cache:
+            work = list(self._meanwhile)
+            self._meanwhile.clear()
+            for compute in work:
+                compute()
         return self.cached("graph", lambda: build_graph(self.trace))
 
-    def start_graph(self) -> None:
+    def start_graph(self, meanwhile: Sequence[Callable[[], object]] = ()) -> None:
         """Start building the graph on a thread of its own, while the rules that come before the
-        step account (steps, gaps, the host index, blocks) run on this one: on a large trace the
-        build is mostly numpy and polars, which let go of the GIL for a large array, so the two
-        share the machine's cores (a 606 MB export: 11 s of graph beside 5 s of those rules;
-        the whole diagnosis 0.91 of the time, for 2% more peak memory). ``graph`` waits for it.
-        A build that fails leaves nothing cached: ``graph`` then builds again on the asking thread,
-        where the error is raised."""
+        step account (steps, gaps, the host index) run on this one: on a large trace the build is
+        mostly numpy and polars, which let go of the GIL for a large array, so the two share the
+        machine's cores (a 606 MB export: 11 s of graph beside 5 s of those rules; the whole
+        diagnosis 0.91 of the time, for 2% more peak memory). ``graph`` waits for it, but first,
+        if it is still being built, computes ``meanwhile``: analyses the diagnosis asks for later
+        anyway. A build that fails leaves nothing cached: ``graph`` then builds again on the asking
+        thread, where the error is raised."""
+        from tracewhy.analyses.critical_path_graph import build_graph
+
         def build() -> None:
             with contextlib.suppress(Exception):
-                self.graph()
+                self.cached("graph", lambda: build_graph(self.trace))
+        self._meanwhile.extend(meanwhile)
         copy = contextvars.copy_context()
         threading.Thread(target=copy.run, args=(build,), name="tracewhy-graph", daemon=True).start()
 
