@@ -8,6 +8,8 @@ from __future__ import annotations
 import importlib.util
 import json
 from array import array
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,31 @@ from tracewhy.model import compiled
 #: The tests that run the compiled loops need numba (the ``test`` extra has it: CI runs them).
 needs_numba = pytest.mark.skipif(importlib.util.find_spec("numba") is None,
                                  reason="numba (the fast extra) is not installed")
+
+
+@contextmanager
+def compiled_loops_from(items: int | None, counted: Sequence[str]) -> Iterator[list[tuple[str, int]]]:
+    """The loops compiled from ``items`` on (None: never, the Python and numpy reference); yields
+    the compiled loops of ``counted`` that ran, as (name, length of the first argument)."""
+    ran: list[tuple[str, int]] = []
+    with pytest.MonkeyPatch.context() as mp:
+        if items is None:
+            mp.setattr(compiled, "_loaded", [None])
+        else:
+            mp.setattr(compiled, "MIN_ITEMS", items)
+            mp.setattr(compiled, "_loaded", [])
+            module = compiled.loops(items)
+            assert module is not None, "numba is installed, so the compiled loops must load"
+            for name in counted:
+                mp.setattr(module, name, _counting(getattr(module, name), name, ran))
+        yield ran
+
+
+def _counting(loop: Any, name: str, ran: list[tuple[str, int]]) -> Any:
+    def counted(first: Any, *rest: Any) -> Any:
+        ran.append((name, len(first)))
+        return loop(first, *rest)
+    return counted
 
 
 def compile_every_pass(monkeypatch: pytest.MonkeyPatch) -> list[int]:

@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 from tests.conftest import shared_trace
-from tests.test_compiled_loops import needs_numba
+from tests.test_compiled_loops import compiled_loops_from, needs_numba
 
-from tracewhy.model import compiled, linking
+from tracewhy.model import linking
 from tracewhy.model.schema import Col
 from tracewhy.readers import CacheOptions, read_trace
 
@@ -28,23 +28,10 @@ I64 = np.int64
 def _nesting(*, compiled_from: int | None) -> Iterator[list[int]]:
     """Nestings compiled from ``compiled_from`` rows on (None: never, the numpy reference); yields
     the sizes of the nestings that ran compiled."""
-    ran: list[int] = []
-    with pytest.MonkeyPatch.context() as mp:
-        if compiled_from is None:
-            mp.setattr(compiled, "_loaded", [None])
-        else:
-            mp.setattr(compiled, "MIN_ITEMS", compiled_from)
-            mp.setattr(compiled, "_loaded", [])
-            module = compiled.loops(compiled_from)
-            assert module is not None, "numba is installed, so the compiled loops must load"
-            nest = module.nest
-
-            def counted(end: Any, *rest: Any) -> None:
-                ran.append(len(end))
-                nest(end, *rest)
-
-            mp.setattr(module, "nest", counted)
-        yield ran
+    with compiled_loops_from(compiled_from, ["nest"]) as ran:
+        sizes: list[int] = []
+        yield sizes
+        sizes.extend(n for _, n in ran)
 
 
 def _nest(columns: dict[str, np.ndarray[Any, Any]], compiled_from: int | None) -> tuple[Any, list[int]]:

@@ -16,9 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.conftest import shared_trace
-from tests.test_compiled_loops import needs_numba
+from tests.test_compiled_loops import compiled_loops_from, needs_numba
+from tests.test_compiled_nesting import REAL
 
-from tracewhy.analyses import critical_path_graph, critical_path_replay
+from tracewhy.analyses import critical_path_graph, critical_path_replay, replay_edges
 from tracewhy.analyses.critical_path_graph import build_graph
 from tracewhy.analyses.host_tree import HostTree, nearest_marked
 from tracewhy.model import compiled
@@ -31,25 +32,11 @@ I64 = np.int64
 def _passes(*, compiled_from: int | None) -> Iterator[list[str]]:
     """The loops compiled from ``compiled_from`` items on (None: never, numpy's passes); yields the
     names of the compiled passes that ran."""
-    ran: list[str] = []
-    with pytest.MonkeyPatch.context() as mp:
-        if compiled_from is None:
-            mp.setattr(compiled, "_loaded", [None])
-        else:
-            mp.setattr(compiled, "MIN_ITEMS", compiled_from)
-            mp.setattr(compiled, "_loaded", [])
-            module = compiled.loops(compiled_from)
-            assert module is not None, "numba is installed, so the compiled loops must load"
-            for name in ("nearest_by_level", "outermost_by_level", "stable_by_key", "binding"):
-                mp.setattr(module, name, _counted(getattr(module, name), name, ran))
-        yield ran
-
-
-def _counted(loop: Any, name: str, ran: list[str]) -> Any:
-    def counted(*args: Any) -> Any:
-        ran.append(name)
-        return loop(*args)
-    return counted
+    with compiled_loops_from(compiled_from, ["nearest_by_level", "outermost_by_level", "stable_by_key",
+                                             "binding"]) as ran:
+        names: list[str] = []
+        yield names
+        names.extend(name for name, _ in ran)
 
 
 @st.composite
@@ -134,15 +121,8 @@ def test_compiled_binding_binds_as_numpy(case: tuple[np.ndarray[Any, Any], ...],
     np.testing.assert_array_equal(got, expected)
 
 
-# Real trees: Python frames nested deep (with_stack), several threads, an nsys export (runtime
-# calls under NVTX ranges).
-REAL = (
-    "hta/v100_ddp2_rank1_memprofile.json.gz",
-    "tracelens/h100_owlv2-large_zero-shot.json.gz",
-    "nsys/nsysai_mfu_2gpu_before.sqlite.gz",
-)
-
-
+# The real traces the compiled nesting is tested on (``test_compiled_nesting.REAL``): Python frames
+# nested deep, several host threads, nsys exports (runtime calls under NVTX ranges).
 @needs_numba
 @pytest.mark.parametrize("relative", REAL)
 def test_real_trees_and_windows_are_the_same_compiled(relative: str) -> None:
@@ -189,7 +169,7 @@ def test_the_tree_passes_do_not_load_the_loops(monkeypatch: pytest.MonkeyPatch) 
 
 def _order_by_lexsort(nodes: np.ndarray[Any, Any], src: np.ndarray[Any, Any], dst: np.ndarray[Any, Any],
                       ts: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """``critical_path_replay._order`` as it was before its shortcuts: levels of equal-time edges,
+    """``replay_edges.window_order`` as it was before its shortcuts: levels of equal-time edges,
     then a two-key lexsort of every node gathered through ``nodes``."""
     tie = ts[src] == ts[dst]
     level = np.zeros(ts.size, dtype=I64)
@@ -216,5 +196,5 @@ def test_window_order_is_the_two_key_lexsort(case: tuple[np.ndarray[Any, Any], .
     nodes = (np.arange(node_ts.size, dtype=I64) if whole else
              np.flatnonzero(np.array(data.draw(st.lists(st.booleans(), min_size=node_ts.size,
                                                          max_size=node_ts.size)), dtype=bool)))
-    np.testing.assert_array_equal(critical_path_replay._order(nodes, src, dst, node_ts),
+    np.testing.assert_array_equal(replay_edges.window_order(nodes, src, dst, node_ts),
                                   _order_by_lexsort(nodes, src, dst, node_ts))

@@ -18,7 +18,15 @@ import numpy.typing as npt
 
 from tracewhy.analyses.critical_path_edges import Edge, way_out_of_cycle
 from tracewhy.analyses.critical_path_graph import Graph
-from tracewhy.analyses.replay_edges import LiveInEdges, _ints, _positions, one_way_in, process_edges, scale_weights
+from tracewhy.analyses.replay_edges import (
+    LiveInEdges,
+    _ints,
+    _positions,
+    one_way_in,
+    process_edges,
+    scale_weights,
+    window_order,
+)
 from tracewhy.analyses.replay_measured import MeasuredStretches
 from tracewhy.model import compiled
 
@@ -120,7 +128,7 @@ class Replay:
 
 class ReplayWindow:
     """The replay restricted to a step's window: its nodes in an order every edge respects
-    (``_order``), instants whose releasing edge starts outside the window fixed at their times."""
+    (``replay_edges.window_order``), instants whose releasing edge starts outside the window fixed at their times."""
 
     def __init__(self, replay: Replay, ws: int, we: int) -> None:
         g = replay.graph
@@ -138,7 +146,7 @@ class ReplayWindow:
             src, dst = g.src[edges], g.dst[edges]
             bind = g.bind_edge[nodes]
             fixed_nodes = nodes[(bind < 0) | ~inside[g.src[np.maximum(bind, 0)]]]
-        order = _order(nodes, src, dst, ts)
+        order = window_order(nodes, src, dst, ts)
         # Positions (of instants and of edges in the window) as int32 and array("i"): they are most
         # of what a window holds, 16 M instants and 17 M edges on a large export's whole-trace window.
         pos = np.full(ts.size, -1, dtype=np.int32)
@@ -379,33 +387,3 @@ def _replay_times(times: array[int], ps: array[int], pd: array[int], w: array[in
     if cur >= 0 and not fixed[cur]:
         times[cur] = best
     return times
-
-
-#: Rounds of ordering instants that share a time (equal-time edges: integer-microsecond traces);
-#: chains of equal-time edges are a few links long, a cycle of them never settles.
-_MAX_TIE_ROUNDS: Final = 64
-
-
-def _order(nodes: I64, src: I64, dst: I64, ts: I64) -> I64:
-    """These nodes (ascending) in an order every edge respects: by time, and among equal times by
-    the number of equal-time edges leading to each, then by node (an edge between equal times that
-    contradicts another leaves its nodes in time order: their replayed times stay as measured)."""
-    tie = ts[src] == ts[dst]
-    whole = nodes.size == ts.size  # (ascending and every node: nodes is arange, gathers through it copies)
-    if not tie.any():
-        # No equal-time edge: by time alone, one stable sort (a nanosecond clock's export has none;
-        # on a 606 MB one's 16 M instants the two-key lexsort and its gathers took twice as long).
-        by_time: I64 = np.argsort(ts if whole else ts[nodes], kind="stable")
-        return by_time if whole else nodes[by_time]
-    ts_, td = src[tie], dst[tie]
-    level = np.zeros(ts.size, dtype=np.int64)
-    for _ in range(_MAX_TIE_ROUNDS):
-        before = level[td].copy()
-        np.maximum.at(level, td, level[ts_] + 1)
-        if np.array_equal(before, level[td]):
-            break
-    # (``nodes`` ascend and np.lexsort is stable: ties stay in node order without a third key.)
-    if whole:
-        everything: I64 = np.lexsort((level, ts))
-        return everything
-    return nodes[np.lexsort((level[nodes], ts[nodes]))]

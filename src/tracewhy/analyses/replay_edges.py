@@ -1,12 +1,13 @@
 """Which of a replayed window's edges a replay reads, and how its loops hold them: ``saved``'s
 view of each live instant's in-edges (``LiveInEdges``), the edges that end in one process
-(``process_edges``), and positions and times as machine integers (``_positions``, ``_ints``).
+(``process_edges``), positions and times as machine integers (``_positions``, ``_ints``), and
+the order of a window's instants that every edge respects (``window_order``).
 """
 
 from __future__ import annotations
 
 from array import array
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -100,3 +101,33 @@ def scale_weights(weight: I64, at: I64, factor: F64) -> None:
     first = np.flatnonzero(np.r_[True, at[1:] != at[:-1]])
     hit = at[first]
     weight[hit] = np.round(weight[hit] * np.multiply.reduceat(factor, first)).astype(np.int64)
+
+
+#: Rounds of ordering instants that share a time (equal-time edges: integer-microsecond traces);
+#: chains of equal-time edges are a few links long, a cycle of them never settles.
+_MAX_TIE_ROUNDS: Final = 64
+
+
+def window_order(nodes: I64, src: I64, dst: I64, ts: I64) -> I64:
+    """These nodes (ascending) in an order every edge respects: by time, and among equal times by
+    the number of equal-time edges leading to each, then by node (an edge between equal times that
+    contradicts another leaves its nodes in time order: their replayed times stay as measured)."""
+    tie = ts[src] == ts[dst]
+    whole = nodes.size == ts.size  # (ascending and every node: nodes is arange, gathers through it copies)
+    if not tie.any():
+        # No equal-time edge: by time alone, one stable sort (a nanosecond clock's export has none;
+        # on a 606 MB one's 16 M instants the two-key lexsort and its gathers took twice as long).
+        by_time: I64 = np.argsort(ts if whole else ts[nodes], kind="stable")
+        return by_time if whole else nodes[by_time]
+    ts_, td = src[tie], dst[tie]
+    level = np.zeros(ts.size, dtype=np.int64)
+    for _ in range(_MAX_TIE_ROUNDS):
+        before = level[td].copy()
+        np.maximum.at(level, td, level[ts_] + 1)
+        if np.array_equal(before, level[td]):
+            break
+    # (``nodes`` ascend and np.lexsort is stable: ties stay in node order without a third key.)
+    if whole:
+        everything: I64 = np.lexsort((level, ts))
+        return everything
+    return nodes[np.lexsort((level[nodes], ts[nodes]))]
