@@ -11,7 +11,8 @@ import pytest
 
 from conftest import shared_trace
 from tracewhy.analyses.critical_path_graph import build_graph
-from tracewhy.analyses.critical_path_replay import Replay, ReplayWindow, _order
+from tracewhy.analyses.critical_path_replay import Replay, ReplayWindow
+from tracewhy.analyses.replay_edges import window_order
 from tracewhy.readers import read_trace
 
 I64 = npt.NDArray[np.int64]
@@ -27,7 +28,7 @@ def _selected(replay: Replay, ws: int, we: int) -> tuple[I64, I64, npt.NDArray[n
     edges = np.flatnonzero(inside[g.src] & inside[g.dst])
     bind = g.bind_edge[nodes]
     fixed_nodes = nodes[(bind < 0) | ~inside[g.src[np.maximum(bind, 0)]]]
-    order = _order(nodes, g.src[edges], g.dst[edges], ts)
+    order = window_order(nodes, g.src[edges], g.dst[edges], ts)
     pos = np.full(ts.size, -1, dtype=np.int64)
     pos[order] = np.arange(order.size)
     fixed = np.zeros(order.size, dtype=bool)
