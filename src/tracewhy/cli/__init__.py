@@ -195,12 +195,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MemoryError:
         return _failed(command, as_json, "error: out of memory while reading the trace", EXIT_BAD_INPUT, collected)
     except Exception as e:
+        if _interrupted(e):
+            return 130
         if os.environ.get("TRACEWHY_DEBUG"):
             traceback.print_exc()
             return EXIT_INTERNAL  # still a bug: scripts must not read it as a failed check
         msg = " ".join(str(e).split())[:300]
         return _failed(command, as_json, f"internal error: {type(e).__name__}: {msg} "
                        "(a bug; TRACEWHY_DEBUG=1 shows the traceback)", EXIT_INTERNAL, collected)
+
+
+def _interrupted(e: BaseException) -> bool:
+    """Whether ``e`` stands for Ctrl-C: an extension that saw the interrupt arrive during its call
+    and raised something else from it. numba's compiled loops (``model/compiled.py``) do: a loop that
+    returns an array while the KeyboardInterrupt is pending raises SystemError ("returned a result
+    with an exception set") from it, which read as an internal error (exit 70)."""
+    seen: set[int] = set()
+    at: BaseException | None = e
+    while at is not None and id(at) not in seen:
+        if isinstance(at, KeyboardInterrupt):
+            return True
+        seen.add(id(at))
+        at = at.__cause__ or at.__context__
+    return False
 
 
 def _failed(command: str, as_json: bool, line: str, code: int, warnings: Warnings) -> int:
