@@ -128,7 +128,8 @@ class Replay:
 
 class ReplayWindow:
     """The replay restricted to a step's window: its nodes in an order every edge respects
-    (``replay_edges.window_order``), instants whose releasing edge starts outside the window fixed at their times."""
+    (``replay_edges.window_order``), instants whose releasing edge starts outside the window
+    fixed at their times."""
 
     def __init__(self, replay: Replay, ws: int, we: int) -> None:
         g = replay.graph

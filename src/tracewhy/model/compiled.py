@@ -17,10 +17,9 @@ cache), so only loops of ``MIN_ITEMS`` edges, instants or rows or more take it. 
 versions of numpy chains gain less each (on a 606 MB export: the ten nearest-slice lookups of a
 step account 2.5 -> 1.4 s, the binding edges 1.2 -> 0.3 s). The graph's and the replay window's
 run in commands that walk or replay that graph, and so load the loops anyway; the host tree's
-take them only where something has loaded them (``load=False``: the reader's nesting of 4 M
-host slices, a graph). Without numba, with
-``TRACEWHY_JIT=0``, or where numba fails to load, the numpy and Python loops run; both give the
-same result, integer for integer.
+take them only where something has loaded them (``load=False``: the reader's nesting of 4 M host
+slices, a graph). Without numba, with ``TRACEWHY_JIT=0``, or where numba fails to load, the numpy
+and Python loops run; both give the same result, integer for integer.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The replay's pass over a window's edges, the walk back along the critical path, the nesting
 of host slices, the host tree's nearest and outermost marked slices, the graph's binding edges
-and the replay window's order of edges, compiled by numba (imported only through ``compiled.loops``, which falls back to
-the Python and numpy loops without it)."""
+and the replay window's order of edges, compiled by numba (imported only through
+``compiled.loops``, which falls back to the Python and numpy loops without it)."""
 
 from __future__ import annotations
 
