@@ -182,16 +182,6 @@ def test_compiled_walk_of_real_graphs(relative: str) -> None:
     assert walked > 1000
 
 
-def test_graph_ids_narrow_only_where_they_fit() -> None:
-    from tracewhy.analyses.critical_path_graph import _narrow
-
-    assert _narrow(np.array([-1, 0, 2**31 - 1])).dtype == np.int32
-    wide = np.array([-1, 2**31])
-    assert _narrow(wide) is wide
-    assert _narrow(np.array([-2, 5])).dtype == np.int64
-    assert _narrow(np.zeros(0, dtype=np.int64)).dtype == np.int32
-
-
 def test_without_numba_the_python_loops_run(monkeypatch: pytest.MonkeyPatch) -> None:
     """A plain install (no ``fast`` extra): numba does not import, and the loops stay in Python."""
     import sys

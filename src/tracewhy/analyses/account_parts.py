@@ -37,6 +37,7 @@ from tracewhy.analyses.distinct_rows import distinct_rows
 from tracewhy.analyses.families import Family, classify_kernels, collective_op
 from tracewhy.analyses.host_activity import HostIndex, build_host_index
 from tracewhy.analyses.host_tree import HostTree
+from tracewhy.analyses.id_arrays import narrow
 from tracewhy.analyses.name_codes import NameCodes, distinct_names
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, CopyAttrCol, Kind
 from tracewhy.model.trace import Trace
@@ -66,11 +67,11 @@ class PartRules:
         #: Each edge's category code (CATEGORY_CODE), one byte an edge.
         self.category = labels.category_code
         s = trace.slices
-        # Kind names through their codes (``account_slices``).
-        self.kind_code = s.get_column(Col.KIND).to_physical().to_numpy().astype(np.int64)
+        # Kind names through their codes (``account_slices``), a byte each; ids and codes int32 (``narrow``).
+        self.kind_code = s.get_column(Col.KIND).to_physical().to_numpy().astype(np.int8)
         self.kind = KindNames(self.kind_code)
         self.slice_ts = s.get_column(Col.TS).to_numpy()
-        self.launch = s.get_column(Col.LAUNCH).fill_null(-1).to_numpy()
+        self.launch = narrow(s.get_column(Col.LAUNCH).fill_null(-1).to_numpy())
         self.slice_end = self.slice_ts + np.maximum(s.get_column(Col.DUR).to_numpy(), 0)
         self.cpu_only = trace.kind_columns(GPU_ACTIVITY_KINDS, Col.ID).height == 0
         self.host: HostIndex = host if host is not None else build_host_index(trace)
@@ -86,9 +87,9 @@ class PartRules:
         self.items: list[str] = []
         self._part_index: dict[str, int] = {}
         self._item_index: dict[str, int] = {}
-        self.gpu_label = self._gpu_labels(trace, classes)
+        self.gpu_label = narrow(self._gpu_labels(trace, classes))
         self.first_gpu = FirstGpuWork(trace)
-        self.name_code = self._display_codes(s.get_column(Col.NAME))
+        self.name_code = narrow(self._display_codes(s.get_column(Col.NAME)))
 
     # --- vocabulary ------------------------------------------------------------------------------
 
@@ -173,7 +174,7 @@ class PartRules:
 
     def _codes(self, ids: I64) -> I64:
         """Each slice's name code (-1: no slice)."""
-        return np.where(ids >= 0, self.name_code[np.maximum(ids, 0)], -1)
+        return np.where(ids >= 0, self.name_code[np.maximum(ids, 0)], np.int64(-1))
 
     def _frame_codes(self, frames: I64) -> I64:
         """Name codes of frames; a compiled kernel frame's is its source line's (below -1)."""
@@ -196,9 +197,9 @@ class PartRules:
         slices, at = np.unique(attr[comm], return_inverse=True)
         collective[comm] = np.array([self.item(self.ctx.collective[s] or "") for s in slices.tolist()],
                                     dtype=np.int64)[at.reshape(-1)]
-        return [np.where(has, self.kind_code[safe], -1), self._codes(attr), context, self._codes(outer),
+        return [np.where(has, self.kind_code[safe], np.int64(-1)), self._codes(attr), context, self._codes(outer),
                 (outer == attr).astype(np.int64), self._codes(block), reads, collective,
-                np.where(gpu & has, self.gpu_label[safe], -1)]
+                np.where(gpu & has, self.gpu_label[safe], np.int64(-1))]
 
     def _contexts(self, kind: I64, attr: I64) -> tuple[I64, I64, I64, npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
         """Per edge: its slice's context, outer op and block, and whether a scalar read (ops

@@ -23,7 +23,7 @@ class KindNames:
     """Slices' kind names by slice id, read through their codes (an object array of them was a
     pointer a slice: 67 MB on the 8 M slices of a large export)."""
 
-    def __init__(self, codes: I64) -> None:
+    def __init__(self, codes: npt.NDArray[np.integer[Any]]) -> None:
         self.codes = codes
 
     def __getitem__(self, ids: Any) -> Any:

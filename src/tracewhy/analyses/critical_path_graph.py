@@ -33,13 +33,14 @@ from tracewhy.analyses.critical_path_edges import (
     sync_edges,
     unrecorded_wait_edges,
 )
+from tracewhy.analyses.id_arrays import narrow
 from tracewhy.model import compiled
 from tracewhy.model.linking import pair_key
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, Kind
 from tracewhy.model.trace import Trace
 
 I64 = npt.NDArray[np.int64]
-#: Node, edge and slice numbers: int32 where they fit (``_narrow``), else int64.
+#: Node, edge and slice numbers: int32 where they fit (``id_arrays.narrow``), else int64.
 Ids = npt.NDArray[np.signedinteger[Any]]
 
 
@@ -55,7 +56,7 @@ class Graph(msgspec.Struct, frozen=True):
 
     node_slice: Ids
     node_ts: I64
-    node_pid: I64  # the host process an instant belongs to (a GPU activity: its launcher's)
+    node_pid: Ids  # the host process an instant belongs to (a GPU activity: its launcher's)
     src: Ids
     dst: Ids
     kind: npt.NDArray[np.int8]  # an Edge value
@@ -118,21 +119,9 @@ def build_graph(trace: Trace) -> Graph:
     dropped = int((~forward).sum())
     src, dst, kind, attr = src[forward], dst[forward], kind[forward], attr[forward]
     bind = _binding(node_ts, src, dst, kind)
-    return Graph(node_slice=_narrow(np.repeat(ids, 2)), node_ts=node_ts, node_pid=np.repeat(owner, 2),
-                 src=_narrow(src), dst=_narrow(dst), kind=kind, attr=_narrow(attr), bind_edge=_narrow(bind),
+    return Graph(node_slice=narrow(np.repeat(ids, 2)), node_ts=node_ts, node_pid=np.repeat(narrow(owner), 2),
+                 src=narrow(src), dst=narrow(dst), kind=kind, attr=narrow(attr), bind_edge=narrow(bind),
                  dropped_edges=dropped)
-
-
-def _narrow(ids: I64) -> Ids:
-    """Node, edge and slice numbers (and -1) as int32 where they fit, which they do below 2^31
-    slices: half of what these five arrays take (on a 606 MB export's 16 M instants and 17 M edges,
-    about 0.33 GB of the 0.94 GB the graph holds through the whole diagnosis)."""
-    if ids.size and (int(ids.max()) > _I32_MAX or int(ids.min()) < -1):
-        return ids
-    return ids.astype(np.int32)
-
-
-_I32_MAX: Final = 2**31 - 1
 
 
 def _host_chain(s: pl.DataFrame, chosen: pl.DataFrame, host: npt.NDArray[np.bool_], node_of: I64) -> EdgeParts:

@@ -41,7 +41,8 @@ def _packed(columns: list[I64]) -> list[I64]:
     keys: list[I64] = []
     key: I64 | None = None
     room = 1
-    for column in columns:
+    for narrow_or_not in columns:
+        column = narrow_or_not.astype(np.int64, copy=False)  # (digits multiply: never in int32)
         lo = int(column.min()) if column.size else 0
         span = int(column.max()) - lo + 1 if column.size else 1
         if key is not None and room * span < PACKED_ROOM:
