@@ -14,11 +14,14 @@ import pytest
 from tests.conftest import shared_trace
 
 from tracewhy.analyses import (
+    account,
     account_host,
     account_parts,
     account_unrecorded,
     critical_path_graph,
     critical_path_replay,
+    host_activity,
+    host_tree,
 )
 from tracewhy.analyses.account import step_model
 from tracewhy.analyses.account_host import Collectives
@@ -31,7 +34,8 @@ from tracewhy.readers import read_trace
 TRACES = ("nsys/nsysai_mfu_2gpu_before.sqlite.gz", "tracelens/mi300x_resnet_actckpt_ddp8_rank0.json.gz",
           "hta/a100_ddp2_rank0_nccl2.17.json.gz")
 #: The modules that narrow what they keep.
-NARROWING = (account_host, account_parts, account_unrecorded, critical_path_graph, critical_path_replay)
+NARROWING = (account, account_host, account_parts, account_unrecorded, critical_path_graph, critical_path_replay,
+             host_activity, host_tree)
 
 
 def test_narrow_keeps_every_value_and_narrows_only_what_fits() -> None:
@@ -87,13 +91,18 @@ def test_the_narrowed_arrays_give_the_diagnosis_of_wide_ones(relative: str, caps
 
 @pytest.mark.parametrize("relative", TRACES)
 def test_what_the_step_model_holds_is_narrowed(relative: str) -> None:
-    model = step_model(read_trace(shared_trace(relative)))
+    trace = read_trace(shared_trace(relative))
+    model, tree = step_model(trace), host_tree.HostTree.of(trace)
     rules, ctx = model.rules, model.rules.ctx
     held = {"outer_op": ctx.outer_op, "outer_block": ctx.outer_block, "user_frame": ctx.user_frame,
             "recorded": ctx.recorded, "recompute": ctx.recompute, "launch": rules.launch, "name_code": rules.name_code,
-            "gpu_label": rules.gpu_label, "device": rules.first_gpu.device, "node_pid": model.graph.node_pid}
+            "gpu_label": rules.gpu_label, "device": rules.first_gpu.device, "node_pid": model.graph.node_pid,
+            "host parent": rules.host.parent, "host annotation": rules.host.annotation_ctx,
+            "tree parent": tree.parent, "tree depth": tree.depth, "path": model.paths[0].edges}
     assert {name: str(a.dtype) for name, a in held.items()} == dict.fromkeys(held, "int32")
     assert rules.kind_code.dtype == np.int8
     assert len(ctx.collective) < ctx.outer_op.size  # (a name per collective slice, not a slot per slice)
     p = model.paths[0]
-    assert model.replay.window(p.window_start, p.window_end).edges.dtype == np.int32
+    window = model.replay.window(p.window_start, p.window_end)
+    assert window.edges.dtype == np.int32
+    assert window.edited(p.sink, critical_path_replay.GraphEdit(), p.edges).edges.dtype == np.int32

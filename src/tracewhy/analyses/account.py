@@ -31,6 +31,7 @@ from tracewhy.analyses.critical_path_walk import EdgeLabels, nodes_by_pid, walk
 from tracewhy.analyses.edge_parts import EdgeParts
 from tracewhy.analyses.host_activity import HostIndex
 from tracewhy.analyses.host_tree import HostTree
+from tracewhy.analyses.id_arrays import Ids, narrow
 from tracewhy.analyses.iterations import AccountWindows, account_windows
 from tracewhy.analyses.kernel_lines import compiled_frame_lines
 from tracewhy.analyses.step_units import spread_picks
@@ -106,7 +107,7 @@ class WindowPath(msgspec.Struct, frozen=True):
     window_start: int
     window_end: int
     pid: int
-    edges: I64
+    edges: Ids  # (int32 where they fit: ``id_arrays.narrow``)
     start: int
     sink: int
 
@@ -151,7 +152,7 @@ def step_model(trace: Trace, options: AccountOptions = AccountOptions(), steps_r
     paths = []
     for i, ws, we, pid in _analysed(found.windows, options.max_steps).iter_rows():
         path, start, sink = walk(graph, by_pid.get(pid), ws, we)
-        paths.append(WindowPath(i, ws, we, pid, np.asarray(path[::-1], dtype=np.int64), start, sink))
+        paths.append(WindowPath(i, ws, we, pid, narrow(np.asarray(path[::-1], dtype=np.int64)), start, sink))
     names = found.windows.get_column(WindowCol.STEP).cast(pl.String).to_list()
     one_time = one_time_compile_steps(rules, graph, [(p.step, p.window_start, p.window_end, p.edges) for p in paths],
                                       names)

@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from tracewhy.analyses.critical_path_edges import Edge, way_out_of_cycle
 from tracewhy.analyses.critical_path_graph import Graph
-from tracewhy.analyses.id_arrays import narrow
+from tracewhy.analyses.id_arrays import Ids, narrow
 from tracewhy.analyses.replay_edges import (
     LiveInEdges,
     _ints,
@@ -92,7 +92,7 @@ class EditedPath(msgspec.Struct, frozen=True):
     An edge the edit added is numbered ``graph.src.size + k`` (its k-th addition)."""
 
     end_ns: int
-    edges: I64
+    edges: Ids  # (int32 where they fit: ``id_arrays.narrow``)
     dur_ns: I64
     start_ns: int
 
@@ -362,7 +362,7 @@ class ReplayWindow:
         on = np.frombuffer(path, dtype=np.int64)[::-1]
         t = np.frombuffer(times, dtype=np.int64)
         lengths = t[pd[on]] - np.maximum(t[ps[on]], ws)
-        return EditedPath(end_ns=times[at], edges=ids[on].astype(np.int64), dur_ns=lengths.astype(np.int64),
+        return EditedPath(end_ns=times[at], edges=narrow(ids[on]), dur_ns=lengths.astype(np.int64),
                           start_ns=max(times[v], ws))
 
 

@@ -17,6 +17,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses import api_names
+from tracewhy.analyses.id_arrays import Ids, narrow
 from tracewhy.analyses.name_codes import NameCodes, decide, distinct_names
 from tracewhy.model.schema import HOST_KINDS, KIND_CODE, LAUNCH_KINDS, Col, Kind
 from tracewhy.model.trace import Trace
@@ -43,14 +44,14 @@ class HostIndex(msgspec.Struct, frozen=True):
     ids: I64  # slice id per sorted row
     ts: I64
     end: I64
-    parent: I64  # sorted-row position of the parent, -1 at top level
+    parent: Ids  # sorted-row position of the parent, -1 at top level (int32 where it fits, as below)
     depth: npt.NDArray[np.int32]
     kind_code: npt.NDArray[np.uint8]  # the row's Kind as its code (KIND_CODE; see is_kind)
     threads: dict[tuple[int, int], tuple[int, int]]  # (pid, tid) -> [lo, hi) rows
     on_stack: dict[Flag, B]  # the row or one of its ancestors carries the flag
     self_flag: dict[Flag, B]  # the row itself carries the flag
     op_ctx: I64  # innermost CPU op at or above the row (slice id), -1 if none
-    annotation_ctx: I64  # innermost annotation at or above the row (slice id)
+    annotation_ctx: Ids  # innermost annotation at or above the row (slice id)
     python_ctx: I64  # innermost Python frame at or above the row (slice id)
 
     def is_kind(self, kind: Kind) -> B:
@@ -110,7 +111,7 @@ def build_host_index(trace: Trace) -> HostIndex:
     pos_of_id = np.full(s.height, -1, dtype=np.int64)
     pos_of_id[ids] = np.arange(n)
     parent_ids = host.get_column(Col.PARENT).fill_null(-1).to_numpy()
-    parent = np.where(parent_ids >= 0, pos_of_id[np.maximum(parent_ids, 0)], -1)
+    parent = narrow(np.where(parent_ids >= 0, pos_of_id[np.maximum(parent_ids, 0)], -1))
     del pos_of_id, parent_ids
     depth = host.get_column(Col.DEPTH).fill_null(0).to_numpy()
     kind_code = host.get_column(Col.KIND).to_physical().to_numpy()
@@ -162,7 +163,7 @@ def build_host_index(trace: Trace) -> HostIndex:
         on_stack=on_stack,
         self_flag=self_flag,
         op_ctx=op_ctx,
-        annotation_ctx=annotation_ctx,
+        annotation_ctx=narrow(annotation_ctx),
         python_ctx=python_ctx,
     )
 

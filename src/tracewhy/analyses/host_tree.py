@@ -13,6 +13,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses import api_names
+from tracewhy.analyses.id_arrays import Ids, narrow
 from tracewhy.analyses.name_codes import decide
 from tracewhy.model import compiled
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, HOST_KINDS, Col, Kind
@@ -27,8 +28,8 @@ B = npt.NDArray[np.bool_]
 class HostTree:
     """The host nesting as arrays indexed by slice id (-1: none), with what each slice is."""
 
-    parent: I64
-    depth: I64
+    parent: Ids
+    depth: Ids
     ts: I64
     dur: I64
     is_python: B
@@ -42,8 +43,10 @@ class HostTree:
         n = s.height
         kind = s.get_column(Col.KIND)
         host = kind.is_in([k.value for k in HOST_KINDS]).to_numpy()
-        parent = np.where(host, s.get_column(Col.PARENT).fill_null(-1).to_numpy(), -1)
-        depth = np.where(host, s.get_column(Col.DEPTH).fill_null(0).to_numpy(), -1).astype(np.int64)
+        # (Slice ids and depths int32 where they fit, ``id_arrays.narrow``: the tree lives as long as
+        # the diagnosis, 62 MB an int64 column on an 8 M-slice export.)
+        parent = narrow(np.where(host, s.get_column(Col.PARENT).fill_null(-1).to_numpy(), -1))
+        depth = narrow(np.where(host, s.get_column(Col.DEPTH).fill_null(0).to_numpy(), -1))
         names = s.get_column(Col.NAME)
         texts = names.unique().drop_nulls().cast(pl.String).to_list()
         pretests = api_names.PRETESTS
