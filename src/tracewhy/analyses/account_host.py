@@ -63,7 +63,7 @@ class Collectives(dict[int, str | None]):
 @dataclass(frozen=True)
 class HostContext:
     """Arrays indexed by slice id (-1: none); the slice ids in them are int32 where they fit
-    (``id_arrays.narrow``: the five take 0.15 GB less on a 8 M-slice export)."""
+    (``id_arrays.narrow``: the five take 0.15 GB less on an 8 M-slice export)."""
 
     context: npt.NDArray[np.int8]  # a HostPurpose value (host slices; NONE elsewhere)
     outer_op: Ids  # outermost op at or above (a CPU op, or an emit_nvtx op range)
