@@ -22,7 +22,8 @@ def test_contexts_of_kinds_an_nsys_export_lacks_are_one_shared_value() -> None:
         assert (ctx == -1).all()
     # Annotations are there: their context is a real array, each annotation its own innermost.
     ann = host.is_kind(Kind.ANNOTATION)
-    assert host.annotation_ctx.strides == (8,) and (host.annotation_ctx[ann] == host.ids[ann]).all()
+    assert host.annotation_ctx.strides == (host.annotation_ctx.itemsize,)  # (a real array: int32 where ids fit)
+    assert (host.annotation_ctx[ann] == host.ids[ann]).all()
     assert host.depth.dtype == np.int32
     # So is a flag no slice carries (no DataLoader in this capture), in both of its tables.
     for table in (host.self_flag, host.on_stack):
