@@ -187,7 +187,16 @@ def host_context(trace: Trace, markers: I64, tree: HostTree | None = None,
     # (a name read per slice was 380 k Series lookups on a large export).
     rows = np.flatnonzero(context == int(HostPurpose.COMMUNICATION))
     owners, inverse = np.unique(comm_at[rows], return_inverse=True)
-    owner_names = [collective_name(named_collective.get(o) or str(names[o])) for o in owners.tolist()]
+    # (The owners' names gathered at once, each distinct one parsed once: 165 k Series lookups
+    # and parses took 0.33 s on a large export.)
+    texts = names.gather(owners).cast(pl.String).to_list() if owners.size else []
+    parsed: dict[str, str] = {}
+    owner_names = []
+    for o, text in zip(owners.tolist(), texts, strict=True):
+        text = named_collective.get(o) or str(text)
+        if text not in parsed:
+            parsed[text] = collective_name(text)
+        owner_names.append(parsed[text])
     for i, k in zip(rows.tolist(), inverse.reshape(-1).tolist(), strict=True):
         collective[i] = owner_names[k]
     marker = np.zeros(n, dtype=bool)

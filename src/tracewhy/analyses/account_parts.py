@@ -27,7 +27,7 @@ from tracewhy.analyses import api_names
 from tracewhy.analyses.account_compiled import CompiledFrames
 from tracewhy.analyses.account_host import HostContext, HostPurpose, frame_line, host_context
 from tracewhy.analyses.account_names import Part, PartKind, PartName
-from tracewhy.analyses.account_slices import KernelFamilies, KindNames, copy_label, label_copies
+from tracewhy.analyses.account_slices import CopyAttrs, KernelFamilies, KindNames, copy_label, label_copies
 from tracewhy.analyses.account_unrecorded import FirstGpuWork
 from tracewhy.analyses.account_waits import waits_on_collectives
 from tracewhy.analyses.critical_path_edges import Edge
@@ -39,7 +39,7 @@ from tracewhy.analyses.host_activity import HostIndex, build_host_index
 from tracewhy.analyses.host_tree import HostTree
 from tracewhy.analyses.id_arrays import narrow
 from tracewhy.analyses.name_codes import NameCodes, distinct_names
-from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, CopyAttrCol, Kind
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, Kind
 from tracewhy.model.trace import Trace
 
 I64 = npt.NDArray[np.int64]
@@ -77,9 +77,7 @@ class PartRules:
         self.host: HostIndex = host if host is not None else build_host_index(trace)
         classes = classify_kernels(trace)
         self.family = KernelFamilies(classes)
-        self.copies = {row[0]: row[1:] for row in trace.copy_attrs.select(
-            CopyAttrCol.ID, pl.col(CopyAttrCol.COPY_KIND).cast(pl.String), pl.col(CopyAttrCol.SRC_MEM).cast(pl.String),
-            pl.col(CopyAttrCol.DST_MEM).cast(pl.String), CopyAttrCol.BYTES).iter_rows()}
+        self.copies = CopyAttrs(trace.copy_attrs)
         self.parts: list[Part] = []
         # Each key decided once (predictions walk the same edges again); each op's scalar read found once.
         self._decided: dict[tuple[int, ...], tuple[int, int]] = {}
@@ -338,7 +336,7 @@ class PartRules:
             else:
                 out[np.asarray(ids, dtype=np.int64)] = self.item(str(family))
         copies = trace.kind_columns((Kind.MEMCPY, Kind.MEMSET), Col.ID).get_column(Col.ID).to_numpy()
-        label_copies(out, copies.tolist(), self.kind, self.copies.get, self.item)
+        label_copies(out, copies, self.kind, self.copies, self.item)
         return out
 
     def gpu_part(self, activity: int, cat: str) -> int:
