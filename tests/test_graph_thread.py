@@ -105,3 +105,39 @@ def test_meanwhile_runs_only_while_the_graph_is_being_built(done_first: bool, mo
     ctx.start_graph(meanwhile=[meanwhile])
     assert ctx.graph() is ctx.graph()
     assert ran == ([] if done_first else ["meanwhile"])
+
+
+def test_what_the_account_would_wait_for_is_made_while_the_graph_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a large trace the syncs, the anti-patterns and the GPU work per NVTX range (the blocks
+    rule's) are made on the rules' thread while the graph is still being built: here the build
+    waits until all three are there, which it does only if ``graph`` makes them before it waits."""
+    from tracewhy.findings.context import Context
+    from tracewhy.readers import CacheOptions, read_trace
+    from tracewhy.reports.diagnose import rule_findings
+
+    trace = read_trace(shared_trace(TRACES[0]), cache=CacheOptions(enabled=False))
+    wanted = {"syncs", "anti_patterns", "nvtx_gpu_work"}
+    made: list[str] = []
+    all_made = threading.Event()
+    cached = Context.cached
+
+    def recording(self: Context, key: str, compute: Any) -> Any:
+        value = cached(self, key, compute)
+        if key in wanted and key not in made:
+            made.append(key)
+            if wanted <= set(made):
+                all_made.set()
+        return value
+
+    build = critical_path_graph.build_graph
+    waited: list[bool] = []
+
+    def held(t: Any) -> Any:
+        waited.append(all_made.wait(timeout=30))
+        return build(t)
+
+    monkeypatch.setattr(Context, "cached", recording)
+    monkeypatch.setattr(critical_path_graph, "build_graph", held)
+    monkeypatch.setattr(at_once, "MAX_SLICES", -1)
+    rule_findings(Context(trace))
+    assert waited == [True]
