@@ -36,9 +36,9 @@ class FirstGpuWork:
 
     def __init__(self, trace: Trace) -> None:
         gpu = trace.kind_columns(GPU_ACTIVITY_KINDS, Col.ID, pl.col(Col.DEVICE).fill_null(-1).cast(pl.Int64), Col.TS)
-        device = gpu.get_column(Col.DEVICE).to_numpy()
         # (int32 where the devices fit, as they do: 31 MB, not 62, on an 8 M-slice export.)
-        self.device = np.full(trace.slices.height, -1, dtype=narrow(device).dtype)
+        device = narrow(gpu.get_column(Col.DEVICE).to_numpy())
+        self.device = np.full(trace.slices.height, -1, dtype=device.dtype)
         self.device[gpu.get_column(Col.ID).to_numpy()] = device
         first = gpu.group_by(Col.DEVICE).agg(pl.col(Col.TS).min())
         self.first: dict[int, int] = dict(zip(first.get_column(Col.DEVICE).to_list(),

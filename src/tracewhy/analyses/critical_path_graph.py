@@ -13,7 +13,7 @@ this module builds the nodes and the edges along one timeline (a thread, a strea
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 
 import msgspec
 import numpy as np
@@ -33,15 +33,13 @@ from tracewhy.analyses.critical_path_edges import (
     sync_edges,
     unrecorded_wait_edges,
 )
-from tracewhy.analyses.id_arrays import narrow
+from tracewhy.analyses.id_arrays import Ids, narrow  # (node, edge and slice numbers)
 from tracewhy.model import compiled
 from tracewhy.model.linking import pair_key
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col, Kind
 from tracewhy.model.trace import Trace
 
 I64 = npt.NDArray[np.int64]
-#: Node, edge and slice numbers: int32 where they fit (``id_arrays.narrow``), else int64.
-Ids = npt.NDArray[np.signedinteger[Any]]
 
 
 #: The kinds whose slices become nodes on the host side (Python frames would triple the nodes
