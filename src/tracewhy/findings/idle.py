@@ -172,8 +172,10 @@ def _severity(b: Basis, ns: float) -> Severity:
 
 def _top_gaps(ctx: Context, cls: GapClass, column: str, n: int = 3) -> list[str]:
     g = ctx.gaps().gaps.filter(pl.col(GapCol.GAP_CLASS) == cls.value)
+    # Ties by name: group_by's order is arbitrary, and equal sums are common where steps repeat
+    # (an inflated capture's copies of one step: the third name changed from run to run).
     top = (g.filter(pl.col(column).is_not_null()).group_by(column).agg(pl.col(class_col(cls)).sum())
-           .sort(class_col(cls), descending=True).head(n))
+           .sort([class_col(cls), column], descending=[True, False]).head(n))
     return [str(v) for v in top.get_column(column).to_list()]
 
 
