@@ -204,15 +204,21 @@ def _fetched_under(line: SourceLine | None) -> str:
     return sl.named(line, " Most of the fetch time is under ", ".")
 
 
+def _sync_sites(calls: pl.DataFrame, n: int = 3) -> list[str]:
+    """The ``n`` places (Python line, else op, else annotation) whose syncs blocked longest, ties
+    by name (``_top_gaps``)."""
+    where = (calls.with_columns(pl.coalesce("python", "op", "annotation").alias("site"))
+             .group_by("site").agg(pl.len().alias("n"), pl.col("blocked_ns").sum())
+             .sort(["blocked_ns", "site"], descending=[True, False], nulls_last=True).head(n))
+    return [f"{r['site'] or 'outside any op'} ({r['n']}x)" for r in where.iter_rows(named=True)]
+
+
 def _sync(ctx: Context, b: Basis, ns: float) -> Finding:
     sy = ctx.syncs()
     calls = sy.calls
     per_step = sy.per_step.filter(pl.col(StepCol.STEADY))
     n_per_step = mean_of(per_step.get_column("syncs")) or float(calls.height)
-    where = (calls.with_columns(pl.coalesce("python", "op", "annotation").alias("site"))
-             .group_by("site").agg(pl.len().alias("n"), pl.col("blocked_ns").sum())
-             .sort("blocked_ns", descending=True).head(3))
-    sites = [f"{r['site'] or 'outside any op'} ({r['n']}x)" for r in where.iter_rows(named=True)]
+    sites = _sync_sites(calls)
     line = sl.sync_line(ctx)
     return Finding(
         code=Code.GPU_IDLE_SYNC, severity=_severity(b, ns),
