@@ -73,6 +73,21 @@ def test_copy_attrs_answer_what_the_dict_answered(relative: str) -> None:
     assert got.get(-1, (None,)) == (None,)
 
 
+@pytest.mark.parametrize("relative", TRACES)
+def test_bytes_and_directions_of_many_copies_at_once(relative: str) -> None:
+    """``bytes_of`` and ``going`` answer for many copies what a ``get`` per copy answers."""
+    trace = read_trace(shared_trace(relative))
+    expected = _as_dict(trace.copy_attrs)
+    got = CopyAttrs(trace.copy_attrs)
+    ids = np.array([*expected, -1, trace.slices.height], dtype=np.int64)
+    assert got.bytes_of(ids) == sum(int(expected[i][3] or 0) for i in expected)
+    assert got.bytes_of(ids[:0]) == 0
+    directions = {a[0] for a in expected.values()} | {None, "no such direction"}
+    for direction in directions:
+        want = [i for i in ids.tolist() if expected.get(i, (None,))[0] == direction]
+        assert ids[got.going(ids, direction)].tolist() == want, direction
+
+
 def test_the_last_row_of_an_id_wins_and_missing_values_are_none() -> None:
     table = pl.DataFrame({CopyAttrCol.ID: [7, 3, 7, 5], CopyAttrCol.BYTES: [1, 2, None, 4],
                           CopyAttrCol.COPY_KIND: ["HtoD", None, "DtoH", "DtoD"],

@@ -366,7 +366,7 @@ def _evidence(m: StepModel, rows: pl.DataFrame, names: pl.Series, n: int, top: i
     for part, slices in per.select(AccountCol.PART, "_slices").iter_rows():
         counts.append(len(slices) / n)
         if part in copy_parts and slices:
-            moved = sum(rules.copy_bytes(i) for i in slices)
+            moved = rules.copies.bytes_of(np.asarray(slices, dtype=np.int64))
             busy = int(s.get_column(Col.DUR).gather(slices).sum())
             bytes_col.append(round(moved / n) if moved else None)
             bandwidth.append(moved / busy if moved and busy else None)  # bytes per ns is GB/s

@@ -358,10 +358,6 @@ class PartRules:
     def _copy(self, activity: int) -> str:
         return copy_label(self.kind[activity], self.copies.get(activity))
 
-    def copy_bytes(self, activity: int) -> int:
-        got = self.copies.get(activity)
-        return int(got[3] or 0) if got is not None else 0
-
     def _sync(self, call: int, name: str, own_copy: bool) -> tuple[int, int]:
         if api_names.is_launch_call(name) and not own_copy:
             return self.part(PartName.QUEUE_FULL, PartKind.SYNC), self.item(name)

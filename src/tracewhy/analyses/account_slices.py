@@ -77,6 +77,20 @@ class CopyAttrs:
         found = (at >= 0) & (self.ids[np.maximum(at, 0)] == slice_ids) if self.ids.size else np.zeros(at.size, bool)
         return np.where(found, at, -1)
 
+    def bytes_of(self, slice_ids: I64) -> int:
+        """The bytes these copies moved together (one without a row or a size: none)."""
+        rows = self.rows(slice_ids)
+        return int(self._bytes[rows[rows >= 0]].sum())
+
+    def going(self, slice_ids: I64, direction: str | None) -> npt.NDArray[np.bool_]:
+        """Which of these copies go ``direction`` ("DtoH"; None: those whose direction is not known)."""
+        rows = self.rows(slice_ids)
+        codes = np.where(rows >= 0, self.codes[0][np.maximum(rows, 0)] if self.codes[0].size else -1, -1)
+        names = self.names[0]
+        want = -1 if direction is None else names.index(direction) if direction in names else -2
+        found: npt.NDArray[np.bool_] = codes == want
+        return found
+
     def get(self, slice_id: int, default: Any = None) -> Any:
         row = int(self.rows(np.array([slice_id]))[0])
         if row < 0:

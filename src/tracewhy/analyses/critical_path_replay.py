@@ -155,7 +155,6 @@ class ReplayWindow:
         pos[order] = np.arange(order.size)
         ps, pd = pos[src], pos[dst]
         fast = compiled.loops(pd.size)
-        #: (The window's edge ids, in id order, are int32 where they fit: ``id_arrays.narrow``.)
         #: The window's edges in the order of their end's position (ties: in edge order); int32
         #: holds the positions of any window's edges (a whole-trace window of 17 M: 68 MB, not 136).
         #: (Compiled: a counting sort by position, 0.1 s where argsort took 0.5 s on 17 M edges.)

@@ -93,7 +93,7 @@ class OverlapCopies(msgspec.Struct, frozen=True):
         # on the nsys export, was most of this edit), then each copy's direction.
         activities = np.unique(w.attr[gpu])
         copies = activities[rules.kind_code[activities] == KIND_CODE[Kind.MEMCPY.value]]
-        moved = {a for a in copies.tolist() if rules.copies.get(a, (None,))[0] == self.direction}
+        moved = set(copies[rules.copies.going(copies, self.direction)].tolist())
         return w.off_stream(moved) if moved else GraphEdit()
 
 
