@@ -109,17 +109,32 @@ def build_graph(trace: Trace) -> Graph:
         _launches(s, chosen, is_gpu, node_of),
         sync_edges(trace, chosen, is_gpu, node_of, node_ts),
     ]
-    src = np.concatenate([p[0] for p in parts])
-    dst = np.concatenate([p[1] for p in parts])
-    kind = np.concatenate([p[2] for p in parts]).astype(np.int8)
-    attr = np.concatenate([p[3] for p in parts])
+    del host
+    # Each column joined, its parts let go and its backward edges dropped before the next one is
+    # joined: on a large export's 17 M edges the parts, the joined columns and their filtered
+    # copies, all held at once, came to 1.4 GB at the end of the graph's build.
+    columns = [list(c) for c in zip(*parts, strict=True)]
+    del parts
+    src, dst = _joined(columns, 0), _joined(columns, 1)
     forward = node_ts[dst] >= node_ts[src]
-    dropped = int((~forward).sum())
-    src, dst, kind, attr = src[forward], dst[forward], kind[forward], attr[forward]
+    dropped = int(forward.size - np.count_nonzero(forward))
+    src = src[forward]
+    dst = dst[forward]
+    kind = np.concatenate([k.astype(np.int8, copy=False) for k in columns[2]])[forward]
+    columns[2].clear()
+    attr = narrow(_joined(columns, 3)[forward])
+    del forward
     bind = _binding(node_ts, src, dst, kind)
-    return Graph(node_slice=narrow(np.repeat(ids, 2)), node_ts=node_ts, node_pid=np.repeat(narrow(owner), 2),
+    return Graph(node_slice=np.repeat(narrow(ids), 2), node_ts=node_ts, node_pid=np.repeat(narrow(owner), 2),
                  src=narrow(src), dst=narrow(dst), kind=kind, attr=narrow(attr), bind_edge=narrow(bind),
                  dropped_edges=dropped)
+
+
+def _joined(columns: list[list[I64]], k: int) -> I64:
+    """Column ``k`` of the edge parts joined in one array; the parts' own arrays are let go."""
+    out: I64 = np.concatenate(columns[k])
+    columns[k].clear()
+    return out
 
 
 def _host_chain(s: pl.DataFrame, chosen: pl.DataFrame, host: npt.NDArray[np.bool_], node_of: I64) -> EdgeParts:
