@@ -47,7 +47,7 @@ def _sorted_anew(w: ReplayWindow, sink: int, edit: GraphEdit, walk: Walk | None 
     ps, pd, wt, ids = ps[order], pd[order], wt[order], ids[order]
     touched = np.r_[w.dst_pos[~keep], add_pd[added], w.dst_pos[np.isin(w.edges, edit.scaled)]]
     lo = int(np.searchsorted(pd, touched.min())) if touched.size else pd.size
-    times = _replay_times(array("q", w.times), _ints(ps[lo:]), _ints(pd[lo:]), _ints(wt[lo:]), w.fixed.tobytes())
+    times = _replay_times(w.measured_times(), _ints(ps[lo:]), _ints(pd[lo:]), _ints(wt[lo:]), w.fixed.tobytes())
     walk = walk or w._walk_back
     return walk(int(w.sink_pos[sink]), times, ps, pd, wt, ids, np.r_[edit.add_kind, 0])
 

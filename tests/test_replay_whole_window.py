@@ -48,7 +48,7 @@ def test_a_whole_window_is_the_window_its_selection_gives(name: str) -> None:
         edges, order, fixed = _selected(replay, ws, we)
         assert np.array_equal(w.edges, edges)
         assert np.array_equal(w.order, order) and np.array_equal(w.fixed, fixed)
-        assert np.array_equal(np.frombuffer(w.times, dtype=np.int64), ts[order])
+        assert np.array_equal(np.frombuffer(w.measured_times(), dtype=np.int64), ts[order])
         pos = np.full(ts.size, -1, dtype=np.int64)
         pos[order] = np.arange(order.size)
         src, dst = replay.graph.src[edges], replay.graph.dst[edges]

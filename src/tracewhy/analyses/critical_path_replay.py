@@ -163,7 +163,6 @@ class ReplayWindow:
         fixed = np.zeros(order.size, dtype=bool)
         fixed[pos[fixed_nodes]] = True
         self.g, self.replay, self.edges, self.order = g, replay, edges, order.astype(np.int32)
-        self.times = _ints(ts[order])
         self.sink_pos = pos
         self.dst_pos = pd
         self.src_pos = ps
@@ -171,6 +170,12 @@ class ReplayWindow:
         self.ws = ws
         self._in_edges: LiveInEdges | None = None
         self._of_process: dict[int, I32 | None] = {}
+
+    def measured_times(self) -> array[int]:
+        """The window's instants' measured times, in its order: made for each replay, which changes
+        them in place (kept with the window, they were 122 MB of a whole-trace window of a large
+        export, held from its first prediction to the last; the gather takes ~0.05 s there)."""
+        return _ints(self.g.node_ts[self.order])
 
     def _live_in_edges(self) -> LiveInEdges:
         """``saved``'s view of the window's in-edges, built at its first call: a diagnosis replays
@@ -189,7 +194,7 @@ class ReplayWindow:
             return 0
         weight[hit] = 0
         w = _ints(weight)
-        times = array("q", self.times)
+        times = self.measured_times()
         live = self._live_in_edges()
         many_first, many_src, many_edge = live.many_first, live.many_src, live.many_edge
         # Instants ordered before the first one a removed edge leads to replay as measured.
@@ -238,7 +243,8 @@ class ReplayWindow:
         touched = np.r_[self.dst_pos[dropped], add_pd[added],
                         self.dst_pos[self._among(edit.scaled)]] if not edit.empty else np.zeros(0, np.int64)
         below = int(touched.min()) if touched.size else self.order.size
-        stretches = MeasuredStretches(self.g, known, pos, self.fixed, np.frombuffer(self.times, dtype=np.int64),
+        measured = self.measured_times()  # (read by the stretches, then replayed in place)
+        stretches = MeasuredStretches(self.g, known, pos, self.fixed, np.frombuffer(measured, dtype=np.int64),
                                       self.ws, self.edges, self.src_pos, self.dst_pos, mine) \
             if known is not None and known.size and below >= STRETCHES_FROM else None
         by_dst = mine[~dropped[mine]] if edit.drop.size else mine
@@ -248,15 +254,19 @@ class ReplayWindow:
         if added.size:
             added = added[np.argsort(add_pd[added], kind="stable")]
             at = np.searchsorted(pd, add_pd[added], side="right")
-            ps, pd = np.insert(ps, at, add_ps[added]), np.insert(pd, at, add_pd[added])
-            w, ids = np.insert(w, at, edit.add_weight[added]), np.insert(ids, at, n_graph + added)
+            # (One at a time, each old column let go before the next is copied: 0.2 GB less at a
+            # whole-trace window's peak.)
+            ps = np.insert(ps, at, add_ps[added])
+            pd = np.insert(pd, at, add_pd[added])
+            w = np.insert(w, at, edit.add_weight[added])
+            ids = np.insert(ids, at, n_graph + added)
         del dropped
         lo = int(np.searchsorted(pd, below)) if touched.size else pd.size
         # Sources and lengths as machine integers once, for the replay (from ``lo``) and the walk,
         # which reads them as arrays through the same memory (the numpy copies are let go first).
         src, length = _positions(ps), _ints(w)
         del ps, w
-        times = _replay_times(array("q", self.times), src, _positions(pd[lo:]), length, self.fixed.tobytes(), lo)
+        times = _replay_times(measured, src, _positions(pd[lo:]), length, self.fixed.tobytes(), lo)
         return self._walk_back(int(pos[sink]), times, np.frombuffer(src, dtype=np.int32), pd,
                                np.frombuffer(length, dtype=np.int64), ids, np.r_[edit.add_kind, 0], src, length,
                                (stretches, below) if stretches is not None else None)
@@ -289,14 +299,18 @@ class ReplayWindow:
         g, n_graph = self.g, self.g.src.size
         if at < 0:
             return EditedPath(0, _none(), _none(), 0)
-        counts = np.bincount(pd, minlength=len(times))  # each instant's first in-edge, summed in int32
+        # Each instant's first in-edge, summed in int32 (a sum into int32 of int64 counts made an
+        # int64 temporary of every instant), each array let go as soon as it is copied: on a
+        # whole-trace window of a large export, 16 M instants, they were 0.3 GB of the peak.
+        counts = np.bincount(pd, minlength=len(times)).astype(np.int32)
         starts = np.zeros(counts.size + 1, dtype=np.int32)
-        np.cumsum(counts, out=starts[1:])
+        np.cumsum(counts, dtype=np.int32, out=starts[1:])
+        del counts
         first = _positions(starts)
+        del starts
         stretches, below = measured if measured is not None else (None, -1)
-        through = one_way_in(starts, np.frombuffer(times, dtype=np.int64), self.ws, self.fixed,
-                             stretches.on if stretches is not None else None, below)
-        del counts, starts
+        through = one_way_in(np.frombuffer(first, dtype=np.int32), np.frombuffer(times, dtype=np.int64), self.ws,
+                             self.fixed, stretches.on if stretches is not None else None, below)
         src = src if src is not None else _positions(ps)
         length = length if length is not None else _ints(w)
         fixed, ws = self.fixed.tobytes(), self.ws
@@ -358,11 +372,17 @@ class ReplayWindow:
             v = src[e]
         # Each edge's length: its end's time less its source's (or the window's start). (An edge
         # that leaves a cycle ends at an instant walked at the time of the one it was taken at.)
+        # (The walk's arrays per instant let go first, then in place, a column at a time: a path of
+        # 6 M edges made 0.25 GB of temporaries here, beside 0.14 GB the walk no longer needed.)
+        del first, through, seen, on_path
         on = np.frombuffer(path, dtype=np.int64)[::-1]
         t = np.frombuffer(times, dtype=np.int64)
-        lengths = t[pd[on]] - np.maximum(t[ps[on]], ws)
-        return EditedPath(end_ns=times[at], edges=narrow(ids[on]), dur_ns=lengths.astype(np.int64),
-                          start_ns=max(times[v], ws))
+        from_ns = t[ps[on]]
+        np.maximum(from_ns, ws, out=from_ns)
+        lengths: I64 = t[pd[on]]
+        lengths -= from_ns
+        del from_ns
+        return EditedPath(end_ns=times[at], edges=narrow(ids[on]), dur_ns=lengths, start_ns=max(times[v], ws))
 
 
 def _replay_times(times: array[int], ps: array[int], pd: array[int], w: array[int], fixed: bytes, lo: int = 0
