@@ -176,10 +176,11 @@ def test_nsys_emit_nvtx_names_are_blocks_not_instances() -> None:
 
 
 def test_blocks_without_instances_and_in_small_sync_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """diagnose asks for the table alone; ``_synced`` and the step join walk the ranges a chunk
-    at a time. With every chunk 7 ranges (ranges of one thread split across chunks), and
-    without the per-range instances, the table is the same, and the synced flags and steps of
-    a real export are too."""
+    """diagnose asks for the table alone; ``_sync_ends`` walks the ranges a chunk at a time, and
+    the instances' columns are made and summed per name a chunk at a time (``_chunks``). With
+    every chunk 7 ranges (ranges of one thread split across chunks, a name's sums added over
+    hundreds of chunks), and without the per-range instances, the table is the same as from one
+    chunk, and the synced flags and steps of a real export are too."""
     trace = tracewhy.load(shared_trace("nsys/nsysai_mfu_2gpu_before.sqlite.gz"))
     whole = blocks(trace)
     assert whole.instances.get_column("synced").sum() > 0
@@ -187,8 +188,11 @@ def test_blocks_without_instances_and_in_small_sync_chunks(monkeypatch: pytest.M
     with_steps = blocks(stepped).instances
     assert with_steps.get_column("step").n_unique() > 2 and with_steps.get_column("steady").any()
     monkeypatch.setattr(blocks_module, "_SYNC_CHUNK", 7)
-    monkeypatch.setattr(blocks_module, "_STEP_JOIN_CHUNK", 7)
-    assert_frame_equal(blocks(stepped).instances, with_steps)
+    stepped_table = blocks(stepped).table
+    monkeypatch.setattr(blocks_module, "_CHUNK", 7)
+    chunked = blocks(stepped)
+    assert_frame_equal(chunked.instances, with_steps)
+    assert_frame_equal(chunked.table, stepped_table)
     lean = blocks(trace, BlocksOptions(instances=False))
     assert lean.instances.height == 0 and lean.instances.schema == whole.instances.schema
     assert_frame_equal(lean.table, whole.table)

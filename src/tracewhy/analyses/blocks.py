@@ -11,6 +11,7 @@ engine's backward thread, for a ``backward`` block on the main thread) is counte
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
 
@@ -48,8 +49,8 @@ SYNC_AFTER_BLOCK_NS: Final = 1_000_000
 _INSTANCE_SUFFIX: Final = api_names.OP_RANGE_SUFFIX
 #: Ranges ``_synced`` looks at a time.
 _SYNC_CHUNK: Final = 1 << 20
-#: Ranges given their step window at a time (``_instances``).
-_STEP_JOIN_CHUNK: Final = 1 << 20
+#: Ranges whose columns are made at a time (``_instances``).
+_CHUNK: Final = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -144,40 +145,56 @@ def blocks(
     trace.require_whole()
     steps_result = steps_result or steps(trace, StepsOptions(marker=options.step_marker, warmup=options.warmup))
     gpu = _gpu_rows(trace)
-    inst, names = _instances(trace, steps_result, options, work or gpu_work(trace), gpu)
+    chunks, names = _instances(trace, steps_result, options, work or gpu_work(trace), gpu)
     windows = step_windows(trace, steps_result)
     n_steps = int(windows.get_column(WindowCol.STEADY).sum())
     span = steady_span(windows)
     note = steps_result.note
     if span is not None:
-        chosen = inst.lazy().filter(pl.col(BlockCol.STEADY))  # lazy: summed without a copy of the rows
         lo, hi = span
     else:
-        chosen, lo, hi, n_steps = inst.lazy(), None, None, 1
+        lo, hi, n_steps = None, None, 1
         note = f"{note}; values are per capture, not per step" if note else "values are per capture, not per step"
+    # Summed a chunk of ranges at a time (sums per name, then of those), each chunk's columns let
+    # go before the next is made: all at once they were 0.3 GB over 4.8 M ranges of a large export.
+    sums, syncs, kept = [], [], []
+    for inst in chunks:
+        chosen = inst.lazy().filter(pl.col(BlockCol.STEADY)) if span is not None else inst.lazy()
+        sums.append(_sums_per_name(chosen))
+        syncs.append(chosen.select(pl.col(BlockCol.SYNC_ID).drop_nulls().unique()).collect().get_column(
+            BlockCol.SYNC_ID))
+        if options.instances:
+            kept.append(inst)
+        del chosen, inst
     total_gpu = _gpu_time_launched(gpu, lo, hi)
-    table = _table(chosen, names, n_steps, total_gpu)
-    ending_syncs = int(chosen.select(pl.col(BlockCol.SYNC_ID).drop_nulls().n_unique()).collect().item())
-    del chosen
-    instances = inst.with_columns(pl.col(Col.NAME).cast(pl.String).str.replace(_INSTANCE_SUFFIX, "")).select(
+    table = _table(pl.concat(sums), names, n_steps, total_gpu)
+    ending_syncs = pl.concat(syncs).n_unique()
+    instances = pl.concat(kept).with_columns(pl.col(Col.NAME).cast(pl.String).str.replace(_INSTANCE_SUFFIX, "")).select(
         *BLOCK_INSTANCES_SCHEMA) if options.instances else pl.DataFrame(schema=BLOCK_INSTANCES_SCHEMA)
     return BlocksResult(table=table, instances=instances, steps=n_steps, gpu_time_ns_per_step=total_gpu / n_steps,
                         step_marker=steps_result.marker, note=note, ending_syncs=ending_syncs,
                         per_capture=span is None)
 
 
-def _table(chosen: pl.LazyFrame, names: pl.DataFrame, n_steps: int, total_gpu: int) -> pl.DataFrame:
-    """BLOCKS_SCHEMA: sums per annotation name (a categorical code, no string per range), then
-    per block name (emit_nvtx's per-call suffix dropped) over those few rows."""
-    sums = (
+def _sums_per_name(chosen: pl.LazyFrame) -> pl.DataFrame:
+    """Per annotation name (a categorical code, no string per range) of these ranges: the least
+    depth, the count and the sums ``_table`` adds up over every chunk of ranges."""
+    return chosen.group_by(Col.NAME).agg(
+        pl.col(BlockCol.DEPTH).min().alias(BlockCol.LEVEL), pl.len().alias(BlockCol.INSTANCES),
         pl.col(Col.DUR).sum().alias(BlockCol.CPU_PER_STEP), pl.col(BlockCol.GPU_TIME).sum(),
         pl.col(BlockCol.GPU_SPAN).sum(), pl.col(BlockCol.OTHER_THREADS_GPU).sum(),
-    )
-    per_name = chosen.group_by(Col.NAME).agg(
-        pl.col(BlockCol.DEPTH).min().alias(BlockCol.LEVEL), pl.len().alias(BlockCol.INSTANCES), *sums,
         (pl.col(BlockCol.GPU_OPS) > 0).sum().alias(BlockCol.GPU_INSTANCES),
         pl.col(BlockCol.SYNCED).sum().alias(BlockCol.SYNCED_INSTANCES),
-    ).collect().join(names, left_on=Col.NAME, right_on="_raw").drop(Col.NAME).rename({"_block": BlockCol.NAME})
+    ).collect()
+
+
+def _table(sums: pl.DataFrame, names: pl.DataFrame, n_steps: int, total_gpu: int) -> pl.DataFrame:
+    """BLOCKS_SCHEMA: the chunks' ``_sums_per_name`` per annotation name (integers: exact in any
+    order), then per block name (emit_nvtx's per-call suffix dropped) over those few rows."""
+    added = (BlockCol.INSTANCES, BlockCol.CPU_PER_STEP, BlockCol.GPU_TIME, BlockCol.GPU_SPAN,
+             BlockCol.OTHER_THREADS_GPU, BlockCol.GPU_INSTANCES, BlockCol.SYNCED_INSTANCES)
+    per_name = sums.group_by(Col.NAME).agg(pl.col(BlockCol.LEVEL).min(), *(pl.col(c).sum() for c in added)).join(
+        names, left_on=Col.NAME, right_on="_raw").drop(Col.NAME).rename({"_block": BlockCol.NAME})
     counts = (BlockCol.INSTANCES, BlockCol.GPU_INSTANCES, BlockCol.SYNCED_INSTANCES)
     return (
         per_name.group_by(BlockCol.NAME)
@@ -209,9 +226,10 @@ def _block_names(raw: pl.Series, marker: str, patterns: tuple[str, ...]) -> pl.D
 
 def _instances(
     trace: Trace, steps_result: StepsResult, options: BlocksOptions, work: GpuWork, gpu: pl.DataFrame
-) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """BLOCK_INSTANCES_SCHEMA's columns, the name still the trace's categorical, and the block
-    names (``_block_names``). Narrow columns only: a large nsys export has millions of ranges."""
+) -> tuple[Iterator[pl.DataFrame], pl.DataFrame]:
+    """BLOCK_INSTANCES_SCHEMA's columns, the name still the trace's categorical, in chunks of
+    ``_CHUNK`` ranges in time order, and the block names (``_block_names``). Narrow columns, a
+    chunk at a time: a large nsys export has millions of ranges, each column 38 MB over 4.8 M."""
     # Iterations found from a block (the optimizer's step, a user's "forward") leave it a block.
     marker = steps_result.marker if steps_result.source == MARKED else PROFILER_STEP
     names = _block_names(trace.kind_columns((Kind.ANNOTATION,), Col.NAME).get_column(Col.NAME).unique(), marker,
@@ -223,33 +241,39 @@ def _instances(
     # Slice ids ascend in slice order: times that ascend too mean the (time, id) order already.
     if not a.get_column(Col.TS).is_sorted():
         a = a.sort(Col.TS, Col.ID)
-    # The measure with the largest temporaries first, while the ranges hold only their own
-    # columns: each added column is 38 MB over the 4.8 M ranges of a 600 MB export.
-    a = a.with_columns(_synced(trace, a))
+    return _chunks(trace, steps_result, a, work, gpu), names
+
+
+def _chunks(trace: Trace, steps_result: StepsResult, a: pl.DataFrame, work: GpuWork, gpu: pl.DataFrame
+            ) -> Iterator[pl.DataFrame]:
+    """``_instances``' chunks of the ranges ``a`` (in time order): what needs every range at once
+    (the sync that ends each, the GPU time launched in each) as arrays first, the measure with
+    the largest temporaries first; then each chunk's columns."""
+    ends = _sync_ends(trace, a)
     pids = a.get_column(Col.PID).fill_null(-1).to_numpy()
     starts = a.get_column(Col.TS).to_numpy()
     launched = _launched_in(gpu, pids, starts, starts + a.get_column(Col.DUR).to_numpy())
     del pids, starts
-    a = a.with_columns(_measures(a.get_column(Col.ID).to_numpy(), work))
-    a = a.with_columns(
-        (pl.Series(launched) - pl.col(BlockCol.GPU_TIME)).clip(lower_bound=0).alias(BlockCol.OTHER_THREADS_GPU))
-    del launched
     w = step_windows(trace, steps_result).sort(WindowCol.WINDOW_START)
     inside = pl.col(Col.TS) < pl.col(WindowCol.WINDOW_END)
     right = w.select(WindowCol.PID, WindowCol.WINDOW_START, WindowCol.WINDOW_END, WindowCol.NUMBER, WindowCol.STEADY)
-    # The join takes the two key columns only, a chunk of ranges at a time (it copies every
-    # column it is given and returns the window's four: 0.2 GB over 4.8 M ranges at once); its
-    # rows are the ranges' in order, so its result is added to them as columns.
-    step_of = pl.concat([
-        a.slice(lo, _STEP_JOIN_CHUNK).select(Col.TS, Col.PID).join_asof(
+    for lo in range(0, a.height or 1, _CHUNK):
+        c = a.slice(lo, _CHUNK)
+        rows = slice(lo, lo + c.height)
+        c = c.with_columns(_synced(ends, rows, c.height))
+        c = c.with_columns(_measures(c.get_column(Col.ID).to_numpy(), work))
+        other = (pl.Series(launched[rows]) - pl.col(BlockCol.GPU_TIME)).clip(lower_bound=0)
+        c = c.with_columns(other.alias(BlockCol.OTHER_THREADS_GPU))
+        # The join takes the two key columns only (it copies every column it is given); its rows
+        # are the ranges' in order, so its result is added to them as columns.
+        step_of = c.select(Col.TS, Col.PID).join_asof(
             right, left_on=Col.TS, right_on=WindowCol.WINDOW_START, by=Col.PID, strategy="backward",
             check_sortedness=False,  # both sides are sorted by time above
         ).select(
             pl.when(inside).then(pl.col(WindowCol.NUMBER)).alias(BlockCol.STEP),
             (pl.col(WindowCol.STEADY).fill_null(False) & inside).fill_null(False).alias(BlockCol.STEADY),
-        ) for lo in range(0, a.height or 1, _STEP_JOIN_CHUNK)
-    ])
-    return a.with_columns(step_of.get_columns()).select(*BLOCK_INSTANCES_SCHEMA), names
+        )
+        yield c.with_columns(step_of.get_columns()).select(*BLOCK_INSTANCES_SCHEMA)
 
 
 def _measures(ids: I64, work: GpuWork) -> list[pl.Series]:
@@ -296,10 +320,16 @@ def _launched_in(gpu: pl.DataFrame, pids: I64, starts: I64, ends: I64) -> I64:
     return out
 
 
-def _synced(trace: Trace, a: pl.DataFrame) -> list[pl.Series]:
+#: Per range: the id of the synchronize call that followed its last launch (-1: none), and
+#: whether it launched anything (``_sync_ends``).
+SyncEnds = tuple[I64, npt.NDArray[np.bool_]]
+
+
+def _sync_ends(trace: Trace, a: pl.DataFrame) -> SyncEnds | None:
     """Per range: did a synchronize follow its last launch (before any other launch, at the
-    latest SYNC_AFTER_BLOCK_NS after its end)? Null for ranges that launched nothing. With it,
-    the id of that synchronize call (nested ranges that end together share it).
+    latest SYNC_AFTER_BLOCK_NS after its end)? The id of that synchronize call (nested ranges
+    that end together share it), or -1; and whether the range launched anything. None when the
+    trace has no launch or sync call.
 
     All ranges at once over the launch and sync calls sorted by (thread, start): a range's calls
     are a slice of its thread's (millions of NVTX ranges in a large nsys export)."""
@@ -312,8 +342,7 @@ def _synced(trace: Trace, a: pl.DataFrame) -> list[pl.Series]:
         pl.col(Col.NAME).is_in(sync_names.implode()).alias("_sync"),
     ).filter(pl.col("_launch") | pl.col("_sync"))
     if calls.height == 0:
-        return [pl.Series(BlockCol.SYNCED, [None] * a.height, dtype=pl.Boolean),
-                pl.Series(BlockCol.SYNC_ID, [None] * a.height, dtype=pl.Int64)]
+        return None
     r_threads, c_thread = thread_codes(a, calls)
     calls = calls.with_columns(pl.Series("_thread", c_thread)).sort("_thread", Col.TS, maintain_order=True)
     thread, ts = calls.get_column("_thread").to_numpy(), calls.get_column(Col.TS).to_numpy()
@@ -335,9 +364,20 @@ def _synced(trace: Trace, a: pl.DataFrame) -> list[pl.Series]:
         synced = ((last + 1 < np.searchsorted(thread, r_thread, side="right")) & is_sync[nxt]
                   & (ts[nxt] <= end + SYNC_AFTER_BLOCK_NS))
         ending[rows] = np.where(synced & launched_in[rows], nxt, -1)
-    call_ids = calls.get_column(Col.ID).to_numpy()
-    sync_id = pl.Series(BlockCol.SYNC_ID, call_ids[np.maximum(ending, 0)]).zip_with(
-        pl.Series(ending >= 0), pl.repeat(None, a.height, dtype=pl.Int64, eager=True))
-    nulls: pl.Series = pl.repeat(None, a.height, dtype=pl.Boolean, eager=True)
-    synced_out: pl.Series = pl.Series(BlockCol.SYNCED, ending >= 0).zip_with(pl.Series(launched_in), nulls)
-    return [synced_out, sync_id]
+    sync_id = np.where(ending >= 0, calls.get_column(Col.ID).to_numpy()[np.maximum(ending, 0)], -1)
+    return sync_id, launched_in
+
+
+def _synced(ends: SyncEnds | None, rows: slice, n: int) -> list[pl.Series]:
+    """The ``n`` ranges ``rows``' columns from ``_sync_ends``: synced (null for a range that
+    launched nothing) and the id of the synchronize call (null for none)."""
+    if ends is None:
+        return [pl.Series(BlockCol.SYNCED, [None] * n, dtype=pl.Boolean),
+                pl.Series(BlockCol.SYNC_ID, [None] * n, dtype=pl.Int64)]
+    sync_id, launched_in = ends[0][rows], ends[1][rows]
+    ended = sync_id >= 0
+    sync_col = pl.Series(BlockCol.SYNC_ID, sync_id).zip_with(pl.Series(ended),
+                                                             pl.repeat(None, n, dtype=pl.Int64, eager=True))
+    nulls: pl.Series = pl.repeat(None, n, dtype=pl.Boolean, eager=True)
+    synced_out: pl.Series = pl.Series(BlockCol.SYNCED, ended).zip_with(pl.Series(launched_in), nulls)
+    return [synced_out, sync_col]
