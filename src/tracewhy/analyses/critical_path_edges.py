@@ -37,8 +37,7 @@ class Edge(IntEnum):
     SYNC = 6  # a blocking call returning after the GPU work it drained ended
 
 
-#: Edges as parallel arrays: source node, destination node, Edge value (one byte where made by
-#: ``edges``), attributed slice.
+#: Edges as parallel arrays: source node, destination node, Edge value (a byte: ``edges``), slice.
 EdgeParts = tuple[I64, I64, npt.NDArray[np.signedinteger[Any]], I64]
 
 

@@ -8,7 +8,6 @@ there (``critical_path`` picks the items whose removal it replays; ``what_if`` b
 from __future__ import annotations
 
 import bisect
-import itertools
 from array import array
 from typing import Final
 
@@ -23,6 +22,7 @@ from tracewhy.analyses.replay_edges import (
     LiveInEdges,
     _ints,
     _positions,
+    _replay_times,
     one_way_in,
     process_edges,
     scale_weights,
@@ -383,29 +383,3 @@ class ReplayWindow:
         lengths -= from_ns
         del from_ns
         return EditedPath(end_ns=times[at], edges=narrow(ids[on]), dur_ns=lengths, start_ns=max(times[v], ws))
-
-
-def _replay_times(times: array[int], ps: array[int], pd: array[int], w: array[int], fixed: bytes, lo: int = 0
-                  ) -> array[int]:
-    """Each instant (by position, edges sorted by their end's) at the latest of its in-edges;
-    fixed instants and those without an in-edge keep their measured times. A source later in
-    the order than its end (a contradicting tie) counts at its measured time. Edges from ``lo``
-    on in ``ps`` and ``w``, all of ``pd`` (its tail from ``lo``). A long pass runs compiled
-    (``compiled.loops``), on views of the same arrays."""
-    fast = compiled.loops(len(pd))
-    if fast is not None:
-        fast.replay_times(np.frombuffer(times, dtype=np.int64), np.frombuffer(ps, dtype=np.int32),
-                          np.frombuffer(pd, dtype=np.int32), np.frombuffer(w, dtype=np.int64),
-                          np.frombuffer(fixed, dtype=np.bool_), lo)
-        return times
-    cur, best = -1, 0
-    for u, v, length in zip(itertools.islice(ps, lo, None), pd, itertools.islice(w, lo, None), strict=True):
-        if v != cur:
-            if cur >= 0 and not fixed[cur]:
-                times[cur] = best
-            cur, best = v, times[u] + length
-        elif times[u] + length > best:
-            best = times[u] + length
-    if cur >= 0 and not fixed[cur]:
-        times[cur] = best
-    return times

@@ -1,11 +1,13 @@
 """Which of a replayed window's edges a replay reads, and how its loops hold them: ``saved``'s
 view of each live instant's in-edges (``LiveInEdges``), the edges that end in one process
-(``process_edges``), positions and times as machine integers (``_positions``, ``_ints``), and
-the order of a window's instants that every edge respects (``window_order``).
+(``process_edges``), positions and times as machine integers (``_positions``, ``_ints``), the
+order of a window's instants that every edge respects (``window_order``), and the replay's pass
+over them (``_replay_times``).
 """
 
 from __future__ import annotations
 
+import itertools
 from array import array
 from typing import Any, Final
 
@@ -13,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tracewhy.analyses.critical_path_graph import Graph
+from tracewhy.model import compiled
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -131,3 +134,29 @@ def window_order(nodes: I64, src: I64, dst: I64, ts: I64) -> I64:
         everything: I64 = np.lexsort((level, ts))
         return everything
     return nodes[np.lexsort((level[nodes], ts[nodes]))]
+
+
+def _replay_times(times: array[int], ps: array[int], pd: array[int], w: array[int], fixed: bytes, lo: int = 0
+                  ) -> array[int]:
+    """Each instant (by position, edges sorted by their end's) at the latest of its in-edges;
+    fixed instants and those without an in-edge keep their measured times. A source later in
+    the order than its end (a contradicting tie) counts at its measured time. Edges from ``lo``
+    on in ``ps`` and ``w``, all of ``pd`` (its tail from ``lo``). A long pass runs compiled
+    (``compiled.loops``), on views of the same arrays."""
+    fast = compiled.loops(len(pd))
+    if fast is not None:
+        fast.replay_times(np.frombuffer(times, dtype=np.int64), np.frombuffer(ps, dtype=np.int32),
+                          np.frombuffer(pd, dtype=np.int32), np.frombuffer(w, dtype=np.int64),
+                          np.frombuffer(fixed, dtype=np.bool_), lo)
+        return times
+    cur, best = -1, 0
+    for u, v, length in zip(itertools.islice(ps, lo, None), pd, itertools.islice(w, lo, None), strict=True):
+        if v != cur:
+            if cur >= 0 and not fixed[cur]:
+                times[cur] = best
+            cur, best = v, times[u] + length
+        elif times[u] + length > best:
+            best = times[u] + length
+    if cur >= 0 and not fixed[cur]:
+        times[cur] = best
+    return times
