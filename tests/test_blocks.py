@@ -185,10 +185,10 @@ def test_blocks_without_instances_and_in_small_sync_chunks(monkeypatch: pytest.M
     whole = blocks(trace)
     assert whole.instances.get_column("synced").sum() > 0
     stepped = tracewhy.load(shared_trace("hta/v100_ddp2_rank1_memprofile.json.gz"))
-    with_steps = blocks(stepped).instances
+    one_chunk = blocks(stepped)
+    with_steps, stepped_table = one_chunk.instances, one_chunk.table
     assert with_steps.get_column("step").n_unique() > 2 and with_steps.get_column("steady").any()
     monkeypatch.setattr(blocks_module, "_SYNC_CHUNK", 7)
-    stepped_table = blocks(stepped).table
     monkeypatch.setattr(blocks_module, "_CHUNK", 7)
     chunked = blocks(stepped)
     assert_frame_equal(chunked.instances, with_steps)

@@ -13,7 +13,7 @@ this module builds the nodes and the edges along one timeline (a thread, a strea
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 import numpy as np
@@ -120,8 +120,7 @@ def build_graph(trace: Trace) -> Graph:
     dropped = int(forward.size - np.count_nonzero(forward))
     src = src[forward]
     dst = dst[forward]
-    kind = np.concatenate([k.astype(np.int8, copy=False) for k in columns[2]])[forward]
-    columns[2].clear()
+    kind = _joined(columns, 2, np.int8)[forward]
     attr = narrow(_joined(columns, 3)[forward])
     del forward
     bind = _binding(node_ts, src, dst, kind)
@@ -130,9 +129,10 @@ def build_graph(trace: Trace) -> Graph:
                  dropped_edges=dropped)
 
 
-def _joined(columns: list[list[I64]], k: int) -> I64:
-    """Column ``k`` of the edge parts joined in one array; the parts' own arrays are let go."""
-    out: I64 = np.concatenate(columns[k])
+def _joined(columns: list[list[I64]], k: int, dtype: type[np.integer[Any]] | None = None) -> npt.NDArray[Any]:
+    """Column ``k`` of the edge parts joined in one array (as ``dtype``, cast part by part while
+    joined: the kinds, a byte each); the parts' own arrays are let go."""
+    out: npt.NDArray[Any] = np.concatenate(columns[k], dtype=dtype, casting="same_kind")
     columns[k].clear()
     return out
 
