@@ -113,15 +113,16 @@ class Reads:
     def __init__(self) -> None:
         self.origins: dict[str, int | None] = {}
         self.warnings: list[str] = []
-        self.loader = Loader(read=self._read, warn=self._warn)
+        self.loader = Loader(read=self._read, warn=self._warn, seen=self._seen)
 
     def _read(self, path: str, kinds: Any) -> Trace:
         from tracewhy.readers import read_trace
 
-        trace = read_trace(path, kinds=kinds)
+        return read_trace(path, kinds=kinds)
+
+    def _seen(self, path: str, trace: Trace) -> None:
         self.origins.setdefault(str(path), time_origin_ns(trace))
         self._warn(path, trace.meta.warnings)
-        return trace
 
     def _warn(self, source: str | Path, lines: Any) -> None:
         self.warnings += [f"{source}: {line}" for line in lines if f"{source}: {line}" not in self.warnings]

@@ -221,7 +221,8 @@ def _as_list(value: Any) -> list[Any]:
 
 
 def load_trace(path: str, kinds: Collection[Kind] | None = None) -> Trace:
-    """The trace, whole, or (``kinds``) with at least the slice kinds a command's analyses use."""
+    """The trace, whole, or (``kinds``) with at least the slice kinds a command's analyses use
+    (its warnings are the loader's to say: ``Loader.seen``)."""
     from tracewhy.readers import CacheOptions, read_trace
 
     enabled = _CACHE.get()
@@ -234,13 +235,12 @@ def load_trace(path: str, kinds: Collection[Kind] | None = None) -> Trace:
             bar.close()
     if bar is not None:  # a large file (read, or served by the cache): the analyses may be long too
         _start_analysing(path)
-    warn(path, trace.meta.warnings)
     return trace
 
 
 def loader() -> Loader:
     """How reports read for the command being run: ``load_trace`` (progress, the cache as the
-    options say) and ``warn`` (the warnings printed and carried in ``--json``)."""
+    options say) and ``warn`` (each read's warnings, printed and carried in ``--json``)."""
     from tracewhy.reports.inputs import Loader
 
     return Loader(read=load_trace, warn=warn)

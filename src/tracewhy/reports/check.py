@@ -230,7 +230,10 @@ class CheckReportOptions:
 def check_report(trace: TraceSource, options: CheckReportOptions, loader: Loader = PLAIN) -> CheckReport:
     """The gate on ``trace`` with the limits and settings of the options, then of the config."""
     gate, baseline = check_gate(options)
-    return check(loader.trace(trace), gate, loader.trace(baseline) if baseline else None)
+    if not baseline:
+        return check(loader.trace(trace), gate, None)
+    run, base = loader.traces([trace, baseline])
+    return check(run, gate, base)
 
 
 def check_several(sources: Sequence[TraceSource], options: CheckReportOptions,

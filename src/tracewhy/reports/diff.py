@@ -40,8 +40,7 @@ def diff_report(a: TraceSource, b: TraceSource, options: DiffReportOptions | Non
                 loader: Loader = PLAIN) -> DiffReport:
     """B against baseline A, A read first."""
     options = options or DiffReportOptions()
-    trace_a = loader.trace(a)
-    trace_b = loader.trace(b)
+    trace_a, trace_b = loader.traces([a, b])
     c = compare(trace_a, trace_b, DiffOptions(step_marker=options.step_marker, warmup=options.warmup,
                                               confidence=th.DIFF_CONFIDENCE))
     rate = options.rate
