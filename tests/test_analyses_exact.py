@@ -187,12 +187,17 @@ def test_kinds_legacy_categories(tmp_path: Path) -> None:
     assert kernel[Col.EXTERNAL_ID] == 9 and kernel[Col.STREAM] == 7 and kernel[Col.OP] == 0
 
 
-def test_of_kind_keeps_small_results_only_and_never_a_stale_one(tmp_path: Path) -> None:
+def test_of_kind_keeps_small_results_only_and_never_a_stale_one(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """of_kind keeps a result of at most an eighth of the rows for the next caller (diagnose
-    asks for the same kinds many times); a large one is filtered afresh each time, and a Trace
-    made from another (dataclasses.replace) starts with nothing kept."""
+    asks for the same kinds many times); a large one is filtered afresh each time (unless the
+    table is small: ``_KEEP_OF_KIND_ROWS``, here 0 as for a large trace), and a Trace made from
+    another (dataclasses.replace) starts with nothing kept."""
     import dataclasses
 
+    from tracewhy.model import trace as trace_module
+
+    monkeypatch.setattr(trace_module, "_KEEP_OF_KIND_ROWS", 0)
     b = KinetoBuilder()
     for i in range(40):
         b.op(f"op{i}", i * 10, 5)
@@ -208,3 +213,7 @@ def test_of_kind_keeps_small_results_only_and_never_a_stale_one(tmp_path: Path) 
     assert ops_first.equals(trace.of_kind(Kind.CPU_OP))
     fewer = dataclasses.replace(trace, slices=trace.slices.filter(pl.col(Col.KIND) != Kind.KERNEL.value))
     assert fewer.of_kind(Kind.KERNEL).height == 0
+    # A small table keeps every result: its copies are small, and diagnose asks again and again.
+    monkeypatch.setattr(trace_module, "_KEEP_OF_KIND_ROWS", trace.slices.height)
+    small = dataclasses.replace(trace)
+    assert small.of_kind(Kind.CPU_OP) is small.of_kind(Kind.CPU_OP)

@@ -84,12 +84,12 @@ def test_a_failed_read_is_raised_after_the_reads_before_it_are_told(tmp_path: Pa
     bad.write_text("not a trace")
     said: list[str] = []
     loader = Loader(seen=lambda path, trace: said.append(path))
-    with pytest.raises(TraceError, match="bad.json"):
+    with pytest.raises(TraceError, match=r"bad\.json"):
         loader.traces([a, str(bad)])
     assert said == [a]
     said.clear()
     # The first failing: its error, and nothing told of the file after it (as in turn).
-    with pytest.raises(TraceError, match="bad.json"):
+    with pytest.raises(TraceError, match=r"bad\.json"):
         loader.traces([str(bad), a])
     assert said == []
 
