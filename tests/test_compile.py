@@ -315,3 +315,59 @@ def test_cli_json(capsys: pytest.CaptureFixture[str]) -> None:
     for key in ("regions", "graph_breaks", "recompiles", "compile_ns", "eager_ns_between_regions"):
         assert key in step
     assert step["recompiles"] == 1 and step["compile_ns"] > 0
+
+
+#: Traces of every source, eager and compiled: the shortcut must be taken exactly where there is
+#: nothing to count, and then equal the whole analysis.
+_SHORTCUT_TRACES = (
+    "tracelens/h100_bert-small_bs1_seq512.json.gz", "nsys/nsysai_h100_2gpu_1s.sqlite.gz",
+    "hta/a100_ddp2_rank0_nccl2.17.json.gz", "hta/cpu_only_gloo_rank34of300.json.gz",
+    "kineto/resnet50_nw0_span1_worker0.1623143089861.pt.trace.json.gz", "nsys/nvfuser_matmul_h200_2024.6.sqlite.gz",
+    "hta/a100_triton_single_kernel.json.gz", "perfdigest/rtx4060laptop_torch_compiled_train.json.gz",
+    "tracelens/mi300x_torch_compile_triton_small.json.gz", "tracelens/mi300x_vllm_decode_fullgraph_replay.json.gz",
+)
+
+
+_TABLES = ("per_step", "regions", "recompiles", "breaks", "fallbacks")
+
+
+def _same(a: CompileResult, b: CompileResult) -> None:
+    import dataclasses
+
+    for f in dataclasses.fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if f.name in _TABLES:
+            assert x.schema == y.schema and x.equals(y), f.name
+        else:
+            assert x == y, f.name
+
+
+@pytest.mark.parametrize("relative", _SHORTCUT_TRACES)
+def test_a_trace_with_nothing_compiled_gets_the_whole_analysis_answer_at_once(relative: str) -> None:
+    from tracewhy.analyses import compile as C
+    from tracewhy.analyses.compile_kernels import has_triton_kernels
+    from tracewhy.analyses.compile_slices import marked_slices
+    from tracewhy.analyses.steps import steps
+
+    trace = read_trace(shared_trace(relative))
+    windows = C._windows(trace, steps(trace))
+    marked = marked_slices(trace)
+    whole = C._analysis(trace, windows, marked)
+    if marked.height or has_triton_kernels(trace):
+        # Something to count: the analysis runs whole, and it finds something.
+        assert whole.has_compile or int(whole.per_step.get_column(CompileStepCol.KERNELS).sum()) > 0
+        _same(C.compile_analysis(trace), whole)
+        return
+    assert not whole.has_compile and int(whole.per_step.get_column(CompileStepCol.KERNELS).sum()) == 0
+    _same(C._nothing_compiled(trace, windows), whole)
+    _same(C.compile_analysis(trace), whole)
+
+
+def test_the_shortcut_is_taken_on_eager_traces_and_not_on_compiled_ones() -> None:
+    from tracewhy.analyses.compile_kernels import has_triton_kernels
+    from tracewhy.analyses.compile_slices import marked_slices
+
+    eager = read_trace(shared_trace("tracelens/h100_bert-small_bs1_seq512.json.gz"))
+    assert marked_slices(eager).height == 0 and not has_triton_kernels(eager)
+    triton_only = read_trace(shared_trace("hta/a100_triton_single_kernel.json.gz"))
+    assert has_triton_kernels(triton_only)

@@ -19,13 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-import numpy as np
 import polars as pl
 
 from tracewhy.analyses import compile_markers as M
 from tracewhy.analyses.compile_fallback import FALLBACKS_SCHEMA, FallbackCol, compile_fallbacks
-from tracewhy.analyses.compile_kernels import kernel_items, region_work
-from tracewhy.analyses.compile_slices import ROLE, STEP_INDEX, Role, marked_slices, step_of
+from tracewhy.analyses.compile_kernels import has_triton_kernels, kernel_items, region_work
+from tracewhy.analyses.compile_slices import ROLE, STEP_INDEX, Role, anchors, marked_slices, step_of
 from tracewhy.analyses.steps import StepsResult, WindowCol, step_windows, steps
 from tracewhy.analyses.thread_intervals import END, inside, union_per_thread
 from tracewhy.model.schema import Col, Kind
@@ -87,11 +86,13 @@ class BreakCol:
     STEPS: Final = "steps"  # steps it ran in
 
 
+#: The per-step counts, in ``per_step``'s order.
+_STEP_COUNTS: Final = (CompileStepCol.REGIONS, CompileStepCol.GRAPH_BREAKS, CompileStepCol.RECOMPILES,
+                       CompileStepCol.COMPILE_NS, CompileStepCol.EAGER_NS, CompileStepCol.EAGER_OPS,
+                       CompileStepCol.GRAPH_CALLS, CompileStepCol.KERNELS, CompileStepCol.GRAPH_LAUNCHES)
 COMPILE_STEPS_SCHEMA: Final = pl.Schema({
     CompileStepCol.STEP: pl.String(), CompileStepCol.NUMBER: pl.Int64(), CompileStepCol.STEADY: pl.Boolean(),
-    **{c: pl.Int64() for c in (CompileStepCol.REGIONS, CompileStepCol.GRAPH_BREAKS, CompileStepCol.RECOMPILES,
-                               CompileStepCol.COMPILE_NS, CompileStepCol.EAGER_NS, CompileStepCol.EAGER_OPS,
-                               CompileStepCol.GRAPH_CALLS, CompileStepCol.KERNELS, CompileStepCol.GRAPH_LAUNCHES)},
+    **{c: pl.Int64() for c in _STEP_COUNTS},
 })
 REGIONS_SCHEMA: Final = pl.Schema({
     RegionCol.REGION: pl.String(),
@@ -178,20 +179,6 @@ def _regions(marked: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _anchors(trace: Trace, ids: np.ndarray) -> np.ndarray:
-    """For each slice id, its nearest ancestor that is not a Python frame (the annotation or
-    op that called it): regions under the same anchor belong to one forward. A region at top
-    level is its own anchor: top-level regions of successive iterations are not one forward."""
-    parent = trace.slices.get_column(Col.PARENT).fill_null(-1).to_numpy()
-    is_python = (trace.slices.get_column(Col.KIND) == Kind.PYTHON.value).to_numpy()
-    cur = parent[ids]
-    while True:
-        up = (cur >= 0) & is_python[np.clip(cur, 0, None)]
-        if not up.any():
-            return np.where(cur >= 0, cur, ids)
-        cur = np.where(up, parent[np.clip(cur, 0, None)], cur)
-
-
 _NO_EAGER: Final = pl.Schema({STEP_INDEX: pl.Int64(), CompileStepCol.EAGER_NS: pl.Int64(),
                                CompileStepCol.EAGER_OPS: pl.UInt32()})
 
@@ -204,7 +191,7 @@ def _eager_between(trace: Trace, regions: pl.DataFrame, marked: pl.DataFrame, wi
     outer = regions.filter(~pl.col("_nested"))
     if outer.height == 0:
         return pl.DataFrame(schema=_NO_EAGER)
-    outer = outer.with_columns(pl.Series("_anchor", _anchors(trace, outer.get_column(Col.ID).to_numpy())))
+    outer = outer.with_columns(pl.Series("_anchor", anchors(trace, outer.get_column(Col.ID).to_numpy())))
     spans = outer.group_by([STEP_INDEX, Col.PID, Col.TID, "_anchor"]).agg(pl.col(Col.TS).min(), pl.col(END).max())
     lo = spans.get_column(Col.TS).min()
     hi = spans.get_column(END).max()
@@ -306,11 +293,32 @@ def _median(table: pl.DataFrame, column: str) -> float | None:
 def compile_analysis(trace: Trace, steps_result: StepsResult | None = None,
                      marked: pl.DataFrame | None = None) -> CompileResult:
     """Regions, breaks, recompiles and compile time per step (see the module docstring); ``marked``:
-    the trace's ``marked_slices``, when the caller has them."""
+    the trace's ``marked_slices``, when the caller has them. A trace with no marked slice and no
+    Triton kernel (most eager traces) has nothing to count: its result is made at once, without
+    the ~60 queries of the analysis on empty tables (``tests/test_compile.py`` compares the two)."""
     trace.require_whole()
     steps_result = steps(trace) if steps_result is None else steps_result
     windows = _windows(trace, steps_result)
     marked = marked if marked is not None else marked_slices(trace)
+    if marked.height == 0 and not has_triton_kernels(trace):
+        return _nothing_compiled(trace, windows)
+    return _analysis(trace, windows, marked)
+
+
+def _nothing_compiled(trace: Trace, windows: pl.DataFrame) -> CompileResult:
+    """``_analysis`` of a trace without marked slices or Triton kernels: every count 0."""
+    per_step = windows.select(pl.col(WindowCol.STEP).alias(CompileStepCol.STEP), pl.col(WindowCol.NUMBER),
+                              pl.col(WindowCol.STEADY), *[pl.lit(0, pl.Int64).alias(c) for c in _STEP_COUNTS])
+    zero = 0.0 if per_step.get_column(CompileStepCol.STEADY).any() else None
+    return CompileResult(
+        per_step=per_step, regions=pl.DataFrame(schema=REGIONS_SCHEMA),
+        recompiles=pl.DataFrame(schema=RECOMPILES_SCHEMA), breaks=pl.DataFrame(schema=BREAKS_SCHEMA),
+        fallbacks=pl.DataFrame(schema=FALLBACKS_SCHEMA),
+        graph_breaks_per_step=zero, regions_per_step=zero, eager_ns_per_step=zero, recompile_count=0,
+        steady_recompiles=0, compile_ns=0, cold_start_ns=0, cold_start_step=None, captured_ns=trace.span_ns)
+
+
+def _analysis(trace: Trace, windows: pl.DataFrame, marked: pl.DataFrame) -> CompileResult:
     regions = _regions(marked, windows)
     work = _compile_work(marked, windows)
     recompiles, cold = _recompiles(marked, regions, work, windows)
@@ -339,12 +347,9 @@ def compile_analysis(trace: Trace, steps_result: StepsResult | None = None,
         pl.col(WindowCol.STEADY))
     for c in counts:
         per_step = per_step.join(c.drop_nulls(STEP_INDEX), on=STEP_INDEX, how="left")
-    value_cols = [CompileStepCol.REGIONS, CompileStepCol.GRAPH_BREAKS, CompileStepCol.RECOMPILES,
-                  CompileStepCol.COMPILE_NS, CompileStepCol.EAGER_NS, CompileStepCol.EAGER_OPS,
-                  CompileStepCol.GRAPH_CALLS, CompileStepCol.KERNELS, CompileStepCol.GRAPH_LAUNCHES]
     per_step = per_step.select(
         CompileStepCol.STEP, CompileStepCol.NUMBER, CompileStepCol.STEADY,
-        *[pl.col(c).fill_null(0).cast(pl.Int64) for c in value_cols], STEP_INDEX,
+        *[pl.col(c).fill_null(0).cast(pl.Int64) for c in _STEP_COUNTS], STEP_INDEX,
     ).sort(STEP_INDEX)
     step_names = per_step.select(STEP_INDEX, CompileStepCol.STEP, CompileStepCol.STEADY)
     recompile_table = recompiles.join(step_names, on=STEP_INDEX, how="left").select(

@@ -14,6 +14,12 @@ from tracewhy.model.schema import Col, Kind
 from tracewhy.model.trace import Trace
 
 
+def has_triton_kernels(trace: Trace) -> bool:
+    """Whether a launched kernel is Triton's (``kernel_items`` counts those wherever launched)."""
+    names = trace.of_kind(Kind.KERNEL).filter(pl.col(Col.LAUNCH).is_not_null()).get_column(Col.NAME).unique()
+    return any(n and M.TRITON_KERNEL.match(n) for n in names.to_list())
+
+
 def kernel_items(trace: Trace, marked: pl.DataFrame) -> pl.DataFrame:
     """CUDA graph launches and kernels as host-side points (thread, ts, _end): GPU kernels by
     their launch call (a kernel replayed from a CUDA graph carries the graph launch's

@@ -15,7 +15,7 @@ from tracewhy.analyses import compile_markers as M
 from tracewhy.analyses.name_codes import PRETEST_MIN_NAMES
 from tracewhy.analyses.steps import WindowCol
 from tracewhy.analyses.thread_intervals import END
-from tracewhy.model.schema import HOST_KINDS, Col
+from tracewhy.model.schema import HOST_KINDS, Col, Kind
 from tracewhy.model.trace import Trace
 
 #: The column of a row's step: the index of its window in time order (null outside every window).
@@ -101,3 +101,17 @@ def step_of(ts: pl.Series, windows: pl.DataFrame) -> pl.Series:
     inside = (i >= 0) & (t < ends[np.clip(i, 0, None)])
     index = pl.Series(STEP_INDEX, np.where(inside, i, -1), dtype=pl.Int64)
     return index.set(index == -1, None)
+
+
+def anchors(trace: Trace, ids: np.ndarray) -> np.ndarray:
+    """For each slice id, its nearest ancestor that is not a Python frame (the annotation or
+    op that called it): regions under the same anchor belong to one forward. A region at top
+    level is its own anchor: top-level regions of successive iterations are not one forward."""
+    parent = trace.slices.get_column(Col.PARENT).fill_null(-1).to_numpy()
+    is_python = (trace.slices.get_column(Col.KIND) == Kind.PYTHON.value).to_numpy()
+    cur = parent[ids]
+    while True:
+        up = (cur >= 0) & is_python[np.clip(cur, 0, None)]
+        if not up.any():
+            return np.where(cur >= 0, cur, ids)
+        cur = np.where(up, parent[np.clip(cur, 0, None)], cur)
