@@ -19,6 +19,14 @@ user's first run of a command fills it, as their first import fills ``__pycache_
 set (this machine's shell sets it), every run would otherwise compile each tracewhy module it
 imports, about 0.1 s of a command's time; ``--no-bytecode-cache`` measures that way.
 
+Each command runs as the ``tracewhy`` script that installing the package writes runs it (its
+``console_main``, under ``python -c``, so that PYTHONPATH picks the tree measured), not as
+``python -m tracewhy``: run through ``runpy``, the same commands took 10-50 ms longer (on the BERT
+trace, 2026-12-01, medians of 9: ``kernels`` 0.333 s against 0.282 s, ``diff`` 0.669 against
+0.626, ``diagnose`` 0.483 against 0.474), most of it in numpy's ``numpy._typing`` modules when
+numpy is imported after polars (45-50 ms instead of 1.5 ms); the pages before that date were
+measured with ``-m``.
+
 ``--baseline REV`` also times the source tree of git revision REV (extracted with ``git archive``
 and put first on PYTHONPATH) in the same run, its runs taking turns with the current tree's, so
 that a before/after table shares the machine's load.
@@ -53,6 +61,8 @@ REPO = BENCH.parent
 SOURCE = REPO.parent / "shared/traces/tracelens/h100_bert-small_bs1_seq512.json.gz"
 RESULTS = BENCH / "results_startup.md"
 TARGET_S = 0.5
+#: What the installed ``tracewhy`` script runs (setuptools' console-script wrapper), as ``-c`` code.
+SCRIPT = "import sys; from tracewhy.cli import console_main; sys.argv[0] = 'tracewhy'; console_main()"
 #: Packages whose import time is reported on its own; the rest are summed as "other".
 PACKAGES = ("tracewhy", "polars", "numpy", "rich", "msgspec", "duckdb", "matplotlib", "pyarrow")
 _IMPORT_LINE = re.compile(r"import time:\s+(\d+) \|\s+\d+ \|\s*(\S+)")
@@ -173,7 +183,7 @@ def main() -> int:
     ((floor_libs, floor_libs_cpu, _),) = wall([*py, "-c", "import polars, numpy"], args.repeats, env)
     rows, before = [], {}
     for name, argv in chosen.items():
-        full = [*py, "-m", "tracewhy", *argv]
+        full = [*py, "-c", SCRIPT, *argv]
         variants = [[*full, "--json"], full] if has_json(argv) else [full]
         for v in variants:  # untimed: fills the bytecode cache (and the OS's file cache)
             for e in (env, base_env):
@@ -199,7 +209,8 @@ def main() -> int:
         "# Every command on a 1 MB trace, whole process", "",
         f"Made by `python bench/bench_startup.py`. Trace: {source.name} decompressed "
         f"({trace_mb:.2f} MB). "
-        f"Parse cache off; medians of {args.repeats} fresh processes; target <= {TARGET_S} s whole-process. "
+        f"Parse cache off; medians of {args.repeats} fresh processes, each run as the installed `tracewhy` script "
+        f"runs it (not `python -m tracewhy`); target <= {TARGET_S} s whole-process. "
         + ("Python's bytecode cache on (as installed), and the command's table of compiled dataclass "
            "methods, both filled by an untimed run." if bytecode else
            "No bytecode cache and no table of dataclass methods: every run compiles what it imports."), "",
