@@ -20,7 +20,13 @@ from tracewhy.analyses.account_host import PHASE_CONTEXTS, HostContext, host_con
 from tracewhy.analyses.host_activity import HostIndex, build_host_index
 from tracewhy.analyses.host_tree import HostTree
 from tracewhy.analyses.memory_growth import SITES_SCHEMA, StepGrowth, step_growth
-from tracewhy.analyses.memory_ledger import LIVE_SITES_SCHEMA, allocation_contexts, ledger_at_peak, live_sites
+from tracewhy.analyses.memory_ledger import (
+    LIVE_SITES_SCHEMA,
+    allocation_contexts,
+    ledger_at_peak,
+    live_at,
+    live_sites,
+)
 from tracewhy.analyses.source_lines import parse_frame
 from tracewhy.analyses.steps import StepsOptions, StepsResult, WindowCol, step_windows, steps
 from tracewhy.model.memory_timeline import EXPORT_CATEGORIES, MemoryTimeline, TimelineCol
@@ -258,6 +264,7 @@ def _device(trace: Trace, index: HostIndex, ev: pl.DataFrame, windows: pl.DataFr
     w = int(np.searchsorted(starts, peak[MemEventCol.TS], side="right")) - 1
     in_step = w >= 0 and peak[MemEventCol.TS] < ends[w]
     table = _churn(ev, windows)
+    live = live_at(ev, at)  # (the ledger and the sites read the same blocks)
     return DeviceMemory(
         device=str(peak["_device"]), events=ev.height, peak_allocated_bytes=int(alloc[at]),
         peak_reserved_bytes=None if reserved is None else int(reserved.max()),
@@ -268,13 +275,13 @@ def _device(trace: Trace, index: HostIndex, ev: pl.DataFrame, windows: pl.DataFr
         peak_innermost_op=ctx_name(index.op_ctx), peak_annotation=ctx_name(index.annotation_ctx),
         peak_phase=peak["_phase"], peak_frame=peak["_frame"],
         peak_python_stack=_python_stack(index, names, inner),
-        ledger=ledger_at_peak(ev, at, starts, int(alloc[at])),
+        ledger=ledger_at_peak(live, starts, int(alloc[at])),
         timeline=ev.select(MemEventCol.TS, MemEventCol.TOTAL_ALLOCATED, MemEventCol.TOTAL_RESERVED),
         steps=table,
         growth_bytes_per_step=_growth(table),
         growth=_step_growth(ev, windows, table),
         allocated_source=source,
-        live_sites=live_sites(ev, at, int(alloc[at]), op="_op", frame="_frame"),
+        live_sites=live_sites(ev, live, int(alloc[at]), op="_op", frame="_frame"),
         steady_step_peaks_bytes=_steady_peaks(ev, windows, alloc),
     )
 

@@ -119,10 +119,9 @@ def live_at(ev: pl.DataFrame, at: int) -> pl.DataFrame | None:
     return paired.filter((pl.col("_row") <= at) & (pl.col("_free_row").is_null() | (pl.col("_free_row") > at)))
 
 
-def ledger_at_peak(ev: pl.DataFrame, at: int, step_starts: I64, peak: int) -> dict[str, int]:
-    """Bytes live at the peak (``at``, the row in ``ev``) by LEDGER_RULES; all of the peak is
-    unknown where the events cannot be paired."""
-    live = live_at(ev, at)
+def ledger_at_peak(live: pl.DataFrame | None, step_starts: I64, peak: int) -> dict[str, int]:
+    """Bytes live at the peak (``live``: ``live_at`` the peak's row) by LEDGER_RULES; all of the
+    peak is unknown where the events cannot be paired (``live`` None)."""
     if live is None:
         return {LedgerCategory.UNKNOWN.value: peak}
     first_step = int(step_starts[0]) if step_starts.size else None
@@ -179,12 +178,11 @@ def size_class(nbytes: pl.Expr) -> pl.Expr:
     return (pl.lit(2, dtype=pl.Int64) ** nbytes.clip(lower_bound=1).log(2).ceil().cast(pl.Int64)).cast(pl.Int64)
 
 
-def live_sites(ev: pl.DataFrame, at: int, peak: int, *, op: str, frame: str) -> pl.DataFrame:
-    """The bytes live at the peak (``at``, the row in ``ev``) by site: the ``op`` and ``frame``
-    columns of each live block's allocation and its size class; the bytes no event explains
-    (allocated before the trace: ``BEFORE_TRACE``; or all of them where events cannot be paired:
-    ``UNPAIRED``) are one row, so that the rows add up to ``peak``."""
-    live = live_at(ev, at)
+def live_sites(ev: pl.DataFrame, live: pl.DataFrame | None, peak: int, *, op: str, frame: str) -> pl.DataFrame:
+    """The bytes live at the peak (``live``: ``live_at`` the peak's row of ``ev``) by site: the
+    ``op`` and ``frame`` columns of each live block's allocation and its size class; the bytes no
+    event explains (allocated before the trace: ``BEFORE_TRACE``; or all of them where events
+    cannot be paired, ``live`` None: ``UNPAIRED``) are one row, so that the rows add up to ``peak``."""
     rest_label = BEFORE_TRACE if live is not None else UNPAIRED
     live = live if live is not None else ev.clear()
     b = pl.col(MemEventCol.BYTES)
