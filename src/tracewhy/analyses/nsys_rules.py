@@ -74,7 +74,9 @@ class CopyRuleResult:
     table: pl.DataFrame
 
 
-def _copies_with_api(trace: Trace, kind: Kind) -> pl.DataFrame:
+def copies_with_api(trace: Trace, kind: Kind) -> pl.DataFrame:
+    """The copies (or memsets) of ``kind`` with their attributes and the name of the API call that
+    launched each (the rows the copy rules filter)."""
     trace.require_whole()
     s = trace.slices
     ops = trace.of_kind(kind).filter(pl.col(Col.LAUNCH).is_not_null()).select(
@@ -97,20 +99,23 @@ def _longest_first(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.sort([Col.DUR, Col.TS], descending=[True, False])
 
 
-def pageable_async_memcpy(trace: Trace) -> CopyRuleResult:
+def pageable_async_memcpy(trace: Trace, *, copies: pl.DataFrame | None = None) -> CopyRuleResult:
     """Async copies with a pageable side: the driver copies them synchronously (nsys
-    ``cuda_memcpy_async``; no size or duration threshold)."""
-    c = _copies_with_api(trace, Kind.MEMCPY).filter(
+    ``cuda_memcpy_async``; no size or duration threshold). ``copies``: the trace's
+    ``copies_with_api(trace, Kind.MEMCPY)``, when the caller has it."""
+    c = (copies if copies is not None else copies_with_api(trace, Kind.MEMCPY)).filter(
         _matches(pl.col("api"), ASYNC_MEMCPY_API)
         & ((pl.col(CopyAttrCol.SRC_MEM) == "Pageable") | (pl.col(CopyAttrCol.DST_MEM) == "Pageable"))
     )
     return CopyRuleResult(_longest_first(c))
 
 
-def sync_memcpy(trace: Trace, small_htod_bytes: int = SMALL_HTOD_BYTES) -> CopyRuleResult:
+def sync_memcpy(trace: Trace, small_htod_bytes: int = SMALL_HTOD_BYTES, *,
+                copies: pl.DataFrame | None = None) -> CopyRuleResult:
     """Synchronous ``cudaMemcpy*`` copies, which block the calling thread (nsys
-    ``cuda_memcpy_sync``), except HtoD copies of at most ``small_htod_bytes``."""
-    c = _copies_with_api(trace, Kind.MEMCPY).filter(
+    ``cuda_memcpy_sync``), except HtoD copies of at most ``small_htod_bytes``. ``copies``: as
+    ``pageable_async_memcpy`` takes it."""
+    c = (copies if copies is not None else copies_with_api(trace, Kind.MEMCPY)).filter(
         _matches(pl.col("api"), SYNC_MEMCPY_API)
         & ~_matches(pl.col("api"), "%Async%")
         & ~((pl.col(CopyAttrCol.BYTES) <= small_htod_bytes) & (pl.col(CopyAttrCol.COPY_KIND) == "HtoD"))
@@ -120,7 +125,7 @@ def sync_memcpy(trace: Trace, small_htod_bytes: int = SMALL_HTOD_BYTES) -> CopyR
 
 def sync_memset(trace: Trace) -> CopyRuleResult:
     """Synchronous ``cudaMemset*`` on pinned or managed memory (nsys ``cuda_memset_sync``)."""
-    c = _copies_with_api(trace, Kind.MEMSET).filter(
+    c = copies_with_api(trace, Kind.MEMSET).filter(
         _matches(pl.col("api"), SYNC_MEMSET_API)
         & ~_matches(pl.col("api"), "%async%")
         & pl.col(CopyAttrCol.DST_MEM).is_in(["Pinned", "Managed"])
@@ -189,11 +194,12 @@ class GpuGapsRuleResult:
     min_gap_ns: int
 
 
-def gpu_gaps(trace: Trace, min_gap_ns: int = GPU_GAP_NS) -> GpuGapsRuleResult:
+def gpu_gaps(trace: Trace, min_gap_ns: int = GPU_GAP_NS, *, busy: pl.DataFrame | None = None) -> GpuGapsRuleResult:
     """Stretches within a (pid, device)'s active span where nothing runs on any stream for
-    more than ``min_gap_ns`` (nsys ``gpu_gaps``, which also uses a strict ">")."""
+    more than ``min_gap_ns`` (nsys ``gpu_gaps``, which also uses a strict ">"). ``busy``: the
+    trace's ``gpu_busy_intervals``, when the caller has them."""
     rows: list[tuple[int, int, int, int]] = []
-    busy = gpu_busy_intervals(trace)
+    busy = busy if busy is not None else gpu_busy_intervals(trace)
     for (pid, device), group in busy.group_by([Col.PID, Col.DEVICE], maintain_order=True):
         starts = np.sort(group.get_column(Col.TS).to_numpy())
         ends = np.sort(group.get_column("end_ns").to_numpy())
@@ -226,16 +232,18 @@ class LowUtilizationResult:
 
 
 def gpu_low_utilization(
-    trace: Trace, threshold_pct: float = LOW_UTIL_PCT, num_chunks: int = UTIL_CHUNKS
+    trace: Trace, threshold_pct: float = LOW_UTIL_PCT, num_chunks: int = UTIL_CHUNKS, *,
+    busy: pl.DataFrame | None = None,
 ) -> LowUtilizationResult:
     """nsys ``gpu_time_util``: each (pid, device)'s span from its first operation's start to
     its last one's end is cut into ``num_chunks`` chunks of ceil(span / num_chunks) ns (the
-    last one clipped); chunks whose in-use time is below ``threshold_pct`` are reported."""
+    last one clipped); chunks whose in-use time is below ``threshold_pct`` are reported.
+    ``busy``: as ``gpu_gaps`` takes them."""
     if not 1 <= num_chunks <= 1000:
         raise ValueError("num_chunks must be between 1 and 1000")
     rows: list[tuple[int, int, int, int, float, int, int]] = []
     chunk_rows: list[tuple[int, int, int]] = []
-    busy = gpu_busy_intervals(trace)
+    busy = busy if busy is not None else gpu_busy_intervals(trace)
     for (pid, device), group in busy.group_by([Col.PID, Col.DEVICE], maintain_order=True):
         ts = group.get_column(Col.TS).to_numpy()
         end = group.get_column("end_ns").to_numpy()

@@ -19,7 +19,7 @@ from tracewhy.findings.context import Context
 from tracewhy.findings.idle import CLASS_FINDINGS
 from tracewhy.findings.model import Finding, Severity
 from tracewhy.findings.sync_count import COUNTED, blocking_syncs
-from tracewhy.model.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, Col
+from tracewhy.model.schema import GPU_ACTIVITY_KINDS, LAUNCH_KINDS, Col, Kind
 from tracewhy.units import fmt_bytes
 from tracewhy.units import fmt_ns as ms
 
@@ -32,7 +32,8 @@ def findings(ctx: Context) -> list[Finding]:
         return []
     out: list[Finding] = []
     facts = run_facts(ctx)
-    pageable = rules.pageable_async_memcpy(t).table
+    memcpy = rules.copies_with_api(t, Kind.MEMCPY)  # (two rules filter the same copies)
+    pageable = rules.pageable_async_memcpy(t, copies=memcpy).table
     if pageable.height:
         out.append(Finding(
             code=Code.NSYS_ASYNC_MEMCPY_PAGEABLE, severity=Severity.LOW,
@@ -42,7 +43,7 @@ def findings(ctx: Context) -> list[Finding]:
             next_step=pinned_copy_advice(facts) + ", so the copies overlap.",
             evidence={"rule": "cuda_memcpy_async", "count": pageable.height, "longest": _rows(pageable)},
         ))
-    sync_copy = rules.sync_memcpy(t).table
+    sync_copy = rules.sync_memcpy(t, copies=memcpy).table
     if sync_copy.height:
         out.append(Finding(
             code=Code.NSYS_SYNC_MEMCPY, severity=Severity.LOW,
@@ -93,7 +94,8 @@ def findings(ctx: Context) -> list[Finding]:
                       "blocking_calls_statistic": count.statistic, "blocking_calls_counted": COUNTED},
             see=(Code.GPU_IDLE_SYNC, Code.SCALAR_READ_PER_STEP),
         ))
-    big_gaps = rules.gpu_gaps(t).table
+    busy = rules.gpu_busy_intervals(t)  # (two rules read the same busy time)
+    big_gaps = rules.gpu_gaps(t, busy=busy).table
     if big_gaps.height:
         out.append(Finding(
             code=Code.NSYS_GPU_GAPS, severity=Severity.MEDIUM,
@@ -102,7 +104,7 @@ def findings(ctx: Context) -> list[Finding]:
             next_step="Find what the host did in them: tracewhy gaps TRACE --min-gap 500000000.",
             evidence={"rule": "gpu_gaps", "count": big_gaps.height, "longest": _rows(big_gaps)},
         ))
-    low = rules.gpu_low_utilization(t).table
+    low = rules.gpu_low_utilization(t, busy=busy).table
     if low.height:
         out.append(Finding(
             code=Code.NSYS_GPU_LOW_UTILIZATION, severity=Severity.LOW,
