@@ -4,8 +4,9 @@ The overview runs the diagnosis beside its views; the views (``info``'s step cou
 table) and the rules (the platform rule's kernel time) ask for the same steps and kernel table
 the diagnosis' context holds, so each is computed once; so are the host index (the step search
 and the rules), the host tree (the step account, memory, source-line, anti-pattern and
-extra-copy analyses) and the compile-marked slices (the step account, memory and the compile
-analysis). Calls are counted by replacing every module's binding of the analysis (``from x
+extra-copy analyses), the compile-marked slices (the step account, memory and the compile
+analysis) and the threads that run backward (the dependency graph and the account's host
+contexts). Calls are counted by replacing every module's binding of the analysis (``from x
 import f`` copies the name), on every thread.
 """
 
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 
 from conftest import shared_trace
-from tracewhy.analyses import compile_slices, host_activity, kernels, nvtx, steps
+from tracewhy.analyses import autograd_threads, compile_slices, host_activity, kernels, nvtx, steps
 from tracewhy.analyses.host_tree import HostTree
 from tracewhy.reports import overview
 from tracewhy.reports.export import ExportOptions, export_report
@@ -29,11 +30,11 @@ from tracewhy.reports.report import report_contents
 #: Each counted analysis, computed once.
 ONCE: dict[str, int] = {
     "steps": 1, "kernels": 1, "gpu_projection": 1, "overview": 1, "build_host_index": 1, "HostTree.of": 1,
-    "marked_slices": 1,
+    "marked_slices": 1, "_backward_threads": 1,
 }
 COUNTED: tuple[tuple[Any, str], ...] = (
     (steps, "steps"), (kernels, "kernels"), (nvtx, "gpu_projection"), (overview, "overview"),
-    (host_activity, "build_host_index"), (compile_slices, "marked_slices"),
+    (host_activity, "build_host_index"), (compile_slices, "marked_slices"), (autograd_threads, "_backward_threads"),
 )
 
 

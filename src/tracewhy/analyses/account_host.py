@@ -18,8 +18,8 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses import api_names
+from tracewhy.analyses.autograd_threads import backward_threads
 from tracewhy.analyses.compile_slices import ROLE, Role, marked_slices
-from tracewhy.analyses.critical_path_edges import backward_threads
 from tracewhy.analyses.families import collective_op, collective_range
 from tracewhy.analyses.host_tree import HostTree, chain_top
 from tracewhy.analyses.id_arrays import Ids, narrow

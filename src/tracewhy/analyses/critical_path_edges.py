@@ -17,7 +17,7 @@ import polars as pl
 
 from tracewhy.analyses import api_names
 from tracewhy.analyses.name_codes import decide, distinct_names
-from tracewhy.model.schema import KIND_CODE, Col, Kind, OpAttrCol, SyncCol
+from tracewhy.model.schema import KIND_CODE, Col, Kind, SyncCol
 from tracewhy.model.trace import Trace
 
 I64 = npt.NDArray[np.int64]
@@ -235,27 +235,8 @@ def sync_edges(trace: Trace, chosen: pl.DataFrame, is_gpu: npt.NDArray[np.bool_]
     return as_array[0], as_array[1], as_array[2], as_array[3]
 
 
-def backward_threads(trace: Trace) -> set[tuple[int, int]]:
-    """(pid, tid) of the threads that run the autograd graph: those running autograd engine
-    nodes (``api_names.is_autograd_node``; HTA finds the same thread by "autograd" in names),
-    and, in traces of PyTorch before 1.9 that name a node by its function alone
-    ("CudnnBatchNormBackward", "torch::autograd::AccumulateGrad"), those whose top-level ops
-    carry a non-zero ``Fwd thread id``: functions run for a forward recorded on another thread."""
-    # The five columns read, not all fifteen (an nsys export's 4.8 M ranges are annotations).
-    host = trace.kind_columns((Kind.CPU_OP, Kind.ANNOTATION), Col.ID, Col.NAME, Col.PID, Col.TID, Col.DEPTH)
-    names = host.get_column(Col.NAME)
-    texts = names.unique().drop_nulls().cast(pl.String).to_list()
-    is_node = decide(texts, api_names.is_autograd_node, api_names.PRETESTS[api_names.is_autograd_node], False)
-    hits = [n for n, yes in zip(texts, is_node, strict=True) if yes]
-    nodes = host.filter(pl.col(Col.NAME).is_in(hits)).select(Col.PID, Col.TID)
-    foreign = trace.op_attrs.filter(pl.col(OpAttrCol.FWD_TID) > 0).select(OpAttrCol.ID)
-    top = host.filter((pl.col(Col.DEPTH) == 0) & pl.col(Col.ID).is_in(foreign.get_column(OpAttrCol.ID).implode()))
-    both = pl.concat([nodes, top.select(Col.PID, Col.TID)]).fill_null(-1).unique()
-    return {(int(p), int(t)) for p, t in both.iter_rows()}
-
-
 def handoff_edges(chosen: pl.DataFrame, host: npt.NDArray[np.bool_], node_ts: I64, chain: EdgeParts,
-                  threads: set[tuple[int, int]], kind: npt.NDArray[np.uint8]) -> EdgeParts:
+                  threads: frozenset[tuple[int, int]], kind: npt.NDArray[np.uint8]) -> EdgeParts:
     """Threads waiting on each other around backward(): the calling thread waits (inside an
     annotation, or with nothing open) while a backward thread of its process (``threads``:
     ``backward_threads``) runs the autograd graph, and goes on when that thread goes idle; the
@@ -292,7 +273,7 @@ def handoff_edges(chosen: pl.DataFrame, host: npt.NDArray[np.bool_], node_ts: I6
 
 
 def _first_handoffs(backward: I64, others: I64, pid: I64, tid: I64, node_ts: I64,
-                    threads: set[tuple[int, int]]) -> tuple[I64, I64]:
+                    threads: frozenset[tuple[int, int]]) -> tuple[I64, I64]:
     """Each backward thread's first slice in the trace (it has no idle stretch before it): from
     the latest start on another thread of its process at or before it (``backward``: their slices)."""
     out_src: list[int] = []

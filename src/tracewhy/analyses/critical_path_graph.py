@@ -21,10 +21,10 @@ import numpy.typing as npt
 import polars as pl
 
 from tracewhy.analyses import api_names
+from tracewhy.analyses.autograd_threads import backward_threads
 from tracewhy.analyses.critical_path_edges import (
     Edge,
     EdgeParts,
-    backward_threads,
     edges,
     full_queue_edges,
     handoff_edges,
