@@ -175,7 +175,7 @@ def annotation_phase(name: str) -> str | None:
 Pretest = Callable[[pl.Series], pl.Series]
 
 
-def _at_once(names: pl.Series, test: Callable[[pl.Expr], pl.Expr]) -> pl.Series:
+def _as_one_query(names: pl.Series, test: Callable[[pl.Expr], pl.Expr]) -> pl.Series:
     """``test`` of a column of names as one query (each string method of a Series is a query of
     its own, ~0.1-0.3 ms however few the names: a pre-test of eight of them was eight queries)."""
     return names.to_frame("_n").select(test(pl.col("_n"))).to_series()
@@ -190,7 +190,7 @@ def _literal(prefixes: tuple[str, ...] = (), holding: str | None = None) -> Pret
         return hit
 
     def pretest(names: pl.Series) -> pl.Series:
-        return _at_once(names, test)
+        return _as_one_query(names, test)
     return pretest
 
 
@@ -218,7 +218,7 @@ def _may_open_phase(names: pl.Series) -> pl.Series:
         for word in _PHASE_LITERALS:
             hit = hit | low.str.contains(word, literal=True)
         return hit
-    return _at_once(names, test)
+    return _as_one_query(names, test)
 
 
 #: For a test above, a literal pre-test of a whole column of names (polars, at once) that every
