@@ -182,7 +182,11 @@ def _as_one_query(names: pl.Series, test: Callable[[pl.Expr], pl.Expr]) -> pl.Se
 
 
 def _literal(prefixes: tuple[str, ...] = (), holding: str | None = None) -> Pretest:
-    """Whether each name of a column begins with one of ``prefixes`` or holds ``holding``."""
+    """Whether each name of a column begins with one of ``prefixes`` or holds ``holding`` (one of
+    them given: the test is then a column, not the literal it starts from)."""
+    if not prefixes and holding is None:
+        raise ValueError("a literal pre-test needs a prefix or a text to hold")
+
     def test(n: pl.Expr) -> pl.Expr:
         hit = n.str.contains(holding, literal=True) if holding is not None else pl.lit(False)
         for prefix in prefixes:
