@@ -20,10 +20,7 @@ def backward_threads(trace: Trace) -> frozenset[tuple[int, int]]:
     Found once per Trace, as ``families.classify_kernels`` is: the dependency graph and the step
     account's host contexts both ask (a name test of every distinct host name, ~5 ms on the 2.3 MB
     nsys export)."""
-    kept: frozenset[tuple[int, int]] | None = trace.__dict__.get("_backward_threads")
-    if kept is None:
-        kept = trace.__dict__["_backward_threads"] = _backward_threads(trace)
-    return kept
+    return trace.kept("_backward_threads", lambda: _backward_threads(trace))
 
 
 def _backward_threads(trace: Trace) -> frozenset[tuple[int, int]]:

@@ -60,10 +60,7 @@ def collectives(trace: Trace) -> CollectivesResult:
     """The collective calls of ``trace``, computed once per Trace (overlap, ranks and the step
     account's evidence all ask; a Trace never changes, as ``classify_kernels`` relies on too)."""
     trace.require_whole()
-    kept: CollectivesResult | None = trace.__dict__.get("_collectives")
-    if kept is None:
-        kept = trace.__dict__["_collectives"] = _collectives(trace)
-    return kept
+    return trace.kept("_collectives", lambda: _collectives(trace))
 
 
 def call_messages(trace: Trace) -> tuple[dict[int, int], pl.DataFrame]:

@@ -150,10 +150,7 @@ def classify_kernels(trace: Trace) -> pl.DataFrame:
     Computed once per Trace (kernels, collectives, overlap and the tensor-core rule all ask;
     a Trace never changes, and of_kind keeps its results the same way).
     """
-    kept: pl.DataFrame | None = trace.__dict__.get("_kernel_classes")
-    if kept is None:
-        kept = trace.__dict__["_kernel_classes"] = _classify(trace)
-    return kept
+    return trace.kept("_kernel_classes", lambda: _classify(trace))
 
 
 def _classify(trace: Trace) -> pl.DataFrame:

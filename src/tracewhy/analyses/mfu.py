@@ -154,11 +154,9 @@ def _first_dtype(inputs: OpInputs | None) -> str | None:
 
 def parent_of(trace: Trace) -> npt.NDArray[np.int64]:
     """Each slice's enclosing host slice (slice ids are row numbers; -1: none), kept once per Trace."""
-    kept: npt.NDArray[np.int64] | None = trace.__dict__.get("_parent_of")
-    if kept is None:
-        kept = trace.slices.get_column(Col.PARENT).fill_null(-1).cast(pl.Int64).to_numpy()
-        trace.__dict__["_parent_of"] = kept
-    return kept
+    parents: npt.NDArray[np.int64] = trace.kept(
+        "_parent_of", lambda: trace.slices.get_column(Col.PARENT).fill_null(-1).cast(pl.Int64).to_numpy())
+    return parents
 
 
 #: Deeper than any real stack: a parent chain this long is a cycle in a malformed file.

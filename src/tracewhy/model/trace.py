@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePath
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import polars as pl
 
@@ -138,6 +138,8 @@ def as_kind(value: Kind | str) -> Kind:
         raise ValueError(f"unknown slice kind {value!r}; valid kinds: {', '.join(k.value for k in Kind)}") from None
 
 
+T = TypeVar("T")
+
 #: ``Trace.of_kind`` keeps results of at most 1/this of the slices ...
 _KEEP_OF_KIND_SHARE = 8
 #: ... and any result of a table of at most this many slices (a copy of at most ~12 MB): the
@@ -205,6 +207,15 @@ class Trace:
         if read is not None:
             raise PartialTraceError(f"{self.meta.path}: read with only {', '.join(read) or 'no'} slices; "
                                     "this analysis needs the whole trace")
+
+    def kept(self, name: str, compute: Callable[[], T]) -> T:
+        """``compute()`` once per Trace, kept under ``name``: what an analysis derives from the
+        trace alone and several analyses ask for (a Trace never changes; one made from another
+        with ``dataclasses.replace`` starts with nothing kept)."""
+        if name not in self.__dict__:
+            self.__dict__[name] = compute()
+        value: T = self.__dict__[name]
+        return value
 
     def of_kind(self, *kinds: Kind | str) -> pl.DataFrame:
         """The slices of the given kinds; on a partial Trace, only kinds that were read.
