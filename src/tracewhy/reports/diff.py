@@ -38,7 +38,8 @@ class DiffReport:
 
 def diff_report(a: TraceSource, b: TraceSource, options: DiffReportOptions | None = None,
                 loader: Loader = PLAIN) -> DiffReport:
-    """B against baseline A, A read first."""
+    """B against baseline A; both read by ``loader.traces`` (at once when small), A's warnings
+    said first."""
     options = options or DiffReportOptions()
     trace_a, trace_b = loader.traces([a, b])
     c = compare(trace_a, trace_b, DiffOptions(step_marker=options.step_marker, warmup=options.warmup,
