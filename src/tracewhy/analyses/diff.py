@@ -162,6 +162,21 @@ class DiffResult(Rows, rows="ops", key="name"):
     compiled: CompileChange | None = None
 
 
+@dataclass(frozen=True)
+class DiffSide:
+    """One run's part of a diff, made from its trace alone (``side``): the diff of two runs is
+    that of their sides (``diff_sides``), so each can be made where its trace is."""
+
+    summary: RunSummary
+    #: The steady steps' durations (ns), in step order.
+    steady_ns: list[int]
+    #: Per name inside the steady window: ``calls`` and ``ns`` (ops also ``gpu_ns``).
+    ops: pl.DataFrame
+    kernels: pl.DataFrame
+    annotations: pl.DataFrame
+    memory: MemoryResult | None
+
+
 def diff(a: Trace, b: Trace, options: DiffOptions = DiffOptions(), *,
          memory: tuple[MemoryResult | None, MemoryResult | None] | None = None,
          compiled: tuple[CompileResult | None, CompileResult | None] | None = None,
@@ -177,18 +192,33 @@ def diff(a: Trace, b: Trace, options: DiffOptions = DiffOptions(), *,
         step_options = StepsOptions(marker=options.step_marker, warmup=options.warmup)
         step_results = steps(a, step_options), steps(b, step_options)
     sa, sb = step_results
-    da, db = _steady(sa), _steady(sb)
-    shift = in_whole_ns(hodges_lehmann(da, db, options.confidence)) if da and db else None
-    ra, rb = _summary(a, sa), _summary(b, sb)
-    na, nb = max(ra.steady_steps, 1), max(rb.steady_steps, 1)
-    ops = _joined(_op_times(a, ra.window_ns), _op_times(b, rb.window_ns), na, nb, gpu=True)
-    kernels = _joined(_kernel_times(a, ra.window_ns), _kernel_times(b, rb.window_ns), na, nb, gpu=False)
-    blocks = _joined(_annotation_times(a, ra), _annotation_times(b, rb), na, nb, gpu=False)
     ma, mb = memory if memory is not None else (_memory(a, sa), _memory(b, sb))
+    return diff_sides(side(a, sa, ma), side(b, sb, mb), options, compiled=compiled)
+
+
+def side(t: Trace, s: StepsResult, memory: MemoryResult | None) -> DiffSide:
+    """Run ``t``'s part of a diff, given its steps (with the diff's marker and warm-up) and its
+    memory analysis (None: no memory events)."""
+    t.require_whole()
+    summary = _summary(t, s)
+    return DiffSide(summary=summary, steady_ns=_steady(s), ops=_op_times(t, summary.window_ns),
+                    kernels=_kernel_times(t, summary.window_ns), annotations=_annotation_times(t, summary),
+                    memory=memory)
+
+
+def diff_sides(a: DiffSide, b: DiffSide, options: DiffOptions = DiffOptions(), *,
+               compiled: tuple[CompileResult | None, CompileResult | None] | None = None) -> DiffResult:
+    """Run B's side against baseline A's (``compiled``: as ``diff`` takes it)."""
+    da, db = a.steady_ns, b.steady_ns
+    shift = in_whole_ns(hodges_lehmann(da, db, options.confidence)) if da and db else None
+    ra, rb = a.summary, b.summary
+    na, nb = max(ra.steady_steps, 1), max(rb.steady_steps, 1)
     return DiffResult(
         a=ra, b=rb, steps=shift, a_step_durations_ns=da, b_step_durations_ns=db,
-        ops=ops, annotations=blocks, kernels=kernels, differences=_differences(ra, rb),
-        memory=memory_changes(ma, mb),
+        ops=_joined(a.ops, b.ops, na, nb, gpu=True),
+        annotations=_joined(a.annotations, b.annotations, na, nb, gpu=False),
+        kernels=_joined(a.kernels, b.kernels, na, nb, gpu=False), differences=_differences(ra, rb),
+        memory=memory_changes(a.memory, b.memory),
         compiled=compile_change(*compiled) if compiled is not None else None,
     )
 

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from typing import Final, NoReturn
 
-from tracewhy import __version__, code_cache
+from tracewhy import __version__, code_cache, diff_helper
 from tracewhy.cli.base import Warnings, add_common_options, run_command, write_json_document
 from tracewhy.cli.commands import ALL_MODULES, load_command
 from tracewhy.errors import TraceError, UsageError
@@ -158,8 +158,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not argv:
         sys.stdout.write(TOUR)
         return EXIT_OK
-    # Before the imports below (0.3 s): a large trace's decoding helper imports meanwhile.
+    # Before the imports below (0.3 s): a large trace's decoding helper, or the helper that
+    # diagnoses a small diff's run B, imports meanwhile.
     start_early(argv)
+    diff_helper.start_early(argv)
     parser = build_parser(argv)
     word = _command_word(argv)
     as_json = _json_wanted(argv)

@@ -243,7 +243,7 @@ def loader() -> Loader:
     options say) and ``warn`` (each read's warnings, printed and carried in ``--json``)."""
     from tracewhy.reports.inputs import Loader
 
-    return Loader(read=load_trace, warn=warn)
+    return Loader(read=load_trace, warn=warn, cache=_CACHE.get())
 
 
 def flush_warnings() -> None:

@@ -5,8 +5,10 @@ step times, ops, blocks and kernels compared, and the difference judged
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import PurePath
 
-from tracewhy.analyses.diff import DiffOptions, diff
+from tracewhy import diff_helper
+from tracewhy.analyses.diff import DiffOptions, DiffSide, diff, diff_sides, side
 from tracewhy.analyses.throughput import Throughput, ThroughputOptions, from_durations
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.compare import Comparison, judge
@@ -14,6 +16,7 @@ from tracewhy.findings.context import Context, DiagnoseOptions
 from tracewhy.model.trace import Trace
 from tracewhy.reports import at_once
 from tracewhy.reports.diagnose import Report, diagnose_in, rule_findings
+from tracewhy.reports.diff_elsewhere import Elsewhere, Job
 from tracewhy.reports.inputs import PLAIN, Loader, TraceSource
 
 
@@ -39,11 +42,24 @@ class DiffReport:
 def diff_report(a: TraceSource, b: TraceSource, options: DiffReportOptions | None = None,
                 loader: Loader = PLAIN) -> DiffReport:
     """B against baseline A; both read by ``loader.traces`` (at once when small), A's warnings
-    said first."""
+    said first. Where the command line started its helper (``tracewhy.diff_helper``: both runs
+    small files), B is read and diagnosed in that process while A is here
+    (``reports/diff_elsewhere``)."""
     options = options or DiffReportOptions()
-    trace_a, trace_b = loader.traces([a, b])
-    c = compare(trace_a, trace_b, DiffOptions(step_marker=options.step_marker, warmup=options.warmup,
-                                              confidence=th.DIFF_CONFIDENCE))
+    diff_options = DiffOptions(step_marker=options.step_marker, warmup=options.warmup,
+                               confidence=th.DIFF_CONFIDENCE)
+    paths = [str(s) for s in (a, b) if isinstance(s, (str, PurePath))]
+    # (B's warnings come back as lines, for ``warn``: a loader that wants each Trace reads both.)
+    helper = diff_helper.take(paths if len(paths) == 2 and loader.seen is None else [])
+    if helper is not None:
+        elsewhere = Elsewhere(helper, Job(str(b), loader.cache, _diagnose_options(diff_options)))
+        try:
+            c = _compare_elsewhere(loader.trace(a), str(b), loader, elsewhere, diff_options)
+        finally:
+            diff_helper.end(helper)
+    else:
+        trace_a, trace_b = loader.traces([a, b])
+        c = compare(trace_a, trace_b, diff_options)
     rate = options.rate
     if rate is None:
         return DiffReport(c)
@@ -56,11 +72,24 @@ def compare(a: Trace, b: Trace, options: DiffOptions | None = None, *, with_find
     options = options or DiffOptions(confidence=th.DIFF_CONFIDENCE)
     if not with_findings:
         return judge(diff(a, b, options))
+    return _judged(a, b, options, *_diagnose_both(a, b, _diagnose_options(options)))
+
+
+def _diagnose_options(options: DiffOptions) -> DiagnoseOptions:
     # (A diff shows the findings that appear or disappear, not the fixes replayed together.)
-    report_a, report_b = _diagnose_both(a, b, DiagnoseOptions(step_marker=options.step_marker,
-                                                              warmup=options.warmup, fixes_together=False))
-    return judge(diff(a, b, options, memory=(report_a.memory, report_b.memory),
-                      compiled=(report_a.compile, report_b.compile), step_results=(report_a.steps, report_b.steps)),
+    return DiagnoseOptions(step_marker=options.step_marker, warmup=options.warmup, fixes_together=False)
+
+
+def _judged(a: Trace, b: Trace, options: DiffOptions, report_a: Report, report_b: Report) -> Comparison:
+    return _judged_sides(_side(a, report_a), _side(b, report_b), options, report_a, report_b)
+
+
+def _side(t: Trace, report: Report) -> DiffSide:
+    return side(t, report.steps, report.memory)
+
+
+def _judged_sides(a: DiffSide, b: DiffSide, options: DiffOptions, report_a: Report, report_b: Report) -> Comparison:
+    return judge(diff_sides(a, b, options, compiled=(report_a.compile, report_b.compile)),
                  report_a.findings, report_b.findings, accounts=(report_a.account, report_b.account))
 
 
@@ -79,3 +108,30 @@ def _diagnose_both(a: Trace, b: Trace, options: DiagnoseOptions) -> tuple[Report
     report_a, report_b = at_once.run([lambda: diagnose_in(ctx_a, found_a), lambda: diagnose_in(ctx_b, found_b)],
                                      together=together, name="tracewhy-diagnose")
     return report_a, report_b
+
+
+def _compare_elsewhere(a: Trace, b: str, loader: Loader, elsewhere: Elsewhere, options: DiffOptions) -> Comparison:
+    """``compare`` with B read and diagnosed, and its side of the diff made, by the helper while
+    A's are here; B's warnings said after A's, as when read in turn. Where the helper fails, B is
+    done here (a bad B then fails as it always did, once A is diagnosed)."""
+    diagnose_options = _diagnose_options(options)
+    ctx_a = Context(a, diagnose_options)
+    found_a = rule_findings(ctx_a)
+    unpriced_a = diagnose_in(ctx_a, found_a, replay=False)
+    side_a = _side(a, unpriced_a)
+    warnings = elsewhere.warnings()
+    if warnings is None:
+        return compare(a, loader.trace(b), options)
+    loader.warn(b, warnings)
+    got = elsewhere.unpriced()
+    if got is None:
+        return compare(a, loader.read(b, None), options)
+    side_b, unpriced_b = got
+    if {f.code for f in unpriced_a.findings} == {f.code for f in unpriced_b.findings}:
+        return _judged_sides(side_a, side_b, options, unpriced_a, unpriced_b)
+    elsewhere.ask_priced()
+    report_a = diagnose_in(ctx_a, found_a)
+    report_b = elsewhere.priced()
+    if report_b is None:
+        return compare(a, loader.read(b, None), options)
+    return _judged_sides(side_a, side_b, options, report_a, report_b)

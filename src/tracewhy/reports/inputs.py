@@ -49,11 +49,13 @@ class Loader:
     """``read``: a trace file into a Trace (with at least the slice kinds given, when given);
     ``warn``: what a reader skipped or reinterpreted in a file (``source``), one line each;
     ``seen``: told each file read and its Trace, in the order the files were given (default:
-    the Trace's warnings to ``warn``)."""
+    the Trace's warnings to ``warn``); ``cache``: whether ``read`` uses the parse cache (None:
+    the readers' default), for a read made in another process on its behalf (``diff``'s helper)."""
 
     read: Callable[[str, Collection[Kind] | None], Trace] = _read
     warn: Callable[[str | Path, Iterable[str]], None] = _drop
     seen: Callable[[str, Trace], None] | None = None
+    cache: bool | None = None
 
     def trace(self, source: TraceSource, kinds: Collection[Kind] | None = None) -> Trace:
         """``source`` itself when it is a Trace, else the file read."""

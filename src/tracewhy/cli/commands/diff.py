@@ -32,5 +32,6 @@ class DiffCommand(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         options = DiffReportOptions(step_marker=args.step, warmup=args.warmup, rate=throughput_options(args))
-        emit(args, self.name, *diff_output(diff_report(args.a, args.b, options, loader()), args.top))
+        report = diff_report(args.a, args.b, options, loader())
+        emit(args, self.name, *diff_output(report, args.top))
         return 0

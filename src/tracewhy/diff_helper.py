@@ -1,0 +1,96 @@
+"""The helper process that reads and diagnoses run B of a ``diff`` of two small traces, started
+before the command's own imports.
+
+A diff is two diagnoses, and a diagnosis of a small trace is mostly Python holding the GIL around
+~1,000 short polars queries: on two threads the two took about three quarters of the time they
+take in turn, and the whole command about 1.35 times a ``diagnose`` (BERT, 1 MB: 0.62 against
+0.45 s). A second process has a core to itself: started first thing, it imports while the
+command imports, then reads and diagnoses B while the command reads and diagnoses A
+(``reports/diff_elsewhere`` says what it is given and what it answers).
+
+Started only for ``diff`` on files that are small together (``input_size.small_inputs``, the
+bound under which a command keeps polars to one thread): there each process keeps to one core.
+A helper that the command does not take (the line was not what it seemed before parsing: a
+usage error, ``--help``) is stopped when the command ends; one that fails costs only time, as
+the command then does B itself. Standard library only, as ``read_helpers`` is.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Final
+
+from tracewhy.input_size import small_inputs
+from tracewhy.read_helpers import ENV_IN_HELPER
+
+if TYPE_CHECKING:
+    import subprocess
+
+#: The command the helper is started for.
+COMMAND: Final = "diff"
+#: What the helper runs (``cli/helper.py``); the command line's words after ``diff`` follow as
+#: its arguments, so that it sets itself up as the command does (``cli.as_command``).
+_SERVE: Final = "from tracewhy.cli.helper import serve; serve()"
+
+_early: list[subprocess.Popen[bytes]] = []
+
+
+def start_early(argv: Sequence[str]) -> None:
+    """Start the helper when ``argv`` (a command line) is a ``diff`` whose files are small
+    together. Only a guess made before the line is parsed: the command takes the helper
+    (``take``) once it knows its files. One left from an earlier command run in this process
+    (the MCP server runs many) is stopped first."""
+    stop()
+    words = [a for a in argv if not a.startswith("-")]
+    if not words or words[0] != COMMAND or os.environ.get(ENV_IN_HELPER):
+        return
+    rest = list(argv[list(argv).index(COMMAND) + 1:])
+    if not small_inputs(rest):
+        return
+    import subprocess  # (only for a diff: not part of every command's start)
+
+    with contextlib.suppress(OSError):  # cannot start processes here: the command does B itself
+        _early.append(subprocess.Popen(
+            [sys.executable, "-c", _SERVE, *rest], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, env=dict(os.environ, **{ENV_IN_HELPER: "1"}),
+        ))
+        if not _stop_registered:
+            atexit.register(stop)
+            _stop_registered.append(True)
+
+
+_stop_registered: list[bool] = []
+
+
+def take(paths: Sequence[str]) -> subprocess.Popen[bytes] | None:
+    """The helper started early, now the command's, if it is running and ``paths`` (the files
+    the command line turned out to name) are small together; else None (and any helper is
+    stopped). Whoever takes it gives it its job and ends it (``reports/diff_elsewhere``)."""
+    proc = _early.pop() if _early else None
+    if proc is not None and proc.poll() is None and small_inputs(paths):
+        return proc
+    if proc is not None:
+        end(proc)
+    return None
+
+
+def stop() -> None:
+    """Stop a helper started early that no command took."""
+    while _early:
+        end(_early.pop())
+
+
+def end(proc: subprocess.Popen[bytes]) -> None:
+    """A helper's pipes closed (it ends when it reads the end of its input) and, if it is still
+    at work on an answer nobody will read, the helper killed."""
+    for pipe in (proc.stdin, proc.stdout):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
