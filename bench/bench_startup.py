@@ -20,7 +20,8 @@ set (this machine's shell sets it), every run would otherwise compile each trace
 imports, about 0.1 s of a command's time; ``--no-bytecode-cache`` measures that way.
 
 Each command runs as the ``tracewhy`` script that installing the package writes runs it (its
-``console_main``, under ``python -c``, so that PYTHONPATH picks the tree measured), not as
+``console_main``, ``tracewhy.console``'s, under ``python -c``, so that PYTHONPATH picks the tree
+measured), not as
 ``python -m tracewhy``: run through ``runpy``, the same commands took 10-50 ms longer (on the BERT
 trace, 2026-12-01, medians of 9: ``kernels`` 0.333 s against 0.282 s, ``diff`` 0.669 against
 0.626, ``diagnose`` 0.483 against 0.474), most of it in numpy's ``numpy._typing`` modules when
@@ -61,8 +62,12 @@ REPO = BENCH.parent
 SOURCE = REPO.parent / "shared/traces/tracelens/h100_bert-small_bs1_seq512.json.gz"
 RESULTS = BENCH / "results_startup.md"
 TARGET_S = 0.5
-#: What the installed ``tracewhy`` script runs (setuptools' console-script wrapper), as ``-c`` code.
-SCRIPT = "import sys; from tracewhy.cli import console_main; sys.argv[0] = 'tracewhy'; console_main()"
+#: What the installed ``tracewhy`` script runs (setuptools' console-script wrapper), as ``-c`` code:
+#: ``tracewhy.console`` since 2026-12-01 (it starts a small diff's helper before the command line's
+#: imports), ``tracewhy.cli`` in the trees before (a ``--baseline`` run).
+SCRIPT = ("import sys\ntry:\n    from tracewhy.console import console_main\n"
+          "except ImportError:\n    from tracewhy.cli import console_main\n"
+          "sys.argv[0] = 'tracewhy'\nconsole_main()")
 #: Packages whose import time is reported on its own; the rest are summed as "other".
 PACKAGES = ("tracewhy", "polars", "numpy", "rich", "msgspec", "duckdb", "matplotlib", "pyarrow")
 _IMPORT_LINE = re.compile(r"import time:\s+(\d+) \|\s+\d+ \|\s*(\S+)")

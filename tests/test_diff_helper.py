@@ -148,6 +148,43 @@ def test_started_only_for_a_diff_of_small_files(tmp_path: Path) -> None:
         diff_helper.stop()
 
 
+def test_started_once_per_command_line() -> None:
+    """The script starts the helper before the command line's imports and ``main`` asks again:
+    the same line keeps the helper, another line stops it."""
+    small = str(GENERATED / "cpu_slow_step_base.pt.trace.json.gz")
+    try:
+        diff_helper.start_early(["diff", small, small])
+        first = diff_helper._early[-1]
+        diff_helper.start_early(["diff", small, small])
+        assert diff_helper._early == [first]
+        diff_helper.start_early(["diff", small, small, "--json"])
+        assert diff_helper._early != [first] and first.poll() is not None
+        diff_helper.start_early(["diagnose", small])
+        assert diff_helper._early == []
+    finally:
+        diff_helper.stop()
+
+
+def test_the_script_starts_the_helper_first() -> None:
+    """The installed ``tracewhy`` script is ``tracewhy.console``'s, and it starts the helper
+    before the command line is imported."""
+    import tomllib
+
+    from conftest import ROOT
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["tracewhy"] == "tracewhy.console:console_main"
+    small = str(GENERATED / "cpu_slow_step_base.pt.trace.json.gz")
+    probe = ("import sys; from tracewhy import diff_helper, console\n"
+             "start = diff_helper.start_early\n"
+             "def stop_here(argv): start(argv); "
+             "print(bool(diff_helper._early), 'tracewhy.cli' in sys.modules); diff_helper.stop(); raise SystemExit(0)\n"
+             "diff_helper.start_early = stop_here; console.console_main()")
+    out = subprocess.run([sys.executable, "-c", probe, "diff", small, small], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["True", "False"]
+
+
 def test_not_started_inside_a_helper(monkeypatch: pytest.MonkeyPatch) -> None:
     small = str(GENERATED / "cpu_slow_step_base.pt.trace.json.gz")
     monkeypatch.setitem(os.environ, "TRACEWHY_READ_HELPER", "1")

@@ -1,3 +1,3 @@
-from tracewhy.cli import console_main
+from tracewhy.console import console_main
 
 console_main()
