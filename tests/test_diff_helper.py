@@ -112,7 +112,8 @@ def _rendered(report: object) -> str:
 
 @pytest.mark.parametrize("program", [
     "pass",  # gone before its job
-    "import sys; sys.stdin.buffer.readline(); sys.stdout.write('not a pickle')",  # nonsense
+    "import sys; sys.stdout.write('not a pickle')",  # nonsense
+    "import os, pickle, sys; pickle.dump(('read', os.getcwd), sys.stdout.buffer)",  # names a function: refused
     "import pickle, sys; pickle.dump(('failed',), sys.stdout.buffer)",  # says it failed
 ])
 def test_a_helper_that_fails_costs_only_time(program: str) -> None:

@@ -6,9 +6,10 @@ the diagnosis's options. The helper answers on its stdout, one message at a time
 warnings once B is read; then B's side of the diff (``analyses.diff.side``) with its diagnosis
 before its fixes are replayed (what a diff shows when both runs have the same finding codes);
 then, only if the command asks for it (a line ``priced``), the diagnosis with its fixes
-replayed. Each message is a pickle that our own child made of our own objects; no trace file is
-ever unpickled (the same terms as the Kineto reader's helpers, ``readers/kineto/parallel``). The
-job is the command's pickle of its own options.
+replayed. Each message is a pickle that our own child made of our own objects, read back by an
+unpickler that builds nothing else (``own_pickles``); no trace file is ever unpickled (the same
+terms as the Kineto reader's helpers, ``readers/kineto/parallel``). The job is the command's
+pickle of its own options, read the same way.
 
 Whatever goes wrong in the helper (a bad file, an error, a helper killed or gone) it answers
 ``failed`` or nothing, and the command does B itself, the way a diff without a helper does: a
@@ -21,6 +22,7 @@ import pickle
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, Final
 
+from tracewhy import own_pickles
 from tracewhy.analyses.diff import DiffSide, side
 from tracewhy.findings.context import Context, DiagnoseOptions
 from tracewhy.reports.diagnose import Report, diagnose_in, rule_findings
@@ -48,7 +50,7 @@ def answer(jobs: IO[bytes], out: IO[bytes]) -> None:
     from tracewhy.readers import CacheOptions, read_trace
 
     try:
-        job = pickle.load(jobs)  # the command's pickle of its own options
+        job = own_pickles.load(jobs)  # the command's pickle of its own options
         if not isinstance(job, Job):
             return
         trace = read_trace(job.path, cache=None if job.cache is None else CacheOptions(enabled=job.cache))
@@ -111,7 +113,7 @@ class Elsewhere:
         if self.failed or self.process.stdout is None:
             return None
         try:
-            message = pickle.load(self.process.stdout)  # our own child's pickle of our own objects
+            message = own_pickles.load(self.process.stdout)  # our own child's pickle of our own objects
         except Exception:  # gone or cut off mid-message: the command does B itself
             message = None
         if not isinstance(message, tuple) or not message or message[0] != kind:

@@ -11,7 +11,8 @@ part. Parts are merged in file order, so the Trace is the one the serial read gi
 A helper is a fresh interpreter that runs ``serve``, not a ``multiprocessing`` worker:
 those re-run the caller's ``__main__`` module on start, which would run a user's own script a
 second time when it calls ``tracewhy.load``. The parts come back as pickles that our own child
-made of our own objects, in a private scratch directory; no trace file is ever unpickled.
+made of our own objects, in a private scratch directory, read back by an unpickler that builds
+nothing else (``own_pickles``); no trace file is ever unpickled.
 Only a few batches are in flight per helper, so the bytes sent never pile up in memory. A
 helper that fails (killed, out of memory) costs only speed: its batches are built here instead.
 """
@@ -32,6 +33,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Final
 
+from tracewhy import own_pickles
 from tracewhy.errors import TraceError
 from tracewhy.read_helpers import spawn
 from tracewhy.readers.kineto.builder import Builder
@@ -128,7 +130,11 @@ class Helper:
         except OSError:
             self.broken = True
             return None
-        part: object = pickle.loads(payload)  # our own child's pickle of our own objects
+        try:
+            part: object = own_pickles.loads(payload)  # our own child's pickle of our own objects
+        except (pickle.UnpicklingError, EOFError, ValueError):
+            self.broken = True
+            return None
         return part
 
     def skip(self) -> None:
