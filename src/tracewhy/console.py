@@ -11,6 +11,7 @@ from tracewhy import diff_helper
 
 
 def console_main() -> None:
+    """Start a small diff's helper, then run the command line."""
     diff_helper.start_early(sys.argv[1:])
     from tracewhy.cli import console_main as command_line
 
