@@ -39,8 +39,8 @@ def answers(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     got: list[str] = []
     receive = diff_elsewhere.Elsewhere._receive
 
-    def counted(self: diff_elsewhere.Elsewhere, kind: str) -> object:
-        message = receive(self, kind)
+    def counted(self: diff_elsewhere.Elsewhere, kind: str, *types: type) -> object:
+        message = receive(self, kind, *types)
         if message is not None:
             got.append(kind)
         return message
@@ -114,6 +114,8 @@ def _rendered(report: object) -> str:
     "pass",  # gone before its job
     "import sys; sys.stdout.write('not a pickle')",  # nonsense
     "import os, pickle, sys; pickle.dump(('read', os.getcwd), sys.stdout.buffer)",  # names a function: refused
+    # reads B, then answers with objects of the wrong kinds
+    "import pickle, sys; out = sys.stdout.buffer; pickle.dump(('read', []), out); pickle.dump(('unpriced', 1, 2), out)",
     "import pickle, sys; pickle.dump(('failed',), sys.stdout.buffer)",  # says it failed
 ])
 def test_a_helper_that_fails_costs_only_time(program: str) -> None:

@@ -84,17 +84,17 @@ class Elsewhere:
 
     def warnings(self) -> list[str] | None:
         """B's read warnings, once B is read."""
-        got = self._receive("read")
-        return None if got is None else list(got[0])
+        got = self._receive("read", list)
+        return None if got is None else [str(line) for line in got[0]]
 
     def unpriced(self) -> tuple[DiffSide, Report] | None:
         """B's side of the diff, and its diagnosis without its fixes replayed."""
-        got = self._receive("unpriced")
+        got = self._receive("unpriced", DiffSide, Report)
         return None if got is None else (got[0], got[1])
 
     def priced(self) -> Report | None:
-        """B's diagnosis with its fixes replayed (asked for now, computed while A's is)."""
-        got = self._receive("priced")
+        """B's diagnosis with its fixes replayed (after ``ask_priced``: made while A's is)."""
+        got = self._receive("priced", Report)
         return None if got is None else got[0]
 
     def ask_priced(self) -> None:
@@ -109,14 +109,17 @@ class Elsewhere:
         except OSError:  # the helper is gone: the command does B itself
             self.failed = True
 
-    def _receive(self, kind: str) -> tuple[Any, ...] | None:
+    def _receive(self, kind: str, *types: type) -> tuple[Any, ...] | None:
+        """The next answer's parts, if it is a ``kind`` of those ``types``; else None, and the
+        helper counts as failed."""
         if self.failed or self.process.stdout is None:
             return None
         try:
             message = own_pickles.load(self.process.stdout)  # our own child's pickle of our own objects
         except Exception:  # gone or cut off mid-message: the command does B itself
             message = None
-        if not isinstance(message, tuple) or not message or message[0] != kind:
+        if not (isinstance(message, tuple) and message[:1] == (kind,) and len(message) == len(types) + 1
+                and all(isinstance(part, t) for part, t in zip(message[1:], types, strict=True))):
             self.failed = True
             return None
         return message[1:]
