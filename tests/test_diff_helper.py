@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import GENERATED, shared_trace
-from tracewhy import diff_helper
+from tracewhy import diff_helper, read_helpers
 from tracewhy.cli import main
 from tracewhy.reports import diff_elsewhere
 from tracewhy.reports.diff import DiffReportOptions, diff_report
@@ -122,7 +122,7 @@ def test_a_helper_that_fails_costs_only_time(program: str) -> None:
     a, b = shared_trace(BERT_H100), shared_trace(VIT_H100)
     expected = _rendered(diff_report(a, b, DiffReportOptions()))
     process = subprocess.Popen([sys.executable, "-c", program], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    diff_helper._early.append(process)  # as if the command line had started it
+    diff_helper._early.append(((), process))  # as if the command line had started it
     got = diff_report(a, b, DiffReportOptions(), PLAIN)
     assert diff_helper._early == []
     assert _rendered(got) == expected
@@ -145,7 +145,7 @@ def test_started_only_for_a_diff_of_small_files(tmp_path: Path) -> None:
         diff_helper.start_early(["diff", "--step", "ProfilerStep", small, small])
         process = diff_helper.take([small, small])
         assert process is not None and process.poll() is None
-        diff_helper.end(process)
+        read_helpers.end(process)
         assert process.poll() is not None
     finally:
         diff_helper.stop()
@@ -157,11 +157,11 @@ def test_started_once_per_command_line() -> None:
     small = str(GENERATED / "cpu_slow_step_base.pt.trace.json.gz")
     try:
         diff_helper.start_early(["diff", small, small])
-        first = diff_helper._early[-1]
+        first = diff_helper._early[-1][1]
         diff_helper.start_early(["diff", small, small])
-        assert diff_helper._early == [first]
+        assert [p for _, p in diff_helper._early] == [first]
         diff_helper.start_early(["diff", small, small, "--json"])
-        assert diff_helper._early != [first] and first.poll() is not None
+        assert [p for _, p in diff_helper._early] != [first] and first.poll() is not None
         diff_helper.start_early(["diagnose", small])
         assert diff_helper._early == []
     finally:

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
 from tracewhy.input_size import small_inputs
-from tracewhy.read_helpers import ENV_IN_HELPER
+from tracewhy.read_helpers import ENV_IN_HELPER, end
 
 if TYPE_CHECKING:
     import subprocess
@@ -36,9 +36,8 @@ COMMAND: Final = "diff"
 #: that it sets itself up as the command does (``command_process.settle``).
 _SERVE: Final = "from tracewhy.diff_helper import serve; serve()"
 
-_early: list[subprocess.Popen[bytes]] = []
-#: The command line the helper in ``_early`` was started for.
-_started_for: list[tuple[str, ...]] = []
+#: The helper started early, with the command line it was started for.
+_early: list[tuple[tuple[str, ...], subprocess.Popen[bytes]]] = []
 
 
 def start_early(argv: Sequence[str]) -> None:
@@ -48,7 +47,7 @@ def start_early(argv: Sequence[str]) -> None:
     calls it before the command line's imports, ``console.console_main``, and ``main``
     after), the helper already started is kept; one left from an earlier command run in this
     process (the MCP server runs many) is stopped."""
-    if _early and _started_for == [tuple(argv)] and _early[-1].poll() is None:
+    if _early and _early[-1][0] == tuple(argv) and _early[-1][1].poll() is None:
         return
     stop()
     words = [a for a in argv if not a.startswith("-")]
@@ -60,25 +59,17 @@ def start_early(argv: Sequence[str]) -> None:
     import subprocess  # (only for a diff: not part of every command's start)
 
     with contextlib.suppress(OSError):  # cannot start processes here: the command does B itself
-        _early.append(subprocess.Popen(
+        _early.append((tuple(argv), subprocess.Popen(
             [sys.executable, "-c", _SERVE, *rest], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL, env=dict(os.environ, **{ENV_IN_HELPER: "1"}),
-        ))
-        _started_for.append(tuple(argv))
-        if not _stop_registered:
-            atexit.register(stop)
-            _stop_registered.append(True)
-
-
-_stop_registered: list[bool] = []
+        )))
 
 
 def take(paths: Sequence[str]) -> subprocess.Popen[bytes] | None:
     """The helper started early, now the command's, if it is running and ``paths`` (the files
     the command line turned out to name) are small together; else None (and any helper is
-    stopped). Whoever takes it gives it its job and ends it (``reports/diff_elsewhere``)."""
-    proc = _early.pop() if _early else None
-    _started_for.clear()
+    stopped). Whoever takes it gives it its job and ends it (``read_helpers.end``)."""
+    proc = _early.pop()[1] if _early else None
     if proc is not None and proc.poll() is None and small_inputs(paths):
         return proc
     if proc is not None:
@@ -86,33 +77,21 @@ def take(paths: Sequence[str]) -> subprocess.Popen[bytes] | None:
     return None
 
 
+@atexit.register
 def stop() -> None:
     """Stop a helper started early that no command took."""
-    _started_for.clear()
     while _early:
-        end(_early.pop())
-
-
-def end(proc: subprocess.Popen[bytes]) -> None:
-    """A helper's pipes closed (it ends when it reads the end of its input) and, if it is still
-    at work on an answer nobody will read, the helper killed."""
-    for pipe in (proc.stdin, proc.stdout):
-        if pipe is not None:
-            with contextlib.suppress(OSError):
-                pipe.close()
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait()
+        end(_early.pop()[1])
 
 
 def serve() -> None:
     """The helper's life: set up as the command is, wait for its job on stdin, answer on
     stdout, and end without the interpreter's teardown. It does not import the command line
     (``tracewhy.cli``, 40-80 ms): the helper is ready that much sooner."""
-    from tracewhy.command_process import end, settle
+    from tracewhy import command_process
 
-    settle(COMMAND, sys.argv[1:], code_table=True)
+    command_process.settle(COMMAND, sys.argv[1:], code_table=True)
     from tracewhy.reports.diff_elsewhere import answer  # (after settle: polars' pool is sized at its import)
 
     answer(sys.stdin.buffer, sys.stdout.buffer)
-    end(0)
+    command_process.end(0)

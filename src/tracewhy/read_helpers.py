@@ -135,9 +135,16 @@ def _if_object(head: bytes, size: int) -> int | None:
 def _stop_early() -> None:
     """Stop a helper started early that no read took (it is still importing, or waiting for work)."""
     while _early:
-        proc = _early.pop()
-        proc.kill()
-        proc.wait()
-        for pipe in (proc.stdin, proc.stdout):
-            if pipe is not None:
+        end(_early.pop())
+
+
+def end(proc: subprocess.Popen[bytes]) -> None:
+    """End a helper process, of this module or another: its pipes closed (a helper ends when its
+    input does) and, if it is still at work on something nobody will read, killed."""
+    for pipe in (proc.stdin, proc.stdout):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
                 pipe.close()
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import PurePath
 
-from tracewhy import diff_helper
+from tracewhy import diff_helper, read_helpers
 from tracewhy.analyses.diff import DiffOptions, DiffSide, diff, diff_sides, side
 from tracewhy.analyses.throughput import Throughput, ThroughputOptions, from_durations
 from tracewhy.findings import thresholds as th
@@ -56,7 +56,7 @@ def diff_report(a: TraceSource, b: TraceSource, options: DiffReportOptions | Non
         try:
             c = _compare_elsewhere(loader.trace(a), str(b), loader, elsewhere, diff_options)
         finally:
-            diff_helper.end(helper)
+            read_helpers.end(helper)
     else:
         trace_a, trace_b = loader.traces([a, b])
         c = compare(trace_a, trace_b, diff_options)

@@ -19,7 +19,6 @@ helper that fails (killed, out of memory) costs only speed: its batches are buil
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import mmap
 import os
@@ -35,7 +34,7 @@ from typing import Final
 
 from tracewhy import own_pickles
 from tracewhy.errors import TraceError
-from tracewhy.read_helpers import spawn
+from tracewhy.read_helpers import end, spawn
 from tracewhy.readers.kineto.builder import Builder
 from tracewhy.readers.kineto.document import BadCut, Body
 from tracewhy.readers.kineto.pieces import Span
@@ -166,14 +165,7 @@ class Helper:
         self._answers += got
 
     def close(self) -> None:
-        if self.proc.stdin is not None:
-            with contextlib.suppress(OSError):
-                self.proc.stdin.close()
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        end(self.proc)
 
 
 def claim(name: Path, mark: str) -> Path | None:
