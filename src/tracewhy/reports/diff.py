@@ -103,11 +103,17 @@ def _diagnose_both(a: Trace, b: Trace, options: DiagnoseOptions) -> tuple[Report
     found_a, found_b = at_once.run([lambda: rule_findings(ctx_a), lambda: rule_findings(ctx_b)],
                                    together=together, name="tracewhy-diagnose")
     unpriced = diagnose_in(ctx_a, found_a, replay=False), diagnose_in(ctx_b, found_b, replay=False)
-    if {f.code for f in unpriced[0].findings} == {f.code for f in unpriced[1].findings}:
+    if _same_codes(*unpriced):
         return unpriced
     report_a, report_b = at_once.run([lambda: diagnose_in(ctx_a, found_a), lambda: diagnose_in(ctx_b, found_b)],
                                      together=together, name="tracewhy-diagnose")
     return report_a, report_b
+
+
+def _same_codes(a: Report, b: Report) -> bool:
+    """Whether both runs have the same finding codes: a diff then shows no finding, and no fix is
+    replayed."""
+    return {f.code for f in a.findings} == {f.code for f in b.findings}
 
 
 def _compare_elsewhere(a: Trace, b: str, loader: Loader, elsewhere: Elsewhere, options: DiffOptions) -> Comparison:
@@ -127,7 +133,7 @@ def _compare_elsewhere(a: Trace, b: str, loader: Loader, elsewhere: Elsewhere, o
     if got is None:
         return compare(a, loader.read(b, None), options)
     side_b, unpriced_b = got
-    if {f.code for f in unpriced_a.findings} == {f.code for f in unpriced_b.findings}:
+    if _same_codes(unpriced_a, unpriced_b):
         return _judged_sides(side_a, side_b, options, unpriced_a, unpriced_b)
     elsewhere.ask_priced()
     report_a = diagnose_in(ctx_a, found_a)
