@@ -19,10 +19,9 @@ user's first run of a command fills it, as their first import fills ``__pycache_
 set (this machine's shell sets it), every run would otherwise compile each tracewhy module it
 imports, about 0.1 s of a command's time; ``--no-bytecode-cache`` measures that way.
 
-Each command runs as the ``tracewhy`` script that installing the package writes runs it (its
-``console_main``, ``tracewhy.console``'s, under ``python -c``, so that PYTHONPATH picks the tree
-measured), not as
-``python -m tracewhy``: run through ``runpy``, the same commands took 10-50 ms longer (on the BERT
+Each command runs as the ``tracewhy`` script that installing the package writes runs it
+(``tracewhy.console``'s ``console_main``, under ``python -c``, so that PYTHONPATH picks the tree
+measured), not as ``python -m tracewhy``: run through ``runpy``, the same commands took 10-50 ms longer (on the BERT
 trace, 2026-12-01, medians of 9: ``kernels`` 0.333 s against 0.282 s, ``diff`` 0.669 against
 0.626, ``diagnose`` 0.483 against 0.474), most of it in numpy's ``numpy._typing`` modules when
 numpy is imported after polars (45-50 ms instead of 1.5 ms); the pages before that date were
