@@ -29,6 +29,7 @@ class Code(str, Enum):
     READER_WARNINGS = "reader-warnings"
     BLOCKS_SYNCHRONIZED = "blocks-synchronized"
     GPU_WORK_BEFORE_TRACE = "gpu-work-before-trace"
+    ACCOUNT_SKIPPED = "account-skipped"
     # The step account: where the step goes.
     COPY_BOUND = "copy-bound"
     ESSENTIAL_WORK = "essential-work"
@@ -138,6 +139,8 @@ _MEANING: Final[dict[Code, str]] = {
                               "overlap.",
     Code.GPU_WORK_BEFORE_TRACE: "A launch issued long before its GPU's first recorded work waited on work queued "
                                 "before the capture (or a clock offset), not on launch overhead.",
+    Code.ACCOUNT_SKIPPED: "The step account, the critical path and the predicted step times were left out: they "
+                          "would not fit in the memory available.",
     Code.ESSENTIAL_WORK: "The step's largest part is kernels it must run: their families' shares and, where op "
                          "shapes allow, their fraction of the device's roof.",
     Code.COPY_BOUND: "Host-device copies take a large share of the step's critical path: their bytes, bandwidth "

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     # context for steps, gaps or blocks alone (check --max-gpu-idle, blocks, memory) imports none
     # of their ~40 modules. The TORCH_LOGS parser is imported only where --logs is given.
     from tracewhy.analyses.account import AccountResult, StepModel
+    from tracewhy.analyses.account_memory import AccountMemory
     from tracewhy.analyses.critical_path_graph import Graph
     from tracewhy.analyses.kernels import KernelsResult
     from tracewhy.analyses.syncs import SyncsResult
@@ -145,6 +146,9 @@ class Context:
         thread, where the error is raised."""
         from tracewhy.analyses.critical_path_graph import build_graph
 
+        if self.account_memory() is not None:  # (no account, so no graph to build)
+            return
+
         def build() -> None:
             with contextlib.suppress(Exception):
                 self.cached("graph", lambda: build_graph(self.trace))
@@ -161,12 +165,20 @@ class Context:
             self.trace, AccountOptions(marker=self.options.step_marker), steps_result=self.steps(),
             host=self.host(), tree=self.host_tree(), marked=self.compile_marked(), graph=self.graph()))
 
+    def account_memory(self) -> AccountMemory | None:
+        """Set when the step account would not fit in the memory available (``account_memory``):
+        the diagnosis then leaves out the account, the critical path and the predictions."""
+        from tracewhy.analyses.account_memory import short_of_memory
+
+        return self.cached("account_memory", lambda: short_of_memory(self.trace))
+
     def account(self) -> AccountResult | None:
-        """The step account (None for a trace with no slices or no window to account for)."""
+        """The step account (None for a trace with no slices or no window to account for, and
+        where it would not fit in memory: ``account_memory``)."""
         from tracewhy.analyses.account import step_account
 
         def compute() -> AccountResult | None:
-            if self.trace.slices.height == 0:
+            if self.trace.slices.height == 0 or self.account_memory() is not None:
                 return None
             r = step_account(self.trace, model=self.step_model())
             return r if r.mean_step_ns > 0 and r.parts.height else None

@@ -60,12 +60,14 @@ _CONCATENATING: Final = ("aten::cat", "aten::stack", "aten::hstack", "aten::vsta
 
 def memory_result(ctx: Context) -> MemoryResult | None:
     """The trace's memory analysis, once per diagnosis and on its host index and steps; None
-    without ``[memory]`` events (a capture without profile_memory)."""
+    without ``[memory]`` events (a capture without profile_memory). The host contexts are the
+    step account's, or found by the memory analysis where the account is left out for want of
+    memory (``Context.account_memory``)."""
     if ctx.trace.memory.height == 0:
         return None
-    return ctx.cached("memory", lambda: analyze_memory(ctx.trace, host=ctx.host(), steps_result=ctx.steps(),
-                                                       tree=ctx.host_tree(), marked=ctx.compile_marked(),
-                                                       contexts=ctx.step_model().rules.ctx))
+    return ctx.cached("memory", lambda: analyze_memory(
+        ctx.trace, host=ctx.host(), steps_result=ctx.steps(), tree=ctx.host_tree(), marked=ctx.compile_marked(),
+        contexts=ctx.step_model().rules.ctx if ctx.account_memory() is None else None))
 
 
 def findings(ctx: Context) -> list[Finding]:

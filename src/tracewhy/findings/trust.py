@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tracewhy.analyses.steps import MARKED, PROFILER_STEP
 from tracewhy.findings import thresholds as th
 from tracewhy.findings.applicability import run_facts
@@ -10,7 +12,11 @@ from tracewhy.findings.context import Context
 from tracewhy.findings.graph_replay import graph_replay_finding
 from tracewhy.findings.model import Finding, Severity
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, HOST_KINDS, Kind
-from tracewhy.model.trace import Trace
+from tracewhy.model.trace import NSYS_FORMAT, Trace
+from tracewhy.units import fmt_bytes
+
+if TYPE_CHECKING:
+    from tracewhy.analyses.account_memory import AccountMemory
 
 #: The torch.profiler activity that records each backend's device work.
 _PROFILER_ACTIVITY = {"CUDA": "ProfilerActivity.CUDA", "ROCm": "ProfilerActivity.CUDA", "XPU": "ProfilerActivity.XPU",
@@ -130,9 +136,31 @@ def findings(ctx: Context) -> list[Finding]:
             next_step="Read the figures with these in mind; tracewhy info TRACE lists every warning.",
             evidence={"warnings": list(m.warnings)},
         ))
+    short = ctx.account_memory()
+    if short is not None:
+        out.append(_account_skipped(short, m.format))
     # A run timed block by block (blocks-synchronized) is said by findings/blocks.py, from the
     # blocks measurement that the block attribution reads too.
     return out
+
+
+def _account_skipped(short: AccountMemory, source_format: str) -> Finding:
+    """The step account was left out for want of memory (``Context.account_memory``): what it
+    needed, what was there, and the two ways to get it: more free memory, or a shorter capture
+    (told for the profiler that wrote this one)."""
+    shorter = ("capture fewer iterations: nsys profile --capture-range=cudaProfilerApi with "
+               "torch.cuda.profiler.start()/stop() around a few of them" if source_format == NSYS_FORMAT else
+               "capture fewer active steps: torch.profiler.schedule(wait=1, warmup=1, active=3)")
+    return Finding(
+        code=Code.ACCOUNT_SKIPPED, severity=Severity.TRUST,
+        statement=f"The step account, the critical path and the predicted step times were left out: for "
+                  f"{short.slices:,} host and GPU slices they need about {fmt_bytes(short.need_bytes)} of memory, "
+                  f"and {fmt_bytes(short.available_bytes)} was available. Findings are ranked by the time they "
+                  "measure, not by predicted savings.",
+        next_step=f"Diagnose it where {fmt_bytes(short.short_bytes)} more memory is free, or {shorter}.",
+        evidence={"graph_slices": short.slices, "need_bytes": short.need_bytes,
+                  "available_bytes": short.available_bytes},
+    )
 
 
 def _no_gpu_activity(ctx: Context, n_host: int) -> Finding:

@@ -79,7 +79,8 @@ class Overview:
     blocks: BlocksResult | None
     op_roofline: OpRooflineResult | None
     device_pids: dict[int, int]
-    critical_path: CriticalPathResult | None = None  # None without steps
+    #: None without steps, and where the step account is left out for want of memory.
+    critical_path: CriticalPathResult | None = None
     mfu: MfuResult | None = None  # None without matrix math
 
     @property
@@ -100,7 +101,7 @@ def overview(trace: Trace, options: DiagnoseOptions | None = None, views: Overvi
 
     def path() -> CriticalPathResult | None:
         steps_result = ctx.steps()
-        if not steps_result.table.height:
+        if not steps_result.table.height or ctx.account_memory() is not None:  # (its graph is the account's)
             return None
         path_options = CriticalPathOptions(marker=options.step_marker, max_steps=CRITICAL_PATH_STEPS,
                                            gain_items=CriticalPathOptions.gain_items if views.path_gains else 0)
