@@ -1,19 +1,24 @@
 """Whether the step account fits in the memory that is left.
 
-At its peak the account holds the dependency graph, its tables per slice and the replay
-window of the predictions. Together they take about BYTES_PER_SLICE for each host or GPU slice
-of the graph, on top of everything else a diagnosis holds. They are the largest thing a
-diagnosis holds for a long time. Where they would not fit in the memory available (the machine's,
-or the process's cgroup limit if that is lower), a diagnosis leaves out the account, the
-critical path and the predictions, and a trust finding says so (``findings/trust``). Without
-them, a diagnosis of a 606 MB Nsight Systems export (8 M events) peaks at 2.9 GB instead of
-4.9 GB. With them, where memory is short, the kernel would kill the process with no output at
-all.
+A diagnosis asks once the trace is read, before any analysis. The account holds the dependency
+graph, its tables per slice and the replay window of the predictions: at their peak about
+BYTES_PER_SLICE for each host or GPU slice of the graph. The other analyses hold about
+REST_BYTES_PER_SLICE for each slice of the trace at theirs, and both peaks are reached while
+the other's results are still held. Where the two together would not fit in the memory
+available (the machine's, or the process's cgroup limit if that is lower), a diagnosis leaves
+out the account, the critical path and the predictions, and a trust finding says so
+(``findings/trust``). Without them, a diagnosis of a 606 MB Nsight Systems export (8 M events)
+peaks at 2.9 GB instead of 4.9 GB. With them, where memory is short, the kernel would kill the
+process with no output at all.
 
-Measured for the constants (whole processes, peak RSS with and without the account):
-- The 97 MB export x40 (1.28 M graph slices): +328 MB, 257 B a slice.
-- The 606 MB export x250 (7.97 M): +2.0 GB, 252 B a slice.
-- The 56 MB Kineto trace of OWLv2 (39 k): +20 MB, most of it the account's modules.
+Measured for the constants (whole processes: RSS after the read, and the peak with and without
+the account):
+- The 97 MB export x40 (1.29 M slices, 1.28 M of them in the graph): the read 423 MB, then +253
+  MB without the account (196 B a slice) and +328 MB more with it (257 B a graph slice).
+- The 606 MB export x250 (8.06 M, 7.97 M): the read 1.42 GB, then +1.54 GB (191 B) and +2.0 GB
+  more (252 B).
+- The 56 MB Kineto trace of OWLv2 (104 k, 39 k): +20 MB with the account, most of it the
+  account's modules.
 """
 
 from __future__ import annotations
@@ -30,9 +35,11 @@ from tracewhy.model.trace import Trace
 BYTES_PER_SLICE: Final = 260
 #: What the account holds whatever the trace's size: its modules and their tables.
 FIXED_BYTES: Final = 32 << 20
-#: At most this share of the memory available is planned for the account. The analyses that
-#: come after it (blocks, the report's views) need some of the rest.
-HEADROOM: Final = 0.75
+#: The other analyses' peak per slice of the trace, over what the read left (191-196 B, above).
+REST_BYTES_PER_SLICE: Final = 200
+#: The share of the available memory the estimate may fill: its figures are measured on a few
+#: traces, and the allocators keep some of what is freed.
+HEADROOM: Final = 0.9
 
 _PROC_MEMINFO: Final = Path("/proc/meminfo")
 _CGROUP: Final = Path("/sys/fs/cgroup")
@@ -41,22 +48,25 @@ _PROC_CGROUP: Final = Path("/proc/self/cgroup")
 
 @dataclass(frozen=True)
 class AccountMemory:
-    """The account that was left out: the graph's slices, the memory the account would need, and
-    the memory that was available (bytes)."""
+    """The account that was left out: the graph's slices, the memory the account would need, what
+    the diagnosis would need with it (bytes, both beyond what the read left), and the memory that
+    was available."""
 
     slices: int
     need_bytes: int
+    with_account_bytes: int
     available_bytes: int
 
     @property
     def short_bytes(self) -> int:
-        """How much more free memory the account would have needed."""
-        return max(round(self.need_bytes / HEADROOM) - self.available_bytes, 0)
+        """How much more free memory the diagnosis with the account would have needed."""
+        return max(round(self.with_account_bytes / HEADROOM) - self.available_bytes, 0)
 
 
 def short_of_memory(trace: Trace) -> AccountMemory | None:
-    """The account's need and the memory available, when the need exceeds HEADROOM of it. None
-    when it fits, or when the available memory cannot be read (no /proc: not Linux)."""
+    """The account's need, the diagnosis's with it, and the memory available, when the diagnosis
+    with the account would take more than HEADROOM of it. None when it fits, or when the
+    available memory cannot be read (no /proc: not Linux)."""
     from tracewhy.analyses.critical_path_graph import GRAPH_HOST_KINDS
 
     available = available_bytes()
@@ -64,7 +74,8 @@ def short_of_memory(trace: Trace) -> AccountMemory | None:
         return None
     slices = trace.count(*GRAPH_HOST_KINDS, *GPU_ACTIVITY_KINDS)
     need = FIXED_BYTES + BYTES_PER_SLICE * slices
-    return AccountMemory(slices, need, available) if need > HEADROOM * available else None
+    whole = need + REST_BYTES_PER_SLICE * trace.slices.height
+    return AccountMemory(slices, need, whole, available) if whole > HEADROOM * available else None
 
 
 def available_bytes(meminfo: Path = _PROC_MEMINFO, cgroup: Path = _CGROUP, own: Path = _PROC_CGROUP) -> int | None:

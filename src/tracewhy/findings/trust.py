@@ -153,13 +153,14 @@ def _account_skipped(short: AccountMemory, source_format: str) -> Finding:
                "capture fewer active steps: torch.profiler.schedule(wait=1, warmup=1, active=3)")
     return Finding(
         code=Code.ACCOUNT_SKIPPED, severity=Severity.TRUST,
-        statement=f"The step account, the critical path and the predicted step times were left out: for "
-                  f"{short.slices:,} host and GPU slices they need about {fmt_bytes(short.need_bytes)} of memory, "
-                  f"and {fmt_bytes(short.available_bytes)} was available. Findings are ranked by the time they "
-                  "measure, not by predicted savings.",
+        statement=f"The step account, the critical path and the predicted step times were left out: with them this "
+                  f"diagnosis would need about {fmt_bytes(short.with_account_bytes)} more memory "
+                  f"({fmt_bytes(short.need_bytes)} of it for the account of {short.slices:,} host and GPU slices), "
+                  f"and {fmt_bytes(short.available_bytes)} was available. Findings are ranked by the time each rule "
+                  "measures, with no predicted savings.",
         next_step=f"Diagnose it where {fmt_bytes(short.short_bytes)} more memory is free, or {shorter}.",
         evidence={"graph_slices": short.slices, "need_bytes": short.need_bytes,
-                  "available_bytes": short.available_bytes},
+                  "with_account_bytes": short.with_account_bytes, "available_bytes": short.available_bytes},
     )
 
 
