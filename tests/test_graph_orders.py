@@ -12,7 +12,7 @@ import pytest
 
 from conftest import shared_trace
 from tracewhy.analyses.critical_path_edges import stream_keys
-from tracewhy.analyses.critical_path_graph import _boundary_order, _thread_ranks
+from tracewhy.analyses.critical_path_graph import _boundary_order, _thread_ranks, build_graph
 from tracewhy.model.schema import GPU_ACTIVITY_KINDS, Col
 from tracewhy.readers import read_trace
 
@@ -78,3 +78,18 @@ def test_thread_ranks_keep_the_order_of_the_pairs() -> None:
     packed = _thread_ranks(pid[[0, 1, 2, 4]], tid[[0, 1, 2, 4]])  # these fit: both in one integer
     assert np.array_equal(np.argsort(packed, kind="stable"), np.lexsort((tid[[0, 1, 2, 4]], pid[[0, 1, 2, 4]])))
     assert len(set(packed.tolist())) == 3
+
+
+@pytest.mark.parametrize("name", ["nsys/nsysai_mfu_2gpu_before.sqlite.gz", "hta/a100_ddp2_rank0_nccl2.17.json.gz"])
+def test_end_nodes_are_each_slices_end(name: str) -> None:
+    """``Graph.end_nodes``, one search for many slices, is each slice's own end node: the node
+    after its start, of the same slice, at its start plus its duration."""
+    trace = read_trace(shared_trace(name))
+    g = build_graph(trace)
+    ids = np.unique(g.node_slice)[::7]
+    ends = g.end_nodes(ids)
+    assert ends.size == ids.size > 100 and (ends % 2 == 1).all()
+    assert np.array_equal(g.node_slice[ends], ids) and np.array_equal(g.node_slice[ends - 1], ids)
+    s = trace.slices
+    dur = np.maximum(s.get_column(Col.DUR).to_numpy()[ids], 0)
+    assert np.array_equal(g.node_ts[ends], s.get_column(Col.TS).to_numpy()[ids] + dur)

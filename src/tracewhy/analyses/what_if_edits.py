@@ -239,7 +239,7 @@ class HideCollective(msgspec.Struct, frozen=True):
         edit = w.removing(host, np.zeros(w.ids.size, dtype=bool)) + untraced_around(w, set(calls.tolist()))
         if not moved:  # the backend runs the collectives on the host (gloo): their time moves
             return edit + host_collectives_lane(w, edit, consumer)
-        ends = np.asarray(sorted(g.end_node(a) for a in moved), dtype=np.int64)
+        ends = np.sort(g.end_nodes(np.fromiter(moved, dtype=np.int64, count=len(moved))))
         waits = np.isin(w.src, ends) & np.isin(w.kind, [int(Edge.EVENT_WAIT), int(Edge.SYNC)])
         read = ends[g.node_ts[ends] <= g.node_ts[consumer]] if consumer >= 0 else ends[:0]
         return edit + w.off_stream(moved) + GraphEdit(
