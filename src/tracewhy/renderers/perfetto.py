@@ -139,12 +139,13 @@ def _gap_events(g: pl.DataFrame, pids: dict[int, int], default_pid: int) -> list
         _key(GapCol.STEP) + pl.col(GapCol.STEP).cast(pl.String),
         *(pl.when(pl.col(c) != 0).then(_key(c) + pl.col(c).cast(pl.String)) for c in CLASS_COLUMNS),
     ], separator=",", ignore_nulls=True)
+    name = json_text(g, GapCol.GAP_CLASS).fill_null("null")
     for device in sorted(g.get_column(GapCol.DEVICE).unique().to_list()):
         pid = pids.get(int(device), default_pid)
         out.append(_meta(pid, GAPS_TID, "thread_name", "tracewhy: GPU idle gaps"))
         rows = g.filter(pl.col(GapCol.DEVICE) == device).sort(GapCol.START)
         out += map(msgspec.Raw, rows.select(pl.concat_str([
-            pl.lit(f'{{"ph":"X","cat":{_json(CAT)},"name":'), json_text(g, GapCol.GAP_CLASS).fill_null("null"),
+            pl.lit(f'{{"ph":"X","cat":{_json(CAT)},"name":'), name,
             pl.lit(f',"pid":{pid},"tid":{GAPS_TID},"ts":'), us_column(pl.col(GapCol.START)),
             pl.lit(',"dur":'), us_column(pl.col(GapCol.DUR)), pl.lit(',"args":{'), args, pl.lit("}}"),
         ])).to_series().to_list())
