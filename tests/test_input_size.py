@@ -96,6 +96,30 @@ def test_a_command_gets_its_freed_pages_returned_soon(tmp_path: Path) -> None:
     assert _allocator_after([]).startswith("None ")
 
 
+def _blas_after(argv: list[str], env: dict[str, str] | None = None) -> str:
+    """OPENBLAS_NUM_THREADS after ``as_command(argv)`` in a fresh interpreter, and how many
+    threads the process has once numpy is imported (its BLAS library starts its pool then)."""
+    code = _AS_COMMAND + ("v = os.environ.get('OPENBLAS_NUM_THREADS'); import numpy; "
+                          "print(v, len(os.listdir('/proc/self/task')))")
+    return _after(code, argv, "OPENBLAS_NUM_THREADS", env).stdout.strip()
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir() or (os.cpu_count() or 1) < 2,
+                    reason="threads counted in /proc; one core: OpenBLAS starts no pool")
+def test_a_command_starts_no_blas_threads(tmp_path: Path) -> None:
+    """numpy's OpenBLAS would start a spinning thread per extra core at import: a command runs
+    with none, whatever its input size; the user's own setting stands, and capture (the user's
+    job would inherit it) keeps OpenBLAS's default."""
+    gz = str(shared_trace(BERT))
+    assert _blas_after(["kernels", gz]) == "1 1"
+    assert _blas_after(["diagnose", str(tmp_path / "large.json")]) == "1 1"
+    assert _blas_after(["kernels", gz], {"OPENBLAS_NUM_THREADS": "2"}) == "2 2"
+    script = tmp_path / "train.py"
+    script.write_text("pass\n")
+    default = _blas_after(["capture", str(script)])
+    assert default.startswith("None ") and int(default.split()[1]) > 1  # the pool this setting removes
+
+
 _ARENAS = _AS_COMMAND + """
 import ctypes, threading
 keep = []

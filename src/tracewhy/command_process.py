@@ -27,6 +27,9 @@ _POLARS_THREADS: Final = "POLARS_MAX_THREADS"
 _POLARS_ALLOCATOR: Final = "_RJEM_MALLOC_CONF"
 #: How long polars' allocator keeps pages it has freed before it returns them (jemalloc: 10 s).
 _FREED_PAGES_KEPT_MS: Final = 100
+#: The size of the thread pool of numpy's BLAS library (OpenBLAS in numpy's wheels; read once, when
+#: numpy is imported).
+_BLAS_THREADS: Final = "OPENBLAS_NUM_THREADS"
 #: glibc's ``mallopt`` parameter for the number of arenas (malloc.h: M_ARENA_MAX).
 _M_ARENA_MAX: Final = -8
 #: Commands that keep polars' default pool whatever their arguments: ``capture`` starts the
@@ -55,13 +58,21 @@ def settle(command: str | None, rest: Sequence[str], *, code_table: bool) -> Non
     command's columns and their temporaries are freed and made anew in bursts, and pages kept
     from one burst to the next were a quarter of the peak (the 271 MB Kineto trace's
     ``kernels``: 356 against 389 MiB, 85 MiB less again when freed at once, which cost 6% more
-    time)."""
+    time).
+
+    numpy's BLAS library gets no threads of its own, unless the user sized its pool: when numpy
+    is imported OpenBLAS starts a thread per core beyond the first, which waits for work by
+    spinning before it sleeps, and a command has no matrix products to give it (one
+    ``np.polyfit`` of a few hundred points in the memory analysis). On the 2.3 MB nsys export,
+    ``diagnose`` took 0.51 s of user CPU instead of 0.61 (wall 0.60 against 0.62 s, two
+    cores): the spinning took a core from polars' thread and the command's own."""
     gc.set_threshold(_GC_YOUNGEST_THRESHOLD, *gc.get_threshold()[1:])
     if command is None or command in _OTHER_PROGRAMS_OR_MANY_TRACES or "polars" in sys.modules:
         return
     if code_table:
         code_cache.start(command)
     os.environ.setdefault(_POLARS_ALLOCATOR, f"dirty_decay_ms:{_FREED_PAGES_KEPT_MS},muzzy_decay_ms:0")
+    os.environ.setdefault(_BLAS_THREADS, "1")
     if small_inputs(rest):
         os.environ.setdefault(_POLARS_THREADS, "1")
     elif "MALLOC_ARENA_MAX" not in os.environ:
