@@ -41,6 +41,7 @@ def _encoded(value: object) -> bytes:
 
 @pytest.mark.parametrize("relative", _TRACES)
 def test_threaded_rules_find_what_sequential_rules_find(relative: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(at_once, "several_cpus", lambda: True)  # (also where this process has one CPU)
     trace = read_trace(shared_trace(relative))
     assert at_once.small(trace)  # the threaded path runs
     threaded = diagnose(trace)
@@ -53,6 +54,8 @@ def test_threaded_rules_find_what_sequential_rules_find(relative: str, monkeypat
 def test_diff_at_once_equals_diff_in_turn(monkeypatch: pytest.MonkeyPatch) -> None:
     a = read_trace(shared_trace("hta/tracediff_test_v100_rank1of2.json.gz"))
     b = read_trace(shared_trace("hta/v100_ddp2_rank1_memprofile.json.gz"))
+    monkeypatch.setattr(at_once, "several_cpus", lambda: True)
+    assert at_once.small(a, b)
     together = compare(a, b)
     monkeypatch.setattr(at_once, "MAX_SLICES", -1)
     in_turn = compare(read_trace(a.meta.path), read_trace(b.meta.path))
@@ -92,6 +95,7 @@ def test_context_variables_reach_every_rule(monkeypatch: pytest.MonkeyPatch) -> 
         return []
 
     monkeypatch.setattr(diagnose_module, "RULES", (rule,) * 6)
+    monkeypatch.setattr(at_once, "several_cpus", lambda: True)
     token = _SEEN.set("caller's value")
     try:
         diagnose(read_trace(shared_trace("tracelens/h100_bert-small_bs1_seq512.json.gz")))
@@ -103,6 +107,7 @@ def test_context_variables_reach_every_rule(monkeypatch: pytest.MonkeyPatch) -> 
 
 @pytest.mark.parametrize("relative", [_TRACES[0], _TRACES[3]])
 def test_report_views_at_once_equal_views_in_turn(relative: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(at_once, "several_cpus", lambda: True)
     together = overview_payload(overview(read_trace(shared_trace(relative))))
     monkeypatch.setattr(at_once, "MAX_SLICES", -1)
     in_turn = overview_payload(overview(read_trace(shared_trace(relative))))

@@ -178,14 +178,22 @@ def test_the_script_starts_the_helper_first() -> None:
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts["tracewhy"] == "tracewhy.console:console_main"
     small = str(GENERATED / "cpu_slow_step_base.pt.trace.json.gz")
-    probe = ("import sys; from tracewhy import diff_helper, console\n"
+    probe = ("import os, sys; from tracewhy import diff_helper, console\n"
              "start = diff_helper.start_early\n"
-             "def stop_here(argv): start(argv); "
-             "print(bool(diff_helper._early), 'tracewhy.cli' in sys.modules); diff_helper.stop(); raise SystemExit(0)\n"
+             "cpus = os.sched_getaffinity(0) if hasattr(os, 'sched_getaffinity') else set()\n"
+             "def apart():\n"
+             "    if len(cpus) < 2: return True\n"
+             "    mine, theirs = os.sched_getaffinity(0), os.sched_getaffinity(diff_helper._early[-1][1].pid)\n"
+             "    return len(mine) == 1 and not mine & theirs and mine | theirs == cpus\n"
+             "def stop_here(argv, **kw): start(argv, **kw); "
+             "print(bool(diff_helper._early), 'tracewhy.cli' in sys.modules, apart()); diff_helper.stop(); "
+             "raise SystemExit(0)\n"
              "diff_helper.start_early = stop_here; console.console_main()")
     out = subprocess.run([sys.executable, "-c", probe, "diff", small, small], capture_output=True, text=True,
                          check=True).stdout.split()
-    assert out == ["True", "False"]
+    # Started before the command line's imports; on two CPUs or more, the command keeps to one
+    # and the helper to the others (command_process.keep_apart).
+    assert out == ["True", "False", "True"]
 
 
 def test_not_started_inside_a_helper(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -113,11 +113,59 @@ def test_a_command_starts_no_blas_threads(tmp_path: Path) -> None:
     gz = str(shared_trace(BERT))
     assert _blas_after(["kernels", gz]) == "1 1"
     assert _blas_after(["diagnose", str(tmp_path / "large.json")]) == "1 1"
-    assert _blas_after(["kernels", gz], {"OPENBLAS_NUM_THREADS": "2"}) == "2 2"
+    # (large inputs: on small ones the process keeps to one CPU, and OpenBLAS sizes its pool by
+    # the CPUs the process may use)
+    assert _blas_after(["kernels", str(tmp_path / "large.json")], {"OPENBLAS_NUM_THREADS": "2"}) == "2 2"
     script = tmp_path / "train.py"
     script.write_text("pass\n")
     default = _blas_after(["capture", str(script)])
     assert default.startswith("None ") and int(default.split()[1]) > 1  # the pool this setting removes
+
+
+def _cpus_after(argv: list[str], before: str = "") -> str:
+    """The CPUs a fresh interpreter may use after ``before`` (code run first) and
+    ``as_command(argv)``, as the count of them and the count it could use at the start."""
+    code = ("import os, sys; start = len(os.sched_getaffinity(0)); " + before
+            + "from tracewhy.cli import as_command; as_command(sys.argv[1:]); "
+            "print(len(os.sched_getaffinity(0)), start)")
+    return _after(code, argv, "", None).stdout.strip()
+
+
+_AFFINITY = hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) >= 2
+
+
+@pytest.mark.skipif(not _AFFINITY, reason="CPU affinity (Linux) on at least two CPUs")
+def test_a_command_on_small_inputs_keeps_to_one_cpu(tmp_path: Path) -> None:
+    """Small inputs: the process (and the threads it starts later, polars' pool among them)
+    keeps to one CPU; large or unknown inputs, capture and a process already kept to one CPU
+    are left as they are."""
+    gz = str(shared_trace(BERT))
+    n = str(len(os.sched_getaffinity(0)))
+    assert _cpus_after(["diagnose", gz]) == f"1 {n}"
+    code = ("import os, sys, threading; from tracewhy.cli import as_command; as_command(sys.argv[1:]); "
+            "seen = []; t = threading.Thread(target=lambda: seen.append(len(os.sched_getaffinity(0)))); "
+            "t.start(); t.join(); import polars; polars.select(polars.lit(1)); "
+            "print(seen[0], len({c for task in os.listdir('/proc/self/task') for c in "
+            "os.sched_getaffinity(int(task))}))")
+    assert _after(code, ["diagnose", gz], "", None).stdout.strip() == "1 1"
+    assert _cpus_after(["diagnose", str(tmp_path / "large.json")]) == f"{n} {n}"
+    script = tmp_path / "train.py"
+    script.write_text("pass\n")
+    assert _cpus_after(["capture", str(script)]) == f"{n} {n}"
+    one = min(os.sched_getaffinity(0))
+    assert _cpus_after(["diagnose", gz], f"os.sched_setaffinity(0, {{{one}}}); ") == f"1 {n}"
+
+
+@pytest.mark.skipif(not _AFFINITY, reason="CPU affinity (Linux) on at least two CPUs")
+def test_a_helper_keeps_apart_from_its_command() -> None:
+    """A diff's helper is kept to the CPUs its command does not keep to (command_process.keep_apart)."""
+    code = ("import os, subprocess, sys; from tracewhy import command_process as p; "
+            "before = p.keep_to_one_cpu(); "
+            "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); "
+            "p.keep_apart(child.pid, before); mine = os.sched_getaffinity(0); "
+            "theirs = os.sched_getaffinity(child.pid); child.kill(); "
+            "print(len(mine), sorted(mine | theirs) == sorted(before), not (mine & theirs))")
+    assert _after(code, [], "", None).stdout.strip() == "1 True True"
 
 
 _ARENAS = _AS_COMMAND + """

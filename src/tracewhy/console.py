@@ -12,7 +12,7 @@ from tracewhy import diff_helper
 
 def console_main() -> None:
     """Start a small diff's helper, then run the command line."""
-    diff_helper.start_early(sys.argv[1:])
+    diff_helper.start_early(sys.argv[1:], command_process=True)
     from tracewhy.cli import console_main as command_line
 
     command_line()

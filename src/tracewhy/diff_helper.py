@@ -9,7 +9,8 @@ command imports, then reads and diagnoses B while the command reads and diagnose
 (``reports/diff_elsewhere`` says what it is given and what it answers).
 
 Started only for ``diff`` on files that are small together (``input_size.small_inputs``, the
-bound under which a command keeps polars to one thread): there each process keeps to one core.
+bound under which a command keeps polars to one thread): there each process keeps to one core,
+the command to the CPU it runs on and the helper to the others (``command_process.keep_apart``).
 A helper that the command does not take (the line was not what it seemed before parsing: a
 usage error, ``--help``) is stopped when the command ends; one that fails costs only time, as
 the command then does B itself. Standard library only, as ``read_helpers`` is.
@@ -40,13 +41,18 @@ _SERVE: Final = "from tracewhy.diff_helper import serve; serve()"
 _early: list[tuple[tuple[str, ...], subprocess.Popen[bytes]]] = []
 
 
-def start_early(argv: Sequence[str]) -> None:
+def start_early(argv: Sequence[str], *, command_process: bool = False) -> None:
     """Start the helper when ``argv`` (a command line) is a ``diff`` whose files are small
     together. Only a guess made before the line is parsed: the command takes the helper
     (``take``) once it knows its files. Called again for the same line (the ``tracewhy`` script
     calls it before the command line's imports, ``console.console_main``, and ``main``
     after), the helper already started is kept; one left from an earlier command run in this
-    process (the MCP server runs many) is stopped."""
+    process (the MCP server runs many) is stopped.
+
+    ``command_process``: this process runs this one command (the ``tracewhy`` script). It then
+    keeps to one CPU before the helper starts, and the helper to another
+    (``command_process.keep_to_one_cpu``), so that the two never share one while a second is
+    free."""
     if _early and _early[-1][0] == tuple(argv) and _early[-1][1].poll() is None:
         return
     stop()
@@ -58,11 +64,15 @@ def start_early(argv: Sequence[str]) -> None:
         return
     import subprocess  # (only for a diff: not part of every command's start)
 
+    from tracewhy import command_process as process
+
+    before = process.keep_to_one_cpu() if command_process else frozenset()
     with contextlib.suppress(OSError):  # cannot start processes here: the command does B itself
         _early.append((tuple(argv), subprocess.Popen(
             [sys.executable, "-c", _SERVE, *rest], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL, env=dict(os.environ, **{ENV_IN_HELPER: "1"}),
         )))
+        process.keep_apart(_early[-1][1].pid, before)
 
 
 def take(paths: Sequence[str]) -> subprocess.Popen[bytes] | None:
